@@ -1,0 +1,74 @@
+/* weir SDK: device plugins (cpu, cuda).
+ *
+ * A device plugin owns memory, copies and ordering on one device, and runs the transformer
+ * graph's elementwise operations. All activations passed between operations are f32 arrays in
+ * the device's memory, row-major (a [rows][dim] matrix is `rows` contiguous rows of `dim`).
+ * Operations are ordered: each one sees the results of every operation issued before it on
+ * the same instance (for CUDA, one stream). Results become visible to the host only after a
+ * copy_d2h or synchronize.
+ *
+ * Thread-safety: one instance is driven by one thread at a time (the engine thread); alloc
+ * and free may be called from any thread. Every function returns a weir_status. Since 1.0. */
+#ifndef WEIR_DEVICE_H
+#define WEIR_DEVICE_H
+
+#include "weir/plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum weir_rope_style {
+  WEIR_ROPE_NORM = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama, mistral */
+  WEIR_ROPE_NEOX = 2, /* rotate halves (x[i], x[i + rot_dim/2]): qwen2, gpt-neox */
+} weir_rope_style;
+
+typedef struct weir_device_info {
+  uint32_t struct_size; /* 1.0 */
+  char name[128];       /* e.g. "cpu (AVX2, 16 threads)" or "NVIDIA H100 80GB HBM3". 1.0 */
+  uint64_t total_memory; /* bytes; 0 when unknown. 1.0 */
+  uint64_t free_memory;  /* bytes; 0 when unknown. 1.0 */
+} weir_device_info;
+
+typedef struct weir_device_ops {
+  uint32_t struct_size; /* 1.0 */
+
+  /* Memory. alloc returns WEIR_E_NOMEM when the device is full; free accepts NULL. */
+  int (*info)(void *self, weir_device_info *out);                      /* mandatory, 1.0 */
+  int (*alloc)(void *self, size_t size, void **ptr);                    /* mandatory, 1.0 */
+  void (*free)(void *self, void *ptr);                                  /* mandatory, 1.0 */
+  /* Copies. copy_h2d may return before the copy finishes when `src` is host memory that
+   * stays valid and unchanged until the next synchronize; copy_d2h returns when `dst` holds
+   * the data. */
+  int (*copy_h2d)(void *self, void *dst, const void *src, size_t size); /* mandatory, 1.0 */
+  int (*copy_d2h)(void *self, void *dst, const void *src, size_t size); /* mandatory, 1.0 */
+  int (*copy_d2d)(void *self, void *dst, const void *src, size_t size); /* mandatory, 1.0 */
+  int (*memset)(void *self, void *dst, int value, size_t size);         /* mandatory, 1.0 */
+  int (*synchronize)(void *self);                                       /* mandatory, 1.0 */
+
+  /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for each of `rows` rows of `dim`.
+   * out may equal x. Mandatory, 1.0. */
+  int (*rms_norm)(void *self, float *out, const float *x, const float *weight, int64_t rows,
+                  int64_t dim, float eps);
+  /* Rotates in place the first rot_dim values of each head of x ([n_tokens][n_heads *
+   * head_dim]) by angle pos * freq_scale * base^(-2i/rot_dim), pos = positions[token]
+   * (device int32). Mandatory, 1.0. */
+  int (*rope)(void *self, float *x, const int32_t *positions, int64_t n_tokens, int32_t n_heads,
+              int32_t head_dim, int32_t rot_dim, float freq_base, float freq_scale,
+              weir_rope_style style);
+  /* out[i] = silu(gate[i]) * up[i] for i < n. out may equal gate or up. Mandatory, 1.0. */
+  int (*swiglu)(void *self, float *out, const float *gate, const float *up, int64_t n);
+  /* out[i] = a[i] + b[i]. out may equal a or b. Mandatory, 1.0. */
+  int (*add)(void *self, float *out, const float *a, const float *b, int64_t n);
+  /* x[r][j] += bias[j] for each of `rows` rows of `dim`. Mandatory, 1.0. */
+  int (*add_bias)(void *self, float *x, const float *bias, int64_t rows, int64_t dim);
+  /* out[i] = x[rows[i]] for i < n (rows: device int32), each row `dim` floats: picks the
+   * hidden states whose logits are wanted. Mandatory, 1.0. */
+  int (*get_rows)(void *self, float *out, const float *x, const int32_t *rows, int64_t n,
+                  int64_t dim);
+} weir_device_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,238 @@
+/* weir SDK: the plugin descriptor and the host-services table.
+ *
+ * A plugin is a shared object that exports exactly one entry symbol, weir_plugin_entry,
+ * returning a pointer to a constant weir_plugin_desc. The host (the weir server) loads it with
+ * dlopen(RTLD_NOW | RTLD_LOCAL), checks the descriptor, validates the plugin's options from
+ * the TOML table that selected it, and calls init() once per instance with a table of host
+ * services. A plugin never calls a core symbol: everything it needs from the host comes through
+ * weir_host.
+ *
+ * Versioning. WEIR_ABI_MAJOR must match the host's exactly. WEIR_ABI_MINOR grows when a field
+ * is appended to a struct; every struct that can grow begins with its own struct_size, and a
+ * reader checks that size before touching a newer field. A NULL callback means "not
+ * implemented". Each field's comment names the ABI version that added it.
+ *
+ * Build signature. WEIR_BUILD_SIGNATURE encodes facts an ABI number does not catch (pointer
+ * size, byte order, the SDK's struct layout revision); the loader refuses a plugin whose
+ * signature differs from its own. */
+#ifndef WEIR_PLUGIN_H
+#define WEIR_PLUGIN_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weir/status.h"
+#include "weir/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEIR_ABI_MAJOR 1
+#define WEIR_ABI_MINOR 0
+
+#define WEIR_STR_(x) #x
+#define WEIR_STR(x) WEIR_STR_(x)
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define WEIR_SIG_ENDIAN_ "be"
+#else
+#define WEIR_SIG_ENDIAN_ "le"
+#endif
+/* "weir-abi1;p64;le;layout1": compared as a whole string at load. */
+#define WEIR_BUILD_SIGNATURE                                                                  \
+  "weir-abi" WEIR_STR(WEIR_ABI_MAJOR) ";p" WEIR_STR(__SIZEOF_POINTER__) "0;" WEIR_SIG_ENDIAN_ \
+  ";layout1"
+
+#if defined(_WIN32)
+#define WEIR_EXPORT __declspec(dllexport)
+#else
+#define WEIR_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* The one symbol a plugin exports, and its name for dlsym. */
+#define WEIR_PLUGIN_ENTRY_SYMBOL "weir_plugin_entry"
+/* Optional second symbol: scores this build variant for this machine (higher wins; a
+ * negative score means "cannot run here"). Used to choose between variants of one plugin,
+ * e.g. an AVX-512 build and a generic one. Signature: weir_plugin_score_fn. */
+#define WEIR_PLUGIN_SCORE_SYMBOL "weir_plugin_score"
+
+typedef enum weir_plugin_kind {
+  WEIR_PLUGIN_DEVICE = 1,
+  WEIR_PLUGIN_ATTENTION = 2,
+  WEIR_PLUGIN_QUANT = 3,
+  WEIR_PLUGIN_SAMPLER = 4,
+  WEIR_PLUGIN_DRAFTER = 5,
+} weir_plugin_kind;
+
+typedef enum weir_log_level {
+  WEIR_LOG_DEBUG = 0,
+  WEIR_LOG_INFO = 1,
+  WEIR_LOG_WARN = 2,
+  WEIR_LOG_ERROR = 3,
+} weir_log_level;
+
+/* ---- Options ---------------------------------------------------------------------------
+ * A plugin declares its options as a table; the host validates the TOML table that selected
+ * the plugin against it (types, ranges, unknown keys) before init, fills defaults, and hands
+ * init one resolved value per declared option, in declaration order. */
+
+typedef enum weir_option_type {
+  WEIR_OPT_BOOL = 1,
+  WEIR_OPT_INT = 2,    /* 64-bit signed; range [min, max] inclusive when min < max */
+  WEIR_OPT_FLOAT = 3,  /* double; range [min, max] inclusive when min < max */
+  WEIR_OPT_STRING = 4, /* UTF-8; when `choices` is non-NULL, one of them */
+} weir_option_type;
+
+typedef struct weir_option_desc {
+  const char *key;        /* TOML key: [a-z0-9_]+ */
+  weir_option_type type;
+  const char *help;       /* one line for `weir plugins --help NAME` */
+  /* Default: the member matching `type` is used. */
+  int64_t def_int;
+  double def_float;
+  const char *def_string; /* also the default of a STRING option; NULL means "" */
+  int def_bool;
+  /* Range for INT and FLOAT options; ignored when min >= max. */
+  double min, max;
+  /* NULL-terminated list of allowed strings for a STRING option, or NULL for any string. */
+  const char *const *choices;
+} weir_option_desc;
+
+/* A resolved option value. `s` is owned by the host and lives until the instance's fini. */
+typedef struct weir_option_value {
+  int64_t i;
+  double f;
+  const char *s;
+  int b;
+  int is_set; /* 1 when the TOML table set it, 0 when the default was used */
+} weir_option_value;
+
+/* ---- Metrics ---------------------------------------------------------------------------
+ * Plugins may register Prometheus metrics; the host exposes them at /metrics with the weir_
+ * prefix and a plugin="<name>" label. */
+
+typedef enum weir_metric_type {
+  WEIR_METRIC_COUNTER = 1,
+  WEIR_METRIC_GAUGE = 2,
+  WEIR_METRIC_HISTOGRAM = 3,
+} weir_metric_type;
+
+typedef struct weir_metric weir_metric; /* opaque, owned by the host */
+
+typedef struct weir_metric_desc {
+  const char *name;          /* without the weir_ prefix: [a-z_][a-z0-9_]* */
+  const char *help;
+  weir_metric_type type;
+  const double *buckets;     /* histogram upper bounds, ascending; NULL for defaults */
+  int num_buckets;
+} weir_metric_desc;
+
+/* ---- Host services ----------------------------------------------------------------------
+ * One table per plugin instance, owned by the host, valid from init until fini returns.
+ * Unless a function says otherwise it is thread-safe. A field added after 1.0 must be tested
+ * for NULL (and struct_size checked) before use. */
+
+/* Body of one parallel_for chunk: process [begin, end). `thread` is in [0, num_threads). */
+typedef void (*weir_parallel_fn)(void *arg, int64_t begin, int64_t end, int thread);
+
+typedef struct weir_host {
+  uint32_t struct_size;   /* sizeof(weir_host) as the host knows it. Since 1.0. */
+  uint32_t abi_minor;     /* the host's WEIR_ABI_MINOR. Since 1.0. */
+  void *ctx;              /* pass as the first argument of every call below. Since 1.0. */
+
+  /* Logs one message at a level; the host adds time and the plugin's name. Since 1.0. */
+  void (*log)(void *ctx, weir_log_level level, const char *fmt, ...)
+      __attribute__((format(printf, 3, 4)));
+
+  /* Host memory, accounted to this plugin. alloc returns NULL on failure; `align` is a
+   * power of two (0 means 16). free accepts NULL. Since 1.0. */
+  void *(*alloc)(void *ctx, size_t size, size_t align);
+  void (*free)(void *ctx, void *ptr);
+
+  /* Memory on the instance's device (the device plugin's allocator), accounted to this
+   * plugin. Returns a status; *ptr is untouched on failure. NULL for device plugins
+   * themselves. Since 1.0. */
+  int (*device_alloc)(void *ctx, size_t size, void **ptr);
+  void (*device_free)(void *ctx, void *ptr);
+
+  /* Runs fn over [0, n) split into chunks of at least `grain` items on the host's CPU
+   * thread pool, and returns when all chunks are done. Not reentrant: do not call
+   * parallel_for from inside fn. Since 1.0. */
+  void (*parallel_for)(void *ctx, int64_t n, int64_t grain, weir_parallel_fn fn, void *arg);
+  /* Threads parallel_for uses (>= 1). Since 1.0. */
+  int (*num_threads)(void *ctx);
+
+  /* Registers a metric; *out stays valid for the life of the server. Since 1.0. */
+  int (*metric_register)(void *ctx, const weir_metric_desc *desc, weir_metric **out);
+  /* Counter: adds v (>= 0). Gauge: sets v. Histogram: observes v. Since 1.0. */
+  void (*metric_record)(void *ctx, weir_metric *m, double v);
+
+  /* A native handle of the instance's device by name: "cuda.stream" (cudaStream_t),
+   * "cublas" (cublasHandle_t), "cublaslt" (cublasLtHandle_t), "cuda.device" (int *).
+   * NULL when the device has no such handle. Since 1.0. */
+  void *(*device_handle)(void *ctx, const char *name);
+} weir_host;
+
+/* ---- Descriptor ------------------------------------------------------------------------- */
+
+/* What init receives besides the host table. Borrowed for the duration of init only, except
+ * `options`, which lives until fini. */
+typedef struct weir_plugin_args {
+  uint32_t struct_size;             /* Since 1.0. */
+  weir_device_kind device;          /* the device this instance runs on. Since 1.0. */
+  const weir_option_value *options; /* one per desc->options entry, in order. Since 1.0. */
+  int num_options;                  /* Since 1.0. */
+} weir_plugin_args;
+
+typedef struct weir_plugin_desc {
+  uint32_t struct_size;        /* sizeof(weir_plugin_desc) the plugin was built with. 1.0 */
+  uint16_t abi_major;          /* WEIR_ABI_MAJOR the plugin was built with. 1.0 */
+  uint16_t abi_minor;          /* WEIR_ABI_MINOR the plugin was built with. 1.0 */
+  const char *build_signature; /* WEIR_BUILD_SIGNATURE. 1.0 */
+  weir_plugin_kind kind;       /* 1.0 */
+  const char *name;            /* e.g. "cpu_paged"; [a-z0-9_]+, unique per kind. 1.0 */
+  const char *version;         /* the plugin's own version, e.g. "1.2.0". 1.0 */
+  const char *description;     /* one line. 1.0 */
+  uint32_t devices;            /* weir_device_kind bits it runs on. 1.0 */
+  /* dtypes it supports: weight source dtypes for quant, KV dtypes for attention, activation
+   * dtypes for device; 0 for sampler and drafter. 1.0 */
+  uint64_t dtypes;
+  const weir_option_desc *options; /* may be NULL when num_options is 0. 1.0 */
+  int num_options;                 /* 1.0 */
+
+  /* Creates an instance. On success stores an opaque instance pointer in *self and returns
+   * WEIR_OK; on failure returns a negative status, logs why through host->log, and has
+   * released everything it took. `host` stays valid until fini returns. Mandatory. 1.0 */
+  int (*init)(const weir_host *host, const weir_plugin_args *args, void **self);
+  /* Destroys an instance; never fails. Mandatory. 1.0 */
+  void (*fini)(void *self);
+  /* The kind's vtable: const weir_device_ops *, weir_attention_ops *, ... Mandatory. 1.0 */
+  const void *ops;
+} weir_plugin_desc;
+
+typedef const weir_plugin_desc *(*weir_plugin_entry_fn)(void);
+typedef int (*weir_plugin_score_fn)(void);
+
+/* Declares the entry symbol. Use once per plugin:
+ *   WEIR_PLUGIN_EXPORT(my_desc)
+ * where my_desc is a `static const weir_plugin_desc`. */
+#define WEIR_PLUGIN_EXPORT(desc)                                          \
+  WEIR_EXPORT const weir_plugin_desc *weir_plugin_entry(void);            \
+  WEIR_EXPORT const weir_plugin_desc *weir_plugin_entry(void) { return &(desc); }
+
+static inline const char *weir_plugin_kind_name(weir_plugin_kind k) {
+  switch (k) {
+  case WEIR_PLUGIN_DEVICE: return "device";
+  case WEIR_PLUGIN_ATTENTION: return "attention";
+  case WEIR_PLUGIN_QUANT: return "quant";
+  case WEIR_PLUGIN_SAMPLER: return "sampler";
+  case WEIR_PLUGIN_DRAFTER: return "drafter";
+  default: return "?";
+  }
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
