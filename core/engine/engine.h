@@ -1,0 +1,139 @@
+/* The inference engine: owns the model, the plugins, the paged KV cache and the scheduler,
+ * and runs steps on its own thread.
+ *
+ * Threading. weir_engine_submit, _abort, _tokenize, _detokenize, _render_chat, _info and
+ * _stats may be called from any thread (the HTTP thread). Events are delivered by calling
+ * the request's callback ON THE ENGINE THREAD: the callback must be quick and must not call
+ * back into the engine except weir_engine_abort; it copies what it needs (event memory is
+ * borrowed for the call) and hands it to its own thread (e.g. a queue + uv_async_send).
+ *
+ * Lifetime. For every successful submit the engine delivers exactly one final event
+ * (finish != WEIR_FINISH_NONE), after which it never touches `user` again; an abort, a
+ * timeout, an error and engine shutdown all end with such an event. */
+#ifndef WEIR_ENGINE_H
+#define WEIR_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weir/sampler.h"
+
+struct weir_config;
+typedef struct weir_engine weir_engine;
+
+typedef enum weir_finish_reason {
+  WEIR_FINISH_NONE = 0,  /* still running */
+  WEIR_FINISH_STOP = 1,  /* EOS, a stop string or a stop token */
+  WEIR_FINISH_LENGTH = 2, /* max_tokens or the context length */
+  WEIR_FINISH_ABORT = 3, /* weir_engine_abort (client gone) or shutdown */
+  WEIR_FINISH_ERROR = 4, /* see status / error */
+  WEIR_FINISH_TIMEOUT = 5, /* the request's timeout passed */
+} weir_finish_reason;
+
+const char *weir_finish_reason_name(weir_finish_reason r); /* "stop", "length", "abort", ... */
+
+/* What a request asks for. Everything is copied by submit; the caller keeps ownership. */
+typedef struct weir_gen_request {
+  const int32_t *prompt;        /* token ids, already tokenized (BOS included if wanted) */
+  int32_t num_prompt;
+  weir_sampling_params sampling;
+  uint64_t seed;                /* used when has_seed; otherwise a random seed */
+  int has_seed;
+  int32_t max_tokens;           /* > 0; the engine also stops at the context length */
+  int32_t min_tokens;           /* EOS and stop tokens are suppressed until this many */
+  int ignore_eos;
+  const int32_t *stop_token_ids;
+  int32_t num_stop_token_ids;
+  const char *const *stop;      /* stop strings; the text never includes them */
+  int32_t num_stop;
+  int32_t priority;             /* lower runs first when the scheduler's policy is priority */
+  int64_t timeout_ms;           /* 0: the server's default */
+} weir_gen_request;
+
+/* Per-request timings, seconds, filled in the final event. */
+typedef struct weir_gen_timing {
+  double queue_s;        /* arrival to first scheduled */
+  double ttft_s;         /* arrival to first token */
+  double prefill_s;      /* first scheduled to first token */
+  double decode_s;       /* first token to finish */
+  double e2e_s;          /* arrival to finish */
+} weir_gen_timing;
+
+typedef struct weir_gen_event {
+  uint64_t request_id;
+  /* New output since the last event: UTF-8-complete text (held back while it could still be
+   * the start of a stop string) and the token ids it came from. Either may be empty. */
+  const char *text;
+  size_t text_len;
+  const int32_t *tokens;
+  int32_t num_tokens;
+  const weir_sample_result *logprobs; /* [num_tokens] when sampling.num_logprobs >= 0 */
+  weir_finish_reason finish;          /* NONE unless this is the final event */
+  int status;                         /* with WEIR_FINISH_ERROR: a weir_status */
+  const char *error;                  /* with WEIR_FINISH_ERROR: a message */
+  /* Usage, current as of this event. */
+  int32_t prompt_tokens;
+  int32_t cached_tokens;     /* prompt tokens served from the prefix cache */
+  int32_t completion_tokens;
+  int32_t num_preemptions;
+  weir_gen_timing timing;    /* final event only */
+} weir_gen_event;
+
+typedef void (*weir_gen_event_cb)(void *user, const weir_gen_event *ev);
+
+typedef struct weir_engine_info {
+  const char *model_name;   /* served name */
+  int32_t vocab_size;
+  int32_t context_length;   /* max prompt + output tokens */
+  int32_t bos_id, eos_id;   /* -1 when none */
+  const char *chat_template_name; /* "chatml", "llama3", ... */
+} weir_engine_info;
+
+typedef struct weir_engine_stats {
+  int32_t num_running;
+  int32_t num_waiting;
+  int32_t kv_blocks_total;
+  int32_t kv_blocks_used;   /* referenced by running sequences */
+  int32_t kv_blocks_cached; /* unreferenced but holding a cached prefix */
+  uint64_t prefix_queries_tokens; /* prompt tokens looked up in the prefix cache */
+  uint64_t prefix_hits_tokens;    /* of which found */
+  uint64_t num_preemptions;
+  uint64_t num_steps;
+} weir_engine_stats;
+
+/* Loads the model and plugins named by the config and starts the engine thread. Logs and
+ * returns a status on failure, having freed everything. */
+int weir_engine_create(const struct weir_config *cfg, weir_engine **out);
+/* Aborts every request (each gets its final event), stops the thread, frees everything. */
+void weir_engine_destroy(weir_engine *e);
+
+/* Queues a request. Returns WEIR_E_BUSY when the waiting queue is full (HTTP 429),
+ * WEIR_E_RANGE when prompt + max_tokens cannot fit the context (HTTP 400), WEIR_E_INVAL for
+ * bad parameters. On success *id identifies it and cb will receive its events. */
+int weir_engine_submit(weir_engine *e, const weir_gen_request *req, weir_gen_event_cb cb,
+                       void *user, uint64_t *id);
+/* Asks the engine to end a request; it frees its KV blocks in the next step and delivers the
+ * final event (WEIR_FINISH_ABORT). Unknown or finished ids are ignored. */
+void weir_engine_abort(weir_engine *e, uint64_t id);
+
+/* Tokenizer access (thread-safe). *ids / *text are malloc'd; the caller frees. */
+int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,
+                         int32_t **ids, int32_t *n);
+int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char **text,
+                           size_t *len);
+/* Piece text of one token for logprobs output (malloc'd). */
+int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len);
+
+/* Renders chat messages with the model's (or configured) template, ending with the
+ * assistant's turn opener when add_generation_prompt. *out is malloc'd. */
+typedef struct weir_chat_message {
+  const char *role;    /* "system", "user", "assistant" */
+  const char *content;
+} weir_chat_message;
+int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
+                            int add_generation_prompt, char **out);
+
+void weir_engine_info_get(weir_engine *e, weir_engine_info *out);
+void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out);
+
+#endif
