@@ -81,14 +81,21 @@ int weir_metrics_register(weir_metrics *m, const char *name, const char *help,
   if (type != WEIR_METRIC_COUNTER && type != WEIR_METRIC_GAUGE && type != WEIR_METRIC_HISTOGRAM)
     return WEIR_E_INVAL;
   if (labels && !*labels) labels = NULL;
+  /* One family has one type and one help text: a second label set of an existing name
+   * must agree on the type (Prometheus rejects a family with mixed types). */
   pthread_mutex_lock(&m->lock);
-  for (weir_metric *x = m->head; x; x = x->next)
-    if (!strcmp(x->name, name) && same(x->labels, labels)) {
+  for (weir_metric *x = m->head; x; x = x->next) {
+    if (strcmp(x->name, name)) continue;
+    if (x->type != type) {
       pthread_mutex_unlock(&m->lock);
-      if (x->type != type) return WEIR_E_EXISTS;
+      return WEIR_E_EXISTS;
+    }
+    if (same(x->labels, labels)) {
+      pthread_mutex_unlock(&m->lock);
       *out = x;
       return WEIR_OK;
     }
+  }
   pthread_mutex_unlock(&m->lock);
 
   int rc = WEIR_E_NOMEM;
@@ -205,43 +212,59 @@ static void fmt_double(char *buf, size_t n, double v) {
   else snprintf(buf, n, "%.9g", v);
 }
 
+static void render_one(sbuf *b, const weir_metric *x) {
+  char v[64];
+  const char *lb = x->labels ? x->labels : "";
+  if (x->type != WEIR_METRIC_HISTOGRAM) {
+    fmt_double(v, sizeof v, x->value);
+    if (*lb) sb_printf(b, "weir_%s{%s} %s\n", x->name, lb, v);
+    else sb_printf(b, "weir_%s %s\n", x->name, v);
+    return;
+  }
+  unsigned long long cum = 0;
+  for (int i = 0; i <= x->num_buckets; i++) {
+    cum += x->counts[i];
+    if (i < x->num_buckets) fmt_double(v, sizeof v, x->buckets[i]);
+    else snprintf(v, sizeof v, "+Inf");
+    sb_printf(b, "weir_%s_bucket{%s%sle=\"%s\"} %llu\n", x->name, lb, *lb ? "," : "", v, cum);
+  }
+  fmt_double(v, sizeof v, x->sum);
+  if (*lb) {
+    sb_printf(b, "weir_%s_sum{%s} %s\nweir_%s_count{%s} %llu\n", x->name, lb, v, x->name, lb,
+              x->count);
+  } else {
+    sb_printf(b, "weir_%s_sum %s\nweir_%s_count %llu\n", x->name, v, x->name, x->count);
+  }
+}
+
 int weir_metrics_render(weir_metrics *m, char **out, size_t *len) {
+  if (!m || !out) return WEIR_E_INVAL;
   sbuf b = {0};
   sb_printf(&b, "%s", "");
   pthread_mutex_lock(&m->lock);
+  /* The exposition format wants every sample of a family in one group under a single HELP
+   * and TYPE. Label sets of one family may have been registered interleaved with other
+   * families (a plugin registering per-instance series late), so each family is emitted
+   * whole at the position of its first registration. */
   for (weir_metric *x = m->head; x; x = x->next) {
-    /* HELP and TYPE once per family: families registered with several label sets share
-     * them, and the registry keeps registration order. */
-    int new_family = 1;
+    int seen = 0;
     for (weir_metric *y = m->head; y != x; y = y->next)
-      if (!strcmp(y->name, x->name)) new_family = 0;
-    if (new_family) {
-      static const char *types[] = {"", "counter", "gauge", "histogram"};
-      sb_printf(&b, "# HELP weir_%s %s\n# TYPE weir_%s %s\n", x->name, x->help, x->name,
-                types[x->type]);
+      if (!strcmp(y->name, x->name)) {
+        seen = 1;
+        break;
+      }
+    if (seen) continue;
+    static const char *types[] = {"", "counter", "gauge", "histogram"};
+    /* HELP text escapes backslash and newline, as the format requires. */
+    sb_printf(&b, "# HELP weir_%s ", x->name);
+    for (const char *h = x->help; *h; h++) {
+      if (*h == '\\') sb_printf(&b, "\\\\");
+      else if (*h == '\n') sb_printf(&b, "\\n");
+      else sb_printf(&b, "%c", *h);
     }
-    char v[64];
-    const char *lb = x->labels ? x->labels : "";
-    if (x->type != WEIR_METRIC_HISTOGRAM) {
-      fmt_double(v, sizeof v, x->value);
-      if (*lb) sb_printf(&b, "weir_%s{%s} %s\n", x->name, lb, v);
-      else sb_printf(&b, "weir_%s %s\n", x->name, v);
-      continue;
-    }
-    unsigned long long cum = 0;
-    for (int i = 0; i <= x->num_buckets; i++) {
-      cum += x->counts[i];
-      if (i < x->num_buckets) fmt_double(v, sizeof v, x->buckets[i]);
-      else snprintf(v, sizeof v, "+Inf");
-      sb_printf(&b, "weir_%s_bucket{%s%sle=\"%s\"} %llu\n", x->name, lb, *lb ? "," : "", v, cum);
-    }
-    fmt_double(v, sizeof v, x->sum);
-    if (*lb) {
-      sb_printf(&b, "weir_%s_sum{%s} %s\nweir_%s_count{%s} %llu\n", x->name, lb, v, x->name, lb,
-                x->count);
-    } else {
-      sb_printf(&b, "weir_%s_sum %s\nweir_%s_count %llu\n", x->name, v, x->name, x->count);
-    }
+    sb_printf(&b, "\n# TYPE weir_%s %s\n", x->name, types[x->type]);
+    for (weir_metric *z = x; z; z = z->next)
+      if (!strcmp(z->name, x->name)) render_one(&b, z);
   }
   pthread_mutex_unlock(&m->lock);
   if (b.oom) {
