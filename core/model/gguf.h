@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "weir/device.h"
 #include "weir/tensor.h"
 
 #ifdef __cplusplus
@@ -173,12 +174,8 @@ typedef enum weir_arch {
   WEIR_ARCH_QWEN2 = 2,
 } weir_arch;
 
-/* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]) (llama, mistral); NEOX rotates
- * (x[i], x[i + n_rot/2]) (qwen2). Values match ggml's rope mode numbers. */
-typedef enum weir_rope_style {
-  WEIR_ROPE_NORM = 0,
-  WEIR_ROPE_NEOX = 2,
-} weir_rope_style;
+/* RoPE styles: weir_rope_style from the SDK (weir/device.h): WEIR_ROPE_NORM rotates
+ * (x[2i], x[2i+1]) (llama, mistral); WEIR_ROPE_NEOX rotates (x[i], x[i + n_rot/2]) (qwen2). */
 
 typedef struct weir_llama_hparams {
   weir_arch arch;
