@@ -66,6 +66,27 @@ typedef struct weir_device_ops {
    * hidden states whose logits are wanted. Mandatory, 1.0. */
   int (*get_rows)(void *self, float *out, const float *x, const int32_t *rows, int64_t n,
                   int64_t dim);
+
+  /* ---- Optional, appended (check struct_size and NULL before use) ---------------------- */
+
+  /* A native handle by name, for the host's weir_host.device_handle to forward to:
+   * "cuda.stream" (cudaStream_t), "cublas" (cublasHandle_t), "cublaslt" (cublasLtHandle_t),
+   * "cuda.device" (int *). NULL when unknown. Owned by the device instance, valid until fini.
+   * Thread-safe. Optional, 1.0. */
+  void *(*native_handle)(void *self, const char *name);
+
+  /* Step graphs (CUDA graphs). graph_begin starts recording every operation issued on the
+   * instance (by any plugin sharing its stream) under `key` (e.g. a decode batch size);
+   * graph_end stops and keeps the recorded graph; graph_launch replays it. Between begin and
+   * end the caller must not copy to or from the host, synchronize, or allocate, and every
+   * pointer and size an operation uses must stay the same at replay (inputs are copied into
+   * fixed device buffers before graph_launch). graph_launch returns WEIR_E_NOTFOUND when no
+   * graph is kept for `key`; graph_reset drops every kept graph. All four NULL when the
+   * device cannot record. Optional, 1.0. */
+  int (*graph_begin)(void *self, uint64_t key);
+  int (*graph_end)(void *self, uint64_t key);
+  int (*graph_launch)(void *self, uint64_t key);
+  void (*graph_reset)(void *self);
 } weir_device_ops;
 
 #ifdef __cplusplus
