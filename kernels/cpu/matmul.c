@@ -1,0 +1,335 @@
+/* Linear layers: GEMV and register-blocked GEMM over f16 / f32 weights (see matmul.h). */
+#include "matmul.h"
+
+#include "convert.h"
+#include "cpu_isa.h"
+
+#if WEIR_X86
+#include <immintrin.h>
+#endif
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Bytes of x a token block may occupy: small enough to stay in L2 next to the W rows. */
+#define X_BLOCK_BYTES (256 * 1024)
+
+static int64_t token_block(int64_t cols, int64_t tile) {
+  int64_t tb = X_BLOCK_BYTES / (cols * 4 > 0 ? cols * 4 : 4);
+  tb = tb / tile * tile;
+  return tb < tile ? tile : tb;
+}
+
+/* ---- scalar ------------------------------------------------------------------------------
+ * Converts W 512 columns at a time into a stack buffer and reuses it for every token. */
+
+#define SC_CHUNK 512
+
+static void rows_scalar(const weir_matmul_args *a, int64_t r0, int64_t r1) {
+  float wbuf[SC_CHUNK];
+  int f16 = a->w_dtype == WEIR_DTYPE_F16;
+  for (int64_t r = r0; r < r1; r++) {
+    for (int64_t t = 0; t < a->n_tokens; t++) a->y[t * a->rows + r] = 0.0f;
+    for (int64_t k0 = 0; k0 < a->cols; k0 += SC_CHUNK) {
+      int64_t len = a->cols - k0 < SC_CHUNK ? a->cols - k0 : SC_CHUNK;
+      const float *w;
+      if (f16) {
+        const uint16_t *src = (const uint16_t *)a->w + r * a->cols + k0;
+        for (int64_t k = 0; k < len; k++) wbuf[k] = weir_f16_to_f32(src[k]);
+        w = wbuf;
+      } else {
+        w = (const float *)a->w + r * a->cols + k0;
+      }
+      for (int64_t t = 0; t < a->n_tokens; t++) {
+        const float *x = a->x + t * a->cols + k0;
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        int64_t k = 0;
+        for (; k + 4 <= len; k += 4) {
+          s0 += w[k] * x[k];
+          s1 += w[k + 1] * x[k + 1];
+          s2 += w[k + 2] * x[k + 2];
+          s3 += w[k + 3] * x[k + 3];
+        }
+        for (; k < len; k++) s0 += w[k] * x[k];
+        a->y[t * a->rows + r] += (s0 + s1) + (s2 + s3);
+      }
+    }
+  }
+}
+
+#if WEIR_X86
+/* ---- AVX2 + FMA + F16C -------------------------------------------------------------------- */
+
+WEIR_TARGET_AVX2 static ALWAYS_INLINE __m256 ld_w8(const void *w, int64_t i, int f16) {
+  if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+  return _mm256_loadu_ps((const float *)w + i);
+}
+
+WEIR_TARGET_AVX2 static ALWAYS_INLINE float w_at(const void *w, int64_t i, int f16) {
+  return f16 ? weir_f16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
+}
+
+WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* One row, one token. */
+WEIR_TARGET_AVX2 static ALWAYS_INLINE float dot1_avx2(const void *w, int64_t off, const float *x,
+                                                      int64_t n, int f16) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    s0 = _mm256_fmadd_ps(ld_w8(w, off + k, f16), _mm256_loadu_ps(x + k), s0);
+    s1 = _mm256_fmadd_ps(ld_w8(w, off + k + 8, f16), _mm256_loadu_ps(x + k + 8), s1);
+  }
+  for (; k + 8 <= n; k += 8) s0 = _mm256_fmadd_ps(ld_w8(w, off + k, f16), _mm256_loadu_ps(x + k), s0);
+  float s = hsum8(_mm256_add_ps(s0, s1));
+  for (; k < n; k++) s += w_at(w, off + k, f16) * x[k];
+  return s;
+}
+
+/* GEMV: 4 rows x 1 token, two accumulators per row (8 independent FMA chains). */
+WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemv4_avx2(const void *w, int64_t r, int64_t cols,
+                                                      const float *x, float *y, int f16) {
+  __m256 acc[4][2];
+  for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= cols; k += 16) {
+    __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+      acc[i][0] = _mm256_fmadd_ps(ld_w8(w, (r + i) * cols + k, f16), x0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ld_w8(w, (r + i) * cols + k + 8, f16), x1, acc[i][1]);
+    }
+  }
+  for (; k + 8 <= cols; k += 8) {
+    __m256 x0 = _mm256_loadu_ps(x + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+      acc[i][0] = _mm256_fmadd_ps(ld_w8(w, (r + i) * cols + k, f16), x0, acc[i][0]);
+  }
+  for (int i = 0; i < 4; i++) {
+    float s = hsum8(_mm256_add_ps(acc[i][0], acc[i][1]));
+    for (int64_t kk = k; kk < cols; kk++) s += w_at(w, (r + i) * cols + kk, f16) * x[kk];
+    y[i] = s;
+  }
+}
+
+/* GEMM micro-kernel: 4 rows x 3 tokens = 12 accumulators, W converted once per 3 tokens. */
+#define T_AVX2 3
+WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemm4x3_avx2(const weir_matmul_args *a, int64_t r,
+                                                        int64_t t, int f16) {
+  const int64_t cols = a->cols;
+  const float *x = a->x + t * cols;
+  __m256 acc[4][T_AVX2];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < T_AVX2; j++) acc[i][j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= cols; k += 8) {
+    __m256 xv[T_AVX2];
+#pragma GCC unroll 3
+    for (int j = 0; j < T_AVX2; j++) xv[j] = _mm256_loadu_ps(x + j * cols + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+      __m256 wv = ld_w8(a->w, (r + i) * cols + k, f16);
+#pragma GCC unroll 3
+      for (int j = 0; j < T_AVX2; j++) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < T_AVX2; j++) {
+      float s = hsum8(acc[i][j]);
+      for (int64_t kk = k; kk < cols; kk++)
+        s += w_at(a->w, (r + i) * cols + kk, f16) * x[j * cols + kk];
+      a->y[(t + j) * a->rows + r + i] = s;
+    }
+}
+
+WEIR_TARGET_AVX2 static ALWAYS_INLINE void rows_avx2_impl(const weir_matmul_args *a, int64_t r0,
+                                                          int64_t r1, int f16) {
+  const int64_t n = a->n_tokens, cols = a->cols, rows = a->rows;
+  int64_t rg_end = r0 + (r1 - r0) / 4 * 4;
+  if (n <= 2) {
+    float tmp[4];
+    for (int64_t t = 0; t < n; t++) {
+      for (int64_t r = r0; r < rg_end; r += 4) {
+        gemv4_avx2(a->w, r, cols, a->x + t * cols, tmp, f16);
+        for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
+      }
+    }
+  } else {
+    int64_t tb = token_block(cols, T_AVX2);
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+      int64_t t1 = t0 + tb < n ? t0 + tb : n;
+      for (int64_t r = r0; r < rg_end; r += 4) {
+        int64_t t = t0;
+        for (; t + T_AVX2 <= t1; t += T_AVX2) gemm4x3_avx2(a, r, t, f16);
+        for (; t < t1; t++) {
+          float tmp[4];
+          gemv4_avx2(a->w, r, cols, a->x + t * cols, tmp, f16);
+          for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
+        }
+      }
+    }
+  }
+  for (int64_t r = rg_end; r < r1; r++)
+    for (int64_t t = 0; t < n; t++)
+      a->y[t * rows + r] = dot1_avx2(a->w, r * cols, a->x + t * cols, cols, f16);
+}
+
+WEIR_TARGET_AVX2 static void rows_avx2_f16(const weir_matmul_args *a, int64_t r0, int64_t r1) {
+  rows_avx2_impl(a, r0, r1, 1);
+}
+WEIR_TARGET_AVX2 static void rows_avx2_f32(const weir_matmul_args *a, int64_t r0, int64_t r1) {
+  rows_avx2_impl(a, r0, r1, 0);
+}
+
+/* ---- AVX-512 ---------------------------------------------------------------------------- */
+
+WEIR_TARGET_AVX512 static ALWAYS_INLINE __m512 ld_w16(const void *w, int64_t i, int f16) {
+  if (f16)
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+  return _mm512_loadu_ps((const float *)w + i);
+}
+
+/* Loads the first `m` (< 16) lanes, zeroing the rest: the column tail without a scalar loop. */
+WEIR_TARGET_AVX512 static ALWAYS_INLINE __m512 ld_w16_tail(const void *w, int64_t i, int f16,
+                                                           __mmask16 m) {
+  if (f16)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i));
+  return _mm512_maskz_loadu_ps(m, (const float *)w + i);
+}
+
+WEIR_TARGET_AVX512 static ALWAYS_INLINE float dot1_avx512(const void *w, int64_t off,
+                                                          const float *x, int64_t n, int f16) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    s0 = _mm512_fmadd_ps(ld_w16(w, off + k, f16), _mm512_loadu_ps(x + k), s0);
+    s1 = _mm512_fmadd_ps(ld_w16(w, off + k + 16, f16), _mm512_loadu_ps(x + k + 16), s1);
+  }
+  for (; k + 16 <= n; k += 16)
+    s0 = _mm512_fmadd_ps(ld_w16(w, off + k, f16), _mm512_loadu_ps(x + k), s0);
+  if (k < n) {
+    __mmask16 m = (__mmask16)((1u << (n - k)) - 1u);
+    s1 = _mm512_fmadd_ps(ld_w16_tail(w, off + k, f16, m), _mm512_maskz_loadu_ps(m, x + k), s1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemv4_avx512(const void *w, int64_t r, int64_t cols,
+                                                          const float *x, float *y, int f16) {
+  __m512 acc[4][2];
+  for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= cols; k += 32) {
+    __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+      acc[i][0] = _mm512_fmadd_ps(ld_w16(w, (r + i) * cols + k, f16), x0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ld_w16(w, (r + i) * cols + k + 16, f16), x1, acc[i][1]);
+    }
+  }
+  for (; k < cols; k += 16) {
+    __mmask16 m = cols - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - k)) - 1u);
+    __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+      acc[i][0] = _mm512_fmadd_ps(ld_w16_tail(w, (r + i) * cols + k, f16, m), x0, acc[i][0]);
+  }
+  for (int i = 0; i < 4; i++) y[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
+/* 4 rows x 6 tokens = 24 of the 32 zmm registers as accumulators. */
+#define T_AVX512 6
+WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemm4x6_avx512(const weir_matmul_args *a, int64_t r,
+                                                            int64_t t, int f16) {
+  const int64_t cols = a->cols;
+  const float *x = a->x + t * cols;
+  __m512 acc[4][T_AVX512];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < T_AVX512; j++) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < cols; k += 16) {
+    __mmask16 m = cols - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - k)) - 1u);
+    __m512 xv[T_AVX512];
+#pragma GCC unroll 6
+    for (int j = 0; j < T_AVX512; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + j * cols + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+      __m512 wv = ld_w16_tail(a->w, (r + i) * cols + k, f16, m);
+#pragma GCC unroll 6
+      for (int j = 0; j < T_AVX512; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < T_AVX512; j++)
+      a->y[(t + j) * a->rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+WEIR_TARGET_AVX512 static ALWAYS_INLINE void rows_avx512_impl(const weir_matmul_args *a,
+                                                              int64_t r0, int64_t r1, int f16) {
+  const int64_t n = a->n_tokens, cols = a->cols, rows = a->rows;
+  int64_t rg_end = r0 + (r1 - r0) / 4 * 4;
+  if (n <= 2) {
+    float tmp[4];
+    for (int64_t t = 0; t < n; t++) {
+      for (int64_t r = r0; r < rg_end; r += 4) {
+        gemv4_avx512(a->w, r, cols, a->x + t * cols, tmp, f16);
+        for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
+      }
+    }
+  } else {
+    int64_t tb = token_block(cols, T_AVX512);
+    for (int64_t t0 = 0; t0 < n; t0 += tb) {
+      int64_t t1 = t0 + tb < n ? t0 + tb : n;
+      for (int64_t r = r0; r < rg_end; r += 4) {
+        int64_t t = t0;
+        for (; t + T_AVX512 <= t1; t += T_AVX512) gemm4x6_avx512(a, r, t, f16);
+        for (; t < t1; t++) {
+          float tmp[4];
+          gemv4_avx512(a->w, r, cols, a->x + t * cols, tmp, f16);
+          for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
+        }
+      }
+    }
+  }
+  for (int64_t r = rg_end; r < r1; r++)
+    for (int64_t t = 0; t < n; t++)
+      a->y[t * rows + r] = dot1_avx512(a->w, r * cols, a->x + t * cols, cols, f16);
+}
+
+WEIR_TARGET_AVX512 static void rows_avx512_f16(const weir_matmul_args *a, int64_t r0,
+                                               int64_t r1) {
+  rows_avx512_impl(a, r0, r1, 1);
+}
+WEIR_TARGET_AVX512 static void rows_avx512_f32(const weir_matmul_args *a, int64_t r0,
+                                               int64_t r1) {
+  rows_avx512_impl(a, r0, r1, 0);
+}
+#endif
+
+void weir_matmul_rows(const weir_matmul_args *a, int64_t row_begin, int64_t row_end) {
+  if (a->w_dtype != WEIR_DTYPE_F16 && a->w_dtype != WEIR_DTYPE_F32) return;
+  if (row_begin < 0) row_begin = 0;
+  if (row_end > a->rows) row_end = a->rows;
+  if (row_begin >= row_end || a->n_tokens <= 0) return;
+  int f16 = a->w_dtype == WEIR_DTYPE_F16;
+  switch (weir_cpu_isa()) {
+#if WEIR_X86
+  case WEIR_CPU_ISA_AVX512:
+    (f16 ? rows_avx512_f16 : rows_avx512_f32)(a, row_begin, row_end);
+    return;
+  case WEIR_CPU_ISA_AVX2:
+    (f16 ? rows_avx2_f16 : rows_avx2_f32)(a, row_begin, row_end);
+    return;
+#endif
+  default: rows_scalar(a, row_begin, row_end); return;
+  }
+}
+
+void weir_matmul_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  weir_matmul_rows((const weir_matmul_args *)arg, begin, end);
+}
