@@ -1,0 +1,1021 @@
+/* GGUF reader: maps the file, validates every byte range once at open, then hands out views.
+ * Layout (little-endian): magic u32, version u32, n_tensors u64, n_kv u64, n_kv key/values
+ * (string key, u32 type, value), n_tensors infos (string name, u32 n_dims, u64 ne[n_dims],
+ * u32 type, u64 offset), padding to the alignment, then the data section. */
+#include "model/gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "weir/status.h"
+
+/* Nesting deeper than this is refused: no real file nests arrays, and the parser recurses. */
+#define GGUF_MAX_ARRAY_DEPTH 8
+#define GGUF_MAX_NAME 1024
+
+struct weir_gguf {
+  char *path;
+  const uint8_t *base;
+  uint64_t size;
+  int mapped; /* 1: base is our mmap */
+  uint32_t version;
+  uint32_t alignment;
+  uint64_t data_offset;
+  int64_t n_kv;
+  weir_gguf_kv *kvs;
+  int64_t n_tensors;
+  weir_gguf_tensor *tensors;
+  /* Open-addressing hash tables of indices + 1 (0 = empty), sized a power of two. */
+  uint32_t *kv_index;
+  uint64_t kv_index_mask;
+  uint32_t *tensor_index;
+  uint64_t tensor_index_mask;
+  uint64_t **str_offs; /* one allocation per top-level string array, freed at close */
+  int64_t n_str_offs;
+};
+
+typedef struct cursor {
+  const uint8_t *base;
+  uint64_t pos, size;
+  const char *path;
+  char *err;
+  size_t errlen;
+} cursor;
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* Errors from the parser all read "<path>: <what> (at byte N)". */
+static int cfail(cursor *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int cfail(cursor *c, const char *fmt, ...) {
+  if (!c->err || c->errlen == 0) return WEIR_E_FORMAT;
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  snprintf(c->err, c->errlen, "%s: %s (at byte %llu of %llu)", c->path, what,
+           (unsigned long long)c->pos, (unsigned long long)c->size);
+  return WEIR_E_FORMAT;
+}
+
+static uint64_t remaining(const cursor *c) { return c->size - c->pos; }
+
+static int need(cursor *c, uint64_t n, const char *what) {
+  if (remaining(c) < n)
+    return cfail(c, "file truncated: %s needs %llu bytes, only %llu left", what,
+                 (unsigned long long)n, (unsigned long long)remaining(c));
+  return 0;
+}
+
+static uint32_t rd_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t rd_u64(const uint8_t *p) {
+  return (uint64_t)rd_u32(p) | (uint64_t)rd_u32(p + 4) << 32;
+}
+
+static int get_u32(cursor *c, uint32_t *v, const char *what) {
+  int rc = need(c, 4, what);
+  if (rc) return rc;
+  *v = rd_u32(c->base + c->pos);
+  c->pos += 4;
+  return 0;
+}
+static int get_u64(cursor *c, uint64_t *v, const char *what) {
+  int rc = need(c, 8, what);
+  if (rc) return rc;
+  *v = rd_u64(c->base + c->pos);
+  c->pos += 8;
+  return 0;
+}
+
+/* Reads a length-prefixed string, checking the length against what is left of the file. */
+static int get_str(cursor *c, weir_gguf_str *s, const char *what) {
+  uint64_t len;
+  int rc = get_u64(c, &len, what);
+  if (rc) return rc;
+  if (len > remaining(c))
+    return cfail(c, "%s: string length %llu runs past the end of the file (%llu bytes left)",
+                 what, (unsigned long long)len, (unsigned long long)remaining(c));
+  s->ptr = (const char *)c->base + c->pos;
+  s->len = len;
+  c->pos += len;
+  return 0;
+}
+
+static size_t scalar_size(uint32_t t) {
+  switch (t) {
+  case WEIR_GGUF_U8: case WEIR_GGUF_I8: case WEIR_GGUF_BOOL: return 1;
+  case WEIR_GGUF_U16: case WEIR_GGUF_I16: return 2;
+  case WEIR_GGUF_U32: case WEIR_GGUF_I32: case WEIR_GGUF_F32: return 4;
+  case WEIR_GGUF_U64: case WEIR_GGUF_I64: case WEIR_GGUF_F64: return 8;
+  default: return 0;
+  }
+}
+
+const char *weir_gguf_type_name(weir_gguf_type t) {
+  static const char *const names[] = {"u8",  "i8",   "u16",    "i16",   "u32", "i32", "f32",
+                                      "bool", "string", "array", "u64", "i64", "f64"};
+  if ((unsigned)t >= WEIR_GGUF_TYPE_COUNT_) return "?";
+  return names[t];
+}
+
+/* Parses one value of type t at the cursor. For arrays fills *arr; string offsets of a
+ * top-level string array are indexed into g->str_offs so element access is O(1). */
+static int parse_value(weir_gguf *g, cursor *c, uint32_t t, int depth, weir_gguf_arr *arr,
+                       const char *key) {
+  size_t sz = scalar_size(t);
+  int rc;
+  if (sz) {
+    if ((rc = need(c, sz, key))) return rc;
+    if (t == WEIR_GGUF_BOOL && c->base[c->pos] > 1)
+      return cfail(c, "key '%s': bool value %u is neither 0 nor 1", key, c->base[c->pos]);
+    c->pos += sz;
+    return 0;
+  }
+  if (t == WEIR_GGUF_STRING) {
+    weir_gguf_str s;
+    return get_str(c, &s, key);
+  }
+  if (t != WEIR_GGUF_ARRAY) return cfail(c, "key '%s': unknown value type %u", key, t);
+  if (depth >= GGUF_MAX_ARRAY_DEPTH)
+    return cfail(c, "key '%s': arrays nested deeper than %d", key, GGUF_MAX_ARRAY_DEPTH);
+  uint32_t et;
+  uint64_t n;
+  if ((rc = get_u32(c, &et, key))) return rc;
+  if ((rc = get_u64(c, &n, key))) return rc;
+  if (et >= WEIR_GGUF_TYPE_COUNT_)
+    return cfail(c, "key '%s': unknown array element type %u", key, et);
+  weir_gguf_arr a = {.elem_type = (weir_gguf_type)et, .n = n, .data = c->base + c->pos};
+  size_t esz = scalar_size(et);
+  if (esz) {
+    if (n > remaining(c) / esz)
+      return cfail(c, "key '%s': array of %llu %s elements does not fit in the file", key,
+                   (unsigned long long)n, weir_gguf_type_name((weir_gguf_type)et));
+    if (et == WEIR_GGUF_BOOL) {
+      for (uint64_t i = 0; i < n; i++)
+        if (c->base[c->pos + i] > 1)
+          return cfail(c, "key '%s': bool element %llu is neither 0 nor 1", key,
+                       (unsigned long long)i);
+    }
+    c->pos += n * esz;
+  } else if (et == WEIR_GGUF_STRING) {
+    if (n > remaining(c) / 8)
+      return cfail(c, "key '%s': array of %llu strings does not fit in the file", key,
+                   (unsigned long long)n);
+    uint64_t *offs = NULL;
+    if (depth == 0 && n > 0) {
+      offs = malloc(n * sizeof *offs);
+      if (!offs) return WEIR_E_NOMEM;
+      uint64_t **grown = realloc(g->str_offs, (size_t)(g->n_str_offs + 1) * sizeof *grown);
+      if (!grown) {
+        free(offs);
+        return WEIR_E_NOMEM;
+      }
+      g->str_offs = grown;
+      g->str_offs[g->n_str_offs++] = offs;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+      if (offs) offs[i] = (uint64_t)(c->base + c->pos - a.data);
+      weir_gguf_str s;
+      if ((rc = get_str(c, &s, key))) return rc;
+    }
+    a.str_offs = offs;
+  } else { /* arrays of arrays: each element at least a type and a count */
+    if (n > remaining(c) / 12)
+      return cfail(c, "key '%s': array of %llu arrays does not fit in the file", key,
+                   (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++) {
+      weir_gguf_arr sub;
+      if ((rc = parse_value(g, c, WEIR_GGUF_ARRAY, depth + 1, &sub, key))) return rc;
+    }
+  }
+  a.end = c->base + c->pos;
+  if (arr) *arr = a;
+  return 0;
+}
+
+static uint64_t hash_name(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static uint64_t table_size(int64_t n) {
+  uint64_t sz = 16;
+  while (sz < (uint64_t)n * 2) sz <<= 1;
+  return sz;
+}
+
+/* Inserts index i under name; returns the index already holding the name, or -1. */
+static int64_t table_insert(uint32_t *tab, uint64_t mask, const char *name, int64_t i,
+                            const char *(*name_of)(const weir_gguf *, int64_t),
+                            const weir_gguf *g) {
+  for (uint64_t h = hash_name(name) & mask;; h = (h + 1) & mask) {
+    if (tab[h] == 0) {
+      tab[h] = (uint32_t)(i + 1);
+      return -1;
+    }
+    if (strcmp(name_of(g, tab[h] - 1), name) == 0) return tab[h] - 1;
+  }
+}
+
+static int64_t table_find(const uint32_t *tab, uint64_t mask, const char *name,
+                          const char *(*name_of)(const weir_gguf *, int64_t),
+                          const weir_gguf *g) {
+  if (!tab) return -1;
+  for (uint64_t h = hash_name(name) & mask;; h = (h + 1) & mask) {
+    if (tab[h] == 0) return -1;
+    if (strcmp(name_of(g, tab[h] - 1), name) == 0) return tab[h] - 1;
+  }
+}
+
+static const char *kv_name(const weir_gguf *g, int64_t i) { return g->kvs[i].key; }
+static const char *tensor_name(const weir_gguf *g, int64_t i) { return g->tensors[i].name; }
+
+static int copy_name(cursor *c, weir_gguf_str s, const char *what, char **out) {
+  if (s.len == 0) return cfail(c, "%s is empty", what);
+  if (s.len > GGUF_MAX_NAME)
+    return cfail(c, "%s is %llu bytes long (limit %d)", what, (unsigned long long)s.len,
+                 GGUF_MAX_NAME);
+  if (memchr(s.ptr, 0, s.len)) return cfail(c, "%s contains a NUL byte", what);
+  char *n = malloc(s.len + 1);
+  if (!n) return WEIR_E_NOMEM;
+  memcpy(n, s.ptr, s.len);
+  n[s.len] = 0;
+  *out = n;
+  return 0;
+}
+
+static const char *ggml_type_label(uint32_t t) {
+  /* Names of ggml types weir does not read, so the error says what the file holds. */
+  switch (t) {
+  case 6: return "q5_0"; case 7: return "q5_1"; case 9: return "q8_1";
+  case 10: return "q2_K"; case 11: return "q3_K"; case 12: return "q4_K";
+  case 13: return "q5_K"; case 14: return "q6_K"; case 15: return "q8_K";
+  case 16: return "iq2_xxs"; case 17: return "iq2_xs"; case 18: return "iq3_xxs";
+  case 19: return "iq1_s"; case 20: return "iq4_nl"; case 21: return "iq3_s";
+  case 22: return "iq2_s"; case 23: return "iq4_xs"; case 29: return "iq1_m";
+  default: return "unknown";
+  }
+}
+
+static bool dtype_readable(uint32_t t) {
+  switch (t) {
+  case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16: case WEIR_DTYPE_Q4_0:
+  case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q8_0: case WEIR_DTYPE_I8: case WEIR_DTYPE_I16:
+  case WEIR_DTYPE_I32: case WEIR_DTYPE_I64: case WEIR_DTYPE_F64:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static int cmp_by_offset(const void *a, const void *b) {
+  const weir_gguf_tensor *x = *(weir_gguf_tensor *const *)a, *y = *(weir_gguf_tensor *const *)b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int parse(weir_gguf *g, char *err, size_t errlen) {
+  cursor c = {.base = g->base, .size = g->size, .path = g->path, .err = err, .errlen = errlen};
+  uint32_t magic;
+  uint64_t n_tensors, n_kv;
+  int rc;
+  if (g->size < 4) return cfail(&c, "file truncated: %llu bytes is too short for a GGUF header",
+                                (unsigned long long)g->size);
+  magic = rd_u32(g->base);
+  if (magic != WEIR_GGUF_MAGIC)
+    return cfail(&c, "bad magic 0x%08x: not a GGUF file (expected \"GGUF\")", magic);
+  c.pos = 4;
+  if ((rc = get_u32(&c, &g->version, "the version"))) return rc;
+  if (g->version != 3 && g->version != 2) {
+    c.pos = 4;
+    cfail(&c, "unsupported GGUF version %u (weir reads versions 2 and 3)", g->version);
+    return g->version == 1 ? WEIR_E_NOTSUP : WEIR_E_FORMAT;
+  }
+  if ((rc = get_u64(&c, &n_tensors, "the tensor count"))) return rc;
+  if ((rc = get_u64(&c, &n_kv, "the metadata count"))) return rc;
+  /* A key/value takes at least 13 bytes (length, type, one byte), a tensor info at least 32:
+   * a count beyond that cannot be honest and must not drive an allocation. */
+  if (n_kv > remaining(&c) / 13) {
+    c.pos = 16;
+    return cfail(&c, "metadata count %llu cannot fit in the file", (unsigned long long)n_kv);
+  }
+  if (n_tensors > remaining(&c) / 32 || n_tensors > INT32_MAX) {
+    c.pos = 8;
+    return cfail(&c, "tensor count %llu cannot fit in the file",
+                 (unsigned long long)n_tensors);
+  }
+  g->n_kv = (int64_t)n_kv;
+  g->n_tensors = (int64_t)n_tensors;
+  g->kvs = calloc(n_kv ? n_kv : 1, sizeof *g->kvs);
+  g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
+  g->kv_index_mask = table_size(g->n_kv) - 1;
+  g->tensor_index_mask = table_size(g->n_tensors) - 1;
+  g->kv_index = calloc(g->kv_index_mask + 1, sizeof *g->kv_index);
+  g->tensor_index = calloc(g->tensor_index_mask + 1, sizeof *g->tensor_index);
+  if (!g->kvs || !g->tensors || !g->kv_index || !g->tensor_index) return WEIR_E_NOMEM;
+
+  g->alignment = WEIR_GGUF_DEFAULT_ALIGNMENT;
+  for (int64_t i = 0; i < g->n_kv; i++) {
+    weir_gguf_kv *kv = &g->kvs[i];
+    weir_gguf_str key;
+    uint32_t t;
+    uint64_t key_pos = c.pos;
+    if ((rc = get_str(&c, &key, "a metadata key"))) return rc;
+    if ((rc = copy_name(&c, key, "a metadata key", (char **)&kv->key))) return rc;
+    if ((rc = get_u32(&c, &t, kv->key))) return rc;
+    if (t >= WEIR_GGUF_TYPE_COUNT_) {
+      c.pos -= 4;
+      return cfail(&c, "key '%s': unknown value type %u", kv->key, t);
+    }
+    kv->type = (weir_gguf_type)t;
+    kv->value = c.base + c.pos;
+    if ((rc = parse_value(g, &c, t, 0, &kv->arr, kv->key))) return rc;
+    int64_t dup = table_insert(g->kv_index, g->kv_index_mask, kv->key, i, kv_name, g);
+    if (dup >= 0) {
+      c.pos = key_pos;
+      return cfail(&c, "duplicate metadata key '%s'", kv->key);
+    }
+    if (strcmp(kv->key, "general.alignment") == 0) {
+      uint64_t a;
+      if (weir_gguf_kv_u64(kv, &a) != 0 || a == 0 || (a & (a - 1)) != 0 || a > (1u << 30)) {
+        c.pos = key_pos;
+        return cfail(&c, "general.alignment must be a power of two integer up to 2^30");
+      }
+      g->alignment = (uint32_t)a;
+    }
+  }
+
+  for (int64_t i = 0; i < g->n_tensors; i++) {
+    weir_gguf_tensor *ti = &g->tensors[i];
+    weir_gguf_str name;
+    uint32_t nd, type;
+    uint64_t info_pos = c.pos;
+    if ((rc = get_str(&c, &name, "a tensor name"))) return rc;
+    if ((rc = copy_name(&c, name, "a tensor name", (char **)&ti->name))) return rc;
+    if ((rc = get_u32(&c, &nd, ti->name))) return rc;
+    if (nd < 1 || nd > WEIR_MAX_DIMS) {
+      c.pos -= 4;
+      return cfail(&c, "tensor '%s' has %u dimensions (weir reads 1 to %d)", ti->name, nd,
+                   WEIR_MAX_DIMS);
+    }
+    ti->t.ndim = (int32_t)nd;
+    int64_t nel = 1;
+    for (int d = 0; d < WEIR_MAX_DIMS; d++) ti->t.ne[d] = 1;
+    for (uint32_t d = 0; d < nd; d++) {
+      uint64_t ne;
+      if ((rc = get_u64(&c, &ne, ti->name))) return rc;
+      if (ne == 0 || ne > (uint64_t)INT64_MAX) {
+        c.pos -= 8;
+        return cfail(&c, "tensor '%s': dimension %u is %llu (must be 1 to 2^63-1)", ti->name,
+                     d, (unsigned long long)ne);
+      }
+      if (__builtin_mul_overflow(nel, (int64_t)ne, &nel)) {
+        c.pos -= 8;
+        return cfail(&c, "tensor '%s': the element count overflows 64 bits", ti->name);
+      }
+      ti->t.ne[d] = (int64_t)ne;
+    }
+    ti->nelements = nel;
+    if ((rc = get_u32(&c, &type, ti->name))) return rc;
+    if (!dtype_readable(type)) {
+      c.pos -= 4;
+      return cfail(&c, "tensor '%s' has type %u (%s), which weir does not read", ti->name,
+                   type, ggml_type_label(type));
+    }
+    ti->t.dtype = (weir_dtype)type;
+    int64_t be = weir_dtype_block_elems(ti->t.dtype);
+    if (ti->t.ne[0] % be != 0) {
+      c.pos -= 4;
+      return cfail(&c, "tensor '%s': row of %lld elements is not a multiple of the %s block "
+                       "of %lld", ti->name, (long long)ti->t.ne[0],
+                   weir_dtype_name(ti->t.dtype), (long long)be);
+    }
+    /* Bytes = rows * row bytes; overflow-checked so a huge shape cannot wrap to a small size. */
+    uint64_t row = (uint64_t)(ti->t.ne[0] / be) * weir_dtype_block_bytes(ti->t.dtype);
+    uint64_t rows = (uint64_t)(nel / ti->t.ne[0]), bytes;
+    if (__builtin_mul_overflow(row, rows, &bytes)) {
+      c.pos -= 4;
+      return cfail(&c, "tensor '%s': the byte size overflows 64 bits", ti->name);
+    }
+    ti->nbytes = bytes;
+    ti->t.nb[0] = weir_dtype_block_bytes(ti->t.dtype);
+    ti->t.nb[1] = (size_t)row;
+    for (int d = 2; d < WEIR_MAX_DIMS; d++)
+      ti->t.nb[d] = ti->t.nb[d - 1] * (size_t)ti->t.ne[d - 1];
+    if ((rc = get_u64(&c, &ti->offset, ti->name))) return rc;
+    if (ti->offset % g->alignment != 0) {
+      c.pos -= 8;
+      return cfail(&c, "tensor '%s': data offset %llu is not a multiple of the alignment %u",
+                   ti->name, (unsigned long long)ti->offset, g->alignment);
+    }
+    int64_t dup = table_insert(g->tensor_index, g->tensor_index_mask, ti->name, i,
+                               tensor_name, g);
+    if (dup >= 0) {
+      c.pos = info_pos;
+      return cfail(&c, "duplicate tensor name '%s'", ti->name);
+    }
+  }
+
+  uint64_t end_of_infos = c.pos;
+  g->data_offset = (end_of_infos + g->alignment - 1) / g->alignment * g->alignment;
+  if (g->n_tensors > 0 && g->data_offset > g->size) {
+    c.pos = g->size;
+    return cfail(&c, "file truncated: the data section would start at byte %llu",
+                 (unsigned long long)g->data_offset);
+  }
+  uint64_t data_size = g->data_offset <= g->size ? g->size - g->data_offset : 0;
+  for (int64_t i = 0; i < g->n_tensors; i++) {
+    weir_gguf_tensor *ti = &g->tensors[i];
+    if (ti->offset > data_size || ti->nbytes > data_size - ti->offset) {
+      c.pos = g->size;
+      return cfail(&c, "tensor '%s': data [%llu, +%llu) lies beyond the end of the file "
+                       "(data section holds %llu bytes): file truncated or offset corrupt",
+                   ti->name, (unsigned long long)ti->offset, (unsigned long long)ti->nbytes,
+                   (unsigned long long)data_size);
+    }
+    ti->t.data = (void *)(g->base + g->data_offset + ti->offset);
+  }
+  /* Overlapping tensors mean a corrupt info table; check neighbours in offset order. */
+  if (g->n_tensors > 1) {
+    weir_gguf_tensor **order = malloc((size_t)g->n_tensors * sizeof *order);
+    if (!order) return WEIR_E_NOMEM;
+    for (int64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
+    qsort(order, (size_t)g->n_tensors, sizeof *order, cmp_by_offset);
+    for (int64_t i = 1; i < g->n_tensors; i++) {
+      if (order[i - 1]->offset + order[i - 1]->nbytes > order[i]->offset) {
+        c.pos = g->data_offset + order[i]->offset;
+        rc = cfail(&c, "tensors '%s' and '%s' overlap", order[i - 1]->name, order[i]->name);
+        free(order);
+        return rc;
+      }
+    }
+    free(order);
+  }
+  return 0;
+}
+
+static void free_handle(weir_gguf *g) {
+  if (!g) return;
+  if (g->kvs)
+    for (int64_t i = 0; i < g->n_kv; i++) free((char *)g->kvs[i].key);
+  if (g->tensors)
+    for (int64_t i = 0; i < g->n_tensors; i++) free((char *)g->tensors[i].name);
+  for (int64_t i = 0; i < g->n_str_offs; i++) free(g->str_offs[i]);
+  free(g->str_offs);
+  free(g->kvs);
+  free(g->tensors);
+  free(g->kv_index);
+  free(g->tensor_index);
+  if (g->mapped && g->base) munmap((void *)g->base, g->size);
+  free(g->path);
+  free(g);
+}
+
+static int open_common(weir_gguf *g, weir_gguf **out, char *err, size_t errlen) {
+  int rc = parse(g, err, errlen);
+  if (rc == WEIR_E_NOMEM) set_err(err, errlen, "%s: out of memory while reading", g->path);
+  if (rc) {
+    free_handle(g);
+    return rc;
+  }
+  *out = g;
+  return 0;
+}
+
+int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) {
+  int rc = 0, fd = -1;
+  struct stat st;
+  weir_gguf *g = NULL;
+  if (!out) return WEIR_E_INVAL;
+  *out = NULL;
+  if (!path) {
+    set_err(err, errlen, "no GGUF path given");
+    return WEIR_E_INVAL;
+  }
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return errno == ENOENT ? WEIR_E_NOTFOUND : WEIR_E_IO;
+  }
+  if (fstat(fd, &st) != 0) {
+    set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    set_err(err, errlen, "%s: not a regular file", path);
+    rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  g = calloc(1, sizeof *g);
+  if (!g || !(g->path = strdup(path))) {
+    set_err(err, errlen, "%s: out of memory", path);
+    free(g);
+    rc = WEIR_E_NOMEM;
+    goto close_fd;
+  }
+  g->size = (uint64_t)st.st_size;
+  if (g->size < 24) {
+    set_err(err, errlen, "%s: file truncated: %llu bytes is too short for a GGUF header "
+            "(24 bytes)", path, (unsigned long long)g->size);
+    free_handle(g);
+    rc = WEIR_E_FORMAT;
+    goto close_fd;
+  }
+  void *m = mmap(NULL, (size_t)g->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (m == MAP_FAILED) {
+    set_err(err, errlen, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)g->size,
+            strerror(errno));
+    free_handle(g);
+    rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  g->base = m;
+  g->mapped = 1;
+  rc = open_common(g, out, err, errlen);
+close_fd:
+  close(fd);
+  return rc;
+}
+
+int weir_gguf_open_buffer(const void *data, size_t len, const char *name, weir_gguf **out,
+                          char *err, size_t errlen) {
+  if (!out) return WEIR_E_INVAL;
+  *out = NULL;
+  if (!data && len) return WEIR_E_INVAL;
+  weir_gguf *g = calloc(1, sizeof *g);
+  if (!g || !(g->path = strdup(name ? name : "<buffer>"))) {
+    free(g);
+    set_err(err, errlen, "out of memory");
+    return WEIR_E_NOMEM;
+  }
+  g->base = data ? data : (const uint8_t *)"";
+  g->size = len;
+  if (len < 24) {
+    set_err(err, errlen, "%s: file truncated: %zu bytes is too short for a GGUF header "
+            "(24 bytes)", g->path, len);
+    free_handle(g);
+    return WEIR_E_FORMAT;
+  }
+  return open_common(g, out, err, errlen);
+}
+
+void weir_gguf_close(weir_gguf *g) { free_handle(g); }
+
+const char *weir_gguf_path(const weir_gguf *g) { return g->path; }
+uint32_t weir_gguf_version(const weir_gguf *g) { return g->version; }
+uint32_t weir_gguf_alignment(const weir_gguf *g) { return g->alignment; }
+uint64_t weir_gguf_data_offset(const weir_gguf *g) { return g->data_offset; }
+uint64_t weir_gguf_file_size(const weir_gguf *g) { return g->size; }
+const void *weir_gguf_base(const weir_gguf *g) { return g->base; }
+
+int64_t weir_gguf_kv_count(const weir_gguf *g) { return g->n_kv; }
+const weir_gguf_kv *weir_gguf_kv_at(const weir_gguf *g, int64_t i) {
+  return i >= 0 && i < g->n_kv ? &g->kvs[i] : NULL;
+}
+const weir_gguf_kv *weir_gguf_find_key(const weir_gguf *g, const char *key) {
+  if (!g || !key) return NULL;
+  int64_t i = table_find(g->kv_index, g->kv_index_mask, key, kv_name, g);
+  return i >= 0 ? &g->kvs[i] : NULL;
+}
+
+int64_t weir_gguf_tensor_count(const weir_gguf *g) { return g->n_tensors; }
+const weir_gguf_tensor *weir_gguf_tensor_at(const weir_gguf *g, int64_t i) {
+  return i >= 0 && i < g->n_tensors ? &g->tensors[i] : NULL;
+}
+const weir_gguf_tensor *weir_gguf_find_tensor(const weir_gguf *g, const char *name) {
+  if (!g || !name) return NULL;
+  int64_t i = table_find(g->tensor_index, g->tensor_index_mask, name, tensor_name, g);
+  return i >= 0 ? &g->tensors[i] : NULL;
+}
+
+/* ---- typed value access ---- */
+
+static float rd_f32(const uint8_t *p) {
+  uint32_t u = rd_u32(p);
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static double rd_f64(const uint8_t *p) {
+  uint64_t u = rd_u64(p);
+  double d;
+  memcpy(&d, &u, 8);
+  return d;
+}
+
+/* Reads an integer-typed scalar at p as either a signed or an unsigned 64-bit value;
+ * returns 1 when the value is negative (then *s is valid), 0 otherwise (*u valid). */
+static int scalar_int(weir_gguf_type t, const uint8_t *p, int64_t *s, uint64_t *u, int *neg) {
+  switch (t) {
+  case WEIR_GGUF_U8: *u = p[0]; *neg = 0; return 0;
+  case WEIR_GGUF_I8: *s = (int8_t)p[0]; break;
+  case WEIR_GGUF_U16: *u = (uint16_t)(p[0] | p[1] << 8); *neg = 0; return 0;
+  case WEIR_GGUF_I16: *s = (int16_t)(uint16_t)(p[0] | p[1] << 8); break;
+  case WEIR_GGUF_U32: *u = rd_u32(p); *neg = 0; return 0;
+  case WEIR_GGUF_I32: *s = (int32_t)rd_u32(p); break;
+  case WEIR_GGUF_U64: *u = rd_u64(p); *neg = 0; return 0;
+  case WEIR_GGUF_I64: *s = (int64_t)rd_u64(p); break;
+  default: return WEIR_E_INVAL;
+  }
+  *neg = *s < 0;
+  if (!*neg) *u = (uint64_t)*s;
+  return 0;
+}
+
+static int value_i64(weir_gguf_type t, const uint8_t *p, int64_t *out) {
+  int64_t s = 0;
+  uint64_t u = 0;
+  int neg = 0;
+  if (t == WEIR_GGUF_BOOL) {
+    *out = p[0];
+    return 0;
+  }
+  if (scalar_int(t, p, &s, &u, &neg)) return WEIR_E_INVAL;
+  if (neg) {
+    *out = s;
+    return 0;
+  }
+  if (u > (uint64_t)INT64_MAX) return WEIR_E_RANGE;
+  *out = (int64_t)u;
+  return 0;
+}
+
+static int value_f64(weir_gguf_type t, const uint8_t *p, double *out) {
+  int64_t v;
+  if (t == WEIR_GGUF_F32) *out = rd_f32(p);
+  else if (t == WEIR_GGUF_F64) *out = rd_f64(p);
+  else if (t == WEIR_GGUF_U64) *out = (double)rd_u64(p);
+  else if (value_i64(t, p, &v) == 0 && t != WEIR_GGUF_BOOL) *out = (double)v;
+  else return WEIR_E_INVAL;
+  return 0;
+}
+
+int weir_gguf_kv_i64(const weir_gguf_kv *kv, int64_t *out) {
+  if (!kv || kv->type == WEIR_GGUF_BOOL) return WEIR_E_INVAL;
+  return value_i64(kv->type, kv->value, out);
+}
+int weir_gguf_kv_u64(const weir_gguf_kv *kv, uint64_t *out) {
+  int64_t s;
+  uint64_t u;
+  int neg;
+  if (!kv || scalar_int(kv->type, kv->value, &s, &u, &neg)) return WEIR_E_INVAL;
+  if (neg) return WEIR_E_RANGE;
+  *out = u;
+  return 0;
+}
+int weir_gguf_kv_f64(const weir_gguf_kv *kv, double *out) {
+  if (!kv) return WEIR_E_INVAL;
+  return value_f64(kv->type, kv->value, out);
+}
+int weir_gguf_kv_bool(const weir_gguf_kv *kv, int *out) {
+  if (!kv) return WEIR_E_INVAL;
+  if (kv->type == WEIR_GGUF_BOOL || ((kv->type == WEIR_GGUF_U8 || kv->type == WEIR_GGUF_I8) &&
+                                     kv->value[0] <= 1)) {
+    *out = kv->value[0] != 0;
+    return 0;
+  }
+  return WEIR_E_INVAL;
+}
+int weir_gguf_kv_str(const weir_gguf_kv *kv, weir_gguf_str *out) {
+  if (!kv || kv->type != WEIR_GGUF_STRING) return WEIR_E_INVAL;
+  out->len = rd_u64(kv->value);
+  out->ptr = (const char *)kv->value + 8;
+  return 0;
+}
+
+#define FIND_OR_RETURN(g, key, kv)                            \
+  const weir_gguf_kv *kv = weir_gguf_find_key((g), (key));    \
+  if (!kv) return WEIR_E_NOTFOUND
+
+int weir_gguf_get_i64(const weir_gguf *g, const char *key, int64_t *out) {
+  FIND_OR_RETURN(g, key, kv);
+  return weir_gguf_kv_i64(kv, out);
+}
+int weir_gguf_get_u64(const weir_gguf *g, const char *key, uint64_t *out) {
+  FIND_OR_RETURN(g, key, kv);
+  return weir_gguf_kv_u64(kv, out);
+}
+int weir_gguf_get_i32(const weir_gguf *g, const char *key, int32_t *out) {
+  int64_t v;
+  FIND_OR_RETURN(g, key, kv);
+  int rc = weir_gguf_kv_i64(kv, &v);
+  if (rc) return rc;
+  if (v < INT32_MIN || v > INT32_MAX) return WEIR_E_RANGE;
+  *out = (int32_t)v;
+  return 0;
+}
+int weir_gguf_get_u32(const weir_gguf *g, const char *key, uint32_t *out) {
+  uint64_t v;
+  FIND_OR_RETURN(g, key, kv);
+  int rc = weir_gguf_kv_u64(kv, &v);
+  if (rc) return rc;
+  if (v > UINT32_MAX) return WEIR_E_RANGE;
+  *out = (uint32_t)v;
+  return 0;
+}
+int weir_gguf_get_f64(const weir_gguf *g, const char *key, double *out) {
+  FIND_OR_RETURN(g, key, kv);
+  return weir_gguf_kv_f64(kv, out);
+}
+int weir_gguf_get_f32(const weir_gguf *g, const char *key, float *out) {
+  double v;
+  FIND_OR_RETURN(g, key, kv);
+  int rc = weir_gguf_kv_f64(kv, &v);
+  if (rc) return rc;
+  *out = (float)v;
+  return 0;
+}
+int weir_gguf_get_bool(const weir_gguf *g, const char *key, int *out) {
+  FIND_OR_RETURN(g, key, kv);
+  return weir_gguf_kv_bool(kv, out);
+}
+int weir_gguf_get_str(const weir_gguf *g, const char *key, weir_gguf_str *out) {
+  FIND_OR_RETURN(g, key, kv);
+  return weir_gguf_kv_str(kv, out);
+}
+int weir_gguf_get_arr(const weir_gguf *g, const char *key, weir_gguf_arr *out) {
+  FIND_OR_RETURN(g, key, kv);
+  if (kv->type != WEIR_GGUF_ARRAY) return WEIR_E_INVAL;
+  *out = kv->arr;
+  return 0;
+}
+
+int weir_gguf_arr_i64(const weir_gguf_arr *a, uint64_t i, int64_t *out) {
+  size_t sz = scalar_size(a->elem_type);
+  if (i >= a->n) return WEIR_E_RANGE;
+  if (!sz || a->elem_type == WEIR_GGUF_F32 || a->elem_type == WEIR_GGUF_F64)
+    return WEIR_E_INVAL;
+  return value_i64(a->elem_type, a->data + i * sz, out);
+}
+int weir_gguf_arr_f64(const weir_gguf_arr *a, uint64_t i, double *out) {
+  size_t sz = scalar_size(a->elem_type);
+  if (i >= a->n) return WEIR_E_RANGE;
+  if (!sz || a->elem_type == WEIR_GGUF_BOOL) return WEIR_E_INVAL;
+  return value_f64(a->elem_type, a->data + i * sz, out);
+}
+int weir_gguf_arr_f32(const weir_gguf_arr *a, uint64_t i, float *out) {
+  double v;
+  int rc = weir_gguf_arr_f64(a, i, &v);
+  if (rc == 0) *out = (float)v;
+  return rc;
+}
+
+/* Skips one already-validated value of type t at p; returns the byte after it. */
+static const uint8_t *skip_value(weir_gguf_type t, const uint8_t *p) {
+  size_t sz = scalar_size(t);
+  if (sz) return p + sz;
+  if (t == WEIR_GGUF_STRING) return p + 8 + rd_u64(p);
+  uint32_t et = rd_u32(p);
+  uint64_t n = rd_u64(p + 4);
+  p += 12;
+  size_t esz = scalar_size(et);
+  if (esz) return p + n * esz;
+  for (uint64_t i = 0; i < n; i++) p = skip_value((weir_gguf_type)et, p);
+  return p;
+}
+
+int weir_gguf_arr_str(const weir_gguf_arr *a, uint64_t i, weir_gguf_str *out) {
+  if (a->elem_type != WEIR_GGUF_STRING) return WEIR_E_INVAL;
+  if (i >= a->n) return WEIR_E_RANGE;
+  const uint8_t *p = a->data;
+  if (a->str_offs) p += a->str_offs[i];
+  else
+    for (uint64_t k = 0; k < i; k++) p = skip_value(WEIR_GGUF_STRING, p);
+  out->len = rd_u64(p);
+  out->ptr = (const char *)p + 8;
+  return 0;
+}
+
+int weir_gguf_arr_arr(const weir_gguf_arr *a, uint64_t i, weir_gguf_arr *out) {
+  if (a->elem_type != WEIR_GGUF_ARRAY) return WEIR_E_INVAL;
+  if (i >= a->n) return WEIR_E_RANGE;
+  const uint8_t *p = a->data;
+  for (uint64_t k = 0; k < i; k++) p = skip_value(WEIR_GGUF_ARRAY, p);
+  out->elem_type = (weir_gguf_type)rd_u32(p);
+  out->n = rd_u64(p + 4);
+  out->data = p + 12;
+  out->str_offs = NULL;
+  out->end = skip_value(WEIR_GGUF_ARRAY, p);
+  return 0;
+}
+
+/* ---- Llama-family hyperparameters ---- */
+
+const char *weir_gguf_blk_name(char *buf, size_t buflen, int layer, const char *suffix) {
+  snprintf(buf, buflen, "blk.%d.%s", layer, suffix);
+  return buf;
+}
+
+static int hp_get_i32(const weir_gguf *g, const char *arch, const char *suffix, int32_t *out,
+                      int required, char *err, size_t errlen) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  int rc = weir_gguf_get_i32(g, key, out);
+  if (rc == WEIR_E_NOTFOUND && !required) return 0;
+  if (rc == WEIR_E_NOTFOUND) {
+    set_err(err, errlen, "%s: required key '%s' is missing", g->path, key);
+    return rc;
+  }
+  if (rc) {
+    set_err(err, errlen, "%s: key '%s' is not an integer that fits 32 bits", g->path, key);
+    return WEIR_E_FORMAT;
+  }
+  if (*out <= 0) {
+    set_err(err, errlen, "%s: key '%s' is %d, must be positive", g->path, key, *out);
+    return WEIR_E_FORMAT;
+  }
+  return 0;
+}
+
+static int hp_get_f32(const weir_gguf *g, const char *arch, const char *suffix, float *out,
+                      char *err, size_t errlen) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  int rc = weir_gguf_get_f32(g, key, out);
+  if (rc == WEIR_E_NOTFOUND) return 0;
+  if (rc || !(*out > 0) || *out > 1e30f) {
+    set_err(err, errlen, "%s: key '%s' must be a positive number", g->path, key);
+    return WEIR_E_FORMAT;
+  }
+  return 0;
+}
+
+int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *err,
+                            size_t errlen) {
+  weir_gguf_str arch;
+  weir_llama_hparams hp;
+  int rc;
+  if (!g || !out) return WEIR_E_INVAL;
+  memset(&hp, 0, sizeof hp);
+  rc = weir_gguf_get_str(g, "general.architecture", &arch);
+  if (rc) {
+    set_err(err, errlen, "%s: key 'general.architecture' is %s", g->path,
+            rc == WEIR_E_NOTFOUND ? "missing" : "not a string");
+    return rc == WEIR_E_NOTFOUND ? rc : WEIR_E_FORMAT;
+  }
+  if (arch.len == 5 && memcmp(arch.ptr, "llama", 5) == 0) hp.arch = WEIR_ARCH_LLAMA;
+  else if (arch.len == 7 && memcmp(arch.ptr, "mistral", 7) == 0) hp.arch = WEIR_ARCH_MISTRAL;
+  else if (arch.len == 5 && memcmp(arch.ptr, "qwen2", 5) == 0) hp.arch = WEIR_ARCH_QWEN2;
+  else {
+    set_err(err, errlen, "%s: architecture '%.*s' is not supported (weir runs llama, mistral, "
+            "qwen2)", g->path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    return WEIR_E_NOTSUP;
+  }
+  memcpy(hp.arch_name, arch.ptr, arch.len);
+  const char *a = hp.arch_name;
+  if ((rc = hp_get_i32(g, a, "context_length", &hp.n_ctx_train, 1, err, errlen)) ||
+      (rc = hp_get_i32(g, a, "embedding_length", &hp.n_embd, 1, err, errlen)) ||
+      (rc = hp_get_i32(g, a, "block_count", &hp.n_layer, 1, err, errlen)) ||
+      (rc = hp_get_i32(g, a, "feed_forward_length", &hp.n_ff, 1, err, errlen)) ||
+      (rc = hp_get_i32(g, a, "attention.head_count", &hp.n_head, 1, err, errlen)))
+    return rc;
+  hp.n_head_kv = hp.n_head;
+  if ((rc = hp_get_i32(g, a, "attention.head_count_kv", &hp.n_head_kv, 0, err, errlen)))
+    return rc;
+  if (hp.n_embd % hp.n_head != 0) {
+    set_err(err, errlen, "%s: embedding_length %d is not a multiple of head_count %d", g->path,
+            hp.n_embd, hp.n_head);
+    return WEIR_E_FORMAT;
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    set_err(err, errlen, "%s: head_count %d is not a multiple of head_count_kv %d", g->path,
+            hp.n_head, hp.n_head_kv);
+    return WEIR_E_FORMAT;
+  }
+  hp.head_dim = hp.n_embd / hp.n_head;
+  hp.n_rot = hp.head_dim;
+  if ((rc = hp_get_i32(g, a, "rope.dimension_count", &hp.n_rot, 0, err, errlen))) return rc;
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+    set_err(err, errlen, "%s: rope.dimension_count %d must be even and at most the head "
+            "size %d", g->path, hp.n_rot, hp.head_dim);
+    return WEIR_E_FORMAT;
+  }
+  hp.rope_freq_base = 10000.0f;
+  hp.rope_scale = 1.0f;
+  hp.rms_eps = 1e-5f;
+  if ((rc = hp_get_f32(g, a, "rope.freq_base", &hp.rope_freq_base, err, errlen)) ||
+      (rc = hp_get_f32(g, a, "rope.scaling.factor", &hp.rope_scale, err, errlen)) ||
+      (rc = hp_get_f32(g, a, "attention.layer_norm_rms_epsilon", &hp.rms_eps, err, errlen)))
+    return rc;
+  if (hp.rms_eps >= 1.0f) {
+    set_err(err, errlen, "%s: layer_norm_rms_epsilon %g is implausibly large", g->path,
+            (double)hp.rms_eps);
+    return WEIR_E_FORMAT;
+  }
+  hp.rope_style = hp.arch == WEIR_ARCH_QWEN2 ? WEIR_ROPE_NEOX : WEIR_ROPE_NORM;
+
+  weir_gguf_arr toks;
+  const weir_gguf_tensor *emb = weir_gguf_find_tensor(g, "token_embd.weight");
+  rc = weir_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks);
+  if (rc == 0 && toks.elem_type == WEIR_GGUF_STRING && toks.n > 0 && toks.n <= INT32_MAX) {
+    hp.n_vocab = (int32_t)toks.n;
+  } else if (rc != WEIR_E_NOTFOUND) {
+    set_err(err, errlen, "%s: tokenizer.ggml.tokens must be a non-empty array of strings",
+            g->path);
+    return WEIR_E_FORMAT;
+  } else if (emb && emb->t.ndim == 2 && emb->t.ne[1] <= INT32_MAX) {
+    hp.n_vocab = (int32_t)emb->t.ne[1];
+  } else {
+    set_err(err, errlen, "%s: cannot tell the vocabulary size: no tokenizer.ggml.tokens and "
+            "no 2-D token_embd.weight", g->path);
+    return WEIR_E_NOTFOUND;
+  }
+  hp.has_output = weir_gguf_find_tensor(g, "output.weight") != NULL;
+  hp.has_qkv_bias = weir_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+  *out = hp;
+  return 0;
+}
+
+static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                        int is_vector, char *err, size_t errlen) {
+  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
+  if (!t) {
+    set_err(err, errlen, "%s: required tensor '%s' is missing", g->path, name);
+    return WEIR_E_NOTFOUND;
+  }
+  int nd = is_vector ? 1 : 2;
+  if (t->t.ndim != nd || t->t.ne[0] != ne0 || (!is_vector && t->t.ne[1] != ne1)) {
+    char want[64], got[96];
+    if (is_vector) snprintf(want, sizeof want, "{%lld}", (long long)ne0);
+    else snprintf(want, sizeof want, "{%lld, %lld}", (long long)ne0, (long long)ne1);
+    int n = snprintf(got, sizeof got, "{");
+    for (int d = 0; d < t->t.ndim && n < (int)sizeof got; d++)
+      n += snprintf(got + n, sizeof got - (size_t)n, d ? ", %lld" : "%lld",
+                    (long long)t->t.ne[d]);
+    if (n < (int)sizeof got) snprintf(got + n, sizeof got - (size_t)n, "}");
+    set_err(err, errlen, "%s: tensor '%s' has shape %s, expected %s", g->path, name, got, want);
+    return WEIR_E_FORMAT;
+  }
+  weir_dtype d = t->t.dtype;
+  int ok = d == WEIR_DTYPE_F32 || d == WEIR_DTYPE_F16 || d == WEIR_DTYPE_BF16;
+  if (!is_vector) ok = ok || d == WEIR_DTYPE_Q8_0 || d == WEIR_DTYPE_Q4_0 || d == WEIR_DTYPE_Q4_1;
+  if (!ok) {
+    set_err(err, errlen, "%s: tensor '%s' has type %s, which weir cannot use there", g->path,
+            name, weir_dtype_name(d));
+    return WEIR_E_NOTSUP;
+  }
+  return 0;
+}
+
+int weir_gguf_llama_check(const weir_gguf *g, const weir_llama_hparams *hp, char *err,
+                          size_t errlen) {
+  int rc;
+  char name[96];
+  if (!g || !hp) return WEIR_E_INVAL;
+  int64_t e = hp->n_embd, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+  if ((rc = check_tensor(g, "token_embd.weight", e, hp->n_vocab, 0, err, errlen)) ||
+      (rc = check_tensor(g, "output_norm.weight", e, 0, 1, err, errlen)))
+    return rc;
+  if (hp->has_output && (rc = check_tensor(g, "output.weight", e, hp->n_vocab, 0, err, errlen)))
+    return rc;
+  static const struct {
+    const char *suffix;
+    int rows_kind; /* 0: n_embd x n_embd, 1: kv, 2: ffn up/gate, 3: ffn down, 4: norm */
+  } parts[] = {
+      {"attn_norm.weight", 4}, {"attn_q.weight", 0}, {"attn_k.weight", 1},
+      {"attn_v.weight", 1},    {"attn_output.weight", 0}, {"ffn_norm.weight", 4},
+      {"ffn_gate.weight", 2},  {"ffn_up.weight", 2}, {"ffn_down.weight", 3},
+  };
+  for (int l = 0; l < hp->n_layer; l++) {
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+      weir_gguf_blk_name(name, sizeof name, l, parts[p].suffix);
+      switch (parts[p].rows_kind) {
+      case 0: rc = check_tensor(g, name, e, e, 0, err, errlen); break;
+      case 1: rc = check_tensor(g, name, e, kv, 0, err, errlen); break;
+      case 2: rc = check_tensor(g, name, e, hp->n_ff, 0, err, errlen); break;
+      case 3: rc = check_tensor(g, name, hp->n_ff, e, 0, err, errlen); break;
+      default: rc = check_tensor(g, name, e, 0, 1, err, errlen); break;
+      }
+      if (rc) return rc;
+    }
+    if (hp->has_qkv_bias || hp->arch == WEIR_ARCH_QWEN2) {
+      if ((rc = check_tensor(g, weir_gguf_blk_name(name, sizeof name, l, "attn_q.bias"), e, 0,
+                             1, err, errlen)) ||
+          (rc = check_tensor(g, weir_gguf_blk_name(name, sizeof name, l, "attn_k.bias"), kv, 0,
+                             1, err, errlen)) ||
+          (rc = check_tensor(g, weir_gguf_blk_name(name, sizeof name, l, "attn_v.bias"), kv, 0,
+                             1, err, errlen)))
+        return rc;
+    }
+  }
+  return 0;
+}
