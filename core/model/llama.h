@@ -1,0 +1,71 @@
+/* The Llama-family transformer graph (llama, mistral, qwen2) over a ragged batch.
+ *
+ * The graph is core's; every computation in it goes through plugins: the quant plugin packs
+ * and multiplies the linear weights and looks up embeddings, the device plugin runs the
+ * elementwise operations and owns memory, the attention plugin writes K/V into the shared
+ * paged pool and attends. weir_llama owns the packed weights, the activation buffers sized
+ * for the largest step, and the KV pool (num_blocks blocks per layer).
+ *
+ * Thread-safety: one weir_llama is driven by one thread (the engine thread). */
+#ifndef WEIR_MODEL_LLAMA_H
+#define WEIR_MODEL_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+#include "weir/kv.h"
+
+struct weir_plugin_set;
+typedef struct weir_llama weir_llama;
+
+typedef struct weir_llama_opts {
+  int32_t max_num_tokens;     /* most new tokens in one step (max_num_batched_tokens) */
+  int32_t max_num_seqs;       /* most sequences in one step */
+  int32_t max_logit_rows;     /* most rows of logits in one step */
+  int32_t max_model_len;      /* longest sequence (0: the file's context length) */
+  int32_t block_size;         /* tokens per KV block */
+  weir_dtype kv_dtype;
+  int64_t num_blocks;         /* > 0: exactly this many blocks */
+  int64_t memory_bytes;       /* else: as many blocks as fit in this many bytes */
+} weir_llama_opts;
+
+/* One step's batch, host arrays borrowed for the call. Sequence s's new tokens are
+ * tokens[query_start_loc[s] .. query_start_loc[s+1]) at positions[...] (see weir_attn_batch
+ * for the rest). logit_rows lists the token indices whose logits are wanted, in order. */
+typedef struct weir_llama_batch {
+  int32_t num_tokens;
+  const int32_t *tokens;
+  const int32_t *positions;
+  int32_t num_seqs;
+  const int32_t *query_start_loc; /* [num_seqs + 1] */
+  const int32_t *context_lens;    /* [num_seqs] */
+  const int32_t *block_tables;    /* [num_seqs][max_blocks_per_seq] */
+  int32_t max_blocks_per_seq;
+  const int32_t *slot_mapping;    /* [num_tokens] */
+  int32_t num_logit_rows;
+  const int32_t *logit_rows;      /* [num_logit_rows] */
+} weir_llama_batch;
+
+/* Loads the model from an opened GGUF through the given plugins. The GGUF must outlive the
+ * model only during this call (weights are packed into plugin memory). On failure writes why
+ * into err and returns a status, having freed everything. */
+int weir_llama_create(const weir_gguf *g, const struct weir_plugin_set *plugins,
+                      const weir_llama_opts *opts, weir_llama **out, char *err, size_t errlen);
+void weir_llama_destroy(weir_llama *m);
+
+const weir_llama_hparams *weir_llama_hparams_get(const weir_llama *m);
+int32_t weir_llama_num_blocks(const weir_llama *m);
+int32_t weir_llama_max_model_len(const weir_llama *m);
+/* Bytes of device memory: packed weights, and the KV pool. */
+size_t weir_llama_weight_bytes(const weir_llama *m);
+size_t weir_llama_kv_bytes(const weir_llama *m);
+
+/* Runs one step. On success *logits is a device array [num_logit_rows][n_vocab] f32 owned by
+ * the model, valid until the next forward (a sampler may overwrite it). */
+int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits);
+
+/* Copies KV blocks src[i] -> dst[i] in every layer (copy-on-write). */
+int weir_llama_copy_blocks(weir_llama *m, const int32_t *src, const int32_t *dst, int32_t n);
+
+#endif
