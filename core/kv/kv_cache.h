@@ -1,0 +1,168 @@
+/* The shared paged KV cache: host-side bookkeeping of the block pool.
+ *
+ * Core owns the pool's bookkeeping; the attention plugin owns the bytes (sdk weir/kv.h). This
+ * module never touches device memory: it hands out block ids, keeps per-sequence block
+ * tables, reference counts, copy-on-write and the prefix cache, and tells the engine which
+ * blocks to copy. A token at position p of a sequence lives in slot
+ * block_table[p / block_size] * block_size + p % block_size.
+ *
+ * Block states. Every block is in exactly one state:
+ *   used   ref > 0 (held by one or more sequences, or pinned as a pending copy source);
+ *   cached ref == 0 but registered in the prefix cache: it sits on the LRU list, is reused
+ *          by a prefix hit ("revived") or evicted when the free list is empty;
+ *   free   ref == 0, not registered: on the free list.
+ * used + cached + free == num_blocks always. Allocatable blocks = free + cached.
+ *
+ * Prefix cache. A FULL block (block_size tokens) is identified by a 64-bit hash chained over
+ * its parent block's hash and its own token ids, so equal tokens under different prefixes
+ * get different hashes. The manager keeps each registered block's token ids and parent hash
+ * and compares them on every hit, so a hash collision can never return wrong KV.
+ *
+ * Errors. Every fallible call is all-or-nothing: when it returns an error nothing changed.
+ * Running out of blocks is WEIR_E_NOSPACE, a host allocation failure WEIR_E_NOMEM.
+ *
+ * Threading. Not thread-safe: one owner (the engine thread) makes every call.
+ *
+ * Design notes: docs/kv-cache.md. */
+#ifndef WEIR_KV_CACHE_H
+#define WEIR_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weir/status.h"
+
+typedef struct weir_kv_cache weir_kv_cache;
+typedef struct weir_kv_seq weir_kv_seq;
+
+typedef struct weir_kv_cache_params {
+  int32_t num_blocks;  /* > 0 */
+  int32_t block_size;  /* tokens per block, > 0 (16 by default in the config) */
+  int prefix_caching;  /* nonzero: register full blocks and reuse them across sequences */
+} weir_kv_cache_params;
+
+/* One copy-on-write order: copy block src to block dst in every layer (attention
+ * copy_blocks) BEFORE the forward pass of the step that reported it. */
+typedef struct weir_kv_copy {
+  int32_t src;
+  int32_t dst;
+} weir_kv_copy;
+
+typedef struct weir_kv_stats {
+  int32_t num_blocks;
+  int32_t block_size;
+  int32_t used_blocks;   /* ref > 0 */
+  int32_t cached_blocks; /* ref == 0, registered, evictable */
+  int32_t free_blocks;   /* ref == 0, unregistered */
+  int32_t num_seqs;      /* live sequences */
+  uint64_t prefix_queries_tokens; /* tokens passed to weir_kv_seq_match_prefix */
+  uint64_t prefix_hits_tokens;    /* of which served from the cache */
+  uint64_t evictions;             /* cached blocks evicted to satisfy an allocation */
+  uint64_t cow_copies;            /* copy-on-write orders issued */
+} weir_kv_stats;
+
+/* ---- The pool -------------------------------------------------------------------------- */
+
+/* Number of blocks that fit memory_bytes when one block takes block_bytes_per_layer in each
+ * of n_layers layers (the attention plugin's block_bytes()). Returns 0 when an argument is
+ * not positive; clamps to INT32_MAX. */
+int64_t weir_kv_blocks_from_bytes(int64_t memory_bytes, size_t block_bytes_per_layer,
+                                  int32_t n_layers);
+
+/* Creates an empty pool (all blocks free). WEIR_E_INVAL on a bad parameter, WEIR_E_NOMEM.
+ * *out is freed with weir_kv_cache_destroy. */
+int weir_kv_cache_create(const weir_kv_cache_params *p, weir_kv_cache **out);
+/* Frees the pool and every sequence still alive in it (their pointers become invalid). */
+void weir_kv_cache_destroy(weir_kv_cache *kv);
+
+int32_t weir_kv_cache_block_size(const weir_kv_cache *kv);
+int32_t weir_kv_cache_num_blocks(const weir_kv_cache *kv);
+/* Blocks an allocation may take right now: free + cached. */
+int32_t weir_kv_cache_num_allocatable(const weir_kv_cache *kv);
+int weir_kv_cache_prefix_caching(const weir_kv_cache *kv);
+void weir_kv_cache_stats(const weir_kv_cache *kv, weir_kv_stats *out);
+
+/* Drops the temporary references that keep the source block of every copy reported since
+ * the last call alive. Call once the copies have been executed (the scheduler does it at the
+ * start of each step). Until then a copy source cannot be freed and reused as the
+ * destination of another copy in the same batch, so copies may run in any order or in
+ * parallel. */
+void weir_kv_cache_copies_done(weir_kv_cache *kv);
+
+/* Walks every structure and checks the invariants (state counts add up, no block both free
+ * and referenced, refcounts equal the table references plus pins, LRU and hash table
+ * consistent). Returns WEIR_OK or WEIR_E_INTERNAL (writing a reason into why when not NULL).
+ * O(num_blocks + total table length): for tests and debug builds. */
+int weir_kv_cache_check(const weir_kv_cache *kv, char *why, size_t whylen);
+
+/* ---- Sequences ------------------------------------------------------------------------- */
+
+/* Creates an empty sequence (length 0, no blocks). WEIR_E_NOMEM. Owned by the pool: free it
+ * with weir_kv_seq_free (or it dies with weir_kv_cache_destroy). */
+int weir_kv_seq_create(weir_kv_cache *kv, weir_kv_seq **out);
+
+/* Creates a sequence sharing every block of parent (refcount + 1 each), with the same
+ * length. Writing into the shared partially-filled last block later triggers copy-on-write
+ * in weir_kv_seq_append. WEIR_E_NOMEM. */
+int weir_kv_seq_fork(weir_kv_cache *kv, const weir_kv_seq *parent, weir_kv_seq **out);
+
+/* Releases every block (refcount - 1; a block reaching 0 goes to the LRU when registered,
+ * else to the free list; the sequence's last block is released first so it is evicted
+ * before its prefix) and frees the sequence. NULL is ignored. */
+void weir_kv_seq_free(weir_kv_cache *kv, weir_kv_seq *seq);
+
+/* Tokens whose slots the sequence holds (its KV length). */
+int32_t weir_kv_seq_len(const weir_kv_seq *seq);
+/* The block table: *num_blocks entries, valid until the next call that changes this
+ * sequence. Never NULL when *num_blocks > 0. */
+const int32_t *weir_kv_seq_block_table(const weir_kv_seq *seq, int32_t *num_blocks);
+/* Slot of position pos (0 <= pos < len), or -1 when out of range. */
+int32_t weir_kv_seq_slot(const weir_kv_cache *kv, const weir_kv_seq *seq, int32_t pos);
+
+/* Prefix-cache lookup for an EMPTY sequence about to be prefilled with tokens[0..n): takes
+ * references on the longest chain of cached full blocks matching the tokens, never covering
+ * the last token (so at least one token is computed and yields logits), and sets the
+ * sequence's length to the tokens found, a multiple of block_size. Revives cached blocks.
+ * *num_cached receives that length (0 on a miss or when prefix caching is off). Counts n
+ * queried and *num_cached hit tokens. WEIR_E_INVAL when seq is not empty, WEIR_E_NOMEM. */
+int weir_kv_seq_match_prefix(weir_kv_cache *kv, weir_kv_seq *seq, const int32_t *tokens,
+                             int32_t n, int32_t *num_cached);
+
+/* Tokens that weir_kv_seq_append could add to seq right now without evicting a referenced
+ * block (room in its last block plus every allocatable block, less a block for
+ * copy-on-write when the last block is shared). */
+int64_t weir_kv_seq_append_capacity(const weir_kv_cache *kv, const weir_kv_seq *seq);
+
+/* Grows seq by n >= 1 tokens at positions [len, len + n): allocates the blocks they need
+ * (evicting LRU cached blocks when the free list is empty) and, when the first new token
+ * falls into a partially-filled last block that is shared (ref > 1), replaces that block by
+ * a private copy. slots (may be NULL) receives the n slots. copy (may be NULL only when the
+ * caller knows no copy can arise) receives at most one copy order and *num_copies (may be
+ * NULL likewise) its count, 0 or 1; the engine must execute it before the forward.
+ * All-or-nothing: WEIR_E_NOSPACE when the blocks do not suffice, WEIR_E_NOMEM; on error
+ * nothing changed. */
+int weir_kv_seq_append(weir_kv_cache *kv, weir_kv_seq *seq, int32_t n, int32_t *slots,
+                       weir_kv_copy *copy, int32_t *num_copies);
+
+/* Shrinks seq to new_len <= len tokens (rolling back rejected speculative tokens, undoing a
+ * failed step): releases the blocks past the new end. A registered block that becomes the
+ * partial last block is made private before it is written again (unregistered when only
+ * this sequence holds it, copied otherwise), so cached content never changes. new_len
+ * greater than len is ignored. */
+void weir_kv_seq_truncate(weir_kv_cache *kv, weir_kv_seq *seq, int32_t new_len);
+
+/* Registers in the prefix cache every full block of seq lying within the first
+ * min(n, len) tokens that is not registered yet. tokens[0..n) are the sequence's token ids
+ * from position 0, and the caller promises their KV has been computed (the forward that
+ * wrote them succeeded). A block whose hash is already registered by another block is left
+ * unregistered (the cache keeps one copy). No-op when prefix caching is off. WEIR_E_INVAL
+ * when n < 0. */
+int weir_kv_seq_register(weir_kv_cache *kv, weir_kv_seq *seq, const int32_t *tokens,
+                         int32_t n);
+
+/* The chained hash of one full block (exposed for tests and tools): parent is the previous
+ * block's hash, or WEIR_KV_ROOT_HASH for the first block of a sequence. */
+#define WEIR_KV_ROOT_HASH UINT64_C(0x6a09e667f3bcc909)
+uint64_t weir_kv_block_hash(uint64_t parent, const int32_t *tokens, int32_t n);
+
+#endif
