@@ -101,9 +101,16 @@ typedef struct weir_engine_stats {
   uint64_t num_steps;
 } weir_engine_stats;
 
+struct weir_metrics;
 /* Loads the model and plugins named by the config and starts the engine thread. Logs and
- * returns a status on failure, having freed everything. */
+ * returns a status on failure, having freed everything. Plugin-registered metrics go into
+ * `metrics` (borrowed; must outlive the engine) or, with weir_engine_create, into a registry
+ * of the engine's own (weir_engine_metrics). */
 int weir_engine_create(const struct weir_config *cfg, weir_engine **out);
+int weir_engine_create_ex(const struct weir_config *cfg, struct weir_metrics *metrics,
+                          weir_engine **out);
+/* The registry plugin metrics were registered in. */
+struct weir_metrics *weir_engine_metrics(weir_engine *e);
 /* Aborts every request (each gets its final event), stops the thread, frees everything. */
 void weir_engine_destroy(weir_engine *e);
 
