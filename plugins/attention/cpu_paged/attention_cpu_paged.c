@@ -1,0 +1,278 @@
+/* cpu_paged: paged attention on the CPU.
+ *
+ * Block layout (one block of one layer; E = 4 bytes for f32, 2 for f16):
+ *     K[n_kv_heads][block_size][head_dim]   then   V[n_kv_heads][block_size][head_dim]
+ * padded to a multiple of 64 bytes. Keeping a KV head's rows of a block contiguous lets one
+ * task, which owns one (sequence, KV head), read 2 * block_size * head_dim * E contiguous
+ * bytes per block.
+ *
+ * forward first stores the step's new K/V rows at their slots, then runs one kernel task per
+ * (sequence, KV head, tile of query_tile new tokens) on the host's parallel_for: each task
+ * walks the sequence's block table once for all the query heads of its group. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.h"
+#include "convert.h"
+#include "weir/attention.h"
+
+#define DEFAULT_QUERY_TILE 16
+
+typedef struct attn_cpu {
+  const weir_host *host;
+  int32_t query_tile;
+} attn_cpu;
+
+static const weir_option_desc k_options[] = {
+    {.key = "query_tile",
+     .type = WEIR_OPT_INT,
+     .help = "new tokens of one sequence per attention task (prefill work split)",
+     .def_int = DEFAULT_QUERY_TILE,
+     .min = 1,
+     .max = 4096},
+};
+
+static int ap_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  attn_cpu *a = calloc(1, sizeof(*a));
+  if (!a) return WEIR_E_NOMEM;
+  a->host = host;
+  a->query_tile = DEFAULT_QUERY_TILE;
+  if (args && args->options && args->num_options >= 1 && args->options[0].i > 0)
+    a->query_tile = (int32_t)args->options[0].i;
+  *self = a;
+  return WEIR_OK;
+}
+
+static void ap_fini(void *self) { free(self); }
+
+static size_t elem_size(weir_dtype t) {
+  return t == WEIR_DTYPE_F32 ? 4 : t == WEIR_DTYPE_F16 ? 2 : 0;
+}
+
+static size_t ap_block_bytes(void *self, const weir_attn_shape *s) {
+  (void)self;
+  size_t es = elem_size(s->kv_dtype);
+  if (!es || s->head_dim <= 0 || s->n_kv_heads <= 0 || s->block_size <= 0) return 0;
+  size_t b = 2 * (size_t)s->block_size * (size_t)s->n_kv_heads * (size_t)s->head_dim * es;
+  return (b + 63) & ~(size_t)63;
+}
+
+/* One unit of work: a tile of a sequence's new tokens against one KV head. */
+typedef struct attn_task {
+  int32_t seq, kv_head, q_begin, q_len; /* q_begin: flattened token index */
+} attn_task;
+
+typedef struct fwd_ctx {
+  attn_cpu *self;
+  const weir_attn_shape *shape;
+  const weir_kv_view *kv;
+  const int32_t *qsl, *ctx_lens, *tables;
+  int32_t max_blocks;
+  const float *q;
+  float *out;
+  const attn_task *tasks;
+  size_t scratch_floats;
+  int failed;
+} fwd_ctx;
+
+static void fwd_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  fwd_ctx *c = arg;
+  const weir_attn_shape *s = c->shape;
+  const weir_host *h = c->self->host;
+  float *scratch = h->alloc(h->ctx, c->scratch_floats * sizeof(float), 64);
+  if (!scratch) {
+    __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  const size_t es = elem_size(s->kv_dtype);
+  const int32_t group = s->n_heads / s->n_kv_heads;
+  const size_t head_bytes = (size_t)s->block_size * (size_t)s->head_dim * es;
+  for (int64_t ti = begin; ti < end; ti++) {
+    const attn_task *t = &c->tasks[ti];
+    const int32_t q_len_seq = c->qsl[t->seq + 1] - c->qsl[t->seq];
+    const int32_t first_pos_seq = c->ctx_lens[t->seq] - q_len_seq;
+    const int64_t q_stride = (int64_t)s->n_heads * s->head_dim;
+    const int64_t head_off = (int64_t)t->kv_head * group * s->head_dim;
+    weir_attn_cpu_args ka = {
+        .q = c->q + t->q_begin * q_stride + head_off,
+        .out = c->out + t->q_begin * q_stride + head_off,
+        .q_stride = q_stride,
+        .q_len = t->q_len,
+        .n_group = group,
+        .head_dim = s->head_dim,
+        .first_pos = first_pos_seq + (t->q_begin - c->qsl[t->seq]),
+        .block_table = c->tables + (size_t)t->seq * (size_t)c->max_blocks,
+        .block_size = s->block_size,
+        .kv_base = c->kv->base,
+        .block_bytes = c->kv->block_bytes,
+        .k_offset = (size_t)t->kv_head * head_bytes,
+        .v_offset = (size_t)s->n_kv_heads * head_bytes + (size_t)t->kv_head * head_bytes,
+        .token_stride = (size_t)s->head_dim * es,
+        .kv_f16 = s->kv_dtype == WEIR_DTYPE_F16,
+        .scale = s->scale,
+        .scratch = scratch,
+    };
+    weir_attn_cpu_run(&ka);
+  }
+  h->free(h->ctx, scratch);
+}
+
+/* Stores token i's K and V rows (all KV heads) at its slot. */
+static void store_kv(const weir_attn_shape *s, const weir_kv_view *kv, int32_t slot,
+                     const float *k, const float *v) {
+  const size_t es = elem_size(s->kv_dtype);
+  const size_t head_bytes = (size_t)s->block_size * (size_t)s->head_dim * es;
+  uint8_t *blk = (uint8_t *)kv->base + (size_t)(slot / s->block_size) * kv->block_bytes;
+  const size_t off = (size_t)(slot % s->block_size) * (size_t)s->head_dim * es;
+  for (int32_t h = 0; h < s->n_kv_heads; h++) {
+    uint8_t *kd = blk + (size_t)h * head_bytes + off;
+    uint8_t *vd = blk + (size_t)(s->n_kv_heads + h) * head_bytes + off;
+    const float *ks = k + (int64_t)h * s->head_dim, *vs = v + (int64_t)h * s->head_dim;
+    if (s->kv_dtype == WEIR_DTYPE_F16) {
+      weir_f32_to_f16_row(ks, (uint16_t *)kd, s->head_dim);
+      weir_f32_to_f16_row(vs, (uint16_t *)vd, s->head_dim);
+    } else {
+      memcpy(kd, ks, (size_t)s->head_dim * es);
+      memcpy(vd, vs, (size_t)s->head_dim * es);
+    }
+  }
+}
+
+static int ap_forward(void *self, const weir_attn_shape *s, const weir_attn_batch *b,
+                      const weir_kv_view *kv, const float *q, const float *k, const float *v,
+                      float *out) {
+  attn_cpu *a = self;
+  const weir_host *h = a->host;
+  int rc = WEIR_OK;
+  attn_task *tasks = NULL;
+  if (!s || !b || !kv || !q || !k || !v || !out) return WEIR_E_INVAL;
+  if (s->n_kv_heads <= 0 || s->n_heads <= 0 || s->n_heads % s->n_kv_heads != 0 ||
+      s->head_dim <= 0 || s->block_size <= 0)
+    return WEIR_E_INVAL;
+  if (!elem_size(s->kv_dtype)) return WEIR_E_NOTSUP;
+  if (kv->block_bytes < ap_block_bytes(self, s)) return WEIR_E_INVAL;
+  if (b->num_tokens == 0 || b->num_seqs == 0) return WEIR_OK;
+  if (b->num_tokens < 0 || b->num_seqs < 0) return WEIR_E_INVAL;
+
+  /* On the CPU device memory is host memory: the *_host copies and the device arrays are
+   * interchangeable; prefer the host copies when given. */
+  const int32_t *qsl = b->query_start_loc_host ? b->query_start_loc_host : b->query_start_loc;
+  const int32_t *ctx = b->context_lens_host ? b->context_lens_host : b->context_lens;
+  const int32_t *tables = b->block_tables_host ? b->block_tables_host : b->block_tables;
+  const int32_t *slots = b->slot_mapping_host ? b->slot_mapping_host : b->slot_mapping;
+  if (!qsl || !ctx || !tables || !slots) return WEIR_E_INVAL;
+
+  /* Validate everything before touching the cache, and count the tasks. */
+  if (qsl[0] != 0 || qsl[b->num_seqs] != b->num_tokens) return WEIR_E_INVAL;
+  int64_t n_tasks = 0;
+  for (int32_t i = 0; i < b->num_seqs; i++) {
+    int32_t ql = qsl[i + 1] - qsl[i];
+    if (ql < 1 || ctx[i] < ql) return WEIR_E_INVAL;
+    int64_t nb = ((int64_t)ctx[i] + s->block_size - 1) / s->block_size;
+    if (nb > b->max_blocks_per_seq) return WEIR_E_RANGE;
+    for (int64_t j = 0; j < nb; j++) {
+      int32_t blk = tables[(size_t)i * (size_t)b->max_blocks_per_seq + (size_t)j];
+      if (blk < 0 || blk >= kv->num_blocks) return WEIR_E_RANGE;
+    }
+    n_tasks += (int64_t)s->n_kv_heads * ((ql + a->query_tile - 1) / a->query_tile);
+  }
+  for (int32_t i = 0; i < b->num_tokens; i++)
+    if (slots[i] >= 0 && slots[i] / s->block_size >= kv->num_blocks) return WEIR_E_RANGE;
+
+  /* New K/V first: the new tokens attend to each other through the cache. A negative slot
+   * is padding and is not stored. */
+  const int64_t kv_dim = (int64_t)s->n_kv_heads * s->head_dim;
+  for (int32_t i = 0; i < b->num_tokens; i++)
+    if (slots[i] >= 0) store_kv(s, kv, slots[i], k + i * kv_dim, v + i * kv_dim);
+
+  tasks = h->alloc(h->ctx, (size_t)n_tasks * sizeof(*tasks), 0);
+  if (!tasks) {
+    rc = WEIR_E_NOMEM;
+    goto out_done;
+  }
+  /* Ordered by KV head within a sequence, tiles innermost, so neighbouring tasks in one
+   * chunk share the same cache blocks. */
+  int64_t ti = 0;
+  for (int32_t i = 0; i < b->num_seqs; i++)
+    for (int32_t hk = 0; hk < s->n_kv_heads; hk++)
+      for (int32_t t0 = qsl[i]; t0 < qsl[i + 1]; t0 += a->query_tile) {
+        int32_t len = qsl[i + 1] - t0 < a->query_tile ? qsl[i + 1] - t0 : a->query_tile;
+        tasks[ti++] = (attn_task){.seq = i, .kv_head = hk, .q_begin = t0, .q_len = len};
+      }
+
+  /* Scratch for the longest tile; computed from the offsets, not from the advisory
+   * max_query_len, so a wrong hint cannot overflow it. */
+  int32_t max_tile = 1;
+  for (int32_t i = 0; i < b->num_seqs; i++)
+    if (qsl[i + 1] - qsl[i] > max_tile) max_tile = qsl[i + 1] - qsl[i];
+  if (max_tile > a->query_tile) max_tile = a->query_tile;
+
+  fwd_ctx c = {.self = a,
+               .shape = s,
+               .kv = kv,
+               .qsl = qsl,
+               .ctx_lens = ctx,
+               .tables = tables,
+               .max_blocks = b->max_blocks_per_seq,
+               .q = q,
+               .out = out,
+               .tasks = tasks,
+               .scratch_floats = weir_attn_cpu_scratch_floats(
+                   max_tile, s->n_heads / s->n_kv_heads, s->head_dim, s->block_size)};
+  int threads = h->num_threads ? h->num_threads(h->ctx) : 1;
+  if (threads > 1 && n_tasks > 1 && h->parallel_for)
+    h->parallel_for(h->ctx, n_tasks, 1, fwd_chunk, &c);
+  else
+    fwd_chunk(&c, 0, n_tasks, 0);
+  if (c.failed) rc = WEIR_E_NOMEM;
+
+  h->free(h->ctx, tasks);
+out_done:
+  return rc;
+}
+
+static int ap_copy_blocks(void *self, const weir_attn_shape *s, const weir_kv_view *layer0,
+                          const int32_t *src, const int32_t *dst, int32_t n) {
+  (void)self;
+  if (!s || !layer0 || (n > 0 && (!src || !dst)) || n < 0) return WEIR_E_INVAL;
+  for (int32_t i = 0; i < n; i++)
+    if (src[i] < 0 || src[i] >= layer0->num_blocks || dst[i] < 0 ||
+        dst[i] >= layer0->num_blocks)
+      return WEIR_E_RANGE;
+  for (int32_t l = 0; l < s->n_layers; l++) {
+    uint8_t *base = (uint8_t *)layer0->base + (size_t)l * layer0->num_blocks * layer0->block_bytes;
+    for (int32_t i = 0; i < n; i++)
+      if (src[i] != dst[i])
+        memcpy(base + (size_t)dst[i] * layer0->block_bytes,
+               base + (size_t)src[i] * layer0->block_bytes, layer0->block_bytes);
+  }
+  return WEIR_OK;
+}
+
+static const weir_attention_ops k_ops = {
+    .struct_size = sizeof(weir_attention_ops),
+    .block_bytes = ap_block_bytes,
+    .forward = ap_forward,
+    .copy_blocks = ap_copy_blocks,
+};
+
+static const weir_plugin_desc k_desc = {
+    .struct_size = sizeof(weir_plugin_desc),
+    .abi_major = WEIR_ABI_MAJOR,
+    .abi_minor = WEIR_ABI_MINOR,
+    .build_signature = WEIR_BUILD_SIGNATURE,
+    .kind = WEIR_PLUGIN_ATTENTION,
+    .name = "cpu_paged",
+    .version = "1.0.0",
+    .description = "paged causal GQA attention on the CPU, online softmax, f32/f16 KV",
+    .devices = WEIR_DEVICE_CPU,
+    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16),
+    .options = k_options,
+    .num_options = (int)(sizeof k_options / sizeof k_options[0]),
+    .init = ap_init,
+    .fini = ap_fini,
+    .ops = &k_ops,
+};
+
+WEIR_PLUGIN_EXPORT(k_desc)

@@ -1,0 +1,289 @@
+/* The CPU device plugin: memory is host memory (64-byte aligned), copies are memcpy, the
+ * instance's operations run synchronously on the calling thread plus the host's
+ * parallel_for pool, so synchronize has nothing to wait for. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "add.h"
+#include "cpu_isa.h"
+#include "get_rows.h"
+#include "rms_norm.h"
+#include "rope.h"
+#include "swiglu.h"
+#include "weir/device.h"
+
+/* Elements below which an operation runs on the calling thread: splitting smaller work
+ * costs more in wake-ups than it saves. */
+#define DEFAULT_PARALLEL_MIN 32768
+
+typedef struct device_cpu {
+  const weir_host *host;
+  int64_t parallel_min;
+} device_cpu;
+
+static const weir_option_desc k_options[] = {
+    {.key = "parallel_min",
+     .type = WEIR_OPT_INT,
+     .help = "elements below which an elementwise op runs on one thread",
+     .def_int = DEFAULT_PARALLEL_MIN,
+     .min = 1,
+     .max = 1e12},
+};
+
+static int cpu_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  device_cpu *d = calloc(1, sizeof(*d));
+  if (!d) return WEIR_E_NOMEM;
+  d->host = host;
+  d->parallel_min = DEFAULT_PARALLEL_MIN;
+  if (args && args->options && args->num_options >= 1 && args->options[0].i > 0)
+    d->parallel_min = args->options[0].i;
+  *self = d;
+  return WEIR_OK;
+}
+
+static void cpu_fini(void *self) { free(self); }
+
+static int threads_of(const device_cpu *d) {
+  if (!d->host || !d->host->num_threads) return 1;
+  int n = d->host->num_threads(d->host->ctx);
+  return n < 1 ? 1 : n;
+}
+
+/* Runs fn over [0, n) items of `work_per_item` elements each, in parallel when the total is
+ * large enough to pay for it. */
+static void run_par(device_cpu *d, int64_t n, int64_t work_per_item, weir_parallel_fn fn,
+                    void *arg) {
+  if (n <= 0) return;
+  int threads = threads_of(d);
+  if (threads <= 1 || !d->host->parallel_for || n * work_per_item < d->parallel_min || n < 2) {
+    fn(arg, 0, n, 0);
+    return;
+  }
+  int64_t grain = d->parallel_min / (work_per_item > 0 ? work_per_item : 1);
+  if (grain < 1) grain = 1;
+  int64_t even = (n + threads - 1) / threads;
+  if (grain > even) grain = even;
+  d->host->parallel_for(d->host->ctx, n, grain, fn, arg);
+}
+
+/* Reads MemTotal / MemAvailable (kB) from /proc/meminfo; zeros when unreadable. */
+static void read_meminfo(uint64_t *total, uint64_t *avail) {
+  *total = *avail = 0;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long kb;
+    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = (uint64_t)kb * 1024;
+    else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = (uint64_t)kb * 1024;
+  }
+  fclose(f);
+}
+
+static int cpu_info(void *self, weir_device_info *out) {
+  device_cpu *d = self;
+  if (!out) return WEIR_E_INVAL;
+  weir_device_info info = {0};
+  info.struct_size = sizeof info;
+  const char *isa = "scalar";
+  switch (weir_cpu_isa()) {
+  case WEIR_CPU_ISA_AVX512: isa = "AVX-512"; break;
+  case WEIR_CPU_ISA_AVX2: isa = "AVX2"; break;
+  default: break;
+  }
+  int threads = threads_of(d);
+  snprintf(info.name, sizeof info.name, "cpu (%s, %d thread%s)", isa, threads,
+           threads == 1 ? "" : "s");
+  read_meminfo(&info.total_memory, &info.free_memory);
+  /* Copy no more than the caller's struct holds (it may be an older, shorter one). */
+  size_t n = out->struct_size && out->struct_size < sizeof info ? out->struct_size : sizeof info;
+  memcpy(out, &info, n);
+  out->struct_size = (uint32_t)n;
+  return WEIR_OK;
+}
+
+static int cpu_alloc(void *self, size_t size, void **ptr) {
+  (void)self;
+  if (!ptr) return WEIR_E_INVAL;
+  void *p = NULL;
+  /* Rounded up to whole cache lines so SIMD tails never straddle into a neighbour. */
+  size_t sz = (size + 63) & ~(size_t)63;
+  if (sz < size) return WEIR_E_NOMEM;
+  if (posix_memalign(&p, 64, sz ? sz : 64) != 0) return WEIR_E_NOMEM;
+  *ptr = p;
+  return WEIR_OK;
+}
+
+static void cpu_free(void *self, void *ptr) {
+  (void)self;
+  free(ptr);
+}
+
+static int cpu_copy(void *self, void *dst, const void *src, size_t size) {
+  (void)self;
+  if (size == 0) return WEIR_OK;
+  if (!dst || !src) return WEIR_E_INVAL;
+  memmove(dst, src, size);
+  return WEIR_OK;
+}
+
+static int cpu_memset(void *self, void *dst, int value, size_t size) {
+  (void)self;
+  if (size == 0) return WEIR_OK;
+  if (!dst) return WEIR_E_INVAL;
+  memset(dst, value, size);
+  return WEIR_OK;
+}
+
+static int cpu_synchronize(void *self) {
+  (void)self;
+  return WEIR_OK;
+}
+
+/* ---- elementwise ops: each packs its arguments and splits over rows or elements -------- */
+
+typedef struct ew_args {
+  float *out;
+  const float *a, *b, *c;
+  const int32_t *idx;
+  int64_t dim;
+  float eps;
+  int32_t n_heads, head_dim, rot_dim;
+  float base, scale;
+  int style;
+  int failed;
+} ew_args;
+
+static void rms_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_rms_norm_rows(x->out, x->a, x->b, b, e, x->dim, x->eps);
+}
+
+static int cpu_rms_norm(void *self, float *out, const float *x, const float *weight,
+                        int64_t rows, int64_t dim, float eps) {
+  if (rows < 0 || dim <= 0 || !out || !x || !weight) return rows == 0 ? WEIR_OK : WEIR_E_INVAL;
+  ew_args a = {.out = out, .a = x, .b = weight, .dim = dim, .eps = eps};
+  run_par(self, rows, dim, rms_chunk, &a);
+  return WEIR_OK;
+}
+
+static void rope_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_rope_rows(x->out, x->idx, b, e, x->n_heads, x->head_dim, x->rot_dim, x->base, x->scale,
+                 x->style);
+}
+
+static int cpu_rope(void *self, float *x, const int32_t *positions, int64_t n_tokens,
+                    int32_t n_heads, int32_t head_dim, int32_t rot_dim, float freq_base,
+                    float freq_scale, weir_rope_style style) {
+  if (n_tokens == 0) return WEIR_OK;
+  if (n_tokens < 0 || !x || !positions || n_heads <= 0 || head_dim <= 0 || rot_dim < 0 ||
+      rot_dim > head_dim || rot_dim % 2 != 0 ||
+      (style != WEIR_ROPE_NORM && style != WEIR_ROPE_NEOX))
+    return WEIR_E_INVAL;
+  ew_args a = {.out = x, .idx = positions, .n_heads = n_heads, .head_dim = head_dim,
+               .rot_dim = rot_dim, .base = freq_base, .scale = freq_scale, .style = (int)style};
+  /* Cos/sin per pair cost about as much as rotating a few heads: weigh tokens by that. */
+  run_par(self, n_tokens, (int64_t)n_heads * rot_dim + 8 * rot_dim, rope_chunk, &a);
+  return WEIR_OK;
+}
+
+static void swiglu_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_swiglu(x->out + b, x->a + b, x->b + b, e - b);
+}
+
+static int cpu_swiglu(void *self, float *out, const float *gate, const float *up, int64_t n) {
+  if (n == 0) return WEIR_OK;
+  if (n < 0 || !out || !gate || !up) return WEIR_E_INVAL;
+  ew_args a = {.out = out, .a = gate, .b = up};
+  /* expf makes an element a few times dearer than an add. */
+  run_par(self, n, 4, swiglu_chunk, &a);
+  return WEIR_OK;
+}
+
+static void add_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_add(x->out + b, x->a + b, x->b + b, e - b);
+}
+
+static int cpu_add(void *self, float *out, const float *a, const float *b, int64_t n) {
+  if (n == 0) return WEIR_OK;
+  if (n < 0 || !out || !a || !b) return WEIR_E_INVAL;
+  ew_args x = {.out = out, .a = a, .b = b};
+  run_par(self, n, 1, add_chunk, &x);
+  return WEIR_OK;
+}
+
+static void bias_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_add_bias_rows(x->out, x->a, b, e, x->dim);
+}
+
+static int cpu_add_bias(void *self, float *x, const float *bias, int64_t rows, int64_t dim) {
+  if (rows == 0 || dim == 0) return WEIR_OK;
+  if (rows < 0 || dim < 0 || !x || !bias) return WEIR_E_INVAL;
+  ew_args a = {.out = x, .a = bias, .dim = dim};
+  run_par(self, rows, dim, bias_chunk, &a);
+  return WEIR_OK;
+}
+
+static void rows_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  if (weir_get_rows(x->out, x->a, x->idx, b, e, x->dim, INT64_MAX) != 0)
+    __atomic_store_n(&x->failed, 1, __ATOMIC_RELAXED);
+}
+
+static int cpu_get_rows(void *self, float *out, const float *x, const int32_t *rows, int64_t n,
+                        int64_t dim) {
+  if (n == 0 || dim == 0) return WEIR_OK;
+  if (n < 0 || dim < 0 || !out || !x || !rows) return WEIR_E_INVAL;
+  ew_args a = {.out = out, .a = x, .idx = rows, .dim = dim};
+  run_par(self, n, dim, rows_chunk, &a);
+  return a.failed ? WEIR_E_RANGE : WEIR_OK;
+}
+
+static const weir_device_ops k_ops = {
+    .struct_size = sizeof(weir_device_ops),
+    .info = cpu_info,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .memset = cpu_memset,
+    .synchronize = cpu_synchronize,
+    .rms_norm = cpu_rms_norm,
+    .rope = cpu_rope,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .add_bias = cpu_add_bias,
+    .get_rows = cpu_get_rows,
+};
+
+static const weir_plugin_desc k_desc = {
+    .struct_size = sizeof(weir_plugin_desc),
+    .abi_major = WEIR_ABI_MAJOR,
+    .abi_minor = WEIR_ABI_MINOR,
+    .build_signature = WEIR_BUILD_SIGNATURE,
+    .kind = WEIR_PLUGIN_DEVICE,
+    .name = "cpu",
+    .version = "1.0.0",
+    .description = "host CPU: aligned host memory, SIMD elementwise ops (scalar/AVX2/AVX-512)",
+    .devices = WEIR_DEVICE_CPU,
+    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32),
+    .options = k_options,
+    .num_options = (int)(sizeof k_options / sizeof k_options[0]),
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .ops = &k_ops,
+};
+
+WEIR_PLUGIN_EXPORT(k_desc)

@@ -1,0 +1,450 @@
+/* default: the reference sampler.
+ *
+ * Per row, in this order (the order sampler.h fixes):
+ *   1. suppression: listed ids get -inf;
+ *   2. repetition penalty (HF style) on every distinct id of prompt + output: a positive
+ *      logit is divided by the penalty, a negative one multiplied;
+ *   3. presence and frequency penalties (OpenAI style) on output ids:
+ *      logit -= presence + frequency * count;
+ *   -> logprobs are the log-softmax of these logits (before temperature and truncation);
+ *   4. temperature 0: greedy argmax, ties to the lowest id, no random number consumed;
+ *   5. otherwise logits / temperature, then top-k (ties broken by lower id), top-p (the
+ *      smallest most-likely-first prefix whose mass reaches top_p, renormalised after
+ *      top-k, at least one token), min-p (keep p >= min_p * p_max);
+ *   6. one draw from the row's xoshiro256** state, which advances by exactly one step.
+ * Rows are independent and run in parallel on the host's pool, each with its own scratch,
+ * so a row's result depends only on its own logits, parameters and state. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "softmax.h"
+#include "weir/sampler.h"
+
+typedef struct cand {
+  float v;
+  int32_t id;
+} cand;
+
+/* One thread's working memory, sized for the largest vocab seen. */
+typedef struct scratch {
+  float *buf;
+  cand *c;
+  int32_t *counts;
+  uint8_t *seen;
+  int32_t cap;
+} scratch;
+
+typedef struct sampler {
+  const weir_host *host;
+  scratch *ws;
+  int num_ws;
+} sampler;
+
+static int sp_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  (void)args;
+  sampler *s = calloc(1, sizeof(*s));
+  if (!s) return WEIR_E_NOMEM;
+  s->host = host;
+  *self = s;
+  return WEIR_OK;
+}
+
+/* Scratch goes through the host's allocator so it is accounted to this plugin. */
+static void *xalloc(sampler *s, size_t n) {
+  void *p = s->host && s->host->alloc ? s->host->alloc(s->host->ctx, n, 64) : malloc(n);
+  if (p) memset(p, 0, n);
+  return p;
+}
+
+static void xfree(sampler *s, void *p) {
+  if (s->host && s->host->free) s->host->free(s->host->ctx, p);
+  else free(p);
+}
+
+static void scratch_free(sampler *s, scratch *w) {
+  xfree(s, w->buf);
+  xfree(s, w->c);
+  xfree(s, w->counts);
+  xfree(s, w->seen);
+  memset(w, 0, sizeof(*w));
+}
+
+static void sp_fini(void *self) {
+  sampler *s = self;
+  if (!s) return;
+  for (int i = 0; i < s->num_ws; i++) scratch_free(s, &s->ws[i]);
+  free(s->ws);
+  free(s);
+}
+
+/* Makes `n` scratch slots for `vocab`; counts and seen start (and are kept) all zero. */
+static int ensure_scratch(sampler *s, int n, int32_t vocab) {
+  if (n > s->num_ws) {
+    scratch *ws = realloc(s->ws, (size_t)n * sizeof(*ws));
+    if (!ws) return WEIR_E_NOMEM;
+    memset(ws + s->num_ws, 0, (size_t)(n - s->num_ws) * sizeof(*ws));
+    s->ws = ws;
+    s->num_ws = n;
+  }
+  for (int i = 0; i < n; i++) {
+    scratch *w = &s->ws[i];
+    if (w->cap >= vocab) continue;
+    scratch_free(s, w);
+    w->buf = xalloc(s, (size_t)vocab * sizeof(float));
+    w->c = xalloc(s, (size_t)vocab * sizeof(cand));
+    w->counts = xalloc(s, (size_t)vocab * sizeof(int32_t));
+    w->seen = xalloc(s, (size_t)vocab);
+    if (!w->buf || !w->c || !w->counts || !w->seen) {
+      scratch_free(s, w);
+      return WEIR_E_NOMEM;
+    }
+    w->cap = vocab;
+  }
+  return WEIR_OK;
+}
+
+/* ---- xoshiro256** (Blackman & Vigna) ---------------------------------------------------- */
+
+static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t *st) {
+  const uint64_t result = rotl64(st[1] * 5, 7) * 9;
+  const uint64_t t = st[1] << 17;
+  st[2] ^= st[0];
+  st[3] ^= st[1];
+  st[1] ^= st[2];
+  st[0] ^= st[3];
+  st[2] ^= t;
+  st[3] = rotl64(st[3], 45);
+  return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double uniform01(uint64_t *st) { return (double)(xoshiro_next(st) >> 11) * 0x1.0p-53; }
+
+/* ---- ordering and selection ------------------------------------------------------------- */
+
+/* a ranks before b: larger value, then lower id. A total order, so every selection and
+ * sort below gives one well-defined answer. */
+static inline int before(const cand *a, const cand *b) {
+  return a->v > b->v || (a->v == b->v && a->id < b->id);
+}
+
+static int cand_cmp(const void *pa, const void *pb) {
+  const cand *a = pa, *b = pb;
+  return before(a, b) ? -1 : before(b, a) ? 1 : 0;
+}
+
+static void swap_c(cand *a, cand *b) {
+  cand t = *a;
+  *a = *b;
+  *b = t;
+}
+
+/* Rearranges c[0..n) so that its first k entries are the k best (in no order). Expected
+ * linear time: quickselect with a median-of-three pivot. */
+static void select_top(cand *c, int32_t n, int32_t k) {
+  int32_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int32_t mid = lo + (hi - lo) / 2;
+    if (before(&c[hi], &c[lo])) swap_c(&c[lo], &c[hi]);
+    if (before(&c[mid], &c[lo])) swap_c(&c[mid], &c[lo]);
+    if (before(&c[hi], &c[mid])) swap_c(&c[mid], &c[hi]);
+    cand pivot = c[mid];
+    int32_t i = lo, j = hi;
+    while (i <= j) {
+      while (before(&c[i], &pivot)) i++;
+      while (before(&pivot, &c[j])) j--;
+      if (i <= j) swap_c(&c[i++], &c[j--]);
+    }
+    if (k - 1 <= j) hi = j;
+    else if (k - 1 >= i) lo = i;
+    else break;
+  }
+}
+
+/* ---- one row ------------------------------------------------------------------------------ */
+
+typedef struct row_out {
+  int greedy;
+  int32_t token;     /* greedy choice */
+  int32_t n_kept;    /* candidates kept, in c[0..n_kept) */
+  double total;      /* sum of the kept weights */
+  float zmax;        /* weights are exp(c.v - zmax) */
+} row_out;
+
+/* Steps 1-3 on w->buf. Returns WEIR_E_INVAL for invalid parameters. */
+static int apply_penalties(scratch *w, const weir_sampling_row *row, int32_t vocab) {
+  const weir_sampling_params *p = row->params;
+  float *x = w->buf;
+  for (int32_t i = 0; i < row->num_suppress_tokens; i++) {
+    int32_t t = row->suppress_tokens[i];
+    if (t >= 0 && t < vocab) x[t] = -INFINITY;
+  }
+  if (p->repetition_penalty != 1.0f) {
+    if (!(p->repetition_penalty > 0.0f)) return WEIR_E_INVAL;
+    const float rp = p->repetition_penalty;
+    for (int pass = 0; pass < 2; pass++) {
+      const int32_t *toks = pass ? row->output_tokens : row->prompt_tokens;
+      int32_t n = pass ? row->num_output_tokens : row->num_prompt_tokens;
+      for (int32_t i = 0; i < n; i++) {
+        int32_t t = toks[i];
+        if (t < 0 || t >= vocab || w->seen[t]) continue;
+        w->seen[t] = 1;
+        x[t] = x[t] > 0.0f ? x[t] / rp : x[t] * rp;
+      }
+    }
+    for (int pass = 0; pass < 2; pass++) {
+      const int32_t *toks = pass ? row->output_tokens : row->prompt_tokens;
+      int32_t n = pass ? row->num_output_tokens : row->num_prompt_tokens;
+      for (int32_t i = 0; i < n; i++)
+        if (toks[i] >= 0 && toks[i] < vocab) w->seen[toks[i]] = 0;
+    }
+  }
+  if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
+    for (int32_t i = 0; i < row->num_output_tokens; i++) {
+      int32_t t = row->output_tokens[i];
+      if (t >= 0 && t < vocab) w->counts[t]++;
+    }
+    for (int32_t i = 0; i < row->num_output_tokens; i++) {
+      int32_t t = row->output_tokens[i];
+      if (t < 0 || t >= vocab || w->counts[t] == 0) continue;
+      x[t] -= p->presence_penalty + p->frequency_penalty * (float)w->counts[t];
+      w->counts[t] = 0; /* applied once, and the array is left zero */
+    }
+  }
+  return WEIR_OK;
+}
+
+/* Steps 4-5: decides the greedy token, or the kept candidates with their weights. */
+static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t vocab, row_out *o) {
+  const float *x = w->buf;
+  memset(o, 0, sizeof(*o));
+  if (p->temperature == 0.0f) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < vocab; i++)
+      if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
+    o->greedy = 1;
+    o->token = best;
+    return;
+  }
+  const float inv_t = 1.0f / p->temperature;
+  cand *c = w->c;
+  int32_t n = 0;
+  float zmax = -INFINITY;
+  for (int32_t i = 0; i < vocab; i++) {
+    if (!(x[i] > -INFINITY)) continue; /* -inf and NaN can never be drawn */
+    float z = x[i] * inv_t;
+    c[n].v = z;
+    c[n].id = i;
+    n++;
+    if (z > zmax) zmax = z;
+  }
+  if (n == 0) {
+    /* Everything suppressed: nothing can be drawn; fall back to the lowest id. */
+    o->greedy = 1;
+    o->token = 0;
+    return;
+  }
+  if (p->top_k > 0 && p->top_k < n) {
+    select_top(c, n, p->top_k);
+    n = p->top_k;
+  }
+  if (p->top_p < 1.0f) {
+    /* Sort only as much of the head as the nucleus needs: grow the sorted prefix until its
+     * exclusive cumulative mass reaches top_p. */
+    double z_total = 0.0;
+    for (int32_t i = 0; i < n; i++) z_total += exp((double)c[i].v - zmax);
+    const double target = (double)(p->top_p > 0.0f ? p->top_p : 0.0f) * z_total;
+    int32_t k = n < 256 ? n : 256;
+    for (;;) {
+      if (k < n) select_top(c, n, k);
+      qsort(c, (size_t)k, sizeof(cand), cand_cmp);
+      double cum = 0.0;
+      int32_t keep = -1;
+      for (int32_t i = 0; i < k; i++) {
+        if (i > 0 && cum >= target) {
+          keep = i;
+          break;
+        }
+        cum += exp((double)c[i].v - zmax);
+      }
+      if (keep < 0 && k == n) keep = n;
+      if (keep >= 0) {
+        n = keep;
+        break;
+      }
+      k = k > n / 8 ? n : k * 8;
+    }
+  }
+  if (p->min_p > 0.0f) {
+    /* p_i >= min_p * p_max  <=>  z_i >= z_max + log(min_p); the max is always kept. */
+    const float thr = zmax + logf(p->min_p);
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+      if (c[i].v >= thr || c[i].v == zmax) c[m++] = c[i];
+    n = m;
+  }
+  double total = 0.0;
+  for (int32_t i = 0; i < n; i++) total += exp((double)c[i].v - zmax);
+  o->n_kept = n;
+  o->total = total;
+  o->zmax = zmax;
+}
+
+/* The N best of the penalised logits, most likely first, as log-probabilities. */
+static int32_t top_logprobs(const float *x, int32_t vocab, int32_t n, double lse, int32_t *ids,
+                            float *lps) {
+  cand best[WEIR_MAX_LOGPROBS];
+  int32_t have = 0;
+  for (int32_t i = 0; i < vocab; i++) {
+    cand c = {x[i], i};
+    if (x[i] != x[i]) continue;
+    if (have == n && !before(&c, &best[have - 1])) continue;
+    int32_t j = have < n ? have++ : n - 1;
+    while (j > 0 && before(&c, &best[j - 1])) {
+      best[j] = best[j - 1];
+      j--;
+    }
+    best[j] = c;
+  }
+  for (int32_t i = 0; i < have; i++) {
+    ids[i] = best[i].id;
+    lps[i] = (float)((double)best[i].v - lse);
+  }
+  return have;
+}
+
+typedef struct batch_ctx {
+  sampler *s;
+  const weir_sampling_row *rows;
+  const float *logits;
+  int32_t vocab;
+  weir_sample_result *out; /* sample() */
+  float *probs;            /* probs() */
+  int failed;
+} batch_ctx;
+
+static int check_row(const weir_sampling_row *r) {
+  if (!r->params) return 0;
+  if (r->params->temperature < 0.0f || r->params->temperature != r->params->temperature)
+    return 0;
+  if (r->params->temperature > 0.0f && !r->rng_state) return 0;
+  if (r->params->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
+  if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
+      (r->num_output_tokens > 0 && !r->output_tokens) ||
+      (r->num_suppress_tokens > 0 && !r->suppress_tokens))
+    return 0;
+  return 1;
+}
+
+static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  batch_ctx *b = arg;
+  scratch *w = &b->s->ws[thread];
+  for (int64_t r = begin; r < end; r++) {
+    const weir_sampling_row *row = &b->rows[r];
+    const int32_t vocab = b->vocab;
+    memcpy(w->buf, b->logits + r * vocab, (size_t)vocab * sizeof(float));
+    if (apply_penalties(w, row, vocab) != WEIR_OK) {
+      __atomic_store_n(&b->failed, 1, __ATOMIC_RELAXED);
+      continue;
+    }
+    const weir_sampling_params *p = row->params;
+    double lse = 0.0;
+    weir_sample_result *res = b->out ? &b->out[r] : NULL;
+    if (res) {
+      memset(res, 0, sizeof(*res));
+      if (p->num_logprobs >= 0) {
+        lse = weir_logsumexp(w->buf, vocab);
+        if (p->num_logprobs > 0)
+          res->num_top = top_logprobs(w->buf, vocab, p->num_logprobs, lse, res->top_tokens,
+                                      res->top_logprobs);
+      }
+    }
+    row_out o;
+    truncate_row(w, p, vocab, &o);
+    if (b->probs) {
+      float *pr = b->probs + r * vocab;
+      memset(pr, 0, (size_t)vocab * sizeof(float));
+      if (o.greedy) {
+        pr[o.token] = 1.0f;
+      } else {
+        for (int32_t i = 0; i < o.n_kept; i++)
+          pr[w->c[i].id] = (float)(exp((double)w->c[i].v - o.zmax) / o.total);
+      }
+      continue;
+    }
+    int32_t token = o.token;
+    if (!o.greedy) {
+      double target = uniform01(row->rng_state) * o.total, cum = 0.0;
+      token = w->c[o.n_kept - 1].id;
+      for (int32_t i = 0; i < o.n_kept; i++) {
+        cum += exp((double)w->c[i].v - o.zmax);
+        if (cum > target) {
+          token = w->c[i].id;
+          break;
+        }
+      }
+    }
+    res->token = token;
+    res->logprob = p->num_logprobs >= 0 ? (float)((double)w->buf[token] - lse) : 0.0f;
+  }
+}
+
+static int run_batch(sampler *s, batch_ctx *b, int32_t num_rows) {
+  const weir_host *h = s->host;
+  if (num_rows == 0) return WEIR_OK;
+  if (!b->rows || !b->logits || num_rows < 0 || b->vocab <= 0) return WEIR_E_INVAL;
+  for (int32_t r = 0; r < num_rows; r++)
+    if (!check_row(&b->rows[r])) return WEIR_E_INVAL;
+  int threads = h && h->num_threads && h->parallel_for ? h->num_threads(h->ctx) : 1;
+  if (threads < 1) threads = 1;
+  /* One row of a small vocab is not worth a wake-up. */
+  if ((int64_t)num_rows * b->vocab < 65536 || num_rows == 1) threads = 1;
+  int rc = ensure_scratch(s, threads, b->vocab);
+  if (rc != WEIR_OK) return rc;
+  if (threads > 1) h->parallel_for(h->ctx, num_rows, 1, sample_chunk, b);
+  else sample_chunk(b, 0, num_rows, 0);
+  return b->failed ? WEIR_E_INVAL : WEIR_OK;
+}
+
+static int sp_sample(void *self, const weir_sampling_row *rows, int32_t num_rows, float *logits,
+                     int32_t vocab, weir_sample_result *out) {
+  if (!out && num_rows > 0) return WEIR_E_INVAL;
+  batch_ctx b = {.s = self, .rows = rows, .logits = logits, .vocab = vocab, .out = out};
+  return run_batch(self, &b, num_rows);
+}
+
+static int sp_probs(void *self, const weir_sampling_row *rows, int32_t num_rows, float *logits,
+                    int32_t vocab, float *probs) {
+  if (!probs && num_rows > 0) return WEIR_E_INVAL;
+  batch_ctx b = {.s = self, .rows = rows, .logits = logits, .vocab = vocab, .probs = probs};
+  return run_batch(self, &b, num_rows);
+}
+
+static const weir_sampler_ops k_ops = {
+    .struct_size = sizeof(weir_sampler_ops),
+    .sample = sp_sample,
+    .probs = sp_probs,
+};
+
+static const weir_plugin_desc k_desc = {
+    .struct_size = sizeof(weir_plugin_desc),
+    .abi_major = WEIR_ABI_MAJOR,
+    .abi_minor = WEIR_ABI_MINOR,
+    .build_signature = WEIR_BUILD_SIGNATURE,
+    .kind = WEIR_PLUGIN_SAMPLER,
+    .name = "default",
+    .version = "1.0.0",
+    .description = "penalties, greedy, temperature, top-k, top-p, min-p; xoshiro256** draws",
+    .devices = WEIR_DEVICE_CPU,
+    .dtypes = 0,
+    .options = NULL,
+    .num_options = 0,
+    .init = sp_init,
+    .fini = sp_fini,
+    .ops = &k_ops,
+};
+
+WEIR_PLUGIN_EXPORT(k_desc)
