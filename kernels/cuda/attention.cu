@@ -1,0 +1,407 @@
+// Paged attention over weir's block pool: the KV write, one tiled kernel for decode, prefill,
+// chunked prefill and speculative verification, the split-KV reduction, and copy_blocks.
+//
+// One CTA computes a tile of query rows that share one KV head: `tokens_per_cta` consecutive
+// new tokens of one sequence times the G query heads of that KV head's group. So each KV block
+// is read from device memory once per tile rather than once per query head (GQA-aware), and
+// a decode step (one token per sequence) reads each sequence's KV exactly once. The KV blocks
+// of the tile's causal range are visited one at a time through shared memory with an online
+// softmax in f32 (flash-attention style). When the grid would be too small to fill the GPU
+// (few sequences, long contexts), the blocks are partitioned across `num_splits` CTAs whose
+// partial results a second kernel combines.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "weir_cuda_kernels.h"
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxBlockSize = 64;
+constexpr int kMaxRows = 32; // query rows per CTA (token x head)
+constexpr int kPad = 4;      // floats of padding per K/V row in shared memory (bank spread)
+
+enum { kF32 = 0, kF16 = 1, kBF16 = 30 };
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+size_t elem_size(int32_t dt) {
+  switch (dt) {
+  case kF32: return 4;
+  case kF16: case kBF16: return 2;
+  default: return 0;
+  }
+}
+
+// ---- KV write --------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v,
+                                const int32_t *__restrict__ slots, char *base,
+                                size_t block_bytes, int32_t num_blocks, int32_t kvh,
+                                int32_t hd, int32_t bs) {
+  const int32_t tok = blockIdx.x;
+  const int32_t slot = slots[tok];
+  if (slot < 0) return; // padding token: nothing to store
+  const int32_t blk = slot / bs, off = slot % bs;
+  if (blk >= num_blocks) return;
+  T *kb = reinterpret_cast<T *>(base + (size_t)blk * block_bytes);
+  T *vb = kb + (size_t)kvh * bs * hd;
+  const int32_t n = kvh * hd;
+  const float *kr = k + (size_t)tok * n, *vr = v + (size_t)tok * n;
+  for (int32_t e = threadIdx.x; e < n; e += blockDim.x) {
+    const int32_t h = e / hd, d = e % hd;
+    const size_t at = ((size_t)h * bs + off) * hd + d;
+    kb[at] = from_f<T>(kr[e]);
+    vb[at] = from_f<T>(vr[e]);
+  }
+}
+
+// ---- attention -------------------------------------------------------------------------------
+
+struct SmemLayout {
+  int q, acc, k, v, s, m, l, alpha, total; // offsets in floats
+};
+
+__host__ __device__ inline SmemLayout smem_layout(int rows, int hd, int bs) {
+  SmemLayout L;
+  const int kr = hd + kPad;
+  L.q = 0;
+  L.acc = L.q + rows * hd;
+  L.k = L.acc + rows * hd;
+  L.v = L.k + bs * kr;
+  L.s = L.v + bs * kr;
+  L.m = L.s + rows * bs;
+  L.l = L.m + rows;
+  L.alpha = L.l + rows;
+  L.total = L.alpha + rows;
+  return L;
+}
+
+// Loads one head's K or V rows of one block (bs * hd contiguous elements of T) into shared
+// memory as f32 rows of stride hd + kPad, with 16-byte global loads.
+template <typename T>
+__device__ __forceinline__ void load_tile(float *dst, const T *__restrict__ src, int hd, int bs) {
+  constexpr int V = 16 / sizeof(T);
+  const int nvec = bs * hd / V;
+  const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
+  for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+    const uint4 raw = __ldg(s4 + i);
+    const T *e = reinterpret_cast<const T *>(&raw);
+    const int flat = i * V, t = flat / hd, d = flat % hd;
+    float *o = dst + t * (hd + kPad) + d;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o[j] = to_f(e[j]);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    attention_kernel(weir_cuda_attn_params p, int tokens_per_cta, int tiles_per_seq,
+                     int num_splits, const float *__restrict__ q, float *__restrict__ out,
+                     float *__restrict__ ws) {
+  extern __shared__ float sm[];
+  const int hd = p.head_dim, bs = p.block_size, G = p.n_heads / p.n_kv_heads;
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int seq = blockIdx.x / tiles_per_seq, tile = blockIdx.x % tiles_per_seq;
+  const int q0 = p.query_start_loc[seq];
+  const int qlen = p.query_start_loc[seq + 1] - q0;
+  const int ctx = p.context_lens[seq];
+  const int tok0 = tile * tokens_per_cta;
+  if (tok0 >= qlen) return; // this sequence has fewer new tokens than the batch maximum
+  const int ntok = min(tokens_per_cta, qlen - tok0);
+  const int rows = ntok * G;
+  const int rows_cap = tokens_per_cta * G;
+  const SmemLayout L = smem_layout(rows_cap, hd, bs);
+  float *sq = sm + L.q, *sacc = sm + L.acc, *sk = sm + L.k, *sv = sm + L.v, *ss = sm + L.s;
+  float *sm_m = sm + L.m, *sm_l = sm + L.l, *salpha = sm + L.alpha;
+  const int kr = hd + kPad;
+  const int first_pos = ctx - qlen + tok0; // position of the tile's first new token
+
+  // Query rows, pre-scaled. Row r is token tok0 + r / G, head kvh * G + r % G.
+  const int qstride = p.n_heads * hd;
+  for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
+    const int r = e / hd, d = e % hd;
+    const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
+    sq[e] = q[(size_t)tok * qstride + (size_t)head * hd + d] * p.scale;
+    sacc[e] = 0.0f;
+  }
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    sm_m[r] = -INFINITY;
+    sm_l[r] = 0.0f;
+  }
+
+  // The tile's keys: [0, last_key]; this split takes its share of those blocks.
+  const int last_key = first_pos + ntok - 1;
+  const int nblocks = last_key / bs + 1;
+  const int per = (nblocks + num_splits - 1) / num_splits;
+  const int b_begin = split * per;
+  const int b_end = min(nblocks, b_begin + per);
+  const int32_t *btab = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
+  const size_t head_elems = (size_t)bs * hd;
+  __syncthreads();
+
+  for (int b = b_begin; b < b_end; ++b) {
+    const int phys = btab[b];
+    const T *kb = reinterpret_cast<const T *>(static_cast<const char *>(p.kv_base) +
+                                              (size_t)phys * p.block_bytes);
+    load_tile<T>(sk, kb + (size_t)kvh * head_elems, hd, bs);
+    load_tile<T>(sv, kb + (size_t)p.n_kv_heads * head_elems + (size_t)kvh * head_elems, hd, bs);
+    __syncthreads();
+
+    // Scores, with the causal mask: row r may see keys at positions <= its own.
+    for (int e = threadIdx.x; e < rows * bs; e += blockDim.x) {
+      const int r = e / bs, t = e % bs;
+      const int key = b * bs + t;
+      float sc = -INFINITY;
+      if (key <= first_pos + r / G) {
+        const float4 *a = reinterpret_cast<const float4 *>(sq + r * hd);
+        const float4 *c = reinterpret_cast<const float4 *>(sk + t * kr);
+        float acc = 0.0f;
+        for (int d = 0; d < hd / 4; ++d) {
+          const float4 x = a[d], y = c[d];
+          acc += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
+        sc = acc;
+      }
+      ss[e] = sc;
+    }
+    __syncthreads();
+
+    // Online softmax bookkeeping, one thread per row.
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+      float mx = -INFINITY;
+      for (int t = 0; t < bs; ++t) mx = fmaxf(mx, ss[r * bs + t]);
+      const float m_old = sm_m[r];
+      const float m_new = fmaxf(m_old, mx);
+      float alpha = 1.0f, sum = 0.0f;
+      if (m_new == -INFINITY) { // nothing visible yet in this row
+        for (int t = 0; t < bs; ++t) ss[r * bs + t] = 0.0f;
+      } else {
+        alpha = expf(m_old - m_new); // 0 when m_old is -inf
+        for (int t = 0; t < bs; ++t) {
+          const float e = expf(ss[r * bs + t] - m_new);
+          ss[r * bs + t] = e;
+          sum += e;
+        }
+      }
+      sm_l[r] = sm_l[r] * alpha + sum;
+      sm_m[r] = m_new;
+      salpha[r] = alpha;
+    }
+    __syncthreads();
+
+    for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
+      const int r = e / hd, d = e % hd;
+      float a = sacc[e] * salpha[r];
+      const float *pr = ss + r * bs;
+      for (int t = 0; t < bs; ++t) a += pr[t] * sv[t * kr + d];
+      sacc[e] = a;
+    }
+    __syncthreads();
+  }
+
+  if (num_splits == 1) {
+    for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
+      const int r = e / hd, d = e % hd;
+      const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
+      const float l = sm_l[r];
+      out[(size_t)tok * qstride + (size_t)head * hd + d] = l > 0.0f ? sacc[e] / l : 0.0f;
+    }
+  } else {
+    // Partial result: unnormalised accumulator plus the row's max and sum.
+    const size_t slot = ((size_t)blockIdx.x * p.n_kv_heads + kvh) * num_splits + split;
+    float *wo = ws + slot * (size_t)rows_cap * (hd + 2);
+    for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) wo[e] = sacc[e];
+    float *wm = wo + (size_t)rows_cap * hd;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+      wm[r] = sm_m[r];
+      wm[rows_cap + r] = sm_l[r];
+    }
+  }
+}
+
+// Combines the num_splits partial results of each (tile, kv head).
+__global__ void __launch_bounds__(kThreads)
+    split_reduce_kernel(weir_cuda_attn_params p, int tokens_per_cta, int tiles_per_seq,
+                        int num_splits, const float *__restrict__ ws, float *__restrict__ out) {
+  const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
+  const int kvh = blockIdx.y;
+  const int seq = blockIdx.x / tiles_per_seq, tile = blockIdx.x % tiles_per_seq;
+  const int q0 = p.query_start_loc[seq];
+  const int qlen = p.query_start_loc[seq + 1] - q0;
+  const int tok0 = tile * tokens_per_cta;
+  if (tok0 >= qlen) return;
+  const int ntok = min(tokens_per_cta, qlen - tok0);
+  const int rows = ntok * G, rows_cap = tokens_per_cta * G;
+  const size_t part = (size_t)rows_cap * (hd + 2);
+  const float *w0 = ws + ((size_t)blockIdx.x * p.n_kv_heads + kvh) * num_splits * part;
+  const int qstride = p.n_heads * hd;
+  for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
+    const int r = e / hd;
+    float M = -INFINITY;
+    for (int s = 0; s < num_splits; ++s) M = fmaxf(M, w0[s * part + (size_t)rows_cap * hd + r]);
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float *ws_s = w0 + s * part;
+      const float m = ws_s[(size_t)rows_cap * hd + r];
+      if (m == -INFINITY) continue; // this split saw no visible key
+      const float wgt = expf(m - M);
+      den += wgt * ws_s[(size_t)rows_cap * hd + rows_cap + r];
+      num += wgt * ws_s[e];
+    }
+    const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
+    out[(size_t)tok * qstride + (size_t)head * hd + e % hd] = den > 0.0f ? num / den : 0.0f;
+  }
+}
+
+__global__ void copy_blocks_kernel(char *layer0, size_t block_bytes, size_t layer_stride,
+                                   const int32_t *__restrict__ src,
+                                   const int32_t *__restrict__ dst) {
+  const int i = blockIdx.x, l = blockIdx.y;
+  const char *s = layer0 + (size_t)l * layer_stride + (size_t)src[i] * block_bytes;
+  char *d = layer0 + (size_t)l * layer_stride + (size_t)dst[i] * block_bytes;
+  if (block_bytes % 16 == 0) {
+    const uint4 *s4 = reinterpret_cast<const uint4 *>(s);
+    uint4 *d4 = reinterpret_cast<uint4 *>(d);
+    for (size_t j = threadIdx.x; j < block_bytes / 16; j += blockDim.x) d4[j] = s4[j];
+  } else {
+    for (size_t j = threadIdx.x; j < block_bytes; j += blockDim.x) d[j] = s[j];
+  }
+}
+
+template <typename T>
+cudaError_t launch_attention(cudaStream_t stream, const weir_cuda_attn_params *p,
+                             const weir_cuda_attn_plan *plan, const float *q, float *out,
+                             float *ws) {
+  const dim3 grid((unsigned)(p->num_seqs * plan->tiles_per_seq), (unsigned)p->n_kv_heads,
+                  (unsigned)plan->num_splits);
+  if (plan->smem_bytes > 48 * 1024) {
+    cudaError_t e = cudaFuncSetAttribute(attention_kernel<T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)plan->smem_bytes);
+    if (e != cudaSuccess) return e;
+  }
+  attention_kernel<T><<<grid, kThreads, plan->smem_bytes, stream>>>(
+      *p, plan->tokens_per_cta, plan->tiles_per_seq, plan->num_splits, q, out, ws);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || plan->num_splits == 1) return e;
+  split_reduce_kernel<<<dim3(grid.x, grid.y), kThreads, 0, stream>>>(
+      *p, plan->tokens_per_cta, plan->tiles_per_seq, plan->num_splits, ws, out);
+  return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" size_t weir_cuda_attn_block_bytes(int32_t n_kv_heads, int32_t head_dim,
+                                             int32_t block_size, int32_t kv_dtype) {
+  const size_t es = elem_size(kv_dtype);
+  if (es == 0 || n_kv_heads <= 0 || head_dim <= 0 || head_dim > kMaxHeadDim ||
+      block_size <= 0 || block_size > kMaxBlockSize)
+    return 0;
+  // 16-byte vector loads of K/V rows need head_dim to be a multiple of 16 / element size.
+  if (head_dim % (int32_t)(16 / es) != 0) return 0;
+  return 2 * (size_t)n_kv_heads * (size_t)block_size * (size_t)head_dim * es;
+}
+
+extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_attn_params *p,
+                                          const float *k, const float *v) {
+  if (p->num_tokens <= 0) return cudaSuccess;
+  const unsigned grid = (unsigned)p->num_tokens;
+  char *base = static_cast<char *>(p->kv_base);
+  switch (p->kv_dtype) {
+  case kF32:
+    kv_write_kernel<float><<<grid, kThreads, 0, stream>>>(k, v, p->slot_mapping, base,
+                                                          p->block_bytes, p->num_blocks,
+                                                          p->n_kv_heads, p->head_dim,
+                                                          p->block_size);
+    break;
+  case kF16:
+    kv_write_kernel<__half><<<grid, kThreads, 0, stream>>>(k, v, p->slot_mapping, base,
+                                                           p->block_bytes, p->num_blocks,
+                                                           p->n_kv_heads, p->head_dim,
+                                                           p->block_size);
+    break;
+  case kBF16:
+    kv_write_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+        k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
+        p->block_size);
+    break;
+  default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, int num_sms,
+                                                size_t max_smem, weir_cuda_attn_plan *plan) {
+  if (p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads != 0) return cudaErrorInvalidValue;
+  if (weir_cuda_attn_block_bytes(p->n_kv_heads, p->head_dim, p->block_size, p->kv_dtype) == 0)
+    return cudaErrorInvalidValue;
+  const int G = p->n_heads / p->n_kv_heads;
+  const int mql = p->max_query_len > 0 ? p->max_query_len : 1;
+  int T = G >= kMaxRows ? 1 : kMaxRows / G;
+  if (T > mql) T = mql;
+  size_t smem = 0;
+  for (;;) {
+    smem = (size_t)smem_layout(T * G, p->head_dim, p->block_size).total * sizeof(float);
+    if (smem <= max_smem || T == 1) break;
+    T /= 2;
+  }
+  if (smem > max_smem) return cudaErrorInvalidValue;
+  plan->rows_per_cta = T * G;
+  plan->tokens_per_cta = T;
+  plan->tiles_per_seq = (mql + T - 1) / T;
+  plan->smem_bytes = smem;
+  plan->num_splits = 1;
+  const long ctas = (long)p->num_seqs * plan->tiles_per_seq * p->n_kv_heads;
+  const int max_blocks = (p->max_context_len + p->block_size - 1) / p->block_size;
+  // Split the KV range only when the grid cannot fill the GPU twice over and each split
+  // still gets a few blocks (below that the reduction costs more than it saves).
+  if (plan->tiles_per_seq == 1 && ctas > 0 && ctas < 2L * num_sms && max_blocks >= 8) {
+    long s = (2L * num_sms + ctas - 1) / ctas;
+    const long by_len = max_blocks / 4;
+    if (s > by_len) s = by_len;
+    if (s > 64) s = 64;
+    if (s > 1) plan->num_splits = (int32_t)s;
+  }
+  plan->workspace_bytes =
+      plan->num_splits > 1
+          ? (size_t)ctas * plan->num_splits * plan->rows_per_cta * (p->head_dim + 2) * sizeof(float)
+          : 0;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t weir_cuda_attention(cudaStream_t stream, const weir_cuda_attn_params *p,
+                                           const weir_cuda_attn_plan *plan, const float *q,
+                                           float *out, void *workspace) {
+  if (p->num_seqs <= 0 || p->num_tokens <= 0) return cudaSuccess;
+  if (plan->num_splits > 1 && workspace == NULL) return cudaErrorInvalidValue;
+  float *ws = static_cast<float *>(workspace);
+  switch (p->kv_dtype) {
+  case kF32: return launch_attention<float>(stream, p, plan, q, out, ws);
+  case kF16: return launch_attention<__half>(stream, p, plan, q, out, ws);
+  case kBF16: return launch_attention<__nv_bfloat16>(stream, p, plan, q, out, ws);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+extern "C" cudaError_t weir_cuda_copy_blocks(cudaStream_t stream, void *layer0,
+                                             size_t block_bytes, int32_t num_blocks,
+                                             int32_t n_layers, const int32_t *src,
+                                             const int32_t *dst, int32_t n) {
+  if (n <= 0 || n_layers <= 0) return cudaSuccess;
+  copy_blocks_kernel<<<dim3((unsigned)n, (unsigned)n_layers), 256, 0, stream>>>(
+      static_cast<char *>(layer0), block_bytes, (size_t)num_blocks * block_bytes, src, dst);
+  return cudaGetLastError();
+}

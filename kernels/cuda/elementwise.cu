@@ -1,0 +1,216 @@
+// Elementwise operations of the transformer graph (weir_device_ops), f32 in and out.
+// All of these are memory-bound: each reads its inputs once and writes its output once.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "weir_cuda_kernels.h"
+
+namespace {
+
+constexpr int kNormThreads = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block; every thread gets the result. `red` holds one float per warp.
+__device__ __forceinline__ float block_sum(float v, float *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x >> 5;
+  v = lane < nw ? red[lane] : 0.0f;
+  v = warp_sum(v);
+  __syncthreads(); // red may be reused by the caller
+  return v;
+}
+
+// One block per row; float4 accesses when the row is 16-byte aligned (dim % 4 == 0).
+template <bool kVec>
+__global__ void rms_norm_kernel(float *__restrict__ out, const float *__restrict__ x,
+                                const float *__restrict__ w, int64_t dim, float eps) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const float *xr = x + row * dim;
+  float *orow = out + row * dim;
+  float ss = 0.0f;
+  if (kVec) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(xr);
+    for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+      float4 a = x4[i];
+      ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  }
+  ss = block_sum(ss, red);
+  const float inv = rsqrtf(ss / (float)dim + eps);
+  if (kVec) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(xr);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+    float4 *o4 = reinterpret_cast<float4 *>(orow);
+    for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+      float4 a = x4[i], g = w4[i];
+      o4[i] = make_float4(a.x * inv * g.x, a.y * inv * g.y, a.z * inv * g.z, a.w * inv * g.w);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = xr[i] * inv * w[i];
+  }
+}
+
+// residual += x, then out = rms_norm(residual), in one launch: the second pass re-reads the
+// sums this same thread wrote (an L1/L2 hit), saving the separate add kernel's full pass.
+__global__ void add_rms_norm_kernel(float *__restrict__ out, float *__restrict__ res,
+                                    const float *__restrict__ x, const float *__restrict__ w,
+                                    int64_t dim, float eps) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  float *rr = res + row * dim;
+  const float *xr = x + row * dim;
+  float *orow = out + row * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    float s = rr[i] + xr[i];
+    rr[i] = s;
+    ss += s * s;
+  }
+  ss = block_sum(ss, red);
+  const float inv = rsqrtf(ss / (float)dim + eps);
+  // Each thread re-reads only the elements it wrote itself: no barrier needed.
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = rr[i] * inv * w[i];
+}
+
+// One thread per rotated pair. Angles are computed in f32 from an exact integer position;
+// sincosf (not the fast intrinsic) keeps large positions accurate.
+__global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ pos,
+                            int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+                            int32_t rot_dim, float log2_base, float freq_scale, int neox) {
+  const int32_t half = rot_dim / 2;
+  const int64_t total = n_tokens * n_heads * (int64_t)half;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int32_t i = (int32_t)(idx % half);
+    const int64_t th = idx / half; // token * n_heads + head
+    const int64_t t = th / n_heads;
+    float *hp = x + th * head_dim;
+    const float theta =
+        (float)pos[t] * freq_scale * exp2f(-2.0f * (float)i / (float)rot_dim * log2_base);
+    float s, c;
+    sincosf(theta, &s, &c);
+    const int32_t a = neox ? i : 2 * i;
+    const int32_t b = neox ? i + half : 2 * i + 1;
+    const float x0 = hp[a], x1 = hp[b];
+    hp[a] = x0 * c - x1 * s;
+    hp[b] = x0 * s + x1 * c;
+  }
+}
+
+__global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void add_kernel(float *out, const float *a, const float *b, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void add_bias_kernel(float *x, const float *bias, int64_t rows, int64_t dim) {
+  const int64_t n = rows * dim;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] += bias[i % dim];
+}
+
+__global__ void get_rows_kernel(float *__restrict__ out, const float *__restrict__ x,
+                                const int32_t *__restrict__ rows, int64_t dim) {
+  const int64_t r = rows[blockIdx.x];
+  const float *src = x + r * dim;
+  float *dst = out + (int64_t)blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+// Grid for a grid-stride loop over n items: enough blocks to fill any current GPU, capped so
+// that huge n does not launch millions of blocks.
+unsigned grid_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 65536) b = 65536;
+  return (unsigned)b;
+}
+
+} // namespace
+
+extern "C" cudaError_t weir_cuda_rms_norm(cudaStream_t stream, float *out, const float *x,
+                                          const float *weight, int64_t rows, int64_t dim,
+                                          float eps) {
+  if (rows <= 0 || dim <= 0) return cudaSuccess;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+  const bool vec = dim % 4 == 0 && ((uintptr_t)out | (uintptr_t)x | (uintptr_t)weight) % 16 == 0;
+  if (vec)
+    rms_norm_kernel<true><<<(unsigned)rows, kNormThreads, 0, stream>>>(out, x, weight, dim, eps);
+  else
+    rms_norm_kernel<false><<<(unsigned)rows, kNormThreads, 0, stream>>>(out, x, weight, dim, eps);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_add_rms_norm(cudaStream_t stream, float *out, float *residual,
+                                              const float *x, const float *weight, int64_t rows,
+                                              int64_t dim, float eps) {
+  if (rows <= 0 || dim <= 0) return cudaSuccess;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+  add_rms_norm_kernel<<<(unsigned)rows, kNormThreads, 0, stream>>>(out, residual, x, weight, dim,
+                                                                   eps);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_rope(cudaStream_t stream, float *x, const int32_t *positions,
+                                      int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+                                      int32_t rot_dim, float freq_base, float freq_scale,
+                                      int style) {
+  if (rot_dim <= 0 || rot_dim > head_dim || rot_dim % 2 != 0 || freq_base <= 0.0f)
+    return cudaErrorInvalidValue;
+  if (style != 0 && style != 2) return cudaErrorInvalidValue;
+  const int64_t total = n_tokens * n_heads * (int64_t)(rot_dim / 2);
+  if (total <= 0) return cudaSuccess;
+  rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, positions, n_tokens, n_heads,
+                                                        head_dim, rot_dim, log2f(freq_base),
+                                                        freq_scale, style == 2);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_swiglu(cudaStream_t stream, float *out, const float *gate,
+                                        const float *up, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, gate, up, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_add(cudaStream_t stream, float *out, const float *a,
+                                     const float *b, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  add_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, a, b, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_add_bias(cudaStream_t stream, float *x, const float *bias,
+                                          int64_t rows, int64_t dim) {
+  if (rows <= 0 || dim <= 0) return cudaSuccess;
+  add_bias_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(x, bias, rows, dim);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_get_rows(cudaStream_t stream, float *out, const float *x,
+                                          const int32_t *rows, int64_t n, int64_t dim) {
+  if (n <= 0 || dim <= 0) return cudaSuccess;
+  if (n > 0x7fffffff) return cudaErrorInvalidValue;
+  get_rows_kernel<<<(unsigned)n, 256, 0, stream>>>(out, x, rows, dim);
+  return cudaGetLastError();
+}

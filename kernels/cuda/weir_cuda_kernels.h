@@ -1,0 +1,121 @@
+/* weir CUDA kernels: C-callable launchers shared by the CUDA plugins.
+ *
+ * Every launcher enqueues work on `stream` and returns at once with the launch status
+ * (cudaSuccess or the error cudaGetLastError reports for that launch); errors raised while a
+ * kernel runs surface at the next synchronizing call. Pointers are device memory unless a
+ * parameter's name ends in _host. Nothing here allocates; workspaces are passed in and their
+ * sizes come from the matching *_workspace_bytes function. Launchers are thread-safe as long
+ * as two threads do not share a stream. This header is plain C so that plugins written in C
+ * include it; the kernels live in the .cu files beside it. */
+#ifndef WEIR_CUDA_KERNELS_H
+#define WEIR_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise.cu: the device plugin's graph operations --------------------------------
+ * Semantics are those of weir_device_ops in weir/device.h. */
+
+cudaError_t weir_cuda_rms_norm(cudaStream_t stream, float *out, const float *x,
+                               const float *weight, int64_t rows, int64_t dim, float eps);
+/* Fused residual add and RMSNorm: residual[r] += x[r]; out[r] = rms_norm(residual[r]).
+ * One pass over the row instead of two. out may not alias residual or x. */
+cudaError_t weir_cuda_add_rms_norm(cudaStream_t stream, float *out, float *residual,
+                                   const float *x, const float *weight, int64_t rows,
+                                   int64_t dim, float eps);
+/* style: 0 = adjacent pairs (llama), 2 = halves (neox), as weir_rope_style. */
+cudaError_t weir_cuda_rope(cudaStream_t stream, float *x, const int32_t *positions,
+                           int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t rot_dim,
+                           float freq_base, float freq_scale, int style);
+cudaError_t weir_cuda_swiglu(cudaStream_t stream, float *out, const float *gate,
+                             const float *up, int64_t n);
+cudaError_t weir_cuda_add(cudaStream_t stream, float *out, const float *a, const float *b,
+                          int64_t n);
+cudaError_t weir_cuda_add_bias(cudaStream_t stream, float *x, const float *bias, int64_t rows,
+                               int64_t dim);
+cudaError_t weir_cuda_get_rows(cudaStream_t stream, float *out, const float *x,
+                               const int32_t *rows, int64_t n, int64_t dim);
+
+/* ---- attention.cu: paged attention ---------------------------------------------------------
+ * KV block layout (one block of one layer), element type kv_dtype (f32, f16 or bf16):
+ *   K: [n_kv_heads][block_size][head_dim], then V: [n_kv_heads][block_size][head_dim].
+ * So the K (or V) rows one KV head keeps in one block are contiguous (block_size * head_dim
+ * elements), and a block of a layer is 2 * n_kv_heads * block_size * head_dim elements.
+ * kv_dtype uses weir_dtype numbering (0 f32, 1 f16, 30 bf16). */
+
+typedef struct weir_cuda_attn_params {
+  int32_t n_heads, n_kv_heads, head_dim, block_size;
+  int32_t kv_dtype;
+  float scale;
+  int32_t num_seqs, num_tokens, max_query_len, max_context_len;
+  const int32_t *query_start_loc; /* [num_seqs + 1] */
+  const int32_t *context_lens;    /* [num_seqs] */
+  const int32_t *block_tables;    /* [num_seqs][max_blocks_per_seq] */
+  int32_t max_blocks_per_seq;
+  const int32_t *slot_mapping;    /* [num_tokens]; a negative slot is skipped */
+  void *kv_base;                  /* this layer's first block */
+  size_t block_bytes;
+  int32_t num_blocks;
+} weir_cuda_attn_params;
+
+/* Bytes of one block of one layer; 0 for an unsupported dtype or shape. */
+size_t weir_cuda_attn_block_bytes(int32_t n_kv_heads, int32_t head_dim, int32_t block_size,
+                                  int32_t kv_dtype);
+/* Stores k, v ([num_tokens][n_kv_heads * head_dim] f32) at slot_mapping. */
+cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_attn_params *p,
+                               const float *k, const float *v);
+
+/* A launch plan: chooses rows per CTA and the KV split for a batch. num_sms is the device's
+ * multiprocessor count, max_smem its opt-in shared memory per block. Returns cudaSuccess or
+ * cudaErrorInvalidValue when the shape cannot be served (head_dim > 256, too many query heads
+ * per KV head for shared memory). */
+typedef struct weir_cuda_attn_plan {
+  int32_t rows_per_cta;    /* query rows (token x head) one CTA computes */
+  int32_t tokens_per_cta;  /* rows_per_cta / group size */
+  int32_t tiles_per_seq;   /* ceil(max_query_len / tokens_per_cta) */
+  int32_t num_splits;      /* KV partitions per (tile, kv head); 1 = no reduction pass */
+  size_t smem_bytes;       /* dynamic shared memory of the main kernel */
+  size_t workspace_bytes;  /* device workspace the split reduction needs (0 when 1 split) */
+} weir_cuda_attn_plan;
+
+cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, int num_sms,
+                                     size_t max_smem, weir_cuda_attn_plan *plan);
+/* out = causal attention of q over the paged cache (which already holds this step's K and
+ * V). q, out: [num_tokens][n_heads * head_dim] f32. workspace: plan->workspace_bytes. */
+cudaError_t weir_cuda_attention(cudaStream_t stream, const weir_cuda_attn_params *p,
+                                const weir_cuda_attn_plan *plan, const float *q, float *out,
+                                void *workspace);
+/* For every layer l < n_layers and pair i < n: copies block src[i] onto block dst[i].
+ * src, dst: device int32 [n]. layer0: the pool's first byte; layer stride is
+ * num_blocks * block_bytes. */
+cudaError_t weir_cuda_copy_blocks(cudaStream_t stream, void *layer0, size_t block_bytes,
+                                  int32_t num_blocks, int32_t n_layers, const int32_t *src,
+                                  const int32_t *dst, int32_t n);
+
+/* ---- quant_f16.cu: half-precision weights ------------------------------------------------- */
+
+/* Converts n_rows rows of `cols` source elements (GGUF layout: src_dtype F32 0, F16 1, BF16 30,
+ * Q8_0 8, Q4_0 2, Q4_1 3; row stride src_row_bytes) to f16 rows of `cols` (dst, contiguous). */
+cudaError_t weir_cuda_pack_f16(cudaStream_t stream, void *dst, const void *src, int32_t src_dtype,
+                               int64_t n_rows, int64_t cols, size_t src_row_bytes);
+/* dst[i] = (half)src[i]. */
+cudaError_t weir_cuda_f32_to_f16(cudaStream_t stream, void *dst, const float *src, int64_t n);
+/* y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tokens <= 8: W is f16 [out][in] (rows 16-byte
+ * aligned when in % 8 == 0), x, y f32. Streams W once. */
+cudaError_t weir_cuda_gemv_f16(cudaStream_t stream, const void *w, const float *x, float *y,
+                               int64_t in, int64_t out, int32_t n_tokens);
+/* out[t] = (f32) W[ids[t]] for t < n; an id outside [0, rows) zero-fills its row and sets
+ * *bad_flag (host-mapped or device int) to 1. */
+cudaError_t weir_cuda_embed_f16(cudaStream_t stream, const void *w, const int32_t *ids,
+                                float *out, int64_t n, int64_t rows, int64_t cols,
+                                int *bad_flag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
