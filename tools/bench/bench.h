@@ -1,0 +1,276 @@
+/* weir bench internals: the load generator behind `weir bench`.
+ *
+ * Files:
+ *   cmd_bench.c       command line, single runs and A/B orchestration, starting weir servers
+ *   bench_workload.c  seeded PRNG, datasets (random, shared-prefix, JSONL), arrival times
+ *   bench_client.c    libuv HTTP/1.1 client, llhttp response parser, SSE parser, schedulers
+ *   bench_stats.c     per-run summaries, the A/B decision rule
+ *   bench_report.c    the table, the JSON result file and the SVG chart
+ *
+ * Everything here is single-threaded: the libuv loop of one run, and the orchestration
+ * around it. Nothing is thread-safe and nothing needs to be. Only weir__cmd_bench is
+ * called from outside tools/bench/. */
+#ifndef WEIR_TOOLS_BENCH_H
+#define WEIR_TOOLS_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weir/status.h"
+
+#define WEIR_BENCH_SCHEMA_VERSION 1
+
+/* ---------------------------------------------------------------- PRNG */
+
+/* xoshiro256** seeded through splitmix64: fast, good enough for workloads, and identical
+ * on every platform so a seed names one workload everywhere. */
+typedef struct weir_bench_rng {
+  uint64_t s[4];
+} weir_bench_rng;
+
+void weir__bench_rng_seed(weir_bench_rng *r, uint64_t seed);
+uint64_t weir__bench_rng_u64(weir_bench_rng *r);
+double weir__bench_rng_unit(weir_bench_rng *r);            /* uniform in [0, 1) */
+int64_t weir__bench_rng_range(weir_bench_rng *r, int64_t lo, int64_t hi); /* [lo, hi] */
+double weir__bench_rng_gamma(weir_bench_rng *r, double shape, double scale);
+
+/* ---------------------------------------------------------------- workload */
+
+typedef enum weir_bench_dataset_kind {
+  WEIR_BENCH_DS_RANDOM = 0,
+  WEIR_BENCH_DS_SHARED_PREFIX = 1,
+  WEIR_BENCH_DS_JSONL = 2,
+} weir_bench_dataset_kind;
+
+typedef enum weir_bench_endpoint {
+  WEIR_BENCH_EP_COMPLETIONS = 0,
+  WEIR_BENCH_EP_CHAT = 1,
+} weir_bench_endpoint;
+
+/* One JSONL entry: a prompt string, or a chat conversation (a cJSON array kept as text). */
+typedef struct weir_bench_jsonl_item {
+  char *prompt;        /* owned; NULL when messages is set */
+  char *messages_json; /* owned JSON array text; NULL when prompt is set */
+  int max_tokens;      /* 0 = use --output-len */
+} weir_bench_jsonl_item;
+
+typedef struct weir_bench_workload {
+  weir_bench_dataset_kind dataset;
+  weir_bench_endpoint endpoint;
+  uint64_t seed;
+  int input_len, output_len;           /* means, in tokens (text: words ~ tokens) */
+  double input_range, output_range;    /* uniform spread as a fraction: len*(1±range) */
+  int prompt_tokens;                   /* 1: prompt as an array of token ids (completions) */
+  int vocab;                           /* token ids are drawn from [vocab_lo, vocab) */
+  int vocab_lo;
+  int num_prefixes, num_suffixes;      /* shared-prefix */
+  int prefix_len;                      /* shared-prefix: tokens of each shared prefix */
+  int ignore_eos;
+  double temperature;                  /* < 0: not sent */
+  char *file;                          /* JSONL path (borrowed from argv) */
+  weir_bench_jsonl_item *items;        /* loaded JSONL entries, owned */
+  int num_items;
+} weir_bench_workload;
+
+/* One generated request: exactly one of prompt_text, prompt_ids, messages_json is set. */
+typedef struct weir_bench_prompt {
+  char *prompt_text;     /* owned */
+  int32_t *prompt_ids;   /* owned */
+  char *messages_json;   /* owned copy */
+  int num_prompt_ids;
+  int expected_input;    /* tokens (text: words; JSONL: 0 = unknown) */
+  int max_tokens;
+} weir_bench_prompt;
+
+/* Loads the JSONL file named by w->file. Returns 0 or a negative weir_status with a message
+ * in err. */
+int weir__bench_workload_load(weir_bench_workload *w, char *err, size_t errlen);
+void weir__bench_workload_free(weir_bench_workload *w);
+/* Request `index` of the workload: a pure function of (workload, seed, index), so a seed
+ * names the same prompts in the same order on every run and for either A/B side. `phase`
+ * separates the warm-up stream (1) from the measured stream (0). */
+int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t index,
+                             weir_bench_prompt *out);
+void weir__bench_prompt_free(weir_bench_prompt *p);
+/* The request body as JSON text (malloc'd), for `model`. */
+char *weir__bench_request_body(const weir_bench_workload *w, const weir_bench_prompt *p,
+                               const char *model);
+
+/* Open-loop arrival offsets in seconds from the run start: gamma inter-arrival times with
+ * shape `burstiness` (1 = Poisson) and mean 1/rate. Fills up to max_n entries that are
+ * < duration_s (duration_s <= 0: no limit); returns the count. */
+int64_t weir__bench_arrivals(uint64_t seed, double rate, double burstiness, double duration_s,
+                             int64_t max_n, double *out);
+
+/* ---------------------------------------------------------------- one run */
+
+typedef enum weir_bench_err {
+  WEIR_BENCH_ERR_CONNECT = 0, /* refused, unreachable, DNS, reset before any response */
+  WEIR_BENCH_ERR_HTTP_4XX,
+  WEIR_BENCH_ERR_HTTP_5XX,
+  WEIR_BENCH_ERR_HTTP_OTHER,  /* any other non-200 status */
+  WEIR_BENCH_ERR_MALFORMED,   /* unparseable HTTP or SSE (non-JSON data, bad framing) */
+  WEIR_BENCH_ERR_TRUNCATED,   /* the stream ended before data: [DONE] */
+  WEIR_BENCH_ERR_SERVER,      /* an error object inside the stream */
+  WEIR_BENCH_ERR_TIMEOUT,     /* the per-request timeout passed */
+  WEIR_BENCH_ERR_CANCELED,    /* stopped by Ctrl-C or the run's time bound */
+  WEIR_BENCH_ERR_COUNT
+} weir_bench_err;
+
+extern const char *const weir__bench_err_names[WEIR_BENCH_ERR_COUNT];
+
+/* What one request measured. Times are milliseconds from the run's start. */
+typedef struct weir_bench_record {
+  double scheduled_ms; /* when the scheduler wanted it sent */
+  double start_ms;     /* when it was sent (connect started) */
+  double end_ms;
+  double *chunk_ms;    /* arrival of every content chunk, owned */
+  int num_chunks, cap_chunks;
+  int64_t usage_prompt, usage_completion; /* -1 when the server sent no usage */
+  int expected_input;
+  int ok;              /* 1: completed with [DONE] and HTTP 200 */
+  int err;             /* weir_bench_err when !ok and finished */
+  int http_status;
+} weir_bench_record;
+
+typedef struct weir_bench_load {
+  int concurrency;      /* closed loop when rate <= 0; open loop: cap (0 = none) */
+  double rate;          /* requests/s; > 0 selects the open loop */
+  double burstiness;    /* gamma shape */
+  int64_t num_requests; /* bound on requests (0 = duration only) */
+  double duration_s;    /* bound on the issuing phase (0 = count only) */
+  int warmup;           /* requests run before measuring, excluded */
+  double request_timeout_s;
+  double max_time_s;    /* hard bound on the run, in-flight requests canceled after it */
+} weir_bench_load;
+
+typedef struct weir_bench_target {
+  char *label;     /* "A", "B" or the URL */
+  char *url;       /* base URL http://host:port (owned) */
+  char *host;      /* owned */
+  int port;
+  char *config;    /* borrowed: config file when the bench starts the server itself */
+  char *model;     /* owned */
+  char *api_key;   /* borrowed */
+} weir_bench_target;
+
+typedef struct weir_bench_run {
+  weir_bench_record *recs; /* measured requests, owned */
+  int64_t num_recs;
+  double duration_s;       /* first send to last completion */
+  int interrupted;         /* Ctrl-C or the time bound cut it short */
+  double sched_lag_mean_ms, sched_lag_max_ms; /* send time minus scheduled time */
+  char *err_example[WEIR_BENCH_ERR_COUNT]; /* first message seen per kind, owned */
+} weir_bench_run;
+
+/* Process-wide flag set by SIGINT; every loop checks it. */
+extern volatile int weir__bench_interrupted;
+/* Progress display: 1 when stderr is a terminal and not --quiet. */
+extern int weir__bench_progress;
+
+/* Runs the workload once against `t` (model already known). Returns 0, or a negative
+ * weir_status when the run could not start; request failures are data, not errors. */
+int weir__bench_run(const weir_bench_target *t, const weir_bench_workload *w,
+                    const weir_bench_load *load, const char *progress_label,
+                    weir_bench_run *out);
+void weir__bench_run_free(weir_bench_run *r);
+
+/* Blocking one-shot HTTP GET (control requests: /health, /v1/models). Returns 0 and the
+ * status and malloc'd body, or a negative weir_status (connect failure, timeout). */
+int weir__bench_http_get(const char *host, int port, const char *path, const char *api_key,
+                         int timeout_ms, int *status, char **body);
+/* Splits http://host:port[/...] into host and port. https is refused (WEIR_E_NOTSUP). */
+int weir__bench_parse_url(const char *url, char **host, int *port);
+
+/* ---------------------------------------------------------------- statistics */
+
+typedef struct weir_bench_dist {
+  int64_t count;
+  double mean, min, median, p90, p95, p99, max;
+} weir_bench_dist;
+
+typedef struct weir_bench_slo {
+  double ttft_ms, tpot_ms, e2e_ms; /* <= 0: not given */
+} weir_bench_slo;
+
+typedef struct weir_bench_summary {
+  int64_t sent, completed, failed;
+  int64_t errors[WEIR_BENCH_ERR_COUNT];
+  int64_t input_tokens, output_tokens;
+  const char *output_tokens_source; /* "usage", "chunks" or "mixed" */
+  const char *input_tokens_source;  /* "usage", "estimate" or "mixed" */
+  double duration_s;
+  double req_per_s, out_tok_per_s, total_tok_per_s;
+  int64_t good;                     /* completed and within every SLO given */
+  double goodput_req_per_s;
+  weir_bench_dist ttft, itl, tpot, e2e;
+  double bucket_s;                  /* timeline bucket width */
+  double *timeline;                 /* output tokens/s per bucket, owned */
+  int num_buckets;
+  int interrupted;
+  double sched_lag_mean_ms, sched_lag_max_ms;
+  const char *err_example[WEIR_BENCH_ERR_COUNT]; /* borrowed from the first run having one */
+} weir_bench_summary;
+
+/* Percentile with linear interpolation between closest ranks (numpy's default); sorts v. */
+void weir__bench_dist_compute(double *v, int64_t n, weir_bench_dist *out);
+/* Summarises runs (one or several rounds pooled). */
+int weir__bench_summarize(weir_bench_run *const *runs, int num_runs, const weir_bench_slo *slo,
+                          weir_bench_summary *out);
+void weir__bench_summary_free(weir_bench_summary *s);
+/* Gathers every TTFT (or ITL gap) of the runs into a malloc'd array; *n its length. */
+double *weir__bench_collect(weir_bench_run *const *runs, int num_runs, int itl, int64_t *n);
+
+/* The A/B verdict for one metric over per-round values. */
+typedef enum weir_bench_verdict {
+  WEIR_BENCH_NO_DIFF = 0,   /* the rounds' spread covers the gap */
+  WEIR_BENCH_A_BETTER = 1,
+  WEIR_BENCH_B_BETTER = 2,
+  WEIR_BENCH_INCONCLUSIVE = 3, /* too few rounds to ever call a difference */
+} weir_bench_verdict;
+
+typedef struct weir_bench_cmp {
+  const char *name, *unit;
+  int lower_is_better;
+  double a_median, b_median, ratio; /* ratio = b_median / a_median */
+  double a_min, a_max, b_min, b_max;
+  double p_value;                   /* exact two-sided Mann-Whitney U */
+  weir_bench_verdict verdict;
+} weir_bench_cmp;
+
+/* Exact two-sided Mann-Whitney U p-value for samples x (n) and y (m), ties counted one
+ * half; n, m <= 64. */
+double weir__bench_mann_whitney(const double *x, int n, const double *y, int m);
+weir_bench_verdict weir__bench_decide(const double *a, int n, const double *b, int m,
+                                      int lower_is_better, double alpha, double *p_value);
+
+/* ---------------------------------------------------------------- reporting */
+
+typedef struct weir_bench_side {
+  weir_bench_target *target;
+  weir_bench_run **rounds;
+  int num_rounds;
+  weir_bench_summary pooled;
+  weir_bench_summary *per_round; /* num_rounds entries */
+} weir_bench_side;
+
+typedef struct weir_bench_report {
+  const weir_bench_workload *w;
+  const weir_bench_load *load;
+  const weir_bench_slo *slo;
+  weir_bench_side sides[2];
+  int num_sides;                /* 1: single target, 2: A/B */
+  weir_bench_cmp *cmp;          /* A/B only */
+  int num_cmp;
+  double alpha;
+  char started_at[32];
+  const char *machine;          /* uname summary */
+} weir_bench_report;
+
+void weir__bench_compare(weir_bench_report *r);
+void weir__bench_print_table(FILE *f, const weir_bench_report *r);
+int weir__bench_write_json(const char *path, const weir_bench_report *r);
+int weir__bench_write_svg(const char *path, const weir_bench_report *r);
+
+#endif

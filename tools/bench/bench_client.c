@@ -1,0 +1,857 @@
+/* The client side of a run: a libuv loop that opens one HTTP/1.1 connection per request,
+ * parses the response with llhttp and the event stream with a small SSE parser, and
+ * timestamps every content chunk as it is read. The closed-loop scheduler refills a slot
+ * the moment a request ends; the open-loop scheduler sends at precomputed arrival times
+ * from a timer on the loop.
+ *
+ * Every request opens its own connection ("Connection: close"): the connect on loopback
+ * costs tens of microseconds, is counted in TTFT like a client without a pool would see,
+ * and keeps a slow or broken response from ever affecting the next request. */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <llhttp.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "bench/bench.h"
+
+volatile int weir__bench_interrupted;
+int weir__bench_progress;
+
+const char *const weir__bench_err_names[WEIR_BENCH_ERR_COUNT] = {
+    "connect", "http_4xx", "http_5xx", "http_other", "malformed",
+    "truncated", "server_error", "timeout", "canceled",
+};
+
+#define MAX_LINE (1 << 20)   /* an SSE line longer than this is malformed */
+#define MAX_ERRBODY 512      /* bytes of a non-200 body kept for the error message */
+#define TICK_MS 50           /* interrupt and time-bound polling */
+
+typedef struct runner runner;
+
+typedef struct conn {
+  uv_tcp_t tcp;
+  uv_connect_t connect_req;
+  uv_write_t write_req;
+  uv_timer_t timer;
+  llhttp_t parser;
+  runner *run;
+  struct conn *prev, *next; /* the runner's list of active connections */
+  int64_t rec;              /* index into run->recs, or -1 for warm-up */
+  char *req;                /* the request bytes, owned until the write completes */
+  size_t req_len;
+  char *line;               /* SSE: the current line */
+  size_t line_len, line_cap;
+  char *data;               /* SSE: data of the current event */
+  size_t data_len, data_cap;
+  int has_data;
+  int status;
+  int got_bytes;
+  int finished;
+  int open_handles;
+  int num_chunks;           /* content chunks, warm-up included */
+  char errbody[MAX_ERRBODY + 1];
+  size_t errbody_len;
+} conn;
+
+struct runner {
+  uv_loop_t loop;
+  uv_timer_t arrival_timer, tick_timer;
+  const weir_bench_target *t;
+  const weir_bench_workload *w;
+  const weir_bench_load *load;
+  const char *label;
+  struct sockaddr_storage addr;
+  const char *path;
+  uint64_t t0_ns;
+  int phase;                /* 1 warm-up, 0 measured */
+  int open_loop;
+  int64_t issued, limit;    /* requests sent in this phase and the bound */
+  double issue_until_ms;    /* duration bound (0 = none) */
+  double deadline_ms;       /* hard bound: cancel everything after it (0 = none) */
+  int in_flight;
+  int cap;                  /* concurrency (open loop: 0 = unbounded) */
+  double *arrivals;         /* open loop, seconds */
+  int64_t num_arrivals, next_arrival;
+  double *pending;          /* open loop: arrived, waiting for a slot (scheduled ms) */
+  int64_t pending_head, pending_tail;
+  int stopping;
+  conn *active;
+  weir_bench_record *recs;
+  int64_t num_recs, cap_recs;
+  int64_t done_count, err_count;
+  int64_t chunks_since_tick;
+  double last_progress_ms, progress_rate;
+  int ticks;
+  char *err_example[WEIR_BENCH_ERR_COUNT];
+  char readbuf[65536];
+  int fail_rc;
+};
+
+static double now_ms(const runner *r) { return (double)(uv_hrtime() - r->t0_ns) / 1e6; }
+
+static void note_error(runner *r, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void note_error(runner *r, int kind, const char *fmt, ...) {
+  if (r->err_example[kind]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = NULL;
+  if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+  va_end(ap);
+  r->err_example[kind] = s;
+}
+
+static void issue(runner *r, double scheduled_ms);
+static void schedule_more(runner *r);
+
+static void conn_closed_cb(uv_handle_t *h) {
+  conn *c = h->data;
+  if (--c->open_handles > 0) return;
+  free(c->req);
+  free(c->line);
+  free(c->data);
+  free(c);
+}
+
+/* Ends a request once: records the outcome, closes the connection and refills the slot. */
+static void finish(conn *c, int ok, int err) {
+  if (c->finished) return;
+  runner *r = c->run;
+  c->finished = 1;
+  if (c->rec >= 0) {
+    weir_bench_record *rec = &r->recs[c->rec];
+    rec->end_ms = now_ms(r);
+    rec->ok = ok;
+    rec->err = ok ? -1 : err;
+    rec->http_status = c->status;
+  }
+  r->done_count++;
+  if (!ok) r->err_count++;
+  if (c->prev) c->prev->next = c->next;
+  else r->active = c->next;
+  if (c->next) c->next->prev = c->prev;
+  r->in_flight--;
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, conn_closed_cb);
+  uv_close((uv_handle_t *)&c->tcp, conn_closed_cb);
+  schedule_more(r);
+}
+
+static void cancel_all(runner *r) {
+  r->stopping = 1;
+  uv_timer_stop(&r->arrival_timer);
+  while (r->active) {
+    note_error(r, WEIR_BENCH_ERR_CANCELED, "canceled while in flight (interrupt or time bound)");
+    finish(r->active, 0, WEIR_BENCH_ERR_CANCELED);
+  }
+}
+
+/* ------------------------------------------------------------------ SSE */
+
+static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_t n) {
+  if (*len + n + 1 > *cap) {
+    size_t nc = *cap ? *cap : 256;
+    while (nc < *len + n + 1) nc *= 2;
+    char *nb = realloc(*buf, nc);
+    if (!nb) return WEIR_E_NOMEM;
+    *buf = nb;
+    *cap = nc;
+  }
+  memcpy(*buf + *len, p, n);
+  *len += n;
+  (*buf)[*len] = 0;
+  return WEIR_OK;
+}
+
+static void add_chunk(conn *c, double t) {
+  runner *r = c->run;
+  c->num_chunks++;
+  r->chunks_since_tick++;
+  if (c->rec < 0) return;
+  weir_bench_record *rec = &r->recs[c->rec];
+  if (rec->num_chunks == rec->cap_chunks) {
+    int nc = rec->cap_chunks ? rec->cap_chunks * 2 : 64;
+    double *nb = realloc(rec->chunk_ms, sizeof *nb * (size_t)nc);
+    if (!nb) return; /* the gap is lost; the count stays right through usage */
+    rec->chunk_ms = nb;
+    rec->cap_chunks = nc;
+  }
+  rec->chunk_ms[rec->num_chunks++] = t;
+}
+
+/* One complete event's data. */
+static void sse_dispatch(conn *c, double t) {
+  runner *r = c->run;
+  const char *d = c->data ? c->data : "";
+  if (!strcmp(d, "[DONE]")) {
+    finish(c, 1, 0);
+    return;
+  }
+  cJSON *o = cJSON_Parse(d);
+  if (!cJSON_IsObject(o)) {
+    note_error(r, WEIR_BENCH_ERR_MALFORMED, "SSE data is not a JSON object: %.80s", d);
+    cJSON_Delete(o);
+    finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
+    return;
+  }
+  cJSON *e = cJSON_GetObjectItem(o, "error");
+  if (e && !cJSON_IsNull(e)) {
+    cJSON *m = cJSON_GetObjectItem(e, "message");
+    note_error(r, WEIR_BENCH_ERR_SERVER, "error in stream: %.200s",
+               cJSON_IsString(m) ? m->valuestring : "(no message)");
+    cJSON_Delete(o);
+    finish(c, 0, WEIR_BENCH_ERR_SERVER);
+    return;
+  }
+  cJSON *choices = cJSON_GetObjectItem(o, "choices");
+  cJSON *ch = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
+  if (ch) {
+    cJSON *txt = cJSON_GetObjectItem(ch, "text");
+    if (!txt) {
+      cJSON *delta = cJSON_GetObjectItem(ch, "delta");
+      txt = delta ? cJSON_GetObjectItem(delta, "content") : NULL;
+    }
+    /* A chunk counts as output when it carries text; role-only chat deltas and the final
+     * chunk that only says finish_reason do not. */
+    if (cJSON_IsString(txt) && txt->valuestring[0]) add_chunk(c, t);
+  }
+  cJSON *u = cJSON_GetObjectItem(o, "usage");
+  if (cJSON_IsObject(u) && c->rec >= 0) {
+    cJSON *pt = cJSON_GetObjectItem(u, "prompt_tokens");
+    cJSON *ct = cJSON_GetObjectItem(u, "completion_tokens");
+    weir_bench_record *rec = &r->recs[c->rec];
+    if (cJSON_IsNumber(pt)) rec->usage_prompt = (int64_t)pt->valuedouble;
+    if (cJSON_IsNumber(ct)) rec->usage_completion = (int64_t)ct->valuedouble;
+  }
+  cJSON_Delete(o);
+}
+
+static void sse_line(conn *c, char *line, size_t n, double t) {
+  if (n && line[n - 1] == '\r') line[--n] = 0;
+  if (n == 0) {
+    if (c->has_data) sse_dispatch(c, t);
+    c->has_data = 0;
+    c->data_len = 0;
+    if (c->data) c->data[0] = 0;
+    return;
+  }
+  if (line[0] == ':') return; /* a comment (keep-alive) */
+  if (n >= 5 && !memcmp(line, "data:", 5)) {
+    const char *v = line + 5;
+    size_t vn = n - 5;
+    if (vn && *v == ' ') v++, vn--;
+    if (c->has_data && buf_append(&c->data, &c->data_len, &c->data_cap, "\n", 1)) goto nomem;
+    if (buf_append(&c->data, &c->data_len, &c->data_cap, v, vn)) goto nomem;
+    c->has_data = 1;
+  }
+  /* event:, id:, retry: and unknown fields are allowed and carry nothing we measure. */
+  return;
+nomem:
+  note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "out of memory buffering an SSE event");
+  finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
+}
+
+static void sse_feed(conn *c, const char *p, size_t n, double t) {
+  size_t i = 0;
+  while (i < n && !c->finished) {
+    const char *nl = memchr(p + i, '\n', n - i);
+    size_t take = nl ? (size_t)(nl - (p + i)) : n - i;
+    if (c->line_len + take > MAX_LINE) {
+      note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "an SSE line longer than %d bytes", MAX_LINE);
+      finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
+      return;
+    }
+    if (buf_append(&c->line, &c->line_len, &c->line_cap, p + i, take)) {
+      finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
+      return;
+    }
+    i += take;
+    if (nl) {
+      i++;
+      sse_line(c, c->line, c->line_len, t);
+      c->line_len = 0;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ HTTP */
+
+static double g_read_time; /* the time of the read being parsed (single-threaded) */
+
+static int on_headers_complete(llhttp_t *p) {
+  conn *c = p->data;
+  c->status = p->status_code;
+  return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len) {
+  conn *c = p->data;
+  if (c->status != 200) {
+    size_t room = MAX_ERRBODY - c->errbody_len;
+    size_t k = len < room ? len : room;
+    memcpy(c->errbody + c->errbody_len, at, k);
+    c->errbody_len += k;
+    c->errbody[c->errbody_len] = 0;
+    return 0;
+  }
+  sse_feed(c, at, len, g_read_time);
+  return c->finished ? -1 : 0;
+}
+
+static void finish_http_error(conn *c) {
+  int s = c->status;
+  int kind = s >= 400 && s < 500 ? WEIR_BENCH_ERR_HTTP_4XX
+             : s >= 500          ? WEIR_BENCH_ERR_HTTP_5XX
+                                 : WEIR_BENCH_ERR_HTTP_OTHER;
+  for (size_t i = 0; i < c->errbody_len; i++)
+    if (c->errbody[i] == '\n' || c->errbody[i] == '\r') c->errbody[i] = ' ';
+  note_error(c->run, kind, "HTTP %d: %.300s", s, c->errbody);
+  finish(c, 0, kind);
+}
+
+static int on_message_complete(llhttp_t *p) {
+  conn *c = p->data;
+  if (c->finished) return -1;
+  if (c->status != 200) {
+    finish_http_error(c);
+  } else {
+    /* A final event without its blank line still counts when it is [DONE]. */
+    if (c->line_len) {
+      sse_line(c, c->line, c->line_len, g_read_time);
+      c->line_len = 0;
+    }
+    if (!c->finished && c->has_data) sse_dispatch(c, g_read_time);
+    if (!c->finished) {
+      note_error(c->run, WEIR_BENCH_ERR_TRUNCATED,
+                 "response ended before data: [DONE] (after %d chunks)", c->num_chunks);
+      finish(c, 0, WEIR_BENCH_ERR_TRUNCATED);
+    }
+  }
+  return -1;
+}
+
+static const llhttp_settings_t *settings(void) {
+  static llhttp_settings_t s;
+  static int init;
+  if (!init) {
+    llhttp_settings_init(&s);
+    s.on_headers_complete = on_headers_complete;
+    s.on_body = on_body;
+    s.on_message_complete = on_message_complete;
+    init = 1;
+  }
+  return &s;
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  conn *c = h->data;
+  (void)suggested;
+  buf->base = c->run->readbuf;
+  buf->len = sizeof c->run->readbuf;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  conn *c = s->data;
+  if (c->finished) return;
+  g_read_time = now_ms(c->run);
+  if (nread > 0) {
+    c->got_bytes = 1;
+    llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+    if (c->finished) return;
+    if (e != HPE_OK) {
+      note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "HTTP response parse error: %s",
+                 llhttp_get_error_reason(&c->parser));
+      finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
+    }
+    return;
+  }
+  if (nread == 0) return;
+  /* EOF or a read error. */
+  if (!c->got_bytes) {
+    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "connection closed before any response (%s)",
+               uv_strerror((int)nread));
+    finish(c, 0, WEIR_BENCH_ERR_CONNECT);
+    return;
+  }
+  if (nread == UV_EOF) {
+    /* A body delimited by the connection's end completes here. */
+    llhttp_errno_t e = llhttp_finish(&c->parser);
+    if (c->finished) return;
+    (void)e;
+  }
+  if (c->status && c->status != 200) {
+    finish_http_error(c);
+    return;
+  }
+  note_error(c->run, WEIR_BENCH_ERR_TRUNCATED, "stream cut (%s) before data: [DONE] after %d chunks",
+             nread == UV_EOF ? "connection closed" : uv_strerror((int)nread), c->num_chunks);
+  finish(c, 0, WEIR_BENCH_ERR_TRUNCATED);
+}
+
+static void write_cb(uv_write_t *req, int status) {
+  conn *c = req->data;
+  free(c->req);
+  c->req = NULL;
+  if (status < 0 && !c->finished && !c->got_bytes) {
+    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s",
+               uv_strerror(status));
+    finish(c, 0, WEIR_BENCH_ERR_CONNECT);
+  }
+}
+
+static void connect_cb(uv_connect_t *req, int status) {
+  conn *c = req->data;
+  if (c->finished) return;
+  if (status < 0) {
+    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", c->run->t->host,
+               c->run->t->port, uv_strerror(status));
+    finish(c, 0, WEIR_BENCH_ERR_CONNECT);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_buf_t b = uv_buf_init(c->req, (unsigned)c->req_len);
+  c->write_req.data = c;
+  int rc = uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &b, 1, write_cb);
+  if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  if (rc < 0) {
+    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s", uv_strerror(rc));
+    finish(c, 0, WEIR_BENCH_ERR_CONNECT);
+  }
+}
+
+static void timeout_cb(uv_timer_t *t) {
+  conn *c = t->data;
+  note_error(c->run, WEIR_BENCH_ERR_TIMEOUT, "no complete answer within %.1f s",
+             c->run->load->request_timeout_s);
+  finish(c, 0, WEIR_BENCH_ERR_TIMEOUT);
+}
+
+static char *build_request(runner *r, const char *body, size_t *len) {
+  const weir_bench_target *t = r->t;
+  char auth[600] = "";
+  if (t->api_key && *t->api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", t->api_key);
+  char *s = NULL;
+  int n = asprintf(&s,
+                   "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: weir-bench/" WEIR_VERSION
+                   "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
+                   "Connection: close\r\n%sContent-Length: %zu\r\n\r\n%s",
+                   r->path, t->host, t->port, auth, strlen(body), body);
+  if (n < 0) return NULL;
+  *len = (size_t)n;
+  return s;
+}
+
+/* Records a request that could not even be built as failed, so counts stay honest. */
+static void issue(runner *r, double scheduled_ms) {
+  int64_t index = r->issued++;
+  int64_t rec_i = -1;
+  if (r->phase == 0) {
+    if (r->num_recs == r->cap_recs) {
+      int64_t nc = r->cap_recs ? r->cap_recs * 2 : 256;
+      weir_bench_record *nr = realloc(r->recs, sizeof *nr * (size_t)nc);
+      if (!nr) {
+        r->fail_rc = WEIR_E_NOMEM;
+        r->stopping = 1;
+        return;
+      }
+      r->recs = nr;
+      r->cap_recs = nc;
+    }
+    rec_i = r->num_recs++;
+    weir_bench_record *rec = &r->recs[rec_i];
+    memset(rec, 0, sizeof *rec);
+    rec->scheduled_ms = scheduled_ms;
+    rec->start_ms = now_ms(r);
+    rec->usage_prompt = rec->usage_completion = -1;
+    rec->err = -1;
+  }
+  conn *c = calloc(1, sizeof *c);
+  weir_bench_prompt p;
+  char *body = NULL;
+  if (!c || weir__bench_workload_get(r->w, r->phase, index, &p) != WEIR_OK) {
+    free(c);
+    r->fail_rc = WEIR_E_NOMEM;
+    r->stopping = 1;
+    if (rec_i >= 0) r->num_recs--;
+    return;
+  }
+  if (rec_i >= 0) r->recs[rec_i].expected_input = p.expected_input;
+  body = weir__bench_request_body(r->w, &p, r->t->model);
+  weir__bench_prompt_free(&p);
+  if (body) c->req = build_request(r, body, &c->req_len);
+  free(body);
+  if (!c->req) {
+    free(c);
+    r->fail_rc = WEIR_E_NOMEM;
+    r->stopping = 1;
+    if (rec_i >= 0) r->num_recs--;
+    return;
+  }
+  c->run = r;
+  c->rec = rec_i;
+  c->tcp.data = c->timer.data = c->connect_req.data = c;
+  llhttp_init(&c->parser, HTTP_RESPONSE, settings());
+  c->parser.data = c;
+  uv_tcp_init(&r->loop, &c->tcp);
+  uv_timer_init(&r->loop, &c->timer);
+  c->open_handles = 2;
+  c->next = r->active;
+  if (r->active) r->active->prev = c;
+  r->active = c;
+  r->in_flight++;
+  uv_timer_start(&c->timer, timeout_cb, (uint64_t)(r->load->request_timeout_s * 1000.0), 0);
+  int rc = uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&r->addr, connect_cb);
+  if (rc < 0) {
+    note_error(r, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", r->t->host, r->t->port,
+               uv_strerror(rc));
+    finish(c, 0, WEIR_BENCH_ERR_CONNECT);
+  }
+}
+
+/* ------------------------------------------------------------------ scheduling */
+
+static int may_issue(runner *r) {
+  if (r->stopping || weir__bench_interrupted) return 0;
+  if (r->limit > 0 && r->issued >= r->limit) return 0;
+  if (r->issue_until_ms > 0 && now_ms(r) >= r->issue_until_ms) return 0;
+  return 1;
+}
+
+/* Called when a slot frees: the closed loop refills it, the open loop serves its queue. */
+static void schedule_more(runner *r) {
+  if (!r->open_loop) {
+    while (r->in_flight < r->cap && may_issue(r)) issue(r, now_ms(r));
+    return;
+  }
+  while (r->pending_head < r->pending_tail && (r->cap <= 0 || r->in_flight < r->cap) &&
+         !r->stopping && !weir__bench_interrupted)
+    issue(r, r->pending[r->pending_head++]);
+}
+
+static void arrival_cb(uv_timer_t *t) {
+  runner *r = t->data;
+  double now = now_ms(r);
+  while (r->next_arrival < r->num_arrivals && may_issue(r)) {
+    double due = r->arrivals[r->next_arrival] * 1000.0;
+    if (due > now) break;
+    r->next_arrival++;
+    if (r->cap > 0 && r->in_flight >= r->cap) r->pending[r->pending_tail++] = due;
+    else issue(r, due);
+  }
+  if (r->next_arrival < r->num_arrivals && may_issue(r)) {
+    double wait = r->arrivals[r->next_arrival] * 1000.0 - now_ms(r);
+    /* libuv timers tick in whole milliseconds: round up so a request is never sent early. */
+    uint64_t ms = wait <= 0 ? 0 : (uint64_t)ceil(wait);
+    uv_timer_start(&r->arrival_timer, arrival_cb, ms, 0);
+  }
+}
+
+static void tick_cb(uv_timer_t *t) {
+  runner *r = t->data;
+  double now = now_ms(r);
+  if (weir__bench_interrupted || (r->deadline_ms > 0 && now >= r->deadline_ms)) {
+    if (!r->stopping) cancel_all(r);
+    return;
+  }
+  if (!weir__bench_progress || ++r->ticks % 5) return;
+  double dt = now - r->last_progress_ms;
+  if (dt > 0) r->progress_rate = r->chunks_since_tick * 1000.0 / dt;
+  r->chunks_since_tick = 0;
+  r->last_progress_ms = now;
+  char total[32] = "";
+  if (r->phase == 0 && r->limit > 0) snprintf(total, sizeof total, "/%lld", (long long)r->limit);
+  fprintf(stderr, "\r\033[K%s%s done %lld%s  in flight %d  %.1f tok/s  errors %lld  %.1f s",
+          r->label ? r->label : "", r->phase ? " warm-up" : "", (long long)r->done_count, total,
+          r->in_flight, r->progress_rate, (long long)r->err_count, now / 1000.0);
+  fflush(stderr);
+}
+
+/* Runs one phase to completion: every request sent has ended when it returns. */
+static void run_phase(runner *r) {
+  r->t0_ns = uv_hrtime();
+  r->issued = r->done_count = r->err_count = 0;
+  r->stopping = 0;
+  r->last_progress_ms = 0;
+  r->chunks_since_tick = 0;
+  double max_time = r->load->max_time_s;
+  r->deadline_ms = max_time > 0 ? max_time * 1000.0 : 0;
+  uv_timer_start(&r->tick_timer, tick_cb, TICK_MS, TICK_MS);
+  uv_unref((uv_handle_t *)&r->tick_timer);
+  if (r->open_loop && r->phase == 0) {
+    r->next_arrival = 0;
+    r->pending_head = r->pending_tail = 0;
+    arrival_cb(&r->arrival_timer);
+  } else {
+    schedule_more(r);
+  }
+  uv_run(&r->loop, UV_RUN_DEFAULT);
+  uv_timer_stop(&r->tick_timer);
+  if (weir__bench_progress) fprintf(stderr, "\r\033[K");
+}
+
+static int resolve(const char *host, int port, struct sockaddr_storage *out) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  if (getaddrinfo(host, ps, &hints, &res) != 0 || !res) return WEIR_E_NOTFOUND;
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return WEIR_OK;
+}
+
+static void walk_close(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+int weir__bench_run(const weir_bench_target *t, const weir_bench_workload *w,
+                    const weir_bench_load *load, const char *progress_label,
+                    weir_bench_run *out) {
+  memset(out, 0, sizeof *out);
+  int rc = WEIR_OK;
+  runner *r = calloc(1, sizeof *r);
+  if (!r) return WEIR_E_NOMEM;
+  r->t = t;
+  r->w = w;
+  r->load = load;
+  r->label = progress_label;
+  r->path = w->endpoint == WEIR_BENCH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions";
+  if ((rc = resolve(t->host, t->port, &r->addr))) goto free_runner;
+  if (uv_loop_init(&r->loop)) {
+    rc = WEIR_E_INTERNAL;
+    goto free_runner;
+  }
+  uv_timer_init(&r->loop, &r->arrival_timer);
+  uv_timer_init(&r->loop, &r->tick_timer);
+  r->arrival_timer.data = r->tick_timer.data = r;
+
+  /* Warm-up: a closed loop at the run's concurrency, its requests discarded. */
+  if (load->warmup > 0 && !weir__bench_interrupted) {
+    r->phase = 1;
+    r->open_loop = 0;
+    r->cap = load->concurrency > 0 ? load->concurrency : 1;
+    r->limit = load->warmup;
+    r->issue_until_ms = 0;
+    run_phase(r);
+  }
+
+  r->phase = 0;
+  r->open_loop = load->rate > 0;
+  r->cap = load->concurrency;
+  if (!r->open_loop && r->cap <= 0) r->cap = 1;
+  r->limit = load->num_requests;
+  r->issue_until_ms = load->duration_s > 0 ? load->duration_s * 1000.0 : 0;
+  if (r->open_loop) {
+    int64_t max_n = load->num_requests > 0 ? load->num_requests
+                                           : (int64_t)(load->rate * load->duration_s * 3) + 1000;
+    r->arrivals = malloc(sizeof *r->arrivals * (size_t)max_n);
+    r->pending = malloc(sizeof *r->pending * (size_t)max_n);
+    if (!r->arrivals || !r->pending) {
+      rc = WEIR_E_NOMEM;
+      goto close_loop;
+    }
+    r->num_arrivals = weir__bench_arrivals(w->seed, load->rate, load->burstiness,
+                                           load->duration_s, max_n, r->arrivals);
+  }
+  if (!weir__bench_interrupted) run_phase(r);
+  rc = r->fail_rc;
+
+  out->recs = r->recs;
+  out->num_recs = r->num_recs;
+  r->recs = NULL;
+  out->interrupted = weir__bench_interrupted || r->stopping;
+  double first = INFINITY, last = 0, lag_sum = 0, lag_max = 0;
+  for (int64_t i = 0; i < out->num_recs; i++) {
+    weir_bench_record *rec = &out->recs[i];
+    if (rec->start_ms < first) first = rec->start_ms;
+    if (rec->end_ms > last) last = rec->end_ms;
+    double lag = rec->start_ms - rec->scheduled_ms;
+    if (lag < 0) lag = 0;
+    lag_sum += lag;
+    if (lag > lag_max) lag_max = lag;
+  }
+  out->duration_s = out->num_recs ? (last - first) / 1000.0 : 0;
+  out->sched_lag_mean_ms = out->num_recs ? lag_sum / (double)out->num_recs : 0;
+  out->sched_lag_max_ms = lag_max;
+  memcpy(out->err_example, r->err_example, sizeof r->err_example);
+  memset(r->err_example, 0, sizeof r->err_example);
+close_loop:
+  uv_walk(&r->loop, walk_close, NULL);
+  uv_run(&r->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&r->loop);
+free_runner:
+  for (int i = 0; i < WEIR_BENCH_ERR_COUNT; i++) free(r->err_example[i]);
+  free(r->recs);
+  free(r->arrivals);
+  free(r->pending);
+  free(r);
+  return rc;
+}
+
+void weir__bench_run_free(weir_bench_run *r) {
+  if (!r) return;
+  for (int64_t i = 0; i < r->num_recs; i++) free(r->recs[i].chunk_ms);
+  free(r->recs);
+  for (int i = 0; i < WEIR_BENCH_ERR_COUNT; i++) free(r->err_example[i]);
+  memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------------ control requests */
+
+int weir__bench_parse_url(const char *url, char **host, int *port) {
+  if (!strncmp(url, "https://", 8)) return WEIR_E_NOTSUP;
+  if (strncmp(url, "http://", 7)) return WEIR_E_INVAL;
+  const char *h = url + 7, *end = h + strcspn(h, "/");
+  const char *colon = NULL;
+  if (*h == '[') { /* [v6]:port */
+    const char *rb = memchr(h, ']', (size_t)(end - h));
+    if (!rb) return WEIR_E_INVAL;
+    colon = rb + 1 < end && rb[1] == ':' ? rb + 1 : NULL;
+    *host = strndup(h + 1, (size_t)(rb - h - 1));
+  } else {
+    colon = memchr(h, ':', (size_t)(end - h));
+    *host = strndup(h, (size_t)((colon ? colon : end) - h));
+  }
+  if (!*host) return WEIR_E_NOMEM;
+  *port = 80;
+  if (colon) {
+    char *e = NULL;
+    long p = strtol(colon + 1, &e, 10);
+    if (e != end || p <= 0 || p > 65535) {
+      free(*host);
+      *host = NULL;
+      return WEIR_E_INVAL;
+    }
+    *port = (int)p;
+  }
+  if (!**host) {
+    free(*host);
+    *host = NULL;
+    return WEIR_E_INVAL;
+  }
+  return WEIR_OK;
+}
+
+typedef struct get_state {
+  int status;
+  char *body;
+  size_t len, cap;
+  int complete;
+} get_state;
+
+static int get_on_headers(llhttp_t *p) {
+  ((get_state *)p->data)->status = p->status_code;
+  return 0;
+}
+static int get_on_body(llhttp_t *p, const char *at, size_t n) {
+  get_state *g = p->data;
+  return buf_append(&g->body, &g->len, &g->cap, at, n) ? -1 : 0;
+}
+static int get_on_complete(llhttp_t *p) {
+  ((get_state *)p->data)->complete = 1;
+  return 0;
+}
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int weir__bench_http_get(const char *host, int port, const char *path, const char *api_key,
+                         int timeout_ms, int *status, char **body) {
+  struct sockaddr_storage addr;
+  int rc = resolve(host, port, &addr);
+  if (rc) return rc;
+  long long deadline = mono_ms() + timeout_ms;
+  int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return WEIR_E_IO;
+  get_state g = {0};
+  llhttp_t parser;
+  llhttp_settings_t s;
+  char *req = NULL;
+  socklen_t alen = addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  if (connect(fd, (struct sockaddr *)&addr, alen) < 0 && errno != EINPROGRESS) {
+    rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  struct pollfd pf = {.fd = fd, .events = POLLOUT};
+  if (poll(&pf, 1, timeout_ms) <= 0) {
+    rc = WEIR_E_TIMEOUT;
+    goto close_fd;
+  }
+  int soerr = 0;
+  socklen_t sl = sizeof soerr;
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+  if (soerr) {
+    rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  char auth[600] = "";
+  if (api_key && *api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", api_key);
+  int n = asprintf(&req, "GET %s HTTP/1.1\r\nHost: %s:%d\r\n%sConnection: close\r\n\r\n", path,
+                   host, port, auth);
+  if (n < 0) {
+    req = NULL;
+    rc = WEIR_E_NOMEM;
+    goto close_fd;
+  }
+  if (write(fd, req, (size_t)n) != n) {
+    rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  llhttp_settings_init(&s);
+  s.on_headers_complete = get_on_headers;
+  s.on_body = get_on_body;
+  s.on_message_complete = get_on_complete;
+  llhttp_init(&parser, HTTP_RESPONSE, &s);
+  parser.data = &g;
+  char buf[8192];
+  while (!g.complete) {
+    long long left = deadline - mono_ms();
+    if (left <= 0) {
+      rc = WEIR_E_TIMEOUT;
+      goto close_fd;
+    }
+    pf.events = POLLIN;
+    int pr = poll(&pf, 1, (int)left);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) {
+      rc = WEIR_E_TIMEOUT;
+      goto close_fd;
+    }
+    ssize_t k = read(fd, buf, sizeof buf);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (k <= 0) {
+      llhttp_finish(&parser);
+      break;
+    }
+    if (llhttp_execute(&parser, buf, (size_t)k) != HPE_OK && !g.complete) {
+      rc = WEIR_E_FORMAT;
+      goto close_fd;
+    }
+  }
+  if (!g.status) {
+    rc = WEIR_E_FORMAT;
+    goto close_fd;
+  }
+  *status = g.status;
+  *body = g.body ? g.body : strdup("");
+  g.body = NULL;
+close_fd:
+  free(req);
+  free(g.body);
+  close(fd);
+  return rc;
+}

@@ -1,0 +1,356 @@
+/* Workloads: a seeded PRNG, the three datasets and open-loop arrival times.
+ *
+ * Every request is a pure function of (seed, phase, index): the generator for request i is
+ * seeded from a hash of those three numbers, so two runs, the two sides of an A/B, and a
+ * run that stops early all see the same prompts in the same order. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void weir__bench_rng_seed(weir_bench_rng *r, uint64_t seed) {
+  uint64_t x = seed;
+  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t weir__bench_rng_u64(weir_bench_rng *r) {
+  uint64_t *s = r->s;
+  uint64_t result = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+double weir__bench_rng_unit(weir_bench_rng *r) {
+  return (double)(weir__bench_rng_u64(r) >> 11) * 0x1.0p-53;
+}
+
+int64_t weir__bench_rng_range(weir_bench_rng *r, int64_t lo, int64_t hi) {
+  if (hi <= lo) return lo;
+  uint64_t span = (uint64_t)(hi - lo) + 1;
+  return lo + (int64_t)(weir__bench_rng_u64(r) % span);
+}
+
+static double rng_normal(weir_bench_rng *r) {
+  /* Box-Muller; the unused second value is dropped to keep the stream simple. */
+  double u1 = weir__bench_rng_unit(r), u2 = weir__bench_rng_unit(r);
+  if (u1 < 1e-300) u1 = 1e-300;
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* Marsaglia and Tsang's method; shape < 1 through the boost u^(1/shape). */
+double weir__bench_rng_gamma(weir_bench_rng *r, double shape, double scale) {
+  if (shape <= 0) return 0;
+  if (shape < 1) {
+    double u = weir__bench_rng_unit(r);
+    if (u < 1e-300) u = 1e-300;
+    return weir__bench_rng_gamma(r, shape + 1.0, scale) * pow(u, 1.0 / shape);
+  }
+  double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+  for (;;) {
+    double x = rng_normal(r), v = 1.0 + c * x;
+    if (v <= 0) continue;
+    v = v * v * v;
+    double u = weir__bench_rng_unit(r);
+    if (u < 1 - 0.0331 * x * x * x * x) return d * v * scale;
+    if (log(u) < 0.5 * x * x + d * (1 - v + log(v))) return d * v * scale;
+  }
+}
+
+int64_t weir__bench_arrivals(uint64_t seed, double rate, double burstiness, double duration_s,
+                             int64_t max_n, double *out) {
+  weir_bench_rng r;
+  weir__bench_rng_seed(&r, seed ^ 0xa11a1a1a5eedULL);
+  if (burstiness <= 0) burstiness = 1;
+  double t = 0;
+  int64_t n = 0;
+  while (n < max_n) {
+    /* Gamma(k, 1/(k*rate)) has mean 1/rate and coefficient of variation 1/sqrt(k). */
+    t += weir__bench_rng_gamma(&r, burstiness, 1.0 / (burstiness * rate));
+    if (duration_s > 0 && t >= duration_s) break;
+    out[n++] = t;
+  }
+  return n;
+}
+
+/* Short common English words: in Llama- and GPT-style vocabularies each is one token with
+ * its leading space, so N words make roughly N prompt tokens. */
+static const char *const k_words[] = {
+    "the",   "of",    "and",   "to",    "in",    "is",    "was",   "for",   "on",    "as",
+    "with",  "by",    "at",    "from",  "his",   "an",    "were",  "are",   "which", "this",
+    "be",    "or",    "has",   "had",   "one",   "their", "its",   "after", "new",   "who",
+    "they",  "two",   "her",   "she",   "been",  "other", "when",  "time",  "during", "there",
+    "into",  "school", "more", "may",   "years", "over",  "only",  "year",  "most",  "would",
+    "world", "city",  "some",  "where", "between", "later", "three", "state", "such", "then",
+    "national", "used", "made", "known", "under", "many", "university", "united", "while",
+    "part",  "season", "team", "these", "american", "than", "film", "second", "born", "south",
+    "became", "states", "war", "through", "being", "including", "both", "before", "north",
+    "high",  "however", "people", "family", "early", "history", "album", "area", "them",
+    "series", "against", "until", "since", "district", "county", "name", "work", "life",
+    "group", "music", "following", "number", "company", "several", "four", "called", "played",
+    "released", "career", "league", "game", "government", "house", "each", "based", "day",
+    "same", "won", "use", "like", "around", "end", "river", "town", "club", "back", "well",
+    "book", "member", "party", "water", "light", "small", "large", "road", "station", "field",
+    "green", "black", "white", "red", "blue", "long", "short", "open", "east", "west", "old",
+    "young", "free", "form", "line", "point", "place", "home", "power", "order", "level",
+    "model", "cache", "token", "layer", "block", "batch", "value", "query", "key", "head",
+};
+#define NUM_WORDS ((int)(sizeof k_words / sizeof k_words[0]))
+
+static uint64_t mix3(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t x = a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e019ULL);
+  splitmix64(&x);
+  x ^= c * 0xd6e8feb86659fd93ULL;
+  return splitmix64(&x);
+}
+
+static int spread_len(weir_bench_rng *r, int mean, double range) {
+  if (range <= 0) return mean;
+  int lo = (int)floor(mean * (1.0 - range)), hi = (int)ceil(mean * (1.0 + range));
+  if (lo < 1) lo = 1;
+  return (int)weir__bench_rng_range(r, lo, hi);
+}
+
+/* Appends n seeded words to a growing buffer. */
+static int append_words(weir_bench_rng *r, int n, char **buf, size_t *len, size_t *cap) {
+  for (int i = 0; i < n; i++) {
+    const char *wd = k_words[weir__bench_rng_u64(r) % NUM_WORDS];
+    size_t wl = strlen(wd);
+    if (*len + wl + 2 > *cap) {
+      size_t nc = (*cap ? *cap * 2 : 256) + wl + 2;
+      char *nb = realloc(*buf, nc);
+      if (!nb) return WEIR_E_NOMEM;
+      *buf = nb;
+      *cap = nc;
+    }
+    if (*len) (*buf)[(*len)++] = ' ';
+    memcpy(*buf + *len, wd, wl);
+    *len += wl;
+    (*buf)[*len] = 0;
+  }
+  return WEIR_OK;
+}
+
+static int append_ids(const weir_bench_workload *w, weir_bench_rng *r, int n, int32_t **ids,
+                      int *len) {
+  int32_t *nb = realloc(*ids, sizeof **ids * (size_t)(*len + n + 1));
+  if (!nb) return WEIR_E_NOMEM;
+  *ids = nb;
+  for (int i = 0; i < n; i++) nb[(*len)++] = (int32_t)weir__bench_rng_range(r, w->vocab_lo, w->vocab - 1);
+  return WEIR_OK;
+}
+
+int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t index,
+                             weir_bench_prompt *out) {
+  memset(out, 0, sizeof *out);
+  weir_bench_rng r;
+  weir__bench_rng_seed(&r, mix3(w->seed, (uint64_t)phase, (uint64_t)index));
+  size_t len = 0, cap = 0;
+  int rc = WEIR_OK;
+  if (w->dataset == WEIR_BENCH_DS_JSONL) {
+    if (w->num_items <= 0) return WEIR_E_INVAL;
+    /* Warm-up requests walk the file from its end so they don't pre-warm the first
+     * measured prompts' prefix cache entries. */
+    int64_t k = phase ? (w->num_items - 1 - (index % w->num_items)) : (index % w->num_items);
+    const weir_bench_jsonl_item *it = &w->items[k];
+    if (it->prompt && !(out->prompt_text = strdup(it->prompt))) return WEIR_E_NOMEM;
+    if (it->messages_json && !(out->messages_json = strdup(it->messages_json)))
+      return WEIR_E_NOMEM;
+    out->max_tokens = it->max_tokens > 0 ? it->max_tokens : spread_len(&r, w->output_len, w->output_range);
+    return WEIR_OK;
+  }
+  int in_len = spread_len(&r, w->input_len, w->input_range);
+  out->max_tokens = spread_len(&r, w->output_len, w->output_range);
+  if (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX) {
+    /* Prefixes interleave (request i uses prefix i mod N) so every prefix is reused while
+     * its blocks are still hot; the prefix text depends only on (seed, prefix number). */
+    int np = w->num_prefixes > 0 ? w->num_prefixes : 1;
+    int64_t p = index % np;
+    if (phase) p = np - 1 - p;
+    weir_bench_rng pr;
+    weir__bench_rng_seed(&pr, mix3(w->seed, 7, (uint64_t)p));
+    if (w->prompt_tokens) {
+      if ((rc = append_ids(w, &pr, w->prefix_len, &out->prompt_ids, &out->num_prompt_ids)))
+        goto fail;
+      if ((rc = append_ids(w, &r, in_len, &out->prompt_ids, &out->num_prompt_ids))) goto fail;
+    } else {
+      if ((rc = append_words(&pr, w->prefix_len, &out->prompt_text, &len, &cap))) goto fail;
+      if ((rc = append_words(&r, in_len, &out->prompt_text, &len, &cap))) goto fail;
+    }
+    out->expected_input = w->prefix_len + in_len;
+  } else {
+    if (w->prompt_tokens) {
+      if ((rc = append_ids(w, &r, in_len, &out->prompt_ids, &out->num_prompt_ids))) goto fail;
+    } else if ((rc = append_words(&r, in_len, &out->prompt_text, &len, &cap))) {
+      goto fail;
+    }
+    out->expected_input = in_len;
+  }
+  if (!out->prompt_text && !out->prompt_ids && !(out->prompt_text = strdup(""))) {
+    rc = WEIR_E_NOMEM;
+    goto fail;
+  }
+  return WEIR_OK;
+fail:
+  weir__bench_prompt_free(out);
+  return rc;
+}
+
+void weir__bench_prompt_free(weir_bench_prompt *p) {
+  free(p->prompt_text);
+  free(p->prompt_ids);
+  free(p->messages_json);
+  memset(p, 0, sizeof *p);
+}
+
+char *weir__bench_request_body(const weir_bench_workload *w, const weir_bench_prompt *p,
+                               const char *model) {
+  char *text = NULL;
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  if (model) cJSON_AddStringToObject(o, "model", model);
+  if (w->endpoint == WEIR_BENCH_EP_CHAT) {
+    cJSON *msgs = p->messages_json ? cJSON_Parse(p->messages_json) : cJSON_CreateArray();
+    if (!msgs) goto done;
+    cJSON_AddItemToObject(o, "messages", msgs);
+    if (!p->messages_json) {
+      cJSON *m = cJSON_CreateObject();
+      cJSON_AddStringToObject(m, "role", "user");
+      cJSON_AddStringToObject(m, "content", p->prompt_text ? p->prompt_text : "");
+      cJSON_AddItemToArray(msgs, m);
+    }
+  } else if (p->prompt_ids) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < p->num_prompt_ids; i++)
+      cJSON_AddItemToArray(arr, cJSON_CreateNumber(p->prompt_ids[i]));
+    cJSON_AddItemToObject(o, "prompt", arr);
+  } else if (p->messages_json) {
+    /* A conversation sent to /v1/completions: join the contents, one per line. */
+    cJSON *msgs = cJSON_Parse(p->messages_json), *m;
+    size_t n = 1;
+    cJSON_ArrayForEach(m, msgs) {
+      cJSON *c = cJSON_GetObjectItem(m, "content");
+      if (cJSON_IsString(c)) n += strlen(c->valuestring) + 1;
+    }
+    char *joined = calloc(n, 1);
+    if (joined) {
+      cJSON_ArrayForEach(m, msgs) {
+        cJSON *c = cJSON_GetObjectItem(m, "content");
+        if (cJSON_IsString(c)) {
+          if (*joined) strcat(joined, "\n");
+          strcat(joined, c->valuestring);
+        }
+      }
+      cJSON_AddStringToObject(o, "prompt", joined);
+    }
+    free(joined);
+    cJSON_Delete(msgs);
+  } else {
+    cJSON_AddStringToObject(o, "prompt", p->prompt_text ? p->prompt_text : "");
+  }
+  cJSON_AddNumberToObject(o, "max_tokens", p->max_tokens);
+  if (w->temperature >= 0) cJSON_AddNumberToObject(o, "temperature", w->temperature);
+  if (w->ignore_eos) cJSON_AddBoolToObject(o, "ignore_eos", 1);
+  cJSON_AddBoolToObject(o, "stream", 1);
+  cJSON *so = cJSON_AddObjectToObject(o, "stream_options");
+  if (so) cJSON_AddBoolToObject(so, "include_usage", 1);
+  text = cJSON_PrintUnformatted(o);
+done:
+  cJSON_Delete(o);
+  return text;
+}
+
+int weir__bench_workload_load(weir_bench_workload *w, char *err, size_t errlen) {
+  if (w->dataset != WEIR_BENCH_DS_JSONL) return WEIR_OK;
+  int rc = WEIR_OK;
+  char *line = NULL;
+  size_t lcap = 0;
+  FILE *f = fopen(w->file, "r");
+  if (!f) {
+    snprintf(err, errlen, "cannot open %s: %s", w->file, strerror(errno));
+    return WEIR_E_IO;
+  }
+  int cap = 0, lineno = 0;
+  ssize_t n;
+  while ((n = getline(&line, &lcap, f)) >= 0) {
+    lineno++;
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = 0;
+    if (n == 0) continue;
+    cJSON *o = cJSON_Parse(line);
+    if (!cJSON_IsObject(o)) {
+      cJSON_Delete(o);
+      snprintf(err, errlen, "%s:%d: not a JSON object", w->file, lineno);
+      rc = WEIR_E_FORMAT;
+      goto close_file;
+    }
+    if (w->num_items == cap) {
+      int nc = cap ? cap * 2 : 64;
+      weir_bench_jsonl_item *ni = realloc(w->items, sizeof *ni * (size_t)nc);
+      if (!ni) {
+        cJSON_Delete(o);
+        rc = WEIR_E_NOMEM;
+        goto close_file;
+      }
+      w->items = ni;
+      cap = nc;
+    }
+    weir_bench_jsonl_item *it = &w->items[w->num_items];
+    memset(it, 0, sizeof *it);
+    cJSON *p = cJSON_GetObjectItem(o, "prompt"), *m = cJSON_GetObjectItem(o, "messages");
+    if (!m) m = cJSON_GetObjectItem(o, "conversations");
+    cJSON *mt = cJSON_GetObjectItem(o, "max_tokens");
+    if (cJSON_IsString(p)) {
+      it->prompt = strdup(p->valuestring);
+    } else if (cJSON_IsArray(m)) {
+      it->messages_json = cJSON_PrintUnformatted(m);
+    } else {
+      cJSON_Delete(o);
+      snprintf(err, errlen, "%s:%d: needs \"prompt\" (a string) or \"messages\" (an array)",
+               w->file, lineno);
+      rc = WEIR_E_FORMAT;
+      goto close_file;
+    }
+    if (cJSON_IsNumber(mt) && mt->valuedouble >= 1) it->max_tokens = (int)mt->valuedouble;
+    cJSON_Delete(o);
+    if (!it->prompt && !it->messages_json) {
+      rc = WEIR_E_NOMEM;
+      goto close_file;
+    }
+    w->num_items++;
+  }
+  if (w->num_items == 0) {
+    snprintf(err, errlen, "%s: no prompts", w->file);
+    rc = WEIR_E_FORMAT;
+  }
+close_file:
+  free(line);
+  fclose(f);
+  return rc;
+}
+
+void weir__bench_workload_free(weir_bench_workload *w) {
+  for (int i = 0; i < w->num_items; i++) {
+    free(w->items[i].prompt);
+    free(w->items[i].messages_json);
+  }
+  free(w->items);
+  w->items = NULL;
+  w->num_items = 0;
+}
