@@ -1,10 +1,453 @@
+/* `weir mkmodel`: writes a Llama-family GGUF with seeded random weights and a complete
+ * tokenizer, streaming tensors to disk as they are generated so the 1.1B shape needs no more
+ * memory than one chunk of rows. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "mkmodel/mkmodel.h"
+#include "model/dequant.h"
+#include "model/gguf_write.h"
+#include "weir/status.h"
 
-/* Placeholder until its issue lands; replaced by the real command. */
+typedef struct mk_opts {
+  const char *arch, *type, *tokenizer, *chat_template, *name, *out;
+  long dim, layers, heads, kv_heads, ffn, vocab, ctx;
+  double rope_base, rms_eps;
+  int tied;
+  unsigned long long seed;
+} mk_opts;
+
+static void usage(FILE *f) {
+  fputs("usage: weir mkmodel --out FILE [options]\n"
+        "Writes a Llama-family GGUF model with seeded random weights and a generated tokenizer.\n"
+        "\n"
+        "  --preset tiny|1.1b    start from a preset (default tiny); later flags override it\n"
+        "                        tiny: dim 64, 2 layers, 4 heads, 2 KV heads, ffn 192, vocab 512,\n"
+        "                              ctx 2048, f16, llama tokenizer, chatml\n"
+        "                        1.1b: dim 2048, 22 layers, 32 heads, 4 KV heads, ffn 5632,\n"
+        "                              vocab 32000, ctx 2048, f16, llama tokenizer, chatml\n"
+        "  --arch llama|mistral|qwen2   architecture (qwen2 adds QKV biases, NEOX RoPE)\n"
+        "  --dim N  --layers N  --heads N  --kv-heads N  --ffn N  --vocab N  --ctx N\n"
+        "  --rope-base X         RoPE frequency base (default 10000; qwen2 1000000)\n"
+        "  --rms-eps X           RMSNorm epsilon (default 1e-5; qwen2 1e-6)\n"
+        "  --type f32|f16|bf16|q8_0|q4_0   weight type (norms and biases stay f32;\n"
+        "                        with q4_0 the output matrix is q8_0)\n"
+        "  --tied                no output.weight: the output reuses token_embd.weight\n"
+        "  --tokenizer llama|gpt2         SentencePiece-style or byte-level BPE\n"
+        "  --chat-template chatml|llama2|llama3|mistral|zephyr|gemma|phi3|none\n"
+        "  --seed N              weight seed (default 1)\n"
+        "  --name S              general.name (default weir-<preset or custom>)\n"
+        "  --out FILE            output path (written to FILE.tmp, then renamed)\n",
+        f);
+}
+
+static int preset_apply(const char *name, mk_opts *o) {
+  o->arch = "llama";
+  o->type = "f16";
+  o->tokenizer = "llama";
+  o->chat_template = "chatml";
+  o->ctx = 2048;
+  o->seed = 1;
+  o->tied = 0;
+  if (strcmp(name, "tiny") == 0) {
+    o->dim = 64, o->layers = 2, o->heads = 4, o->kv_heads = 2, o->ffn = 192, o->vocab = 512;
+  } else if (strcmp(name, "1.1b") == 0) {
+    o->dim = 2048, o->layers = 22, o->heads = 32, o->kv_heads = 4, o->ffn = 5632;
+    o->vocab = 32000;
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- deterministic random numbers ---- */
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+/* An approximately normal sample (Irwin-Hall of four 16-bit uniforms, scaled to unit
+ * variance): cheap, bounded at +-3.5 sigma, and plenty for random weights. */
+static inline float gauss(uint64_t *state) {
+  uint64_t r = mix64(*state += 0x9e3779b97f4a7c15ull);
+  uint32_t s = (uint32_t)(r & 0xffff) + (uint32_t)(r >> 16 & 0xffff) +
+               (uint32_t)(r >> 32 & 0xffff) + (uint32_t)(r >> 48);
+  return ((float)s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+}
+
+/* ---- tensor plan ---- */
+
+typedef enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT } init_kind;
+
+typedef struct plan_tensor {
+  char name[64];
+  weir_dtype dtype;
+  int ndim;
+  int64_t ne[2];
+  init_kind init;
+  float std;
+} plan_tensor;
+
+static int plan_add(plan_tensor *p, int *n, const char *name, weir_dtype dt, int64_t ne0,
+                    int64_t ne1, init_kind init, float std) {
+  plan_tensor *t = &p[(*n)++];
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->dtype = dt;
+  t->ndim = ne1 ? 2 : 1;
+  t->ne[0] = ne0;
+  t->ne[1] = ne1 ? ne1 : 1;
+  t->init = init;
+  t->std = std;
+  return 0;
+}
+
+/* Generates one tensor row by row (each row seeded from the seed, the tensor name and the
+ * row index, so the values do not depend on chunking) and streams it to the writer. */
+static int gen_tensor(weir_gguf_writer *w, const plan_tensor *t, uint64_t seed, float *fbuf,
+                      uint8_t *qbuf, int64_t max_elems) {
+  int64_t cols = t->ne[0], rows = t->ne[1];
+  size_t row_bytes = weir_dtype_row_bytes(t->dtype, cols);
+  int64_t rows_per_chunk = max_elems / cols;
+  if (rows_per_chunk < 1) rows_per_chunk = 1;
+  uint64_t th = hash_str(t->name) ^ mix64(seed);
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
+    int64_t nr = rows - r0 < rows_per_chunk ? rows - r0 : rows_per_chunk;
+    for (int64_t r = 0; r < nr; r++) {
+      uint64_t st = mix64(th + (uint64_t)(r0 + r) * 0xd1b54a32d192ed03ull);
+      float *row = fbuf + r * cols;
+      if (t->init == INIT_NORM_WEIGHT)
+        for (int64_t c = 0; c < cols; c++) row[c] = 1.0f + t->std * gauss(&st);
+      else
+        for (int64_t c = 0; c < cols; c++) row[c] = t->std * gauss(&st);
+      int rc = weir_quantize_row(t->dtype, row, qbuf + (size_t)r * row_bytes, cols);
+      if (rc) return rc;
+    }
+    int rc = weir_gguf_writer_put(w, qbuf, (size_t)nr * row_bytes);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int parse_dtype(const char *s, weir_dtype *out) {
+  static const struct { const char *n; weir_dtype t; } m[] = {
+      {"f32", WEIR_DTYPE_F32},   {"f16", WEIR_DTYPE_F16},   {"bf16", WEIR_DTYPE_BF16},
+      {"q8_0", WEIR_DTYPE_Q8_0}, {"q4_0", WEIR_DTYPE_Q4_0},
+  };
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+    if (strcmp(s, m[i].n) == 0) {
+      *out = m[i].t;
+      return 0;
+    }
+  return -1;
+}
+
+static uint32_t file_type_of(weir_dtype t) {
+  switch (t) { /* llama.cpp's LLAMA_FTYPE numbering */
+  case WEIR_DTYPE_F32: return 0;
+  case WEIR_DTYPE_F16: return 1;
+  case WEIR_DTYPE_Q4_0: return 2;
+  case WEIR_DTYPE_Q8_0: return 7;
+  case WEIR_DTYPE_BF16: return 32;
+  default: return 0;
+  }
+}
+
+static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < lo || v > hi) {
+    fprintf(stderr, "weir mkmodel: %s must be an integer from %ld to %ld, got '%s'\n", flag, lo,
+            hi, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_double(const char *flag, const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *end || end == s || !(v > 0) || !isfinite(v)) {
+    fprintf(stderr, "weir mkmodel: %s must be a positive number, got '%s'\n", flag, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+#define ERRLEN 512
+
+static int write_model(const mk_opts *o, char *err) {
+  weir_dtype wt = WEIR_DTYPE_F16, out_t;
+  int rc = 0;
+  weir_gguf_writer *w = NULL;
+  weir__vocab voc;
+  plan_tensor *plan = NULL;
+  float *fbuf = NULL;
+  uint8_t *qbuf = NULL;
+  char *tmp = NULL;
+  const weir__chat_template *tpl = weir__chat_template_find(o->chat_template);
+  int specials_n = 0;
+  memset(&voc, 0, sizeof voc);
+  parse_dtype(o->type, &wt);
+  out_t = wt == WEIR_DTYPE_Q4_0 ? WEIR_DTYPE_Q8_0 : wt;
+  while (tpl->specials[specials_n]) specials_n++;
+  rc = weir__vocab_build(o->tokenizer, tpl->specials, specials_n, tpl->bos, tpl->eos,
+                         (int32_t)o->vocab, &voc, err, ERRLEN);
+  if (rc) goto free_all;
+  if ((rc = weir_gguf_writer_new(&w))) goto free_all;
+
+  /* Metadata, in the order and with the names llama.cpp's converter uses. */
+  const char *a = o->arch;
+  int qwen = strcmp(a, "qwen2") == 0;
+  char key[128];
+  long head_dim = o->dim / o->heads;
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+  if ((rc = weir_gguf_add_str(w, "general.architecture", a)) ||
+      (rc = weir_gguf_add_str(w, "general.name", o->name)) ||
+      (rc = weir_gguf_add_u32(w, KEY("vocab_size"), (uint32_t)o->vocab)) ||
+      (rc = weir_gguf_add_u32(w, KEY("context_length"), (uint32_t)o->ctx)) ||
+      (rc = weir_gguf_add_u32(w, KEY("embedding_length"), (uint32_t)o->dim)) ||
+      (rc = weir_gguf_add_u32(w, KEY("block_count"), (uint32_t)o->layers)) ||
+      (rc = weir_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->ffn)) ||
+      (rc = weir_gguf_add_u32(w, KEY("rope.dimension_count"), (uint32_t)head_dim)) ||
+      (rc = weir_gguf_add_u32(w, KEY("attention.head_count"), (uint32_t)o->heads)) ||
+      (rc = weir_gguf_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads)) ||
+      (rc = weir_gguf_add_f32(w, KEY("rope.freq_base"), (float)o->rope_base)) ||
+      (rc = weir_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)o->rms_eps)) ||
+      (rc = weir_gguf_add_u32(w, "general.file_type", file_type_of(wt))))
+    goto free_all;
+#undef KEY
+  if (weir_dtype_block_elems(wt) > 1 &&
+      (rc = weir_gguf_add_u32(w, "general.quantization_version", 2)))
+    goto free_all;
+  int gpt2 = strcmp(o->tokenizer, "gpt2") == 0;
+  if ((rc = weir_gguf_add_str(w, "tokenizer.ggml.model", gpt2 ? "gpt2" : "llama")) ||
+      (gpt2 && (rc = weir_gguf_add_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "gpt-2"))) ||
+      (rc = weir_gguf_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)voc.tokens,
+                                  NULL, (uint64_t)voc.n)) ||
+      (!gpt2 && (rc = weir_gguf_add_arr(w, "tokenizer.ggml.scores", WEIR_GGUF_F32, voc.scores,
+                                        (uint64_t)voc.n))) ||
+      (rc = weir_gguf_add_arr(w, "tokenizer.ggml.token_type", WEIR_GGUF_I32, voc.types,
+                              (uint64_t)voc.n)) ||
+      (gpt2 && (rc = weir_gguf_add_arr_str(w, "tokenizer.ggml.merges",
+                                           (const char *const *)voc.merges, NULL,
+                                           (uint64_t)voc.n_merges))) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)voc.bos)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)voc.eos)) ||
+      (voc.unk >= 0 &&
+       (rc = weir_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)voc.unk))) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)voc.pad)) ||
+      (rc = weir_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", voc.add_bos)) ||
+      (rc = weir_gguf_add_bool(w, "tokenizer.ggml.add_eos_token", 0)) ||
+      (tpl->jinja && (rc = weir_gguf_add_str(w, "tokenizer.chat_template", tpl->jinja))))
+    goto free_all;
+
+  /* Tensors. Scales keep activations near unit size: projections N(0, 1/fan_in), the
+   * residual-writing projections further by 1/sqrt(2 layers), embedding and output rows
+   * N(0, 4/dim) so logits spread over a few units. */
+  int n_plan = 0;
+  plan = calloc((size_t)(3 + o->layers * 12), sizeof *plan);
+  if (!plan) {
+    rc = WEIR_E_NOMEM;
+    goto free_all;
+  }
+  int64_t e = o->dim, kv = o->kv_heads * head_dim, ff = o->ffn, nv = o->vocab;
+  float s_in = 1.0f / sqrtf((float)e), s_ff = 1.0f / sqrtf((float)ff);
+  float s_res = 1.0f / sqrtf(2.0f * (float)o->layers);
+  plan_add(plan, &n_plan, "token_embd.weight", wt, e, nv, INIT_NORMAL, 2.0f * s_in);
+  plan_add(plan, &n_plan, "output_norm.weight", WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT, 0.1f);
+  if (!o->tied)
+    plan_add(plan, &n_plan, "output.weight", out_t, e, nv, INIT_NORMAL, 2.0f * s_in);
+  for (long l = 0; l < o->layers; l++) {
+    char nm[64];
+#define BLK(s) (snprintf(nm, sizeof nm, "blk.%ld.%s", l, s), nm)
+    plan_add(plan, &n_plan, BLK("attn_norm.weight"), WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT,
+             0.1f);
+    plan_add(plan, &n_plan, BLK("attn_q.weight"), wt, e, e, INIT_NORMAL, s_in);
+    plan_add(plan, &n_plan, BLK("attn_k.weight"), wt, e, kv, INIT_NORMAL, s_in);
+    plan_add(plan, &n_plan, BLK("attn_v.weight"), wt, e, kv, INIT_NORMAL, s_in);
+    if (qwen) {
+      plan_add(plan, &n_plan, BLK("attn_q.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.05f);
+      plan_add(plan, &n_plan, BLK("attn_k.bias"), WEIR_DTYPE_F32, kv, 0, INIT_NORMAL, 0.05f);
+      plan_add(plan, &n_plan, BLK("attn_v.bias"), WEIR_DTYPE_F32, kv, 0, INIT_NORMAL, 0.05f);
+    }
+    plan_add(plan, &n_plan, BLK("attn_output.weight"), wt, e, e, INIT_NORMAL, s_in * s_res);
+    plan_add(plan, &n_plan, BLK("ffn_norm.weight"), WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT,
+             0.1f);
+    plan_add(plan, &n_plan, BLK("ffn_gate.weight"), wt, e, ff, INIT_NORMAL, s_in);
+    plan_add(plan, &n_plan, BLK("ffn_up.weight"), wt, e, ff, INIT_NORMAL, s_in);
+    plan_add(plan, &n_plan, BLK("ffn_down.weight"), wt, ff, e, INIT_NORMAL, s_ff * s_res);
+#undef BLK
+  }
+  uint64_t params = 0;
+  for (int i = 0; i < n_plan; i++) {
+    int64_t ne[2] = {plan[i].ne[0], plan[i].ne[1]};
+    rc = weir_gguf_add_tensor(w, plan[i].name, plan[i].dtype, plan[i].ndim, ne, NULL);
+    if (rc < 0) {
+      snprintf(err, ERRLEN, "tensor %s: shape {%lld, %lld} does not suit type %s", plan[i].name,
+               (long long)ne[0], (long long)ne[1], weir_dtype_name(plan[i].dtype));
+      goto free_all;
+    }
+    params += (uint64_t)(ne[0] * ne[1]);
+  }
+
+  const int64_t max_elems = 1 << 20;
+  int64_t widest = o->dim > o->ffn ? o->dim : o->ffn;
+  size_t fcap = (size_t)(widest > max_elems ? widest : max_elems);
+  fbuf = malloc(fcap * sizeof *fbuf);
+  qbuf = malloc(fcap * sizeof(float));
+  size_t tl = strlen(o->out) + 5;
+  tmp = malloc(tl);
+  if (!fbuf || !qbuf || !tmp) {
+    rc = WEIR_E_NOMEM;
+    goto free_all;
+  }
+  snprintf(tmp, tl, "%s.tmp", o->out);
+  if ((rc = weir_gguf_writer_begin(w, tmp, err, ERRLEN))) goto free_all;
+  for (int i = 0; i < n_plan && !rc; i++)
+    rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems);
+  if (rc) {
+    snprintf(err, ERRLEN, "%s: writing tensors failed: %s", tmp, strerror(errno));
+    goto remove_tmp;
+  }
+  if ((rc = weir_gguf_writer_end(w, err, ERRLEN))) goto remove_tmp;
+  if (rename(tmp, o->out) != 0) {
+    snprintf(err, ERRLEN, "cannot rename %s to %s: %s", tmp, o->out, strerror(errno));
+    rc = WEIR_E_IO;
+    goto remove_tmp;
+  }
+  printf("wrote %s: %s, %ld layers, dim %ld, %ld heads (%ld KV), ffn %ld, vocab %ld, ctx %ld, "
+         "%s, %s tokenizer, template %s, %.1fM parameters\n",
+         o->out, o->arch, o->layers, o->dim, o->heads, o->kv_heads, o->ffn, o->vocab, o->ctx,
+         o->type, o->tokenizer, o->chat_template, (double)params / 1e6);
+  goto free_all;
+remove_tmp:
+  weir_gguf_writer_free(w);
+  w = NULL;
+  unlink(tmp);
+free_all:
+  if (rc && !err[0]) snprintf(err, ERRLEN, "%s", weir_strerror(rc));
+  weir_gguf_writer_free(w);
+  weir__vocab_free(&voc);
+  free(plan);
+  free(fbuf);
+  free(qbuf);
+  free(tmp);
+  return rc;
+}
+
 int weir__cmd_mkmodel(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "weir %s: not available in this build yet\n", argv[0]);
-  return 1;
+  enum { O_PRESET = 256, O_ARCH, O_DIM, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX,
+         O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT, O_HELP };
+  static const struct option longopts[] = {
+      {"preset", required_argument, 0, O_PRESET}, {"arch", required_argument, 0, O_ARCH},
+      {"dim", required_argument, 0, O_DIM},       {"layers", required_argument, 0, O_LAYERS},
+      {"heads", required_argument, 0, O_HEADS},   {"kv-heads", required_argument, 0, O_KVH},
+      {"ffn", required_argument, 0, O_FFN},       {"vocab", required_argument, 0, O_VOCAB},
+      {"ctx", required_argument, 0, O_CTX},       {"rope-base", required_argument, 0, O_ROPE},
+      {"rms-eps", required_argument, 0, O_EPS},   {"type", required_argument, 0, O_TYPE},
+      {"tied", no_argument, 0, O_TIED},           {"tokenizer", required_argument, 0, O_TOK},
+      {"chat-template", required_argument, 0, O_TPL},
+      {"seed", required_argument, 0, O_SEED},     {"name", required_argument, 0, O_NAME},
+      {"out", required_argument, 0, O_OUT},       {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0}};
+  mk_opts o;
+  const char *preset = "tiny";
+  char err[ERRLEN] = "";
+  /* First pass: the preset, so that every other flag overrides it whatever the order. */
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
+    else if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
+  }
+  memset(&o, 0, sizeof o);
+  if (preset_apply(preset, &o) != 0) {
+    fprintf(stderr, "weir mkmodel: unknown preset '%s' (tiny or 1.1b)\n", preset);
+    return 2;
+  }
+  o.rope_base = 0;
+  o.rms_eps = 0;
+  char default_name[64];
+  snprintf(default_name, sizeof default_name, "weir-%s", preset);
+  o.name = default_name;
+  optind = 0; /* glibc: full re-initialisation, the dispatcher may have used getopt */
+  opterr = 1;
+  int c;
+  long v;
+  while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+    switch (c) {
+    case O_PRESET: break;
+    case O_ARCH: o.arch = optarg; break;
+    case O_DIM: if (parse_long("--dim", optarg, 1, 1 << 16, &o.dim)) return 2; break;
+    case O_LAYERS: if (parse_long("--layers", optarg, 1, 1024, &o.layers)) return 2; break;
+    case O_HEADS: if (parse_long("--heads", optarg, 1, 1024, &o.heads)) return 2; break;
+    case O_KVH: if (parse_long("--kv-heads", optarg, 1, 1024, &o.kv_heads)) return 2; break;
+    case O_FFN: if (parse_long("--ffn", optarg, 1, 1 << 18, &o.ffn)) return 2; break;
+    case O_VOCAB: if (parse_long("--vocab", optarg, 1, 1 << 20, &o.vocab)) return 2; break;
+    case O_CTX: if (parse_long("--ctx", optarg, 1, 1 << 24, &o.ctx)) return 2; break;
+    case O_ROPE: if (parse_double("--rope-base", optarg, &o.rope_base)) return 2; break;
+    case O_EPS: if (parse_double("--rms-eps", optarg, &o.rms_eps)) return 2; break;
+    case O_TYPE: o.type = optarg; break;
+    case O_TIED: o.tied = 1; break;
+    case O_TOK: o.tokenizer = optarg; break;
+    case O_TPL: o.chat_template = optarg; break;
+    case O_SEED:
+      if (parse_long("--seed", optarg, 0, __LONG_MAX__, &v)) return 2;
+      o.seed = (unsigned long long)v;
+      break;
+    case O_NAME: o.name = optarg; break;
+    case 'o': case O_OUT: o.out = optarg; break;
+    case 'h': case O_HELP: usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "weir mkmodel: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  weir_dtype dt;
+  const char *bad = NULL;
+  if (!o.out) bad = "--out FILE is required";
+  else if (strcmp(o.arch, "llama") && strcmp(o.arch, "mistral") && strcmp(o.arch, "qwen2"))
+    bad = "--arch must be llama, mistral or qwen2";
+  else if (parse_dtype(o.type, &dt) != 0) bad = "--type must be f32, f16, bf16, q8_0 or q4_0";
+  else if (strcmp(o.tokenizer, "llama") && strcmp(o.tokenizer, "gpt2"))
+    bad = "--tokenizer must be llama or gpt2";
+  else if (!weir__chat_template_find(o.chat_template))
+    bad = "--chat-template must be chatml, llama2, llama3, mistral, zephyr, gemma, phi3 or none";
+  else if (o.dim % o.heads != 0) bad = "--dim must be a multiple of --heads";
+  else if (o.heads % o.kv_heads != 0) bad = "--heads must be a multiple of --kv-heads";
+  else if ((o.dim / o.heads) % 2 != 0) bad = "the head size (dim / heads) must be even";
+  else if (weir_dtype_block_elems(dt) > 1 && (o.dim % 32 || o.ffn % 32))
+    bad = "with a block-quantized --type, --dim and --ffn must be multiples of 32";
+  if (bad) {
+    fprintf(stderr, "weir mkmodel: %s\n", bad);
+    return 2;
+  }
+  int qwen = strcmp(o.arch, "qwen2") == 0;
+  if (o.rope_base == 0) o.rope_base = qwen ? 1000000.0 : 10000.0;
+  if (o.rms_eps == 0) o.rms_eps = qwen ? 1e-6 : 1e-5;
+  int rc = write_model(&o, err);
+  if (rc) {
+    fprintf(stderr, "weir mkmodel: %s\n", err);
+    return rc == WEIR_E_INVAL ? 2 : 1;
+  }
+  return 0;
 }
