@@ -77,6 +77,9 @@ static inline uint16_t weir_f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* The 65536-entry f16 -> f32 table the scalar paths use (built on first call, thread-safe). */
+const float *weir_f16_table(void);
+
 void weir_f16_to_f32_row(const uint16_t *src, float *dst, int64_t n);
 void weir_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n);
 void weir_bf16_to_f32_row(const uint16_t *src, float *dst, int64_t n);

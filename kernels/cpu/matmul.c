@@ -13,6 +13,9 @@
 /* Bytes of x a token block may occupy: small enough to stay in L2 next to the W rows. */
 #define X_BLOCK_BYTES (256 * 1024)
 
+/* Column slice of the GEMM path (a multiple of 16). */
+#define K_BLOCK 1024
+
 static int64_t token_block(int64_t cols, int64_t tile) {
   int64_t tb = X_BLOCK_BYTES / (cols * 4 > 0 ? cols * 4 : 4);
   tb = tb / tile * tile;
@@ -27,6 +30,7 @@ static int64_t token_block(int64_t cols, int64_t tile) {
 static void rows_scalar(const weir_matmul_args *a, int64_t r0, int64_t r1) {
   float wbuf[SC_CHUNK];
   int f16 = a->w_dtype == WEIR_DTYPE_F16;
+  const float *tab = f16 ? weir_f16_table() : NULL;
   for (int64_t r = r0; r < r1; r++) {
     for (int64_t t = 0; t < a->n_tokens; t++) a->y[t * a->rows + r] = 0.0f;
     for (int64_t k0 = 0; k0 < a->cols; k0 += SC_CHUNK) {
@@ -34,7 +38,7 @@ static void rows_scalar(const weir_matmul_args *a, int64_t r0, int64_t r1) {
       const float *w;
       if (f16) {
         const uint16_t *src = (const uint16_t *)a->w + r * a->cols + k0;
-        for (int64_t k = 0; k < len; k++) wbuf[k] = weir_f16_to_f32(src[k]);
+        for (int64_t k = 0; k < len; k++) wbuf[k] = tab[src[k]];
         w = wbuf;
       } else {
         w = (const float *)a->w + r * a->cols + k0;
@@ -120,14 +124,15 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemv4_avx2(const void *w, int64_t r, 
 /* GEMM micro-kernel: 4 rows x 3 tokens = 12 accumulators, W converted once per 3 tokens. */
 #define T_AVX2 3
 WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemm4x3_avx2(const weir_matmul_args *a, int64_t r,
-                                                        int64_t t, int f16) {
+                                                        int64_t t, int64_t k0, int64_t k1,
+                                                        int accumulate, int f16) {
   const int64_t cols = a->cols;
   const float *x = a->x + t * cols;
   __m256 acc[4][T_AVX2];
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < T_AVX2; j++) acc[i][j] = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= cols; k += 8) {
+  int64_t k = k0;
+  for (; k + 8 <= k1; k += 8) {
     __m256 xv[T_AVX2];
 #pragma GCC unroll 3
     for (int j = 0; j < T_AVX2; j++) xv[j] = _mm256_loadu_ps(x + j * cols + k);
@@ -141,9 +146,10 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemm4x3_avx2(const weir_matmul_args *
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < T_AVX2; j++) {
       float s = hsum8(acc[i][j]);
-      for (int64_t kk = k; kk < cols; kk++)
+      for (int64_t kk = k; kk < k1; kk++)
         s += w_at(a->w, (r + i) * cols + kk, f16) * x[j * cols + kk];
-      a->y[(t + j) * a->rows + r + i] = s;
+      float *dst = &a->y[(t + j) * a->rows + r + i];
+      *dst = accumulate ? *dst + s : s;
     }
 }
 
@@ -160,18 +166,24 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void rows_avx2_impl(const weir_matmul_args
       }
     }
   } else {
-    int64_t tb = token_block(cols, T_AVX2);
+    /* Columns in slices of K_BLOCK so a block of many tokens' x fits in L2; each slice
+     * of a 4-row W group is then reused from L1 for every token of the block. */
+    int64_t kb = cols < K_BLOCK ? cols : K_BLOCK;
+    int64_t tb = token_block(kb, T_AVX2);
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
       int64_t t1 = t0 + tb < n ? t0 + tb : n;
-      for (int64_t r = r0; r < rg_end; r += 4) {
-        int64_t t = t0;
-        for (; t + T_AVX2 <= t1; t += T_AVX2) gemm4x3_avx2(a, r, t, f16);
-        for (; t < t1; t++) {
+      int64_t tfull = t0 + (t1 - t0) / T_AVX2 * T_AVX2;
+      for (int64_t k0 = 0; k0 < cols; k0 += kb) {
+        int64_t k1 = k0 + kb < cols ? k0 + kb : cols;
+        for (int64_t r = r0; r < rg_end; r += 4)
+          for (int64_t t = t0; t < tfull; t += T_AVX2) gemm4x3_avx2(a, r, t, k0, k1, k0 > 0, f16);
+      }
+      for (int64_t t = tfull; t < t1; t++)
+        for (int64_t r = r0; r < rg_end; r += 4) {
           float tmp[4];
           gemv4_avx2(a->w, r, cols, a->x + t * cols, tmp, f16);
           for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
         }
-      }
     }
   }
   for (int64_t r = rg_end; r < r1; r++)
@@ -245,14 +257,15 @@ WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemv4_avx512(const void *w, int64_t
 /* 4 rows x 6 tokens = 24 of the 32 zmm registers as accumulators. */
 #define T_AVX512 6
 WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemm4x6_avx512(const weir_matmul_args *a, int64_t r,
-                                                            int64_t t, int f16) {
+                                                            int64_t t, int64_t k0, int64_t k1,
+                                                            int accumulate, int f16) {
   const int64_t cols = a->cols;
   const float *x = a->x + t * cols;
   __m512 acc[4][T_AVX512];
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < T_AVX512; j++) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < cols; k += 16) {
-    __mmask16 m = cols - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - k)) - 1u);
+  for (int64_t k = k0; k < k1; k += 16) {
+    __mmask16 m = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1u);
     __m512 xv[T_AVX512];
 #pragma GCC unroll 6
     for (int j = 0; j < T_AVX512; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + j * cols + k);
@@ -264,8 +277,11 @@ WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemm4x6_avx512(const weir_matmul_ar
     }
   }
   for (int i = 0; i < 4; i++)
-    for (int j = 0; j < T_AVX512; j++)
-      a->y[(t + j) * a->rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+    for (int j = 0; j < T_AVX512; j++) {
+      float *dst = &a->y[(t + j) * a->rows + r + i];
+      float v = _mm512_reduce_add_ps(acc[i][j]);
+      *dst = accumulate ? *dst + v : v;
+    }
 }
 
 WEIR_TARGET_AVX512 static ALWAYS_INLINE void rows_avx512_impl(const weir_matmul_args *a,
@@ -281,18 +297,24 @@ WEIR_TARGET_AVX512 static ALWAYS_INLINE void rows_avx512_impl(const weir_matmul_
       }
     }
   } else {
-    int64_t tb = token_block(cols, T_AVX512);
+    /* Columns in slices of K_BLOCK so a block of many tokens' x fits in L2; each slice
+     * of a 4-row W group is then reused from L1 for every token of the block. */
+    int64_t kb = cols < K_BLOCK ? cols : K_BLOCK;
+    int64_t tb = token_block(kb, T_AVX512);
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
       int64_t t1 = t0 + tb < n ? t0 + tb : n;
-      for (int64_t r = r0; r < rg_end; r += 4) {
-        int64_t t = t0;
-        for (; t + T_AVX512 <= t1; t += T_AVX512) gemm4x6_avx512(a, r, t, f16);
-        for (; t < t1; t++) {
+      int64_t tfull = t0 + (t1 - t0) / T_AVX512 * T_AVX512;
+      for (int64_t k0 = 0; k0 < cols; k0 += kb) {
+        int64_t k1 = k0 + kb < cols ? k0 + kb : cols;
+        for (int64_t r = r0; r < rg_end; r += 4)
+          for (int64_t t = t0; t < tfull; t += T_AVX512) gemm4x6_avx512(a, r, t, k0, k1, k0 > 0, f16);
+      }
+      for (int64_t t = tfull; t < t1; t++)
+        for (int64_t r = r0; r < rg_end; r += 4) {
           float tmp[4];
           gemv4_avx512(a->w, r, cols, a->x + t * cols, tmp, f16);
           for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
         }
-      }
     }
   }
   for (int64_t r = rg_end; r < r1; r++)

@@ -1,0 +1,121 @@
+/* Micro-benchmark of the CPU matmul kernels on the linear-layer shapes of a 1.1B Llama
+ * (dim 2048, 32 heads, 4 KV heads, FFN 5632, vocab 32000), f16 weights:
+ *   GEMV (1 token): GB/s of weight streamed;  GEMM (64 and 256 tokens): GFLOP/s;
+ * with 1 and 2 threads, for the best SIMD level and the scalar baseline (same run), and an
+ * estimate of the matmul time of one decode step (22 layers + LM head).
+ * Each call reads its weights from a different place of a 512 MiB arena, as a real decode
+ * step does (2 GiB of weights per step never fit in cache), so GEMV numbers are DRAM numbers.
+ * Not a test: run by hand, e.g. build/tests/bin/bench_kernels [seconds_per_case]. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "convert.h"
+#include "cpu_isa.h"
+#include "matmul.h"
+#include "wt_pool.h"
+
+typedef struct shape {
+  const char *name;
+  int64_t rows, cols;
+  int per_layer; /* times per layer; 0 = once per step (LM head) */
+} shape;
+
+static const shape k_shapes[] = {
+    {"attn_q/o 2048x2048", 2048, 2048, 2}, {"attn_k/v 256x2048", 256, 2048, 2},
+    {"ffn_gate/up 5632x2048", 5632, 2048, 2}, {"ffn_down 2048x5632", 2048, 5632, 1},
+    {"lm_head 32000x2048", 32000, 2048, 0},
+};
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define ARENA_ELEMS ((size_t)256 << 20)
+
+static uint16_t *g_arena;
+static size_t g_arena_pos;
+
+/* Seconds per call, the best of repeated timing windows. */
+static double time_matmul(wt_pool *pool, weir_matmul_args *a, double budget) {
+  double best = 1e30, start = now();
+  int iters = 0;
+  size_t elems = (size_t)a->rows * (size_t)a->cols;
+  do {
+    if (g_arena_pos + elems > ARENA_ELEMS) g_arena_pos = 0;
+    a->w = g_arena + g_arena_pos;
+    g_arena_pos += elems;
+    double t0 = now();
+    if (wt_pool_threads(pool) > 1)
+      wt_pool_parallel_for(pool, a->rows, 64, weir_matmul_chunk, a);
+    else
+      weir_matmul_rows(a, 0, a->rows);
+    double dt = now() - t0;
+    if (dt < best) best = dt;
+    iters++;
+  } while (now() - start < budget || iters < 2);
+  return best;
+}
+
+int main(int argc, char **argv) {
+  double budget = argc > 1 ? atof(argv[1]) : 0.3;
+  int max_rows = 32000, max_cols = 5632, max_tok = 256;
+  (void)max_rows;
+  uint16_t *w = malloc(ARENA_ELEMS * 2);
+  g_arena = w;
+  float *x = malloc((size_t)max_tok * max_cols * 4);
+  float *y = malloc((size_t)max_tok * max_rows * 4);
+  if (!w || !x || !y) return 1;
+  /* Small f16 values of varied mantissa (exponent 2^-4 .. 2^-1, both signs). */
+  for (size_t i = 0; i < ARENA_ELEMS; i++)
+    w[i] = (uint16_t)(0x2c00 + ((i * 2654435761u) >> 7) % 0x1000 + ((i & 1) << 15));
+  for (size_t i = 0; i < (size_t)max_tok * max_cols; i++) x[i] = (float)(i % 97) * 0.01f - 0.4f;
+
+  weir_cpu_isa_level best = weir_cpu_isa();
+  printf("weir bench_kernels: f16 weights, best ISA %s, %.2f s per case\n",
+         weir_cpu_isa_name(best), budget);
+  printf("%-8s %-3s %-24s %10s %12s %12s\n", "isa", "thr", "shape", "GEMV GB/s",
+         "GEMM64 GF/s", "GEMM256 GF/s");
+  weir_cpu_isa_level levels[2] = {best, WEIR_CPU_ISA_SCALAR};
+  int n_levels = best == WEIR_CPU_ISA_SCALAR ? 1 : 2;
+  for (int li = 0; li < n_levels; li++) {
+    weir_cpu_isa_set(levels[li]);
+    for (int threads = 1; threads <= 2; threads++) {
+      wt_pool *pool = wt_pool_create(threads);
+      double step = 0;
+      for (size_t si = 0; si < sizeof k_shapes / sizeof k_shapes[0]; si++) {
+        const shape *sh = &k_shapes[si];
+        weir_matmul_args a = {.w = w, .w_dtype = WEIR_DTYPE_F16, .rows = sh->rows,
+                              .cols = sh->cols, .x = x, .y = y, .n_tokens = 1};
+        double t1 = time_matmul(pool, &a, budget);
+        double gbs = (double)sh->rows * sh->cols * 2 / t1 / 1e9;
+        step += t1 * (sh->per_layer ? 22.0 * sh->per_layer : 1.0);
+        double gf[2];
+        const int toks[2] = {64, 256};
+        for (int k = 0; k < 2; k++) {
+          /* The scalar path is slow: time it on the smaller token count only. */
+          if (levels[li] == WEIR_CPU_ISA_SCALAR && k == 1) {
+            gf[k] = 0;
+            continue;
+          }
+          a.n_tokens = toks[k];
+          double t = time_matmul(pool, &a, budget);
+          gf[k] = 2.0 * sh->rows * sh->cols * toks[k] / t / 1e9;
+        }
+        printf("%-8s %-3d %-24s %10.2f %12.2f %12.2f\n", weir_cpu_isa_name(levels[li]), threads,
+               sh->name, gbs, gf[0], gf[1]);
+        fflush(stdout);
+      }
+      printf("%-8s %-3d decode step matmuls (22 layers + lm_head): %.1f ms/token\n",
+             weir_cpu_isa_name(levels[li]), threads, step * 1e3);
+      wt_pool_destroy(pool);
+    }
+  }
+  free(w);
+  free(x);
+  free(y);
+  return 0;
+}
