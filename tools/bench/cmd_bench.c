@@ -456,7 +456,7 @@ int weir__cmd_bench(int argc, char **argv) {
   if (!o.api_key) o.api_key = getenv("OPENAI_API_KEY");
   for (int s = 0; s < sides; s++) {
     weir_bench_target *t = &targets[s];
-    t->label = strdup(sides == 2 ? o.label[s] : (o.config[0] ? o.config[0] : o.url[0]));
+    t->label = strdup(o.label[s]);
     t->config = (char *)o.config[s];
     t->api_key = (char *)o.api_key;
     if (!t->label) goto free_all;
