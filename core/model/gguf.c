@@ -289,7 +289,8 @@ static bool dtype_readable(uint32_t t) {
 
 static int cmp_by_offset(const void *a, const void *b) {
   const weir_gguf_tensor *x = *(weir_gguf_tensor *const *)a, *y = *(weir_gguf_tensor *const *)b;
-  return x->offset < y->offset ? -1 : x->offset > y->offset;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return x < y ? -1 : x > y; /* file order among equals, for a stable message */
 }
 
 static int parse(weir_gguf *g, char *err, size_t errlen) {
