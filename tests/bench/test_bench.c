@@ -140,7 +140,7 @@ static double num(cJSON *o, const char *dotted) {
 
 static void test_cadence_completions(void) {
   tserver s;
-  if (ts_start(&s, "--ttft-ms", "60", "--gap-ms", "25", NULL)) return CU_FAIL("no server");
+  if (ts_start(&s, "--ttft-ms", "60", "--gap-ms", "25", NULL)) { CU_FAIL("no server"); return; }
   char *u = url_of(&s);
   cJSON *r = bench(NULL, NULL, "--url", u, "--num-requests", "16", "--concurrency", "4",
                    "--output-len", "8", NULL);
@@ -164,7 +164,7 @@ static void test_cadence_completions(void) {
 static void test_cadence_chat_without_usage(void) {
   tserver s;
   if (ts_start(&s, "--ttft-ms", "80", "--gap-ms", "20", "--no-usage", "--identity", NULL))
-    return CU_FAIL("no server");
+    { CU_FAIL("no server"); return; }
   char *u = url_of(&s);
   cJSON *r = bench(NULL, NULL, "--url", u, "--endpoint", "chat", "--num-requests", "6",
                    "--concurrency", "3", "--output-len", "5", NULL);
@@ -183,7 +183,7 @@ static void test_cadence_chat_without_usage(void) {
 /* Open loop: requests leave at the precomputed arrival times, not when others finish. */
 static void test_open_loop_schedule(void) {
   tserver s;
-  if (ts_start(&s, "--ttft-ms", "200", "--gap-ms", "10", NULL)) return CU_FAIL("no server");
+  if (ts_start(&s, "--ttft-ms", "200", "--gap-ms", "10", NULL)) { CU_FAIL("no server"); return; }
   char *u = url_of(&s);
   cJSON *r = bench(NULL, NULL, "--url", u, "--rate", "40", "--num-requests", "20",
                    "--output-len", "2", "--seed", "3", NULL);
@@ -206,7 +206,7 @@ static void test_open_loop_schedule(void) {
 static void check_fault(const char *fault, const char *kind) {
   tserver s;
   if (ts_start(&s, "--ttft-ms", "5", "--gap-ms", "2", "--fault", fault, "--fault-every", "2", NULL))
-    return CU_FAIL("no server");
+    { CU_FAIL("no server"); return; }
   char *u = url_of(&s);
   int st = -1;
   cJSON *r = bench(&st, NULL, "--url", u, "--num-requests", "8", "--concurrency", "2",
@@ -249,7 +249,7 @@ static void test_refused_and_timeout(void) {
   free(u);
 
   tserver s;
-  if (ts_start(&s, "--fault", "stall", NULL)) return CU_FAIL("no server");
+  if (ts_start(&s, "--fault", "stall", NULL)) { CU_FAIL("no server"); return; }
   u = url_of(&s);
   r = bench(&st, NULL, "--url", u, "--num-requests", "3", "--concurrency", "3", "--timeout", "0.3", NULL);
   CU_ASSERT_PTR_NOT_NULL_FATAL(r);
@@ -263,7 +263,7 @@ static void test_refused_and_timeout(void) {
 /* Ctrl-C: stops sending, cancels what is in flight, still prints and writes the report. */
 static void test_interrupt_reports_partial(void) {
   tserver s;
-  if (ts_start(&s, "--ttft-ms", "20", "--gap-ms", "50", NULL)) return CU_FAIL("no server");
+  if (ts_start(&s, "--ttft-ms", "20", "--gap-ms", "50", NULL)) { CU_FAIL("no server"); return; }
   char *u = url_of(&s), *json = wt_strf("%s/interrupted.json", g_dir), *out = wt_strf("%s/interrupted.out", g_dir);
   pid_t pid = fork();
   if (pid == 0) {
@@ -309,9 +309,9 @@ static void check_dist(cJSON *r, const char *base) {
   static const char *const keys[] = {"count", "mean", "min", "median", "p90", "p95", "p99", "max"};
   double v[8];
   for (int i = 0; i < 8; i++) {
-    char k[160];
-    snprintf(k, sizeof k, "%s.%s", base, keys[i]);
+    char *k = wt_strf("%s.%s", base, keys[i]);
     v[i] = num(r, k);
+    free(k);
     CU_ASSERT(!isnan(v[i]));
   }
   CU_ASSERT(v[2] <= v[3] && v[3] <= v[4] && v[4] <= v[5] && v[5] <= v[6] && v[6] <= v[7]);
@@ -319,7 +319,7 @@ static void check_dist(cJSON *r, const char *base) {
 }
 
 static void check_summary(cJSON *r, const char *base) {
-  char k[160];
+  char k[256];
 #define F(x) (snprintf(k, sizeof k, "%s.%s", base, x), num(r, k))
   double sent = F("requests.sent"), ok = F("requests.completed"), failed = F("requests.failed");
   WT_ASSERT_INT_EQ(sent, ok + failed);
@@ -352,7 +352,7 @@ static void check_summary(cJSON *r, const char *base) {
 
 static void test_json_schema(void) {
   tserver s;
-  if (ts_start(&s, "--ttft-ms", "30", "--gap-ms", "10", NULL)) return CU_FAIL("no server");
+  if (ts_start(&s, "--ttft-ms", "30", "--gap-ms", "10", NULL)) { CU_FAIL("no server"); return; }
   char *u = url_of(&s);
   cJSON *r = bench(NULL, NULL, "--url", u, "--num-requests", "10", "--concurrency", "2",
                    "--output-len", "5", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "1",
@@ -388,8 +388,8 @@ static void test_json_schema(void) {
  * the ratio, and the SVG draws both series. */
 static void test_ab_report_and_svg(void) {
   tserver a, b;
-  if (ts_start(&a, "--ttft-ms", "20", "--gap-ms", "20", NULL)) return CU_FAIL("no server");
-  if (ts_start(&b, "--ttft-ms", "20", "--gap-ms", "8", NULL)) return CU_FAIL("no server");
+  if (ts_start(&a, "--ttft-ms", "20", "--gap-ms", "20", NULL)) { CU_FAIL("no server"); return; }
+  if (ts_start(&b, "--ttft-ms", "20", "--gap-ms", "8", NULL)) { CU_FAIL("no server"); return; }
   char *ua = url_of(&a), *ub = url_of(&b), *svg = wt_strf("%s/ab.svg", g_dir);
   char *out = NULL;
   cJSON *r = bench(NULL, &out, "--a", ua, "--b", ub, "--rounds", "4", "--num-requests", "3",
@@ -407,8 +407,11 @@ static void test_ab_report_and_svg(void) {
       seen++;
       WT_ASSERT_STR_CONTAINS(cJSON_GetObjectItem(m, "verdict")->valuestring, "b_better");
       double ratio = cJSON_GetObjectItem(m, "ratio_b_over_a")->valuedouble;
-      if (!strcmp(name, "itl_median_ms")) CU_ASSERT(ratio > 0.25 && ratio < 0.6);
-      else CU_ASSERT(ratio > 1.3);
+      if (!strcmp(name, "itl_median_ms")) {
+        CU_ASSERT(ratio > 0.25 && ratio < 0.6);
+      } else {
+        CU_ASSERT(ratio > 1.3);
+      }
     }
     if (!strcmp(name, "ttft_median_ms")) {
       seen++;
@@ -518,7 +521,9 @@ static void test_workload_tokens_and_prefixes(void) {
     cJSON *prompt = cJSON_GetObjectItem(o, "prompt");
     CU_ASSERT(cJSON_IsArray(prompt));
     WT_ASSERT_INT_EQ(cJSON_GetArraySize(prompt), 17);
-    cJSON_ArrayForEach(x, prompt) CU_ASSERT(x->valuedouble >= 10 && x->valuedouble < 100);
+    cJSON_ArrayForEach(x, prompt) {
+      CU_ASSERT(x->valuedouble >= 10 && x->valuedouble < 100);
+    }
     WT_ASSERT_INT_EQ(cJSON_GetObjectItem(o, "max_tokens")->valuedouble, 9);
     CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(o, "ignore_eos")));
     WT_ASSERT_STR_CONTAINS(cJSON_GetObjectItem(o, "model")->valuestring, "m");
@@ -548,7 +553,9 @@ static void test_workload_tokens_and_prefixes(void) {
       for (int k = 40; k < 48; k++)
         same_suffix &= cJSON_GetArrayItem(pi, k)->valuedouble == cJSON_GetArrayItem(pj, k)->valuedouble;
       CU_ASSERT(same_prefix == (i % 3 == j % 3));
-      if (i != j) CU_ASSERT(!same_suffix);
+      if (i != j) {
+        CU_ASSERT(!same_suffix);
+      }
     }
   }
   for (int i = 0; i < n; i++) cJSON_Delete(req[i]);

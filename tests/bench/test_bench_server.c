@@ -163,8 +163,9 @@ static void test_ab_two_configs(void) {
   cJSON *m, *ms = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "comparison"), "metrics");
   CU_ASSERT(cJSON_GetArraySize(ms) > 0);
   /* Two rounds a side can never reach alpha 0.05: the report must say so, not guess. */
-  cJSON_ArrayForEach(m, ms)
-      WT_ASSERT_STR_CONTAINS(cJSON_GetObjectItem(m, "verdict")->valuestring, "inconclusive");
+  cJSON_ArrayForEach(m, ms) {
+    WT_ASSERT_STR_CONTAINS(cJSON_GetObjectItem(m, "verdict")->valuestring, "inconclusive");
+  }
   char *text = wt_read_file(svg, NULL);
   WT_ASSERT_STR_CONTAINS(text, "class=\"series-kv-f16\"");
   WT_ASSERT_STR_CONTAINS(text, "class=\"series-kv-f32\"");
