@@ -60,6 +60,7 @@ typedef struct conn {
   int finished;
   int open_handles;
   int num_chunks;           /* content chunks, warm-up included */
+  int num_events;           /* SSE events dispatched */
   char errbody[MAX_ERRBODY + 1];
   size_t errbody_len;
 } conn;
@@ -194,6 +195,7 @@ static void add_chunk(conn *c, double t) {
 static void sse_dispatch(conn *c, double t) {
   runner *r = c->run;
   const char *d = c->data ? c->data : "";
+  c->num_events++;
   if (!strcmp(d, "[DONE]")) {
     finish(c, 1, 0);
     return;
@@ -332,6 +334,11 @@ static int on_message_complete(llhttp_t *p) {
       c->line_len = 0;
     }
     if (!c->finished && c->has_data) sse_dispatch(c, g_read_time);
+    if (!c->finished && c->num_events == 0) {
+      note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "HTTP 200 but not an event stream: %.100s",
+                 c->line ? c->line : "");
+      finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
+    }
     if (!c->finished) {
       note_error(c->run, WEIR_BENCH_ERR_TRUNCATED,
                  "response ended before data: [DONE] (after %d chunks)", c->num_chunks);
