@@ -433,9 +433,13 @@ int weir__vocab_build(const char *style, const char *const *specials, int n_spec
     rc = split_spm(weir__mkmodel_corpus, &t, &ws);
   }
   if (rc) goto free_words;
+  /* Extra merges combine learned pieces first (they look like words), and fall back to
+   * every piece when those run out. */
+  int32_t n_initial = t.n;
   if ((rc = train(&t, &ws, n_pieces))) goto free_words;
-  if (t.n < n_pieces &&
-      (rc = synthesize(&t, spm ? 0 : 256, n_pieces, spm ? SPM_SPACE : GPT2_SPACE))) {
+  const char *space = spm ? SPM_SPACE : GPT2_SPACE;
+  if (t.n < n_pieces && t.n - n_initial >= 8) synthesize(&t, n_initial, n_pieces, space);
+  if (t.n < n_pieces && (rc = synthesize(&t, 0, n_pieces, space))) {
     snprintf(err, errlen, "cannot build %d distinct tokens", n_vocab);
     goto free_words;
   }
