@@ -90,17 +90,25 @@ __host__ __device__ inline SmemLayout smem_layout(int rows, int hd, int bs) {
 }
 
 // Loads one head's K or V rows of one block (bs * hd contiguous elements of T) into shared
-// memory as f32 rows of stride hd + kPad, with 16-byte global loads.
+// memory as f32 rows of stride hd + kPad, with 16-byte global loads. Rows from `nvalid` on lie
+// beyond the context: they hold whatever the slot held before (possibly NaN bit patterns), so
+// they are stored as zeros instead, because a masked score's zero weight times NaN is NaN.
 template <typename T>
-__device__ __forceinline__ void load_tile(float *dst, const T *__restrict__ src, int hd, int bs) {
+__device__ __forceinline__ void load_tile(float *dst, const T *__restrict__ src, int hd, int bs,
+                                          int nvalid) {
   constexpr int V = 16 / sizeof(T);
   const int nvec = bs * hd / V;
   const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
   for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
-    const uint4 raw = __ldg(s4 + i);
-    const T *e = reinterpret_cast<const T *>(&raw);
     const int flat = i * V, t = flat / hd, d = flat % hd;
     float *o = dst + t * (hd + kPad) + d;
+    if (t >= nvalid) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) o[j] = 0.0f;
+      continue;
+    }
+    const uint4 raw = __ldg(s4 + i);
+    const T *e = reinterpret_cast<const T *>(&raw);
 #pragma unroll
     for (int j = 0; j < V; ++j) o[j] = to_f(e[j]);
   }
@@ -156,8 +164,10 @@ __global__ void __launch_bounds__(kThreads)
     const int phys = btab[b];
     const T *kb = reinterpret_cast<const T *>(static_cast<const char *>(p.kv_base) +
                                               (size_t)phys * p.block_bytes);
-    load_tile<T>(sk, kb + (size_t)kvh * head_elems, hd, bs);
-    load_tile<T>(sv, kb + (size_t)p.n_kv_heads * head_elems + (size_t)kvh * head_elems, hd, bs);
+    const int nvalid = min(bs, last_key + 1 - b * bs);
+    load_tile<T>(sk, kb + (size_t)kvh * head_elems, hd, bs, nvalid);
+    load_tile<T>(sv, kb + (size_t)p.n_kv_heads * head_elems + (size_t)kvh * head_elems, hd, bs,
+                 nvalid);
     __syncthreads();
 
     // Scores, with the causal mask: row r may see keys at positions <= its own.
