@@ -41,6 +41,18 @@ int weir_metrics_create(weir_metrics **out) {
   return WEIR_OK;
 }
 
+static weir_metrics *g_process;
+static pthread_once_t g_process_once = PTHREAD_ONCE_INIT;
+
+static void process_create(void) {
+  if (weir_metrics_create(&g_process) != WEIR_OK) g_process = NULL;
+}
+
+weir_metrics *weir_metrics_process(void) {
+  pthread_once(&g_process_once, process_create);
+  return g_process;
+}
+
 static void metric_free(weir_metric *x) {
   free(x->name);
   free(x->help);

@@ -32,6 +32,11 @@ void weir_metric_add(weir_metric *metric, double v);
 /* Current value of a counter or gauge, or the count of a histogram. */
 double weir_metric_value(const weir_metric *metric);
 
+/* The process-wide registry, created on first use (thread-safe): the HTTP server renders it
+ * at /metrics, and the engine hands it to the plugin loader so that plugin metrics appear
+ * there too. Returns NULL only when that first allocation fails. Never destroyed. */
+weir_metrics *weir_metrics_process(void);
+
 /* Renders every metric; *out is malloc'd (caller frees). */
 int weir_metrics_render(weir_metrics *m, char **out, size_t *len);
 

@@ -1,0 +1,168 @@
+/* Internals shared by the HTTP transport (server.c), the OpenAI API layer (api.c) and the
+ * server's life cycle (serve.c). Everything here runs on the libuv loop thread unless a
+ * comment says otherwise. Not part of any public API. */
+#ifndef WEIR_HTTP_INTERNAL_H
+#define WEIR_HTTP_INTERNAL_H
+
+#include <llhttp.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config/config.h"
+#include "engine/engine.h"
+#include "metrics/metrics.h"
+
+typedef struct weir__http_server weir__http_server;
+typedef struct weir__http_conn weir__http_conn;
+typedef struct weir__http_req weir__http_req;
+typedef struct weir__api_job weir__api_job;
+
+typedef enum weir__server_state {
+  WEIR__LOADING = 0,  /* the engine is being created: /health 503 "loading" */
+  WEIR__READY = 1,
+  WEIR__DRAINING = 2, /* a signal arrived: no new work, in-flight requests finish */
+  WEIR__STOPPING = 3, /* handles are closing; the loop is about to end */
+} weir__server_state;
+
+/* A growable byte buffer. On allocation failure `oom` is set and further appends do nothing,
+ * so a caller checks once at the end. */
+typedef struct weir__buf {
+  char *p;
+  size_t len, cap;
+  int oom;
+} weir__buf;
+void weir__buf_append(weir__buf *b, const void *data, size_t len);
+void weir__buf_printf(weir__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void weir__buf_free(weir__buf *b);
+
+/* One parsed HTTP request, queued on its connection until its response is complete.
+ * Requests of one connection are answered strictly in arrival order (pipelining). */
+struct weir__http_req {
+  weir__http_conn *conn;
+  weir__http_server *srv;
+  weir__http_req *next;
+  int method;                 /* llhttp_method_t */
+  int http_minor;             /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
+  int keep_alive;             /* the client allows the connection to be reused */
+  weir__buf url;
+  weir__buf content_type;
+  weir__buf authorization;
+  weir__buf body;
+  uint64_t arrival_ns;        /* uv_hrtime() when the request was complete */
+  /* A request the transport already knows the answer to (malformed HTTP, limits): the
+   * response is this error, and the connection closes after it. */
+  int error_status;
+  const char *error_message;
+  /* Response state. */
+  int dispatched;
+  int streaming;              /* headers sent, body goes out as chunks */
+  int chunked;                /* streaming with Transfer-Encoding: chunked (HTTP/1.1) */
+  int done;                   /* the response is complete */
+  weir__api_job *job;         /* generation in flight for this request, or NULL */
+};
+
+/* Responses. Each call makes its own uv_write with its own buffer. They do nothing when the
+ * connection is already gone. `extra_headers` is NULL or CRLF-terminated header lines. */
+void weir__http_respond(weir__http_req *r, int status, const char *content_type,
+                        const char *body, size_t len, const char *extra_headers);
+/* An OpenAI error object: {"error":{"message","type","param","code"}}. param / code may be
+ * NULL (rendered as null). */
+void weir__http_respond_error(weir__http_req *r, int status, const char *type,
+                              const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+void weir__http_stream_start(weir__http_req *r, const char *content_type);
+void weir__http_stream_write(weir__http_req *r, const char *data, size_t len);
+void weir__http_stream_end(weir__http_req *r);
+/* The URL path without the query string, NUL-terminated in `out`. */
+void weir__http_path(const weir__http_req *r, char *out, size_t cap);
+
+/* An event copied off the engine thread. */
+typedef struct weir__queued_event {
+  struct weir__queued_event *next;
+  void *user;
+  uint64_t time_ns;           /* uv_hrtime() when the engine delivered it */
+  weir_gen_event ev;          /* pointers point into the same allocation */
+} weir__queued_event;
+
+/* What api.c passes as the engine callback's `user`: the first member of every per-choice
+ * struct. `spare` is a preallocated event used when copying a final event fails for lack of
+ * memory, so that the exactly-one-final-event guarantee survives OOM. */
+typedef struct weir__engine_user {
+  weir__http_server *srv;
+  weir__queued_event *spare;
+} weir__engine_user;
+/* serve.c: the weir_gen_event_cb given to weir_engine_submit (runs on the engine thread). */
+void weir__serve_engine_cb(void *user, const weir_gen_event *ev);
+
+/* Metrics the server records itself. */
+typedef struct weir__http_metrics {
+  weir_metric *ttft, *itl, *tpot, *e2e, *queue, *prefill, *decode;
+  weir_metric *prompt_tokens, *generation_tokens;
+  weir_metric *success[6];    /* by weir_finish_reason (index 0 unused) */
+  weir_metric *preemptions, *prefix_queries, *prefix_hits;
+  weir_metric *running, *waiting, *kv_usage;
+} weir__http_metrics;
+
+struct weir__http_server {
+  uv_loop_t *loop;
+  const weir_config *cfg;
+  weir_metrics *metrics;
+  weir__http_metrics m;
+  weir_engine *engine;        /* NULL until loaded */
+  weir_engine_info info;      /* valid once READY */
+  char *model_name;
+  char *bos_text;             /* the BOS token's text, or NULL */
+  const char *api_key;        /* NULL: no authentication */
+  weir__server_state state;
+  int64_t started_unix;
+  int exit_code;
+
+  uv_tcp_t listener;
+  int listener_open;
+  weir__http_conn *conns;     /* doubly linked list of open connections */
+  int num_conns;
+  char read_buf[65536];       /* parsing consumes each read before the next */
+  llhttp_settings_t parser_settings;
+
+  /* Engine events: pushed by the engine thread, drained on the loop. */
+  uv_async_t async;
+  pthread_mutex_t ev_lock;
+  weir__queued_event *ev_head, *ev_tail;
+
+  uv_signal_t sigint, sigterm;
+  uv_timer_t drain_timer;
+  uv_work_t load_work;
+  int load_rc;
+  int loading;                /* the load work is still running */
+  int num_jobs;               /* generation jobs not yet freed (client gone or not) */
+  weir__api_job *jobs;        /* the same jobs, doubly linked (api.c) */
+  int aborted_all;
+};
+
+/* server.c */
+int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
+                           weir_metrics *metrics);
+int weir__http_server_listen(weir__http_server *s);
+/* Closes the listener and every connection (after their pending writes). */
+void weir__http_server_close(weir__http_server *s);
+/* Counts a response in weir_http_requests_total{code}. */
+void weir__http_count_response(weir__http_server *s, int status);
+
+/* api.c */
+int weir__api_metrics_register(weir__http_server *s);
+/* Answers one request (called once per request, in order, when it reaches the head of its
+ * connection's queue). */
+void weir__api_dispatch(weir__http_req *r);
+/* The connection of r's job is gone: abort its engine requests; the job lives on until
+ * their final events arrive. */
+void weir__api_client_gone(weir__api_job *job);
+/* Handles one queued engine event; frees it. */
+void weir__api_on_event(weir__http_server *s, weir__queued_event *qe);
+/* Aborts every in-flight engine request (drain timeout, second signal). */
+void weir__api_abort_all(weir__http_server *s);
+/* Called when the number of jobs drops; serve.c decides whether the drain is over. */
+void weir__serve_job_finished(weir__http_server *s);
+
+#endif

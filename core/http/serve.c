@@ -1,0 +1,242 @@
+/* The server's life cycle: bind, load the engine on a worker thread while /health answers
+ * 503, serve, drain on a signal, shut down in an order where no engine callback can reach a
+ * closed handle. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "http/http.h"
+#include "http/http_internal.h"
+#include "util/log.h"
+#include "weir/status.h"
+
+/* Engine thread: copy the event (its memory is borrowed for the call) and wake the loop. */
+static void on_engine_event(weir__http_server *s, void *user, const weir_gen_event *ev) {
+  size_t text_len = ev->text ? ev->text_len : 0;
+  size_t ntok = ev->num_tokens > 0 ? (size_t)ev->num_tokens : 0;
+  size_t nlp = ev->logprobs ? ntok : 0;
+  size_t err_len = ev->error ? strlen(ev->error) + 1 : 0;
+  size_t size = sizeof(weir__queued_event) + nlp * sizeof(weir_sample_result) +
+                ntok * sizeof(int32_t) + text_len + 1 + err_len;
+  weir__queued_event *qe = malloc(size);
+  if (!qe) {
+    /* Losing a non-final event only loses text; a final one must arrive, so it takes the
+     * spare preallocated at submit, without text. */
+    weir__engine_user *u = user;
+    weir_log(WEIR_LOG_ERROR, "http", "out of memory queueing an engine event");
+    if (ev->finish == WEIR_FINISH_NONE || !u->spare) return;
+    qe = u->spare;
+    u->spare = NULL;
+    text_len = ntok = nlp = err_len = 0;
+  }
+  qe->next = NULL;
+  qe->user = user;
+  qe->time_ns = uv_hrtime();
+  qe->ev = *ev;
+  char *p = (char *)(qe + 1);
+  weir_sample_result *lp = (weir_sample_result *)p;
+  if (nlp) memcpy(lp, ev->logprobs, nlp * sizeof *lp);
+  qe->ev.logprobs = nlp ? lp : NULL;
+  p += nlp * sizeof *lp;
+  int32_t *tok = (int32_t *)p;
+  if (ntok) memcpy(tok, ev->tokens, ntok * sizeof *tok);
+  qe->ev.tokens = tok;
+  qe->ev.num_tokens = (int32_t)ntok;
+  p += ntok * sizeof *tok;
+  if (text_len) memcpy(p, ev->text, text_len);
+  p[text_len] = '\0';
+  qe->ev.text = p;
+  qe->ev.text_len = text_len;
+  p += text_len + 1;
+  if (err_len) {
+    memcpy(p, ev->error, err_len);
+    qe->ev.error = p;
+  } else {
+    qe->ev.error = NULL;
+  }
+  pthread_mutex_lock(&s->ev_lock);
+  if (s->ev_tail) s->ev_tail->next = qe;
+  else s->ev_head = qe;
+  s->ev_tail = qe;
+  pthread_mutex_unlock(&s->ev_lock);
+  uv_async_send(&s->async);
+}
+
+/* The engine's callback carries only `user`: a weir__engine_user (api.c). */
+void weir__serve_engine_cb(void *user, const weir_gen_event *ev) {
+  on_engine_event(((weir__engine_user *)user)->srv, user, ev);
+}
+
+static void on_async(uv_async_t *a) {
+  weir__http_server *s = a->data;
+  pthread_mutex_lock(&s->ev_lock);
+  weir__queued_event *qe = s->ev_head;
+  s->ev_head = s->ev_tail = NULL;
+  pthread_mutex_unlock(&s->ev_lock);
+  while (qe) {
+    weir__queued_event *n = qe->next;
+    weir__api_on_event(s, qe);
+    qe = n;
+  }
+}
+
+static void begin_stop(weir__http_server *s) {
+  if (s->state == WEIR__STOPPING) return;
+  s->state = WEIR__STOPPING;
+  uv_timer_stop(&s->drain_timer);
+  weir__http_server_close(s);
+  uv_close((uv_handle_t *)&s->sigint, NULL);
+  uv_close((uv_handle_t *)&s->sigterm, NULL);
+  uv_close((uv_handle_t *)&s->drain_timer, NULL);
+  /* The async handle stays open while the engine may still call back: it is closed after
+   * the last job is gone (see weir__serve_job_finished). */
+  if (s->num_jobs == 0) uv_close((uv_handle_t *)&s->async, NULL);
+}
+
+void weir__serve_job_finished(weir__http_server *s) {
+  if (s->num_jobs > 0) return;
+  if (s->state == WEIR__DRAINING && !s->loading) {
+    weir_log(WEIR_LOG_INFO, "http", "drained: every request finished");
+    begin_stop(s);
+  } else if (s->state == WEIR__STOPPING && !uv_is_closing((uv_handle_t *)&s->async)) {
+    uv_close((uv_handle_t *)&s->async, NULL);
+  }
+}
+
+static void on_drain_timeout(uv_timer_t *t) {
+  weir__http_server *s = t->data;
+  weir_log(WEIR_LOG_WARN, "http", "drain timeout: aborting %d request(s) still running",
+           s->num_jobs);
+  weir__api_abort_all(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  weir__http_server *s = h->data;
+  if (s->state == WEIR__DRAINING) {
+    /* A second signal: stop waiting. */
+    weir_log(WEIR_LOG_WARN, "http", "second signal: aborting in-flight requests");
+    weir__api_abort_all(s);
+    return;
+  }
+  if (s->state == WEIR__STOPPING) return;
+  weir_log(WEIR_LOG_INFO, "http", "%s: draining (up to %lld ms)",
+           signum == SIGINT ? "SIGINT" : "SIGTERM", (long long)s->cfg->drain_timeout_ms);
+  s->state = WEIR__DRAINING;
+  if (s->cfg->drain_timeout_ms > 0)
+    uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg->drain_timeout_ms, 0);
+  else
+    weir__api_abort_all(s);
+  weir__serve_job_finished(s);
+}
+
+static void load_work(uv_work_t *w) {
+  weir__http_server *s = w->data;
+  weir_engine *e = NULL;
+  s->load_rc = weir_engine_create_ex(s->cfg, s->metrics, &e);
+  if (s->load_rc == WEIR_OK) s->engine = e;
+}
+
+static void load_done(uv_work_t *w, int status) {
+  weir__http_server *s = w->data;
+  s->loading = 0;
+  if (status != 0 || s->load_rc != WEIR_OK) {
+    weir_log(WEIR_LOG_ERROR, "http", "could not start the engine: %s",
+             weir_strerror(status != 0 ? WEIR_E_CANCELED : s->load_rc));
+    s->exit_code = 1;
+    begin_stop(s);
+    return;
+  }
+  weir_engine_info_get(s->engine, &s->info);
+  if (s->cfg->served_model_name && *s->cfg->served_model_name)
+    s->model_name = strdup(s->cfg->served_model_name);
+  else
+    s->model_name = strdup(s->info.model_name ? s->info.model_name : "weir");
+  if (s->info.bos_id >= 0) {
+    char *t = NULL;
+    size_t n = 0;
+    if (weir_engine_token_text(s->engine, s->info.bos_id, &t, &n) == WEIR_OK && t && n > 0)
+      s->bos_text = t;
+    else
+      free(t);
+  }
+  if (!s->model_name) {
+    s->exit_code = 1;
+    begin_stop(s);
+    return;
+  }
+  if (s->state == WEIR__LOADING) {
+    s->state = WEIR__READY;
+    weir_log(WEIR_LOG_INFO, "http", "ready: serving model \"%s\" (context %d tokens)",
+             s->model_name, s->info.context_length);
+  } else {
+    weir__serve_job_finished(s); /* a signal came while loading */
+  }
+}
+
+int weir_http_serve(const weir_config *cfg) {
+  int code = 1;
+  uv_loop_t loop;
+  weir_metrics *metrics = weir_metrics_process();
+  if (!metrics) {
+    weir_log(WEIR_LOG_ERROR, "http", "out of memory");
+    return 1;
+  }
+  if (uv_loop_init(&loop) != 0) {
+    weir_log(WEIR_LOG_ERROR, "http", "cannot create the event loop");
+    return 1;
+  }
+  weir__http_server *s = calloc(1, sizeof *s);
+  if (!s) goto close_loop;
+  weir__http_server_init(s, &loop, cfg, metrics);
+  s->started_unix = (int64_t)time(NULL);
+  const char *env_key = getenv("WEIR_API_KEY");
+  s->api_key = env_key && *env_key ? env_key
+               : (cfg->api_key && *cfg->api_key ? cfg->api_key : NULL);
+  if (weir__api_metrics_register(s) != WEIR_OK) {
+    weir_log(WEIR_LOG_ERROR, "http", "cannot register metrics");
+    goto free_server;
+  }
+  uv_async_init(&loop, &s->async, on_async);
+  s->async.data = s;
+  uv_signal_init(&loop, &s->sigint);
+  uv_signal_init(&loop, &s->sigterm);
+  uv_timer_init(&loop, &s->drain_timer);
+  s->sigint.data = s->sigterm.data = s->drain_timer.data = s;
+  /* A client that disconnects while we write must not kill the process. */
+  signal(SIGPIPE, SIG_IGN);
+
+  if (weir__http_server_listen(s) != WEIR_OK) {
+    s->exit_code = 1;
+    begin_stop(s);
+  } else {
+    uv_signal_start(&s->sigint, on_signal, SIGINT);
+    uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+    s->loading = 1;
+    s->load_work.data = s;
+    if (uv_queue_work(&loop, &s->load_work, load_work, load_done) != 0) {
+      s->loading = 0;
+      s->exit_code = 1;
+      begin_stop(s);
+    }
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  code = s->exit_code;
+  /* No job is left, so the engine holds none of our requests and will not call back. */
+  if (s->engine) weir_engine_destroy(s->engine);
+  while (s->ev_head) {
+    weir__queued_event *n = s->ev_head->next;
+    free(s->ev_head);
+    s->ev_head = n;
+  }
+  weir_log(WEIR_LOG_INFO, "http", "stopped");
+free_server:
+  pthread_mutex_destroy(&s->ev_lock);
+  free(s->model_name);
+  free(s->bos_text);
+  free(s);
+close_loop:
+  uv_run(&loop, UV_RUN_NOWAIT);
+  if (uv_loop_close(&loop) != 0) weir_log(WEIR_LOG_DEBUG, "http", "loop closed with handles");
+  return code;
+}

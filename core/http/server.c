@@ -1,0 +1,735 @@
+/* The HTTP/1.1 transport: accepting connections, parsing requests with llhttp, enforcing the
+ * limits of the [server] config, ordering pipelined responses, writing full and streamed
+ * (chunked) responses, and closing connections without losing a byte that was written.
+ *
+ * Ownership. A connection owns its queued requests; a request being answered by a generation
+ * job is referenced by that job (job->r) and the job by the request (r->job). When the
+ * connection goes away first, weir__api_client_gone detaches the job, which lives on until
+ * the engine's final events arrive. Connection memory is freed only in the close callback of
+ * its last handle. Each write owns its buffer, freed in the write callback. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "http/http_internal.h"
+#include "util/log.h"
+#include "weir/status.h"
+
+#define MAX_PIPELINED 16
+#define LINGER_MS 2000
+
+enum { T_NONE = 0, T_IDLE, T_HEADER, T_BODY, T_LINGER };
+
+struct weir__http_conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  weir__http_server *srv;
+  weir__http_conn *prev, *next;
+  llhttp_t parser;
+  weir__http_req *parsing;    /* the request whose bytes are arriving */
+  weir__http_req *head, *tail; /* complete requests, answered in this order */
+  int queued;
+  size_t header_bytes;
+  weir__buf field, value;     /* the header being parsed */
+  int in_value;
+  int parse_error_status;     /* set by a callback that refuses the request */
+  const char *parse_error_message;
+  int pending_writes;
+  int open_handles;
+  int closing;                /* uv_close was called */
+  int close_after_writes;     /* the last response is out: linger, then close */
+  int lingering;
+  int reading;
+  int processing;
+  int no_more_requests;       /* ignore further bytes (after an error or Connection: close) */
+  int refused;                /* over max_connections: a canned 503, then close */
+  int timer_mode;
+};
+
+typedef struct write_req {
+  uv_write_t w;
+  weir__http_conn *c;
+  size_t len;
+  char data[];
+} write_req;
+
+/* ---- buffers ---------------------------------------------------------------------------- */
+
+void weir__buf_append(weir__buf *b, const void *data, size_t len) {
+  if (b->oom) return;
+  if (b->len + len + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < b->len + len + 1) cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) {
+      b->oom = 1;
+      return;
+    }
+    b->p = np;
+    b->cap = cap;
+  }
+  if (len) memcpy(b->p + b->len, data, len);
+  b->len += len;
+  b->p[b->len] = '\0';
+}
+
+void weir__buf_printf(weir__buf *b, const char *fmt, ...) {
+  char small[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    b->oom = 1;
+    return;
+  }
+  if ((size_t)n < sizeof small) {
+    weir__buf_append(b, small, (size_t)n);
+    return;
+  }
+  char *big = malloc((size_t)n + 1);
+  if (!big) {
+    b->oom = 1;
+    return;
+  }
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  weir__buf_append(b, big, (size_t)n);
+  free(big);
+}
+
+void weir__buf_free(weir__buf *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+static void req_free(weir__http_req *r) {
+  if (!r) return;
+  weir__buf_free(&r->url);
+  weir__buf_free(&r->content_type);
+  weir__buf_free(&r->authorization);
+  weir__buf_free(&r->body);
+  free(r);
+}
+
+void weir__http_path(const weir__http_req *r, char *out, size_t cap) {
+  const char *u = r->url.p ? r->url.p : "";
+  size_t n = strcspn(u, "?#");
+  if (n >= cap) n = cap - 1;
+  memcpy(out, u, n);
+  out[n] = '\0';
+}
+
+/* ---- connection life cycle -------------------------------------------------------------- */
+
+static void conn_process(weir__http_conn *c);
+static void conn_resume(weir__http_conn *c);
+static void conn_set_timer(weir__http_conn *c, int mode);
+
+static void on_handle_closed(uv_handle_t *h) {
+  weir__http_conn *c = h->data;
+  if (--c->open_handles > 0) return;
+  weir__buf_free(&c->field);
+  weir__buf_free(&c->value);
+  free(c);
+}
+
+static void conn_close(weir__http_conn *c) {
+  if (c->closing) return;
+  c->closing = 1;
+  weir__http_server *s = c->srv;
+  /* Requests still queued or in flight: their generation is pointless now. */
+  for (weir__http_req *r = c->head, *n; r; r = n) {
+    n = r->next;
+    if (r->job) weir__api_client_gone(r->job);
+    req_free(r);
+  }
+  c->head = c->tail = NULL;
+  req_free(c->parsing);
+  c->parsing = NULL;
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  if (!c->refused) s->num_conns--;
+  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+static void on_shutdown(uv_shutdown_t *sh, int status) {
+  (void)status;
+  free(sh);
+}
+
+/* Everything is written: send FIN, keep reading (and discarding) for a moment so that a
+ * client still sending its body does not get a reset that destroys our response. */
+static void conn_linger(weir__http_conn *c) {
+  if (c->closing || c->lingering) return;
+  c->lingering = 1;
+  uv_shutdown_t *sh = malloc(sizeof *sh);
+  if (!sh || uv_shutdown(sh, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+    free(sh);
+    conn_close(c);
+    return;
+  }
+  conn_set_timer(c, T_LINGER);
+}
+
+static void on_write(uv_write_t *w, int status) {
+  write_req *wr = (write_req *)w;
+  weir__http_conn *c = wr->c;
+  free(wr);
+  c->pending_writes--;
+  if (c->closing) return;
+  if (status < 0) {
+    conn_close(c); /* the peer is gone */
+    return;
+  }
+  if (c->pending_writes == 0 && c->close_after_writes) conn_linger(c);
+}
+
+static void conn_write(weir__http_conn *c, const char *a, size_t alen, const char *b,
+                       size_t blen) {
+  if (c->closing || c->lingering) return;
+  write_req *wr = malloc(sizeof *wr + alen + blen);
+  if (!wr) {
+    weir_log(WEIR_LOG_ERROR, "http", "out of memory writing a response; closing");
+    conn_close(c);
+    return;
+  }
+  wr->c = c;
+  wr->len = alen + blen;
+  if (alen) memcpy(wr->data, a, alen);
+  if (blen) memcpy(wr->data + alen, b, blen);
+  uv_buf_t buf = uv_buf_init(wr->data, (unsigned)wr->len);
+  int rc = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+  if (rc != 0) {
+    free(wr);
+    conn_close(c);
+    return;
+  }
+  c->pending_writes++;
+}
+
+static void on_timer(uv_timer_t *t) {
+  weir__http_conn *c = t->data;
+  int mode = c->timer_mode;
+  c->timer_mode = T_NONE;
+  switch (mode) {
+  case T_IDLE:
+    if (!c->head) conn_close(c);
+    break;
+  case T_LINGER: conn_close(c); break;
+  case T_HEADER:
+  case T_BODY: {
+    /* Slow or stalled client: answer 408 after whatever is ahead of it, then close. */
+    weir__http_req *r = c->parsing;
+    c->parsing = NULL;
+    if (!r) r = calloc(1, sizeof *r);
+    if (!r) {
+      conn_close(c);
+      return;
+    }
+    r->conn = c;
+    r->srv = c->srv;
+    r->error_status = 408;
+    r->error_message = mode == T_HEADER ? "timed out waiting for the request headers"
+                                        : "timed out waiting for the request body";
+    c->no_more_requests = 1;
+    if (c->tail) c->tail->next = r;
+    else c->head = r;
+    c->tail = r;
+    c->queued++;
+    conn_process(c);
+    break;
+  }
+  default: break;
+  }
+}
+
+static void conn_set_timer(weir__http_conn *c, int mode) {
+  if (c->closing) return;
+  const weir_config *cfg = c->srv->cfg;
+  int64_t ms = 0;
+  switch (mode) {
+  case T_IDLE: ms = cfg->idle_timeout_ms; break;
+  case T_HEADER: ms = cfg->header_timeout_ms; break;
+  case T_BODY: ms = cfg->idle_timeout_ms; break;
+  case T_LINGER: ms = LINGER_MS; break;
+  default: break;
+  }
+  c->timer_mode = mode;
+  if (mode == T_NONE || ms <= 0) {
+    uv_timer_stop(&c->timer);
+    c->timer_mode = T_NONE;
+    return;
+  }
+  uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+}
+
+/* ---- responses -------------------------------------------------------------------------- */
+
+static const char *status_text(int status) {
+  switch (status) {
+  case 200: return "OK";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 408: return "Request Timeout";
+  case 413: return "Payload Too Large";
+  case 415: return "Unsupported Media Type";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  default: return "Unknown";
+  }
+}
+
+void weir__http_count_response(weir__http_server *s, int status) {
+  char labels[32];
+  snprintf(labels, sizeof labels, "code=\"%d\"", status);
+  weir_metric *m = NULL;
+  if (weir_metrics_register(s->metrics, "http_requests_total",
+                            "HTTP responses sent, by status code.", WEIR_METRIC_COUNTER, NULL,
+                            0, labels, &m) == WEIR_OK)
+    weir_metric_record(m, 1);
+}
+
+/* Whether the connection closes after this response. */
+static int resp_closes(const weir__http_req *r) {
+  const weir__http_conn *c = r->conn;
+  return !r->keep_alive || r->error_status || c->no_more_requests ||
+         c->srv->state >= WEIR__DRAINING;
+}
+
+static void req_done(weir__http_req *r) {
+  weir__http_conn *c = r->conn;
+  r->done = 1;
+  if (c->closing) return;
+  int closes = resp_closes(r);
+  /* r is the head: responses go out in order. */
+  c->head = r->next;
+  if (!c->head) c->tail = NULL;
+  c->queued--;
+  req_free(r);
+  if (closes) {
+    c->no_more_requests = 1;
+    for (weir__http_req *q = c->head, *n; q; q = n) {
+      n = q->next;
+      req_free(q);
+    }
+    c->head = c->tail = NULL;
+    c->queued = 0;
+    c->close_after_writes = 1;
+    if (c->pending_writes == 0) conn_linger(c);
+    return;
+  }
+  conn_process(c);
+}
+
+void weir__http_respond(weir__http_req *r, int status, const char *content_type,
+                        const char *body, size_t len, const char *extra_headers) {
+  weir__http_conn *c = r->conn;
+  if (r->done || r->streaming) return;
+  weir__http_count_response(c->srv, status);
+  weir__buf h = {0};
+  weir__buf_printf(&h,
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                   "Connection: %s\r\n%s\r\n",
+                   status, status_text(status), content_type ? content_type : "text/plain",
+                   len, resp_closes(r) ? "close" : "keep-alive",
+                   extra_headers ? extra_headers : "");
+  if (h.oom) {
+    weir__buf_free(&h);
+    conn_close(c);
+    return;
+  }
+  conn_write(c, h.p, h.len, body, r->method == HTTP_HEAD ? 0 : len);
+  weir__buf_free(&h);
+  req_done(r);
+}
+
+void weir__http_respond_error(weir__http_req *r, int status, const char *type,
+                              const char *param, const char *code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  char *body = NULL;
+  cJSON *root = cJSON_CreateObject();
+  cJSON *err = cJSON_AddObjectToObject(root, "error");
+  if (err) {
+    cJSON_AddStringToObject(err, "message", msg);
+    cJSON_AddStringToObject(err, "type", type);
+    if (param) cJSON_AddStringToObject(err, "param", param);
+    else cJSON_AddNullToObject(err, "param");
+    if (code) cJSON_AddStringToObject(err, "code", code);
+    else cJSON_AddNullToObject(err, "code");
+    body = cJSON_PrintUnformatted(root);
+  }
+  cJSON_Delete(root);
+  const char *extra = NULL;
+  if (status == 401) extra = "WWW-Authenticate: Bearer\r\n";
+  if (body) {
+    weir__http_respond(r, status, "application/json", body, strlen(body), extra);
+    free(body);
+  } else {
+    static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                              "\"server_error\",\"param\":null,\"code\":null}}";
+    weir__http_respond(r, 500, "application/json", oom, sizeof oom - 1, NULL);
+  }
+}
+
+void weir__http_stream_start(weir__http_req *r, const char *content_type) {
+  weir__http_conn *c = r->conn;
+  if (r->done || r->streaming) return;
+  weir__http_count_response(c->srv, 200);
+  r->streaming = 1;
+  /* HTTP/1.0 has no chunked encoding: the end of the stream is the end of the connection. */
+  r->chunked = r->http_minor >= 1;
+  if (!r->chunked) r->keep_alive = 0;
+  weir__buf h = {0};
+  weir__buf_printf(&h,
+                   "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n"
+                   "%sConnection: %s\r\n\r\n",
+                   content_type, r->chunked ? "Transfer-Encoding: chunked\r\n" : "",
+                   resp_closes(r) ? "close" : "keep-alive");
+  if (h.oom) {
+    weir__buf_free(&h);
+    conn_close(c);
+    return;
+  }
+  conn_write(c, h.p, h.len, NULL, 0);
+  weir__buf_free(&h);
+}
+
+void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
+  if (!r->streaming || r->done || len == 0) return;
+  if (!r->chunked) {
+    conn_write(r->conn, data, len, NULL, 0);
+    return;
+  }
+  /* One write per chunk: the size line, the data and the CRLF in one buffer. */
+  char size_line[24];
+  int n = snprintf(size_line, sizeof size_line, "%zx\r\n", len);
+  weir__buf b = {0};
+  weir__buf_append(&b, size_line, (size_t)n);
+  weir__buf_append(&b, data, len);
+  weir__buf_append(&b, "\r\n", 2);
+  if (b.oom) {
+    weir__buf_free(&b);
+    conn_close(r->conn);
+    return;
+  }
+  conn_write(r->conn, b.p, b.len, NULL, 0);
+  weir__buf_free(&b);
+}
+
+void weir__http_stream_end(weir__http_req *r) {
+  if (!r->streaming || r->done) return;
+  if (r->chunked) conn_write(r->conn, "0\r\n\r\n", 5, NULL, 0);
+  req_done(r);
+}
+
+/* ---- request queue ---------------------------------------------------------------------- */
+
+static void conn_process(weir__http_conn *c) {
+  if (c->processing || c->closing) return;
+  c->processing = 1;
+  while (!c->closing && c->head && !c->head->dispatched) {
+    weir__http_req *r = c->head;
+    r->dispatched = 1;
+    if (r->error_status) {
+      const char *type = r->error_status >= 500 ? "server_error" : "invalid_request_error";
+      weir__http_respond_error(r, r->error_status, type, NULL, NULL, "%s", r->error_message);
+    } else {
+      weir__api_dispatch(r);
+    }
+  }
+  c->processing = 0;
+  if (c->closing) return;
+  if (!c->head && !c->parsing && !c->no_more_requests && !c->lingering)
+    conn_set_timer(c, T_IDLE);
+  if (!c->reading && c->queued < MAX_PIPELINED / 2 && !c->lingering) conn_resume(c);
+}
+
+/* ---- parsing ---------------------------------------------------------------------------- */
+
+static weir__http_conn *pconn(llhttp_t *p) { return p->data; }
+
+static int parse_fail(weir__http_conn *c, int status, const char *message) {
+  if (!c->parse_error_status) {
+    c->parse_error_status = status;
+    c->parse_error_message = message;
+  }
+  return -1;
+}
+
+static int count_header_bytes(weir__http_conn *c, size_t n) {
+  c->header_bytes += n;
+  if ((int64_t)c->header_bytes > c->srv->cfg->max_header_bytes)
+    return parse_fail(c, 431, "request headers are larger than server.max_header_bytes");
+  return 0;
+}
+
+static int on_message_begin(llhttp_t *p) {
+  weir__http_conn *c = pconn(p);
+  req_free(c->parsing);
+  c->parsing = calloc(1, sizeof *c->parsing);
+  if (!c->parsing) return parse_fail(c, 500, "out of memory");
+  c->parsing->conn = c;
+  c->parsing->srv = c->srv;
+  c->header_bytes = 0;
+  c->in_value = 0;
+  c->field.len = c->value.len = 0;
+  conn_set_timer(c, T_HEADER);
+  return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len) {
+  weir__http_conn *c = pconn(p);
+  if (count_header_bytes(c, len)) return -1;
+  weir__buf_append(&c->parsing->url, at, len);
+  return c->parsing->url.oom ? parse_fail(c, 500, "out of memory") : 0;
+}
+
+static void header_done(weir__http_conn *c) {
+  if (!c->in_value) return;
+  weir__http_req *r = c->parsing;
+  weir__buf *dst = NULL;
+  const char *name = c->field.p ? c->field.p : "";
+  if (!strcasecmp(name, "content-type")) dst = &r->content_type;
+  else if (!strcasecmp(name, "authorization")) dst = &r->authorization;
+  if (dst) {
+    dst->len = 0;
+    weir__buf_append(dst, c->value.p ? c->value.p : "", c->value.len);
+  }
+  c->in_value = 0;
+  c->field.len = c->value.len = 0;
+  if (c->field.p) c->field.p[0] = '\0';
+  if (c->value.p) c->value.p[0] = '\0';
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len) {
+  weir__http_conn *c = pconn(p);
+  if (count_header_bytes(c, len)) return -1;
+  header_done(c);
+  weir__buf_append(&c->field, at, len);
+  return c->field.oom ? parse_fail(c, 500, "out of memory") : 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len) {
+  weir__http_conn *c = pconn(p);
+  if (count_header_bytes(c, len)) return -1;
+  c->in_value = 1;
+  weir__buf_append(&c->value, at, len);
+  return c->value.oom ? parse_fail(c, 500, "out of memory") : 0;
+}
+
+static int on_headers_complete(llhttp_t *p) {
+  weir__http_conn *c = pconn(p);
+  header_done(c);
+  weir__http_req *r = c->parsing;
+  r->method = llhttp_get_method(p);
+  r->http_minor = llhttp_get_http_major(p) > 1 ? 1 : llhttp_get_http_minor(p);
+  if (llhttp_get_http_major(p) != 1) return parse_fail(c, 505, "only HTTP/1.x is supported");
+  if ((p->flags & F_CONTENT_LENGTH) &&
+      (int64_t)p->content_length > c->srv->cfg->max_body_bytes)
+    return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
+  conn_set_timer(c, T_BODY);
+  return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len) {
+  weir__http_conn *c = pconn(p);
+  weir__http_req *r = c->parsing;
+  if ((int64_t)(r->body.len + len) > c->srv->cfg->max_body_bytes)
+    return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
+  weir__buf_append(&r->body, at, len);
+  return r->body.oom ? parse_fail(c, 500, "out of memory") : 0;
+}
+
+static int on_message_complete(llhttp_t *p) {
+  weir__http_conn *c = pconn(p);
+  weir__http_req *r = c->parsing;
+  c->parsing = NULL;
+  r->keep_alive = llhttp_should_keep_alive(p);
+  r->arrival_ns = uv_hrtime();
+  if (c->tail) c->tail->next = r;
+  else c->head = r;
+  c->tail = r;
+  c->queued++;
+  conn_set_timer(c, T_NONE);
+  return 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  weir__http_conn *c = h->data;
+  *buf = uv_buf_init(c->srv->read_buf, sizeof c->srv->read_buf);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  weir__http_conn *c = st->data;
+  if (nread < 0) {
+    /* EOF or error: the client is gone (or done); nothing more can be answered. */
+    conn_close(c);
+    return;
+  }
+  if (nread == 0 || c->closing || c->lingering || c->no_more_requests) return;
+  llhttp_errno_t err = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+  if (err == HPE_PAUSED_UPGRADE) {
+    /* Protocol upgrades are not supported: answer the request, then close. */
+    c->no_more_requests = 1;
+    if (c->tail) c->tail->keep_alive = 0;
+  } else if (err != HPE_OK) {
+    weir__http_req *r = c->parsing;
+    c->parsing = NULL;
+    if (!r) r = calloc(1, sizeof *r);
+    if (!r) {
+      conn_close(c);
+      return;
+    }
+    r->conn = c;
+    r->srv = c->srv;
+    if (c->parse_error_status) {
+      r->error_status = c->parse_error_status;
+      r->error_message = c->parse_error_message;
+    } else {
+      r->error_status = 400;
+      r->error_message = "malformed HTTP request";
+      weir_log(WEIR_LOG_DEBUG, "http", "malformed request: %s (%s)", llhttp_errno_name(err),
+               llhttp_get_error_reason(&c->parser));
+    }
+    c->no_more_requests = 1;
+    if (c->tail) c->tail->next = r;
+    else c->head = r;
+    c->tail = r;
+    c->queued++;
+  }
+  conn_process(c);
+  if (!c->closing && c->reading && c->queued >= MAX_PIPELINED) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+  }
+}
+
+static void conn_resume(weir__http_conn *c) {
+  if (c->closing || c->reading) return;
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
+}
+
+/* ---- listener --------------------------------------------------------------------------- */
+
+static void on_connection(uv_stream_t *server, int status) {
+  weir__http_server *s = server->data;
+  if (status < 0) {
+    weir_log(WEIR_LOG_WARN, "http", "accept failed: %s", uv_strerror(status));
+    return;
+  }
+  weir__http_conn *c = calloc(1, sizeof *c);
+  if (!c) return;
+  c->srv = s;
+  uv_tcp_init(s->loop, &c->tcp);
+  uv_timer_init(s->loop, &c->timer);
+  c->tcp.data = c->timer.data = c;
+  c->open_handles = 2;
+  c->refused = s->num_conns >= s->cfg->max_connections;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  if (!c->refused) s->num_conns++;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    conn_close(c);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  if (c->refused) {
+    static const char body[] = "{\"error\":{\"message\":\"too many connections "
+                               "(server.max_connections)\",\"type\":\"server_error\","
+                               "\"param\":null,\"code\":null}}";
+    char busy[512];
+    int n = snprintf(busy, sizeof busy,
+                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof body - 1, body);
+    weir__http_count_response(s, 503);
+    c->no_more_requests = 1;
+    c->close_after_writes = 1;
+    conn_write(c, busy, (size_t)n, NULL, 0);
+    conn_resume(c);
+    return;
+  }
+  llhttp_init(&c->parser, HTTP_REQUEST, &s->parser_settings);
+  c->parser.data = c;
+  conn_set_timer(c, T_IDLE);
+  conn_resume(c);
+}
+
+int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
+                           weir_metrics *metrics) {
+  memset(s, 0, sizeof *s);
+  s->loop = loop;
+  s->cfg = cfg;
+  s->metrics = metrics;
+  llhttp_settings_init(&s->parser_settings);
+  s->parser_settings.on_message_begin = on_message_begin;
+  s->parser_settings.on_url = on_url;
+  s->parser_settings.on_header_field = on_header_field;
+  s->parser_settings.on_header_value = on_header_value;
+  s->parser_settings.on_headers_complete = on_headers_complete;
+  s->parser_settings.on_body = on_body;
+  s->parser_settings.on_message_complete = on_message_complete;
+  pthread_mutex_init(&s->ev_lock, NULL);
+  return WEIR_OK;
+}
+
+int weir__http_server_listen(weir__http_server *s) {
+  struct sockaddr_storage addr;
+  int rc = uv_ip4_addr(s->cfg->host, s->cfg->port, (struct sockaddr_in *)&addr);
+  if (rc != 0) rc = uv_ip6_addr(s->cfg->host, s->cfg->port, (struct sockaddr_in6 *)&addr);
+  if (rc != 0) {
+    weir_log(WEIR_LOG_ERROR, "http", "server.host \"%s\" is not an IPv4 or IPv6 address",
+             s->cfg->host);
+    return WEIR_E_INVAL;
+  }
+  uv_tcp_init(s->loop, &s->listener);
+  s->listener.data = s;
+  s->listener_open = 1;
+  rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+  if (rc == 0) rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+  if (rc != 0) {
+    weir_log(WEIR_LOG_ERROR, "http", "cannot listen on %s:%d: %s", s->cfg->host, s->cfg->port,
+             uv_strerror(rc));
+    return WEIR_E_IO;
+  }
+  weir_log(WEIR_LOG_INFO, "http", "listening on http://%s:%d", s->cfg->host, s->cfg->port);
+  return WEIR_OK;
+}
+
+void weir__http_server_close(weir__http_server *s) {
+  if (s->listener_open) {
+    s->listener_open = 0;
+    uv_close((uv_handle_t *)&s->listener, NULL);
+  }
+  for (weir__http_conn *c = s->conns, *n; c; c = n) {
+    n = c->next;
+    if (c->pending_writes > 0) {
+      c->no_more_requests = 1;
+      c->close_after_writes = 1;
+    } else {
+      conn_close(c);
+    }
+  }
+}

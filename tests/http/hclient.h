@@ -1,0 +1,62 @@
+/* A small blocking HTTP/1.1 client for the integration tests: raw sends, response parsing
+ * (Content-Length, chunked, or until close), an SSE splitter, and a helper that starts the
+ * real `weir serve` and waits until it is ready. */
+#ifndef WEIR_TEST_HCLIENT_H
+#define WEIR_TEST_HCLIENT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct hc_response {
+  int status;         /* 0 when no response could be read */
+  char *headers;      /* raw header block, lower-cased names untouched */
+  char *body;         /* decoded body, NUL-terminated */
+  size_t body_len;
+  int closed;         /* the server closed the connection after this response */
+} hc_response;
+
+void hc_response_free(hc_response *r);
+/* Value of a header (case-insensitive name), malloc'd, or NULL. */
+char *hc_header(const hc_response *r, const char *name);
+
+/* Connects to 127.0.0.1:port with a receive timeout; -1 on failure. */
+int hc_connect(int port, int timeout_ms);
+int hc_send_all(int fd, const void *data, size_t len);
+/* Reads one response from fd. Returns 0 on success. */
+int hc_read_response(int fd, hc_response *out);
+/* Reads the response headers only (for incremental streaming). 0 on success. */
+int hc_read_head(int fd, hc_response *out, int *chunked);
+/* Reads the next body chunk of a chunked response into a malloc'd buffer; returns its length,
+ * 0 at the terminal chunk, -1 on error. */
+long hc_read_chunk(int fd, char **data);
+
+/* One request on a fresh connection. body may be NULL. extra_headers: CRLF-terminated lines or
+ * NULL. Content-Type application/json is sent with a body unless extra_headers sets one. */
+int hc_request(int port, const char *method, const char *path, const char *extra_headers,
+               const char *body, hc_response *out);
+
+/* Splits an SSE body into the payloads of its `data: ` lines. Returns the count; *events is a
+ * malloc'd array of malloc'd strings. */
+int hc_sse_split(const char *body, char ***events);
+void hc_sse_free(char **events, int n);
+
+/* A running server. */
+typedef struct hc_server {
+  pid_t pid;
+  int port;
+  char *log_path;
+} hc_server;
+
+/* Starts WT_WEIR serve with the given extra argv (NULL-terminated), logging into log_path,
+ * and waits up to timeout_ms for GET /health to answer 200. Returns 0 when ready. */
+int hc_server_start(hc_server *s, const char *const *args, const char *log_path,
+                    int timeout_ms);
+/* Sends sig and waits up to timeout_ms; returns the exit status (0..255), 128+signal, or -1
+ * when it had to be killed. */
+int hc_server_stop(hc_server *s, int sig, int timeout_ms);
+
+/* Reads a numeric sample from a Prometheus text page: the first line starting with `series`
+ * followed by a space. Returns 0 and sets *v when found. */
+int hc_metric(const char *page, const char *series, double *v);
+
+#endif
