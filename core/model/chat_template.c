@@ -219,16 +219,26 @@ static void render_gemma(sbuf *b, const weir_chat_message *m, const int *r, int 
   for (int i = first; i < n; i++) {
     put(b, r[i] == R_USER ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
     if (i == first && sys) {
-      put_trimmed(b, sys);
-      put(b, "\n\n");
+      /* Folded first, then trimmed as one content, as the template would trim it. */
+      sbuf tmp = {0};
+      put(&tmp, sys);
+      put(&tmp, "\n\n");
+      put(&tmp, m[i].content);
+      if (tmp.oom) b->oom = 1;
+      else put_trimmed(b, tmp.p);
+      free(tmp.p);
+    } else {
+      put_trimmed(b, m[i].content);
     }
-    put_trimmed(b, m[i].content);
     put(b, "<end_of_turn>\n");
   }
   if (gen) put(b, "<start_of_turn>model\n");
 }
 
-static void render_phi3(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen) {
+/* Phi-3: like Zephyr with <|end|> closing turns; without a generation prompt the
+ * conversation is closed with EOS. */
+static void render_phi3(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
+                        const char *eos) {
   (void)r;
   for (int i = 0; i < n; i++) {
     put(b, "<|");
@@ -237,7 +247,7 @@ static void render_phi3(sbuf *b, const weir_chat_message *m, const int *r, int n
     put(b, m[i].content);
     put(b, "<|end|>\n");
   }
-  if (gen) put(b, "<|assistant|>\n");
+  put(b, gen ? "<|assistant|>\n" : eos);
 }
 
 int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs, int n,
@@ -311,7 +321,7 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
     render_gemma(&b, msgs, roles, n, add_generation_prompt, bos ? bos : "<bos>");
     break;
   case WEIR_CHAT_PHI3:
-    render_phi3(&b, msgs, roles, n, add_generation_prompt);
+    render_phi3(&b, msgs, roles, n, add_generation_prompt, eos ? eos : "<|endoftext|>");
     break;
   default:
     break;

@@ -91,7 +91,9 @@ static void test_gemma(void) {
 static void test_phi3(void) {
   const char *body = "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi there<|end|>\n"
                      "<|assistant|>\nHello.<|end|>\n<|user|>\nWhat is 2+2?<|end|>\n";
-  expect_render(WEIR_CHAT_PHI3, k_conv, 4, 0, "<s>", "<|endoftext|>", body);
+  char *closed = wt_strf("%s<|endoftext|>", body);
+  expect_render(WEIR_CHAT_PHI3, k_conv, 4, 0, "<s>", "<|endoftext|>", closed);
+  free(closed);
   char *with = wt_strf("%s<|assistant|>\n", body);
   expect_render(WEIR_CHAT_PHI3, k_conv, 4, 1, "<s>", "<|endoftext|>", with);
   free(with);
@@ -204,6 +206,88 @@ static void test_detect(void) {
   WT_ASSERT_INT_EQ(weir_chat_template_detect(NULL, &got), WEIR_E_NOTFOUND);
 }
 
+
+/* ---- the Jinja2 reference renderings (tests/chat_template/gen/gen_expected.py) ---- */
+
+#define CT_FIXTURES WT_SOURCE_DIR "/tests/chat_template/fixtures/"
+
+/* Undoes the fixtures' escaping (\\ \t \n \r) in place. */
+static void unescape(char *s) {
+  char *o = s;
+  for (; *s; s++) {
+    if (*s != '\\' || !s[1]) {
+      *o++ = *s;
+      continue;
+    }
+    s++;
+    *o++ = *s == 't' ? '\t' : *s == 'n' ? '\n' : *s == 'r' ? '\r' : *s;
+  }
+  *o = '\0';
+}
+
+/* Splits a line at tabs into at most max fields (in place); returns the count. */
+static int split(char *line, char **f, int max) {
+  int n = 0;
+  while (n < max) {
+    f[n++] = line;
+    char *t = strchr(line, '\t');
+    if (!t) break;
+    *t = '\0';
+    line = t + 1;
+  }
+  return n;
+}
+
+static void test_jinja_reference(void) {
+  size_t len;
+  char *data = wt_read_file(CT_FIXTURES "expected.tsv", &len);
+  CU_ASSERT_FATAL(data != NULL);
+  int cases = 0;
+  for (char *line = data, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    if (line[0] == '#') continue;
+    char *f[5 + 2 * 8];
+    int nf = split(line, f, 5 + 2 * 8);
+    CU_ASSERT_FATAL(nf >= 7 && (nf - 5) % 2 == 0);
+    for (int i = 0; i < nf; i++) unescape(f[i]);
+    weir_chat_template_id id;
+    WT_ASSERT_INT_EQ(weir_chat_template_by_name(f[0], &id), 0);
+    weir_chat_message m[8];
+    int n = (nf - 5) / 2;
+    for (int i = 0; i < n; i++) {
+      m[i].role = f[5 + 2 * i];
+      m[i].content = f[6 + 2 * i];
+    }
+    expect_render(id, m, n, atoi(f[1]), f[2], f[3], f[4]);
+    cases++;
+  }
+  WT_ASSERT_INT_EQ(cases, 56);
+  free(data);
+}
+
+static void test_detect_reference_templates(void) {
+  size_t len;
+  char *data = wt_read_file(CT_FIXTURES "templates.tsv", &len);
+  CU_ASSERT_FATAL(data != NULL);
+  int n = 0;
+  for (char *line = data, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    if (line[0] == '#') continue;
+    char *f[2];
+    CU_ASSERT_FATAL(split(line, f, 2) == 2);
+    unescape(f[1]);
+    weir_chat_template_id want, got = WEIR_CHAT_TEMPLATE_COUNT_;
+    WT_ASSERT_INT_EQ(weir_chat_template_by_name(f[0], &want), 0);
+    WT_ASSERT_INT_EQ(weir_chat_template_detect(f[1], &got), 0);
+    WT_ASSERT_INT_EQ(got, want);
+    n++;
+  }
+  WT_ASSERT_INT_EQ(n, WEIR_CHAT_TEMPLATE_COUNT_);
+  free(data);
+}
+
 static void test_names(void) {
   for (int id = 0; id < WEIR_CHAT_TEMPLATE_COUNT_; id++) {
     weir_chat_template_id got;
@@ -228,6 +312,8 @@ int main(void) {
                                   {"rejects", test_rejects},
                                   {"detect", test_detect},
                                   {"names", test_names},
+                                  {"jinja_reference", test_jinja_reference},
+                                  {"detect_reference_templates", test_detect_reference_templates},
                                   {NULL, NULL}};
   return wt_run_suite("chat_template", tests);
 }
