@@ -413,6 +413,10 @@ int weir_tokenizer_token_type(const weir_tokenizer *t, int32_t id) {
   return id >= 0 && id < t->n_tokens ? t->types[id] : 0;
 }
 
+float weir_tokenizer_token_score(const weir_tokenizer *t, int32_t id) {
+  return id >= 0 && id < t->n_tokens ? t->scores[id] : 0.0f;
+}
+
 int weir_tokenizer_token_text(const weir_tokenizer *t, int32_t id, weir_tok_str *out) {
   if (id < 0 || id >= t->n_tokens) return WEIR_E_RANGE;
   out->ptr = tok_text(t, id, &out->len);

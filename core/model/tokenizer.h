@@ -94,6 +94,8 @@ int32_t weir_tokenizer_unk(const weir_tokenizer *t);
 int32_t weir_tokenizer_pad(const weir_tokenizer *t);
 /* The token's type (WEIR_TOKEN_*), or 0 for an id out of range. */
 int weir_tokenizer_token_type(const weir_tokenizer *t, int32_t id);
+/* The token's score (llama merge priority; 0 when the spec had none or id out of range). */
+float weir_tokenizer_token_score(const weir_tokenizer *t, int32_t id);
 /* The vocabulary string of a token as stored (▁ and byte-level characters not undone).
  * Borrowed until weir_tokenizer_free. WEIR_E_RANGE for an id out of range. */
 int weir_tokenizer_token_text(const weir_tokenizer *t, int32_t id, weir_tok_str *out);

@@ -1,0 +1,203 @@
+/* weir_tokenizer_from_gguf: a GGUF file written with the fixtures' vocabularies gives a
+ * tokenizer that encodes exactly as the one built from the spec, and malformed or missing
+ * keys are refused with a message naming the key. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixtures.h"
+#include "model/gguf.h"
+#include "model/gguf_write.h"
+#include "model/tokenizer.h"
+#include "testutil.h"
+#include "weir/status.h"
+
+typedef struct vocab_arrays {
+  int32_t n;
+  const char **toks;
+  size_t *lens;
+  float *scores;
+  int32_t *types;
+} vocab_arrays;
+
+static vocab_arrays arrays_of(const weir_tokenizer *t) {
+  vocab_arrays v;
+  v.n = weir_tokenizer_n_tokens(t);
+  v.toks = malloc((size_t)v.n * sizeof *v.toks);
+  v.lens = malloc((size_t)v.n * sizeof *v.lens);
+  v.scores = malloc((size_t)v.n * sizeof *v.scores);
+  v.types = malloc((size_t)v.n * sizeof *v.types);
+  for (int32_t i = 0; i < v.n; i++) {
+    weir_tok_str s;
+    weir_tokenizer_token_text(t, i, &s);
+    v.toks[i] = s.ptr;
+    v.lens[i] = s.len;
+    v.scores[i] = weir_tokenizer_token_score(t, i);
+    v.types[i] = weir_tokenizer_token_type(t, i);
+  }
+  return v;
+}
+
+static void arrays_free(vocab_arrays *v) {
+  free(v->toks);
+  free(v->lens);
+  free(v->scores);
+  free(v->types);
+}
+
+/* What to leave out or break when writing the file. */
+enum {
+  F_NONE = 0,
+  F_NO_MODEL = 1 << 0,
+  F_BAD_MODEL = 1 << 1,
+  F_SHORT_SCORES = 1 << 2,
+  F_BAD_TYPE = 1 << 3,
+  F_BOS_RANGE = 1 << 4,
+  F_NO_MERGES = 1 << 5,
+  F_NO_SCORES = 1 << 6,
+  F_BOS_STRING = 1 << 7,
+};
+
+static weir_gguf *write_and_open(const char *dir, const char *model, const weir_tokenizer *t,
+                                 const char *merges_path, int faults) {
+  vocab_arrays v = arrays_of(t);
+  weir_gguf_writer *w;
+  CU_ASSERT_FATAL(weir_gguf_writer_new(&w) == 0);
+  if (!(faults & F_NO_MODEL))
+    weir_gguf_add_str(w, "tokenizer.ggml.model", faults & F_BAD_MODEL ? "bert" : model);
+  weir_gguf_add_arr_str(w, "tokenizer.ggml.tokens", v.toks, v.lens, (uint64_t)v.n);
+  if (!(faults & F_NO_SCORES))
+    weir_gguf_add_arr(w, "tokenizer.ggml.scores", WEIR_GGUF_F32, v.scores,
+                      (uint64_t)v.n - (faults & F_SHORT_SCORES ? 1 : 0));
+  if (faults & F_BAD_TYPE) v.types[5] = 42;
+  weir_gguf_add_arr(w, "tokenizer.ggml.token_type", WEIR_GGUF_I32, v.types, (uint64_t)v.n);
+  if (faults & F_BOS_STRING) weir_gguf_add_str(w, "tokenizer.ggml.bos_token_id", "1");
+  else weir_gguf_add_u32(w, "tokenizer.ggml.bos_token_id",
+                         faults & F_BOS_RANGE ? (uint32_t)v.n : (uint32_t)weir_tokenizer_bos(t));
+  weir_gguf_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)weir_tokenizer_eos(t));
+  if (weir_tokenizer_unk(t) >= 0)
+    weir_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)weir_tokenizer_unk(t));
+  weir_gguf_add_bool(w, "tokenizer.ggml.add_bos_token", strcmp(model, "llama") == 0);
+  if (merges_path && !(faults & F_NO_MERGES)) {
+    size_t len;
+    char *data = wt_read_file(merges_path, &len);
+    CU_ASSERT_FATAL(data != NULL);
+    const char **m = malloc(len * sizeof *m);
+    uint64_t n = 0;
+    for (char *line = data, *next; line && *line; line = next) {
+      next = strchr(line, '\n');
+      if (next) *next++ = '\0';
+      if (line[0] != '#') m[n++] = line;
+    }
+    weir_gguf_add_arr_str(w, "tokenizer.ggml.merges", m, NULL, n);
+    free(m);
+    free(data);
+  }
+  char *path = wt_strf("%s/tok.gguf", dir);
+  char err[256] = "";
+  int rc = weir_gguf_write_file(w, path, err, sizeof err);
+  if (rc) fprintf(stderr, "\n  write: %s\n", err);
+  CU_ASSERT_FATAL(rc == 0);
+  weir_gguf_writer_free(w);
+  weir_gguf *g = NULL;
+  rc = weir_gguf_open(path, &g, err, sizeof err);
+  if (rc) fprintf(stderr, "\n  open: %s\n", err);
+  CU_ASSERT_FATAL(rc == 0);
+  free(path);
+  arrays_free(&v);
+  return g;
+}
+
+static void same_encoding(const weir_tokenizer *a, const weir_tokenizer *b, const char *cases) {
+  fx_case *c;
+  int n = fx_cases(cases, &c);
+  CU_ASSERT_FATAL(n > 0);
+  for (int i = 0; i < n; i++) {
+    int32_t *x, *y;
+    size_t nx, ny;
+    WT_ASSERT_INT_EQ(weir_tokenizer_encode(a, c[i].text, c[i].text_len, WEIR_ENCODE_ADD_SPECIAL, &x, &nx), 0);
+    WT_ASSERT_INT_EQ(weir_tokenizer_encode(b, c[i].text, c[i].text_len, WEIR_ENCODE_ADD_SPECIAL, &y, &ny), 0);
+    CU_ASSERT(nx == ny && (nx == 0 || memcmp(x, y, nx * sizeof *x) == 0));
+    free(x);
+    free(y);
+  }
+  fx_cases_free(c, n);
+}
+
+static void test_llama_from_gguf(void) {
+  char *dir = wt_mkdtemp();
+  weir_tokenizer *ref = fx_llama();
+  weir_gguf *g = write_and_open(dir, "llama", ref, NULL, F_NONE);
+  weir_tokenizer *t = NULL;
+  char err[256] = "";
+  int rc = weir_tokenizer_from_gguf(g, &t, err, sizeof err);
+  if (rc) fprintf(stderr, "\n  %s\n", err);
+  WT_ASSERT_INT_EQ(rc, 0);
+  CU_ASSERT_FATAL(t != NULL);
+  WT_ASSERT_INT_EQ(weir_tokenizer_get_type(t), WEIR_TOKENIZER_LLAMA);
+  WT_ASSERT_INT_EQ(weir_tokenizer_bos(t), 1);
+  WT_ASSERT_INT_EQ(weir_tokenizer_eos(t), 2);
+  WT_ASSERT_INT_EQ(weir_tokenizer_unk(t), 0);
+  same_encoding(ref, t, "llama");
+  weir_tokenizer_free(t);
+  weir_gguf_close(g);
+  weir_tokenizer_free(ref);
+  wt_rmtree(dir);
+  free(dir);
+}
+
+static void test_gpt2_from_gguf(void) {
+  char *dir = wt_mkdtemp();
+  weir_tokenizer *ref = fx_gpt2();
+  weir_gguf *g = write_and_open(dir, "gpt2", ref,
+                                WT_SOURCE_DIR "/tests/tokenizer/fixtures/gpt2_merges.txt", F_NONE);
+  weir_tokenizer *t = NULL;
+  char err[256] = "";
+  int rc = weir_tokenizer_from_gguf(g, &t, err, sizeof err);
+  if (rc) fprintf(stderr, "\n  %s\n", err);
+  WT_ASSERT_INT_EQ(rc, 0);
+  CU_ASSERT_FATAL(t != NULL);
+  WT_ASSERT_INT_EQ(weir_tokenizer_get_type(t), WEIR_TOKENIZER_GPT2);
+  same_encoding(ref, t, "gpt2");
+  weir_tokenizer_free(t);
+  weir_gguf_close(g);
+  weir_tokenizer_free(ref);
+  wt_rmtree(dir);
+  free(dir);
+}
+
+static void expect_refused(const char *model, int faults, int want_rc, const char *msg) {
+  char *dir = wt_mkdtemp();
+  int gpt2 = strcmp(model, "gpt2") == 0;
+  weir_tokenizer *ref = gpt2 ? fx_gpt2() : fx_llama();
+  weir_gguf *g = write_and_open(dir, model, ref,
+                                gpt2 ? WT_SOURCE_DIR "/tests/tokenizer/fixtures/gpt2_merges.txt" : NULL,
+                                faults);
+  weir_tokenizer *t = (weir_tokenizer *)1;
+  char err[256] = "";
+  WT_ASSERT_INT_EQ(weir_tokenizer_from_gguf(g, &t, err, sizeof err), want_rc);
+  CU_ASSERT(t == NULL);
+  WT_ASSERT_STR_CONTAINS(err, msg);
+  weir_gguf_close(g);
+  weir_tokenizer_free(ref);
+  wt_rmtree(dir);
+  free(dir);
+}
+
+static void test_refusals(void) {
+  expect_refused("llama", F_NO_MODEL, WEIR_E_NOTFOUND, "tokenizer.ggml.model is missing");
+  expect_refused("llama", F_BAD_MODEL, WEIR_E_NOTSUP, "\"bert\" is not supported");
+  expect_refused("llama", F_SHORT_SCORES, WEIR_E_FORMAT, "tokenizer.ggml.scores");
+  expect_refused("llama", F_NO_SCORES, WEIR_E_NOTFOUND, "tokenizer.ggml.scores is missing");
+  expect_refused("llama", F_BAD_TYPE, WEIR_E_FORMAT, "tokenizer.ggml.token_type[5] = 42");
+  expect_refused("llama", F_BOS_RANGE, WEIR_E_FORMAT, "tokenizer.ggml.bos_token_id");
+  expect_refused("llama", F_BOS_STRING, WEIR_E_FORMAT, "bos_token_id must be an integer");
+  expect_refused("gpt2", F_NO_MERGES, WEIR_E_NOTFOUND, "tokenizer.ggml.merges is missing");
+}
+
+int main(void) {
+  static const wt_test tests[] = {{"llama_from_gguf", test_llama_from_gguf},
+                                  {"gpt2_from_gguf", test_gpt2_from_gguf},
+                                  {"refusals", test_refusals},
+                                  {NULL, NULL}};
+  return wt_run_suite("tokenizer_gguf", tests);
+}
