@@ -222,7 +222,10 @@ int weir_sched_commit(weir_sched *s, weir_sched_seq *seq, int32_t num_accepted,
  * KV length with them; drafts past the cut are dropped. WEIR_E_INVAL when out of range. */
 int weir_sched_truncate(weir_sched *s, weir_sched_seq *seq, int32_t num_tokens);
 
-/* Ends seq (waiting or running): registers its computed full blocks in the prefix cache,
+/* Sequences of a plan must stay live from weir_sched_step until that step's forward has run
+ * (take aborts before the step or after the forward): finishing one frees its blocks.
+ *
+ * Ends seq (waiting or running): registers its computed full blocks in the prefix cache,
  * frees its KV blocks now, removes it from the queues and marks it FINISHED. The memory stays
  * valid until weir_sched_seq_free. Finishing a finished sequence does nothing. */
 void weir_sched_finish(weir_sched *s, weir_sched_seq *seq);
