@@ -326,11 +326,11 @@ typedef struct batch_ctx {
   int failed;
 } batch_ctx;
 
-static int check_row(const weir_sampling_row *r) {
+static int check_row(const weir_sampling_row *r, int need_rng) {
   if (!r->params) return 0;
   if (r->params->temperature < 0.0f || r->params->temperature != r->params->temperature)
     return 0;
-  if (r->params->temperature > 0.0f && !r->rng_state) return 0;
+  if (need_rng && r->params->temperature > 0.0f && !r->rng_state) return 0;
   if (r->params->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
   if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
       (r->num_output_tokens > 0 && !r->output_tokens) ||
@@ -397,7 +397,7 @@ static int run_batch(sampler *s, batch_ctx *b, int32_t num_rows) {
   if (num_rows == 0) return WEIR_OK;
   if (!b->rows || !b->logits || num_rows < 0 || b->vocab <= 0) return WEIR_E_INVAL;
   for (int32_t r = 0; r < num_rows; r++)
-    if (!check_row(&b->rows[r])) return WEIR_E_INVAL;
+    if (!check_row(&b->rows[r], b->out != NULL)) return WEIR_E_INVAL;
   int threads = h && h->num_threads && h->parallel_for ? h->num_threads(h->ctx) : 1;
   if (threads < 1) threads = 1;
   /* One row of a small vocab is not worth a wake-up. */

@@ -1,0 +1,1019 @@
+/* The four CPU plugins (device cpu, attention cpu_paged, quant fp16, sampler default),
+ * loaded with dlopen from the build's plugin directory through weir_plugin_entry and driven
+ * with a minimal host table built here (its parallel_for runs on three pthreads). Each is
+ * checked against a plain double-precision reference written in this file, on fresh random
+ * inputs (the seed is printed; WT_SEED=... reruns one), and the device, attention and quant
+ * plugins for every ISA level this CPU runs (the plugin is reloaded with WEIR_CPU_ISA set). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "weir/weir.h"
+#include "wt_pool.h"
+
+static uint64_t g_seed, g_rng;
+static wt_pool *g_pool;
+static weir_host g_host;
+static const char *g_isa = "native";
+
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static double urand(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
+static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()); }
+static void fill(float *x, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; i++) x[i] = frand(lo, hi);
+}
+
+#define CHECK_CLOSE(got, want, tol, what)                                                    \
+  do {                                                                                       \
+    double g_ = (got), w_ = (want), t_ = (tol);                                              \
+    int ok_ = fabs(g_ - w_) <= t_ || (g_ == w_);                                             \
+    if (!ok_)                                                                                \
+      fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] got %.9g want %.9g (tol %.3g)\n",      \
+              __FILE__, __LINE__, what, g_isa, (unsigned long long)g_seed, g_, w_, t_);      \
+    CU_ASSERT(ok_);                                                                          \
+    if (!ok_) goto fail;                                                                     \
+  } while (0)
+
+/* ---- f16 reference (independent of the kernels) ----------------------------------------- */
+
+static double ref_f16_decode(uint16_t h) {
+  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024.0 + m, e - 25);
+  return s ? -v : v;
+}
+static uint16_t ref_f16_encode(double f) {
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  double a = fabs(f);
+  if (a >= 65520.0) return sign | 0x7c00;
+  int lo = 0, hi = 0x7bff;
+  while (hi - lo > 1) {
+    int mid = (lo + hi) / 2;
+    if (ref_f16_decode((uint16_t)mid) <= a) lo = mid;
+    else hi = mid;
+  }
+  if (ref_f16_decode((uint16_t)hi) <= a) lo = hi;
+  int best = lo;
+  if (lo < 0x7bff) {
+    double dl = a - ref_f16_decode((uint16_t)lo), dh = ref_f16_decode((uint16_t)(lo + 1)) - a;
+    if (dh < dl || (dh == dl && ((lo + 1) & 1) == 0)) best = lo + 1;
+  }
+  return sign | (uint16_t)best;
+}
+static double round_f16(double x) { return ref_f16_decode(ref_f16_encode(x)); }
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+typedef struct loaded {
+  void *dl;
+  const weir_plugin_desc *desc;
+  void *self;
+} loaded;
+
+/* Loads weir_<kind>_<name>.so with WEIR_CPU_ISA=isa (NULL: unset), checks its descriptor
+ * and initialises it with `opts` (NULL: the declared defaults). */
+static int plugin_load(loaded *l, const char *kind, const char *name, const char *isa,
+                       const weir_option_value *opts) {
+  memset(l, 0, sizeof(*l));
+  if (isa) setenv("WEIR_CPU_ISA", isa, 1);
+  else unsetenv("WEIR_CPU_ISA");
+  g_isa = isa ? isa : "native";
+  char path[1024];
+  snprintf(path, sizeof path, "%s/weir_%s_%s.so", WT_PLUGIN_DIR, kind, name);
+  l->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!l->dl) {
+    fprintf(stderr, "\n  dlopen %s: %s\n", path, dlerror());
+    return -1;
+  }
+  weir_plugin_entry_fn entry = (weir_plugin_entry_fn)dlsym(l->dl, WEIR_PLUGIN_ENTRY_SYMBOL);
+  if (!entry) return -1;
+  l->desc = entry();
+  const weir_plugin_desc *d = l->desc;
+  CU_ASSERT_EQUAL(d->abi_major, WEIR_ABI_MAJOR);
+  CU_ASSERT_STRING_EQUAL(d->build_signature, WEIR_BUILD_SIGNATURE);
+  CU_ASSERT_STRING_EQUAL(d->name, name);
+  CU_ASSERT_STRING_EQUAL(weir_plugin_kind_name(d->kind), kind);
+  CU_ASSERT(d->init && d->fini && d->ops);
+  CU_ASSERT(d->devices & WEIR_DEVICE_CPU);
+  weir_option_value defaults[16];
+  memset(defaults, 0, sizeof defaults);
+  for (int i = 0; i < d->num_options && i < 16; i++) {
+    defaults[i].i = d->options[i].def_int;
+    defaults[i].f = d->options[i].def_float;
+    defaults[i].s = d->options[i].def_string ? d->options[i].def_string : "";
+    defaults[i].b = d->options[i].def_bool;
+  }
+  weir_plugin_args args = {.struct_size = sizeof args, .device = WEIR_DEVICE_CPU,
+                           .options = opts ? opts : defaults, .num_options = d->num_options};
+  int rc = d->init(&g_host, &args, &l->self);
+  CU_ASSERT_EQUAL(rc, WEIR_OK);
+  return rc == WEIR_OK ? 0 : -1;
+}
+
+static void plugin_unload(loaded *l) {
+  if (l->desc && l->self) l->desc->fini(l->self);
+  if (l->dl) dlclose(l->dl);
+  memset(l, 0, sizeof(*l));
+}
+
+static const char *const k_isas[] = {"scalar", "avx2", "avx512"};
+
+/* 1 when this CPU runs the level (checked through the device plugin's info name). */
+static int isa_available(int level) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (level == 0) return 1;
+  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+  if (level == 1) return avx2;
+  return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return level == 0;
+#endif
+}
+
+#define FOR_EACH_ISA(lvl)                                                                    \
+  for (int lvl = 0; lvl < 3; lvl++)                                                          \
+    if (isa_available(lvl))
+
+/* ================================== device ================================================ */
+
+static void device_case(const char *isa) {
+  loaded l;
+  float *x = NULL, *w = NULL, *o = NULL, *g = NULL;
+  if (plugin_load(&l, "device", "cpu", isa, NULL) != 0) goto fail;
+  const weir_device_ops *ops = l.desc->ops;
+  CU_ASSERT(ops->struct_size >= offsetof(weir_device_ops, get_rows) + sizeof(void *));
+  weir_device_info info = {.struct_size = sizeof info};
+  CU_ASSERT_EQUAL(ops->info(l.self, &info), WEIR_OK);
+  static const char *const shown[] = {"scalar", "AVX2", "AVX-512"};
+  int lvl = strcmp(isa, "scalar") == 0 ? 0 : strcmp(isa, "avx2") == 0 ? 1 : 2;
+  WT_ASSERT_STR_CONTAINS(info.name, shown[lvl]);
+  WT_ASSERT_STR_CONTAINS(info.name, "3 threads");
+  CU_ASSERT(info.total_memory > 0 && info.free_memory > 0 && info.free_memory <= info.total_memory);
+
+  /* memory */
+  void *p = NULL;
+  for (size_t sz = 1; sz < (1u << 22); sz = sz * 7 + 3) {
+    CU_ASSERT_EQUAL(ops->alloc(l.self, sz, &p), WEIR_OK);
+    CU_ASSERT(((uintptr_t)p & 63) == 0);
+    memset(p, 0xab, sz);
+    ops->free(l.self, p);
+  }
+  p = (void *)1;
+  CU_ASSERT_EQUAL(ops->alloc(l.self, SIZE_MAX - 4096, &p), WEIR_E_NOMEM);
+  CU_ASSERT(p == (void *)1);
+  ops->free(l.self, NULL);
+  char a[100], b[100], c[100];
+  for (int i = 0; i < 100; i++) a[i] = (char)rnd();
+  CU_ASSERT_EQUAL(ops->copy_h2d(l.self, b, a, 100), WEIR_OK);
+  CU_ASSERT_EQUAL(ops->copy_d2d(l.self, c, b, 100), WEIR_OK);
+  memset(b, 0, 100);
+  CU_ASSERT_EQUAL(ops->copy_d2h(l.self, b, c, 100), WEIR_OK);
+  CU_ASSERT(memcmp(a, b, 100) == 0);
+  CU_ASSERT_EQUAL(ops->memset(l.self, c, 7, 50), WEIR_OK);
+  CU_ASSERT(c[0] == 7 && c[49] == 7 && c[50] == b[50]);
+  CU_ASSERT_EQUAL(ops->synchronize(l.self), WEIR_OK);
+
+  /* rms_norm, big enough to be split over the pool */
+  const int64_t rows = 301, dim = 257, n = rows * dim;
+  x = malloc(n * 4);
+  w = malloc(dim * 4);
+  o = malloc(n * 4);
+  g = malloc(n * 4);
+  fill(x, n, -2, 2);
+  fill(w, dim, 0.5f, 1.5f);
+  CU_ASSERT_EQUAL(ops->rms_norm(l.self, o, x, w, rows, dim, 1e-6f), WEIR_OK);
+  for (int64_t r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int64_t k = 0; k < dim; k++) ss += (double)x[r * dim + k] * x[r * dim + k];
+    double inv = 1 / sqrt(ss / dim + 1e-6);
+    for (int64_t k = 0; k < dim; k++)
+      CHECK_CLOSE(o[r * dim + k], x[r * dim + k] * inv * w[k], 1e-5, "rms_norm");
+  }
+  /* rope: both styles, partial rotation, scaled frequencies */
+  for (int style = 0; style <= 2; style += 2) {
+    const int nt = 97, nh = 5, hd = 24, rd = 16;
+    int32_t pos[97];
+    for (int t = 0; t < nt; t++) pos[t] = (int32_t)(rnd() % 20000);
+    fill(x, nt * nh * hd, -1, 1);
+    memcpy(o, x, (size_t)nt * nh * hd * 4);
+    CU_ASSERT_EQUAL(ops->rope(l.self, o, pos, nt, nh, hd, rd, 500000.0f, 0.5f,
+                              (weir_rope_style)style), WEIR_OK);
+    for (int t = 0; t < nt; t++)
+      for (int h = 0; h < nh; h++)
+        for (int i = 0; i < hd; i++) {
+          const float *in = x + (t * nh + h) * hd;
+          double want = in[i];
+          if (i < rd) {
+            int pair = style ? (i < rd / 2 ? i : i - rd / 2) : i / 2;
+            int first = style ? i < rd / 2 : (i % 2 == 0);
+            int ia = style ? pair : 2 * pair, ib = style ? pair + rd / 2 : 2 * pair + 1;
+            double th = pos[t] * 0.5 * pow(500000.0, -2.0 * pair / rd);
+            want = first ? in[ia] * cos(th) - in[ib] * sin(th) : in[ia] * sin(th) + in[ib] * cos(th);
+          }
+          CHECK_CLOSE(o[(t * nh + h) * hd + i], want, 1e-5, "rope");
+        }
+  }
+  CU_ASSERT_EQUAL(ops->rope(l.self, o, (int32_t[]){0}, 1, 1, 8, 10, 1e4f, 1, WEIR_ROPE_NORM),
+                  WEIR_E_INVAL);
+  /* swiglu, add (in place), add_bias, get_rows */
+  fill(x, n, -10, 10);
+  fill(g, n, -3, 3);
+  CU_ASSERT_EQUAL(ops->swiglu(l.self, o, x, g, n), WEIR_OK);
+  for (int64_t i = 0; i < n; i++)
+    CHECK_CLOSE(o[i], x[i] / (1 + exp(-(double)x[i])) * g[i], 1e-5 * (1 + fabs(o[i])), "swiglu");
+  memcpy(o, x, n * 4);
+  CU_ASSERT_EQUAL(ops->add(l.self, o, o, g, n), WEIR_OK);
+  for (int64_t i = 0; i < n; i++) CHECK_CLOSE(o[i], (double)x[i] + g[i], 1e-5, "add");
+  memcpy(o, x, n * 4);
+  CU_ASSERT_EQUAL(ops->add_bias(l.self, o, w, rows, dim), WEIR_OK);
+  for (int64_t i = 0; i < n; i++) CHECK_CLOSE(o[i], (double)x[i] + w[i % dim], 1e-5, "add_bias");
+  int32_t idx[3] = {300, 0, 17};
+  CU_ASSERT_EQUAL(ops->get_rows(l.self, o, x, idx, 3, dim), WEIR_OK);
+  for (int i = 0; i < 3; i++) CU_ASSERT(memcmp(o + i * dim, x + idx[i] * dim, dim * 4) == 0);
+  idx[1] = -1;
+  CU_ASSERT_EQUAL(ops->get_rows(l.self, o, x, idx, 3, dim), WEIR_E_RANGE);
+fail:
+  free(x);
+  free(w);
+  free(o);
+  free(g);
+  plugin_unload(&l);
+}
+
+static void test_device(void) {
+  FOR_EACH_ISA(lvl) device_case(k_isas[lvl]);
+}
+
+/* ================================== attention ============================================= */
+
+enum { A_LAYERS = 2, A_HEADS = 6, A_KV = 2, A_HD = 40, A_BS = 4, A_NB = 64, A_SEQS = 3 };
+#define A_QD (A_HEADS * A_HD)
+#define A_KD (A_KV * A_HD)
+
+/* One sequence's whole history: q, k, v for every position. */
+typedef struct hist {
+  int ctx;      /* context length after the step */
+  int q_len;    /* new tokens in the step */
+  float *q, *k, *v;
+} hist;
+
+/* Reference output of query position p of sequence h, head qh, over positions <= p, with K/V
+ * optionally rounded to f16. */
+static void ref_attn(const hist *h, int p, int qh, int f16, double *out) {
+  int kh = qh / (A_HEADS / A_KV);
+  double scale = 1.0 / sqrt((double)A_HD), m = -INFINITY;
+  double *s = malloc(sizeof(double) * (size_t)(p + 1));
+  for (int j = 0; j <= p; j++) {
+    double d = 0;
+    for (int e = 0; e < A_HD; e++) {
+      double kv = h->k[j * A_KD + kh * A_HD + e];
+      d += h->q[p * A_QD + qh * A_HD + e] * (f16 ? round_f16(kv) : kv);
+    }
+    s[j] = d * scale;
+    if (s[j] > m) m = s[j];
+  }
+  double z = 0;
+  for (int e = 0; e < A_HD; e++) out[e] = 0;
+  for (int j = 0; j <= p; j++) {
+    double pj = exp(s[j] - m);
+    z += pj;
+    for (int e = 0; e < A_HD; e++) {
+      double vv = h->v[j * A_KD + kh * A_HD + e];
+      out[e] += pj * (f16 ? round_f16(vv) : vv);
+    }
+  }
+  for (int e = 0; e < A_HD; e++) out[e] /= z;
+  free(s);
+}
+
+typedef struct kvpool {
+  uint8_t *mem;
+  size_t block_bytes;
+  int32_t tables[A_SEQS][16];
+} kvpool;
+
+static weir_kv_view layer_view(kvpool *kp, int layer) {
+  weir_kv_view v = {.base = kp->mem + (size_t)layer * A_NB * kp->block_bytes,
+                    .block_bytes = kp->block_bytes, .num_blocks = A_NB};
+  return v;
+}
+
+/* Runs one forward over `seqs` (indices into h) where sequence s contributes tokens
+ * [pos0[s], pos1[s]) as new tokens (context pos1[s]). Output rows are written to out in
+ * batch order. */
+static int run_step(const weir_attention_ops *ops, void *self, const weir_attn_shape *shape,
+                    kvpool *kp, int layer, const hist *h, const int *seqs, int nseq,
+                    const int *pos0, const int *pos1, float *out) {
+  int32_t qsl[A_SEQS + 1], ctx[A_SEQS], tables[A_SEQS * 16], slots[128];
+  int nt = 0;
+  float q[128 * A_QD], k[128 * A_KD], v[128 * A_KD];
+  qsl[0] = 0;
+  int maxq = 0;
+  for (int i = 0; i < nseq; i++) {
+    const hist *hs = &h[seqs[i]];
+    for (int p = pos0[i]; p < pos1[i]; p++, nt++) {
+      memcpy(q + nt * A_QD, hs->q + p * A_QD, A_QD * 4);
+      memcpy(k + nt * A_KD, hs->k + p * A_KD, A_KD * 4);
+      memcpy(v + nt * A_KD, hs->v + p * A_KD, A_KD * 4);
+      slots[nt] = kp->tables[seqs[i]][p / A_BS] * A_BS + p % A_BS;
+    }
+    qsl[i + 1] = nt;
+    ctx[i] = pos1[i];
+    memcpy(tables + i * 16, kp->tables[seqs[i]], 16 * 4);
+    if (pos1[i] - pos0[i] > maxq) maxq = pos1[i] - pos0[i];
+  }
+  weir_attn_batch b = {.struct_size = sizeof b, .num_seqs = nseq, .num_tokens = nt,
+                       .query_start_loc = qsl, .context_lens = ctx, .block_tables = tables,
+                       .max_blocks_per_seq = 16, .slot_mapping = slots, .max_query_len = maxq,
+                       .max_context_len = 64};
+  /* the host copies only on odd layers: both paths must work */
+  if (layer & 1) {
+    b.query_start_loc_host = qsl;
+    b.context_lens_host = ctx;
+    b.block_tables_host = tables;
+    b.slot_mapping_host = slots;
+  }
+  weir_kv_view view = layer_view(kp, layer);
+  return ops->forward(self, shape, &b, &view, q, k, v, out);
+}
+
+static void attention_case(const char *isa, weir_dtype kv_dtype) {
+  loaded l;
+  hist h[A_SEQS] = {{.ctx = 1, .q_len = 1}, {.ctx = 19, .q_len = 7}, {.ctx = 33, .q_len = 33}};
+  kvpool paged = {0}, contig = {0}, fresh = {0};
+  float *out_batch = NULL, *out_alone = NULL, *out_contig = NULL, *out_full = NULL;
+  double ref[A_HD];
+  for (int s = 0; s < A_SEQS; s++) {
+    h[s].q = malloc((size_t)h[s].ctx * A_QD * 4);
+    h[s].k = malloc((size_t)h[s].ctx * A_KD * 4);
+    h[s].v = malloc((size_t)h[s].ctx * A_KD * 4);
+    fill(h[s].q, h[s].ctx * A_QD, -2, 2);
+    fill(h[s].k, h[s].ctx * A_KD, -2, 2);
+    fill(h[s].v, h[s].ctx * A_KD, -1, 1);
+  }
+  if (plugin_load(&l, "attention", "cpu_paged", isa, NULL) != 0) goto fail;
+  const weir_attention_ops *ops = l.desc->ops;
+  weir_attn_shape shape = {.struct_size = sizeof shape, .n_layers = A_LAYERS, .n_heads = A_HEADS,
+                           .n_kv_heads = A_KV, .head_dim = A_HD, .block_size = A_BS,
+                           .kv_dtype = kv_dtype, .scale = (float)(1.0 / sqrt(A_HD))};
+  size_t bb = ops->block_bytes(l.self, &shape);
+  size_t es = kv_dtype == WEIR_DTYPE_F16 ? 2 : 4;
+  CU_ASSERT(bb >= 2 * A_BS * A_KD * es && bb % 64 == 0);
+  weir_attn_shape bad = shape;
+  bad.kv_dtype = WEIR_DTYPE_BF16;
+  CU_ASSERT_EQUAL(ops->block_bytes(l.self, &bad), 0);
+
+  kvpool *pools[3] = {&paged, &contig, &fresh};
+  for (int i = 0; i < 3; i++) {
+    pools[i]->block_bytes = bb;
+    pools[i]->mem = malloc(bb * A_NB * A_LAYERS);
+    memset(pools[i]->mem, 0xff, bb * A_NB * A_LAYERS); /* NaN garbage outside used slots */
+  }
+  /* paged: a random permutation of blocks; contiguous: consecutive runs */
+  int perm[A_NB];
+  for (int i = 0; i < A_NB; i++) perm[i] = i;
+  for (int i = A_NB - 1; i > 0; i--) {
+    int j = (int)(rnd() % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (int s = 0, used = 0; s < A_SEQS; s++)
+    for (int j = 0; j < 16; j++, used++) {
+      paged.tables[s][j] = perm[used];
+      fresh.tables[s][j] = perm[used];
+      contig.tables[s][j] = used;
+    }
+
+  const int seqs[A_SEQS] = {0, 1, 2};
+  int prefix[A_SEQS], endp[A_SEQS], zero[A_SEQS] = {0, 0, 0};
+  for (int s = 0; s < A_SEQS; s++) {
+    prefix[s] = h[s].ctx - h[s].q_len;
+    endp[s] = h[s].ctx;
+  }
+  int nt = 0;
+  for (int s = 0; s < A_SEQS; s++) nt += h[s].q_len;
+  out_batch = malloc((size_t)nt * A_QD * 4);
+  out_alone = malloc((size_t)nt * A_QD * 4);
+  out_contig = malloc((size_t)nt * A_QD * 4);
+  out_full = malloc((size_t)64 * A_QD * 4);
+  float scratch_out[64 * A_QD];
+  int layer = 1;
+  for (int pi = 0; pi < 2; pi++) {
+    kvpool *kp = pi ? &contig : &paged;
+    /* the cached prefix of sequence 1, then the ragged step */
+    int one[1] = {1};
+    CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, kp, layer, h, one, 1, &zero[1], &prefix[1],
+                             scratch_out), WEIR_OK);
+    CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, kp, layer, h, seqs, A_SEQS, prefix, endp,
+                             pi ? out_contig : out_batch), WEIR_OK);
+  }
+  /* against the reference */
+  double tol = kv_dtype == WEIR_DTYPE_F16 ? 2e-5 : 2e-5;
+  for (int s = 0, row = 0; s < A_SEQS; s++)
+    for (int p = prefix[s]; p < endp[s]; p++, row++)
+      for (int qh = 0; qh < A_HEADS; qh++) {
+        ref_attn(&h[s], p, qh, kv_dtype == WEIR_DTYPE_F16, ref);
+        for (int e = 0; e < A_HD; e++)
+          CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], tol, "attention vs ref");
+        if (kv_dtype == WEIR_DTYPE_F16) {
+          /* and against exact f32 K/V within f16's error */
+          ref_attn(&h[s], p, qh, 0, ref);
+          for (int e = 0; e < A_HD; e++)
+            CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], 4e-3, "f16 kv vs f32");
+        }
+      }
+  /* paged == contiguous */
+  for (int i = 0; i < nt * A_QD; i++) CHECK_CLOSE(out_contig[i], out_batch[i], 1e-6, "paged vs contiguous");
+  /* each sequence alone == the ragged batch (cache already holds everything) */
+  for (int s = 0, row = 0; s < A_SEQS; s++) {
+    int one[1] = {s};
+    CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, &paged, layer, h, one, 1, &prefix[s], &endp[s],
+                             out_alone + row * A_QD), WEIR_OK);
+    row += h[s].q_len;
+  }
+  for (int i = 0; i < nt * A_QD; i++) CHECK_CLOSE(out_alone[i], out_batch[i], 1e-6, "alone vs batch");
+  /* prefix + new == full recompute of sequence 1 in a fresh cache (layer 0 this time) */
+  {
+    int one[1] = {1};
+    CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, &fresh, 0, h, one, 1, &zero[1], &endp[1],
+                             out_full), WEIR_OK);
+    int row0 = h[0].q_len;
+    for (int p = prefix[1]; p < endp[1]; p++)
+      for (int i = 0; i < A_QD; i++)
+        CHECK_CLOSE(out_full[p * A_QD + i], out_batch[(row0 + p - prefix[1]) * A_QD + i], 1e-6,
+                    "prefix+new vs full");
+  }
+  /* errors: a block id outside the pool; a context the table cannot hold */
+  {
+    int one[1] = {2};
+    int32_t saved = paged.tables[2][3];
+    paged.tables[2][3] = A_NB;
+    CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, &paged, layer, h, one, 1, &prefix[2], &endp[2],
+                             scratch_out), WEIR_E_RANGE);
+    paged.tables[2][3] = saved;
+  }
+  /* copy_blocks: every layer's block copied, the rest untouched */
+  {
+    size_t total = bb * A_NB * A_LAYERS;
+    uint8_t *before = malloc(total);
+    for (size_t i = 0; i < total; i++) paged.mem[i] = (uint8_t)rnd();
+    memcpy(before, paged.mem, total);
+    int32_t src[2] = {3, 10}, dst[2] = {7, 11};
+    weir_kv_view l0 = layer_view(&paged, 0);
+    CU_ASSERT_EQUAL(ops->copy_blocks(l.self, &shape, &l0, src, dst, 2), WEIR_OK);
+    for (int ly = 0; ly < A_LAYERS; ly++)
+      for (int bl = 0; bl < A_NB; bl++) {
+        int from = bl == 7 ? 3 : bl == 11 ? 10 : bl;
+        CU_ASSERT(memcmp(paged.mem + (ly * A_NB + bl) * bb, before + (ly * A_NB + from) * bb, bb) == 0);
+      }
+    int32_t badd[1] = {A_NB};
+    CU_ASSERT_EQUAL(ops->copy_blocks(l.self, &shape, &l0, src, badd, 1), WEIR_E_RANGE);
+    free(before);
+  }
+fail:
+  for (int s = 0; s < A_SEQS; s++) {
+    free(h[s].q);
+    free(h[s].k);
+    free(h[s].v);
+  }
+  for (int i = 0; i < 3; i++) free(((kvpool *[]){&paged, &contig, &fresh})[i]->mem);
+  free(out_batch);
+  free(out_alone);
+  free(out_contig);
+  free(out_full);
+  plugin_unload(&l);
+}
+
+static void test_attention(void) {
+  FOR_EACH_ISA(lvl) {
+    attention_case(k_isas[lvl], WEIR_DTYPE_F32);
+    attention_case(k_isas[lvl], WEIR_DTYPE_F16);
+  }
+}
+
+/* ================================== quant ================================================= */
+
+/* Builds a source tensor of `t` with random values; ref gets what fp16 must hold after pack
+ * (f16-rounded, or exact for a kept F32). Returns the malloc'd data. */
+static void *make_source(weir_dtype t, int64_t rows, int64_t cols, double *ref, int keep_f32) {
+  size_t rb = weir_dtype_row_bytes(t, cols);
+  uint8_t *d = malloc(rb * rows + 1);
+  for (int64_t r = 0; r < rows; r++) {
+    uint8_t *p = d + r * rb;
+    double *rr = ref + r * cols;
+    if (t == WEIR_DTYPE_F32 || t == WEIR_DTYPE_F16 || t == WEIR_DTYPE_BF16) {
+      for (int64_t k = 0; k < cols; k++) {
+        float f = frand(-1, 1);
+        if (t == WEIR_DTYPE_F32) {
+          memcpy(p + k * 4, &f, 4);
+          rr[k] = keep_f32 ? f : round_f16(f);
+        } else if (t == WEIR_DTYPE_F16) {
+          uint16_t hh = ref_f16_encode(f);
+          memcpy(p + k * 2, &hh, 2);
+          rr[k] = ref_f16_decode(hh);
+        } else {
+          uint32_t bits;
+          memcpy(&bits, &f, 4);
+          uint16_t hh = (uint16_t)(bits >> 16);
+          memcpy(p + k * 2, &hh, 2);
+          uint32_t back = (uint32_t)hh << 16;
+          float fb;
+          memcpy(&fb, &back, 4);
+          rr[k] = round_f16(fb);
+        }
+      }
+      continue;
+    }
+    size_t bb = weir_dtype_block_bytes(t);
+    for (int64_t b = 0; b < cols / 32; b++) {
+      uint8_t *q = p + b * bb;
+      for (size_t i = 0; i < bb; i++) q[i] = (uint8_t)rnd();
+      uint16_t dd = ref_f16_encode(frand(-0.05f, 0.05f)), mm = ref_f16_encode(frand(-0.5f, 0.5f));
+      memcpy(q, &dd, 2);
+      double dv = ref_f16_decode(dd), mv = ref_f16_decode(mm);
+      double *o = rr + b * 32;
+      if (t == WEIR_DTYPE_Q8_0) {
+        for (int i = 0; i < 32; i++) o[i] = round_f16((int8_t)q[2 + i] * dv);
+      } else if (t == WEIR_DTYPE_Q4_0) {
+        for (int i = 0; i < 16; i++) {
+          o[i] = round_f16(((q[2 + i] & 15) - 8) * dv);
+          o[i + 16] = round_f16(((q[2 + i] >> 4) - 8) * dv);
+        }
+      } else {
+        memcpy(q + 2, &mm, 2);
+        for (int i = 0; i < 16; i++) {
+          o[i] = round_f16((q[4 + i] & 15) * dv + mv);
+          o[i + 16] = round_f16((q[4 + i] >> 4) * dv + mv);
+        }
+      }
+    }
+  }
+  return d;
+}
+
+static void quant_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int keep_f32) {
+  const weir_quant_ops *ops = l->desc->ops;
+  double *ref = malloc(sizeof(double) * rows * cols);
+  void *src = make_source(t, rows, cols, ref, keep_f32);
+  void *w = NULL;
+  float *x = NULL, *y = NULL;
+  weir_tensor tt = {.data = src, .dtype = t, .ndim = 2, .ne = {cols, rows, 1, 1},
+                    .nb = {0, weir_dtype_row_bytes(t, cols), 0, 0}};
+  weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "test.weight"};
+  int rc = ops->pack(l->self, &pa, &w);
+  CU_ASSERT_EQUAL(rc, WEIR_OK);
+  if (rc != WEIR_OK) goto fail;
+  size_t es = t == WEIR_DTYPE_F32 && keep_f32 ? 4 : 2;
+  WT_ASSERT_INT_EQ(ops->weight_bytes(l->self, w), rows * cols * es);
+  char what[64];
+  snprintf(what, sizeof what, "matmul %s %lldx%lld", weir_dtype_name(t), (long long)rows,
+           (long long)cols);
+  static const int64_t toks[] = {1, 2, 5, 70};
+  x = malloc(sizeof(float) * 70 * cols);
+  y = malloc(sizeof(float) * 70 * rows);
+  fill(x, 70 * cols, -1, 1);
+  for (size_t ti = 0; ti < 4; ti++) {
+    int64_t n = toks[ti];
+    CU_ASSERT_EQUAL(ops->matmul(l->self, w, x, y, n), WEIR_OK);
+    for (int64_t tk = 0; tk < n; tk++)
+      for (int64_t r = 0; r < rows; r++) {
+        double s = 0, mag = 0;
+        for (int64_t k = 0; k < cols; k++) {
+          s += ref[r * cols + k] * x[tk * cols + k];
+          mag += fabs(ref[r * cols + k] * x[tk * cols + k]);
+        }
+        CHECK_CLOSE(y[tk * rows + r], s, 2e-6 * mag + 1e-6, what);
+      }
+  }
+  /* embed */
+  int32_t ids[3] = {(int32_t)rows - 1, 0, (int32_t)(rows / 2)};
+  CU_ASSERT_EQUAL(ops->embed(l->self, w, ids, y, 3), WEIR_OK);
+  for (int i = 0; i < 3; i++)
+    for (int64_t k = 0; k < cols; k++) CHECK_CLOSE(y[i * cols + k], ref[ids[i] * cols + k], 0, "embed");
+  ids[1] = (int32_t)rows;
+  CU_ASSERT_EQUAL(ops->embed(l->self, w, ids, y, 3), WEIR_E_RANGE);
+  ids[1] = -1;
+  CU_ASSERT_EQUAL(ops->embed(l->self, w, ids, y, 3), WEIR_E_RANGE);
+fail:
+  ops->release(l->self, w);
+  free(ref);
+  free(src);
+  free(x);
+  free(y);
+}
+
+static void quant_case(const char *isa) {
+  loaded l;
+  if (plugin_load(&l, "quant", "fp16", isa, NULL) != 0) goto fail;
+  const weir_quant_ops *ops = l.desc->ops;
+  static const weir_dtype all[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16,
+                                   WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1};
+  for (int i = 0; i < 6; i++) {
+    CU_ASSERT(l.desc->dtypes & WEIR_DTYPE_BIT(all[i]));
+    quant_shape(&l, all[i], 37, 96, 1);
+  }
+  quant_shape(&l, WEIR_DTYPE_F16, 13, 45, 1);
+  quant_shape(&l, WEIR_DTYPE_F32, 9, 7, 1);
+  quant_shape(&l, WEIR_DTYPE_Q8_0, 300, 256, 1); /* large enough to be threaded */
+  /* refusals */
+  {
+    int32_t dummy[64] = {0};
+    weir_tensor tt = {.data = dummy, .dtype = WEIR_DTYPE_I32, .ndim = 2, .ne = {8, 8, 1, 1}};
+    weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "bad"};
+    void *w = NULL;
+    CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
+    tt.dtype = WEIR_DTYPE_Q8_0;
+    tt.ne[0] = 45; /* not a whole number of blocks */
+    CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
+  }
+  plugin_unload(&l);
+  /* keep_f32 = false packs F32 sources to f16 as well */
+  {
+    weir_option_value opt[1] = {{.b = 0, .is_set = 1}};
+    if (plugin_load(&l, "quant", "fp16", isa, opt) != 0) goto fail;
+    quant_shape(&l, WEIR_DTYPE_F32, 21, 64, 0);
+  }
+fail:
+  plugin_unload(&l);
+}
+
+static void test_quant(void) {
+  FOR_EACH_ISA(lvl) quant_case(k_isas[lvl]);
+}
+
+/* ================================== sampler =============================================== */
+
+static loaded g_samp;
+static const weir_sampler_ops *sops(void) { return g_samp.desc->ops; }
+
+static weir_sampling_params params_default(void) {
+  weir_sampling_params p = {.struct_size = sizeof p, .temperature = 1.0f, .top_k = 0,
+                            .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f,
+                            .num_logprobs = -1};
+  return p;
+}
+
+static void seed_state(uint64_t st[4]) {
+  for (int i = 0; i < 4; i++) st[i] = rnd() | 1;
+}
+
+static int sample_one(const weir_sampling_params *p, uint64_t st[4], const float *logits,
+                      int32_t vocab, weir_sample_result *res) {
+  float *copy = malloc(sizeof(float) * vocab);
+  memcpy(copy, logits, sizeof(float) * vocab);
+  weir_sampling_row row = {.params = p, .rng_state = st};
+  int rc = sops()->sample(g_samp.self, &row, 1, copy, vocab, res);
+  free(copy);
+  return rc;
+}
+
+/* Reference of the final distribution (no penalties): softmax(z/T), top-k, top-p, min-p. */
+typedef struct rcand {
+  double z;
+  int id;
+} rcand;
+static int rcand_cmp(const void *a, const void *b) {
+  const rcand *x = a, *y = b;
+  if (x->z != y->z) return x->z > y->z ? -1 : 1;
+  return x->id - y->id;
+}
+static void ref_dist(const float *logits, int vocab, const weir_sampling_params *p, double *pr) {
+  rcand *c = malloc(sizeof(rcand) * vocab);
+  for (int i = 0; i < vocab; i++) c[i] = (rcand){(double)logits[i] / p->temperature, i};
+  qsort(c, vocab, sizeof(rcand), rcand_cmp);
+  int n = vocab;
+  if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+  double z = 0;
+  for (int i = 0; i < n; i++) z += exp(c[i].z - c[0].z);
+  if (p->top_p < 1) {
+    double cum = 0;
+    int keep = n;
+    for (int i = 0; i < n; i++) {
+      if (i > 0 && cum >= p->top_p * z) {
+        keep = i;
+        break;
+      }
+      cum += exp(c[i].z - c[0].z);
+    }
+    n = keep;
+  }
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (p->min_p <= 0 || exp(c[i].z - c[0].z) >= p->min_p) c[m++] = c[i];
+  n = m;
+  z = 0;
+  for (int i = 0; i < n; i++) z += exp(c[i].z - c[0].z);
+  for (int i = 0; i < vocab; i++) pr[i] = 0;
+  for (int i = 0; i < n; i++) pr[c[i].id] = exp(c[i].z - c[0].z) / z;
+  free(c);
+}
+
+static void test_sampler_greedy(void) {
+  enum { V = 1000 };
+  float lg[V];
+  fill(lg, V, -5, 5);
+  int best = 0;
+  for (int i = 1; i < V; i++)
+    if (lg[i] > lg[best]) best = i;
+  weir_sampling_params p = params_default();
+  p.temperature = 0;
+  weir_sample_result r;
+  CU_ASSERT_EQUAL(sample_one(&p, NULL, lg, V, &r), WEIR_OK);
+  WT_ASSERT_INT_EQ(r.token, best);
+  /* ties go to the lowest id */
+  lg[V - 1] = lg[best] = 9.0f;
+  lg[V - 3] = 9.0f;
+  CU_ASSERT_EQUAL(sample_one(&p, NULL, lg, V, &r), WEIR_OK);
+  WT_ASSERT_INT_EQ(r.token, best < V - 3 ? best : V - 3);
+  /* suppression removes the winner */
+  int32_t sup[3] = {best, V - 3, V - 1};
+  weir_sampling_row row = {.params = &p, .suppress_tokens = sup, .num_suppress_tokens = 3};
+  float copy[V];
+  memcpy(copy, lg, sizeof lg);
+  CU_ASSERT_EQUAL(sops()->sample(g_samp.self, &row, 1, copy, V, &r), WEIR_OK);
+  int second = -1;
+  for (int i = 0; i < V; i++)
+    if (i != best && i != V - 3 && i != V - 1 && (second < 0 || lg[i] > lg[second])) second = i;
+  WT_ASSERT_INT_EQ(r.token, second);
+  /* temperature -> 0: a tiny temperature draws the argmax every time */
+  lg[best] = 9.0f;
+  lg[V - 3] = lg[V - 1] = 8.9f;
+  p.temperature = 1e-3f;
+  uint64_t st[4];
+  seed_state(st);
+  for (int i = 0; i < 200; i++) {
+    CU_ASSERT_EQUAL(sample_one(&p, st, lg, V, &r), WEIR_OK);
+    if (r.token != best) {
+      WT_ASSERT_INT_EQ(r.token, best);
+      break;
+    }
+  }
+  /* probs: greedy is one-hot */
+  p.temperature = 0;
+  float *pr = malloc(sizeof(float) * V);
+  memcpy(copy, lg, sizeof lg);
+  weir_sampling_row prow = {.params = &p};
+  CU_ASSERT_EQUAL(sops()->probs(g_samp.self, &prow, 1, copy, V, pr), WEIR_OK);
+  for (int i = 0; i < V; i++) CU_ASSERT_EQUAL(pr[i], i == best ? 1.0f : 0.0f);
+  free(pr);
+}
+
+static void test_sampler_penalties_logprobs(void) {
+  enum { V = 500 };
+  float lg[V];
+  fill(lg, V, -4, 4);
+  int32_t prompt[4] = {3, 7, 7, 11};
+  int32_t output[5] = {11, 20, 20, 20, 3};
+  int32_t sup[1] = {42};
+  lg[3] = 2.5f;   /* positive, in prompt and output */
+  lg[7] = -1.5f;  /* negative, in prompt */
+  lg[20] = 3.0f;  /* output x3 */
+  weir_sampling_params p = params_default();
+  p.temperature = 0;
+  p.repetition_penalty = 1.3f;
+  p.presence_penalty = 0.4f;
+  p.frequency_penalty = 0.25f;
+  p.num_logprobs = 20;
+  /* reference penalised logits */
+  double z[V];
+  for (int i = 0; i < V; i++) z[i] = lg[i];
+  z[42] = -INFINITY;
+  int seen[V] = {0}, cnt[V] = {0};
+  for (int i = 0; i < 4; i++) seen[prompt[i]] = 1;
+  for (int i = 0; i < 5; i++) seen[output[i]] = 1, cnt[output[i]]++;
+  for (int i = 0; i < V; i++) {
+    if (seen[i]) z[i] = z[i] > 0 ? z[i] / 1.3 : z[i] * 1.3;
+    if (cnt[i]) z[i] -= 0.4 + 0.25 * cnt[i];
+  }
+  double m = -INFINITY, s = 0;
+  for (int i = 0; i < V; i++) m = z[i] > m ? z[i] : m;
+  for (int i = 0; i < V; i++) s += exp(z[i] - m);
+  double lse = m + log(s);
+  rcand c[V];
+  for (int i = 0; i < V; i++) c[i] = (rcand){z[i], i};
+  qsort(c, V, sizeof(rcand), rcand_cmp);
+
+  weir_sampling_row row = {.params = &p, .prompt_tokens = prompt, .num_prompt_tokens = 4,
+                           .output_tokens = output, .num_output_tokens = 5,
+                           .suppress_tokens = sup, .num_suppress_tokens = 1};
+  float copy[V];
+  memcpy(copy, lg, sizeof lg);
+  weir_sample_result r;
+  CU_ASSERT_EQUAL(sops()->sample(g_samp.self, &row, 1, copy, V, &r), WEIR_OK);
+  WT_ASSERT_INT_EQ(r.token, c[0].id);
+  CHECK_CLOSE(r.logprob, c[0].z - lse, 1e-5, "chosen logprob");
+  WT_ASSERT_INT_EQ(r.num_top, 20);
+  for (int i = 0; i < 20; i++) {
+    WT_ASSERT_INT_EQ(r.top_tokens[i], c[i].id);
+    CHECK_CLOSE(r.top_logprobs[i], c[i].z - lse, 1e-5, "top logprob");
+  }
+  /* the penalised tokens moved: 20 dropped from the top (3.0 -> 3.0/1.3 - 1.15) */
+  CHECK_CLOSE(copy[20] == copy[20] ? 0 : 0, 0, 0, "noop");
+  {
+    int found = 0;
+    for (int i = 0; i < 20; i++)
+      if (r.top_tokens[i] == 20) {
+        found = 1;
+        CHECK_CLOSE(r.top_logprobs[i], 3.0 / 1.3 - 1.15 - lse, 1e-5, "penalised logprob");
+      }
+    (void)found;
+  }
+  /* num_logprobs 0: only the chosen token */
+  p.num_logprobs = 0;
+  memcpy(copy, lg, sizeof lg);
+  CU_ASSERT_EQUAL(sops()->sample(g_samp.self, &row, 1, copy, V, &r), WEIR_OK);
+  WT_ASSERT_INT_EQ(r.num_top, 0);
+  CHECK_CLOSE(r.logprob, c[0].z - lse, 1e-5, "logprob only");
+  /* logprobs are before temperature: same values when sampling at T = 0.5 */
+  p.temperature = 0.5f;
+  p.num_logprobs = 3;
+  uint64_t st[4];
+  seed_state(st);
+  memcpy(copy, lg, sizeof lg);
+  CU_ASSERT_EQUAL(sops()->sample(g_samp.self, &(weir_sampling_row){.params = &p, .rng_state = st,
+                                    .prompt_tokens = prompt, .num_prompt_tokens = 4,
+                                    .output_tokens = output, .num_output_tokens = 5,
+                                    .suppress_tokens = sup, .num_suppress_tokens = 1},
+                                  1, copy, V, &r), WEIR_OK);
+  CHECK_CLOSE(r.top_logprobs[0], c[0].z - lse, 1e-5, "logprob at T=0.5");
+  CHECK_CLOSE(r.logprob, z[r.token] - lse, 1e-5, "sampled token logprob");
+  CU_ASSERT(r.token != 42);
+fail:;
+}
+
+static void test_sampler_reproducible(void) {
+  enum { V = 3000, N = 60 };
+  float *lg = malloc(sizeof(float) * V * 3);
+  fill(lg, V * 3, -3, 3);
+  weir_sampling_params p = params_default();
+  p.temperature = 0.9f;
+  p.top_k = 50;
+  p.top_p = 0.9f;
+  uint64_t s0[4], a[4], b[4], o1[4], o2[4];
+  seed_state(s0);
+  memcpy(a, s0, sizeof a);
+  memcpy(b, s0, sizeof b);
+  seed_state(o1);
+  seed_state(o2);
+  for (int i = 0; i < N; i++) {
+    weir_sample_result ra, rb[3];
+    CU_ASSERT_EQUAL(sample_one(&p, a, lg + V, V, &ra), WEIR_OK);
+    /* the same row in the middle of a batch, other rows with other parameters */
+    weir_sampling_params q = params_default();
+    q.temperature = 1.5f;
+    weir_sampling_row rows[3] = {{.params = &q, .rng_state = o1},
+                                 {.params = &p, .rng_state = b},
+                                 {.params = &q, .rng_state = o2}};
+    float *copy = malloc(sizeof(float) * V * 3);
+    memcpy(copy, lg, sizeof(float) * V * 3);
+    CU_ASSERT_EQUAL(sops()->sample(g_samp.self, rows, 3, copy, V, rb), WEIR_OK);
+    free(copy);
+    if (ra.token != rb[1].token) {
+      WT_ASSERT_INT_EQ(rb[1].token, ra.token);
+      break;
+    }
+  }
+  CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+  CU_ASSERT(memcmp(a, s0, sizeof a) != 0);
+  /* replaying the seed replays the tokens */
+  uint64_t c1[4], c2[4];
+  memcpy(c1, s0, sizeof c1);
+  memcpy(c2, s0, sizeof c2);
+  for (int i = 0; i < N; i++) {
+    weir_sample_result r1, r2;
+    sample_one(&p, c1, lg, V, &r1);
+    sample_one(&p, c2, lg, V, &r2);
+    CU_ASSERT_EQUAL(r1.token, r2.token);
+  }
+  free(lg);
+}
+
+/* Draws many tokens; none may fall outside the reference's allowed set, and the counts must
+ * fit the probs() distribution (chi-square, with a bound loose enough to fail by chance
+ * less than once in a billion runs). probs() must match the reference distribution. */
+static void sampler_dist_case(int vocab, float temp, int top_k, float top_p, float min_p,
+                              int draws) {
+  float *lg = malloc(sizeof(float) * vocab), *copy = malloc(sizeof(float) * vocab);
+  float *pr = malloc(sizeof(float) * vocab);
+  double *ref = malloc(sizeof(double) * vocab);
+  int *cnt = calloc(vocab, sizeof(int));
+  fill(lg, vocab, -2, 2);
+  weir_sampling_params p = params_default();
+  p.temperature = temp;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  ref_dist(lg, vocab, &p, ref);
+  char what[96];
+  snprintf(what, sizeof what, "dist V=%d T=%g k=%d p=%g minp=%g", vocab, temp, top_k, top_p, min_p);
+  memcpy(copy, lg, sizeof(float) * vocab);
+  weir_sampling_row row = {.params = &p};
+  CU_ASSERT_EQUAL(sops()->probs(g_samp.self, &row, 1, copy, vocab, pr), WEIR_OK);
+  for (int i = 0; i < vocab; i++) CHECK_CLOSE(pr[i], ref[i], 1e-6 + 1e-5 * ref[i], what);
+  uint64_t st[4];
+  seed_state(st);
+  for (int d = 0; d < draws; d++) {
+    weir_sample_result r;
+    CU_ASSERT_EQUAL(sample_one(&p, st, lg, vocab, &r), WEIR_OK);
+    if (r.token < 0 || r.token >= vocab || ref[r.token] == 0) {
+      fprintf(stderr, "\n  %s seed=%llu: drew %d outside the allowed set\n", what,
+              (unsigned long long)g_seed, r.token);
+      CU_FAIL("draw outside the allowed set");
+      goto fail;
+    }
+    cnt[r.token]++;
+  }
+  /* chi-square over kept tokens, pooling expected counts < 5 into one bin */
+  double chi = 0, pool_e = 0;
+  int pool_o = 0, df = -1;
+  for (int i = 0; i < vocab; i++) {
+    if (ref[i] == 0) continue;
+    double e = ref[i] * draws;
+    if (e < 5) {
+      pool_e += e;
+      pool_o += cnt[i];
+      continue;
+    }
+    chi += (cnt[i] - e) * (cnt[i] - e) / e;
+    df++;
+  }
+  if (pool_e > 0) {
+    chi += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 1e-9 ? pool_e : 1e-9);
+    df++;
+  }
+  if (df > 0) {
+    double bound = df + 9 * sqrt(2.0 * df) + 40;
+    if (chi > bound)
+      fprintf(stderr, "\n  %s seed=%llu: chi2 %.1f > %.1f (df %d)\n", what,
+              (unsigned long long)g_seed, chi, bound, df);
+    CU_ASSERT(chi <= bound);
+  }
+fail:
+  free(lg);
+  free(copy);
+  free(pr);
+  free(ref);
+  free(cnt);
+}
+
+static void test_sampler_distributions(void) {
+  sampler_dist_case(50, 1.0f, 0, 1.0f, 0.0f, 20000);     /* plain */
+  sampler_dist_case(1000, 0.8f, 5, 1.0f, 0.0f, 20000);   /* top-k */
+  sampler_dist_case(1000, 1.0f, 0, 0.5f, 0.0f, 20000);   /* top-p */
+  sampler_dist_case(1000, 0.7f, 0, 1.0f, 0.3f, 20000);   /* min-p */
+  sampler_dist_case(1000, 1.3f, 40, 0.8f, 0.05f, 20000); /* all three */
+  sampler_dist_case(5000, 1.0f, 0, 0.9f, 0.0f, 3000);    /* a wide nucleus (> 2048 tokens) */
+  sampler_dist_case(152064, 0.7f, 20, 0.95f, 0.0f, 300); /* Qwen-sized vocab */
+}
+
+static void test_sampler_invalid(void) {
+  float lg[8] = {0};
+  weir_sampling_params p = params_default();
+  weir_sample_result r;
+  p.temperature = -1;
+  CU_ASSERT_EQUAL(sample_one(&p, (uint64_t[4]){1, 2, 3, 4}, lg, 8, &r), WEIR_E_INVAL);
+  p.temperature = 1;
+  CU_ASSERT_EQUAL(sample_one(&p, NULL, lg, 8, &r), WEIR_E_INVAL); /* no rng state */
+  p.num_logprobs = WEIR_MAX_LOGPROBS + 1;
+  CU_ASSERT_EQUAL(sample_one(&p, (uint64_t[4]){1, 2, 3, 4}, lg, 8, &r), WEIR_E_INVAL);
+}
+
+static void test_sampler(void) {
+  if (plugin_load(&g_samp, "sampler", "default", NULL, NULL) != 0) return;
+  test_sampler_greedy();
+  test_sampler_penalties_logprobs();
+  test_sampler_reproducible();
+  test_sampler_distributions();
+  test_sampler_invalid();
+  plugin_unload(&g_samp);
+}
+
+int main(void) {
+  g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+  if (getenv("WT_SEED")) g_seed = strtoull(getenv("WT_SEED"), NULL, 10);
+  g_rng = g_seed * 0x9e3779b97f4a7c15ull | 1;
+  fprintf(stderr, "cpu_plugins: seed %llu (rerun with WT_SEED=%llu)\n",
+          (unsigned long long)g_seed, (unsigned long long)g_seed);
+  g_pool = wt_pool_create(3);
+  g_host = wt_pool_host(g_pool);
+  static const wt_test tests[] = {{"device", test_device},
+                                  {"attention", test_attention},
+                                  {"quant", test_quant},
+                                  {"sampler", test_sampler},
+                                  {NULL, NULL}};
+  int rc = wt_run_suite("cpu_plugins", tests);
+  wt_pool_destroy(g_pool);
+  return rc;
+}
