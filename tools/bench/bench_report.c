@@ -324,8 +324,11 @@ static const char *const k_colors[2] = {"#1f77b4", "#e4572e"};
 
 static double nice_ceil(double v) {
   if (v <= 0) return 1;
+  static const double steps[] = {1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10};
   double e = pow(10, floor(log10(v))), f = v / e;
-  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+    if (f <= steps[i] + 1e-9) return steps[i] * e;
+  return 10 * e;
 }
 
 static void axes(FILE *f, double ox, double oy, const char *title, const char *xl, const char *yl,
