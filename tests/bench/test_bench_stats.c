@@ -1,0 +1,171 @@
+/* The bench's arithmetic, compiled from tools/bench/ directly: percentiles, the summary of
+ * hand-built request records, the exact Mann-Whitney p-values behind the A/B verdicts, and
+ * the seeded gamma arrivals. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "testutil.h"
+
+#define ASSERT_CLOSE(actual, expected, tol)                                                 \
+  do {                                                                                      \
+    double a_ = (actual), e_ = (expected);                                                  \
+    int ok_ = fabs(a_ - e_) <= (tol);                                                       \
+    if (!ok_) fprintf(stderr, "\n  %s:%d: %s = %.6f, expected %.6f\n", __FILE__, __LINE__,  \
+                      #actual, a_, e_);                                                     \
+    CU_ASSERT(ok_);                                                                         \
+  } while (0)
+
+static void test_percentiles(void) {
+  double v[100];
+  for (int i = 0; i < 100; i++) v[i] = 100 - i; /* unsorted on purpose */
+  weir_bench_dist d;
+  weir__bench_dist_compute(v, 100, &d);
+  WT_ASSERT_INT_EQ(d.count, 100);
+  ASSERT_CLOSE(d.mean, 50.5, 1e-9);
+  ASSERT_CLOSE(d.median, 50.5, 1e-9);
+  ASSERT_CLOSE(d.p90, 90.1, 1e-9);
+  ASSERT_CLOSE(d.p95, 95.05, 1e-9);
+  ASSERT_CLOSE(d.p99, 99.01, 1e-9);
+  ASSERT_CLOSE(d.min, 1, 0);
+  ASSERT_CLOSE(d.max, 100, 0);
+  weir__bench_dist_compute(v, 0, &d);
+  WT_ASSERT_INT_EQ(d.count, 0);
+  ASSERT_CLOSE(d.p99, 0, 0);
+}
+
+static void add_chunks(weir_bench_record *r, const double *t, int n) {
+  r->chunk_ms = malloc(sizeof(double) * (size_t)n);
+  memcpy(r->chunk_ms, t, sizeof(double) * (size_t)n);
+  r->num_chunks = r->cap_chunks = n;
+}
+
+static void test_summary_of_records(void) {
+  weir_bench_run run;
+  memset(&run, 0, sizeof run);
+  run.num_recs = 3;
+  run.recs = calloc(3, sizeof *run.recs);
+  run.duration_s = 0.2;
+  /* 1: ok, 3 tokens by usage, chunks at 50, 70, 90 ms, [DONE] at 95 ms. */
+  run.recs[0] = (weir_bench_record){.start_ms = 0, .end_ms = 95, .ok = 1, .err = -1,
+                                    .usage_prompt = 10, .usage_completion = 3};
+  add_chunks(&run.recs[0], (double[]){50, 70, 90}, 3);
+  /* 2: ok, no usage: 2 chunks count as 2 tokens; sent at 100 ms. */
+  run.recs[1] = (weir_bench_record){.start_ms = 100, .end_ms = 200, .ok = 1, .err = -1,
+                                    .usage_prompt = -1, .usage_completion = -1, .expected_input = 7};
+  add_chunks(&run.recs[1], (double[]){130, 160}, 2);
+  /* 3: truncated: counted, not measured. */
+  run.recs[2] = (weir_bench_record){.start_ms = 10, .end_ms = 60, .ok = 0,
+                                    .err = WEIR_BENCH_ERR_TRUNCATED, .usage_prompt = -1,
+                                    .usage_completion = -1};
+  add_chunks(&run.recs[2], (double[]){20}, 1);
+  weir_bench_run *runs[1] = {&run};
+  weir_bench_slo slo = {.ttft_ms = 40};
+  weir_bench_summary s;
+  WT_ASSERT_INT_EQ(weir__bench_summarize(runs, 1, &slo, &s), 0);
+  WT_ASSERT_INT_EQ(s.sent, 3);
+  WT_ASSERT_INT_EQ(s.completed, 2);
+  WT_ASSERT_INT_EQ(s.errors[WEIR_BENCH_ERR_TRUNCATED], 1);
+  WT_ASSERT_INT_EQ(s.output_tokens, 5);
+  WT_ASSERT_INT_EQ(s.input_tokens, 17);
+  WT_ASSERT_STR_CONTAINS(s.output_tokens_source, "mixed");
+  WT_ASSERT_INT_EQ(s.ttft.count, 2);
+  ASSERT_CLOSE(s.ttft.mean, 40, 1e-9);      /* (50 + 30) / 2 */
+  WT_ASSERT_INT_EQ(s.itl.count, 3);         /* 20, 20, 30 */
+  ASSERT_CLOSE(s.itl.median, 20, 1e-9);
+  ASSERT_CLOSE(s.itl.max, 30, 1e-9);
+  ASSERT_CLOSE(s.tpot.min, 22.5, 1e-9);     /* (95 - 50) / 2 */
+  ASSERT_CLOSE(s.tpot.max, 70, 1e-9);       /* (200 - 130) / 1 */
+  ASSERT_CLOSE(s.e2e.mean, 97.5, 1e-9);
+  WT_ASSERT_INT_EQ(s.good, 1);              /* only request 2 has TTFT <= 40 ms */
+  ASSERT_CLOSE(s.out_tok_per_s, 25, 1e-9);  /* 5 tokens / 0.2 s */
+  ASSERT_CLOSE(s.goodput_req_per_s, 5, 1e-9);
+  /* Timeline: every token lands in a bucket; the integral is the output token count. */
+  double total = 0;
+  for (int b = 0; b < s.num_buckets; b++) total += s.timeline[b] * s.bucket_s;
+  ASSERT_CLOSE(total, 5, 1e-9);
+  weir__bench_summary_free(&s);
+  weir__bench_run_free(&run);
+}
+
+static void test_mann_whitney_exact(void) {
+  double a[] = {1, 2, 3, 4}, b[] = {5, 6, 7, 8};
+  ASSERT_CLOSE(weir__bench_mann_whitney(a, 4, b, 4), 2.0 / 70.0, 1e-12);
+  ASSERT_CLOSE(weir__bench_mann_whitney(b, 4, a, 4), 2.0 / 70.0, 1e-12);
+  ASSERT_CLOSE(weir__bench_mann_whitney(a, 3, b, 3), 0.1, 1e-12);
+  ASSERT_CLOSE(weir__bench_mann_whitney(a, 4, a, 4), 1.0, 1e-12);
+  /* One overlap in 4 v 4: U = 1, P(U <= 1) = 2/70 each tail, so p = 4/70. */
+  double c[] = {1, 2, 3, 5}, d[] = {4, 6, 7, 8};
+  ASSERT_CLOSE(weir__bench_mann_whitney(c, 4, d, 4), 4.0 / 70.0, 1e-12);
+  /* U = 2 (6 beats 4 and 5): P(U <= 2) = 4/70, p = 8/70. */
+  double g[] = {1, 2, 3, 6}, h[] = {4, 5, 7, 8};
+  ASSERT_CLOSE(weir__bench_mann_whitney(g, 4, h, 4), 8.0 / 70.0, 1e-12);
+  /* 5 v 5 fully separated: 2 / C(10,5) = 2/252. */
+  double e[] = {1, 2, 3, 4, 5}, f[] = {6, 7, 8, 9, 10};
+  ASSERT_CLOSE(weir__bench_mann_whitney(e, 5, f, 5), 2.0 / 252.0, 1e-12);
+}
+
+static void test_verdicts(void) {
+  double p;
+  double lo[] = {10, 11, 12, 13}, hi[] = {20, 21, 22, 23}, mix[] = {10.5, 12.5, 20.5, 9};
+  WT_ASSERT_INT_EQ(weir__bench_decide(lo, 4, hi, 4, 1, 0.05, &p), WEIR_BENCH_A_BETTER);
+  WT_ASSERT_INT_EQ(weir__bench_decide(lo, 4, hi, 4, 0, 0.05, &p), WEIR_BENCH_B_BETTER);
+  WT_ASSERT_INT_EQ(weir__bench_decide(hi, 4, lo, 4, 1, 0.05, &p), WEIR_BENCH_B_BETTER);
+  WT_ASSERT_INT_EQ(weir__bench_decide(lo, 4, mix, 4, 1, 0.05, &p), WEIR_BENCH_NO_DIFF);
+  /* Three rounds a side can reach 0.1 at best: inconclusive at 0.05, decided at 0.1. */
+  WT_ASSERT_INT_EQ(weir__bench_decide(lo, 3, hi, 3, 1, 0.05, &p), WEIR_BENCH_INCONCLUSIVE);
+  WT_ASSERT_INT_EQ(weir__bench_decide(lo, 3, hi, 3, 1, 0.1, &p), WEIR_BENCH_A_BETTER);
+  WT_ASSERT_INT_EQ(weir__bench_decide(lo, 1, hi, 1, 1, 0.05, &p), WEIR_BENCH_INCONCLUSIVE);
+}
+
+static void test_gamma_and_arrivals(void) {
+  weir_bench_rng r;
+  weir__bench_rng_seed(&r, 42);
+  const int n = 200000;
+  double shapes[] = {0.5, 1.0, 4.0};
+  for (int k = 0; k < 3; k++) {
+    double sum = 0, sq = 0;
+    for (int i = 0; i < n; i++) {
+      double x = weir__bench_rng_gamma(&r, shapes[k], 2.0);
+      sum += x;
+      sq += x * x;
+    }
+    double mean = sum / n, var = sq / n - mean * mean;
+    ASSERT_CLOSE(mean, shapes[k] * 2.0, 0.03 * shapes[k] * 2.0);
+    ASSERT_CLOSE(var, shapes[k] * 4.0, 0.06 * shapes[k] * 4.0);
+  }
+  double *t = malloc(sizeof *t * 20000), *u = malloc(sizeof *u * 20000);
+  WT_ASSERT_INT_EQ(weir__bench_arrivals(7, 10.0, 1.0, 0, 20000, t), 20000);
+  WT_ASSERT_INT_EQ(weir__bench_arrivals(7, 10.0, 1.0, 0, 20000, u), 20000);
+  CU_ASSERT(memcmp(t, u, sizeof *t * 20000) == 0);
+  ASSERT_CLOSE(t[19999] / 20000, 0.1, 0.003);
+  /* Burstiness 4: coefficient of variation 1/2. */
+  weir__bench_arrivals(7, 10.0, 4.0, 0, 20000, t);
+  double sum = 0, sq = 0, prev = 0;
+  for (int i = 0; i < 20000; i++) {
+    double g = t[i] - prev;
+    prev = t[i];
+    sum += g;
+    sq += g * g;
+  }
+  double mean = sum / 20000, cv = sqrt(sq / 20000 - mean * mean) / mean;
+  ASSERT_CLOSE(cv, 0.5, 0.02);
+  /* A duration bound stops the arrivals before it. */
+  int64_t k = weir__bench_arrivals(7, 10.0, 1.0, 5.0, 20000, t);
+  CU_ASSERT(k > 20 && k < 90 && t[k - 1] < 5.0);
+  free(t);
+  free(u);
+}
+
+int main(void) {
+  static const wt_test tests[] = {
+      {"percentiles", test_percentiles},
+      {"summary_of_records", test_summary_of_records},
+      {"mann_whitney_exact", test_mann_whitney_exact},
+      {"verdicts", test_verdicts},
+      {"gamma_and_arrivals", test_gamma_and_arrivals},
+      {NULL, NULL},
+  };
+  return wt_run_suite("bench_stats", tests);
+}
