@@ -1,0 +1,289 @@
+/* Double-precision reference forward pass of the Llama family. Written for clarity, not
+ * speed: every value is a double, every loop is the textbook one. */
+#include "reference.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weir/status.h"
+
+struct weir_ref_model {
+  weir_gguf *gguf;
+  weir_llama_hparams hp;
+};
+
+/* ---- dequantization, from the format definitions ---- */
+
+static double half_to_double(uint16_t h) {
+  int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
+  double v;
+  if (exp == 0) v = ldexp((double)man, -24);               /* zero and subnormals */
+  else if (exp == 31) v = man ? NAN : INFINITY;
+  else v = ldexp(1.0 + (double)man / 1024.0, exp - 15);
+  return sign ? -v : v;
+}
+
+static double bf16_to_double(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return (double)f;
+}
+
+static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+int weir_ref_dequant(int dtype, const void *src, double *dst, int64_t n) {
+  const uint8_t *p = src;
+  switch (dtype) {
+  case WEIR_DTYPE_F32:
+    for (int64_t i = 0; i < n; i++) {
+      float f;
+      memcpy(&f, p + 4 * i, 4);
+      dst[i] = f;
+    }
+    return 0;
+  case WEIR_DTYPE_F16:
+    for (int64_t i = 0; i < n; i++) dst[i] = half_to_double(le16(p + 2 * i));
+    return 0;
+  case WEIR_DTYPE_BF16:
+    for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_double(le16(p + 2 * i));
+    return 0;
+  case WEIR_DTYPE_Q8_0: /* 32 values: f16 scale, 32 signed bytes */
+    if (n % 32) return WEIR_E_INVAL;
+    for (int64_t b = 0; b < n / 32; b++) {
+      const uint8_t *blk = p + 34 * b;
+      double d = half_to_double(le16(blk));
+      for (int i = 0; i < 32; i++) dst[32 * b + i] = d * (double)(int8_t)blk[2 + i];
+    }
+    return 0;
+  case WEIR_DTYPE_Q4_0: /* f16 scale, 16 bytes: low nibbles are values 0..15, high 16..31 */
+    if (n % 32) return WEIR_E_INVAL;
+    for (int64_t b = 0; b < n / 32; b++) {
+      const uint8_t *blk = p + 18 * b;
+      double d = half_to_double(le16(blk));
+      for (int i = 0; i < 16; i++) {
+        dst[32 * b + i] = d * (double)((blk[2 + i] & 0x0f) - 8);
+        dst[32 * b + 16 + i] = d * (double)((blk[2 + i] >> 4) - 8);
+      }
+    }
+    return 0;
+  case WEIR_DTYPE_Q4_1: /* f16 scale, f16 minimum, 16 bytes of nibbles */
+    if (n % 32) return WEIR_E_INVAL;
+    for (int64_t b = 0; b < n / 32; b++) {
+      const uint8_t *blk = p + 20 * b;
+      double d = half_to_double(le16(blk)), m = half_to_double(le16(blk + 2));
+      for (int i = 0; i < 16; i++) {
+        dst[32 * b + i] = d * (double)(blk[4 + i] & 0x0f) + m;
+        dst[32 * b + 16 + i] = d * (double)(blk[4 + i] >> 4) + m;
+      }
+    }
+    return 0;
+  default:
+    return WEIR_E_NOTSUP;
+  }
+}
+
+/* ---- building blocks ---- */
+
+void weir_ref_rmsnorm(const double *x, const double *w, int n, double eps, double *y) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  double inv = 1.0 / sqrt(ss / n + eps);
+  for (int i = 0; i < n; i++) y[i] = x[i] * inv * (w ? w[i] : 1.0);
+}
+
+void weir_ref_rope(double *x, int n_rot, int pos, double base, double scale, int style) {
+  int half = n_rot / 2;
+  for (int i = 0; i < half; i++) {
+    double theta = ((double)pos / scale) * pow(base, -2.0 * i / n_rot);
+    double c = cos(theta), s = sin(theta);
+    int a = style == WEIR_ROPE_NEOX ? i : 2 * i;
+    int b = style == WEIR_ROPE_NEOX ? i + half : 2 * i + 1;
+    double x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
+static double silu(double x) { return x / (1.0 + exp(-x)); }
+
+/* Y[t][r] = sum_c W[r][c] * X[t][c] for all n tokens: a weight of ne = {in, out} read row by
+ * row (each row dequantized once), X is n x in, Y is n x out. */
+static int matmul(const weir_gguf_tensor *w, const double *x, int n, double *y) {
+  int64_t in = w->t.ne[0], out = w->t.ne[1];
+  double *row = malloc((size_t)in * sizeof *row);
+  if (!row) return WEIR_E_NOMEM;
+  for (int64_t r = 0; r < out; r++) {
+    int rc = weir_ref_dequant(w->t.dtype, (const uint8_t *)w->t.data + w->t.nb[1] * (size_t)r,
+                              row, in);
+    if (rc) {
+      free(row);
+      return rc;
+    }
+    for (int t = 0; t < n; t++) {
+      double acc = 0;
+      for (int64_t c = 0; c < in; c++) acc += row[c] * x[(size_t)t * (size_t)in + (size_t)c];
+      y[(size_t)t * (size_t)out + (size_t)r] = acc;
+    }
+  }
+  free(row);
+  return 0;
+}
+
+static int vec(const weir_gguf_tensor *t, double *out) {
+  return weir_ref_dequant(t->t.dtype, t->t.data, out, t->t.ne[0]);
+}
+
+static const weir_gguf_tensor *blk(const weir_ref_model *m, int l, const char *suffix) {
+  char name[96];
+  return weir_gguf_find_tensor(m->gguf, weir_gguf_blk_name(name, sizeof name, l, suffix));
+}
+
+int weir_ref_model_load(const char *gguf_path, weir_ref_model **out) {
+  char err[512];
+  int rc;
+  weir_ref_model *m = calloc(1, sizeof *m);
+  if (!m) return WEIR_E_NOMEM;
+  rc = weir_gguf_open(gguf_path, &m->gguf, err, sizeof err);
+  if (rc == 0) rc = weir_gguf_llama_hparams(m->gguf, &m->hp, err, sizeof err);
+  if (rc == 0) rc = weir_gguf_llama_check(m->gguf, &m->hp, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "reference: %s\n", err);
+    weir_ref_model_free(m);
+    return rc;
+  }
+  *out = m;
+  return 0;
+}
+
+void weir_ref_model_free(weir_ref_model *m) {
+  if (!m) return;
+  weir_gguf_close(m->gguf);
+  free(m);
+}
+
+const weir_llama_hparams *weir_ref_model_hparams(const weir_ref_model *m) { return &m->hp; }
+
+int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *logits) {
+  const weir_llama_hparams *hp = &m->hp;
+  const int E = hp->n_embd, H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim;
+  const int KV = HKV * D, F = hp->n_ff, V = hp->n_vocab;
+  const size_t N = (size_t)n;
+  int rc = 0;
+  if (n < 1) return WEIR_E_INVAL;
+  for (int t = 0; t < n; t++)
+    if (tokens[t] < 0 || tokens[t] >= V) return WEIR_E_INVAL;
+
+  double *x = calloc(N * (size_t)E, sizeof(double));     /* the residual stream */
+  double *h = calloc(N * (size_t)E, sizeof(double));     /* normed input of a sublayer */
+  double *q = calloc(N * (size_t)E, sizeof(double));
+  double *k = calloc(N * (size_t)KV, sizeof(double));
+  double *v = calloc(N * (size_t)KV, sizeof(double));
+  double *att = calloc(N * (size_t)E, sizeof(double));
+  double *o = calloc(N * (size_t)E, sizeof(double));
+  double *g = calloc(N * (size_t)F, sizeof(double));
+  double *u = calloc(N * (size_t)F, sizeof(double));
+  double *w = calloc((size_t)(E > KV ? E : KV), sizeof(double)); /* a norm weight or bias */
+  double *p = calloc(N, sizeof(double));                          /* attention weights */
+  if (!x || !h || !q || !k || !v || !att || !o || !g || !u || !w || !p) {
+    rc = WEIR_E_NOMEM;
+    goto free_buffers;
+  }
+
+  /* Embedding: row tokens[t] of token_embd (ne = {E, V}). */
+  const weir_gguf_tensor *emb = weir_gguf_find_tensor(m->gguf, "token_embd.weight");
+  for (int t = 0; t < n; t++)
+    if ((rc = weir_ref_dequant(emb->t.dtype,
+                               (const uint8_t *)emb->t.data + emb->t.nb[1] * (size_t)tokens[t],
+                               x + (size_t)t * E, E)))
+      goto free_buffers;
+
+  const double scale = 1.0 / sqrt((double)D);
+  for (int l = 0; l < hp->n_layer; l++) {
+    /* Attention block. */
+    if ((rc = vec(blk(m, l, "attn_norm.weight"), w))) goto free_buffers;
+    for (int t = 0; t < n; t++) weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
+    if ((rc = matmul(blk(m, l, "attn_q.weight"), h, n, q)) ||
+        (rc = matmul(blk(m, l, "attn_k.weight"), h, n, k)) ||
+        (rc = matmul(blk(m, l, "attn_v.weight"), h, n, v)))
+      goto free_buffers;
+    const weir_gguf_tensor *bq = blk(m, l, "attn_q.bias"), *bk = blk(m, l, "attn_k.bias"),
+                           *bv = blk(m, l, "attn_v.bias");
+    if (bq) {
+      if ((rc = vec(bq, w))) goto free_buffers;
+      for (int t = 0; t < n; t++) for (int i = 0; i < E; i++) q[(size_t)t * E + i] += w[i];
+    }
+    if (bk) {
+      if ((rc = vec(bk, w))) goto free_buffers;
+      for (int t = 0; t < n; t++) for (int i = 0; i < KV; i++) k[(size_t)t * KV + i] += w[i];
+    }
+    if (bv) {
+      if ((rc = vec(bv, w))) goto free_buffers;
+      for (int t = 0; t < n; t++) for (int i = 0; i < KV; i++) v[(size_t)t * KV + i] += w[i];
+    }
+    for (int t = 0; t < n; t++) {
+      for (int hd = 0; hd < H; hd++)
+        weir_ref_rope(q + (size_t)t * E + (size_t)hd * D, hp->n_rot, t, hp->rope_freq_base,
+                      hp->rope_scale, hp->rope_style);
+      for (int hd = 0; hd < HKV; hd++)
+        weir_ref_rope(k + (size_t)t * KV + (size_t)hd * D, hp->n_rot, t, hp->rope_freq_base,
+                      hp->rope_scale, hp->rope_style);
+    }
+    /* Causal softmax attention; query head hd reads KV head hd / (H / HKV). */
+    for (int t = 0; t < n; t++) {
+      for (int hd = 0; hd < H; hd++) {
+        int kh = hd / (H / HKV);
+        const double *qv = q + (size_t)t * E + (size_t)hd * D;
+        double mx = -INFINITY, sum = 0;
+        for (int s = 0; s <= t; s++) {
+          const double *kv = k + (size_t)s * KV + (size_t)kh * D;
+          double dot = 0;
+          for (int i = 0; i < D; i++) dot += qv[i] * kv[i];
+          p[s] = dot * scale;
+          if (p[s] > mx) mx = p[s];
+        }
+        for (int s = 0; s <= t; s++) sum += (p[s] = exp(p[s] - mx));
+        double *out = att + (size_t)t * E + (size_t)hd * D;
+        for (int i = 0; i < D; i++) out[i] = 0;
+        for (int s = 0; s <= t; s++) {
+          const double *vv = v + (size_t)s * KV + (size_t)kh * D;
+          for (int i = 0; i < D; i++) out[i] += p[s] / sum * vv[i];
+        }
+      }
+    }
+    if ((rc = matmul(blk(m, l, "attn_output.weight"), att, n, o))) goto free_buffers;
+    for (size_t i = 0; i < N * (size_t)E; i++) x[i] += o[i];
+
+    /* Feed-forward block: down(silu(gate(h)) * up(h)). */
+    if ((rc = vec(blk(m, l, "ffn_norm.weight"), w))) goto free_buffers;
+    for (int t = 0; t < n; t++) weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
+    if ((rc = matmul(blk(m, l, "ffn_gate.weight"), h, n, g)) ||
+        (rc = matmul(blk(m, l, "ffn_up.weight"), h, n, u)))
+      goto free_buffers;
+    for (size_t i = 0; i < N * (size_t)F; i++) g[i] = silu(g[i]) * u[i];
+    if ((rc = matmul(blk(m, l, "ffn_down.weight"), g, n, o))) goto free_buffers;
+    for (size_t i = 0; i < N * (size_t)E; i++) x[i] += o[i];
+  }
+
+  if ((rc = vec(weir_gguf_find_tensor(m->gguf, "output_norm.weight"), w))) goto free_buffers;
+  for (int t = 0; t < n; t++) weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
+  const weir_gguf_tensor *out = hp->has_output ? weir_gguf_find_tensor(m->gguf, "output.weight")
+                                               : emb;
+  rc = matmul(out, h, n, logits);
+
+free_buffers:
+  free(x);
+  free(h);
+  free(q);
+  free(k);
+  free(v);
+  free(att);
+  free(o);
+  free(g);
+  free(u);
+  free(w);
+  free(p);
+  return rc;
+}
