@@ -247,7 +247,7 @@ static void test_jinja_reference(void) {
     next = strchr(line, '\n');
     if (next) *next++ = '\0';
     if (line[0] == '#') continue;
-    char *f[5 + 2 * 8];
+    char *f[5 + 2 * 8] = {NULL};
     int nf = split(line, f, 5 + 2 * 8);
     CU_ASSERT_FATAL(nf >= 7 && (nf - 5) % 2 == 0);
     for (int i = 0; i < nf; i++) unescape(f[i]);
@@ -275,7 +275,7 @@ static void test_detect_reference_templates(void) {
     next = strchr(line, '\n');
     if (next) *next++ = '\0';
     if (line[0] == '#') continue;
-    char *f[2];
+    char *f[2] = {NULL, NULL};
     CU_ASSERT_FATAL(split(line, f, 2) == 2);
     unescape(f[1]);
     weir_chat_template_id want, got = WEIR_CHAT_TEMPLATE_COUNT_;
