@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -189,6 +190,8 @@ static int start_server(const char *config, char **extra, int num_extra, const c
   if (pid == 0) {
     /* Its own process group: Ctrl-C reaches the bench, which stops the server itself. */
     setpgid(0, 0);
+    /* And it must not outlive a bench killed by a second Ctrl-C. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
     int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
