@@ -83,7 +83,7 @@ void weir__bench_print_table(FILE *f, const weir_bench_report *r) {
   fputc('\n', f);
   for (int s = 0; s < r->num_sides; s++) {
     const weir_bench_side *sd = &r->sides[s];
-    fprintf(f, "  %s: %s%s%s  model %s  (%d round%s)%s\n", sd->target->label, sd->target->url,
+    fprintf(f, "  %s: %s%s%s  model %s  (%d round%s)%s\n", sd->target->label, sd->target->url ? sd->target->url : "(not started)",
             sd->target->config ? " from " : "", sd->target->config ? sd->target->config : "",
             sd->target->model ? sd->target->model : "?", sd->num_rounds,
             sd->num_rounds == 1 ? "" : "s", sd->pooled.interrupted ? "  [INTERRUPTED: partial]" : "");
@@ -259,7 +259,7 @@ int weir__bench_write_json(const char *path, const weir_bench_report *r) {
     cJSON *t = cJSON_CreateObject();
     cJSON_AddItemToArray(tj, t);
     cJSON_AddStringToObject(t, "label", sd->target->label);
-    cJSON_AddStringToObject(t, "url", sd->target->url);
+    cJSON_AddItemToObject(t, "url", sd->target->url ? cJSON_CreateString(sd->target->url) : cJSON_CreateNull());
     cJSON_AddItemToObject(t, "config", sd->target->config ? cJSON_CreateString(sd->target->config) : cJSON_CreateNull());
     cJSON_AddItemToObject(t, "model", sd->target->model ? cJSON_CreateString(sd->target->model) : cJSON_CreateNull());
     cJSON_AddItemToObject(t, "summary", summary_json(&sd->pooled));
