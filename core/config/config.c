@@ -1,0 +1,830 @@
+/* The configuration: one table of every core key drives parsing, validation, --set and
+ * printing, so a key added here is documented, checked and printed the same way. */
+#include "config/config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/toml.h"
+#include "weir/status.h"
+
+typedef enum key_type {
+  K_STR,      /* char *, never NULL */
+  K_OPT_STR,  /* char *, "" means NULL (unset) */
+  K_INT,      /* int */
+  K_I32,      /* int32_t */
+  K_I64,      /* int64_t */
+  K_BYTES,    /* int64_t; an integer or a string with a unit: "512MiB" */
+  K_BOOL,     /* int 0/1 */
+  K_LEVEL,    /* weir_log_level */
+  K_FORMAT,   /* weir_log_format */
+  K_KV_DTYPE, /* weir_dtype */
+  K_DIRS,     /* plugin_dirs */
+  K_SEL_NAME, /* weir_plugin_sel.name */
+  K_SEL_PATH, /* weir_plugin_sel.path; "" means NULL */
+} key_type;
+
+typedef struct key_spec {
+  const char *section;
+  const char *key;
+  key_type type;
+  size_t off;
+  int64_t min, max;            /* numeric range, inclusive */
+  const char *const *choices;  /* NULL-terminated, for strings */
+  int allow_empty;             /* K_SEL_NAME: "" means none (drafter) */
+} key_spec;
+
+static const char *const k_templates[] = {"auto", "chatml", "llama2", "llama3", "mistral",
+                                          "zephyr", "gemma", "phi3", NULL};
+static const char *const k_policies[] = {"fcfs", "priority", NULL};
+static const char *const k_devices[] = {"cpu", "cuda", NULL};
+static const char *const k_levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const k_formats[] = {"text", "json", NULL};
+static const char *const k_kv_dtypes[] = {"f32", "f16", "bf16", "int8", "fp8", NULL};
+
+#define OFF(f) offsetof(weir_config, f)
+#define KIB ((int64_t)1024)
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+#define TIB (GIB * 1024)
+#define DAY_MS ((int64_t)86400000)
+
+static const key_spec k_keys[] = {
+    {"server", "host", K_STR, OFF(host)},
+    {"server", "port", K_INT, OFF(port), 1, 65535},
+    {"server", "api_key", K_OPT_STR, OFF(api_key)},
+    {"server", "served_model_name", K_OPT_STR, OFF(served_model_name)},
+    {"server", "max_body_bytes", K_BYTES, OFF(max_body_bytes), 1024, GIB},
+    {"server", "max_header_bytes", K_BYTES, OFF(max_header_bytes), 1024, 16 * MIB},
+    {"server", "max_connections", K_INT, OFF(max_connections), 1, 1 << 20},
+    {"server", "header_timeout_ms", K_I64, OFF(header_timeout_ms), 1, DAY_MS},
+    {"server", "idle_timeout_ms", K_I64, OFF(idle_timeout_ms), 1, DAY_MS},
+    {"server", "drain_timeout_ms", K_I64, OFF(drain_timeout_ms), 0, DAY_MS},
+    {"server", "request_timeout_ms", K_I64, OFF(request_timeout_ms), 1, 7 * DAY_MS},
+    {"server", "max_tokens_limit", K_I32, OFF(max_tokens_limit), 0, 1 << 24},
+    {"server", "default_max_tokens", K_I32, OFF(default_max_tokens), 1, 1 << 24},
+    {"log", "level", K_LEVEL, OFF(log_level), 0, 0, k_levels},
+    {"log", "format", K_FORMAT, OFF(log_format), 0, 0, k_formats},
+    {"log", "requests", K_BOOL, OFF(log_requests)},
+    {"model", "path", K_STR, OFF(model_path)},
+    {"model", "chat_template", K_STR, OFF(chat_template), 0, 0, k_templates},
+    {"model", "max_model_len", K_I32, OFF(max_model_len), 0, 1 << 24},
+    {"device", "name", K_SEL_NAME, OFF(device), 0, 0, k_devices},
+    {"device", "path", K_SEL_PATH, OFF(device)},
+    {"device", "threads", K_INT, OFF(threads), 0, 4096},
+    {"attention", "backend", K_SEL_NAME, OFF(attention)},
+    {"attention", "path", K_SEL_PATH, OFF(attention)},
+    {"attention", "kv_dtype", K_KV_DTYPE, OFF(kv_dtype), 0, 0, k_kv_dtypes},
+    {"quant", "scheme", K_SEL_NAME, OFF(quant)},
+    {"quant", "path", K_SEL_PATH, OFF(quant)},
+    {"sampler", "name", K_SEL_NAME, OFF(sampler)},
+    {"sampler", "path", K_SEL_PATH, OFF(sampler)},
+    {"drafter", "name", K_SEL_NAME, OFF(drafter), 0, 0, NULL, 1},
+    {"drafter", "path", K_SEL_PATH, OFF(drafter)},
+    {"drafter", "num_speculative_tokens", K_INT, OFF(num_speculative_tokens), 1, 64},
+    {"cache", "block_size", K_INT, OFF(block_size), 1, 1024},
+    {"cache", "num_blocks", K_I64, OFF(num_blocks), 0, (int64_t)1 << 32},
+    {"cache", "memory_bytes", K_BYTES, OFF(memory_bytes), MIB, 64 * TIB},
+    {"cache", "prefix_caching", K_BOOL, OFF(prefix_caching)},
+    {"scheduler", "max_num_seqs", K_INT, OFF(max_num_seqs), 1, 1 << 16},
+    {"scheduler", "max_num_batched_tokens", K_INT, OFF(max_num_batched_tokens), 1, 1 << 24},
+    {"scheduler", "max_waiting", K_INT, OFF(max_waiting), 0, 1 << 24},
+    {"scheduler", "policy", K_STR, OFF(policy), 0, 0, k_policies},
+    {"plugins", "dirs", K_DIRS, OFF(plugin_dirs)},
+};
+#define NUM_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+static const char *const k_sections[] = {"server", "log", "model", "device", "attention",
+                                         "quant", "sampler", "drafter", "cache", "scheduler",
+                                         "plugins", NULL};
+
+static const char *const k_core_device[] = {"name", "path", "threads", NULL};
+static const char *const k_core_attention[] = {"backend", "path", "kv_dtype", NULL};
+static const char *const k_core_quant[] = {"scheme", "path", NULL};
+static const char *const k_core_sampler[] = {"name", "path", NULL};
+static const char *const k_core_drafter[] = {"name", "path", "num_speculative_tokens", NULL};
+
+const char *const *weir_config_core_keys(const char *section) {
+  if (!section) return NULL;
+  if (!strcmp(section, "device")) return k_core_device;
+  if (!strcmp(section, "attention")) return k_core_attention;
+  if (!strcmp(section, "quant")) return k_core_quant;
+  if (!strcmp(section, "sampler")) return k_core_sampler;
+  if (!strcmp(section, "drafter")) return k_core_drafter;
+  return NULL;
+}
+
+static int is_plugin_section(const char *section) { return weir_config_core_keys(section) != NULL; }
+
+int weir_config_parse_kv_dtype(const char *s, weir_dtype *out) {
+  static const weir_dtype v[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16, WEIR_DTYPE_I8,
+                                 WEIR_DTYPE_FP8_E4M3};
+  for (int i = 0; k_kv_dtypes[i]; i++)
+    if (s && !strcmp(s, k_kv_dtypes[i])) {
+      *out = v[i];
+      return WEIR_OK;
+    }
+  return WEIR_E_INVAL;
+}
+
+static const char *kv_dtype_name(weir_dtype t) {
+  return t == WEIR_DTYPE_I8 ? "int8" : weir_dtype_name(t);
+}
+
+unsigned weir_config_device_kind(const char *name) {
+  if (!name) return 0;
+  if (!strcmp(name, "cpu")) return WEIR_DEVICE_CPU;
+  if (!strcmp(name, "cuda")) return WEIR_DEVICE_CUDA;
+  return 0;
+}
+
+/* ---- defaults and lifetime -------------------------------------------------------------- */
+
+static void free_dirs(weir_config *c) {
+  for (int i = 0; i < c->num_plugin_dirs; i++) free(c->plugin_dirs[i]);
+  free(c->plugin_dirs);
+  c->plugin_dirs = NULL;
+  c->num_plugin_dirs = 0;
+}
+
+void weir_config_free(weir_config *c) {
+  if (!c) return;
+  free(c->source_path);
+  free(c->host);
+  free(c->api_key);
+  free(c->served_model_name);
+  free(c->model_path);
+  free(c->chat_template);
+  free(c->policy);
+  weir_plugin_sel *sels[] = {&c->device, &c->attention, &c->quant, &c->sampler, &c->drafter};
+  for (size_t i = 0; i < sizeof sels / sizeof sels[0]; i++) {
+    free(sels[i]->name);
+    free(sels[i]->path);
+  }
+  free_dirs(c);
+  weir_toml_free(c->toml);
+  memset(c, 0, sizeof *c);
+}
+
+void weir_config_defaults(weir_config *c) {
+  memset(c, 0, sizeof *c);
+  c->host = strdup("127.0.0.1");
+  c->port = 8000;
+  c->max_body_bytes = 1 * MIB;
+  c->max_header_bytes = 16 * KIB;
+  c->max_connections = 1024;
+  c->header_timeout_ms = 10000;
+  c->idle_timeout_ms = 60000;
+  c->drain_timeout_ms = 30000;
+  c->request_timeout_ms = 600000;
+  c->max_tokens_limit = 0;
+  c->default_max_tokens = 256;
+  c->log_level = WEIR_LOG_INFO;
+  c->log_format = WEIR_LOG_TEXT;
+  c->log_requests = 1;
+  c->model_path = strdup("models/default.gguf");
+  c->chat_template = strdup("auto");
+  c->max_model_len = 0;
+  c->device.name = strdup("cpu");
+  c->threads = 0;
+  c->attention.name = strdup("cpu_paged");
+  c->kv_dtype = WEIR_DTYPE_F16;
+  c->quant.name = strdup("fp16");
+  c->sampler.name = strdup("default");
+  c->drafter.name = strdup("");
+  c->num_speculative_tokens = 4;
+  c->block_size = 16;
+  c->num_blocks = 0;
+  c->memory_bytes = 512 * MIB;
+  c->prefix_caching = 1;
+  c->max_num_seqs = 64;
+  c->max_num_batched_tokens = 2048;
+  c->max_waiting = 1024;
+  c->policy = strdup("fcfs");
+  c->toml = weir_toml_new_table();
+}
+
+/* Every string the defaults allocate; NULL means an allocation failed. */
+static int config_complete(const weir_config *c) {
+  return c->host && c->model_path && c->chat_template && c->device.name &&
+         c->attention.name && c->quant.name && c->sampler.name && c->drafter.name &&
+         c->policy && c->toml;
+}
+
+/* Points each plugin selection at its table in c->toml (or NULL). */
+static void resolve_tables(weir_config *c) {
+  c->device.table = weir_toml_get(c->toml, "device");
+  c->attention.table = weir_toml_get(c->toml, "attention");
+  c->quant.table = weir_toml_get(c->toml, "quant");
+  c->sampler.table = weir_toml_get(c->toml, "sampler");
+  c->drafter.table = weir_toml_get(c->toml, "drafter");
+}
+
+static int dup_opt(char **dst, const char *src) {
+  *dst = NULL;
+  if (!src) return 0;
+  *dst = strdup(src);
+  return *dst ? 0 : -1;
+}
+
+/* A deep copy, so that a failed load or --set leaves the original untouched. */
+static int config_clone(const weir_config *src, weir_config *dst) {
+  *dst = *src;
+  int bad = 0;
+  bad |= dup_opt(&dst->source_path, src->source_path);
+  bad |= dup_opt(&dst->host, src->host);
+  bad |= dup_opt(&dst->api_key, src->api_key);
+  bad |= dup_opt(&dst->served_model_name, src->served_model_name);
+  bad |= dup_opt(&dst->model_path, src->model_path);
+  bad |= dup_opt(&dst->chat_template, src->chat_template);
+  bad |= dup_opt(&dst->policy, src->policy);
+  const weir_plugin_sel *ss[] = {&src->device, &src->attention, &src->quant, &src->sampler,
+                                 &src->drafter};
+  weir_plugin_sel *ds[] = {&dst->device, &dst->attention, &dst->quant, &dst->sampler,
+                           &dst->drafter};
+  for (int i = 0; i < 5; i++) {
+    bad |= dup_opt(&ds[i]->name, ss[i]->name);
+    bad |= dup_opt(&ds[i]->path, ss[i]->path);
+  }
+  dst->plugin_dirs = NULL;
+  dst->num_plugin_dirs = 0;
+  if (src->num_plugin_dirs) {
+    dst->plugin_dirs = calloc((size_t)src->num_plugin_dirs, sizeof(char *));
+    if (!dst->plugin_dirs) bad = 1;
+    for (int i = 0; dst->plugin_dirs && i < src->num_plugin_dirs; i++) {
+      bad |= dup_opt(&dst->plugin_dirs[i], src->plugin_dirs[i]);
+      dst->num_plugin_dirs = i + 1;
+    }
+  }
+  dst->toml = src->toml ? weir_toml_clone(src->toml) : weir_toml_new_table();
+  if (!dst->toml) bad = 1;
+  resolve_tables(dst);
+  if (bad) {
+    weir_config_free(dst);
+    return WEIR_E_NOMEM;
+  }
+  return WEIR_OK;
+}
+
+/* ---- applying values ---------------------------------------------------------------------- */
+
+/* Where: "FILE:LINE:COL: " when the node has a position and the source is a file. */
+static void errf(char *err, size_t errlen, const char *src, const weir_toml_node *n,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void errf(char *err, size_t errlen, const char *src, const weir_toml_node *n,
+                 const char *fmt, ...) {
+  if (!err || !errlen) return;
+  size_t off = 0;
+  if (src && n && n->line > 0)
+    off = (size_t)snprintf(err, errlen, "%s:%d:%d: ", src, n->line, n->column);
+  else if (src)
+    off = (size_t)snprintf(err, errlen, "%s: ", src);
+  if (off >= errlen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err + off, errlen - off, fmt, ap);
+  va_end(ap);
+}
+
+static void join_choices(char *buf, size_t len, const char *const *choices) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (int i = 0; choices[i] && off < len; i++)
+    off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "", choices[i]);
+}
+
+static int in_choices(const char *s, const char *const *choices) {
+  for (int i = 0; choices[i]; i++)
+    if (!strcmp(s, choices[i])) return 1;
+  return 0;
+}
+
+static int valid_name(const char *s) {
+  for (const char *p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')) return 0;
+  return 1;
+}
+
+/* "512MiB", "16 KiB", "1GB", "4096" -> bytes. */
+static int parse_bytes(const char *s, int64_t *out) {
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || errno || v < 0) return -1;
+  while (*end == ' ') end++;
+  static const struct {
+    const char *unit;
+    double mul;
+  } units[] = {{"", 1},         {"B", 1},           {"KiB", 1024.0},      {"MiB", 1048576.0},
+               {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
+               {"GB", 1e9},     {"TB", 1e12}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (!strcmp(end, units[i].unit)) {
+      double b = v * units[i].mul;
+      if (b > 9.0e18) return -1;
+      *out = (int64_t)b;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static const key_spec *find_key(const char *section, const char *key) {
+  for (size_t i = 0; i < NUM_KEYS; i++)
+    if (!strcmp(k_keys[i].section, section) && !strcmp(k_keys[i].key, key)) return &k_keys[i];
+  return NULL;
+}
+
+static void section_keys(char *buf, size_t len, const char *section) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < NUM_KEYS && off < len; i++)
+    if (!strcmp(k_keys[i].section, section))
+      off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? ", " : "", k_keys[i].key);
+}
+
+static int set_string(char **dst, const char *s, int empty_is_null) {
+  char *v = NULL;
+  if (!(empty_is_null && !*s)) {
+    v = strdup(s);
+    if (!v) return WEIR_E_NOMEM;
+  }
+  free(*dst);
+  *dst = v;
+  return WEIR_OK;
+}
+
+/* Applies one value to c; validates type and range. src names the origin for messages. */
+static int apply_key(weir_config *c, const key_spec *k, const weir_toml_node *v,
+                     const char *src, char *err, size_t errlen) {
+  char *base = (char *)c;
+  char allowed[256];
+  const char *sec = k->section, *key = k->key;
+  int want_string = k->type == K_STR || k->type == K_OPT_STR || k->type == K_LEVEL ||
+                    k->type == K_FORMAT || k->type == K_KV_DTYPE || k->type == K_SEL_NAME ||
+                    k->type == K_SEL_PATH;
+  if (want_string && v->type != WEIR_TOML_STRING) {
+    errf(err, errlen, src, v, "%s.%s: expected a string, found %s", sec, key,
+         weir_toml_type_name(v->type));
+    return WEIR_E_INVAL;
+  }
+  if (want_string && k->choices && !in_choices(v->s, k->choices)) {
+    join_choices(allowed, sizeof allowed, k->choices);
+    errf(err, errlen, src, v, "%s.%s: \"%s\" is not one of %s", sec, key, v->s, allowed);
+    return WEIR_E_INVAL;
+  }
+  switch (k->type) {
+  case K_STR:
+    if (!*v->s) {
+      errf(err, errlen, src, v, "%s.%s: must not be empty", sec, key);
+      return WEIR_E_INVAL;
+    }
+    return set_string((char **)(base + k->off), v->s, 0);
+  case K_OPT_STR:
+    return set_string((char **)(base + k->off), v->s, 1);
+  case K_SEL_NAME: {
+    weir_plugin_sel *sel = (weir_plugin_sel *)(base + k->off);
+    if ((!*v->s && !k->allow_empty) || !valid_name(v->s)) {
+      errf(err, errlen, src, v,
+           "%s.%s: \"%s\" is not a plugin name (lower-case letters, digits and '_'%s)", sec,
+           key, v->s, k->allow_empty ? ", or \"\" for none" : "");
+      return WEIR_E_INVAL;
+    }
+    return set_string(&sel->name, v->s, 0);
+  }
+  case K_SEL_PATH: {
+    weir_plugin_sel *sel = (weir_plugin_sel *)(base + k->off);
+    return set_string(&sel->path, v->s, 1);
+  }
+  case K_LEVEL: {
+    weir_log_level l;
+    if (weir_log_level_parse(v->s, &l) != 0) return WEIR_E_INVAL; /* choices checked above */
+    c->log_level = l;
+    return WEIR_OK;
+  }
+  case K_FORMAT:
+    c->log_format = !strcmp(v->s, "json") ? WEIR_LOG_JSON : WEIR_LOG_TEXT;
+    return WEIR_OK;
+  case K_KV_DTYPE:
+    return weir_config_parse_kv_dtype(v->s, &c->kv_dtype);
+  case K_BOOL:
+    if (v->type != WEIR_TOML_BOOL) {
+      errf(err, errlen, src, v, "%s.%s: expected true or false, found %s", sec, key,
+           weir_toml_type_name(v->type));
+      return WEIR_E_INVAL;
+    }
+    *(int *)(base + k->off) = v->b;
+    return WEIR_OK;
+  case K_INT:
+  case K_I32:
+  case K_I64:
+  case K_BYTES: {
+    int64_t x;
+    if (v->type == WEIR_TOML_INT) {
+      x = v->i;
+    } else if (k->type == K_BYTES && v->type == WEIR_TOML_STRING) {
+      if (parse_bytes(v->s, &x) != 0) {
+        errf(err, errlen, src, v,
+             "%s.%s: \"%s\" is not a size (an integer number of bytes, or a number with "
+             "B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)",
+             sec, key, v->s);
+        return WEIR_E_INVAL;
+      }
+    } else {
+      errf(err, errlen, src, v, "%s.%s: expected an integer%s, found %s", sec, key,
+           k->type == K_BYTES ? " or a size string like \"512MiB\"" : "",
+           weir_toml_type_name(v->type));
+      return WEIR_E_INVAL;
+    }
+    if (x < k->min || x > k->max) {
+      errf(err, errlen, src, v, "%s.%s: %" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]",
+           sec, key, x, k->min, k->max);
+      return WEIR_E_RANGE;
+    }
+    if (k->type == K_INT) *(int *)(base + k->off) = (int)x;
+    else if (k->type == K_I32) *(int32_t *)(base + k->off) = (int32_t)x;
+    else *(int64_t *)(base + k->off) = x;
+    return WEIR_OK;
+  }
+  case K_DIRS: {
+    if (v->type != WEIR_TOML_ARRAY) {
+      errf(err, errlen, src, v, "%s.%s: expected an array of strings, found %s", sec, key,
+           weir_toml_type_name(v->type));
+      return WEIR_E_INVAL;
+    }
+    for (int i = 0; i < v->num_items; i++) {
+      if (v->items[i]->type != WEIR_TOML_STRING || !*v->items[i]->s) {
+        errf(err, errlen, src, v->items[i], "%s.%s[%d]: expected a directory name, found %s",
+             sec, key, i, weir_toml_type_name(v->items[i]->type));
+        return WEIR_E_INVAL;
+      }
+    }
+    size_t nd = v->num_items > 0 ? (size_t)v->num_items : 0;
+    char **dirs = nd ? calloc(nd, sizeof *dirs) : NULL;
+    if (nd && !dirs) return WEIR_E_NOMEM;
+    for (int i = 0; i < v->num_items; i++) {
+      if (!(dirs[i] = strdup(v->items[i]->s))) {
+        for (int j = 0; j < i; j++) free(dirs[j]);
+        free(dirs);
+        return WEIR_E_NOMEM;
+      }
+    }
+    free_dirs(c);
+    c->plugin_dirs = dirs;
+    c->num_plugin_dirs = v->num_items;
+    return WEIR_OK;
+  }
+  }
+  return WEIR_E_INTERNAL;
+}
+
+/* Applies one entry of a section. Plugin options are accepted here and checked by the
+ * loader against the plugin's option table. */
+static int apply_entry(weir_config *c, const char *section, const weir_toml_node *v,
+                       const char *src, char *err, size_t errlen) {
+  const key_spec *k = find_key(section, v->key);
+  if (k) {
+    int rc = apply_key(c, k, v, src, err, errlen);
+    if (rc == WEIR_E_NOMEM) errf(err, errlen, src, v, "out of memory");
+    return rc;
+  }
+  if (is_plugin_section(section)) {
+    if (!valid_name(v->key) || !*v->key) {
+      errf(err, errlen, src, v, "%s.%s: not a valid option name (lower-case letters, digits "
+           "and '_')", section, v->key);
+      return WEIR_E_INVAL;
+    }
+    return WEIR_OK;
+  }
+  char keys[512];
+  section_keys(keys, sizeof keys, section);
+  errf(err, errlen, src, v, "unknown key '%s.%s' (valid keys in [%s]: %s)", section, v->key,
+       section, keys);
+  return WEIR_E_NOTFOUND;
+}
+
+/* Validates and applies a whole document to c, then merges its tables into c->toml. */
+static int apply_doc(weir_config *c, const weir_toml_node *doc, const char *src, char *err,
+                     size_t errlen) {
+  char secs[256];
+  for (int i = 0; i < doc->num_items; i++) {
+    const weir_toml_node *t = doc->items[i];
+    int known = 0;
+    for (int s = 0; k_sections[s]; s++)
+      if (!strcmp(k_sections[s], t->key)) known = 1;
+    if (!known || t->type != WEIR_TOML_TABLE) {
+      join_choices(secs, sizeof secs, k_sections);
+      if (!known)
+        errf(err, errlen, src, t, "unknown %s '%s' (valid tables: %s)",
+             t->type == WEIR_TOML_TABLE ? "table" : "key", t->key, secs);
+      else
+        errf(err, errlen, src, t, "'%s' must be a table ([%s]), found %s", t->key, t->key,
+             weir_toml_type_name(t->type));
+      return t->type == WEIR_TOML_TABLE || !known ? WEIR_E_NOTFOUND : WEIR_E_INVAL;
+    }
+    for (int j = 0; j < t->num_items; j++) {
+      int rc = apply_entry(c, t->key, t->items[j], src, err, errlen);
+      if (rc != WEIR_OK) return rc;
+    }
+  }
+  /* Keep the document (plugin options live there); later sources replace earlier keys. */
+  for (int i = 0; i < doc->num_items; i++) {
+    const weir_toml_node *t = doc->items[i];
+    weir_toml_node *dst = weir_toml_get(c->toml, t->key);
+    if (!dst) {
+      weir_toml_node *nt = weir_toml_new_table();
+      if (!nt) goto nomem;
+      nt->line = t->line;
+      nt->column = t->column;
+      if (weir_toml_put(c->toml, t->key, nt) != WEIR_OK) {
+        weir_toml_free(nt);
+        goto nomem;
+      }
+      dst = nt;
+    }
+    for (int j = 0; j < t->num_items; j++) {
+      weir_toml_node *cl = weir_toml_clone(t->items[j]);
+      if (!cl) goto nomem;
+      if (weir_toml_put(dst, t->items[j]->key, cl) != WEIR_OK) {
+        weir_toml_free(cl);
+        goto nomem;
+      }
+    }
+  }
+  resolve_tables(c);
+  return WEIR_OK;
+nomem:
+  errf(err, errlen, src, NULL, "out of memory");
+  return WEIR_E_NOMEM;
+}
+
+/* Cross-key checks that no single key can make. */
+static int check_whole(const weir_config *c, const char *src, char *err, size_t errlen) {
+  if (c->max_tokens_limit > 0 && c->default_max_tokens > c->max_tokens_limit) {
+    errf(err, errlen, src, NULL,
+         "server.default_max_tokens: %d is larger than server.max_tokens_limit (%d)",
+         (int)c->default_max_tokens, (int)c->max_tokens_limit);
+    return WEIR_E_RANGE;
+  }
+  return WEIR_OK;
+}
+
+int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen) {
+  weir_toml_node *doc = NULL;
+  weir_config tmp;
+  int rc;
+  if (!c || !config_complete(c)) {
+    snprintf(err, errlen, "%s: out of memory", path ? path : "config");
+    return WEIR_E_NOMEM;
+  }
+  rc = weir_toml_parse_file(path, &doc, err, errlen);
+  if (rc != WEIR_OK) goto out;
+  rc = config_clone(c, &tmp);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    goto free_doc;
+  }
+  rc = apply_doc(&tmp, doc, path, err, errlen);
+  if (rc == WEIR_OK) rc = check_whole(&tmp, path, err, errlen);
+  if (rc == WEIR_OK) rc = set_string(&tmp.source_path, path, 0);
+  if (rc != WEIR_OK) {
+    weir_config_free(&tmp);
+    goto free_doc;
+  }
+  weir_config_free(c);
+  *c = tmp;
+  resolve_tables(c);
+free_doc:
+  weir_toml_free(doc);
+out:
+  return rc;
+}
+
+int weir_config_set(weir_config *c, const char *dotted_key, const char *value, char *err,
+                    size_t errlen) {
+  int rc = WEIR_E_NOMEM;
+  weir_toml_node *doc = NULL, *sec = NULL, *val = NULL;
+  weir_config tmp;
+  char section[64];
+  const char *dot = strchr(dotted_key, '.');
+  if (!dot || dot == dotted_key || !dot[1] || (size_t)(dot - dotted_key) >= sizeof section) {
+    snprintf(err, errlen, "'%s' is not a key: write section.key, e.g. server.port", dotted_key);
+    return WEIR_E_INVAL;
+  }
+  memcpy(section, dotted_key, (size_t)(dot - dotted_key));
+  section[dot - dotted_key] = 0;
+  if (!c || !config_complete(c)) goto nomem;
+  /* A TOML value when it reads as one; otherwise the text itself, so that
+   * --set model.path=m.gguf needs no quotes. */
+  int prc = weir_toml_parse_value(value, &val);
+  if (prc == WEIR_E_NOMEM) goto nomem;
+  if (prc != WEIR_OK && !(val = weir_toml_new_string(value))) goto nomem;
+  if (!(doc = weir_toml_new_table()) || !(sec = weir_toml_new_table())) goto nomem;
+  if (weir_toml_put(sec, dot + 1, val) != WEIR_OK) goto nomem;
+  val = NULL;
+  if (weir_toml_put(doc, section, sec) != WEIR_OK) goto nomem;
+  sec = NULL;
+  if (config_clone(c, &tmp) != WEIR_OK) goto nomem;
+  rc = apply_doc(&tmp, doc, NULL, err, errlen);
+  if (rc == WEIR_OK) rc = check_whole(&tmp, NULL, err, errlen);
+  if (rc != WEIR_OK) {
+    weir_config_free(&tmp);
+    goto out;
+  }
+  weir_config_free(c);
+  *c = tmp;
+  resolve_tables(c);
+  goto out;
+nomem:
+  snprintf(err, errlen, "%s: out of memory", dotted_key);
+  rc = WEIR_E_NOMEM;
+out:
+  weir_toml_free(val);
+  weir_toml_free(sec);
+  weir_toml_free(doc);
+  return rc;
+}
+
+/* ---- command-line flags ------------------------------------------------------------------ */
+
+typedef struct shorthand {
+  const char *flag;
+  const char *key;
+} shorthand;
+
+static const shorthand k_shorthands[] = {
+    {"--host", "server.host"},         {"--port", "server.port"},
+    {"--model", "model.path"},         {"--device", "device.name"},
+    {"--threads", "device.threads"},   {"--attention", "attention.backend"},
+    {"--quant", "quant.scheme"},       {"--sampler", "sampler.name"},
+    {"--kv-dtype", "attention.kv_dtype"}, {"--log-level", "log.level"},
+    {"--log-format", "log.format"},    {"--api-key", "server.api_key"},
+    {"--plugin-dir", NULL},            {"--set", NULL},
+    {"--config", NULL},
+};
+
+/* Matches "--flag VALUE" or "--flag=VALUE"; returns the value (and how many argv entries
+ * it used in *used), or NULL when argv[i] is not this flag. *missing is set when the flag
+ * has no value. */
+static const char *flag_value(int argc, char **argv, int i, const char *flag, int *used,
+                              int *missing) {
+  size_t n = strlen(flag);
+  *missing = 0;
+  if (strncmp(argv[i], flag, n) != 0) return NULL;
+  if (argv[i][n] == '=') {
+    *used = 1;
+    return argv[i] + n + 1;
+  }
+  if (argv[i][n] != 0) return NULL;
+  if (i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  *used = 2;
+  return argv[i + 1];
+}
+
+static int add_plugin_dir(weir_config *c, const char *dir) {
+  char **d = realloc(c->plugin_dirs, sizeof *d * (size_t)(c->num_plugin_dirs + 1));
+  if (!d) return WEIR_E_NOMEM;
+  c->plugin_dirs = d;
+  if (!(d[c->num_plugin_dirs] = strdup(dir))) return WEIR_E_NOMEM;
+  c->num_plugin_dirs++;
+  return WEIR_OK;
+}
+
+int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen) {
+  int n = *argc, rc = WEIR_OK, out = 1, used = 0, missing = 0;
+  const char *v;
+  /* The file first, wherever --config appears, so that flags override it. */
+  for (int i = 1; i < n; i++) {
+    if (!strcmp(argv[i], "--")) break;
+    if ((v = flag_value(n, argv, i, "--config", &used, &missing))) {
+      if ((rc = weir_config_load(v, cfg, err, errlen)) != WEIR_OK) return rc;
+      i += used - 1;
+    } else if (missing) {
+      snprintf(err, errlen, "--config needs a value (a TOML file)");
+      return WEIR_E_INVAL;
+    }
+  }
+  const char *env = getenv("WEIR_API_KEY");
+  if (env && *env && (rc = weir_config_set(cfg, "server.api_key", env, err, errlen)) != WEIR_OK)
+    return rc;
+  /* This loop only reads argv; the survivors are compacted into place as it goes, which is
+   * safe because the write index never passes the read index. */
+  int i = 1;
+  while (i < n) {
+    if (!strcmp(argv[i], "--")) {
+      while (i < n) argv[out++] = argv[i++];
+      break;
+    }
+    int matched = 0;
+    for (size_t s = 0; s < sizeof k_shorthands / sizeof k_shorthands[0]; s++) {
+      v = flag_value(n, argv, i, k_shorthands[s].flag, &used, &missing);
+      if (missing) {
+        snprintf(err, errlen, "%s needs a value", k_shorthands[s].flag);
+        return WEIR_E_INVAL;
+      }
+      if (!v) continue;
+      matched = 1;
+      const char *flag = k_shorthands[s].flag;
+      if (!strcmp(flag, "--config")) {
+        /* already loaded */
+      } else if (!strcmp(flag, "--plugin-dir")) {
+        if ((rc = add_plugin_dir(cfg, v)) != WEIR_OK) {
+          snprintf(err, errlen, "--plugin-dir: out of memory");
+          return rc;
+        }
+      } else if (!strcmp(flag, "--set")) {
+        const char *eq = strchr(v, '=');
+        char key[128];
+        if (!eq || eq == v || (size_t)(eq - v) >= sizeof key) {
+          snprintf(err, errlen, "--set %s: expected KEY=VALUE, e.g. --set server.port=9000", v);
+          return WEIR_E_INVAL;
+        }
+        memcpy(key, v, (size_t)(eq - v));
+        key[eq - v] = 0;
+        if ((rc = weir_config_set(cfg, key, eq + 1, err, errlen)) != WEIR_OK) return rc;
+      } else {
+        /* Shorthand values are plain strings or numbers: read them as the key's type. */
+        if ((rc = weir_config_set(cfg, k_shorthands[s].key, v, err, errlen)) != WEIR_OK) {
+          char tmp[512];
+          snprintf(tmp, sizeof tmp, "%s", err);
+          snprintf(err, errlen, "%s: %s", flag, tmp);
+          return rc;
+        }
+      }
+      i += used;
+      break;
+    }
+    if (!matched) argv[out++] = argv[i++];
+  }
+  *argc = out;
+  argv[out] = NULL;
+  return WEIR_OK;
+}
+
+/* ---- printing ----------------------------------------------------------------------------- */
+
+static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
+  const char *base = (const char *)c;
+  fprintf(f, "%s = ", k->key);
+  switch (k->type) {
+  case K_STR:
+  case K_OPT_STR: {
+    const char *s = *(char *const *)(base + k->off);
+    weir_toml_write_string(f, s ? s : "");
+    break;
+  }
+  case K_SEL_NAME:
+  case K_SEL_PATH: {
+    const weir_plugin_sel *sel = (const weir_plugin_sel *)(base + k->off);
+    const char *s = k->type == K_SEL_NAME ? sel->name : sel->path;
+    weir_toml_write_string(f, s ? s : "");
+    break;
+  }
+  case K_INT: fprintf(f, "%d", *(const int *)(base + k->off)); break;
+  case K_I32: fprintf(f, "%d", (int)*(const int32_t *)(base + k->off)); break;
+  case K_I64:
+  case K_BYTES: fprintf(f, "%" PRId64, *(const int64_t *)(base + k->off)); break;
+  case K_BOOL: fputs(*(const int *)(base + k->off) ? "true" : "false", f); break;
+  case K_LEVEL: fprintf(f, "\"%s\"", k_levels[c->log_level <= WEIR_LOG_ERROR ? c->log_level : 1]); break;
+  case K_FORMAT: fprintf(f, "\"%s\"", c->log_format == WEIR_LOG_JSON ? "json" : "text"); break;
+  case K_KV_DTYPE: fprintf(f, "\"%s\"", kv_dtype_name(c->kv_dtype)); break;
+  case K_DIRS:
+    fputc('[', f);
+    for (int i = 0; i < c->num_plugin_dirs; i++) {
+      if (i) fputs(", ", f);
+      weir_toml_write_string(f, c->plugin_dirs[i]);
+    }
+    fputc(']', f);
+    break;
+  }
+  if (k->type == K_OPT_STR && !*(char *const *)(base + k->off)) fputs("  # unset", f);
+  if (k->type == K_SEL_PATH && !((const weir_plugin_sel *)(base + k->off))->path)
+    fputs("  # found by name in the plugin directories", f);
+  fputc('\n', f);
+}
+
+void weir_config_write(const weir_config *c, FILE *f) {
+  if (c->source_path) fprintf(f, "# effective configuration (from %s)\n", c->source_path);
+  else fprintf(f, "# effective configuration (built-in defaults)\n");
+  for (int s = 0; k_sections[s]; s++) {
+    const char *sec = k_sections[s];
+    fprintf(f, "\n[%s]\n", sec);
+    for (size_t i = 0; i < NUM_KEYS; i++)
+      if (!strcmp(k_keys[i].section, sec)) write_key(c, &k_keys[i], f);
+    if (!is_plugin_section(sec)) continue;
+    const weir_toml_node *t = weir_toml_get(c->toml, sec);
+    for (int i = 0; t && i < t->num_items; i++) {
+      if (find_key(sec, t->items[i]->key)) continue;
+      fprintf(f, "%s = ", t->items[i]->key);
+      weir_toml_write_value(f, t->items[i]);
+      fputs("  # plugin option\n", f);
+    }
+  }
+}

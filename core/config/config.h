@@ -1,0 +1,149 @@
+/* The server's configuration: defaults, the TOML file (etc/server.toml documents every key),
+ * and command-line overrides.
+ *
+ * Precedence, lowest first: built-in defaults, the TOML file, the environment (WEIR_API_KEY),
+ * command-line flags (--set and the shorthands). The plugin-selecting tables ([device],
+ * [attention], [quant], [sampler], [drafter]) hold the core's own keys (the selecting name,
+ * `path`, and kv_dtype / threads / num_speculative_tokens) and, besides, the selected
+ * plugin's options; those are kept in `table` and validated against the plugin's declared
+ * option table when the plugin is loaded (core/plugin/loader.h), not here.
+ *
+ * Errors are written into a caller's buffer as one line: "FILE:LINE:COLUMN: message" for
+ * TOML syntax, "FILE:LINE:COLUMN: key: message" for a bad value when the position is known,
+ * e.g. `server.port: 70000 is out of range [1, 65535]`, `unknown key 'server.prot'`.
+ *
+ * Ownership: a weir_config owns every string and table it points to; weir_config_free
+ * releases them. Thread-safety: none; a config nobody mutates may be read from any thread. */
+#ifndef WEIR_CONFIG_CONFIG_H
+#define WEIR_CONFIG_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/log.h"
+#include "weir/tensor.h"
+
+struct weir_toml_node;
+
+typedef struct weir_plugin_sel {
+  char *name;   /* the selecting key's value: device.name, attention.backend,
+                   quant.scheme, sampler.name, drafter.name ("" = none for drafter) */
+  char *path;   /* explicit .so path or NULL */
+  struct weir_toml_node *table; /* the TOML table that selected it (for plugin options);
+                                   NULL when the file has no such table */
+} weir_plugin_sel;
+
+typedef struct weir_config {
+  char *source_path;             /* file it came from, or NULL for defaults */
+  /* [server] */
+  char *host;                    /* "127.0.0.1" */
+  int port;                      /* 8000 */
+  char *api_key;                 /* NULL = no auth; env WEIR_API_KEY overrides */
+  char *served_model_name;       /* NULL = the GGUF file's general.name or file stem */
+  int64_t max_body_bytes;        /* 1 MiB */
+  int64_t max_header_bytes;      /* 16 KiB */
+  int max_connections;           /* 1024 */
+  int64_t header_timeout_ms;     /* 10000 */
+  int64_t idle_timeout_ms;       /* 60000 (keep-alive idle) */
+  int64_t drain_timeout_ms;      /* 30000 */
+  int64_t request_timeout_ms;    /* 600000 */
+  int32_t max_tokens_limit;      /* 0 = context length: cap on max_tokens */
+  int32_t default_max_tokens;    /* 256: when the request gives none (completions: 16 per
+                                    OpenAI) -- keep 16 for /v1/completions */
+  /* [log] */
+  weir_log_level log_level;      /* info */
+  weir_log_format log_format;    /* text */
+  int log_requests;              /* 1: one JSON line per finished request */
+  /* [model] */
+  char *model_path;              /* "models/default.gguf" (relative to the cwd) */
+  char *chat_template;           /* "auto" or chatml|llama2|llama3|mistral|zephyr|gemma|phi3 */
+  int32_t max_model_len;         /* 0 = from the GGUF context_length */
+  /* [device]  name = "cpu"; threads = 0 (0 = all cores) */
+  weir_plugin_sel device;
+  int threads;
+  /* [attention]  backend = "cpu_paged"; kv_dtype = "f16" */
+  weir_plugin_sel attention;
+  weir_dtype kv_dtype;
+  /* [quant]  scheme = "fp16" */
+  weir_plugin_sel quant;
+  /* [sampler]  name = "default" */
+  weir_plugin_sel sampler;
+  /* [drafter]  name = "" (none); num_speculative_tokens = 4 */
+  weir_plugin_sel drafter;
+  int num_speculative_tokens;
+  /* [cache] */
+  int block_size;                /* 16 */
+  int64_t num_blocks;            /* 0 = from memory_bytes */
+  int64_t memory_bytes;          /* 512 MiB by default */
+  int prefix_caching;            /* 1 */
+  /* [scheduler] */
+  int max_num_seqs;              /* 64 */
+  int max_num_batched_tokens;    /* 2048 */
+  int max_waiting;               /* 1024: beyond it submit answers 429 */
+  char *policy;                  /* "fcfs" | "priority" */
+  /* [plugins] */
+  char **plugin_dirs;            /* extra search dirs, then WEIR_PLUGIN_PATH (':'-list),
+                                    then <exe dir>/../lib/weir/plugins */
+  int num_plugin_dirs;
+
+  /* ---- Appended by the config module ---- */
+  /* The whole document (file plus --set overrides); the plugin_sel tables point into it.
+   * Never NULL after weir_config_defaults succeeded. */
+  struct weir_toml_node *toml;
+} weir_config;
+
+/* Fills c with the built-in defaults (the values in the comments above). Never fails for
+ * lack of memory in a way the caller must handle: on allocation failure the strings are
+ * NULL and weir_config_load / _set report WEIR_E_NOMEM later. c must not hold a config
+ * (call weir_config_free first). */
+void weir_config_defaults(weir_config *c);
+
+/* Reads a TOML file over c, which must hold a configuration (weir_config_defaults or an
+ * earlier load): keys the file sets replace c's values. On failure returns WEIR_E_IO,
+ * WEIR_E_FORMAT (syntax), WEIR_E_INVAL / WEIR_E_RANGE / WEIR_E_NOTFOUND (a bad key or
+ * value) or WEIR_E_NOMEM, writes one line into err, and leaves c unchanged. */
+int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen);
+
+/* Sets one key from the command line: "server.port=9000", "attention.kv_dtype=f32",
+ * "attention.query_tile=8" (a plugin option, checked when the plugin loads),
+ * "plugins.dirs=[\"a\", \"b\"]". The value is read as a TOML value when it is one
+ * (9000, true, 1.5, "quoted", [..]) and as a plain string otherwise (model.path=m.gguf).
+ * Same errors as weir_config_load; c is unchanged on failure. */
+int weir_config_set(weir_config *c, const char *dotted_key, const char *value, char *err,
+                    size_t errlen);
+
+/* Releases everything c owns and zeroes it. Accepts a zeroed config. */
+void weir_config_free(weir_config *c);
+
+/* Applies the command-line configuration flags of `weir serve` / `weir generate` to c (which
+ * holds defaults) and removes them from argv, leaving argv[0] and every other argument, in
+ * order, for the command; *argc is updated and argv[*argc] is set to NULL.
+ *
+ *   --config FILE           load FILE first (whatever its position among the flags)
+ *   --set KEY=VALUE         any key, as weir_config_set; repeatable, applied in order
+ *   --host H  --port N  --model PATH  --device NAME  --threads N  --attention NAME
+ *   --quant NAME  --sampler NAME  --kv-dtype T  --log-level L  --log-format text|json
+ *   --api-key K  --plugin-dir DIR (repeatable; appended to plugins.dirs)
+ *   Each also accepts --flag=VALUE.
+ *
+ * Order of application: the file, then WEIR_API_KEY from the environment, then the flags
+ * in the order given. Returns 0, or a negative status with a one-line message in err (a
+ * missing value, an unreadable file, a bad key or value). */
+int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen);
+
+/* Writes the effective configuration as TOML, every core key with its value; the plugin
+ * tables also carry the options the file or the flags set (the loader adds the defaults,
+ * see weir_plugin_write_options). */
+void weir_config_write(const weir_config *c, FILE *f);
+
+/* The core's own keys in a plugin-selecting table (NULL-terminated); every other key in
+ * that table is an option of the plugin. `section` is "device", "attention", ... */
+const char *const *weir_config_core_keys(const char *section);
+
+/* Parses a KV dtype name (f32, f16, bf16, int8, fp8); WEIR_E_INVAL for another. */
+int weir_config_parse_kv_dtype(const char *s, weir_dtype *out);
+/* The device kind bit for a device name ("cpu", "cuda"); 0 when unknown. */
+unsigned weir_config_device_kind(const char *name);
+
+#endif

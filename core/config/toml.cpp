@@ -1,0 +1,204 @@
+// The one C++ file in core: toml++ 3.3 parses, and the result is copied at once into the
+// plain C tree of toml.h (malloc'd), so no C++ object or exception crosses into C.
+// toml++ is used header-only here: the implementation is compiled into this translation
+// unit, so core links no extra library.
+#define TOML_EXCEPTIONS 0
+#define TOML_HEADER_ONLY 1
+#define TOML_ENABLE_FORMATTERS 1
+#include <toml++/toml.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+extern "C" {
+#include "config/toml.h"
+#include "weir/status.h"
+}
+
+namespace {
+
+char *dup_str(std::string_view s) {
+  char *p = static_cast<char *>(std::malloc(s.size() + 1));
+  if (!p) return nullptr;
+  std::memcpy(p, s.data(), s.size());
+  p[s.size()] = 0;
+  return p;
+}
+
+weir_toml_node *new_node(weir_toml_type t, const toml::node &src) {
+  auto *n = static_cast<weir_toml_node *>(std::calloc(1, sizeof(weir_toml_node)));
+  if (!n) return nullptr;
+  n->type = t;
+  n->line = static_cast<int>(src.source().begin.line);
+  n->column = static_cast<int>(src.source().begin.column);
+  return n;
+}
+
+weir_toml_node *convert(const toml::node &src);
+
+// Appends converted children; false when out of memory.
+bool add_item(weir_toml_node *parent, weir_toml_node *child) {
+  if (!child) return false;
+  auto **items = static_cast<weir_toml_node **>(
+      std::realloc(parent->items, sizeof(weir_toml_node *) * (size_t)(parent->num_items + 1)));
+  if (!items) {
+    weir_toml_free(child);
+    return false;
+  }
+  parent->items = items;
+  parent->items[parent->num_items++] = child;
+  return true;
+}
+
+weir_toml_node *convert(const toml::node &src) {
+  weir_toml_node *n = nullptr;
+  if (const toml::table *t = src.as_table()) {
+    n = new_node(WEIR_TOML_TABLE, src);
+    if (!n) return nullptr;
+    for (auto &&[k, v] : *t) {
+      weir_toml_node *c = convert(v);
+      if (c) {
+        c->key = dup_str(k.str());
+        // A key's own position is more useful than the value's for "unknown key" messages.
+        if (k.source().begin.line) {
+          c->line = static_cast<int>(k.source().begin.line);
+          c->column = static_cast<int>(k.source().begin.column);
+        }
+      }
+      if (!c || !c->key || !add_item(n, c)) {
+        if (c && !c->key) weir_toml_free(c);
+        weir_toml_free(n);
+        return nullptr;
+      }
+    }
+  } else if (const toml::array *a = src.as_array()) {
+    n = new_node(WEIR_TOML_ARRAY, src);
+    if (!n) return nullptr;
+    for (auto &&v : *a) {
+      if (!add_item(n, convert(v))) {
+        weir_toml_free(n);
+        return nullptr;
+      }
+    }
+  } else if (auto s = src.as_string()) {
+    n = new_node(WEIR_TOML_STRING, src);
+    if (n && !(n->s = dup_str(s->get()))) {
+      weir_toml_free(n);
+      n = nullptr;
+    }
+  } else if (auto i = src.as_integer()) {
+    n = new_node(WEIR_TOML_INT, src);
+    if (n) n->i = i->get();
+  } else if (auto f = src.as_floating_point()) {
+    n = new_node(WEIR_TOML_FLOAT, src);
+    if (n) n->f = f->get();
+  } else if (auto b = src.as_boolean()) {
+    n = new_node(WEIR_TOML_BOOL, src);
+    if (n) n->b = b->get() ? 1 : 0;
+  } else {
+    // Dates and times: no core key takes one, keep the text for messages.
+    std::ostringstream os;
+    src.visit([&os](auto &&v) {
+      if constexpr (toml::is_date<decltype(v)> || toml::is_time<decltype(v)> ||
+                    toml::is_date_time<decltype(v)>)
+        os << v;
+    });
+    n = new_node(WEIR_TOML_DATETIME, src);
+    if (n && !(n->s = dup_str(os.str()))) {
+      weir_toml_free(n);
+      n = nullptr;
+    }
+  }
+  return n;
+}
+
+int parse_common(std::string_view text, const char *source, weir_toml_node **out, char *err,
+                 size_t errlen) {
+  try {
+    toml::parse_result r = toml::parse(text, std::string_view(source));
+    if (!r) {
+      const toml::parse_error &e = r.error();
+      std::snprintf(err, errlen, "%s:%u:%u: %.*s", source, (unsigned)e.source().begin.line,
+                    (unsigned)e.source().begin.column, (int)e.description().size(),
+                    e.description().data());
+      return WEIR_E_FORMAT;
+    }
+    weir_toml_node *root = convert(r.table());
+    if (!root) {
+      std::snprintf(err, errlen, "%s: out of memory", source);
+      return WEIR_E_NOMEM;
+    }
+    root->line = root->column = 0;
+    *out = root;
+    return WEIR_OK;
+  } catch (...) {
+    std::snprintf(err, errlen, "%s: out of memory", source);
+    return WEIR_E_NOMEM;
+  }
+}
+
+}  // namespace
+
+extern "C" int weir_toml_parse_string(const char *text, const char *source,
+                                      weir_toml_node **out, char *err, size_t errlen) {
+  return parse_common(text ? std::string_view(text) : std::string_view(),
+                      source ? source : "<string>", out, err, errlen);
+}
+
+extern "C" int weir_toml_parse_file(const char *path, weir_toml_node **out, char *err,
+                                    size_t errlen) {
+  std::FILE *f = std::fopen(path, "rb");
+  if (!f) {
+    std::snprintf(err, errlen, "%s: cannot open: %s", path, std::strerror(errno));
+    return WEIR_E_IO;
+  }
+  std::string text;
+  char buf[65536];
+  size_t n;
+  int rc = WEIR_OK;
+  try {
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  } catch (...) {
+    rc = WEIR_E_NOMEM;
+  }
+  if (rc == WEIR_OK && std::ferror(f)) {
+    std::snprintf(err, errlen, "%s: read error: %s", path, std::strerror(errno));
+    rc = WEIR_E_IO;
+  }
+  std::fclose(f);
+  if (rc == WEIR_E_NOMEM) std::snprintf(err, errlen, "%s: out of memory", path);
+  if (rc != WEIR_OK) return rc;
+  return parse_common(text, path, out, err, errlen);
+}
+
+extern "C" int weir_toml_parse_value(const char *text, weir_toml_node **out) {
+  // A value alone is parsed as the right-hand side of one key; a second key or anything
+  // after the value makes the document differ from one entry, which we refuse.
+  if (!text || std::strchr(text, '\n')) return WEIR_E_FORMAT;
+  char err[256];
+  weir_toml_node *root = nullptr;
+  std::string doc;
+  try {
+    doc = std::string("v = ") + text + "\n";
+  } catch (...) {
+    return WEIR_E_NOMEM;
+  }
+  int rc = parse_common(doc, "<value>", &root, err, sizeof err);
+  if (rc != WEIR_OK) return rc;
+  if (root->num_items != 1 || std::strcmp(root->items[0]->key, "v") != 0) {
+    weir_toml_free(root);
+    return WEIR_E_FORMAT;
+  }
+  weir_toml_node *v = root->items[0];
+  root->num_items = 0;
+  weir_toml_free(root);
+  std::free(v->key);
+  v->key = nullptr;
+  v->line = v->column = 0;
+  *out = v;
+  return WEIR_OK;
+}
