@@ -398,7 +398,7 @@ static cJSON *chunk_base(const weir__api_job *job) {
 }
 
 static void sse_send(weir__http_req *r, cJSON *o) {
-  char *js = o ? cJSON_PrintUnformatted(o) : NULL;
+  char *js = o && r ? cJSON_PrintUnformatted(o) : NULL;
   cJSON_Delete(o);
   if (!js) return;
   weir__buf b = {0};

@@ -86,8 +86,10 @@ static void begin_stop(weir__http_server *s) {
   s->state = WEIR__STOPPING;
   uv_timer_stop(&s->drain_timer);
   weir__http_server_close(s);
-  uv_close((uv_handle_t *)&s->sigint, NULL);
-  uv_close((uv_handle_t *)&s->sigterm, NULL);
+  /* The signal watchers stay installed (unreferenced, so the loop can end) until the engine
+   * is gone: a repeated SIGTERM during the last steps must not kill the process. */
+  uv_unref((uv_handle_t *)&s->sigint);
+  uv_unref((uv_handle_t *)&s->sigterm);
   uv_close((uv_handle_t *)&s->drain_timer, NULL);
   /* The async handle stays open while the engine may still call back: it is closed after
    * the last job is gone (see weir__serve_job_finished). */
@@ -190,9 +192,8 @@ int weir_http_serve(const weir_config *cfg) {
   if (!s) goto close_loop;
   weir__http_server_init(s, &loop, cfg, metrics);
   s->started_unix = (int64_t)time(NULL);
-  const char *env_key = getenv("WEIR_API_KEY");
-  s->api_key = env_key && *env_key ? env_key
-               : (cfg->api_key && *cfg->api_key ? cfg->api_key : NULL);
+  /* The config already applied WEIR_API_KEY (file < environment < flags). */
+  s->api_key = cfg->api_key && *cfg->api_key ? cfg->api_key : NULL;
   if (weir__api_metrics_register(s) != WEIR_OK) {
     weir_log(WEIR_LOG_ERROR, "http", "cannot register metrics");
     goto free_server;
@@ -229,6 +230,9 @@ int weir_http_serve(const weir_config *cfg) {
     free(s->ev_head);
     s->ev_head = n;
   }
+  uv_close((uv_handle_t *)&s->sigint, NULL);
+  uv_close((uv_handle_t *)&s->sigterm, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
   weir_log(WEIR_LOG_INFO, "http", "stopped");
 free_server:
   pthread_mutex_destroy(&s->ev_lock);

@@ -46,6 +46,7 @@ struct weir__http_conn {
   int processing;
   int no_more_requests;       /* ignore further bytes (after an error or Connection: close) */
   int refused;                /* over max_connections: a canned 503, then close */
+  int doomed;                 /* a write failed: closing on the next loop iteration */
   int timer_mode;
 };
 
@@ -131,6 +132,7 @@ void weir__http_path(const weir__http_req *r, char *out, size_t cap) {
 static void conn_process(weir__http_conn *c);
 static void conn_resume(weir__http_conn *c);
 static void conn_set_timer(weir__http_conn *c, int mode);
+static void on_timer(uv_timer_t *t);
 
 static void on_handle_closed(uv_handle_t *h) {
   weir__http_conn *c = h->data;
@@ -161,6 +163,19 @@ static void conn_close(weir__http_conn *c) {
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
+/* Closing from inside a response call would free the request its caller still holds: the
+ * connection stops writing now and closes from a zero timer on the next loop iteration. */
+static void conn_close_soon(weir__http_conn *c) {
+  if (c->closing || c->doomed) return;
+  c->doomed = 1;
+  if (c->reading) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = 0;
+  }
+  conn_set_timer(c, T_LINGER);
+  uv_timer_start(&c->timer, on_timer, 0, 0);
+}
+
 static void on_shutdown(uv_shutdown_t *sh, int status) {
   (void)status;
   free(sh);
@@ -169,7 +184,7 @@ static void on_shutdown(uv_shutdown_t *sh, int status) {
 /* Everything is written: send FIN, keep reading (and discarding) for a moment so that a
  * client still sending its body does not get a reset that destroys our response. */
 static void conn_linger(weir__http_conn *c) {
-  if (c->closing || c->lingering) return;
+  if (c->closing || c->lingering || c->doomed) return;
   c->lingering = 1;
   uv_shutdown_t *sh = malloc(sizeof *sh);
   if (!sh || uv_shutdown(sh, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
@@ -190,16 +205,16 @@ static void on_write(uv_write_t *w, int status) {
     conn_close(c); /* the peer is gone */
     return;
   }
-  if (c->pending_writes == 0 && c->close_after_writes) conn_linger(c);
+  if (c->pending_writes == 0 && c->close_after_writes && !c->doomed) conn_linger(c);
 }
 
 static void conn_write(weir__http_conn *c, const char *a, size_t alen, const char *b,
                        size_t blen) {
-  if (c->closing || c->lingering) return;
+  if (c->closing || c->lingering || c->doomed) return;
   write_req *wr = malloc(sizeof *wr + alen + blen);
   if (!wr) {
     weir_log(WEIR_LOG_ERROR, "http", "out of memory writing a response; closing");
-    conn_close(c);
+    conn_close_soon(c);
     return;
   }
   wr->c = c;
@@ -210,7 +225,7 @@ static void conn_write(weir__http_conn *c, const char *a, size_t alen, const cha
   int rc = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
   if (rc != 0) {
     free(wr);
-    conn_close(c);
+    conn_close_soon(c);
     return;
   }
   c->pending_writes++;
@@ -349,12 +364,8 @@ void weir__http_respond(weir__http_req *r, int status, const char *content_type,
                    status, status_text(status), content_type ? content_type : "text/plain",
                    len, resp_closes(r) ? "close" : "keep-alive",
                    extra_headers ? extra_headers : "");
-  if (h.oom) {
-    weir__buf_free(&h);
-    conn_close(c);
-    return;
-  }
-  conn_write(c, h.p, h.len, body, r->method == HTTP_HEAD ? 0 : len);
+  if (h.oom) conn_close_soon(c);
+  else conn_write(c, h.p, h.len, body, r->method == HTTP_HEAD ? 0 : len);
   weir__buf_free(&h);
   req_done(r);
 }
@@ -405,12 +416,8 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
                    "%sConnection: %s\r\n\r\n",
                    content_type, r->chunked ? "Transfer-Encoding: chunked\r\n" : "",
                    resp_closes(r) ? "close" : "keep-alive");
-  if (h.oom) {
-    weir__buf_free(&h);
-    conn_close(c);
-    return;
-  }
-  conn_write(c, h.p, h.len, NULL, 0);
+  if (h.oom) conn_close_soon(c);
+  else conn_write(c, h.p, h.len, NULL, 0);
   weir__buf_free(&h);
 }
 
@@ -427,12 +434,8 @@ void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
   weir__buf_append(&b, size_line, (size_t)n);
   weir__buf_append(&b, data, len);
   weir__buf_append(&b, "\r\n", 2);
-  if (b.oom) {
-    weir__buf_free(&b);
-    conn_close(r->conn);
-    return;
-  }
-  conn_write(r->conn, b.p, b.len, NULL, 0);
+  if (b.oom) conn_close_soon(r->conn);
+  else conn_write(r->conn, b.p, b.len, NULL, 0);
   weir__buf_free(&b);
 }
 

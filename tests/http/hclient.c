@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "hclient.h"
 
 #include <arpa/inet.h>
