@@ -212,6 +212,33 @@ static void test_cow_needs_a_block(void) {
   weir_kv_cache_destroy(kv);
 }
 
+static void test_copy_sources_pinned(void) {
+  /* a and b share partial block x; c and d share partial block y. a copies away from x, b
+   * goes away, then c copies away from y: without the pin, x would be free and become c's
+   * destination, and running the two copies in the other order would corrupt a. */
+  weir_kv_cache *kv = mk(4, 4, 0);
+  weir_kv_seq *a = seq_new(kv), *b = NULL, *c = seq_new(kv), *d = NULL;
+  WT_ASSERT_INT_EQ(append(kv, a, 2, NULL, NULL), WEIR_OK);
+  WT_ASSERT_INT_EQ(append(kv, c, 2, NULL, NULL), WEIR_OK);
+  WT_ASSERT_INT_EQ(weir_kv_seq_fork(kv, a, &b), WEIR_OK);
+  WT_ASSERT_INT_EQ(weir_kv_seq_fork(kv, c, &d), WEIR_OK);
+  weir_kv_copy c1, c2;
+  int32_t n1 = 0, n2 = 0;
+  WT_ASSERT_INT_EQ(weir_kv_seq_append(kv, a, 1, NULL, &c1, &n1), WEIR_OK);
+  WT_ASSERT_INT_EQ(n1, 1);
+  weir_kv_seq_free(kv, b);
+  WT_ASSERT_INT_EQ(weir_kv_seq_append(kv, c, 1, NULL, &c2, &n2), WEIR_OK);
+  WT_ASSERT_INT_EQ(n2, 1);
+  CU_ASSERT(c2.dst != c1.src);
+  CU_ASSERT(c1.dst != c2.src);
+  /* The pool is now full: x is held by its pin alone until the copies are done. */
+  WT_ASSERT_INT_EQ(weir_kv_cache_num_allocatable(kv), 0);
+  weir_kv_cache_copies_done(kv);
+  WT_ASSERT_INT_EQ(weir_kv_cache_num_allocatable(kv), 1);
+  assert_ok(kv);
+  weir_kv_cache_destroy(kv);
+}
+
 /* ---- Prefix cache ---------------------------------------------------------------------- */
 
 static weir_kv_seq *computed_seq(weir_kv_cache *kv, const int32_t *t, int32_t n) {
@@ -426,7 +453,7 @@ static void test_truncate_into_registered_block(void) {
 
 /* ---- Randomized -------------------------------------------------------------------------
  * Simulated device: content[slot] holds a fingerprint of the token prefix that produced it.
- * Each step: structural operations, then appends (collecting copy orders), then the copies
+ * Each step: structural operations, then appends and frees (collecting copy orders), then the copies
  * in REVERSE order (the pins make the order irrelevant), then the writes, then a check that
  * every live sequence reads back its own prefix fingerprints, then registrations. */
 
@@ -523,6 +550,13 @@ static void test_randomized(void) {
     for (int i = 0; i < R_SEQS; i++) {
       rseq *r = &seqs[i];
       if (!r->kv || rnd(3) == 0) continue;
+      if (rnd(6) == 0) {
+        /* Freed after other sequences' copy orders in the same step: a copy source it
+         * shared must survive until the copies have run. */
+        weir_kv_seq_free(kv, r->kv);
+        r->kv = NULL;
+        continue;
+      }
       int32_t len = weir_kv_seq_len(r->kv);
       int32_t n = 1 + (int32_t)rnd(8);
       if (len + n >= R_MAXTOK) continue;
@@ -547,6 +581,14 @@ static void test_randomized(void) {
       }
     }
     copies_seen += ncp;
+    /* The orders of one step are independent: no destination is also a source. */
+    for (int i = 0; i < ncp; i++)
+      for (int j = 0; j < ncp; j++)
+        if (copies[i].dst == copies[j].src) {
+          failures++;
+          fprintf(stderr, "\n  step %d: block %d is a copy source and destination\n", step,
+                  copies[i].dst);
+        }
     for (int i = ncp - 1; i >= 0; i--)
       memcpy(&content[copies[i].dst * R_BS], &content[copies[i].src * R_BS],
              R_BS * sizeof(uint64_t));
@@ -596,6 +638,7 @@ int main(void) {
       {"exhaustion_changes_nothing", test_exhaustion_changes_nothing},
       {"fork_cow", test_fork_cow},
       {"cow_needs_a_block", test_cow_needs_a_block},
+      {"copy_sources_pinned", test_copy_sources_pinned},
       {"prefix_hit_miss_partial", test_prefix_hit_miss_partial},
       {"chain_hash", test_chain_hash},
       {"register_dedup_and_disabled", test_register_dedup_and_disabled},
