@@ -1,0 +1,841 @@
+/* The engine thread: admits requests, runs scheduler steps through the model, samples, and
+ * turns tokens into events. See engine.h for the threading contract. */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config/config.h"
+#include "engine/scheduler.h"
+#include "engine/stop.h"
+#include "kv/kv_cache.h"
+#include "metrics/metrics.h"
+#include "model/chat_template.h"
+#include "model/gguf.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "plugin/loader.h"
+#include "util/log.h"
+#include "weir/sampler.h"
+
+#define LOG_COMPONENT "engine"
+
+typedef struct engine_req {
+  uint64_t id;
+  weir_gen_event_cb cb;
+  void *user;
+  weir_sampling_params sampling;
+  uint64_t rng[4];
+  int32_t max_tokens, min_tokens;
+  int ignore_eos;
+  int32_t *stop_ids;
+  int32_t num_stop_ids;
+  int32_t priority;
+  int32_t *prompt;
+  int32_t num_prompt;
+  weir_stop_matcher stop;
+  weir_detok detok;
+  weir_sched_seq *seq;
+  int32_t num_output;
+  double t_arrival, t_sched, t_first, deadline;
+  int abort_requested;
+  struct engine_req *next; /* incoming queue / live list link */
+  struct engine_req *live_prev, *live_next;
+} engine_req;
+
+struct weir_engine {
+  /* Immutable after create. */
+  weir_plugin_set plugins;
+  weir_gguf *gguf;
+  weir_tokenizer *tok;
+  weir_llama *model;
+  weir_kv_cache *kv;
+  weir_sched *sched;
+  weir_metrics *metrics;
+  int own_metrics;
+  weir_chat_template_id chat_tpl;
+  char *model_name;
+  int32_t vocab, ctx_len, max_waiting;
+  int64_t default_timeout_ms;
+  int32_t *eog_ids; /* tokens that end generation: EOS and end-of-turn markers */
+  int32_t num_eog;
+  const weir_sampler_ops *sampler;
+  void *sampler_self;
+
+  /* Step scratch (engine thread only). */
+  int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
+  int32_t *a_ids, *a_pos, *a_slots, *a_qsl, *a_ctx, *a_bt, *a_rows;
+  weir_sampling_row *rows;
+  weir_sample_result *results;
+  engine_req **row_req;
+  int32_t *suppress;
+
+  /* Shared with other threads, under lock. */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  engine_req *incoming_head, *incoming_tail;
+  int32_t num_incoming;
+  uint64_t *aborts;
+  int32_t num_aborts, cap_aborts;
+  int stopping;
+  weir_engine_stats stats;
+
+  engine_req *live; /* engine thread only: every admitted request */
+  atomic_uint_fast64_t next_id;
+  pthread_t thread;
+  int thread_started;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *weir_finish_reason_name(weir_finish_reason r) {
+  switch (r) {
+  case WEIR_FINISH_NONE: return "none";
+  case WEIR_FINISH_STOP: return "stop";
+  case WEIR_FINISH_LENGTH: return "length";
+  case WEIR_FINISH_ABORT: return "abort";
+  case WEIR_FINISH_ERROR: return "error";
+  case WEIR_FINISH_TIMEOUT: return "timeout";
+  }
+  return "?";
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* ---- Request lifetime (engine thread) ---------------------------------------------------- */
+
+static void req_free(engine_req *r) {
+  if (!r) return;
+  weir_stop_free(&r->stop);
+  if (r->detok.tok) weir_detok_free(&r->detok);
+  free(r->stop_ids);
+  free(r->prompt);
+  free(r);
+}
+
+static void live_add(weir_engine *e, engine_req *r) {
+  r->live_prev = NULL;
+  r->live_next = e->live;
+  if (e->live) e->live->live_prev = r;
+  e->live = r;
+}
+
+static void live_remove(weir_engine *e, engine_req *r) {
+  if (r->live_prev) r->live_prev->live_next = r->live_next;
+  else e->live = r->live_next;
+  if (r->live_next) r->live_next->live_prev = r->live_prev;
+  r->live_prev = r->live_next = NULL;
+}
+
+static void fill_usage(const engine_req *r, weir_gen_event *ev) {
+  ev->request_id = r->id;
+  ev->prompt_tokens = r->num_prompt;
+  ev->cached_tokens = r->seq ? r->seq->num_cached_prompt : 0;
+  ev->completion_tokens = r->num_output;
+  ev->num_preemptions = r->seq ? r->seq->num_preemptions : 0;
+}
+
+/* Delivers the final event and releases everything the request holds (its KV blocks
+ * included, in this same step). */
+static void req_finish(weir_engine *e, engine_req *r, weir_finish_reason why, int status,
+                       const char *error, const char *tail, size_t tail_len) {
+  double t = now_s();
+  weir_gen_event ev = {0};
+  fill_usage(r, &ev);
+  ev.text = tail ? tail : "";
+  ev.text_len = tail ? tail_len : 0;
+  ev.finish = why;
+  ev.status = status;
+  ev.error = error;
+  ev.timing.e2e_s = t - r->t_arrival;
+  ev.timing.queue_s = r->t_sched > 0 ? r->t_sched - r->t_arrival : t - r->t_arrival;
+  ev.timing.ttft_s = r->t_first > 0 ? r->t_first - r->t_arrival : 0;
+  ev.timing.prefill_s = r->t_first > 0 && r->t_sched > 0 ? r->t_first - r->t_sched : 0;
+  ev.timing.decode_s = r->t_first > 0 ? t - r->t_first : 0;
+  if (r->seq) {
+    weir_sched_seq_free(e->sched, r->seq);
+    r->seq = NULL;
+  }
+  live_remove(e, r);
+  r->cb(r->user, &ev);
+  req_free(r);
+}
+
+/* Ends a request whose text may still hold a stop-string prefix: releases it first. */
+static void req_finish_flush(weir_engine *e, engine_req *r, weir_finish_reason why) {
+  const char *t1, *t2;
+  size_t n1, n2;
+  weir_detok_flush(&r->detok, &t1, &n1);
+  const char *emit;
+  size_t emit_len;
+  int stopped = weir_stop_feed(&r->stop, t1, n1, &emit, &emit_len);
+  if (stopped == 1) {
+    req_finish(e, r, WEIR_FINISH_STOP, 0, NULL, emit, emit_len);
+    return;
+  }
+  /* The text handed out by feed stays valid across flush: copy it first. */
+  char *buf = malloc(emit_len + 1);
+  if (buf) memcpy(buf, emit, emit_len);
+  size_t n = buf ? emit_len : 0;
+  weir_stop_flush(&r->stop, &t2, &n2);
+  char *all = buf ? realloc(buf, n + n2 + 1) : NULL;
+  if (all) {
+    memcpy(all + n, t2, n2);
+    n += n2;
+  }
+  req_finish(e, r, why, 0, NULL, all ? all : "", all ? n : 0);
+  free(all ? all : buf);
+}
+
+static int is_in(const int32_t *ids, int32_t n, int32_t tok) {
+  for (int32_t i = 0; i < n; i++)
+    if (ids[i] == tok) return 1;
+  return 0;
+}
+
+/* Handles one sampled token: emits its text and decides whether the request ends. Returns 1
+ * when the request was finished (and freed). */
+static int req_on_token(weir_engine *e, engine_req *r, const weir_sample_result *res) {
+  const int32_t tok = res->token;
+  const double t = now_s();
+  if (r->t_first == 0) r->t_first = t;
+  r->num_output++;
+  const int can_stop = r->num_output > r->min_tokens;
+  if (can_stop && ((!r->ignore_eos && is_in(e->eog_ids, e->num_eog, tok)) ||
+                   is_in(r->stop_ids, r->num_stop_ids, tok))) {
+    req_finish_flush(e, r, WEIR_FINISH_STOP);
+    return 1;
+  }
+  const char *piece;
+  size_t piece_len;
+  int rc = weir_detok_feed(&r->detok, tok, &piece, &piece_len);
+  if (rc != WEIR_OK) {
+    req_finish(e, r, WEIR_FINISH_ERROR, rc, "detokenization failed", NULL, 0);
+    return 1;
+  }
+  const char *emit;
+  size_t emit_len;
+  int stopped = weir_stop_feed(&r->stop, piece, piece_len, &emit, &emit_len);
+  if (stopped < 0) {
+    req_finish(e, r, WEIR_FINISH_ERROR, stopped, "out of memory", NULL, 0);
+    return 1;
+  }
+  weir_gen_event ev = {0};
+  fill_usage(r, &ev);
+  ev.tokens = &res->token;
+  ev.num_tokens = 1;
+  ev.logprobs = r->sampling.num_logprobs >= 0 ? res : NULL;
+  if (stopped == 1) {
+    /* The token that completed a stop string ends the request; its text before the stop
+     * string goes out with the final event. */
+    req_finish(e, r, WEIR_FINISH_STOP, 0, NULL, emit, emit_len);
+    return 1;
+  }
+  ev.text = emit;
+  ev.text_len = emit_len;
+  const int at_length = r->num_output >= r->max_tokens ||
+                        (r->seq && r->seq->num_tokens + 1 > e->ctx_len);
+  if (at_length) {
+    /* Deliver this token's event, then the final one with the held-back tail. */
+    r->cb(r->user, &ev);
+    req_finish_flush(e, r, WEIR_FINISH_LENGTH);
+    return 1;
+  }
+  r->cb(r->user, &ev);
+  return 0;
+}
+
+/* ---- The step ---------------------------------------------------------------------------- */
+
+static void publish_stats(weir_engine *e) {
+  weir_kv_stats ks;
+  weir_sched_stats ss;
+  weir_kv_cache_stats(e->kv, &ks);
+  weir_sched_stats_get(e->sched, &ss);
+  pthread_mutex_lock(&e->lock);
+  e->stats.num_running = ss.num_running;
+  e->stats.num_waiting = ss.num_waiting + e->num_incoming;
+  e->stats.kv_blocks_total = ks.num_blocks;
+  e->stats.kv_blocks_used = ks.used_blocks;
+  e->stats.kv_blocks_cached = ks.cached_blocks;
+  e->stats.prefix_queries_tokens = ks.prefix_queries_tokens;
+  e->stats.prefix_hits_tokens = ks.prefix_hits_tokens;
+  e->stats.num_preemptions = ss.num_preemptions;
+  e->stats.num_steps = ss.num_steps;
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void admit(weir_engine *e, engine_req *r) {
+  weir_sched_seq_params p = {.id = r->id,
+                             .prompt = r->prompt,
+                             .num_prompt = r->num_prompt,
+                             .priority = r->priority,
+                             .max_tokens = r->max_tokens,
+                             .user = r};
+  live_add(e, r);
+  int rc = weir_sched_add(e->sched, &p, &r->seq);
+  if (rc != WEIR_OK) {
+    r->seq = NULL;
+    req_finish(e, r, WEIR_FINISH_ERROR, rc,
+               rc == WEIR_E_NOSPACE ? "the prompt does not fit in the KV cache"
+                                    : "could not queue the request",
+               NULL, 0);
+  }
+}
+
+static engine_req *find_live(weir_engine *e, uint64_t id) {
+  for (engine_req *r = e->live; r; r = r->live_next)
+    if (r->id == id) return r;
+  return NULL;
+}
+
+static void fail_step(weir_engine *e, weir_sched_out *out, int rc) {
+  weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "step failed: %s; ending its %d requests",
+           weir_strerror(rc), out->num_items);
+  weir_sched_undo_step(e->sched, out);
+  for (int32_t i = 0; i < out->num_items; i++) {
+    engine_req *r = out->items[i].seq->user;
+    req_finish(e, r, WEIR_FINISH_ERROR, rc, "the model step failed", NULL, 0);
+  }
+}
+
+/* Runs one scheduler step. Returns 1 when work was done, 0 when idle. */
+static int run_step(weir_engine *e) {
+  weir_sched_out out;
+  int rc = weir_sched_step(e->sched, &out);
+  if (rc != WEIR_OK) {
+    weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "scheduler: %s", weir_strerror(rc));
+    return 0;
+  }
+  for (int32_t i = 0; i < out.num_failed; i++) {
+    engine_req *r = out.failed[i]->user;
+    req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_NOSPACE,
+               "the request does not fit in the KV cache", NULL, 0);
+  }
+  if (out.num_items == 0) return out.num_failed > 0;
+
+  if (out.num_copies > 0) {
+    int32_t src[64], dst[64];
+    for (int32_t i = 0; i < out.num_copies; i += 64) {
+      int32_t n = out.num_copies - i < 64 ? out.num_copies - i : 64;
+      for (int32_t j = 0; j < n; j++) {
+        src[j] = out.copies[i + j].src;
+        dst[j] = out.copies[i + j].dst;
+      }
+      rc = weir_llama_copy_blocks(e->model, src, dst, n);
+      if (rc != WEIR_OK) {
+        fail_step(e, &out, rc);
+        return 1;
+      }
+    }
+  }
+
+  weir_sched_batch_arrays a = {.input_ids = e->a_ids,
+                               .positions = e->a_pos,
+                               .slot_mapping = e->a_slots,
+                               .query_start_loc = e->a_qsl,
+                               .context_lens = e->a_ctx,
+                               .block_tables = e->a_bt,
+                               .block_table_stride = out.max_blocks_per_seq,
+                               .logits_rows = e->a_rows};
+  rc = weir_sched_fill_batch(e->sched, &out, &a);
+  if (rc != WEIR_OK) {
+    fail_step(e, &out, rc);
+    return 1;
+  }
+  const double t = now_s();
+  for (int32_t i = 0; i < out.num_items; i++) {
+    engine_req *r = out.items[i].seq->user;
+    if (r->t_sched == 0) r->t_sched = t;
+  }
+  weir_llama_batch b = {.num_tokens = out.num_tokens,
+                        .tokens = e->a_ids,
+                        .positions = e->a_pos,
+                        .num_seqs = out.num_items,
+                        .query_start_loc = e->a_qsl,
+                        .context_lens = e->a_ctx,
+                        .block_tables = e->a_bt,
+                        .max_blocks_per_seq = out.max_blocks_per_seq,
+                        .slot_mapping = e->a_slots,
+                        .num_logit_rows = out.num_logits,
+                        .logit_rows = e->a_rows};
+  float *logits = NULL;
+  rc = weir_llama_forward(e->model, &b, &logits);
+  if (rc != WEIR_OK) {
+    fail_step(e, &out, rc);
+    return 1;
+  }
+
+  /* One sampling row per item that produced logits (no drafts yet: num_logits is 1). The
+   * logits rows are in item order, so row k belongs to the k-th such item. */
+  int32_t nrows = 0;
+  for (int32_t i = 0; i < out.num_items; i++) {
+    const weir_sched_item *it = &out.items[i];
+    if (it->num_logits == 0) continue;
+    engine_req *r = it->seq->user;
+    weir_sched_seq *s = it->seq;
+    int32_t *sup = e->suppress + (size_t)nrows * (size_t)(e->num_eog + 64);
+    int32_t nsup = 0;
+    if (r->num_output < r->min_tokens) {
+      if (!r->ignore_eos)
+        for (int32_t k = 0; k < e->num_eog; k++) sup[nsup++] = e->eog_ids[k];
+      for (int32_t k = 0; k < r->num_stop_ids && nsup < e->num_eog + 64; k++)
+        sup[nsup++] = r->stop_ids[k];
+    }
+    e->rows[nrows] = (weir_sampling_row){.params = &r->sampling,
+                                         .rng_state = r->rng,
+                                         .prompt_tokens = s->tokens,
+                                         .num_prompt_tokens = s->num_prompt,
+                                         .output_tokens = s->tokens + s->num_prompt,
+                                         .num_output_tokens = s->num_tokens - s->num_prompt,
+                                         .suppress_tokens = sup,
+                                         .num_suppress_tokens = nsup};
+    e->row_req[nrows] = r;
+    nrows++;
+  }
+  if (nrows > 0) {
+    rc = e->sampler->sample(e->sampler_self, e->rows, nrows, logits, e->vocab, e->results);
+    if (rc != WEIR_OK) {
+      fail_step(e, &out, rc);
+      return 1;
+    }
+  }
+  for (int32_t k = 0; k < nrows; k++) {
+    engine_req *r = e->row_req[k];
+    rc = weir_sched_commit(e->sched, r->seq, 0, &e->results[k].token, 1);
+    if (rc != WEIR_OK) {
+      req_finish(e, r, WEIR_FINISH_ERROR, rc, "could not record the token", NULL, 0);
+      continue;
+    }
+    req_on_token(e, r, &e->results[k]);
+  }
+  return 1;
+}
+
+static void *engine_main(void *arg) {
+  weir_engine *e = arg;
+  for (;;) {
+    pthread_mutex_lock(&e->lock);
+    while (!e->stopping && !e->incoming_head && e->num_aborts == 0 && !e->live)
+      pthread_cond_wait(&e->wake, &e->lock);
+    engine_req *in = e->incoming_head;
+    e->incoming_head = e->incoming_tail = NULL;
+    e->num_incoming = 0;
+    int32_t naborts = e->num_aborts;
+    uint64_t abort_ids[256];
+    if (naborts > 256) naborts = 256;
+    memcpy(abort_ids, e->aborts, sizeof(uint64_t) * (size_t)naborts);
+    memmove(e->aborts, e->aborts + naborts, sizeof(uint64_t) * (size_t)(e->num_aborts - naborts));
+    e->num_aborts -= naborts;
+    int stopping = e->stopping;
+    pthread_mutex_unlock(&e->lock);
+
+    while (in) {
+      engine_req *next = in->next;
+      admit(e, in);
+      in = next;
+    }
+    for (int32_t i = 0; i < naborts; i++) {
+      engine_req *r = find_live(e, abort_ids[i]);
+      if (r) req_finish_flush(e, r, WEIR_FINISH_ABORT);
+    }
+    if (stopping) {
+      while (e->live) req_finish_flush(e, e->live, WEIR_FINISH_ABORT);
+      publish_stats(e);
+      break;
+    }
+    const double t = now_s();
+    for (engine_req *r = e->live, *next; r; r = next) {
+      next = r->live_next;
+      if (r->deadline > 0 && t > r->deadline) req_finish_flush(e, r, WEIR_FINISH_TIMEOUT);
+    }
+    if (e->live) run_step(e);
+    publish_stats(e);
+  }
+  return NULL;
+}
+
+/* ---- Public API -------------------------------------------------------------------------- */
+
+int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event_cb cb,
+                       void *user, uint64_t *id) {
+  if (!e || !q || !cb || q->num_prompt <= 0 || !q->prompt || q->max_tokens <= 0 ||
+      q->num_stop_token_ids < 0 || q->num_stop < 0 || q->min_tokens < 0)
+    return WEIR_E_INVAL;
+  for (int32_t i = 0; i < q->num_prompt; i++)
+    if (q->prompt[i] < 0 || q->prompt[i] >= e->vocab) return WEIR_E_INVAL;
+  if ((int64_t)q->num_prompt + q->max_tokens > e->ctx_len) return WEIR_E_RANGE;
+  const weir_sampling_params *sp = &q->sampling;
+  if (!(sp->temperature >= 0) || !(sp->top_p > 0 && sp->top_p <= 1) || !(sp->min_p >= 0) ||
+      !(sp->min_p <= 1) || !(sp->repetition_penalty > 0) || sp->num_logprobs > WEIR_MAX_LOGPROBS)
+    return WEIR_E_INVAL;
+
+  engine_req *r = calloc(1, sizeof *r);
+  if (!r) return WEIR_E_NOMEM;
+  int rc = WEIR_E_NOMEM;
+  r->cb = cb;
+  r->user = user;
+  r->sampling = *sp;
+  r->sampling.struct_size = sizeof r->sampling;
+  r->max_tokens = q->max_tokens;
+  r->min_tokens = q->min_tokens;
+  r->ignore_eos = q->ignore_eos;
+  r->priority = q->priority;
+  r->num_prompt = q->num_prompt;
+  r->prompt = malloc(sizeof(int32_t) * (size_t)q->num_prompt);
+  if (!r->prompt) goto fail_req;
+  memcpy(r->prompt, q->prompt, sizeof(int32_t) * (size_t)q->num_prompt);
+  if (q->num_stop_token_ids > 0) {
+    r->stop_ids = malloc(sizeof(int32_t) * (size_t)q->num_stop_token_ids);
+    if (!r->stop_ids) goto fail_req;
+    memcpy(r->stop_ids, q->stop_token_ids, sizeof(int32_t) * (size_t)q->num_stop_token_ids);
+    r->num_stop_ids = q->num_stop_token_ids > 64 ? 64 : q->num_stop_token_ids;
+  }
+  if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
+  weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
+  uint64_t seed = q->has_seed ? q->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)r;
+  for (int i = 0; i < 4; i++) r->rng[i] = splitmix64(&seed);
+  r->t_arrival = now_s();
+  int64_t timeout = q->timeout_ms > 0 ? q->timeout_ms : e->default_timeout_ms;
+  r->deadline = timeout > 0 ? r->t_arrival + (double)timeout / 1000.0 : 0;
+
+  pthread_mutex_lock(&e->lock);
+  if (e->stopping) {
+    pthread_mutex_unlock(&e->lock);
+    rc = WEIR_E_CANCELED;
+    goto fail_req;
+  }
+  if (e->max_waiting > 0 && e->num_incoming + e->stats.num_waiting >= e->max_waiting) {
+    pthread_mutex_unlock(&e->lock);
+    rc = WEIR_E_BUSY;
+    goto fail_req;
+  }
+  r->id = atomic_fetch_add(&e->next_id, 1);
+  if (e->incoming_tail) e->incoming_tail->next = r;
+  else e->incoming_head = r;
+  e->incoming_tail = r;
+  e->num_incoming++;
+  e->stats.num_waiting++;
+  if (id) *id = r->id;
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->lock);
+  return WEIR_OK;
+
+fail_req:
+  req_free(r);
+  return rc;
+}
+
+void weir_engine_abort(weir_engine *e, uint64_t id) {
+  pthread_mutex_lock(&e->lock);
+  if (e->num_aborts == e->cap_aborts) {
+    int32_t cap = e->cap_aborts ? e->cap_aborts * 2 : 64;
+    uint64_t *na = realloc(e->aborts, sizeof(uint64_t) * (size_t)cap);
+    if (!na) {
+      pthread_mutex_unlock(&e->lock);
+      weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "out of memory queueing abort of %llu",
+               (unsigned long long)id);
+      return;
+    }
+    e->aborts = na;
+    e->cap_aborts = cap;
+  }
+  e->aborts[e->num_aborts++] = id;
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->lock);
+}
+
+int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,
+                         int32_t **ids, int32_t *n) {
+  size_t count = 0;
+  int flags = add_special ? (WEIR_ENCODE_ADD_SPECIAL | WEIR_ENCODE_PARSE_SPECIAL) : 0;
+  int rc = weir_tokenizer_encode(e->tok, text, len, flags, ids, &count);
+  if (rc == WEIR_OK) *n = (int32_t)count;
+  return rc;
+}
+
+int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char **text,
+                           size_t *len) {
+  for (int32_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= e->vocab) return WEIR_E_RANGE;
+  return weir_tokenizer_decode(e->tok, ids, (size_t)n, 0, text, len);
+}
+
+int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len) {
+  return weir_tokenizer_decode(e->tok, &id, 1, WEIR_DECODE_KEEP_PREFIX_SPACE, text, len);
+}
+
+int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
+                            int add_generation_prompt, char **out) {
+  weir_tok_str bos = {"", 0}, eos = {"", 0};
+  int32_t b = weir_tokenizer_bos(e->tok), s = weir_tokenizer_eos(e->tok);
+  if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
+  if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
+  char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
+  int rc = WEIR_E_NOMEM;
+  if (bos_s && eos_s)
+    rc = weir_chat_render(e->chat_tpl, msgs, n, add_generation_prompt, bos_s, eos_s, out);
+  free(bos_s);
+  free(eos_s);
+  return rc;
+}
+
+void weir_engine_info_get(weir_engine *e, weir_engine_info *out) {
+  out->model_name = e->model_name;
+  out->vocab_size = e->vocab;
+  out->context_length = e->ctx_len;
+  out->bos_id = weir_tokenizer_bos(e->tok);
+  out->eos_id = weir_tokenizer_eos(e->tok);
+  out->chat_template_name = weir_chat_template_name(e->chat_tpl);
+}
+
+void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out) {
+  pthread_mutex_lock(&e->lock);
+  *out = e->stats;
+  pthread_mutex_unlock(&e->lock);
+}
+
+weir_metrics *weir_engine_metrics(weir_engine *e) { return e->metrics; }
+
+/* ---- Creation ---------------------------------------------------------------------------- */
+
+static char *model_name_from(const weir_config *cfg, const weir_gguf *g) {
+  if (cfg->served_model_name && cfg->served_model_name[0]) return strdup(cfg->served_model_name);
+  const char *path = cfg->model_path;
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  const char *dot = strrchr(base, '.');
+  (void)g;
+  return strndup(base, dot && dot != base ? (size_t)(dot - base) : strlen(base));
+}
+
+/* End-of-generation tokens: EOS plus the end-of-turn markers chat formats use. */
+static int collect_eog(weir_engine *e) {
+  static const char *markers[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>",
+                                  "<|endoftext|>", "</s>"};
+  e->eog_ids = malloc(sizeof(int32_t) * 8);
+  if (!e->eog_ids) return WEIR_E_NOMEM;
+  int32_t eos = weir_tokenizer_eos(e->tok);
+  if (eos >= 0) e->eog_ids[e->num_eog++] = eos;
+  for (size_t i = 0; i < sizeof markers / sizeof markers[0]; i++) {
+    int32_t id = weir_tokenizer_find(e->tok, markers[i], strlen(markers[i]));
+    if (id >= 0 && !is_in(e->eog_ids, e->num_eog, id) &&
+        weir_tokenizer_token_type(e->tok, id) == WEIR_TOKEN_CONTROL)
+      e->eog_ids[e->num_eog++] = id;
+  }
+  return WEIR_OK;
+}
+
+static int alloc_scratch(weir_engine *e) {
+  const size_t T = (size_t)e->max_tokens_step, S = (size_t)e->max_seqs_step;
+  const size_t R = (size_t)e->max_rows;
+  e->bt_stride = (e->ctx_len + weir_kv_cache_block_size(e->kv) - 1) / weir_kv_cache_block_size(e->kv);
+  e->a_ids = malloc(T * 4);
+  e->a_pos = malloc(T * 4);
+  e->a_slots = malloc(T * 4);
+  e->a_qsl = malloc((S + 1) * 4);
+  e->a_ctx = malloc(S * 4);
+  e->a_bt = malloc(S * (size_t)e->bt_stride * 4);
+  e->a_rows = malloc(R * 4);
+  e->rows = calloc(R, sizeof *e->rows);
+  e->results = calloc(R, sizeof *e->results);
+  e->row_req = calloc(R, sizeof *e->row_req);
+  e->suppress = malloc(R * (size_t)(e->num_eog + 64) * 4);
+  if (!e->a_ids || !e->a_pos || !e->a_slots || !e->a_qsl || !e->a_ctx || !e->a_bt ||
+      !e->a_rows || !e->rows || !e->results || !e->row_req || !e->suppress)
+    return WEIR_E_NOMEM;
+  return WEIR_OK;
+}
+
+static void engine_free(weir_engine *e) {
+  weir_sched_destroy(e->sched);
+  weir_kv_cache_destroy(e->kv);
+  weir_llama_destroy(e->model);
+  weir_plugin_set_unload(&e->plugins);
+  weir_tokenizer_free(e->tok);
+  weir_gguf_close(e->gguf);
+  if (e->own_metrics) weir_metrics_destroy(e->metrics);
+  free(e->model_name);
+  free(e->eog_ids);
+  free(e->a_ids);
+  free(e->a_pos);
+  free(e->a_slots);
+  free(e->a_qsl);
+  free(e->a_ctx);
+  free(e->a_bt);
+  free(e->a_rows);
+  free(e->rows);
+  free(e->results);
+  free(e->row_req);
+  free(e->suppress);
+  free(e->aborts);
+  pthread_mutex_destroy(&e->lock);
+  pthread_cond_destroy(&e->wake);
+  free(e);
+}
+
+int weir_engine_create(const weir_config *cfg, weir_engine **out) {
+  return weir_engine_create_ex(cfg, NULL, out);
+}
+
+int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_engine **out) {
+  char err[1024] = "";
+  int rc;
+  *out = NULL;
+  weir_engine *e = calloc(1, sizeof *e);
+  if (!e) return WEIR_E_NOMEM;
+  pthread_mutex_init(&e->lock, NULL);
+  pthread_cond_init(&e->wake, NULL);
+  atomic_init(&e->next_id, 1);
+  if (metrics) {
+    e->metrics = metrics;
+  } else {
+    rc = weir_metrics_create(&e->metrics);
+    if (rc != WEIR_OK) goto fail;
+    e->own_metrics = 1;
+  }
+
+  rc = weir_gguf_open(cfg->model_path, &e->gguf, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  rc = weir_tokenizer_from_gguf(e->gguf, &e->tok, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  rc = weir_plugin_set_load(cfg, e->metrics, &e->plugins);
+  if (rc != WEIR_OK) {
+    snprintf(err, sizeof err, "could not load the plugins the configuration names (see above)");
+    goto fail;
+  }
+  e->sampler = e->plugins.sampler->ops;
+  e->sampler_self = e->plugins.sampler->self;
+
+  e->max_seqs_step = cfg->max_num_seqs > 0 ? cfg->max_num_seqs : 64;
+  e->max_tokens_step = cfg->max_num_batched_tokens > 0 ? cfg->max_num_batched_tokens : 2048;
+  if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
+  e->max_rows = e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
+  if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;
+  weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
+                        .max_num_seqs = e->max_seqs_step,
+                        .max_logit_rows = e->max_rows,
+                        .max_model_len = cfg->max_model_len,
+                        .block_size = cfg->block_size > 0 ? cfg->block_size : 16,
+                        .kv_dtype = cfg->kv_dtype,
+                        .num_blocks = cfg->num_blocks,
+                        .memory_bytes = cfg->memory_bytes};
+  rc = weir_llama_create(e->gguf, &e->plugins, &mo, &e->model, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  const weir_llama_hparams *hp = weir_llama_hparams_get(e->model);
+  e->vocab = hp->n_vocab;
+  if (weir_tokenizer_n_tokens(e->tok) > e->vocab) {
+    snprintf(err, sizeof err, "%s: the tokenizer has %d tokens but the model only %d rows",
+             cfg->model_path, weir_tokenizer_n_tokens(e->tok), e->vocab);
+    rc = WEIR_E_FORMAT;
+    goto fail;
+  }
+  e->ctx_len = weir_llama_max_model_len(e->model);
+
+  weir_kv_cache_params kp = {.num_blocks = weir_llama_num_blocks(e->model),
+                             .block_size = mo.block_size,
+                             .prefix_caching = cfg->prefix_caching};
+  rc = weir_kv_cache_create(&kp, &e->kv);
+  if (rc != WEIR_OK) goto fail;
+  weir_sched_config sc = {.max_num_seqs = e->max_seqs_step,
+                          .max_num_batched_tokens = e->max_tokens_step,
+                          .watermark_blocks = -1};
+  rc = weir_sched_policy_parse(cfg->policy, &sc.policy);
+  if (rc != WEIR_OK) {
+    snprintf(err, sizeof err, "scheduler.policy: \"%s\" is not one of fcfs, priority", cfg->policy);
+    goto fail;
+  }
+  rc = weir_sched_create(&sc, e->kv, &e->sched);
+  if (rc != WEIR_OK) goto fail;
+
+  rc = collect_eog(e);
+  if (rc != WEIR_OK) goto fail;
+  rc = alloc_scratch(e);
+  if (rc != WEIR_OK) goto fail;
+
+  /* The chat template: configured by name, else detected from the file, else ChatML. */
+  weir_gguf_str tpl = {0};
+  char *tpl_s = NULL;
+  if (weir_gguf_get_str(e->gguf, "tokenizer.chat_template", &tpl) == WEIR_OK)
+    tpl_s = strndup(tpl.ptr, (size_t)tpl.len);
+  if (cfg->chat_template && cfg->chat_template[0] && strcmp(cfg->chat_template, "auto") != 0) {
+    rc = weir_chat_template_by_name(cfg->chat_template, &e->chat_tpl);
+    if (rc != WEIR_OK)
+      snprintf(err, sizeof err, "model.chat_template: unknown template \"%s\"", cfg->chat_template);
+  } else if (weir_chat_template_detect(tpl_s, &e->chat_tpl) != WEIR_OK) {
+    weir_chat_template_by_name("chatml", &e->chat_tpl);
+    rc = WEIR_OK;
+    weir_log(WEIR_LOG_WARN, LOG_COMPONENT,
+             "no recognisable chat template in %s; using chatml (set model.chat_template)",
+             cfg->model_path);
+  }
+  free(tpl_s);
+  if (rc != WEIR_OK) goto fail;
+
+  e->model_name = model_name_from(cfg, e->gguf);
+  e->max_waiting = cfg->max_waiting;
+  e->default_timeout_ms = cfg->request_timeout_ms;
+  if (!e->model_name) {
+    rc = WEIR_E_NOMEM;
+    goto fail;
+  }
+  weir_kv_stats ks;
+  weir_kv_cache_stats(e->kv, &ks);
+  e->stats.kv_blocks_total = ks.num_blocks;
+  weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+           "model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, context %d; weights "
+           "%.1f MiB; KV cache %d blocks of %d tokens (%.1f MiB, %s)",
+           e->model_name, hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv,
+           e->vocab, e->ctx_len, (double)weir_llama_weight_bytes(e->model) / 1048576.0,
+           ks.num_blocks, ks.block_size, (double)weir_llama_kv_bytes(e->model) / 1048576.0,
+           weir_dtype_name(cfg->kv_dtype));
+
+  if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+    rc = WEIR_E_INTERNAL;
+    snprintf(err, sizeof err, "could not start the engine thread: %s", strerror(errno));
+    goto fail;
+  }
+  e->thread_started = 1;
+  *out = e;
+  return WEIR_OK;
+
+fail:
+  if (err[0]) weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "%s", err);
+  else weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "engine start failed: %s", weir_strerror(rc));
+  engine_free(e);
+  return rc;
+}
+
+void weir_engine_destroy(weir_engine *e) {
+  if (!e) return;
+  if (e->thread_started) {
+    pthread_mutex_lock(&e->lock);
+    e->stopping = 1;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+  }
+  /* Requests submitted after the thread saw `stopping` never reached it. */
+  for (engine_req *r = e->incoming_head, *n; r; r = n) {
+    n = r->next;
+    weir_gen_event ev = {.request_id = r->id, .finish = WEIR_FINISH_ABORT, .text = ""};
+    ev.prompt_tokens = r->num_prompt;
+    r->cb(r->user, &ev);
+    req_free(r);
+  }
+  engine_free(e);
+}

@@ -1,0 +1,433 @@
+#include "model/llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plugin/loader.h"
+#include "util/log.h"
+#include "weir/attention.h"
+#include "weir/device.h"
+#include "weir/quant.h"
+
+typedef struct llama_layer {
+  float *attn_norm, *ffn_norm;       /* device f32 [dim] */
+  float *bq, *bk, *bv;               /* device f32 biases (qwen2) or NULL */
+  void *wq, *wk, *wv, *wo;           /* quant plugin handles */
+  void *w_gate, *w_up, *w_down;
+} llama_layer;
+
+struct weir_llama {
+  weir_llama_hparams hp;
+  weir_llama_opts opts;
+  const weir_device_ops *dev;
+  void *dev_self;
+  const weir_quant_ops *quant;
+  void *quant_self;
+  const weir_attention_ops *attn;
+  void *attn_self;
+  weir_attn_shape shape;
+
+  void *tok_embd;   /* quant handle */
+  void *output;     /* quant handle; == tok_embd when tied */
+  float *out_norm;  /* device f32 [dim] */
+  llama_layer *layers;
+  size_t weight_bytes;
+
+  /* KV pool: n_layer * num_blocks blocks of block_bytes. */
+  void *kv_pool;
+  size_t kv_block_bytes;
+  int32_t num_blocks;
+  int32_t max_model_len;
+  int32_t max_blocks_per_seq;
+
+  /* Activations, device f32, sized for max_num_tokens rows. */
+  float *x, *h, *q, *k, *v, *o, *gate, *up, *sel, *logits;
+  /* Step metadata on the device. */
+  int32_t *d_tokens, *d_positions, *d_qsl, *d_ctx, *d_block_tables, *d_slots, *d_rows;
+};
+
+#define TRY(expr)              \
+  do {                         \
+    rc = (expr);               \
+    if (rc != WEIR_OK) goto out; \
+  } while (0)
+
+static int dev_alloc(weir_llama *m, size_t bytes, void **p) {
+  *p = NULL;
+  return m->dev->alloc(m->dev_self, bytes ? bytes : 1, p);
+}
+
+static void dev_free(weir_llama *m, void *p) {
+  if (p) m->dev->free(m->dev_self, p);
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else { /* subnormal: renormalise */
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        exp--;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* Uploads a small F32/F16/BF16 vector (norm weight or bias) as f32 on the device. */
+static int upload_vector(weir_llama *m, const weir_gguf *g, const char *name, int64_t n,
+                         float **out, char *err, size_t errlen) {
+  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
+  if (!t || t->nelements != n) {
+    snprintf(err, errlen, "%s: tensor %s is missing or has %lld elements, expected %lld",
+             weir_gguf_path(g), name, t ? (long long)t->nelements : 0LL, (long long)n);
+    return WEIR_E_FORMAT;
+  }
+  float *host = malloc(sizeof(float) * (size_t)n);
+  if (!host) return WEIR_E_NOMEM;
+  const uint8_t *src = t->t.data;
+  for (int64_t i = 0; i < n; i++) {
+    switch (t->t.dtype) {
+    case WEIR_DTYPE_F32: memcpy(&host[i], src + 4 * i, 4); break;
+    case WEIR_DTYPE_F16: {
+      uint16_t hv;
+      memcpy(&hv, src + 2 * i, 2);
+      host[i] = half_to_float(hv);
+      break;
+    }
+    case WEIR_DTYPE_BF16: {
+      uint16_t bv;
+      memcpy(&bv, src + 2 * i, 2);
+      uint32_t bits = (uint32_t)bv << 16;
+      memcpy(&host[i], &bits, 4);
+      break;
+    }
+    default:
+      free(host);
+      snprintf(err, errlen, "%s: tensor %s has dtype %s; norms and biases must be f32, f16 or bf16",
+               weir_gguf_path(g), name, weir_dtype_name(t->t.dtype));
+      return WEIR_E_NOTSUP;
+    }
+  }
+  void *d = NULL;
+  int rc = dev_alloc(m, sizeof(float) * (size_t)n, &d);
+  if (rc == WEIR_OK) rc = m->dev->copy_h2d(m->dev_self, d, host, sizeof(float) * (size_t)n);
+  if (rc == WEIR_OK) rc = m->dev->synchronize(m->dev_self);
+  free(host);
+  if (rc != WEIR_OK) {
+    dev_free(m, d);
+    snprintf(err, errlen, "uploading %s: %s", name, weir_strerror(rc));
+    return rc;
+  }
+  m->weight_bytes += sizeof(float) * (size_t)n;
+  *out = d;
+  return WEIR_OK;
+}
+
+static int pack_weight(weir_llama *m, const weir_gguf *g, const char *name, void **out,
+                       char *err, size_t errlen) {
+  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
+  if (!t) {
+    snprintf(err, errlen, "%s: tensor %s is missing", weir_gguf_path(g), name);
+    return WEIR_E_NOTFOUND;
+  }
+  weir_quant_pack_args args = {.struct_size = sizeof args, .src = &t->t, .name = name};
+  int rc = m->quant->pack(m->quant_self, &args, out);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "%s: the quant plugin could not pack %s (%s, %lld x %lld): %s",
+             weir_gguf_path(g), name, weir_dtype_name(t->t.dtype), (long long)t->t.ne[1],
+             (long long)t->t.ne[0], weir_strerror(rc));
+    return rc;
+  }
+  m->weight_bytes += m->quant->weight_bytes(m->quant_self, *out);
+  return WEIR_OK;
+}
+
+static int load_layer(weir_llama *m, const weir_gguf *g, int l, char *err, size_t errlen) {
+  llama_layer *L = &m->layers[l];
+  char nm[96];
+  int rc;
+  const int64_t dim = m->hp.n_embd, kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+#define BLK(suffix) weir_gguf_blk_name(nm, sizeof nm, l, suffix)
+  TRY(upload_vector(m, g, BLK("attn_norm.weight"), dim, &L->attn_norm, err, errlen));
+  TRY(upload_vector(m, g, BLK("ffn_norm.weight"), dim, &L->ffn_norm, err, errlen));
+  if (m->hp.has_qkv_bias) {
+    TRY(upload_vector(m, g, BLK("attn_q.bias"), dim, &L->bq, err, errlen));
+    TRY(upload_vector(m, g, BLK("attn_k.bias"), kv_dim, &L->bk, err, errlen));
+    TRY(upload_vector(m, g, BLK("attn_v.bias"), kv_dim, &L->bv, err, errlen));
+  }
+  TRY(pack_weight(m, g, BLK("attn_q.weight"), &L->wq, err, errlen));
+  TRY(pack_weight(m, g, BLK("attn_k.weight"), &L->wk, err, errlen));
+  TRY(pack_weight(m, g, BLK("attn_v.weight"), &L->wv, err, errlen));
+  TRY(pack_weight(m, g, BLK("attn_output.weight"), &L->wo, err, errlen));
+  TRY(pack_weight(m, g, BLK("ffn_gate.weight"), &L->w_gate, err, errlen));
+  TRY(pack_weight(m, g, BLK("ffn_up.weight"), &L->w_up, err, errlen));
+  TRY(pack_weight(m, g, BLK("ffn_down.weight"), &L->w_down, err, errlen));
+#undef BLK
+out:
+  return rc;
+}
+
+static int alloc_buffers(weir_llama *m) {
+  const size_t T = (size_t)m->opts.max_num_tokens, R = (size_t)m->opts.max_logit_rows;
+  const size_t S = (size_t)m->opts.max_num_seqs;
+  const size_t dim = (size_t)m->hp.n_embd, qd = (size_t)m->hp.n_head * (size_t)m->hp.head_dim;
+  const size_t kvd = (size_t)m->hp.n_head_kv * (size_t)m->hp.head_dim, ff = (size_t)m->hp.n_ff;
+  int rc;
+  TRY(dev_alloc(m, T * dim * 4, (void **)&m->x));
+  TRY(dev_alloc(m, T * (dim > qd ? dim : qd) * 4, (void **)&m->h));
+  TRY(dev_alloc(m, T * qd * 4, (void **)&m->q));
+  TRY(dev_alloc(m, T * kvd * 4, (void **)&m->k));
+  TRY(dev_alloc(m, T * kvd * 4, (void **)&m->v));
+  TRY(dev_alloc(m, T * qd * 4, (void **)&m->o));
+  TRY(dev_alloc(m, T * ff * 4, (void **)&m->gate));
+  TRY(dev_alloc(m, T * ff * 4, (void **)&m->up));
+  TRY(dev_alloc(m, R * dim * 4, (void **)&m->sel));
+  TRY(dev_alloc(m, R * (size_t)m->hp.n_vocab * 4, (void **)&m->logits));
+  TRY(dev_alloc(m, T * 4, (void **)&m->d_tokens));
+  TRY(dev_alloc(m, T * 4, (void **)&m->d_positions));
+  TRY(dev_alloc(m, (S + 1) * 4, (void **)&m->d_qsl));
+  TRY(dev_alloc(m, S * 4, (void **)&m->d_ctx));
+  TRY(dev_alloc(m, S * (size_t)m->max_blocks_per_seq * 4, (void **)&m->d_block_tables));
+  TRY(dev_alloc(m, T * 4, (void **)&m->d_slots));
+  TRY(dev_alloc(m, R * 4, (void **)&m->d_rows));
+out:
+  return rc;
+}
+
+int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
+                      const weir_llama_opts *opts, weir_llama **out, char *err,
+                      size_t errlen) {
+  int rc;
+  *out = NULL;
+  weir_llama *m = calloc(1, sizeof *m);
+  if (!m) return WEIR_E_NOMEM;
+  m->opts = *opts;
+  m->dev = plugins->device->ops;
+  m->dev_self = plugins->device->self;
+  m->quant = plugins->quant->ops;
+  m->quant_self = plugins->quant->self;
+  m->attn = plugins->attention->ops;
+  m->attn_self = plugins->attention->self;
+
+  TRY(weir_gguf_llama_hparams(g, &m->hp, err, errlen));
+  TRY(weir_gguf_llama_check(g, &m->hp, err, errlen));
+  if (opts->max_num_tokens <= 0 || opts->max_num_seqs <= 0 || opts->max_logit_rows <= 0 ||
+      opts->block_size <= 0) {
+    snprintf(err, errlen, "invalid model options (max tokens %d, seqs %d, rows %d, block %d)",
+             opts->max_num_tokens, opts->max_num_seqs, opts->max_logit_rows, opts->block_size);
+    rc = WEIR_E_INVAL;
+    goto out;
+  }
+  m->max_model_len = opts->max_model_len > 0 ? opts->max_model_len : m->hp.n_ctx_train;
+  m->max_blocks_per_seq = (m->max_model_len + opts->block_size - 1) / opts->block_size;
+
+  m->shape = (weir_attn_shape){.struct_size = sizeof m->shape,
+                               .n_layers = m->hp.n_layer,
+                               .n_heads = m->hp.n_head,
+                               .n_kv_heads = m->hp.n_head_kv,
+                               .head_dim = m->hp.head_dim,
+                               .block_size = opts->block_size,
+                               .kv_dtype = opts->kv_dtype,
+                               .scale = 1.0f / sqrtf((float)m->hp.head_dim)};
+  m->kv_block_bytes = m->attn->block_bytes(m->attn_self, &m->shape);
+  if (m->kv_block_bytes == 0) {
+    snprintf(err, errlen, "the attention plugin does not support kv dtype %s with head_dim %d",
+             weir_dtype_name(opts->kv_dtype), m->hp.head_dim);
+    rc = WEIR_E_NOTSUP;
+    goto out;
+  }
+
+  TRY(pack_weight(m, g, "token_embd.weight", &m->tok_embd, err, errlen));
+  if (m->hp.has_output) TRY(pack_weight(m, g, "output.weight", &m->output, err, errlen));
+  else m->output = m->tok_embd;
+  TRY(upload_vector(m, g, "output_norm.weight", m->hp.n_embd, &m->out_norm, err, errlen));
+  m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+  if (!m->layers) {
+    rc = WEIR_E_NOMEM;
+    goto out;
+  }
+  for (int l = 0; l < m->hp.n_layer; l++) TRY(load_layer(m, g, l, err, errlen));
+
+  rc = alloc_buffers(m);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "allocating activation buffers for %d tokens: %s",
+             opts->max_num_tokens, weir_strerror(rc));
+    goto out;
+  }
+
+  const size_t per_block = m->kv_block_bytes * (size_t)m->hp.n_layer;
+  int64_t nb = opts->num_blocks > 0 ? opts->num_blocks : (int64_t)((size_t)opts->memory_bytes / per_block);
+  if (nb > INT32_MAX / opts->block_size) nb = INT32_MAX / opts->block_size;
+  if (nb < 1) {
+    snprintf(err, errlen, "the KV cache holds no block: %lld bytes for blocks of %zu bytes",
+             (long long)opts->memory_bytes, per_block);
+    rc = WEIR_E_RANGE;
+    goto out;
+  }
+  m->num_blocks = (int32_t)nb;
+  rc = dev_alloc(m, per_block * (size_t)nb, &m->kv_pool);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "allocating the KV cache (%lld blocks, %zu bytes): %s", (long long)nb,
+             per_block * (size_t)nb, weir_strerror(rc));
+    goto out;
+  }
+  *out = m;
+  return WEIR_OK;
+
+out:
+  weir_llama_destroy(m);
+  return rc;
+}
+
+void weir_llama_destroy(weir_llama *m) {
+  if (!m) return;
+  if (m->layers) {
+    for (int l = 0; l < m->hp.n_layer; l++) {
+      llama_layer *L = &m->layers[l];
+      void *w[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+      for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (w[i]) m->quant->release(m->quant_self, w[i]);
+      dev_free(m, L->attn_norm);
+      dev_free(m, L->ffn_norm);
+      dev_free(m, L->bq);
+      dev_free(m, L->bk);
+      dev_free(m, L->bv);
+    }
+    free(m->layers);
+  }
+  if (m->output && m->output != m->tok_embd) m->quant->release(m->quant_self, m->output);
+  if (m->tok_embd) m->quant->release(m->quant_self, m->tok_embd);
+  void *bufs[] = {m->out_norm, m->kv_pool, m->x, m->h, m->q, m->k, m->v, m->o, m->gate, m->up,
+                  m->sel, m->logits, m->d_tokens, m->d_positions, m->d_qsl, m->d_ctx,
+                  m->d_block_tables, m->d_slots, m->d_rows};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev_free(m, bufs[i]);
+  free(m);
+}
+
+const weir_llama_hparams *weir_llama_hparams_get(const weir_llama *m) { return &m->hp; }
+int32_t weir_llama_num_blocks(const weir_llama *m) { return m->num_blocks; }
+int32_t weir_llama_max_model_len(const weir_llama *m) { return m->max_model_len; }
+size_t weir_llama_weight_bytes(const weir_llama *m) { return m->weight_bytes; }
+size_t weir_llama_kv_bytes(const weir_llama *m) {
+  return m->kv_block_bytes * (size_t)m->hp.n_layer * (size_t)m->num_blocks;
+}
+
+static int upload(weir_llama *m, void *dst, const void *src, size_t bytes) {
+  return bytes ? m->dev->copy_h2d(m->dev_self, dst, src, bytes) : WEIR_OK;
+}
+
+int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits) {
+  const int64_t T = b->num_tokens, R = b->num_logit_rows, S = b->num_seqs;
+  if (T <= 0 || T > m->opts.max_num_tokens || S <= 0 || S > m->opts.max_num_seqs || R < 0 ||
+      R > m->opts.max_logit_rows || b->max_blocks_per_seq > m->max_blocks_per_seq)
+    return WEIR_E_RANGE;
+  const weir_device_ops *d = m->dev;
+  void *ds = m->dev_self;
+  const weir_llama_hparams *hp = &m->hp;
+  const int64_t dim = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
+  const int64_t kvd = (int64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
+  const float freq_scale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
+  int rc;
+
+  /* Block tables are copied densely at this step's row stride. */
+  TRY(upload(m, m->d_tokens, b->tokens, (size_t)T * 4));
+  TRY(upload(m, m->d_positions, b->positions, (size_t)T * 4));
+  TRY(upload(m, m->d_qsl, b->query_start_loc, (size_t)(S + 1) * 4));
+  TRY(upload(m, m->d_ctx, b->context_lens, (size_t)S * 4));
+  TRY(upload(m, m->d_block_tables, b->block_tables, (size_t)S * (size_t)b->max_blocks_per_seq * 4));
+  TRY(upload(m, m->d_slots, b->slot_mapping, (size_t)T * 4));
+  TRY(upload(m, m->d_rows, b->logit_rows, (size_t)R * 4));
+
+  int32_t max_q = 0, max_ctx = 0;
+  for (int64_t s = 0; s < S; s++) {
+    int32_t ql = b->query_start_loc[s + 1] - b->query_start_loc[s];
+    if (ql > max_q) max_q = ql;
+    if (b->context_lens[s] > max_ctx) max_ctx = b->context_lens[s];
+  }
+  weir_attn_batch ab = {.struct_size = sizeof ab,
+                        .num_seqs = (int32_t)S,
+                        .num_tokens = (int32_t)T,
+                        .query_start_loc = m->d_qsl,
+                        .context_lens = m->d_ctx,
+                        .block_tables = m->d_block_tables,
+                        .max_blocks_per_seq = b->max_blocks_per_seq,
+                        .slot_mapping = m->d_slots,
+                        .max_query_len = max_q,
+                        .max_context_len = max_ctx,
+                        .query_start_loc_host = b->query_start_loc,
+                        .context_lens_host = b->context_lens,
+                        .block_tables_host = b->block_tables,
+                        .slot_mapping_host = b->slot_mapping};
+  const size_t layer_bytes = m->kv_block_bytes * (size_t)m->num_blocks;
+
+  TRY(m->quant->embed(m->quant_self, m->tok_embd, m->d_tokens, m->x, T));
+  for (int l = 0; l < hp->n_layer; l++) {
+    const llama_layer *L = &m->layers[l];
+    TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
+    TRY(m->quant->matmul(m->quant_self, L->wq, m->h, m->q, T));
+    TRY(m->quant->matmul(m->quant_self, L->wk, m->h, m->k, T));
+    TRY(m->quant->matmul(m->quant_self, L->wv, m->h, m->v, T));
+    if (L->bq) {
+      TRY(d->add_bias(ds, m->q, L->bq, T, qd));
+      TRY(d->add_bias(ds, m->k, L->bk, T, kvd));
+      TRY(d->add_bias(ds, m->v, L->bv, T, kvd));
+    }
+    TRY(d->rope(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot,
+                hp->rope_freq_base, freq_scale, hp->rope_style));
+    TRY(d->rope(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                hp->rope_freq_base, freq_scale, hp->rope_style));
+    weir_kv_view kv = {.base = (char *)m->kv_pool + (size_t)l * layer_bytes,
+                       .block_bytes = m->kv_block_bytes,
+                       .num_blocks = m->num_blocks};
+    TRY(m->attn->forward(m->attn_self, &m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
+    TRY(m->quant->matmul(m->quant_self, L->wo, m->o, m->h, T));
+    TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+    TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
+    TRY(m->quant->matmul(m->quant_self, L->w_gate, m->h, m->gate, T));
+    TRY(m->quant->matmul(m->quant_self, L->w_up, m->h, m->up, T));
+    TRY(d->swiglu(ds, m->gate, m->gate, m->up, T * ff));
+    TRY(m->quant->matmul(m->quant_self, L->w_down, m->gate, m->h, T));
+    TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+  }
+  if (R > 0) {
+    TRY(d->get_rows(ds, m->sel, m->x, m->d_rows, R, dim));
+    TRY(d->rms_norm(ds, m->sel, m->sel, m->out_norm, R, dim, hp->rms_eps));
+    TRY(m->quant->matmul(m->quant_self, m->output, m->sel, m->logits, R));
+  }
+  *logits = m->logits;
+out:
+  return rc;
+}
+
+int weir_llama_copy_blocks(weir_llama *m, const int32_t *src, const int32_t *dst, int32_t n) {
+  if (n <= 0) return WEIR_OK;
+  if (m->attn->copy_blocks) {
+    weir_kv_view layer0 = {.base = m->kv_pool, .block_bytes = m->kv_block_bytes,
+                           .num_blocks = m->num_blocks};
+    return m->attn->copy_blocks(m->attn_self, &m->shape, &layer0, src, dst, n);
+  }
+  const size_t layer_bytes = m->kv_block_bytes * (size_t)m->num_blocks;
+  for (int l = 0; l < m->hp.n_layer; l++) {
+    char *base = (char *)m->kv_pool + (size_t)l * layer_bytes;
+    for (int32_t i = 0; i < n; i++) {
+      int rc = m->dev->copy_d2d(m->dev_self, base + (size_t)dst[i] * m->kv_block_bytes,
+                                base + (size_t)src[i] * m->kv_block_bytes, m->kv_block_bytes);
+      if (rc != WEIR_OK) return rc;
+    }
+  }
+  return WEIR_OK;
+}

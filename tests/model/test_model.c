@@ -1,0 +1,479 @@
+/* The engine's Llama graph against the plain double-precision reference in tests/reference,
+ * through the real plugins (loaded by the real loader) and the real KV-cache manager:
+ *  - logits within 1e-4 (relative to the largest logit) for F32 weights on several shapes
+ *    (GQA, odd sizes, qwen2 with QKV bias and NEOX RoPE, a long prompt), and within the
+ *    error the fp16 scheme implies for F16, BF16, Q8_0 and Q4_0 sources;
+ *  - paged (16-token blocks) equals one block per sequence;
+ *  - a prefix-cache hit gives the same logits as a cold run;
+ *  - a ragged batch of mixed lengths equals each sequence alone;
+ *  - greedy generation through the engine is deterministic and batch-independent. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "engine/engine.h"
+#include "kv/kv_cache.h"
+#include "model/gguf.h"
+#include "model/llama.h"
+#include "plugin/loader.h"
+#include "reference.h"
+#include "testutil.h"
+
+static char *g_dir;
+
+/* Makes a model with the real `weir mkmodel`; returns its path (malloc'd). */
+static char *make_model(const char *name, const char *args) {
+  char *path = wt_strf("%s/%s.gguf", g_dir, name);
+  char *cmd = wt_strf("%s mkmodel %s --out %s", WT_WEIR, args, path);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out = NULL;
+  int rc = wt_run(argv, &out, 120000);
+  if (rc != 0) fprintf(stderr, "\nmkmodel failed (%d): %s\n%s\n", rc, cmd, out ? out : "");
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  free(out);
+  free(cmd);
+  return path;
+}
+
+typedef struct model_fixture {
+  weir_config cfg;
+  weir_plugin_set plugins;
+  weir_gguf *gguf;
+  weir_llama *model;
+  weir_kv_cache *kv;
+  int32_t block_size;
+} model_fixture;
+
+static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
+                         weir_dtype kv_dtype) {
+  memset(f, 0, sizeof *f);
+  weir_config_defaults(&f->cfg);
+  char err[512] = "";
+  static char *dirs[1];
+  dirs[0] = WT_PLUGIN_DIR;
+  f->cfg.plugin_dirs = dirs;
+  f->cfg.num_plugin_dirs = 1;
+  f->cfg.kv_dtype = kv_dtype;
+  f->cfg.threads = 2;
+  f->block_size = block_size;
+  CU_ASSERT_EQUAL_FATAL(weir_plugin_set_load(&f->cfg, NULL, &f->plugins), 0);
+  int rc = weir_gguf_open(path, &f->gguf, err, sizeof err);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  weir_llama_opts o = {.max_num_tokens = 512,
+                       .max_num_seqs = 8,
+                       .max_logit_rows = 512,
+                       .max_model_len = 512,
+                       .block_size = block_size,
+                       .kv_dtype = kv_dtype,
+                       .num_blocks = 8 * (512 / block_size + 1)};
+  rc = weir_llama_create(f->gguf, &f->plugins, &o, &f->model, err, sizeof err);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  weir_kv_cache_params kp = {.num_blocks = weir_llama_num_blocks(f->model),
+                             .block_size = block_size,
+                             .prefix_caching = 1};
+  CU_ASSERT_EQUAL_FATAL(weir_kv_cache_create(&kp, &f->kv), 0);
+  f->cfg.plugin_dirs = NULL;
+  f->cfg.num_plugin_dirs = 0;
+}
+
+static void fixture_close(model_fixture *f) {
+  weir_kv_cache_destroy(f->kv);
+  weir_llama_destroy(f->model);
+  weir_plugin_set_unload(&f->plugins);
+  weir_gguf_close(f->gguf);
+  weir_config_free(&f->cfg);
+}
+
+typedef struct seq_run {
+  weir_kv_seq *kv;
+  const int32_t *tokens;
+  int32_t n_total;  /* tokens of the sequence */
+  int32_t start;    /* first token computed in this step */
+} seq_run;
+
+/* Runs one forward over several sequences, each computing tokens [start, n_total), and
+ * copies every new token's logits (all rows) to host `out` ([sum new][vocab]). */
+static void forward_batch(model_fixture *f, seq_run *seqs, int ns, float *out) {
+  const int32_t vocab = weir_llama_hparams_get(f->model)->n_vocab;
+  int32_t T = 0;
+  for (int s = 0; s < ns; s++) T += seqs[s].n_total - seqs[s].start;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)T), *pos = malloc(sizeof(int32_t) * (size_t)T);
+  int32_t *slots = malloc(sizeof(int32_t) * (size_t)T), *rows = malloc(sizeof(int32_t) * (size_t)T);
+  int32_t qsl[9], ctx[8];
+  int32_t stride = (512 + f->block_size - 1) / f->block_size;
+  int32_t *bt = calloc((size_t)ns * (size_t)stride, sizeof(int32_t));
+  int32_t t = 0;
+  qsl[0] = 0;
+  for (int s = 0; s < ns; s++) {
+    seq_run *r = &seqs[s];
+    int32_t n_new = r->n_total - r->start;
+    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_len(r->kv), r->start);
+    weir_kv_copy cp;
+    int32_t ncp = 0;
+    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_append(f->kv, r->kv, n_new, slots + t, &cp, &ncp), 0);
+    CU_ASSERT_EQUAL(ncp, 0);
+    for (int32_t i = 0; i < n_new; i++) {
+      ids[t + i] = r->tokens[r->start + i];
+      pos[t + i] = r->start + i;
+      rows[t + i] = t + i;
+    }
+    int32_t nb = 0;
+    const int32_t *table = weir_kv_seq_block_table(r->kv, &nb);
+    memcpy(bt + (size_t)s * (size_t)stride, table, sizeof(int32_t) * (size_t)nb);
+    t += n_new;
+    qsl[s + 1] = t;
+    ctx[s] = r->n_total;
+  }
+  weir_llama_batch b = {.num_tokens = T,
+                        .tokens = ids,
+                        .positions = pos,
+                        .num_seqs = ns,
+                        .query_start_loc = qsl,
+                        .context_lens = ctx,
+                        .block_tables = bt,
+                        .max_blocks_per_seq = stride,
+                        .slot_mapping = slots,
+                        .num_logit_rows = T,
+                        .logit_rows = rows};
+  float *logits = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_llama_forward(f->model, &b, &logits), 0);
+  /* CPU device: device memory is host memory; copy through the device op all the same. */
+  const weir_device_ops *d = f->plugins.device->ops;
+  CU_ASSERT_EQUAL_FATAL(d->copy_d2h(f->plugins.device->self, out, logits,
+                                    sizeof(float) * (size_t)T * (size_t)vocab), 0);
+  free(ids);
+  free(pos);
+  free(slots);
+  free(rows);
+  free(bt);
+}
+
+/* Largest |a - b| over the largest |b|. */
+static double rel_err(const float *a, const double *b, size_t n) {
+  double md = 0, mb = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
+    if (fabs(b[i]) > mb) mb = fabs(b[i]);
+  }
+  return mb > 0 ? md / mb : md;
+}
+
+static double rel_err_ff(const float *a, const float *b, size_t n) {
+  double md = 0, mb = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
+    if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+  }
+  return mb > 0 ? md / mb : md;
+}
+
+static int32_t *random_tokens(int32_t n, int32_t vocab, unsigned seed) {
+  int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+  for (int32_t i = 0; i < n; i++) {
+    seed = seed * 1103515245u + 12345u;
+    t[i] = (int32_t)((seed >> 8) % (unsigned)vocab);
+  }
+  return t;
+}
+
+/* Engine logits for one whole prompt vs the reference; returns the relative error. */
+static double compare_with_reference(const char *path, int32_t n_tokens, int32_t block_size,
+                                     weir_dtype kv_dtype) {
+  model_fixture f;
+  fixture_open(&f, path, block_size, kv_dtype);
+  const int32_t vocab = weir_llama_hparams_get(f.model)->n_vocab;
+  int32_t *toks = random_tokens(n_tokens, vocab, (unsigned)n_tokens * 7u + 1u);
+  float *got = malloc(sizeof(float) * (size_t)n_tokens * (size_t)vocab);
+  double *want = malloc(sizeof(double) * (size_t)n_tokens * (size_t)vocab);
+  seq_run s = {.tokens = toks, .n_total = n_tokens, .start = 0};
+  CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &s.kv), 0);
+  forward_batch(&f, &s, 1, got);
+  weir_ref_model *ref = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_ref_model_load(path, &ref), 0);
+  CU_ASSERT_EQUAL_FATAL(weir_ref_forward(ref, toks, n_tokens, want), 0);
+  double e = rel_err(got, want, (size_t)n_tokens * (size_t)vocab);
+  weir_ref_model_free(ref);
+  free(got);
+  free(want);
+  free(toks);
+  fixture_close(&f);
+  return e;
+}
+
+#define CHECK_ERR(name, err, bound)                                                       \
+  do {                                                                                   \
+    double e_ = (err);                                                                   \
+    printf("\n    %-28s relative error %.3g (bound %.3g)", name, e_, (double)(bound));   \
+    CU_ASSERT(e_ <= (bound));                                                            \
+  } while (0)
+
+static void test_f32_shapes(void) {
+  char *gqa = make_model("gqa", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 160 "
+                                "--vocab 400 --ctx 512 --type f32 --seed 11");
+  CHECK_ERR("f32 gqa 4/2", compare_with_reference(gqa, 37, 16, WEIR_DTYPE_F32), 1e-4);
+  char *odd = make_model("odd", "--dim 96 --layers 3 --heads 3 --kv-heads 1 --ffn 200 "
+                                "--vocab 401 --ctx 512 --type f32 --seed 12 --tied");
+  CHECK_ERR("f32 odd sizes, tied", compare_with_reference(odd, 23, 16, WEIR_DTYPE_F32), 1e-4);
+  char *qwen = make_model("qwen", "--arch qwen2 --dim 64 --layers 2 --heads 8 --kv-heads 2 "
+                                  "--ffn 128 --vocab 400 --ctx 512 --type f32 --seed 13 "
+                                  "--tokenizer gpt2");
+  CHECK_ERR("f32 qwen2 bias+neox", compare_with_reference(qwen, 19, 16, WEIR_DTYPE_F32), 1e-4);
+  CHECK_ERR("f32 long prompt (300)", compare_with_reference(gqa, 300, 16, WEIR_DTYPE_F32), 1e-4);
+  free(gqa);
+  free(odd);
+  free(qwen);
+}
+
+static void test_source_dtypes(void) {
+  static const struct {
+    const char *type;
+    double bound;
+  } cases[] = {{"f16", 1e-4}, {"bf16", 1e-4}, {"q8_0", 5e-3}, {"q4_0", 5e-3}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *args = wt_strf("--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 384 "
+                         "--ctx 512 --type %s --seed 21", cases[i].type);
+    char *name = wt_strf("dt_%s", cases[i].type);
+    char *p = make_model(name, args);
+    char *label = wt_strf("%s weights, f32 KV", cases[i].type);
+    CHECK_ERR(label, compare_with_reference(p, 29, 16, WEIR_DTYPE_F32), cases[i].bound);
+    free(label);
+    free(p);
+    free(name);
+    free(args);
+  }
+  char *p = make_model("kvf16", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 "
+                                "--vocab 384 --ctx 512 --type f32 --seed 22");
+  CHECK_ERR("f32 weights, f16 KV", compare_with_reference(p, 29, 16, WEIR_DTYPE_F16), 2e-3);
+  free(p);
+}
+
+static void test_paged_equals_contiguous(void) {
+  char *p = make_model("paged", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 "
+                                "--vocab 384 --ctx 512 --type f32 --seed 31");
+  const int32_t n = 100;
+  float *a = NULL, *b = NULL;
+  int32_t vocab = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    model_fixture f;
+    fixture_open(&f, p, pass == 0 ? 16 : 512, WEIR_DTYPE_F32);
+    vocab = weir_llama_hparams_get(f.model)->n_vocab;
+    int32_t *toks = random_tokens(n, vocab, 5);
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)vocab);
+    seq_run s = {.tokens = toks, .n_total = n};
+    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &s.kv), 0);
+    /* Prefill in three chunks so paging crosses block boundaries mid-chunk. */
+    int32_t cuts[] = {0, 21, 70, n};
+    for (int c = 0; c < 3; c++) {
+      s.start = cuts[c];
+      s.n_total = cuts[c + 1];
+      forward_batch(&f, &s, 1, out + (size_t)cuts[c] * (size_t)vocab);
+    }
+    if (pass == 0) a = out;
+    else b = out;
+    free(toks);
+    fixture_close(&f);
+  }
+  CHECK_ERR("paged vs one block", rel_err_ff(a, b, (size_t)n * (size_t)vocab), 1e-5);
+  free(a);
+  free(b);
+  free(p);
+}
+
+static void test_prefix_cache_hit_equals_cold(void) {
+  char *p = make_model("prefix", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 "
+                                 "--vocab 384 --ctx 512 --type f32 --seed 41");
+  model_fixture f;
+  fixture_open(&f, p, 16, WEIR_DTYPE_F32);
+  const int32_t vocab = weir_llama_hparams_get(f.model)->n_vocab;
+  int32_t *shared = random_tokens(70, vocab, 9);
+  int32_t *other = random_tokens(70, vocab, 9);
+  for (int i = 50; i < 70; i++) other[i] = (other[i] + 1 + i) % vocab; /* diverge at 50 */
+
+  /* Warm: the first sequence computes and registers its full blocks. */
+  seq_run a = {.tokens = shared, .n_total = 70};
+  CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &a.kv), 0);
+  float *la = malloc(sizeof(float) * 70 * (size_t)vocab);
+  forward_batch(&f, &a, 1, la);
+  CU_ASSERT_EQUAL(weir_kv_seq_register(f.kv, a.kv, shared, 70), 0);
+  weir_kv_seq_free(f.kv, a.kv);
+
+  /* Hit: the second shares the first 48 tokens (three blocks). */
+  seq_run b = {.tokens = other, .n_total = 70};
+  CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &b.kv), 0);
+  int32_t cached = 0;
+  CU_ASSERT_EQUAL(weir_kv_seq_match_prefix(f.kv, b.kv, other, 70, &cached), 0);
+  WT_ASSERT_INT_EQ(cached, 48);
+  b.start = cached;
+  float *hit = malloc(sizeof(float) * 70 * (size_t)vocab);
+  forward_batch(&f, &b, 1, hit + (size_t)cached * (size_t)vocab);
+  weir_kv_seq_free(f.kv, b.kv);
+  fixture_close(&f);
+
+  /* Cold: the same tokens in a fresh model and cache. */
+  fixture_open(&f, p, 16, WEIR_DTYPE_F32);
+  seq_run c = {.tokens = other, .n_total = 70};
+  CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &c.kv), 0);
+  float *cold = malloc(sizeof(float) * 70 * (size_t)vocab);
+  forward_batch(&f, &c, 1, cold);
+  fixture_close(&f);
+  CHECK_ERR("prefix hit vs cold",
+            rel_err_ff(hit + (size_t)cached * (size_t)vocab, cold + (size_t)cached * (size_t)vocab,
+                       (size_t)(70 - cached) * (size_t)vocab),
+            1e-5);
+  free(la);
+  free(hit);
+  free(cold);
+  free(shared);
+  free(other);
+  free(p);
+}
+
+static void test_ragged_batch_equals_alone(void) {
+  char *p = make_model("ragged", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 "
+                                 "--vocab 384 --ctx 512 --type f32 --seed 51");
+  const int32_t lens[3] = {5, 17, 40};
+  model_fixture f;
+  fixture_open(&f, p, 16, WEIR_DTYPE_F32);
+  const int32_t vocab = weir_llama_hparams_get(f.model)->n_vocab;
+  int32_t *toks[3];
+  float *alone[3];
+  for (int s = 0; s < 3; s++) {
+    toks[s] = random_tokens(lens[s], vocab, 100u + (unsigned)s);
+    alone[s] = malloc(sizeof(float) * (size_t)lens[s] * (size_t)vocab);
+    seq_run r = {.tokens = toks[s], .n_total = lens[s]};
+    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &r.kv), 0);
+    forward_batch(&f, &r, 1, alone[s]);
+    weir_kv_seq_free(f.kv, r.kv);
+  }
+  /* Together, with the prefix cache off so every sequence computes everything. */
+  fixture_close(&f);
+  fixture_open(&f, p, 16, WEIR_DTYPE_F32);
+  seq_run rs[3];
+  float *all = malloc(sizeof(float) * 62 * (size_t)vocab);
+  for (int s = 0; s < 3; s++) {
+    rs[s] = (seq_run){.tokens = toks[s], .n_total = lens[s]};
+    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &rs[s].kv), 0);
+  }
+  forward_batch(&f, rs, 3, all);
+  size_t off = 0;
+  for (int s = 0; s < 3; s++) {
+    CHECK_ERR("ragged batch vs alone",
+              rel_err_ff(all + off, alone[s], (size_t)lens[s] * (size_t)vocab), 1e-5);
+    off += (size_t)lens[s] * (size_t)vocab;
+    free(toks[s]);
+    free(alone[s]);
+  }
+  fixture_close(&f);
+  free(all);
+  free(p);
+}
+
+/* ---- Through the engine ---- */
+
+typedef struct collect {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int done;
+  int32_t tokens[256];
+  int32_t n;
+  weir_finish_reason finish;
+} collect;
+
+static void on_event(void *user, const weir_gen_event *ev) {
+  collect *c = user;
+  pthread_mutex_lock(&c->lock);
+  for (int32_t i = 0; i < ev->num_tokens && c->n < 256; i++) c->tokens[c->n++] = ev->tokens[i];
+  if (ev->finish != WEIR_FINISH_NONE) {
+    c->finish = ev->finish;
+    c->done = 1;
+    pthread_cond_broadcast(&c->cond);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void wait_done(collect *c) {
+  pthread_mutex_lock(&c->lock);
+  while (!c->done) pthread_cond_wait(&c->cond, &c->lock);
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void test_greedy_deterministic(void) {
+  char *p = make_model("greedy", "--preset tiny --seed 61");
+  int32_t runs[3][256], nrun[3];
+  for (int run = 0; run < 3; run++) {
+    weir_config cfg;
+    weir_config_defaults(&cfg);
+    free(cfg.model_path);
+    cfg.model_path = strdup(p);
+    char *dirs[1] = {WT_PLUGIN_DIR};
+    cfg.plugin_dirs = dirs;
+    cfg.num_plugin_dirs = 1;
+    cfg.memory_bytes = 16 << 20;
+    weir_engine *e = NULL;
+    CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+    cfg.plugin_dirs = NULL;
+    cfg.num_plugin_dirs = 0;
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = 3 + i * 7;
+    weir_gen_request q = {.prompt = prompt,
+                          .num_prompt = 12,
+                          .max_tokens = 40,
+                          .ignore_eos = 1,
+                          .has_seed = 1,
+                          .seed = 1};
+    q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                        .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+    collect c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    /* Run 2 shares its steps with other requests: greedy output must not change. */
+    collect others[3];
+    int32_t other_prompt[30];
+    for (int i = 0; i < 30; i++) other_prompt[i] = (i * 13) % 200 + 3;
+    if (run == 2)
+      for (int k = 0; k < 3; k++) {
+        others[k] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+        weir_gen_request o = q;
+        o.prompt = other_prompt;
+        o.num_prompt = 10 + 10 * k;
+        o.sampling.temperature = 0.8f;
+        CU_ASSERT_EQUAL(weir_engine_submit(e, &o, on_event, &others[k], NULL), 0);
+      }
+    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c, NULL), 0);
+    wait_done(&c);
+    if (run == 2)
+      for (int k = 0; k < 3; k++) wait_done(&others[k]);
+    WT_ASSERT_INT_EQ(c.finish, WEIR_FINISH_LENGTH);
+    WT_ASSERT_INT_EQ(c.n, 40);
+    memcpy(runs[run], c.tokens, sizeof(int32_t) * (size_t)c.n);
+    nrun[run] = c.n;
+    weir_engine_stats st;
+    weir_engine_stats_get(e, &st);
+    WT_ASSERT_INT_EQ(st.kv_blocks_used, 0);
+    weir_engine_destroy(e);
+    weir_config_free(&cfg);
+  }
+  CU_ASSERT_EQUAL(nrun[0], nrun[1]);
+  CU_ASSERT_EQUAL(memcmp(runs[0], runs[1], sizeof(int32_t) * (size_t)nrun[0]), 0);
+  CU_ASSERT_EQUAL(memcmp(runs[0], runs[2], sizeof(int32_t) * (size_t)nrun[0]), 0);
+  free(p);
+}
+
+int main(void) {
+  g_dir = wt_mkdtemp();
+  static const wt_test tests[] = {{"f32_shapes_vs_reference", test_f32_shapes},
+                                  {"source_dtypes_vs_reference", test_source_dtypes},
+                                  {"paged_equals_contiguous", test_paged_equals_contiguous},
+                                  {"prefix_cache_hit_equals_cold", test_prefix_cache_hit_equals_cold},
+                                  {"ragged_batch_equals_alone", test_ragged_batch_equals_alone},
+                                  {"greedy_deterministic", test_greedy_deterministic},
+                                  {NULL, NULL}};
+  int rc = wt_run_suite("model", tests);
+  wt_rmtree(g_dir);
+  free(g_dir);
+  return rc;
+}
