@@ -115,6 +115,52 @@ cudaError_t weir_cuda_embed_f16(cudaStream_t stream, const void *w, const int32_
                                 float *out, int64_t n, int64_t rows, int64_t cols,
                                 int *bad_flag);
 
+/* ---- sampler.cu: the default sampler on the device -----------------------------------------
+ * Semantics are plugins/sampler/default's (see docs/cuda.md for the one ordering difference).
+ * The host fills one weir_cuda_sample_params per row and one weir_cuda_penalty entry per
+ * distinct (row, token) that suppression or a penalty touches. */
+
+#define WEIR_CUDA_PEN_SUPPRESS 1
+#define WEIR_CUDA_PEN_REPEAT 2
+
+typedef struct weir_cuda_penalty {
+  int32_t row, token, flags, count; /* count: occurrences in the output (0: none applied) */
+} weir_cuda_penalty;
+
+typedef struct weir_cuda_sample_params {
+  float inv_temp;    /* 1 / temperature (unused when greedy) */
+  float top_p, min_p;
+  float repetition_penalty, presence_penalty, frequency_penalty;
+  int32_t top_k;
+  int32_t num_logprobs; /* -1, 0, 1..20 */
+  int32_t greedy;
+  int32_t sorted;    /* candidates come sorted (top-k or top-p active) */
+  double u;          /* the row's uniform draw in [0, 1) */
+} weir_cuda_sample_params;
+
+typedef struct weir_cuda_sample_result {
+  int32_t token;
+  float logprob;
+  int32_t num_top;
+  int32_t drew;      /* 1 when the row consumed its random number */
+  int32_t top_tokens[20];
+  float top_logprobs[20];
+} weir_cuda_sample_result;
+
+/* Applies suppression and penalties in place on logits ([rows][vocab]). */
+cudaError_t weir_cuda_sample_penalties(cudaStream_t stream, float *logits, int32_t vocab,
+                                       const weir_cuda_sample_params *params,
+                                       const weir_cuda_penalty *pen, int32_t num_pen);
+/* Device workspace the sort needs for num_rows x vocab (keys, ids, CUB's temporary storage). */
+size_t weir_cuda_sample_workspace_bytes(int32_t num_rows, int32_t vocab);
+/* Sorts each row whose params.sorted is set (scaled logits, descending, ties to the lower id)
+ * and samples every row. offsets: device int32 [2 * num_rows] scratch. probs: NULL, or device
+ * [num_rows][vocab] to receive the final distribution instead of drawing. */
+cudaError_t weir_cuda_sample(cudaStream_t stream, const float *logits, int32_t num_rows,
+                             int32_t vocab, const weir_cuda_sample_params *params,
+                             int32_t any_sorted, void *workspace, size_t workspace_bytes,
+                             int32_t *offsets, weir_cuda_sample_result *results, float *probs);
+
 #ifdef __cplusplus
 }
 #endif
