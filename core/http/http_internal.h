@@ -46,6 +46,7 @@ struct weir__http_req {
   int method;                 /* llhttp_method_t */
   int http_minor;             /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
   int keep_alive;             /* the client allows the connection to be reused */
+  int expect_continue;        /* "Expect: 100-continue" */
   weir__buf url;
   weir__buf content_type;
   weir__buf authorization;

@@ -514,6 +514,8 @@ static void header_done(weir__http_conn *c) {
   const char *name = c->field.p ? c->field.p : "";
   if (!strcasecmp(name, "content-type")) dst = &r->content_type;
   else if (!strcasecmp(name, "authorization")) dst = &r->authorization;
+  else if (!strcasecmp(name, "expect"))
+    r->expect_continue = c->value.p && !strcasecmp(c->value.p, "100-continue");
   if (dst) {
     dst->len = 0;
     weir__buf_append(dst, c->value.p ? c->value.p : "", c->value.len);
@@ -550,6 +552,12 @@ static int on_headers_complete(llhttp_t *p) {
   if ((p->flags & F_CONTENT_LENGTH) &&
       (int64_t)p->content_length > c->srv->cfg->max_body_bytes)
     return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
+  /* A client waiting for permission to send its body gets it at once when nothing is queued
+   * ahead (otherwise it sends after its own short timeout). */
+  if (r->expect_continue && !c->head) {
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    conn_write(c, cont, sizeof cont - 1, NULL, 0);
+  }
   conn_set_timer(c, T_BODY);
   return 0;
 }
