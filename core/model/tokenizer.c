@@ -61,6 +61,7 @@ struct weir_tokenizer {
   int32_t byte_tok[256]; /* llama: <0xXX>; gpt2: the byte-level character's token */
   int32_t bos, eos, unk, pad;
   int add_bos, add_eos, add_space_prefix;
+  weir_pretokenizer pre;
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -307,6 +308,12 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   t->add_bos = !!spec->add_bos;
   t->add_eos = !!spec->add_eos;
   t->add_space_prefix = spec->type == WEIR_TOKENIZER_LLAMA && spec->add_space_prefix;
+  t->pre = spec->pre;
+  if (t->pre != WEIR_PRE_GPT2 && t->pre != WEIR_PRE_LLAMA3 && t->pre != WEIR_PRE_QWEN2) {
+    set_err(err, errlen, "unknown pre-tokenizer %d", (int)spec->pre);
+    rc = WEIR_E_INVAL;
+    goto fail;
+  }
 
   size_t total = 0;
   for (int32_t i = 0; i < n; i++) {
@@ -711,17 +718,90 @@ static size_t gpt2_piece(const unsigned char *s, size_t n) {
   return last;
 }
 
+static int is_crlf(const unsigned char *s) { return s[0] == '\r' || s[0] == '\n'; }
+
+static int lower_is(unsigned char c, char want) { return (c | 0x20) == want; }
+
+/* The Llama-3 split (digits = 3) and Qwen2's (digits = 1):
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}|
+ *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t llama3_piece(const unsigned char *s, size_t n, int digits) {
+  if (s[0] == '\'' && n >= 2) {
+    unsigned char a = s[1];
+    if (lower_is(a, 's') || lower_is(a, 't') || lower_is(a, 'm') || lower_is(a, 'd')) return 2;
+    if (n >= 3 && ((lower_is(a, 'r') && lower_is(s[2], 'e')) ||
+                   (lower_is(a, 'v') && lower_is(s[2], 'e')) ||
+                   (lower_is(a, 'l') && lower_is(s[2], 'l'))))
+      return 3;
+  }
+  int k0;
+  int c0 = cp_class(s, n, &k0);
+  /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+  if (c0 == CL_LETTER) return run_of(s, n, 0, CL_LETTER);
+  if (c0 != CL_NUMBER && !is_crlf(s) && (size_t)k0 < n) {
+    int k1;
+    if (cp_class(s + k0, n - (size_t)k0, &k1) == CL_LETTER) return run_of(s, n, (size_t)k0, CL_LETTER);
+  }
+  /* \p{N}{1,digits} */
+  if (c0 == CL_NUMBER) {
+    size_t i = 0;
+    for (int d = 0; d < digits && i < n; d++) {
+      int k;
+      if (cp_class(s + i, n - i, &k) != CL_NUMBER) break;
+      i += (size_t)k;
+    }
+    return i;
+  }
+  /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+  size_t i = 0;
+  if (s[0] == ' ' && n > 1) {
+    int k1;
+    if (cp_class(s + 1, n - 1, &k1) == CL_OTHER) i = 1;
+  }
+  if (i == 1 || c0 == CL_OTHER) {
+    i = run_of(s, n, i, CL_OTHER);
+    while (i < n && is_crlf(s + i)) i++;
+    return i;
+  }
+  /* Whitespace. \s*[\r\n]+ : up to the last line break of the run, if it has one. */
+  size_t e = 0, last = 0, nl_end = 0;
+  while (e < n) {
+    int k;
+    if (cp_class(s + e, n - e, &k) != CL_SPACE) break;
+    last = e;
+    if (is_crlf(s + e)) nl_end = e + 1;
+    e += (size_t)k;
+  }
+  if (nl_end) return nl_end;
+  /* \s+(?!\S) then \s+ */
+  if (e == n || last == 0) return e;
+  return last;
+}
+
+size_t weir__pretok_next(weir_pretokenizer pre, const char *text, size_t n) {
+  const unsigned char *s = (const unsigned char *)text;
+  if (pre == WEIR_PRE_LLAMA3) return llama3_piece(s, n, 3);
+  if (pre == WEIR_PRE_QWEN2) return llama3_piece(s, n, 1);
+  return gpt2_piece(s, n);
+}
+
 static int gpt2_fragment(const weir_tokenizer *t, work *w, const char *text, size_t len,
                          ivec *out) {
   const unsigned char *s = (const unsigned char *)text;
   size_t i = 0;
   while (i < len) {
-    size_t k = gpt2_piece(s + i, len - i);
+    size_t k = weir__pretok_next(t->pre, text + i, len - i);
     int rc = bpe_word(t, w, s + i, k, out);
     if (rc) return rc;
     i += k;
   }
   return 0;
+}
+
+static uint32_t window_hash(const char *p) {
+  uint32_t x;
+  memcpy(&x, p, 4);
+  return (x * 2654435761u) >> 16;
 }
 
 typedef struct frag {
@@ -737,11 +817,28 @@ static int partition(const weir_tokenizer *t, const char *text, size_t len, int 
   frag *f = malloc(cap * sizeof *f);
   if (!f) return WEIR_E_NOMEM;
   f[0] = (frag){0, len, -1};
+  /* Vocabularies carry hundreds of special tokens (Llama-3 reserves 256) and each search
+   * scans the text. A bitmap of the text's 4-byte windows lets the tokens that cannot
+   * occur be skipped without a scan. */
+  uint64_t *seen = NULL;
+  if (t->n_specials > 8 && len >= 4) {
+    seen = calloc(1024, sizeof *seen); /* 65536 bits */
+    if (seen)
+      for (size_t i = 0; i + 4 <= len; i++) {
+        uint32_t h = window_hash(text + i);
+        seen[h >> 6] |= 1ull << (h & 63);
+      }
+  }
   for (int32_t k = 0; k < t->n_specials; k++) {
     int32_t id = t->specials[k];
     if (!parse_special && t->types[id] != WEIR_TOKEN_USER_DEFINED) continue;
     size_t sl;
     const char *st = tok_text(t, id, &sl);
+    if (sl > len) continue;
+    if (seen && sl >= 4) {
+      uint32_t h = window_hash(st);
+      if (!(seen[h >> 6] & (1ull << (h & 63)))) continue;
+    }
     for (size_t j = 0; j < n; j++) {
       if (f[j].id >= 0 || f[j].len < sl) continue;
       const char *p = memmem(text + f[j].start, f[j].len, st, sl);
@@ -753,6 +850,7 @@ static int partition(const weir_tokenizer *t, const char *text, size_t len, int 
         frag *nf = realloc(f, cap * sizeof *nf);
         if (!nf) {
           free(f);
+          free(seen);
           return WEIR_E_NOMEM;
         }
         f = nf;
@@ -770,6 +868,7 @@ static int partition(const weir_tokenizer *t, const char *text, size_t len, int 
       j = p2 - 2; /* the loop's j++ lands on `after` (or past the token) */
     }
   }
+  free(seen);
   *frags = f;
   *nfrags = n;
   return 0;

@@ -29,6 +29,16 @@ typedef enum weir_tokenizer_type {
                                (GGUF tokenizer.ggml.model "gpt2") */
 } weir_tokenizer_type;
 
+/* The split a gpt2 tokenizer applies before merging (GGUF tokenizer.ggml.pre). */
+typedef enum weir_pretokenizer {
+  WEIR_PRE_GPT2 = 0,   /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+                          ("gpt2", "gpt-2", "default", absent, and anything unknown) */
+  WEIR_PRE_LLAMA3 = 1, /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+                          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+                          ("llama3", "llama-bpe", "llama-v3", "smaug-bpe") */
+  WEIR_PRE_QWEN2 = 2,  /* the Llama-3 split with single digits (\p{N} for \p{N}{1,3}) ("qwen2") */
+} weir_pretokenizer;
+
 /* Token types, numbered as GGUF's tokenizer.ggml.token_type (and SentencePiece) do. */
 typedef enum weir_token_type {
   WEIR_TOKEN_NORMAL = 1,
@@ -60,6 +70,7 @@ typedef struct weir_tokenizer_spec {
   int add_eos;                    /* append eos_id when encoding with add_special */
   int add_space_prefix;           /* llama: prepend ▁ to text (SentencePiece's
                                      add_dummy_prefix); ignored for gpt2 */
+  weir_pretokenizer pre;          /* gpt2: how text is split before merging */
 } weir_tokenizer_spec;
 
 /* Fills the defaults: every id -1, add_bos/add_eos 0, add_space_prefix 1. */
@@ -163,6 +174,10 @@ int weir_detok_feed(weir_detok *d, int32_t id, const char **text, size_t *len);
  * the object can be reused for a new stream. */
 int weir_detok_flush(weir_detok *d, const char **text, size_t *len);
 void weir_detok_free(weir_detok *d);
+
+/* Internal, for tests: the length in bytes of the first piece `pre` splits s[0..n) into
+ * (n > 0). */
+size_t weir__pretok_next(weir_pretokenizer pre, const char *s, size_t n);
 
 #ifdef __cplusplus
 }

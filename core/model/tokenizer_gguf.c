@@ -104,6 +104,21 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
     return WEIR_E_NOTSUP;
   }
 
+  /* The split before merging. Unknown names fall back to GPT-2's split: tokens stay valid
+   * and decode exactly, only some boundaries may differ from the model's own tokenizer. */
+  weir_gguf_str pre;
+  if (spec.type == WEIR_TOKENIZER_GPT2 && weir_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0) {
+    static const struct {
+      const char *name;
+      weir_pretokenizer pre;
+    } k_pre[] = {{"llama3", WEIR_PRE_LLAMA3}, {"llama-bpe", WEIR_PRE_LLAMA3},
+                 {"llama-v3", WEIR_PRE_LLAMA3}, {"smaug-bpe", WEIR_PRE_LLAMA3},
+                 {"qwen2", WEIR_PRE_QWEN2}};
+    for (size_t i = 0; i < sizeof k_pre / sizeof k_pre[0]; i++)
+      if (pre.len == strlen(k_pre[i].name) && memcmp(pre.ptr, k_pre[i].name, pre.len) == 0)
+        spec.pre = k_pre[i].pre;
+  }
+
   weir_gguf_arr toks;
   if ((rc = get_str_arr(g, "tokenizer.ggml.tokens", -1, &toks, err, errlen))) return rc;
   int32_t n = (int32_t)toks.n;

@@ -218,3 +218,40 @@ void fx_cases_free(fx_case *c, int n) {
   }
   free(c);
 }
+
+int fx_splits(fx_split **out) {
+  int n;
+  char **lines = read_lines(FX_DIR "splits.tsv", &n);
+  if (!lines) return -1;
+  fx_split *c = calloc((size_t)n, sizeof *c);
+  for (int i = 0; i < n; i++) {
+    char *f[3];
+    size_t len[3];
+    if (split_tabs(lines[i], f, len, 3) != 3) abort();
+    c[i].pre = strcmp(f[0], "llama3") == 0 ? WEIR_PRE_LLAMA3
+               : strcmp(f[0], "qwen2") == 0 ? WEIR_PRE_QWEN2 : WEIR_PRE_GPT2;
+    c[i].text_len = unescape(f[1], len[1]);
+    c[i].text = malloc(c[i].text_len + 1);
+    memcpy(c[i].text, f[1], c[i].text_len);
+    c[i].text[c[i].text_len] = '\0';
+    c[i].lens = malloc((len[2] + 1) * sizeof *c[i].lens);
+    char *p = f[2], *e;
+    for (;;) {
+      long v = strtol(p, &e, 10);
+      if (e == p) break;
+      c[i].lens[c[i].n++] = (size_t)v;
+      p = e;
+    }
+  }
+  free_lines(lines, n);
+  *out = c;
+  return n;
+}
+
+void fx_splits_free(fx_split *s, int n) {
+  for (int i = 0; i < n; i++) {
+    free(s[i].text);
+    free(s[i].lens);
+  }
+  free(s);
+}

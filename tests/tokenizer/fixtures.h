@@ -25,4 +25,16 @@ weir_tokenizer *fx_gpt2(void);
 int fx_cases(const char *name, fx_case **out);
 void fx_cases_free(fx_case *c, int n);
 
+typedef struct fx_split {
+  weir_pretokenizer pre;
+  char *text;
+  size_t text_len;
+  size_t *lens; /* byte length of each piece */
+  size_t n;
+} fx_split;
+
+/* Reads splits.tsv; returns the number of cases (or -1). */
+int fx_splits(fx_split **out);
+void fx_splits_free(fx_split *s, int n);
+
 #endif

@@ -151,6 +151,34 @@ static void test_llama_bos_and_byte_fallback(void) {
   free(ids);
 }
 
+/* The hand-written pre-tokenizers split exactly as node's regex engine does. */
+static void test_pretokenizer_splits(void) {
+  fx_split *c;
+  int n = fx_splits(&c);
+  CU_ASSERT_FATAL(n > 100);
+  static const char *names[3] = {"gpt2", "llama3", "qwen2"};
+  for (int i = 0; i < n; i++) {
+    size_t pos = 0, k = 0;
+    int ok = 1;
+    while (pos < c[i].text_len) {
+      size_t len = weir__pretok_next(c[i].pre, c[i].text + pos, c[i].text_len - pos);
+      if (k >= c[i].n || len != c[i].lens[k] || len == 0) {
+        ok = 0;
+        break;
+      }
+      pos += len;
+      k++;
+    }
+    if (!ok || k != c[i].n) {
+      fprintf(stderr, "\n  %s split of \"%s\" differs at piece %zu (byte %zu)\n",
+              names[c[i].pre], c[i].text, k, pos);
+      ok = 0;
+    }
+    CU_ASSERT(ok);
+  }
+  fx_splits_free(c, n);
+}
+
 /* ---- special tokens ---- */
 
 static int contains(const int32_t *ids, size_t n, int32_t id) {
@@ -200,6 +228,60 @@ static void test_special_tokens(void) {
   WT_ASSERT_INT_EQ(weir_tokenizer_encode(g_llama, "x<|tool|", 8, WEIR_ENCODE_PARSE_SPECIAL, &ids, &n), 0);
   CU_ASSERT(!contains(ids, n, tool));
   free(ids);
+}
+
+/* Hundreds of control tokens (as Llama-3 reserves): each one in the text is found, in
+ * order, short ones included, and near-misses are left as text. */
+static void test_many_specials(void) {
+  enum { NB = 256, NS = 300 };
+  weir_tok_str toks[NB + 2 + NS];
+  int32_t types[NB + 2 + NS];
+  float scores[NB + 2 + NS] = {0};
+  char *owned[NB + 2 + NS] = {0};
+  int32_t n = 0;
+  for (int b = 0; b < NB; b++, n++) {
+    owned[n] = wt_strf("<0x%02X>", b);
+    types[n] = WEIR_TOKEN_BYTE;
+  }
+  owned[n] = wt_strf("\xE2\x96\x81");
+  types[n++] = WEIR_TOKEN_NORMAL;
+  owned[n] = wt_strf("<x>");
+  types[n++] = WEIR_TOKEN_CONTROL;
+  for (int k = 0; k < NS; k++, n++) {
+    owned[n] = wt_strf("<|r_%d|>", k);
+    types[n] = WEIR_TOKEN_CONTROL;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    toks[i].ptr = owned[i];
+    toks[i].len = strlen(owned[i]);
+  }
+  weir_tokenizer_spec spec;
+  weir_tokenizer_spec_init(&spec, WEIR_TOKENIZER_LLAMA);
+  spec.n_tokens = n;
+  spec.tokens = toks;
+  spec.scores = scores;
+  spec.token_types = types;
+  weir_tokenizer *t = NULL;
+  WT_ASSERT_INT_EQ(weir_tokenizer_create(&spec, &t, NULL, 0), 0);
+  CU_ASSERT_FATAL(t != NULL);
+  const char *text = "a<|r_7|>b<|r_250|><|r_25|> <x><|r_9 <|r_299|";
+  int32_t *ids;
+  size_t nids;
+  WT_ASSERT_INT_EQ(weir_tokenizer_encode(t, text, strlen(text), WEIR_ENCODE_PARSE_SPECIAL, &ids, &nids), 0);
+  int32_t want[4] = {NB + 2 + 7, NB + 2 + 250, NB + 2 + 25, NB + 1};
+  int32_t got[8];
+  size_t ng = 0;
+  for (size_t i = 0; i < nids; i++)
+    if (weir_tokenizer_token_type(t, ids[i]) == WEIR_TOKEN_CONTROL && ng < 8) got[ng++] = ids[i];
+  CU_ASSERT(ng == 4 && memcmp(got, want, sizeof want) == 0);
+  char *dec;
+  WT_ASSERT_INT_EQ(weir_tokenizer_decode(t, ids, nids, 0, &dec, NULL), 0);
+  /* As in llama.cpp, text after a control token gets the dummy-prefix space too. */
+  CU_ASSERT_STRING_EQUAL(dec, "a<|r_7|> b<|r_250|><|r_25|>  <x> <|r_9 <|r_299|");
+  free(dec);
+  free(ids);
+  weir_tokenizer_free(t);
+  for (int32_t i = 0; i < n; i++) free(owned[i]);
 }
 
 /* ---- round trips and streaming ---- */
@@ -479,7 +561,9 @@ int main(void) {
       {"llama_matches_sentencepiece", test_llama_matches_sentencepiece},
       {"gpt2_matches_reference", test_gpt2_matches_reference},
       {"llama_bos_and_byte_fallback", test_llama_bos_and_byte_fallback},
+      {"pretokenizer_splits", test_pretokenizer_splits},
       {"special_tokens", test_special_tokens},
+      {"many_specials", test_many_specials},
       {"roundtrip_llama", test_roundtrip_llama},
       {"roundtrip_gpt2", test_roundtrip_gpt2},
       {"detok_streaming", test_detok_streaming},

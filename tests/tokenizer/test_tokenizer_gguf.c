@@ -55,6 +55,7 @@ enum {
   F_NO_MERGES = 1 << 5,
   F_NO_SCORES = 1 << 6,
   F_BOS_STRING = 1 << 7,
+  F_PRE_QWEN2 = 1 << 8,
 };
 
 static weir_gguf *write_and_open(const char *dir, const char *model, const weir_tokenizer *t,
@@ -65,6 +66,8 @@ static weir_gguf *write_and_open(const char *dir, const char *model, const weir_
   if (!(faults & F_NO_MODEL))
     weir_gguf_add_str(w, "tokenizer.ggml.model", faults & F_BAD_MODEL ? "bert" : model);
   weir_gguf_add_arr_str(w, "tokenizer.ggml.tokens", v.toks, v.lens, (uint64_t)v.n);
+  if (strcmp(model, "gpt2") == 0)
+    weir_gguf_add_str(w, "tokenizer.ggml.pre", faults & F_PRE_QWEN2 ? "qwen2" : "gpt-2");
   if (!(faults & F_NO_SCORES))
     weir_gguf_add_arr(w, "tokenizer.ggml.scores", WEIR_GGUF_F32, v.scores,
                       (uint64_t)v.n - (faults & F_SHORT_SCORES ? 1 : 0));
@@ -165,6 +168,35 @@ static void test_gpt2_from_gguf(void) {
   free(dir);
 }
 
+/* tokenizer.ggml.pre selects the split: Qwen2 takes digits one at a time. */
+static void test_pre_from_gguf(void) {
+  char *dir = wt_mkdtemp();
+  weir_tokenizer *ref = fx_gpt2();
+  weir_gguf *g = write_and_open(dir, "gpt2", ref,
+                                WT_SOURCE_DIR "/tests/tokenizer/fixtures/gpt2_merges.txt",
+                                F_PRE_QWEN2);
+  weir_tokenizer *t = NULL;
+  WT_ASSERT_INT_EQ(weir_tokenizer_from_gguf(g, &t, NULL, 0), 0);
+  CU_ASSERT_FATAL(t != NULL);
+  const char *digits = "2026-11-22 1,000,000";
+  int32_t *a, *b;
+  size_t na, nb;
+  WT_ASSERT_INT_EQ(weir_tokenizer_encode(ref, digits, strlen(digits), 0, &a, &na), 0);
+  WT_ASSERT_INT_EQ(weir_tokenizer_encode(t, digits, strlen(digits), 0, &b, &nb), 0);
+  /* GPT-2 merges digit runs; Qwen2's split leaves one token per digit. */
+  size_t ndigits = 0;
+  for (const char *p = digits; *p; p++) ndigits += *p >= '0' && *p <= '9';
+  CU_ASSERT(na < ndigits);
+  CU_ASSERT(nb >= ndigits);
+  free(a);
+  free(b);
+  weir_tokenizer_free(t);
+  weir_gguf_close(g);
+  weir_tokenizer_free(ref);
+  wt_rmtree(dir);
+  free(dir);
+}
+
 static void expect_refused(const char *model, int faults, int want_rc, const char *msg) {
   char *dir = wt_mkdtemp();
   int gpt2 = strcmp(model, "gpt2") == 0;
@@ -197,6 +229,7 @@ static void test_refusals(void) {
 int main(void) {
   static const wt_test tests[] = {{"llama_from_gguf", test_llama_from_gguf},
                                   {"gpt2_from_gguf", test_gpt2_from_gguf},
+                                  {"pre_from_gguf", test_pre_from_gguf},
                                   {"refusals", test_refusals},
                                   {NULL, NULL}};
   return wt_run_suite("tokenizer_gguf", tests);
