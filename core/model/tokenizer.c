@@ -629,6 +629,7 @@ static int bpe_try_pair(const weir_tokenizer *t, work *w, int32_t l, int32_t r) 
 
 static int bpe_word(const weir_tokenizer *t, work *w, const unsigned char *s, size_t len,
                     ivec *out) {
+  if (len > INT32_MAX) return WEIR_E_INVAL; /* symbol links are 32-bit */
   if (syms_reserve(w, len)) return WEIR_E_NOMEM;
   for (size_t i = 0; i < len; i++) {
     sym *y = &w->syms[i];
