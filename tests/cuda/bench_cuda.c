@@ -1,0 +1,410 @@
+/* weir_cuda_bench: end-to-end speed of the CUDA plugins on a Llama-shaped model with random
+ * f16 weights (TinyLlama 1.1B's shape by default), driven exactly as the engine drives them:
+ * embed, per layer RMSNorm / Q K V / RoPE / paged attention / O / residual / RMSNorm / gate up /
+ * SwiGLU / down / residual, final norm, LM head, greedy sampling on the device.
+ *
+ * Reports, for the GPU it runs on:
+ *   - device-to-device copy bandwidth (bytes read + written per second): the memory ceiling;
+ *   - batch-1 decode tokens/s, with and without a step graph, and its fraction of the memory
+ *     roofline (weight + KV bytes per token / copy bandwidth);
+ *   - decode tokens/s at larger batches (plugins only, no HTTP);
+ *   - prefill tokens/s for one prompt of --prefill tokens.
+ * Prints a table and, with --json FILE, writes the numbers. Exits 77 without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_host.h"
+
+typedef struct shape {
+  int dim, layers, heads, kv_heads, ffn, vocab;
+} shape;
+
+typedef struct layer {
+  float *attn_norm, *ffn_norm;
+  void *wq, *wk, *wv, *wo, *wg, *wu, *wd;
+} layer;
+
+static shape S;
+static int HD;
+static ch_plugin P_attn, P_quant, P_samp;
+#define DEV CH_DEV
+#define DS ch_dev.self
+#define ATT ((const weir_attention_ops *)P_attn.ops)
+#define QNT ((const weir_quant_ops *)P_quant.ops)
+#define SMP ((const weir_sampler_ops *)P_samp.ops)
+
+static layer *L;
+static void *tok_embd, *out_w;
+static float *out_norm;
+static size_t weight_bytes_per_token; /* every matmul weight, read once per decode step */
+
+/* Activations for up to max_tokens tokens. */
+static float *x, *h, *q, *k, *v, *att, *g, *u, *hl, *logits;
+static int32_t *d_tokens, *d_pos, *d_rows, *d_qsl, *d_ctx, *d_bt, *d_slots;
+static void *kv_pool;
+static weir_attn_shape ashape;
+static size_t block_bytes;
+static int32_t num_blocks, max_blocks_per_seq;
+
+#define CHECK(call)                                                                      \
+  do {                                                                                   \
+    int rc_ = (call);                                                                    \
+    if (rc_ != WEIR_OK) {                                                                \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, weir_strerror(rc_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+static uint16_t *rand_f16;
+
+static void *pack_random(int64_t in, int64_t out) {
+  weir_tensor t = {.data = rand_f16, .dtype = WEIR_DTYPE_F16, .ndim = 2, .ne = {in, out, 1, 1},
+                   .nb = {2, (size_t)in * 2, 0, 0}};
+  weir_quant_pack_args a = {.struct_size = sizeof a, .src = &t, .name = "bench"};
+  void *w = NULL;
+  CHECK(QNT->pack(P_quant.self, &a, &w));
+  return w;
+}
+
+static float *dev_vec(int64_t n, float lo, float hi) {
+  float *hbuf = malloc((size_t)n * 4);
+  ch_fill_uniform(hbuf, (size_t)n, lo, hi);
+  float *d = ch_dalloc((size_t)n * 4);
+  ch_h2d(d, hbuf, (size_t)n * 4);
+  free(hbuf);
+  return d;
+}
+
+static void build_model(int max_tokens, int max_seqs, int max_ctx) {
+  const int64_t big = (int64_t)S.vocab * S.dim > (int64_t)S.ffn * S.dim
+                          ? (int64_t)S.vocab * S.dim : (int64_t)S.ffn * S.dim;
+  rand_f16 = malloc((size_t)big * 2);
+  for (int64_t i = 0; i < big; i++) rand_f16[i] = ch_f32_to_f16(ch_uniform(-0.02f, 0.02f));
+  const int kvd = S.kv_heads * HD;
+  L = calloc((size_t)S.layers, sizeof *L);
+  for (int l = 0; l < S.layers; l++) {
+    L[l].attn_norm = dev_vec(S.dim, 0.9f, 1.1f);
+    L[l].ffn_norm = dev_vec(S.dim, 0.9f, 1.1f);
+    L[l].wq = pack_random(S.dim, S.dim);
+    L[l].wk = pack_random(S.dim, kvd);
+    L[l].wv = pack_random(S.dim, kvd);
+    L[l].wo = pack_random(S.dim, S.dim);
+    L[l].wg = pack_random(S.dim, S.ffn);
+    L[l].wu = pack_random(S.dim, S.ffn);
+    L[l].wd = pack_random(S.ffn, S.dim);
+    void *ws[] = {L[l].wq, L[l].wk, L[l].wv, L[l].wo, L[l].wg, L[l].wu, L[l].wd};
+    for (int i = 0; i < 7; i++) weight_bytes_per_token += QNT->weight_bytes(P_quant.self, ws[i]);
+  }
+  tok_embd = pack_random(S.dim, S.vocab);
+  out_w = pack_random(S.dim, S.vocab);
+  weight_bytes_per_token += QNT->weight_bytes(P_quant.self, out_w);
+  out_norm = dev_vec(S.dim, 0.9f, 1.1f);
+  free(rand_f16);
+
+  const size_t T = (size_t)max_tokens;
+  x = ch_dalloc(T * S.dim * 4);
+  h = ch_dalloc(T * S.dim * 4);
+  q = ch_dalloc(T * S.dim * 4);
+  k = ch_dalloc(T * kvd * 4);
+  v = ch_dalloc(T * kvd * 4);
+  att = ch_dalloc(T * S.dim * 4);
+  g = ch_dalloc(T * S.ffn * 4);
+  u = ch_dalloc(T * S.ffn * 4);
+  hl = ch_dalloc((size_t)max_seqs * S.dim * 4);
+  logits = ch_dalloc((size_t)max_seqs * S.vocab * 4);
+  d_tokens = ch_dalloc(T * 4);
+  d_pos = ch_dalloc(T * 4);
+  d_slots = ch_dalloc(T * 4);
+  d_rows = ch_dalloc((size_t)max_seqs * 4);
+  d_qsl = ch_dalloc((size_t)(max_seqs + 1) * 4);
+  d_ctx = ch_dalloc((size_t)max_seqs * 4);
+  max_blocks_per_seq = (max_ctx + 15) / 16;
+  d_bt = ch_dalloc((size_t)max_seqs * max_blocks_per_seq * 4);
+
+  ashape = (weir_attn_shape){.struct_size = sizeof ashape, .n_layers = S.layers,
+                             .n_heads = S.heads, .n_kv_heads = S.kv_heads, .head_dim = HD,
+                             .block_size = 16, .kv_dtype = WEIR_DTYPE_F16,
+                             .scale = 1.0f / sqrtf((float)HD)};
+  block_bytes = ATT->block_bytes(P_attn.self, &ashape);
+  num_blocks = max_seqs * max_blocks_per_seq;
+  kv_pool = ch_dalloc(block_bytes * (size_t)num_blocks * S.layers);
+  CHECK(DEV->memset(DS, kv_pool, 0x2A, block_bytes * (size_t)num_blocks * S.layers));
+}
+
+/* A batch: n_seqs sequences each adding q_len tokens at the end of a context of ctx. */
+typedef struct batch {
+  int n_seqs, q_len, ctx, n_tokens;
+  int32_t *qsl, *ctxs, *bt, *slots, *pos, *tokens, *rows;
+  weir_attn_batch ab;
+} batch;
+
+static void batch_make(batch *b, int n_seqs, int q_len, int ctx) {
+  memset(b, 0, sizeof *b);
+  b->n_seqs = n_seqs;
+  b->q_len = q_len;
+  b->ctx = ctx;
+  b->n_tokens = n_seqs * q_len;
+  b->qsl = calloc((size_t)n_seqs + 1, 4);
+  b->ctxs = calloc((size_t)n_seqs, 4);
+  b->bt = calloc((size_t)n_seqs * max_blocks_per_seq, 4);
+  b->slots = calloc((size_t)b->n_tokens, 4);
+  b->pos = calloc((size_t)b->n_tokens, 4);
+  b->tokens = calloc((size_t)b->n_tokens, 4);
+  b->rows = calloc((size_t)n_seqs, 4);
+  for (int s = 0; s < n_seqs; s++) {
+    b->qsl[s + 1] = b->qsl[s] + q_len;
+    b->ctxs[s] = ctx;
+    b->rows[s] = b->qsl[s + 1] - 1;
+    for (int j = 0; j < max_blocks_per_seq; j++)
+      b->bt[s * max_blocks_per_seq + j] = s * max_blocks_per_seq + j;
+    for (int i = 0; i < q_len; i++) {
+      int t = b->qsl[s] + i, p = ctx - q_len + i;
+      b->pos[t] = p;
+      b->slots[t] = b->bt[s * max_blocks_per_seq + p / 16] * 16 + p % 16;
+      b->tokens[t] = (int32_t)(ch_rand_u32() % (uint32_t)S.vocab);
+    }
+  }
+  CHECK(DEV->copy_h2d(DS, d_qsl, b->qsl, (size_t)(n_seqs + 1) * 4));
+  CHECK(DEV->copy_h2d(DS, d_ctx, b->ctxs, (size_t)n_seqs * 4));
+  CHECK(DEV->copy_h2d(DS, d_bt, b->bt, (size_t)n_seqs * max_blocks_per_seq * 4));
+  CHECK(DEV->copy_h2d(DS, d_slots, b->slots, (size_t)b->n_tokens * 4));
+  CHECK(DEV->copy_h2d(DS, d_pos, b->pos, (size_t)b->n_tokens * 4));
+  CHECK(DEV->copy_h2d(DS, d_tokens, b->tokens, (size_t)b->n_tokens * 4));
+  CHECK(DEV->copy_h2d(DS, d_rows, b->rows, (size_t)n_seqs * 4));
+  CHECK(DEV->synchronize(DS));
+  b->ab = (weir_attn_batch){.struct_size = sizeof b->ab, .num_seqs = n_seqs,
+                            .num_tokens = b->n_tokens, .query_start_loc = d_qsl,
+                            .context_lens = d_ctx, .block_tables = d_bt,
+                            .max_blocks_per_seq = max_blocks_per_seq, .slot_mapping = d_slots,
+                            .max_query_len = q_len, .max_context_len = ctx,
+                            .query_start_loc_host = b->qsl, .context_lens_host = b->ctxs,
+                            .block_tables_host = b->bt, .slot_mapping_host = b->slots};
+}
+
+static void batch_free(batch *b) {
+  free(b->qsl);
+  free(b->ctxs);
+  free(b->bt);
+  free(b->slots);
+  free(b->pos);
+  free(b->tokens);
+  free(b->rows);
+}
+
+/* One forward pass up to the logits of each sequence's last token. */
+static void forward(const batch *b) {
+  const int64_t nt = b->n_tokens;
+  const int kvd = S.kv_heads * HD;
+  CHECK(QNT->embed(P_quant.self, tok_embd, d_tokens, x, nt));
+  for (int l = 0; l < S.layers; l++) {
+    weir_kv_view view = {.base = (char *)kv_pool + (size_t)l * num_blocks * block_bytes,
+                         .block_bytes = block_bytes, .num_blocks = num_blocks};
+    CHECK(DEV->rms_norm(DS, h, x, L[l].attn_norm, nt, S.dim, 1e-5f));
+    CHECK(QNT->matmul(P_quant.self, L[l].wq, h, q, nt));
+    CHECK(QNT->matmul(P_quant.self, L[l].wk, h, k, nt));
+    CHECK(QNT->matmul(P_quant.self, L[l].wv, h, v, nt));
+    CHECK(DEV->rope(DS, q, d_pos, nt, S.heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
+    CHECK(DEV->rope(DS, k, d_pos, nt, S.kv_heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
+    CHECK(ATT->forward(P_attn.self, &ashape, &b->ab, &view, q, k, v, att));
+    CHECK(QNT->matmul(P_quant.self, L[l].wo, att, h, nt));
+    CHECK(DEV->add(DS, x, x, h, nt * S.dim));
+    CHECK(DEV->rms_norm(DS, h, x, L[l].ffn_norm, nt, S.dim, 1e-5f));
+    CHECK(QNT->matmul(P_quant.self, L[l].wg, h, g, nt));
+    CHECK(QNT->matmul(P_quant.self, L[l].wu, h, u, nt));
+    CHECK(DEV->swiglu(DS, g, g, u, nt * S.ffn));
+    CHECK(QNT->matmul(P_quant.self, L[l].wd, g, h, nt));
+    CHECK(DEV->add(DS, x, x, h, nt * S.dim));
+    (void)kvd;
+  }
+  CHECK(DEV->get_rows(DS, hl, x, d_rows, b->n_seqs, S.dim));
+  CHECK(DEV->rms_norm(DS, hl, hl, out_norm, b->n_seqs, S.dim, 1e-5f));
+  CHECK(QNT->matmul(P_quant.self, out_w, hl, logits, b->n_seqs));
+}
+
+static weir_sampling_params greedy = {.struct_size = sizeof greedy, .temperature = 0.0f,
+                                      .top_p = 1.0f, .repetition_penalty = 1.0f,
+                                      .num_logprobs = -1};
+
+static void sample(const batch *b, weir_sample_result *res, weir_sampling_row *rows) {
+  for (int s = 0; s < b->n_seqs; s++)
+    rows[s] = (weir_sampling_row){.params = &greedy};
+  CHECK(SMP->sample(P_samp.self, rows, b->n_seqs, logits, S.vocab, res));
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double da = *(const double *)a, db = *(const double *)b;
+  return da < db ? -1 : da > db;
+}
+
+/* Median seconds per decode step over `steps` steps (after 3 warm-up steps). */
+static double time_decode(const batch *b, int steps, int use_graph) {
+  weir_sample_result *res = calloc((size_t)b->n_seqs, sizeof *res);
+  weir_sampling_row *rows = calloc((size_t)b->n_seqs, sizeof *rows);
+  double *t = calloc((size_t)steps, sizeof *t);
+  const uint64_t key = (uint64_t)b->n_seqs;
+  for (int i = 0; i < 3; i++) {
+    forward(b);
+    sample(b, res, rows);
+  }
+  if (use_graph) {
+    CHECK(DEV->graph_begin(DS, key));
+    forward(b);
+    CHECK(DEV->graph_end(DS, key));
+  }
+  for (int i = 0; i < steps; i++) {
+    double t0 = ch_now();
+    if (use_graph) CHECK(DEV->graph_launch(DS, key));
+    else forward(b);
+    sample(b, res, rows); /* ends with the token ids on the host */
+    t[i] = ch_now() - t0;
+  }
+  qsort(t, (size_t)steps, sizeof *t, cmp_d);
+  double med = t[steps / 2];
+  free(t);
+  free(res);
+  free(rows);
+  return med;
+}
+
+static double copy_bandwidth(void) {
+  const size_t n = (size_t)1 << 30;
+  void *a = ch_dalloc(n), *b = ch_dalloc(n);
+  CHECK(DEV->memset(DS, a, 0x3C, n));
+  for (int i = 0; i < 2; i++) CHECK(DEV->copy_d2d(DS, b, a, n));
+  CHECK(DEV->synchronize(DS));
+  double best = 1e30;
+  for (int r = 0; r < 5; r++) {
+    double t0 = ch_now();
+    for (int i = 0; i < 10; i++) CHECK(DEV->copy_d2d(DS, i % 2 ? a : b, i % 2 ? b : a, n));
+    CHECK(DEV->synchronize(DS));
+    double dt = ch_now() - t0;
+    if (dt < best) best = dt;
+  }
+  ch_dfree(a);
+  ch_dfree(b);
+  return 2.0 * (double)n * 10 / best; /* read + write */
+}
+
+int main(int argc, char **argv) {
+  S = (shape){.dim = 2048, .layers = 22, .heads = 32, .kv_heads = 4, .ffn = 5632, .vocab = 32000};
+  int steps = 50, ctx = 256, prefill = 512, use_graph = 1;
+  int batches[8] = {1, 8, 32, 64}, nb = 4;
+  const char *json = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--steps") && val) steps = atoi(argv[++i]);
+    else if (!strcmp(a, "--ctx") && val) ctx = atoi(argv[++i]);
+    else if (!strcmp(a, "--prefill") && val) prefill = atoi(argv[++i]);
+    else if (!strcmp(a, "--layers") && val) S.layers = atoi(argv[++i]);
+    else if (!strcmp(a, "--json") && val) json = argv[++i];
+    else if (!strcmp(a, "--no-graph")) use_graph = 0;
+    else if (!strcmp(a, "--batches") && val) {
+      nb = 0;
+      for (char *tok = strtok(argv[++i], ","); tok && nb < 8; tok = strtok(NULL, ","))
+        batches[nb++] = atoi(tok);
+    } else {
+      fprintf(stderr, "usage: weir_cuda_bench [--steps N] [--ctx N] [--prefill N] [--layers N]"
+                      " [--batches 1,8,32,64] [--no-graph] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (steps < 1 || ctx < 2 || prefill < 1 || nb < 1) return 2;
+  HD = S.dim / S.heads;
+  ch_device_open_or_skip();
+  ch_seed_from_env(12345);
+  if (ch_plugin_open(&P_attn, "weir_attention_cuda_paged.so") != WEIR_OK ||
+      ch_plugin_open(&P_quant, "weir_quant_fp16_cuda.so") != WEIR_OK ||
+      ch_plugin_open(&P_samp, "weir_sampler_default_cuda.so") != WEIR_OK) {
+    fprintf(stderr, "a CUDA plugin failed to load\n");
+    return 1;
+  }
+  weir_device_info info = {.struct_size = sizeof info};
+  CHECK(DEV->info(DS, &info));
+  int max_b = 1;
+  for (int i = 0; i < nb; i++)
+    if (batches[i] > max_b) max_b = batches[i];
+  const int max_ctx = (ctx > prefill ? ctx : prefill) + 16;
+  const int max_tokens = max_b > prefill ? max_b : prefill;
+  double t0 = ch_now();
+  build_model(max_tokens, max_b, max_ctx);
+  printf("model: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, f16 weights %.2f GB "
+         "(built in %.1f s)\n",
+         S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, weight_bytes_per_token / 1e9,
+         ch_now() - t0);
+
+  const double bw = copy_bandwidth();
+  const double kv_bytes = (double)S.layers * ctx * 2.0 * S.kv_heads * HD * 2.0;
+  const double bytes_tok = (double)weight_bytes_per_token + kv_bytes;
+  const double roofline = bw / bytes_tok;
+
+  FILE *jf = json ? fopen(json, "w") : NULL;
+  if (jf)
+    fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": {\"dim\": %d, \"layers\": %d, "
+                "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"dtype\": "
+                "\"f16\"},\n  \"d2d_copy_GBps\": %.1f,\n  \"decode_ctx\": %d,\n"
+                "  \"bytes_per_token\": %.0f,\n  \"roofline_tokens_per_s\": %.1f,\n"
+                "  \"decode\": [",
+            info.name, S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, bw / 1e9, ctx,
+            bytes_tok, roofline);
+
+  printf("device: %s\n", info.name);
+  printf("d2d copy bandwidth: %.1f GB/s (read + write)\n", bw / 1e9);
+  printf("decode roofline at batch 1: %.1f tokens/s (%.2f GB per token at ctx %d)\n", roofline,
+         bytes_tok / 1e9, ctx);
+  printf("\n%-8s %-7s %12s %12s %10s\n", "batch", "graph", "ms/step", "tokens/s", "roofline");
+  for (int i = 0; i < nb; i++) {
+    batch b;
+    batch_make(&b, batches[i], 1, ctx);
+    for (int gr = 0; gr <= use_graph; gr++) {
+      double dt = time_decode(&b, steps, gr);
+      double tps = batches[i] / dt;
+      double frac = batches[i] == 1 ? tps / roofline : NAN;
+      printf("%-8d %-7s %12.3f %12.1f %9.1f%%\n", batches[i], gr ? "yes" : "no", dt * 1e3, tps,
+             batches[i] == 1 ? 100.0 * frac : NAN);
+      if (jf) {
+        fprintf(jf, "%s\n    {\"batch\": %d, \"graph\": %s, \"ms_per_step\": %.4f, "
+                    "\"tokens_per_s\": %.2f",
+                (i || gr) ? "," : "", batches[i], gr ? "true" : "false", dt * 1e3, tps);
+        if (batches[i] == 1) fprintf(jf, ", \"roofline_fraction\": %.4f", frac);
+        fputc('}', jf);
+      }
+    }
+    DEV->graph_reset(DS);
+    batch_free(&b);
+  }
+
+  /* Prefill: one prompt, no cached prefix. */
+  batch pb;
+  batch_make(&pb, 1, prefill, prefill);
+  weir_sample_result res;
+  weir_sampling_row row;
+  for (int i = 0; i < 2; i++) {
+    forward(&pb);
+    sample(&pb, &res, &row);
+  }
+  double *pt = calloc(10, sizeof *pt);
+  for (int i = 0; i < 10; i++) {
+    double s0 = ch_now();
+    forward(&pb);
+    sample(&pb, &res, &row);
+    pt[i] = ch_now() - s0;
+  }
+  qsort(pt, 10, sizeof *pt, cmp_d);
+  const double ptps = prefill / pt[5];
+  /* 2 flops per weight per token, plus attention's 4 * ctx/2 * dim per layer per token. */
+  const double pflops = 2.0 * (double)weight_bytes_per_token / 2.0 * prefill +
+                        4.0 * S.layers * (double)prefill * prefill / 2.0 * S.dim;
+  printf("\nprefill %d tokens: %.2f ms, %.0f tokens/s, %.1f TFLOP/s\n", prefill, pt[5] * 1e3,
+         ptps, pflops / pt[5] / 1e12);
+  if (jf) {
+    fprintf(jf, "\n  ],\n  \"prefill\": {\"tokens\": %d, \"ms\": %.3f, \"tokens_per_s\": %.1f, "
+                "\"tflops\": %.2f}\n}\n",
+            prefill, pt[5] * 1e3, ptps, pflops / pt[5] / 1e12);
+    fclose(jf);
+  }
+  free(pt);
+  batch_free(&pb);
+  return 0;
+}
