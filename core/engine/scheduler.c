@@ -290,8 +290,9 @@ void weir_sched_seq_free(weir_sched *s, weir_sched_seq *seq) {
 
 int weir_sched_commit(weir_sched *s, weir_sched_seq *seq, int32_t num_accepted,
                       const int32_t *sampled, int32_t n) {
-  if (!s || !seq || seq->state != WEIR_SEQ_RUNNING || num_accepted < 0 ||
-      num_accepted > seq->num_drafts || n < 0 || (n > 0 && !sampled))
+  /* Only a sequence whose known tokens are all computed has produced logits to sample. */
+  if (!s || !seq || seq->state != WEIR_SEQ_RUNNING || seq->num_computed != seq->num_tokens ||
+      num_accepted < 0 || num_accepted > seq->num_drafts || n < 0 || (n > 0 && !sampled))
     return WEIR_E_INVAL;
   int32_t keep = seq->num_tokens - (seq->num_drafts - num_accepted);
   int rc = seq_reserve_tokens(seq, (int64_t)keep + n);
@@ -400,9 +401,11 @@ static int schedule_running(weir_sched *s, weir_sched_seq *seq, int32_t n) {
       return 1;
     }
     if (rc != WEIR_E_NOSPACE) return rc;
+    /* Shrinking must make n strictly smaller, and every preemption removes a running
+     * sequence, so this loop always ends. */
     int64_t fit = weir_kv_seq_append_capacity(s->kv, seq->kv);
-    if (fit >= 1) {
-      n = (int32_t)(fit < n ? fit : n);
+    if (fit >= 1 && fit < n) {
+      n = (int32_t)fit;
       continue;
     }
     weir_sched_seq *victim = s->running[s->num_running - 1];

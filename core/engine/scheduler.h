@@ -213,8 +213,9 @@ int weir_sched_fill_batch(const weir_sched *s, const weir_sched_out *out,
  * scheduled drafts (dropping the rest from its tokens and its KV), clears its drafts, then
  * appends the n >= 0 sampled tokens (usually 1; none when the engine is about to finish it).
  * Also registers its newly computed full blocks in the prefix cache.
- * WEIR_E_INVAL when seq is not running or num_accepted is out of range, WEIR_E_NOMEM (then
- * nothing changed). */
+ * WEIR_E_INVAL when seq is not running, when not all its known tokens are computed (it got no
+ * logits this step, or the step was undone) or num_accepted is out of range; WEIR_E_NOMEM
+ * (then nothing changed). */
 int weir_sched_commit(weir_sched *s, weir_sched_seq *seq, int32_t num_accepted,
                       const int32_t *sampled, int32_t n);
 

@@ -289,6 +289,10 @@ static void test_mid_prefill_continues_first(void) {
   weir_sched_out o;
   WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
   WT_ASSERT_INT_EQ(o.items[0].num_new_tokens, 100);
+  /* A chunk short of the end gave no logits: nothing can be committed to it. */
+  int32_t tok = 1;
+  WT_ASSERT_INT_EQ(weir_sched_commit(e.s, a, 0, &tok, 1), WEIR_E_INVAL);
+  WT_ASSERT_INT_EQ(a->num_tokens, 300);
   weir_sched_seq *b = add(&e, 2, p, 50, 0);
   WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
   check_plan(&e, &o, 8, 100);
