@@ -463,6 +463,58 @@ static void test_greedy_deterministic(void) {
   free(p);
 }
 
+/* ---- weir generate, the real binary ---- */
+
+static void test_generate_cli(void) {
+  char *p = make_model("cli", "--preset tiny --seed 71");
+  char *out = NULL;
+  char *argv[] = {WT_WEIR, "generate", "--model", p, "--prompt", "Once upon a time", "-n", "12",
+                  "--ignore-eos", "--set", "cache.memory_bytes=8388608", NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv, &out, 60000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "generated: 12 tokens");
+  WT_ASSERT_STR_CONTAINS(out, "finish: length");
+  /* The same seed twice gives the same text (sampling at temperature 0.9). */
+  char *o1 = NULL, *o2 = NULL;
+  char *argv2[] = {WT_WEIR, "generate", "--model", p, "--prompt", "abc", "-n", "16",
+                   "--ignore-eos", "--temperature", "0.9", "--seed", "5", "--log-level", "warn",
+                   NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv2, &o1, 60000), 0);
+  WT_ASSERT_INT_EQ(wt_run(argv2, &o2, 60000), 0);
+  /* Compare the text part (everything before the figures line, which has timings). */
+  char *f1 = o1 ? strstr(o1, "prompt: ") : NULL, *f2 = o2 ? strstr(o2, "prompt: ") : NULL;
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f2);
+  CU_ASSERT_EQUAL(f1 - o1, f2 - o2);
+  CU_ASSERT_EQUAL(memcmp(o1, o2, (size_t)(f1 - o1)), 0);
+  free(o1);
+  free(o2);
+  free(out);
+  free(p);
+}
+
+static void test_generate_bad_model(void) {
+  /* A file that is not GGUF: a clear error naming the file, exit 1, no crash. */
+  char *bad = wt_strf("%s/not-a-model.gguf", g_dir);
+  CU_ASSERT_EQUAL_FATAL(wt_write_file(bad, "this is not a gguf file at all, just text", 41), 0);
+  char *out = NULL;
+  char *argv[] = {WT_WEIR, "generate", "--model", bad, "--prompt", "x", NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv, &out, 30000), 1);
+  WT_ASSERT_STR_CONTAINS(out, bad);
+  free(out);
+  char *missing = wt_strf("%s/missing.gguf", g_dir);
+  char *argv2[] = {WT_WEIR, "generate", "--model", missing, "--prompt", "x", NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv2, &out, 30000), 1);
+  WT_ASSERT_STR_CONTAINS(out, missing);
+  free(out);
+  /* A usage error is exit 2. */
+  char *argv3[] = {WT_WEIR, "generate", "--model", bad, NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv3, &out, 30000), 2);
+  WT_ASSERT_STR_CONTAINS(out, "--prompt");
+  free(out);
+  free(bad);
+  free(missing);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {{"f32_shapes_vs_reference", test_f32_shapes},
@@ -471,6 +523,8 @@ int main(void) {
                                   {"prefix_cache_hit_equals_cold", test_prefix_cache_hit_equals_cold},
                                   {"ragged_batch_equals_alone", test_ragged_batch_equals_alone},
                                   {"greedy_deterministic", test_greedy_deterministic},
+                                  {"generate_cli", test_generate_cli},
+                                  {"generate_bad_model", test_generate_bad_model},
                                   {NULL, NULL}};
   int rc = wt_run_suite("model", tests);
   wt_rmtree(g_dir);
