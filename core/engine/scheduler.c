@@ -484,9 +484,11 @@ void weir_sched_undo_step(weir_sched *s, weir_sched_out *out) {
     seq_cut(s, seq, seq->num_tokens - it->num_drafts);
     weir_kv_seq_truncate(s->kv, seq->kv, it->start);
   }
+  /* out keeps naming the items (the engine finishes those sequences next); the plan itself
+   * is over, so nothing is scheduled any more. */
   s->num_items = 0;
   s->num_copies = 0;
-  if (out) memset(out, 0, sizeof(*out));
+  (void)out;
 }
 
 int weir_sched_step(weir_sched *s, weir_sched_out *out) {

@@ -240,8 +240,9 @@ void weir_sched_seq_free(weir_sched *s, weir_sched_seq *seq);
 
 /* After a FAILED forward: rolls every item of out back (num_computed and KV length to the
  * item's start, drafts dropped) so nothing unwritten is ever registered in the prefix cache.
- * The sequences stay running; the engine normally finishes them with an error. Call before
- * any weir_sched_commit of that step. */
+ * The sequences stay running; the engine normally finishes them with an error, and out stays
+ * readable for that (out->items still names them) until the next weir_sched_step. Call
+ * before any weir_sched_commit of that step. */
 void weir_sched_undo_step(weir_sched *s, weir_sched_out *out);
 
 #endif
