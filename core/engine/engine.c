@@ -43,7 +43,6 @@ typedef struct engine_req {
   weir_sched_seq *seq;
   int32_t num_output;
   double t_arrival, t_sched, t_first, deadline;
-  int abort_requested;
   struct engine_req *next; /* incoming queue / live list link */
   struct engine_req *live_prev, *live_next;
 } engine_req;
@@ -519,7 +518,9 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
     rc = WEIR_E_CANCELED;
     goto fail_req;
   }
-  if (e->max_waiting > 0 && e->num_incoming + e->stats.num_waiting >= e->max_waiting) {
+  /* stats.num_waiting counts the scheduler's queue as of the last step plus every request
+   * submitted since (incremented below), so it bounds the whole backlog. */
+  if (e->max_waiting > 0 && e->stats.num_waiting >= e->max_waiting) {
     pthread_mutex_unlock(&e->lock);
     rc = WEIR_E_BUSY;
     goto fail_req;
