@@ -11,50 +11,147 @@
 #include <immintrin.h>
 #endif
 
+/* Per (query row, block) the work is three small kernels: scores against the block's keys
+ * (vectorised across keys, reading K transposed so one vector holds 8 or 16 scores), the
+ * exponentials (a vector exp), and the weighted sum of V rows into the accumulator. */
 typedef struct vec_ops {
-  float (*dot)(const float *a, const float *b, int32_t n);
-  void (*axpy)(float *y, float alpha, const float *x, int32_t n); /* y += alpha x */
-  void (*scal)(float *y, float alpha, int32_t n);                 /* y *= alpha */
+  /* s[j] = q . K[j] for j < n, with kt = K transposed ([hd][ldk]) */
+  void (*scores)(const float *q, const float *kt, int32_t ldk, int32_t hd, int32_t n, float *s);
+  /* s[j] = exp(s[j] - m) for j < n; returns the sum */
+  float (*exp_sum)(float *s, int32_t n, float m);
+  /* acc[d] += sum_j p[j] * v[j * ldv + d] for d < hd */
+  void (*pv)(float *acc, const float *p, const float *v, int32_t ldv, int32_t n, int32_t hd);
+  void (*scal)(float *y, float alpha, int32_t n); /* y *= alpha */
+  /* The same for 4 rows at once sharing the K / V loads (NULL: use the 1-row kernels):
+   * q, s, p, acc are 4 rows with strides ldq, lds, lds, lda. */
+  void (*scores4)(const float *q, size_t ldq, const float *kt, int32_t ldk, int32_t hd,
+                  int32_t n, float *s, size_t lds);
+  void (*pv4)(float *acc, size_t lda, const float *p, size_t lds, const float *v, int32_t ldv,
+              int32_t n, int32_t hd);
 } vec_ops;
 
-static float dot_scalar(const float *a, const float *b, int32_t n) {
-  float s[4] = {0, 0, 0, 0};
-  int32_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int j = 0; j < 4; j++) s[j] += a[i + j] * b[i + j];
-  for (; i < n; i++) s[0] += a[i] * b[i];
-  return (s[0] + s[1]) + (s[2] + s[3]);
+static void scores_scalar(const float *q, const float *kt, int32_t ldk, int32_t hd, int32_t n,
+                          float *s) {
+  for (int32_t j = 0; j < n; j++) s[j] = 0.0f;
+  for (int32_t d = 0; d < hd; d++) {
+    const float qd = q[d], *row = kt + (size_t)d * ldk;
+    for (int32_t j = 0; j < n; j++) s[j] += qd * row[j];
+  }
 }
-static void axpy_scalar(float *y, float alpha, const float *x, int32_t n) {
-  for (int32_t i = 0; i < n; i++) y[i] += alpha * x[i];
+static float exp_sum_scalar(float *s, int32_t n, float m) {
+  float sum = 0.0f;
+  for (int32_t j = 0; j < n; j++) {
+    s[j] = expf(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
+}
+static void pv_scalar(float *acc, const float *p, const float *v, int32_t ldv, int32_t n,
+                      int32_t hd) {
+  for (int32_t j = 0; j < n; j++) {
+    const float pj = p[j], *row = v + (size_t)j * ldv;
+    for (int32_t d = 0; d < hd; d++) acc[d] += pj * row[d];
+  }
 }
 static void scal_scalar(float *y, float alpha, int32_t n) {
   for (int32_t i = 0; i < n; i++) y[i] *= alpha;
 }
 
 #if WEIR_X86
-WEIR_TARGET_AVX2 static float dot_avx2(const float *a, const float *b, int32_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  s0 = _mm256_add_ps(s0, s1);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  float r = _mm_cvtss_f32(s);
-  for (; i < n; i++) r += a[i] * b[i];
-  return r;
+/* exp(x) for x <= 0 (scores minus their running max): x = n ln2 + r with |r| <= ln2/2, a
+ * degree-6 Taylor polynomial for e^r (relative error ~2e-7), times 2^n built in the
+ * exponent bits. Inputs below -87 are clamped, giving ~1e-38 instead of 0: harmless next
+ * to the row's maximum term, which is 1. */
+#define EXP_C1 1.0f
+#define EXP_C2 0.5f
+#define EXP_C3 0.16666667f
+#define EXP_C4 0.041666668f
+#define EXP_C5 0.008333334f
+#define EXP_C6 0.0013888889f
+
+WEIR_TARGET_AVX2 static inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(EXP_C6);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C5));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
-WEIR_TARGET_AVX2 static void axpy_avx2(float *y, float alpha, const float *x, int32_t n) {
-  __m256 av = _mm256_set1_ps(alpha);
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; i++) y[i] += alpha * x[i];
+
+WEIR_TARGET_AVX2 static void scores_avx2(const float *q, const float *kt, int32_t ldk,
+                                         int32_t hd, int32_t n, float *s) {
+  int32_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d++) {
+      __m256 qd = _mm256_set1_ps(q[d]);
+      a0 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + (size_t)d * ldk + j), a0);
+      a1 = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt + (size_t)d * ldk + j + 8), a1);
+    }
+    _mm256_storeu_ps(s + j, a0);
+    _mm256_storeu_ps(s + j + 8, a1);
+  }
+  /* ldk is padded to 16, so reading 8 past a short tail stays inside the row */
+  for (; j < n; j += 8) {
+    __m256 a0 = _mm256_setzero_ps();
+    for (int32_t d = 0; d < hd; d++)
+      a0 = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kt + (size_t)d * ldk + j), a0);
+    float tmp[8];
+    _mm256_storeu_ps(tmp, a0);
+    for (int32_t t = 0; t < 8 && j + t < n; t++) s[j + t] = tmp[t];
+  }
+}
+WEIR_TARGET_AVX2 static float exp_sum_avx2(float *s, int32_t n, float m) {
+  __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float tot = 0.0f, tmp[8];
+  _mm256_storeu_ps(tmp, sum);
+  for (int t = 0; t < 8; t++) tot += tmp[t];
+  if (j < n) {
+    float in[8] = {0};
+    for (int32_t t = 0; j + t < n; t++) in[t] = s[j + t];
+    _mm256_storeu_ps(tmp, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(in), mv)));
+    for (int32_t t = 0; j + t < n; t++) {
+      s[j + t] = tmp[t];
+      tot += tmp[t];
+    }
+  }
+  return tot;
+}
+WEIR_TARGET_AVX2 static void pv_avx2(float *acc, const float *p, const float *v, int32_t ldv,
+                                     int32_t n, int32_t hd) {
+  int32_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8);
+    for (int32_t j = 0; j < n; j++) {
+      __m256 pj = _mm256_set1_ps(p[j]);
+      a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + (size_t)j * ldv + d), a0);
+      a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + (size_t)j * ldv + d + 8), a1);
+    }
+    _mm256_storeu_ps(acc + d, a0);
+    _mm256_storeu_ps(acc + d + 8, a1);
+  }
+  for (; d + 8 <= hd; d += 8) {
+    __m256 a0 = _mm256_loadu_ps(acc + d);
+    for (int32_t j = 0; j < n; j++)
+      a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + (size_t)j * ldv + d), a0);
+    _mm256_storeu_ps(acc + d, a0);
+  }
+  for (; d < hd; d++)
+    for (int32_t j = 0; j < n; j++) acc[d] += p[j] * v[(size_t)j * ldv + d];
 }
 WEIR_TARGET_AVX2 static void scal_avx2(float *y, float alpha, int32_t n) {
   __m256 av = _mm256_set1_ps(alpha);
@@ -62,59 +159,224 @@ WEIR_TARGET_AVX2 static void scal_avx2(float *y, float alpha, int32_t n) {
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
   for (; i < n; i++) y[i] *= alpha;
 }
-WEIR_TARGET_AVX512 static float dot_avx512(const float *a, const float *b, int32_t n) {
-  __m512 s0 = _mm512_setzero_ps();
-  for (int32_t i = 0; i < n; i += 16) {
-    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
-  }
-  return _mm512_reduce_add_ps(s0);
+
+static inline __mmask16 tail16(int32_t left) {
+  return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
-WEIR_TARGET_AVX512 static void axpy_avx512(float *y, float alpha, const float *x, int32_t n) {
-  __m512 av = _mm512_set1_ps(alpha);
-  for (int32_t i = 0; i < n; i += 16) {
-    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-    __m512 r = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
-    _mm512_mask_storeu_ps(y + i, m, r);
+
+WEIR_TARGET_AVX512 static inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(EXP_C6);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C5));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+WEIR_TARGET_AVX512 static void scores_avx512(const float *q, const float *kt, int32_t ldk,
+                                             int32_t hd, int32_t n, float *s) {
+  for (int32_t j = 0; j < n; j += 16) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int32_t d = 0;
+    /* ldk is a multiple of 16: full-width loads stay inside the padded row */
+    for (; d + 2 <= hd; d += 2) {
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * ldk + j), a0);
+      a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]),
+                           _mm512_loadu_ps(kt + (size_t)(d + 1) * ldk + j), a1);
+    }
+    if (d < hd)
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + (size_t)d * ldk + j), a0);
+    _mm512_mask_storeu_ps(s + j, tail16(n - j), _mm512_add_ps(a0, a1));
+  }
+}
+WEIR_TARGET_AVX512 static float exp_sum_avx512(float *s, int32_t n, float m) {
+  __m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+  for (int32_t j = 0; j < n; j += 16) {
+    __mmask16 k = tail16(n - j);
+    __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+    _mm512_mask_storeu_ps(s + j, k, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+WEIR_TARGET_AVX512 static void pv_avx512(float *acc, const float *p, const float *v, int32_t ldv,
+                                         int32_t n, int32_t hd) {
+  int32_t d = 0;
+  for (; d + 32 <= hd; d += 32) {
+    __m512 a0 = _mm512_loadu_ps(acc + d), a1 = _mm512_loadu_ps(acc + d + 16);
+    for (int32_t j = 0; j < n; j++) {
+      __m512 pj = _mm512_set1_ps(p[j]);
+      a0 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + (size_t)j * ldv + d), a0);
+      a1 = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + (size_t)j * ldv + d + 16), a1);
+    }
+    _mm512_storeu_ps(acc + d, a0);
+    _mm512_storeu_ps(acc + d + 16, a1);
+  }
+  for (; d < hd; d += 16) {
+    __mmask16 k = tail16(hd - d);
+    __m512 a0 = _mm512_maskz_loadu_ps(k, acc + d);
+    for (int32_t j = 0; j < n; j++)
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(k, v + (size_t)j * ldv + d), a0);
+    _mm512_mask_storeu_ps(acc + d, k, a0);
   }
 }
 WEIR_TARGET_AVX512 static void scal_avx512(float *y, float alpha, int32_t n) {
   __m512 av = _mm512_set1_ps(alpha);
   for (int32_t i = 0; i < n; i += 16) {
-    __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, y + i)));
+    __mmask16 k = tail16(n - i);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(k, y + i)));
   }
+}
+/* 4 rows x 16 keys, two accumulators per row: 8 independent FMA chains per key vector. */
+WEIR_TARGET_AVX512 static void scores4_avx512(const float *q, size_t ldq, const float *kt,
+                                              int32_t ldk, int32_t hd, int32_t n, float *s,
+                                              size_t lds) {
+  for (int32_t j = 0; j < n; j += 16) {
+    __m512 a[4][2];
+    for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+    int32_t d = 0;
+    for (; d + 2 <= hd; d += 2) {
+      __m512 k0 = _mm512_loadu_ps(kt + (size_t)d * ldk + j);
+      __m512 k1 = _mm512_loadu_ps(kt + (size_t)(d + 1) * ldk + j);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {
+        a[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * ldq + d]), k0, a[r][0]);
+        a[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * ldq + d + 1]), k1, a[r][1]);
+      }
+    }
+    if (d < hd) {
+      __m512 k0 = _mm512_loadu_ps(kt + (size_t)d * ldk + j);
+      for (int r = 0; r < 4; r++) a[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * ldq + d]), k0, a[r][0]);
+    }
+    for (int r = 0; r < 4; r++)
+      _mm512_mask_storeu_ps(s + r * lds + j, tail16(n - j), _mm512_add_ps(a[r][0], a[r][1]));
+  }
+}
+
+/* 4 rows x 32 dims of the accumulator in 8 registers; each V vector is loaded once. */
+WEIR_TARGET_AVX512 static void pv4_avx512(float *acc, size_t lda, const float *p, size_t lds,
+                                          const float *v, int32_t ldv, int32_t n, int32_t hd) {
+  for (int32_t d = 0; d < hd; d += 32) {
+    __mmask16 k0 = tail16(hd - d), k1 = hd - d > 16 ? tail16(hd - d - 16) : 0;
+    __m512 a[4][2];
+    for (int r = 0; r < 4; r++) {
+      a[r][0] = _mm512_maskz_loadu_ps(k0, acc + r * lda + d);
+      a[r][1] = _mm512_maskz_loadu_ps(k1, acc + r * lda + d + 16);
+    }
+    for (int32_t j = 0; j < n; j++) {
+      __m512 v0 = _mm512_maskz_loadu_ps(k0, v + (size_t)j * ldv + d);
+      __m512 v1 = _mm512_maskz_loadu_ps(k1, v + (size_t)j * ldv + d + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {
+        __m512 pj = _mm512_set1_ps(p[r * lds + j]);
+        a[r][0] = _mm512_fmadd_ps(pj, v0, a[r][0]);
+        a[r][1] = _mm512_fmadd_ps(pj, v1, a[r][1]);
+      }
+    }
+    for (int r = 0; r < 4; r++) {
+      _mm512_mask_storeu_ps(acc + r * lda + d, k0, a[r][0]);
+      _mm512_mask_storeu_ps(acc + r * lda + d + 16, k1, a[r][1]);
+    }
+  }
+}
+
+/* AVX2: 4 rows x 8 keys per pass. */
+WEIR_TARGET_AVX2 static void scores4_avx2(const float *q, size_t ldq, const float *kt,
+                                          int32_t ldk, int32_t hd, int32_t n, float *s,
+                                          size_t lds) {
+  for (int32_t j = 0; j < n; j += 8) {
+    __m256 a[4][2];
+    for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    int32_t d = 0;
+    for (; d + 2 <= hd; d += 2) {
+      __m256 k0 = _mm256_loadu_ps(kt + (size_t)d * ldk + j);
+      __m256 k1 = _mm256_loadu_ps(kt + (size_t)(d + 1) * ldk + j);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {
+        a[r][0] = _mm256_fmadd_ps(_mm256_set1_ps(q[r * ldq + d]), k0, a[r][0]);
+        a[r][1] = _mm256_fmadd_ps(_mm256_set1_ps(q[r * ldq + d + 1]), k1, a[r][1]);
+      }
+    }
+    if (d < hd) {
+      __m256 k0 = _mm256_loadu_ps(kt + (size_t)d * ldk + j);
+      for (int r = 0; r < 4; r++) a[r][0] = _mm256_fmadd_ps(_mm256_set1_ps(q[r * ldq + d]), k0, a[r][0]);
+    }
+    for (int r = 0; r < 4; r++) {
+      float tmp[8];
+      _mm256_storeu_ps(tmp, _mm256_add_ps(a[r][0], a[r][1]));
+      for (int32_t t = 0; t < 8 && j + t < n; t++) s[r * lds + j + t] = tmp[t];
+    }
+  }
+}
+
+WEIR_TARGET_AVX2 static void pv4_avx2(float *acc, size_t lda, const float *p, size_t lds,
+                                      const float *v, int32_t ldv, int32_t n, int32_t hd) {
+  int32_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    __m256 a[4][2];
+    for (int r = 0; r < 4; r++) {
+      a[r][0] = _mm256_loadu_ps(acc + r * lda + d);
+      a[r][1] = _mm256_loadu_ps(acc + r * lda + d + 8);
+    }
+    for (int32_t j = 0; j < n; j++) {
+      __m256 v0 = _mm256_loadu_ps(v + (size_t)j * ldv + d);
+      __m256 v1 = _mm256_loadu_ps(v + (size_t)j * ldv + d + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; r++) {
+        __m256 pj = _mm256_set1_ps(p[r * lds + j]);
+        a[r][0] = _mm256_fmadd_ps(pj, v0, a[r][0]);
+        a[r][1] = _mm256_fmadd_ps(pj, v1, a[r][1]);
+      }
+    }
+    for (int r = 0; r < 4; r++) {
+      _mm256_storeu_ps(acc + r * lda + d, a[r][0]);
+      _mm256_storeu_ps(acc + r * lda + d + 8, a[r][1]);
+    }
+  }
+  if (d < hd)
+    for (int r = 0; r < 4; r++) pv_avx2(acc + r * lda + d, p + r * lds, v + d, ldv, n, hd - d);
 }
 #endif
 
 static vec_ops pick_ops(void) {
   switch (weir_cpu_isa()) {
 #if WEIR_X86
-  case WEIR_CPU_ISA_AVX512: return (vec_ops){dot_avx512, axpy_avx512, scal_avx512};
-  case WEIR_CPU_ISA_AVX2: return (vec_ops){dot_avx2, axpy_avx2, scal_avx2};
+  case WEIR_CPU_ISA_AVX512:
+    return (vec_ops){scores_avx512, exp_sum_avx512, pv_avx512, scal_avx512, scores4_avx512,
+                     pv4_avx512};
+  case WEIR_CPU_ISA_AVX2:
+    return (vec_ops){scores_avx2, exp_sum_avx2, pv_avx2, scal_avx2, scores4_avx2, pv4_avx2};
 #endif
-  default: return (vec_ops){dot_scalar, axpy_scalar, scal_scalar};
+  default: return (vec_ops){scores_scalar, exp_sum_scalar, pv_scalar, scal_scalar, NULL, NULL};
   }
 }
 
-/* Scratch layout, each region rounded up to 16 floats so every row stays 64-byte aligned
- * when the scratch is: kf, vf [block_size][hd16]; qs, acc [rows][hd16]; m, l [rows];
- * s [block_size]. */
+/* Scratch layout, each region rounded up to 16 floats so rows stay 64-byte aligned when the
+ * scratch is: kt [head_dim][bs16] (K transposed), vf [block_size][hd16]; qs, acc
+ * [rows][hd16]; m, l [rows]; s [4][bs16] (scores of up to 4 rows). */
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 size_t weir_attn_cpu_scratch_floats(int32_t q_len, int32_t n_group, int32_t head_dim,
                                     int32_t block_size) {
   size_t rows = (size_t)q_len * (size_t)n_group, hd = up16((size_t)head_dim);
-  return 2 * (size_t)block_size * hd + 2 * rows * hd + 2 * up16(rows) + up16((size_t)block_size);
+  size_t bs = up16((size_t)block_size);
+  return (size_t)head_dim * bs + (size_t)block_size * hd + 2 * rows * hd + 2 * up16(rows) + 4 * bs;
 }
 
 void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
   const vec_ops ops = pick_ops();
   const int32_t hd = a->head_dim, bs = a->block_size;
-  const size_t hdp = up16((size_t)hd);
+  const size_t hdp = up16((size_t)hd), bsp = up16((size_t)bs);
   const int32_t rows = a->q_len * a->n_group;
-  float *kf = a->scratch;
-  float *vf = kf + (size_t)bs * hdp;
+  float *kt = a->scratch;
+  float *vf = kt + (size_t)hd * bsp;
   float *qs = vf + (size_t)bs * hdp;
   float *acc = qs + (size_t)rows * hdp;
   float *mrow = acc + (size_t)rows * hdp;
@@ -133,6 +395,8 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
     lrow[r] = 0.0f;
     memset(acc + (size_t)r * hdp, 0, (size_t)hd * sizeof(float));
   }
+  /* Padding columns of kt are read by full-width loads; keep them finite. */
+  memset(kt, 0, (size_t)hd * bsp * sizeof(float));
 
   const int32_t last_pos = a->first_pos + a->q_len - 1;
   const int32_t n_blocks = last_pos / bs + 1;
@@ -140,52 +404,70 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
     const uint8_t *blk = a->kv_base + (size_t)a->block_table[b] * a->block_bytes;
     const int32_t tok0 = b * bs;
     const int32_t ntok = last_pos + 1 - tok0 < bs ? last_pos + 1 - tok0 : bs;
-    const float *krow, *vrow; /* row o at krow + o * kstride */
-    size_t kstride;
+    /* K transposed into kt; V as f32 rows (read in place when the cache is f32). */
+    const float *vrow;
+    size_t vstride;
+    float *tmp = s; /* one converted K row at a time; s is free until the scores */
+    for (int32_t o = 0; o < ntok; o++) {
+      const uint8_t *kp = blk + a->k_offset + o * a->token_stride;
+      const float *krow = (const float *)kp;
+      if (a->kv_f16) {
+        /* s holds at least bsp floats; convert K in pieces that fit */
+        for (int32_t d0 = 0; d0 < hd; d0 += (int32_t)bsp) {
+          int32_t len = hd - d0 < (int32_t)bsp ? hd - d0 : (int32_t)bsp;
+          weir_f16_to_f32_row((const uint16_t *)kp + d0, tmp, len);
+          for (int32_t d = 0; d < len; d++) kt[(size_t)(d0 + d) * bsp + o] = tmp[d];
+        }
+      } else {
+        for (int32_t d = 0; d < hd; d++) kt[(size_t)d * bsp + o] = krow[d];
+      }
+    }
     if (a->kv_f16) {
-      for (int32_t o = 0; o < ntok; o++) {
-        weir_f16_to_f32_row((const uint16_t *)(blk + a->k_offset + o * a->token_stride),
-                            kf + o * hdp, hd);
+      for (int32_t o = 0; o < ntok; o++)
         weir_f16_to_f32_row((const uint16_t *)(blk + a->v_offset + o * a->token_stride),
                             vf + o * hdp, hd);
-      }
-      krow = kf;
       vrow = vf;
-      kstride = hdp;
+      vstride = hdp;
     } else {
-      /* f32 rows are read in place. */
-      krow = (const float *)(blk + a->k_offset);
       vrow = (const float *)(blk + a->v_offset);
-      kstride = a->token_stride / sizeof(float);
+      vstride = a->token_stride / sizeof(float);
     }
     /* Queries before this block's first position see none of it. */
     int32_t i_first = tok0 - a->first_pos > 0 ? tok0 - a->first_pos : 0;
     for (int32_t i = i_first; i < a->q_len; i++) {
       const int32_t pos = a->first_pos + i;
       const int32_t nvalid = pos - tok0 + 1 < ntok ? pos - tok0 + 1 : ntok;
-      for (int32_t g = 0; g < a->n_group; g++) {
-        const int32_t r = i * a->n_group + g;
-        const float *qr = qs + (size_t)r * hdp;
-        float *ar = acc + (size_t)r * hdp;
-        float bm = -INFINITY;
-        for (int32_t o = 0; o < nvalid; o++) {
-          s[o] = ops.dot(qr, krow + o * kstride, hd);
-          if (s[o] > bm) bm = s[o];
-        }
-        if (bm > mrow[r]) {
-          /* New running max: rescale what was accumulated under the old one. */
-          float f = mrow[r] == -INFINITY ? 0.0f : expf(mrow[r] - bm);
-          if (f != 1.0f) {
-            ops.scal(ar, f, hd);
-            lrow[r] *= f;
+      for (int32_t g = 0; g < a->n_group;) {
+        /* Four heads of the group at once when the ISA has the 4-row kernels: they see
+         * the same keys (same query position), so K and V loads are shared. */
+        const int32_t r0 = i * a->n_group + g;
+        const int nr = ops.scores4 && a->n_group - g >= 4 ? 4 : 1;
+        if (nr == 4)
+          ops.scores4(qs + (size_t)r0 * hdp, hdp, kt, (int32_t)bsp, hd, nvalid, s, bsp);
+        else
+          ops.scores(qs + (size_t)r0 * hdp, kt, (int32_t)bsp, hd, nvalid, s);
+        for (int k = 0; k < nr; k++) {
+          const int32_t r = r0 + k;
+          float *sr = s + (size_t)k * bsp;
+          float bm = -INFINITY;
+          for (int32_t o = 0; o < nvalid; o++)
+            if (sr[o] > bm) bm = sr[o];
+          if (bm > mrow[r]) {
+            /* New running max: rescale what was accumulated under the old one. */
+            if (mrow[r] != -INFINITY) {
+              float f = expf(mrow[r] - bm);
+              ops.scal(acc + (size_t)r * hdp, f, hd);
+              lrow[r] *= f;
+            }
+            mrow[r] = bm;
           }
-          mrow[r] = bm;
+          lrow[r] += ops.exp_sum(sr, nvalid, mrow[r]);
         }
-        for (int32_t o = 0; o < nvalid; o++) {
-          float e = expf(s[o] - mrow[r]);
-          lrow[r] += e;
-          ops.axpy(ar, e, vrow + o * kstride, hd);
-        }
+        if (nr == 4)
+          ops.pv4(acc + (size_t)r0 * hdp, hdp, s, bsp, vrow, (int32_t)vstride, nvalid, hd);
+        else
+          ops.pv(acc + (size_t)r0 * hdp, s, vrow, (int32_t)vstride, nvalid, hd);
+        g += nr;
       }
     }
   }

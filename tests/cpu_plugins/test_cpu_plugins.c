@@ -258,7 +258,10 @@ static void test_device(void) {
 
 /* ================================== attention ============================================= */
 
-enum { A_LAYERS = 2, A_HEADS = 6, A_KV = 2, A_HD = 40, A_BS = 4, A_NB = 64, A_SEQS = 3 };
+/* The geometry under test: set per case by attention_case (several group sizes and block
+ * sizes, so the kernels' 4-head and 1-head paths and their tails all run). */
+enum { A_LAYERS = 2, A_NB = 64, A_SEQS = 3, A_MAXHD = 64 };
+static int A_HEADS = 6, A_KV = 2, A_HD = 40, A_BS = 4;
 #define A_QD (A_HEADS * A_HD)
 #define A_KD (A_KV * A_HD)
 
@@ -274,6 +277,7 @@ typedef struct hist {
 static void ref_attn(const hist *h, int p, int qh, int f16, double *out) {
   int kh = qh / (A_HEADS / A_KV);
   double scale = 1.0 / sqrt((double)A_HD), m = -INFINITY;
+  (void)A_MAXHD;
   double *s = malloc(sizeof(double) * (size_t)(p + 1));
   for (int j = 0; j <= p; j++) {
     double d = 0;
@@ -318,7 +322,8 @@ static int run_step(const weir_attention_ops *ops, void *self, const weir_attn_s
                     const int *pos0, const int *pos1, float *out) {
   int32_t qsl[A_SEQS + 1], ctx[A_SEQS], tables[A_SEQS * 16], slots[128];
   int nt = 0;
-  float q[128 * A_QD], k[128 * A_KD], v[128 * A_KD];
+  float *q = malloc(sizeof(float) * 128 * A_QD), *k = malloc(sizeof(float) * 128 * A_KD);
+  float *v = malloc(sizeof(float) * 128 * A_KD);
   qsl[0] = 0;
   int maxq = 0;
   for (int i = 0; i < nseq; i++) {
@@ -346,15 +351,25 @@ static int run_step(const weir_attention_ops *ops, void *self, const weir_attn_s
     b.slot_mapping_host = slots;
   }
   weir_kv_view view = layer_view(kp, layer);
-  return ops->forward(self, shape, &b, &view, q, k, v, out);
+  int rc = ops->forward(self, shape, &b, &view, q, k, v, out);
+  free(q);
+  free(k);
+  free(v);
+  return rc;
 }
 
-static void attention_case(const char *isa, weir_dtype kv_dtype) {
+static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int kv_heads,
+                           int head_dim, int block_size) {
   loaded l;
+  A_HEADS = heads;
+  A_KV = kv_heads;
+  A_HD = head_dim;
+  A_BS = block_size;
   hist h[A_SEQS] = {{.ctx = 1, .q_len = 1}, {.ctx = 19, .q_len = 7}, {.ctx = 33, .q_len = 33}};
   kvpool paged = {0}, contig = {0}, fresh = {0};
   float *out_batch = NULL, *out_alone = NULL, *out_contig = NULL, *out_full = NULL;
-  double ref[A_HD];
+  float *scratch_out = NULL;
+  double ref[A_MAXHD];
   for (int s = 0; s < A_SEQS; s++) {
     h[s].q = malloc((size_t)h[s].ctx * A_QD * 4);
     h[s].k = malloc((size_t)h[s].ctx * A_KD * 4);
@@ -408,7 +423,7 @@ static void attention_case(const char *isa, weir_dtype kv_dtype) {
   out_alone = malloc((size_t)nt * A_QD * 4);
   out_contig = malloc((size_t)nt * A_QD * 4);
   out_full = malloc((size_t)64 * A_QD * 4);
-  float scratch_out[64 * A_QD];
+  scratch_out = malloc(sizeof(float) * 64 * A_QD);
   int layer = 1;
   for (int pi = 0; pi < 2; pi++) {
     kvpool *kp = pi ? &contig : &paged;
@@ -458,11 +473,11 @@ static void attention_case(const char *isa, weir_dtype kv_dtype) {
   /* errors: a block id outside the pool; a context the table cannot hold */
   {
     int one[1] = {2};
-    int32_t saved = paged.tables[2][3];
-    paged.tables[2][3] = A_NB;
+    int32_t saved = paged.tables[2][1];
+    paged.tables[2][1] = A_NB;
     CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, &paged, layer, h, one, 1, &prefix[2], &endp[2],
                              scratch_out), WEIR_E_RANGE);
-    paged.tables[2][3] = saved;
+    paged.tables[2][1] = saved;
   }
   /* copy_blocks: every layer's block copied, the rest untouched */
   {
@@ -493,13 +508,18 @@ fail:
   free(out_alone);
   free(out_contig);
   free(out_full);
+  free(scratch_out);
   plugin_unload(&l);
 }
 
 static void test_attention(void) {
   FOR_EACH_ISA(lvl) {
-    attention_case(k_isas[lvl], WEIR_DTYPE_F32);
-    attention_case(k_isas[lvl], WEIR_DTYPE_F16);
+    /* group 3, 5 (4 + 1) and 8 (two 4s), 1 (plain MHA); blocks of 4, 16 and 5 tokens */
+    attention_case(k_isas[lvl], WEIR_DTYPE_F32, 6, 2, 40, 4);
+    attention_case(k_isas[lvl], WEIR_DTYPE_F16, 6, 2, 40, 4);
+    attention_case(k_isas[lvl], WEIR_DTYPE_F32, 10, 2, 64, 16);
+    attention_case(k_isas[lvl], WEIR_DTYPE_F16, 8, 1, 36, 5);
+    attention_case(k_isas[lvl], WEIR_DTYPE_F16, 3, 3, 24, 16);
   }
 }
 

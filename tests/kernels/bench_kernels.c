@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attention.h"
 #include "convert.h"
 #include "cpu_isa.h"
 #include "matmul.h"
@@ -60,6 +61,57 @@ static double time_matmul(wt_pool *pool, weir_matmul_args *a, double budget) {
   return best;
 }
 
+/* Attention core on the 1.1B geometry (32 heads, 4 KV heads, head_dim 64, block 16, f16 KV):
+ * one layer, one sequence; prefill of n tokens (causal) and one decode token at context n.
+ * Reports GFLOP/s counting 4 * head_dim flops per (query head, visible key). */
+static void bench_attention(double budget) {
+  enum { HEADS = 32, KV = 4, HD = 64, BS = 16, N = 512 };
+  const int group = HEADS / KV;
+  size_t head_bytes = (size_t)BS * HD * 2, block_bytes = 2 * KV * head_bytes;
+  int nblocks = N / BS;
+  uint8_t *kv = malloc(block_bytes * nblocks);
+  for (size_t i = 0; i < block_bytes * nblocks / 2; i++)
+    ((uint16_t *)kv)[i] = (uint16_t)(0x2c00 + (i * 2654435761u >> 9) % 0x800);
+  int32_t table[N / BS];
+  for (int i = 0; i < nblocks; i++) table[i] = i;
+  float *q = malloc(sizeof(float) * N * HEADS * HD), *out = malloc(sizeof(float) * N * HEADS * HD);
+  for (size_t i = 0; i < (size_t)N * HEADS * HD; i++) q[i] = (float)(i % 13) * 0.05f - 0.3f;
+  float *scratch = NULL;
+  size_t sf = weir_attn_cpu_scratch_floats(16, group, HD, BS);
+  if (posix_memalign((void **)&scratch, 64, sf * sizeof(float))) return;
+  for (int mode = 0; mode < 2; mode++) {
+    int q_len = mode == 0 ? N : 1, first = mode == 0 ? 0 : N - 1;
+    double best = 1e30, start = now();
+    int iters = 0;
+    do {
+      double t0 = now();
+      for (int h = 0; h < KV; h++)
+        for (int i0 = 0; i0 < q_len; i0 += 16) {
+          weir_attn_cpu_args a = {.q = q + (size_t)i0 * HEADS * HD + h * group * HD,
+                                  .out = out + (size_t)i0 * HEADS * HD + h * group * HD,
+                                  .q_stride = HEADS * HD, .q_len = q_len - i0 < 16 ? q_len - i0 : 16,
+                                  .n_group = group, .head_dim = HD, .first_pos = first + i0,
+                                  .block_table = table, .block_size = BS, .kv_base = kv,
+                                  .block_bytes = block_bytes, .k_offset = h * head_bytes,
+                                  .v_offset = (KV + h) * head_bytes, .token_stride = HD * 2,
+                                  .kv_f16 = 1, .scale = 0.125f, .scratch = scratch};
+          weir_attn_cpu_run(&a);
+        }
+      double dt = now() - t0;
+      if (dt < best) best = dt;
+      iters++;
+    } while (now() - start < budget || iters < 2);
+    double pairs = mode == 0 ? (double)N * (N + 1) / 2 : N;
+    printf("%-8s 1   attention %-14s %8.3f ms  %8.2f GFLOP/s (one layer, 1 thread)\n",
+           weir_cpu_isa_name(weir_cpu_isa()), mode == 0 ? "prefill 512" : "decode @512",
+           best * 1e3, pairs * HEADS * 4.0 * HD / best / 1e9);
+  }
+  free(kv);
+  free(q);
+  free(out);
+  free(scratch);
+}
+
 int main(int argc, char **argv) {
   double budget = argc > 1 ? atof(argv[1]) : 0.3;
   int max_rows = 32000, max_cols = 5632, max_tok = 256;
@@ -83,6 +135,7 @@ int main(int argc, char **argv) {
   int n_levels = best == WEIR_CPU_ISA_SCALAR ? 1 : 2;
   for (int li = 0; li < n_levels; li++) {
     weir_cpu_isa_set(levels[li]);
+    bench_attention(budget);
     for (int threads = 1; threads <= 2; threads++) {
       wt_pool *pool = wt_pool_create(threads);
       double step = 0;
