@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <CUnit/Basic.h>
 
@@ -17,7 +18,7 @@
 
 typedef struct ch_ctx {
   char name[64];
-  char last_error[1200];
+  char last_error[2400];
 } ch_ctx;
 
 ch_plugin ch_dev;
@@ -91,10 +92,31 @@ static void *h_device_handle(void *ctx, const char *name) {
   return ops->native_handle(ch_dev.self, name);
 }
 
+/* Where the plugins are: $WEIR_CUDA_PLUGIN_DIR, else the build tree's layout relative to this
+ * executable (tests/bin/../../lib/weir/plugins, so a build tree copied elsewhere still works),
+ * else the folder CMake compiled in. */
+static const char *plugin_dir(void) {
+  static char dir[1100];
+  const char *e = getenv("WEIR_CUDA_PLUGIN_DIR");
+  if (e && *e) return e;
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = 0;
+      snprintf(dir, sizeof dir, "%s/../../lib/weir/plugins", exe);
+      if (access(dir, R_OK) == 0) return dir;
+    }
+  }
+  return WEIR_CUDA_PLUGIN_DIR;
+}
+
 static int load(ch_plugin *p, const char *file, int is_device) {
   memset(p, 0, sizeof *p);
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", WEIR_CUDA_PLUGIN_DIR, file);
+  char path[2200];
+  snprintf(path, sizeof path, "%s/%s", plugin_dir(), file);
   p->ctx = calloc(1, sizeof *p->ctx);
   if (!p->ctx) return WEIR_E_NOMEM;
   snprintf(p->ctx->name, sizeof p->ctx->name, "%s", file);
