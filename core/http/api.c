@@ -1262,12 +1262,20 @@ static void handle_generate(weir__http_req *r, int chat) {
   if (s->jobs) s->jobs->prev = job;
   s->jobs = job;
   if (job->echo) {
+    /* Text prompts echo exactly what was sent (no BOS); token prompts echo their text. */
     job->echo_text = calloc((size_t)pl.count, sizeof(char *));
+    const cJSON *item = cJSON_IsArray(p.prompt) ? p.prompt->child : p.prompt;
     for (int i = 0; job->echo_text && i < pl.count; i++) {
       size_t len = 0;
-      if (weir_engine_detokenize(s->engine, pl.ids[i], pl.lens[i], &job->echo_text[i], &len) !=
-          WEIR_OK) {
-        fail(&e, 500, NULL, NULL, "could not detokenize the prompt for echo");
+      if (cJSON_IsString(item)) {
+        job->echo_text[i] = strdup(item->valuestring);
+        item = item->next;
+      } else if (weir_engine_detokenize(s->engine, pl.ids[i], pl.lens[i], &job->echo_text[i],
+                                        &len) != WEIR_OK) {
+        job->echo_text[i] = NULL;
+      }
+      if (!job->echo_text[i]) {
+        fail(&e, 500, NULL, NULL, "could not produce the prompt text for echo");
         goto fail_job;
       }
     }
