@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fixtures.h"
+#include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/tokenizer.h"
@@ -226,11 +227,93 @@ static void test_refusals(void) {
   expect_refused("gpt2", F_NO_MERGES, WEIR_E_NOTFOUND, "tokenizer.ggml.merges is missing");
 }
 
+/* Models written by `weir mkmodel` (every tokenizer style and chat template it offers):
+ * the tokenizer loads, the template is detected as the one written, the rendered chat
+ * encodes with each template marker as one control token, and text round-trips. */
+static void test_mkmodel_models(void) {
+  static const char *styles[2] = {"llama", "gpt2"};
+  char *dir = wt_mkdtemp();
+  for (int s = 0; s < 2; s++)
+    for (int id = 0; id < WEIR_CHAT_TEMPLATE_COUNT_; id++) {
+      const char *tpl = weir_chat_template_name((weir_chat_template_id)id);
+      char *path = wt_strf("%s/%s-%s.gguf", dir, styles[s], tpl);
+      char *out = NULL;
+      char *argv[] = {WT_WEIR, "mkmodel", "--tokenizer", (char *)styles[s], "--chat-template",
+                      (char *)tpl, "--out", path, NULL};
+      int rc = wt_run(argv, &out, 30000);
+      if (rc) fprintf(stderr, "\n  mkmodel %s %s: %s\n", styles[s], tpl, out);
+      WT_ASSERT_INT_EQ(rc, 0);
+      free(out);
+      weir_gguf *g = NULL;
+      char err[256] = "";
+      CU_ASSERT_FATAL(weir_gguf_open(path, &g, err, sizeof err) == 0);
+      weir_tokenizer *t = NULL;
+      rc = weir_tokenizer_from_gguf(g, &t, err, sizeof err);
+      if (rc) fprintf(stderr, "\n  %s\n", err);
+      CU_ASSERT_FATAL(rc == 0);
+
+      weir_gguf_str jinja;
+      CU_ASSERT_FATAL(weir_gguf_get_str(g, "tokenizer.chat_template", &jinja) == 0);
+      char *j = strndup(jinja.ptr, (size_t)jinja.len);
+      weir_chat_template_id got = WEIR_CHAT_TEMPLATE_COUNT_;
+      WT_ASSERT_INT_EQ(weir_chat_template_detect(j, &got), 0);
+      if ((int)got != id) fprintf(stderr, "\n  %s template detected as %s\n", tpl, weir_chat_template_name(got));
+      WT_ASSERT_INT_EQ(got, id);
+      free(j);
+
+      weir_tok_str bos = {"", 0}, eos = {"", 0};
+      if (weir_tokenizer_bos(t) >= 0) weir_tokenizer_token_text(t, weir_tokenizer_bos(t), &bos);
+      if (weir_tokenizer_eos(t) >= 0) weir_tokenizer_token_text(t, weir_tokenizer_eos(t), &eos);
+      char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
+      const weir_chat_message conv[3] = {{"user", "Hello there"}, {"assistant", "Hi."},
+                                         {"user", "How are you?"}};
+      char *prompt = NULL;
+      WT_ASSERT_INT_EQ(weir_chat_render((weir_chat_template_id)id, conv, 3, 1, bos_s, eos_s, &prompt), 0);
+      int32_t *ids;
+      size_t n;
+      WT_ASSERT_INT_EQ(weir_tokenizer_encode(t, prompt, strlen(prompt), WEIR_ENCODE_PARSE_SPECIAL, &ids, &n), 0);
+      /* Every control token's text left in the decoded ids came from a control token:
+       * decoding with SKIP_SPECIAL leaves none of the template's markers behind. */
+      char *plain;
+      WT_ASSERT_INT_EQ(weir_tokenizer_decode(t, ids, n, WEIR_DECODE_SKIP_SPECIAL, &plain, NULL), 0);
+      static const char *markers[] = {"<|im_start|>", "<|im_end|>", "<|start_header_id|>",
+                                      "<|eot_id|>", "<start_of_turn>", "<end_of_turn>",
+                                      "<|end|>", "<|user|>", "<|assistant|>", "</s>"};
+      for (size_t k = 0; k < sizeof markers / sizeof markers[0]; k++) {
+        if (!strstr(prompt, markers[k]) || weir_tokenizer_find(t, markers[k], strlen(markers[k])) < 0)
+          continue;
+        if (strstr(plain, markers[k]))
+          fprintf(stderr, "\n  %s/%s: marker %s was not parsed as one token\n", styles[s], tpl, markers[k]);
+        CU_ASSERT(strstr(plain, markers[k]) == NULL);
+      }
+      CU_ASSERT(strstr(plain, "How are you?") != NULL);
+      free(plain);
+      free(ids);
+      free(prompt);
+      free(bos_s);
+      free(eos_s);
+
+      const char *text = "Streaming tokens: 42 caf\xC3\xA9s, \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80!";
+      WT_ASSERT_INT_EQ(weir_tokenizer_encode(t, text, strlen(text), WEIR_ENCODE_ADD_SPECIAL, &ids, &n), 0);
+      char *dec;
+      WT_ASSERT_INT_EQ(weir_tokenizer_decode(t, ids, n, WEIR_DECODE_SKIP_SPECIAL, &dec, NULL), 0);
+      CU_ASSERT_STRING_EQUAL(dec, text);
+      free(dec);
+      free(ids);
+      weir_tokenizer_free(t);
+      weir_gguf_close(g);
+      free(path);
+    }
+  wt_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   static const wt_test tests[] = {{"llama_from_gguf", test_llama_from_gguf},
                                   {"gpt2_from_gguf", test_gpt2_from_gguf},
                                   {"pre_from_gguf", test_pre_from_gguf},
                                   {"refusals", test_refusals},
+                                  {"mkmodel_models", test_mkmodel_models},
                                   {NULL, NULL}};
   return wt_run_suite("tokenizer_gguf", tests);
 }
