@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/dequant.h"
 #include "model/gguf.h"
@@ -1035,6 +1036,59 @@ static void test_mkmodel_variants(void) {
   }
 }
 
+/* A second, independent reader (tests/gguf/gguf_check.py, written from the format
+ * description) reads mkmodel's files the way weir does: same keys, same tensors at the same
+ * offsets, and a tokenizer whose merges and pieces are consistent. */
+static void test_independent_reader(void) {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    fprintf(stderr, "\n  (skipped: no /usr/bin/python3)\n");
+    return;
+  }
+  static const char *const variants[][6] = {
+      {"--tokenizer", "gpt2", "--type", "q8_0", "--arch", "qwen2"},
+      {"--tokenizer", "llama", "--type", "q4_0", "--vocab", "3000"},
+  };
+  for (size_t v = 0; v < 2; v++) {
+    char *path = wt_strf("%s/indep%zu.gguf", g_dir, v), *out = NULL;
+    const char *args[] = {variants[v][0], variants[v][1], variants[v][2], variants[v][3],
+                          variants[v][4], variants[v][5], "--out", path, NULL};
+    CU_ASSERT_EQUAL_FATAL(run_mkmodel(args, &out), 0);
+    free(out);
+    char *script = wt_strf("%s/tests/gguf/gguf_check.py", WT_SOURCE_DIR);
+    char *argv[] = {(char *)"/usr/bin/python3", script, path, NULL};
+    int rc = wt_run(argv, &out, 60000);
+    if (rc) fprintf(stderr, "\n%s\n", out);
+    WT_ASSERT_INT_EQ(rc, 0);
+    WT_ASSERT_STR_CONTAINS(out, "\nOK\n");
+    weir_gguf *g = open_ok(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    char line[512];
+    snprintf(line, sizeof line, "version %u\n", weir_gguf_version(g));
+    WT_ASSERT_STR_CONTAINS(out, line);
+    snprintf(line, sizeof line, "data_offset %llu\n",
+             (unsigned long long)weir_gguf_data_offset(g));
+    WT_ASSERT_STR_CONTAINS(out, line);
+    for (int64_t i = 0; i < weir_gguf_kv_count(g); i++) {
+      const weir_gguf_kv *kv = weir_gguf_kv_at(g, i);
+      snprintf(line, sizeof line, "kv %s %s\n", kv->key, weir_gguf_type_name(kv->type));
+      WT_ASSERT_STR_CONTAINS(out, line);
+    }
+    for (int64_t i = 0; i < weir_gguf_tensor_count(g); i++) {
+      const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
+      int n = snprintf(line, sizeof line, "tensor %s %d %lld", t->name, (int)t->t.dtype,
+                       (long long)t->t.ne[0]);
+      for (int d = 1; d < t->t.ndim; d++)
+        n += snprintf(line + n, sizeof line - (size_t)n, ",%lld", (long long)t->t.ne[d]);
+      snprintf(line + n, sizeof line - (size_t)n, " %llu\n", (unsigned long long)t->offset);
+      WT_ASSERT_STR_CONTAINS(out, line);
+    }
+    weir_gguf_close(g);
+    free(out);
+    free(script);
+    free(path);
+  }
+}
+
 static void test_mkmodel_usage_errors(void) {
   char *path = wt_strf("%s/never.gguf", g_dir), *out = NULL;
   const char *a1[] = {"--preset", "tiny", NULL};
@@ -1090,6 +1144,7 @@ int main(void) {
       {"mkmodel_tiny", test_mkmodel_tiny},
       {"mkmodel_variants", test_mkmodel_variants},
       {"mkmodel_usage_errors", test_mkmodel_usage_errors},
+      {"independent_reader", test_independent_reader},
       {NULL, NULL}};
   int rc = wt_run_suite("gguf", tests);
   free(g_base);
