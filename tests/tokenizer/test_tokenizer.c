@@ -310,6 +310,43 @@ static void roundtrip(weir_tokenizer *t, const char *name, int rounds) {
 static void test_roundtrip_llama(void) { rng_state = 1; roundtrip(g_llama, "llama", 500); }
 static void test_roundtrip_gpt2(void) { rng_state = 2; roundtrip(g_gpt2, "gpt2", 500); }
 
+/* Arbitrary bytes (mostly invalid UTF-8) encode; every byte survives in the tokens' raw
+ * bytes, and the decoded text is valid UTF-8 that equals the input where it was valid. */
+static void test_random_bytes(void) {
+  rng_state = 6;
+  unsigned char in[200];
+  for (int r = 0; r < 400; r++) {
+    int llama = r % 2 == 0;
+    weir_tokenizer *t = llama ? g_llama : g_gpt2;
+    size_t len = 1 + rnd() % sizeof in;
+    for (size_t i = 0; i < len; i++) {
+      in[i] = (unsigned char)(rnd() % 256);
+      if (llama && in[i] == 0xE2) in[i] = 0xE3; /* keep U+2581 out: it decodes to a space */
+    }
+    int32_t *ids;
+    size_t n;
+    WT_ASSERT_INT_EQ(weir_tokenizer_encode(t, (const char *)in, len, 0, &ids, &n), 0);
+    /* Raw bytes: llama puts the dummy-prefix space in front and shows spaces as spaces. */
+    char raw[1024];
+    size_t rl = 0;
+    for (size_t i = 0; i < n && rl < sizeof raw - 16; i++) {
+      weir_tok_str b;
+      weir_tokenizer_token_bytes(t, ids[i], &b);
+      memcpy(raw + rl, b.ptr, b.len);
+      rl += b.len;
+    }
+    size_t off = llama ? 1 : 0;
+    CU_ASSERT(rl == len + off && memcmp(raw + off, in, len) == 0);
+    char *dec;
+    size_t dlen;
+    WT_ASSERT_INT_EQ(weir_tokenizer_decode(t, ids, n, 0, &dec, &dlen), 0);
+    CU_ASSERT(valid_utf8(dec, dlen));
+    if (valid_utf8((const char *)in, len)) CU_ASSERT(dlen == len && memcmp(dec, in, len) == 0);
+    free(dec);
+    free(ids);
+  }
+}
+
 /* Streams ids through a weir_detok and checks every piece is valid UTF-8 and the pieces
  * concatenate to the one-shot decode. */
 static void stream_matches(weir_tokenizer *t, const int32_t *ids, size_t n, int flags) {
@@ -566,6 +603,7 @@ int main(void) {
       {"many_specials", test_many_specials},
       {"roundtrip_llama", test_roundtrip_llama},
       {"roundtrip_gpt2", test_roundtrip_gpt2},
+      {"random_bytes", test_random_bytes},
       {"detok_streaming", test_detok_streaming},
       {"detok_invalid_bytes", test_detok_invalid_bytes},
       {"prefix_space_rule", test_prefix_space_rule},
