@@ -917,6 +917,20 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
       (rc = hp_get_f32(g, a, "rope.scaling.factor", &hp.rope_scale, err, errlen)) ||
       (rc = hp_get_f32(g, a, "attention.layer_norm_rms_epsilon", &hp.rms_eps, err, errlen)))
     return rc;
+  /* Only linear position scaling is implemented; refusing the others beats running a
+   * long-context model with silently wrong positions. */
+  weir_gguf_str stype = {"", 0};
+  char skey[64];
+  snprintf(skey, sizeof skey, "%s.rope.scaling.type", a);
+  int has_type = weir_gguf_get_str(g, skey, &stype) == 0;
+  int is_none = stype.len == 4 && memcmp(stype.ptr, "none", 4) == 0;
+  int is_linear = stype.len == 6 && memcmp(stype.ptr, "linear", 6) == 0;
+  if (has_type && !is_none && !is_linear) {
+    set_err(err, errlen, "%s: rope scaling '%.*s' is not supported (weir does linear)",
+            g->path, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+    return WEIR_E_NOTSUP;
+  }
+  if (is_none) hp.rope_scale = 1.0f;
   if (hp.rms_eps >= 1.0f) {
     set_err(err, errlen, "%s: layer_norm_rms_epsilon %g is implausibly large", g->path,
             (double)hp.rms_eps);

@@ -534,6 +534,24 @@ static void test_llama_hparams_and_check(void) {
   weir_gguf_close(g);
   weir_gguf_writer_free(w);
   free(path);
+
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_writer_new(&w), 0);
+  weir_gguf_add_str(w, "general.architecture", "llama");
+  weir_gguf_add_u32(w, "llama.context_length", 16);
+  weir_gguf_add_u32(w, "llama.embedding_length", 32);
+  weir_gguf_add_u32(w, "llama.block_count", 1);
+  weir_gguf_add_u32(w, "llama.feed_forward_length", 8);
+  weir_gguf_add_u32(w, "llama.attention.head_count", 4);
+  weir_gguf_add_str(w, "llama.rope.scaling.type", "yarn");
+  weir_gguf_add_f32(w, "llama.rope.scaling.factor", 4.0f);
+  path = wt_strf("%s/yarn.gguf", g_dir);
+  WT_ASSERT_INT_EQ(weir_gguf_write_file(w, path, err, sizeof err), 0);
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(path, &g, err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_gguf_llama_hparams(g, &hp, err, sizeof err), WEIR_E_NOTSUP);
+  WT_ASSERT_STR_CONTAINS(err, "rope scaling 'yarn' is not supported");
+  weir_gguf_close(g);
+  weir_gguf_writer_free(w);
+  free(path);
 }
 
 /* ---- malformed files ---- */
