@@ -21,6 +21,7 @@
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
 #include "util/log.h"
+#include "weir/drafter.h"
 #include "weir/sampler.h"
 
 #define LOG_COMPONENT "engine"
@@ -65,6 +66,9 @@ struct weir_engine {
   int32_t num_eog;
   const weir_sampler_ops *sampler;
   void *sampler_self;
+  const weir_drafter_ops *drafter; /* NULL: no speculative decoding */
+  void *drafter_self;
+  int32_t spec_k;                  /* drafts per sequence and step */
 
   /* Step scratch (engine thread only). */
   int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
@@ -73,6 +77,11 @@ struct weir_engine {
   weir_sample_result *results;
   engine_req **row_req;
   int32_t *suppress;
+  weir_draft_seq *dseqs;           /* [max_seqs_step] */
+  engine_req **dreqs;
+  int32_t *dtokens, *dcounts;      /* [max_seqs_step][spec_k], [max_seqs_step] */
+  float *probs;                    /* [spec_k + 1][vocab]: verification distributions */
+  uint64_t spec_drafted, spec_accepted;
 
   /* Shared with other threads, under lock. */
   pthread_mutex_t lock;
@@ -148,8 +157,11 @@ static void fill_usage(const engine_req *r, weir_gen_event *ev) {
   ev->num_preemptions = r->seq ? r->seq->num_preemptions : 0;
 }
 
+static void publish_stats(weir_engine *e);
+
 /* Delivers the final event and releases everything the request holds (its KV blocks
- * included, in this same step). */
+ * included, in this same step). The stats are published before the event, so whoever sees
+ * the request end also sees its blocks freed. */
 static void req_finish(weir_engine *e, engine_req *r, weir_finish_reason why, int status,
                        const char *error, const char *tail, size_t tail_len) {
   double t = now_s();
@@ -170,6 +182,7 @@ static void req_finish(weir_engine *e, engine_req *r, weir_finish_reason why, in
     r->seq = NULL;
   }
   live_remove(e, r);
+  publish_stats(e);
   r->cb(r->user, &ev);
   req_free(r);
 }
@@ -275,6 +288,8 @@ static void publish_stats(weir_engine *e) {
   e->stats.prefix_hits_tokens = ks.prefix_hits_tokens;
   e->stats.num_preemptions = ss.num_preemptions;
   e->stats.num_steps = ss.num_steps;
+  e->stats.spec_draft_tokens = e->spec_drafted;
+  e->stats.spec_accepted_tokens = e->spec_accepted;
   pthread_mutex_unlock(&e->lock);
 }
 
@@ -312,9 +327,153 @@ static void fail_step(weir_engine *e, weir_sched_out *out, int rc) {
   }
 }
 
+/* xoshiro256** on the request's own state: the draws of speculative verification, like the
+ * sampler's, depend on nothing but the request. */
+static uint64_t rng_next(uint64_t *st) {
+  const uint64_t result = ((st[1] * 5) << 7 | (st[1] * 5) >> 57) * 9;
+  const uint64_t t = st[1] << 17;
+  st[2] ^= st[0];
+  st[3] ^= st[1];
+  st[1] ^= st[2];
+  st[0] ^= st[3];
+  st[2] ^= t;
+  st[3] = st[3] << 45 | st[3] >> 19;
+  return result;
+}
+
+static double rng_uniform(uint64_t *st) { return (double)(rng_next(st) >> 11) * 0x1.0p-53; }
+
+/* Draws an index from non-negative weights; `fallback` when they sum to zero. */
+static int32_t draw_from(const float *w, int32_t n, double u, int32_t fallback) {
+  double sum = 0;
+  for (int32_t i = 0; i < n; i++) sum += w[i];
+  if (!(sum > 0)) return fallback;
+  double target = u * sum, acc = 0;
+  int32_t last = fallback;
+  for (int32_t i = 0; i < n; i++) {
+    if (w[i] <= 0) continue;
+    acc += w[i];
+    last = i;
+    if (acc > target) return i;
+  }
+  return last;
+}
+
+/* The sampling row of request r as if `extra` more output tokens (accepted drafts) had been
+ * appended; `sup` receives the tokens to suppress (EOS and stop ids before min_tokens). */
+static weir_sampling_row make_row(weir_engine *e, engine_req *r, int32_t extra, int32_t *sup) {
+  const weir_sched_seq *s = r->seq;
+  int32_t nsup = 0;
+  if (r->num_output + extra < r->min_tokens) {
+    if (!r->ignore_eos)
+      for (int32_t k = 0; k < e->num_eog; k++) sup[nsup++] = e->eog_ids[k];
+    for (int32_t k = 0; k < r->num_stop_ids; k++) sup[nsup++] = r->stop_ids[k];
+  }
+  const int32_t num_out = s->num_tokens - s->num_drafts - s->num_prompt + extra;
+  return (weir_sampling_row){.params = &r->sampling,
+                             .rng_state = r->rng,
+                             .prompt_tokens = s->tokens,
+                             .num_prompt_tokens = s->num_prompt,
+                             .output_tokens = s->tokens + s->num_prompt,
+                             .num_output_tokens = num_out,
+                             .suppress_tokens = sup,
+                             .num_suppress_tokens = nsup};
+}
+
+/* Samples rows [0, nrows) of e->rows from `logits` (consecutive rows), records each token and
+ * emits its event. */
+static void sample_segment(weir_engine *e, float *logits, int32_t nrows) {
+  if (nrows == 0) return;
+  int rc = e->sampler->sample(e->sampler_self, e->rows, nrows, logits, e->vocab, e->results);
+  for (int32_t k = 0; k < nrows; k++) {
+    engine_req *r = e->row_req[k];
+    if (rc == WEIR_OK) rc = weir_sched_commit(e->sched, r->seq, 0, &e->results[k].token, 1);
+    if (rc != WEIR_OK) {
+      req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
+      continue;
+    }
+    req_on_token(e, r, &e->results[k]);
+  }
+}
+
+/* Speculative verification of one item: the target distributions of its 1 + n rows, then the
+ * rejection rule. Draft j (drafter probability 1: deterministic drafts) is accepted with the
+ * target's probability of it; at the first rejection the token is drawn from the target
+ * with that draft removed (the normalised max(0, p - q)); when every draft is accepted a
+ * bonus token is drawn from the last row. The output distribution is the target's, and
+ * greedy output is identical to decoding without drafts. */
+static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits) {
+  weir_sched_seq *s = it->seq;
+  engine_req *r = s->user;
+  const int32_t nd = it->num_drafts, nr = nd + 1;
+  int32_t *toks = e->dtokens; /* scratch: accepted drafts then the drawn token */
+  memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
+  for (int32_t j = 0; j < nr; j++)
+    e->rows[j] = make_row(e, r, j, e->suppress + (size_t)j * (size_t)(e->num_eog + 64));
+  int rc = e->sampler->probs(e->sampler_self, e->rows, nr, logits, e->vocab, e->probs);
+  if (rc != WEIR_OK) {
+    req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
+    return;
+  }
+  int32_t accepted = 0, token = -1;
+  for (int32_t j = 0; j < nd; j++) {
+    float *row = e->probs + (size_t)j * (size_t)e->vocab;
+    const int32_t x = toks[j];
+    if (rng_uniform(r->rng) < (double)row[x]) {
+      accepted++;
+      continue;
+    }
+    row[x] = 0;
+    token = draw_from(row, e->vocab, rng_uniform(r->rng), x);
+    break;
+  }
+  if (token < 0)
+    token = draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, rng_uniform(r->rng), 0);
+  e->spec_drafted += (uint64_t)nd;
+  e->spec_accepted += (uint64_t)accepted;
+  toks[accepted] = token;
+  rc = weir_sched_commit(e->sched, s, accepted, &token, 1);
+  if (rc != WEIR_OK) {
+    req_finish(e, r, WEIR_FINISH_ERROR, rc, "could not record the tokens", NULL, 0);
+    return;
+  }
+  for (int32_t j = 0; j <= accepted; j++) {
+    weir_sample_result res = {.token = toks[j]};
+    if (req_on_token(e, r, &res)) break;
+  }
+}
+
+/* Asks the drafter for up to spec_k tokens for every running sequence in decode. */
+static void propose_drafts(weir_engine *e) {
+  int32_t n = 0;
+  for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
+    weir_sched_seq *s = r->seq;
+    if (!s || s->state != WEIR_SEQ_RUNNING || s->num_drafts != 0 ||
+        s->num_computed != s->num_tokens - 1 || r->sampling.num_logprobs >= 0)
+      continue;
+    e->dseqs[n] = (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
+    e->dreqs[n++] = r;
+  }
+  if (n == 0) return;
+  int rc = e->drafter->propose(e->drafter_self, e->dseqs, n, e->spec_k, e->dtokens, e->dcounts,
+                               NULL);
+  if (rc != WEIR_OK) return; /* drafts are an optimisation: decode without them */
+  for (int32_t i = 0; i < n; i++) {
+    engine_req *r = e->dreqs[i];
+    /* The step yields accepted drafts + 1 tokens: keep within max_tokens and the context. */
+    int32_t room = r->max_tokens - r->num_output - 1;
+    int32_t ctx_room = e->ctx_len - r->seq->num_tokens - 1;
+    if (ctx_room < room) room = ctx_room;
+    int32_t nd = e->dcounts[i] < room ? e->dcounts[i] : room;
+    if (nd > 0)
+      weir_sched_add_drafts(e->sched, r->seq, e->dtokens + (size_t)i * (size_t)e->spec_k, nd);
+  }
+}
+
 /* Runs one scheduler step. Returns 1 when work was done, 0 when idle. */
 static int run_step(weir_engine *e) {
   weir_sched_out out;
+  if (e->drafter) propose_drafts(e);
   int rc = weir_sched_step(e->sched, &out);
   if (rc != WEIR_OK) {
     weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "scheduler: %s", weir_strerror(rc));
@@ -379,49 +538,27 @@ static int run_step(weir_engine *e) {
     return 1;
   }
 
-  /* One sampling row per item that produced logits (no drafts yet: num_logits is 1). The
-   * logits rows are in item order, so row k belongs to the k-th such item. */
-  int32_t nrows = 0;
+  /* Logits rows come in item order, num_logits per item. Items without drafts are sampled
+   * together, a run of consecutive ones per sampler call; items with drafts are verified one
+   * by one. */
+  int32_t row = 0, seg_start = 0, nrows = 0;
   for (int32_t i = 0; i < out.num_items; i++) {
     const weir_sched_item *it = &out.items[i];
     if (it->num_logits == 0) continue;
     engine_req *r = it->seq->user;
-    weir_sched_seq *s = it->seq;
-    int32_t *sup = e->suppress + (size_t)nrows * (size_t)(e->num_eog + 64);
-    int32_t nsup = 0;
-    if (r->num_output < r->min_tokens) {
-      if (!r->ignore_eos)
-        for (int32_t k = 0; k < e->num_eog; k++) sup[nsup++] = e->eog_ids[k];
-      for (int32_t k = 0; k < r->num_stop_ids && nsup < e->num_eog + 64; k++)
-        sup[nsup++] = r->stop_ids[k];
-    }
-    e->rows[nrows] = (weir_sampling_row){.params = &r->sampling,
-                                         .rng_state = r->rng,
-                                         .prompt_tokens = s->tokens,
-                                         .num_prompt_tokens = s->num_prompt,
-                                         .output_tokens = s->tokens + s->num_prompt,
-                                         .num_output_tokens = s->num_tokens - s->num_prompt,
-                                         .suppress_tokens = sup,
-                                         .num_suppress_tokens = nsup};
-    e->row_req[nrows] = r;
-    nrows++;
-  }
-  if (nrows > 0) {
-    rc = e->sampler->sample(e->sampler_self, e->rows, nrows, logits, e->vocab, e->results);
-    if (rc != WEIR_OK) {
-      fail_step(e, &out, rc);
-      return 1;
-    }
-  }
-  for (int32_t k = 0; k < nrows; k++) {
-    engine_req *r = e->row_req[k];
-    rc = weir_sched_commit(e->sched, r->seq, 0, &e->results[k].token, 1);
-    if (rc != WEIR_OK) {
-      req_finish(e, r, WEIR_FINISH_ERROR, rc, "could not record the token", NULL, 0);
+    if (it->num_drafts == 0) {
+      if (nrows == 0) seg_start = row;
+      e->rows[nrows] = make_row(e, r, 0, e->suppress + (size_t)nrows * (size_t)(e->num_eog + 64));
+      e->row_req[nrows++] = r;
+      row += 1;
       continue;
     }
-    req_on_token(e, r, &e->results[k]);
+    sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
+    nrows = 0;
+    verify_item(e, it, logits + (size_t)row * (size_t)e->vocab);
+    row += it->num_logits;
   }
+  sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
   return 1;
 }
 
@@ -656,6 +793,14 @@ static int alloc_scratch(weir_engine *e) {
   e->results = calloc(R, sizeof *e->results);
   e->row_req = calloc(R, sizeof *e->row_req);
   e->suppress = malloc(R * (size_t)(e->num_eog + 64) * 4);
+  if (e->drafter) {
+    e->dseqs = calloc(S, sizeof *e->dseqs);
+    e->dreqs = calloc(S, sizeof *e->dreqs);
+    e->dtokens = malloc(S * (size_t)e->spec_k * 4 + 4);
+    e->dcounts = calloc(S, 4);
+    e->probs = malloc((size_t)(e->spec_k + 1) * (size_t)e->vocab * sizeof(float));
+    if (!e->dseqs || !e->dreqs || !e->dtokens || !e->dcounts || !e->probs) return WEIR_E_NOMEM;
+  }
   if (!e->a_ids || !e->a_pos || !e->a_slots || !e->a_qsl || !e->a_ctx || !e->a_bt ||
       !e->a_rows || !e->rows || !e->results || !e->row_req || !e->suppress)
     return WEIR_E_NOMEM;
@@ -683,6 +828,11 @@ static void engine_free(weir_engine *e) {
   free(e->results);
   free(e->row_req);
   free(e->suppress);
+  free(e->dseqs);
+  free(e->dreqs);
+  free(e->dtokens);
+  free(e->dcounts);
+  free(e->probs);
   free(e->aborts);
   pthread_mutex_destroy(&e->lock);
   pthread_cond_destroy(&e->wake);
@@ -721,6 +871,17 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   }
   e->sampler = e->plugins.sampler->ops;
   e->sampler_self = e->plugins.sampler->self;
+  if (e->plugins.drafter && cfg->num_speculative_tokens > 0) {
+    if (!e->sampler->probs) {
+      snprintf(err, sizeof err, "speculative decoding needs a sampler with probs(); sampler "
+               "\"%s\" has none", e->plugins.sampler->desc->name);
+      rc = WEIR_E_NOTSUP;
+      goto fail;
+    }
+    e->drafter = e->plugins.drafter->ops;
+    e->drafter_self = e->plugins.drafter->self;
+    e->spec_k = cfg->num_speculative_tokens;
+  }
 
   e->max_seqs_step = cfg->max_num_seqs > 0 ? cfg->max_num_seqs : 64;
   e->max_tokens_step = cfg->max_num_batched_tokens > 0 ? cfg->max_num_batched_tokens : 2048;

@@ -99,6 +99,8 @@ typedef struct weir_engine_stats {
   uint64_t prefix_hits_tokens;    /* of which found */
   uint64_t num_preemptions;
   uint64_t num_steps;
+  uint64_t spec_draft_tokens;     /* speculative tokens proposed and verified */
+  uint64_t spec_accepted_tokens;  /* of which accepted */
 } weir_engine_stats;
 
 struct weir_metrics;

@@ -463,6 +463,68 @@ static void test_greedy_deterministic(void) {
   free(p);
 }
 
+/* Greedy decoding with the n-gram drafter (speculative: drafts verified by the rejection
+ * rule) yields exactly the tokens of decoding without it, while drafts are really proposed
+ * and accepted; a request with logprobs (never drafted) shares the steps. */
+static void run_engine(const char *model, int speculative, int32_t out[4][64],
+                       weir_engine_stats *stats) {
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  free(cfg.model_path);
+  cfg.model_path = strdup(model);
+  char *dirs[1] = {WT_PLUGIN_DIR};
+  cfg.plugin_dirs = dirs;
+  cfg.num_plugin_dirs = 1;
+  cfg.memory_bytes = 16 << 20;
+  if (speculative) {
+    free(cfg.drafter.name);
+    cfg.drafter.name = strdup("ngram");
+    cfg.num_speculative_tokens = 4;
+  }
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  cfg.plugin_dirs = NULL;
+  cfg.num_plugin_dirs = 0;
+  collect c[4];
+  int32_t prompts[4][24];
+  for (int k = 0; k < 4; k++) {
+    /* Repetitive prompts, so that n-gram lookups find continuations. */
+    for (int i = 0; i < 24; i++) prompts[k][i] = 20 + (i % (3 + k)) * 11 + k;
+    c[k] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    weir_gen_request q = {.prompt = prompts[k], .num_prompt = 24, .max_tokens = 64,
+                          .ignore_eos = 1, .has_seed = 1, .seed = 3};
+    q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                        .top_p = 1, .repetition_penalty = 1,
+                                        .num_logprobs = k == 3 ? 2 : -1};
+    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[k], NULL), 0);
+  }
+  for (int k = 0; k < 4; k++) {
+    wait_done(&c[k]);
+    WT_ASSERT_INT_EQ(c[k].n, 64);
+    memcpy(out[k], c[k].tokens, sizeof(int32_t) * 64);
+  }
+  weir_engine_stats_get(e, stats);
+  WT_ASSERT_INT_EQ(stats->kv_blocks_used, 0);
+  weir_engine_destroy(e);
+  weir_config_free(&cfg);
+}
+
+static void test_speculative_greedy_identical(void) {
+  char *p = make_model("spec", "--preset tiny --seed 3");
+  int32_t plain[4][64], spec[4][64];
+  weir_engine_stats s0, s1;
+  run_engine(p, 0, plain, &s0);
+  run_engine(p, 1, spec, &s1);
+  for (int k = 0; k < 4; k++) CU_ASSERT_EQUAL(memcmp(plain[k], spec[k], sizeof plain[k]), 0);
+  WT_ASSERT_INT_EQ(s0.spec_draft_tokens, 0);
+  printf("\n    drafted %llu, accepted %llu, steps %llu (without drafts: %llu)",
+         (unsigned long long)s1.spec_draft_tokens, (unsigned long long)s1.spec_accepted_tokens,
+         (unsigned long long)s1.num_steps, (unsigned long long)s0.num_steps);
+  CU_ASSERT(s1.spec_draft_tokens > 0);
+  CU_ASSERT(s1.spec_accepted_tokens > 0);
+  free(p);
+}
+
 /* ---- weir generate, the real binary ---- */
 
 static void test_generate_cli(void) {
@@ -523,6 +585,7 @@ int main(void) {
                                   {"prefix_cache_hit_equals_cold", test_prefix_cache_hit_equals_cold},
                                   {"ragged_batch_equals_alone", test_ragged_batch_equals_alone},
                                   {"greedy_deterministic", test_greedy_deterministic},
+                                  {"speculative_greedy_identical", test_speculative_greedy_identical},
                                   {"generate_cli", test_generate_cli},
                                   {"generate_bad_model", test_generate_bad_model},
                                   {NULL, NULL}};
