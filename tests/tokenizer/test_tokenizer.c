@@ -347,6 +347,56 @@ static void test_random_bytes(void) {
   }
 }
 
+static size_t from_hex(const char *h, unsigned char *out) {
+  size_t n = 0;
+  for (; h[0] && h[1]; h += 2) {
+    unsigned v;
+    sscanf(h, "%2x", &v);
+    out[n++] = (unsigned char)v;
+  }
+  return n;
+}
+
+static void stream_matches(weir_tokenizer *t, const int32_t *ids, size_t n, int flags);
+
+/* Broken UTF-8 is repaired exactly as Python's errors="replace" does it (one U+FFFD per
+ * maximal invalid subpart), both one-shot and streamed. */
+static void test_utf8_repair_matches_python(void) {
+  size_t len;
+  char *data = wt_read_file(WT_SOURCE_DIR "/tests/tokenizer/fixtures/utf8_repair.tsv", &len);
+  CU_ASSERT_FATAL(data != NULL);
+  int32_t byte_tok[256];
+  for (int b = 0; b < 256; b++) {
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    byte_tok[b] = weir_tokenizer_find(g_llama, name, 6);
+  }
+  int cases = 0;
+  for (char *line = data, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    if (line[0] == '#') continue;
+    char *tab = strchr(line, '\t');
+    CU_ASSERT_FATAL(tab != NULL);
+    *tab = '\0';
+    unsigned char in[64], want[256];
+    size_t nin = from_hex(line, in), nwant = from_hex(tab + 1, want);
+    int32_t ids[64];
+    for (size_t i = 0; i < nin; i++) ids[i] = byte_tok[in[i]];
+    char *dec;
+    size_t dlen;
+    WT_ASSERT_INT_EQ(weir_tokenizer_decode(g_llama, ids, nin, 0, &dec, &dlen), 0);
+    int ok = dlen == nwant && memcmp(dec, want, nwant) == 0;
+    if (!ok) fprintf(stderr, "\n  repair of %s differs from Python's %s\n", line, tab + 1);
+    CU_ASSERT(ok);
+    free(dec);
+    stream_matches(g_llama, ids, nin, 0);
+    cases++;
+  }
+  WT_ASSERT_INT_EQ(cases, 324);
+  free(data);
+}
+
 /* Streams ids through a weir_detok and checks every piece is valid UTF-8 and the pieces
  * concatenate to the one-shot decode. */
 static void stream_matches(weir_tokenizer *t, const int32_t *ids, size_t n, int flags) {
@@ -606,6 +656,7 @@ int main(void) {
       {"random_bytes", test_random_bytes},
       {"detok_streaming", test_detok_streaming},
       {"detok_invalid_bytes", test_detok_invalid_bytes},
+      {"utf8_repair_matches_python", test_utf8_repair_matches_python},
       {"prefix_space_rule", test_prefix_space_rule},
       {"long_input", test_long_input},
       {"spec_errors", test_spec_errors},
