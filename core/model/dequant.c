@@ -9,7 +9,7 @@
 
 #include "weir/status.h"
 
-uint16_t weir_f32_to_f16(float f) {
+uint16_t weir_model_f32_to_f16(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -34,7 +34,7 @@ uint16_t weir_f32_to_f16(float f) {
   return (uint16_t)(sign | h);
 }
 
-float weir_f16_to_f32(uint16_t h) {
+float weir_model_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, x;
   if (exp == 0) {
@@ -48,7 +48,7 @@ float weir_f16_to_f32(uint16_t h) {
   return f;
 }
 
-uint16_t weir_f32_to_bf16(float f) {
+uint16_t weir_model_f32_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
@@ -56,7 +56,7 @@ uint16_t weir_f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-float weir_bf16_to_f32(uint16_t h) {
+float weir_model_bf16_to_f32(uint16_t h) {
   uint32_t x = (uint32_t)h << 16;
   float f;
   memcpy(&f, &x, 4);
@@ -78,17 +78,17 @@ int weir_quantize_row(weir_dtype dtype, const float *src, void *dst, int64_t n) 
     memcpy(dst, src, (size_t)n * 4);
     return 0;
   case WEIR_DTYPE_F16:
-    for (int64_t i = 0; i < n; i++) put16(o + 2 * i, weir_f32_to_f16(src[i]));
+    for (int64_t i = 0; i < n; i++) put16(o + 2 * i, weir_model_f32_to_f16(src[i]));
     return 0;
   case WEIR_DTYPE_BF16:
-    for (int64_t i = 0; i < n; i++) put16(o + 2 * i, weir_f32_to_bf16(src[i]));
+    for (int64_t i = 0; i < n; i++) put16(o + 2 * i, weir_model_f32_to_bf16(src[i]));
     return 0;
   case WEIR_DTYPE_Q8_0:
     for (int64_t b = 0; b < n / 32; b++, src += 32, o += 34) {
       float amax = 0;
       for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(src[i]));
       float d = amax / 127.0f, id = d ? 1.0f / d : 0;
-      put16(o, weir_f32_to_f16(d));
+      put16(o, weir_model_f32_to_f16(d));
       for (int i = 0; i < 32; i++) o[2 + i] = (uint8_t)(int8_t)lrintf(src[i] * id);
     }
     return 0;
@@ -101,7 +101,7 @@ int weir_quantize_row(weir_dtype dtype, const float *src, void *dst, int64_t n) 
           max = src[i];
         }
       float d = max / -8.0f, id = d ? 1.0f / d : 0;
-      put16(o, weir_f32_to_f16(d));
+      put16(o, weir_model_f32_to_f16(d));
       for (int i = 0; i < 16; i++) {
         int q0 = (int)lrintf(src[i] * id) + 8, q1 = (int)lrintf(src[i + 16] * id) + 8;
         q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
@@ -118,8 +118,8 @@ int weir_quantize_row(weir_dtype dtype, const float *src, void *dst, int64_t n) 
         mx = fmaxf(mx, src[i]);
       }
       float d = (mx - mn) / 15.0f, id = d ? 1.0f / d : 0;
-      put16(o, weir_f32_to_f16(d));
-      put16(o + 2, weir_f32_to_f16(mn));
+      put16(o, weir_model_f32_to_f16(d));
+      put16(o + 2, weir_model_f32_to_f16(mn));
       for (int i = 0; i < 16; i++) {
         int q0 = (int)lrintf((src[i] - mn) * id), q1 = (int)lrintf((src[i + 16] - mn) * id);
         q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
@@ -141,20 +141,20 @@ int weir_dequantize_row(weir_dtype dtype, const void *src, float *dst, int64_t n
     memcpy(dst, src, (size_t)n * 4);
     return 0;
   case WEIR_DTYPE_F16:
-    for (int64_t i = 0; i < n; i++) dst[i] = weir_f16_to_f32(get16(p + 2 * i));
+    for (int64_t i = 0; i < n; i++) dst[i] = weir_model_f16_to_f32(get16(p + 2 * i));
     return 0;
   case WEIR_DTYPE_BF16:
-    for (int64_t i = 0; i < n; i++) dst[i] = weir_bf16_to_f32(get16(p + 2 * i));
+    for (int64_t i = 0; i < n; i++) dst[i] = weir_model_bf16_to_f32(get16(p + 2 * i));
     return 0;
   case WEIR_DTYPE_Q8_0:
     for (int64_t b = 0; b < n / 32; b++, p += 34, dst += 32) {
-      float d = weir_f16_to_f32(get16(p));
+      float d = weir_model_f16_to_f32(get16(p));
       for (int i = 0; i < 32; i++) dst[i] = (float)(int8_t)p[2 + i] * d;
     }
     return 0;
   case WEIR_DTYPE_Q4_0:
     for (int64_t b = 0; b < n / 32; b++, p += 18, dst += 32) {
-      float d = weir_f16_to_f32(get16(p));
+      float d = weir_model_f16_to_f32(get16(p));
       for (int i = 0; i < 16; i++) {
         dst[i] = (float)((p[2 + i] & 15) - 8) * d;
         dst[i + 16] = (float)((p[2 + i] >> 4) - 8) * d;
@@ -163,7 +163,7 @@ int weir_dequantize_row(weir_dtype dtype, const void *src, float *dst, int64_t n
     return 0;
   case WEIR_DTYPE_Q4_1:
     for (int64_t b = 0; b < n / 32; b++, p += 20, dst += 32) {
-      float d = weir_f16_to_f32(get16(p)), m = weir_f16_to_f32(get16(p + 2));
+      float d = weir_model_f16_to_f32(get16(p)), m = weir_model_f16_to_f32(get16(p + 2));
       for (int i = 0; i < 16; i++) {
         dst[i] = (float)(p[4 + i] & 15) * d + m;
         dst[i + 16] = (float)(p[4 + i] >> 4) * d + m;

@@ -14,10 +14,10 @@
 extern "C" {
 #endif
 
-uint16_t weir_f32_to_f16(float f);   /* round to nearest even; overflow to inf */
-float weir_f16_to_f32(uint16_t h);
-uint16_t weir_f32_to_bf16(float f);  /* round to nearest even; NaN stays NaN */
-float weir_bf16_to_f32(uint16_t h);
+uint16_t weir_model_f32_to_f16(float f);   /* round to nearest even; overflow to inf */
+float weir_model_f16_to_f32(uint16_t h);
+uint16_t weir_model_f32_to_bf16(float f);  /* round to nearest even; NaN stays NaN */
+float weir_model_bf16_to_f32(uint16_t h);
 
 /* Converts n values (n a multiple of the block size for block types) from f32 into dtype
  * (F32, F16, BF16, Q8_0, Q4_0, Q4_1) at dst, which holds weir_dtype_row_bytes(dtype, n)
