@@ -12,7 +12,9 @@
  * --tokens overrides max_tokens; --fault-every K makes every K-th stream request faulty
  * (default 1: all); --identity delimits the body by closing instead of chunked encoding;
  * --log appends every POST body as one line. SIGTERM ends it. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
