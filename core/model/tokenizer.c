@@ -106,28 +106,21 @@ static const merge_slot *merge_find(const weir_tokenizer *t, int32_t l, int32_t 
 /* ---- the GPT-2 byte <-> unicode map ---- */
 
 /* GPT-2 shows each byte as a printable character: the printable Latin-1 bytes stand for
- * themselves, the other 68 bytes are numbered in order from U+0100. */
-static uint32_t byte_to_cp(unsigned b) {
-  if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
-  uint32_t n = 0;
-  for (unsigned x = 0; x < b; x++)
-    if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF)))
-      n++;
-  return 0x100 + n;
+ * themselves, the other 68 bytes are numbered in order from U+0100. The map is built once
+ * per tokenizer; the inverse covers code points up to U+0143. */
+enum { GPT2_CP_LIMIT = 0x100 + 68 };
+
+static int byte_is_printable(unsigned b) {
+  return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
 }
 
-/* The inverse; -1 for a code point that stands for no byte. */
-static int cp_to_byte(uint32_t cp) {
-  if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
-    return (int)cp;
-  if (cp < 0x100 || cp >= 0x100 + 68) return -1;
-  uint32_t n = 0;
-  for (unsigned x = 0; x < 256; x++)
-    if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) {
-      if (n == cp - 0x100) return (int)x;
-      n++;
-    }
-  return -1;
+static void gpt2_byte_maps(uint32_t byte_cp[256], int16_t cp_byte[GPT2_CP_LIMIT]) {
+  uint32_t next = 0x100;
+  for (int c = 0; c < GPT2_CP_LIMIT; c++) cp_byte[c] = -1;
+  for (unsigned b = 0; b < 256; b++) {
+    byte_cp[b] = byte_is_printable(b) ? b : next++;
+    cp_byte[byte_cp[b]] = (int16_t)b;
+  }
 }
 
 /* ---- creation ---- */
@@ -163,7 +156,8 @@ static int is_byte_token(const char *s, size_t n, unsigned *byte) {
 }
 
 /* Writes token id's decoded bytes at out (room for 2x its text) and returns the length. */
-static size_t make_piece(const weir_tokenizer *t, int32_t id, char *out) {
+static size_t make_piece(const weir_tokenizer *t, int32_t id, const int16_t *cp_byte,
+                         char *out) {
   size_t n;
   const char *s = tok_text(t, id, &n);
   int type = t->types[id];
@@ -193,7 +187,7 @@ static size_t make_piece(const weir_tokenizer *t, int32_t id, char *out) {
     uint32_t cp;
     int valid;
     int k = weir__utf8_next((const unsigned char *)s + i, n - i, &cp, &valid);
-    int b = valid ? cp_to_byte(cp) : -1;
+    int b = valid && cp < GPT2_CP_LIMIT ? cp_byte[cp] : -1;
     if (b >= 0) {
       out[o++] = (char)b;
     } else {
@@ -362,11 +356,14 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   }
 
   /* Byte tokens. */
+  uint32_t byte_cp[256];
+  int16_t cp_byte[GPT2_CP_LIMIT];
+  gpt2_byte_maps(byte_cp, cp_byte);
   for (int b = 0; b < 256; b++) {
     char buf[8];
     int len;
     if (t->type == WEIR_TOKENIZER_LLAMA) len = snprintf(buf, sizeof buf, "<0x%02X>", b);
-    else len = weir__utf8_put(byte_to_cp((unsigned)b), buf);
+    else len = weir__utf8_put(byte_cp[b], buf);
     t->byte_tok[b] = weir_tokenizer_find(t, buf, (size_t)len);
   }
 
@@ -383,7 +380,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   off = 0;
   for (int32_t i = 0; i < n; i++) {
     t->piece_off[i] = off;
-    off += make_piece(t, i, t->piece_blob + off);
+    off += make_piece(t, i, cp_byte, t->piece_blob + off);
   }
   t->piece_off[n] = off;
 
