@@ -285,8 +285,8 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
       return WEIR_E_INVAL;
     }
   if ((spec->add_bos && spec->bos_id < 0) || (spec->add_eos && spec->eos_id < 0)) {
-    set_err(err, errlen, "add_%s is set but there is no %s token", spec->add_bos && spec->bos_id < 0 ? "bos" : "eos",
-            spec->add_bos && spec->bos_id < 0 ? "bos" : "eos");
+    const char *which = spec->add_bos && spec->bos_id < 0 ? "bos" : "eos";
+    set_err(err, errlen, "add_%s is set but there is no %s token", which, which);
     return WEIR_E_INVAL;
   }
 
