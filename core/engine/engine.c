@@ -473,16 +473,19 @@ static void propose_drafts(weir_engine *e) {
 /* Runs one scheduler step. Returns 1 when work was done, 0 when idle. */
 static int run_step(weir_engine *e) {
   weir_sched_out out;
+  memset(&out, 0, sizeof out);
   if (e->drafter) propose_drafts(e);
   int rc = weir_sched_step(e->sched, &out);
-  if (rc != WEIR_OK) {
-    weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "scheduler: %s", weir_strerror(rc));
-    return 0;
-  }
+  /* Sequences the scheduler failed are finished there and still owe their final event,
+   * whether or not the step as a whole succeeded. */
   for (int32_t i = 0; i < out.num_failed; i++) {
     engine_req *r = out.failed[i]->user;
     req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_NOSPACE,
                "the request does not fit in the KV cache", NULL, 0);
+  }
+  if (rc != WEIR_OK) {
+    weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "scheduler: %s", weir_strerror(rc));
+    return 0;
   }
   if (out.num_items == 0) return out.num_failed > 0;
 
