@@ -130,16 +130,23 @@ static int add_scalar(weir_gguf_writer *w, const char *key, uint32_t type, const
   return rc;
 }
 
-int weir_gguf_add_u8(weir_gguf_writer *w, const char *k, uint8_t v) { return add_scalar(w, k, WEIR_GGUF_U8, &v, 1); }
-int weir_gguf_add_i8(weir_gguf_writer *w, const char *k, int8_t v) { return add_scalar(w, k, WEIR_GGUF_I8, &v, 1); }
-int weir_gguf_add_u16(weir_gguf_writer *w, const char *k, uint16_t v) { return add_scalar(w, k, WEIR_GGUF_U16, &v, 2); }
-int weir_gguf_add_i16(weir_gguf_writer *w, const char *k, int16_t v) { return add_scalar(w, k, WEIR_GGUF_I16, &v, 2); }
-int weir_gguf_add_u32(weir_gguf_writer *w, const char *k, uint32_t v) { return add_scalar(w, k, WEIR_GGUF_U32, &v, 4); }
-int weir_gguf_add_i32(weir_gguf_writer *w, const char *k, int32_t v) { return add_scalar(w, k, WEIR_GGUF_I32, &v, 4); }
-int weir_gguf_add_u64(weir_gguf_writer *w, const char *k, uint64_t v) { return add_scalar(w, k, WEIR_GGUF_U64, &v, 8); }
-int weir_gguf_add_i64(weir_gguf_writer *w, const char *k, int64_t v) { return add_scalar(w, k, WEIR_GGUF_I64, &v, 8); }
-int weir_gguf_add_f32(weir_gguf_writer *w, const char *k, float v) { return add_scalar(w, k, WEIR_GGUF_F32, &v, 4); }
-int weir_gguf_add_f64(weir_gguf_writer *w, const char *k, double v) { return add_scalar(w, k, WEIR_GGUF_F64, &v, 8); }
+/* One adder per scalar type; each copies the value's bytes after the key and type. */
+#define WEIR_GGUF_ADDER(suffix, ctype, tag)                                         \
+  int weir_gguf_add_##suffix(weir_gguf_writer *w, const char *key, ctype v) {       \
+    return add_scalar(w, key, tag, &v, sizeof v);                                   \
+  }
+WEIR_GGUF_ADDER(u8, uint8_t, WEIR_GGUF_U8)
+WEIR_GGUF_ADDER(i8, int8_t, WEIR_GGUF_I8)
+WEIR_GGUF_ADDER(u16, uint16_t, WEIR_GGUF_U16)
+WEIR_GGUF_ADDER(i16, int16_t, WEIR_GGUF_I16)
+WEIR_GGUF_ADDER(u32, uint32_t, WEIR_GGUF_U32)
+WEIR_GGUF_ADDER(i32, int32_t, WEIR_GGUF_I32)
+WEIR_GGUF_ADDER(u64, uint64_t, WEIR_GGUF_U64)
+WEIR_GGUF_ADDER(i64, int64_t, WEIR_GGUF_I64)
+WEIR_GGUF_ADDER(f32, float, WEIR_GGUF_F32)
+WEIR_GGUF_ADDER(f64, double, WEIR_GGUF_F64)
+#undef WEIR_GGUF_ADDER
+
 int weir_gguf_add_bool(weir_gguf_writer *w, const char *k, int v) {
   uint8_t b = v != 0;
   return add_scalar(w, k, WEIR_GGUF_BOOL, &b, 1);

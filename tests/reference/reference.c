@@ -204,7 +204,8 @@ int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *lo
   for (int l = 0; l < hp->n_layer; l++) {
     /* Attention block. */
     if ((rc = vec(blk(m, l, "attn_norm.weight"), w))) goto free_buffers;
-    for (int t = 0; t < n; t++) weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
+    for (int t = 0; t < n; t++)
+      weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
     if ((rc = matmul(blk(m, l, "attn_q.weight"), h, n, q)) ||
         (rc = matmul(blk(m, l, "attn_k.weight"), h, n, k)) ||
         (rc = matmul(blk(m, l, "attn_v.weight"), h, n, v)))
@@ -258,7 +259,8 @@ int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *lo
 
     /* Feed-forward block: down(silu(gate(h)) * up(h)). */
     if ((rc = vec(blk(m, l, "ffn_norm.weight"), w))) goto free_buffers;
-    for (int t = 0; t < n; t++) weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
+    for (int t = 0; t < n; t++)
+      weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
     if ((rc = matmul(blk(m, l, "ffn_gate.weight"), h, n, g)) ||
         (rc = matmul(blk(m, l, "ffn_up.weight"), h, n, u)))
       goto free_buffers;
@@ -268,7 +270,8 @@ int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *lo
   }
 
   if ((rc = vec(weir_gguf_find_tensor(m->gguf, "output_norm.weight"), w))) goto free_buffers;
-  for (int t = 0; t < n; t++) weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
+  for (int t = 0; t < n; t++)
+    weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
   const weir_gguf_tensor *out = hp->has_output ? weir_gguf_find_tensor(m->gguf, "output.weight")
                                                : emb;
   rc = matmul(out, h, n, logits);
