@@ -222,7 +222,10 @@ static double *run(const char *path, const int32_t *toks, int n, int *vocab) {
   return lg;
 }
 
-static void rmsnorm_f(const double *x, int n, double *y) { weir_ref_rmsnorm(x, NULL, n, (double)1e-5f, y); }
+/* The files store epsilon as f32, so the expectation uses the same value. */
+static void rmsnorm_f(const double *x, int n, double *y) {
+  weir_ref_rmsnorm(x, NULL, n, (double)1e-5f, y);
+}
 
 /* All sublayers zeroed: logits = Wout . (rmsnorm(embedding) * output_norm). */
 static void test_empty_layers(void) {
