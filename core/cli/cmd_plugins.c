@@ -1,10 +1,129 @@
+/* weir plugins: every plugin file found in the search path, with kind, name, version,
+ * devices, dtypes, file and options; broken files are listed with the reason. With --help
+ * NAME, the option table of one plugin. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "config/config.h"
+#include "plugin/loader.h"
 
-/* Placeholder until its issue lands; replaced by the real command. */
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: weir plugins [--config FILE] [--plugin-dir DIR]... [--set KEY=VALUE]...\n"
+          "       weir plugins [same flags] --help NAME\n\n"
+          "Lists every plugin file in the search path (plugins.dirs and --plugin-dir, then\n"
+          "WEIR_PLUGIN_PATH, then the plugins shipped next to the binary): kind, name,\n"
+          "version, devices, dtypes, file and options. Files that cannot be used are listed\n"
+          "with the reason. --help NAME prints the option table of the plugin NAME (or\n"
+          "KIND/NAME, e.g. attention/cpu_paged).\n");
+}
+
+/* "kind/name", "kind.name" or "name". */
+static int matches(const weir_plugin_desc *d, const char *want) {
+  const char *sep = strpbrk(want, "/.");
+  if (!sep) return !strcmp(d->name, want);
+  size_t kl = (size_t)(sep - want);
+  const char *k = weir_plugin_kind_name(d->kind);
+  return strlen(k) == kl && !strncmp(k, want, kl) && !strcmp(d->name, sep + 1);
+}
+
+static void print_header(const weir_plugin_found *f) {
+  char dev[64], dt[256];
+  weir_plugin_devices_str(f->desc->devices, dev, sizeof dev);
+  weir_plugin_dtypes_str(f->desc->dtypes, dt, sizeof dt);
+  printf("%s %s %s\n", weir_plugin_kind_name(f->desc->kind), f->desc->name,
+         f->desc->version ? f->desc->version : "?");
+  if (f->desc->description && *f->desc->description) printf("  %s\n", f->desc->description);
+  printf("  devices: %s\n  dtypes:  %s\n  file:    %s\n", dev, dt, f->path);
+}
+
 int weir__cmd_plugins(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "weir %s: not available in this build yet\n", argv[0]);
-  return 1;
+  weir_config cfg;
+  weir_plugin_dirs dirs = {0};
+  weir_plugin_found *found = NULL;
+  int n = 0, ret = 2;
+  const char *help_name = NULL;
+  char err[1024];
+  weir_config_defaults(&cfg);
+  if (weir_config_from_args(&argc, argv, &cfg, err, sizeof err) != 0) {
+    fprintf(stderr, "weir plugins: %s\n", err);
+    goto free_cfg;
+  }
+  weir_config_apply_log(&cfg);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      if (i + 1 < argc) {
+        help_name = argv[++i];
+      } else {
+        usage(stdout);
+        ret = 0;
+        goto free_cfg;
+      }
+    } else {
+      fprintf(stderr, "weir plugins: unknown argument '%s'\n\n", argv[i]);
+      usage(stderr);
+      goto free_cfg;
+    }
+  }
+  ret = 1;
+  if (weir_plugin_dirs_get(&cfg, &dirs) != 0 || weir_plugin_scan(&dirs, &found, &n) != 0) {
+    fprintf(stderr, "weir plugins: out of memory\n");
+    goto free_dirs;
+  }
+  if (help_name) {
+    int shown = 0;
+    for (int i = 0; i < n; i++) {
+      if (!found[i].desc || !matches(found[i].desc, help_name)) continue;
+      if (shown++) printf("\n");
+      print_header(&found[i]);
+      printf("  options (set them in the [%s] table):\n", weir_plugin_kind_name(found[i].desc->kind));
+      weir_plugin_print_options(found[i].desc, stdout);
+    }
+    if (!shown) {
+      fprintf(stderr, "weir plugins: no plugin named '%s' in the search path (run `weir "
+              "plugins` to list them)\n", help_name);
+      goto free_found;
+    }
+    ret = 0;
+    goto free_found;
+  }
+  printf("search path:\n");
+  for (int i = 0; i < dirs.num; i++) {
+    struct stat st;
+    printf("  %s%s\n", dirs.dirs[i], stat(dirs.dirs[i], &st) == 0 ? "" : "  (missing)");
+  }
+  int broken = 0, ok = 0;
+  for (int i = 0; i < n; i++) {
+    if (found[i].error) {
+      broken++;
+      continue;
+    }
+    printf("\n");
+    print_header(&found[i]);
+    const weir_plugin_desc *d = found[i].desc;
+    if (!d->num_options || !d->options) {
+      printf("  options: none\n");
+    } else {
+      printf("  options:\n");
+      weir_plugin_print_options(d, stdout);
+    }
+    ok++;
+  }
+  if (broken) {
+    printf("\nnot usable (%d):\n", broken);
+    for (int i = 0; i < n; i++)
+      if (found[i].error) printf("  %s\n", found[i].error);
+  }
+  if (!ok && !broken) printf("\nno plugins found\n");
+  ret = 0;
+free_found:
+  weir_plugin_scan_free(found, n);
+free_dirs:
+  weir_plugin_dirs_free(&dirs);
+free_cfg:
+  weir_config_free(&cfg);
+  return ret;
 }

@@ -810,7 +810,14 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
   fputc('\n', f);
 }
 
-void weir_config_write(const weir_config *c, FILE *f) {
+void weir_config_apply_log(const weir_config *c) {
+  weir_log_configure(c->log_level, c->log_format, NULL);
+}
+
+void weir_config_write(const weir_config *c, FILE *f) { weir_config_write_ex(c, f, NULL, NULL); }
+
+void weir_config_write_ex(const weir_config *c, FILE *f,
+                          void (*options)(void *arg, const char *section, FILE *f), void *arg) {
   if (c->source_path) fprintf(f, "# effective configuration (from %s)\n", c->source_path);
   else fprintf(f, "# effective configuration (built-in defaults)\n");
   for (int s = 0; k_sections[s]; s++) {
@@ -819,6 +826,10 @@ void weir_config_write(const weir_config *c, FILE *f) {
     for (size_t i = 0; i < NUM_KEYS; i++)
       if (!strcmp(k_keys[i].section, sec)) write_key(c, &k_keys[i], f);
     if (!is_plugin_section(sec)) continue;
+    if (options) {
+      options(arg, sec, f);
+      continue;
+    }
     const weir_toml_node *t = weir_toml_get(c->toml, sec);
     for (int i = 0; t && i < t->num_items; i++) {
       if (find_key(sec, t->items[i]->key)) continue;

@@ -136,6 +136,13 @@ int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, s
  * tables also carry the options the file or the flags set (the loader adds the defaults,
  * see weir_plugin_write_options). */
 void weir_config_write(const weir_config *c, FILE *f);
+/* As weir_config_write, but a plugin table's options are written by `options` (called once
+ * per plugin-selecting section after its core keys) instead of from the table. */
+void weir_config_write_ex(const weir_config *c, FILE *f,
+                          void (*options)(void *arg, const char *section, FILE *f), void *arg);
+
+/* Applies [log] level and format to the process logger (weir_log_configure, stderr). */
+void weir_config_apply_log(const weir_config *c);
 
 /* The core's own keys in a plugin-selecting table (NULL-terminated); every other key in
  * that table is an option of the plugin. `section` is "device", "attention", ... */

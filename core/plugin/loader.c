@@ -717,8 +717,8 @@ void weir_plugin_memory(const weir_plugin *p, int64_t *host_bytes, int64_t *devi
 
 /* ---- the configured set ------------------------------------------------------------------- */
 
-int weir_plugin_set_load_ex(const weir_config *cfg, weir_metrics *metrics,
-                            weir_plugin_set *out, char *err, size_t errlen) {
+static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_set *out,
+                    int no_init, char *err, size_t errlen) {
   int rc;
   weir_plugin_dirs dirs;
   weir_plugin_set s;
@@ -763,6 +763,7 @@ int weir_plugin_set_load_ex(const weir_config *cfg, weir_metrics *metrics,
         .metrics = metrics,
         .device_plugin = s.device,
         .pool = s.pool,
+        .no_init = no_init,
     };
     rc = weir_plugin_load(&req, order[i].slot, err, errlen);
     if (rc != WEIR_OK) goto unload;
@@ -779,6 +780,16 @@ unload:
 free_dirs:
   weir_plugin_dirs_free(&dirs);
   return rc;
+}
+
+int weir_plugin_set_load_ex(const weir_config *cfg, weir_metrics *metrics,
+                            weir_plugin_set *out, char *err, size_t errlen) {
+  return set_load(cfg, metrics, out, 0, err, errlen);
+}
+
+int weir_plugin_set_check(const weir_config *cfg, weir_plugin_set *out, char *err,
+                          size_t errlen) {
+  return set_load(cfg, NULL, out, 1, err, errlen);
 }
 
 int weir_plugin_set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_set *out) {

@@ -60,6 +60,11 @@ int weir_plugin_set_load(const weir_config *cfg, weir_metrics *metrics, weir_plu
  * it; `weir config check` uses it. */
 int weir_plugin_set_load_ex(const weir_config *cfg, weir_metrics *metrics,
                             weir_plugin_set *out, char *err, size_t errlen);
+/* Resolves, opens and checks every plugin the config names, and validates their options,
+ * without calling init (no device is touched): what `weir config check` needs. The set's
+ * instances have self == NULL and must only be inspected and unloaded. */
+int weir_plugin_set_check(const weir_config *cfg, weir_plugin_set *out, char *err,
+                          size_t errlen);
 /* Finalises and closes every plugin in reverse order of loading, then the pool; zeroes *s.
  * Accepts a zeroed set. */
 void weir_plugin_set_unload(weir_plugin_set *s);

@@ -17,10 +17,12 @@
 
 #include "weir/status.h"
 
-/* Spin iterations before sleeping: roughly 50-100 microseconds of pause instructions, longer
- * than the gap between two kernels of one decode step, far shorter than the gap between
- * requests. */
-#define WEIR_TP_SPIN 20000
+/* Spin iterations before sleeping: a few microseconds of pause instructions, about the gap
+ * between two kernels of one decode step. Kept short, and followed by a few sched_yield
+ * rounds, because on an oversubscribed machine (more threads than free cores) a spinning
+ * thread steals the core from the very thread it waits for. */
+#define WEIR_TP_SPIN 2000
+#define WEIR_TP_YIELDS 8
 
 typedef struct worker {
   struct weir_threadpool *pool;
@@ -82,6 +84,10 @@ static void *worker_main(void *a) {
     while ((s = atomic_load_explicit(&p->seq, memory_order_acquire)) == seen) {
       if (++spins < WEIR_TP_SPIN) {
         cpu_relax();
+        continue;
+      }
+      if (spins < WEIR_TP_SPIN + WEIR_TP_YIELDS) {
+        sched_yield();
         continue;
       }
       /* Announce the sleep before re-checking: the caller bumps seq and then reads
@@ -181,6 +187,10 @@ void weir_threadpool_parallel_for(weir_threadpool *p, int64_t n, int64_t grain,
     if (r == 0) break;
     if (++spins < WEIR_TP_SPIN) {
       cpu_relax();
+      continue;
+    }
+    if (spins < WEIR_TP_SPIN + WEIR_TP_YIELDS) {
+      sched_yield();
       continue;
     }
     atomic_store(&p->caller_waiting, 1);
