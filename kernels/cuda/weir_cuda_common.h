@@ -18,14 +18,13 @@ static inline int weir_cuda_status(cudaError_t e) {
   }
 }
 
-/* cudaSetDevice on the calling thread unless it already chose `id` through this helper: the
- * engine thread that drives a plugin is not the thread that initialised it. */
+/* Makes device `id` current on the calling thread: the engine thread that drives a plugin is
+ * not the thread that initialised it. cudaGetDevice only reads the runtime's per-thread state,
+ * so the common case (already current) costs no driver call. */
 static inline cudaError_t weir_cuda_use_device(int id) {
-  static __thread int current = -1;
-  if (current == id) return cudaSuccess;
-  cudaError_t e = cudaSetDevice(id);
-  if (e == cudaSuccess) current = id;
-  return e;
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur == id) return cudaSuccess;
+  return cudaSetDevice(id);
 }
 
 #endif

@@ -266,6 +266,7 @@ static int dev_copy_d2h(void *self, void *dst, const void *src, size_t size) {
 static int dev_copy_d2d(void *self, void *dst, const void *src, size_t size) {
   cuda_dev *d = self;
   if (size == 0) return WEIR_OK;
+  CK(d, weir_cuda_use_device(d->device_id), "cudaSetDevice");
   CK(d, cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToDevice, d->stream), "copy_d2d");
   return WEIR_OK;
 }
@@ -273,6 +274,7 @@ static int dev_copy_d2d(void *self, void *dst, const void *src, size_t size) {
 static int dev_memset(void *self, void *dst, int value, size_t size) {
   cuda_dev *d = self;
   if (size == 0) return WEIR_OK;
+  CK(d, weir_cuda_use_device(d->device_id), "cudaSetDevice");
   CK(d, cudaMemsetAsync(dst, value, size, d->stream), "memset");
   return WEIR_OK;
 }
@@ -285,11 +287,13 @@ static int dev_synchronize(void *self) {
   return WEIR_OK;
 }
 
-#define LAUNCH(d, call, what)                        \
-  do {                                               \
-    cudaError_t e_ = (call);                         \
-    if (e_ != cudaSuccess) return fail((d), e_, what); \
-    return WEIR_OK;                                  \
+/* Launches on the instance's device (a kernel launched on another device's stream fails). */
+#define LAUNCH(d, call, what)                                   \
+  do {                                                          \
+    cudaError_t e_ = weir_cuda_use_device((d)->device_id);      \
+    if (e_ == cudaSuccess) e_ = (call);                         \
+    if (e_ != cudaSuccess) return fail((d), e_, what);          \
+    return WEIR_OK;                                             \
   } while (0)
 
 static int dev_rms_norm(void *self, float *out, const float *x, const float *weight,
