@@ -1,0 +1,474 @@
+/* The plugin loader: every refusal with its message (file, expected, found, fix), option
+ * validation and defaults, file-name resolution (device-specific first, duplicates refused),
+ * the host services (accounted memory, device memory through the device plugin, the pool,
+ * metrics with a plugin label), whole sets from a config, listing, and `weir plugins`.
+ * Uses the test plugins of tests/plugins (build/tests/plugins). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "config/toml.h"
+#include "plugin/host.h"
+#include "plugin/loader.h"
+#include "testutil.h"
+
+static weir_plugin_dirs g_dirs;
+static char *g_dir_list[1] = {WT_BAD_PLUGIN_DIR};
+
+static weir_toml_node *parse_table(const char *toml) {
+  weir_toml_node *doc = NULL;
+  char err[512];
+  if (!toml) return NULL;
+  if (weir_toml_parse_string(toml, "test", &doc, err, sizeof err) != 0) {
+    fprintf(stderr, "bad test TOML: %s\n", err);
+    return NULL;
+  }
+  return doc;
+}
+
+/* Loads kind/name from the test plugin dir with options from `toml` (a table body). */
+static int load(weir_plugin_kind kind, const char *name, const char *toml, const char *device,
+                weir_plugin **out, char *err, size_t errlen) {
+  weir_toml_node *t = parse_table(toml);
+  weir_plugin_request req = {.kind = kind,
+                             .name = name,
+                             .dirs = &g_dirs,
+                             .table = t,
+                             .section = weir_plugin_kind_name(kind),
+                             .device_name = device ? device : "cpu"};
+  err[0] = 0;
+  int rc = weir_plugin_load(&req, out, err, errlen);
+  weir_toml_free(t);
+  return rc;
+}
+
+/* Expects a refusal with status `want` and a message holding every fragment. */
+static void refused(weir_plugin_kind kind, const char *name, const char *toml, int want,
+                    const char *const *frags) {
+  weir_plugin *p = NULL;
+  char err[2048];
+  int rc = load(kind, name, toml, "cpu", &p, err, sizeof err);
+  WT_ASSERT_INT_EQ(rc, want);
+  CU_ASSERT_PTR_NULL(p);
+  for (int i = 0; frags[i]; i++) WT_ASSERT_STR_CONTAINS(err, frags[i]);
+  weir_plugin_unload(p);
+}
+
+#define FRAGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void test_good_sampler(void) {
+  weir_plugin *p = NULL;
+  char err[1024];
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "good", NULL, "cpu", &p, err, sizeof err), 0);
+  if (!p) return;
+  WT_ASSERT_STR_CONTAINS(p->path, "weir_sampler_good.so");
+  WT_ASSERT_STR_CONTAINS(p->desc->version, "1.2.3");
+  CU_ASSERT_PTR_NOT_NULL(p->self);
+  /* Defaults filled, none marked as set. */
+  WT_ASSERT_INT_EQ(p->options[0].i, -1);
+  CU_ASSERT_DOUBLE_EQUAL(p->options[1].f, 0.0, 0);
+  WT_ASSERT_STR_CONTAINS(p->options[2].s, "argmax");
+  WT_ASSERT_INT_EQ(p->options[3].b, 1);
+  for (int i = 0; i < 4; i++) WT_ASSERT_INT_EQ(p->options[i].is_set, 0);
+  /* host->alloc is accounted to the instance: the plugin took its state plus 1000 bytes. */
+  int64_t hb, db;
+  weir_plugin_memory(p, &hb, &db);
+  CU_ASSERT(hb >= 1000);
+  WT_ASSERT_INT_EQ(db, 0);
+  const weir_sampler_ops *ops = p->ops;
+  float logits[8] = {1, 5, 3, 2, 0, 9, 1, 1};
+  weir_sample_result r[2];
+  WT_ASSERT_INT_EQ(ops->sample(p->self, NULL, 2, logits, 4, r), 0);
+  WT_ASSERT_INT_EQ(r[0].token, 1);
+  WT_ASSERT_INT_EQ(r[1].token, 1);
+  weir_plugin_unload(p);
+}
+
+static void test_options_reach_init(void) {
+  weir_plugin *p = NULL;
+  char err[1024];
+  /* name and path are the core's keys in [sampler]; the rest are the plugin's options. */
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "good",
+                        "name = \"good\"\nbias_token = 2\nbias = 10\nmode = \"argmax\"\n", "cpu",
+                        &p, err, sizeof err), 0);
+  if (!p) {
+    fprintf(stderr, "%s\n", err);
+    return;
+  }
+  WT_ASSERT_INT_EQ(p->options[0].is_set, 1);
+  WT_ASSERT_INT_EQ(p->options[3].is_set, 0);
+  float logits[4] = {1, 5, 3, 2};
+  weir_sample_result r;
+  WT_ASSERT_INT_EQ(((const weir_sampler_ops *)p->ops)->sample(p->self, NULL, 1, logits, 4, &r), 0);
+  WT_ASSERT_INT_EQ(r.token, 2); /* 3 + 10 beats 5 */
+  weir_plugin_unload(p);
+  /* An integer is accepted for a float option; a string choice changes behaviour. */
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "good", "bias = 3\nmode = \"argmin\"\n", "cpu", &p,
+                        err, sizeof err), 0);
+  if (!p) return;
+  CU_ASSERT_DOUBLE_EQUAL(p->options[1].f, 3.0, 0);
+  float l2[4] = {1, 5, 0.5f, 2};
+  WT_ASSERT_INT_EQ(((const weir_sampler_ops *)p->ops)->sample(p->self, NULL, 1, l2, 4, &r), 0);
+  WT_ASSERT_INT_EQ(r.token, 2);
+  weir_plugin_unload(p);
+}
+
+static void test_option_errors(void) {
+  refused(WEIR_PLUGIN_SAMPLER, "good", "bias_token = \"two\"\n", WEIR_E_INVAL,
+          FRAGS("sampler.bias_token: expected an integer, found a string", "'good'"));
+  refused(WEIR_PLUGIN_SAMPLER, "good", "count = 1\n", WEIR_E_INVAL,
+          FRAGS("sampler.count: expected true or false, found an integer"));
+  refused(WEIR_PLUGIN_SAMPLER, "good", "bias = 500.5\n", WEIR_E_RANGE,
+          FRAGS("sampler.bias: 500.5 is out of range [-100, 100]"));
+  refused(WEIR_PLUGIN_SAMPLER, "good", "bias_token = -7\n", WEIR_E_RANGE,
+          FRAGS("sampler.bias_token: -7 is out of range [-1, 1000000]"));
+  refused(WEIR_PLUGIN_SAMPLER, "good", "mode = \"median\"\n", WEIR_E_INVAL,
+          FRAGS("sampler.mode: \"median\" is not one of argmax, argmin"));
+  refused(WEIR_PLUGIN_SAMPLER, "good", "biass = 1\n", WEIR_E_NOTFOUND,
+          FRAGS("sampler.biass: unknown option of sampler plugin 'good'",
+                "weir_sampler_good.so", "bias_token, bias, mode, count",
+                "weir plugins --help good"));
+  /* A plugin with no options refuses every non-core key. */
+  refused(WEIR_PLUGIN_QUANT, "testquant", "scheme = \"testquant\"\nfoo = 1\n", WEIR_E_NOTFOUND,
+          FRAGS("quant.foo: unknown option", "no options"));
+}
+
+static void test_abi_refusals(void) {
+  char sig[128];
+  snprintf(sig, sizeof sig, "expected \"%s\"", WEIR_BUILD_SIGNATURE);
+  refused(WEIR_PLUGIN_SAMPLER, "badmajor", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_badmajor.so", "built for plugin ABI 2.0", "expected ABI 1.x",
+                "fix: rebuild the plugin"));
+  refused(WEIR_PLUGIN_SAMPLER, "newminor", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_newminor.so", "ABI 1.1, newer than this weir's 1.0",
+                "fix: upgrade weir"));
+  refused(WEIR_PLUGIN_SAMPLER, "badsig", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_badsig.so", "build signature \"weir-abi1;p32;be;layout0\"", sig,
+                "fix:"));
+  refused(WEIR_PLUGIN_SAMPLER, "smalldesc", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_smalldesc.so", "descriptor struct_size is 16 bytes",
+                "expected at least", "fix:"));
+  refused(WEIR_PLUGIN_SAMPLER, "noentry", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_noentry.so", "no weir_plugin_entry symbol",
+                "fix: define the descriptor with WEIR_PLUGIN_EXPORT"));
+}
+
+static void test_callback_refusals(void) {
+  refused(WEIR_PLUGIN_SAMPLER, "noinit", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_noinit.so", "has no init callback, which is mandatory",
+                "fix: set weir_plugin_desc.init"));
+  refused(WEIR_PLUGIN_SAMPLER, "nosample", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_nosample.so", "mandatory callback weir_sampler_ops.sample is NULL",
+                "fix: implement sample"));
+  refused(WEIR_PLUGIN_SAMPLER, "smallops", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_smallops.so", "weir_sampler_ops.struct_size is 2, too small",
+                "sample", "fix: set struct_size = sizeof(weir_sampler_ops)"));
+  refused(WEIR_PLUGIN_SAMPLER, "initfail", NULL, WEIR_E_PLUGIN,
+          FRAGS("weir_sampler_initfail.so", "failed to initialise", "device error",
+                "expected 0", "fix:"));
+  refused(WEIR_PLUGIN_SAMPLER, "score", NULL, WEIR_E_NOTSUP,
+          FRAGS("weir_sampler_score.so", "cannot run on this machine",
+                "weir_plugin_score returned -1", "fix:"));
+}
+
+static void test_kind_device_dtype(void) {
+  refused(WEIR_PLUGIN_ATTENTION, "kindlie", NULL, WEIR_E_INVAL,
+          FRAGS("weir_attention_kindlie.so", "declares a sampler plugin",
+                "expected a attention plugin", "fix:"));
+  refused(WEIR_PLUGIN_ATTENTION, "cudaonly", NULL, WEIR_E_NOTSUP,
+          FRAGS("weir_attention_cudaonly.so", "runs on cuda, expected cpu",
+                "device.name = \"cpu\"", "fix:"));
+  /* The KV dtype must be among the attention plugin's dtypes. */
+  weir_plugin *p = NULL;
+  char err[1024];
+  weir_plugin_request req = {.kind = WEIR_PLUGIN_ATTENTION, .name = "testattn", .dirs = &g_dirs,
+                             .section = "attention", .device_name = "cpu", .check_dtype = 1,
+                             .dtype = WEIR_DTYPE_BF16, .no_init = 1};
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), WEIR_E_NOTSUP);
+  WT_ASSERT_STR_CONTAINS(err, "supports KV dtypes f32, f16, expected bf16");
+  WT_ASSERT_STR_CONTAINS(err, "fix: set attention.kv_dtype to one of f32, f16");
+  req.dtype = WEIR_DTYPE_F16;
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), 0);
+  weir_plugin_unload(p);
+}
+
+static char *copy_to(const char *src, const char *dir, const char *name) {
+  size_t len;
+  char *data = wt_read_file(src, &len);
+  char *dst = wt_strf("%s/%s", dir, name);
+  if (!data || wt_write_file(dst, data, len) != 0) CU_FAIL("copy failed");
+  free(data);
+  return dst;
+}
+
+static void test_files(void) {
+  char *good = wt_strf("%s/weir_sampler_good.so", WT_BAD_PLUGIN_DIR);
+  char *a = wt_mkdtemp(), *b = wt_mkdtemp();
+  char *list[2] = {a, b};
+  weir_plugin_dirs two = {list, 2};
+  weir_plugin_request req = {.kind = WEIR_PLUGIN_SAMPLER, .dirs = &two, .section = "sampler",
+                             .device_name = "cpu", .no_init = 1};
+  weir_plugin *p = NULL;
+  char err[2048];
+
+  /* Not found: names both file names and the directories. */
+  req.name = "nosuch";
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), WEIR_E_NOTFOUND);
+  WT_ASSERT_STR_CONTAINS(err, "weir_sampler_nosuch_cpu.so and weir_sampler_nosuch.so");
+  WT_ASSERT_STR_CONTAINS(err, a);
+  WT_ASSERT_STR_CONTAINS(err, "fix:");
+
+  /* Not loadable. */
+  const char junk[] = "this is not an ELF file\n";
+  char *garbage = wt_strf("%s/weir_sampler_garbage.so", a);
+  wt_write_file(garbage, junk, sizeof junk - 1);
+  req.name = "garbage";
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), WEIR_E_IO);
+  WT_ASSERT_STR_CONTAINS(err, garbage);
+  WT_ASSERT_STR_CONTAINS(err, "cannot be loaded");
+  WT_ASSERT_STR_CONTAINS(err, "fix:");
+
+  /* The file name and the declared name must agree. */
+  free(copy_to(good, a, "weir_sampler_other.so"));
+  req.name = "other";
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), WEIR_E_INVAL);
+  WT_ASSERT_STR_CONTAINS(err, "declares the name 'good', expected 'other'");
+
+  /* Device-specific file first: the _cpu file is good, the generic one is junk. */
+  free(copy_to(good, a, "weir_sampler_good_cpu.so"));
+  char *generic = wt_strf("%s/weir_sampler_good.so", a);
+  wt_write_file(generic, junk, sizeof junk - 1);
+  req.name = "good";
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), 0);
+  if (p) WT_ASSERT_STR_CONTAINS(p->path, "weir_sampler_good_cpu.so");
+  weir_plugin_unload(p);
+  p = NULL;
+  req.device_name = "cuda"; /* no _cuda file: the generic (junk) one is taken */
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), WEIR_E_IO);
+  WT_ASSERT_STR_CONTAINS(err, generic);
+  req.device_name = "cpu";
+
+  /* The same file name in two directories: a duplicate naming both. */
+  free(copy_to(good, b, "weir_sampler_good_cpu.so"));
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), WEIR_E_EXISTS);
+  WT_ASSERT_STR_CONTAINS(err, "provided twice");
+  char *pa = wt_strf("%s/weir_sampler_good_cpu.so", a), *pb = wt_strf("%s/weir_sampler_good_cpu.so", b);
+  WT_ASSERT_STR_CONTAINS(err, pa);
+  WT_ASSERT_STR_CONTAINS(err, pb);
+  WT_ASSERT_STR_CONTAINS(err, "sampler.path");
+  /* An explicit path skips the search. */
+  req.path = pb;
+  WT_ASSERT_INT_EQ(weir_plugin_load(&req, &p, err, sizeof err), 0);
+  if (p) WT_ASSERT_STR_CONTAINS(p->path, pb);
+  weir_plugin_unload(p);
+
+  free(pa);
+  free(pb);
+  free(generic);
+  free(garbage);
+  wt_rmtree(a);
+  wt_rmtree(b);
+  free(a);
+  free(b);
+  free(good);
+}
+
+static void base_config(weir_config *c) {
+  char err[512];
+  weir_config_defaults(c);
+  const char *sets[][2] = {{"plugins.dirs", "[\"" WT_BAD_PLUGIN_DIR "\"]"},
+                           {"attention.backend", "testattn"},
+                           {"quant.scheme", "testquant"},
+                           {"sampler.name", "good"},
+                           {"device.threads", "2"}};
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+    if (weir_config_set(c, sets[i][0], sets[i][1], err, sizeof err) != 0) {
+      fprintf(stderr, "%s\n", err);
+      CU_FAIL("config set");
+    }
+}
+
+static void test_set_load(void) {
+  weir_config c;
+  weir_metrics *m = NULL;
+  weir_plugin_set s;
+  base_config(&c);
+  char err[1024];
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "sampler.bias_token", "0", err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_metrics_create(&m), 0);
+  WT_ASSERT_INT_EQ(weir_plugin_set_load(&c, m, &s), 0);
+  if (!s.sampler) goto out;
+  CU_ASSERT_PTR_NOT_NULL(s.device);
+  CU_ASSERT_PTR_NOT_NULL(s.attention);
+  CU_ASSERT_PTR_NOT_NULL(s.quant);
+  CU_ASSERT_PTR_NULL(s.drafter);
+  /* The option from [sampler] reached the plugin. */
+  WT_ASSERT_INT_EQ(s.sampler->options[0].i, 0);
+  WT_ASSERT_INT_EQ(s.sampler->options[0].is_set, 1);
+  /* The attention plugin took 4096 bytes of device memory through the device plugin. */
+  int64_t hb, db;
+  weir_plugin_memory(s.attention, &hb, &db);
+  WT_ASSERT_INT_EQ(db, 4096);
+  CU_ASSERT(hb > 0);
+  /* The device plugin itself gets no device_alloc; the others do. */
+  CU_ASSERT_PTR_NULL(s.device->host->host.device_alloc);
+  CU_ASSERT_PTR_NOT_NULL(s.attention->host->host.device_alloc);
+  /* device.threads sized the pool behind parallel_for. */
+  const weir_host *h = &s.sampler->host->host;
+  WT_ASSERT_INT_EQ(h->num_threads(h->ctx), 2);
+  WT_ASSERT_INT_EQ(h->struct_size, sizeof(weir_host));
+  CU_ASSERT_PTR_NULL(h->device_handle(h->ctx, "cuda.stream")); /* cpu: no native handles */
+  /* Sampling records the plugin's metric, labelled with its name. */
+  float logits[12] = {0, 1, 2, 9, 0, 1, 2, 9, 0, 1, 2, 9};
+  weir_sample_result r[3];
+  WT_ASSERT_INT_EQ(((const weir_sampler_ops *)s.sampler->ops)->sample(s.sampler->self, NULL, 3,
+                                                                      logits, 4, r), 0);
+  WT_ASSERT_INT_EQ(r[0].token, 3);
+  char *text = NULL;
+  size_t len = 0;
+  WT_ASSERT_INT_EQ(weir_metrics_render(m, &text, &len), 0);
+  WT_ASSERT_STR_CONTAINS(text, "weir_test_samples_total{plugin=\"good\"} 3");
+  free(text);
+  weir_plugin_set_unload(&s);
+  CU_ASSERT_PTR_NULL(s.sampler);
+  CU_ASSERT_PTR_NULL(s.pool);
+
+  /* A refused member: nothing stays loaded, the set is zeroed, the reason is returned. */
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "attention.kv_dtype", "bf16", err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_plugin_set_load_ex(&c, m, &s, err, sizeof err), WEIR_E_NOTSUP);
+  CU_ASSERT_PTR_NULL(s.device);
+  WT_ASSERT_STR_CONTAINS(err, "weir_attention_testattn.so");
+  WT_ASSERT_STR_CONTAINS(err, "expected bf16");
+  /* A drafter that is named must exist. */
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "attention.kv_dtype", "f16", err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "drafter.name", "ngram_missing", err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_plugin_set_load_ex(&c, m, &s, err, sizeof err), WEIR_E_NOTFOUND);
+  WT_ASSERT_STR_CONTAINS(err, "no drafter plugin 'ngram_missing'");
+out:
+  weir_metrics_destroy(m);
+  weir_config_free(&c);
+}
+
+static void test_env_path(void) {
+  weir_config c;
+  char err[1024];
+  weir_plugin_set s;
+  weir_config_defaults(&c);
+  weir_config_set(&c, "attention.backend", "testattn", err, sizeof err);
+  weir_config_set(&c, "quant.scheme", "testquant", err, sizeof err);
+  weir_config_set(&c, "sampler.name", "good", err, sizeof err);
+  setenv("WEIR_PLUGIN_PATH", "/nonexistent/dir:" WT_BAD_PLUGIN_DIR, 1);
+  WT_ASSERT_INT_EQ(weir_plugin_set_check(&c, &s, err, sizeof err), 0);
+  if (s.sampler) WT_ASSERT_STR_CONTAINS(s.sampler->path, WT_BAD_PLUGIN_DIR);
+  weir_plugin_set_unload(&s);
+  weir_plugin_dirs d;
+  WT_ASSERT_INT_EQ(weir_plugin_dirs_get(&c, &d), 0);
+  CU_ASSERT(d.num >= 3);
+  if (d.num >= 3) {
+    WT_ASSERT_STR_CONTAINS(d.dirs[0], "/nonexistent/dir");
+    WT_ASSERT_STR_CONTAINS(d.dirs[d.num - 1], "lib/weir/plugins");
+  }
+  weir_plugin_dirs_free(&d);
+  unsetenv("WEIR_PLUGIN_PATH");
+  weir_config_free(&c);
+}
+
+static void test_scan(void) {
+  weir_plugin_found *f = NULL;
+  int n = 0;
+  WT_ASSERT_INT_EQ(weir_plugin_scan(&g_dirs, &f, &n), 0);
+  int good = 0, badmajor = 0, kindlie = 0;
+  for (int i = 0; i < n; i++) {
+    if (strstr(f[i].path, "weir_sampler_good.so")) good = f[i].desc && !f[i].error;
+    if (strstr(f[i].path, "weir_sampler_badmajor.so"))
+      badmajor = !f[i].desc && f[i].error && strstr(f[i].error, "ABI 2.0");
+    if (strstr(f[i].path, "weir_attention_kindlie.so"))
+      kindlie = f[i].error && strstr(f[i].error, "file name says otherwise");
+  }
+  WT_ASSERT_INT_EQ(good, 1);
+  WT_ASSERT_INT_EQ(badmajor, 1);
+  WT_ASSERT_INT_EQ(kindlie, 1);
+  weir_plugin_scan_free(f, n);
+}
+
+static void test_cli(void) {
+  char *out = NULL;
+  char *argv[] = {WT_WEIR, "plugins", "--plugin-dir", WT_BAD_PLUGIN_DIR, NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv, &out, 20000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "sampler good 1.2.3");
+  WT_ASSERT_STR_CONTAINS(out, "devices: cpu, cuda");
+  WT_ASSERT_STR_CONTAINS(out, "bias_token");
+  WT_ASSERT_STR_CONTAINS(out, "attention testattn 0.0.1");
+  WT_ASSERT_STR_CONTAINS(out, "dtypes:  f32, f16");
+  WT_ASSERT_STR_CONTAINS(out, "not usable");
+  WT_ASSERT_STR_CONTAINS(out, "weir_sampler_badmajor.so: built for plugin ABI 2.0");
+  free(out);
+  char *help[] = {WT_WEIR, "plugins", "--plugin-dir", WT_BAD_PLUGIN_DIR, "--help", "sampler/good", NULL};
+  WT_ASSERT_INT_EQ(wt_run(help, &out, 20000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "argmax, argmin");
+  WT_ASSERT_STR_CONTAINS(out, "[-100, 100]");
+  WT_ASSERT_STR_CONTAINS(out, "added to bias_token's logit");
+  free(out);
+  char *missing[] = {WT_WEIR, "plugins", "--plugin-dir", WT_BAD_PLUGIN_DIR, "--help", "nosuch", NULL};
+  WT_ASSERT_INT_EQ(wt_run(missing, &out, 20000), 1);
+  WT_ASSERT_STR_CONTAINS(out, "no plugin named 'nosuch'");
+  free(out);
+}
+
+/* The shipped CPU plugins, when this build has them: the whole default set loads, checks its
+ * options and samples greedily. Skipped cleanly when they were not built. */
+static void test_real_plugins(void) {
+  char *path = wt_strf("%s/weir_sampler_default.so", WT_PLUGIN_DIR);
+  if (access(path, R_OK) != 0) {
+    fprintf(stderr, "\n  (skipped: %s not built)\n", path);
+    free(path);
+    return;
+  }
+  free(path);
+  weir_config c;
+  char err[1024];
+  weir_plugin_set s;
+  weir_config_defaults(&c);
+  weir_config_set(&c, "plugins.dirs", "[\"" WT_PLUGIN_DIR "\"]", err, sizeof err);
+  weir_config_set(&c, "device.threads", "2", err, sizeof err);
+  int rc = weir_plugin_set_load_ex(&c, NULL, &s, err, sizeof err);
+  WT_ASSERT_INT_EQ(rc, 0);
+  if (rc != 0) {
+    fprintf(stderr, "%s\n", err);
+  } else {
+    weir_sampling_params sp = {.struct_size = sizeof sp, .temperature = 0, .top_p = 1,
+                               .repetition_penalty = 1, .num_logprobs = -1};
+    uint64_t rng[4] = {1, 2, 3, 4};
+    weir_sampling_row row = {.params = &sp, .rng_state = rng};
+    float logits[6] = {0.5f, -1, 4, 3.9f, 0, 1};
+    weir_sample_result r;
+    WT_ASSERT_INT_EQ(((const weir_sampler_ops *)s.sampler->ops)->sample(s.sampler->self, &row, 1,
+                                                                        logits, 6, &r), 0);
+    WT_ASSERT_INT_EQ(r.token, 2);
+  }
+  weir_plugin_set_unload(&s);
+  weir_config_free(&c);
+}
+
+int main(void) {
+  unsetenv("WEIR_PLUGIN_PATH");
+  g_dirs.dirs = g_dir_list;
+  g_dirs.num = 1;
+  static const wt_test tests[] = {
+      {"a good plugin loads, defaults filled, memory accounted", test_good_sampler},
+      {"options from the table reach init", test_options_reach_init},
+      {"option errors: type, range, choice, unknown key", test_option_errors},
+      {"ABI refusals: major, minor, signature, size, entry", test_abi_refusals},
+      {"callback refusals: init, ops, struct_size, init failure, score", test_callback_refusals},
+      {"kind, device and dtype refusals", test_kind_device_dtype},
+      {"files: not found, not loadable, name, device variant, duplicate, path",
+       test_files},
+      {"a whole set from a config: host services", test_set_load},
+      {"WEIR_PLUGIN_PATH and the search order", test_env_path},
+      {"scan lists good and broken files", test_scan},
+      {"weir plugins and --help NAME", test_cli},
+      {"the shipped CPU plugins load and sample", test_real_plugins},
+      {NULL, NULL}};
+  return wt_run_suite("loader", tests);
+}
