@@ -22,8 +22,9 @@
 #include "weir/sampler.h"
 
 typedef struct cand {
-  float v;
+  float v;     /* logit / temperature */
   int32_t id;
+  float w;     /* exp(v - max v), once computed */
 } cand;
 
 /* One thread's working memory, sized for the largest vocab seen. */
@@ -131,11 +132,6 @@ static inline int before(const cand *a, const cand *b) {
   return a->v > b->v || (a->v == b->v && a->id < b->id);
 }
 
-static int cand_cmp(const void *pa, const void *pb) {
-  const cand *a = pa, *b = pb;
-  return before(a, b) ? -1 : before(b, a) ? 1 : 0;
-}
-
 static void swap_c(cand *a, cand *b) {
   cand t = *a;
   *a = *b;
@@ -171,7 +167,7 @@ typedef struct row_out {
   int32_t token;     /* greedy choice */
   int32_t n_kept;    /* candidates kept, in c[0..n_kept) */
   double total;      /* sum of the kept weights */
-  float zmax;        /* weights are exp(c.v - zmax) */
+  float zmax;        /* the largest c.v */
 } row_out;
 
 /* Steps 1-3 on w->buf. Returns WEIR_E_INVAL for invalid parameters. */
@@ -217,7 +213,42 @@ static int apply_penalties(scratch *w, const weir_sampling_row *row, int32_t voc
   return WEIR_OK;
 }
 
-/* Steps 4-5: decides the greedy token, or the kept candidates with their weights. */
+/* Partitions c[0..n) so that its first K entries are the smallest most-likely-first set
+ * whose weight reaches `target` (K >= 1), and returns K: the nucleus of top-p without
+ * sorting. A quickselect on the order of before() that carries the weight of everything
+ * already known to rank above the current range. Expected linear time. */
+static int32_t select_mass(cand *c, int32_t n, double target) {
+  int32_t lo = 0, hi = n;
+  double above = 0.0; /* weight of c[0..lo), all ranking above c[lo..hi) */
+  while (hi - lo > 1) {
+    /* median-of-three pivot moved to hi - 1, then Lomuto partition of [lo, hi - 1) */
+    int32_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (before(&c[mid], &c[lo])) swap_c(&c[mid], &c[lo]);
+    if (before(&c[last], &c[lo])) swap_c(&c[last], &c[lo]);
+    if (before(&c[mid], &c[last])) swap_c(&c[mid], &c[last]);
+    const cand pivot = c[last];
+    int32_t store = lo;
+    double sum = 0.0;
+    for (int32_t i = lo; i < last; i++)
+      if (before(&c[i], &pivot)) {
+        sum += c[i].w;
+        swap_c(&c[i], &c[store++]);
+      }
+    swap_c(&c[store], &c[last]); /* pivot now at `store` */
+    if (above + sum >= target && store > lo) {
+      hi = store; /* the cut falls inside the better part */
+    } else if (above + sum + pivot.w >= target) {
+      return store + 1;
+    } else {
+      above += sum + pivot.w;
+      lo = store + 1;
+    }
+  }
+  if (lo < n && (above < target || lo == 0)) return lo + 1;
+  return lo > 0 ? lo : 1;
+}
+
+/* Steps 4-5: decides the greedy token, or the kept candidates c[0..n_kept) with weights. */
 static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t vocab, row_out *o) {
   const float *x = w->buf;
   memset(o, 0, sizeof(*o));
@@ -251,32 +282,16 @@ static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t voca
     select_top(c, n, p->top_k);
     n = p->top_k;
   }
+  double total = 0.0;
+  for (int32_t i = 0; i < n; i++) {
+    c[i].w = expf(c[i].v - zmax);
+    total += c[i].w;
+  }
   if (p->top_p < 1.0f) {
-    /* Sort only as much of the head as the nucleus needs: grow the sorted prefix until its
-     * exclusive cumulative mass reaches top_p. */
-    double z_total = 0.0;
-    for (int32_t i = 0; i < n; i++) z_total += exp((double)c[i].v - zmax);
-    const double target = (double)(p->top_p > 0.0f ? p->top_p : 0.0f) * z_total;
-    int32_t k = n < 256 ? n : 256;
-    for (;;) {
-      if (k < n) select_top(c, n, k);
-      qsort(c, (size_t)k, sizeof(cand), cand_cmp);
-      double cum = 0.0;
-      int32_t keep = -1;
-      for (int32_t i = 0; i < k; i++) {
-        if (i > 0 && cum >= target) {
-          keep = i;
-          break;
-        }
-        cum += exp((double)c[i].v - zmax);
-      }
-      if (keep < 0 && k == n) keep = n;
-      if (keep >= 0) {
-        n = keep;
-        break;
-      }
-      k = k > n / 8 ? n : k * 8;
-    }
+    /* Keep a token while the mass ranked above it is below top_p (renormalised after
+     * top-k): the smallest prefix whose mass reaches top_p, at least one token. */
+    double target = (double)(p->top_p > 0.0f ? p->top_p : 0.0f) * total;
+    n = select_mass(c, n, target);
   }
   if (p->min_p > 0.0f) {
     /* p_i >= min_p * p_max  <=>  z_i >= z_max + log(min_p); the max is always kept. */
@@ -286,8 +301,10 @@ static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t voca
       if (c[i].v >= thr || c[i].v == zmax) c[m++] = c[i];
     n = m;
   }
-  double total = 0.0;
-  for (int32_t i = 0; i < n; i++) total += exp((double)c[i].v - zmax);
+  if (p->top_p < 1.0f || p->min_p > 0.0f) {
+    total = 0.0;
+    for (int32_t i = 0; i < n; i++) total += c[i].w;
+  }
   o->n_kept = n;
   o->total = total;
   o->zmax = zmax;
@@ -371,7 +388,7 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
         pr[o.token] = 1.0f;
       } else {
         for (int32_t i = 0; i < o.n_kept; i++)
-          pr[w->c[i].id] = (float)(exp((double)w->c[i].v - o.zmax) / o.total);
+          pr[w->c[i].id] = (float)((double)w->c[i].w / o.total);
       }
       continue;
     }
@@ -380,7 +397,7 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
       double target = uniform01(row->rng_state) * o.total, cum = 0.0;
       token = w->c[o.n_kept - 1].id;
       for (int32_t i = 0; i < o.n_kept; i++) {
-        cum += exp((double)w->c[i].v - o.zmax);
+        cum += w->c[i].w;
         if (cum > target) {
           token = w->c[i].id;
           break;
