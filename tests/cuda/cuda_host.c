@@ -286,6 +286,31 @@ double ch_rel_err(const float *a, const double *ref, size_t n) {
   return sqrt(num / den);
 }
 
+int ch_compare_logits(const float *a, const float *b, int64_t rows, int64_t vocab,
+                      ch_logits_report *out) {
+  double num = 0, den = 0, mx = 0;
+  int64_t agree = 0;
+  int bad = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *ra = a + r * vocab, *rb = b + r * vocab;
+    int64_t ia = 0, ib = 0;
+    for (int64_t i = 0; i < vocab; i++) {
+      if (!isfinite(ra[i])) bad = 1;
+      double d = (double)ra[i] - rb[i];
+      num += d * d;
+      den += (double)rb[i] * rb[i];
+      if (fabs(d) > mx) mx = fabs(d);
+      if (ra[i] > ra[ia]) ia = i;
+      if (rb[i] > rb[ib]) ib = i;
+    }
+    agree += ia == ib;
+  }
+  out->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
+  out->max_abs = mx;
+  out->top1_agree = rows > 0 ? (double)agree / (double)rows : 1.0;
+  return bad;
+}
+
 double ch_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -66,6 +66,16 @@ float ch_bf16_to_f32(uint16_t h);
 /* ||a - b|| / ||b|| over n values; returns +inf when a holds a NaN or inf. */
 double ch_rel_err(const float *a, const double *ref, size_t n);
 
+/* End-to-end logits check for model code: compares `rows` rows of `vocab` logits from the
+ * CUDA path (a) with the CPU path (b). Fills the relative L2 error over all rows, the largest
+ * absolute difference and the fraction of rows whose argmax agrees. Returns 1 when a holds a
+ * NaN or inf. See docs/cuda.md for the bounds to expect. */
+typedef struct ch_logits_report {
+  double rel_l2, max_abs, top1_agree;
+} ch_logits_report;
+int ch_compare_logits(const float *a, const float *b, int64_t rows, int64_t vocab,
+                      ch_logits_report *out);
+
 /* Wall clock in seconds (monotonic). */
 double ch_now(void);
 
