@@ -73,7 +73,8 @@ int weir_plugin_dirs_get(const weir_config *cfg, weir_plugin_dirs *out) {
         *slash = 0;
         char dir[PATH_MAX + sizeof WEIR_PLUGIN_REL_DIR + 2];
         snprintf(dir, sizeof dir, "%s/%s", exe, WEIR_PLUGIN_REL_DIR);
-        rc = dirs_add(out, dir);
+        char real[PATH_MAX];
+        rc = dirs_add(out, realpath(dir, real) ? real : dir); /* no "bin/.." in messages */
       }
     }
   }
@@ -540,7 +541,8 @@ static int find_file(const weir_plugin_request *req, char **out, char *err, size
   const char *kind = weir_plugin_kind_name(req->kind);
   char names[2][256];
   int num_names = 0;
-  if (req->device_name && *req->device_name)
+  /* A device plugin's name already is the device: no _<device> variant for it. */
+  if (req->device_name && *req->device_name && req->kind != WEIR_PLUGIN_DEVICE)
     snprintf(names[num_names++], sizeof names[0], "weir_%s_%s_%s.so", kind, req->name,
              req->device_name);
   snprintf(names[num_names++], sizeof names[0], "weir_%s_%s.so", kind, req->name);
