@@ -20,25 +20,33 @@
 #define API_KEY "sk-test-weir"
 
 static char *g_dir;
-static char *g_model;
+static char *g_model, *g_long_model;
 static hc_server g_main;    /* defaults, no key */
+static hc_server g_long;    /* the 2048-token model */
 static hc_server g_limits;  /* small limits and an API key */
 static int g_ready;
 static char g_model_name[128];
 
 /* ---- fixtures --------------------------------------------------------------------------- */
 
-static int make_model(void) {
-  g_model = wt_strf("%s/tiny.gguf", g_dir);
+static int mkmodel(const char *path, int ctx_len) {
   char ctx[16];
-  snprintf(ctx, sizeof ctx, "%d", CTX);
+  snprintf(ctx, sizeof ctx, "%d", ctx_len);
   char *const argv[] = {(char *)WT_WEIR, "mkmodel", "--preset", "tiny", "--ctx", ctx,
-                        "--name", "tiny-test", "--out", g_model, NULL};
+                        "--name", "tiny-test", "--out", (char *)path, NULL};
   char *out = NULL;
   int rc = wt_run(argv, &out, 60000);
   if (rc != 0) fprintf(stderr, "weir mkmodel failed (%d):\n%s\n", rc, out ? out : "");
   free(out);
   return rc;
+}
+
+/* A short-context model for the limit tests, and a long one (2048) for requests that must
+ * stay in flight long enough to be interrupted. */
+static int make_model(void) {
+  g_model = wt_strf("%s/tiny.gguf", g_dir);
+  g_long_model = wt_strf("%s/long.gguf", g_dir);
+  return mkmodel(g_model, CTX) || mkmodel(g_long_model, 2048);
 }
 
 static char *set_arg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -52,13 +60,14 @@ static char *set_arg(const char *fmt, ...) {
 }
 
 /* Starts a server on a free port with `extra` --set overrides (NULL-terminated). */
-static int start_server(hc_server *s, const char *name, const char *const *extra) {
+static int start_server_model(hc_server *s, const char *name, const char *model,
+                              const char *const *extra) {
   const char *args[48];
   char *owned[48];
   int n = 0, no = 0;
   s->port = wt_free_port();
   args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("model.path=%s", g_model);
+  args[n++] = owned[no++] = set_arg("model.path=%s", model);
   args[n++] = "--set";
   args[n++] = owned[no++] = set_arg("server.port=%d", s->port);
   args[n++] = "--set";
@@ -66,7 +75,7 @@ static int start_server(hc_server *s, const char *name, const char *const *extra
   args[n++] = "--set";
   args[n++] = owned[no++] = set_arg("device.threads=1");
   args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("cache.memory_bytes=33554432");
+  args[n++] = owned[no++] = set_arg("cache.memory_bytes=67108864");
   args[n++] = "--set";
   args[n++] = owned[no++] = set_arg("scheduler.max_num_seqs=128");
   args[n++] = "--set";
@@ -86,6 +95,10 @@ static int start_server(hc_server *s, const char *name, const char *const *extra
   free(log);
   for (int i = 0; i < no; i++) free(owned[i]);
   return rc;
+}
+
+static int start_server(hc_server *s, const char *name, const char *const *extra) {
+  return start_server_model(s, name, g_model, extra);
 }
 
 #define NEED_SERVER()                                                                       \
@@ -903,19 +916,20 @@ static void test_disconnects_free_everything(void) {
   enum { N = 100 };
   int fds[N];
   double aborted0 = 0, length0 = 0;
-  char *before = get_metrics(g_main.port);
+  const int port = g_long.port;
+  char *before = get_metrics(port);
   CU_ASSERT_FATAL(before != NULL);
   hc_metric(before, "weir_request_success_total{finished_reason=\"abort\"}", &aborted0);
   hc_metric(before, "weir_request_success_total{finished_reason=\"length\"}", &length0);
   free(before);
-  const char *body = "{\"prompt\":\"bye\",\"max_tokens\":240,\"ignore_eos\":true,"
+  const char *body = "{\"prompt\":\"bye\",\"max_tokens\":2000,\"ignore_eos\":true,"
                      "\"stream\":true}";
   char *req = wt_strf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                       "application/json\r\nContent-Length: %zu\r\n\r\n%s",
                       strlen(body), body);
   int started = 0;
   for (int i = 0; i < N; i++) {
-    fds[i] = hc_connect(g_main.port, 30000);
+    fds[i] = hc_connect(port, 30000);
     if (fds[i] < 0) continue;
     hc_send_all(fds[i], req, strlen(req));
     /* Wait for the headers and the first chunk: the request is really running. Half of the
@@ -939,8 +953,8 @@ static void test_disconnects_free_everything(void) {
   WT_ASSERT_INT_EQ(started, N);
   /* Everything is released within a short while. */
   double running = -1, usage = -1, aborted = 0, length = 0;
-  for (int tries = 0; tries < 100; tries++) {
-    char *page = get_metrics(g_main.port);
+  for (int tries = 0; tries < 200; tries++) {
+    char *page = get_metrics(port);
     CU_ASSERT_FATAL(page != NULL);
     hc_metric(page, "weir_num_requests_running", &running);
     hc_metric(page, "weir_kv_cache_usage_perc", &usage);
@@ -956,7 +970,7 @@ static void test_disconnects_free_everything(void) {
    * others may have finished before their client left). */
   WT_ASSERT_INT_EQ((int)(aborted - aborted0 + length - length0), N);
   CU_ASSERT(aborted - aborted0 >= N / 2);
-  expect_alive(g_main.port);
+  expect_alive(port);
 }
 
 static void test_metrics_and_log(void) {
@@ -998,7 +1012,11 @@ static void test_metrics_and_log(void) {
   WT_ASSERT_STR_CONTAINS(log, "\"event\":\"request\"");
   WT_ASSERT_STR_CONTAINS(log, "\"ttft_ms\":");
   WT_ASSERT_STR_CONTAINS(log, "\"itl_p95_ms\":");
+  free(log);
+  /* The disconnect test ran on the long server: its log records the aborted requests. */
+  log = wt_read_file(g_long.log_path, NULL);
   WT_ASSERT_STR_CONTAINS(log, "\"client_disconnected\":true");
+  WT_ASSERT_STR_CONTAINS(log, "\"finish_reason\":\"abort\"");
   free(log);
 }
 
@@ -1124,9 +1142,12 @@ static void test_busy_429(void) {
                       API_KEY "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                       "\r\n%s",
                       strlen(body), body);
+  /* All requests go out before any answer is read, so that they arrive together. */
   for (int i = 0; i < N; i++) {
     fds[i] = hc_connect(g_limits.port, 10000);
     hc_send_all(fds[i], req, strlen(req));
+  }
+  for (int i = 0; i < N; i++) {
     hc_response r;
     int chunked = 0;
     if (hc_read_head(fds[i], &r, &chunked) == 0) {
@@ -1155,14 +1176,16 @@ static void test_busy_429(void) {
 static void test_sigterm_drains(void) {
   NEED_SERVER();
   hc_server s = {0};
-  const char *extra[] = {"server.drain_timeout_ms=20000", NULL};
-  if (start_server(&s, "drain", extra) != 0) {
+  /* One sequence at a time: the stream below plus the queued requests keep the server busy
+   * (about 5 x 2000 tokens) well past the moment the signal arrives. */
+  const char *extra[] = {"server.drain_timeout_ms=20000", "scheduler.max_num_seqs=1", NULL};
+  if (start_server_model(&s, "drain", g_long_model, extra) != 0) {
     CU_FAIL("drain server did not start");
     return;
   }
   /* A keep-alive connection opened before the signal, to ask /health during the drain. */
   int probe = hc_connect(s.port, 10000);
-  const char *body = "{\"prompt\":\"drain\",\"max_tokens\":240,\"ignore_eos\":true,"
+  const char *body = "{\"prompt\":\"drain\",\"max_tokens\":2000,\"ignore_eos\":true,"
                      "\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
   int fd = hc_connect(s.port, 30000);
   char *req = wt_strf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
@@ -1178,20 +1201,51 @@ static void test_sigterm_drains(void) {
   char *d = NULL;
   CU_ASSERT(hc_read_chunk(fd, &d) > 0);
   free(d);
-  kill(s.pid, SIGTERM);
-  usleep(20000);
-  const char *h = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
-  hc_response r;
-  hc_send_all(probe, h, strlen(h));
-  if (hc_read_response(probe, &r) == 0) {
-    /* Answered while the stream was still running (or just after): never "ok". */
-    CU_ASSERT(r.status == 503);
-    WT_ASSERT_STR_CONTAINS(r.body, "draining");
+  enum { QUEUED = 4 };
+  int qfd[QUEUED];
+  const char *qbody = "{\"prompt\":\"queued\",\"max_tokens\":2000,\"ignore_eos\":true}";
+  char *qreq = wt_strf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                       strlen(qbody), qbody);
+  for (int i = 0; i < QUEUED; i++) {
+    qfd[i] = hc_connect(s.port, 30000);
+    hc_send_all(qfd[i], qreq, strlen(qreq));
   }
-  hc_response_free(&r);
+  free(qreq);
+  /* Make sure they are queued: the waiting gauge shows them before the signal. */
+  for (int tries = 0; tries < 200; tries++) {
+    char *page = get_metrics(s.port);
+    double waiting = 0;
+    if (page) hc_metric(page, "weir_num_requests_waiting", &waiting);
+    free(page);
+    if (waiting >= QUEUED) break;
+    usleep(5000);
+  }
+  kill(s.pid, SIGTERM);
+  /* The signal is handled asynchronously: ask until /health stops saying "ok". While the
+   * stream runs the server is draining and answers 503 "draining". */
+  const char *h = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  int saw_draining = 0;
+  for (int tries = 0; tries < 200 && !saw_draining; tries++) {
+    hc_response r;
+    hc_send_all(probe, h, strlen(h));
+    if (hc_read_response(probe, &r) != 0) break; /* closed: the drain is over */
+    if (r.status == 503) {
+      WT_ASSERT_STR_CONTAINS(r.body, "draining");
+      saw_draining = 1;
+    } else {
+      WT_ASSERT_INT_EQ(r.status, 200);
+    }
+    int closed = r.closed;
+    hc_response_free(&r);
+    if (closed) break;
+    usleep(10000);
+  }
+  CU_ASSERT(saw_draining);
   close(probe);
   /* The in-flight stream completes in full. */
-  char all[1 << 16] = "";
+  static char all[1 << 21];
+  all[0] = '\0';
   size_t len = 0;
   for (;;) {
     long n = hc_read_chunk(fd, &d);
@@ -1205,7 +1259,20 @@ static void test_sigterm_drains(void) {
   }
   close(fd);
   WT_ASSERT_STR_CONTAINS(all, "data: [DONE]");
-  WT_ASSERT_STR_CONTAINS(all, "\"completion_tokens\":240");
+  WT_ASSERT_STR_CONTAINS(all, "\"completion_tokens\":2000");
+  /* The queued requests were in flight too: they complete in full. */
+  for (int i = 0; i < QUEUED; i++) {
+    hc_response r;
+    int ok = hc_read_response(qfd[i], &r) == 0;
+    CU_ASSERT(ok);
+    if (ok) {
+      WT_ASSERT_INT_EQ(r.status, 200);
+      WT_ASSERT_STR_CONTAINS(r.body, "\"completion_tokens\":2000");
+      CU_ASSERT(r.closed); /* responses during a drain close their connection */
+    }
+    hc_response_free(&r);
+    close(qfd[i]);
+  }
   int code = hc_server_stop(&s, 0, 20000); /* it is already on its way out: just wait */
   WT_ASSERT_INT_EQ(code, 0);
 }
@@ -1265,7 +1332,8 @@ int main(void) {
                             "server.header_timeout_ms=300", "scheduler.max_num_seqs=1",
                             "scheduler.max_waiting=1", NULL};
     g_ready = start_server(&g_main, "main", NULL) == 0 &&
-              start_server(&g_limits, "limits", limits) == 0;
+              start_server(&g_limits, "limits", limits) == 0 &&
+              start_server_model(&g_long, "long", g_long_model, NULL) == 0;
     if (g_ready) {
       hc_response r;
       if (hc_request(g_main.port, "GET", "/v1/models", NULL, NULL, &r) == 0) {
@@ -1281,12 +1349,14 @@ int main(void) {
   int rc = wt_run_suite("http", tests);
   int main_code = hc_server_stop(&g_main, SIGTERM, 20000);
   int limits_code = hc_server_stop(&g_limits, SIGTERM, 20000);
-  if (g_ready && (main_code != 0 || limits_code != 0)) {
-    fprintf(stderr, "servers exited with %d and %d\n", main_code, limits_code);
+  int long_code = hc_server_stop(&g_long, SIGTERM, 20000);
+  if (g_ready && (main_code != 0 || limits_code != 0 || long_code != 0)) {
+    fprintf(stderr, "servers exited with %d, %d and %d\n", main_code, limits_code, long_code);
     rc = 1;
   }
   wt_rmtree(g_dir);
   free(g_dir);
   free(g_model);
+  free(g_long_model);
   return rc;
 }
