@@ -260,19 +260,20 @@ WEIR_TARGET_AVX512 static void scores4_avx512(const float *q, size_t ldq, const 
   }
 }
 
-/* 4 rows x 32 dims of the accumulator in 8 registers; each V vector is loaded once. */
+/* 4 rows x 32 dims of the accumulator in 8 registers; each V vector is loaded once. Full
+ * 32-wide slices use plain loads (masked loads in a hot loop are slow on some cores). */
 WEIR_TARGET_AVX512 static void pv4_avx512(float *acc, size_t lda, const float *p, size_t lds,
                                           const float *v, int32_t ldv, int32_t n, int32_t hd) {
-  for (int32_t d = 0; d < hd; d += 32) {
-    __mmask16 k0 = tail16(hd - d), k1 = hd - d > 16 ? tail16(hd - d - 16) : 0;
+  int32_t d = 0;
+  for (; d + 32 <= hd; d += 32) {
     __m512 a[4][2];
     for (int r = 0; r < 4; r++) {
-      a[r][0] = _mm512_maskz_loadu_ps(k0, acc + r * lda + d);
-      a[r][1] = _mm512_maskz_loadu_ps(k1, acc + r * lda + d + 16);
+      a[r][0] = _mm512_loadu_ps(acc + r * lda + d);
+      a[r][1] = _mm512_loadu_ps(acc + r * lda + d + 16);
     }
     for (int32_t j = 0; j < n; j++) {
-      __m512 v0 = _mm512_maskz_loadu_ps(k0, v + (size_t)j * ldv + d);
-      __m512 v1 = _mm512_maskz_loadu_ps(k1, v + (size_t)j * ldv + d + 16);
+      __m512 v0 = _mm512_loadu_ps(v + (size_t)j * ldv + d);
+      __m512 v1 = _mm512_loadu_ps(v + (size_t)j * ldv + d + 16);
 #pragma GCC unroll 4
       for (int r = 0; r < 4; r++) {
         __m512 pj = _mm512_set1_ps(p[r * lds + j]);
@@ -281,9 +282,19 @@ WEIR_TARGET_AVX512 static void pv4_avx512(float *acc, size_t lda, const float *p
       }
     }
     for (int r = 0; r < 4; r++) {
-      _mm512_mask_storeu_ps(acc + r * lda + d, k0, a[r][0]);
-      _mm512_mask_storeu_ps(acc + r * lda + d + 16, k1, a[r][1]);
+      _mm512_storeu_ps(acc + r * lda + d, a[r][0]);
+      _mm512_storeu_ps(acc + r * lda + d + 16, a[r][1]);
     }
+  }
+  for (; d < hd; d += 16) {
+    __mmask16 k0 = tail16(hd - d);
+    __m512 a[4];
+    for (int r = 0; r < 4; r++) a[r] = _mm512_maskz_loadu_ps(k0, acc + r * lda + d);
+    for (int32_t j = 0; j < n; j++) {
+      __m512 v0 = _mm512_maskz_loadu_ps(k0, v + (size_t)j * ldv + d);
+      for (int r = 0; r < 4; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * lds + j]), v0, a[r]);
+    }
+    for (int r = 0; r < 4; r++) _mm512_mask_storeu_ps(acc + r * lda + d, k0, a[r]);
   }
 }
 

@@ -125,26 +125,26 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemv4_avx2(const void *w, int64_t r, 
 #define T_AVX2 3
 WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemm4x3_avx2(const weir_matmul_args *a, int64_t r,
                                                         int64_t t, int64_t k0, int64_t k1,
-                                                        int accumulate, int f16) {
+                                                        int accumulate, int f16, const int nt) {
   const int64_t cols = a->cols;
   const float *x = a->x + t * cols;
   __m256 acc[4][T_AVX2];
   for (int i = 0; i < 4; i++)
-    for (int j = 0; j < T_AVX2; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
   int64_t k = k0;
   for (; k + 8 <= k1; k += 8) {
     __m256 xv[T_AVX2];
 #pragma GCC unroll 3
-    for (int j = 0; j < T_AVX2; j++) xv[j] = _mm256_loadu_ps(x + j * cols + k);
+    for (int j = 0; j < nt; j++) xv[j] = _mm256_loadu_ps(x + j * cols + k);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
       __m256 wv = ld_w8(a->w, (r + i) * cols + k, f16);
 #pragma GCC unroll 3
-      for (int j = 0; j < T_AVX2; j++) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+      for (int j = 0; j < nt; j++) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
     }
   }
   for (int i = 0; i < 4; i++)
-    for (int j = 0; j < T_AVX2; j++) {
+    for (int j = 0; j < nt; j++) {
       float s = hsum8(acc[i][j]);
       for (int64_t kk = k; kk < k1; kk++)
         s += w_at(a->w, (r + i) * cols + kk, f16) * x[j * cols + kk];
@@ -153,37 +153,50 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemm4x3_avx2(const weir_matmul_args *
     }
 }
 
+/* One specialised copy of the micro-kernel per token count. */
+WEIR_TARGET_AVX2 static void tile_avx2(const weir_matmul_args *a, int64_t r, int64_t t, int64_t k0,
+                                       int64_t k1, int acc, int f16, int nt) {
+  if (f16) {
+    switch (nt) {
+    case 1: gemm4x3_avx2(a, r, t, k0, k1, acc, 1, 1); break;
+    case 2: gemm4x3_avx2(a, r, t, k0, k1, acc, 1, 2); break;
+    default: gemm4x3_avx2(a, r, t, k0, k1, acc, 1, 3); break;
+    }
+  } else {
+    switch (nt) {
+    case 1: gemm4x3_avx2(a, r, t, k0, k1, acc, 0, 1); break;
+    case 2: gemm4x3_avx2(a, r, t, k0, k1, acc, 0, 2); break;
+    default: gemm4x3_avx2(a, r, t, k0, k1, acc, 0, 3); break;
+    }
+  }
+}
+
 WEIR_TARGET_AVX2 static ALWAYS_INLINE void rows_avx2_impl(const weir_matmul_args *a, int64_t r0,
                                                           int64_t r1, int f16) {
   const int64_t n = a->n_tokens, cols = a->cols, rows = a->rows;
   int64_t rg_end = r0 + (r1 - r0) / 4 * 4;
-  if (n <= 2) {
+  if (n == 1) {
     float tmp[4];
-    for (int64_t t = 0; t < n; t++) {
-      for (int64_t r = r0; r < rg_end; r += 4) {
-        gemv4_avx2(a->w, r, cols, a->x + t * cols, tmp, f16);
-        for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
-      }
+    for (int64_t r = r0; r < rg_end; r += 4) {
+      gemv4_avx2(a->w, r, cols, a->x, tmp, f16);
+      for (int i = 0; i < 4; i++) a->y[r + i] = tmp[i];
     }
   } else {
     /* Columns in slices of K_BLOCK so a block of many tokens' x fits in L2; each slice
-     * of a 4-row W group is then reused from L1 for every token of the block. */
-    int64_t kb = cols < K_BLOCK ? cols : K_BLOCK;
+     * of a 4-row W group is then reused from L1 for every token of the block. A batch of
+     * a few tokens (batched decode) is one partial tile: W is still read once. */
+    int64_t kb = cols < K_BLOCK || n * cols * 4 <= X_BLOCK_BYTES ? cols : K_BLOCK;
     int64_t tb = token_block(kb, T_AVX2);
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
       int64_t t1 = t0 + tb < n ? t0 + tb : n;
-      int64_t tfull = t0 + (t1 - t0) / T_AVX2 * T_AVX2;
       for (int64_t k0 = 0; k0 < cols; k0 += kb) {
         int64_t k1 = k0 + kb < cols ? k0 + kb : cols;
         for (int64_t r = r0; r < rg_end; r += 4)
-          for (int64_t t = t0; t < tfull; t += T_AVX2) gemm4x3_avx2(a, r, t, k0, k1, k0 > 0, f16);
+          for (int64_t t = t0; t < t1; t += T_AVX2) {
+            int nt = t1 - t < T_AVX2 ? (int)(t1 - t) : T_AVX2;
+            tile_avx2(a, r, t, k0, k1, k0 > 0, f16, nt);
+          }
       }
-      for (int64_t t = tfull; t < t1; t++)
-        for (int64_t r = r0; r < rg_end; r += 4) {
-          float tmp[4];
-          gemv4_avx2(a->w, r, cols, a->x + t * cols, tmp, f16);
-          for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
-        }
     }
   }
   for (int64_t r = rg_end; r < r1; r++)
@@ -258,63 +271,95 @@ WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemv4_avx512(const void *w, int64_t
 #define T_AVX512 6
 WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemm4x6_avx512(const weir_matmul_args *a, int64_t r,
                                                             int64_t t, int64_t k0, int64_t k1,
-                                                            int accumulate, int f16) {
+                                                            int accumulate, int f16, const int nt) {
   const int64_t cols = a->cols;
   const float *x = a->x + t * cols;
   __m512 acc[4][T_AVX512];
   for (int i = 0; i < 4; i++)
-    for (int j = 0; j < T_AVX512; j++) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t k = k0; k < k1; k += 16) {
-    __mmask16 m = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1u);
+    for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();
+  int64_t k = k0;
+  /* Plain loads in the loop (masked ones are slower on some cores); one masked tail. */
+  for (; k + 16 <= k1; k += 16) {
     __m512 xv[T_AVX512];
 #pragma GCC unroll 6
-    for (int j = 0; j < T_AVX512; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + j * cols + k);
+    for (int j = 0; j < nt; j++) xv[j] = _mm512_loadu_ps(x + j * cols + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+      __m512 wv = ld_w16(a->w, (r + i) * cols + k, f16);
+#pragma GCC unroll 6
+      for (int j = 0; j < nt; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  if (k < k1) {
+    __mmask16 m = (__mmask16)((1u << (k1 - k)) - 1u);
+    __m512 xv[T_AVX512];
+#pragma GCC unroll 6
+    for (int j = 0; j < nt; j++) xv[j] = _mm512_maskz_loadu_ps(m, x + j * cols + k);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
       __m512 wv = ld_w16_tail(a->w, (r + i) * cols + k, f16, m);
 #pragma GCC unroll 6
-      for (int j = 0; j < T_AVX512; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+      for (int j = 0; j < nt; j++) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
     }
   }
   for (int i = 0; i < 4; i++)
-    for (int j = 0; j < T_AVX512; j++) {
+    for (int j = 0; j < nt; j++) {
       float *dst = &a->y[(t + j) * a->rows + r + i];
       float v = _mm512_reduce_add_ps(acc[i][j]);
       *dst = accumulate ? *dst + v : v;
     }
 }
 
+/* One specialised copy of the micro-kernel per token count. */
+WEIR_TARGET_AVX512 static void tile_avx512(const weir_matmul_args *a, int64_t r, int64_t t,
+                                           int64_t k0, int64_t k1, int acc, int f16, int nt) {
+  if (f16) {
+    switch (nt) {
+    case 1: gemm4x6_avx512(a, r, t, k0, k1, acc, 1, 1); break;
+    case 2: gemm4x6_avx512(a, r, t, k0, k1, acc, 1, 2); break;
+    case 3: gemm4x6_avx512(a, r, t, k0, k1, acc, 1, 3); break;
+    case 4: gemm4x6_avx512(a, r, t, k0, k1, acc, 1, 4); break;
+    case 5: gemm4x6_avx512(a, r, t, k0, k1, acc, 1, 5); break;
+    default: gemm4x6_avx512(a, r, t, k0, k1, acc, 1, 6); break;
+    }
+  } else {
+    switch (nt) {
+    case 1: gemm4x6_avx512(a, r, t, k0, k1, acc, 0, 1); break;
+    case 2: gemm4x6_avx512(a, r, t, k0, k1, acc, 0, 2); break;
+    case 3: gemm4x6_avx512(a, r, t, k0, k1, acc, 0, 3); break;
+    case 4: gemm4x6_avx512(a, r, t, k0, k1, acc, 0, 4); break;
+    case 5: gemm4x6_avx512(a, r, t, k0, k1, acc, 0, 5); break;
+    default: gemm4x6_avx512(a, r, t, k0, k1, acc, 0, 6); break;
+    }
+  }
+}
+
 WEIR_TARGET_AVX512 static ALWAYS_INLINE void rows_avx512_impl(const weir_matmul_args *a,
                                                               int64_t r0, int64_t r1, int f16) {
   const int64_t n = a->n_tokens, cols = a->cols, rows = a->rows;
   int64_t rg_end = r0 + (r1 - r0) / 4 * 4;
-  if (n <= 2) {
+  if (n == 1) {
     float tmp[4];
-    for (int64_t t = 0; t < n; t++) {
-      for (int64_t r = r0; r < rg_end; r += 4) {
-        gemv4_avx512(a->w, r, cols, a->x + t * cols, tmp, f16);
-        for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
-      }
+    for (int64_t r = r0; r < rg_end; r += 4) {
+      gemv4_avx512(a->w, r, cols, a->x, tmp, f16);
+      for (int i = 0; i < 4; i++) a->y[r + i] = tmp[i];
     }
   } else {
     /* Columns in slices of K_BLOCK so a block of many tokens' x fits in L2; each slice
-     * of a 4-row W group is then reused from L1 for every token of the block. */
-    int64_t kb = cols < K_BLOCK ? cols : K_BLOCK;
+     * of a 4-row W group is then reused from L1 for every token of the block. A batch of
+     * a few tokens (batched decode) is one partial tile: W is still read once. */
+    int64_t kb = cols < K_BLOCK || n * cols * 4 <= X_BLOCK_BYTES ? cols : K_BLOCK;
     int64_t tb = token_block(kb, T_AVX512);
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
       int64_t t1 = t0 + tb < n ? t0 + tb : n;
-      int64_t tfull = t0 + (t1 - t0) / T_AVX512 * T_AVX512;
       for (int64_t k0 = 0; k0 < cols; k0 += kb) {
         int64_t k1 = k0 + kb < cols ? k0 + kb : cols;
         for (int64_t r = r0; r < rg_end; r += 4)
-          for (int64_t t = t0; t < tfull; t += T_AVX512) gemm4x6_avx512(a, r, t, k0, k1, k0 > 0, f16);
+          for (int64_t t = t0; t < t1; t += T_AVX512) {
+            int nt = t1 - t < T_AVX512 ? (int)(t1 - t) : T_AVX512;
+            tile_avx512(a, r, t, k0, k1, k0 > 0, f16, nt);
+          }
       }
-      for (int64_t t = tfull; t < t1; t++)
-        for (int64_t r = r0; r < rg_end; r += 4) {
-          float tmp[4];
-          gemv4_avx512(a->w, r, cols, a->x + t * cols, tmp, f16);
-          for (int i = 0; i < 4; i++) a->y[t * rows + r + i] = tmp[i];
-        }
     }
   }
   for (int64_t r = rg_end; r < r1; r++)

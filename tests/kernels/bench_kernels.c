@@ -1,6 +1,7 @@
 /* Micro-benchmark of the CPU matmul kernels on the linear-layer shapes of a 1.1B Llama
  * (dim 2048, 32 heads, 4 KV heads, FFN 5632, vocab 32000), f16 weights:
- *   GEMV (1 token): GB/s of weight streamed;  GEMM (64 and 256 tokens): GFLOP/s;
+ *   GEMV (1 token) and a batched decode of 4 tokens: GB/s of weight streamed;
+ *   GEMM (64 and 256 tokens): GFLOP/s;
  * with 1 and 2 threads, for the best SIMD level and the scalar baseline (same run), and an
  * estimate of the matmul time of one decode step (22 layers + LM head).
  * Each call reads its weights from a different place of a 512 MiB arena, as a real decode
@@ -129,8 +130,8 @@ int main(int argc, char **argv) {
   weir_cpu_isa_level best = weir_cpu_isa();
   printf("weir bench_kernels: f16 weights, best ISA %s, %.2f s per case\n",
          weir_cpu_isa_name(best), budget);
-  printf("%-8s %-3s %-24s %10s %12s %12s\n", "isa", "thr", "shape", "GEMV GB/s",
-         "GEMM64 GF/s", "GEMM256 GF/s");
+  printf("%-8s %-3s %-24s %10s %10s %12s %12s\n", "isa", "thr", "shape", "GEMV GB/s",
+         "x4 GB/s", "GEMM64 GF/s", "GEMM256 GF/s");
   weir_cpu_isa_level levels[2] = {best, WEIR_CPU_ISA_SCALAR};
   int n_levels = best == WEIR_CPU_ISA_SCALAR ? 1 : 2;
   for (int li = 0; li < n_levels; li++) {
@@ -146,6 +147,8 @@ int main(int argc, char **argv) {
         double t1 = time_matmul(pool, &a, budget);
         double gbs = (double)sh->rows * sh->cols * 2 / t1 / 1e9;
         step += t1 * (sh->per_layer ? 22.0 * sh->per_layer : 1.0);
+        a.n_tokens = 4;
+        double gbs4 = (double)sh->rows * sh->cols * 2 / time_matmul(pool, &a, budget) / 1e9;
         double gf[2];
         const int toks[2] = {64, 256};
         for (int k = 0; k < 2; k++) {
@@ -158,8 +161,8 @@ int main(int argc, char **argv) {
           double t = time_matmul(pool, &a, budget);
           gf[k] = 2.0 * sh->rows * sh->cols * toks[k] / t / 1e9;
         }
-        printf("%-8s %-3d %-24s %10.2f %12.2f %12.2f\n", weir_cpu_isa_name(levels[li]), threads,
-               sh->name, gbs, gf[0], gf[1]);
+        printf("%-8s %-3d %-24s %10.2f %10.2f %12.2f %12.2f\n", weir_cpu_isa_name(levels[li]),
+               threads, sh->name, gbs, gbs4, gf[0], gf[1]);
         fflush(stdout);
       }
       printf("%-8s %-3d decode step matmuls (22 layers + lm_head): %.1f ms/token\n",

@@ -262,7 +262,8 @@ fail:
 static void test_matmul(void) {
   static const int64_t shapes[][3] = {{1, 1, 1},    {3, 5, 1},    {4, 16, 1},  {7, 33, 2},
                                       {13, 100, 3}, {37, 45, 7},  {64, 64, 6}, {9, 257, 13},
-                                      {130, 71, 1}, {66, 129, 19}, {5, 2050, 4}};
+                                      {130, 71, 1}, {66, 129, 19}, {5, 2050, 4},
+                                      {23, 77, 5}, {17, 1500, 11}};
   wt_pool *pool = wt_pool_create(3);
   FOR_EACH_ISA(lvl) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
