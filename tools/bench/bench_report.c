@@ -454,16 +454,42 @@ int weir__bench_write_svg(const char *path, const weir_bench_report *r) {
   cdf_panel(f, r, 0, top, 0, "Time to first token: CDF");
   cdf_panel(f, r, pw, top, 1, "Inter-token latency: CDF");
   timeline_panel(f, r, 0, top + ph);
-  /* A/B verdicts next to the throughput chart. */
+  /* A/B verdicts next to the throughput chart, then each round's throughput as a dot, so
+   * the run-to-run spread behind the verdicts is visible. */
   if (r->num_sides == 2) {
-    fprintf(f, "<g transform=\"translate(%.1f,%.1f)\" font-size=\"12\">\n", pw + ML, top + ph + MT);
-    fprintf(f, "<text font-weight=\"bold\" font-size=\"14\">B/A, per-round medians (alpha %.3g)</text>\n", r->alpha);
+    fprintf(f, "<g transform=\"translate(%.1f,%.1f)\" font-size=\"12\">\n", pw + ML, top + ph + MT - 14);
+    fprintf(f, "<text font-weight=\"bold\" font-size=\"14\">B/A of per-round medians (Mann-Whitney, alpha %.3g)</text>\n", r->alpha);
     for (int k = 0; k < r->num_cmp; k++) {
       const weir_bench_cmp *c = &r->cmp[k];
-      const char *v = c->verdict == WEIR_BENCH_A_BETTER ? "A better" : c->verdict == WEIR_BENCH_B_BETTER ? "B better"
-                      : c->verdict == WEIR_BENCH_NO_DIFF ? "within noise" : "too few rounds";
-      fprintf(f, "<text y=\"%d\">%s: %.3f (p=%.3f) %s</text>\n", 24 + 20 * k, c->name, c->ratio, c->p_value, v);
+      fprintf(f, "<text y=\"%d\">%s: %.3f (p=%.3f) ", 22 + 18 * k, c->name, c->ratio, c->p_value);
+      if (c->verdict == WEIR_BENCH_A_BETTER || c->verdict == WEIR_BENCH_B_BETTER) {
+        xml_text(f, r->sides[c->verdict == WEIR_BENCH_A_BETTER ? 0 : 1].target->label);
+        fputs(" better", f);
+      } else {
+        fputs(c->verdict == WEIR_BENCH_NO_DIFF ? "within run-to-run spread" : "too few rounds to tell", f);
+      }
+      fputs("</text>\n", f);
     }
+    double y0 = 22 + 18 * r->num_cmp + 20, vmax = 0;
+    for (int s = 0; s < 2; s++)
+      for (int k = 0; k < r->sides[s].num_rounds; k++)
+        if (r->sides[s].per_round[k].out_tok_per_s > vmax) vmax = r->sides[s].per_round[k].out_tok_per_s;
+    vmax = nice_ceil(vmax * 1.05);
+    double sw = PW - 80;
+    fprintf(f, "<text y=\"%.1f\" font-weight=\"bold\">output tokens/s of each round</text>\n", y0);
+    for (int s = 0; s < 2; s++) {
+      double y = y0 + 20 + 18 * s;
+      fprintf(f, "<text x=\"0\" y=\"%.1f\">", y + 4);
+      xml_text(f, r->sides[s].target->label);
+      fprintf(f, "</text>\n<line x1=\"80\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", y, 80 + sw, y);
+      for (int k = 0; k < r->sides[s].num_rounds; k++)
+        fprintf(f, "<circle class=\"round-%d\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\" fill-opacity=\"0.7\"/>\n", s,
+                80 + sw * r->sides[s].per_round[k].out_tok_per_s / vmax, y, k_colors[s]);
+    }
+    double ya = y0 + 20 + 36;
+    for (int i = 0; i <= 4; i++)
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">%g</text>\n",
+              80 + sw * i / 4.0, ya, vmax * i / 4.0);
     fprintf(f, "</g>\n");
   }
   fprintf(f, "</svg>\n");
