@@ -13,8 +13,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <string.h>
 
 #include "weir_cuda_kernels.h"
+
+// Kernel launches go through this macro so that tests/cuda/cpu_shim can run this very file's
+// kernels on the CPU (it defines WEIR_LAUNCH before including it).
+#ifndef WEIR_LAUNCH
+#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#endif
 
 namespace {
 
@@ -108,7 +115,8 @@ __device__ __forceinline__ void load_tile(float *dst, const T *__restrict__ src,
       continue;
     }
     const uint4 raw = __ldg(s4 + i);
-    const T *e = reinterpret_cast<const T *>(&raw);
+    T e[V]; // copied rather than cast: no type punning (compiles to register moves)
+    memcpy(static_cast<void *>(e), &raw, sizeof raw);
 #pragma unroll
     for (int j = 0; j < V; ++j) o[j] = to_f(e[j]);
   }
@@ -303,11 +311,11 @@ cudaError_t launch_attention(cudaStream_t stream, const weir_cuda_attn_params *p
                                          (int)plan->smem_bytes);
     if (e != cudaSuccess) return e;
   }
-  attention_kernel<T><<<grid, kThreads, plan->smem_bytes, stream>>>(
+  WEIR_LAUNCH(attention_kernel<T>, grid, kThreads, plan->smem_bytes, stream)(
       *p, plan->tokens_per_cta, plan->tiles_per_seq, plan->num_splits, q, out, ws);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || plan->num_splits == 1) return e;
-  split_reduce_kernel<<<dim3(grid.x, grid.y), kThreads, 0, stream>>>(
+  WEIR_LAUNCH(split_reduce_kernel, dim3(grid.x, grid.y), kThreads, 0, stream)(
       *p, plan->tokens_per_cta, plan->tiles_per_seq, plan->num_splits, ws, out);
   return cudaGetLastError();
 }
@@ -332,19 +340,19 @@ extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_a
   char *base = static_cast<char *>(p->kv_base);
   switch (p->kv_dtype) {
   case kF32:
-    kv_write_kernel<float><<<grid, kThreads, 0, stream>>>(k, v, p->slot_mapping, base,
+    WEIR_LAUNCH(kv_write_kernel<float>, grid, kThreads, 0, stream)(k, v, p->slot_mapping, base,
                                                           p->block_bytes, p->num_blocks,
                                                           p->n_kv_heads, p->head_dim,
                                                           p->block_size);
     break;
   case kF16:
-    kv_write_kernel<__half><<<grid, kThreads, 0, stream>>>(k, v, p->slot_mapping, base,
+    WEIR_LAUNCH(kv_write_kernel<__half>, grid, kThreads, 0, stream)(k, v, p->slot_mapping, base,
                                                            p->block_bytes, p->num_blocks,
                                                            p->n_kv_heads, p->head_dim,
                                                            p->block_size);
     break;
   case kBF16:
-    kv_write_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+    WEIR_LAUNCH(kv_write_kernel<__nv_bfloat16>, grid, kThreads, 0, stream)(
         k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
         p->block_size);
     break;
@@ -411,7 +419,7 @@ extern "C" cudaError_t weir_cuda_copy_blocks(cudaStream_t stream, void *layer0,
                                              int32_t n_layers, const int32_t *src,
                                              const int32_t *dst, int32_t n) {
   if (n <= 0 || n_layers <= 0) return cudaSuccess;
-  copy_blocks_kernel<<<dim3((unsigned)n, (unsigned)n_layers), 256, 0, stream>>>(
+  WEIR_LAUNCH(copy_blocks_kernel, dim3((unsigned)n, (unsigned)n_layers), 256, 0, stream)(
       static_cast<char *>(layer0), block_bytes, (size_t)num_blocks * block_bytes, src, dst);
   return cudaGetLastError();
 }

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <string.h>
 
 #include "weir_cuda_kernels.h"
 
@@ -93,7 +94,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll 4
   for (int64_t i = lane; i < n8; i += 32) {
     const uint4 raw = __ldg(wr + i);
-    const __half2 *h2 = reinterpret_cast<const __half2 *>(&raw);
+    __half2 h2[4]; // copied rather than cast: no type punning (compiles to register moves)
+    memcpy(static_cast<void *>(h2), &raw, sizeof raw);
     float wf[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

@@ -1,0 +1,99 @@
+// Runs weir's CUDA kernels on the CPU, for logic tests on machines without a GPU.
+//
+// Include this, then a kernel file (e.g. "attention.cu"), into one C++ translation unit
+// compiled by the host compiler. Each CUDA thread becomes a host thread; one block runs at a
+// time, so a single global buffer serves as the block's dynamic shared memory and
+// __syncthreads is a barrier over the block's threads. Supported: what the kernels that use it
+// need (thread/block indices, __syncthreads, dynamic shared memory, __ldg, min, launch through
+// WEIR_LAUNCH). Not supported: warp shuffles, atomics, static __shared__ variables. Device
+// pointers are host pointers. Slow (a thread per CUDA thread): keep problems small. The file
+// that defines the dynamic shared memory array must publish its address through a volatile
+// pointer with external linkage (see test_attention_shim.cpp), or the optimizer may keep its
+// values in registers across __syncthreads.
+#ifndef WEIR_CUDA_SHIM_H
+#define WEIR_CUDA_SHIM_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#undef __shared__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__
+
+// Builtins each CUDA thread sees.
+inline thread_local dim3 threadIdx;
+inline thread_local dim3 blockIdx;
+inline dim3 blockDim;
+inline dim3 gridDim;
+inline pthread_barrier_t shim_barrier;
+
+inline void __syncthreads() {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  pthread_barrier_wait(&shim_barrier);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+template <typename T> inline T __ldg(const T *p) { return *p; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+// The runtime calls the kernel files make around launches.
+#define cudaGetLastError() cudaSuccess
+#define cudaFuncSetAttribute(...) cudaSuccess
+
+// Runs grid x block host threads, one block at a time.
+struct ShimLaunch {
+  dim3 grid, block;
+  template <typename K, typename... A> void operator()(K kernel, A... args) const {
+    blockDim = block;
+    gridDim = grid;
+    const unsigned nt = block.x * block.y * block.z;
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+      for (unsigned by = 0; by < grid.y; ++by)
+        for (unsigned bx = 0; bx < grid.x; ++bx) {
+          pthread_barrier_init(&shim_barrier, nullptr, nt);
+          std::vector<std::thread> th;
+          th.reserve(nt);
+          for (unsigned t = 0; t < nt; ++t)
+            th.emplace_back([=] {
+              threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+              blockIdx = dim3(bx, by, bz);
+              kernel(args...);
+            });
+          for (auto &x : th) x.join();
+          pthread_barrier_destroy(&shim_barrier);
+        }
+  }
+};
+
+template <typename K> struct ShimBound {
+  ShimLaunch l;
+  K k;
+  template <typename... A> void operator()(A... args) const { l(k, args...); }
+};
+
+template <typename K> ShimBound<K> shim_bind(K k, dim3 grid, dim3 block) {
+  return ShimBound<K>{ShimLaunch{grid, block}, k};
+}
+
+#define WEIR_LAUNCH(kernel, grid, block, smem, stream) shim_bind(kernel, dim3(grid), dim3(block))
+
+#endif

@@ -1,0 +1,211 @@
+// kernels/cuda/attention.cu executed on the CPU (cuda_shim.h): the KV write, the tiled
+// attention kernel (decode, GQA, prefill over a cached prefix, mixed batches, split-KV with its
+// reduction) and copy_blocks, through the file's own C launchers and launch planning, against a
+// double-precision reference. Runs on every machine that compiles the CUDA plugins; on a GPU
+// machine the cuda_attention suite checks the same kernels on the device.
+#include "cuda_shim.h"
+
+namespace {
+alignas(16) float sm[1 << 18]; // the running block's dynamic shared memory (1 MiB)
+}
+// Publishes sm's address so that the optimizer cannot assume the barrier call leaves it
+// untouched (other threads write it between barriers).
+void *volatile shim_smem_escape = sm;
+
+#include "attention.cu"
+
+#include <cstring>
+#include <string>
+
+static int g_failures = 0;
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+
+static float uniform(float lo, float hi) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
+}
+
+static float round_kv(float x, int dt) {
+  if (dt == 1) return __half2float(__float2half_rn(x));
+  if (dt == 30) return __bfloat162float(__float2bfloat16_rn(x));
+  return x;
+}
+
+static void store(unsigned char *at, float x, int dt) {
+  if (dt == 1) {
+    __half h = __float2half_rn(x);
+    memcpy(at, &h, 2);
+  } else if (dt == 30) {
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    memcpy(at, &h, 2);
+  } else {
+    memcpy(at, &x, 4);
+  }
+}
+
+struct Scenario {
+  const char *name;
+  int heads, kv_heads, hd, dt, num_sms;
+  std::vector<int> ctx, qlen;
+};
+
+static void run(const Scenario &sc) {
+  const int bs = 16, es = sc.dt == 0 ? 4 : 2, S = (int)sc.ctx.size();
+  const int G = sc.heads / sc.kv_heads, kvw = sc.kv_heads * sc.hd, qw = sc.heads * sc.hd;
+  const size_t bb = weir_cuda_attn_block_bytes(sc.kv_heads, sc.hd, bs, sc.dt);
+  if (bb != 2 * (size_t)sc.kv_heads * bs * sc.hd * es) {
+    printf("FAIL %s: block_bytes %zu\n", sc.name, bb);
+    ++g_failures;
+    return;
+  }
+  std::vector<int32_t> qsl(S + 1, 0);
+  int max_q = 0, max_ctx = 0, max_blocks = 0, total = 0;
+  for (int s = 0; s < S; ++s) {
+    qsl[s + 1] = qsl[s] + sc.qlen[s];
+    max_q = std::max(max_q, sc.qlen[s]);
+    max_ctx = std::max(max_ctx, sc.ctx[s]);
+    max_blocks = std::max(max_blocks, (sc.ctx[s] + bs - 1) / bs);
+    total += (sc.ctx[s] + bs - 1) / bs;
+  }
+  const int T = qsl[S], pool_blocks = total + 3;
+  // Blocks handed out in reverse so that logical and physical order differ.
+  std::vector<int32_t> bt((size_t)S * max_blocks, 0);
+  int next = pool_blocks - 1;
+  for (int s = 0; s < S; ++s)
+    for (int b = 0; b < (sc.ctx[s] + bs - 1) / bs; ++b) bt[(size_t)s * max_blocks + b] = next--;
+  std::vector<unsigned char> pool((size_t)pool_blocks * bb, 0xFF); // NaN bits everywhere
+  std::vector<std::vector<float>> kall(S), vall(S);
+  std::vector<float> k((size_t)T * kvw), v((size_t)T * kvw), q((size_t)T * qw);
+  std::vector<int32_t> slots(T);
+  for (int s = 0; s < S; ++s) {
+    kall[s].resize((size_t)sc.ctx[s] * kvw);
+    vall[s].resize((size_t)sc.ctx[s] * kvw);
+    const int first_new = sc.ctx[s] - sc.qlen[s];
+    for (int t = 0; t < sc.ctx[s]; ++t) {
+      const int blk = bt[(size_t)s * max_blocks + t / bs], off = t % bs;
+      for (int i = 0; i < kvw; ++i) {
+        float kx = uniform(-1, 1), vx = uniform(-1, 1);
+        const int h = i / sc.hd, d = i % sc.hd;
+        if (t < first_new) {
+          size_t base = (size_t)blk * bb;
+          size_t kat = (((size_t)h * bs + off) * sc.hd + d) * es;
+          size_t vat = (((size_t)(sc.kv_heads + h) * bs + off) * sc.hd + d) * es;
+          store(&pool[base + kat], kx, sc.dt);
+          store(&pool[base + vat], vx, sc.dt);
+        } else {
+          const int row = qsl[s] + t - first_new;
+          k[(size_t)row * kvw + i] = kx;
+          v[(size_t)row * kvw + i] = vx;
+          slots[row] = blk * bs + off;
+        }
+        kall[s][(size_t)t * kvw + i] = round_kv(kx, sc.dt);
+        vall[s][(size_t)t * kvw + i] = round_kv(vx, sc.dt);
+      }
+    }
+  }
+  for (auto &x : q) x = uniform(-1, 1);
+  const float scale = 1.0f / std::sqrt((float)sc.hd);
+
+  std::vector<double> ref((size_t)T * qw, 0.0), w(max_ctx);
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < sc.qlen[s]; ++i) {
+      const int row = qsl[s] + i, pos = sc.ctx[s] - sc.qlen[s] + i;
+      for (int h = 0; h < sc.heads; ++h) {
+        const int kh = h / G;
+        double mx = -INFINITY, sum = 0;
+        for (int t = 0; t <= pos; ++t) {
+          double dot = 0;
+          for (int d = 0; d < sc.hd; ++d)
+            dot += (double)q[(size_t)row * qw + h * sc.hd + d] *
+                   kall[s][(size_t)t * kvw + kh * sc.hd + d];
+          w[t] = dot * scale;
+          mx = std::max(mx, w[t]);
+        }
+        for (int t = 0; t <= pos; ++t) sum += (w[t] = std::exp(w[t] - mx));
+        for (int t = 0; t <= pos; ++t)
+          for (int d = 0; d < sc.hd; ++d)
+            ref[(size_t)row * qw + h * sc.hd + d] +=
+                w[t] / sum * vall[s][(size_t)t * kvw + kh * sc.hd + d];
+      }
+    }
+
+  std::vector<int32_t> ctx(sc.ctx.begin(), sc.ctx.end());
+  weir_cuda_attn_params p{};
+  p.n_heads = sc.heads;
+  p.n_kv_heads = sc.kv_heads;
+  p.head_dim = sc.hd;
+  p.block_size = bs;
+  p.kv_dtype = sc.dt;
+  p.scale = scale;
+  p.num_seqs = S;
+  p.num_tokens = T;
+  p.max_query_len = max_q;
+  p.max_context_len = max_ctx;
+  p.query_start_loc = qsl.data();
+  p.context_lens = ctx.data();
+  p.block_tables = bt.data();
+  p.max_blocks_per_seq = max_blocks;
+  p.slot_mapping = slots.data();
+  p.kv_base = pool.data();
+  p.block_bytes = bb;
+  p.num_blocks = pool_blocks;
+  weir_cuda_attn_plan plan;
+  if (weir_cuda_attn_plan_make(&p, sc.num_sms, 227 * 1024, &plan) != cudaSuccess) {
+    printf("FAIL %s: no plan\n", sc.name);
+    ++g_failures;
+    return;
+  }
+  std::vector<float> ws(plan.workspace_bytes / 4 + 1);
+  std::vector<float> out((size_t)T * qw);
+  memset(out.data(), 0xFF, out.size() * 4);
+  weir_cuda_kv_write(nullptr, &p, k.data(), v.data());
+  weir_cuda_attention(nullptr, &p, &plan, q.data(), out.data(), ws.data());
+  double num = 0, den = 0;
+  bool finite = true;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) finite = false;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double err = std::sqrt(num / den);
+  const bool ok = finite && err < 1e-5;
+  printf("%s %s: rows/cta %d, tiles %d, splits %d, rel err %.3g\n", ok ? "ok  " : "FAIL",
+         sc.name, plan.rows_per_cta, plan.tiles_per_seq, plan.num_splits, err);
+  if (!ok) ++g_failures;
+}
+
+static void copy_blocks_check() {
+  const size_t bb = 64 * 16;
+  const int nb = 6, layers = 2;
+  std::vector<unsigned char> pool(bb * nb * layers), expect;
+  for (auto &c : pool) c = (unsigned char)(uniform(0, 256));
+  expect = pool;
+  int32_t src[2] = {1, 4}, dst[2] = {5, 0};
+  for (int l = 0; l < layers; ++l)
+    for (int i = 0; i < 2; ++i)
+      memcpy(&expect[((size_t)l * nb + dst[i]) * bb], &expect[((size_t)l * nb + src[i]) * bb], bb);
+  weir_cuda_copy_blocks(nullptr, pool.data(), bb, nb, layers, src, dst, 2);
+  const bool ok = pool == expect;
+  printf("%s copy_blocks\n", ok ? "ok  " : "FAIL");
+  if (!ok) ++g_failures;
+}
+
+int main() {
+  const std::vector<Scenario> s = {
+      {"decode f16 GQA 8/2 d64", 8, 2, 64, 1, 132, {1, 17, 40, 33}, {1, 1, 1, 1}},
+      {"decode f32 MHA 2/2 d32", 2, 2, 32, 0, 132, {5, 16, 70}, {1, 1, 1}},
+      {"decode bf16 GQA 16/2 d64", 16, 2, 64, 30, 132, {100, 3}, {1, 1}},
+      {"split-KV f16 8/2 d64 ctx 600", 8, 2, 64, 1, 132, {600}, {1}},
+      {"split-KV f16 4/1 d64 two seqs", 4, 1, 64, 1, 16, {300, 129}, {1, 1}},
+      {"prefill f16 4/2 d64", 4, 2, 64, 1, 132, {77}, {77}},
+      {"chunked prefill f16 8/2 d64", 8, 2, 64, 1, 132, {150, 64}, {50, 30}},
+      {"mixed f32 4/1 d96", 4, 1, 96, 0, 132, {40, 200, 9}, {40, 1, 4}},
+      {"verify f16 16/4 d128", 16, 4, 128, 1, 132, {90, 33}, {5, 5}},
+  };
+  for (const auto &sc : s) run(sc);
+  copy_blocks_check();
+  if (g_failures) printf("%d failure(s)\n", g_failures);
+  return g_failures ? 1 : 0;
+}
