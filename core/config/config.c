@@ -577,6 +577,8 @@ int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen)
   weir_toml_node *doc = NULL;
   weir_config tmp;
   int rc;
+  /* A zeroed config (never given defaults) starts from the defaults. */
+  if (c && !c->toml && !c->host) weir_config_defaults(c);
   if (!c || !config_complete(c)) {
     snprintf(err, errlen, "%s: out of memory", path ? path : "config");
     return WEIR_E_NOMEM;
@@ -617,6 +619,7 @@ int weir_config_set(weir_config *c, const char *dotted_key, const char *value, c
   }
   memcpy(section, dotted_key, (size_t)(dot - dotted_key));
   section[dot - dotted_key] = 0;
+  if (c && !c->toml && !c->host) weir_config_defaults(c);
   if (!c || !config_complete(c)) goto nomem;
   /* A TOML value when it reads as one; otherwise the text itself, so that
    * --set model.path=m.gguf needs no quotes. */

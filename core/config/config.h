@@ -99,8 +99,9 @@ typedef struct weir_config {
  * (call weir_config_free first). */
 void weir_config_defaults(weir_config *c);
 
-/* Reads a TOML file over c, which must hold a configuration (weir_config_defaults or an
- * earlier load): keys the file sets replace c's values. On failure returns WEIR_E_IO,
+/* Reads a TOML file over c, which holds a configuration (weir_config_defaults or an
+ * earlier load; a zeroed struct is given the defaults first): keys the file sets replace
+ * c's values. On failure returns WEIR_E_IO,
  * WEIR_E_FORMAT (syntax), WEIR_E_INVAL / WEIR_E_RANGE / WEIR_E_NOTFOUND (a bad key or
  * value) or WEIR_E_NOMEM, writes one line into err, and leaves c unchanged. */
 int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen);

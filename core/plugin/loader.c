@@ -868,13 +868,33 @@ int weir_plugin_scan(const weir_plugin_dirs *dirs, weir_plugin_found **out, int 
         /* The file name promises a kind; a descriptor that says otherwise cannot be
          * selected by name. */
         const char *kname = weir_plugin_kind_name(f->desc->kind);
-        size_t kl = strlen(kname);
+        size_t kl = strlen(kname), nl = strlen(f->desc->name);
+        const char *rest = names[k] + 5 + kl + 1; /* after "weir_<kind>_" */
+        err[0] = 0;
         if (strncmp(names[k] + 5, kname, kl) != 0 || names[k][5 + kl] != '_') {
           snprintf(err, sizeof err, "%s: declares a %s plugin, but the file name says "
                    "otherwise (expected weir_%s_%s.so); fix: rename the file", f->path,
                    kname, kname, f->desc->name);
-          f->error = strdup(err);
+        } else if (strncmp(rest, f->desc->name, nl) != 0 ||
+                   (rest[nl] != '.' && rest[nl] != '_')) {
+          snprintf(err, sizeof err, "%s: declares the name '%s', but the file name says "
+                   "otherwise (expected weir_%s_%s.so); fix: rename the file", f->path,
+                   f->desc->name, kname, f->desc->name);
+        } else {
+          /* The same file name in an earlier directory: selecting it by name is refused. */
+          for (int j = 0; j < n - 1; j++) {
+            const char *b1 = strrchr(v[j].path, '/'), *b2 = strrchr(f->path, '/');
+            char r1[PATH_MAX], r2[PATH_MAX];
+            if (!v[j].desc || strcmp(b1 ? b1 : v[j].path, b2 ? b2 : f->path) != 0) continue;
+            if (realpath(v[j].path, r1) && realpath(f->path, r2) && !strcmp(r1, r2)) continue;
+            snprintf(err, sizeof err, "%s: duplicate of %s (same file name earlier in the "
+                     "search path); selecting %s '%s' by name is refused; fix: remove one, or "
+                     "select one with %s.path", f->path, v[j].path, kname, f->desc->name,
+                     kname);
+            break;
+          }
         }
+        if (err[0] && !(f->error = strdup(err))) rc = WEIR_E_NOMEM;
       }
     }
     for (int k = 0; k < nn; k++) free(names[k]);

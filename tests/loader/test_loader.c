@@ -390,6 +390,35 @@ static void test_scan(void) {
   WT_ASSERT_INT_EQ(badmajor, 1);
   WT_ASSERT_INT_EQ(kindlie, 1);
   weir_plugin_scan_free(f, n);
+
+  /* A file whose declared name differs from its file name, and the same file name in two
+   * directories: both listed with the reason. */
+  char *src = wt_strf("%s/weir_sampler_good.so", WT_BAD_PLUGIN_DIR);
+  char *a = wt_mkdtemp(), *b = wt_mkdtemp();
+  free(copy_to(src, a, "weir_sampler_good.so"));
+  free(copy_to(src, b, "weir_sampler_good.so"));
+  free(copy_to(src, b, "weir_sampler_renamed.so"));
+  char *list[2] = {a, b};
+  weir_plugin_dirs two = {list, 2};
+  WT_ASSERT_INT_EQ(weir_plugin_scan(&two, &f, &n), 0);
+  WT_ASSERT_INT_EQ(n, 3);
+  int first_ok = 0, dup = 0, renamed = 0;
+  for (int i = 0; i < n; i++) {
+    if (!strncmp(f[i].path, a, strlen(a))) first_ok = !f[i].error;
+    else if (strstr(f[i].path, "weir_sampler_good.so"))
+      dup = f[i].error && strstr(f[i].error, "duplicate of") && strstr(f[i].error, a);
+    else if (strstr(f[i].path, "weir_sampler_renamed.so"))
+      renamed = f[i].error && strstr(f[i].error, "declares the name 'good'");
+  }
+  WT_ASSERT_INT_EQ(first_ok, 1);
+  WT_ASSERT_INT_EQ(dup, 1);
+  WT_ASSERT_INT_EQ(renamed, 1);
+  weir_plugin_scan_free(f, n);
+  wt_rmtree(a);
+  wt_rmtree(b);
+  free(a);
+  free(b);
+  free(src);
 }
 
 static void test_cli(void) {
