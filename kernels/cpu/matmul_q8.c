@@ -1,0 +1,292 @@
+/* int8 x int8 linear layers (see matmul_q8.h). */
+#include "matmul_q8.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_isa.h"
+
+#if WEIR_X86
+#include <immintrin.h>
+#define TARGET_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#endif
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Bytes of quantized activations a token block may occupy: stays in L2 while the rows of a
+ * thread's chunk stream past it. */
+#define XQ_BLOCK_BYTES (192 * 1024)
+
+static _Atomic int g_q8_isa = -1;
+
+static int q8_detect(void) {
+  weir_cpu_isa_level l = weir_cpu_isa();
+  if (l == WEIR_CPU_ISA_AVX2) return WEIR_Q8_ISA_AVX2;
+  if (l != WEIR_CPU_ISA_AVX512) return WEIR_Q8_ISA_SCALAR;
+#if WEIR_X86
+  const char *env = getenv("WEIR_CPU_ISA");
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512vnni") && !(env && strcmp(env, "avx512") == 0))
+    return WEIR_Q8_ISA_AVX512_VNNI;
+#endif
+  return WEIR_Q8_ISA_AVX512;
+}
+
+weir_q8_isa weir_q8_isa_current(void) {
+  int v = atomic_load_explicit(&g_q8_isa, memory_order_relaxed);
+  if (v < 0) {
+    v = q8_detect();
+    atomic_store_explicit(&g_q8_isa, v, memory_order_relaxed);
+  }
+  return (weir_q8_isa)v;
+}
+
+const char *weir_q8_isa_name(weir_q8_isa isa) {
+  switch (isa) {
+  case WEIR_Q8_ISA_SCALAR: return "scalar";
+  case WEIR_Q8_ISA_AVX2: return "avx2";
+  case WEIR_Q8_ISA_AVX512: return "avx512";
+  case WEIR_Q8_ISA_AVX512_VNNI: return "avx512vnni";
+  default: return "?";
+  }
+}
+
+int64_t weir_q8_padded_cols(int64_t cols, int64_t group) {
+  if (cols <= 0 || group < 0 || group % WEIR_Q8_BLOCK) return 0;
+  int64_t align = group > WEIR_Q8_ROW_ALIGN ? group : WEIR_Q8_ROW_ALIGN;
+  if (align % WEIR_Q8_ROW_ALIGN) return 0;
+  return (cols + align - 1) / align * align;
+}
+
+void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8_t *q,
+                      float *d) {
+  for (int64_t g0 = 0, gi = 0; g0 < kp; g0 += group, gi++) {
+    int64_t end = g0 + group < n ? g0 + group : n;
+    float amax = 0.0f;
+    int finite = 1;
+    for (int64_t k = g0; k < end; k++) {
+      float a = fabsf(x[k]);
+      if (!(a <= 3.4e38f)) finite = 0;
+      amax = a > amax ? a : amax;
+    }
+    float dd = amax / 127.0f;
+    float inv = dd > 0.0f ? 1.0f / dd : 0.0f;
+    int64_t k = g0;
+    if (!finite) {
+      dd = NAN;
+      inv = 0.0f;
+    }
+    for (; k < end; k++) {
+      float v = nearbyintf(x[k] * inv);
+      v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+      q[k] = (int8_t)v;
+    }
+    for (; k < g0 + group; k++) q[k] = 0;
+    d[gi] = dd;
+  }
+}
+
+/* ---- scalar ------------------------------------------------------------------------------ */
+
+static void rows_scalar(const weir_q8_matmul_args *a, int64_t r0, int64_t r1) {
+  const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;
+  const int64_t bpg = a->group / WEIR_Q8_BLOCK;
+  for (int64_t r = r0; r < r1; r++) {
+    const int8_t *w = a->wq + r * kp;
+    const float *wd = a->wd + r * ng;
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+      const int8_t *x = a->xq + t * kp;
+      const float *xd = a->xd + t * nb;
+      float s = 0.0f;
+      for (int64_t b = 0; b < nb; b++) {
+        int32_t is = 0;
+        for (int k = 0; k < WEIR_Q8_BLOCK; k++)
+          is += (int32_t)w[b * WEIR_Q8_BLOCK + k] * x[b * WEIR_Q8_BLOCK + k];
+        s += (float)is * (wd[b / bpg] * xd[b]);
+      }
+      a->y[t * a->rows + r] = s;
+    }
+  }
+}
+
+/* Token blocking shared by the SIMD paths: tiles of NR rows x up to NT tokens, token blocks
+ * sized so their activations stay in L2. TILE(r, t, nr, nt) computes one tile. */
+static int64_t token_block(int64_t kp, int64_t nt) {
+  int64_t tb = XQ_BLOCK_BYTES / kp;
+  tb = tb / nt * nt;
+  return tb < nt ? nt : tb;
+}
+
+#if WEIR_X86
+/* ---- AVX2: 32 columns (one block) per step ----------------------------------------------- */
+
+WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+#define NT_AVX2 2
+WEIR_TARGET_AVX2 static ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *a, int64_t r,
+                                                     int64_t t, const int nr, const int nt) {
+  const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;
+  const int64_t bpg = a->group / WEIR_Q8_BLOCK;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[4][NT_AVX2];
+  for (int i = 0; i < nr; i++)
+    for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i xv[NT_AVX2];
+    float xd[NT_AVX2];
+    for (int j = 0; j < nt; j++) {
+      xv[j] = _mm256_loadu_si256((const __m256i *)(a->xq + (t + j) * kp + b * WEIR_Q8_BLOCK));
+      xd[j] = a->xd[(t + j) * nb + b];
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+      __m256i w = _mm256_loadu_si256((const __m256i *)(a->wq + (r + i) * kp + b * WEIR_Q8_BLOCK));
+      __m256i aw = _mm256_sign_epi8(w, w);
+      float wd = a->wd[(r + i) * ng + b / bpg];
+#pragma GCC unroll 2
+      for (int j = 0; j < nt; j++) {
+        __m256i sx = _mm256_sign_epi8(xv[j], w);
+        __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(wd * xd[j]), acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < nr; i++)
+    for (int j = 0; j < nt; j++) a->y[(t + j) * a->rows + r + i] = hsum8(acc[i][j]);
+}
+
+WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t r, int64_t t,
+                                           int nr, int nt) {
+  if (nr == 4) {
+    if (nt == 1) tile_avx2(a, r, t, 4, 1);
+    else tile_avx2(a, r, t, 4, 2);
+  } else {
+    if (nt == 1) tile_avx2(a, r, t, 1, 1);
+    else tile_avx2(a, r, t, 1, 2);
+  }
+}
+
+/* ---- AVX-512: 64 columns (two blocks) per step; maddubs or VNNI ------------------------- */
+
+/* [v0 x 8, v1 x 8] */
+#define SCALE2(v0, v1) \
+  _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(v0)), _mm256_set1_ps(v1), 1)
+
+#define NT_AVX512 4
+#define TILE512_BODY(DOT)                                                                      \
+  const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;                       \
+  const int64_t bpg = a->group / WEIR_Q8_BLOCK;                                                \
+  const __m512i zero = _mm512_setzero_si512();                                                 \
+  __m512 acc[4][NT_AVX512];                                                                    \
+  for (int i = 0; i < nr; i++)                                                                 \
+    for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();                              \
+  for (int64_t b = 0; b < nb; b += 2) {                                                        \
+    __m512i xv[NT_AVX512];                                                                     \
+    __m512 xd[NT_AVX512];                                                                      \
+    for (int j = 0; j < nt; j++) {                                                             \
+      xv[j] = _mm512_loadu_si512((const void *)(a->xq + (t + j) * kp + b * WEIR_Q8_BLOCK));    \
+      xd[j] = SCALE2(a->xd[(t + j) * nb + b], a->xd[(t + j) * nb + b + 1]);                    \
+    }                                                                                          \
+    _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) {                                     \
+      __m512i w = _mm512_loadu_si512((const void *)(a->wq + (r + i) * kp + b * WEIR_Q8_BLOCK)); \
+      __m512i aw = _mm512_abs_epi8(w);                                                         \
+      __mmask64 neg = _mm512_movepi8_mask(w);                                                  \
+      const float *wd = a->wd + (r + i) * ng;                                                  \
+      __m512 wv = SCALE2(wd[b / bpg], wd[(b + 1) / bpg]);                                      \
+      _Pragma("GCC unroll 4") for (int j = 0; j < nt; j++) {                                   \
+        __m512i sx = _mm512_mask_sub_epi8(xv[j], neg, zero, xv[j]);                            \
+        __m512i s = DOT(aw, sx);                                                               \
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wv, xd[j]), acc[i][j]); \
+      }                                                                                        \
+    }                                                                                          \
+  }                                                                                            \
+  for (int i = 0; i < nr; i++)                                                                 \
+    for (int j = 0; j < nt; j++) a->y[(t + j) * a->rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+
+#define DOT_BW(aw, sx) _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), _mm512_set1_epi16(1))
+#define DOT_VNNI(aw, sx) _mm512_dpbusd_epi32(zero, aw, sx)
+
+WEIR_TARGET_AVX512 static ALWAYS_INLINE void tile_avx512(const weir_q8_matmul_args *a, int64_t r,
+                                                         int64_t t, const int nr, const int nt) {
+  TILE512_BODY(DOT_BW)
+}
+
+TARGET_VNNI static ALWAYS_INLINE void tile_vnni(const weir_q8_matmul_args *a, int64_t r,
+                                                int64_t t, const int nr, const int nt) {
+  TILE512_BODY(DOT_VNNI)
+}
+
+#define TILE_SWITCH(fn)                   \
+  if (nr == 4) {                          \
+    switch (nt) {                         \
+    case 1: fn(a, r, t, 4, 1); break;     \
+    case 2: fn(a, r, t, 4, 2); break;     \
+    case 3: fn(a, r, t, 4, 3); break;     \
+    default: fn(a, r, t, 4, 4); break;    \
+    }                                     \
+  } else {                                \
+    switch (nt) {                         \
+    case 1: fn(a, r, t, 1, 1); break;     \
+    case 2: fn(a, r, t, 1, 2); break;     \
+    case 3: fn(a, r, t, 1, 3); break;     \
+    default: fn(a, r, t, 1, 4); break;    \
+    }                                     \
+  }
+
+WEIR_TARGET_AVX512 static void tile_avx512_any(const weir_q8_matmul_args *a, int64_t r,
+                                               int64_t t, int nr, int nt) {
+  TILE_SWITCH(tile_avx512)
+}
+TARGET_VNNI static void tile_vnni_any(const weir_q8_matmul_args *a, int64_t r, int64_t t, int nr,
+                                      int nt) {
+  TILE_SWITCH(tile_vnni)
+}
+#endif
+
+typedef void (*tile_fn)(const weir_q8_matmul_args *a, int64_t r, int64_t t, int nr, int nt);
+
+/* Rows in groups of 4 (then single rows), tokens in blocks whose activations stay in L2 and
+ * tiles of nt_max tokens: each 4-row slice of W is reused from L1 by the whole token block. */
+static void rows_tiled(const weir_q8_matmul_args *a, int64_t r0, int64_t r1, tile_fn tile,
+                       int nt_max) {
+  const int64_t n = a->n_tokens;
+  const int64_t tb = token_block(a->kp, nt_max);
+  for (int64_t t0 = 0; t0 < n; t0 += tb) {
+    int64_t t1 = t0 + tb < n ? t0 + tb : n;
+    for (int64_t r = r0; r < r1;) {
+      int nr = r1 - r >= 4 ? 4 : 1;
+      for (int64_t t = t0; t < t1; t += nt_max) {
+        int nt = t1 - t < nt_max ? (int)(t1 - t) : nt_max;
+        tile(a, r, t, nr, nt);
+      }
+      r += nr;
+    }
+  }
+}
+
+void weir_q8_matmul_rows(const weir_q8_matmul_args *a, int64_t row_begin, int64_t row_end) {
+  if (row_begin < 0) row_begin = 0;
+  if (row_end > a->rows) row_end = a->rows;
+  if (row_begin >= row_end || a->n_tokens <= 0 || a->kp <= 0 || a->group <= 0) return;
+  switch (weir_q8_isa_current()) {
+#if WEIR_X86
+  case WEIR_Q8_ISA_AVX512_VNNI: rows_tiled(a, row_begin, row_end, tile_vnni_any, NT_AVX512); return;
+  case WEIR_Q8_ISA_AVX512: rows_tiled(a, row_begin, row_end, tile_avx512_any, NT_AVX512); return;
+  case WEIR_Q8_ISA_AVX2: rows_tiled(a, row_begin, row_end, tile_avx2_any, NT_AVX2); return;
+#endif
+  default: rows_scalar(a, row_begin, row_end); return;
+  }
+}
+
+void weir_q8_matmul_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  weir_q8_matmul_rows((const weir_q8_matmul_args *)arg, begin, end);
+}
