@@ -780,6 +780,11 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
   case K_STR:
   case K_OPT_STR: {
     const char *s = *(char *const *)(base + k->off);
+    /* The printed configuration ends up in terminals and logs: never the secret itself. */
+    if (s && k->off == OFF(api_key)) {
+      fputs("\"<redacted>\"  # set (hidden)\n", f);
+      return;
+    }
     weir_toml_write_string(f, s ? s : "");
     break;
   }

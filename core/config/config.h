@@ -133,7 +133,8 @@ void weir_config_free(weir_config *c);
  * missing value, an unreadable file, a bad key or value). */
 int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen);
 
-/* Writes the effective configuration as TOML, every core key with its value; the plugin
+/* Writes the effective configuration as TOML, every core key with its value (server.api_key
+ * is written as "<redacted>" when set, never in clear); the plugin
  * tables also carry the options the file or the flags set (the loader adds the defaults,
  * see weir_plugin_write_options). */
 void weir_config_write(const weir_config *c, FILE *f);

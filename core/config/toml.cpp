@@ -7,6 +7,7 @@
 #define TOML_ENABLE_FORMATTERS 1
 #include <toml++/toml.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

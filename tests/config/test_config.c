@@ -329,7 +329,7 @@ static void test_shipped_examples(void) {
 static void test_write_roundtrip(void) {
   weir_config c, r;
   char err[1024];
-  WT_ASSERT_INT_EQ(load_text("[server]\nport = 1234\napi_key = \"a\\\"b\"\n[cache]\nmemory_bytes = \"3GiB\"\n"
+  WT_ASSERT_INT_EQ(load_text("[server]\nport = 1234\nhost = \"a\\\"b\"\n[cache]\nmemory_bytes = \"3GiB\"\n"
                              "[sampler]\ntemperature_floor = 0.25\n[plugins]\ndirs = [\"/x y\"]\n",
                              &c, err, sizeof err), 0);
   char *text = config_text(&c);
@@ -339,7 +339,7 @@ static void test_write_roundtrip(void) {
   WT_ASSERT_INT_EQ(weir_config_load(p, &r, err, sizeof err), 0);
   char *again = config_text(&r);
   CU_ASSERT_STRING_EQUAL(text, again);
-  CU_ASSERT_STRING_EQUAL(r.api_key, "a\"b");
+  CU_ASSERT_STRING_EQUAL(r.host, "a\"b");
   free(again);
   free(p);
   free(text);
@@ -367,9 +367,12 @@ static void test_check_cli(void) {
   free(out);
   /* Fixed by an override on the command line: valid, and the effective config is printed
    * with the plugin's options (defaults marked). */
-  char *argv3[] = {WT_WEIR, "config", "check", f, "--set", "sampler.bias=2.5", "--port", "9999", NULL};
+  char *argv3[] = {WT_WEIR, "config", "check", f, "--set", "sampler.bias=2.5", "--port", "9999",
+                   "--api-key", "s3cret", NULL};
   WT_ASSERT_INT_EQ(wt_run(argv3, &out, 20000), 0);
   WT_ASSERT_STR_CONTAINS(out, "port = 9999");
+  CU_ASSERT(strstr(out, "s3cret") == NULL); /* the API key is never printed */
+  WT_ASSERT_STR_CONTAINS(out, "api_key = \"<redacted>\"");
   WT_ASSERT_STR_CONTAINS(out, "bias = 2.5  # set:");
   WT_ASSERT_STR_CONTAINS(out, "mode = \"argmax\"  # default:");
   WT_ASSERT_STR_CONTAINS(out, ": ok");
