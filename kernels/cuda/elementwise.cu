@@ -5,6 +5,12 @@
 
 #include "weir_cuda_kernels.h"
 
+// Kernel launches go through this macro so that tests/cuda/cpu_shim can run this very file's
+// kernels on the CPU (it defines WEIR_LAUNCH before including it).
+#ifndef WEIR_LAUNCH
+#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#endif
+
 namespace {
 
 constexpr int kNormThreads = 256;
@@ -155,9 +161,9 @@ extern "C" cudaError_t weir_cuda_rms_norm(cudaStream_t stream, float *out, const
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
   const bool vec = dim % 4 == 0 && ((uintptr_t)out | (uintptr_t)x | (uintptr_t)weight) % 16 == 0;
   if (vec)
-    rms_norm_kernel<true><<<(unsigned)rows, kNormThreads, 0, stream>>>(out, x, weight, dim, eps);
+    WEIR_LAUNCH(rms_norm_kernel<true>, (unsigned)rows, kNormThreads, 0, stream)(out, x, weight, dim, eps);
   else
-    rms_norm_kernel<false><<<(unsigned)rows, kNormThreads, 0, stream>>>(out, x, weight, dim, eps);
+    WEIR_LAUNCH(rms_norm_kernel<false>, (unsigned)rows, kNormThreads, 0, stream)(out, x, weight, dim, eps);
   return cudaGetLastError();
 }
 
@@ -166,7 +172,7 @@ extern "C" cudaError_t weir_cuda_add_rms_norm(cudaStream_t stream, float *out, f
                                               int64_t dim, float eps) {
   if (rows <= 0 || dim <= 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
-  add_rms_norm_kernel<<<(unsigned)rows, kNormThreads, 0, stream>>>(out, residual, x, weight, dim,
+  WEIR_LAUNCH(add_rms_norm_kernel, (unsigned)rows, kNormThreads, 0, stream)(out, residual, x, weight, dim,
                                                                    eps);
   return cudaGetLastError();
 }
@@ -180,7 +186,7 @@ extern "C" cudaError_t weir_cuda_rope(cudaStream_t stream, float *x, const int32
   if (style != 0 && style != 2) return cudaErrorInvalidValue;
   const int64_t total = n_tokens * n_heads * (int64_t)(rot_dim / 2);
   if (total <= 0) return cudaSuccess;
-  rope_kernel<<<grid_for(total, 256), 256, 0, stream>>>(x, positions, n_tokens, n_heads,
+  WEIR_LAUNCH(rope_kernel, grid_for(total, 256), 256, 0, stream)(x, positions, n_tokens, n_heads,
                                                         head_dim, rot_dim, log2f(freq_base),
                                                         freq_scale, style == 2);
   return cudaGetLastError();
@@ -189,21 +195,21 @@ extern "C" cudaError_t weir_cuda_rope(cudaStream_t stream, float *x, const int32
 extern "C" cudaError_t weir_cuda_swiglu(cudaStream_t stream, float *out, const float *gate,
                                         const float *up, int64_t n) {
   if (n <= 0) return cudaSuccess;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, gate, up, n);
+  WEIR_LAUNCH(swiglu_kernel, grid_for(n, 256), 256, 0, stream)(out, gate, up, n);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t weir_cuda_add(cudaStream_t stream, float *out, const float *a,
                                      const float *b, int64_t n) {
   if (n <= 0) return cudaSuccess;
-  add_kernel<<<grid_for(n, 256), 256, 0, stream>>>(out, a, b, n);
+  WEIR_LAUNCH(add_kernel, grid_for(n, 256), 256, 0, stream)(out, a, b, n);
   return cudaGetLastError();
 }
 
 extern "C" cudaError_t weir_cuda_add_bias(cudaStream_t stream, float *x, const float *bias,
                                           int64_t rows, int64_t dim) {
   if (rows <= 0 || dim <= 0) return cudaSuccess;
-  add_bias_kernel<<<grid_for(rows * dim, 256), 256, 0, stream>>>(x, bias, rows, dim);
+  WEIR_LAUNCH(add_bias_kernel, grid_for(rows * dim, 256), 256, 0, stream)(x, bias, rows, dim);
   return cudaGetLastError();
 }
 
@@ -211,6 +217,6 @@ extern "C" cudaError_t weir_cuda_get_rows(cudaStream_t stream, float *out, const
                                           const int32_t *rows, int64_t n, int64_t dim) {
   if (n <= 0 || dim <= 0) return cudaSuccess;
   if (n > 0x7fffffff) return cudaErrorInvalidValue;
-  get_rows_kernel<<<(unsigned)n, 256, 0, stream>>>(out, x, rows, dim);
+  WEIR_LAUNCH(get_rows_kernel, (unsigned)n, 256, 0, stream)(out, x, rows, dim);
   return cudaGetLastError();
 }

@@ -7,6 +7,12 @@
 
 #include "weir_cuda_kernels.h"
 
+// Kernel launches go through this macro so that tests/cuda/cpu_shim can run this very file's
+// kernels on the CPU (it defines WEIR_LAUNCH before including it).
+#ifndef WEIR_LAUNCH
+#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#endif
+
 namespace {
 
 enum { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30 };
@@ -160,7 +166,7 @@ template <int NT>
 void launch_gemv_vec(cudaStream_t s, const __half *w, const float *x, float *y, int64_t in,
                      int64_t out) {
   const unsigned grid = (unsigned)((out + kGemvWarps - 1) / kGemvWarps);
-  gemv_f16_vec_kernel<NT><<<grid, kGemvWarps * 32, 0, s>>>(w, x, y, in, out);
+  WEIR_LAUNCH(gemv_f16_vec_kernel<NT>, grid, kGemvWarps * 32, 0, s)(w, x, y, in, out);
 }
 
 } // namespace
@@ -177,7 +183,7 @@ extern "C" cudaError_t weir_cuda_pack_f16(cudaStream_t stream, void *dst, const 
   }
   const int64_t total = n_rows * cols;
   if (total <= 0) return cudaSuccess;
-  pack_f16_kernel<<<grid_for(total, 256), 256, 0, stream>>>(
+  WEIR_LAUNCH(pack_f16_kernel, grid_for(total, 256), 256, 0, stream)(
       static_cast<__half *>(dst), static_cast<const unsigned char *>(src), src_dtype, n_rows,
       cols, src_row_bytes);
   return cudaGetLastError();
@@ -186,7 +192,7 @@ extern "C" cudaError_t weir_cuda_pack_f16(cudaStream_t stream, void *dst, const 
 extern "C" cudaError_t weir_cuda_f32_to_f16(cudaStream_t stream, void *dst, const float *src,
                                             int64_t n) {
   if (n <= 0) return cudaSuccess;
-  f32_to_f16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(static_cast<__half *>(dst), src, n);
+  WEIR_LAUNCH(f32_to_f16_kernel, grid_for(n, 256), 256, 0, stream)(static_cast<__half *>(dst), src, n);
   return cudaGetLastError();
 }
 
@@ -198,7 +204,7 @@ extern "C" cudaError_t weir_cuda_gemv_f16(cudaStream_t stream, const void *w, co
   const bool vec = in % 8 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)x % 16 == 0;
   if (!vec) {
     const unsigned grid = (unsigned)((out + kGemvWarps - 1) / kGemvWarps);
-    gemv_f16_scalar_kernel<<<grid, kGemvWarps * 32, 0, stream>>>(wh, x, y, in, out, n_tokens);
+    WEIR_LAUNCH(gemv_f16_scalar_kernel, grid, kGemvWarps * 32, 0, stream)(wh, x, y, in, out, n_tokens);
     return cudaGetLastError();
   }
   switch (n_tokens) {
@@ -219,7 +225,7 @@ extern "C" cudaError_t weir_cuda_embed_f16(cudaStream_t stream, const void *w,
                                            int64_t rows, int64_t cols, int *bad_flag) {
   if (n <= 0 || cols <= 0) return cudaSuccess;
   if (n > 0x7fffffff) return cudaErrorInvalidValue;
-  embed_f16_kernel<<<(unsigned)n, 256, 0, stream>>>(static_cast<const __half *>(w), ids, out,
+  WEIR_LAUNCH(embed_f16_kernel, (unsigned)n, 256, 0, stream)(static_cast<const __half *>(w), ids, out,
                                                      rows, cols, bad_flag);
   return cudaGetLastError();
 }

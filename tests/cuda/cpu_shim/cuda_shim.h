@@ -4,8 +4,8 @@
 // compiled by the host compiler. Each CUDA thread becomes a host thread; one block runs at a
 // time, so a single global buffer serves as the block's dynamic shared memory and
 // __syncthreads is a barrier over the block's threads. Supported: what the kernels that use it
-// need (thread/block indices, __syncthreads, dynamic shared memory, __ldg, min, launch through
-// WEIR_LAUNCH). Not supported: warp shuffles, atomics, static __shared__ variables. Device
+// need (thread/block indices, __syncthreads, shared memory, __shfl_xor_sync on floats, __ldg,
+// min, launch through WEIR_LAUNCH). Not supported: other warp intrinsics, atomics. Device
 // pointers are host pointers. Slow (a thread per CUDA thread): keep problems small. The file
 // that defines the dynamic shared memory array must publish its address through a volatile
 // pointer with external linkage (see test_attention_shim.cpp), or the optimizer may keep its
@@ -37,7 +37,13 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+// Static __shared__ arrays become function statics (blocks run one at a time, so that is the
+// block's memory); a file with `extern __shared__` arrays defines WEIR_SHIM_EXTERN_SHARED.
+#ifdef WEIR_SHIM_EXTERN_SHARED
 #define __shared__
+#else
+#define __shared__ static
+#endif
 
 // Builtins each CUDA thread sees.
 inline thread_local dim3 threadIdx;
@@ -52,6 +58,25 @@ inline void __syncthreads() {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+
+// Warp shuffles: each warp exchanges through a buffer, fenced by a barrier of its 32 threads.
+inline std::vector<pthread_barrier_t> shim_warp_barriers;
+inline float shim_shfl_buf[1024];
+inline void shim_warp_sync() {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  pthread_barrier_wait(&shim_warp_barriers[threadIdx.x / 32]);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  (void)mask;
+  const unsigned t = threadIdx.x;
+  shim_shfl_buf[t] = v;
+  shim_warp_sync();
+  const float r = shim_shfl_buf[(t & ~31u) | ((t & 31u) ^ (unsigned)lane_mask)];
+  shim_warp_sync();
+  return r;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
@@ -70,6 +95,9 @@ struct ShimLaunch {
       for (unsigned by = 0; by < grid.y; ++by)
         for (unsigned bx = 0; bx < grid.x; ++bx) {
           pthread_barrier_init(&shim_barrier, nullptr, nt);
+          shim_warp_barriers.resize((nt + 31) / 32);
+          for (unsigned w = 0; w < (nt + 31) / 32; ++w)
+            pthread_barrier_init(&shim_warp_barriers[w], nullptr, std::min(32u, nt - 32 * w));
           std::vector<std::thread> th;
           th.reserve(nt);
           for (unsigned t = 0; t < nt; ++t)
@@ -80,6 +108,7 @@ struct ShimLaunch {
             });
           for (auto &x : th) x.join();
           pthread_barrier_destroy(&shim_barrier);
+          for (auto &b : shim_warp_barriers) pthread_barrier_destroy(&b);
         }
   }
 };

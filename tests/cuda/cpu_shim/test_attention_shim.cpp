@@ -3,6 +3,7 @@
 // reduction) and copy_blocks, through the file's own C launchers and launch planning, against a
 // double-precision reference. Runs on every machine that compiles the CUDA plugins; on a GPU
 // machine the cuda_attention suite checks the same kernels on the device.
+#define WEIR_SHIM_EXTERN_SHARED
 #include "cuda_shim.h"
 
 namespace {
