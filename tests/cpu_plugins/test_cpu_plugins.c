@@ -1010,6 +1010,113 @@ static void test_sampler_invalid(void) {
   CU_ASSERT_EQUAL(sample_one(&p, (uint64_t[4]){1, 2, 3, 4}, lg, 8, &r), WEIR_E_INVAL);
 }
 
+/* ================================== allocation failures =================================== */
+
+/* A host whose alloc / device_alloc fail once the countdown reaches zero. */
+static int g_fail_countdown = -1; /* < 0: never fail */
+static void *(*g_real_alloc)(void *, size_t, size_t);
+static int (*g_real_dev_alloc)(void *, size_t, void **);
+
+static int should_fail(void) {
+  if (g_fail_countdown < 0) return 0;
+  return g_fail_countdown-- == 0;
+}
+static void *failing_alloc(void *ctx, size_t size, size_t align) {
+  return should_fail() ? NULL : g_real_alloc(ctx, size, align);
+}
+static int failing_dev_alloc(void *ctx, size_t size, void **ptr) {
+  return should_fail() ? WEIR_E_NOMEM : g_real_dev_alloc(ctx, size, ptr);
+}
+
+/* Each allocation of pack / forward / sample fails in turn: the call reports
+ * WEIR_E_NOMEM (never crashes, never leaks: run under ASan), and once no allocation fails
+ * it succeeds. */
+static void test_alloc_failures(void) {
+  weir_host saved = g_host;
+  g_real_alloc = g_host.alloc;
+  g_real_dev_alloc = g_host.device_alloc;
+  g_host.alloc = failing_alloc;
+  g_host.device_alloc = failing_dev_alloc;
+  loaded q, a, sm;
+  int have_q = plugin_load(&q, "quant", "fp16", NULL, NULL) == 0;
+  int have_a = plugin_load(&a, "attention", "cpu_paged", NULL, NULL) == 0;
+  int have_s = plugin_load(&sm, "sampler", "default", NULL, NULL) == 0;
+  if (!have_q || !have_a || !have_s) goto out;
+  /* quant pack */
+  {
+    const weir_quant_ops *ops = q.desc->ops;
+    uint16_t src[64 * 32];
+    for (int i = 0; i < 64 * 32; i++) src[i] = ref_f16_encode(frand(-1, 1));
+    weir_tensor tt = {.data = src, .dtype = WEIR_DTYPE_F16, .ndim = 2, .ne = {64, 32, 1, 1}};
+    weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "w"};
+    int ok = 0;
+    for (int n = 0; n < 10 && !ok; n++) {
+      void *w = NULL;
+      g_fail_countdown = n;
+      int rc = ops->pack(q.self, &pa, &w);
+      g_fail_countdown = -1;
+      if (rc == WEIR_OK) ok = 1, ops->release(q.self, w);
+      else WT_ASSERT_INT_EQ(rc, WEIR_E_NOMEM);
+    }
+    CU_ASSERT(ok);
+  }
+  /* attention forward (tasks and per-chunk scratch) */
+  {
+    const weir_attention_ops *ops = a.desc->ops;
+    weir_attn_shape shape = {.struct_size = sizeof shape, .n_layers = 1, .n_heads = 4,
+                             .n_kv_heads = 2, .head_dim = 16, .block_size = 4,
+                             .kv_dtype = WEIR_DTYPE_F16, .scale = 0.25f};
+    size_t bb = ops->block_bytes(a.self, &shape);
+    uint8_t *pool = calloc(8, bb);
+    float q4[3 * 64], k4[3 * 32], v4[3 * 32], out[3 * 64];
+    fill(q4, 3 * 64, -1, 1);
+    fill(k4, 3 * 32, -1, 1);
+    fill(v4, 3 * 32, -1, 1);
+    int32_t qsl[2] = {0, 3}, ctx[1] = {3}, table[2] = {5, 1}, slots[3] = {20, 21, 22};
+    weir_attn_batch b = {.struct_size = sizeof b, .num_seqs = 1, .num_tokens = 3,
+                         .query_start_loc = qsl, .context_lens = ctx, .block_tables = table,
+                         .max_blocks_per_seq = 2, .slot_mapping = slots, .max_query_len = 3,
+                         .max_context_len = 3};
+    weir_kv_view view = {.base = pool, .block_bytes = bb, .num_blocks = 8};
+    int ok = 0;
+    for (int n = 0; n < 10 && !ok; n++) {
+      g_fail_countdown = n;
+      int rc = ops->forward(a.self, &shape, &b, &view, q4, k4, v4, out);
+      g_fail_countdown = -1;
+      if (rc == WEIR_OK) ok = 1;
+      else WT_ASSERT_INT_EQ(rc, WEIR_E_NOMEM);
+    }
+    CU_ASSERT(ok);
+    free(pool);
+  }
+  /* sampler scratch */
+  {
+    const weir_sampler_ops *ops = sm.desc->ops;
+    float lg[100];
+    fill(lg, 100, -1, 1);
+    weir_sampling_params p = params_default();
+    uint64_t st[4] = {1, 2, 3, 4};
+    weir_sampling_row row = {.params = &p, .rng_state = st};
+    weir_sample_result r;
+    int ok = 0;
+    for (int n = 0; n < 10 && !ok; n++) {
+      g_fail_countdown = n;
+      int rc = ops->sample(sm.self, &row, 1, lg, 100, &r);
+      g_fail_countdown = -1;
+      if (rc == WEIR_OK) ok = 1;
+      else WT_ASSERT_INT_EQ(rc, WEIR_E_NOMEM);
+    }
+    CU_ASSERT(ok);
+    CU_ASSERT(r.token >= 0 && r.token < 100);
+  }
+out:
+  g_fail_countdown = -1;
+  if (have_q) plugin_unload(&q);
+  if (have_a) plugin_unload(&a);
+  if (have_s) plugin_unload(&sm);
+  g_host = saved;
+}
+
 static void test_sampler(void) {
   if (plugin_load(&g_samp, "sampler", "default", NULL, NULL) != 0) return;
   test_sampler_greedy();
@@ -1032,6 +1139,7 @@ int main(void) {
                                   {"attention", test_attention},
                                   {"quant", test_quant},
                                   {"sampler", test_sampler},
+                                  {"alloc_failures", test_alloc_failures},
                                   {NULL, NULL}};
   int rc = wt_run_suite("cpu_plugins", tests);
   wt_pool_destroy(g_pool);
