@@ -32,6 +32,8 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
   va_end(ap);
 }
 
+static int is_core_key(const char *section, const char *key);
+
 /* ---- directories -------------------------------------------------------------------------- */
 
 static int dirs_add(weir_plugin_dirs *d, const char *dir) {
@@ -626,6 +628,16 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
            d->name);
     rc = WEIR_E_INVAL;
     goto close;
+  }
+  /* An option named like one of the core's keys of its table could never be set. */
+  for (int i = 0; d->options && i < d->num_options; i++) {
+    if (d->options[i].key && is_core_key(kind, d->options[i].key)) {
+      seterr(err, errlen, "%s: %s plugin '%s' declares an option '%s', which is a key weir "
+             "itself reads in [%s]; expected option keys other than the core's; fix: rename "
+             "the option", p->path, kind, d->name, d->options[i].key, kind);
+      rc = WEIR_E_ABI;
+      goto close;
+    }
   }
   unsigned dev = weir_config_device_kind(req->device_name);
   if (dev && !(d->devices & dev)) {

@@ -167,6 +167,9 @@ static void test_callback_refusals(void) {
   refused(WEIR_PLUGIN_SAMPLER, "initfail", NULL, WEIR_E_PLUGIN,
           FRAGS("weir_sampler_initfail.so", "failed to initialise", "device error",
                 "expected 0", "fix:"));
+  refused(WEIR_PLUGIN_SAMPLER, "pathopt", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_pathopt.so", "declares an option 'path'", "[sampler]",
+                "fix: rename the option"));
   refused(WEIR_PLUGIN_SAMPLER, "score", NULL, WEIR_E_NOTSUP,
           FRAGS("weir_sampler_score.so", "cannot run on this machine",
                 "weir_plugin_score returned -1", "fix:"));

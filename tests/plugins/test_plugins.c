@@ -113,7 +113,11 @@ WEIR_PLUGIN_EXPORT(k_desc)
 /* Options of every type, so the tests can exercise each validation rule. */
 static const char *const k_modes[] = {"argmax", "argmin", NULL};
 static const weir_option_desc k_options[] = {
-    {.key = "bias_token", .type = WEIR_OPT_INT, .help = "token whose logit gets `bias`",
+#if defined(VARIANT_CORE_KEY_OPT)
+    {.key = "path", .type = WEIR_OPT_INT, /* collides with the core's sampler.path */
+#else
+    {.key = "bias_token", .type = WEIR_OPT_INT,
+#endif .help = "token whose logit gets `bias`",
      .def_int = -1, .min = -1, .max = 1000000},
     {.key = "bias", .type = WEIR_OPT_FLOAT, .help = "added to bias_token's logit",
      .def_float = 0.0, .min = -100, .max = 100},
