@@ -117,7 +117,8 @@ static const weir_option_desc k_options[] = {
     {.key = "path", .type = WEIR_OPT_INT, /* collides with the core's sampler.path */
 #else
     {.key = "bias_token", .type = WEIR_OPT_INT,
-#endif .help = "token whose logit gets `bias`",
+#endif
+     .help = "token whose logit gets `bias`",
      .def_int = -1, .min = -1, .max = 1000000},
     {.key = "bias", .type = WEIR_OPT_FLOAT, .help = "added to bias_token's logit",
      .def_float = 0.0, .min = -100, .max = 100},
