@@ -1277,6 +1277,64 @@ static void test_sigterm_drains(void) {
   WT_ASSERT_INT_EQ(code, 0);
 }
 
+/* A drain that runs out of time aborts what is left: the stream ends with finish_reason
+ * "abort" and [DONE], queued requests get 503, and the exit status is still 0. */
+static void test_drain_timeout_aborts(void) {
+  NEED_SERVER();
+  hc_server s = {0};
+  const char *extra[] = {"server.drain_timeout_ms=150", "scheduler.max_num_seqs=1", NULL};
+  if (start_server_model(&s, "drain-timeout", g_long_model, extra) != 0) {
+    CU_FAIL("drain-timeout server did not start");
+    return;
+  }
+  enum { QUEUED = 4 };
+  int fds[QUEUED + 1];
+  for (int i = 0; i <= QUEUED; i++) {
+    const char *body = i == 0 ? "{\"prompt\":\"a\",\"max_tokens\":2000,\"ignore_eos\":true,"
+                                "\"stream\":true}"
+                              : "{\"prompt\":\"b\",\"max_tokens\":2000,\"ignore_eos\":true}";
+    char *req = wt_strf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                        "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                        strlen(body), body);
+    fds[i] = hc_connect(s.port, 30000);
+    hc_send_all(fds[i], req, strlen(req));
+    free(req);
+  }
+  hc_response head;
+  int chunked = 0;
+  WT_ASSERT_INT_EQ(hc_read_head(fds[0], &head, &chunked), 0);
+  hc_response_free(&head);
+  kill(s.pid, SIGTERM);
+  static char all[1 << 21];
+  size_t len = 0;
+  all[0] = '\0';
+  for (;;) {
+    char *d = NULL;
+    long n = hc_read_chunk(fds[0], &d);
+    if (n <= 0) break;
+    if (len + (size_t)n < sizeof all) {
+      memcpy(all + len, d, (size_t)n);
+      len += (size_t)n;
+      all[len] = '\0';
+    }
+    free(d);
+  }
+  WT_ASSERT_STR_CONTAINS(all, "\"finish_reason\":\"abort\"");
+  WT_ASSERT_STR_CONTAINS(all, "data: [DONE]");
+  int aborted = 0;
+  for (int i = 1; i <= QUEUED; i++) {
+    hc_response r;
+    if (hc_read_response(fds[i], &r) == 0 && r.status == 503) {
+      WT_ASSERT_STR_CONTAINS(r.body, "shutting down");
+      aborted++;
+    }
+    hc_response_free(&r);
+  }
+  CU_ASSERT(aborted >= QUEUED - 1); /* at most one may have finished before the deadline */
+  for (int i = 0; i <= QUEUED; i++) close(fds[i]);
+  WT_ASSERT_INT_EQ(hc_server_stop(&s, 0, 20000), 0);
+}
+
 static void test_startup_failure(void) {
   NEED_SERVER();
   char *missing = wt_strf("model.path=%s/does-not-exist.gguf", g_dir);
@@ -1318,6 +1376,7 @@ int main(void) {
       {"limits", test_limits},
       {"busy_429", test_busy_429},
       {"sigterm_drains", test_sigterm_drains},
+      {"drain_timeout_aborts", test_drain_timeout_aborts},
       {"startup_failure", test_startup_failure},
       {NULL, NULL},
   };
