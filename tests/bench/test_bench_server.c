@@ -1,7 +1,7 @@
 /* `weir bench` against the real `weir serve` on loopback, with the tiny model written by
  * `weir mkmodel --preset tiny`: a single run on both endpoints, and an A/B of two configs
- * that differ in one plugin setting (the attention plugin's KV dtype, f16 against f32),
- * where the bench starts and stops the servers itself.
+ * that differ in one plugin (B adds the ngram drafter: speculative decoding), where the
+ * bench starts and stops the servers itself.
  *
  * Exits 77 (ctest SKIP) with the reason when this build cannot serve: mkmodel fails, or a
  * server never answers GET /health with 200. */
@@ -139,7 +139,7 @@ static void test_ab_two_configs(void) {
   char *json = wt_strf("%s/ab.json", g_dir), *svg = wt_strf("%s/ab.svg", g_dir), *out = NULL;
   char *log = wt_strf("%s/ab-serve.log", g_dir);
   char *argv[] = {WT_WEIR, "bench", "--a-config", g_cfg_a, "--b-config", g_cfg_b,
-                  "--label-a", "kv-f16", "--label-b", "kv-f32", "--rounds", "2",
+                  "--label-a", "no-drafter", "--label-b", "ngram", "--rounds", "2",
                   "--num-requests", "4", "--concurrency", "2", "--input-len", "16",
                   "--output-len", "8", "--ignore-eos", "--server-timeout", "60",
                   "--server-log", log, "--json", json, "--svg", svg, "--quiet", NULL};
@@ -167,8 +167,8 @@ static void test_ab_two_configs(void) {
     WT_ASSERT_STR_CONTAINS(cJSON_GetObjectItem(m, "verdict")->valuestring, "inconclusive");
   }
   char *text = wt_read_file(svg, NULL);
-  WT_ASSERT_STR_CONTAINS(text, "class=\"series-kv-f16\"");
-  WT_ASSERT_STR_CONTAINS(text, "class=\"series-kv-f32\"");
+  WT_ASSERT_STR_CONTAINS(text, "class=\"series-no-drafter\"");
+  WT_ASSERT_STR_CONTAINS(text, "class=\"series-ngram\"");
   free(text);
   cJSON_Delete(r);
   free(out);
@@ -177,11 +177,11 @@ static void test_ab_two_configs(void) {
   free(log);
 }
 
-static int write_config(const char *path, const char *model, const char *kv_dtype) {
+static int write_config(const char *path, const char *model, const char *drafter) {
   char *t = wt_strf("[server]\nhost = \"127.0.0.1\"\n\n[model]\npath = \"%s\"\n\n"
-                    "[attention]\nbackend = \"cpu_paged\"\nkv_dtype = \"%s\"\n\n"
-                    "[device]\nname = \"cpu\"\nthreads = 1\n",
-                    model, kv_dtype);
+                    "[attention]\nbackend = \"cpu_paged\"\n\n"
+                    "[device]\nname = \"cpu\"\nthreads = 1\n\n[drafter]\nname = \"%s\"\n",
+                    model, drafter);
   int rc = wt_write_file(path, t, strlen(t));
   free(t);
   return rc;
@@ -199,7 +199,7 @@ int main(void) {
   }
   g_cfg_a = wt_strf("%s/a.toml", g_dir);
   g_cfg_b = wt_strf("%s/b.toml", g_dir);
-  if (write_config(g_cfg_a, model, "f16") || write_config(g_cfg_b, model, "f32")) {
+  if (write_config(g_cfg_a, model, "") || write_config(g_cfg_b, model, "ngram")) {
     rc = 1;
     goto done;
   }
@@ -219,7 +219,7 @@ int main(void) {
   free(log);
   static const wt_test tests[] = {
       {"single_run_real_server", test_single_run},
-      {"ab_two_configs_kv_dtype", test_ab_two_configs},
+      {"ab_two_configs_drafter", test_ab_two_configs},
       {NULL, NULL},
   };
   rc = wt_run_suite("bench_server", tests);
