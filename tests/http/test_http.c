@@ -364,6 +364,91 @@ static void test_keepalive_pipelining_chunked(void) {
   close(fd);
 }
 
+/* Mutated requests (a seeded generator, so every run sends the same bytes): whatever
+ * arrives, the server answers with a well-formed status line or closes, and keeps serving. */
+static void test_mutated_requests(void) {
+  NEED_SERVER();
+  static const char *seeds[] = {
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 44\r\n\r\n{\"prompt\":\"hi\",\"max_tokens\":2,\"n\":1,\"seed\":1}",
+      "POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n"
+      "2b\r\n{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\r\n0\r\n\r\n",
+      "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n",
+      "POST /tokenize HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 16\r\n"
+      "\r\n{\"prompt\":\"abc\"}",
+  };
+  uint64_t rng = 0x5eed1234abcdULL;
+  int answered = 0, closed = 0;
+  for (int iter = 0; iter < 160; iter++) {
+    const char *seed = seeds[iter % 4];
+    size_t len = strlen(seed);
+    char buf[512];
+    memcpy(buf, seed, len);
+    int edits = 1 + iter % 4;
+    for (int k = 0; k < edits; k++) {
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
+      size_t pos = (size_t)(rng % len);
+      switch ((rng >> 20) % 4) {
+      case 0: buf[pos] = (char)(rng >> 32); break;                      /* flip a byte */
+      case 1: len = pos + 1; break;                                      /* truncate */
+      case 2:
+        if (len + 8 < sizeof buf) {                                      /* insert junk */
+          memmove(buf + pos + 8, buf + pos, len - pos);
+          memcpy(buf + pos, "\r\n:\x00{[\"\xff", 8);
+          len += 8;
+        }
+        break;
+      default: buf[pos] = "0123456789{}[]\",:\r\n "[(rng >> 40) % 18]; break; /* plausible */
+      }
+    }
+    int fd = hc_connect(g_main.port, 3000);
+    CU_ASSERT_FATAL(fd >= 0);
+    hc_send_all(fd, buf, len);
+    shutdown(fd, SHUT_WR); /* a truncated request must not leave us waiting for more */
+    char resp[16] = "";
+    ssize_t n = recv(fd, resp, sizeof resp - 1, MSG_WAITALL);
+    if (n > 0) {
+      resp[n] = '\0';
+      CU_ASSERT(!strncmp(resp, "HTTP/1.1 ", 9));
+      answered++;
+    } else {
+      closed++;
+    }
+    close(fd);
+  }
+  CU_ASSERT(answered > 0);
+  expect_alive(g_main.port);
+  hc_response r;
+  WT_ASSERT_INT_EQ(hc_request(g_main.port, "GET", "/health", NULL, NULL, &r), 0);
+  WT_ASSERT_INT_EQ(r.status, 200);
+  hc_response_free(&r);
+}
+
+/* HTTP/1.0: no chunked encoding, so a stream is delimited by closing the connection. */
+static void test_http10_stream(void) {
+  NEED_SERVER();
+  int fd = hc_connect(g_main.port, 10000);
+  const char *body = "{\"prompt\":\"old\",\"max_tokens\":3,\"ignore_eos\":true,\"stream\":true}";
+  char *req = wt_strf("POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n\r\n%s",
+                      strlen(body), body);
+  hc_send_all(fd, req, strlen(req));
+  free(req);
+  hc_response r;
+  WT_ASSERT_INT_EQ(hc_read_response(fd, &r), 0);
+  WT_ASSERT_INT_EQ(r.status, 200);
+  char *te = hc_header(&r, "transfer-encoding");
+  CU_ASSERT_PTR_NULL(te);
+  free(te);
+  CU_ASSERT(r.closed);
+  WT_ASSERT_STR_CONTAINS(r.body, "data: [DONE]\n\n");
+  hc_response_free(&r);
+  close(fd);
+}
+
 static void test_content_type_and_json(void) {
   NEED_SERVER();
   hc_response r;
@@ -1357,6 +1442,8 @@ int main(void) {
       {"not_found_and_method", test_not_found_and_method},
       {"malformed_http", test_malformed_http},
       {"keepalive_pipelining_chunked", test_keepalive_pipelining_chunked},
+      {"mutated_requests", test_mutated_requests},
+      {"http10_stream", test_http10_stream},
       {"content_type_and_json", test_content_type_and_json},
       {"parameter_validation", test_parameter_validation},
       {"unsupported_parameters", test_unsupported_parameters},
