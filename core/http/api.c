@@ -599,9 +599,8 @@ static void record_token_timing(weir__api_job *job, api_choice *ch, uint64_t t, 
     ch->first_ns = t;
     weir_metric_record(s->m.ttft, (double)(t - job->arrival_ns) / 1e9);
     ntok--; /* the first token has no inter-token latency */
-  } else {
-    /* Several tokens in one event (speculative decoding) share the gap evenly. */
   }
+  /* Several tokens in one event (speculative decoding) share the gap evenly. */
   if (ntok > 0 && ch->last_ns) {
     double gap = (double)(t - ch->last_ns) / 1e9 / ntok;
     for (int i = 0; i < ntok; i++) {
@@ -623,7 +622,6 @@ void weir__api_on_event(weir__http_server *s, weir__queued_event *qe) {
   api_choice *ch = (api_choice *)qe->user;
   weir__api_job *job = ch->job;
   const weir_gen_event *ev = &qe->ev;
-  (void)s;
   ch->prompt_tokens = ev->prompt_tokens;
   ch->cached_tokens = ev->cached_tokens;
   if (ev->completion_tokens > ch->completion_tokens) ch->completion_tokens = ev->completion_tokens;

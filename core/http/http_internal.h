@@ -136,6 +136,7 @@ struct weir__http_server {
   uv_timer_t drain_timer;
   uv_work_t load_work;
   int load_rc;
+  weir_engine *loaded;        /* written by the load work, published by load_done */
   int loading;                /* the load work is still running */
   int num_jobs;               /* generation jobs not yet freed (client gone or not) */
   weir__api_job *jobs;        /* the same jobs, doubly linked (api.c) */

@@ -134,14 +134,17 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 static void load_work(uv_work_t *w) {
   weir__http_server *s = w->data;
+  /* Only the work thread touches load_rc / loaded until load_done runs on the loop thread,
+   * which alone publishes s->engine (the loop reads it for /metrics meanwhile). */
   weir_engine *e = NULL;
   s->load_rc = weir_engine_create_ex(s->cfg, s->metrics, &e);
-  if (s->load_rc == WEIR_OK) s->engine = e;
+  s->loaded = s->load_rc == WEIR_OK ? e : NULL;
 }
 
 static void load_done(uv_work_t *w, int status) {
   weir__http_server *s = w->data;
   s->loading = 0;
+  s->engine = s->loaded;
   if (status != 0 || s->load_rc != WEIR_OK) {
     weir_log(WEIR_LOG_ERROR, "http", "could not start the engine: %s",
              weir_strerror(status != 0 ? WEIR_E_CANCELED : s->load_rc));
