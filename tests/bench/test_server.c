@@ -7,7 +7,8 @@
  * One thread per connection, blocking sockets, "Connection: close". Not part of weir.
  *
  * usage: weir_bench_test_server --port-file F [--port P] [--ttft-ms 50] [--gap-ms 20]
- *          [--tokens N] [--fault none|500|malformed|truncated|reset|error-event|stall]
+ *          [--tokens N]
+ *          [--fault none|500|malformed|truncated|reset|error-event|stall|garbage|badchunk]
  *          [--fault-every K] [--no-usage] [--identity] [--log FILE]
  * --tokens overrides max_tokens; --fault-every K makes every K-th stream request faulty
  * (default 1: all); --identity delimits the body by closing instead of chunked encoding;
@@ -121,6 +122,14 @@ static void stream(int fd, const char *path, const char *body_text, const struct
   int usage = g_usage && so && cJSON_IsTrue(cJSON_GetObjectItem(so, "include_usage"));
   int prompt = count_prompt(body);
   if (!strcmp(fault, "reset")) goto done;
+  if (!strcmp(fault, "garbage")) {
+    /* Not HTTP at all: bytes from a fixed-seed generator. */
+    unsigned x = 12345;
+    char junk[512];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)((x = x * 1103515245u + 12345u) >> 16);
+    send_all(fd, junk, sizeof junk);
+    goto done;
+  }
   if (!strcmp(fault, "500")) {
     simple(fd, 500, "Internal Server Error", "application/json",
            "{\"error\":{\"message\":\"injected failure\",\"type\":\"server_error\"}}");
@@ -131,6 +140,11 @@ static void stream(int fd, const char *path, const char *body_text, const struct
                                     "Cache-Control: no-cache\r\n%sConnection: close\r\n\r\n",
                    g_chunked ? "Transfer-Encoding: chunked\r\n" : "");
   if (send_all(fd, hdr, (size_t)h)) goto done;
+  if (!strcmp(fault, "badchunk")) {
+    /* A chunk size that is not hexadecimal breaks the transfer encoding. */
+    send_all(fd, "zz\r\ndata: {}\r\n", 16);
+    goto done;
+  }
   if (!strcmp(fault, "stall")) {
     sleep(3600);
     goto done;
