@@ -101,6 +101,9 @@ static void test_mann_whitney_exact(void) {
   /* U = 2 (6 beats 4 and 5): P(U <= 2) = 4/70, p = 8/70. */
   double g[] = {1, 2, 3, 6}, h[] = {4, 5, 7, 8};
   ASSERT_CLOSE(weir__bench_mann_whitney(g, 4, h, 4), 8.0 / 70.0, 1e-12);
+  /* A tie at the boundary: U = 0.5, taken as P(U <= 1) = 2/70 a tail: p = 4/70. */
+  double t1[] = {1, 2, 3, 5}, t2[] = {5, 6, 7, 8};
+  ASSERT_CLOSE(weir__bench_mann_whitney(t1, 4, t2, 4), 4.0 / 70.0, 1e-12);
   /* 5 v 5 fully separated: 2 / C(10,5) = 2/252. */
   double e[] = {1, 2, 3, 4, 5}, f[] = {6, 7, 8, 9, 10};
   ASSERT_CLOSE(weir__bench_mann_whitney(e, 5, f, 5), 2.0 / 252.0, 1e-12);

@@ -222,11 +222,13 @@ double weir__bench_mann_whitney(const double *x, int n, const double *y, int m) 
     free(dist);
     return 1.0;
   }
-  double total = 0, lo = 0, hi = 0;
+  /* With ties U is a half-integer; the tails are taken from the integers around it, which
+   * errs towards a larger p (never calls a difference that ties would not support). */
+  double total = 0, lo = 0, hi = 0, ulo = ceil(u), uhi = floor(u);
   for (int k = 0; k <= n * m; k++) {
     total += dist[k];
-    if (k <= u) lo += dist[k];
-    if (k >= u) hi += dist[k];
+    if (k <= ulo) lo += dist[k];
+    if (k >= uhi) hi += dist[k];
   }
   free(dist);
   double p = 2.0 * (lo < hi ? lo : hi) / total;
