@@ -95,7 +95,7 @@ static void rows_scalar(const weir_q8_matmul_args *a, int64_t r0, int64_t r1) {
   const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;
   const int64_t bpg = a->group / WEIR_Q8_BLOCK;
   for (int64_t r = r0; r < r1; r++) {
-    const int8_t *w = a->wq + r * kp;
+    const uint8_t *w = a->wq + r * kp;
     const float *wd = a->wd + r * ng;
     for (int64_t t = 0; t < a->n_tokens; t++) {
       const int8_t *x = a->xq + t * kp;
@@ -104,7 +104,7 @@ static void rows_scalar(const weir_q8_matmul_args *a, int64_t r0, int64_t r1) {
       for (int64_t b = 0; b < nb; b++) {
         int32_t is = 0;
         for (int k = 0; k < WEIR_Q8_BLOCK; k++)
-          is += (int32_t)w[b * WEIR_Q8_BLOCK + k] * x[b * WEIR_Q8_BLOCK + k];
+          is += ((int32_t)w[b * WEIR_Q8_BLOCK + k] - 128) * x[b * WEIR_Q8_BLOCK + k];
         s += (float)is * (wd[b / bpg] * xd[b]);
       }
       a->y[t * a->rows + r] = s;
@@ -112,8 +112,16 @@ static void rows_scalar(const weir_q8_matmul_args *a, int64_t r0, int64_t r1) {
   }
 }
 
-/* Token blocking shared by the SIMD paths: tiles of NR rows x up to NT tokens, token blocks
- * sized so their activations stay in L2. TILE(r, t, nr, nt) computes one tile. */
+/* Block b's weight group is b >> group_shift: log2(blocks per group), or 62 for one group per
+ * row (any block index then maps to group 0). Avoids an integer division per block. */
+static int group_shift(const weir_q8_matmul_args *a) {
+  if (a->group >= a->kp) return 62;
+  int s = 0;
+  while (((int64_t)WEIR_Q8_BLOCK << s) < a->group) s++;
+  return s;
+}
+
+/* Tokens per block: their activations stay in L2 while a thread's rows stream past. */
 static int64_t token_block(int64_t kp, int64_t nt) {
   int64_t tb = XQ_BLOCK_BYTES / kp;
   tb = tb / nt * nt;
@@ -121,7 +129,7 @@ static int64_t token_block(int64_t kp, int64_t nt) {
 }
 
 #if WEIR_X86
-/* ---- AVX2: 32 columns (one block) per step ----------------------------------------------- */
+/* ---- AVX2: 32 columns (one block) per step, maddubs with the sign trick ------------------- */
 
 WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -134,28 +142,31 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
 WEIR_TARGET_AVX2 static ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *a, int64_t r,
                                                      int64_t t, const int nr, const int nt) {
   const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;
-  const int64_t bpg = a->group / WEIR_Q8_BLOCK;
-  const __m256i ones = _mm256_set1_epi16(1);
+  const int gs = group_shift(a);
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
   __m256 acc[4][NT_AVX2];
   for (int i = 0; i < nr; i++)
     for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     __m256i xv[NT_AVX2];
-    float xd[NT_AVX2];
+    __m256 xd[NT_AVX2];
+    const int64_t g = b >> gs;
     for (int j = 0; j < nt; j++) {
       xv[j] = _mm256_loadu_si256((const __m256i *)(a->xq + (t + j) * kp + b * WEIR_Q8_BLOCK));
-      xd[j] = a->xd[(t + j) * nb + b];
+      xd[j] = _mm256_broadcast_ss(a->xd + (t + j) * nb + b);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < nr; i++) {
-      __m256i w = _mm256_loadu_si256((const __m256i *)(a->wq + (r + i) * kp + b * WEIR_Q8_BLOCK));
+      /* stored as q + 128: flip the top bit back to the signed value */
+      __m256i w = _mm256_xor_si256(
+          _mm256_loadu_si256((const __m256i *)(a->wq + (r + i) * kp + b * WEIR_Q8_BLOCK)), flip);
       __m256i aw = _mm256_sign_epi8(w, w);
-      float wd = a->wd[(r + i) * ng + b / bpg];
+      __m256 wd = _mm256_broadcast_ss(a->wd + (r + i) * ng + g);
 #pragma GCC unroll 2
       for (int j = 0; j < nt; j++) {
         __m256i sx = _mm256_sign_epi8(xv[j], w);
         __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(wd * xd[j]), acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd, xd[j]), acc[i][j]);
       }
     }
   }
@@ -174,71 +185,86 @@ WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t
   }
 }
 
-/* ---- AVX-512: 64 columns (two blocks) per step; maddubs or VNNI ------------------------- */
+/* ---- AVX-512: 64 columns (two blocks) per step, 8 blocks per scale chunk -----------------
+ * Per chunk of 8 blocks, the 8 scale products wd * xd of a (row, token) pair are one ymm
+ * (wd loaded at the chunk's first group and spread over the blocks with a permute); each
+ * 64-column step expands two of them to [s0 x 8, s1 x 8] with one permute.
+ * VNNI: vpdpbusd takes the stored weights (q + 128, unsigned) times the signed activations;
+ * the accumulator starts at -128 * (sum of the 4 activations of each lane), so it ends at
+ * sum(q * x) with one instruction per row and token. Without VNNI: the sign trick. */
 
-/* [v0 x 8, v1 x 8] */
-#define SCALE2(v0, v1) \
-  _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(v0)), _mm256_set1_ps(v1), 1)
-
-#define NT_AVX512 4
-#define TILE512_BODY(DOT)                                                                      \
+#define NT_AVX512 2
+#define TILE512_BODY(VNNI)                                                                     \
   const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;                       \
-  const int64_t bpg = a->group / WEIR_Q8_BLOCK;                                                \
+  const int gs = group_shift(a);                                                               \
   const __m512i zero = _mm512_setzero_si512();                                                 \
+  const __m512i flip = _mm512_set1_epi8((char)0x80);                                           \
+  const __m256i gidx = _mm256_srlv_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),            \
+                                         _mm256_set1_epi32(gs > 31 ? 31 : gs));                \
+  const __m512i lane_hi = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);  \
   __m512 acc[4][NT_AVX512];                                                                    \
   for (int i = 0; i < nr; i++)                                                                 \
     for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();                              \
-  for (int64_t b = 0; b < nb; b += 2) {                                                        \
-    __m512i xv[NT_AVX512];                                                                     \
-    __m512 xd[NT_AVX512];                                                                      \
-    for (int j = 0; j < nt; j++) {                                                             \
-      xv[j] = _mm512_loadu_si512((const void *)(a->xq + (t + j) * kp + b * WEIR_Q8_BLOCK));    \
-      xd[j] = SCALE2(a->xd[(t + j) * nb + b], a->xd[(t + j) * nb + b + 1]);                    \
-    }                                                                                          \
+  for (int64_t b = 0; b < nb; b += 8) {                                                        \
+    const int steps = nb - b >= 8 ? 4 : (int)(nb - b) / 2;                                     \
+    __m256 sp[4][NT_AVX512];                                                                   \
     _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) {                                     \
-      __m512i w = _mm512_loadu_si512((const void *)(a->wq + (r + i) * kp + b * WEIR_Q8_BLOCK)); \
-      __m512i aw = _mm512_abs_epi8(w);                                                         \
-      __mmask64 neg = _mm512_movepi8_mask(w);                                                  \
-      const float *wd = a->wd + (r + i) * ng;                                                  \
-      __m512 wv = SCALE2(wd[b / bpg], wd[(b + 1) / bpg]);                                      \
-      _Pragma("GCC unroll 4") for (int j = 0; j < nt; j++) {                                   \
-        __m512i sx = _mm512_mask_sub_epi8(xv[j], neg, zero, xv[j]);                            \
-        __m512i s = DOT(aw, sx);                                                               \
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wv, xd[j]), acc[i][j]); \
+      __m256 wd8 = _mm256_permutevar8x32_ps(                                                   \
+          _mm256_loadu_ps(a->wd + (r + i) * ng + (b >> gs)), gidx);                            \
+      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++)                                     \
+        sp[i][j] = _mm256_mul_ps(wd8, _mm256_loadu_ps(a->xd + (t + j) * nb + b));              \
+    }                                                                                          \
+    for (int m = 0; m < steps; m++) {                                                          \
+      const int64_t col = (b + 2 * m) * WEIR_Q8_BLOCK;                                         \
+      const __m512i idx = _mm512_add_epi32(lane_hi, _mm512_set1_epi32(2 * m));                 \
+      __m512i xv[NT_AVX512], xc[NT_AVX512];                                                    \
+      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                   \
+        xv[j] = _mm512_loadu_si512((const void *)(a->xq + (t + j) * kp + col));                \
+        if (VNNI) xc[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, xv[j]));      \
+      }                                                                                        \
+      _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) {                                   \
+        __m512i wu = _mm512_loadu_si512((const void *)(a->wq + (r + i) * kp + col));           \
+        __m512i w = zero, aw = zero;                                                           \
+        __mmask64 neg = 0;                                                                     \
+        if (!VNNI) {                                                                           \
+          w = _mm512_xor_si512(wu, flip);                                                      \
+          aw = _mm512_abs_epi8(w);                                                             \
+          neg = _mm512_movepi8_mask(w);                                                        \
+        }                                                                                      \
+        _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                 \
+          __m512i s;                                                                           \
+          if (VNNI) {                                                                          \
+            s = _mm512_dpbusd_epi32(xc[j], wu, xv[j]);                                         \
+          } else {                                                                             \
+            __m512i sx = _mm512_mask_sub_epi8(xv[j], neg, zero, xv[j]);                        \
+            s = _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), _mm512_set1_epi16(1));         \
+          }                                                                                    \
+          __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(sp[i][j]));            \
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[i][j]);                   \
+        }                                                                                      \
       }                                                                                        \
     }                                                                                          \
   }                                                                                            \
   for (int i = 0; i < nr; i++)                                                                 \
     for (int j = 0; j < nt; j++) a->y[(t + j) * a->rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
 
-#define DOT_BW(aw, sx) _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), _mm512_set1_epi16(1))
-#define DOT_VNNI(aw, sx) _mm512_dpbusd_epi32(zero, aw, sx)
-
 WEIR_TARGET_AVX512 static ALWAYS_INLINE void tile_avx512(const weir_q8_matmul_args *a, int64_t r,
                                                          int64_t t, const int nr, const int nt) {
-  TILE512_BODY(DOT_BW)
+  TILE512_BODY(0)
 }
 
 TARGET_VNNI static ALWAYS_INLINE void tile_vnni(const weir_q8_matmul_args *a, int64_t r,
                                                 int64_t t, const int nr, const int nt) {
-  TILE512_BODY(DOT_VNNI)
+  TILE512_BODY(1)
 }
 
-#define TILE_SWITCH(fn)                   \
-  if (nr == 4) {                          \
-    switch (nt) {                         \
-    case 1: fn(a, r, t, 4, 1); break;     \
-    case 2: fn(a, r, t, 4, 2); break;     \
-    case 3: fn(a, r, t, 4, 3); break;     \
-    default: fn(a, r, t, 4, 4); break;    \
-    }                                     \
-  } else {                                \
-    switch (nt) {                         \
-    case 1: fn(a, r, t, 1, 1); break;     \
-    case 2: fn(a, r, t, 1, 2); break;     \
-    case 3: fn(a, r, t, 1, 3); break;     \
-    default: fn(a, r, t, 1, 4); break;    \
-    }                                     \
+#define TILE_SWITCH(fn)                       \
+  if (nr == 4) {                              \
+    if (nt == 1) fn(a, r, t, 4, 1);           \
+    else fn(a, r, t, 4, 2);                   \
+  } else {                                    \
+    if (nt == 1) fn(a, r, t, 1, 1);           \
+    else fn(a, r, t, 1, 2);                   \
   }
 
 WEIR_TARGET_AVX512 static void tile_avx512_any(const weir_q8_matmul_args *a, int64_t r,

@@ -1,8 +1,9 @@
 /* weir CPU kernels: y[t] = W x[t] with int8 weights and int8 activations.
  *
- * Weights: W is row-major [rows][kp] int8 (kp = in_features padded with zeros to a multiple
+ * Weights: W is row-major [rows][kp] int8 q (kp = in_features padded with zeros to a multiple
  * of 64) with one f32 scale per `group` consecutive columns of a row (group is 32, 64, 128,
- * or kp for one scale per output channel): w[r][k] = wq[r][k] * wd[r][k / group].
+ * or kp for one scale per output channel): w[r][k] = q[r][k] * wd[r][k / group]. q is stored
+ * biased, as the byte q + 128 (q ^ 0x80), which VNNI's unsigned x signed product takes as is.
  * Activations: each token's row is quantized per block of 32 columns (WEIR_Q8_BLOCK) with
  * weir_q8_quantize(..., WEIR_Q8_BLOCK, ...): x[t][k] ~ xq[t][k] * xd[t][k / 32].
  * The kernel sums int8 x int8 products in int32 per 32-column block and adds each block's sum
@@ -54,14 +55,18 @@ int64_t weir_q8_padded_cols(int64_t cols, int64_t group);
 void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8_t *q,
                       float *d);
 
+/* Floats the SIMD paths may read past the end of the wd and xd arrays (the values are
+ * unused, the memory must be readable): allocate that many more. */
+#define WEIR_Q8_SCALE_PAD 8
+
 typedef struct weir_q8_matmul_args {
-  const int8_t *wq;  /* [rows][kp] */
-  const float *wd;   /* [rows][kp / group] */
+  const uint8_t *wq; /* [rows][kp], q + 128 */
+  const float *wd;   /* [rows][kp / group] (+ WEIR_Q8_SCALE_PAD readable floats) */
   int64_t rows;
   int64_t kp;        /* multiple of WEIR_Q8_ROW_ALIGN */
   int64_t group;     /* multiple of 32 dividing kp */
   const int8_t *xq;  /* [n_tokens][kp] */
-  const float *xd;   /* [n_tokens][kp / 32] */
+  const float *xd;   /* [n_tokens][kp / 32] (+ WEIR_Q8_SCALE_PAD readable floats) */
   int64_t n_tokens;
   float *y;          /* [n_tokens][rows] */
 } weir_q8_matmul_args;

@@ -20,11 +20,12 @@ typedef struct int8_plugin {
   int64_t group_size; /* 0, 32, 64 or 128 */
 } int8_plugin;
 
-/* A packed weight: one allocation holding q [rows][kp] int8 then d [rows][ng] f32. data is
- * from host->device_alloc when the host offers it, else our own 64-byte aligned memory. */
+/* A packed weight: one allocation holding q [rows][kp] (stored as q + 128, see matmul_q8.h)
+ * then d [rows][ng] f32 and WEIR_Q8_SCALE_PAD spare floats. data is from host->device_alloc
+ * when the host offers it, else our own 64-byte aligned memory. */
 typedef struct int8_weight {
   int64_t rows, cols, kp, group, ng;
-  int8_t *q;
+  uint8_t *q;
   float *d;
   void *data;
   size_t bytes;
@@ -78,16 +79,16 @@ typedef struct pack_job {
 
 /* Q8_0 blocks are exactly our 32-column groups: copy q, widen d (f16 -> f32 is exact). */
 static void pack_q8_0_row(const uint8_t *src, int8_weight *w, int64_t r) {
-  int8_t *q = w->q + r * w->kp;
+  uint8_t *q = w->q + r * w->kp;
   float *d = w->d + r * w->ng;
   int64_t nblk = w->cols / 32;
   for (int64_t b = 0; b < nblk; b++) {
     const uint8_t *blk = src + b * 34;
     uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
     d[b] = weir_f16_to_f32(h);
-    memcpy(q + b * 32, blk + 2, 32);
+    for (int i = 0; i < 32; i++) q[b * 32 + i] = blk[2 + i] ^ 0x80u;
   }
-  memset(q + w->cols, 0, (size_t)(w->kp - w->cols));
+  memset(q + w->cols, 0x80, (size_t)(w->kp - w->cols));
   for (int64_t b = nblk; b < w->ng; b++) d[b] = 0.0f;
 }
 
@@ -109,7 +110,9 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
       __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
       break;
     }
-    weir_q8_quantize(row, w->cols, w->kp, w->group, w->q + r * w->kp, w->d + r * w->ng);
+    uint8_t *q = w->q + r * w->kp;
+    weir_q8_quantize(row, w->cols, w->kp, w->group, (int8_t *)q, w->d + r * w->ng);
+    for (int64_t k = 0; k < w->kp; k++) q[k] ^= 0x80u;
   }
   free(row);
 }
@@ -160,7 +163,7 @@ static int q8_pack(void *self, const weir_quant_pack_args *args, void **weight) 
   w->group = p->group_size ? p->group_size : w->kp;
   w->ng = w->kp / w->group;
   size_t qbytes = ((size_t)rows * (size_t)w->kp + 63) & ~(size_t)63;
-  w->bytes = qbytes + (size_t)rows * (size_t)w->ng * sizeof(float);
+  w->bytes = qbytes + ((size_t)rows * (size_t)w->ng + WEIR_Q8_SCALE_PAD) * sizeof(float);
   if (h->device_alloc) {
     if (h->device_alloc(h->ctx, w->bytes, &w->data) != WEIR_OK) w->data = NULL;
     w->from_device_alloc = 1;
@@ -174,6 +177,7 @@ static int q8_pack(void *self, const weir_quant_pack_args *args, void **weight) 
   }
   w->q = w->data;
   w->d = (float *)((uint8_t *)w->data + qbytes);
+  memset(w->d + rows * w->ng, 0, WEIR_Q8_SCALE_PAD * sizeof(float));
 
   pack_job job = {.src = t->data, .src_row_bytes = src_stride, .src_dtype = t->dtype, .w = w};
   if (threads_of(h) > 1 && rows * cols >= (1 << 18))
@@ -234,7 +238,7 @@ static int q8_matmul(void *self, const void *weight, const float *x, float *y, i
   if (!w || !x || !y || n_tokens < 0) return WEIR_E_INVAL;
   const int64_t kp = w->kp, nb = kp / WEIR_Q8_BLOCK;
   const size_t qb = ((size_t)n_tokens * (size_t)kp + 63) & ~(size_t)63;
-  const size_t need = qb + (size_t)n_tokens * (size_t)nb * sizeof(float);
+  const size_t need = qb + ((size_t)n_tokens * (size_t)nb + WEIR_Q8_SCALE_PAD) * sizeof(float);
   _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
   void *heap = NULL;
   uint8_t *buf = stack_buf;
@@ -243,6 +247,7 @@ static int q8_matmul(void *self, const void *weight, const float *x, float *y, i
     buf = heap;
   }
   int threads = threads_of(h);
+  memset(buf + need - WEIR_Q8_SCALE_PAD * sizeof(float), 0, WEIR_Q8_SCALE_PAD * sizeof(float));
   act_job aj = {.x = x, .cols = w->cols, .kp = kp, .xq = (int8_t *)buf, .xd = (float *)(buf + qb)};
   if (threads > 1 && n_tokens >= 2 * threads && n_tokens * kp >= (1 << 16))
     h->parallel_for(h->ctx, n_tokens, 1, act_chunk, &aj);
@@ -272,10 +277,10 @@ static int q8_embed(void *self, const void *weight, const int32_t *ids, float *o
   for (int64_t i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] >= w->rows) return WEIR_E_RANGE;
   for (int64_t i = 0; i < n; i++) {
-    const int8_t *q = w->q + (int64_t)ids[i] * w->kp;
+    const uint8_t *q = w->q + (int64_t)ids[i] * w->kp;
     const float *d = w->d + (int64_t)ids[i] * w->ng;
     float *o = out + i * w->cols;
-    for (int64_t k = 0; k < w->cols; k++) o[k] = (float)q[k] * d[k / w->group];
+    for (int64_t k = 0; k < w->cols; k++) o[k] = (float)((int)q[k] - 128) * d[k / w->group];
   }
   return WEIR_OK;
 }
