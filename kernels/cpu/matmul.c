@@ -13,6 +13,9 @@
 /* Bytes of x a token block may occupy: small enough to stay in L2 next to the W rows. */
 #define X_BLOCK_BYTES (256 * 1024)
 
+/* Bytes of one slice of a block of W rows the GEMM keeps in L2. */
+#define W_BLOCK_BYTES (256 * 1024)
+
 /* Column slice of the GEMM path (a multiple of 16). */
 #define K_BLOCK 1024
 
@@ -187,15 +190,21 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void rows_avx2_impl(const weir_matmul_args
      * a few tokens (batched decode) is one partial tile: W is still read once. */
     int64_t kb = cols < K_BLOCK || n * cols * 4 <= X_BLOCK_BYTES ? cols : K_BLOCK;
     int64_t tb = token_block(kb, T_AVX2);
+    int64_t rb = W_BLOCK_BYTES / (kb * (f16 ? 2 : 4)) / 4 * 4;
+    if (rb < 4) rb = 4;
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
       int64_t t1 = t0 + tb < n ? t0 + tb : n;
       for (int64_t k0 = 0; k0 < cols; k0 += kb) {
         int64_t k1 = k0 + kb < cols ? k0 + kb : cols;
-        for (int64_t r = r0; r < rg_end; r += 4)
+        /* A block of rb W rows (<= W_BLOCK_BYTES of this slice) stays in L2 while every
+         * token tile sweeps it; each tile's x (a few KiB) stays in L1 across the block. */
+        for (int64_t rb0 = r0; rb0 < rg_end; rb0 += rb) {
+          int64_t rb1 = rb0 + rb < rg_end ? rb0 + rb : rg_end;
           for (int64_t t = t0; t < t1; t += T_AVX2) {
             int nt = t1 - t < T_AVX2 ? (int)(t1 - t) : T_AVX2;
-            tile_avx2(a, r, t, k0, k1, k0 > 0, f16, nt);
+            for (int64_t r = rb0; r < rb1; r += 4) tile_avx2(a, r, t, k0, k1, k0 > 0, f16, nt);
           }
+        }
       }
     }
   }
@@ -350,15 +359,21 @@ WEIR_TARGET_AVX512 static ALWAYS_INLINE void rows_avx512_impl(const weir_matmul_
      * a few tokens (batched decode) is one partial tile: W is still read once. */
     int64_t kb = cols < K_BLOCK || n * cols * 4 <= X_BLOCK_BYTES ? cols : K_BLOCK;
     int64_t tb = token_block(kb, T_AVX512);
+    int64_t rb = W_BLOCK_BYTES / (kb * (f16 ? 2 : 4)) / 4 * 4;
+    if (rb < 4) rb = 4;
     for (int64_t t0 = 0; t0 < n; t0 += tb) {
       int64_t t1 = t0 + tb < n ? t0 + tb : n;
       for (int64_t k0 = 0; k0 < cols; k0 += kb) {
         int64_t k1 = k0 + kb < cols ? k0 + kb : cols;
-        for (int64_t r = r0; r < rg_end; r += 4)
+        /* A block of rb W rows (<= W_BLOCK_BYTES of this slice) stays in L2 while every
+         * token tile sweeps it; each tile's x (a few KiB) stays in L1 across the block. */
+        for (int64_t rb0 = r0; rb0 < rg_end; rb0 += rb) {
+          int64_t rb1 = rb0 + rb < rg_end ? rb0 + rb : rg_end;
           for (int64_t t = t0; t < t1; t += T_AVX512) {
             int nt = t1 - t < T_AVX512 ? (int)(t1 - t) : T_AVX512;
-            tile_avx512(a, r, t, k0, k1, k0 > 0, f16, nt);
+            for (int64_t r = rb0; r < rb1; r += 4) tile_avx512(a, r, t, k0, k1, k0 > 0, f16, nt);
           }
+        }
       }
     }
   }
