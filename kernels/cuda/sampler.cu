@@ -4,19 +4,35 @@
 //
 // Candidate order. Without top-k and top-p the candidates are visited in id order; with
 // either, in descending order of the scaled logit with ties to the lower id (a stable radix
-// sort of the row). The draw takes the first candidate whose inclusive cumulative weight
-// exceeds u * total, exactly as the CPU sampler walks its candidate array.
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
+// sort of the row). Weights are expf(z - zmax) in f32, summed in f64, as on the CPU. The draw
+// takes the first candidate whose inclusive cumulative weight exceeds u * total. The CPU
+// sampler walks its candidates in the same id order without truncation, but in its
+// quickselect order after top-k or top-p: there the distributions agree, single draws may not.
+#ifndef WEIR_CUDA_SHIM
 #include <cub/device/device_segmented_radix_sort.cuh>
+#else
+#include <algorithm>
+#include <vector>
+#endif
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 
 #include "weir_cuda_kernels.h"
 
+// Kernel launches go through this macro so that tests/cuda/cpu_shim can run this very file's
+// kernels on the CPU (it defines WEIR_LAUNCH and WEIR_CUDA_SHIM before including it).
+#ifndef WEIR_LAUNCH
+#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#endif
+
 namespace {
 
-constexpr int kThreads = 512;
+// Threads per row (a power of two). The CPU shim builds with fewer to run faster.
+#ifndef WEIR_SAMPLER_THREADS
+#define WEIR_SAMPLER_THREADS 512
+#endif
+constexpr int kThreads = WEIR_SAMPLER_THREADS;
 
 struct Cand {
   float v;
@@ -56,19 +72,44 @@ struct MaxIntOp {
   __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
 };
 
-using BlockReduceF = cub::BlockReduce<float, kThreads>;
-using BlockReduceD = cub::BlockReduce<double, kThreads>;
-using BlockReduceI = cub::BlockReduce<int, kThreads>;
-using BlockReduceC = cub::BlockReduce<Cand, kThreads>;
-using BlockScanD = cub::BlockScan<double, kThreads>;
-
-union SampleSmem {
-  typename BlockReduceF::TempStorage rf;
-  typename BlockReduceD::TempStorage rd;
-  typename BlockReduceI::TempStorage ri;
-  typename BlockReduceC::TempStorage rc;
-  typename BlockScanD::TempStorage sd;
+// Block-wide primitives over shared memory (a tree reduction and a Hillis-Steele scan): a few
+// calls per row, so plain code beats a library here, and it runs on the CPU shim too.
+struct SampleSmem {
+  double d[kThreads];
+  float f[kThreads];
+  int i[kThreads];
+  Cand c[kThreads];
 };
+
+// Every thread gets op over all threads' v.
+template <typename T, typename Op> __device__ T block_all(T v, Op op, T *buf) {
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) buf[threadIdx.x] = op(buf[threadIdx.x], buf[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const T r = buf[0];
+  __syncthreads();
+  return r;
+}
+
+// Exclusive prefix sum over the threads in order; *total gets the sum of all.
+__device__ double block_exclusive_sum(double v, double *buf, double *total) {
+  const int t = threadIdx.x;
+  buf[t] = v;
+  __syncthreads();
+  for (int off = 1; off < kThreads; off <<= 1) {
+    const double add = t >= off ? buf[t - off] : 0.0;
+    __syncthreads();
+    buf[t] += add;
+    __syncthreads();
+  }
+  const double excl = t > 0 ? buf[t - 1] : 0.0;
+  *total = buf[kThreads - 1];
+  __syncthreads();
+  return excl;
+}
 
 __global__ void penalty_kernel(float *logits, int32_t vocab,
                                const weir_cuda_sample_params *__restrict__ params,
@@ -135,9 +176,8 @@ __device__ int find_cumulative(const W &weight, int len, double frac, bool stric
   const int b = min(len, (int)threadIdx.x * seg), e = min(len, b + seg);
   double part = 0.0;
   for (int j = b; j < e; ++j) part += weight(j);
-  double excl, total;
-  BlockScanD(sm.sd).ExclusiveSum(part, excl, total);
-  __syncthreads();
+  double total;
+  const double excl = block_exclusive_sum(part, sm.d, &total);
   const double target = frac * total;
   int found = INT_MAX;
   const bool reach_end = strict ? excl + part > target : excl + part >= target;
@@ -152,25 +192,9 @@ __device__ int find_cumulative(const W &weight, int len, double frac, bool stric
       }
     }
   }
-  found = BlockReduceI(sm.ri).Reduce(found, MinIntOp());
-  __shared__ int bcast;
-  if (threadIdx.x == 0) bcast = found;
-  __syncthreads();
-  found = bcast;
-  __syncthreads();
+  found = block_all<int>(found, MinIntOp(), sm.i);
   *total_out = total;
   return found == INT_MAX ? -1 : found;
-}
-
-template <typename T, typename Op>
-__device__ T block_all(T v, Op op, typename cub::BlockReduce<T, kThreads>::TempStorage &ts) {
-  __shared__ T bc;
-  T r = cub::BlockReduce<T, kThreads>(ts).Reduce(v, op);
-  if (threadIdx.x == 0) bc = r;
-  __syncthreads();
-  r = bc;
-  __syncthreads();
-  return r;
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -190,12 +214,12 @@ __global__ void __launch_bounds__(kThreads)
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < vocab; i += kThreads)
       if (x[i] == x[i]) mx = fmaxf(mx, x[i]);
-    mx = block_all<float>(mx, MaxOp(), sm.rf);
+    mx = block_all<float>(mx, MaxOp(), sm.f);
     double s = 0.0;
     if (mx > -INFINITY)
       for (int i = threadIdx.x; i < vocab; i += kThreads)
         if (x[i] == x[i]) s += exp((double)x[i] - (double)mx);
-    s = block_all<double>(s, SumDOp(), sm.rd);
+    s = block_all<double>(s, SumDOp(), sm.d);
     lse = mx > -INFINITY ? (double)mx + log(s) : -INFINITY;
     Cand prev = {0.0f, -1};
     int have = 0;
@@ -207,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
         if (prev.id >= 0 && !before(prev, c)) continue; // already listed
         if (before(c, best)) best = c;
       }
-      best = block_all<Cand>(best, BestOp(), sm.rc);
+      best = block_all<Cand>(best, BestOp(), sm.c);
       if (best.id < 0) break;
       if (threadIdx.x == 0) {
         res->top_tokens[k] = best.id;
@@ -229,7 +253,7 @@ __global__ void __launch_bounds__(kThreads)
       const Cand c = {x[i], i};
       if (x[i] == x[i] && before(c, best)) best = c;
     }
-    best = block_all<Cand>(best, BestOp(), sm.rc);
+    best = block_all<Cand>(best, BestOp(), sm.c);
     token = best.id >= 0 ? best.id : 0;
     if (probs) {
       for (int i = threadIdx.x; i < vocab; i += kThreads)
@@ -251,8 +275,8 @@ __global__ void __launch_bounds__(kThreads)
         zmax = fmaxf(zmax, z);
       }
     }
-    const int n = block_all<int>(n_local, SumIntOp(), sm.ri);
-    zmax = block_all<float>(zmax, MaxOp(), sm.rf);
+    const int n = block_all<int>(n_local, SumIntOp(), sm.i);
+    zmax = block_all<float>(zmax, MaxOp(), sm.f);
     if (n == 0) { // everything suppressed: the lowest id, no draw
       token = 0;
     } else {
@@ -265,7 +289,7 @@ __global__ void __launch_bounds__(kThreads)
             float z;
             int id;
             view.at(j, z, id);
-            return exp((double)z - (double)zmax);
+            return (double)expf(z - zmax);
           };
           double ztot;
           const double frac = p.top_p > 0.0f ? (double)p.top_p : 0.0;
@@ -281,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
         float z;
         int id;
         view.at(j, z, id);
-        return keep(j, z) ? exp((double)z - (double)zmax) : 0.0;
+        return keep(j, z) ? (double)expf(z - zmax) : 0.0;
       };
       double total;
       const int pos = find_cumulative(w, vocab, p.u, true, &total, sm);
@@ -290,7 +314,7 @@ __global__ void __launch_bounds__(kThreads)
           float z;
           int id;
           view.at(j, z, id);
-          probs[(size_t)r * vocab + id] = keep(j, z) ? (float)(exp((double)z - (double)zmax) / total) : 0.0f;
+          probs[(size_t)r * vocab + id] = keep(j, z) ? (float)((double)expf(z - zmax) / total) : 0.0f;
         }
         return;
       }
@@ -303,7 +327,7 @@ __global__ void __launch_bounds__(kThreads)
           view.at(j, z, id);
           if (keep(j, z)) last = j;
         }
-        at = block_all<int>(last, MaxIntOp(), sm.ri);
+        at = block_all<int>(last, MaxIntOp(), sm.i);
       }
       float z;
       view.at(at < 0 ? 0 : at, z, token);
@@ -326,11 +350,38 @@ size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 size_t cub_temp_bytes(int32_t rows, int32_t vocab) {
   size_t bytes = 0;
+#ifndef WEIR_CUDA_SHIM
   const int items = rows * vocab;
   cub::DeviceSegmentedRadixSort::SortPairsDescending(
       nullptr, bytes, (const float *)nullptr, (float *)nullptr, (const int32_t *)nullptr,
       (int32_t *)nullptr, items, rows, (const int32_t *)nullptr, (const int32_t *)nullptr);
+#endif
   return bytes;
+}
+
+// The segmented sort: CUB's stable radix sort on the device; on the CPU shim a stable sort
+// of each non-empty segment (the same order: descending, ties keep the lower id first).
+cudaError_t sort_rows(void *temp, size_t temp_bytes, const float *keys_in, float *keys_out,
+                      const int32_t *ids_in, int32_t *ids_out, int items, int rows,
+                      const int32_t *offsets, cudaStream_t stream) {
+#ifndef WEIR_CUDA_SHIM
+  return cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      temp, temp_bytes, keys_in, keys_out, ids_in, ids_out, items, rows, offsets,
+      offsets + rows, 0, 32, stream);
+#else
+  for (int r = 0; r < rows; ++r) {
+    const int b = offsets[r], e = offsets[rows + r];
+    std::vector<int> order(e - b);
+    for (int i = 0; i < e - b; ++i) order[i] = b + i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int x, int y) { return keys_in[x] > keys_in[y]; });
+    for (int i = 0; i < e - b; ++i) {
+      keys_out[b + i] = keys_in[order[i]];
+      ids_out[b + i] = ids_in[order[i]];
+    }
+  }
+  return cudaSuccess;
+#endif
 }
 
 } // namespace
@@ -340,7 +391,8 @@ extern "C" cudaError_t weir_cuda_sample_penalties(cudaStream_t stream, float *lo
                                                   const weir_cuda_sample_params *params,
                                                   const weir_cuda_penalty *pen, int32_t num_pen) {
   if (num_pen <= 0) return cudaSuccess;
-  penalty_kernel<<<(num_pen + 255) / 256, 256, 0, stream>>>(logits, vocab, params, pen, num_pen);
+  WEIR_LAUNCH(penalty_kernel, (num_pen + 255) / 256, 256, 0, stream)(logits, vocab, params, pen,
+                                                                     num_pen);
   return cudaGetLastError();
 }
 
@@ -371,16 +423,15 @@ extern "C" cudaError_t weir_cuda_sample(cudaStream_t stream, const float *logits
     void *temp = ws + 4 * align256(items * 4);
     size_t temp_bytes = workspace_bytes - 4 * align256(items * 4);
     const unsigned gx = (unsigned)((vocab + 255) / 256 < 64 ? (vocab + 255) / 256 : 64);
-    sort_keys_kernel<<<dim3(gx, (unsigned)num_rows), 256, 0, stream>>>(
+    WEIR_LAUNCH(sort_keys_kernel, dim3(gx, (unsigned)num_rows), 256, 0, stream)(
         logits, vocab, params, keys_in, ids_in, offsets, num_rows);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-        temp, temp_bytes, keys_in, keys_out, ids_in, ids_out, (int)items, num_rows, offsets,
-        offsets + num_rows, 0, 32, stream);
+    e = sort_rows(temp, temp_bytes, keys_in, keys_out, ids_in, ids_out, (int)items, num_rows,
+                  offsets, stream);
     if (e != cudaSuccess) return e;
   }
-  sample_row_kernel<<<(unsigned)num_rows, kThreads, 0, stream>>>(logits, vocab, params, keys_out,
+  WEIR_LAUNCH(sample_row_kernel, (unsigned)num_rows, kThreads, 0, stream)(logits, vocab, params, keys_out,
                                                                  ids_out, results, probs);
   return cudaGetLastError();
 }

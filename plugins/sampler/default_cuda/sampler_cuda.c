@@ -5,7 +5,8 @@
  * never cross the bus. The rows' xoshiro256** states stay on the host: the host draws each
  * sampled row's uniform number from a copy of the state and commits the advance only when the
  * device reports that the row drew (a row whose every token is suppressed does not, as on the
- * CPU). See docs/cuda.md. */
+ * CPU). Same seeds give the CPU's tokens without top-k and top-p; with them the distribution is
+ * the same but the walk order differs (see docs/cuda.md). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <string.h>
@@ -117,11 +118,12 @@ static uint64_t xoshiro_next(uint64_t *st) {
   return result;
 }
 
-static int row_valid(const weir_sampling_row *r) {
+/* need_rng: sample() draws; probs() does not and accepts rows without a state. */
+static int row_valid(const weir_sampling_row *r, int need_rng) {
   const weir_sampling_params *p = r->params;
   if (!p) return 0;
   if (p->temperature < 0.0f || p->temperature != p->temperature) return 0;
-  if (p->temperature > 0.0f && !r->rng_state) return 0;
+  if (need_rng && p->temperature > 0.0f && !r->rng_state) return 0;
   if (p->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
   if (p->repetition_penalty != 1.0f && !(p->repetition_penalty > 0.0f)) return 0;
   if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
@@ -150,7 +152,7 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
   if (!rows || !logits || num_rows < 0 || vocab <= 0 || (!out && !probs)) return WEIR_E_INVAL;
   if ((int64_t)num_rows * vocab > 0x7fffffff) return WEIR_E_RANGE;
   for (int32_t r = 0; r < num_rows; r++)
-    if (!row_valid(&rows[r])) return WEIR_E_INVAL;
+    if (!row_valid(&rows[r], probs == NULL)) return WEIR_E_INVAL;
   cudaError_t e = weir_cuda_use_device(s->device_id);
   if (e != cudaSuccess) return fail(s, e, "cudaSetDevice");
 
@@ -192,7 +194,7 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
     q->num_logprobs = p->num_logprobs;
     q->sorted = !q->greedy && (p->top_p < 1.0f || (p->top_k > 0 && p->top_k < vocab));
     any_sorted |= q->sorted;
-    if (!q->greedy) {
+    if (!q->greedy && row->rng_state) {
       memcpy(next_state[r], row->rng_state, sizeof next_state[r]);
       q->u = (double)(xoshiro_next(next_state[r]) >> 11) * 0x1.0p-53;
     }

@@ -59,6 +59,10 @@ inline void __syncthreads() {
 }
 template <typename T> inline T __ldg(const T *p) { return *p; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 
 // Warp shuffles: each warp exchanges through a buffer, fenced by a barrier of its 32 threads.
 inline std::vector<pthread_barrier_t> shim_warp_barriers;
@@ -98,15 +102,31 @@ struct ShimLaunch {
           shim_warp_barriers.resize((nt + 31) / 32);
           for (unsigned w = 0; w < (nt + 31) / 32; ++w)
             pthread_barrier_init(&shim_warp_barriers[w], nullptr, std::min(32u, nt - 32 * w));
-          std::vector<std::thread> th;
-          th.reserve(nt);
+          // Small stacks: thread creation cost is mostly mapping the default 8 MiB stack.
+          struct Job {
+            const ShimLaunch *self;
+            unsigned t, bx, by, bz;
+            K kernel;
+            std::tuple<A...> args;
+          };
+          std::vector<Job> jobs;
+          jobs.reserve(nt);
+          for (unsigned t = 0; t < nt; ++t) jobs.push_back(Job{this, t, bx, by, bz, kernel, {args...}});
+          std::vector<pthread_t> th(nt);
+          pthread_attr_t attr;
+          pthread_attr_init(&attr);
+          pthread_attr_setstacksize(&attr, 256 * 1024);
           for (unsigned t = 0; t < nt; ++t)
-            th.emplace_back([=] {
-              threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-              blockIdx = dim3(bx, by, bz);
-              kernel(args...);
-            });
-          for (auto &x : th) x.join();
+            pthread_create(&th[t], &attr, [](void *arg) -> void * {
+              Job *j = static_cast<Job *>(arg);
+              const dim3 b = j->self->block;
+              threadIdx = dim3(j->t % b.x, (j->t / b.x) % b.y, j->t / (b.x * b.y));
+              blockIdx = dim3(j->bx, j->by, j->bz);
+              std::apply(j->kernel, j->args);
+              return nullptr;
+            }, &jobs[t]);
+          pthread_attr_destroy(&attr);
+          for (unsigned t = 0; t < nt; ++t) pthread_join(th[t], nullptr);
           pthread_barrier_destroy(&shim_barrier);
           for (auto &b : shim_warp_barriers) pthread_barrier_destroy(&b);
         }

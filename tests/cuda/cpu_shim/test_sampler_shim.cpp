@@ -1,0 +1,270 @@
+// kernels/cuda/sampler.cu executed on the CPU (cuda_shim.h) against the CPU default sampler
+// plugin (weir_sampler_default.so, loaded with dlopen): the same logits, parameters and seeds
+// must give the same tokens, logprobs, top-logprob lists and random-state advances. The
+// per-row parameter records and penalty entries are built here the way
+// plugins/sampler/default_cuda builds them. On a GPU machine cuda_sampler checks the plugin.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "weir/sampler.h"
+#include "weir_cuda_kernels.h"
+
+static int g_failures = 0;
+static uint64_t g_rng = 0x51ED5EEDull;
+
+static float uni(float lo, float hi) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t xnext(uint64_t *s) {
+  const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return r;
+}
+
+// ---- the CPU reference plugin --------------------------------------------------------------
+static void h_log(void *, weir_log_level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+static void *h_alloc(void *, size_t n, size_t a) {
+  void *p = nullptr;
+  return posix_memalign(&p, a < 16 ? 16 : a, n ? n : 1) == 0 ? p : nullptr;
+}
+static void h_free(void *, void *p) { free(p); }
+static void h_pfor(void *, int64_t n, int64_t, weir_parallel_fn fn, void *arg) {
+  if (n > 0) fn(arg, 0, n, 0);
+}
+static int h_threads(void *) { return 1; }
+
+static const weir_sampler_ops *cpu_ops;
+static void *cpu_self;
+
+static bool load_cpu_sampler() {
+  std::string dir = WEIR_SHIM_PLUGIN_DIR;
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    std::string e(exe);
+    std::string alt = e.substr(0, e.rfind('/')) + "/../../lib/weir/plugins";
+    if (access((alt + "/weir_sampler_default.so").c_str(), R_OK) == 0) dir = alt;
+  }
+  void *dl = dlopen((dir + "/weir_sampler_default.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    printf("FAIL cannot load the CPU sampler: %s\n", dlerror());
+    return false;
+  }
+  auto entry = (weir_plugin_entry_fn)dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
+  const weir_plugin_desc *d = entry();
+  static weir_host host;
+  host.struct_size = sizeof host;
+  host.abi_minor = WEIR_ABI_MINOR;
+  host.log = h_log;
+  host.alloc = h_alloc;
+  host.free = h_free;
+  host.parallel_for = h_pfor;
+  host.num_threads = h_threads;
+  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, nullptr, 0};
+  if (d->init(&host, &args, &cpu_self) != WEIR_OK) return false;
+  cpu_ops = (const weir_sampler_ops *)d->ops;
+  return true;
+}
+
+// ---- the kernels, fed as the CUDA plugin feeds them ----------------------------------------
+static void gpu_sample(const std::vector<weir_sampling_row> &rows, std::vector<float> logits,
+                       int vocab, std::vector<weir_sample_result> &out,
+                       std::vector<float> *probs = nullptr) {
+  const int R = (int)rows.size();
+  std::vector<weir_cuda_sample_params> prm(R);
+  std::vector<weir_cuda_penalty> pen;
+  std::vector<std::vector<uint64_t>> next(R, std::vector<uint64_t>(4));
+  int any_sorted = 0;
+  for (int r = 0; r < R; ++r) {
+    const weir_sampling_params *p = rows[r].params;
+    weir_cuda_sample_params &q = prm[r];
+    memset(&q, 0, sizeof q);
+    q.greedy = p->temperature == 0.0f;
+    q.inv_temp = q.greedy ? 1.0f : 1.0f / p->temperature;
+    q.top_k = p->top_k;
+    q.top_p = p->top_p;
+    q.min_p = p->min_p;
+    q.repetition_penalty = p->repetition_penalty;
+    q.presence_penalty = p->presence_penalty;
+    q.frequency_penalty = p->frequency_penalty;
+    q.num_logprobs = p->num_logprobs;
+    q.sorted = !q.greedy && (p->top_p < 1.0f || (p->top_k > 0 && p->top_k < vocab));
+    any_sorted |= q.sorted;
+    if (!q.greedy && !probs) {
+      memcpy(next[r].data(), rows[r].rng_state, 32);
+      q.u = (double)(xnext(next[r].data()) >> 11) * 0x1.0p-53;
+    }
+    std::map<int, weir_cuda_penalty> m;
+    auto ent = [&](int t) -> weir_cuda_penalty & {
+      auto it = m.find(t);
+      if (it == m.end()) it = m.emplace(t, weir_cuda_penalty{r, t, 0, 0}).first;
+      return it->second;
+    };
+    for (int i = 0; i < rows[r].num_suppress_tokens; ++i) {
+      int t = rows[r].suppress_tokens[i];
+      if (t >= 0 && t < vocab) ent(t).flags |= WEIR_CUDA_PEN_SUPPRESS;
+    }
+    if (p->repetition_penalty != 1.0f) {
+      for (int i = 0; i < rows[r].num_prompt_tokens; ++i) ent(rows[r].prompt_tokens[i]).flags |= WEIR_CUDA_PEN_REPEAT;
+      for (int i = 0; i < rows[r].num_output_tokens; ++i) ent(rows[r].output_tokens[i]).flags |= WEIR_CUDA_PEN_REPEAT;
+    }
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+      for (int i = 0; i < rows[r].num_output_tokens; ++i) ent(rows[r].output_tokens[i]).count++;
+    for (auto &kv : m) pen.push_back(kv.second);
+  }
+  weir_cuda_sample_penalties(nullptr, logits.data(), vocab, prm.data(), pen.data(), (int)pen.size());
+  std::vector<char> ws(weir_cuda_sample_workspace_bytes(R, vocab));
+  std::vector<int32_t> off(2 * R);
+  std::vector<weir_cuda_sample_result> res(R);
+  if (probs) probs->assign((size_t)R * vocab, NAN);
+  weir_cuda_sample(nullptr, logits.data(), R, vocab, prm.data(), any_sorted, ws.data(), ws.size(),
+                   off.data(), res.data(), probs ? probs->data() : nullptr);
+  out.assign(R, weir_sample_result{});
+  if (probs) return;
+  for (int r = 0; r < R; ++r) {
+    out[r].token = res[r].token;
+    out[r].logprob = res[r].logprob;
+    out[r].num_top = res[r].num_top;
+    memcpy(out[r].top_tokens, res[r].top_tokens, sizeof out[r].top_tokens);
+    memcpy(out[r].top_logprobs, res[r].top_logprobs, sizeof out[r].top_logprobs);
+    if (res[r].drew) memcpy(rows[r].rng_state, next[r].data(), 32);
+  }
+}
+
+// same_tokens: without top-k/top-p both walk candidates in id order, so equal seeds must give
+// equal tokens; with them the CPU walks its quickselect order, so the distributions (probs())
+// must agree instead, and every drawn token must lie in the CPU's support.
+static void compare(const char *name, weir_sampling_params p, int rounds, bool same_tokens) {
+  const int R = 4, V = 3000;
+  std::vector<weir_sampling_params> params(R, p);
+  std::vector<std::vector<int32_t>> prompt(R), output(R);
+  std::vector<int32_t> suppress = {17, 2999, -3};
+  uint64_t sc[R][4], sg[R][4];
+  std::vector<weir_sampling_row> rc(R), rg(R);
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < 30; ++i) prompt[r].push_back((int)uni(0, 200));
+    for (int i = 0; i < 20; ++i) output[r].push_back((int)uni(0, 200));
+    for (int j = 0; j < 4; ++j) sc[r][j] = sg[r][j] = ((uint64_t)(uni(0, 1) * 4e9) << 32) ^ (uint64_t)(uni(0, 1) * 4e9);
+    weir_sampling_row w{};
+    w.params = &params[r];
+    w.prompt_tokens = prompt[r].data();
+    w.num_prompt_tokens = (int)prompt[r].size();
+    w.output_tokens = output[r].data();
+    w.num_output_tokens = (int)output[r].size();
+    w.suppress_tokens = suppress.data();
+    w.num_suppress_tokens = r % 2 ? 3 : 0;
+    rc[r] = w;
+    rg[r] = w;
+    rc[r].rng_state = sc[r];
+    rg[r].rng_state = sg[r];
+  }
+  int diff = 0, lp_bad = 0;
+  for (int k = 0; k < rounds; ++k) {
+    std::vector<float> logits((size_t)R * V);
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < V; ++i) logits[(size_t)r * V + i] = uni(-4, 4);
+      for (int j = 0; j < 15; ++j) logits[(size_t)r * V + (int)uni(0, V)] += 6.0f;
+      logits[(size_t)r * V + 17] = logits[(size_t)r * V + 2000] = 11.5f; // an exact tie
+    }
+    std::vector<float> host = logits;
+    std::vector<weir_sample_result> a(R), b;
+    if (cpu_ops->sample(cpu_self, rc.data(), R, host.data(), V, a.data()) != WEIR_OK) {
+      printf("FAIL %s: the CPU sampler refused\n", name);
+      ++g_failures;
+      return;
+    }
+    gpu_sample(rg, logits, V, b);
+    std::vector<float> pc((size_t)R * V), pg;
+    if (!same_tokens) {
+      std::vector<float> h2 = logits;
+      cpu_ops->probs(cpu_self, rc.data(), R, h2.data(), V, pc.data());
+      std::vector<weir_sample_result> unused;
+      gpu_sample(rg, logits, V, unused, &pg);
+      for (size_t i = 0; i < pc.size(); ++i)
+        if (!(std::fabs(pc[i] - pg[i]) <= 1e-6f)) ++lp_bad;
+    }
+    for (int r = 0; r < R; ++r) {
+      if (same_tokens) diff += a[r].token != b[r].token;
+      else diff += !(pc[(size_t)r * V + b[r].token] > 0.0f);
+      if (p.num_logprobs >= 0 && std::fabs(a[r].logprob - b[r].logprob) > 1e-4f) ++lp_bad;
+      if (a[r].num_top != b[r].num_top) ++lp_bad;
+      for (int i = 0; i < a[r].num_top && i < b[r].num_top; ++i)
+        if (a[r].top_tokens[i] != b[r].top_tokens[i] ||
+            std::fabs(a[r].top_logprobs[i] - b[r].top_logprobs[i]) > 1e-4f)
+          ++lp_bad;
+    }
+  }
+  const bool same_state = memcmp(sc, sg, sizeof sc) == 0;
+  const bool ok = diff == 0 && lp_bad == 0 && same_state;
+  printf("%s %s: %d/%d tokens %s, %d logprob/probability mismatches, states %s\n",
+         ok ? "ok  " : "FAIL", name, diff, rounds * R,
+         same_tokens ? "differ" : "outside the CPU's support", lp_bad,
+         same_state ? "equal" : "DIFFER");
+  if (!ok) ++g_failures;
+}
+
+int main() {
+  if (!load_cpu_sampler()) return 1;
+  weir_sampling_params base{};
+  base.struct_size = sizeof base;
+  base.temperature = 1.0f;
+  base.top_p = 1.0f;
+  base.repetition_penalty = 1.0f;
+  base.num_logprobs = -1;
+
+  weir_sampling_params p = base;
+  p.temperature = 0.0f;
+  p.num_logprobs = 5;
+  compare("greedy + 5 logprobs", p, 2, true);
+  p.repetition_penalty = 1.3f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.num_logprobs = 20;
+  compare("greedy + penalties + 20 logprobs", p, 2, true);
+  p = base;
+  p.temperature = 0.8f;
+  p.num_logprobs = 0;
+  compare("temperature 0.8", p, 6, true);
+  p.min_p = 0.05f;
+  compare("temperature + min-p", p, 6, true);
+  p = base;
+  p.temperature = 1.2f;
+  p.top_p = 0.9f;
+  compare("top-p 0.9", p, 3, false);
+  p.top_k = 50;
+  p.min_p = 0.02f;
+  p.repetition_penalty = 1.1f;
+  compare("top-p + top-k + min-p + penalty", p, 3, false);
+  p = base;
+  p.temperature = 0.7f;
+  p.top_k = 40;
+  compare("top-k 40", p, 3, false);
+  if (g_failures) printf("%d failure(s)\n", g_failures);
+  return g_failures ? 1 : 0;
+}
