@@ -201,21 +201,28 @@ static int dev_info(void *self, weir_device_info *out) {
   size_t fr = 0, tot = 0;
   CK(d, weir_cuda_use_device(d->device_id), "cudaSetDevice");
   CK(d, cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
-  out->struct_size = sizeof *out;
-  snprintf(out->name, sizeof out->name, "%s", d->name);
-  out->total_memory = tot;
+  weir_device_info info;
+  memset(&info, 0, sizeof info);
+  snprintf(info.name, sizeof info.name, "%s", d->name);
+  info.total_memory = tot;
   /* Free memory as the engine can use it: the driver's free memory plus what the pool holds
    * unused. */
   pthread_mutex_lock(&d->pool.mu);
-  out->free_memory = fr + (d->pool.reserved - d->pool.in_use);
+  info.free_memory = fr + (d->pool.reserved - d->pool.in_use);
   pthread_mutex_unlock(&d->pool.mu);
+  /* Fill no more than the caller's struct holds (an older host's may be shorter). */
+  size_t n = out->struct_size && out->struct_size < sizeof info ? out->struct_size : sizeof info;
+  info.struct_size = (uint32_t)n;
+  memcpy(out, &info, n);
   return WEIR_OK;
 }
 
 static int dev_alloc(void *self, size_t size, void **ptr) {
   cuda_dev *d = self;
-  if (weir_cuda_use_device(d->device_id) != cudaSuccess) return WEIR_E_DEVICE;
-  return weir__pool_alloc(&d->pool, size, ptr);
+  if (!ptr) return WEIR_E_INVAL;
+  /* A zero-byte request gets the smallest piece, as the CPU device does, so that callers
+   * may allocate empty tensors uniformly. */
+  return weir__pool_alloc(&d->pool, size ? size : 1, ptr);
 }
 
 static void dev_free(void *self, void *ptr) {
