@@ -220,6 +220,8 @@ static int dev_info(void *self, weir_device_info *out) {
 static int dev_alloc(void *self, size_t size, void **ptr) {
   cuda_dev *d = self;
   if (!ptr) return WEIR_E_INVAL;
+  /* A new chunk comes from cudaMalloc on the current device. */
+  if (weir_cuda_use_device(d->device_id) != cudaSuccess) return WEIR_E_DEVICE;
   /* A zero-byte request gets the smallest piece, as the CPU device does, so that callers
    * may allocate empty tensors uniformly. */
   return weir__pool_alloc(&d->pool, size ? size : 1, ptr);
