@@ -205,6 +205,9 @@ WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t
   __m512 acc[4][NT_AVX512];                                                                    \
   for (int i = 0; i < nr; i++)                                                                 \
     for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();                              \
+  /* Short int8 rows give the hardware prefetcher little to learn from: fetch the next 4-row \
+   * group's bytes while this one is computed. */                                              \
+  const int pf = r + 4 + nr <= a->rows;                                                        \
   for (int64_t b = 0; b < nb; b += 8) {                                                        \
     const int steps = nb - b >= 8 ? 4 : (int)(nb - b) / 2;                                     \
     __m256 sp[4][NT_AVX512];                                                                   \
@@ -224,6 +227,7 @@ WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t
       }                                                                                        \
       _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) {                                   \
         __m512i wu = _mm512_loadu_si512((const void *)(a->wq + (r + i) * kp + col));           \
+        if (pf) _mm_prefetch((const char *)(a->wq + (r + i + 4) * kp + col + 64), _MM_HINT_T0); \
         __m512i w = zero, aw = zero;                                                           \
         __mmask64 neg = 0;                                                                     \
         if (!VNNI) {                                                                           \
