@@ -111,7 +111,8 @@ static cJSON *bench(int *status, char **output, const char *first, ...) {
 static cJSON *path(cJSON *o, const char *dotted) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", dotted);
-  for (char *tok = strtok(buf, "."); tok && o; tok = strtok(NULL, ".")) {
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ".", &save); tok && o; tok = strtok_r(NULL, ".", &save)) {
     if (cJSON_IsArray(o)) o = cJSON_GetArrayItem(o, atoi(tok));
     else o = cJSON_GetObjectItem(o, tok);
   }
@@ -400,10 +401,30 @@ static void test_json_schema(void) {
   tserver s;
   if (ts_start(&s, "--ttft-ms", "30", "--gap-ms", "10", NULL)) { CU_FAIL("no server"); return; }
   char *u = url_of(&s);
+  char *reqs = wt_strf("%s/requests.jsonl", g_dir);
   cJSON *r = bench(NULL, NULL, "--url", u, "--num-requests", "10", "--concurrency", "2",
                    "--output-len", "5", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "1",
-                   "--warmup", "2", "--seed", "9", NULL);
+                   "--warmup", "2", "--seed", "9", "--requests-out", reqs, NULL);
   CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+  /* Per-request lines: one per measured request, consistent with the summary. */
+  char *rl = wt_read_file(reqs, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rl);
+  int nreq = 0, nok = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(rl, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    cJSON *q = cJSON_Parse(line);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    WT_ASSERT_INT_EQ(num(q, "index"), nreq);
+    nok += cJSON_IsTrue(cJSON_GetObjectItem(q, "ok"));
+    WT_ASSERT_INT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(q, "chunk_ms")), 5);
+    CU_ASSERT(num(q, "end_ms") >= num(q, "start_ms") && num(q, "ttft_ms") > 0);
+    cJSON_Delete(q);
+    nreq++;
+  }
+  WT_ASSERT_INT_EQ(nreq, 10);
+  WT_ASSERT_INT_EQ(nok, num(r, "targets.0.summary.requests.completed"));
+  free(rl);
+  free(reqs);
   WT_ASSERT_INT_EQ(num(r, "schema_version"), 1);
   WT_ASSERT_STR_CONTAINS(path(r, "mode")->valuestring, "single");
   CU_ASSERT(cJSON_IsString(path(r, "started_at")));

@@ -85,7 +85,8 @@ static cJSON *read_json(const char *p) {
 static double num(cJSON *o, const char *dotted) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", dotted);
-  for (char *tok = strtok(buf, "."); tok && o; tok = strtok(NULL, ".")) {
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ".", &save); tok && o; tok = strtok_r(NULL, ".", &save)) {
     if (cJSON_IsArray(o)) o = cJSON_GetArrayItem(o, atoi(tok));
     else o = cJSON_GetObjectItem(o, tok);
   }

@@ -272,5 +272,7 @@ void weir__bench_compare(weir_bench_report *r);
 void weir__bench_print_table(FILE *f, const weir_bench_report *r);
 int weir__bench_write_json(const char *path, const weir_bench_report *r);
 int weir__bench_write_svg(const char *path, const weir_bench_report *r);
+/* One JSON line per measured request of every round (docs/bench-schema.md). */
+int weir__bench_write_requests(const char *path, const weir_bench_report *r);
 
 #endif

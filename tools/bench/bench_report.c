@@ -312,6 +312,52 @@ free_text:
   return rc;
 }
 
+int weir__bench_write_requests(const char *path, const weir_bench_report *r) {
+  FILE *f = fopen(path, "w");
+  if (!f) return WEIR_E_IO;
+  for (int s = 0; s < r->num_sides; s++) {
+    const weir_bench_side *sd = &r->sides[s];
+    for (int k = 0; k < sd->num_rounds; k++) {
+      const weir_bench_run *run = sd->rounds[k];
+      for (int64_t i = 0; i < run->num_recs; i++) {
+        const weir_bench_record *q = &run->recs[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) goto close_file;
+        cJSON_AddStringToObject(o, "target", sd->target->label);
+        cJSON_AddNumberToObject(o, "round", k + 1);
+        cJSON_AddNumberToObject(o, "index", (double)i);
+        cJSON_AddNumberToObject(o, "scheduled_ms", q->scheduled_ms);
+        cJSON_AddNumberToObject(o, "start_ms", q->start_ms);
+        cJSON_AddNumberToObject(o, "end_ms", q->end_ms);
+        cJSON_AddBoolToObject(o, "ok", q->ok);
+        cJSON_AddItemToObject(o, "error", !q->ok && q->err >= 0 && q->err < WEIR_BENCH_ERR_COUNT
+                                              ? cJSON_CreateString(weir__bench_err_names[q->err])
+                                              : cJSON_CreateNull());
+        cJSON_AddNumberToObject(o, "http_status", q->http_status);
+        cJSON_AddItemToObject(o, "ttft_ms", q->num_chunks ? cJSON_CreateNumber(q->chunk_ms[0] - q->start_ms)
+                                                          : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "prompt_tokens", q->usage_prompt >= 0 ? cJSON_CreateNumber((double)q->usage_prompt)
+                                                                       : cJSON_CreateNull());
+        cJSON_AddItemToObject(o, "completion_tokens", q->usage_completion >= 0
+                                                          ? cJSON_CreateNumber((double)q->usage_completion)
+                                                          : cJSON_CreateNull());
+        cJSON *c = cJSON_AddArrayToObject(o, "chunk_ms");
+        for (int j = 0; j < q->num_chunks; j++)
+          cJSON_AddItemToArray(c, cJSON_CreateNumber(round((q->chunk_ms[j] - q->start_ms) * 1000.0) / 1000.0));
+        char *line = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!line) goto close_file;
+        fprintf(f, "%s\n", line);
+        free(line);
+      }
+    }
+  }
+  return fclose(f) == 0 ? WEIR_OK : WEIR_E_IO;
+close_file:
+  fclose(f);
+  return WEIR_E_NOMEM;
+}
+
 /* ------------------------------------------------------------------ SVG */
 
 static const char *const k_colors[2] = {"#1f77b4", "#e4572e"};

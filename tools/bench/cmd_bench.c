@@ -72,6 +72,7 @@ static void usage(FILE *f) {
 "  --json FILE             the JSON result (docs/bench-schema.md)\n"
 "  --svg FILE              the SVG chart\n"
 "  --quiet                 no progress line\n"
+"  --requests-out FILE     every measured request as one JSON line (times, chunks, error)\n"
 "  --dump-workload FILE    write the request bodies as JSONL and exit (no network)\n"
 "\n"
 "Ctrl-C stops sending, cancels what is in flight and prints what was measured (exit 130).\n");
@@ -82,7 +83,7 @@ enum {
   O_ENDPOINT, O_MODEL, O_API_KEY, O_CONC, O_RATE, O_BURST, O_NUM, O_DUR, O_WARM, O_TIMEOUT,
   O_MAXTIME, O_DATASET, O_INLEN, O_INRANGE, O_OUTLEN, O_OUTRANGE, O_PFMT, O_VOCAB, O_NPREF,
   O_PREFLEN, O_FILE, O_IGNORE_EOS, O_TEMP, O_SEED, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E, O_ROUNDS,
-  O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_HELP,
+  O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_REQS, O_HELP,
 };
 
 static const struct option k_opts[] = {
@@ -100,7 +101,7 @@ static const struct option k_opts[] = {
     {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED}, {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
     {"slo-tpot-ms", 1, 0, O_SLO_TPOT}, {"slo-e2e-ms", 1, 0, O_SLO_E2E}, {"rounds", 1, 0, O_ROUNDS},
     {"alpha", 1, 0, O_ALPHA}, {"json", 1, 0, O_JSON}, {"svg", 1, 0, O_SVG}, {"quiet", 0, 0, O_QUIET},
-    {"dump-workload", 1, 0, O_DUMP}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0},
+    {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0},
 };
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -278,7 +279,7 @@ typedef struct opts {
   const char *model, *api_key;
   int rounds;
   double alpha;
-  const char *json, *svg, *dump;
+  const char *json, *svg, *dump, *requests_out;
   int quiet;
 } opts;
 
@@ -406,6 +407,7 @@ int weir__cmd_bench(int argc, char **argv) {
     case O_SVG: o.svg = optarg; break;
     case O_QUIET: o.quiet = 1; break;
     case O_DUMP: o.dump = optarg; break;
+    case O_REQS: o.requests_out = optarg; break;
     case 'h':
     case O_HELP: usage(stdout); exit_code = 0; goto free_all;
     default: usage(stderr); goto free_all;
@@ -570,6 +572,10 @@ report:
   fflush(stdout);
   if (o.json && weir__bench_write_json(o.json, &rep)) {
     fprintf(stderr, "weir bench: cannot write %s\n", o.json);
+    if (!exit_code) exit_code = 1;
+  }
+  if (o.requests_out && weir__bench_write_requests(o.requests_out, &rep)) {
+    fprintf(stderr, "weir bench: cannot write %s\n", o.requests_out);
     if (!exit_code) exit_code = 1;
   }
   if (o.svg && weir__bench_write_svg(o.svg, &rep)) {
