@@ -1262,8 +1262,9 @@ static void test_sigterm_drains(void) {
   NEED_SERVER();
   hc_server s = {0};
   /* One sequence at a time: the stream below plus the queued requests keep the server busy
-   * (about 5 x 2000 tokens) well past the moment the signal arrives. */
-  const char *extra[] = {"server.drain_timeout_ms=20000", "scheduler.max_num_seqs=1", NULL};
+   * (about 4 x 2000 tokens) well past the moment the signal arrives. */
+  /* A generous deadline: sanitizer builds generate far slower than release builds. */
+  const char *extra[] = {"server.drain_timeout_ms=120000", "scheduler.max_num_seqs=1", NULL};
   if (start_server_model(&s, "drain", g_long_model, extra) != 0) {
     CU_FAIL("drain server did not start");
     return;
@@ -1272,7 +1273,7 @@ static void test_sigterm_drains(void) {
   int probe = hc_connect(s.port, 10000);
   const char *body = "{\"prompt\":\"drain\",\"max_tokens\":2000,\"ignore_eos\":true,"
                      "\"stream\":true,\"stream_options\":{\"include_usage\":true}}";
-  int fd = hc_connect(s.port, 30000);
+  int fd = hc_connect(s.port, 120000);
   char *req = wt_strf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                       "application/json\r\nContent-Length: %zu\r\n\r\n%s",
                       strlen(body), body);
@@ -1286,14 +1287,14 @@ static void test_sigterm_drains(void) {
   char *d = NULL;
   CU_ASSERT(hc_read_chunk(fd, &d) > 0);
   free(d);
-  enum { QUEUED = 4 };
+  enum { QUEUED = 3 };
   int qfd[QUEUED];
   const char *qbody = "{\"prompt\":\"queued\",\"max_tokens\":2000,\"ignore_eos\":true}";
   char *qreq = wt_strf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                        "application/json\r\nContent-Length: %zu\r\n\r\n%s",
                        strlen(qbody), qbody);
   for (int i = 0; i < QUEUED; i++) {
-    qfd[i] = hc_connect(s.port, 30000);
+    qfd[i] = hc_connect(s.port, 120000);
     hc_send_all(qfd[i], qreq, strlen(qreq));
   }
   free(qreq);
@@ -1358,7 +1359,7 @@ static void test_sigterm_drains(void) {
     hc_response_free(&r);
     close(qfd[i]);
   }
-  int code = hc_server_stop(&s, 0, 20000); /* it is already on its way out: just wait */
+  int code = hc_server_stop(&s, 0, 120000); /* it is already on its way out: just wait */
   WT_ASSERT_INT_EQ(code, 0);
 }
 
