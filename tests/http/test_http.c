@@ -1105,6 +1105,65 @@ static void test_metrics_and_log(void) {
   free(log);
 }
 
+/* The dashboard and docs/metrics.md stay in step with what /metrics serves: every metric a
+ * panel queries exists, and every metric the server exposes is documented. */
+static void test_dashboard_and_docs_match_metrics(void) {
+  NEED_SERVER();
+  expect_alive(g_main.port);
+  char *page = get_metrics(g_main.port);
+  CU_ASSERT_FATAL(page != NULL);
+  char *dash_path = wt_strf("%s/docs/grafana/weir-dashboard.json", WT_SOURCE_DIR);
+  char *doc_path = wt_strf("%s/docs/metrics.md", WT_SOURCE_DIR);
+  char *dash_text = wt_read_file(dash_path, NULL);
+  char *doc = wt_read_file(doc_path, NULL);
+  CU_ASSERT_FATAL(dash_text != NULL && doc != NULL);
+  cJSON *dash = cJSON_Parse(dash_text);
+  CU_ASSERT_FATAL(dash != NULL);
+  const cJSON *panels = cJSON_GetObjectItemCaseSensitive(dash, "panels");
+  CU_ASSERT(cJSON_GetArraySize(panels) >= 8);
+  int exprs = 0;
+  const cJSON *panel;
+  cJSON_ArrayForEach(panel, panels) {
+    const cJSON *target;
+    cJSON_ArrayForEach(target, cJSON_GetObjectItemCaseSensitive(panel, "targets")) {
+      const char *expr = jstr(target, "expr");
+      CU_ASSERT_FATAL(expr != NULL);
+      exprs++;
+      for (const char *p = strstr(expr, "weir_"); p; p = strstr(p + 1, "weir_")) {
+        char name[128];
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_0123456789");
+        snprintf(name, sizeof name, "%.*s", (int)n, p);
+        static const char *suffixes[] = {"_bucket", "_sum", "_count"};
+        for (int k = 0; k < 3; k++) {
+          size_t sl = strlen(suffixes[k]), nl = strlen(name);
+          if (nl > sl && !strcmp(name + nl - sl, suffixes[k])) name[nl - sl] = '\0';
+        }
+        char *type = wt_strf("# TYPE %s ", name);
+        WT_ASSERT_STR_CONTAINS(page, type);
+        free(type);
+      }
+    }
+  }
+  CU_ASSERT(exprs >= 10);
+  /* Core families only: a plugin's own series (labelled plugin="...") are the plugin's to
+   * document. */
+  for (const char *p = strstr(page, "# TYPE "); p; p = strstr(p + 1, "# TYPE ")) {
+    char name[128];
+    size_t n = strcspn(p + 7, " ");
+    const char *sample = strchr(p, '\n');
+    size_t line = sample ? strcspn(sample + 1, "\n") : 0;
+    if (sample && memmem(sample + 1, line, "plugin=\"", 8)) continue;
+    snprintf(name, sizeof name, "`%.*s`", (int)n, p + 7);
+    WT_ASSERT_STR_CONTAINS(doc, name);
+  }
+  cJSON_Delete(dash);
+  free(dash_text);
+  free(doc);
+  free(dash_path);
+  free(doc_path);
+  free(page);
+}
+
 /* ---- tests: limits and auth (second server) --------------------------------------------- */
 
 static void test_auth(void) {
@@ -1460,6 +1519,7 @@ int main(void) {
       {"concurrent_streams", test_concurrent_streams},
       {"disconnects_free_everything", test_disconnects_free_everything},
       {"metrics_and_log", test_metrics_and_log},
+      {"dashboard_and_docs_match_metrics", test_dashboard_and_docs_match_metrics},
       {"auth", test_auth},
       {"limits", test_limits},
       {"busy_429", test_busy_429},
