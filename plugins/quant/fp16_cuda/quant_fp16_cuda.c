@@ -15,6 +15,13 @@
 
 #define GEMV_MAX_TOKENS 8
 
+/* The CPU fp16 scheme's option, accepted so that one [quant] table serves both devices. */
+static const weir_option_desc k_options[] = {
+    {.key = "keep_f32", .type = WEIR_OPT_BOOL,
+     .help = "CPU only; on CUDA every weight is stored in f16 (setting it true logs a warning)",
+     .def_bool = 0},
+};
+
 typedef struct f16_weight {
   void *w;         /* device f16 [out][in] */
   int64_t in, out;
@@ -50,12 +57,13 @@ static void q_fini(void *self) {
 }
 
 static int q_init(const weir_host *host, const weir_plugin_args *args, void **self) {
-  (void)args;
   int rc = WEIR_E_NOMEM;
   cuda_f16 *q = host->alloc(host->ctx, sizeof *q, 0);
   if (!q) goto fail;
   memset(q, 0, sizeof *q);
   q->host = host;
+  if (args->num_options > 0 && args->options[0].is_set && args->options[0].b)
+    LOG(q, WEIR_LOG_WARN, "fp16 (cuda): keep_f32 is ignored on CUDA; weights are stored in f16");
   if (!host->device_alloc) {
     LOG(q, WEIR_LOG_ERROR, "fp16 (cuda): the host offers no device allocator");
     rc = WEIR_E_NOTSUP;
@@ -251,8 +259,8 @@ static const weir_plugin_desc k_desc = {
     .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
               WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |
               WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1),
-    .options = NULL,
-    .num_options = 0,
+    .options = k_options,
+    .num_options = 1,
     .init = q_init,
     .fini = q_fini,
     .ops = &k_ops,
