@@ -200,6 +200,11 @@ int weir__api_metrics_register(weir__http_server *s) {
        WEIR_METRIC_COUNTER, &x->prefix_queries},
       {"prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
        WEIR_METRIC_COUNTER, &x->prefix_hits},
+      {"spec_decode_num_draft_tokens_total",
+       "Speculative tokens proposed by the drafter and verified.", WEIR_METRIC_COUNTER,
+       &x->spec_draft},
+      {"spec_decode_num_accepted_tokens_total", "Speculative tokens accepted.",
+       WEIR_METRIC_COUNTER, &x->spec_accepted},
       {"num_requests_running", "Requests in the running batch.", WEIR_METRIC_GAUGE,
        &x->running},
       {"num_requests_waiting", "Requests waiting to be scheduled.", WEIR_METRIC_GAUGE,
@@ -239,6 +244,8 @@ static void scrape_engine(weir__http_server *s) {
   counter_sync(s->m.preemptions, (double)st.num_preemptions);
   counter_sync(s->m.prefix_queries, (double)st.prefix_queries_tokens);
   counter_sync(s->m.prefix_hits, (double)st.prefix_hits_tokens);
+  counter_sync(s->m.spec_draft, (double)st.spec_draft_tokens);
+  counter_sync(s->m.spec_accepted, (double)st.spec_accepted_tokens);
 }
 
 /* ---- small JSON helpers ----------------------------------------------------------------- */

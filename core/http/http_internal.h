@@ -103,6 +103,7 @@ typedef struct weir__http_metrics {
   weir_metric *prompt_tokens, *generation_tokens;
   weir_metric *success[6];    /* by weir_finish_reason (index 0 unused) */
   weir_metric *preemptions, *prefix_queries, *prefix_hits;
+  weir_metric *spec_draft, *spec_accepted;
   weir_metric *running, *waiting, *kv_usage;
 } weir__http_metrics;
 
