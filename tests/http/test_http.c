@@ -825,6 +825,37 @@ static void test_multi_prompt_and_n(void) {
   WT_ASSERT_INT_EQ(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "choices")), 2);
   WT_ASSERT_INT_EQ((int)jnum(cJSON_GetObjectItemCaseSensitive(j, "usage"), "prompt_tokens"), 5);
   cJSON_Delete(j);
+  /* Streamed: the choices interleave; each ends exactly once with its own finish_reason. */
+  char **ev = NULL;
+  int n = stream_request(g_main.port, "/v1/chat/completions",
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"n\":3,"
+                         "\"max_tokens\":5,\"ignore_eos\":true,\"stream\":true,"
+                         "\"stream_options\":{\"include_usage\":true}}",
+                         &ev, &st);
+  WT_ASSERT_INT_EQ(st, 200);
+  int finishes[3] = {0, 0, 0}, roles[3] = {0, 0, 0};
+  for (int i = 0; i + 2 < n; i++) {
+    cJSON *o = cJSON_Parse(ev[i]);
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+    int idx = (int)jnum(c, "index");
+    CU_ASSERT(idx >= 0 && idx < 3);
+    if (idx >= 0 && idx < 3) {
+      if (jstr(c, "finish_reason")) finishes[idx]++;
+      if (jstr(cJSON_GetObjectItemCaseSensitive(c, "delta"), "role")) roles[idx]++;
+    }
+    cJSON_Delete(o);
+  }
+  for (int i = 0; i < 3; i++) {
+    WT_ASSERT_INT_EQ(finishes[i], 1);
+    WT_ASSERT_INT_EQ(roles[i], 1);
+  }
+  if (n >= 2) {
+    cJSON *last = cJSON_Parse(ev[n - 2]);
+    check_usage(cJSON_GetObjectItemCaseSensitive(last, "usage"), 15);
+    cJSON_Delete(last);
+    CU_ASSERT_STRING_EQUAL(ev[n - 1], "[DONE]");
+  }
+  if (n > 0) hc_sse_free(ev, n);
   j = post_json(g_main.port, "/v1/completions",
                 "{\"prompt\":[1,20,30],\"max_tokens\":2,\"ignore_eos\":true,\"echo\":true}",
                 &st);
