@@ -1,4 +1,5 @@
 /* The Prometheus registry: registration rules, recording semantics and the text format. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,12 +132,37 @@ static void test_default_buckets_and_help_escape(void) {
   weir_metrics_destroy(m);
 }
 
+static void *get_process(void *arg) {
+  *(weir_metrics **)arg = weir_metrics_process();
+  return NULL;
+}
+
+/* The process-wide registry is one object whichever thread asks first, and usable. */
+static void test_process_registry(void) {
+  enum { N = 8 };
+  pthread_t th[N];
+  weir_metrics *got[N];
+  for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, get_process, &got[i]);
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(got[0]);
+  for (int i = 1; i < N; i++) CU_ASSERT_PTR_EQUAL(got[i], got[0]);
+  CU_ASSERT_PTR_EQUAL(weir_metrics_process(), got[0]);
+  weir_metric *c = NULL;
+  WT_ASSERT_INT_EQ(weir_metrics_register(got[0], "proc_total", "p", WEIR_METRIC_COUNTER, NULL,
+                                         0, NULL, &c), WEIR_OK);
+  weir_metric_add(c, 2);
+  char *out = render(got[0]);
+  WT_ASSERT_STR_CONTAINS(out, "weir_proc_total 2\n");
+  free(out);
+}
+
 int main(void) {
   static const wt_test tests[] = {
       {"family_grouping", test_family_grouping},
       {"register_rules", test_register_rules},
       {"values", test_values},
       {"default_buckets_and_help_escape", test_default_buckets_and_help_escape},
+      {"process_registry", test_process_registry},
       {NULL, NULL},
   };
   return wt_run_suite("metrics", tests);
