@@ -577,9 +577,12 @@ static void *engine_main(void *arg) {
     int32_t naborts = e->num_aborts;
     uint64_t abort_ids[256];
     if (naborts > 256) naborts = 256;
-    memcpy(abort_ids, e->aborts, sizeof(uint64_t) * (size_t)naborts);
-    memmove(e->aborts, e->aborts + naborts, sizeof(uint64_t) * (size_t)(e->num_aborts - naborts));
-    e->num_aborts -= naborts;
+    if (naborts > 0) {
+      memcpy(abort_ids, e->aborts, sizeof(uint64_t) * (size_t)naborts);
+      memmove(e->aborts, e->aborts + naborts,
+              sizeof(uint64_t) * (size_t)(e->num_aborts - naborts));
+      e->num_aborts -= naborts;
+    }
     int stopping = e->stopping;
     pthread_mutex_unlock(&e->lock);
 
