@@ -416,7 +416,10 @@ static void cdf_panel(FILE *f, const weir_bench_report *r, double ox, double oy,
   xmax = nice_ceil(xmax * 1.05);
   axes(f, ox, oy, title, "milliseconds", "fraction of samples", xmax, 1.0, 1);
   for (int s = 0; s < r->num_sides; s++) {
-    if (!n[s]) continue;
+    if (!n[s]) {
+      free(v[s]);
+      continue;
+    }
     fprintf(f, "<polyline class=\"series-%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
             r->sides[s].target->label, k_colors[s]);
     /* At most ~600 points: a step per sample for small sets, quantiles beyond. */
