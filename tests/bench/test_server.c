@@ -142,7 +142,8 @@ static void stream(int fd, const char *path, const char *body_text, const struct
   if (send_all(fd, hdr, (size_t)h)) goto done;
   if (!strcmp(fault, "badchunk")) {
     /* A chunk size that is not hexadecimal breaks the transfer encoding. */
-    send_all(fd, "zz\r\ndata: {}\r\n", 16);
+    static const char bad[] = "zz\r\ndata: {}\r\n";
+    send_all(fd, bad, sizeof bad - 1);
     goto done;
   }
   if (!strcmp(fault, "stall")) {
