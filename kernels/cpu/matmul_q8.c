@@ -74,13 +74,21 @@ void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8
     }
     float dd = amax / 127.0f;
     float inv = dd > 0.0f ? 1.0f / dd : 0.0f;
-    int64_t k = g0;
-    if (!finite) {
-      dd = NAN;
+    if (!(inv <= 3.4e38f)) { /* |x| ~ 1e-36 and below: 1/d overflows; such a group is zero */
       inv = 0.0f;
+      dd = 0.0f;
     }
+    int64_t k = g0;
+    if (!finite) { /* q = 0 (a NaN must not reach the int conversion), d = NaN */
+      dd = NAN;
+      k = end;
+      for (int64_t z = g0; z < end; z++) q[z] = 0;
+    }
+    /* Adding and subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to the nearest
+     * integer, ties to even (the default rounding mode), exactly as nearbyintf does, without
+     * a library call per element. |x * inv| <= 127 (+ rounding) here. */
     for (; k < end; k++) {
-      float v = nearbyintf(x[k] * inv);
+      float v = (x[k] * inv + 12582912.0f) - 12582912.0f;
       v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
       q[k] = (int8_t)v;
     }

@@ -428,6 +428,35 @@ static void test_refusals(void) {
   CU_ASSERT_EQUAL(ops->matmul(l.self, NULL, NULL, NULL, 0), WEIR_OK);
   float xx[8] = {0}, yy[8];
   CU_ASSERT_EQUAL(ops->matmul(l.self, NULL, xx, yy, 1), WEIR_E_INVAL);
+  /* Non-finite activations give NaN outputs (never a wrong finite number); tiny and zero
+   * weights quantize to zero rows. */
+  {
+    float wsrc[3 * 64];
+    for (int i = 0; i < 64; i++) {
+      wsrc[i] = 0.5f - (float)i / 64;
+      wsrc[64 + i] = 1e-39f * (float)(i + 1); /* subnormal: 1/d would overflow */
+      wsrc[128 + i] = 0.0f;
+    }
+    weir_tensor wt = {.data = wsrc, .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {64, 3, 1, 1}};
+    weir_quant_pack_args wpa = {.struct_size = sizeof wpa, .src = &wt, .name = "odd"};
+    CU_ASSERT_EQUAL(ops->pack(l.self, &wpa, &w), WEIR_OK);
+    float xin[64], yout[3], emb[64];
+    for (int i = 0; i < 64; i++) xin[i] = 1.0f;
+    int32_t id = 1;
+    CU_ASSERT_EQUAL(ops->embed(l.self, w, &id, emb, 1), WEIR_OK);
+    for (int i = 0; i < 64; i++) CU_ASSERT(fabsf(emb[i]) <= 1e-37f);
+    CU_ASSERT_EQUAL(ops->matmul(l.self, w, xin, yout, 1), WEIR_OK);
+    CU_ASSERT(fabsf(yout[0] - 0.5f) < 0.02f); /* sum(0.5 - i/64) = 32 - 31.5 */
+    CU_ASSERT(yout[1] == 0.0f && yout[2] == 0.0f);
+    xin[5] = INFINITY;
+    CU_ASSERT_EQUAL(ops->matmul(l.self, w, xin, yout, 1), WEIR_OK);
+    CU_ASSERT(isnan(yout[0]) && isnan(yout[2]));
+    xin[5] = NAN;
+    CU_ASSERT_EQUAL(ops->matmul(l.self, w, xin, yout, 1), WEIR_OK);
+    CU_ASSERT(isnan(yout[0]));
+    ops->release(l.self, w);
+    w = NULL;
+  }
 fail:
   plugin_unload(&l);
 }
