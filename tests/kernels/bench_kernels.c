@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "attention.h"
@@ -117,11 +118,14 @@ int main(int argc, char **argv) {
   double budget = argc > 1 ? atof(argv[1]) : 0.3;
   int max_rows = 32000, max_cols = 5632, max_tok = 256;
   (void)max_rows;
-  uint16_t *w = malloc(ARENA_ELEMS * 2);
+  uint16_t *w = NULL;
+  if (posix_memalign((void **)&w, 2 << 20, ARENA_ELEMS * 2) != 0) return 1;
+  /* Huge pages as the CPU device plugin asks for big allocations (WEIR_BENCH_NO_THP=1: not). */
+  if (!getenv("WEIR_BENCH_NO_THP")) madvise(w, ARENA_ELEMS * 2, MADV_HUGEPAGE);
   g_arena = w;
   float *x = malloc((size_t)max_tok * max_cols * 4);
   float *y = malloc((size_t)max_tok * max_rows * 4);
-  if (!w || !x || !y) return 1;
+  if (!x || !y) return 1;
   /* Small f16 values of varied mantissa (exponent 2^-4 .. 2^-1, both signs). */
   for (size_t i = 0; i < ARENA_ELEMS; i++)
     w[i] = (uint16_t)(0x2c00 + ((i * 2654435761u) >> 7) % 0x1000 + ((i & 1) << 15));
