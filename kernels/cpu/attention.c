@@ -22,7 +22,7 @@ typedef struct vec_ops {
   /* acc[d] += sum_j p[j] * v[j * ldv + d] for d < hd */
   void (*pv)(float *acc, const float *p, const float *v, int32_t ldv, int32_t n, int32_t hd);
   void (*scal)(float *y, float alpha, int32_t n); /* y *= alpha */
-  /* The same for 4 rows at once sharing the K / V loads (NULL: use the 1-row kernels):
+  /* The same for 4 rows at once sharing the K / V loads (NULL: use the 1-row kernels);
    * q, s, p, acc are 4 rows with strides ldq, lds, lds, lda. */
   void (*scores4)(const float *q, size_t ldq, const float *kt, int32_t ldk, int32_t hd,
                   int32_t n, float *s, size_t lds);
@@ -51,6 +51,30 @@ static void pv_scalar(float *acc, const float *p, const float *v, int32_t ldv, i
   for (int32_t j = 0; j < n; j++) {
     const float pj = p[j], *row = v + (size_t)j * ldv;
     for (int32_t d = 0; d < hd; d++) acc[d] += pj * row[d];
+  }
+}
+static void scores4_scalar(const float *q, size_t ldq, const float *kt, int32_t ldk, int32_t hd,
+                           int32_t n, float *s, size_t lds) {
+  for (int r = 0; r < 4; r++)
+    for (int32_t j = 0; j < n; j++) s[r * lds + j] = 0.0f;
+  for (int32_t d = 0; d < hd; d++) {
+    const float *row = kt + (size_t)d * ldk;
+    for (int r = 0; r < 4; r++) {
+      const float qd = q[r * ldq + d];
+      float *sr = s + r * lds;
+      for (int32_t j = 0; j < n; j++) sr[j] += qd * row[j];
+    }
+  }
+}
+static void pv4_scalar(float *acc, size_t lda, const float *p, size_t lds, const float *v,
+                       int32_t ldv, int32_t n, int32_t hd) {
+  for (int32_t j = 0; j < n; j++) {
+    const float *row = v + (size_t)j * ldv;
+    for (int r = 0; r < 4; r++) {
+      const float pj = p[r * lds + j];
+      float *ar = acc + r * lda;
+      for (int32_t d = 0; d < hd; d++) ar[d] += pj * row[d];
+    }
   }
 }
 static void scal_scalar(float *y, float alpha, int32_t n) {
@@ -365,7 +389,9 @@ static vec_ops pick_ops(void) {
   case WEIR_CPU_ISA_AVX2:
     return (vec_ops){scores_avx2, exp_sum_avx2, pv_avx2, scal_avx2, scores4_avx2, pv4_avx2};
 #endif
-  default: return (vec_ops){scores_scalar, exp_sum_scalar, pv_scalar, scal_scalar, NULL, NULL};
+  default:
+    return (vec_ops){scores_scalar, exp_sum_scalar, pv_scalar, scal_scalar, scores4_scalar,
+                     pv4_scalar};
   }
 }
 
