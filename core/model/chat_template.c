@@ -1,6 +1,7 @@
 /* Built-in chat template renderers (see chat_template.h and docs/tokenizers.md). Each one
  * writes what the family's reference Jinja template renders, without a Jinja engine. */
 #include "model/chat_template.h"
+#include "util/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -84,15 +85,6 @@ static void put_trimmed(sbuf *b, const char *s) {
   put_n(b, s + i, n - i);
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 enum { R_SYSTEM, R_USER, R_ASSISTANT };
 
@@ -259,11 +251,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!out) return WEIR_E_INVAL;
   *out = NULL;
   if ((int)id < 0 || id >= WEIR_CHAT_TEMPLATE_COUNT_) {
-    set_err(err, errlen, "unknown chat template %d", (int)id);
+    weir__set_err(err, errlen, "unknown chat template %d", (int)id);
     return WEIR_E_INVAL;
   }
   if (n <= 0 || !msgs) {
-    set_err(err, errlen, "no messages");
+    weir__set_err(err, errlen, "no messages");
     return WEIR_E_INVAL;
   }
   roles = malloc((size_t)n * sizeof *roles);
@@ -275,11 +267,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
     else if (strcmp(role, "user") == 0) roles[i] = R_USER;
     else if (strcmp(role, "assistant") == 0) roles[i] = R_ASSISTANT;
     else {
-      set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
+      weir__set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
       goto done;
     }
     if (!msgs[i].content) {
-      set_err(err, errlen, "message %d has no content", i);
+      weir__set_err(err, errlen, "message %d has no content", i);
       goto done;
     }
   }
@@ -287,14 +279,14 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (id == WEIR_CHAT_LLAMA2 || id == WEIR_CHAT_MISTRAL || id == WEIR_CHAT_GEMMA) {
     int first = roles[0] == R_SYSTEM;
     if (first && n == 1) {
-      set_err(err, errlen, "%s: a system message needs a user message after it",
+      weir__set_err(err, errlen, "%s: a system message needs a user message after it",
               k_names[id]);
       goto done;
     }
     for (int i = first; i < n; i++) {
       int want = (i - first) % 2 == 0 ? R_USER : R_ASSISTANT;
       if (roles[i] != want) {
-        set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
+        weir__set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
                 "user and assistant alternating, starting with user", k_names[id], i,
                 msgs[i].role);
         goto done;
@@ -329,7 +321,7 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!b.p && !b.oom) put(&b, ""); /* an empty rendering is still a string */
   if (b.oom) {
     rc = WEIR_E_NOMEM;
-    set_err(err, errlen, "out of memory");
+    weir__set_err(err, errlen, "out of memory");
     free(b.p);
     goto done;
   }

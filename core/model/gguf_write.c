@@ -1,6 +1,7 @@
 /* GGUF writer. Metadata is encoded into one growing buffer as it is added, so writing the
  * header is a single copy; tensor data is streamed after it. */
 #include "model/gguf_write.h"
+#include "util/err.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -37,15 +38,6 @@ struct weir_gguf_writer {
   int failed;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 int weir_gguf_writer_new(weir_gguf_writer **out) {
   if (!out) return WEIR_E_INVAL;
@@ -302,7 +294,7 @@ int weir_gguf_writer_begin(weir_gguf_writer *w, const char *path, char *err, siz
   }
   w->f = fopen(path, "wb");
   if (!w->f) {
-    set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    weir__set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
     return WEIR_E_IO;
   }
   setvbuf(w->f, NULL, _IOFBF, 1 << 20);
@@ -331,7 +323,7 @@ int weir_gguf_writer_begin(weir_gguf_writer *w, const char *path, char *err, siz
   w->cur_done = 0;
   return 0;
 io_error:
-  set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+  weir__set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
   return rc;
 }
 
@@ -363,12 +355,12 @@ int weir_gguf_writer_end(weir_gguf_writer *w, char *err, size_t errlen) {
   int rc = 0;
   if (!w || !w->f) return WEIR_E_INVAL;
   if (w->cur != w->n_tensors) {
-    set_err(err, errlen, "%s: only %lld of %lld tensors were written", w->path,
+    weir__set_err(err, errlen, "%s: only %lld of %lld tensors were written", w->path,
             (long long)w->cur, (long long)w->n_tensors);
     rc = WEIR_E_INVAL;
   }
   if (fclose(w->f) != 0 || w->failed) {
-    if (!rc) set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+    if (!rc) weir__set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
     rc = rc ? rc : WEIR_E_IO;
   }
   w->f = NULL;
@@ -379,14 +371,14 @@ int weir_gguf_write_file(weir_gguf_writer *w, const char *path, char *err, size_
   if (!w) return WEIR_E_INVAL;
   for (int64_t i = 0; i < w->n_tensors; i++)
     if (!w->tensors[i].data) {
-      set_err(err, errlen, "%s: tensor '%s' has no data", path, w->tensors[i].name);
+      weir__set_err(err, errlen, "%s: tensor '%s' has no data", path, w->tensors[i].name);
       return WEIR_E_INVAL;
     }
   int rc = weir_gguf_writer_begin(w, path, err, errlen);
   for (int64_t i = 0; i < w->n_tensors && !rc; i++)
     rc = weir_gguf_writer_put(w, w->tensors[i].data, (size_t)w->tensors[i].nbytes);
   if (rc && w->f) {
-    set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    weir__set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
     fclose(w->f);
     w->f = NULL;
     return rc;

@@ -9,6 +9,7 @@
  * stale by an earlier merge are recognised and dropped when popped. Each merge costs
  * O(log n), so a long input costs O(n log n) rather than the O(n^2) of rescanning. */
 #include "tokenizer.h"
+#include "util/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -64,15 +65,6 @@ struct weir_tokenizer {
   weir_pretokenizer pre;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static const char *tok_text(const weir_tokenizer *t, int32_t id, size_t *len) {
   *len = t->text_off[id + 1] - t->text_off[id];
@@ -222,7 +214,7 @@ static int build_merges(weir_tokenizer *t, const weir_tokenizer_spec *spec, char
     size_t n = spec->merges[r].len;
     const char *sp = n > 1 ? memchr(m + 1, ' ', n - 1) : NULL;
     if (!m || !sp || sp + 1 >= m + n) {
-      set_err(err, errlen, "merge %d is not \"left right\"", (int)r);
+      weir__set_err(err, errlen, "merge %d is not \"left right\"", (int)r);
       free(tmp);
       return WEIR_E_INVAL;
     }
@@ -261,32 +253,32 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   if (out) *out = NULL;
   if (!spec || !out) return WEIR_E_INVAL;
   if (spec->type != WEIR_TOKENIZER_LLAMA && spec->type != WEIR_TOKENIZER_GPT2) {
-    set_err(err, errlen, "unknown tokenizer type %d", (int)spec->type);
+    weir__set_err(err, errlen, "unknown tokenizer type %d", (int)spec->type);
     return WEIR_E_INVAL;
   }
   if (spec->n_tokens <= 0 || !spec->tokens) {
-    set_err(err, errlen, "the vocabulary is empty");
+    weir__set_err(err, errlen, "the vocabulary is empty");
     return WEIR_E_INVAL;
   }
   if (spec->type == WEIR_TOKENIZER_LLAMA && !spec->scores) {
-    set_err(err, errlen, "a llama tokenizer needs token scores");
+    weir__set_err(err, errlen, "a llama tokenizer needs token scores");
     return WEIR_E_INVAL;
   }
   if (spec->n_merges < 0 || (spec->n_merges > 0 && !spec->merges)) {
-    set_err(err, errlen, "bad merges");
+    weir__set_err(err, errlen, "bad merges");
     return WEIR_E_INVAL;
   }
   const int32_t ids[4] = {spec->bos_id, spec->eos_id, spec->unk_id, spec->pad_id};
   static const char *const idnames[4] = {"bos", "eos", "unknown", "padding"};
   for (int i = 0; i < 4; i++)
     if (ids[i] < -1 || ids[i] >= spec->n_tokens) {
-      set_err(err, errlen, "%s token id %d is outside the vocabulary of %d", idnames[i],
+      weir__set_err(err, errlen, "%s token id %d is outside the vocabulary of %d", idnames[i],
               (int)ids[i], (int)spec->n_tokens);
       return WEIR_E_INVAL;
     }
   if ((spec->add_bos && spec->bos_id < 0) || (spec->add_eos && spec->eos_id < 0)) {
     const char *which = spec->add_bos && spec->bos_id < 0 ? "bos" : "eos";
-    set_err(err, errlen, "add_%s is set but there is no %s token", which, which);
+    weir__set_err(err, errlen, "add_%s is set but there is no %s token", which, which);
     return WEIR_E_INVAL;
   }
 
@@ -304,7 +296,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   t->add_space_prefix = spec->type == WEIR_TOKENIZER_LLAMA && spec->add_space_prefix;
   t->pre = spec->pre;
   if (t->pre != WEIR_PRE_GPT2 && t->pre != WEIR_PRE_LLAMA3 && t->pre != WEIR_PRE_QWEN2) {
-    set_err(err, errlen, "unknown pre-tokenizer %d", (int)spec->pre);
+    weir__set_err(err, errlen, "unknown pre-tokenizer %d", (int)spec->pre);
     rc = WEIR_E_INVAL;
     goto fail;
   }
@@ -312,7 +304,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   size_t total = 0;
   for (int32_t i = 0; i < n; i++) {
     if (!spec->tokens[i].ptr && spec->tokens[i].len) {
-      set_err(err, errlen, "token %d has no text", (int)i);
+      weir__set_err(err, errlen, "token %d has no text", (int)i);
       rc = WEIR_E_INVAL;
       goto fail;
     }
@@ -330,7 +322,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
     off += spec->tokens[i].len;
     int ty = spec->token_types ? spec->token_types[i] : WEIR_TOKEN_NORMAL;
     if (ty < WEIR_TOKEN_NORMAL || ty > WEIR_TOKEN_BYTE) {
-      set_err(err, errlen, "token %d has unknown type %d", (int)i, ty);
+      weir__set_err(err, errlen, "token %d has unknown type %d", (int)i, ty);
       rc = WEIR_E_INVAL;
       goto fail;
     }
@@ -399,7 +391,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   return 0;
 
 fail:
-  if (rc == WEIR_E_NOMEM) set_err(err, errlen, "out of memory building the tokenizer");
+  if (rc == WEIR_E_NOMEM) weir__set_err(err, errlen, "out of memory building the tokenizer");
   weir_tokenizer_free(t);
   return rc;
 }

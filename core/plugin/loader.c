@@ -2,6 +2,7 @@
  * plugin author follows. Every refusal is one line: the file, what is wrong (expected versus
  * found), and "fix: ..." telling the operator or author what to do. */
 #include "plugin/loader.h"
+#include "util/err.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -22,15 +23,6 @@
 #define WEIR_PLUGIN_REL_DIR "../lib/weir/plugins"
 #endif
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || !errlen) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 static int is_core_key(const char *section, const char *key);
 
@@ -153,11 +145,11 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
     const char *e = dlerror();
     struct stat st;
     if (stat(path, &st) != 0) {
-      seterr(err, errlen, "%s: no such file; fix: check the path (or the name and the plugin "
+      weir__set_err(err, errlen, "%s: no such file; fix: check the path (or the name and the plugin "
              "directories)", path);
       return WEIR_E_NOTFOUND;
     }
-    seterr(err, errlen, "%s: cannot be loaded: %s; expected a shared object for this machine "
+    weir__set_err(err, errlen, "%s: cannot be loaded: %s; expected a shared object for this machine "
            "with its libraries installed; fix: rebuild it, or install what `ldd %s` says is "
            "missing", path, e ? e : "unknown dlopen error", path);
     return WEIR_E_IO;
@@ -165,7 +157,7 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
   weir_plugin_entry_fn entry;
   *(void **)&entry = dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
   if (!entry) {
-    seterr(err, errlen, "%s: no %s symbol: expected a weir plugin exporting it, found none; "
+    weir__set_err(err, errlen, "%s: no %s symbol: expected a weir plugin exporting it, found none; "
            "fix: define the descriptor with WEIR_PLUGIN_EXPORT(desc) (and build with the "
            "weir SDK)", path, WEIR_PLUGIN_ENTRY_SYMBOL);
     rc = WEIR_E_ABI;
@@ -173,7 +165,7 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
   }
   const weir_plugin_desc *d = entry();
   if (!d) {
-    seterr(err, errlen, "%s: %s returned NULL, expected a descriptor; fix: return the "
+    weir__set_err(err, errlen, "%s: %s returned NULL, expected a descriptor; fix: return the "
            "address of a static const weir_plugin_desc", path, WEIR_PLUGIN_ENTRY_SYMBOL);
     rc = WEIR_E_ABI;
     goto close;
@@ -181,21 +173,21 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
   /* Everything up to and including `ops` is the 1.0 descriptor; read nothing before
    * knowing the plugin's struct holds it. */
   if (d->struct_size < sizeof(weir_plugin_desc)) {
-    seterr(err, errlen, "%s: descriptor struct_size is %u bytes, expected at least %zu (ABI "
+    weir__set_err(err, errlen, "%s: descriptor struct_size is %u bytes, expected at least %zu (ABI "
            "%d.0); %s", path, (unsigned)d->struct_size, sizeof(weir_plugin_desc),
            WEIR_ABI_MAJOR, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
   if (d->abi_major != WEIR_ABI_MAJOR) {
-    seterr(err, errlen, "%s: built for plugin ABI %u.%u, expected ABI %d.x (the major "
+    weir__set_err(err, errlen, "%s: built for plugin ABI %u.%u, expected ABI %d.x (the major "
            "version must match); %s", path, (unsigned)d->abi_major, (unsigned)d->abi_minor,
            WEIR_ABI_MAJOR, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
   if (d->abi_minor > WEIR_ABI_MINOR) {
-    seterr(err, errlen, "%s: built for plugin ABI %u.%u, newer than this weir's %d.%d; "
+    weir__set_err(err, errlen, "%s: built for plugin ABI %u.%u, newer than this weir's %d.%d; "
            "fix: upgrade weir, or rebuild the plugin against this weir's SDK",
            path, (unsigned)d->abi_major, (unsigned)d->abi_minor, WEIR_ABI_MAJOR,
            WEIR_ABI_MINOR);
@@ -203,7 +195,7 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
     goto close;
   }
   if (!d->build_signature || strcmp(d->build_signature, WEIR_BUILD_SIGNATURE) != 0) {
-    seterr(err, errlen, "%s: build signature \"%s\", expected \"%s\" (pointer size, byte "
+    weir__set_err(err, errlen, "%s: build signature \"%s\", expected \"%s\" (pointer size, byte "
            "order or SDK layout differ); %s with the same toolchain", path,
            d->build_signature ? d->build_signature : "(none)", WEIR_BUILD_SIGNATURE,
            k_rebuild);
@@ -211,20 +203,20 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
     goto close;
   }
   if (!valid_kind((int)d->kind)) {
-    seterr(err, errlen, "%s: unknown plugin kind %d, expected 1..5 (device, attention, "
+    weir__set_err(err, errlen, "%s: unknown plugin kind %d, expected 1..5 (device, attention, "
            "quant, sampler, drafter); %s", path, (int)d->kind, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
   if (!d->name || !*d->name) {
-    seterr(err, errlen, "%s: the descriptor has no name, expected one like \"my_sampler\"; "
+    weir__set_err(err, errlen, "%s: the descriptor has no name, expected one like \"my_sampler\"; "
            "fix: set weir_plugin_desc.name", path);
     rc = WEIR_E_ABI;
     goto close;
   }
   const char *missing = !d->init ? "init" : !d->fini ? "fini" : !d->ops ? "ops" : NULL;
   if (missing) {
-    seterr(err, errlen, "%s: %s plugin '%s' has no %s callback, which is mandatory; fix: set "
+    weir__set_err(err, errlen, "%s: %s plugin '%s' has no %s callback, which is mandatory; fix: set "
            "weir_plugin_desc.%s", path, weir_plugin_kind_name(d->kind), d->name, missing,
            missing);
     rc = WEIR_E_ABI;
@@ -239,12 +231,12 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
       memcpy(&fn, (const char *)d->ops + ops[i].off, sizeof fn);
     if (!fn) {
       if (ops_size < ops[i].off + sizeof(void *))
-        seterr(err, errlen, "%s: %s plugin '%s': %s.struct_size is %u, too small to hold the "
+        weir__set_err(err, errlen, "%s: %s plugin '%s': %s.struct_size is %u, too small to hold the "
                "mandatory callback %s; fix: set struct_size = sizeof(%s)", path,
                weir_plugin_kind_name(d->kind), d->name, ops_type, (unsigned)ops_size,
                ops[i].name, ops_type);
       else
-        seterr(err, errlen, "%s: %s plugin '%s': mandatory callback %s.%s is NULL, expected "
+        weir__set_err(err, errlen, "%s: %s plugin '%s': mandatory callback %s.%s is NULL, expected "
                "a function; fix: implement %s", path, weir_plugin_kind_name(d->kind), d->name,
                ops_type, ops[i].name, ops[i].name);
       rc = WEIR_E_ABI;
@@ -256,7 +248,7 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
   if (score) {
     int s = score();
     if (s < 0) {
-      seterr(err, errlen, "%s: %s plugin '%s' cannot run on this machine (%s returned %d, "
+      weir__set_err(err, errlen, "%s: %s plugin '%s' cannot run on this machine (%s returned %d, "
              "expected >= 0); fix: use a build of it for this machine (e.g. without the CPU "
              "features it needs)", path, weir_plugin_kind_name(d->kind), d->name,
              WEIR_PLUGIN_SCORE_SYMBOL, s);
@@ -405,7 +397,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     strs = calloc((size_t)n, sizeof *strs);
     if (!vals || !strs) {
       rc = WEIR_E_NOMEM;
-      seterr(err, errlen, "%s: out of memory", path);
+      weir__set_err(err, errlen, "%s: out of memory", path);
       goto fail;
     }
   }
@@ -417,7 +409,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     if (o->type == WEIR_OPT_STRING || o->def_string) {
       if (!(strs[i] = strdup(o->def_string ? o->def_string : ""))) {
         rc = WEIR_E_NOMEM;
-        seterr(err, errlen, "%s: out of memory", path);
+        weir__set_err(err, errlen, "%s: out of memory", path);
         goto fail;
       }
       vals[i].s = strs[i];
@@ -436,7 +428,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       for (int i = 0; i < n && off < sizeof keys; i++)
         off += (size_t)snprintf(keys + off, sizeof keys - off, "%s%s", i ? ", " : "",
                                 d->options[i].key);
-      seterr(err, errlen, "%s.%s: unknown option of %s plugin '%s' (%s); it declares %s%s; "
+      weir__set_err(err, errlen, "%s.%s: unknown option of %s plugin '%s' (%s); it declares %s%s; "
              "fix: remove the key or correct its spelling (weir plugins --help %s)",
              sec, v->key, weir_plugin_kind_name(d->kind), d->name, path,
              n ? "these options: " : "no options", n ? keys : "", d->name);
@@ -456,7 +448,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       if (o->min < o->max && ((double)v->i < o->min || (double)v->i > o->max)) {
         fmt_num(lo, sizeof lo, o->min, o->type);
         fmt_num(hi, sizeof hi, o->max, o->type);
-        seterr(err, errlen, "%s.%s: %" PRId64 " is out of range [%s, %s] (option of %s "
+        weir__set_err(err, errlen, "%s.%s: %" PRId64 " is out of range [%s, %s] (option of %s "
                "plugin '%s')", sec, v->key, v->i, lo, hi, weir_plugin_kind_name(d->kind),
                d->name);
         rc = WEIR_E_RANGE;
@@ -473,7 +465,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       if (o->min < o->max && (x < o->min || x > o->max || x != x)) {
         fmt_num(lo, sizeof lo, o->min, o->type);
         fmt_num(hi, sizeof hi, o->max, o->type);
-        seterr(err, errlen, "%s.%s: %g is out of range [%s, %s] (option of %s plugin '%s')",
+        weir__set_err(err, errlen, "%s.%s: %g is out of range [%s, %s] (option of %s plugin '%s')",
                sec, v->key, x, lo, hi, weir_plugin_kind_name(d->kind), d->name);
         rc = WEIR_E_RANGE;
         goto fail;
@@ -488,7 +480,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
         if (!strcmp(o->choices[c], v->s)) ok = 1;
       if (!ok) {
         choices_str(o->choices, range, sizeof range);
-        seterr(err, errlen, "%s.%s: \"%s\" is not one of %s (option of %s plugin '%s')", sec,
+        weir__set_err(err, errlen, "%s.%s: \"%s\" is not one of %s (option of %s plugin '%s')", sec,
                v->key, v->s, range, weir_plugin_kind_name(d->kind), d->name);
         rc = WEIR_E_INVAL;
         goto fail;
@@ -496,7 +488,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       char *s = strdup(v->s);
       if (!s) {
         rc = WEIR_E_NOMEM;
-        seterr(err, errlen, "%s: out of memory", path);
+        weir__set_err(err, errlen, "%s: out of memory", path);
         goto fail;
       }
       free(strs[idx]);
@@ -505,7 +497,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       break;
     }
     default:
-      seterr(err, errlen, "%s: option '%s' of plugin '%s' declares unknown type %d; %s", path,
+      weir__set_err(err, errlen, "%s: option '%s' of plugin '%s' declares unknown type %d; %s", path,
              o->key, d->name, (int)o->type, k_rebuild);
       rc = WEIR_E_ABI;
       goto fail;
@@ -513,7 +505,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     r->is_set = 1;
     continue;
   wrong_type:
-    seterr(err, errlen, "%s.%s: expected %s, found %s (option of %s plugin '%s')", sec, v->key,
+    weir__set_err(err, errlen, "%s.%s: expected %s, found %s (option of %s plugin '%s')", sec, v->key,
            o->type == WEIR_OPT_BOOL    ? "true or false"
            : o->type == WEIR_OPT_INT   ? "an integer"
            : o->type == WEIR_OPT_FLOAT ? "a number"
@@ -559,12 +551,12 @@ static int find_file(const weir_plugin_request *req, char **out, char *err, size
       if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
       if (!first) {
         if (!(first = strdup(path))) {
-          seterr(err, errlen, "out of memory");
+          weir__set_err(err, errlen, "out of memory");
           return WEIR_E_NOMEM;
         }
         snprintf(first_real, sizeof first_real, "%s", real);
       } else if (strcmp(real, first_real) != 0) {
-        seterr(err, errlen, "%s plugin '%s' is provided twice: %s and %s (both named %s in "
+        weir__set_err(err, errlen, "%s plugin '%s' is provided twice: %s and %s (both named %s in "
                "the search path); expected exactly one; fix: remove one of them, or choose "
                "one with %s.path", kind, req->name, first, path, names[k],
                req->section ? req->section : kind);
@@ -579,7 +571,7 @@ static int find_file(const weir_plugin_request *req, char **out, char *err, size
   }
   char dirs[1024];
   dirs_str(req->dirs, dirs, sizeof dirs);
-  seterr(err, errlen, "no %s plugin '%s': looked for %s%s%s in %s; fix: check the name "
+  weir__set_err(err, errlen, "no %s plugin '%s': looked for %s%s%s in %s; fix: check the name "
          "(`weir plugins` lists what is installed), or add its directory with plugins.dirs, "
          "--plugin-dir or WEIR_PLUGIN_PATH", kind, req->name, names[0],
          num_names > 1 ? " and " : "", num_names > 1 ? names[1] : "", dirs);
@@ -598,7 +590,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   *out = NULL;
   if (req->path && *req->path) {
     if (!(path = strdup(req->path))) {
-      seterr(err, errlen, "out of memory");
+      weir__set_err(err, errlen, "out of memory");
       return WEIR_E_NOMEM;
     }
   } else if ((rc = find_file(req, &path, err, errlen)) != WEIR_OK) {
@@ -606,7 +598,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   }
   if (!(p = calloc(1, sizeof *p))) {
     rc = WEIR_E_NOMEM;
-    seterr(err, errlen, "out of memory");
+    weir__set_err(err, errlen, "out of memory");
     goto free_path;
   }
   p->path = path;
@@ -615,7 +607,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (rc != WEIR_OK) goto free_plugin;
   const weir_plugin_desc *d = p->desc;
   if (d->kind != req->kind) {
-    seterr(err, errlen, "%s: declares a %s plugin ('%s'), expected a %s plugin for %s; fix: "
+    weir__set_err(err, errlen, "%s: declares a %s plugin ('%s'), expected a %s plugin for %s; fix: "
            "select it in [%s] instead, or point %s.path at a %s plugin", p->path,
            weir_plugin_kind_name(d->kind), d->name, kind, sec,
            weir_plugin_kind_name(d->kind), sec, kind);
@@ -623,7 +615,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
     goto close;
   }
   if (!(req->path && *req->path) && req->name && strcmp(d->name, req->name) != 0) {
-    seterr(err, errlen, "%s: declares the name '%s', expected '%s' (its file name); fix: "
+    weir__set_err(err, errlen, "%s: declares the name '%s', expected '%s' (its file name); fix: "
            "rename the file weir_%s_%s.so or the plugin", p->path, d->name, req->name, kind,
            d->name);
     rc = WEIR_E_INVAL;
@@ -632,7 +624,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   /* An option named like one of the core's keys of its table could never be set. */
   for (int i = 0; d->options && i < d->num_options; i++) {
     if (d->options[i].key && is_core_key(kind, d->options[i].key)) {
-      seterr(err, errlen, "%s: %s plugin '%s' declares an option '%s', which is a key weir "
+      weir__set_err(err, errlen, "%s: %s plugin '%s' declares an option '%s', which is a key weir "
              "itself reads in [%s]; expected option keys other than the core's; fix: rename "
              "the option", p->path, kind, d->name, d->options[i].key, kind);
       rc = WEIR_E_ABI;
@@ -643,7 +635,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (dev && !(d->devices & dev)) {
     char have[64];
     weir_plugin_devices_str(d->devices, have, sizeof have);
-    seterr(err, errlen, "%s: %s plugin '%s' runs on %s, expected %s (device.name = \"%s\"); "
+    weir__set_err(err, errlen, "%s: %s plugin '%s' runs on %s, expected %s (device.name = \"%s\"); "
            "fix: choose a %s plugin built for %s, or set device.name to a device it supports",
            p->path, kind, d->name, have, req->device_name, req->device_name, kind,
            req->device_name);
@@ -653,7 +645,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (req->check_dtype && !(d->dtypes & WEIR_DTYPE_BIT(req->dtype))) {
     char have[256];
     weir_plugin_dtypes_str(d->dtypes, have, sizeof have);
-    seterr(err, errlen, "%s: %s plugin '%s' supports KV dtypes %s, expected %s (%s.kv_dtype); "
+    weir__set_err(err, errlen, "%s: %s plugin '%s' supports KV dtypes %s, expected %s (%s.kv_dtype); "
            "fix: set %s.kv_dtype to one of %s, or choose another backend", p->path, kind,
            d->name, have, dtype_label(req->dtype), sec, sec, have);
     rc = WEIR_E_NOTSUP;
@@ -671,7 +663,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
                                      req->pool);
   if (!p->host) {
     rc = WEIR_E_NOMEM;
-    seterr(err, errlen, "%s: out of memory", p->path);
+    weir__set_err(err, errlen, "%s: out of memory", p->path);
     goto close;
   }
   weir_plugin_args args = {.struct_size = sizeof args,
@@ -681,7 +673,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   void *self = NULL;
   rc = d->init(&p->host->host, &args, &self);
   if (rc != WEIR_OK) {
-    seterr(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
+    weir__set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
            "expected 0; fix: see the plugin's own log line above for the cause", p->path,
            kind, d->name, rc, weir_strerror(rc));
     rc = WEIR_E_PLUGIN;
@@ -739,11 +731,11 @@ static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_s
   memset(&s, 0, sizeof s);
   memset(out, 0, sizeof *out);
   if ((rc = weir_plugin_dirs_get(cfg, &dirs)) != WEIR_OK) {
-    seterr(err, errlen, "out of memory");
+    weir__set_err(err, errlen, "out of memory");
     return rc;
   }
   if ((rc = weir_threadpool_create(cfg->threads, &s.pool)) != WEIR_OK) {
-    seterr(err, errlen, "cannot start the CPU thread pool (device.threads = %d): %s",
+    weir__set_err(err, errlen, "cannot start the CPU thread pool (device.threads = %d): %s",
            cfg->threads, weir_strerror(rc));
     goto free_dirs;
   }
