@@ -155,6 +155,7 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *
   __m256 acc[4][NT_AVX2];
   for (int i = 0; i < nr; i++)
     for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
+  const int pf = r + 4 + nr <= a->rows;
   for (int64_t b = 0; b < nb; b++) {
     __m256i xv[NT_AVX2];
     __m256 xd[NT_AVX2];
@@ -170,6 +171,9 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *
           _mm256_loadu_si256((const __m256i *)(a->wq + (r + i) * kp + b * WEIR_Q8_BLOCK)), flip);
       __m256i aw = _mm256_sign_epi8(w, w);
       __m256 wd = _mm256_broadcast_ss(a->wd + (r + i) * ng + g);
+      /* the next 4-row group, as on the AVX-512 paths */
+      if (pf && (b & 1) == 0)
+        _mm_prefetch((const char *)(a->wq + (r + i + 4) * kp + (b + 2) * WEIR_Q8_BLOCK), _MM_HINT_T0);
 #pragma GCC unroll 2
       for (int j = 0; j < nt; j++) {
         __m256i sx = _mm256_sign_epi8(xv[j], w);
