@@ -375,6 +375,9 @@ static void isa_case(int lvl) {
   check_shape(&l, WEIR_DTYPE_F32, 9, 7, 32);
   check_shape(&l, WEIR_DTYPE_BF16, 5, 129, 32);
   check_shape(&l, WEIR_DTYPE_Q8_0, 301, 256, 32); /* large enough to be threaded */
+  /* long rows: 64 tokens span two token blocks of the GEMM, and the activations are
+   * quantized on the pool */
+  check_shape(&l, WEIR_DTYPE_F16, 9, 4000, 32);
   plugin_unload(&l);
   static const int64_t groups[] = {0, 64, 128};
   for (int gi = 0; gi < 3; gi++) {
