@@ -55,10 +55,16 @@ const char *weir_q8_isa_name(weir_q8_isa isa) {
 }
 
 int64_t weir_q8_padded_cols(int64_t cols, int64_t group) {
-  if (cols <= 0 || group < 0 || group % WEIR_Q8_BLOCK) return 0;
-  int64_t align = group > WEIR_Q8_ROW_ALIGN ? group : WEIR_Q8_ROW_ALIGN;
-  if (align % WEIR_Q8_ROW_ALIGN) return 0;
-  return (cols + align - 1) / align * align;
+  if (cols <= 0 || group < 0 || group % WEIR_Q8_BLOCK || WEIR_Q8_ROW_ALIGN % (group ? group : 32))
+    return 0;
+  return (cols + WEIR_Q8_ROW_ALIGN - 1) / WEIR_Q8_ROW_ALIGN * WEIR_Q8_ROW_ALIGN;
+}
+
+void weir_q8_interleave(const int8_t *natural, uint8_t *stored, int64_t kp, uint8_t bias) {
+  for (int64_t c = 0; c < kp; c += WEIR_Q8_ROW_ALIGN)
+    for (int blk = 0; blk < 8; blk++)
+      for (int o = 0; o < 32; o++)
+        stored[c + weir_q8_stored_pos(blk * 32 + o)] = (uint8_t)natural[c + blk * 32 + o] ^ bias;
 }
 
 void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8_t *q,
@@ -97,7 +103,7 @@ void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8
   }
 }
 
-/* ---- scalar ------------------------------------------------------------------------------ */
+/* ---- scalar: block sums over the stored (interleaved) order ----------------------------- */
 
 static void rows_scalar(const weir_q8_matmul_args *a, int64_t r0, int64_t r1) {
   const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;
@@ -109,11 +115,14 @@ static void rows_scalar(const weir_q8_matmul_args *a, int64_t r0, int64_t r1) {
       const int8_t *x = a->xq + t * kp;
       const float *xd = a->xd + t * nb;
       float s = 0.0f;
-      for (int64_t b = 0; b < nb; b++) {
-        int32_t is = 0;
-        for (int k = 0; k < WEIR_Q8_BLOCK; k++)
-          is += ((int32_t)w[b * WEIR_Q8_BLOCK + k] - 128) * x[b * WEIR_Q8_BLOCK + k];
-        s += (float)is * (wd[b / bpg] * xd[b]);
+      for (int64_t c = 0; c < kp; c += WEIR_Q8_ROW_ALIGN) {
+        int32_t is[8] = {0};
+        for (int p = 0; p < WEIR_Q8_ROW_ALIGN; p++)
+          is[((p >> 2) & 15) >> 1] += ((int32_t)w[c + p] - 128) * x[c + p];
+        for (int blk = 0; blk < 8; blk++) {
+          int64_t b = c / WEIR_Q8_BLOCK + blk;
+          s += (float)is[blk] * (wd[b / bpg] * xd[b]);
+        }
       }
       a->y[t * a->rows + r] = s;
     }
@@ -137,7 +146,11 @@ static int64_t token_block(int64_t kp, int64_t nt) {
 }
 
 #if WEIR_X86
-/* ---- AVX2: 32 columns (one block) per step, maddubs with the sign trick ------------------- */
+/* ---- AVX2 -------------------------------------------------------------------------------
+ * Per 256-column chunk and (row, token): the low 32 bytes of each 64-byte step hold blocks
+ * 0-3 (two 4-byte lanes each), the high 32 bytes blocks 4-7; sign trick + maddubs + madd give
+ * int32 lanes that add up over the chunk's 4 steps; then one f32 FMA per half with the block
+ * scale products spread over their lane pairs. */
 
 WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -146,64 +159,67 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-#define NT_AVX2 2
 WEIR_TARGET_AVX2 static ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *a, int64_t r,
-                                                     int64_t t, const int nr, const int nt) {
+                                                     int64_t t, const int nr) {
   const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;
   const int gs = group_shift(a);
   const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
-  __m256 acc[4][NT_AVX2];
-  for (int i = 0; i < nr; i++)
-    for (int j = 0; j < nt; j++) acc[i][j] = _mm256_setzero_ps();
+  const __m256i gidx = _mm256_srlv_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                         _mm256_set1_epi32(gs > 31 ? 31 : gs));
+  const __m256i lo_idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+  const __m256i hi_idx = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
   const int pf = r + 4 + nr <= a->rows;
-  for (int64_t b = 0; b < nb; b++) {
-    __m256i xv[NT_AVX2];
-    __m256 xd[NT_AVX2];
-    const int64_t g = b >> gs;
-    for (int j = 0; j < nt; j++) {
-      xv[j] = _mm256_loadu_si256((const __m256i *)(a->xq + (t + j) * kp + b * WEIR_Q8_BLOCK));
-      xd[j] = _mm256_broadcast_ss(a->xd + (t + j) * nb + b);
-    }
+  const int8_t *x = a->xq + t * kp;
+  __m256 acc[4];
+  for (int i = 0; i < nr; i++) acc[i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < kp; c += WEIR_Q8_ROW_ALIGN) {
+    const int64_t b = c / WEIR_Q8_BLOCK;
+    const __m256 xd8 = _mm256_loadu_ps(a->xd + t * nb + b);
 #pragma GCC unroll 4
     for (int i = 0; i < nr; i++) {
-      /* stored as q + 128: flip the top bit back to the signed value */
-      __m256i w = _mm256_xor_si256(
-          _mm256_loadu_si256((const __m256i *)(a->wq + (r + i) * kp + b * WEIR_Q8_BLOCK)), flip);
-      __m256i aw = _mm256_sign_epi8(w, w);
-      __m256 wd = _mm256_broadcast_ss(a->wd + (r + i) * ng + g);
-      /* the next 4-row group, as on the AVX-512 paths */
-      if (pf && (b & 1) == 0)
-        _mm_prefetch((const char *)(a->wq + (r + i + 4) * kp + (b + 2) * WEIR_Q8_BLOCK), _MM_HINT_T0);
-#pragma GCC unroll 2
-      for (int j = 0; j < nt; j++) {
-        __m256i sx = _mm256_sign_epi8(xv[j], w);
-        __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wd, xd[j]), acc[i][j]);
+      const uint8_t *w = a->wq + (r + i) * kp + c;
+      if (pf) {
+        _mm_prefetch((const char *)(w + 4 * kp), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + 4 * kp + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + 4 * kp + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + 4 * kp + 192), _MM_HINT_T0);
       }
+      __m256i ilo = _mm256_setzero_si256(), ihi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; m++) {
+        __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + m * 64)), flip);
+        __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + m * 64 + 32)), flip);
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + c + m * 64));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(x + c + m * 64 + 32));
+        ilo = _mm256_add_epi32(ilo, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                        _mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0)), ones));
+        ihi = _mm256_add_epi32(ihi, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                        _mm256_sign_epi8(w1, w1), _mm256_sign_epi8(x1, w1)), ones));
+      }
+      __m256 wd8 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(a->wd + (r + i) * ng + (b >> gs)), gidx);
+      __m256 sp = _mm256_mul_ps(wd8, xd8);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo), _mm256_permutevar8x32_ps(sp, lo_idx), acc[i]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi), _mm256_permutevar8x32_ps(sp, hi_idx), acc[i]);
     }
   }
-  for (int i = 0; i < nr; i++)
-    for (int j = 0; j < nt; j++) a->y[(t + j) * a->rows + r + i] = hsum8(acc[i][j]);
+  for (int i = 0; i < nr; i++) a->y[t * a->rows + r + i] = hsum8(acc[i]);
 }
 
+#define NT_AVX2 1
 WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t r, int64_t t,
                                            int nr, int nt) {
-  if (nr == 4) {
-    if (nt == 1) tile_avx2(a, r, t, 4, 1);
-    else tile_avx2(a, r, t, 4, 2);
-  } else {
-    if (nt == 1) tile_avx2(a, r, t, 1, 1);
-    else tile_avx2(a, r, t, 1, 2);
-  }
+  (void)nt;
+  if (nr == 4) tile_avx2(a, r, t, 4);
+  else tile_avx2(a, r, t, 1);
 }
 
-/* ---- AVX-512: 64 columns (two blocks) per step, 8 blocks per scale chunk -----------------
- * Per chunk of 8 blocks, the 8 scale products wd * xd of a (row, token) pair are one ymm
- * (wd loaded at the chunk's first group and spread over the blocks with a permute); each
- * 64-column step expands two of them to [s0 x 8, s1 x 8] with one permute.
+/* ---- AVX-512 ------------------------------------------------------------------------------
+ * A 256-column chunk is 4 steps of 64 bytes; lane l of every step belongs to block l / 2, so
+ * the int32 lanes of a (row, token) pair add up over the whole chunk, and the chunk ends with
+ * one conversion and one FMA against the 8 block scale products spread over lane pairs.
  * VNNI: vpdpbusd takes the stored weights (q + 128, unsigned) times the signed activations;
- * the accumulator starts at -128 * (sum of the 4 activations of each lane), so it ends at
- * sum(q * x) with one instruction per row and token. Without VNNI: the sign trick. */
+ * the accumulator starts at -128 * (sum of the activations of each lane), so it ends at
+ * sum(q * x): one instruction per row, token and step. Without VNNI: the sign trick. */
 
 #define NT_AVX512 2
 #define TILE512_BODY(VNNI)                                                                     \
@@ -213,33 +229,35 @@ WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t
   const __m512i flip = _mm512_set1_epi8((char)0x80);                                           \
   const __m256i gidx = _mm256_srlv_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),            \
                                          _mm256_set1_epi32(gs > 31 ? 31 : gs));                \
-  const __m512i lane_hi = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);  \
-  __m512 acc[4][NT_AVX512];                                                                    \
-  for (int i = 0; i < nr; i++)                                                                 \
-    for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();                              \
+  const __m512i pair_idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7); \
   /* Short int8 rows give the hardware prefetcher little to learn from: fetch the next 4-row \
    * group's bytes while this one is computed. */                                              \
   const int pf = r + 4 + nr <= a->rows;                                                        \
-  for (int64_t b = 0; b < nb; b += 8) {                                                        \
-    const int steps = nb - b >= 8 ? 4 : (int)(nb - b) / 2;                                     \
-    __m256 sp[4][NT_AVX512];                                                                   \
-    _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) {                                     \
-      __m256 wd8 = _mm256_permutevar8x32_ps(                                                   \
-          _mm256_loadu_ps(a->wd + (r + i) * ng + (b >> gs)), gidx);                            \
-      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++)                                     \
-        sp[i][j] = _mm256_mul_ps(wd8, _mm256_loadu_ps(a->xd + (t + j) * nb + b));              \
-    }                                                                                          \
-    for (int m = 0; m < steps; m++) {                                                          \
-      const int64_t col = (b + 2 * m) * WEIR_Q8_BLOCK;                                         \
-      const __m512i idx = _mm512_add_epi32(lane_hi, _mm512_set1_epi32(2 * m));                 \
-      __m512i xv[NT_AVX512], xc[NT_AVX512];                                                    \
-      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                   \
-        xv[j] = _mm512_loadu_si512((const void *)(a->xq + (t + j) * kp + col));                \
-        if (VNNI) xc[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, xv[j]));      \
+  __m512 acc[4][NT_AVX512];                                                                    \
+  for (int i = 0; i < nr; i++)                                                                 \
+    for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();                              \
+  for (int64_t c = 0; c < kp; c += WEIR_Q8_ROW_ALIGN) {                                        \
+    const int64_t b = c / WEIR_Q8_BLOCK;                                                       \
+    __m512i is[4][NT_AVX512];                                                                  \
+    _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                     \
+      __m512i init = zero;                                                                     \
+      if (VNNI) {                                                                              \
+        const int8_t *x = a->xq + (t + j) * kp + c;                                            \
+        __m512i cs = zero;                                                                     \
+        _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++)                                    \
+          cs = _mm512_dpbusd_epi32(cs, flip, _mm512_loadu_si512((const void *)(x + m * 64))); \
+        init = _mm512_sub_epi32(zero, cs);                                                     \
       }                                                                                        \
+      _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) is[i][j] = init;                    \
+    }                                                                                          \
+    _Pragma("GCC unroll 4") for (int m = 0; m < 4; m++) {                                      \
+      __m512i xv[NT_AVX512];                                                                   \
+      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++)                                     \
+        xv[j] = _mm512_loadu_si512((const void *)(a->xq + (t + j) * kp + c + m * 64));         \
       _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) {                                   \
-        __m512i wu = _mm512_loadu_si512((const void *)(a->wq + (r + i) * kp + col));           \
-        if (pf) _mm_prefetch((const char *)(a->wq + (r + i + 4) * kp + col + 64), _MM_HINT_T0); \
+        const uint8_t *wp = a->wq + (r + i) * kp + c + m * 64;                                 \
+        __m512i wu = _mm512_loadu_si512((const void *)wp);                                     \
+        if (pf) _mm_prefetch((const char *)(wp + 4 * kp), _MM_HINT_T0);                        \
         __m512i w = zero, aw = zero;                                                           \
         __mmask64 neg = 0;                                                                     \
         if (!VNNI) {                                                                           \
@@ -248,16 +266,24 @@ WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t
           neg = _mm512_movepi8_mask(w);                                                        \
         }                                                                                      \
         _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                 \
-          __m512i s;                                                                           \
           if (VNNI) {                                                                          \
-            s = _mm512_dpbusd_epi32(xc[j], wu, xv[j]);                                         \
+            is[i][j] = _mm512_dpbusd_epi32(is[i][j], wu, xv[j]);                               \
           } else {                                                                             \
             __m512i sx = _mm512_mask_sub_epi8(xv[j], neg, zero, xv[j]);                        \
-            s = _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), _mm512_set1_epi16(1));         \
+            is[i][j] = _mm512_add_epi32(                                                       \
+                is[i][j],                                                                      \
+                _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), _mm512_set1_epi16(1)));        \
           }                                                                                    \
-          __m512 sc = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(sp[i][j]));            \
-          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[i][j]);                   \
         }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+    _Pragma("GCC unroll 4") for (int i = 0; i < nr; i++) {                                     \
+      __m256 wd8 = _mm256_permutevar8x32_ps(                                                   \
+          _mm256_loadu_ps(a->wd + (r + i) * ng + (b >> gs)), gidx);                            \
+      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                   \
+        __m256 sp = _mm256_mul_ps(wd8, _mm256_loadu_ps(a->xd + (t + j) * nb + b));             \
+        __m512 sc = _mm512_permutexvar_ps(pair_idx, _mm512_castps256_ps512(sp));               \
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i][j]), sc, acc[i][j]);              \
       }                                                                                        \
     }                                                                                          \
   }                                                                                            \

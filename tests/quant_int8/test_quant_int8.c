@@ -268,7 +268,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   if (rc != WEIR_OK) goto fail;
 
   /* Size: padded int8 rows (64-byte rounded block), one f32 per group, 8 spare floats. */
-  int64_t align = group > 64 ? group : 64;
+  int64_t align = 256;
   int64_t kp = (cols + align - 1) / align * align;
   int64_t g = group ? group : kp;
   size_t qbytes = ((size_t)(rows * kp) + 63) / 64 * 64;

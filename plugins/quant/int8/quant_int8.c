@@ -1,7 +1,7 @@
 /* int8: symmetric int8 weights with f32 scales on the CPU.
  *
  * pack() turns a GGUF source of F32, F16, BF16, Q8_0, Q4_0 or Q4_1 into int8 rows padded to
- * a multiple of 64 columns with one f32 scale per group of `group_size` columns (0 = one per
+ * a multiple of 256 columns (stored biased and interleaved for the kernels) with one f32 scale per group of `group_size` columns (0 = one per
  * output channel), by round-to-nearest: d = max|w| / 127, q = round(w / d). A Q8_0 source
  * packed with group_size 32 keeps its q and d exactly (its blocks are our groups).
  * matmul quantizes the activations per token and 32-column block once per call, then runs
@@ -77,6 +77,16 @@ typedef struct pack_job {
   int failed;
 } pack_job;
 
+/* Puts a natural-order int8 row into the kernels' stored order (matmul_q8.h), chunk by
+ * chunk through a small buffer, XOR-ing with bias (0x80 for weights, 0 for activations). */
+static void interleave_inplace(uint8_t *row, int64_t kp, uint8_t bias) {
+  int8_t tmp[WEIR_Q8_ROW_ALIGN];
+  for (int64_t c = 0; c < kp; c += WEIR_Q8_ROW_ALIGN) {
+    memcpy(tmp, row + c, WEIR_Q8_ROW_ALIGN);
+    weir_q8_interleave(tmp, row + c, WEIR_Q8_ROW_ALIGN, bias);
+  }
+}
+
 /* Q8_0 blocks are exactly our 32-column groups: copy q, widen d (f16 -> f32 is exact). */
 static void pack_q8_0_row(const uint8_t *src, int8_weight *w, int64_t r) {
   uint8_t *q = w->q + r * w->kp;
@@ -86,9 +96,10 @@ static void pack_q8_0_row(const uint8_t *src, int8_weight *w, int64_t r) {
     const uint8_t *blk = src + b * 34;
     uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
     d[b] = weir_f16_to_f32(h);
-    for (int i = 0; i < 32; i++) q[b * 32 + i] = blk[2 + i] ^ 0x80u;
+    memcpy(q + b * 32, blk + 2, 32);
   }
-  memset(q + w->cols, 0x80, (size_t)(w->kp - w->cols));
+  memset(q + w->cols, 0, (size_t)(w->kp - w->cols));
+  interleave_inplace(q, w->kp, 0x80);
   for (int64_t b = nblk; b < w->ng; b++) d[b] = 0.0f;
 }
 
@@ -112,7 +123,7 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
     }
     uint8_t *q = w->q + r * w->kp;
     weir_q8_quantize(row, w->cols, w->kp, w->group, (int8_t *)q, w->d + r * w->ng);
-    for (int64_t k = 0; k < w->kp; k++) q[k] ^= 0x80u;
+    interleave_inplace(q, w->kp, 0x80);
   }
   free(row);
 }
@@ -222,9 +233,11 @@ typedef struct act_job {
 static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   (void)thread;
   act_job *j = arg;
-  for (int64_t t = begin; t < end; t++)
+  for (int64_t t = begin; t < end; t++) {
     weir_q8_quantize(j->x + t * j->cols, j->cols, j->kp, WEIR_Q8_BLOCK, j->xq + t * j->kp,
                      j->xd + t * (j->kp / WEIR_Q8_BLOCK));
+    interleave_inplace((uint8_t *)j->xq + t * j->kp, j->kp, 0);
+  }
 }
 
 /* Activations of up to this many bytes are quantized into a stack buffer (decode). */
@@ -280,7 +293,11 @@ static int q8_embed(void *self, const void *weight, const int32_t *ids, float *o
     const uint8_t *q = w->q + (int64_t)ids[i] * w->kp;
     const float *d = w->d + (int64_t)ids[i] * w->ng;
     float *o = out + i * w->cols;
-    for (int64_t k = 0; k < w->cols; k++) o[k] = (float)((int)q[k] - 128) * d[k / w->group];
+    for (int64_t k = 0; k < w->cols; k++) {
+      int64_t c = k / WEIR_Q8_ROW_ALIGN * WEIR_Q8_ROW_ALIGN;
+      int stored = q[c + weir_q8_stored_pos((int)(k - c))];
+      o[k] = (float)(stored - 128) * d[k / w->group];
+    }
   }
   return WEIR_OK;
 }
