@@ -103,6 +103,72 @@ void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8
   }
 }
 
+/* ---- activation quantization straight into the stored order ------------------------------
+ * Block blk of a 256-column chunk keeps its 32 bytes as four 8-byte pieces at 64 * m + 8 * blk
+ * (m = 0..3), see weir_q8_stored_pos. */
+
+static void act_block_scalar(const float *x, int64_t k0, int64_t n, int8_t *chunk, int blk,
+                             float *d) {
+  int8_t q[WEIR_Q8_BLOCK];
+  float xb[WEIR_Q8_BLOCK];
+  int64_t len = n - k0 < WEIR_Q8_BLOCK ? (n - k0 > 0 ? n - k0 : 0) : WEIR_Q8_BLOCK;
+  for (int64_t i = 0; i < len; i++) xb[i] = x[k0 + i];
+  weir_q8_quantize(xb, len, WEIR_Q8_BLOCK, WEIR_Q8_BLOCK, q, d);
+  for (int m = 0; m < 4; m++) memcpy(chunk + 64 * m + 8 * blk, q + 8 * m, 8);
+}
+
+#if WEIR_X86
+WEIR_TARGET_AVX512 static void act_row_avx512(const float *x, int64_t n, int64_t kp, int8_t *xq,
+                                              float *xd) {
+  for (int64_t k0 = 0; k0 < kp; k0 += WEIR_Q8_BLOCK) {
+    int8_t *chunk = xq + k0 / WEIR_Q8_ROW_ALIGN * WEIR_Q8_ROW_ALIGN;
+    int blk = (int)(k0 % WEIR_Q8_ROW_ALIGN / WEIR_Q8_BLOCK);
+    float *d = xd + k0 / WEIR_Q8_BLOCK;
+    if (k0 + WEIR_Q8_BLOCK > n) {
+      act_block_scalar(x, k0, n, chunk, blk, d);
+      continue;
+    }
+    __m512 v0 = _mm512_loadu_ps(x + k0), v1 = _mm512_loadu_ps(x + k0 + 16);
+    __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+    /* Inf or NaN anywhere (max_ps may drop a NaN): the scalar rule handles it */
+    __mmask16 bad = _mm512_cmp_ps_mask(_mm512_abs_ps(v0), _mm512_set1_ps(3.4e38f), _CMP_NLE_UQ) |
+                    _mm512_cmp_ps_mask(_mm512_abs_ps(v1), _mm512_set1_ps(3.4e38f), _CMP_NLE_UQ);
+    if (bad) {
+      act_block_scalar(x, k0, n, chunk, blk, d);
+      continue;
+    }
+    float amax = _mm512_reduce_max_ps(a);
+    float dd = amax / 127.0f;
+    float inv = dd > 0.0f ? 1.0f / dd : 0.0f;
+    if (!(inv <= 3.4e38f)) {
+      inv = 0.0f;
+      dd = 0.0f;
+    }
+    /* the same product and round-to-nearest-even as the scalar rule; |x * inv| <= 127 */
+    __m512 vi = _mm512_set1_ps(inv);
+    __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi)));
+    __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vi)));
+    _mm_storel_epi64((__m128i *)(chunk + 8 * blk), q0);
+    _mm_storeh_pd((double *)(void *)(chunk + 64 + 8 * blk), _mm_castsi128_pd(q0));
+    _mm_storel_epi64((__m128i *)(chunk + 128 + 8 * blk), q1);
+    _mm_storeh_pd((double *)(void *)(chunk + 192 + 8 * blk), _mm_castsi128_pd(q1));
+    *d = dd;
+  }
+}
+#endif
+
+void weir_q8_quantize_act(const float *x, int64_t n, int64_t kp, int8_t *xq, float *xd) {
+#if WEIR_X86
+  if (weir_q8_isa_current() >= WEIR_Q8_ISA_AVX512) {
+    act_row_avx512(x, n, kp, xq, xd);
+    return;
+  }
+#endif
+  for (int64_t k0 = 0; k0 < kp; k0 += WEIR_Q8_BLOCK)
+    act_block_scalar(x, k0, n, xq + k0 / WEIR_Q8_ROW_ALIGN * WEIR_Q8_ROW_ALIGN,
+                     (int)(k0 % WEIR_Q8_ROW_ALIGN / WEIR_Q8_BLOCK), xd + k0 / WEIR_Q8_BLOCK);
+}
+
 /* ---- scalar: block sums over the stored (interleaved) order ----------------------------- */
 
 static void rows_scalar(const weir_q8_matmul_args *a, int64_t r0, int64_t r1) {

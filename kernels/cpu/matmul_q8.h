@@ -76,6 +76,11 @@ void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8
  * unused, the memory must be readable): allocate that many more. */
 #define WEIR_Q8_SCALE_PAD 8
 
+/* One activation row for the kernels: weir_q8_quantize(x, n, kp, WEIR_Q8_BLOCK, ...) written
+ * straight into the stored order (the same values, bit for bit; AVX-512 when the kernels use
+ * it). xq gets kp bytes, xd kp / 32 scales. Pure, thread-safe. */
+void weir_q8_quantize_act(const float *x, int64_t n, int64_t kp, int8_t *xq, float *xd);
+
 typedef struct weir_q8_matmul_args {
   const uint8_t *wq; /* [rows][kp], q + 128, stored order */
   const float *wd;   /* [rows][kp / group] (+ WEIR_Q8_SCALE_PAD readable floats) */

@@ -233,11 +233,9 @@ typedef struct act_job {
 static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   (void)thread;
   act_job *j = arg;
-  for (int64_t t = begin; t < end; t++) {
-    weir_q8_quantize(j->x + t * j->cols, j->cols, j->kp, WEIR_Q8_BLOCK, j->xq + t * j->kp,
-                     j->xd + t * (j->kp / WEIR_Q8_BLOCK));
-    interleave_inplace((uint8_t *)j->xq + t * j->kp, j->kp, 0);
-  }
+  for (int64_t t = begin; t < end; t++)
+    weir_q8_quantize_act(j->x + t * j->cols, j->cols, j->kp, j->xq + t * j->kp,
+                         j->xd + t * (j->kp / WEIR_Q8_BLOCK));
 }
 
 /* Activations of up to this many bytes are quantized into a stack buffer (decode). */
