@@ -61,10 +61,12 @@ int64_t weir_q8_padded_cols(int64_t cols, int64_t group) {
 }
 
 void weir_q8_interleave(const int8_t *natural, uint8_t *stored, int64_t kp, uint8_t bias) {
+  /* Columns 8m..8m+7 of block blk are 8 contiguous bytes at 64 m + 8 blk. */
   for (int64_t c = 0; c < kp; c += WEIR_Q8_ROW_ALIGN)
     for (int blk = 0; blk < 8; blk++)
-      for (int o = 0; o < 32; o++)
-        stored[c + weir_q8_stored_pos(blk * 32 + o)] = (uint8_t)natural[c + blk * 32 + o] ^ bias;
+      for (int m = 0; m < 4; m++)
+        for (int e = 0; e < 8; e++)
+          stored[c + 64 * m + 8 * blk + e] = (uint8_t)natural[c + 32 * blk + 8 * m + e] ^ bias;
 }
 
 void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8_t *q,
