@@ -259,15 +259,18 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *
         __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + m * 64 + 32)), flip);
         __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + c + m * 64));
         __m256i x1 = _mm256_loadu_si256((const __m256i *)(x + c + m * 64 + 32));
-        ilo = _mm256_add_epi32(ilo, _mm256_madd_epi16(_mm256_maddubs_epi16(
-                                        _mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0)), ones));
-        ihi = _mm256_add_epi32(ihi, _mm256_madd_epi16(_mm256_maddubs_epi16(
-                                        _mm256_sign_epi8(w1, w1), _mm256_sign_epi8(x1, w1)), ones));
+        __m256i p0 = _mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(x0, w0));
+        __m256i p1 = _mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(x1, w1));
+        ilo = _mm256_add_epi32(ilo, _mm256_madd_epi16(p0, ones));
+        ihi = _mm256_add_epi32(ihi, _mm256_madd_epi16(p1, ones));
       }
-      __m256 wd8 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(a->wd + (r + i) * ng + (b >> gs)), gidx);
+      __m256 wd8 =
+          _mm256_permutevar8x32_ps(_mm256_loadu_ps(a->wd + (r + i) * ng + (b >> gs)), gidx);
       __m256 sp = _mm256_mul_ps(wd8, xd8);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo), _mm256_permutevar8x32_ps(sp, lo_idx), acc[i]);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi), _mm256_permutevar8x32_ps(sp, hi_idx), acc[i]);
+      __m256 splo = _mm256_permutevar8x32_ps(sp, lo_idx);
+      __m256 sphi = _mm256_permutevar8x32_ps(sp, hi_idx);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ilo), splo, acc[i]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ihi), sphi, acc[i]);
     }
   }
   for (int i = 0; i < nr; i++) a->y[t * a->rows + r + i] = hsum8(acc[i]);

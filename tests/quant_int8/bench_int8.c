@@ -114,7 +114,8 @@ int main(int argc, char **argv) {
          STREAM_BYTES >> 20, GEMM_TOKENS, secs, isa ? isa : "(unset)");
   int64_t max_elems = 0;
   for (int s = 0; s < NSHAPES; s++)
-    if (k_shapes[s].rows * k_shapes[s].cols > max_elems) max_elems = k_shapes[s].rows * k_shapes[s].cols;
+    if (k_shapes[s].rows * k_shapes[s].cols > max_elems)
+      max_elems = k_shapes[s].rows * k_shapes[s].cols;
   uint16_t *src = malloc(sizeof(uint16_t) * max_elems);
   float *x = malloc(sizeof(float) * GEMM_TOKENS * 5632);
   float *y = malloc(sizeof(float) * GEMM_TOKENS * 32000);
@@ -122,7 +123,8 @@ int main(int argc, char **argv) {
   /* f16 values in about [-0.06, 0.06]: random mantissa and sign, exponents 2^-9..2^-5 */
   for (int64_t i = 0; i < max_elems; i++)
     src[i] = (uint16_t)((rnd() & 0x83ff) | ((uint16_t)(6 + rnd() % 5) << 10));
-  for (int64_t i = 0; i < GEMM_TOKENS * 5632; i++) x[i] = (float)((double)(rnd() >> 11) * 0x1.0p-52 - 1.0);
+  for (int64_t i = 0; i < GEMM_TOKENS * 5632; i++)
+    x[i] = (float)((double)(rnd() >> 11) * 0x1.0p-52 - 1.0);
 
   for (int th = 1; th <= 2; th++) {
     wt_pool *pool = wt_pool_create(th);
@@ -180,7 +182,8 @@ int main(int argc, char **argv) {
     }
     wt_pool_destroy(pool);
   }
-  printf("\nwhole-model decode estimate (%d layers x q,k,v,o,gate,up,down + output; linears only):\n",
+  printf("\nwhole-model decode estimate (%d layers x q,k,v,o,gate,up,down + output; "
+         "linears only):\n",
          LAYERS);
   for (int th = 1; th <= 2; th++) {
     double tot[2] = {0, 0};

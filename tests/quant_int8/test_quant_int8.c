@@ -310,7 +310,8 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   xdeq = malloc(sizeof(double) * 64 * cols);
   xstep = malloc(sizeof(double) * 64 * cols);
   for (int64_t i = 0; i < 64 * cols; i++) x[i] = frand(-1, 1) * ((rnd() & 31) == 0 ? 10.0f : 1.0f);
-  for (int64_t tk = 0; tk < 64; tk++) quantize_act(x + tk * cols, cols, xdeq + tk * cols, xstep + tk * cols);
+  for (int64_t tk = 0; tk < 64; tk++)
+    quantize_act(x + tk * cols, cols, xdeq + tk * cols, xstep + tk * cols);
   for (size_t ti = 0; ti < 4; ti++) {
     int64_t n = toks[ti];
     for (int64_t i = 0; i < n * rows; i++) y[i] = NAN;

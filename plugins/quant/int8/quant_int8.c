@@ -1,8 +1,9 @@
 /* int8: symmetric int8 weights with f32 scales on the CPU.
  *
  * pack() turns a GGUF source of F32, F16, BF16, Q8_0, Q4_0 or Q4_1 into int8 rows padded to
- * a multiple of 256 columns (stored biased and interleaved for the kernels) with one f32 scale per group of `group_size` columns (0 = one per
- * output channel), by round-to-nearest: d = max|w| / 127, q = round(w / d). A Q8_0 source
+ * a multiple of 256 columns (stored biased and interleaved for the kernels) with one f32
+ * scale per group of `group_size` columns (0 = one per output channel), by round-to-nearest:
+ * d = max|w| / 127, q = round(w / d). A Q8_0 source
  * packed with group_size 32 keeps its q and d exactly (its blocks are our groups).
  * matmul quantizes the activations per token and 32-column block once per call, then runs
  * the int8 kernels (kernels/cpu/matmul_q8.h) over the host's parallel_for, split by output
@@ -108,7 +109,8 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   pack_job *j = arg;
   int8_weight *w = j->w;
   if (j->src_dtype == WEIR_DTYPE_Q8_0 && w->group == 32) {
-    for (int64_t r = begin; r < end; r++) pack_q8_0_row(j->src + (size_t)r * j->src_row_bytes, w, r);
+    for (int64_t r = begin; r < end; r++)
+      pack_q8_0_row(j->src + (size_t)r * j->src_row_bytes, w, r);
     return;
   }
   float *row = malloc((size_t)w->cols * sizeof(float));
