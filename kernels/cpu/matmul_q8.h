@@ -6,10 +6,10 @@
  * biased, as the byte q + 128 (q ^ 0x80), which VNNI's unsigned x signed product takes as is,
  * and interleaved within each 256-column chunk (weir_q8_stored_pos); activations xq use the
  * same interleaving, unbiased.
- * Activations: each token's row is quantized per block of 32 columns (WEIR_Q8_BLOCK) with
- * weir_q8_quantize(..., WEIR_Q8_BLOCK, ...): x[t][k] ~ xq[t][k] * xd[t][k / 32].
- * The kernel sums int8 x int8 products in int32 per 32-column block and adds each block's sum
- * times wd * xd in f32.
+ * Activations: each token's row is quantized per block of 32 columns (WEIR_Q8_BLOCK) by
+ * weir_q8_quantize_act: x[t][k] ~ xq[t][k] * xd[t][k / 32].
+ * The kernel sums int8 x int8 products in int32 lanes that each belong to one 32-column
+ * block, over a whole 256-column chunk, then adds each block's sum times wd * xd in f32.
  *
  * One token (decode) is a GEMV over groups of 4 rows; more tokens run a register-blocked
  * tile (4 rows x up to 2 tokens) over blocks of tokens whose activations fit in L2, so each
@@ -17,7 +17,7 @@
  * L1 for every token of the block.
  *
  * ISA: scalar, AVX2 (maddubs with the sign trick), AVX-512 BW (the same, 64 bytes at a time)
- * and AVX-512 VNNI (vpdpbusd). The level follows weir_cpu_isa() (WEIR_CPU_ISA lowers it);
+ * and AVX-512 VNNI (one vpdpbusd per 64 bytes, row and token). The level follows weir_cpu_isa() (WEIR_CPU_ISA lowers it);
  * VNNI is used when the CPU has it, the level is avx512, and WEIR_CPU_ISA is not exactly
  * "avx512" (WEIR_CPU_ISA=avx512vnni or unset selects it).
  *
