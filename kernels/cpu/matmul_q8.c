@@ -120,6 +120,61 @@ static void act_block_scalar(const float *x, int64_t k0, int64_t n, int8_t *chun
 }
 
 #if WEIR_X86
+/* Scale and inverse for a block maximum: the scalar rule's arithmetic, operation for
+ * operation, so the SIMD rows below give the same bytes. */
+static inline void act_scale(float amax, float *dd, float *inv) {
+  *dd = amax / 127.0f;
+  *inv = *dd > 0.0f ? 1.0f / *dd : 0.0f;
+  if (!(*inv <= 3.4e38f)) {
+    *inv = 0.0f;
+    *dd = 0.0f;
+  }
+}
+
+WEIR_TARGET_AVX2 static void act_row_avx2(const float *x, int64_t n, int64_t kp, int8_t *xq,
+                                          float *xd) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.4e38f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t k0 = 0; k0 < kp; k0 += WEIR_Q8_BLOCK) {
+    int8_t *chunk = xq + k0 / WEIR_Q8_ROW_ALIGN * WEIR_Q8_ROW_ALIGN;
+    int blk = (int)(k0 % WEIR_Q8_ROW_ALIGN / WEIR_Q8_BLOCK);
+    float *d = xd + k0 / WEIR_Q8_BLOCK;
+    if (k0 + WEIR_Q8_BLOCK > n) {
+      act_block_scalar(x, k0, n, chunk, blk, d);
+      continue;
+    }
+    __m256 v[4], a[4];
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+      v[i] = _mm256_loadu_ps(x + k0 + 8 * i);
+      a[i] = _mm256_andnot_ps(sign, v[i]);
+      bad |= _mm256_movemask_ps(_mm256_cmp_ps(a[i], big, _CMP_NLE_UQ));
+    }
+    if (bad) { /* Inf or NaN: the scalar rule handles it */
+      act_block_scalar(x, k0, n, chunk, blk, d);
+      continue;
+    }
+    __m256 m8 = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float dd, inv;
+    act_scale(_mm_cvtss_f32(m4), &dd, &inv);
+    __m256 vi = _mm256_set1_ps(inv);
+    __m256i q[4];
+    for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vi));
+    __m256i p16 =
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    __m256i p8 = _mm256_permutevar8x32_epi32(p16, order); /* columns 0..31 in order */
+    __m128i lo = _mm256_castsi256_si128(p8), hi = _mm256_extracti128_si256(p8, 1);
+    _mm_storel_epi64((__m128i *)(chunk + 8 * blk), lo);
+    _mm_storeh_pd((double *)(void *)(chunk + 64 + 8 * blk), _mm_castsi128_pd(lo));
+    _mm_storel_epi64((__m128i *)(chunk + 128 + 8 * blk), hi);
+    _mm_storeh_pd((double *)(void *)(chunk + 192 + 8 * blk), _mm_castsi128_pd(hi));
+    *d = dd;
+  }
+}
+
 WEIR_TARGET_AVX512 static void act_row_avx512(const float *x, int64_t n, int64_t kp, int8_t *xq,
                                               float *xd) {
   for (int64_t k0 = 0; k0 < kp; k0 += WEIR_Q8_BLOCK) {
@@ -139,13 +194,8 @@ WEIR_TARGET_AVX512 static void act_row_avx512(const float *x, int64_t n, int64_t
       act_block_scalar(x, k0, n, chunk, blk, d);
       continue;
     }
-    float amax = _mm512_reduce_max_ps(a);
-    float dd = amax / 127.0f;
-    float inv = dd > 0.0f ? 1.0f / dd : 0.0f;
-    if (!(inv <= 3.4e38f)) {
-      inv = 0.0f;
-      dd = 0.0f;
-    }
+    float dd, inv;
+    act_scale(_mm512_reduce_max_ps(a), &dd, &inv);
     /* the same product and round-to-nearest-even as the scalar rule; |x * inv| <= 127 */
     __m512 vi = _mm512_set1_ps(inv);
     __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vi)));
@@ -163,6 +213,10 @@ void weir_q8_quantize_act(const float *x, int64_t n, int64_t kp, int8_t *xq, flo
 #if WEIR_X86
   if (weir_q8_isa_current() >= WEIR_Q8_ISA_AVX512) {
     act_row_avx512(x, n, kp, xq, xd);
+    return;
+  }
+  if (weir_q8_isa_current() == WEIR_Q8_ISA_AVX2) {
+    act_row_avx2(x, n, kp, xq, xd);
     return;
   }
 #endif

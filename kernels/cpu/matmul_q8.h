@@ -77,8 +77,8 @@ void weir_q8_quantize(const float *x, int64_t n, int64_t kp, int64_t group, int8
 #define WEIR_Q8_SCALE_PAD 8
 
 /* One activation row for the kernels: weir_q8_quantize(x, n, kp, WEIR_Q8_BLOCK, ...) written
- * straight into the stored order (the same values, bit for bit; AVX-512 when the kernels use
- * it). xq gets kp bytes, xd kp / 32 scales. Pure, thread-safe. */
+ * straight into the stored order (the same values, bit for bit; AVX2 or AVX-512 when the
+ * kernels use them). xq gets kp bytes, xd kp / 32 scales. Pure, thread-safe. */
 void weir_q8_quantize_act(const float *x, int64_t n, int64_t kp, int8_t *xq, float *xd);
 
 typedef struct weir_q8_matmul_args {
