@@ -30,7 +30,7 @@ max_num_seqs = 16
 max_num_batched_tokens = 2048
 [log]
 level = "warn"
-log_requests = false
+requests = false
 TOML
 sed 's/^\[cache\]$/[cache]\nprefix_caching = false/' "$out/base.toml" > "$out/nocache.toml"
 
