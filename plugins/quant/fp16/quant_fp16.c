@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "weight_mem.h"
 #include "dequant.h"
 #include "matmul.h"
 #include "weir/quant.h"
@@ -47,11 +48,6 @@ static int fp_init(const weir_host *host, const weir_plugin_args *args, void **s
 
 static void fp_fini(void *self) { free(self); }
 
-static int threads_of(const weir_host *h) {
-  if (!h->num_threads || !h->parallel_for) return 1;
-  int n = h->num_threads(h->ctx);
-  return n < 1 ? 1 : n;
-}
 
 typedef struct pack_job {
   const uint8_t *src;
@@ -78,9 +74,7 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
 }
 
 static void free_data(fp16_plugin *p, fp16_weight *w) {
-  if (!w->data) return;
-  if (w->from_device_alloc) p->host->device_free(p->host->ctx, w->data);
-  else free(w->data);
+  weir_cpu_weight_free(p->host, w->data, w->from_device_alloc);
   w->data = NULL;
 }
 
@@ -121,23 +115,14 @@ static int fp_pack(void *self, const weir_quant_pack_args *args, void **weight) 
   w->cols = cols;
   w->dtype = t->dtype == WEIR_DTYPE_F32 && p->keep_f32 ? WEIR_DTYPE_F32 : WEIR_DTYPE_F16;
   w->bytes = (size_t)rows * (size_t)cols * (w->dtype == WEIR_DTYPE_F32 ? 4 : 2);
-  if (h->device_alloc) {
-    if (h->device_alloc(h->ctx, w->bytes, &w->data) != WEIR_OK) w->data = NULL;
-    w->from_device_alloc = 1;
-  } else {
-    size_t sz = (w->bytes + 63) & ~(size_t)63;
-    if (posix_memalign(&w->data, 64, sz) != 0) w->data = NULL;
-  }
+  w->data = weir_cpu_weight_alloc(h, w->bytes, &w->from_device_alloc);
   if (!w->data) {
     rc = WEIR_E_NOMEM;
     goto out_weight;
   }
 
   pack_job job = {.src = t->data, .src_row_bytes = src_stride, .src_dtype = t->dtype, .w = w};
-  if (threads_of(h) > 1 && rows * cols >= (1 << 18))
-    h->parallel_for(h->ctx, rows, 16, pack_chunk, &job);
-  else
-    pack_chunk(&job, 0, rows, 0);
+  weir_cpu_for_rows(h, rows, 16, rows * cols, 1 << 18, pack_chunk, &job);
   if (job.failed) {
     rc = WEIR_E_INTERNAL;
     goto out_data;
@@ -174,7 +159,7 @@ static int fp_matmul(void *self, const void *weight, const float *x, float *y, i
   if (!w || !x || !y || n_tokens < 0) return WEIR_E_INVAL;
   weir_matmul_args a = {.w = w->data, .w_dtype = w->dtype, .rows = w->rows, .cols = w->cols,
                         .x = x, .y = y, .n_tokens = n_tokens};
-  int threads = threads_of(h);
+  int threads = weir_cpu_host_threads(h);
   if (threads <= 1 || w->rows < 8 || w->rows * w->cols * n_tokens < (1 << 16)) {
     weir_matmul_rows(&a, 0, w->rows);
     return WEIR_OK;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "weight_mem.h"
 #include "dequant.h"
 #include "matmul_q8.h"
 #include "weir/quant.h"
@@ -64,11 +65,6 @@ static int q8_init(const weir_host *host, const weir_plugin_args *args, void **s
 
 static void q8_fini(void *self) { free(self); }
 
-static int threads_of(const weir_host *h) {
-  if (!h->num_threads || !h->parallel_for) return 1;
-  int n = h->num_threads(h->ctx);
-  return n < 1 ? 1 : n;
-}
 
 typedef struct pack_job {
   const uint8_t *src;
@@ -131,9 +127,7 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
 }
 
 static void free_data(int8_plugin *p, int8_weight *w) {
-  if (!w->data) return;
-  if (w->from_device_alloc) p->host->device_free(p->host->ctx, w->data);
-  else free(w->data);
+  weir_cpu_weight_free(p->host, w->data, w->from_device_alloc);
   w->data = NULL;
 }
 
@@ -177,13 +171,7 @@ static int q8_pack(void *self, const weir_quant_pack_args *args, void **weight) 
   w->ng = w->kp / w->group;
   size_t qbytes = ((size_t)rows * (size_t)w->kp + 63) & ~(size_t)63;
   w->bytes = qbytes + ((size_t)rows * (size_t)w->ng + WEIR_Q8_SCALE_PAD) * sizeof(float);
-  if (h->device_alloc) {
-    if (h->device_alloc(h->ctx, w->bytes, &w->data) != WEIR_OK) w->data = NULL;
-    w->from_device_alloc = 1;
-  } else {
-    size_t sz = (w->bytes + 63) & ~(size_t)63;
-    if (posix_memalign(&w->data, 64, sz) != 0) w->data = NULL;
-  }
+  w->data = weir_cpu_weight_alloc(h, w->bytes, &w->from_device_alloc);
   if (!w->data) {
     rc = WEIR_E_NOMEM;
     goto out_weight;
@@ -193,10 +181,7 @@ static int q8_pack(void *self, const weir_quant_pack_args *args, void **weight) 
   memset(w->d + rows * w->ng, 0, WEIR_Q8_SCALE_PAD * sizeof(float));
 
   pack_job job = {.src = t->data, .src_row_bytes = src_stride, .src_dtype = t->dtype, .w = w};
-  if (threads_of(h) > 1 && rows * cols >= (1 << 18))
-    h->parallel_for(h->ctx, rows, 16, pack_chunk, &job);
-  else
-    pack_chunk(&job, 0, rows, 0);
+  weir_cpu_for_rows(h, rows, 16, rows * cols, 1 << 18, pack_chunk, &job);
   if (job.failed) {
     rc = WEIR_E_NOMEM;
     goto out_data;
@@ -259,7 +244,7 @@ static int q8_matmul(void *self, const void *weight, const float *x, float *y, i
     if (posix_memalign(&heap, 64, need) != 0) return WEIR_E_NOMEM;
     buf = heap;
   }
-  int threads = threads_of(h);
+  int threads = weir_cpu_host_threads(h);
   memset(buf + need - WEIR_Q8_SCALE_PAD * sizeof(float), 0, WEIR_Q8_SCALE_PAD * sizeof(float));
   act_job aj = {.x = x, .cols = w->cols, .kp = kp, .xq = (int8_t *)buf, .xd = (float *)(buf + qb)};
   if (threads > 1 && n_tokens >= 2 * threads && n_tokens * kp >= (1 << 16))
