@@ -3,7 +3,15 @@
  * A scheme packs a model's linear weights from their GGUF source (any dtype it declares in
  * desc->dtypes) into its own device format, then multiplies activations by them and looks up
  * embedding rows. A packed weight is an opaque pointer owned by the plugin until release().
- * Thread-safety as for device plugins. Since 1.0. */
+ * Thread-safety as for device plugins. Since 1.0.
+ *
+ * Since 1.1, activation-aware schemes (awq_int4) get three optional calls: the host asks
+ * calibration_samples() whether to run a calibration pass, hands weights that multiply the same
+ * input to pack_group() so they can share one input-channel scale, and `weir quantize` reads a
+ * packed weight back with export_weight() to write it into a GGUF file. A 1.0 plugin has none
+ * of them (its ops struct is shorter: the host checks struct_size) and keeps working; a 1.0
+ * host never calls them, and a 1.1 plugin must check args->struct_size before reading the
+ * 1.1 fields of weir_quant_pack_args. See docs/plugin-guide.md. */
 #ifndef WEIR_QUANT_H
 #define WEIR_QUANT_H
 
@@ -24,7 +32,34 @@ typedef struct weir_quant_pack_args {
    * activations that multiply this weight: [num_samples][in_features] f32, host. 1.0 */
   const float *act_samples;
   int64_t num_samples;
+
+  /* ---- Since 1.1 (read only when struct_size covers them) ---- */
+  /* Input channels whose activation scales must be equal, or NULL for none: [in_features]
+   * class ids in [0, in_features). The host sets it where an exported model folds the scale
+   * into a tensor with fewer channels: attn_output under grouped-query attention, where the
+   * query heads that share a KV head read the same attn_v output channel. 1.1 */
+  const int32_t *channel_class;
+  /* Where this weight sits in the model, for progress messages: its block (layer) and the
+   * number of blocks, or -1 / 0 when unknown. 1.1 */
+  int32_t layer;
+  int32_t num_layers;
 } weir_quant_pack_args;
+
+/* What export_weight() fills. The caller owns every buffer. Since 1.1. */
+typedef struct weir_quant_export {
+  uint32_t struct_size; /* 1.1 */
+  /* In: the GGUF type wanted (a scheme documents which it writes; awq_int4: Q4_1). 1.1 */
+  weir_dtype dtype;
+  /* In: host memory for out_features rows of weir_dtype_row_bytes(dtype, in_features) bytes,
+   * and its size. 1.1 */
+  void *data;
+  size_t bytes;
+  /* Out, optional (NULL: not wanted): [in_features] factors s. The exported weight equals
+   * the packed one only for inputs divided by s channel-wise, so the caller folds 1/s into
+   * whatever produces the input (a norm's gain, the rows of the previous projection). All 1
+   * for a weight packed without a scale. 1.1 */
+  float *in_scale;
+} weir_quant_export;
 
 typedef struct weir_quant_ops {
   uint32_t struct_size; /* 1.0 */
@@ -44,7 +79,35 @@ typedef struct weir_quant_ops {
   /* out[t] = row ids[t] of W as f32 ([n][in_features]): embedding lookup. ids is device
    * int32; an id outside [0, out_features) is WEIR_E_RANGE. Mandatory, 1.0. */
   int (*embed)(void *self, const void *weight, const int32_t *ids, float *out, int64_t n);
+
+  /* ---- Since 1.1: optional (NULL = not implemented; check struct_size first) ---- */
+
+  /* The number of activation samples (token vectors) per linear layer this instance can use
+   * from a calibration pass; 0 when it wants none. The host runs the pass only when a value
+   * > 0 comes back, and may hand fewer samples (a short text). Optional, 1.1. */
+  int64_t (*calibration_samples)(void *self);
+
+  /* Packs n >= 1 weights that multiply the same input (q, k, v; gate, up): args[i] describes
+   * weight i, and all share act_samples, num_samples and channel_class. On success weights[i]
+   * holds each handle; on failure none is packed (weights[] untouched) and the status is
+   * returned. Without it the host calls pack() once per weight. Optional, 1.1. */
+  int (*pack_group)(void *self, const weir_quant_pack_args *const *args, int n,
+                    void **weights);
+
+  /* Writes a packed weight back as a GGUF tensor of out->dtype into out->data (and the input
+   * scale into out->in_scale), for `weir quantize`. WEIR_E_NOTSUP for a dtype the scheme does
+   * not write, WEIR_E_RANGE when out->bytes is too small or a value does not fit the type.
+   * Reads device memory: call it with no matmul in flight on the weight. Optional, 1.1. */
+  int (*export_weight)(void *self, const void *weight, weir_quant_export *out);
 } weir_quant_ops;
+
+/* 1 when `ops` (of struct_size ops->struct_size) has the 1.1 member `field` non-NULL. */
+#define WEIR_QUANT_HAS_OP(ops, field)                                                      \
+  ((ops)->struct_size >= offsetof(weir_quant_ops, field) + sizeof((ops)->field) &&          \
+   (ops)->field != NULL)
+/* 1 when pack args `a` carry the 1.1 member `field`. */
+#define WEIR_QUANT_ARGS_HAS(a, field) \
+  ((a)->struct_size >= offsetof(weir_quant_pack_args, field) + sizeof((a)->field))
 
 #ifdef __cplusplus
 }

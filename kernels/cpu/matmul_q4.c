@@ -1,0 +1,462 @@
+/* int4 x int8 linear layers (see matmul_q4.h). */
+#include "matmul_q4.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "convert.h"
+#include "cpu_isa.h"
+
+#if WEIR_X86
+#include <immintrin.h>
+#define TARGET_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#endif
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Bytes of quantized activations a token block may occupy (stays in L2 while the quads of a
+ * thread's share stream past it), as in the int8 kernels. */
+#define XQ_BLOCK_BYTES (192 * 1024)
+
+int weir_q4_layout_init(weir_q4_layout *l, int64_t rows, int64_t cols, int64_t group, int sym) {
+  memset(l, 0, sizeof *l);
+  if (rows <= 0 || cols <= 0 || (group != 32 && group != 64 && group != 128)) return -1;
+  if (cols > ((int64_t)1 << 40) / rows) return -1;
+  l->rows = rows;
+  l->cols = cols;
+  l->kp = (cols + WEIR_Q4_CHUNK - 1) / WEIR_Q4_CHUNK * WEIR_Q4_CHUNK;
+  l->group = group;
+  l->ng = l->kp / group;
+  l->nq = (rows + 3) / 4;
+  l->sym = sym ? 1 : 0;
+  l->nib_bytes = (size_t)l->kp * 2;
+  size_t qb = l->nib_bytes + (size_t)(4 * l->ng * 2) * (sym ? 1 : 2);
+  l->quad_bytes = (qb + 63) & ~(size_t)63;
+  l->bytes = (size_t)l->nq * l->quad_bytes + WEIR_Q4_TAIL_PAD;
+  return 0;
+}
+
+/* ---- quantization of one group ----------------------------------------------------------- */
+
+static int quantize_group(const float *x, int64_t n, int clip, float lo, float hi, uint8_t *q,
+                          uint16_t *d, uint16_t *m) {
+  float mn = INFINITY, mx = -INFINITY;
+  int finite = 1;
+  for (int64_t k = 0; k < n; k++) {
+    float v = x[k];
+    if (!(fabsf(v) <= 3.4e38f)) finite = 0;
+    if (clip) v = v < lo ? lo : v > hi ? hi : v;
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+  }
+  if (n <= 0) mn = mx = 0.0f;
+  uint16_t mh = weir_f32_to_f16(mn);
+  float mf = weir_f16_to_f32(mh);
+  uint16_t dh = weir_f32_to_f16((mx - mf) / 15.0f);
+  float df = weir_f16_to_f32(dh);
+  if (!finite || !(fabsf(mf) <= 65504.0f) || !(df <= 65504.0f)) {
+    memset(q, 0, (size_t)(n > 0 ? n : 0));
+    *d = 0x7e00; /* f16 NaN: results show it instead of hiding it */
+    *m = 0x7e00;
+    return -1;
+  }
+  if (df < 0.0f) { /* mx < mf after rounding m up: a constant group */
+    dh = 0;
+    df = 0.0f;
+  }
+  float inv = df > 0.0f ? 1.0f / df : 0.0f;
+  for (int64_t k = 0; k < n; k++) {
+    float v = x[k];
+    if (clip) v = v < lo ? lo : v > hi ? hi : v;
+    /* Adding and subtracting 1.5 * 2^23 rounds to the nearest integer (ties to even) without
+     * a libm call; |(v - mf) * inv| stays far below 2^22 here. */
+    float r = ((v - mf) * inv + 12582912.0f) - 12582912.0f;
+    r = r < 0.0f ? 0.0f : r > 15.0f ? 15.0f : r;
+    q[k] = (uint8_t)r;
+  }
+  *d = dh;
+  *m = mh;
+  return 0;
+}
+
+int weir_q4_quantize_group(const float *x, int64_t n, uint8_t *q, uint16_t *d, uint16_t *m) {
+  return quantize_group(x, n, 0, 0.0f, 0.0f, q, d, m);
+}
+
+int weir_q4_quantize_group_clip(const float *x, int64_t n, float lo, float hi, uint8_t *q,
+                                uint16_t *d, uint16_t *m) {
+  return quantize_group(x, n, 1, lo, hi, q, d, m);
+}
+
+/* ---- layout ------------------------------------------------------------------------------ */
+
+/* Byte and nibble of stored position p (0..255) within a row's 128 bytes of a chunk. */
+static inline int nib_byte(int p) { return (p & 63) | ((p >> 7) << 6); }
+static inline int nib_shift(int p) { return ((p >> 6) & 1) * 4; }
+
+static inline uint16_t *d_ptr(const weir_q4_layout *l, uint8_t *quad, int i) {
+  return (uint16_t *)(void *)(quad + l->nib_bytes) + (int64_t)i * l->ng;
+}
+static inline uint16_t *m_ptr(const weir_q4_layout *l, uint8_t *quad, int i) {
+  return (uint16_t *)(void *)(quad + l->nib_bytes) + 4 * l->ng + (int64_t)i * l->ng;
+}
+
+void weir_q4_store_row(const weir_q4_layout *l, uint8_t *w, int64_t r, const uint8_t *q,
+                       const uint16_t *d, const uint16_t *m) {
+  uint8_t *quad = w + (size_t)(r / 4) * l->quad_bytes;
+  const int i = (int)(r % 4);
+  for (int64_t c = 0; c < l->kp / WEIR_Q4_CHUNK; c++) {
+    uint8_t *rb = quad + c * 512 + i * 128;
+    memset(rb, 0, 128);
+    int64_t k0 = c * WEIR_Q4_CHUNK;
+    int64_t n = l->cols - k0 < WEIR_Q4_CHUNK ? l->cols - k0 : WEIR_Q4_CHUNK;
+    for (int k = 0; k < n; k++) {
+      int p = weir_q8_stored_pos(k);
+      rb[nib_byte(p)] |= (uint8_t)((q[k0 + k] & 15) << nib_shift(p));
+    }
+  }
+  int64_t real = (l->cols + l->group - 1) / l->group; /* groups holding real columns */
+  uint16_t *dd = d_ptr(l, quad, i);
+  for (int64_t g = 0; g < l->ng; g++) dd[g] = g < real ? d[g] : 0;
+  if (!l->sym) {
+    uint16_t *mm = m_ptr(l, quad, i);
+    for (int64_t g = 0; g < l->ng; g++) mm[g] = g < real ? m[g] : 0;
+  }
+}
+
+void weir_q4_load_row(const weir_q4_layout *l, const uint8_t *w, int64_t r, uint8_t *q,
+                      uint16_t *d, uint16_t *m) {
+  uint8_t *quad = (uint8_t *)w + (size_t)(r / 4) * l->quad_bytes;
+  const int i = (int)(r % 4);
+  for (int64_t k = 0; k < l->cols; k++) {
+    int64_t c = k / WEIR_Q4_CHUNK;
+    int p = weir_q8_stored_pos((int)(k % WEIR_Q4_CHUNK));
+    q[k] = (uint8_t)((quad[c * 512 + i * 128 + nib_byte(p)] >> nib_shift(p)) & 15);
+  }
+  memcpy(d, d_ptr(l, quad, i), sizeof(uint16_t) * (size_t)l->ng);
+  if (l->sym) {
+    for (int64_t g = 0; g < l->ng; g++) m[g] = weir_f32_to_f16(-8.0f * weir_f16_to_f32(d[g]));
+  } else {
+    memcpy(m, m_ptr(l, quad, i), sizeof(uint16_t) * (size_t)l->ng);
+  }
+}
+
+void weir_q4_dequant_row(const weir_q4_layout *l, const uint8_t *w, int64_t r, float *out) {
+  uint8_t *quad = (uint8_t *)w + (size_t)(r / 4) * l->quad_bytes;
+  const int i = (int)(r % 4);
+  const uint16_t *dd = d_ptr(l, quad, i), *mm = m_ptr(l, quad, i);
+  for (int64_t k = 0; k < l->cols; k++) {
+    int64_t c = k / WEIR_Q4_CHUNK;
+    int p = weir_q8_stored_pos((int)(k % WEIR_Q4_CHUNK));
+    int qv = (quad[c * 512 + i * 128 + nib_byte(p)] >> nib_shift(p)) & 15;
+    float dv = weir_f16_to_f32(dd[k / l->group]);
+    /* d * q + m in double is exact (11 + 4 bit products, sums of two such terms within 53
+     * bits), so the f32 result is the exact value rounded once. */
+    if (l->sym)
+      out[k] = (float)((double)dv * (qv - 8));
+    else
+      out[k] = (float)((double)dv * qv + (double)weir_f16_to_f32(mm[k / l->group]));
+  }
+}
+
+/* ---- activations ------------------------------------------------------------------------- */
+
+size_t weir_q4_act_bytes(int64_t kp) {
+  return (size_t)kp + sizeof(float) * (size_t)(kp / 32 + 2 * (kp / WEIR_Q4_CHUNK) * WEIR_Q4_LANES);
+}
+
+void weir_q4_act_prep(const float *x, const float *inv_scale, int64_t cols, int64_t kp,
+                      int8_t *xq, float *xd, float *xdp, float *xsp, float *tmp) {
+  const float *src = x;
+  if (inv_scale) {
+    for (int64_t k = 0; k < cols; k++) tmp[k] = x[k] * inv_scale[k];
+    src = tmp;
+  }
+  weir_q8_quantize_act(src, cols, kp, xq, xd);
+  for (int64_t c = 0; c < kp / WEIR_Q4_CHUNK; c++) {
+    const int8_t *xc = xq + c * WEIR_Q4_CHUNK;
+    int32_t s[WEIR_Q4_LANES] = {0};
+    for (int p = 0; p < WEIR_Q4_CHUNK; p++) s[(p >> 2) & 15] += xc[p];
+    for (int l = 0; l < WEIR_Q4_LANES; l++) {
+      float dv = xd[c * 8 + l / 2];
+      xdp[c * WEIR_Q4_LANES + l] = dv;
+      xsp[c * WEIR_Q4_LANES + l] = dv * (float)s[l];
+    }
+  }
+}
+
+/* ---- scalar -------------------------------------------------------------------------------- */
+
+static void quads_scalar(const weir_q4_matmul_args *a, int64_t q0, int64_t q1) {
+  const weir_q4_layout *l = a->l;
+  const int64_t kp = l->kp, nch = kp / WEIR_Q4_CHUNK;
+  for (int64_t qd = q0; qd < q1; qd++) {
+    uint8_t *quad = (uint8_t *)a->w + (size_t)qd * l->quad_bytes;
+    for (int i = 0; i < 4 && qd * 4 + i < l->rows; i++) {
+      const uint16_t *dd = d_ptr(l, quad, i), *mm = m_ptr(l, quad, i);
+      for (int64_t t = 0; t < a->n_tokens; t++) {
+        const int8_t *x = a->xq + t * kp;
+        const float *xdp = a->xdp + t * nch * WEIR_Q4_LANES, *xsp = a->xsp + t * nch * WEIR_Q4_LANES;
+        float acc = 0.0f;
+        for (int64_t c = 0; c < nch; c++) {
+          const uint8_t *nb = quad + c * 512 + i * 128;
+          const int8_t *xc = x + c * WEIR_Q4_CHUNK;
+          int32_t is[WEIR_Q4_LANES] = {0};
+          for (int j = 0; j < 64; j++) {
+            int lane = (j >> 2) & 15;
+            is[lane] += (nb[j] & 15) * xc[j] + (nb[j] >> 4) * xc[64 + j] +
+                        (nb[64 + j] & 15) * xc[128 + j] + (nb[64 + j] >> 4) * xc[192 + j];
+          }
+          for (int ln = 0; ln < WEIR_Q4_LANES; ln++) {
+            int64_t g = (c * WEIR_Q4_CHUNK + (ln / 2) * 32) / l->group;
+            float dv = weir_f16_to_f32(dd[g]);
+            float mv = l->sym ? -8.0f * dv : weir_f16_to_f32(mm[g]);
+            acc += (float)is[ln] * (dv * xdp[c * WEIR_Q4_LANES + ln]) + mv * xsp[c * WEIR_Q4_LANES + ln];
+          }
+        }
+        a->y[t * l->rows + qd * 4 + i] = acc;
+      }
+    }
+  }
+}
+
+/* log2(group / 32): a lane's group within a chunk is (lane / 2) >> shift. */
+static inline int group_shift(const weir_q4_layout *l) {
+  return l->group == 32 ? 0 : l->group == 64 ? 1 : 2;
+}
+
+static inline int64_t token_block(int64_t kp, int64_t nt) {
+  int64_t tb = XQ_BLOCK_BYTES / kp;
+  tb = tb / nt * nt;
+  return tb < nt ? nt : tb;
+}
+
+#if WEIR_X86
+/* ---- AVX2 ----------------------------------------------------------------------------------
+ * Per chunk and row, the 16 lanes are two halves (blocks 0-3 and 4-7). Four vpmaddubsw
+ * results of one half add up in int16 without overflow (4 * 2 * 15 * 127 = 15240), so one
+ * vpmaddwd per half and chunk turns them into int32 lane sums. */
+
+WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd, int64_t t) {
+  const weir_q4_layout *l = a->l;
+  const int64_t kp = l->kp, nch = kp / WEIR_Q4_CHUNK, ngc = WEIR_Q4_CHUNK / l->group;
+  const int gs = group_shift(l);
+  const uint8_t *quad = a->w + (size_t)qd * l->quad_bytes;
+  const uint16_t *dbase = (const uint16_t *)(const void *)(quad + l->nib_bytes);
+  const uint16_t *mbase = dbase + 4 * l->ng;
+  const int8_t *x = a->xq + t * kp;
+  const float *xdp = a->xdp + t * nch * WEIR_Q4_LANES, *xsp = a->xsp + t * nch * WEIR_Q4_LANES;
+  const __m256i mask = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i lane8 = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+  const __m256i glo = _mm256_srlv_epi32(lane8, _mm256_set1_epi32(gs));
+  const __m256i ghi = _mm256_srlv_epi32(_mm256_add_epi32(lane8, _mm256_set1_epi32(4)),
+                                        _mm256_set1_epi32(gs));
+  const __m256 neg8 = _mm256_set1_ps(-8.0f);
+  const int pf = qd + 1 < l->nq;
+  __m256 acc[4];
+  for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < nch; c++) {
+    const int8_t *xc = x + c * WEIR_Q4_CHUNK;
+    const __m256i x0 = _mm256_loadu_si256((const __m256i *)xc);
+    const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xc + 32));
+    const __m256i x2 = _mm256_loadu_si256((const __m256i *)(xc + 64));
+    const __m256i x3 = _mm256_loadu_si256((const __m256i *)(xc + 96));
+    const __m256i x4 = _mm256_loadu_si256((const __m256i *)(xc + 128));
+    const __m256i x5 = _mm256_loadu_si256((const __m256i *)(xc + 160));
+    const __m256i x6 = _mm256_loadu_si256((const __m256i *)(xc + 192));
+    const __m256i x7 = _mm256_loadu_si256((const __m256i *)(xc + 224));
+    const __m256 xdlo = _mm256_loadu_ps(xdp + c * 16), xdhi = _mm256_loadu_ps(xdp + c * 16 + 8);
+    const __m256 xslo = _mm256_loadu_ps(xsp + c * 16), xshi = _mm256_loadu_ps(xsp + c * 16 + 8);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+      const uint8_t *nb = quad + c * 512 + i * 128;
+      if (pf) {
+        _mm_prefetch((const char *)(nb + l->quad_bytes), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nb + l->quad_bytes + 64), _MM_HINT_T0);
+      }
+      const __m256i v0 = _mm256_loadu_si256((const __m256i *)nb);
+      const __m256i v1 = _mm256_loadu_si256((const __m256i *)(nb + 32));
+      const __m256i v2 = _mm256_loadu_si256((const __m256i *)(nb + 64));
+      const __m256i v3 = _mm256_loadu_si256((const __m256i *)(nb + 96));
+      __m256i plo = _mm256_maddubs_epi16(_mm256_and_si256(v0, mask), x0);
+      plo = _mm256_add_epi16(plo, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v0, 4), mask), x2));
+      plo = _mm256_add_epi16(plo, _mm256_maddubs_epi16(_mm256_and_si256(v2, mask), x4));
+      plo = _mm256_add_epi16(plo, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v2, 4), mask), x6));
+      __m256i phi = _mm256_maddubs_epi16(_mm256_and_si256(v1, mask), x1);
+      phi = _mm256_add_epi16(phi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v1, 4), mask), x3));
+      phi = _mm256_add_epi16(phi, _mm256_maddubs_epi16(_mm256_and_si256(v3, mask), x5));
+      phi = _mm256_add_epi16(phi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v3, 4), mask), x7));
+      const __m256 ilo = _mm256_cvtepi32_ps(_mm256_madd_epi16(plo, ones));
+      const __m256 ihi = _mm256_cvtepi32_ps(_mm256_madd_epi16(phi, ones));
+      const __m256 d8 = _mm256_cvtph_ps(
+          _mm_loadu_si128((const __m128i *)(const void *)(dbase + i * l->ng + c * ngc)));
+      const __m256 dlo = _mm256_permutevar8x32_ps(d8, glo), dhi = _mm256_permutevar8x32_ps(d8, ghi);
+      __m256 mlo, mhi;
+      if (l->sym) {
+        mlo = _mm256_mul_ps(dlo, neg8);
+        mhi = _mm256_mul_ps(dhi, neg8);
+      } else {
+        const __m256 m8 = _mm256_cvtph_ps(
+            _mm_loadu_si128((const __m128i *)(const void *)(mbase + i * l->ng + c * ngc)));
+        mlo = _mm256_permutevar8x32_ps(m8, glo);
+        mhi = _mm256_permutevar8x32_ps(m8, ghi);
+      }
+      acc[i] = _mm256_fmadd_ps(ilo, _mm256_mul_ps(dlo, xdlo), acc[i]);
+      acc[i] = _mm256_fmadd_ps(ihi, _mm256_mul_ps(dhi, xdhi), acc[i]);
+      acc[i] = _mm256_fmadd_ps(mlo, xslo, acc[i]);
+      acc[i] = _mm256_fmadd_ps(mhi, xshi, acc[i]);
+    }
+  }
+  for (int i = 0; i < 4; i++)
+    if (qd * 4 + i < l->rows) a->y[t * l->rows + qd * 4 + i] = hsum8(acc[i]);
+}
+
+/* ---- AVX-512 --------------------------------------------------------------------------------
+ * A chunk row is two 64-byte loads; each gives the low nibbles (one 64-byte activation step)
+ * and the high nibbles (the next step). VNNI: one vpdpbusd per step, row and token. Without
+ * it, vpmaddubsw results of the four steps add up in int16 (at most 15240) before one
+ * vpmaddwd. Per chunk the 16 int32 lanes are converted once and meet the pair-spread scales
+ * in two FMAs. */
+
+#define NT_AVX512 2
+
+#define TILE512_BODY(VNNI)                                                                     \
+  const weir_q4_layout *l = a->l;                                                              \
+  const int64_t kp = l->kp, nch = kp / WEIR_Q4_CHUNK, ngc = WEIR_Q4_CHUNK / l->group;          \
+  const int64_t xs_stride = nch * WEIR_Q4_LANES;                                               \
+  const int gs = group_shift(l);                                                               \
+  const uint8_t *quad = a->w + (size_t)qd * l->quad_bytes;                                     \
+  const uint16_t *dbase = (const uint16_t *)(const void *)(quad + l->nib_bytes);               \
+  const uint16_t *mbase = dbase + 4 * l->ng;                                                   \
+  const __m512i mask = _mm512_set1_epi8(0x0f);                                                 \
+  const __m512i gidx = _mm512_srlv_epi32(                                                      \
+      _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), _mm512_set1_epi32(gs)); \
+  const __m512 neg8 = _mm512_set1_ps(-8.0f);                                                   \
+  const int pf = qd + 1 < l->nq;                                                               \
+  __m512 acc[4][NT_AVX512];                                                                    \
+  for (int i = 0; i < 4; i++)                                                                  \
+    for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();                              \
+  for (int64_t c = 0; c < nch; c++) {                                                          \
+    __m512i is[4][NT_AVX512];                                                                  \
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                        \
+      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) is[i][j] = _mm512_setzero_si512();  \
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                      \
+      __m512i xlo[NT_AVX512], xhi[NT_AVX512];                                                  \
+      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                   \
+        const int8_t *xc = a->xq + (t + j) * kp + c * WEIR_Q4_CHUNK + h * 128;                 \
+        xlo[j] = _mm512_loadu_si512((const void *)xc);                                         \
+        xhi[j] = _mm512_loadu_si512((const void *)(xc + 64));                                  \
+      }                                                                                        \
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                    \
+        const uint8_t *nb = quad + c * 512 + i * 128 + h * 64;                                 \
+        if (pf) _mm_prefetch((const char *)(nb + l->quad_bytes), _MM_HINT_T0);                 \
+        const __m512i v = _mm512_loadu_si512((const void *)nb);                                \
+        const __m512i lo = _mm512_and_si512(v, mask);                                          \
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);                    \
+        _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                 \
+          if (VNNI) {                                                                          \
+            is[i][j] = _mm512_dpbusd_epi32(is[i][j], lo, xlo[j]);                              \
+            is[i][j] = _mm512_dpbusd_epi32(is[i][j], hi, xhi[j]);                              \
+          } else {                                                                             \
+            is[i][j] = _mm512_add_epi16(is[i][j], _mm512_maddubs_epi16(lo, xlo[j]));           \
+            is[i][j] = _mm512_add_epi16(is[i][j], _mm512_maddubs_epi16(hi, xhi[j]));           \
+          }                                                                                    \
+        }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+    const float *xdp = a->xdp + t * xs_stride + c * WEIR_Q4_LANES;                             \
+    const float *xsp = a->xsp + t * xs_stride + c * WEIR_Q4_LANES;                             \
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                      \
+      const __m512 d16 = _mm512_permutexvar_ps(                                                \
+          gidx, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(                        \
+                    (const __m128i *)(const void *)(dbase + i * l->ng + c * ngc)))));          \
+      const __m512 m16 =                                                                       \
+          l->sym ? _mm512_mul_ps(d16, neg8)                                                    \
+                 : _mm512_permutexvar_ps(                                                      \
+                       gidx, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(           \
+                                 (const __m128i *)(const void *)(mbase + i * l->ng + c * ngc))))); \
+      _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                   \
+        __m512i s32 = is[i][j];                                                                \
+        if (!VNNI) s32 = _mm512_madd_epi16(s32, _mm512_set1_epi16(1));                         \
+        const __m512 sc = _mm512_mul_ps(d16, _mm512_loadu_ps(xdp + j * xs_stride));            \
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), sc, acc[i][j]);                   \
+        acc[i][j] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(xsp + j * xs_stride), acc[i][j]);     \
+      }                                                                                        \
+    }                                                                                          \
+  }                                                                                            \
+  for (int i = 0; i < 4; i++)                                                                  \
+    if (qd * 4 + i < l->rows)                                                                  \
+      for (int j = 0; j < nt; j++)                                                             \
+        a->y[(t + j) * l->rows + qd * 4 + i] = _mm512_reduce_add_ps(acc[i][j]);
+
+WEIR_TARGET_AVX512 static ALWAYS_INLINE void tile_avx512(const weir_q4_matmul_args *a,
+                                                         int64_t qd, int64_t t, const int nt) {
+  TILE512_BODY(0)
+}
+
+TARGET_VNNI static ALWAYS_INLINE void tile_vnni(const weir_q4_matmul_args *a, int64_t qd,
+                                                int64_t t, const int nt) {
+  TILE512_BODY(1)
+}
+
+WEIR_TARGET_AVX512 static void tile_avx512_any(const weir_q4_matmul_args *a, int64_t qd,
+                                               int64_t t, int nt) {
+  if (nt == 1) tile_avx512(a, qd, t, 1);
+  else tile_avx512(a, qd, t, 2);
+}
+
+TARGET_VNNI static void tile_vnni_any(const weir_q4_matmul_args *a, int64_t qd, int64_t t,
+                                      int nt) {
+  if (nt == 1) tile_vnni(a, qd, t, 1);
+  else tile_vnni(a, qd, t, 2);
+}
+
+WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q4_matmul_args *a, int64_t qd, int64_t t,
+                                           int nt) {
+  (void)nt;
+  tile_avx2(a, qd, t);
+}
+#endif
+
+typedef void (*tile_fn)(const weir_q4_matmul_args *a, int64_t qd, int64_t t, int nt);
+
+static void quads_tiled(const weir_q4_matmul_args *a, int64_t q0, int64_t q1, tile_fn tile,
+                        int nt_max) {
+  const int64_t n = a->n_tokens;
+  const int64_t tb = token_block(a->l->kp, nt_max);
+  for (int64_t t0 = 0; t0 < n; t0 += tb) {
+    int64_t t1 = t0 + tb < n ? t0 + tb : n;
+    for (int64_t qd = q0; qd < q1; qd++)
+      for (int64_t t = t0; t < t1; t += nt_max) {
+        int nt = t1 - t < nt_max ? (int)(t1 - t) : nt_max;
+        tile(a, qd, t, nt);
+      }
+  }
+}
+
+void weir_q4_matmul_quads(const weir_q4_matmul_args *a, int64_t q_begin, int64_t q_end) {
+  if (q_begin < 0) q_begin = 0;
+  if (q_end > a->l->nq) q_end = a->l->nq;
+  if (q_begin >= q_end || a->n_tokens <= 0) return;
+  switch (weir_q8_isa_current()) {
+#if WEIR_X86
+  case WEIR_Q8_ISA_AVX512_VNNI: quads_tiled(a, q_begin, q_end, tile_vnni_any, NT_AVX512); return;
+  case WEIR_Q8_ISA_AVX512: quads_tiled(a, q_begin, q_end, tile_avx512_any, NT_AVX512); return;
+  case WEIR_Q8_ISA_AVX2: quads_tiled(a, q_begin, q_end, tile_avx2_any, 1); return;
+#endif
+  default: quads_scalar(a, q_begin, q_end); return;
+  }
+}
+
+void weir_q4_matmul_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  weir_q4_matmul_quads((const weir_q4_matmul_args *)arg, begin, end);
+}

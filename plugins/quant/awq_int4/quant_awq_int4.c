@@ -1,0 +1,648 @@
+/* awq_int4: activation-aware 4-bit weights with int8 activations on the CPU.
+ *
+ * pack() stores a weight as unsigned 4-bit values with an f16 scale d and offset m per group
+ * of `group_size` input columns (w = d q + m) in the layout of kernels/cpu/matmul_q4.h, plus,
+ * when calibration samples came with it, a per-input-channel scale s: the weights stored are
+ * those of W diag(s), and matmul multiplies the activations by 1/s before quantizing them.
+ *   - F32, F16, BF16 (and Q8_0) sources are quantized at load by round-to-nearest, after the
+ *     AWQ search (awq_search.c) chose s when samples are given, and optionally a clipping
+ *     ratio per row and group chosen on the samples.
+ *   - Q4_0 and Q4_1 sources are carried over exactly: their 32-element blocks become groups of
+ *     32 (or of group_size when every run of blocks in a group shares d and m), Q4_0 as a
+ *     symmetric weight (m = -8 d, nothing stored).
+ * pack_group() shares one s among weights that multiply the same input, export_weight()
+ * writes a packed weight as Q4_1 blocks for `weir quantize`. See docs/quant-awq.md. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "awq_int4.h"
+#include "convert.h"
+#include "dequant.h"
+#include "matmul.h"
+#include "weight_mem.h"
+
+typedef struct awq_weight {
+  weir_q4_layout l;
+  uint8_t *data;
+  int from_device_alloc;
+  float *scale;     /* [cols] s, or NULL */
+  float *inv_scale; /* [cols] 1 / s, or NULL */
+  size_t bytes;
+} awq_weight;
+
+enum {
+  OPT_GROUP, OPT_CALIB, OPT_CALIB_SAMPLES, OPT_SEARCH_SAMPLES, OPT_SEARCH_ROWS, OPT_CLIP,
+  OPT_CLIP_SAMPLES, OPT_COUNT_
+};
+
+static const weir_option_desc k_options[] = {
+    [OPT_GROUP] = {.key = "group_size", .type = WEIR_OPT_INT, .def_int = 128, .min = 32,
+                   .max = 128,
+                   .help = "input columns per 4-bit scale and offset: 32, 64 or 128 (Q4_0/Q4_1 "
+                           "sources keep their blocks of 32 unless whole groups share them)"},
+    [OPT_CALIB] = {.key = "calibration", .type = WEIR_OPT_BOOL, .def_bool = 1,
+                   .help = "ask for a calibration pass and search activation-aware scales "
+                           "(false: plain round-to-nearest, the RTN baseline)"},
+    [OPT_CALIB_SAMPLES] = {.key = "calibration_samples", .type = WEIR_OPT_INT, .def_int = 512,
+                           .min = 8, .max = 1 << 20,
+                           .help = "activation samples (tokens) per layer to ask for"},
+    [OPT_SEARCH_SAMPLES] = {.key = "search_samples", .type = WEIR_OPT_INT, .def_int = 128,
+                            .min = 1, .max = 1 << 20,
+                            .help = "samples the scale search evaluates (evenly spaced subset)"},
+    [OPT_SEARCH_ROWS] = {.key = "search_rows", .type = WEIR_OPT_INT, .def_int = 1024, .min = 1,
+                         .max = 1 << 30,
+                         .help = "output rows the scale search evaluates per group of weights"},
+    [OPT_CLIP] = {.key = "clip_search", .type = WEIR_OPT_BOOL, .def_bool = 1,
+                  .help = "with calibration: also search a clipping ratio (1 to 0.5) per row "
+                          "and group"},
+    [OPT_CLIP_SAMPLES] = {.key = "clip_samples", .type = WEIR_OPT_INT, .def_int = 32, .min = 1,
+                          .max = 1 << 20,
+                          .help = "samples the clipping search evaluates"},
+};
+
+#define LOG(p, lvl, ...) \
+  do { if ((p)->host->log) (p)->host->log((p)->host->ctx, (lvl), __VA_ARGS__); } while (0)
+
+static int awq_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  awq_plugin *p = calloc(1, sizeof *p);
+  if (!p) return WEIR_E_NOMEM;
+  p->host = host;
+  p->group = 128;
+  p->calibration = 1;
+  p->calib_samples = 512;
+  p->search_samples = 128;
+  p->search_rows = 1024;
+  p->clip = 1;
+  p->clip_samples = 32;
+  if (args && args->options && args->num_options >= OPT_COUNT_) {
+    const weir_option_value *o = args->options;
+    p->group = o[OPT_GROUP].i;
+    p->calibration = o[OPT_CALIB].b != 0;
+    p->calib_samples = o[OPT_CALIB_SAMPLES].i;
+    p->search_samples = o[OPT_SEARCH_SAMPLES].i;
+    p->search_rows = o[OPT_SEARCH_ROWS].i;
+    p->clip = o[OPT_CLIP].b != 0;
+    p->clip_samples = o[OPT_CLIP_SAMPLES].i;
+  }
+  if (p->group != 32 && p->group != 64 && p->group != 128) {
+    LOG(p, WEIR_LOG_ERROR, "awq_int4: group_size must be 32, 64 or 128, not %lld",
+        (long long)p->group);
+    free(p);
+    return WEIR_E_INVAL;
+  }
+  LOG(p, WEIR_LOG_INFO, "awq_int4: group_size %lld, calibration %s%s, kernels %s",
+      (long long)p->group, p->calibration ? "on" : "off (RTN)",
+      p->calibration && p->clip ? " with clipping search" : "",
+      weir_q8_isa_name(weir_q8_isa_current()));
+  *self = p;
+  return WEIR_OK;
+}
+
+static void awq_fini(void *self) { free(self); }
+
+static int64_t awq_calibration_samples(void *self) {
+  awq_plugin *p = self;
+  return p->calibration ? p->calib_samples : 0;
+}
+
+/* ---- packing ------------------------------------------------------------------------------ */
+
+static size_t src_stride(const weir_tensor *t) {
+  size_t rb = weir_dtype_row_bytes(t->dtype, t->ne[0]);
+  return t->ndim >= 2 && t->nb[1] ? t->nb[1] : rb;
+}
+
+static int is_q4(weir_dtype t) { return t == WEIR_DTYPE_Q4_0 || t == WEIR_DTYPE_Q4_1; }
+
+/* Checks one source and returns its shape; logs and returns a status when unusable. */
+static int check_source(awq_plugin *p, const weir_quant_pack_args *a, int64_t *rows,
+                        int64_t *cols) {
+  const weir_tensor *t = a->src;
+  const char *name = a->name ? a->name : "?";
+  if (!t || !t->data) return WEIR_E_INVAL;
+  switch (t->dtype) {
+  case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16: case WEIR_DTYPE_Q8_0:
+  case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: break;
+  default:
+    LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s has unsupported dtype %s", name,
+        weir_dtype_name(t->dtype));
+    return WEIR_E_NOTSUP;
+  }
+  if (t->ndim < 1 || t->ndim > WEIR_MAX_DIMS) return WEIR_E_INVAL;
+  for (int d = 2; d < t->ndim; d++)
+    if (t->ne[d] != 1) {
+      LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s is not a matrix", name);
+      return WEIR_E_NOTSUP;
+    }
+  *cols = t->ne[0];
+  *rows = t->ndim >= 2 ? t->ne[1] : 1;
+  size_t rb = weir_dtype_row_bytes(t->dtype, *cols);
+  if (*cols <= 0 || *rows <= 0 || rb == 0 || *cols > ((int64_t)1 << 40) / *rows) {
+    LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s has a bad shape for %s (%lld x %lld)", name,
+        weir_dtype_name(t->dtype), (long long)*rows, (long long)*cols);
+    return WEIR_E_NOTSUP;
+  }
+  if (src_stride(t) < rb) return WEIR_E_INVAL;
+  return WEIR_OK;
+}
+
+/* For a Q4_0/Q4_1 source: 1 when every run of group/32 blocks in each row has the same d (and
+ * m), so the weight keeps the configured group size; else the blocks' own 32 is used. */
+static int q4_runs_share(const weir_tensor *t, int64_t rows, int64_t cols, int64_t group) {
+  if (group == 32) return 1;
+  const size_t bb = weir_dtype_block_bytes(t->dtype), sb = t->dtype == WEIR_DTYPE_Q4_1 ? 4 : 2;
+  const int64_t nblk = cols / 32, per = group / 32;
+  for (int64_t r = 0; r < rows; r++) {
+    const uint8_t *row = (const uint8_t *)t->data + (size_t)r * src_stride(t);
+    for (int64_t b = 0; b < nblk; b++)
+      if (b % per && memcmp(row + b * bb, row + (b - b % per) * bb, sb) != 0) return 0;
+  }
+  return 1;
+}
+
+typedef struct pack_job {
+  const awq_plugin *p;
+  const weir_tensor *t;
+  size_t stride;
+  awq_weight *w;
+  const float *s;   /* [cols] or NULL */
+  const float *xc;  /* [nc][cols] clipping samples divided by s, or NULL */
+  int64_t nc;
+  int failed;       /* WEIR_OK or a status */
+} pack_job;
+
+static void set_failed(pack_job *j, int rc) {
+  int expect = WEIR_OK;
+  __atomic_compare_exchange_n(&j->failed, &expect, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* One Q4_0 / Q4_1 row, exactly: nibbles as they are, d (and m) of each group's first block. */
+static void pack_q4_row(const pack_job *j, int64_t r, uint8_t *q, uint16_t *d, uint16_t *m) {
+  const weir_q4_layout *l = &j->w->l;
+  const uint8_t *row = (const uint8_t *)j->t->data + (size_t)r * j->stride;
+  const int q41 = j->t->dtype == WEIR_DTYPE_Q4_1;
+  const size_t bb = weir_dtype_block_bytes(j->t->dtype);
+  for (int64_t b = 0; b < l->cols / 32; b++) {
+    const uint8_t *blk = row + b * bb, *qs = blk + (q41 ? 4 : 2);
+    for (int i = 0; i < 16; i++) {
+      q[b * 32 + i] = qs[i] & 15;
+      q[b * 32 + 16 + i] = qs[i] >> 4;
+    }
+    if (b % (l->group / 32) == 0) {
+      d[b * 32 / l->group] = (uint16_t)(blk[0] | blk[1] << 8);
+      if (q41) m[b * 32 / l->group] = (uint16_t)(blk[2] | blk[3] << 8);
+    }
+  }
+}
+
+/* Rows packed together by the clipping search: their errors for one group and ratio come from
+ * one small GEMM against the samples. */
+#define CLIP_ROWS 64
+
+/* A float row: dequantized, times s. */
+static int load_scaled_row(const pack_job *j, int64_t r, float *row) {
+  const int64_t cols = j->w->l.cols;
+  if (weir_dequant_row_f32(j->t->dtype, (const uint8_t *)j->t->data + (size_t)r * j->stride,
+                           row, cols) != 0)
+    return WEIR_E_NOTSUP;
+  if (j->s)
+    for (int64_t k = 0; k < cols; k++) row[k] *= j->s[k];
+  return WEIR_OK;
+}
+
+/* Rows [r0, r0 + nr) with the clipping search: for each group, every ratio's quantization
+ * error E (nr x n) meets the group's samples (nc x n) in one GEMM, and each row keeps the ratio
+ * with the smallest sum of squared outputs. */
+static int pack_rows_clip(pack_job *j, int64_t r0, int64_t nr, float *rows, uint8_t *q,
+                          uint16_t *d, uint16_t *m, float *e, float *y, float *lo, float *hi,
+                          double *best) {
+  const weir_q4_layout *l = &j->w->l;
+  const int64_t cols = l->cols, nc = j->nc;
+  int rc = WEIR_OK;
+  for (int64_t i = 0; i < nr; i++)
+    if ((rc = load_scaled_row(j, r0 + i, rows + i * cols)) != WEIR_OK) return rc;
+  for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += l->group, gi++) {
+    const int64_t n = cols - g0 < l->group ? cols - g0 : l->group;
+    float mn[CLIP_ROWS], mx[CLIP_ROWS];
+    for (int64_t i = 0; i < nr; i++) {
+      const float *w = rows + i * cols + g0;
+      mn[i] = mx[i] = w[0];
+      for (int64_t k = 1; k < n; k++) {
+        mn[i] = w[k] < mn[i] ? w[k] : mn[i];
+        mx[i] = w[k] > mx[i] ? w[k] : mx[i];
+      }
+      best[i] = INFINITY;
+      lo[i] = mn[i];
+      hi[i] = mx[i];
+    }
+    for (int ri = 0; ri <= AWQ_CLIP_STEPS; ri++) {
+      const float ratio = 1.0f - (float)ri / AWQ_CLIP_GRID;
+      for (int64_t i = 0; i < nr; i++) {
+        const float *w = rows + i * cols + g0;
+        const float a = mn[i] < 0 ? mn[i] * ratio : mn[i], b = mx[i] > 0 ? mx[i] * ratio : mx[i];
+        uint8_t qq[128];
+        uint16_t dh, mh;
+        float *ei = e + i * n;
+        if (weir_q4_quantize_group_clip(w, n, a, b, qq, &dh, &mh) != 0) {
+          for (int64_t k = 0; k < n; k++) ei[k] = NAN;
+          continue;
+        }
+        const float dv = weir_f16_to_f32(dh), mv = weir_f16_to_f32(mh);
+        for (int64_t k = 0; k < n; k++) ei[k] = dv * (float)qq[k] + mv - w[k];
+      }
+      weir_matmul_args ma = {.w = e, .w_dtype = WEIR_DTYPE_F32, .rows = nr, .cols = n,
+                             .x = j->xc + gi * nc * l->group, .y = y, .n_tokens = nc};
+      weir_matmul_rows(&ma, 0, nr);
+      for (int64_t i = 0; i < nr; i++) {
+        double err = 0;
+        for (int64_t t = 0; t < nc; t++) err += (double)y[t * nr + i] * y[t * nr + i];
+        if (err < best[i]) { /* NaN never wins */
+          best[i] = err;
+          lo[i] = mn[i] < 0 ? mn[i] * ratio : mn[i];
+          hi[i] = mx[i] > 0 ? mx[i] * ratio : mx[i];
+        }
+      }
+    }
+    for (int64_t i = 0; i < nr; i++)
+      if (weir_q4_quantize_group_clip(rows + i * cols + g0, n, lo[i], hi[i], q + i * cols + g0,
+                                      &d[i * l->ng + gi], &m[i * l->ng + gi]) != 0)
+        rc = WEIR_E_RANGE;
+  }
+  for (int64_t i = 0; i < nr; i++)
+    weir_q4_store_row(l, j->w->data, r0 + i, q + i * cols, d + i * l->ng, m + i * l->ng);
+  return rc;
+}
+
+static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  pack_job *j = arg;
+  const weir_q4_layout *l = &j->w->l;
+  const int64_t cols = l->cols, nb = j->xc ? CLIP_ROWS : 1;
+  float *row = malloc(sizeof(float) * (size_t)(cols * nb));
+  uint8_t *q = malloc((size_t)(cols * nb));
+  uint16_t *d = calloc((size_t)(l->ng * nb), sizeof(uint16_t));
+  uint16_t *m = calloc((size_t)(l->ng * nb), sizeof(uint16_t));
+  float *e = j->xc ? malloc(sizeof(float) * (size_t)(CLIP_ROWS * 128)) : NULL;
+  float *y = j->xc ? malloc(sizeof(float) * (size_t)(CLIP_ROWS * j->nc)) : NULL;
+  float lo[CLIP_ROWS], hi[CLIP_ROWS];
+  double best[CLIP_ROWS];
+  if (!row || !q || !d || !m || (j->xc && (!e || !y))) {
+    set_failed(j, WEIR_E_NOMEM);
+    goto out;
+  }
+  for (int64_t r = begin; r < end;) {
+    if (j->xc) {
+      int64_t nr = end - r < CLIP_ROWS ? end - r : CLIP_ROWS;
+      int rc = pack_rows_clip(j, r, nr, row, q, d, m, e, y, lo, hi, best);
+      if (rc != WEIR_OK) set_failed(j, rc);
+      r += nr;
+      continue;
+    }
+    if (is_q4(j->t->dtype)) {
+      pack_q4_row(j, r, q, d, m);
+    } else {
+      int rc = load_scaled_row(j, r, row);
+      if (rc != WEIR_OK) {
+        set_failed(j, rc);
+        break;
+      }
+      for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += l->group, gi++) {
+        const int64_t n = cols - g0 < l->group ? cols - g0 : l->group;
+        if (weir_q4_quantize_group(row + g0, n, q + g0, &d[gi], &m[gi]) != 0)
+          set_failed(j, WEIR_E_RANGE);
+      }
+    }
+    weir_q4_store_row(l, j->w->data, r, q, d, m);
+    r++;
+  }
+out:
+  free(row);
+  free(q);
+  free(d);
+  free(m);
+  free(e);
+  free(y);
+}
+
+static void weight_free(awq_plugin *p, awq_weight *w) {
+  if (!w) return;
+  weir_cpu_weight_free(p->host, w->data, w->from_device_alloc);
+  p->host->free(p->host->ctx, w->scale);
+  p->host->free(p->host->ctx, w->inv_scale);
+  p->host->free(p->host->ctx, w);
+}
+
+/* Packs one weight; s (cols floats, copied) may be NULL. xc: clipping samples or NULL. */
+static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s,
+                    const float *xc, int64_t nc, awq_weight **out) {
+  const weir_host *h = p->host;
+  const weir_tensor *t = a->src;
+  const char *name = a->name ? a->name : "?";
+  int64_t rows, cols;
+  int rc = check_source(p, a, &rows, &cols);
+  if (rc != WEIR_OK) return rc;
+  int64_t group = p->group;
+  if (is_q4(t->dtype) && !q4_runs_share(t, rows, cols, group)) group = 32;
+  awq_weight *w = h->alloc(h->ctx, sizeof *w, 0);
+  if (!w) return WEIR_E_NOMEM;
+  memset(w, 0, sizeof *w);
+  if (weir_q4_layout_init(&w->l, rows, cols, group, t->dtype == WEIR_DTYPE_Q4_0) != 0) {
+    h->free(h->ctx, w);
+    return WEIR_E_NOTSUP;
+  }
+  w->bytes = w->l.bytes;
+  w->data = weir_cpu_weight_alloc(h, w->bytes, &w->from_device_alloc);
+  if (!w->data) {
+    rc = WEIR_E_NOMEM;
+    goto fail;
+  }
+  /* Padding rows of the last quad, its alignment bytes and the tail read past the end hold
+   * zeros; every real row's bytes are written by store_row. */
+  memset(w->data + (size_t)(w->l.nq - 1) * w->l.quad_bytes, 0, w->l.quad_bytes + WEIR_Q4_TAIL_PAD);
+  if (s) {
+    w->scale = h->alloc(h->ctx, sizeof(float) * (size_t)cols, 0);
+    w->inv_scale = h->alloc(h->ctx, sizeof(float) * (size_t)cols, 0);
+    if (!w->scale || !w->inv_scale) {
+      rc = WEIR_E_NOMEM;
+      goto fail;
+    }
+    for (int64_t k = 0; k < cols; k++) {
+      w->scale[k] = s[k];
+      w->inv_scale[k] = 1.0f / s[k];
+    }
+  }
+  pack_job j = {.p = p, .t = t, .stride = src_stride(t), .w = w, .s = s, .xc = xc, .nc = nc};
+  int64_t work = rows * cols * (xc ? nc * (AWQ_CLIP_STEPS + 1) : 1);
+  weir_cpu_for_rows(h, rows, xc ? CLIP_ROWS : 16, work, 1 << 18, pack_chunk, &j);
+  if (j.failed != WEIR_OK) {
+    rc = j.failed;
+    if (rc == WEIR_E_RANGE)
+      LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s holds Inf/NaN or values beyond the f16 range "
+          "of the 4-bit scales", name);
+    goto fail;
+  }
+  *out = w;
+  return WEIR_OK;
+fail:
+  weight_free(p, w);
+  return rc;
+}
+
+static int awq_pack_group(void *self, const weir_quant_pack_args *const *args, int n,
+                          void **weights) {
+  awq_plugin *p = self;
+  if (!args || !weights || n < 1) return WEIR_E_INVAL;
+  awq_weight *out[8] = {0};
+  if (n > 8) return WEIR_E_INVAL;
+  int64_t rows, cols = 0;
+  int floats = 1, rc;
+  for (int i = 0; i < n; i++) {
+    int64_t c;
+    if (!args[i]) return WEIR_E_INVAL;
+    if ((rc = check_source(p, args[i], &rows, &c)) != WEIR_OK) return rc;
+    if (i && c != cols) {
+      LOG(p, WEIR_LOG_ERROR, "awq_int4: %s and %s share an input but have %lld and %lld inputs",
+          args[0]->name ? args[0]->name : "?", args[i]->name ? args[i]->name : "?",
+          (long long)cols, (long long)c);
+      return WEIR_E_INVAL;
+    }
+    cols = c;
+    if (is_q4(args[i]->src->dtype)) floats = 0;
+  }
+  const weir_quant_pack_args *a0 = args[0];
+  const int awq = p->calibration && floats && a0->act_samples && a0->num_samples > 0;
+  float *s = NULL, *xc = NULL;
+  int64_t nc = 0;
+  if (awq) {
+    awq_search_result res;
+    s = malloc(sizeof(float) * (size_t)cols);
+    if (!s) return WEIR_E_NOMEM;
+    rc = awq_search_scale(p, args, n, s, &res);
+    if (rc != WEIR_OK) goto out;
+    char names[256];
+    size_t off = 0;
+    names[0] = 0;
+    for (int i = 0; i < n && off < sizeof names; i++)
+      off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
+                              args[i]->name ? args[i]->name : "?");
+    char where[40] = "";
+    if (WEIR_QUANT_ARGS_HAS(a0, num_layers) && a0->num_layers > 0 && a0->layer >= 0)
+      snprintf(where, sizeof where, " (block %d of %d)", a0->layer + 1, a0->num_layers);
+    LOG(p, WEIR_LOG_INFO, "awq_int4: %s%s: alpha %.2f, output error %.3g of RTN's "
+        "(%lld rows x %lld samples)", names, where, res.alpha,
+        res.err_rtn > 0 ? res.err_best / res.err_rtn : 1.0, (long long)res.rows,
+        (long long)res.samples);
+    if (p->clip) {
+      nc = a0->num_samples < p->clip_samples ? a0->num_samples : p->clip_samples;
+      xc = malloc(sizeof(float) * (size_t)(nc * cols));
+      if (!xc) {
+        rc = WEIR_E_NOMEM;
+        goto out;
+      }
+      /* Per group, [nc][n] contiguous (the GEMM's activations): group gi at gi * nc * group. */
+      for (int64_t t = 0; t < nc; t++) {
+        const float *x = a0->act_samples + (t * a0->num_samples / nc) * cols;
+        for (int64_t g0 = 0; g0 < cols; g0 += p->group) {
+          const int64_t gn = cols - g0 < p->group ? cols - g0 : p->group;
+          for (int64_t k = 0; k < gn; k++) xc[g0 * nc + t * gn + k] = x[g0 + k] / s[g0 + k];
+        }
+      }
+    }
+  } else if (p->calibration && a0->act_samples && !floats) {
+    LOG(p, WEIR_LOG_INFO, "awq_int4: %s: 4-bit source carried over as is (no scale search)",
+        a0->name ? a0->name : "?");
+  }
+  rc = WEIR_OK;
+  for (int i = 0; i < n && rc == WEIR_OK; i++) rc = pack_one(p, args[i], s, xc, nc, &out[i]);
+  if (rc != WEIR_OK) {
+    for (int i = 0; i < n; i++) weight_free(p, out[i]);
+    goto out;
+  }
+  for (int i = 0; i < n; i++) weights[i] = out[i];
+out:
+  free(s);
+  free(xc);
+  return rc;
+}
+
+static int awq_pack(void *self, const weir_quant_pack_args *args, void **weight) {
+  if (!weight) return WEIR_E_INVAL;
+  return awq_pack_group(self, &args, 1, weight);
+}
+
+static void awq_release(void *self, void *weight) { weight_free(self, weight); }
+
+static size_t awq_weight_bytes(void *self, const void *weight) {
+  (void)self;
+  const awq_weight *w = weight;
+  return w ? w->bytes : 0;
+}
+
+/* ---- matmul -------------------------------------------------------------------------------- */
+
+typedef struct act_job {
+  const awq_weight *w;
+  const float *x;
+  int8_t *xq;
+  float *xd, *xdp, *xsp, *tmp;
+} act_job;
+
+static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  act_job *j = arg;
+  const weir_q4_layout *l = &j->w->l;
+  const int64_t kp = l->kp, nl = kp / WEIR_Q4_CHUNK * WEIR_Q4_LANES;
+  for (int64_t t = begin; t < end; t++)
+    weir_q4_act_prep(j->x + t * l->cols, j->w->inv_scale, l->cols, kp, j->xq + t * kp,
+                     j->xd + t * (kp / 32), j->xdp + t * nl, j->xsp + t * nl,
+                     j->tmp + (int64_t)thread * l->cols);
+}
+
+/* Activations of up to this many bytes live on the stack (decode of the 1.1B shape needs
+ * about 32 KiB for the FFN's down projection). */
+#define STACK_ACT_BYTES 49152
+
+static int awq_matmul(void *self, const void *weight, const float *x, float *y, int64_t n_tokens) {
+  awq_plugin *p = self;
+  const weir_host *h = p->host;
+  const awq_weight *w = weight;
+  if (n_tokens == 0) return WEIR_OK;
+  if (!w || !x || !y || n_tokens < 0) return WEIR_E_INVAL;
+  const weir_q4_layout *l = &w->l;
+  const int64_t kp = l->kp, nl = kp / WEIR_Q4_CHUNK * WEIR_Q4_LANES;
+  const int threads = weir_cpu_host_threads(h);
+  const size_t nt = (size_t)n_tokens;
+  const size_t qb = (nt * (size_t)kp + 63) & ~(size_t)63;
+  const size_t nf = nt * (size_t)(kp / 32) + 2 * nt * (size_t)nl +
+                    (w->inv_scale ? (size_t)threads * (size_t)l->cols : 0);
+  const size_t need = qb + nf * sizeof(float);
+  _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
+  void *heap = NULL;
+  uint8_t *buf = stack_buf;
+  if (need > sizeof stack_buf) {
+    if (posix_memalign(&heap, 64, need) != 0) return WEIR_E_NOMEM;
+    buf = heap;
+  }
+  float *f = (float *)(void *)(buf + qb);
+  act_job aj = {.w = w, .x = x, .xq = (int8_t *)buf, .xd = f};
+  aj.xdp = aj.xd + nt * (size_t)(kp / 32);
+  aj.xsp = aj.xdp + nt * (size_t)nl;
+  aj.tmp = aj.xsp + nt * (size_t)nl;
+  if (threads > 1 && n_tokens >= 2 * threads && n_tokens * kp >= (1 << 16))
+    h->parallel_for(h->ctx, n_tokens, 1, act_chunk, &aj);
+  else
+    act_chunk(&aj, 0, n_tokens, 0);
+
+  weir_q4_matmul_args a = {.l = l, .w = w->data, .xq = aj.xq, .xdp = aj.xdp, .xsp = aj.xsp,
+                           .n_tokens = n_tokens, .y = y};
+  if (threads <= 1 || l->nq < 2 || l->rows * kp * n_tokens < (1 << 16)) {
+    weir_q4_matmul_quads(&a, 0, l->nq);
+  } else {
+    /* Four chunks per thread even out uneven cores. */
+    int64_t grain = l->nq / ((int64_t)threads * 4);
+    if (grain < 2) grain = 2;
+    h->parallel_for(h->ctx, l->nq, grain, weir_q4_matmul_chunk, &a);
+  }
+  free(heap);
+  return WEIR_OK;
+}
+
+static int awq_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
+  (void)self;
+  const awq_weight *w = weight;
+  if (n == 0) return WEIR_OK;
+  if (!w || !ids || !out || n < 0) return WEIR_E_INVAL;
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= w->l.rows) return WEIR_E_RANGE;
+  for (int64_t i = 0; i < n; i++) {
+    float *o = out + i * w->l.cols;
+    weir_q4_dequant_row(&w->l, w->data, ids[i], o);
+    if (w->inv_scale)
+      for (int64_t k = 0; k < w->l.cols; k++) o[k] *= w->inv_scale[k];
+  }
+  return WEIR_OK;
+}
+
+/* ---- export -------------------------------------------------------------------------------- */
+
+static int awq_export(void *self, const void *weight, weir_quant_export *ex) {
+  awq_plugin *p = self;
+  const awq_weight *w = weight;
+  if (!w || !ex || !ex->data) return WEIR_E_INVAL;
+  const weir_q4_layout *l = &w->l;
+  if (ex->dtype != WEIR_DTYPE_Q4_1) return WEIR_E_NOTSUP;
+  const size_t rb = weir_dtype_row_bytes(WEIR_DTYPE_Q4_1, l->cols);
+  if (rb == 0) return WEIR_E_NOTSUP;
+  if (ex->bytes < rb * (size_t)l->rows) return WEIR_E_RANGE;
+  uint8_t *q = malloc((size_t)l->cols);
+  uint16_t *d = malloc(sizeof(uint16_t) * (size_t)l->ng), *m = malloc(sizeof(uint16_t) * (size_t)l->ng);
+  int rc = WEIR_OK;
+  if (!q || !d || !m) {
+    rc = WEIR_E_NOMEM;
+    goto out;
+  }
+  for (int64_t r = 0; r < l->rows; r++) {
+    weir_q4_load_row(l, w->data, r, q, d, m);
+    uint8_t *row = (uint8_t *)ex->data + (size_t)r * rb;
+    for (int64_t b = 0; b < l->cols / 32; b++) {
+      const int64_t g = b * 32 / l->group;
+      /* A Q4_0 source's m = -8 d is exact in f16 unless it overflows. */
+      if (l->sym && weir_f16_to_f32(m[g]) != -8.0f * weir_f16_to_f32(d[g])) {
+        LOG(p, WEIR_LOG_ERROR, "awq_int4: row %lld: -8 d of a Q4_0 block does not fit f16",
+            (long long)r);
+        rc = WEIR_E_RANGE;
+        goto out;
+      }
+      uint8_t *blk = row + b * 20;
+      blk[0] = (uint8_t)d[g];
+      blk[1] = (uint8_t)(d[g] >> 8);
+      blk[2] = (uint8_t)m[g];
+      blk[3] = (uint8_t)(m[g] >> 8);
+      for (int i = 0; i < 16; i++)
+        blk[4 + i] = (uint8_t)(q[b * 32 + i] | q[b * 32 + 16 + i] << 4);
+    }
+  }
+  if (ex->in_scale)
+    for (int64_t k = 0; k < l->cols; k++) ex->in_scale[k] = w->scale ? w->scale[k] : 1.0f;
+out:
+  free(q);
+  free(d);
+  free(m);
+  return rc;
+}
+
+static const weir_quant_ops k_ops = {
+    .struct_size = sizeof(weir_quant_ops),
+    .pack = awq_pack,
+    .release = awq_release,
+    .weight_bytes = awq_weight_bytes,
+    .matmul = awq_matmul,
+    .embed = awq_embed,
+    .calibration_samples = awq_calibration_samples,
+    .pack_group = awq_pack_group,
+    .export_weight = awq_export,
+};
+
+static const weir_plugin_desc k_desc = {
+    .struct_size = sizeof(weir_plugin_desc),
+    .abi_major = WEIR_ABI_MAJOR,
+    .abi_minor = WEIR_ABI_MINOR,
+    .build_signature = WEIR_BUILD_SIGNATURE,
+    .kind = WEIR_PLUGIN_QUANT,
+    .name = "awq_int4",
+    .version = "1.0.0",
+    .description = "activation-aware 4-bit weights (groups of 32-128, f16 scale and offset); "
+                   "int8 activations, AVX2/AVX-512/VNNI kernels",
+    .devices = WEIR_DEVICE_CPU,
+    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
+              WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |
+              WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1),
+    .options = k_options,
+    .num_options = OPT_COUNT_,
+    .init = awq_init,
+    .fini = awq_fini,
+    .ops = &k_ops,
+};
+
+WEIR_PLUGIN_EXPORT(k_desc)

@@ -1,0 +1,861 @@
+/* quant/awq_int4, loaded with dlopen from the build's plugin directory and driven with a small
+ * host table (parallel_for on three pthreads, tests/kernels/wt_pool.c). On every kernel path
+ * this CPU runs (the plugin is reloaded with WEIR_CPU_ISA set and must log the path asked
+ * for), for every source dtype and group size, with odd shapes:
+ *   - pack/unpack exact: export_weight's Q4_1 bytes equal a round-to-nearest quantization
+ *     written out here from the documented rule (F32/F16/BF16/Q8_0 sources), or the source's
+ *     own blocks (Q4_1 bytes as they are; Q4_0 with m = -8 d); embed() returns d q + m (times
+ *     1/s for a scaled weight) rounded once to f32, and each value is within the documented
+ *     bound of the source;
+ *   - Q4_0 / Q4_1 sources give exactly the GGUF dequantization formula (x = d (q - 8),
+ *     x = d q + m), and matmul against that formula in double;
+ *   - matmul (1, 2, 3, 7, 64 tokens) against double-precision references: the packed weights
+ *     times activations quantized here as documented (tight: 4e-6 of the sum of magnitudes),
+ *     times the raw activations (activation bound), and the source weights (both bounds);
+ *   - AWQ: a planted-outlier layer (a few input channels 50x larger than the rest) whose
+ *     output error with the searched scale is clearly below round-to-nearest's; a scaled
+ *     weight exported as Q4_1 and packed again gives the same products for inputs divided by
+ *     s; tied channels get equal scales;
+ *   - the 1.0 pack args (shorter struct) still work; refusals with clear errors.
+ * Inputs are random (seed printed; WT_SEED=... reruns one). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "weir/weir.h"
+#include "wt_pool.h"
+
+static uint64_t g_seed, g_rng;
+static wt_pool *g_pool;
+static weir_host g_host;
+static const char *g_isa = "native";
+static char g_last_info[1024];
+static char g_last_error[1024];
+
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static double urand(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
+static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()); }
+
+#define CHECK_LE(err, tol, what)                                                              \
+  do {                                                                                        \
+    double e_ = (err), t_ = (tol);                                                            \
+    int ok_ = e_ <= t_;                                                                       \
+    if (!ok_)                                                                                 \
+      fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] error %.9g > tol %.9g\n", __FILE__,    \
+              __LINE__, what, g_isa, (unsigned long long)g_seed, e_, t_);                     \
+    CU_ASSERT(ok_);                                                                           \
+    if (!ok_) goto fail;                                                                      \
+  } while (0)
+
+static void test_log(void *ctx, weir_log_level level, const char *fmt, ...) {
+  (void)ctx;
+  va_list ap;
+  va_start(ap, fmt);
+  if (level == WEIR_LOG_INFO) {
+    vsnprintf(g_last_info, sizeof g_last_info, fmt, ap);
+  } else if (level >= WEIR_LOG_ERROR) {
+    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
+  }
+  va_end(ap);
+}
+
+/* ---- independent f16 ----------------------------------------------------------------------- */
+
+static double f16_decode(uint16_t h) {
+  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024.0 + m, e - 25);
+  return s ? -v : v;
+}
+
+/* Round to nearest even, written from the format's definition. */
+static uint16_t f16_encode(float f) {
+  uint16_t sign = signbit(f) ? 0x8000 : 0;
+  double a = fabs((double)f);
+  if (isnan(f)) return 0x7e00;
+  if (a >= 65520.0) return sign | 0x7c00;
+  int ex;
+  frexp(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
+  int e = ex - 1;
+  double quantum = e < -14 ? ldexp(1, -24) : ldexp(1, e - 10);
+  double r = nearbyint(a / quantum);
+  if (a == 0) return sign;
+  if (e < -14) return (uint16_t)(sign | (uint16_t)r);
+  return (uint16_t)(sign | (uint16_t)(((e + 15) << 10) + (int)r - 1024));
+}
+
+static uint16_t f16_random(double lo, double hi) {
+  return f16_encode((float)((lo + (hi - lo) * urand()) * (rnd() & 1 ? -1 : 1)));
+}
+
+/* ---- the documented round-to-nearest, written out ------------------------------------------- */
+
+static void ref_quantize(const float *x, int n, uint8_t *q, uint16_t *dh, uint16_t *mh) {
+  float mn = x[0], mx = x[0];
+  for (int k = 1; k < n; k++) {
+    mn = x[k] < mn ? x[k] : mn;
+    mx = x[k] > mx ? x[k] : mx;
+  }
+  *mh = f16_encode(mn);
+  float mf = (float)f16_decode(*mh);
+  float dd = (mx - mf) / 15.0f;
+  *dh = f16_encode(dd);
+  float df = (float)f16_decode(*dh);
+  if (df < 0) {
+    df = 0;
+    *dh = 0;
+  }
+  float inv = df > 0 ? 1.0f / df : 0.0f;
+  for (int k = 0; k < n; k++) {
+    volatile float t = (x[k] - mf) * inv; /* one f32 rounding before the integer rounding */
+    float r = nearbyintf(t);
+    q[k] = (uint8_t)(r < 0 ? 0 : r > 15 ? 15 : r);
+  }
+}
+
+/* The activation quantization of docs/quant-int8.md (per 32 columns). */
+static void quantize_act(const float *x, int64_t n, double *xdeq, double *step) {
+  for (int64_t b0 = 0; b0 < n; b0 += 32) {
+    int64_t e = b0 + 32 < n ? b0 + 32 : n;
+    float amax = 0;
+    for (int64_t k = b0; k < e; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+    for (int64_t k = b0; k < e; k++) {
+      float v = nearbyintf(x[k] * inv);
+      v = v > 127 ? 127 : v < -127 ? -127 : v;
+      xdeq[k] = (double)v * d;
+      step[k] = (double)amax / 127.0;
+    }
+  }
+}
+
+/* ---- loading ------------------------------------------------------------------------------- */
+
+typedef struct loaded {
+  void *dl;
+  const weir_plugin_desc *desc;
+  const weir_quant_ops *ops;
+  void *self;
+} loaded;
+
+typedef struct opts {
+  int64_t group;    /* -1: default */
+  int calibration;  /* -1: default */
+  int clip;         /* -1: default */
+} opts;
+
+static int plugin_load(loaded *l, const char *isa, opts o, int *rc_out) {
+  memset(l, 0, sizeof(*l));
+  if (isa) setenv("WEIR_CPU_ISA", isa, 1);
+  else unsetenv("WEIR_CPU_ISA");
+  g_isa = isa ? isa : "native";
+  char path[1024];
+  snprintf(path, sizeof path, "%s/weir_quant_awq_int4.so", WT_PLUGIN_DIR);
+  l->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!l->dl) {
+    fprintf(stderr, "\n  dlopen %s: %s\n", path, dlerror());
+    CU_FAIL("dlopen");
+    return -1;
+  }
+  weir_plugin_entry_fn entry = (weir_plugin_entry_fn)dlsym(l->dl, WEIR_PLUGIN_ENTRY_SYMBOL);
+  CU_ASSERT_PTR_NOT_NULL(entry);
+  if (!entry) return -1;
+  l->desc = entry();
+  const weir_plugin_desc *d = l->desc;
+  CU_ASSERT_EQUAL(d->abi_major, WEIR_ABI_MAJOR);
+  CU_ASSERT_EQUAL(d->abi_minor, 1);
+  CU_ASSERT_STRING_EQUAL(d->name, "awq_int4");
+  CU_ASSERT_EQUAL(d->kind, WEIR_PLUGIN_QUANT);
+  l->ops = d->ops;
+  weir_option_value ov[16];
+  memset(ov, 0, sizeof ov);
+  CU_ASSERT(d->num_options <= 16);
+  for (int i = 0; i < d->num_options && i < 16; i++) {
+    ov[i].i = d->options[i].def_int;
+    ov[i].b = d->options[i].def_bool;
+    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
+    const char *k = d->options[i].key;
+    if (!strcmp(k, "group_size") && o.group >= 0) ov[i].i = o.group;
+    if (!strcmp(k, "calibration") && o.calibration >= 0) ov[i].b = o.calibration;
+    if (!strcmp(k, "clip_search") && o.clip >= 0) ov[i].b = o.clip;
+  }
+  weir_plugin_args args = {.struct_size = sizeof args, .device = WEIR_DEVICE_CPU,
+                           .options = ov, .num_options = d->num_options};
+  g_last_info[0] = 0;
+  int rc = d->init(&g_host, &args, &l->self);
+  if (rc_out) {
+    *rc_out = rc;
+    return rc == WEIR_OK ? 0 : -1;
+  }
+  CU_ASSERT_EQUAL(rc, WEIR_OK);
+  return rc == WEIR_OK ? 0 : -1;
+}
+
+static void plugin_unload(loaded *l) {
+  if (l->desc && l->self) l->desc->fini(l->self);
+  if (l->dl) dlclose(l->dl);
+  memset(l, 0, sizeof(*l));
+}
+
+static const char *const k_isas[] = {"scalar", "avx2", "avx512", "avx512vnni"};
+
+static int isa_available(int level) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (level == 0) return 1;
+  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+  if (level == 1) return avx2;
+  int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  if (level == 2) return avx512;
+  return avx512 && __builtin_cpu_supports("avx512vnni");
+#else
+  return level == 0;
+#endif
+}
+
+/* ---- sources ------------------------------------------------------------------------------- */
+
+/* Random source data of dtype t, [rows][cols]; ref gets its exact values (double). */
+static void *make_source(weir_dtype t, int64_t rows, int64_t cols, double *ref) {
+  size_t rb = weir_dtype_row_bytes(t, cols);
+  uint8_t *d = malloc(rb * (size_t)rows + 1);
+  for (int64_t r = 0; r < rows; r++) {
+    uint8_t *p = d + r * rb;
+    double *rr = ref + r * cols;
+    float mag = frand(0.01f, 1.0f), off = frand(-0.3f, 0.3f) * mag;
+    if (t == WEIR_DTYPE_F32 || t == WEIR_DTYPE_F16 || t == WEIR_DTYPE_BF16) {
+      for (int64_t k = 0; k < cols; k++) {
+        float f = off + frand(-mag, mag) * ((rnd() & 63) == 0 ? 8.0f : 1.0f);
+        if (t == WEIR_DTYPE_F32) {
+          memcpy(p + k * 4, &f, 4);
+          rr[k] = f;
+        } else if (t == WEIR_DTYPE_F16) {
+          uint16_t hh = f16_encode(f);
+          memcpy(p + k * 2, &hh, 2);
+          rr[k] = f16_decode(hh);
+        } else {
+          uint32_t bits;
+          memcpy(&bits, &f, 4);
+          uint16_t hh = (uint16_t)(bits >> 16);
+          memcpy(p + k * 2, &hh, 2);
+          uint32_t back = (uint32_t)hh << 16;
+          float fb;
+          memcpy(&fb, &back, 4);
+          rr[k] = fb;
+        }
+      }
+      continue;
+    }
+    size_t bb = weir_dtype_block_bytes(t);
+    for (int64_t b = 0; b < cols / 32; b++) {
+      uint8_t *q = p + b * bb;
+      for (size_t i = 0; i < bb; i++) q[i] = (uint8_t)rnd();
+      uint16_t dd = f16_random(0.001 * mag, 0.05 * mag), mm = f16_random(0, 0.5 * mag);
+      memcpy(q, &dd, 2);
+      double dv = f16_decode(dd), mv = f16_decode(mm);
+      double *o = rr + b * 32;
+      if (t == WEIR_DTYPE_Q8_0) {
+        for (int i = 0; i < 32; i++) o[i] = (int8_t)q[2 + i] * dv;
+      } else if (t == WEIR_DTYPE_Q4_0) {
+        for (int i = 0; i < 16; i++) {
+          o[i] = ((q[2 + i] & 15) - 8) * dv;
+          o[i + 16] = ((q[2 + i] >> 4) - 8) * dv;
+        }
+      } else {
+        memcpy(q + 2, &mm, 2);
+        for (int i = 0; i < 16; i++) {
+          o[i] = (q[4 + i] & 15) * dv + mv;
+          o[i + 16] = (q[4 + i] >> 4) * dv + mv;
+        }
+      }
+    }
+  }
+  return d;
+}
+
+/* Decodes exported Q4_1 rows: wq[r][k] = d q + m (exact in double), d/m/q raw. */
+static void decode_q4_1(const uint8_t *data, int64_t rows, int64_t cols, double *wq) {
+  size_t rb = (size_t)(cols / 32) * 20;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t b = 0; b < cols / 32; b++) {
+      const uint8_t *blk = data + r * rb + b * 20;
+      double d = f16_decode((uint16_t)(blk[0] | blk[1] << 8));
+      double m = f16_decode((uint16_t)(blk[2] | blk[3] << 8));
+      for (int i = 0; i < 16; i++) {
+        wq[r * cols + b * 32 + i] = d * (blk[4 + i] & 15) + m;
+        wq[r * cols + b * 32 + 16 + i] = d * (blk[4 + i] >> 4) + m;
+      }
+    }
+}
+
+static int pack1(loaded *l, weir_tensor *t, const char *name, const float *samples, int64_t ns,
+                 void **w) {
+  weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = t, .name = name,
+                             .act_samples = samples, .num_samples = ns, .layer = -1};
+  return l->ops->pack(l->self, &pa, w);
+}
+
+/* ---- one shape ------------------------------------------------------------------------------
+ * Packs a rows x cols source (no calibration), checks the exported bytes exactly, embed, and
+ * matmul for several token counts. */
+static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int64_t group) {
+  const weir_quant_ops *ops = l->ops;
+  const int q4src = t == WEIR_DTYPE_Q4_0 || t == WEIR_DTYPE_Q4_1;
+  double *ref = malloc(sizeof(double) * rows * cols);
+  double *wq = malloc(sizeof(double) * rows * cols);
+  float *emb = malloc(sizeof(float) * rows * cols);
+  void *src = make_source(t, rows, cols, ref);
+  const int exportable = cols % 32 == 0;
+  uint8_t *ex = malloc((size_t)rows * (size_t)(cols / 32 + 1) * 20);
+  void *w = NULL;
+  float *x = NULL, *y = NULL, *fsrc = NULL;
+  double *xdeq = NULL, *xstep = NULL, *wbound = NULL;
+  int32_t *ids = malloc(sizeof(int32_t) * rows);
+  char what[96];
+  snprintf(what, sizeof what, "%s %lldx%lld group %lld", weir_dtype_name(t), (long long)rows,
+           (long long)cols, (long long)group);
+  weir_tensor tt = {.data = src, .dtype = t, .ndim = 2, .ne = {cols, rows, 1, 1},
+                    .nb = {0, weir_dtype_row_bytes(t, cols), 0, 0}};
+  int rc = pack1(l, &tt, "test.weight", NULL, 0, &w);
+  CU_ASSERT_EQUAL(rc, WEIR_OK);
+  if (rc != WEIR_OK) goto fail;
+
+  /* The packed size: quads of 4 rows, 2 kp nibble bytes each, then d and m per group. */
+  {
+    int64_t kp = (cols + 255) / 256 * 256;
+    int64_t g = group;
+    int sym = t == WEIR_DTYPE_Q4_0;
+    if (q4src && group > 32) { /* random blocks: runs never share d and m */
+      g = 32;
+    }
+    size_t qb = (size_t)(2 * kp + 4 * (kp / g) * 2 * (sym ? 1 : 2));
+    qb = (qb + 63) / 64 * 64;
+    WT_ASSERT_INT_EQ(ops->weight_bytes(l->self, w), (size_t)((rows + 3) / 4) * qb + 64);
+  }
+
+  /* wbound[r][k]: how far the packed value may be from the source. */
+  wbound = malloc(sizeof(double) * rows * cols);
+  if (exportable) {
+    weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
+                            .bytes = (size_t)rows * (size_t)(cols / 32) * 20};
+    CU_ASSERT_EQUAL(ops->export_weight(l->self, w, &qe), WEIR_OK);
+    decode_q4_1(ex, rows, cols, wq);
+    if (t == WEIR_DTYPE_Q4_1) {
+      /* the source bytes exactly */
+      CU_ASSERT(memcmp(ex, src, (size_t)rows * (size_t)(cols / 32) * 20) == 0);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+      for (int64_t b = 0; b < cols / 32; b++) {
+        const uint8_t *blk = ex + (r * (cols / 32) + b) * 20;
+        if (t == WEIR_DTYPE_Q4_0) {
+          const uint8_t *sb = (const uint8_t *)src + (r * (cols / 32) + b) * 18;
+          CU_ASSERT(memcmp(blk, sb, 2) == 0);      /* d */
+          CU_ASSERT(memcmp(blk + 4, sb + 2, 16) == 0); /* nibbles */
+          CU_ASSERT(f16_decode((uint16_t)(blk[2] | blk[3] << 8)) ==
+                    -8 * f16_decode((uint16_t)(sb[0] | sb[1] << 8)));
+        } else if (!q4src) {
+          /* the documented rule, group by group, in the source's f32 values */
+          int64_t g0 = b * 32 / group * group, n = cols - g0 < group ? cols - g0 : group;
+          float gv[128];
+          uint8_t q[128];
+          uint16_t dh, mh;
+          for (int64_t k = 0; k < n; k++) gv[k] = (float)ref[r * cols + g0 + k];
+          ref_quantize(gv, (int)n, q, &dh, &mh);
+          uint8_t want[20];
+          want[0] = (uint8_t)dh;
+          want[1] = (uint8_t)(dh >> 8);
+          want[2] = (uint8_t)mh;
+          want[3] = (uint8_t)(mh >> 8);
+          for (int i = 0; i < 16; i++)
+            want[4 + i] = (uint8_t)(q[b * 32 - g0 + i] | q[b * 32 - g0 + 16 + i] << 4);
+          int same = memcmp(blk, want, 20) == 0;
+          if (!same)
+            fprintf(stderr, "\n  [%s isa=%s] row %lld block %lld differs from the rule\n", what,
+                    g_isa, (long long)r, (long long)b);
+          CU_ASSERT(same);
+          if (!same) goto fail;
+        }
+      }
+    }
+  } else {
+    /* not whole blocks: no Q4_1 export (WEIR_E_NOTSUP); the values come from embed */
+    weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
+                            .bytes = (size_t)rows * 20};
+    CU_ASSERT_EQUAL(ops->export_weight(l->self, w, &qe), WEIR_E_NOTSUP);
+  }
+
+  /* embed: every row, in reverse order */
+  for (int64_t r = 0; r < rows; r++) ids[r] = (int32_t)(rows - 1 - r);
+  CU_ASSERT_EQUAL(ops->embed(l->self, w, ids, emb, rows), WEIR_OK);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *row = emb + (rows - 1 - r) * cols;
+    for (int64_t g0 = 0; g0 < cols; g0 += group) {
+      int64_t e = g0 + group < cols ? g0 + group : cols;
+      double mn = INFINITY, mx = -INFINITY;
+      for (int64_t k = g0; k < e; k++) {
+        mn = fmin(mn, ref[r * cols + k]);
+        mx = fmax(mx, ref[r * cols + k]);
+      }
+      for (int64_t k = g0; k < e; k++) {
+        double want = ref[r * cols + k];
+        if (exportable) { /* exactly the exported value, rounded once */
+          CHECK_LE(fabs((double)row[k] - (double)(float)wq[r * cols + k]), 0, what);
+        }
+        /* documented bound: d/2 plus the f16 rounding of m and d (2^-11 of |min| and of the
+         * range); a 4-bit source is exact */
+        double bound = q4src ? 0 : (mx - mn) / 30 * (1 + 1e-3) + ldexp(fabs(mn) + (mx - mn), -11);
+        wbound[r * cols + k] = bound;
+        CHECK_LE(fabs((double)row[k] - want), bound + (q4src ? 0 : 1e-7 * fabs(want)), what);
+        if (!exportable) wq[r * cols + k] = row[k];
+      }
+    }
+  }
+
+  static const int64_t toks[] = {1, 2, 3, 7, 64};
+  x = malloc(sizeof(float) * 64 * cols);
+  y = malloc(sizeof(float) * 64 * rows);
+  xdeq = malloc(sizeof(double) * 64 * cols);
+  xstep = malloc(sizeof(double) * 64 * cols);
+  for (int64_t i = 0; i < 64 * cols; i++) x[i] = frand(-1, 1) * ((rnd() & 31) == 0 ? 10.0f : 1.0f);
+  for (int64_t tk = 0; tk < 64; tk++)
+    quantize_act(x + tk * cols, cols, xdeq + tk * cols, xstep + tk * cols);
+  for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+    int64_t n = toks[ti];
+    for (int64_t i = 0; i < n * rows; i++) y[i] = NAN;
+    CU_ASSERT_EQUAL(ops->matmul(l->self, w, x, y, n), WEIR_OK);
+    for (int64_t tk = 0; tk < n; tk++)
+      for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + tk * cols;
+        const double *xq = xdeq + tk * cols, *xs = xstep + tk * cols;
+        const double *wr = wq + r * cols, *orig = ref + r * cols, *wb = wbound + r * cols;
+        double s_tight = 0, mag = 0, s_deq = 0, s_orig = 0, b_act = 0, b_w = 0;
+        for (int64_t k = 0; k < cols; k++) {
+          s_tight += wr[k] * xq[k];
+          mag += fabs(wr[k] * xq[k]);
+          s_deq += wr[k] * xr[k];
+          s_orig += orig[k] * xr[k];
+          b_act += 0.5 * xs[k] * fabs(wr[k]) * (1 + 1e-5);
+          b_w += wb[k] * fabs((double)xr[k]);
+        }
+        double got = y[tk * rows + r];
+        CHECK_LE(fabs(got - s_tight), 4e-6 * mag + 1e-7, what);
+        CHECK_LE(fabs(got - s_deq), b_act + 4e-6 * mag + 1e-7, what);
+        CHECK_LE(fabs(got - s_orig), b_act + b_w + 4e-6 * mag + 1e-6, what);
+      }
+  }
+  int32_t bad[3] = {0, (int32_t)rows, 0};
+  CU_ASSERT_EQUAL(ops->embed(l->self, w, bad, emb, 3), WEIR_E_RANGE);
+  bad[1] = -1;
+  CU_ASSERT_EQUAL(ops->embed(l->self, w, bad, emb, 3), WEIR_E_RANGE);
+fail:
+  if (w) ops->release(l->self, w);
+  free(ref);
+  free(wq);
+  free(emb);
+  free(src);
+  free(ex);
+  free(x);
+  free(y);
+  free(fsrc);
+  free(xdeq);
+  free(xstep);
+  free(wbound);
+  free(ids);
+}
+
+static const weir_dtype k_all[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16,
+                                   WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1};
+
+static void isa_case(int lvl) {
+  loaded l;
+  const char *isa = k_isas[lvl];
+  static const int64_t groups[] = {32, 64, 128};
+  for (int gi = 0; gi < 3; gi++) {
+    if (plugin_load(&l, isa, (opts){groups[gi], -1, -1}, NULL) != 0) goto fail;
+    char want[64];
+    snprintf(want, sizeof want, "kernels %s", isa);
+    WT_ASSERT_STR_CONTAINS(g_last_info, want);
+    snprintf(want, sizeof want, "group_size %lld", (long long)groups[gi]);
+    WT_ASSERT_STR_CONTAINS(g_last_info, want);
+    for (int i = 0; i < 6; i++) {
+      CU_ASSERT(l.desc->dtypes & WEIR_DTYPE_BIT(k_all[i]));
+      check_shape(&l, k_all[i], 37, 96, groups[gi]);
+      check_shape(&l, k_all[i], 6, 320, groups[gi]);
+    }
+    check_shape(&l, WEIR_DTYPE_F16, 13, 45, groups[gi]);
+    check_shape(&l, WEIR_DTYPE_F32, 9, 7, groups[gi]);
+    check_shape(&l, WEIR_DTYPE_BF16, 5, 129, groups[gi]);
+    if (gi == 0) {
+      check_shape(&l, WEIR_DTYPE_Q4_1, 301, 256, 32); /* large enough to be threaded */
+      check_shape(&l, WEIR_DTYPE_F16, 9, 4000, 32);   /* 64 tokens: two GEMM token blocks */
+    }
+    plugin_unload(&l);
+  }
+fail:
+  plugin_unload(&l);
+}
+
+static void test_paths(void) {
+  int ran = 0;
+  for (int lvl = 0; lvl < 4; lvl++)
+    if (isa_available(lvl)) {
+      isa_case(lvl);
+      ran++;
+    }
+  CU_ASSERT(ran >= 1);
+}
+
+/* ---- Q4 sources: the GGUF formula, and runs of blocks sharing d and m ------------------------ */
+
+static void test_q4_group_runs(void) {
+  loaded l;
+  if (plugin_load(&l, NULL, (opts){128, -1, -1}, NULL) != 0) return;
+  const int64_t rows = 8, cols = 512;
+  double *ref = malloc(sizeof(double) * rows * cols);
+  uint8_t *src = make_source(WEIR_DTYPE_Q4_1, rows, cols, ref);
+  /* copy d and m of each group's first block to the other three: now groups of 128 hold */
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t b = 0; b < cols / 32; b++) {
+      uint8_t *blk = src + (r * (cols / 32) + b) * 20, *first = src + (r * (cols / 32) + b / 4 * 4) * 20;
+      memcpy(blk, first, 4);
+      for (int i = 0; i < 16; i++) {
+        double d = f16_decode((uint16_t)(blk[0] | blk[1] << 8)), m = f16_decode((uint16_t)(blk[2] | blk[3] << 8));
+        ref[r * cols + b * 32 + i] = d * (blk[4 + i] & 15) + m;
+        ref[r * cols + b * 32 + 16 + i] = d * (blk[4 + i] >> 4) + m;
+      }
+    }
+  weir_tensor tt = {.data = src, .dtype = WEIR_DTYPE_Q4_1, .ndim = 2, .ne = {cols, rows, 1, 1}};
+  void *w = NULL;
+  CU_ASSERT_EQUAL(pack1(&l, &tt, "runs", NULL, 0, &w), WEIR_OK);
+  /* group 128: 1024 nibble bytes + 4 rows x 4 groups x (d, m) x 2 bytes = 1088 per quad */
+  WT_ASSERT_INT_EQ(l.ops->weight_bytes(l.self, w), 2 * 1088 + 64);
+  float *emb = malloc(sizeof(float) * rows * cols);
+  int32_t ids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  CU_ASSERT_EQUAL(l.ops->embed(l.self, w, ids, emb, rows), WEIR_OK);
+  int exact = 1;
+  for (int64_t i = 0; i < rows * cols; i++) exact &= (double)emb[i] == (double)(float)ref[i];
+  CU_ASSERT(exact);
+  l.ops->release(l.self, w);
+  free(emb);
+  free(ref);
+  free(src);
+  plugin_unload(&l);
+}
+
+/* ---- AWQ -------------------------------------------------------------------------------------- */
+
+/* Activations with `n_out` planted outlier channels (50x the rest) and weights of ordinary
+ * spread; returns the squared output error against double precision for the plugin packed
+ * with or without calibration, on held-out tokens. */
+static double outlier_error(int calibration, const float *wsrc, int64_t rows, int64_t cols,
+                            const float *cal, int64_t ncal, const float *test, int64_t ntest,
+                            double *alpha_out) {
+  loaded l;
+  double err = -1;
+  void *w = NULL;
+  float *y = malloc(sizeof(float) * (size_t)(rows * ntest));
+  if (plugin_load(&l, NULL, (opts){128, calibration, 0}, NULL) != 0) goto out;
+  weir_tensor tt = {.data = (void *)wsrc, .dtype = WEIR_DTYPE_F32, .ndim = 2,
+                    .ne = {cols, rows, 1, 1}};
+  if (pack1(&l, &tt, "outlier.weight", cal, ncal, &w) != WEIR_OK) {
+    CU_FAIL("pack");
+    goto out;
+  }
+  if (calibration) {
+    WT_ASSERT_STR_CONTAINS(g_last_info, "outlier.weight: alpha");
+    const char *a = strstr(g_last_info, "alpha ");
+    if (a && alpha_out) *alpha_out = atof(a + 6);
+  }
+  CU_ASSERT_EQUAL(l.ops->matmul(l.self, w, test, y, ntest), WEIR_OK);
+  err = 0;
+  for (int64_t t = 0; t < ntest; t++)
+    for (int64_t r = 0; r < rows; r++) {
+      double s = 0;
+      for (int64_t k = 0; k < cols; k++) s += (double)wsrc[r * cols + k] * test[t * cols + k];
+      double d = y[t * rows + r] - s;
+      err += d * d;
+    }
+out:
+  if (w) l.ops->release(l.self, w);
+  free(y);
+  plugin_unload(&l);
+  return err;
+}
+
+static void test_planted_outliers(void) {
+  const int64_t rows = 192, cols = 512, ncal = 64, ntest = 32;
+  float *w = malloc(sizeof(float) * rows * cols);
+  float *cal = malloc(sizeof(float) * ncal * cols), *test = malloc(sizeof(float) * ntest * cols);
+  int outlier[512] = {0};
+  for (int i = 0; i < 6; i++) outlier[(rnd() % (cols / 6)) + i * (cols / 6)] = 1;
+  for (int64_t i = 0; i < rows * cols; i++) w[i] = frand(-1, 1);
+  for (int64_t t = 0; t < ncal + ntest; t++)
+    for (int64_t k = 0; k < cols; k++) {
+      float v = frand(-1, 1) * (outlier[k] ? 50.0f : 1.0f);
+      if (t < ncal) cal[t * cols + k] = v;
+      else test[(t - ncal) * cols + k] = v;
+    }
+  double alpha = -1;
+  double e_rtn = outlier_error(0, w, rows, cols, cal, ncal, test, ntest, NULL);
+  double e_awq = outlier_error(1, w, rows, cols, cal, ncal, test, ntest, &alpha);
+  printf("\n    planted outliers: output error AWQ %.4g vs RTN %.4g (ratio %.3f, alpha %.2f)",
+         e_awq, e_rtn, e_awq / e_rtn, alpha);
+  CU_ASSERT(e_rtn > 0 && e_awq >= 0);
+  CU_ASSERT(e_awq < 0.5 * e_rtn); /* clearly below */
+  CU_ASSERT(alpha > 0);
+  free(w);
+  free(cal);
+  free(test);
+}
+
+/* A scaled weight written out as Q4_1 and packed again: products equal the original's for
+ * inputs divided by s (the export's contract), and the scales of tied channels are equal. */
+static void test_export_round_trip(void) {
+  loaded l;
+  if (plugin_load(&l, NULL, (opts){64, 1, 1}, NULL) != 0) return;
+  const int64_t rows = 40, cols = 256, ns = 48;
+  double *ref = malloc(sizeof(double) * rows * cols);
+  void *src = make_source(WEIR_DTYPE_F16, rows, cols, ref);
+  float *samples = malloc(sizeof(float) * ns * cols);
+  int32_t cls[256];
+  for (int64_t k = 0; k < cols; k++) cls[k] = (int32_t)(k % 64); /* 4 "heads" share 64 */
+  for (int64_t t = 0; t < ns; t++)
+    for (int64_t k = 0; k < cols; k++)
+      samples[t * cols + k] = frand(-1, 1) * (float)(1 + (k % 7) * (k % 5));
+  weir_tensor tt = {.data = src, .dtype = WEIR_DTYPE_F16, .ndim = 2, .ne = {cols, rows, 1, 1}};
+  weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "o.weight",
+                             .act_samples = samples, .num_samples = ns,
+                             .channel_class = cls, .layer = 2, .num_layers = 5};
+  const weir_quant_pack_args *pp = &pa;
+  void *w = NULL, *w2 = NULL;
+  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, &pp, 1, &w), WEIR_OK);
+  WT_ASSERT_STR_CONTAINS(g_last_info, "(block 3 of 5)");
+  size_t bytes = (size_t)rows * (cols / 32) * 20;
+  uint8_t *ex = malloc(bytes);
+  float *s = malloc(sizeof(float) * cols);
+  weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
+                          .bytes = bytes, .in_scale = s};
+  CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w, &qe), WEIR_OK);
+  int tied = 1, scaled = 0;
+  for (int64_t k = 0; k < cols; k++) {
+    tied &= s[k] == s[k % 64];
+    scaled |= s[k] != 1.0f;
+  }
+  CU_ASSERT(tied);
+  CU_ASSERT(scaled);
+  weir_tensor t2 = {.data = ex, .dtype = WEIR_DTYPE_Q4_1, .ndim = 2, .ne = {cols, rows, 1, 1}};
+  CU_ASSERT_EQUAL(pack1(&l, &t2, "o.exported", NULL, 0, &w2), WEIR_OK);
+  /* group 64 kept: the exported blocks come in runs of two */
+  CU_ASSERT_EQUAL(l.ops->weight_bytes(l.self, w2), l.ops->weight_bytes(l.self, w));
+  float x[4 * 256], xs[4 * 256], y1[4 * 40], y2[4 * 40];
+  for (int64_t i = 0; i < 4 * cols; i++) {
+    x[i] = frand(-2, 2);
+    xs[i] = x[i] / s[i % cols];
+  }
+  CU_ASSERT_EQUAL(l.ops->matmul(l.self, w, x, y1, 4), WEIR_OK);
+  CU_ASSERT_EQUAL(l.ops->matmul(l.self, w2, xs, y2, 4), WEIR_OK);
+  double md = 0, mm = 0;
+  for (int i = 0; i < 4 * 40; i++) {
+    md = fmax(md, fabs((double)y1[i] - y2[i]));
+    mm = fmax(mm, fabs((double)y1[i]));
+  }
+  printf("\n    export round trip: max |y - y'| %.3g of max |y| %.3g", md, mm);
+  CU_ASSERT(md <= 1e-3 * mm);
+  /* and the dequantized rows agree: embed(w) = exported values / s */
+  float e1[256], e2[256];
+  int32_t id = 7;
+  CU_ASSERT_EQUAL(l.ops->embed(l.self, w, &id, e1, 1), WEIR_OK);
+  CU_ASSERT_EQUAL(l.ops->embed(l.self, w2, &id, e2, 1), WEIR_OK);
+  int same = 1;
+  for (int64_t k = 0; k < cols; k++) same &= e1[k] == e2[k] * (1.0f / s[k]);
+  CU_ASSERT(same);
+  l.ops->release(l.self, w);
+  l.ops->release(l.self, w2);
+  free(ex);
+  free(s);
+  free(ref);
+  free(src);
+  free(samples);
+  plugin_unload(&l);
+}
+
+/* q, k, v packed as a group share one scale; a 1.0 host's shorter pack args still work. */
+static void test_group_and_abi(void) {
+  loaded l;
+  if (plugin_load(&l, NULL, (opts){32, 1, 0}, NULL) != 0) return;
+  const int64_t cols = 128, ns = 16;
+  const int64_t rws[3] = {64, 32, 32};
+  double *ref[3];
+  void *src[3], *w[3] = {0};
+  weir_tensor tt[3];
+  weir_quant_pack_args pa[3];
+  const weir_quant_pack_args *pp[3];
+  float *samples = malloc(sizeof(float) * ns * cols);
+  for (int64_t i = 0; i < ns * cols; i++) samples[i] = frand(-1, 1) * (i % 9 == 0 ? 20.0f : 1.0f);
+  for (int i = 0; i < 3; i++) {
+    ref[i] = malloc(sizeof(double) * rws[i] * cols);
+    src[i] = make_source(WEIR_DTYPE_F32, rws[i], cols, ref[i]);
+    tt[i] = (weir_tensor){.data = src[i], .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {cols, rws[i], 1, 1}};
+    pa[i] = (weir_quant_pack_args){.struct_size = sizeof pa[i], .src = &tt[i], .name = "qkv",
+                                   .act_samples = samples, .num_samples = ns, .layer = -1};
+    pp[i] = &pa[i];
+  }
+  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, pp, 3, w), WEIR_OK);
+  float s[3][128];
+  uint8_t *ex = malloc(64 * 4 * 20);
+  for (int i = 0; i < 3; i++) {
+    weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
+                            .bytes = 64 * 4 * 20, .in_scale = s[i]};
+    CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w[i], &qe), WEIR_OK);
+  }
+  CU_ASSERT(memcmp(s[0], s[1], sizeof s[0]) == 0 && memcmp(s[0], s[2], sizeof s[0]) == 0);
+  /* export: a dtype it does not write, and too small a buffer */
+  weir_quant_export bad = {.struct_size = sizeof bad, .dtype = WEIR_DTYPE_Q4_0, .data = ex,
+                           .bytes = 64 * 4 * 20};
+  CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w[0], &bad), WEIR_E_NOTSUP);
+  bad.dtype = WEIR_DTYPE_Q4_1;
+  bad.bytes = 10;
+  CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w[0], &bad), WEIR_E_RANGE);
+  for (int i = 0; i < 3; i++) l.ops->release(l.self, w[i]);
+
+  /* different in_features in one group: refused, nothing packed */
+  tt[1].ne[0] = 96;
+  void *none[3] = {NULL, NULL, NULL};
+  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, pp, 3, none), WEIR_E_INVAL);
+  CU_ASSERT(none[0] == NULL && none[1] == NULL && none[2] == NULL);
+  WT_ASSERT_STR_CONTAINS(g_last_error, "share an input");
+  tt[1].ne[0] = cols;
+  /* a class id out of range */
+  int32_t cls[128];
+  for (int k = 0; k < 128; k++) cls[k] = k == 5 ? 999 : k;
+  pa[0].channel_class = cls;
+  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, pp, 1, none), WEIR_E_INVAL);
+  pa[0].channel_class = NULL;
+
+  /* the 1.0 struct (no channel_class, layer, num_layers): packs, with the samples */
+  weir_quant_pack_args old = pa[0];
+  old.struct_size = (uint32_t)offsetof(weir_quant_pack_args, channel_class);
+  old.channel_class = (const int32_t *)(uintptr_t)0x1; /* must not be read */
+  old.layer = 12345;
+  void *w1 = NULL;
+  CU_ASSERT_EQUAL(l.ops->pack(l.self, &old, &w1), WEIR_OK);
+  WT_ASSERT_STR_CONTAINS(g_last_info, "qkv: alpha");
+  CU_ASSERT(strstr(g_last_info, "12345") == NULL);
+  l.ops->release(l.self, w1);
+  CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self), 512);
+  plugin_unload(&l);
+  /* calibration = false asks for no samples */
+  if (plugin_load(&l, NULL, (opts){32, 0, -1}, NULL) == 0) {
+    CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self), 0);
+    WT_ASSERT_STR_CONTAINS(g_last_info, "calibration off (RTN)");
+  }
+  plugin_unload(&l);
+  free(ex);
+  free(samples);
+  for (int i = 0; i < 3; i++) {
+    free(ref[i]);
+    free(src[i]);
+  }
+}
+
+static void test_refusals(void) {
+  loaded l;
+  int rc = 0;
+  static const int64_t bad_groups[] = {16, 48, 96, 100};
+  for (int i = 0; i < 4; i++) {
+    CU_ASSERT_NOT_EQUAL(plugin_load(&l, NULL, (opts){bad_groups[i], -1, -1}, &rc), 0);
+    CU_ASSERT_EQUAL(rc, WEIR_E_INVAL);
+    WT_ASSERT_STR_CONTAINS(g_last_error, "group_size must be 32, 64 or 128");
+    plugin_unload(&l);
+  }
+  if (plugin_load(&l, NULL, (opts){-1, -1, -1}, NULL) != 0) goto fail;
+  const weir_quant_ops *ops = l.ops;
+  int32_t dummy[64] = {0};
+  weir_tensor tt = {.data = dummy, .dtype = WEIR_DTYPE_I32, .ndim = 2, .ne = {8, 8, 1, 1}};
+  void *w = NULL;
+  CU_ASSERT_EQUAL(pack1(&l, &tt, "bad", NULL, 0, &w), WEIR_E_NOTSUP);
+  WT_ASSERT_STR_CONTAINS(g_last_error, "tensor bad has unsupported dtype i32");
+  tt.dtype = WEIR_DTYPE_Q4_1;
+  tt.ne[0] = 45; /* not a whole number of blocks */
+  CU_ASSERT_EQUAL(pack1(&l, &tt, "bad", NULL, 0, &w), WEIR_E_NOTSUP);
+  WT_ASSERT_STR_CONTAINS(g_last_error, "bad shape");
+  tt.dtype = WEIR_DTYPE_F32;
+  tt.ndim = 3;
+  tt.ne[0] = 4;
+  tt.ne[2] = 2;
+  CU_ASSERT_EQUAL(pack1(&l, &tt, "bad", NULL, 0, &w), WEIR_E_NOTSUP);
+  CU_ASSERT_PTR_NULL(w);
+  /* Inf in a weight: a clear refusal, not a silent NaN row */
+  float inf_w[64];
+  for (int i = 0; i < 64; i++) inf_w[i] = i == 9 ? INFINITY : 0.25f;
+  weir_tensor ti = {.data = inf_w, .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {32, 2, 1, 1}};
+  CU_ASSERT_EQUAL(pack1(&l, &ti, "infw", NULL, 0, &w), WEIR_E_RANGE);
+  WT_ASSERT_STR_CONTAINS(g_last_error, "infw holds Inf/NaN");
+  CU_ASSERT_PTR_NULL(w);
+  ops->release(l.self, NULL);
+  CU_ASSERT_EQUAL(ops->matmul(l.self, NULL, NULL, NULL, 0), WEIR_OK);
+  float xx[8] = {0}, yy[8];
+  CU_ASSERT_EQUAL(ops->matmul(l.self, NULL, xx, yy, 1), WEIR_E_INVAL);
+  /* constant and zero rows; non-finite activations give NaN */
+  {
+    float wsrc[3 * 64];
+    for (int i = 0; i < 64; i++) {
+      wsrc[i] = 0.5f - (float)i / 64;
+      wsrc[64 + i] = 0.125f;
+      wsrc[128 + i] = 0.0f;
+    }
+    weir_tensor wt = {.data = wsrc, .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {64, 3, 1, 1}};
+    CU_ASSERT_EQUAL(pack1(&l, &wt, "odd", NULL, 0, &w), WEIR_OK);
+    float xin[64], yout[3], emb[64];
+    for (int i = 0; i < 64; i++) xin[i] = 1.0f;
+    int32_t id = 1;
+    CU_ASSERT_EQUAL(ops->embed(l.self, w, &id, emb, 1), WEIR_OK);
+    for (int i = 0; i < 64; i++) CU_ASSERT(emb[i] == 0.125f);
+    CU_ASSERT_EQUAL(ops->matmul(l.self, w, xin, yout, 1), WEIR_OK);
+    CU_ASSERT(fabsf(yout[0] - 0.5f) < 0.05f);
+    CU_ASSERT(fabsf(yout[1] - 8.0f) < 1e-5f);
+    CU_ASSERT(yout[2] == 0.0f);
+    xin[5] = INFINITY;
+    CU_ASSERT_EQUAL(ops->matmul(l.self, w, xin, yout, 1), WEIR_OK);
+    CU_ASSERT(isnan(yout[0]) && isnan(yout[1]));
+    ops->release(l.self, w);
+    w = NULL;
+  }
+fail:
+  plugin_unload(&l);
+}
+
+int main(void) {
+  g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+  if (getenv("WT_SEED")) g_seed = strtoull(getenv("WT_SEED"), NULL, 10);
+  g_rng = g_seed * 0x9e3779b97f4a7c15ull | 1;
+  fprintf(stderr, "quant_awq: seed %llu (rerun with WT_SEED=%llu)\n",
+          (unsigned long long)g_seed, (unsigned long long)g_seed);
+  g_pool = wt_pool_create(3);
+  g_host = wt_pool_host(g_pool);
+  g_host.log = test_log;
+  static const wt_test tests[] = {{"paths", test_paths},
+                                  {"q4_group_runs", test_q4_group_runs},
+                                  {"planted_outliers", test_planted_outliers},
+                                  {"export_round_trip", test_export_round_trip},
+                                  {"group_and_abi", test_group_and_abi},
+                                  {"refusals", test_refusals},
+                                  {NULL, NULL}};
+  int rc = wt_run_suite("quant_awq", tests);
+  wt_pool_destroy(g_pool);
+  unsetenv("WEIR_CPU_ISA");
+  return rc;
+}
