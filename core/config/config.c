@@ -81,6 +81,7 @@ static const key_spec k_keys[] = {
     {"attention", "kv_dtype", K_KV_DTYPE, OFF(kv_dtype), 0, 0, k_kv_dtypes},
     {"quant", "scheme", K_SEL_NAME, OFF(quant)},
     {"quant", "path", K_SEL_PATH, OFF(quant)},
+    {"quant", "calibration_text", K_OPT_STR, OFF(calibration_text)},
     {"sampler", "name", K_SEL_NAME, OFF(sampler)},
     {"sampler", "path", K_SEL_PATH, OFF(sampler)},
     {"drafter", "name", K_SEL_NAME, OFF(drafter), 0, 0, NULL, 1},
@@ -104,7 +105,7 @@ static const char *const k_sections[] = {"server", "log", "model", "device", "at
 
 static const char *const k_core_device[] = {"name", "path", "threads", NULL};
 static const char *const k_core_attention[] = {"backend", "path", "kv_dtype", NULL};
-static const char *const k_core_quant[] = {"scheme", "path", NULL};
+static const char *const k_core_quant[] = {"scheme", "path", "calibration_text", NULL};
 static const char *const k_core_sampler[] = {"name", "path", NULL};
 static const char *const k_core_drafter[] = {"name", "path", "num_speculative_tokens", NULL};
 
@@ -157,6 +158,7 @@ void weir_config_free(weir_config *c) {
   free(c->host);
   free(c->api_key);
   free(c->served_model_name);
+  free(c->calibration_text);
   free(c->model_path);
   free(c->chat_template);
   free(c->policy);
@@ -239,6 +241,7 @@ static int config_clone(const weir_config *src, weir_config *dst) {
   bad |= dup_opt(&dst->host, src->host);
   bad |= dup_opt(&dst->api_key, src->api_key);
   bad |= dup_opt(&dst->served_model_name, src->served_model_name);
+  bad |= dup_opt(&dst->calibration_text, src->calibration_text);
   bad |= dup_opt(&dst->model_path, src->model_path);
   bad |= dup_opt(&dst->chat_template, src->chat_template);
   bad |= dup_opt(&dst->policy, src->policy);

@@ -91,6 +91,9 @@ typedef struct weir_config {
   /* The whole document (file plus --set overrides); the plugin_sel tables point into it.
    * Never NULL after weir_config_defaults succeeded. */
   struct weir_toml_node *toml;
+  /* [quant] calibration_text: the text an activation-aware scheme (awq_int4) calibrates on;
+   * NULL = heldout.txt beside the model file (core/model/calib.h). */
+  char *calibration_text;
 } weir_config;
 
 /* Fills c with the built-in defaults (the values in the comments above). Never fails for

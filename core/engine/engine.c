@@ -15,6 +15,7 @@
 #include "engine/stop.h"
 #include "kv/kv_cache.h"
 #include "metrics/metrics.h"
+#include "model/calib.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/llama.h"
@@ -902,7 +903,14 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
                         .kv_dtype = cfg->kv_dtype,
                         .num_blocks = cfg->num_blocks,
                         .memory_bytes = cfg->memory_bytes};
+  /* An activation-aware quant scheme gets activation samples from a calibration pass. */
+  weir_calib *calib = NULL;
+  rc = weir_calib_prepare(cfg, e->gguf, e->tok, &e->plugins, &calib, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  mo.samples = calib ? weir_calib_samples : NULL;
+  mo.samples_user = calib;
   rc = weir_llama_create(e->gguf, &e->plugins, &mo, &e->model, err, sizeof err);
+  weir_calib_free(calib);
   if (rc != WEIR_OK) goto fail;
   const weir_llama_hparams *hp = weir_llama_hparams_get(e->model);
   e->vocab = hp->n_vocab;

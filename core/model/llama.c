@@ -1,5 +1,7 @@
 #include "model/llama.h"
 
+#include "model/calib.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +48,14 @@ struct weir_llama {
   float *x, *h, *q, *k, *v, *o, *gate, *up, *sel, *logits;
   /* Step metadata on the device. */
   int32_t *d_tokens, *d_positions, *d_qsl, *d_ctx, *d_block_tables, *d_slots, *d_rows;
+
+  /* Calibration tap (weir_llama_set_tap), or NULL. */
+  weir_llama_tap_fn tap;
+  void *tap_user;
 };
+
+#define TAP(layer, site, x, rows, dim) \
+  do { if (m->tap) m->tap(m->tap_user, (layer), (site), (x), (rows), (dim)); } while (0)
 
 #define TRY(expr)              \
   do {                         \
@@ -156,6 +165,20 @@ static int pack_weight(weir_llama *m, const weir_gguf *g, const char *name, void
   return WEIR_OK;
 }
 
+/* Packs the weights of one input site of block `layer` (suffixes of blk.N.) through
+ * weir_calib_pack_group, with that site's samples when the options carry some. */
+static int pack_site(weir_llama *m, const weir_gguf *g, int layer, weir_llama_site site,
+                     const char *const *suffixes, int n, void **out, char *err, size_t errlen) {
+  int64_t ns = 0;
+  const float *samples =
+      m->opts.samples ? m->opts.samples(m->opts.samples_user, layer, site, &ns) : NULL;
+  int rc = weir_calib_pack_group(m->quant, m->quant_self, g, &m->hp, layer, site, suffixes, n,
+                                 samples, ns, out, err, errlen);
+  for (int i = 0; rc == WEIR_OK && i < n; i++)
+    m->weight_bytes += m->quant->weight_bytes(m->quant_self, out[i]);
+  return rc;
+}
+
 static int load_layer(weir_llama *m, const weir_gguf *g, int l, char *err, size_t errlen) {
   llama_layer *L = &m->layers[l];
   char nm[96];
@@ -169,13 +192,22 @@ static int load_layer(weir_llama *m, const weir_gguf *g, int l, char *err, size_
     TRY(upload_vector(m, g, BLK("attn_k.bias"), kv_dim, &L->bk, err, errlen));
     TRY(upload_vector(m, g, BLK("attn_v.bias"), kv_dim, &L->bv, err, errlen));
   }
-  TRY(pack_weight(m, g, BLK("attn_q.weight"), &L->wq, err, errlen));
-  TRY(pack_weight(m, g, BLK("attn_k.weight"), &L->wk, err, errlen));
-  TRY(pack_weight(m, g, BLK("attn_v.weight"), &L->wv, err, errlen));
-  TRY(pack_weight(m, g, BLK("attn_output.weight"), &L->wo, err, errlen));
-  TRY(pack_weight(m, g, BLK("ffn_gate.weight"), &L->w_gate, err, errlen));
-  TRY(pack_weight(m, g, BLK("ffn_up.weight"), &L->w_up, err, errlen));
-  TRY(pack_weight(m, g, BLK("ffn_down.weight"), &L->w_down, err, errlen));
+  /* Weights that read the same input are packed together (an activation-aware scheme gives
+   * them one input scale), each with the calibration samples of its input when there are. */
+  const char *qkv[3] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
+  const char *gate_up[2] = {"ffn_gate.weight", "ffn_up.weight"};
+  void *out_qkv[3] = {0}, *out_gu[2] = {0};
+  TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_ATTN_IN, qkv, 3, out_qkv, err, errlen));
+  L->wq = out_qkv[0];
+  L->wk = out_qkv[1];
+  L->wv = out_qkv[2];
+  const char *o[1] = {"attn_output.weight"};
+  TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_ATTN_OUT, o, 1, &L->wo, err, errlen));
+  TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_FFN_IN, gate_up, 2, out_gu, err, errlen));
+  L->w_gate = out_gu[0];
+  L->w_up = out_gu[1];
+  const char *down[1] = {"ffn_down.weight"};
+  TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_FFN_MID, down, 1, &L->w_down, err, errlen));
 #undef BLK
 out:
   return rc;
@@ -252,7 +284,10 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
   }
 
   TRY(pack_weight(m, g, "token_embd.weight", &m->tok_embd, err, errlen));
-  if (m->hp.has_output) TRY(pack_weight(m, g, "output.weight", &m->output, err, errlen));
+  if (m->hp.has_output) {
+    const char *out_name[1] = {"output.weight"};
+    TRY(pack_site(m, g, -1, WEIR_LLAMA_SITE_OUTPUT, out_name, 1, &m->output, err, errlen));
+  }
   else m->output = m->tok_embd;
   TRY(upload_vector(m, g, "output_norm.weight", m->hp.n_embd, &m->out_norm, err, errlen));
   m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
@@ -378,6 +413,7 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
   for (int l = 0; l < hp->n_layer; l++) {
     const llama_layer *L = &m->layers[l];
     TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
+    TAP(l, WEIR_LLAMA_SITE_ATTN_IN, m->h, T, dim);
     TRY(m->quant->matmul(m->quant_self, L->wq, m->h, m->q, T));
     TRY(m->quant->matmul(m->quant_self, L->wk, m->h, m->k, T));
     TRY(m->quant->matmul(m->quant_self, L->wv, m->h, m->v, T));
@@ -394,23 +430,32 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
                        .block_bytes = m->kv_block_bytes,
                        .num_blocks = m->num_blocks};
     TRY(m->attn->forward(m->attn_self, &m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
+    TAP(l, WEIR_LLAMA_SITE_ATTN_OUT, m->o, T, qd);
     TRY(m->quant->matmul(m->quant_self, L->wo, m->o, m->h, T));
     TRY(d->add(ds, m->x, m->x, m->h, T * dim));
     TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
+    TAP(l, WEIR_LLAMA_SITE_FFN_IN, m->h, T, dim);
     TRY(m->quant->matmul(m->quant_self, L->w_gate, m->h, m->gate, T));
     TRY(m->quant->matmul(m->quant_self, L->w_up, m->h, m->up, T));
     TRY(d->swiglu(ds, m->gate, m->gate, m->up, T * ff));
+    TAP(l, WEIR_LLAMA_SITE_FFN_MID, m->gate, T, ff);
     TRY(m->quant->matmul(m->quant_self, L->w_down, m->gate, m->h, T));
     TRY(d->add(ds, m->x, m->x, m->h, T * dim));
   }
   if (R > 0) {
     TRY(d->get_rows(ds, m->sel, m->x, m->d_rows, R, dim));
     TRY(d->rms_norm(ds, m->sel, m->sel, m->out_norm, R, dim, hp->rms_eps));
+    TAP(-1, WEIR_LLAMA_SITE_OUTPUT, m->sel, R, dim);
     TRY(m->quant->matmul(m->quant_self, m->output, m->sel, m->logits, R));
   }
   *logits = m->logits;
 out:
   return rc;
+}
+
+void weir_llama_set_tap(weir_llama *m, weir_llama_tap_fn fn, void *user) {
+  m->tap = fn;
+  m->tap_user = user;
 }
 
 int weir_llama_copy_blocks(weir_llama *m, const int32_t *src, const int32_t *dst, int32_t n) {

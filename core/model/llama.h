@@ -19,6 +19,26 @@
 struct weir_plugin_set;
 typedef struct weir_llama weir_llama;
 
+/* Where a linear layer's input comes from (calibration taps and samples). */
+typedef enum weir_llama_site {
+  WEIR_LLAMA_SITE_ATTN_IN = 0,  /* attn_norm(x): the input of attn_q, attn_k, attn_v */
+  WEIR_LLAMA_SITE_ATTN_OUT = 1, /* the attention output: the input of attn_output */
+  WEIR_LLAMA_SITE_FFN_IN = 2,   /* ffn_norm(x): the input of ffn_gate, ffn_up */
+  WEIR_LLAMA_SITE_FFN_MID = 3,  /* silu(gate) * up: the input of ffn_down */
+  WEIR_LLAMA_SITE_OUTPUT = 4,   /* output_norm of the logit rows: the input of output */
+  WEIR_LLAMA_NUM_SITES = 5,
+} weir_llama_site;
+
+/* Activation samples an activation-aware quant scheme packs with: [*n][dim] host f32 for
+ * the input of `site` in block `layer` (-1 for WEIR_LLAMA_SITE_OUTPUT), borrowed until
+ * weir_llama_create returns, or NULL (*n = 0) when there are none. */
+typedef const float *(*weir_llama_samples_fn)(void *user, int layer, weir_llama_site site,
+                                              int64_t *n);
+/* Called during weir_llama_forward with the input of every linear layer before it is
+ * multiplied: x is device memory [rows][dim] f32, valid only during the call. */
+typedef void (*weir_llama_tap_fn)(void *user, int layer, weir_llama_site site, const float *x,
+                                  int64_t rows, int64_t dim);
+
 typedef struct weir_llama_opts {
   int32_t max_num_tokens;     /* most new tokens in one step (max_num_batched_tokens) */
   int32_t max_num_seqs;       /* most sequences in one step */
@@ -28,6 +48,9 @@ typedef struct weir_llama_opts {
   weir_dtype kv_dtype;
   int64_t num_blocks;         /* > 0: exactly this many blocks */
   int64_t memory_bytes;       /* else: as many blocks as fit in this many bytes */
+  /* Appended: calibration samples for the quant plugin (core/model/calib.h), or NULL. */
+  weir_llama_samples_fn samples;
+  void *samples_user;
 } weir_llama_opts;
 
 /* One step's batch, host arrays borrowed for the call. Sequence s's new tokens are
@@ -64,6 +87,9 @@ size_t weir_llama_kv_bytes(const weir_llama *m);
 /* Runs one step. On success *logits is a device array [num_logit_rows][n_vocab] f32 owned by
  * the model, valid until the next forward (a sampler may overwrite it). */
 int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits);
+
+/* Installs (or with fn NULL removes) the calibration tap, see weir_llama_tap_fn. */
+void weir_llama_set_tap(weir_llama *m, weir_llama_tap_fn fn, void *user);
 
 /* Copies KV blocks src[i] -> dst[i] in every layer (copy-on-write). */
 int weir_llama_copy_blocks(weir_llama *m, const int32_t *src, const int32_t *dst, int32_t n);

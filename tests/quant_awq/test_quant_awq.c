@@ -755,11 +755,12 @@ static void test_group_and_abi(void) {
   WT_ASSERT_STR_CONTAINS(g_last_info, "qkv: alpha");
   CU_ASSERT(strstr(g_last_info, "12345") == NULL);
   l.ops->release(l.self, w1);
-  CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self), 512);
+  CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self, WEIR_DTYPE_F16), 512);
+  CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self, WEIR_DTYPE_Q4_1), 0);
   plugin_unload(&l);
   /* calibration = false asks for no samples */
   if (plugin_load(&l, NULL, (opts){32, 0, -1}, NULL) == 0) {
-    CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self), 0);
+    CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self, WEIR_DTYPE_F16), 0);
     WT_ASSERT_STR_CONTAINS(g_last_info, "calibration off (RTN)");
   }
   plugin_unload(&l);

@@ -102,8 +102,10 @@ static int awq_init(const weir_host *host, const weir_plugin_args *args, void **
 
 static void awq_fini(void *self) { free(self); }
 
-static int64_t awq_calibration_samples(void *self) {
+/* 4-bit sources are carried over exactly: nothing to calibrate. */
+static int64_t awq_calibration_samples(void *self, weir_dtype src_dtype) {
   awq_plugin *p = self;
+  if (src_dtype == WEIR_DTYPE_Q4_0 || src_dtype == WEIR_DTYPE_Q4_1) return 0;
   return p->calibration ? p->calib_samples : 0;
 }
 

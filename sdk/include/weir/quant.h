@@ -83,9 +83,11 @@ typedef struct weir_quant_ops {
   /* ---- Since 1.1: optional (NULL = not implemented; check struct_size first) ---- */
 
   /* The number of activation samples (token vectors) per linear layer this instance can use
-   * from a calibration pass; 0 when it wants none. The host runs the pass only when a value
-   * > 0 comes back, and may hand fewer samples (a short text). Optional, 1.1. */
-  int64_t (*calibration_samples)(void *self);
+   * from a calibration pass when it packs weights of source type src_dtype; 0 when it wants
+   * none (calibration turned off, or a source it carries over as it is). The host asks for
+   * the types of the model's linear weights, runs the pass only when an answer is > 0, and
+   * may hand fewer samples (a short text). Optional, 1.1. */
+  int64_t (*calibration_samples)(void *self, weir_dtype src_dtype);
 
   /* Packs n >= 1 weights that multiply the same input (q, k, v; gate, up): args[i] describes
    * weight i, and all share act_samples, num_samples and channel_class. On success weights[i]
