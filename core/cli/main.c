@@ -15,6 +15,7 @@ static const command k_commands[] = {
     {"plugins", weir__cmd_plugins, "list the plugins found, or --help NAME for one"},
     {"config", weir__cmd_config, "config check FILE: validate and print the effective config"},
     {"mkmodel", weir__cmd_mkmodel, "write a Llama-architecture GGUF model with random weights"},
+    {"quantize", weir__cmd_quantize, "calibrate and quantize a model, save it as a Q4_1 GGUF"},
     {"bench", weir__cmd_bench, "load generator: measure and A/B OpenAI-compatible servers"},
 };
 
