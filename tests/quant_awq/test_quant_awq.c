@@ -15,7 +15,7 @@
  *   - AWQ: a planted-outlier layer (a few input channels 50x larger than the rest) whose
  *     output error with the searched scale is clearly below round-to-nearest's; a scaled
  *     weight exported as Q4_1 and packed again gives the same products for inputs divided by
- *     s; tied channels get equal scales;
+ *     s; tied channels get equal scales, powers of two when the host asks for them;
  *   - the 1.0 pack args (shorter struct) still work; refusals with clear errors.
  * Inputs are random (seed printed; WT_SEED=... reruns one). */
 #include <dlfcn.h>
@@ -638,7 +638,8 @@ static void test_export_round_trip(void) {
   weir_tensor tt = {.data = src, .dtype = WEIR_DTYPE_F16, .ndim = 2, .ne = {cols, rows, 1, 1}};
   weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "o.weight",
                              .act_samples = samples, .num_samples = ns,
-                             .channel_class = cls, .layer = 2, .num_layers = 5};
+                             .channel_class = cls, .layer = 2, .num_layers = 5,
+                             .flags = WEIR_QUANT_PACK_SCALE_POW2};
   const weir_quant_pack_args *pp = &pa;
   void *w = NULL, *w2 = NULL;
   CU_ASSERT_EQUAL(l.ops->pack_group(l.self, &pp, 1, &w), WEIR_OK);
@@ -649,13 +650,16 @@ static void test_export_round_trip(void) {
   weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
                           .bytes = bytes, .in_scale = s};
   CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w, &qe), WEIR_OK);
-  int tied = 1, scaled = 0;
+  int tied = 1, scaled = 0, pow2 = 1;
   for (int64_t k = 0; k < cols; k++) {
+    int ex;
     tied &= s[k] == s[k % 64];
     scaled |= s[k] != 1.0f;
+    pow2 &= frexpf(s[k], &ex) == 0.5f;
   }
   CU_ASSERT(tied);
   CU_ASSERT(scaled);
+  CU_ASSERT(pow2);
   weir_tensor t2 = {.data = ex, .dtype = WEIR_DTYPE_Q4_1, .ndim = 2, .ne = {cols, rows, 1, 1}};
   CU_ASSERT_EQUAL(pack1(&l, &t2, "o.exported", NULL, 0, &w2), WEIR_OK);
   /* group 64 kept: the exported blocks come in runs of two */

@@ -33,7 +33,7 @@ typedef struct awq_search_result {
 } awq_search_result;
 
 /* Searches the per-input-channel scale s = mean|x|^alpha (normalised so that
- * sqrt(max(s) * min(s)) = 1) for the n weights of args (same in_features, float sources),
+ * sqrt(max(s) * min(s)) = 1; rounded to powers of two with WEIR_QUANT_PACK_SCALE_POW2) for the n weights of args (same in_features, float sources),
  * minimising the squared output error of the group-quantized W diag(s) diag(1/s) against W
  * on the calibration samples of args[0]. Writes s [in_features]. Returns a status. */
 int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *args, int n,

@@ -5,7 +5,9 @@
  * candidate quantizes W diag(s) group-wise (round to nearest, as pack() will), and its output
  * error is || X (Q(W diag(s)) diag(1/s) - W)^T ||^2 over a subset of the samples and evenly
  * spaced output rows of all the weights together. alpha = 0 is s = 1, plain round-to-nearest,
- * so the chosen scale is never worse than RTN on this objective. The error matrix E = Wq - W
+ * so the chosen scale is never worse than RTN on this objective. With
+ * WEIR_QUANT_PACK_SCALE_POW2 each candidate's s is rounded to a power of two before it is
+ * evaluated (the search is over the scales the host can fold exactly). The error matrix E = Wq - W
  * is computed per row and multiplied by the f32 GEMM of kernels/cpu/matmul.h, on the host's
  * thread pool. */
 #include <math.h>
@@ -76,6 +78,8 @@ int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *arg
   const float *xall = args[0]->act_samples;
   const int64_t nall = args[0]->num_samples;
   const int32_t *cls = WEIR_QUANT_ARGS_HAS(args[0], channel_class) ? args[0]->channel_class : NULL;
+  const int pow2 = WEIR_QUANT_ARGS_HAS(args[0], flags) &&
+                   (args[0]->flags & WEIR_QUANT_PACK_SCALE_POW2);
   int rc = WEIR_OK;
   memset(res, 0, sizeof *res);
 
@@ -150,6 +154,7 @@ int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *arg
     const double norm = 1.0 / sqrt(smax * smin);
     for (int64_t k = 0; k < cols; k++) {
       cand[k] = (float)(cand[k] * norm);
+      if (pow2) cand[k] = (float)exp2(nearbyint(log2(cand[k])));
       inv_s[k] = 1.0f / cand[k];
     }
     memset(partial, 0, sizeof(double) * (size_t)threads * 8);

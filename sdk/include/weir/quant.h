@@ -43,7 +43,15 @@ typedef struct weir_quant_pack_args {
    * number of blocks, or -1 / 0 when unknown. 1.1 */
   int32_t layer;
   int32_t num_layers;
+  /* WEIR_QUANT_PACK_* bits. 1.1 */
+  uint32_t flags;
 } weir_quant_pack_args;
+
+/* pack args flags (1.1). SCALE_POW2: an input scale must be a power of two. The host sets it
+ * where an exported model folds the scale into the rows of the weight before (attn_v for
+ * attn_output, ffn_up for ffn_down), whose blocks keep f16 scales: dividing those by a power
+ * of two is exact, so the exported model computes what the packed one does. */
+#define WEIR_QUANT_PACK_SCALE_POW2 1u
 
 /* What export_weight() fills. The caller owns every buffer. Since 1.1. */
 typedef struct weir_quant_export {
