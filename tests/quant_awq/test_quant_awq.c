@@ -652,10 +652,10 @@ static void test_export_round_trip(void) {
   CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w, &qe), WEIR_OK);
   int tied = 1, scaled = 0, pow2 = 1;
   for (int64_t k = 0; k < cols; k++) {
-    int ex;
+    int e2;
     tied &= s[k] == s[k % 64];
     scaled |= s[k] != 1.0f;
-    pow2 &= frexpf(s[k], &ex) == 0.5f;
+    pow2 &= frexpf(s[k], &e2) == 0.5f;
   }
   CU_ASSERT(tied);
   CU_ASSERT(scaled);
