@@ -9,7 +9,9 @@
  *   attn_output -> rows of attn_v (and its bias) / s, one s per KV channel (the plugin was
  *                  given channel classes so the query heads sharing a KV head share it)
  *   ffn_down    -> rows of ffn_up / s         output      -> output_norm gain / s
- * Norms are written as F32; every other tensor and every metadata key is copied as it is,
+ * Q8_0 weights (the output layer of most 4-bit files) are kept as Q8_0, as awq_int4 keeps them
+ * (their f16 scales take power-of-two folds exactly). Norms are written as F32; every other
+ * tensor and every metadata key is copied as it is,
  * plus general.file_type = 3 (mostly Q4_1) and weir.quantize.* keys. The file is written to
  * OUT.tmp and renamed. */
 #include <errno.h>
@@ -56,10 +58,12 @@ typedef struct qz {
   char *err;
 } qz;
 
-/* A Q4_1 tensor made by the plugin, with the input scale it was packed with. */
+/* A Q4_1 tensor made by the plugin, with the input scale it was packed with; or a Q8_0
+ * source the plugin keeps as it is (copied, scale 1). */
 typedef struct q4_out {
   uint8_t *data;
   size_t bytes;
+  weir_dtype dtype; /* Q4_1 or Q8_0 */
   int64_t rows, cols;
   float *scale; /* [cols] */
 } q4_out;
@@ -87,7 +91,8 @@ static int export_site(qz *z, int layer, weir_llama_site site, const char *const
     q4_out *o = &out[i];
     o->cols = t->t.ne[0];
     o->rows = t->t.ndim >= 2 ? t->t.ne[1] : 1;
-    size_t rb = weir_dtype_row_bytes(WEIR_DTYPE_Q4_1, o->cols);
+    o->dtype = t->t.dtype == WEIR_DTYPE_Q8_0 ? WEIR_DTYPE_Q8_0 : WEIR_DTYPE_Q4_1;
+    size_t rb = weir_dtype_row_bytes(o->dtype, o->cols);
     if (rb == 0) {
       snprintf(z->err, ERRLEN, "%s: %s has %lld columns; Q4_1 needs a multiple of 32",
                weir_gguf_path(z->g), name, (long long)o->cols);
@@ -101,6 +106,12 @@ static int export_site(qz *z, int layer, weir_llama_site site, const char *const
       rc = WEIR_E_NOMEM;
       snprintf(z->err, ERRLEN, "out of memory exporting %s", name);
       break;
+    }
+    if (o->dtype == WEIR_DTYPE_Q8_0) { /* kept as it is by the scheme: the source bytes */
+      for (size_t r = 0; r < (size_t)o->rows; r++)
+        memcpy(o->data + r * rb, (const uint8_t *)t->t.data + r * t->t.nb[1], rb);
+      for (int64_t k = 0; k < o->cols; k++) o->scale[k] = 1.0f;
+      continue;
     }
     weir_quant_export ex = {.struct_size = sizeof ex, .dtype = WEIR_DTYPE_Q4_1, .data = o->data,
                             .bytes = o->bytes, .in_scale = o->scale};
@@ -135,15 +146,18 @@ static int load_vec(qz *z, const char *name, int64_t n, float **out) {
   return WEIR_OK;
 }
 
-/* Divides every value of Q4_1 row r by div[r]: d and m are rescaled (and rounded to f16),
- * the 4-bit values stay. */
+/* Divides every value of row r by div[r]: the f16 d (and m) of its Q4_1 / Q8_0 blocks are
+ * rescaled, the quantized values stay. The plugin makes these divisors powers of two
+ * (WEIR_QUANT_PACK_SCALE_POW2), so this is exact unless a value leaves the f16 range. */
 static int fold_rows(qz *z, q4_out *o, const float *div, const char *what) {
   size_t rb = o->bytes / (size_t)o->rows;
+  const size_t bb = o->dtype == WEIR_DTYPE_Q4_1 ? 20 : 34;
+  const int nh = o->dtype == WEIR_DTYPE_Q4_1 ? 2 : 1;
   for (int64_t r = 0; r < o->rows; r++) {
     if (div[r] == 1.0f) continue;
     for (int64_t b = 0; b < o->cols / 32; b++) {
-      uint8_t *blk = o->data + (size_t)r * rb + (size_t)b * 20;
-      for (int k = 0; k < 2; k++) {
+      uint8_t *blk = o->data + (size_t)r * rb + (size_t)b * bb;
+      for (int k = 0; k < nh; k++) {
         uint16_t h = (uint16_t)(blk[2 * k] | blk[2 * k + 1] << 8);
         float v = weir_model_f16_to_f32(h) / div[r];
         if (!isfinite(v) || fabsf(v) > 65504.0f) {
@@ -388,7 +402,7 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
   first[z->hp.n_layer] = np;
   for (int64_t i = 0; i < np; i++) {
     const weir_gguf_tensor *t = plan[i].src;
-    weir_dtype dt = plan[i].kind == T_Q4 ? WEIR_DTYPE_Q4_1
+    weir_dtype dt = plan[i].kind == T_Q4 && t->t.dtype != WEIR_DTYPE_Q8_0 ? WEIR_DTYPE_Q4_1
                     : plan[i].kind == T_F32 ? WEIR_DTYPE_F32 : t->t.dtype;
     if ((rc = weir_gguf_add_tensor(w, t->name, dt, t->t.ndim, t->t.ne, NULL)) < 0) {
       snprintf(z->err, ERRLEN, "declaring %s in the output: %s", t->name, weir_strerror(rc));

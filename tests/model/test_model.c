@@ -2,7 +2,8 @@
  * through the real plugins (loaded by the real loader) and the real KV-cache manager:
  *  - logits within 1e-4 (relative to the largest logit) for F32 weights on several shapes
  *    (GQA, odd sizes, qwen2 with QKV bias and NEOX RoPE, a long prompt), and within the
- *    error the fp16 scheme implies for F16, BF16, Q8_0 and Q4_0 sources;
+ *    error the fp16 scheme implies for F16, BF16, Q8_0 and Q4_0 sources, and within the 4-bit
+ *    bounds for awq_int4 (calibrated, round-to-nearest, and a Q4_0 source);
  *  - paged (16-token blocks) equals one block per sequence;
  *  - a prefix-cache hit gives the same logits as a cold run;
  *  - a ragged batch of mixed lengths equals each sequence alone;
@@ -15,13 +16,18 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
+#include "model/calib.h"
 #include "model/gguf.h"
 #include "model/llama.h"
+#include "model/tokenizer.h"
 #include "plugin/loader.h"
 #include "reference.h"
 #include "testutil.h"
 
 static char *g_dir;
+/* Extra config settings ("key=value") for the fixtures, e.g. another quant scheme. */
+static const char *const *g_sets;
+static int g_num_sets;
 
 /* Makes a model with the real `weir mkmodel`; returns its path (malloc'd). */
 static char *make_model(const char *name, const char *args) {
@@ -51,6 +57,13 @@ static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
   memset(f, 0, sizeof *f);
   weir_config_defaults(&f->cfg);
   char err[512] = "";
+  /* (weir_config_set rebuilds the config: before the borrowed plugin_dirs go in) */
+  for (int i = 0; i < g_num_sets; i++) {
+    char key[128];
+    const char *eq = strchr(g_sets[i], '=');
+    snprintf(key, sizeof key, "%.*s", (int)(eq - g_sets[i]), g_sets[i]);
+    CU_ASSERT_EQUAL_FATAL(weir_config_set(&f->cfg, key, eq + 1, err, sizeof err), 0);
+  }
   static char *dirs[1];
   dirs[0] = WT_PLUGIN_DIR;
   f->cfg.plugin_dirs = dirs;
@@ -62,14 +75,25 @@ static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
   int rc = weir_gguf_open(path, &f->gguf, err, sizeof err);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
+  /* An activation-aware scheme calibrates first, as the engine does. */
+  weir_tokenizer *tok = NULL;
+  weir_calib *calib = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_tokenizer_from_gguf(f->gguf, &tok, err, sizeof err), 0);
+  rc = weir_calib_prepare(&f->cfg, f->gguf, tok, &f->plugins, &calib, err, sizeof err);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
   weir_llama_opts o = {.max_num_tokens = 512,
                        .max_num_seqs = 8,
                        .max_logit_rows = 512,
                        .max_model_len = 512,
                        .block_size = block_size,
                        .kv_dtype = kv_dtype,
-                       .num_blocks = 8 * (512 / block_size + 1)};
+                       .num_blocks = 8 * (512 / block_size + 1),
+                       .samples = calib ? weir_calib_samples : NULL,
+                       .samples_user = calib};
   rc = weir_llama_create(f->gguf, &f->plugins, &o, &f->model, err, sizeof err);
+  weir_calib_free(calib);
+  weir_tokenizer_free(tok);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
   weir_kv_cache_params kp = {.num_blocks = weir_llama_num_blocks(f->model),
@@ -182,9 +206,10 @@ static int32_t *random_tokens(int32_t n, int32_t vocab, unsigned seed) {
   return t;
 }
 
-/* Engine logits for one whole prompt vs the reference; returns the relative error. */
-static double compare_with_reference(const char *path, int32_t n_tokens, int32_t block_size,
-                                     weir_dtype kv_dtype) {
+/* Engine logits for one whole prompt (the model at `path`) vs the reference's (the model at
+ * ref_path); returns the relative error. */
+static double compare_with_reference_ex(const char *path, const char *ref_path, int32_t n_tokens,
+                                        int32_t block_size, weir_dtype kv_dtype) {
   model_fixture f;
   fixture_open(&f, path, block_size, kv_dtype);
   const int32_t vocab = weir_llama_hparams_get(f.model)->n_vocab;
@@ -195,7 +220,7 @@ static double compare_with_reference(const char *path, int32_t n_tokens, int32_t
   CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f.kv, &s.kv), 0);
   forward_batch(&f, &s, 1, got);
   weir_ref_model *ref = NULL;
-  CU_ASSERT_EQUAL_FATAL(weir_ref_model_load(path, &ref), 0);
+  CU_ASSERT_EQUAL_FATAL(weir_ref_model_load(ref_path, &ref), 0);
   CU_ASSERT_EQUAL_FATAL(weir_ref_forward(ref, toks, n_tokens, want), 0);
   double e = rel_err(got, want, (size_t)n_tokens * (size_t)vocab);
   weir_ref_model_free(ref);
@@ -204,6 +229,11 @@ static double compare_with_reference(const char *path, int32_t n_tokens, int32_t
   free(toks);
   fixture_close(&f);
   return e;
+}
+
+static double compare_with_reference(const char *path, int32_t n_tokens, int32_t block_size,
+                                     weir_dtype kv_dtype) {
+  return compare_with_reference_ex(path, path, n_tokens, block_size, kv_dtype);
 }
 
 #define CHECK_ERR(name, err, bound)                                                       \
@@ -251,6 +281,65 @@ static void test_source_dtypes(void) {
                                 "--vocab 384 --ctx 512 --type f32 --seed 22");
   CHECK_ERR("f32 weights, f16 KV", compare_with_reference(p, 29, 16, WEIR_DTYPE_F16), 2e-3);
   free(p);
+}
+
+/* awq_int4 (4-bit weights, int8 activations). Against the reference of the same weights the
+ * engine differs only by the int8 rounding of the activations (per 32 values: half a step of
+ * max|x| / 127), which two layers of random weights carry to about 1% of the largest logit:
+ *  - an F16 model calibrated in memory, against the reference run on its `weir quantize`
+ *    output (the same 4-bit weights with the scales folded: the export suite shows the two
+ *    give the same logits within 1e-5), bound 3e-2;
+ *  - a Q4_0 model (its output matrix Q8_0: both carried over exactly), bound 3e-2.
+ * Against the F16 weights themselves the 4-bit rounding dominates (about 1/30 of a group's
+ * range per weight): calibrated and round-to-nearest both within 0.6 on these random
+ * weights, a loose bound that still catches a wrong scale, group or layout. */
+static void test_awq_int4_vs_reference(void) {
+  char *text = wt_strf("%s/calib.txt", g_dir);
+  {
+    size_t cap = 40000, n = 0;
+    char *t = malloc(cap);
+    unsigned seed = 7;
+    while (n + 16 < cap) {
+      seed = seed * 1103515245u + 12345u;
+      n += (size_t)snprintf(t + n, cap - n, "%c%c%c ", 'a' + (seed >> 9) % 26,
+                            'a' + (seed >> 14) % 26, 'a' + (seed >> 19) % 26);
+    }
+    CU_ASSERT_EQUAL_FATAL(wt_write_file(text, t, n), 0);
+    free(t);
+  }
+  char *ct = wt_strf("quant.calibration_text=%s", text);
+  char *f16 = make_model("awq", "--dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
+                                "--vocab 384 --ctx 512 --type f16 --seed 24");
+  char *q40 = make_model("awq_q40", "--dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
+                                    "--vocab 384 --ctx 512 --type q4_0 --seed 24");
+  char *exported = wt_strf("%s/awq-q4_1.gguf", g_dir);
+  char *cmd = wt_strf("%s quantize --model %s --calibration %s --threads 2 --log-level warn "
+                      "--out %s", WT_WEIR, f16, text, exported);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out = NULL;
+  int rc = wt_run(argv, &out, 120000);
+  if (rc) fprintf(stderr, "\n%s\n", out ? out : "");
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  free(out);
+  const char *awq[] = {"quant.scheme=awq_int4", ct};
+  const char *rtn[] = {"quant.scheme=awq_int4", "quant.calibration=false"};
+  g_sets = awq;
+  g_num_sets = 2;
+  CHECK_ERR("awq_int4 calibrated vs its q4_1",
+            compare_with_reference_ex(f16, exported, 29, 16, WEIR_DTYPE_F32), 3e-2);
+  CHECK_ERR("awq_int4 calibrated vs f16",
+            compare_with_reference(f16, 29, 16, WEIR_DTYPE_F32), 0.6);
+  g_sets = rtn;
+  CHECK_ERR("awq_int4 RTN vs f16", compare_with_reference(f16, 29, 16, WEIR_DTYPE_F32), 0.6);
+  CHECK_ERR("awq_int4, q4_0 source", compare_with_reference(q40, 29, 16, WEIR_DTYPE_F32), 3e-2);
+  g_sets = NULL;
+  g_num_sets = 0;
+  free(cmd);
+  free(exported);
+  free(ct);
+  free(text);
+  free(f16);
+  free(q40);
 }
 
 static void test_paged_equals_contiguous(void) {
@@ -581,6 +670,7 @@ int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {{"f32_shapes_vs_reference", test_f32_shapes},
                                   {"source_dtypes_vs_reference", test_source_dtypes},
+                                  {"awq_int4_vs_reference", test_awq_int4_vs_reference},
                                   {"paged_equals_contiguous", test_paged_equals_contiguous},
                                   {"prefix_cache_hit_equals_cold", test_prefix_cache_hit_equals_cold},
                                   {"ragged_batch_equals_alone", test_ragged_batch_equals_alone},

@@ -6,7 +6,7 @@
  *     written out here from the documented rule (F32/F16/BF16/Q8_0 sources), or the source's
  *     own blocks (Q4_1 bytes as they are; Q4_0 with m = -8 d); embed() returns d q + m (times
  *     1/s for a scaled weight) rounded once to f32, and each value is within the documented
- *     bound of the source;
+ *     bound of the source; a Q8_0 source is kept as int8, exactly (q d);
  *   - Q4_0 / Q4_1 sources give exactly the GGUF dequantization formula (x = d (q - 8),
  *     x = d q + m), and matmul against that formula in double;
  *   - matmul (1, 2, 3, 7, 64 tokens) against double-precision references: the packed weights
@@ -313,12 +313,12 @@ static int pack1(loaded *l, weir_tensor *t, const char *name, const float *sampl
  * matmul for several token counts. */
 static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int64_t group) {
   const weir_quant_ops *ops = l->ops;
-  const int q4src = t == WEIR_DTYPE_Q4_0 || t == WEIR_DTYPE_Q4_1;
+  const int q4src = t == WEIR_DTYPE_Q4_0 || t == WEIR_DTYPE_Q4_1, q8src = t == WEIR_DTYPE_Q8_0;
   double *ref = malloc(sizeof(double) * rows * cols);
   double *wq = malloc(sizeof(double) * rows * cols);
   float *emb = malloc(sizeof(float) * rows * cols);
   void *src = make_source(t, rows, cols, ref);
-  const int exportable = cols % 32 == 0;
+  const int exportable = cols % 32 == 0 && !q8src;
   uint8_t *ex = malloc((size_t)rows * (size_t)(cols / 32 + 1) * 20);
   void *w = NULL;
   float *x = NULL, *y = NULL, *fsrc = NULL;
@@ -333,8 +333,13 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   CU_ASSERT_EQUAL(rc, WEIR_OK);
   if (rc != WEIR_OK) goto fail;
 
-  /* The packed size: quads of 4 rows, 2 kp nibble bytes each, then d and m per group. */
-  {
+  /* The packed size: quads of 4 rows, 2 kp nibble bytes each, then d and m per group; a
+   * Q8_0 source is kept as int8 (kp bytes per row, an f32 scale per 32, 8 spare floats). */
+  if (q8src) {
+    int64_t kp = (cols + 255) / 256 * 256;
+    size_t qb = ((size_t)(rows * kp) + 63) / 64 * 64;
+    WT_ASSERT_INT_EQ(ops->weight_bytes(l->self, w), qb + (size_t)(rows * (kp / 32) + 8) * 4);
+  } else {
     int64_t kp = (cols + 255) / 256 * 256;
     int64_t g = group;
     int sym = t == WEIR_DTYPE_Q4_0;
@@ -391,7 +396,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
       }
     }
   } else {
-    /* not whole blocks: no Q4_1 export (WEIR_E_NOTSUP); the values come from embed */
+    /* not whole blocks, or int8: no Q4_1 export (WEIR_E_NOTSUP); the values come from embed */
     weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
                             .bytes = (size_t)rows * 20};
     CU_ASSERT_EQUAL(ops->export_weight(l->self, w, &qe), WEIR_E_NOTSUP);
@@ -416,9 +421,10 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
         }
         /* documented bound: d/2 plus the f16 rounding of m and d (2^-11 of |min| and of the
          * range); a 4-bit source is exact */
-        double bound = q4src ? 0 : (mx - mn) / 30 * (1 + 1e-3) + ldexp(fabs(mn) + (mx - mn), -11);
+        const int exact = q4src || q8src;
+        double bound = exact ? 0 : (mx - mn) / 30 * (1 + 1e-3) + ldexp(fabs(mn) + (mx - mn), -11);
         wbound[r * cols + k] = bound;
-        CHECK_LE(fabs((double)row[k] - want), bound + (q4src ? 0 : 1e-7 * fabs(want)), what);
+        CHECK_LE(fabs((double)row[k] - want), bound + (exact ? 0 : 1e-7 * fabs(want)), what);
         if (!exportable) wq[r * cols + k] = row[k];
       }
     }

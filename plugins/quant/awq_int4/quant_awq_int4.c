@@ -4,12 +4,14 @@
  * of `group_size` input columns (w = d q + m) in the layout of kernels/cpu/matmul_q4.h, plus,
  * when calibration samples came with it, a per-input-channel scale s: the weights stored are
  * those of W diag(s), and matmul multiplies the activations by 1/s before quantizing them.
- *   - F32, F16, BF16 (and Q8_0) sources are quantized at load by round-to-nearest, after the
- *     AWQ search (awq_search.c) chose s when samples are given, and optionally a clipping
- *     ratio per row and group chosen on the samples.
+ *   - F32, F16 and BF16 sources are quantized at load by round-to-nearest, after the AWQ
+ *     search (awq_search.c) chose s when samples are given, and optionally a clipping ratio
+ *     per row and group chosen on the samples.
  *   - Q4_0 and Q4_1 sources are carried over exactly: their 32-element blocks become groups of
  *     32 (or of group_size when every run of blocks in a group shares d and m), Q4_0 as a
  *     symmetric weight (m = -8 d, nothing stored).
+ *   - Q8_0 sources (the output layer of most 4-bit files) are carried over exactly as int8
+ *     weights and run on the int8 kernels (kernels/cpu/matmul_q8.h).
  * pack_group() shares one s among weights that multiply the same input, export_weight()
  * writes a packed weight as Q4_1 blocks for `weir quantize`. See docs/quant-awq.md. */
 #include <math.h>
@@ -24,7 +26,10 @@
 #include "weight_mem.h"
 
 typedef struct awq_weight {
-  weir_q4_layout l;
+  weir_q4_layout l;   /* 4-bit weights; for int8 ones only rows and cols are set */
+  int is_q8;          /* 1: an exact Q8_0 carry-over: data = [rows][kp8] q + 128 (stored
+                         order of matmul_q8.h), then [rows][kp8 / 32] f32 d + pad */
+  int64_t kp8;
   uint8_t *data;
   int from_device_alloc;
   float *scale;     /* [cols] s, or NULL */
@@ -102,10 +107,11 @@ static int awq_init(const weir_host *host, const weir_plugin_args *args, void **
 
 static void awq_fini(void *self) { free(self); }
 
-/* 4-bit sources are carried over exactly: nothing to calibrate. */
+/* Block-quantized sources are carried over exactly: nothing to calibrate. */
 static int64_t awq_calibration_samples(void *self, weir_dtype src_dtype) {
   awq_plugin *p = self;
-  if (src_dtype == WEIR_DTYPE_Q4_0 || src_dtype == WEIR_DTYPE_Q4_1) return 0;
+  if (src_dtype != WEIR_DTYPE_F32 && src_dtype != WEIR_DTYPE_F16 && src_dtype != WEIR_DTYPE_BF16)
+    return 0;
   return p->calibration ? p->calib_samples : 0;
 }
 
@@ -117,6 +123,10 @@ static size_t src_stride(const weir_tensor *t) {
 }
 
 static int is_q4(weir_dtype t) { return t == WEIR_DTYPE_Q4_0 || t == WEIR_DTYPE_Q4_1; }
+/* Sources quantized here (the others are carried over as they are). */
+static int is_float(weir_dtype t) {
+  return t == WEIR_DTYPE_F32 || t == WEIR_DTYPE_F16 || t == WEIR_DTYPE_BF16;
+}
 
 /* Checks one source and returns its shape; logs and returns a status when unusable. */
 static int check_source(awq_plugin *p, const weir_quant_pack_args *a, int64_t *rows,
@@ -328,6 +338,38 @@ out:
   free(y);
 }
 
+/* A Q8_0 source as int8 weights in the int8 kernels' format: q copied (stored biased and
+ * interleaved), d widened to f32 (exact). */
+static int pack_q8(awq_plugin *p, const weir_tensor *t, int64_t rows, int64_t cols,
+                   awq_weight *w) {
+  w->is_q8 = 1;
+  w->l.rows = rows;
+  w->l.cols = cols;
+  w->kp8 = weir_q8_padded_cols(cols, 32);
+  const int64_t nb = w->kp8 / 32;
+  const size_t qbytes = ((size_t)rows * (size_t)w->kp8 + 63) & ~(size_t)63;
+  w->bytes = qbytes + ((size_t)rows * (size_t)nb + WEIR_Q8_SCALE_PAD) * sizeof(float);
+  w->data = weir_cpu_weight_alloc(p->host, w->bytes, &w->from_device_alloc);
+  if (!w->data) return WEIR_E_NOMEM;
+  float *d = (float *)(void *)(w->data + qbytes);
+  int8_t nat[WEIR_Q8_ROW_ALIGN];
+  const size_t stride = src_stride(t);
+  for (int64_t r = 0; r < rows; r++) {
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)r * stride;
+    uint8_t *q = w->data + (size_t)r * (size_t)w->kp8;
+    for (int64_t c = 0; c < w->kp8; c += WEIR_Q8_ROW_ALIGN) {
+      memset(nat, 0, sizeof nat);
+      for (int64_t b = c / 32; b < (c + WEIR_Q8_ROW_ALIGN) / 32 && b < cols / 32; b++)
+        memcpy(nat + (b * 32 - c), src + b * 34 + 2, 32);
+      weir_q8_interleave(nat, q + c, WEIR_Q8_ROW_ALIGN, 0x80);
+    }
+    for (int64_t b = 0; b < nb; b++)
+      d[r * nb + b] = b < cols / 32 ? weir_f16_to_f32((uint16_t)(src[b * 34] | src[b * 34 + 1] << 8)) : 0.0f;
+  }
+  memset(d + rows * nb, 0, WEIR_Q8_SCALE_PAD * sizeof(float));
+  return WEIR_OK;
+}
+
 static void weight_free(awq_plugin *p, awq_weight *w) {
   if (!w) return;
   weir_cpu_weight_free(p->host, w->data, w->from_device_alloc);
@@ -350,6 +392,12 @@ static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s
   awq_weight *w = h->alloc(h->ctx, sizeof *w, 0);
   if (!w) return WEIR_E_NOMEM;
   memset(w, 0, sizeof *w);
+  if (t->dtype == WEIR_DTYPE_Q8_0) {
+    rc = pack_q8(p, t, rows, cols, w);
+    if (rc != WEIR_OK) goto fail;
+    *out = w;
+    return WEIR_OK;
+  }
   if (weir_q4_layout_init(&w->l, rows, cols, group, t->dtype == WEIR_DTYPE_Q4_0) != 0) {
     h->free(h->ctx, w);
     return WEIR_E_NOTSUP;
@@ -411,7 +459,7 @@ static int awq_pack_group(void *self, const weir_quant_pack_args *const *args, i
       return WEIR_E_INVAL;
     }
     cols = c;
-    if (is_q4(args[i]->src->dtype)) floats = 0;
+    if (!is_float(args[i]->src->dtype)) floats = 0;
   }
   const weir_quant_pack_args *a0 = args[0];
   const int awq = p->calibration && floats && a0->act_samples && a0->num_samples > 0;
@@ -453,7 +501,8 @@ static int awq_pack_group(void *self, const weir_quant_pack_args *const *args, i
       }
     }
   } else if (p->calibration && a0->act_samples && !floats) {
-    LOG(p, WEIR_LOG_INFO, "awq_int4: %s: 4-bit source carried over as is (no scale search)",
+    LOG(p, WEIR_LOG_INFO, "awq_int4: %s: block-quantized source carried over as is (no scale "
+        "search)",
         a0->name ? a0->name : "?");
   }
   rc = WEIR_OK;
@@ -501,6 +550,54 @@ static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
                      j->tmp + (int64_t)thread * l->cols);
 }
 
+typedef struct act8_job {
+  const float *x;
+  int64_t cols, kp;
+  int8_t *xq;
+  float *xd;
+} act8_job;
+
+static void act8_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  act8_job *j = arg;
+  for (int64_t t = begin; t < end; t++)
+    weir_q8_quantize_act(j->x + t * j->cols, j->cols, j->kp, j->xq + t * j->kp,
+                         j->xd + t * (j->kp / WEIR_Q8_BLOCK));
+}
+
+/* An int8 weight (a Q8_0 carry-over): the int8 plugin's path. */
+static int matmul_q8(awq_plugin *p, const awq_weight *w, const float *x, float *y,
+                     int64_t n_tokens) {
+  const weir_host *h = p->host;
+  const int64_t kp = w->kp8, nb = kp / WEIR_Q8_BLOCK, rows = w->l.rows;
+  const size_t qb = ((size_t)n_tokens * (size_t)kp + 63) & ~(size_t)63;
+  const size_t need = qb + ((size_t)n_tokens * (size_t)nb + WEIR_Q8_SCALE_PAD) * sizeof(float);
+  void *buf = NULL;
+  if (posix_memalign(&buf, 64, need) != 0) return WEIR_E_NOMEM;
+  memset((uint8_t *)buf + need - WEIR_Q8_SCALE_PAD * sizeof(float), 0,
+         WEIR_Q8_SCALE_PAD * sizeof(float));
+  const int threads = weir_cpu_host_threads(h);
+  act8_job aj = {.x = x, .cols = w->l.cols, .kp = kp, .xq = buf,
+                 .xd = (float *)(void *)((uint8_t *)buf + qb)};
+  if (threads > 1 && n_tokens >= 2 * threads && n_tokens * kp >= (1 << 16))
+    h->parallel_for(h->ctx, n_tokens, 1, act8_chunk, &aj);
+  else
+    act8_chunk(&aj, 0, n_tokens, 0);
+  const size_t qbytes = ((size_t)rows * (size_t)kp + 63) & ~(size_t)63;
+  weir_q8_matmul_args a = {.wq = w->data, .wd = (const float *)(const void *)(w->data + qbytes),
+                           .rows = rows, .kp = kp, .group = 32, .xq = aj.xq, .xd = aj.xd,
+                           .n_tokens = n_tokens, .y = y};
+  if (threads <= 1 || rows < 8 || rows * kp * n_tokens < (1 << 16)) {
+    weir_q8_matmul_rows(&a, 0, rows);
+  } else {
+    int64_t grain = (rows / ((int64_t)threads * 4) + 3) / 4 * 4;
+    if (grain < 16) grain = 16;
+    h->parallel_for(h->ctx, rows, grain, weir_q8_matmul_chunk, &a);
+  }
+  free(buf);
+  return WEIR_OK;
+}
+
 /* Activations of up to this many bytes live on the stack (decode of the 1.1B shape needs
  * about 32 KiB for the FFN's down projection). */
 #define STACK_ACT_BYTES 49152
@@ -511,6 +608,7 @@ static int awq_matmul(void *self, const void *weight, const float *x, float *y, 
   const awq_weight *w = weight;
   if (n_tokens == 0) return WEIR_OK;
   if (!w || !x || !y || n_tokens < 0) return WEIR_E_INVAL;
+  if (w->is_q8) return matmul_q8(p, w, x, y, n_tokens);
   const weir_q4_layout *l = &w->l;
   const int64_t kp = l->kp, nl = kp / WEIR_Q4_CHUNK * WEIR_Q4_LANES;
   const int threads = weir_cpu_host_threads(h);
@@ -559,6 +657,16 @@ static int awq_embed(void *self, const void *weight, const int32_t *ids, float *
     if (ids[i] < 0 || ids[i] >= w->l.rows) return WEIR_E_RANGE;
   for (int64_t i = 0; i < n; i++) {
     float *o = out + i * w->l.cols;
+    if (w->is_q8) {
+      const size_t qbytes = ((size_t)w->l.rows * (size_t)w->kp8 + 63) & ~(size_t)63;
+      const uint8_t *q = w->data + (size_t)ids[i] * (size_t)w->kp8;
+      const float *d = (const float *)(const void *)(w->data + qbytes) + ids[i] * (w->kp8 / 32);
+      for (int64_t k = 0; k < w->l.cols; k++) {
+        int64_t c = k / WEIR_Q8_ROW_ALIGN * WEIR_Q8_ROW_ALIGN;
+        o[k] = (float)(q[c + weir_q8_stored_pos((int)(k - c))] - 128) * d[k / 32];
+      }
+      continue;
+    }
     weir_q4_dequant_row(&w->l, w->data, ids[i], o);
     if (w->inv_scale)
       for (int64_t k = 0; k < w->l.cols; k++) o[k] *= w->inv_scale[k];
@@ -574,6 +682,11 @@ static int awq_export(void *self, const void *weight, weir_quant_export *ex) {
   if (!w || !ex || !ex->data) return WEIR_E_INVAL;
   const weir_q4_layout *l = &w->l;
   if (ex->dtype != WEIR_DTYPE_Q4_1) return WEIR_E_NOTSUP;
+  if (w->is_q8) {
+    LOG(p, WEIR_LOG_ERROR, "awq_int4: an int8 weight (a Q8_0 source kept as it is) has no "
+        "Q4_1 form; write the source tensor instead");
+    return WEIR_E_NOTSUP;
+  }
   const size_t rb = weir_dtype_row_bytes(WEIR_DTYPE_Q4_1, l->cols);
   if (rb == 0) return WEIR_E_NOTSUP;
   if (ex->bytes < rb * (size_t)l->rows) return WEIR_E_RANGE;
