@@ -39,4 +39,29 @@ typedef struct awq_search_result {
 int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *args, int n,
                      float *s, awq_search_result *res);
 
+/* A float source (F32, F16, BF16, or Q8_0 dequantized) to quantize row by row. */
+typedef struct awq_src {
+  const weir_tensor *t;
+  size_t stride;      /* bytes from row to row */
+  int64_t cols, group;
+  const float *s;     /* [cols] input scale the rows are multiplied by, or NULL */
+  /* Clipping search samples (already divided by s), or NULL: per group g0 (a multiple of
+   * group), [nc][n] floats at xc + g0 * nc, n = the group's width. */
+  const float *xc;
+  int64_t nc;
+} awq_src;
+
+/* Rows per awq_quantize_rows call at most: their clipping errors share one GEMM per group and
+ * ratio. */
+#define AWQ_ROWS 64
+
+/* Quantizes rows [r0, r0 + nr) (nr <= AWQ_ROWS) of src times s, by round-to-nearest per group
+ * (weir_q4_quantize_group), or with the clipping ratio among 1, 0.95, ..., 0.5 whose output
+ * error on the samples is smallest: natural-order q [nr][cols], f16 d and m [nr][ngr] with
+ * ngr = ceil(cols / group). Returns WEIR_OK, WEIR_E_NOMEM, WEIR_E_NOTSUP (a source type it
+ * cannot read) or WEIR_E_RANGE (Inf/NaN or beyond the f16 range; those groups get NaN
+ * scales). Thread-safe. */
+int awq_quantize_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16_t *d,
+                      uint16_t *m);
+
 #endif

@@ -193,3 +193,93 @@ out:
   free(partial);
   return rc;
 }
+
+/* ---- row quantization, with the optional clipping search ---------------------------------- */
+
+static int load_scaled_row(const awq_src *src, int64_t r, float *row) {
+  if (weir_dequant_row_f32(src->t->dtype, (const uint8_t *)src->t->data + (size_t)r * src->stride,
+                           row, src->cols) != 0)
+    return WEIR_E_NOTSUP;
+  if (src->s)
+    for (int64_t k = 0; k < src->cols; k++) row[k] *= src->s[k];
+  return WEIR_OK;
+}
+
+/* With the clipping search: for each group, every ratio's quantization error E (nr x n) meets
+ * the group's samples (nc x n) in one GEMM, and each row keeps the ratio with the smallest
+ * sum of squared outputs. */
+int awq_quantize_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16_t *d,
+                      uint16_t *m) {
+  const int64_t cols = src->cols, group = src->group, nc = src->nc;
+  const int64_t ngr = (cols + group - 1) / group;
+  int rc = WEIR_OK;
+  float *rows = malloc(sizeof(float) * (size_t)(nr * cols));
+  float *e = src->xc ? malloc(sizeof(float) * (size_t)(AWQ_ROWS * 128)) : NULL;
+  float *y = src->xc ? malloc(sizeof(float) * (size_t)(AWQ_ROWS * nc)) : NULL;
+  if (!rows || (src->xc && (!e || !y)) || nr > AWQ_ROWS || group > 128) {
+    rc = WEIR_E_NOMEM;
+    goto out;
+  }
+  for (int64_t i = 0; i < nr; i++)
+    if ((rc = load_scaled_row(src, r0 + i, rows + i * cols)) != WEIR_OK) goto out;
+  for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += group, gi++) {
+    const int64_t n = cols - g0 < group ? cols - g0 : group;
+    float lo[AWQ_ROWS], hi[AWQ_ROWS];
+    for (int64_t i = 0; i < nr; i++) {
+      const float *w = rows + i * cols + g0;
+      lo[i] = hi[i] = w[0];
+      for (int64_t k = 1; k < n; k++) {
+        lo[i] = w[k] < lo[i] ? w[k] : lo[i];
+        hi[i] = w[k] > hi[i] ? w[k] : hi[i];
+      }
+    }
+    if (src->xc) {
+      float mn[AWQ_ROWS], mx[AWQ_ROWS];
+      double best[AWQ_ROWS];
+      memcpy(mn, lo, sizeof(float) * (size_t)nr);
+      memcpy(mx, hi, sizeof(float) * (size_t)nr);
+      for (int64_t i = 0; i < nr; i++) best[i] = INFINITY;
+      for (int ri = 0; ri <= AWQ_CLIP_STEPS; ri++) {
+        const float ratio = 1.0f - (float)ri / AWQ_CLIP_GRID;
+        for (int64_t i = 0; i < nr; i++) {
+          const float *w = rows + i * cols + g0;
+          const float a = mn[i] < 0 ? mn[i] * ratio : mn[i], b = mx[i] > 0 ? mx[i] * ratio : mx[i];
+          uint8_t qq[128];
+          uint16_t dh, mh;
+          float *ei = e + i * n;
+          if (weir_q4_quantize_group_clip(w, n, a, b, qq, &dh, &mh) != 0) {
+            for (int64_t k = 0; k < n; k++) ei[k] = NAN;
+            continue;
+          }
+          const float dv = weir_f16_to_f32(dh), mv = weir_f16_to_f32(mh);
+          for (int64_t k = 0; k < n; k++) ei[k] = dv * (float)qq[k] + mv - w[k];
+        }
+        weir_matmul_args ma = {.w = e, .w_dtype = WEIR_DTYPE_F32, .rows = nr, .cols = n,
+                               .x = src->xc + g0 * nc, .y = y, .n_tokens = nc};
+        weir_matmul_rows(&ma, 0, nr);
+        for (int64_t i = 0; i < nr; i++) {
+          double err = 0;
+          for (int64_t t = 0; t < nc; t++) err += (double)y[t * nr + i] * y[t * nr + i];
+          if (err < best[i]) { /* NaN never wins */
+            best[i] = err;
+            lo[i] = mn[i] < 0 ? mn[i] * ratio : mn[i];
+            hi[i] = mx[i] > 0 ? mx[i] * ratio : mx[i];
+          }
+        }
+      }
+    }
+    for (int64_t i = 0; i < nr; i++) {
+      const float *w = rows + i * cols + g0;
+      int bad = src->xc ? weir_q4_quantize_group_clip(w, n, lo[i], hi[i], q + i * cols + g0,
+                                                      &d[i * ngr + gi], &m[i * ngr + gi])
+                        : weir_q4_quantize_group(w, n, q + i * cols + g0, &d[i * ngr + gi],
+                                                 &m[i * ngr + gi]);
+      if (bad) rc = WEIR_E_RANGE;
+    }
+  }
+out:
+  free(rows);
+  free(e);
+  free(y);
+  return rc;
+}

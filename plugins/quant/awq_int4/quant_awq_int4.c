@@ -22,7 +22,6 @@
 #include "awq_int4.h"
 #include "convert.h"
 #include "dequant.h"
-#include "matmul.h"
 #include "weight_mem.h"
 
 typedef struct awq_weight {
@@ -209,133 +208,39 @@ static void pack_q4_row(const pack_job *j, int64_t r, uint8_t *q, uint16_t *d, u
   }
 }
 
-/* Rows packed together by the clipping search: their errors for one group and ratio come from
- * one small GEMM against the samples. */
-#define CLIP_ROWS 64
-
-/* A float row: dequantized, times s. */
-static int load_scaled_row(const pack_job *j, int64_t r, float *row) {
-  const int64_t cols = j->w->l.cols;
-  if (weir_dequant_row_f32(j->t->dtype, (const uint8_t *)j->t->data + (size_t)r * j->stride,
-                           row, cols) != 0)
-    return WEIR_E_NOTSUP;
-  if (j->s)
-    for (int64_t k = 0; k < cols; k++) row[k] *= j->s[k];
-  return WEIR_OK;
-}
-
-/* Rows [r0, r0 + nr) with the clipping search: for each group, every ratio's quantization
- * error E (nr x n) meets the group's samples (nc x n) in one GEMM, and each row keeps the ratio
- * with the smallest sum of squared outputs. */
-static int pack_rows_clip(pack_job *j, int64_t r0, int64_t nr, float *rows, uint8_t *q,
-                          uint16_t *d, uint16_t *m, float *e, float *y, float *lo, float *hi,
-                          double *best) {
-  const weir_q4_layout *l = &j->w->l;
-  const int64_t cols = l->cols, nc = j->nc;
-  int rc = WEIR_OK;
-  for (int64_t i = 0; i < nr; i++)
-    if ((rc = load_scaled_row(j, r0 + i, rows + i * cols)) != WEIR_OK) return rc;
-  for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += l->group, gi++) {
-    const int64_t n = cols - g0 < l->group ? cols - g0 : l->group;
-    float mn[CLIP_ROWS], mx[CLIP_ROWS];
-    for (int64_t i = 0; i < nr; i++) {
-      const float *w = rows + i * cols + g0;
-      mn[i] = mx[i] = w[0];
-      for (int64_t k = 1; k < n; k++) {
-        mn[i] = w[k] < mn[i] ? w[k] : mn[i];
-        mx[i] = w[k] > mx[i] ? w[k] : mx[i];
-      }
-      best[i] = INFINITY;
-      lo[i] = mn[i];
-      hi[i] = mx[i];
-    }
-    for (int ri = 0; ri <= AWQ_CLIP_STEPS; ri++) {
-      const float ratio = 1.0f - (float)ri / AWQ_CLIP_GRID;
-      for (int64_t i = 0; i < nr; i++) {
-        const float *w = rows + i * cols + g0;
-        const float a = mn[i] < 0 ? mn[i] * ratio : mn[i], b = mx[i] > 0 ? mx[i] * ratio : mx[i];
-        uint8_t qq[128];
-        uint16_t dh, mh;
-        float *ei = e + i * n;
-        if (weir_q4_quantize_group_clip(w, n, a, b, qq, &dh, &mh) != 0) {
-          for (int64_t k = 0; k < n; k++) ei[k] = NAN;
-          continue;
-        }
-        const float dv = weir_f16_to_f32(dh), mv = weir_f16_to_f32(mh);
-        for (int64_t k = 0; k < n; k++) ei[k] = dv * (float)qq[k] + mv - w[k];
-      }
-      weir_matmul_args ma = {.w = e, .w_dtype = WEIR_DTYPE_F32, .rows = nr, .cols = n,
-                             .x = j->xc + gi * nc * l->group, .y = y, .n_tokens = nc};
-      weir_matmul_rows(&ma, 0, nr);
-      for (int64_t i = 0; i < nr; i++) {
-        double err = 0;
-        for (int64_t t = 0; t < nc; t++) err += (double)y[t * nr + i] * y[t * nr + i];
-        if (err < best[i]) { /* NaN never wins */
-          best[i] = err;
-          lo[i] = mn[i] < 0 ? mn[i] * ratio : mn[i];
-          hi[i] = mx[i] > 0 ? mx[i] * ratio : mx[i];
-        }
-      }
-    }
-    for (int64_t i = 0; i < nr; i++)
-      if (weir_q4_quantize_group_clip(rows + i * cols + g0, n, lo[i], hi[i], q + i * cols + g0,
-                                      &d[i * l->ng + gi], &m[i * l->ng + gi]) != 0)
-        rc = WEIR_E_RANGE;
-  }
-  for (int64_t i = 0; i < nr; i++)
-    weir_q4_store_row(l, j->w->data, r0 + i, q + i * cols, d + i * l->ng, m + i * l->ng);
-  return rc;
-}
-
 static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   (void)thread;
   pack_job *j = arg;
   const weir_q4_layout *l = &j->w->l;
-  const int64_t cols = l->cols, nb = j->xc ? CLIP_ROWS : 1;
-  float *row = malloc(sizeof(float) * (size_t)(cols * nb));
-  uint8_t *q = malloc((size_t)(cols * nb));
-  uint16_t *d = calloc((size_t)(l->ng * nb), sizeof(uint16_t));
-  uint16_t *m = calloc((size_t)(l->ng * nb), sizeof(uint16_t));
-  float *e = j->xc ? malloc(sizeof(float) * (size_t)(CLIP_ROWS * 128)) : NULL;
-  float *y = j->xc ? malloc(sizeof(float) * (size_t)(CLIP_ROWS * j->nc)) : NULL;
-  float lo[CLIP_ROWS], hi[CLIP_ROWS];
-  double best[CLIP_ROWS];
-  if (!row || !q || !d || !m || (j->xc && (!e || !y))) {
+  const int64_t cols = l->cols, ngr = (cols + l->group - 1) / l->group;
+  uint8_t *q = malloc((size_t)(cols * AWQ_ROWS));
+  uint16_t *d = calloc((size_t)(l->ng * AWQ_ROWS), sizeof(uint16_t));
+  uint16_t *m = calloc((size_t)(l->ng * AWQ_ROWS), sizeof(uint16_t));
+  if (!q || !d || !m) {
     set_failed(j, WEIR_E_NOMEM);
     goto out;
   }
-  for (int64_t r = begin; r < end;) {
-    if (j->xc) {
-      int64_t nr = end - r < CLIP_ROWS ? end - r : CLIP_ROWS;
-      int rc = pack_rows_clip(j, r, nr, row, q, d, m, e, y, lo, hi, best);
-      if (rc != WEIR_OK) set_failed(j, rc);
-      r += nr;
-      continue;
-    }
-    if (is_q4(j->t->dtype)) {
+  if (is_q4(j->t->dtype)) {
+    for (int64_t r = begin; r < end; r++) {
       pack_q4_row(j, r, q, d, m);
-    } else {
-      int rc = load_scaled_row(j, r, row);
-      if (rc != WEIR_OK) {
-        set_failed(j, rc);
-        break;
-      }
-      for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += l->group, gi++) {
-        const int64_t n = cols - g0 < l->group ? cols - g0 : l->group;
-        if (weir_q4_quantize_group(row + g0, n, q + g0, &d[gi], &m[gi]) != 0)
-          set_failed(j, WEIR_E_RANGE);
-      }
+      weir_q4_store_row(l, j->w->data, r, q, d, m);
     }
-    weir_q4_store_row(l, j->w->data, r, q, d, m);
-    r++;
+    goto out;
+  }
+  const awq_src src = {.t = j->t, .stride = j->stride, .cols = cols, .group = l->group,
+                       .s = j->s, .xc = j->xc, .nc = j->nc};
+  for (int64_t r = begin; r < end; r += AWQ_ROWS) {
+    const int64_t nr = end - r < AWQ_ROWS ? end - r : AWQ_ROWS;
+    int rc = awq_quantize_rows(&src, r, nr, q, d, m);
+    if (rc != WEIR_OK) set_failed(j, rc);
+    if (rc == WEIR_E_NOMEM || rc == WEIR_E_NOTSUP) break;
+    for (int64_t i = 0; i < nr; i++)
+      weir_q4_store_row(l, j->w->data, r + i, q + i * cols, d + i * ngr, m + i * ngr);
   }
 out:
-  free(row);
   free(q);
   free(d);
   free(m);
-  free(e);
-  free(y);
 }
 
 /* A Q8_0 source as int8 weights in the int8 kernels' format: q copied (stored biased and
@@ -425,7 +330,7 @@ static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s
   }
   pack_job j = {.p = p, .t = t, .stride = src_stride(t), .w = w, .s = s, .xc = xc, .nc = nc};
   int64_t work = rows * cols * (xc ? nc * (AWQ_CLIP_STEPS + 1) : 1);
-  weir_cpu_for_rows(h, rows, xc ? CLIP_ROWS : 16, work, 1 << 18, pack_chunk, &j);
+  weir_cpu_for_rows(h, rows, xc ? AWQ_ROWS : 16, work, 1 << 18, pack_chunk, &j);
   if (j.failed != WEIR_OK) {
     rc = j.failed;
     if (rc == WEIR_E_RANGE)
