@@ -115,6 +115,49 @@ cudaError_t weir_cuda_embed_f16(cudaStream_t stream, const void *w, const int32_
                                 float *out, int64_t n, int64_t rows, int64_t cols,
                                 int *bad_flag);
 
+/* ---- quant_int8.cu: int8 weights (quant/int8; Q8_0 tensors under quant/awq_int4) ----------
+ * q: int8 [rows][kp], kp = cols rounded up to 32 (padding columns hold 0), 16-byte aligned;
+ * d: f32 [rows][kp / 32]; w[r][c] = q[r][c] * d[r][c / 32]. */
+
+/* Packs n_rows rows of `cols` source elements (src_dtype as for weir_cuda_pack_f16, rows
+ * src_row_bytes apart, device memory): Q8_0 blocks are copied exactly, other sources get
+ * d = max|x| / 127 and q = round(x / d) per 32 columns (a group holding Inf/NaN: q = 0,
+ * d = NaN). */
+cudaError_t weir_cuda_pack_q8(cudaStream_t stream, void *q, float *d, const void *src,
+                              int32_t src_dtype, int64_t rows, int64_t cols, int64_t kp,
+                              size_t src_row_bytes);
+/* y[t][o] = sum_c W[o][c] x[t][c] for t < n_tokens <= 8 (x: [n_tokens][cols] f32). Streams
+ * W once, dequantizing in registers; products in f32. */
+cudaError_t weir_cuda_gemv_q8(cudaStream_t stream, const void *q, const float *d, const float *x,
+                              float *y, int64_t cols, int64_t kp, int64_t rows, int32_t n_tokens);
+/* dst = W as f16 [rows][cols] (each q d rounded once, saturated), for cuBLAS. */
+cudaError_t weir_cuda_dequant_q8_f16(cudaStream_t stream, void *dst, const void *q,
+                                     const float *d, int64_t rows, int64_t cols, int64_t kp);
+/* out[t] = W[ids[t]] as f32; an id outside [0, rows) zero-fills and sets *bad_flag. */
+cudaError_t weir_cuda_embed_q8(cudaStream_t stream, const void *q, const float *d,
+                               const int32_t *ids, float *out, int64_t n, int64_t rows,
+                               int64_t cols, int64_t kp, int *bad_flag);
+
+/* ---- quant_int4.cu: 4-bit weights (quant/awq_int4) ------------------------------------------
+ * nib: [rows][kp / 2] bytes, kp = cols rounded up to 32, in 16-byte blocks of 32 columns in
+ * GGUF Q4 order (byte j: column j in the low nibble, column 16 + j in the high one), 16-byte
+ * aligned; d, m: f16 [rows][ceil(kp / group)] (group 32, 64 or 128); w = d q + m, or with
+ * m NULL w = d (q - 8). inv_s: NULL, or f32 [cols] multiplying the input column-wise (the
+ * inverse AWQ scale): y = W (x * inv_s). */
+cudaError_t weir_cuda_gemv_q4(cudaStream_t stream, const void *nib, const void *d, const void *m,
+                              const float *inv_s, const float *x, float *y, int64_t cols,
+                              int64_t kp, int64_t rows, int32_t group, int32_t n_tokens);
+/* dst = W diag(inv_s) as f16 [rows][cols], for cuBLAS. */
+cudaError_t weir_cuda_dequant_q4_f16(cudaStream_t stream, void *dst, const void *nib,
+                                     const void *d, const void *m, const float *inv_s,
+                                     int64_t rows, int64_t cols, int64_t kp, int32_t group);
+/* out[t] = row ids[t] of W diag(inv_s) as f32; an id outside [0, rows) zero-fills and sets
+ * *bad_flag. */
+cudaError_t weir_cuda_embed_q4(cudaStream_t stream, const void *nib, const void *d, const void *m,
+                               const float *inv_s, const int32_t *ids, float *out, int64_t n,
+                               int64_t rows, int64_t cols, int64_t kp, int32_t group,
+                               int *bad_flag);
+
 /* ---- sampler.cu: the default sampler on the device -----------------------------------------
  * Semantics are plugins/sampler/default's (see docs/cuda.md for the one ordering difference).
  * The host fills one weir_cuda_sample_params per row and one weir_cuda_penalty entry per

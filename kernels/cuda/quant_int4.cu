@@ -1,0 +1,201 @@
+// 4-bit weights on the GPU (quant/awq_int4): the small-batch GEMV that dequantizes in registers,
+// dequantization to f16 for the cuBLAS path, and the embedding gather. Packing happens on the
+// host (the AWQ search and the rounding are the CPU plugin's, shared), so nothing here packs.
+//
+// Layout (weir_cuda_kernels.h): per row, kp / 32 blocks of 16 bytes in GGUF Q4 order (byte j:
+// element j in the low nibble, element 16 + j in the high one), so a Q4_0 / Q4_1 block's bytes
+// are copied as they are; f16 scale d and offset m per group of `group` columns (w = d q + m;
+// with m NULL the weight is symmetric, w = d (q - 8)); an optional f32 input multiplier per
+// column (the inverse AWQ scale).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <string.h>
+
+#include "weir_cuda_kernels.h"
+
+#ifndef WEIR_LAUNCH
+#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#endif
+
+namespace {
+
+__device__ __forceinline__ float warp_sum4(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kWarps4 = 8;
+
+struct q4_ref {
+  const unsigned char *nib;
+  const __half *d, *m; // m NULL: symmetric
+  const float *inv_s;  // NULL: none
+  int64_t rows, cols, kp, ng;
+  int group;
+};
+
+__device__ __forceinline__ void scales(const q4_ref &w, int64_t r, int64_t k, float *d, float *m) {
+  const int64_t g = r * w.ng + k / w.group;
+  *d = __half2float(w.d[g]);
+  *m = w.m ? __half2float(w.m[g]) : -8.0f * *d;
+}
+
+__device__ __forceinline__ int nibble(const unsigned char *blk, int j) {
+  return j < 16 ? (blk[j] & 15) : (blk[j - 16] >> 4);
+}
+
+// One warp per output row, one lane per 32-column block (16 bytes, one uint4 load): the row
+// streams through once, coalesced; x is served from L1/L2.
+template <int NT>
+__global__ void __launch_bounds__(kWarps4 * 32)
+    gemv_q4_kernel(q4_ref w, const float *__restrict__ x, float *__restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t o = (int64_t)blockIdx.x * kWarps4 + (threadIdx.x >> 5);
+  if (o >= w.rows) return;
+  const uint4 *row = reinterpret_cast<const uint4 *>(w.nib + o * (w.kp / 2));
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  const int64_t nb = w.kp / 32;
+  for (int64_t i = lane; i < nb; i += 32) {
+    const uint4 raw = __ldg(row + i);
+    unsigned char b[16];
+    memcpy(b, &raw, 16);
+    const int64_t k0 = i * 32;
+    float d, m;
+    scales(w, o, k0, &d, &m);
+    const int n = w.cols - k0 < 32 ? (int)(w.cols - k0) : 32;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float *xt = x + t * w.cols + k0;
+      float sq = 0.0f, sx = 0.0f;
+      if (n == 32 && !w.inv_s) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const float a = __ldg(xt + j), c = __ldg(xt + 16 + j);
+          sq += (float)(b[j] & 15) * a + (float)(b[j] >> 4) * c;
+          sx += a + c;
+        }
+      } else {
+        for (int j = 0; j < n; ++j) {
+          const float a = xt[j] * (w.inv_s ? w.inv_s[k0 + j] : 1.0f);
+          sq += (float)nibble(b, j) * a;
+          sx += a;
+        }
+      }
+      acc[t] += d * sq + m * sx;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float s = warp_sum4(acc[t]);
+    if (lane == 0) y[t * w.rows + o] = s;
+  }
+}
+
+__device__ __forceinline__ float value(const q4_ref &w, int64_t r, int64_t c) {
+  float d, m;
+  scales(w, r, c, &d, &m);
+  const unsigned char *blk = w.nib + r * (w.kp / 2) + (c / 32) * 16;
+  const float v = d * (float)nibble(blk, (int)(c % 32)) + m;
+  return w.inv_s ? v * w.inv_s[c] : v;
+}
+
+// W diag(inv_s) as f16 [rows][cols], for cuBLAS (the activations then need no scaling).
+__global__ void dequant_q4_f16_kernel(__half *__restrict__ dst, q4_ref w) {
+  const int64_t total = w.rows * w.cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = value(w, i / w.cols, i % w.cols);
+    dst[i] = __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f));
+  }
+}
+
+__global__ void embed_q4_kernel(q4_ref w, const int32_t *__restrict__ ids,
+                                float *__restrict__ out, int *bad_flag) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  float *o = out + t * w.cols;
+  if (id < 0 || id >= w.rows) {
+    for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x) o[i] = 0.0f;
+    if (threadIdx.x == 0 && bad_flag) *reinterpret_cast<volatile int *>(bad_flag) = 1;
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x) o[i] = value(w, id, i);
+}
+
+unsigned grid_for4(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 65536) b = 65536;
+  return (unsigned)b;
+}
+
+bool make_ref(q4_ref *w, const void *nib, const void *d, const void *m, const float *inv_s,
+              int64_t rows, int64_t cols, int64_t kp, int32_t group) {
+  if ((group != 32 && group != 64 && group != 128) || kp % 32 != 0 || kp < cols || cols <= 0 ||
+      rows <= 0)
+    return false;
+  w->nib = static_cast<const unsigned char *>(nib);
+  w->d = static_cast<const __half *>(d);
+  w->m = static_cast<const __half *>(m);
+  w->inv_s = inv_s;
+  w->rows = rows;
+  w->cols = cols;
+  w->kp = kp;
+  w->group = group;
+  w->ng = (kp + group - 1) / group;
+  return true;
+}
+
+template <int NT> void launch_gemv4(cudaStream_t s, const q4_ref &w, const float *x, float *y) {
+  const unsigned grid = (unsigned)((w.rows + kWarps4 - 1) / kWarps4);
+  WEIR_LAUNCH(gemv_q4_kernel<NT>, grid, kWarps4 * 32, 0, s)(w, x, y);
+}
+
+} // namespace
+
+extern "C" cudaError_t weir_cuda_gemv_q4(cudaStream_t stream, const void *nib, const void *d,
+                                         const void *m, const float *inv_s, const float *x,
+                                         float *y, int64_t cols, int64_t kp, int64_t rows,
+                                         int32_t group, int32_t n_tokens) {
+  q4_ref w;
+  if (n_tokens < 1 || n_tokens > 8 || (uintptr_t)nib % 16 != 0 ||
+      !make_ref(&w, nib, d, m, inv_s, rows, cols, kp, group))
+    return cudaErrorInvalidValue;
+  switch (n_tokens) {
+  case 1: launch_gemv4<1>(stream, w, x, y); break;
+  case 2: launch_gemv4<2>(stream, w, x, y); break;
+  case 3: launch_gemv4<3>(stream, w, x, y); break;
+  case 4: launch_gemv4<4>(stream, w, x, y); break;
+  case 5: launch_gemv4<5>(stream, w, x, y); break;
+  case 6: launch_gemv4<6>(stream, w, x, y); break;
+  case 7: launch_gemv4<7>(stream, w, x, y); break;
+  default: launch_gemv4<8>(stream, w, x, y); break;
+  }
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_dequant_q4_f16(cudaStream_t stream, void *dst, const void *nib,
+                                                const void *d, const void *m, const float *inv_s,
+                                                int64_t rows, int64_t cols, int64_t kp,
+                                                int32_t group) {
+  q4_ref w;
+  if (!make_ref(&w, nib, d, m, inv_s, rows, cols, kp, group)) return cudaErrorInvalidValue;
+  WEIR_LAUNCH(dequant_q4_f16_kernel, grid_for4(rows * cols, 256), 256, 0, stream)(
+      static_cast<__half *>(dst), w);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_embed_q4(cudaStream_t stream, const void *nib, const void *d,
+                                          const void *m, const float *inv_s, const int32_t *ids,
+                                          float *out, int64_t n, int64_t rows, int64_t cols,
+                                          int64_t kp, int32_t group, int *bad_flag) {
+  q4_ref w;
+  if (n <= 0) return cudaSuccess;
+  if (n > 0x7fffffff || !make_ref(&w, nib, d, m, inv_s, rows, cols, kp, group))
+    return cudaErrorInvalidValue;
+  WEIR_LAUNCH(embed_q4_kernel, (unsigned)n, 256, 0, stream)(w, ids, out, bad_flag);
+  return cudaGetLastError();
+}

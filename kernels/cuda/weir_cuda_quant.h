@@ -1,0 +1,132 @@
+/* Glue the CUDA quant plugins share (quant/int8 and quant/awq_int4 on CUDA): the instance's
+ * stream, cuBLAS handle and host-mapped error flag, grow-only device workspaces, and the
+ * prefill GEMM (dequantized f16 weights times f16 activations on tensor cores, f32 output).
+ * Plain C, header-only; every function returns a weir status and logs through the host.
+ * Not thread-safe: one instance is driven by one thread at a time, as every plugin. */
+#ifndef WEIR_CUDA_QUANT_H
+#define WEIR_CUDA_QUANT_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <string.h>
+
+#include "weir/plugin.h"
+#include "weir_cuda_common.h"
+#include "weir_cuda_kernels.h"
+
+typedef struct weir_cuda_qctx {
+  const weir_host *host;
+  const char *name;     /* for messages: "int8 (cuda)" */
+  cudaStream_t stream;
+  int device_id;
+  cublasHandle_t cublas;
+  int own_cublas;
+  void *wh;             /* f16 dequantized weight for the GEMM */
+  size_t wh_size;
+  void *xh;             /* f16 activations for the GEMM */
+  size_t xh_size;
+  int *bad_id;          /* host-mapped flag the embed kernels raise for an id out of range */
+  int *bad_id_dev;
+} weir_cuda_qctx;
+
+#define WEIR_CUDA_QLOG(q, lvl, ...) (q)->host->log((q)->host->ctx, (lvl), __VA_ARGS__)
+
+static inline int weir_cuda_qfail(weir_cuda_qctx *q, cudaError_t e, const char *what) {
+  WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: %s failed: %s", q->name, what, cudaGetErrorString(e));
+  return weir_cuda_status(e);
+}
+
+static inline void weir_cuda_qctx_fini(weir_cuda_qctx *q) {
+  if (q->own_cublas && q->cublas) cublasDestroy(q->cublas);
+  if (q->wh) q->host->device_free(q->host->ctx, q->wh);
+  if (q->xh) q->host->device_free(q->host->ctx, q->xh);
+  if (q->bad_id) cudaFreeHost(q->bad_id);
+  memset(q, 0, sizeof *q);
+}
+
+/* Takes the device's stream, id and cuBLAS handle from the host (creating a handle when the
+ * host offers none) and the mapped flag. On failure logs, releases what it took. */
+static inline int weir_cuda_qctx_init(weir_cuda_qctx *q, const weir_host *host, const char *name) {
+  memset(q, 0, sizeof *q);
+  q->host = host;
+  q->name = name;
+  if (!host->device_alloc) {
+    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: the host offers no device allocator", name);
+    return WEIR_E_NOTSUP;
+  }
+  if (host->device_handle) {
+    q->stream = (cudaStream_t)host->device_handle(host->ctx, "cuda.stream");
+    const int *dev = (const int *)host->device_handle(host->ctx, "cuda.device");
+    if (dev) q->device_id = *dev;
+    q->cublas = (cublasHandle_t)host->device_handle(host->ctx, "cublas");
+  }
+  cudaError_t e = weir_cuda_use_device(q->device_id);
+  if (e != cudaSuccess) {
+    weir_cuda_qfail(q, e, "cudaSetDevice");
+    return WEIR_E_DEVICE;
+  }
+  if (!q->cublas) {
+    if (cublasCreate(&q->cublas) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(q->cublas, q->stream) != CUBLAS_STATUS_SUCCESS) {
+      WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: cannot create a cuBLAS handle", name);
+      q->cublas = NULL;
+      return WEIR_E_DEVICE;
+    }
+    q->own_cublas = 1;
+  }
+  if ((e = cudaHostAlloc((void **)&q->bad_id, sizeof(int), cudaHostAllocMapped)) != cudaSuccess ||
+      (e = cudaHostGetDevicePointer((void **)&q->bad_id_dev, q->bad_id, 0)) != cudaSuccess) {
+    int rc = weir_cuda_qfail(q, e, "mapped host flag");
+    weir_cuda_qctx_fini(q);
+    return rc;
+  }
+  *q->bad_id = 0;
+  return WEIR_OK;
+}
+
+/* Makes *buf (of *size bytes) at least `need` bytes; keeps it otherwise. */
+static inline int weir_cuda_qreserve(weir_cuda_qctx *q, void **buf, size_t *size, size_t need) {
+  if (need <= *size) return WEIR_OK;
+  void *nb = NULL;
+  int rc = q->host->device_alloc(q->host->ctx, need, &nb);
+  if (rc != WEIR_OK) return rc;
+  if (*buf) q->host->device_free(q->host->ctx, *buf);
+  *buf = nb;
+  *size = need;
+  return WEIR_OK;
+}
+
+/* An earlier embed saw an id out of range: the kernels zero-fill and raise a flag the host
+ * cannot see without waiting, so the next embed reports it. */
+static inline int weir_cuda_qcheck_ids(weir_cuda_qctx *q, int64_t rows) {
+  if (!*(volatile int *)q->bad_id) return WEIR_OK;
+  *(volatile int *)q->bad_id = 0;
+  WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: an earlier embed saw a token id outside [0, %lld)",
+                 q->name, (long long)rows);
+  return WEIR_E_RANGE;
+}
+
+/* y [n][out] f32 = x [n][in] f32 times W^T, with W already dequantized to f16 [out][in] in
+ * q->wh: x goes to f16 and cuBLAS runs the GEMM on tensor cores with f32 accumulation. */
+static inline int weir_cuda_qgemm(weir_cuda_qctx *q, const float *x, float *y, int64_t n,
+                                  int64_t in, int64_t out) {
+  if (n > 0x7fffffff || in > 0x7fffffff || out > 0x7fffffff) return WEIR_E_RANGE;
+  int rc = weir_cuda_qreserve(q, &q->xh, &q->xh_size, (size_t)n * (size_t)in * 2);
+  if (rc != WEIR_OK) return rc;
+  cudaError_t e = weir_cuda_f32_to_f16(q->stream, q->xh, x, n * in);
+  if (e != cudaSuccess) return weir_cuda_qfail(q, e, "f32_to_f16");
+  /* Row-major Y[n][out] = X[n][in] W[out][in]^T is, column-major, Y(out x n) = W^T X. */
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t s = cublasGemmEx(q->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in,
+                                  &alpha, q->wh, CUDA_R_16F, (int)in, q->xh, CUDA_R_16F, (int)in,
+                                  &beta, y, CUDA_R_32F, (int)out, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: cublasGemmEx (%lld x %lld x %lld) failed: status %d",
+                   q->name, (long long)out, (long long)n, (long long)in, (int)s);
+    return WEIR_E_DEVICE;
+  }
+  return WEIR_OK;
+}
+
+#endif

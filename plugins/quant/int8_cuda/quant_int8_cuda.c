@@ -1,0 +1,181 @@
+/* The int8 quantization scheme on CUDA (weir_quant_int8_cuda.so): symmetric int8 weights with
+ * an f32 scale per 32 input columns on the GPU (a Q8_0 source is copied exactly; other
+ * sources are quantized on the device by the CPU int8 rule, d = max|w| / 127).
+ *   1-8 tokens: a GEMV that streams the int8 weights once and dequantizes them in registers
+ *               (activations stay f32: decode is bound by the weight bytes);
+ *   more:       the weights are dequantized to f16 into a workspace and cuBLAS runs the GEMM
+ *               on tensor cores (f32 accumulation).
+ * See docs/cuda.md and docs/quant-int8.md. */
+#include <cuda_runtime_api.h>
+#include <string.h>
+
+#include "weir/quant.h"
+#include "weir_cuda_quant.h"
+
+#define GEMV_MAX_TOKENS 8
+
+/* The CPU plugin's option, accepted so that one [quant] table serves both devices. */
+static const weir_option_desc k_options[] = {
+    {.key = "group_size", .type = WEIR_OPT_INT, .def_int = 32, .min = 0, .max = 128,
+     .help = "CPU: columns per scale (0, 32, 64, 128); CUDA always uses 32 (another value logs "
+             "a warning)"},
+};
+
+typedef struct q8_weight {
+  void *q;        /* device int8 [rows][kp] */
+  float *d;       /* device f32 [rows][kp / 32] */
+  int64_t rows, cols, kp;
+  size_t bytes;
+} q8_weight;
+
+static void q_fini(void *self) {
+  weir_cuda_qctx *q = self;
+  if (!q) return;
+  const weir_host *h = q->host;
+  weir_cuda_qctx_fini(q);
+  h->free(h->ctx, q);
+}
+
+static int q_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  weir_cuda_qctx *q = host->alloc(host->ctx, sizeof *q, 0);
+  if (!q) return WEIR_E_NOMEM;
+  int rc = weir_cuda_qctx_init(q, host, "int8 (cuda)");
+  if (rc != WEIR_OK) {
+    host->free(host->ctx, q);
+    return rc;
+  }
+  if (args->num_options > 0 && args->options[0].is_set && args->options[0].i != 32)
+    WEIR_CUDA_QLOG(q, WEIR_LOG_WARN, "int8 (cuda): group_size %lld is CPU only; CUDA uses 32",
+                   (long long)args->options[0].i);
+  *self = q;
+  return WEIR_OK;
+}
+
+static void q_release(void *self, void *weight) {
+  weir_cuda_qctx *q = self;
+  q8_weight *w = weight;
+  if (!w) return;
+  if (w->q) q->host->device_free(q->host->ctx, w->q);
+  if (w->d) q->host->device_free(q->host->ctx, w->d);
+  q->host->free(q->host->ctx, w);
+}
+
+static int q_pack(void *self, const weir_quant_pack_args *args, void **weight) {
+  weir_cuda_qctx *q = self;
+  const weir_tensor *src = args->src;
+  const char *name = args->name ? args->name : "?";
+  switch (src->dtype) {
+  case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16:
+  case WEIR_DTYPE_Q8_0: case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: break;
+  default:
+    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "int8 (cuda): %s: source type %s is not supported", name,
+                   weir_dtype_name(src->dtype));
+    return WEIR_E_NOTSUP;
+  }
+  const int64_t cols = src->ne[0], rows = src->ndim >= 2 ? src->ne[1] : 1;
+  const size_t row_bytes = weir_dtype_row_bytes(src->dtype, cols);
+  if (cols <= 0 || rows <= 0 || row_bytes == 0 || src->ndim > 2) {
+    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "int8 (cuda): %s: shape %lld x %lld does not fit type %s",
+                   name, (long long)rows, (long long)cols, weir_dtype_name(src->dtype));
+    return WEIR_E_NOTSUP;
+  }
+  const size_t stride = src->ndim >= 2 && src->nb[1] ? src->nb[1] : row_bytes;
+  cudaError_t e = weir_cuda_use_device(q->device_id);
+  if (e != cudaSuccess) return weir_cuda_qfail(q, e, "cudaSetDevice");
+  q8_weight *w = q->host->alloc(q->host->ctx, sizeof *w, 0);
+  if (!w) return WEIR_E_NOMEM;
+  memset(w, 0, sizeof *w);
+  w->rows = rows;
+  w->cols = cols;
+  w->kp = (cols + 31) / 32 * 32;
+  const size_t qb = (size_t)rows * (size_t)w->kp, db = (size_t)rows * (size_t)(w->kp / 32) * 4;
+  w->bytes = qb + db;
+  void *tmp = NULL;
+  int rc;
+  if ((rc = q->host->device_alloc(q->host->ctx, qb, &w->q)) != WEIR_OK ||
+      (rc = q->host->device_alloc(q->host->ctx, db, (void **)&w->d)) != WEIR_OK ||
+      (rc = q->host->device_alloc(q->host->ctx, stride * (size_t)rows, &tmp)) != WEIR_OK)
+    goto fail;
+  /* The raw source goes to the device and is packed there. */
+  if ((e = cudaMemcpyAsync(tmp, src->data, stride * (size_t)rows, cudaMemcpyHostToDevice,
+                           q->stream)) != cudaSuccess ||
+      (e = weir_cuda_pack_q8(q->stream, w->q, w->d, tmp, (int32_t)src->dtype, rows, cols, w->kp,
+                             stride)) != cudaSuccess ||
+      (e = cudaStreamSynchronize(q->stream)) != cudaSuccess) {
+    rc = weir_cuda_qfail(q, e, name);
+    goto fail;
+  }
+  q->host->device_free(q->host->ctx, tmp);
+  *weight = w;
+  return WEIR_OK;
+fail:
+  if (tmp) q->host->device_free(q->host->ctx, tmp);
+  q_release(q, w);
+  return rc;
+}
+
+static size_t q_weight_bytes(void *self, const void *weight) {
+  (void)self;
+  return weight ? ((const q8_weight *)weight)->bytes : 0;
+}
+
+static int q_matmul(void *self, const void *weight, const float *x, float *y, int64_t n_tokens) {
+  weir_cuda_qctx *q = self;
+  const q8_weight *w = weight;
+  if (n_tokens <= 0) return WEIR_OK;
+  cudaError_t e = weir_cuda_use_device(q->device_id);
+  if (e != cudaSuccess) return weir_cuda_qfail(q, e, "cudaSetDevice");
+  if (n_tokens <= GEMV_MAX_TOKENS) {
+    e = weir_cuda_gemv_q8(q->stream, w->q, w->d, x, y, w->cols, w->kp, w->rows, (int32_t)n_tokens);
+    return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(q, e, "gemv");
+  }
+  int rc = weir_cuda_qreserve(q, &q->wh, &q->wh_size, (size_t)w->rows * (size_t)w->cols * 2);
+  if (rc != WEIR_OK) return rc;
+  e = weir_cuda_dequant_q8_f16(q->stream, q->wh, w->q, w->d, w->rows, w->cols, w->kp);
+  if (e != cudaSuccess) return weir_cuda_qfail(q, e, "dequant");
+  return weir_cuda_qgemm(q, x, y, n_tokens, w->cols, w->rows);
+}
+
+static int q_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
+  weir_cuda_qctx *q = self;
+  const q8_weight *w = weight;
+  int rc = weir_cuda_qcheck_ids(q, w->rows);
+  if (rc != WEIR_OK) return rc;
+  cudaError_t e = weir_cuda_use_device(q->device_id);
+  if (e != cudaSuccess) return weir_cuda_qfail(q, e, "cudaSetDevice");
+  e = weir_cuda_embed_q8(q->stream, w->q, w->d, ids, out, n, w->rows, w->cols, w->kp,
+                         q->bad_id_dev);
+  return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(q, e, "embed");
+}
+
+static const weir_quant_ops k_ops = {
+    .struct_size = sizeof(weir_quant_ops),
+    .pack = q_pack,
+    .release = q_release,
+    .weight_bytes = q_weight_bytes,
+    .matmul = q_matmul,
+    .embed = q_embed,
+};
+
+static const weir_plugin_desc k_desc = {
+    .struct_size = sizeof(weir_plugin_desc),
+    .abi_major = WEIR_ABI_MAJOR,
+    .abi_minor = WEIR_ABI_MINOR,
+    .build_signature = WEIR_BUILD_SIGNATURE,
+    .kind = WEIR_PLUGIN_QUANT,
+    .name = "int8",
+    .version = "0.1.0",
+    .description = "int8 weights (f32 scale per 32) on NVIDIA GPUs: GEMV for decode, "
+                   "dequant + cuBLAS for prefill",
+    .devices = WEIR_DEVICE_CUDA,
+    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
+              WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |
+              WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1),
+    .options = k_options,
+    .num_options = 1,
+    .init = q_init,
+    .fini = q_fini,
+    .ops = &k_ops,
+};
+
+WEIR_PLUGIN_EXPORT(k_desc)

@@ -1,0 +1,382 @@
+// kernels/cuda/quant_int8.cu and quant_int4.cu executed on the CPU (cuda_shim.h) through their
+// own C launchers, against the CPU plugins (dlopen'ed from the build tree) and double-precision
+// references. Outputs are NaN-poisoned first.
+//  - int8: weir_cuda_pack_q8 from every GGUF source type gives exactly the values the CPU int8
+//    plugin (group 32) holds (compared through its embed); the GEMV (1..8 tokens) against the
+//    packed values in double (1e-5) and against the CPU plugin's matmul (which rounds the
+//    activations to int8 per 32 columns: relative L2 3e-2 for these small cases); dequant to
+//    f16; embed with an out-of-range id.
+//  - int4: the CPU awq_int4 plugin packs F16 weights with calibration samples (AWQ scales) and
+//    exports Q4_1 + the scales; the GPU layout is built from those bytes (as the CUDA plugin
+//    builds it from a Q4_1 source) for groups of 32, 64 and 128, plus a symmetric (Q4_0-style)
+//    weight; GEMV, dequant and embed against double references of W (x / s), and the GEMV
+//    against the CPU plugin's matmul.
+// On a GPU machine cuda_quant_int checks the plugins on the device.
+#include <cuda_fp16.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "weir/quant.h"
+#include "weir_cuda_kernels.h"
+
+static int g_failures = 0;
+static uint64_t g_rng = 0xA11CE5EEDull;
+
+static float uni(float lo, float hi) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
+}
+
+static void check(const char *what, const std::vector<float> &out, const std::vector<double> &ref,
+                  double tol) {
+  double num = 0, den = 0;
+  bool finite = true;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) finite = false;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  const bool ok = finite && err <= tol;
+  printf("%s %s: rel err %.3g (tol %.3g)\n", ok ? "ok  " : "FAIL", what, err, tol);
+  if (!ok) ++g_failures;
+}
+
+static std::vector<float> poisoned(size_t n) {
+  std::vector<float> v(n);
+  memset(v.data(), 0xFF, n * 4);
+  return v;
+}
+
+static uint16_t f2h(float x) { return __half_as_ushort(__float2half_rn(x)); }
+static float h2f(uint16_t u) { return __half2float(__ushort_as_half(u)); }
+
+// ---- the CPU plugins -------------------------------------------------------------------------
+static void h_log(void *, weir_log_level lvl, const char *fmt, ...) {
+  if (lvl < WEIR_LOG_WARN) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+static void *h_alloc(void *, size_t n, size_t align) {
+  void *p = nullptr;
+  if (posix_memalign(&p, align < 64 ? 64 : align, n ? n : 1) != 0) return nullptr;
+  return p;
+}
+static void h_free(void *, void *p) { free(p); }
+
+struct cpu_plugin {
+  const weir_quant_ops *ops = nullptr;
+  void *self = nullptr;
+};
+
+static bool load_cpu(const char *file, cpu_plugin *out, int64_t group) {
+  std::string dir = WEIR_SHIM_PLUGIN_DIR;
+  void *dl = dlopen((dir + "/" + file).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    printf("FAIL cannot load %s: %s\n", file, dlerror());
+    ++g_failures;
+    return false;
+  }
+  auto entry = (weir_plugin_entry_fn)dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
+  const weir_plugin_desc *d = entry();
+  static weir_host host;
+  host.struct_size = sizeof host;
+  host.abi_minor = WEIR_ABI_MINOR;
+  host.log = h_log;
+  host.alloc = h_alloc;
+  host.free = h_free;
+  std::vector<weir_option_value> ov(d->num_options);
+  for (int i = 0; i < d->num_options; ++i) {
+    ov[i].i = d->options[i].def_int;
+    ov[i].b = d->options[i].def_bool;
+    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
+    if (!strcmp(d->options[i].key, "group_size")) ov[i].i = group;
+  }
+  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
+  if (d->init(&host, &args, &out->self) != WEIR_OK) {
+    printf("FAIL init %s\n", file);
+    ++g_failures;
+    return false;
+  }
+  out->ops = (const weir_quant_ops *)d->ops;
+  return true;
+}
+
+// ---- int8 ------------------------------------------------------------------------------------
+
+// A GGUF source of type `type`, [rows][cols], random values of mixed magnitude.
+static std::vector<unsigned char> source(int type, int rows, int cols) {
+  const size_t rb = weir_dtype_row_bytes((weir_dtype)type, cols);
+  std::vector<unsigned char> buf(rb * rows);
+  for (int r = 0; r < rows; ++r) {
+    unsigned char *row = buf.data() + rb * r;
+    for (int c = 0; c < cols; ++c) {
+      const float v = uni(-1, 1) * (c % 29 == 0 ? 6.0f : 1.0f);
+      if (type == 0) memcpy(row + 4 * c, &v, 4);
+      if (type == 1) {
+        uint16_t h = f2h(v);
+        memcpy(row + 2 * c, &h, 2);
+      }
+      if (type == 30) {
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        uint16_t h = (uint16_t)(b >> 16);
+        memcpy(row + 2 * c, &h, 2);
+      }
+    }
+    if (type == 8 || type == 2 || type == 3) {
+      const size_t bb = weir_dtype_block_bytes((weir_dtype)type);
+      for (int b = 0; b < cols / 32; ++b) {
+        unsigned char *blk = row + bb * b;
+        for (size_t i = 0; i < bb; ++i) blk[i] = (unsigned char)(g_rng = g_rng * 6364136223846793005ull + 1, g_rng >> 56);
+        uint16_t d = f2h(uni(0.002f, 0.05f)), m = f2h(uni(-0.4f, 0.1f));
+        memcpy(blk, &d, 2);
+        if (type == 3) memcpy(blk + 2, &m, 2);
+      }
+    }
+  }
+  return buf;
+}
+
+static void int8_case(int type, const char *tname, int rows, int cols) {
+  cpu_plugin cpu;
+  if (!load_cpu("weir_quant_int8.so", &cpu, 32)) return;
+  auto src = source(type, rows, cols);
+  const int64_t kp = (cols + 31) / 32 * 32;
+  std::vector<signed char> q((size_t)rows * kp);
+  std::vector<float> d((size_t)rows * (kp / 32));
+  memset(q.data(), 0x55, q.size());
+  weir_cuda_pack_q8(nullptr, q.data(), d.data(), src.data(), type, rows, cols, kp,
+                    src.size() / rows);
+  // The CPU plugin's values for the same source.
+  weir_tensor t = {src.data(), (weir_dtype)type, 2, {cols, rows, 1, 1},
+                   {0, src.size() / rows, 0, 0}};
+  weir_quant_pack_args pa = {sizeof pa, &t, "w", nullptr, 0};
+  void *w = nullptr;
+  cpu.ops->pack(cpu.self, &pa, &w);
+  std::vector<int32_t> ids(rows);
+  for (int r = 0; r < rows; ++r) ids[r] = r;
+  std::vector<float> cpu_w((size_t)rows * cols);
+  cpu.ops->embed(cpu.self, w, ids.data(), cpu_w.data(), rows);
+  std::vector<float> gpu_w((size_t)rows * cols);
+  std::vector<double> ref_w(gpu_w.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      gpu_w[(size_t)r * cols + c] = (float)q[(size_t)r * kp + c] * d[(size_t)r * (kp / 32) + c / 32];
+      ref_w[(size_t)r * cols + c] = cpu_w[(size_t)r * cols + c];
+    }
+  char name[96];
+  snprintf(name, sizeof name, "pack_q8 from %s = the CPU int8 plugin's values", tname);
+  check(name, gpu_w, ref_w, 0);
+  for (int nt = 1; nt <= 8; nt += 7) {
+    std::vector<float> x((size_t)nt * cols);
+    for (auto &a : x) a = uni(-1, 1);
+    std::vector<double> yr((size_t)nt * rows, 0.0), yc((size_t)nt * rows);
+    for (int tk = 0; tk < nt; ++tk)
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+          yr[(size_t)tk * rows + r] += (double)gpu_w[(size_t)r * cols + c] * x[(size_t)tk * cols + c];
+    auto y = poisoned(yr.size());
+    weir_cuda_gemv_q8(nullptr, q.data(), d.data(), x.data(), y.data(), cols, kp, rows, nt);
+    snprintf(name, sizeof name, "gemv_q8 %d token(s), %s", nt, tname);
+    check(name, y, yr, 1e-5);
+    std::vector<float> ycpu(yr.size());
+    cpu.ops->matmul(cpu.self, w, x.data(), ycpu.data(), nt);
+    for (size_t i = 0; i < yc.size(); ++i) yc[i] = ycpu[i];
+    snprintf(name, sizeof name, "gemv_q8 %d token(s) vs the CPU plugin's matmul, %s", nt, tname);
+    check(name, y, yc, 3e-2);
+  }
+  std::vector<__half> f16((size_t)rows * cols);
+  weir_cuda_dequant_q8_f16(nullptr, f16.data(), q.data(), d.data(), rows, cols, kp);
+  std::vector<float> got(f16.size());
+  std::vector<double> want(f16.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    got[i] = __half2float(f16[i]);
+    want[i] = h2f(f2h(gpu_w[i]));
+  }
+  snprintf(name, sizeof name, "dequant_q8_f16, %s", tname);
+  check(name, got, want, 0);
+  std::vector<int32_t> eid = {rows - 1, 0, rows};
+  auto e = poisoned((size_t)3 * cols);
+  int flag = 0;
+  weir_cuda_embed_q8(nullptr, q.data(), d.data(), eid.data(), e.data(), 3, rows, cols, kp, &flag);
+  std::vector<double> er((size_t)3 * cols, 0.0);
+  for (int c = 0; c < cols; ++c) {
+    er[c] = gpu_w[(size_t)(rows - 1) * cols + c];
+    er[cols + c] = gpu_w[c];
+  }
+  snprintf(name, sizeof name, "embed_q8 (third id out of range: zeros), %s", tname);
+  check(name, e, er, 0);
+  if (!flag) {
+    printf("FAIL embed_q8 did not raise the flag for an id out of range\n");
+    ++g_failures;
+  }
+  cpu.ops->release(cpu.self, w);
+}
+
+// ---- int4 ------------------------------------------------------------------------------------
+
+struct gpu_q4 {
+  int64_t rows, cols, kp, group, ng;
+  std::vector<unsigned char> nib;
+  std::vector<uint16_t> d, m;
+  std::vector<float> inv_s;
+  bool sym;
+};
+
+// The GPU layout from Q4_1 bytes (blocks of 32; a group's first block gives its d and m).
+static gpu_q4 from_q4_1(const unsigned char *q41, int64_t rows, int64_t cols, int64_t group,
+                        const float *s) {
+  gpu_q4 g;
+  g.rows = rows;
+  g.cols = cols;
+  g.kp = (cols + 31) / 32 * 32;
+  g.group = group;
+  g.ng = (g.kp + group - 1) / group;
+  g.sym = false;
+  g.nib.assign((size_t)rows * g.kp / 2, 0);
+  g.d.assign((size_t)rows * g.ng, 0);
+  g.m.assign((size_t)rows * g.ng, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const unsigned char *blk = q41 + (r * (cols / 32) + b) * 20;
+      memcpy(&g.nib[(size_t)(r * g.kp / 2 + b * 16)], blk + 4, 16);
+      if (b % (group / 32) == 0) {
+        memcpy(&g.d[(size_t)(r * g.ng + b * 32 / group)], blk, 2);
+        memcpy(&g.m[(size_t)(r * g.ng + b * 32 / group)], blk + 2, 2);
+      }
+    }
+  if (s) {
+    g.inv_s.resize(cols);
+    for (int64_t k = 0; k < cols; ++k) g.inv_s[k] = 1.0f / s[k];
+  }
+  return g;
+}
+
+static double q4_value(const gpu_q4 &g, int64_t r, int64_t c) {
+  const unsigned char *blk = &g.nib[(size_t)(r * g.kp / 2 + (c / 32) * 16)];
+  const int j = (int)(c % 32);
+  const int qv = j < 16 ? (blk[j] & 15) : (blk[j - 16] >> 4);
+  const double d = h2f(g.d[(size_t)(r * g.ng + c / g.group)]);
+  const double m = g.sym ? -8 * d : h2f(g.m[(size_t)(r * g.ng + c / g.group)]);
+  return (d * qv + m) * (g.inv_s.empty() ? 1.0 : (double)g.inv_s[c]);
+}
+
+static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu, void *cpu_w) {
+  char name[128];
+  const void *mptr = g.sym ? nullptr : g.m.data();
+  const float *inv = g.inv_s.empty() ? nullptr : g.inv_s.data();
+  for (int nt = 1; nt <= 8; nt += 7) {
+    std::vector<float> x((size_t)nt * g.cols);
+    for (auto &a : x) a = uni(-1, 1);
+    std::vector<double> yr((size_t)nt * g.rows, 0.0);
+    for (int tk = 0; tk < nt; ++tk)
+      for (int64_t r = 0; r < g.rows; ++r)
+        for (int64_t c = 0; c < g.cols; ++c)
+          yr[(size_t)(tk * g.rows + r)] += q4_value(g, r, c) * x[(size_t)(tk * g.cols + c)];
+    auto y = poisoned(yr.size());
+    weir_cuda_gemv_q4(nullptr, g.nib.data(), g.d.data(), mptr, inv, x.data(), y.data(), g.cols,
+                      g.kp, g.rows, (int32_t)g.group, nt);
+    snprintf(name, sizeof name, "gemv_q4 %d token(s), %s", nt, what);
+    check(name, y, yr, 1e-5);
+    if (cpu) {
+      std::vector<float> ycpu(yr.size());
+      std::vector<double> yc(yr.size());
+      cpu->ops->matmul(cpu->self, cpu_w, x.data(), ycpu.data(), nt);
+      for (size_t i = 0; i < yc.size(); ++i) yc[i] = ycpu[i];
+      snprintf(name, sizeof name, "gemv_q4 %d token(s) vs the CPU awq_int4 matmul, %s", nt, what);
+      check(name, y, yc, 3e-2);
+    }
+  }
+  std::vector<__half> f16((size_t)(g.rows * g.cols));
+  weir_cuda_dequant_q4_f16(nullptr, f16.data(), g.nib.data(), g.d.data(), mptr, inv, g.rows,
+                           g.cols, g.kp, (int32_t)g.group);
+  std::vector<float> got(f16.size());
+  std::vector<double> want(f16.size());
+  for (int64_t r = 0; r < g.rows; ++r)
+    for (int64_t c = 0; c < g.cols; ++c) {
+      got[(size_t)(r * g.cols + c)] = __half2float(f16[(size_t)(r * g.cols + c)]);
+      want[(size_t)(r * g.cols + c)] = q4_value(g, r, c);
+    }
+  snprintf(name, sizeof name, "dequant_q4_f16, %s", what);
+  check(name, got, want, 1e-3);
+  std::vector<int32_t> eid = {(int32_t)g.rows - 1, 1, -1};
+  auto e = poisoned((size_t)3 * g.cols);
+  int flag = 0;
+  weir_cuda_embed_q4(nullptr, g.nib.data(), g.d.data(), mptr, inv, eid.data(), e.data(), 3,
+                     g.rows, g.cols, g.kp, (int32_t)g.group, &flag);
+  std::vector<double> er((size_t)3 * g.cols, 0.0);
+  for (int64_t c = 0; c < g.cols; ++c) {
+    er[(size_t)c] = q4_value(g, g.rows - 1, c);
+    er[(size_t)(g.cols + c)] = q4_value(g, 1, c);
+  }
+  snprintf(name, sizeof name, "embed_q4 (third id out of range: zeros), %s", what);
+  check(name, e, er, 1e-6);
+  if (!flag) {
+    printf("FAIL embed_q4 did not raise the flag for an id out of range\n");
+    ++g_failures;
+  }
+}
+
+static void int4_case(int64_t group, int rows, int cols) {
+  cpu_plugin cpu;
+  if (!load_cpu("weir_quant_awq_int4.so", &cpu, group)) return;
+  auto src = source(1, rows, cols);
+  const int ns = 24;
+  std::vector<float> samples((size_t)ns * cols);
+  for (int t = 0; t < ns; ++t)
+    for (int c = 0; c < cols; ++c) samples[(size_t)t * cols + c] = uni(-1, 1) * (c % 17 == 5 ? 30.0f : 1.0f);
+  weir_tensor t = {src.data(), WEIR_DTYPE_F16, 2, {cols, rows, 1, 1}, {2, (size_t)cols * 2, 0, 0}};
+  weir_quant_pack_args pa = {};
+  pa.struct_size = sizeof pa;
+  pa.src = &t;
+  pa.name = "shim.weight";
+  pa.act_samples = samples.data();
+  pa.num_samples = ns;
+  pa.layer = -1;
+  void *w = nullptr;
+  if (cpu.ops->pack(cpu.self, &pa, &w) != WEIR_OK) {
+    printf("FAIL the CPU awq_int4 plugin did not pack\n");
+    ++g_failures;
+    return;
+  }
+  std::vector<unsigned char> q41((size_t)rows * (cols / 32) * 20);
+  std::vector<float> s(cols);
+  weir_quant_export ex = {sizeof ex, WEIR_DTYPE_Q4_1, q41.data(), q41.size(), s.data()};
+  cpu.ops->export_weight(cpu.self, w, &ex);
+  gpu_q4 g = from_q4_1(q41.data(), rows, cols, group, s.data());
+  char what[64];
+  snprintf(what, sizeof what, "group %lld, AWQ-scaled", (long long)group);
+  q4_kernels(g, what, &cpu, w);
+  cpu.ops->release(cpu.self, w);
+  if (group == 32) { /* symmetric: m = -8 d, not stored; no scale */
+    gpu_q4 sg = from_q4_1(q41.data(), rows, cols, group, nullptr);
+    sg.sym = true;
+    q4_kernels(sg, "group 32, symmetric", nullptr, nullptr);
+  }
+}
+
+int main() {
+  const int types[] = {0, 1, 30, 8, 2, 3};
+  const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
+  for (int i = 0; i < 6; ++i) int8_case(types[i], names[i], 19, 96);
+  int8_case(1, "f16 (cols 100: a partial group)", 7, 100);
+  int4_case(32, 13, 256);
+  int4_case(64, 9, 192);
+  int4_case(128, 6, 384);
+  if (g_failures) printf("%d failure(s)\n", g_failures);
+  return g_failures ? 1 : 0;
+}
