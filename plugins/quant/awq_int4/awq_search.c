@@ -27,7 +27,7 @@ typedef struct search_job {
   const float *x;      /* [S][cols] */
   int64_t S;
   float *y;            /* [S][R] */
-  double *partial;     /* [threads * 8] (a cache line per thread) */
+  double *row_err;     /* [R] */
   int bad;
 } search_job;
 
@@ -50,6 +50,7 @@ static int error_row(const float *w, int64_t cols, int64_t group, const float *s
 }
 
 static void search_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
   search_job *j = arg;
   for (int64_t r = begin; r < end; r++)
     if (error_row(j->w + r * j->cols, j->cols, j->group, j->s, j->inv_s, j->e + r * j->cols))
@@ -57,13 +58,16 @@ static void search_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   weir_matmul_args ma = {.w = j->e, .w_dtype = WEIR_DTYPE_F32, .rows = j->R, .cols = j->cols,
                          .x = j->x, .y = j->y, .n_tokens = j->S};
   weir_matmul_rows(&ma, begin, end);
-  double part = 0.0;
-  for (int64_t t = 0; t < j->S; t++)
-    for (int64_t r = begin; r < end; r++) {
+  /* Per row, summed in row order afterwards: the result does not depend on which thread
+   * took which rows, so a quantized model is the same for any thread count. */
+  for (int64_t r = begin; r < end; r++) {
+    double part = 0.0;
+    for (int64_t t = 0; t < j->S; t++) {
       double v = j->y[t * j->R + r];
       part += v * v;
     }
-  j->partial[(size_t)thread * 8] += part;
+    j->row_err[r] = part;
+  }
 }
 
 static size_t src_stride(const weir_tensor *t) {
@@ -98,9 +102,9 @@ int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *arg
   float *y = malloc(sizeof(float) * (size_t)(S * R));
   float *inv_s = malloc(sizeof(float) * (size_t)cols);
   float *cand = malloc(sizeof(float) * (size_t)cols);
-  double *partial = calloc((size_t)(threads > 0 ? threads : 1) * 8, sizeof(double));
+  double *row_err = calloc((size_t)(R > 0 ? R : 1), sizeof(double));
   if (!xmean || (cls && (!cls_sum || !cls_n)) || !w || !e || !x || !y || !inv_s || !cand ||
-      !partial) {
+      !row_err) {
     rc = WEIR_E_NOMEM;
     goto out;
   }
@@ -157,13 +161,12 @@ int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *arg
       if (pow2) cand[k] = (float)exp2(nearbyint(log2(cand[k])));
       inv_s[k] = 1.0f / cand[k];
     }
-    memset(partial, 0, sizeof(double) * (size_t)threads * 8);
     search_job j = {.w = w, .R = R, .cols = cols, .group = p->group, .s = cand,
-                    .inv_s = inv_s, .e = e, .x = x, .S = S, .y = y, .partial = partial};
+                    .inv_s = inv_s, .e = e, .x = x, .S = S, .y = y, .row_err = row_err};
     if (threads > 1) h->parallel_for(h->ctx, R, grain, search_chunk, &j);
     else search_chunk(&j, 0, R, 0);
     double err = 0;
-    for (int t = 0; t < threads; t++) err += partial[(size_t)t * 8];
+    for (int64_t r = 0; r < R; r++) err += row_err[r];
     if (j.bad || !(err == err)) continue;
     if (gi == 0) res->err_rtn = err;
     if (err < best) {
@@ -190,7 +193,7 @@ out:
   free(y);
   free(inv_s);
   free(cand);
-  free(partial);
+  free(row_err);
   return rc;
 }
 
