@@ -28,10 +28,11 @@ int weir_q4_layout_init(weir_q4_layout *l, int64_t rows, int64_t cols, int64_t g
   l->kp = (cols + WEIR_Q4_CHUNK - 1) / WEIR_Q4_CHUNK * WEIR_Q4_CHUNK;
   l->group = group;
   l->ng = l->kp / group;
+  l->ngp = (l->ng + 15) / 16 * 16;
   l->nq = (rows + 3) / 4;
   l->sym = sym ? 1 : 0;
   l->nib_bytes = (size_t)l->kp * 2;
-  size_t qb = l->nib_bytes + (size_t)(4 * l->ng * 2) * (sym ? 1 : 2);
+  size_t qb = l->nib_bytes + (size_t)(4 * l->ngp * 2) * (sym ? 1 : 2);
   l->quad_bytes = (qb + 63) & ~(size_t)63;
   l->bytes = (size_t)l->nq * l->quad_bytes + WEIR_Q4_TAIL_PAD;
   return 0;
@@ -96,10 +97,10 @@ static inline int nib_byte(int p) { return (p & 63) | ((p >> 7) << 6); }
 static inline int nib_shift(int p) { return ((p >> 6) & 1) * 4; }
 
 static inline uint16_t *d_ptr(const weir_q4_layout *l, uint8_t *quad, int i) {
-  return (uint16_t *)(void *)(quad + l->nib_bytes) + (int64_t)i * l->ng;
+  return (uint16_t *)(void *)(quad + l->nib_bytes) + (int64_t)i * l->ngp;
 }
 static inline uint16_t *m_ptr(const weir_q4_layout *l, uint8_t *quad, int i) {
-  return (uint16_t *)(void *)(quad + l->nib_bytes) + 4 * l->ng + (int64_t)i * l->ng;
+  return (uint16_t *)(void *)(quad + l->nib_bytes) + 4 * l->ngp + (int64_t)i * l->ngp;
 }
 
 void weir_q4_store_row(const weir_q4_layout *l, uint8_t *w, int64_t r, const uint8_t *q,
@@ -118,10 +119,10 @@ void weir_q4_store_row(const weir_q4_layout *l, uint8_t *w, int64_t r, const uin
   }
   int64_t real = (l->cols + l->group - 1) / l->group; /* groups holding real columns */
   uint16_t *dd = d_ptr(l, quad, i);
-  for (int64_t g = 0; g < l->ng; g++) dd[g] = g < real ? d[g] : 0;
+  for (int64_t g = 0; g < l->ngp; g++) dd[g] = g < real ? d[g] : 0;
   if (!l->sym) {
     uint16_t *mm = m_ptr(l, quad, i);
-    for (int64_t g = 0; g < l->ng; g++) mm[g] = g < real ? m[g] : 0;
+    for (int64_t g = 0; g < l->ngp; g++) mm[g] = g < real ? m[g] : 0;
   }
 }
 
@@ -162,27 +163,29 @@ void weir_q4_dequant_row(const weir_q4_layout *l, const uint8_t *w, int64_t r, f
 
 /* ---- activations ------------------------------------------------------------------------- */
 
-size_t weir_q4_act_bytes(int64_t kp) {
-  return (size_t)kp + sizeof(float) * (size_t)(kp / 32 + 2 * (kp / WEIR_Q4_CHUNK) * WEIR_Q4_LANES);
+size_t weir_q4_act_bytes(int64_t kp, int64_t group) {
+  const int64_t ngp = (kp / group + 15) / 16 * 16;
+  return (size_t)kp +
+         sizeof(float) * (size_t)(kp / 32 + (kp / WEIR_Q4_CHUNK) * WEIR_Q4_LANES + ngp);
 }
 
 void weir_q4_act_prep(const float *x, const float *inv_scale, int64_t cols, int64_t kp,
-                      int8_t *xq, float *xd, float *xdp, float *xsp, float *tmp) {
+                      int64_t group, int8_t *xq, float *xd, float *xdp, float *xsg,
+                      float *tmp) {
   const float *src = x;
   if (inv_scale) {
     for (int64_t k = 0; k < cols; k++) tmp[k] = x[k] * inv_scale[k];
     src = tmp;
   }
   weir_q8_quantize_act(src, cols, kp, xq, xd);
+  const int64_t ngp = (kp / group + 15) / 16 * 16, bpg = group / 32;
+  for (int64_t g = 0; g < ngp; g++) xsg[g] = 0.0f;
   for (int64_t c = 0; c < kp / WEIR_Q4_CHUNK; c++) {
     const int8_t *xc = xq + c * WEIR_Q4_CHUNK;
-    int32_t s[WEIR_Q4_LANES] = {0};
-    for (int p = 0; p < WEIR_Q4_CHUNK; p++) s[(p >> 2) & 15] += xc[p];
-    for (int l = 0; l < WEIR_Q4_LANES; l++) {
-      float dv = xd[c * 8 + l / 2];
-      xdp[c * WEIR_Q4_LANES + l] = dv;
-      xsp[c * WEIR_Q4_LANES + l] = dv * (float)s[l];
-    }
+    int32_t s[8] = {0}; /* per 32-column block of the chunk */
+    for (int p = 0; p < WEIR_Q4_CHUNK; p++) s[((p >> 2) & 15) >> 1] += xc[p];
+    for (int l = 0; l < WEIR_Q4_LANES; l++) xdp[c * WEIR_Q4_LANES + l] = xd[c * 8 + l / 2];
+    for (int b = 0; b < 8; b++) xsg[(c * 8 + b) / bpg] += xd[c * 8 + b] * (float)s[b];
   }
 }
 
@@ -197,7 +200,7 @@ static void quads_scalar(const weir_q4_matmul_args *a, int64_t q0, int64_t q1) {
       const uint16_t *dd = d_ptr(l, quad, i), *mm = m_ptr(l, quad, i);
       for (int64_t t = 0; t < a->n_tokens; t++) {
         const int8_t *x = a->xq + t * kp;
-        const float *xdp = a->xdp + t * nch * WEIR_Q4_LANES, *xsp = a->xsp + t * nch * WEIR_Q4_LANES;
+        const float *xdp = a->xdp + t * nch * WEIR_Q4_LANES, *xsg = a->xsg + t * l->ngp;
         float acc = 0.0f;
         for (int64_t c = 0; c < nch; c++) {
           const uint8_t *nb = quad + c * 512 + i * 128;
@@ -210,11 +213,12 @@ static void quads_scalar(const weir_q4_matmul_args *a, int64_t q0, int64_t q1) {
           }
           for (int ln = 0; ln < WEIR_Q4_LANES; ln++) {
             int64_t g = (c * WEIR_Q4_CHUNK + (ln / 2) * 32) / l->group;
-            float dv = weir_f16_to_f32(dd[g]);
-            float mv = l->sym ? -8.0f * dv : weir_f16_to_f32(mm[g]);
-            acc += (float)is[ln] * (dv * xdp[c * WEIR_Q4_LANES + ln]) + mv * xsp[c * WEIR_Q4_LANES + ln];
+            acc += (float)is[ln] * (weir_f16_to_f32(dd[g]) * xdp[c * WEIR_Q4_LANES + ln]);
           }
         }
+        /* the offsets: sum over groups of m times the group's activation sum */
+        for (int64_t g = 0; g < l->ng; g++)
+          acc += (l->sym ? -8.0f * weir_f16_to_f32(dd[g]) : weir_f16_to_f32(mm[g])) * xsg[g];
         a->y[t * l->rows + qd * 4 + i] = acc;
       }
     }
@@ -233,10 +237,23 @@ static inline int64_t token_block(int64_t kp, int64_t nt) {
 }
 
 #if WEIR_X86
+/* Bytes ahead of the current nibbles that are prefetched: a quad is one linear stream, so a
+ * fixed distance works for any row length (one quad ahead overflowed L1 for long rows). */
+#define PF_DIST 2048
+
+/* The scales at the end of the next quad: the forward prefetch reaches them only after most of
+ * that quad's nibbles, so without this every quad would start on demand misses. */
+static inline void prefetch_next_tail(const weir_q4_layout *l, const uint8_t *quad) {
+  const uint8_t *tail = quad + l->quad_bytes + l->nib_bytes;
+  for (size_t off = 0; off < l->quad_bytes - l->nib_bytes; off += 64)
+    _mm_prefetch((const char *)(tail + off), _MM_HINT_T0);
+}
+
 /* ---- AVX2 ----------------------------------------------------------------------------------
  * Per chunk and row, the 16 lanes are two halves (blocks 0-3 and 4-7). Four vpmaddubsw
  * results of one half add up in int16 without overflow (4 * 2 * 15 * 127 = 15240), so one
- * vpmaddwd per half and chunk turns them into int32 lane sums. */
+ * vpmaddwd per half and chunk turns them into int32 lane sums. The offsets m meet the
+ * per-group activation sums once per row, after the chunks. */
 
 WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -245,24 +262,24 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd, int64_t t) {
+WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd, int64_t t,
+                                       int pf) {
   const weir_q4_layout *l = a->l;
   const int64_t kp = l->kp, nch = kp / WEIR_Q4_CHUNK, ngc = WEIR_Q4_CHUNK / l->group;
   const int gs = group_shift(l);
   const uint8_t *quad = a->w + (size_t)qd * l->quad_bytes;
   const uint16_t *dbase = (const uint16_t *)(const void *)(quad + l->nib_bytes);
-  const uint16_t *mbase = dbase + 4 * l->ng;
+  const uint16_t *mbase = dbase + 4 * l->ngp;
   const int8_t *x = a->xq + t * kp;
-  const float *xdp = a->xdp + t * nch * WEIR_Q4_LANES, *xsp = a->xsp + t * nch * WEIR_Q4_LANES;
+  const float *xdp = a->xdp + t * nch * WEIR_Q4_LANES, *xsg = a->xsg + t * l->ngp;
   const __m256i mask = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const __m256i lane8 = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
   const __m256i glo = _mm256_srlv_epi32(lane8, _mm256_set1_epi32(gs));
   const __m256i ghi = _mm256_srlv_epi32(_mm256_add_epi32(lane8, _mm256_set1_epi32(4)),
                                         _mm256_set1_epi32(gs));
-  const __m256 neg8 = _mm256_set1_ps(-8.0f);
-  const int pf = qd + 1 < l->nq;
   __m256 acc[4];
   for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
+  if (pf) prefetch_next_tail(l, quad);
   for (int64_t c = 0; c < nch; c++) {
     const int8_t *xc = x + c * WEIR_Q4_CHUNK;
     const __m256i x0 = _mm256_loadu_si256((const __m256i *)xc);
@@ -274,13 +291,12 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
     const __m256i x6 = _mm256_loadu_si256((const __m256i *)(xc + 192));
     const __m256i x7 = _mm256_loadu_si256((const __m256i *)(xc + 224));
     const __m256 xdlo = _mm256_loadu_ps(xdp + c * 16), xdhi = _mm256_loadu_ps(xdp + c * 16 + 8);
-    const __m256 xslo = _mm256_loadu_ps(xsp + c * 16), xshi = _mm256_loadu_ps(xsp + c * 16 + 8);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
       const uint8_t *nb = quad + c * 512 + i * 128;
       if (pf) {
-        _mm_prefetch((const char *)(nb + l->quad_bytes), _MM_HINT_T0);
-        _mm_prefetch((const char *)(nb + l->quad_bytes + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nb + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nb + PF_DIST + 64), _MM_HINT_T0);
       }
       const __m256i v0 = _mm256_loadu_si256((const __m256i *)nb);
       const __m256i v1 = _mm256_loadu_si256((const __m256i *)(nb + 32));
@@ -297,26 +313,22 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
       const __m256 ilo = _mm256_cvtepi32_ps(_mm256_madd_epi16(plo, ones));
       const __m256 ihi = _mm256_cvtepi32_ps(_mm256_madd_epi16(phi, ones));
       const __m256 d8 = _mm256_cvtph_ps(
-          _mm_loadu_si128((const __m128i *)(const void *)(dbase + i * l->ng + c * ngc)));
+          _mm_loadu_si128((const __m128i *)(const void *)(dbase + i * l->ngp + c * ngc)));
       const __m256 dlo = _mm256_permutevar8x32_ps(d8, glo), dhi = _mm256_permutevar8x32_ps(d8, ghi);
-      __m256 mlo, mhi;
-      if (l->sym) {
-        mlo = _mm256_mul_ps(dlo, neg8);
-        mhi = _mm256_mul_ps(dhi, neg8);
-      } else {
-        const __m256 m8 = _mm256_cvtph_ps(
-            _mm_loadu_si128((const __m128i *)(const void *)(mbase + i * l->ng + c * ngc)));
-        mlo = _mm256_permutevar8x32_ps(m8, glo);
-        mhi = _mm256_permutevar8x32_ps(m8, ghi);
-      }
       acc[i] = _mm256_fmadd_ps(ilo, _mm256_mul_ps(dlo, xdlo), acc[i]);
       acc[i] = _mm256_fmadd_ps(ihi, _mm256_mul_ps(dhi, xdhi), acc[i]);
-      acc[i] = _mm256_fmadd_ps(mlo, xslo, acc[i]);
-      acc[i] = _mm256_fmadd_ps(mhi, xshi, acc[i]);
     }
   }
-  for (int i = 0; i < 4; i++)
+  const __m256 neg8 = _mm256_set1_ps(-8.0f);
+  for (int i = 0; i < 4; i++) {
+    const uint16_t *mm = l->sym ? dbase + i * l->ngp : mbase + i * l->ngp;
+    for (int64_t g = 0; g < l->ngp; g += 8) {
+      __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(mm + g)));
+      if (l->sym) mv = _mm256_mul_ps(mv, neg8);
+      acc[i] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xsg + g), acc[i]);
+    }
     if (qd * 4 + i < l->rows) a->y[t * l->rows + qd * 4 + i] = hsum8(acc[i]);
+  }
 }
 
 /* ---- AVX-512 --------------------------------------------------------------------------------
@@ -324,7 +336,7 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
  * and the high nibbles (the next step). VNNI: one vpdpbusd per step, row and token. Without
  * it, vpmaddubsw results of the four steps add up in int16 (at most 15240) before one
  * vpmaddwd. Per chunk the 16 int32 lanes are converted once and meet the pair-spread scales
- * in two FMAs. */
+ * in one FMA; the offsets meet the per-group activation sums once per row. */
 
 #define NT_AVX512 2
 
@@ -335,15 +347,14 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
   const int gs = group_shift(l);                                                               \
   const uint8_t *quad = a->w + (size_t)qd * l->quad_bytes;                                     \
   const uint16_t *dbase = (const uint16_t *)(const void *)(quad + l->nib_bytes);               \
-  const uint16_t *mbase = dbase + 4 * l->ng;                                                   \
+  const uint16_t *mbase = dbase + 4 * l->ngp;                                                  \
   const __m512i mask = _mm512_set1_epi8(0x0f);                                                 \
   const __m512i gidx = _mm512_srlv_epi32(                                                      \
       _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), _mm512_set1_epi32(gs)); \
-  const __m512 neg8 = _mm512_set1_ps(-8.0f);                                                   \
-  const int pf = qd + 1 < l->nq;                                                               \
   __m512 acc[4][NT_AVX512];                                                                    \
   for (int i = 0; i < 4; i++)                                                                  \
     for (int j = 0; j < nt; j++) acc[i][j] = _mm512_setzero_ps();                              \
+  if (pf) prefetch_next_tail(l, quad);                                                         \
   for (int64_t c = 0; c < nch; c++) {                                                          \
     __m512i is[4][NT_AVX512];                                                                  \
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                        \
@@ -357,7 +368,7 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
       }                                                                                        \
       _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                    \
         const uint8_t *nb = quad + c * 512 + i * 128 + h * 64;                                 \
-        if (pf) _mm_prefetch((const char *)(nb + l->quad_bytes), _MM_HINT_T0);                 \
+        if (pf) _mm_prefetch((const char *)(nb + PF_DIST), _MM_HINT_T0);                       \
         const __m512i v = _mm512_loadu_si512((const void *)nb);                                \
         const __m512i lo = _mm512_and_si512(v, mask);                                          \
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);                    \
@@ -373,60 +384,64 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
       }                                                                                        \
     }                                                                                          \
     const float *xdp = a->xdp + t * xs_stride + c * WEIR_Q4_LANES;                             \
-    const float *xsp = a->xsp + t * xs_stride + c * WEIR_Q4_LANES;                             \
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                      \
       const __m512 d16 = _mm512_permutexvar_ps(                                                \
           gidx, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(                        \
-                    (const __m128i *)(const void *)(dbase + i * l->ng + c * ngc)))));          \
-      const __m512 m16 =                                                                       \
-          l->sym ? _mm512_mul_ps(d16, neg8)                                                    \
-                 : _mm512_permutexvar_ps(                                                      \
-                       gidx, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(           \
-                                 (const __m128i *)(const void *)(mbase + i * l->ng + c * ngc))))); \
+                    (const __m128i *)(const void *)(dbase + i * l->ngp + c * ngc)))));         \
       _Pragma("GCC unroll 2") for (int j = 0; j < nt; j++) {                                   \
         __m512i s32 = is[i][j];                                                                \
         if (!VNNI) s32 = _mm512_madd_epi16(s32, _mm512_set1_epi16(1));                         \
         const __m512 sc = _mm512_mul_ps(d16, _mm512_loadu_ps(xdp + j * xs_stride));            \
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), sc, acc[i][j]);                   \
-        acc[i][j] = _mm512_fmadd_ps(m16, _mm512_loadu_ps(xsp + j * xs_stride), acc[i][j]);     \
       }                                                                                        \
     }                                                                                          \
   }                                                                                            \
-  for (int i = 0; i < 4; i++)                                                                  \
+  const __m512 neg8 = _mm512_set1_ps(-8.0f);                                                   \
+  for (int i = 0; i < 4; i++) {                                                                \
+    const uint16_t *mm = l->sym ? dbase + i * l->ngp : mbase + i * l->ngp;                     \
+    for (int64_t g = 0; g < l->ngp; g += 16) {                                                 \
+      __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(mm + g))); \
+      if (l->sym) mv = _mm512_mul_ps(mv, neg8);                                                \
+      for (int j = 0; j < nt; j++)                                                             \
+        acc[i][j] = _mm512_fmadd_ps(mv, _mm512_loadu_ps(a->xsg + (t + j) * l->ngp + g),         \
+                                    acc[i][j]);                                                \
+    }                                                                                          \
     if (qd * 4 + i < l->rows)                                                                  \
       for (int j = 0; j < nt; j++)                                                             \
-        a->y[(t + j) * l->rows + qd * 4 + i] = _mm512_reduce_add_ps(acc[i][j]);
+        a->y[(t + j) * l->rows + qd * 4 + i] = _mm512_reduce_add_ps(acc[i][j]);                \
+  }
 
 WEIR_TARGET_AVX512 static ALWAYS_INLINE void tile_avx512(const weir_q4_matmul_args *a,
-                                                         int64_t qd, int64_t t, const int nt) {
+                                                         int64_t qd, int64_t t, const int nt,
+                                                         int pf) {
   TILE512_BODY(0)
 }
 
 TARGET_VNNI static ALWAYS_INLINE void tile_vnni(const weir_q4_matmul_args *a, int64_t qd,
-                                                int64_t t, const int nt) {
+                                                int64_t t, const int nt, int pf) {
   TILE512_BODY(1)
 }
 
 WEIR_TARGET_AVX512 static void tile_avx512_any(const weir_q4_matmul_args *a, int64_t qd,
-                                               int64_t t, int nt) {
-  if (nt == 1) tile_avx512(a, qd, t, 1);
-  else tile_avx512(a, qd, t, 2);
+                                               int64_t t, int nt, int pf) {
+  if (nt == 1) tile_avx512(a, qd, t, 1, pf);
+  else tile_avx512(a, qd, t, 2, pf);
 }
 
 TARGET_VNNI static void tile_vnni_any(const weir_q4_matmul_args *a, int64_t qd, int64_t t,
-                                      int nt) {
-  if (nt == 1) tile_vnni(a, qd, t, 1);
-  else tile_vnni(a, qd, t, 2);
+                                      int nt, int pf) {
+  if (nt == 1) tile_vnni(a, qd, t, 1, pf);
+  else tile_vnni(a, qd, t, 2, pf);
 }
 
 WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q4_matmul_args *a, int64_t qd, int64_t t,
-                                           int nt) {
+                                           int nt, int pf) {
   (void)nt;
-  tile_avx2(a, qd, t);
+  tile_avx2(a, qd, t, pf);
 }
 #endif
 
-typedef void (*tile_fn)(const weir_q4_matmul_args *a, int64_t qd, int64_t t, int nt);
+typedef void (*tile_fn)(const weir_q4_matmul_args *a, int64_t qd, int64_t t, int nt, int pf);
 
 static void quads_tiled(const weir_q4_matmul_args *a, int64_t q0, int64_t q1, tile_fn tile,
                         int nt_max) {
@@ -437,7 +452,7 @@ static void quads_tiled(const weir_q4_matmul_args *a, int64_t q0, int64_t q1, ti
     for (int64_t qd = q0; qd < q1; qd++)
       for (int64_t t = t0; t < t1; t += nt_max) {
         int nt = t1 - t < nt_max ? (int)(t1 - t) : nt_max;
-        tile(a, qd, t, nt);
+        tile(a, qd, t, nt, t == t0); /* later tiles find the quad in L1 */
       }
   }
 }

@@ -10,9 +10,10 @@
  * last quad is padded with zero rows) and each quad is one contiguous run of memory, so a
  * thread's share of W is a single forward stream:
  *     quad = [nibbles: kp / 256 chunks x 4 rows x 128 bytes]
- *            [d: 4 rows x ng f16][m: 4 rows x ng f16 (asymmetric only)] [pad to 64 bytes]
+ *            [d: 4 rows x ngp f16][m: 4 rows x ngp f16 (asymmetric only)] [pad to 64 bytes]
  * kp is in_features rounded up to 256 (padding columns hold q = 0 and their groups d = m =
- * 0), ng = kp / group. Within a chunk a row's 128 bytes follow the int8 kernels' stored
+ * 0), ng = kp / group groups per row, stored with a row stride of ngp = ng rounded up to 16
+ * (zeros) so the offsets' dot product runs in whole vectors. Within a chunk a row's 128 bytes follow the int8 kernels' stored
  * order (matmul_q8.h, weir_q8_stored_pos): byte j < 64 holds stored position j in its low
  * nibble and 64 + j in its high nibble, byte 64 + j holds 128 + j (low) and 192 + j (high).
  * So one 64-byte load and two masks give the 64 + 64 weights that meet two consecutive
@@ -22,10 +23,10 @@
  * Activations are quantized per token and 32-column block exactly as the int8 kernels do
  * (weir_q8_quantize_act: x ~ xq * xd), after an optional per-input-channel multiplier (the
  * inverse AWQ scale). weir_q4_act_prep also writes, per 256-column chunk and int32 lane l
- * (16 lanes, l / 2 = the block), xdp = xd[block] and xsp = xd[block] * (sum of xq over the 16
- * columns of lane l), so that
- *     y = sum over chunks, lanes: (int32 lane sum of q * xq) * d * xdp + m * xsp
- * needs no per-row work on the activation side.
+ * (16 lanes, l / 2 = the block), xdp = xd[block], and per weight group g the activation sum
+ * xsg[g] = sum over the group's blocks of xd * (sum of xq), so that
+ *     y = sum over chunks, lanes: (int32 lane sum of q * xq) * d * xdp  +  sum over g: m * xsg
+ * and the offsets cost one short dot product per row and token.
  *
  * One token (decode) is a GEMV over quads; more tokens use register tiles of 4 rows x up to
  * 2 tokens over blocks of tokens whose activations fit in L2, so each quad is read from
@@ -48,7 +49,7 @@
 #include "matmul_q8.h"
 
 #define WEIR_Q4_CHUNK 256     /* columns per chunk (= WEIR_Q8_ROW_ALIGN) */
-#define WEIR_Q4_LANES 16      /* int32 lanes per chunk: xdp / xsp entries per chunk */
+#define WEIR_Q4_LANES 16      /* int32 lanes per chunk: xdp entries per chunk */
 /* Bytes the kernels may read past the end of a packed weight: allocate that many more. */
 #define WEIR_Q4_TAIL_PAD 64
 
@@ -57,6 +58,7 @@ typedef struct weir_q4_layout {
   int64_t kp;          /* cols rounded up to WEIR_Q4_CHUNK */
   int64_t group;       /* 32, 64 or 128 */
   int64_t ng;          /* kp / group: scale groups per row (padding groups included) */
+  int64_t ngp;         /* ng rounded up to 16: the row stride of d and m */
   int64_t nq;          /* quads: ceil(rows / 4) */
   int sym;             /* 1: no m (m = -8 d) */
   size_t nib_bytes;    /* nibble bytes of one quad: 2 * kp */
@@ -91,22 +93,23 @@ void weir_q4_load_row(const weir_q4_layout *l, const uint8_t *w, int64_t r, uint
 /* Row r as f32: d * q + m (sym: d * (q - 8)), each one f32 rounding of the exact value. */
 void weir_q4_dequant_row(const weir_q4_layout *l, const uint8_t *w, int64_t r, float *out);
 
-/* Bytes of activation workspace per token: xq (kp), then xd, xdp, xsp floats. */
-size_t weir_q4_act_bytes(int64_t kp);
+/* Bytes of activation workspace per token: xq (kp), then xd, xdp and xsg floats. */
+size_t weir_q4_act_bytes(int64_t kp, int64_t group);
 
-/* Prepares one token's activations: x[0..cols) times inv_scale[k] (NULL: none), quantized as
- * weir_q8_quantize_act does into xq [kp], with xdp and xsp [kp / 256 * 16] as described
- * above; xd [kp / 32] is scratch. tmp: cols floats of scratch (unused without inv_scale).
- * Pure, thread-safe. */
+/* Prepares one token's activations for weights with `group`: x[0..cols) times inv_scale[k]
+ * (NULL: none), quantized as weir_q8_quantize_act does into xq [kp], with xdp
+ * [kp / 256 * 16] and xsg [ngp] (zero past ng) as described above; xd [kp / 32] is scratch.
+ * tmp: cols floats of scratch (unused without inv_scale). Pure, thread-safe. */
 void weir_q4_act_prep(const float *x, const float *inv_scale, int64_t cols, int64_t kp,
-                      int8_t *xq, float *xd, float *xdp, float *xsp, float *tmp);
+                      int64_t group, int8_t *xq, float *xd, float *xdp, float *xsg,
+                      float *tmp);
 
 typedef struct weir_q4_matmul_args {
   const weir_q4_layout *l;
   const uint8_t *w;   /* the packed weight */
   const int8_t *xq;   /* [n_tokens][kp] */
   const float *xdp;   /* [n_tokens][kp / 256 * 16] */
-  const float *xsp;   /* [n_tokens][kp / 256 * 16] */
+  const float *xsg;   /* [n_tokens][ngp] */
   int64_t n_tokens;
   float *y;           /* [n_tokens][rows] */
 } weir_q4_matmul_args;

@@ -442,7 +442,7 @@ typedef struct act_job {
   const awq_weight *w;
   const float *x;
   int8_t *xq;
-  float *xd, *xdp, *xsp, *tmp;
+  float *xd, *xdp, *xsg, *tmp;
 } act_job;
 
 static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
@@ -450,9 +450,9 @@ static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   const weir_q4_layout *l = &j->w->l;
   const int64_t kp = l->kp, nl = kp / WEIR_Q4_CHUNK * WEIR_Q4_LANES;
   for (int64_t t = begin; t < end; t++)
-    weir_q4_act_prep(j->x + t * l->cols, j->w->inv_scale, l->cols, kp, j->xq + t * kp,
-                     j->xd + t * (kp / 32), j->xdp + t * nl, j->xsp + t * nl,
-                     j->tmp + (int64_t)thread * l->cols);
+    weir_q4_act_prep(j->x + t * l->cols, j->w->inv_scale, l->cols, kp, l->group,
+                     j->xq + t * kp, j->xd + t * (kp / 32), j->xdp + t * nl,
+                     j->xsg + t * l->ngp, j->tmp + (int64_t)thread * l->cols);
 }
 
 typedef struct act8_job {
@@ -519,7 +519,7 @@ static int awq_matmul(void *self, const void *weight, const float *x, float *y, 
   const int threads = weir_cpu_host_threads(h);
   const size_t nt = (size_t)n_tokens;
   const size_t qb = (nt * (size_t)kp + 63) & ~(size_t)63;
-  const size_t nf = nt * (size_t)(kp / 32) + 2 * nt * (size_t)nl +
+  const size_t nf = nt * (size_t)(kp / 32) + nt * (size_t)nl + nt * (size_t)l->ngp +
                     (w->inv_scale ? (size_t)threads * (size_t)l->cols : 0);
   const size_t need = qb + nf * sizeof(float);
   _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
@@ -532,14 +532,14 @@ static int awq_matmul(void *self, const void *weight, const float *x, float *y, 
   float *f = (float *)(void *)(buf + qb);
   act_job aj = {.w = w, .x = x, .xq = (int8_t *)buf, .xd = f};
   aj.xdp = aj.xd + nt * (size_t)(kp / 32);
-  aj.xsp = aj.xdp + nt * (size_t)nl;
-  aj.tmp = aj.xsp + nt * (size_t)nl;
+  aj.xsg = aj.xdp + nt * (size_t)nl;
+  aj.tmp = aj.xsg + nt * (size_t)l->ngp;
   if (threads > 1 && n_tokens >= 2 * threads && n_tokens * kp >= (1 << 16))
     h->parallel_for(h->ctx, n_tokens, 1, act_chunk, &aj);
   else
     act_chunk(&aj, 0, n_tokens, 0);
 
-  weir_q4_matmul_args a = {.l = l, .w = w->data, .xq = aj.xq, .xdp = aj.xdp, .xsp = aj.xsp,
+  weir_q4_matmul_args a = {.l = l, .w = w->data, .xq = aj.xq, .xdp = aj.xdp, .xsg = aj.xsg,
                            .n_tokens = n_tokens, .y = y};
   if (threads <= 1 || l->nq < 2 || l->rows * kp * n_tokens < (1 << 16)) {
     weir_q4_matmul_quads(&a, 0, l->nq);
