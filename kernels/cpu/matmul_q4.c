@@ -92,9 +92,6 @@ int weir_q4_quantize_group_clip(const float *x, int64_t n, float lo, float hi, u
 
 /* ---- layout ------------------------------------------------------------------------------ */
 
-/* Byte and nibble of stored position p (0..255) within a row's 128 bytes of a chunk. */
-static inline int nib_byte(int p) { return (p & 63) | ((p >> 7) << 6); }
-static inline int nib_shift(int p) { return ((p >> 6) & 1) * 4; }
 
 static inline uint16_t *d_ptr(const weir_q4_layout *l, uint8_t *quad, int i) {
   return (uint16_t *)(void *)(quad + l->nib_bytes) + (int64_t)i * l->ngp;
@@ -103,19 +100,27 @@ static inline uint16_t *m_ptr(const weir_q4_layout *l, uint8_t *quad, int i) {
   return (uint16_t *)(void *)(quad + l->nib_bytes) + 4 * l->ngp + (int64_t)i * l->ngp;
 }
 
+/* Stored positions 64 m + 8 blk + e (e < 8) of a chunk hold natural columns 32 blk + 8 m + e:
+ * eight consecutive columns land in eight consecutive bytes of one nibble half, byte
+ * 8 blk + 64 (m / 2) + e, the low nibble for even m, the high one for odd m (matmul_q4.h:
+ * stored position p sits in byte (p mod 64) + 64 (p / 128), nibble (p / 64) mod 2). */
 void weir_q4_store_row(const weir_q4_layout *l, uint8_t *w, int64_t r, const uint8_t *q,
                        const uint16_t *d, const uint16_t *m) {
   uint8_t *quad = w + (size_t)(r / 4) * l->quad_bytes;
   const int i = (int)(r % 4);
+  uint8_t nat[WEIR_Q4_CHUNK];
   for (int64_t c = 0; c < l->kp / WEIR_Q4_CHUNK; c++) {
     uint8_t *rb = quad + c * 512 + i * 128;
-    memset(rb, 0, 128);
-    int64_t k0 = c * WEIR_Q4_CHUNK;
-    int64_t n = l->cols - k0 < WEIR_Q4_CHUNK ? l->cols - k0 : WEIR_Q4_CHUNK;
-    for (int k = 0; k < n; k++) {
-      int p = weir_q8_stored_pos(k);
-      rb[nib_byte(p)] |= (uint8_t)((q[k0 + k] & 15) << nib_shift(p));
-    }
+    const int64_t k0 = c * WEIR_Q4_CHUNK;
+    const int64_t n = l->cols - k0 < WEIR_Q4_CHUNK ? l->cols - k0 : WEIR_Q4_CHUNK;
+    memcpy(nat, q + k0, (size_t)n);
+    memset(nat + n, 0, (size_t)(WEIR_Q4_CHUNK - n));
+    for (int blk = 0; blk < 8; blk++)
+      for (int h = 0; h < 2; h++) {
+        const uint8_t *lo = nat + 32 * blk + 16 * h, *hi = lo + 8; /* m = 2h and 2h + 1 */
+        uint8_t *dst = rb + 8 * blk + 64 * h;
+        for (int e = 0; e < 8; e++) dst[e] = (uint8_t)((lo[e] & 15) | (hi[e] & 15) << 4);
+      }
   }
   int64_t real = (l->cols + l->group - 1) / l->group; /* groups holding real columns */
   uint16_t *dd = d_ptr(l, quad, i);
@@ -126,14 +131,28 @@ void weir_q4_store_row(const weir_q4_layout *l, uint8_t *w, int64_t r, const uin
   }
 }
 
+/* The inverse of store_row's nibble placement for one chunk: natural q[0..256). */
+static void chunk_nibbles(const uint8_t *rb, uint8_t *nat) {
+  for (int blk = 0; blk < 8; blk++)
+    for (int h = 0; h < 2; h++) {
+      const uint8_t *src = rb + 8 * blk + 64 * h;
+      uint8_t *lo = nat + 32 * blk + 16 * h, *hi = lo + 8;
+      for (int e = 0; e < 8; e++) {
+        lo[e] = src[e] & 15;
+        hi[e] = src[e] >> 4;
+      }
+    }
+}
+
 void weir_q4_load_row(const weir_q4_layout *l, const uint8_t *w, int64_t r, uint8_t *q,
                       uint16_t *d, uint16_t *m) {
   uint8_t *quad = (uint8_t *)w + (size_t)(r / 4) * l->quad_bytes;
   const int i = (int)(r % 4);
-  for (int64_t k = 0; k < l->cols; k++) {
-    int64_t c = k / WEIR_Q4_CHUNK;
-    int p = weir_q8_stored_pos((int)(k % WEIR_Q4_CHUNK));
-    q[k] = (uint8_t)((quad[c * 512 + i * 128 + nib_byte(p)] >> nib_shift(p)) & 15);
+  uint8_t nat[WEIR_Q4_CHUNK];
+  for (int64_t c = 0; c < l->kp / WEIR_Q4_CHUNK; c++) {
+    chunk_nibbles(quad + c * 512 + i * 128, nat);
+    const int64_t k0 = c * WEIR_Q4_CHUNK;
+    memcpy(q + k0, nat, (size_t)(l->cols - k0 < WEIR_Q4_CHUNK ? l->cols - k0 : WEIR_Q4_CHUNK));
   }
   memcpy(d, d_ptr(l, quad, i), sizeof(uint16_t) * (size_t)l->ng);
   if (l->sym) {
@@ -147,17 +166,19 @@ void weir_q4_dequant_row(const weir_q4_layout *l, const uint8_t *w, int64_t r, f
   uint8_t *quad = (uint8_t *)w + (size_t)(r / 4) * l->quad_bytes;
   const int i = (int)(r % 4);
   const uint16_t *dd = d_ptr(l, quad, i), *mm = m_ptr(l, quad, i);
-  for (int64_t k = 0; k < l->cols; k++) {
-    int64_t c = k / WEIR_Q4_CHUNK;
-    int p = weir_q8_stored_pos((int)(k % WEIR_Q4_CHUNK));
-    int qv = (quad[c * 512 + i * 128 + nib_byte(p)] >> nib_shift(p)) & 15;
-    float dv = weir_f16_to_f32(dd[k / l->group]);
-    /* d * q + m in double is exact (11 + 4 bit products, sums of two such terms within 53
-     * bits), so the f32 result is the exact value rounded once. */
-    if (l->sym)
-      out[k] = (float)((double)dv * (qv - 8));
-    else
-      out[k] = (float)((double)dv * qv + (double)weir_f16_to_f32(mm[k / l->group]));
+  uint8_t nat[WEIR_Q4_CHUNK];
+  for (int64_t c = 0; c < l->kp / WEIR_Q4_CHUNK; c++) {
+    chunk_nibbles(quad + c * 512 + i * 128, nat);
+    const int64_t k0 = c * WEIR_Q4_CHUNK;
+    const int64_t n = l->cols - k0 < WEIR_Q4_CHUNK ? l->cols - k0 : WEIR_Q4_CHUNK;
+    for (int64_t k = 0; k < n; k++) {
+      const int64_t g = (k0 + k) / l->group;
+      const float dv = weir_f16_to_f32(dd[g]);
+      /* d * q + m in double is exact (11 + 4 bit products, sums of two such terms within 53
+       * bits), so the f32 result is the exact value rounded once. */
+      out[k0 + k] = l->sym ? (float)((double)dv * (nat[k] - 8))
+                           : (float)((double)dv * nat[k] + (double)weir_f16_to_f32(mm[g]));
+    }
   }
 }
 

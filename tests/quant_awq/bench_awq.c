@@ -65,6 +65,7 @@ static const variant k_variants[] = {
     {"awq_int4 f16-src g128", "awq_int4", WEIR_DTYPE_F16, 128},
     {"awq_int4 f16-src g32", "awq_int4", WEIR_DTYPE_F16, 32},
     {"awq_int4 q4_0-src", "awq_int4", WEIR_DTYPE_Q4_0, 32},
+    {"awq_int4 q4_1-src", "awq_int4", WEIR_DTYPE_Q4_1, 32},
 };
 #define NVAR (int)(sizeof k_variants / sizeof k_variants[0])
 
@@ -120,7 +121,9 @@ static void fill_source(weir_dtype t, uint8_t *dst, int64_t n) {
     uint8_t *blk = dst + b * bb;
     for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)rnd();
     uint16_t d = (uint16_t)(0x1c00 | (rnd() & 0x3ff)); /* ~2^-8 */
+    uint16_t m = (uint16_t)(0xa400 | (rnd() & 0x3ff)); /* ~ -2^-6 */
     memcpy(blk, &d, 2);
+    if (t == WEIR_DTYPE_Q4_1) memcpy(blk + 2, &m, 2);
   }
 }
 
