@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Quantization benchmark of issue 11 on the CPU: prefill (512 tokens) and decode tokens/s of
+# Quantization benchmark of issue 11 on the CPU: prefill (512 tokens) and decode (64 tokens
+# from a 1-token prompt, as llama-bench's tg64) tokens/s of
 # the 1.1B Llama shape with the fp16, int8 and awq_int4 schemes, 1 and 2 threads, next to the
 # memory read bandwidth (the decode roofline) and llama.cpp's llama-bench on the same files,
 # every configuration of a repetition run before the next repetition starts (runs
@@ -76,14 +77,19 @@ fi
 embd_params=65536000 # 32000 x 2048
 
 declare -A PP TG WB
+# Prefill: a 512-token prompt in one step. Decode: 64 tokens after the first from a 1-token
+# prompt, so the context stays as short as in llama-bench's tg64 (which starts empty).
 run_weir() { # model scheme threads seed -> "pp tg weightsMiB"
   local out line pp tg wm
-  out=$("$weir" generate --model "$1" --quant "$2" --threads "$3" --random-prompt 512 -n 64 \
+  out=$("$weir" generate --model "$1" --quant "$2" --threads "$3" --random-prompt 512 -n 1 \
         --ignore-eos --quiet --seed "$4" --set cache.memory_bytes=268435456 2>&1)
   line=$(echo "$out" | tail -1)
   pp=$(echo "$line" | sed -E 's/.*prompt: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')
-  tg=$(echo "$line" | sed -E 's/.*generated: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')
   wm=$(echo "$out" | sed -n -E 's/.*; weights ([0-9.]+) MiB;.*/\1/p' | head -1)
+  out=$("$weir" generate --model "$1" --quant "$2" --threads "$3" --random-prompt 1 -n 65 \
+        --ignore-eos --quiet --seed "$4" --set cache.memory_bytes=268435456 2>&1)
+  line=$(echo "$out" | tail -1)
+  tg=$(echo "$line" | sed -E 's/.*generated: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')
   echo "$pp $tg $wm"
 }
 run_llama() { # model threads -> "pp tg sizeMiB"
