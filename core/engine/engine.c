@@ -903,14 +903,9 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
                         .kv_dtype = cfg->kv_dtype,
                         .num_blocks = cfg->num_blocks,
                         .memory_bytes = cfg->memory_bytes};
-  /* An activation-aware quant scheme gets activation samples from a calibration pass. */
-  weir_calib *calib = NULL;
-  rc = weir_calib_prepare(cfg, e->gguf, e->tok, &e->plugins, &calib, err, sizeof err);
-  if (rc != WEIR_OK) goto fail;
-  mo.samples = calib ? weir_calib_samples : NULL;
-  mo.samples_user = calib;
-  rc = weir_llama_create(e->gguf, &e->plugins, &mo, &e->model, err, sizeof err);
-  weir_calib_free(calib);
+  /* (with a calibration pass first when the quant scheme is activation-aware) */
+  rc = weir_calib_llama_create(cfg, e->gguf, e->tok, &e->plugins, &mo, &e->model, err,
+                               sizeof err);
   if (rc != WEIR_OK) goto fail;
   const weir_llama_hparams *hp = weir_llama_hparams_get(e->model);
   e->vocab = hp->n_vocab;

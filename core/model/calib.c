@@ -346,6 +346,21 @@ int weir_calib_prepare(const weir_config *cfg, const weir_gguf *g, const weir_to
   return rc;
 }
 
+int weir_calib_llama_create(const weir_config *cfg, const weir_gguf *g, const weir_tokenizer *tok,
+                            const weir_plugin_set *plugins, const weir_llama_opts *opts,
+                            weir_llama **out, char *err, size_t errlen) {
+  weir_calib *calib = NULL;
+  *out = NULL;
+  int rc = weir_calib_prepare(cfg, g, tok, plugins, &calib, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  weir_llama_opts o = *opts;
+  o.samples = calib ? weir_calib_samples : NULL;
+  o.samples_user = calib;
+  rc = weir_llama_create(g, plugins, &o, out, err, errlen);
+  weir_calib_free(calib);
+  return rc;
+}
+
 int32_t *weir_calib_o_classes(const weir_llama_hparams *hp) {
   if (hp->n_head_kv <= 0 || hp->n_head == hp->n_head_kv) return NULL;
   const int64_t hd = hp->head_dim, n = (int64_t)hp->n_head * hd;

@@ -37,6 +37,14 @@ int weir_calib_prepare(const struct weir_config *cfg, const weir_gguf *g,
                        const struct weir_tokenizer *tok, const struct weir_plugin_set *plugins,
                        weir_calib **out, char *err, size_t errlen);
 
+/* weir_llama_create preceded by weir_calib_prepare: what every command that builds a model
+ * from a config calls, so that an activation-aware scheme is calibrated wherever it runs.
+ * opts->samples must be NULL (it is set here for the duration of the call). */
+int weir_calib_llama_create(const struct weir_config *cfg, const weir_gguf *g,
+                            const struct weir_tokenizer *tok,
+                            const struct weir_plugin_set *plugins, const weir_llama_opts *opts,
+                            weir_llama **out, char *err, size_t errlen);
+
 /* The pass itself: up to max_tokens samples per site from the text file at text_path. */
 int weir_calib_run(const struct weir_config *cfg, const weir_gguf *g,
                    const struct weir_tokenizer *tok, const char *text_path, int64_t max_tokens,
