@@ -208,6 +208,16 @@ CONVERSATIONS = [
     {"messages": [{"role": "user", "content": "Who am I?", "name": "alice"}]},
     {"messages": [{"role": "system", "content": "Only a system message."}]},
     {"messages": [U1, U2]},
+    {"messages": [SYSTEM, U2,
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"id": "a1B2c3D4e", "type": "function",
+                                   "function": {"name": "get_weather",
+                                                "arguments": "{\"city\": \"Paris\"}"}}]},
+                  {"role": "tool", "tool_call_id": "a1B2c3D4e", "name": "get_weather",
+                   "content": "18 C, clear"},
+                  {"role": "assistant", "content": "It is 18 C and clear in Paris."},
+                  {"role": "user", "content": "And tomorrow?"}],
+     "tools": [WEATHER]},
 ]
 
 
