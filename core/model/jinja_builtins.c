@@ -1170,7 +1170,7 @@ static int get_path(R *r, jv v, jstr *path, jv *out) {
 
 static int apply_test_args(R *r, const jcall *a, int first, jcall *t) {
   t->n = a->n > first ? a->n - first : 0;
-  t->pos = a->pos + (a->n > first ? first : a->n);
+  t->pos = a->n > first ? a->pos + first : NULL;
   t->nk = a->nk;
   t->kname = a->kname;
   t->kval = a->kval;
