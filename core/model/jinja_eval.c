@@ -486,7 +486,13 @@ static int repeat(R *r, jv seq, int64_t times, jv *out) {
     *out = jv_strv(s);
     return 0;
   }
-  if (seq.l->n && (uint64_t)times > (1u << 24) / seq.l->n)
+  if (seq.l->n == 0 || times == 0) {
+    jlist *l = jl_new(&r->ar, 0);
+    if (!l) return oom(r);
+    *out = jv_listv(l, seq.tup);
+    return 0;
+  }
+  if ((uint64_t)times > (1u << 24) / seq.l->n)
     return jr_fail(r, WEIR_E_RANGE, "a list would have more than %u items", 1u << 24);
   size_t total = seq.l->n * (size_t)times;
   if (jr_steps(r, total / 8)) return -1;
