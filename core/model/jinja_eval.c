@@ -875,10 +875,12 @@ static int exec_for(R *r, const jnode *n, jscope *sc) {
     jlist *kept = jl_new(&r->ar, seq->n);
     if (!kept) return oom(r);
     kept->n = 0;
+    jscope *it = scope_new(r, sc);
+    if (!it) return -1;
     for (size_t i = 0; i < seq->n; i++) {
-      jscope *it = scope_new(r, sc);
       jv c;
-      if (!it || assign(r, n->a, seq->v[i], it) || eval(r, n->c, it, &c)) return -1;
+      it->vars.n = 0;
+      if (assign(r, n->a, seq->v[i], it) || eval(r, n->c, it, &c)) return -1;
       if (jv_truthy(c)) kept->v[kept->n++] = seq->v[i];
     }
     seq = kept;
@@ -886,11 +888,16 @@ static int exec_for(R *r, const jnode *n, jscope *sc) {
   int depth0 = 0;
   jv outer;
   if (lookup(r, sc, "loop", &outer) == 0 && outer.t == JV_LOOP) depth0 = outer.loop->depth0 + 1;
+  /* Each iteration starts from an empty scope. Without closures in the body one scope is
+   * reused (emptied), which keeps long loops from filling the memory budget. */
+  jscope *shared = n->op ? NULL : scope_new(r, sc);
+  if (!n->op && !shared) return -1;
   for (size_t i = 0; i < seq->n; i++) {
     if (jr_steps(r, 1)) return -1;
-    jscope *it = scope_new(r, sc);
+    jscope *it = shared ? shared : scope_new(r, sc);
     jloop *l = ja_alloc(&r->ar, sizeof *l);
     if (!it || !l) return oom(r);
+    it->vars.n = 0;
     l->index0 = (int64_t)i;
     l->length = (int64_t)seq->n;
     l->items = seq;

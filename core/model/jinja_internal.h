@@ -114,7 +114,8 @@ typedef enum jnkind {
   N_OUT,
   N_BODY,
   N_IF,   /* a: condition, b: body, c: else body */
-  N_FOR,  /* a: target, b: iterable, c: filter, d: body, e: else body */
+  N_FOR,  /* a: target, b: iterable, c: filter, d: body, e: else body; op: 1 when the body
+           * defines a macro or call block (a closure over the iteration's scope) */
   N_SET,  /* a: target, b: value */
   N_SETBLOCK, /* a: target, b: body, c: filter chain or NULL */
   N_MACRO,    /* name; params: names; items: defaults (NULL when none); b: body */

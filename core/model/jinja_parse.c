@@ -1161,6 +1161,22 @@ static jnode *parse_filter_chain(P *p) {
   return f;
 }
 
+/* 1 when a statement tree defines a macro or call block: the closure keeps the scope it was
+ * defined in, so a for loop around it needs a fresh scope per iteration. */
+static int defines_closure(const jnode *n) {
+  if (!n) return 0;
+  if (n->kind == N_MACRO || n->kind == N_CALLBLOCK) return 1;
+  if (n->kind == N_BODY) {
+    for (int i = 0; i < n->n_items; i++)
+      if (defines_closure(n->items[i])) return 1;
+    return 0;
+  }
+  if (n->kind == N_IF) return defines_closure(n->b) || defines_closure(n->c);
+  if (n->kind == N_FOR) return defines_closure(n->d) || defines_closure(n->e);
+  if (n->kind == N_SETBLOCK || n->kind == N_FILTERBLOCK || n->kind == N_WITH) return defines_closure(n->b);
+  return 0;
+}
+
 static jnode *parse_statement(P *p) {
   tok *t = cur(p);
   int line = t->line;
@@ -1207,6 +1223,7 @@ static jnode *parse_statement(P *p) {
     n->d = parse_body(p, ends, &ended);
     p->loop_depth--;
     if (!n->d) return NULL;
+    n->op = (uint8_t)defines_closure(n->d);
     if (strcmp(ended, "else") == 0) {
       static const char *const ends2[] = {"endfor", NULL};
       if (expect_end(p, T_BLOCK_END) || !(n->e = parse_body(p, ends2, &ended))) return NULL;
