@@ -213,6 +213,13 @@ static int change_case(R *r, jv v, int mode, jv *out) {
   return rc;
 }
 
+static int strippable(uint32_t c, const cpv *chars) {
+  if (!chars) return py_isspace(c);
+  for (size_t k = 0; k < chars->n; k++)
+    if (chars->c[k] == c) return 1;
+  return 0;
+}
+
 /* Python's str.strip family: chars NULL strips whitespace */
 static int strip(R *r, jstr *s, jstr *chars, int left, int right, jv *out) {
   cpv cv = {0}, ch = {0};
@@ -221,27 +228,10 @@ static int strip(R *r, jstr *s, jstr *chars, int left, int right, jv *out) {
     free(cv.c);
     return -1;
   }
+  const cpv *set = chars ? &ch : NULL;
   size_t a = 0, b = cv.n;
-  for (; left && a < b; a++) {
-    uint32_t c = cv.c[a];
-    int hit = 0;
-    if (chars) {
-      for (size_t k = 0; k < ch.n; k++) hit |= ch.c[k] == c;
-    } else {
-      hit = py_isspace(c);
-    }
-    if (!hit) break;
-  }
-  for (; right && b > a; b--) {
-    uint32_t c = cv.c[b - 1];
-    int hit = 0;
-    if (chars) {
-      for (size_t k = 0; k < ch.n; k++) hit |= ch.c[k] == c;
-    } else {
-      hit = py_isspace(c);
-    }
-    if (!hit) break;
-  }
+  while (left && a < b && strippable(cv.c[a], set)) a++;
+  while (right && b > a && strippable(cv.c[b - 1], set)) b--;
   int rc = encode(r, cv.c + a, b - a, out);
   free(cv.c);
   free(ch.c);
@@ -442,7 +432,6 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
     }
     char conv = *p++;
     char num[512];
-    jstr *s;
     switch (conv) {
     case 's':
     case 'r': {
@@ -501,7 +490,6 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
       jr_fail(r, WEIR_E_INVAL, "unsupported format character '%c'", conv);
       goto fail;
     }
-    (void)s;
   }
   if (tuple && ai < tuple->n) {
     jr_fail(r, WEIR_E_INVAL, "not all arguments converted during string formatting");

@@ -993,7 +993,6 @@ static int call_macro(R *r, const jfunc *f, const jcall *a, jv *out) {
   jscope *sc = scope_new(r, f->closure);
   if (!sc) return -1;
   int np = d->n_params;
-  if (a->n > np && 0) return -1;
   for (int i = 0; i < np; i++) {
     jv v;
     int set = 0;
