@@ -89,6 +89,19 @@ static int arg_str(R *r, const jcall *a, int pos, const char *name, jstr **out) 
   return to_str(r, v, out);
 }
 
+/* A Python str method's argument: a str or None, nothing else. */
+static int arg_pystr(R *r, const jcall *a, int pos, const char *name, jstr **out) {
+  jv v;
+  *out = NULL;
+  if (!arg(a, pos, name, &v) || v.t == JV_NONE) return 0;
+  if (v.t == JV_UNDEF && v.hint) return jr_fail(r, WEIR_E_INVAL, "%s", v.hint);
+  if (v.t != JV_STR)
+    return jr_fail(r, WEIR_E_INVAL, "%s must be str or None, not %s", name ? name : "argument",
+                   jv_type_name(v));
+  *out = v.s;
+  return 0;
+}
+
 /* ---- Unicode helpers: case mapping for Latin, Greek and Cyrillic ---- */
 
 static uint32_t cp_upper(uint32_t c) {
@@ -302,6 +315,10 @@ static int g_range(R *r, jv self, const jcall *a, jv *out) {
   jlist *l = jl_new(&r->ar, (size_t)count);
   if (!l) return oom(r);
   for (int64_t i = 0; i < count; i++) l->v[i] = jv_int(start + i * step);
+  l->is_range = 1;
+  l->r_start = start;
+  l->r_stop = stop;
+  l->r_step = step;
   *out = jv_listv(l, 0);
   return 0;
 }
@@ -491,7 +508,10 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
       goto fail;
     }
   }
-  if (tuple && ai < tuple->n) {
+  /* Python lets a format without specs take any argument that has __getitem__ (a dict, a
+   * list, Jinja's Undefined) but not a str, a number or None */
+  if ((tuple && ai < tuple->n) ||
+      (!tuple && !used_single && args.t != JV_DICT && args.t != JV_LIST && args.t != JV_UNDEF)) {
     jr_fail(r, WEIR_E_INVAL, "not all arguments converted during string formatting");
     goto fail;
   }
@@ -517,6 +537,10 @@ static int str_format(R *r, jstr *fmt, const jcall *a, jv *out) {
       if (bput(r, &b, "}", 1)) goto fail;
       p += 2;
       continue;
+    }
+    if (c == '}') {
+      jr_fail(r, WEIR_E_INVAL, "Single '}' encountered in format string");
+      goto fail;
     }
     if (c != '{') {
       if (bput(r, &b, p, 1)) goto fail;
@@ -849,11 +873,11 @@ static int m_str(R *r, jv self, const jcall *a, jv *out, const char *name) {
   jstr *s = self.s, *x = NULL, *y = NULL;
   int64_t k;
   if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
-    if (arg_str(r, a, 0, "chars", &x)) return -1;
+    if (arg_pystr(r, a, 0, "chars", &x)) return -1;
     return strip(r, s, x, name[0] != 'r', name[0] != 'l', out);
   }
   if (!strcmp(name, "split") || !strcmp(name, "rsplit")) {
-    if (arg_str(r, a, 0, "sep", &x) || arg_int(r, a, 1, "maxsplit", -1, &k)) return -1;
+    if (arg_pystr(r, a, 0, "sep", &x) || arg_int(r, a, 1, "maxsplit", -1, &k)) return -1;
     return split(r, s, x, k, name[0] == 'r', out);
   }
   if (!strcmp(name, "splitlines")) {
@@ -871,7 +895,7 @@ static int m_str(R *r, jv self, const jcall *a, jv *out, const char *name) {
     return 0;
   }
   if (!strcmp(name, "replace")) {
-    if (arg_str(r, a, 0, "old", &x) || arg_str(r, a, 1, "new", &y) ||
+    if (arg_pystr(r, a, 0, "old", &x) || arg_pystr(r, a, 1, "new", &y) ||
         arg_int(r, a, 2, "count", -1, &k))
       return -1;
     if (!x || !y) return jr_fail(r, WEIR_E_INVAL, "replace() takes at least 2 arguments");
@@ -884,7 +908,7 @@ static int m_str(R *r, jv self, const jcall *a, jv *out, const char *name) {
   if (!strcmp(name, "swapcase")) return change_case(r, self, CASE_SWAP, out);
   if (!strcmp(name, "find") || !strcmp(name, "rfind") || !strcmp(name, "index") ||
       !strcmp(name, "rindex") || !strcmp(name, "count")) {
-    if (arg_str(r, a, 0, "sub", &x)) return -1;
+    if (arg_pystr(r, a, 0, "sub", &x)) return -1;
     if (!x) return jr_fail(r, WEIR_E_INVAL, "%s() takes at least 1 argument", name);
     if (!strcmp(name, "count")) {
       int64_t c = 0;
@@ -906,7 +930,7 @@ static int m_str(R *r, jv self, const jcall *a, jv *out, const char *name) {
     return str_join(r, s, seq, out);
   }
   if (!strcmp(name, "center") || !strcmp(name, "ljust") || !strcmp(name, "rjust")) {
-    if (arg_int(r, a, 0, "width", 0, &k) || arg_str(r, a, 1, "fillchar", &x)) return -1;
+    if (arg_int(r, a, 0, "width", 0, &k) || arg_pystr(r, a, 1, "fillchar", &x)) return -1;
     return pad(r, s, k, x, name[0] == 'c' ? 0 : name[0] == 'l' ? 1 : 2, out);
   }
   if (!strcmp(name, "zfill")) {
@@ -929,7 +953,7 @@ static int m_str(R *r, jv self, const jcall *a, jv *out, const char *name) {
     return -1;
   }
   if (!strcmp(name, "partition") || !strcmp(name, "rpartition")) {
-    if (arg_str(r, a, 0, "sep", &x)) return -1;
+    if (arg_pystr(r, a, 0, "sep", &x)) return -1;
     if (!x || !x->len) return jr_fail(r, WEIR_E_INVAL, "empty separator");
     jlist *l = jl_new(&r->ar, 3);
     if (!l) return oom(r);
@@ -957,7 +981,7 @@ static int m_str(R *r, jv self, const jcall *a, jv *out, const char *name) {
     return 0;
   }
   if (!strcmp(name, "removeprefix") || !strcmp(name, "removesuffix")) {
-    if (arg_str(r, a, 0, "prefix", &x)) return -1;
+    if (arg_pystr(r, a, 0, "prefix", &x)) return -1;
     if (!x) return jr_fail(r, WEIR_E_INVAL, "%s() takes exactly one argument", name);
     int suf = name[6] == 's';
     if (x->len <= s->len && memcmp(suf ? s->p + s->len - x->len : s->p, x->p, x->len) == 0)
@@ -1467,6 +1491,7 @@ static int parse_float(const char *s, size_t n, double *out) {
 
 static int f_int(R *r, jv v, const jcall *a, jv *out) {
   int64_t def, base;
+  if (v.t == JV_UNDEF) return jr_fail(r, WEIR_E_INVAL, "%s", v.hint ? v.hint : "value is undefined");
   if (arg_int(r, a, 0, "default", 0, &def) || arg_int(r, a, 1, "base", 10, &base)) return -1;
   int64_t iv;
   double fv;
@@ -1497,6 +1522,7 @@ static int f_int(R *r, jv v, const jcall *a, jv *out) {
 
 static int f_float(R *r, jv v, const jcall *a, jv *out) {
   jv def = jv_float(0.0);
+  if (v.t == JV_UNDEF) return jr_fail(r, WEIR_E_INVAL, "%s", v.hint ? v.hint : "value is undefined");
   arg(a, 0, "default", &def);
   double fv;
   switch (v.t) {
@@ -1740,8 +1766,58 @@ static const char *const k_filters[] = {
 
 int jb_has_filter(const char *name) { return in_list(k_filters, name); }
 
+/* Each filter's parameters after the value, as Jinja2 declares them: a trailing '!' marks a
+ * required one; "*" takes anything (*args, **kwargs). Arguments that do not fit fail, as
+ * Python's call does. */
+static const struct {
+  const char *name, *params;
+} k_filter_params[] = {
+    {"attr", "name!"}, {"batch", "linecount!,fill_with"}, {"center", "width"},
+    {"d", "default_value,boolean"}, {"default", "default_value,boolean"},
+    {"dictsort", "case_sensitive,by,reverse"}, {"float", "default"}, {"format", "*"},
+    {"indent", "width,first,blank"}, {"int", "default,base"}, {"join", "d,attribute"},
+    {"map", "*"}, {"max", "case_sensitive,attribute"}, {"min", "case_sensitive,attribute"},
+    {"reject", "*"}, {"rejectattr", "*"}, {"replace", "old!,new!,count"},
+    {"round", "precision,method"}, {"select", "*"}, {"selectattr", "*"},
+    {"sort", "reverse,case_sensitive,attribute"}, {"sum", "attribute,start"},
+    {"tojson", "ensure_ascii,indent,separators,sort_keys"}, {"trim", "chars"},
+    {"unique", "case_sensitive,attribute"}};
+
+static int check_filter_args(R *r, const char *f, const jcall *a) {
+  const char *params = "";
+  for (size_t i = 0; i < sizeof k_filter_params / sizeof k_filter_params[0]; i++)
+    if (!strcmp(k_filter_params[i].name, f)) params = k_filter_params[i].params;
+  if (!strcmp(params, "*")) return 0;
+  const char *names[8];
+  size_t lens[8];
+  int req[8], np = 0;
+  for (const char *p = params; *p && np < 8;) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    req[np] = n && p[n - 1] == '!';
+    names[np] = p;
+    lens[np] = n - (size_t)req[np];
+    np++;
+    p += n + (e != NULL);
+  }
+  if (a->n > np) return jr_fail(r, WEIR_E_INVAL, "%s() takes at most %d arguments (%d given)", f, np, a->n);
+  int given[8] = {0};
+  for (int i = 0; i < a->n; i++) given[i] = 1;
+  for (int k = 0; k < a->nk; k++) {
+    int hit = -1;
+    for (int i = 0; i < np; i++)
+      if (strlen(a->kname[k]) == lens[i] && !strncmp(a->kname[k], names[i], lens[i])) hit = i;
+    if (hit < 0) return jr_fail(r, WEIR_E_INVAL, "%s() got an unexpected keyword argument '%s'", f, a->kname[k]);
+    if (given[hit]) return jr_fail(r, WEIR_E_INVAL, "%s() got multiple values for argument '%s'", f, a->kname[k]);
+    given[hit] = 1;
+  }
+  for (int i = 0; i < np; i++)
+    if (req[i] && !given[i]) return jr_fail(r, WEIR_E_INVAL, "%s() missing a required argument", f);
+  return 0;
+}
+
 int jb_filter(R *r, const char *f, jv v, const jcall *a, jv *out) {
-  if (jr_steps(r, 1)) return -1;
+  if (jr_steps(r, 1) || check_filter_args(r, f, a)) return -1;
   jstr *s = NULL, *x = NULL, *y = NULL;
   int64_t k;
   if (!strcmp(f, "default") || !strcmp(f, "d")) {
@@ -1755,6 +1831,12 @@ int jb_filter(R *r, const char *f, jv v, const jcall *a, jv *out) {
   if (!strcmp(f, "list")) {
     const jlist *l;
     if (jr_iterate(r, v, &l)) return -1;
+    if (l->is_range) {
+      jlist *c = jl_new(&r->ar, l->n);
+      if (!c) return oom(r);
+      if (l->n) memcpy(c->v, l->v, l->n * sizeof(jv));
+      l = c;
+    }
     *out = jv_listv((jlist *)l, 0);
     return 0;
   }
@@ -1768,7 +1850,7 @@ int jb_filter(R *r, const char *f, jv v, const jcall *a, jv *out) {
     return 0;
   }
   if (!strcmp(f, "trim")) {
-    if (to_str(r, v, &s) || arg_str(r, a, 0, "chars", &x)) return -1;
+    if (to_str(r, v, &s) || arg_pystr(r, a, 0, "chars", &x)) return -1;
     return strip(r, s, x, 1, 1, out);
   }
   if (!strcmp(f, "upper")) return change_case(r, v, CASE_UPPER, out);
@@ -1776,10 +1858,12 @@ int jb_filter(R *r, const char *f, jv v, const jcall *a, jv *out) {
   if (!strcmp(f, "capitalize")) return change_case(r, v, CASE_CAPITALIZE, out);
   if (!strcmp(f, "title")) return change_case(r, v, CASE_JTITLE, out);
   if (!strcmp(f, "replace")) {
-    if (to_str(r, v, &s) || arg_str(r, a, 0, "old", &x) || arg_str(r, a, 1, "new", &y) ||
+    jv ov, nv;
+    if (!arg(a, 0, "old", &ov) || !arg(a, 1, "new", &nv))
+      return jr_fail(r, WEIR_E_INVAL, "replace filter needs old and new");
+    if (to_str(r, v, &s) || to_str(r, ov, &x) || to_str(r, nv, &y) ||
         arg_int(r, a, 2, "count", -1, &k))
       return -1;
-    if (!x || !y) return jr_fail(r, WEIR_E_INVAL, "replace filter needs old and new");
     return str_replace(r, s, x, y, k, out);
   }
   if (!strcmp(f, "join")) {
@@ -1890,10 +1974,18 @@ static const char *const k_tests[] = {
 
 int jb_has_test(const char *name) { return in_list(k_tests, name); }
 
+static const char *const k_unary_tests[] = {
+    "boolean", "callable", "defined", "escaped", "even", "false", "filter", "float", "integer",
+    "iterable", "lower", "mapping", "none", "number", "odd", "sequence", "string", "test",
+    "true", "undefined", "upper", NULL};
+
 int jb_test(R *r, const char *t, jv v, const jcall *a, int *out) {
   jv x;
   if (jr_steps(r, 1)) return -1;
-  int has = arg(a, 0, NULL, &x);
+  int nargs = a->n + a->nk, want = in_list(k_unary_tests, t) ? 0 : 1;
+  if (nargs != want)
+    return jr_fail(r, WEIR_E_INVAL, "the %s test takes %d argument(s) (%d given)", t, want, nargs);
+  int has = arg(a, 0, NULL, &x) || (a->nk && (x = a->kval[0], 1));
   if (!strcmp(t, "defined")) *out = v.t != JV_UNDEF;
   else if (!strcmp(t, "undefined")) *out = v.t == JV_UNDEF;
   else if (!strcmp(t, "none")) *out = v.t == JV_NONE;
@@ -1907,7 +1999,7 @@ int jb_test(R *r, const char *t, jv v, const jcall *a, int *out) {
   else if (!strcmp(t, "mapping")) *out = v.t == JV_DICT;
   else if (!strcmp(t, "iterable")) *out = v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
   else if (!strcmp(t, "sequence")) *out = v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
-  else if (!strcmp(t, "callable")) *out = v.t == JV_FUNC;
+  else if (!strcmp(t, "callable")) *out = v.t == JV_FUNC || v.t == JV_UNDEF; /* Undefined has __call__ */
   else if (!strcmp(t, "escaped")) *out = v.t == JV_STR && v.safe;
   else if (!strcmp(t, "filter")) *out = v.t == JV_STR && jb_has_filter(v.s->p);
   else if (!strcmp(t, "test")) *out = v.t == JV_STR && jb_has_test(v.s->p);

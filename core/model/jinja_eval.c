@@ -1088,6 +1088,7 @@ int weir_jinja_render(const weir_jinja_template *t, const weir_jinja_ctx *c,
   ja_free(&r.ar);
   if (rc) {
     free(buf.p);
+    jv_utf8_clean(err->msg);
     return r.status ? r.status : WEIR_E_INTERNAL;
   }
   *out = buf.p;

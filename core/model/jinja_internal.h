@@ -79,6 +79,8 @@ typedef struct jv {
 typedef struct jlist {
   size_t n;
   jv *v;
+  int is_range; /* made by range(): prints as range(start, stop[, step]) */
+  int64_t r_start, r_stop, r_step;
 } jlist;
 
 typedef struct jdict {
@@ -264,6 +266,9 @@ void py_float_repr(double f, char out[48]);
 int jv_parse_json(jarena *a, const char *p, size_t n, jv *out, char *err, size_t errlen);
 struct cJSON;
 int jv_from_cjson(jarena *a, const struct cJSON *j, jv *out, int depth);
+
+/* Makes a NUL-terminated message valid UTF-8 (see jinja_value.c). */
+void jv_utf8_clean(char *msg);
 
 /* UTF-8 and Python string predicates. */
 int py_isspace(uint32_t cp);

@@ -430,6 +430,7 @@ static int lex(P *p) {
     if (kind == 3) {
       size_t e = after;
       while (e + 1 < n && !(s[e] == '#' && s[e + 1] == '}')) e++;
+      if (after >= n) break; /* `{#` ending the template: Jinja's lexer stops there quietly */
       if (e + 1 >= n) return pfail(p, line, "missing end of comment tag");
       if (e > after && (s[e - 1] == '-' || s[e - 1] == '+')) esign = s[e - 1];
       line += count_nl(s + after, e - after);
@@ -1430,6 +1431,7 @@ int weir_jinja_parse(const char *src, size_t len, weir_jinja_template **out,
   if (rc && !p.failed && err) snprintf(err->msg, sizeof err->msg, "out of memory");
   free(p.t);
   if (rc) {
+    if (err) jv_utf8_clean(err->msg);
     if (err && strcmp(err->msg, "out of memory") == 0) rc = WEIR_E_NOMEM;
     weir_jinja_template_free(t);
     return rc;

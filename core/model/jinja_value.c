@@ -194,7 +194,7 @@ const char *jv_type_name(jv v) {
   case JV_INT: return "int";
   case JV_FLOAT: return "float";
   case JV_STR: return "str";
-  case JV_LIST: return v.tup ? "tuple" : "list";
+  case JV_LIST: return v.l->is_range ? "range" : v.tup ? "tuple" : "list";
   case JV_DICT: return "dict";
   case JV_NS: return "Namespace";
   case JV_FUNC: return v.fn->kind == F_MACRO ? "Macro" : "builtin_function_or_method";
@@ -361,7 +361,7 @@ static int repr_str(R *r, const jstr *s, jbuf *b) {
 }
 
 static int str_or_repr(R *r, jv v, jbuf *b, int repr) {
-  char num[48];
+  char num[96];
   if (jr_steps(r, 1)) return -1;
   switch (v.t) {
   case JV_UNDEF: return repr ? puts_(r, b, "Undefined") : 0;
@@ -378,6 +378,14 @@ static int str_or_repr(R *r, jv v, jbuf *b, int repr) {
     if (jr_steps(r, v.s->len / 64)) return -1;
     return put(r, b, v.s->p, v.s->len);
   case JV_LIST:
+    if (v.l->is_range) {
+      if (v.l->r_step == 1)
+        snprintf(num, sizeof num, "range(%lld, %lld)", (long long)v.l->r_start, (long long)v.l->r_stop);
+      else
+        snprintf(num, sizeof num, "range(%lld, %lld, %lld)", (long long)v.l->r_start,
+                 (long long)v.l->r_stop, (long long)v.l->r_step);
+      return puts_(r, b, num);
+    }
     if (r->depth++ > r->lim->max_depth) return jr_fail(r, WEIR_E_RANGE, "a value is nested too deeply to print");
     if (puts_(r, b, v.tup ? "(" : "[")) return -1;
     for (size_t i = 0; i < v.l->n; i++) {
@@ -401,9 +409,12 @@ static int str_or_repr(R *r, jv v, jbuf *b, int repr) {
     r->depth--;
     return puts_(r, b, v.t == JV_NS ? "}>" : "}");
   case JV_FUNC:
-    /* Jinja prints a macro as nothing (str(Macro) is its empty Markup); others as Python
-     * would, without an address. */
-    if (v.fn->kind == F_MACRO) return 0;
+    /* Jinja's Macro repr; other callables as Python would, without an address */
+    if (v.fn->kind == F_MACRO) {
+      char m[160];
+      snprintf(m, sizeof m, "<Macro '%.120s'>", v.fn->name);
+      return puts_(r, b, m);
+    }
     return puts_(r, b, "<built-in function>");
   case JV_LOOP: return puts_(r, b, "<LoopContext>");
   }
@@ -527,6 +538,8 @@ int jv_json(R *r, jv v, jbuf *b, int ensure_ascii, const char *indent, const cha
     return puts_(r, b, num);
   case JV_STR: return json_str(r, v.s, b, ensure_ascii);
   case JV_LIST:
+    if (v.l->is_range)
+      return jr_fail(r, WEIR_E_INVAL, "Object of type range is not JSON serializable");
     if (v.l->n == 0) return puts_(r, b, "[]");
     if (puts_(r, b, "[")) return -1;
     for (size_t i = 0; i < v.l->n; i++) {
@@ -574,6 +587,24 @@ int jv_json(R *r, jv v, jbuf *b, int ensure_ascii, const char *indent, const cha
   }
   default:
     return jr_fail(r, WEIR_E_INVAL, "Object of type %s is not JSON serializable", jv_type_name(v));
+  }
+}
+
+/* Error messages quote template text and values cut to a length, possibly inside a UTF-8
+ * sequence: what reaches a client must stay valid UTF-8. Cuts an incomplete last sequence
+ * and turns any other invalid byte into '?'. */
+void jv_utf8_clean(char *msg) {
+  size_t n = strlen(msg), i = 0;
+  while (i < n) {
+    int k = weir__utf8_scan((const unsigned char *)msg + i, n - i);
+    if (k > 0) {
+      i += (size_t)k;
+    } else if (k < 0) {
+      msg[i] = '\0';
+      return;
+    } else {
+      msg[i++] = '?';
+    }
   }
 }
 

@@ -41,7 +41,7 @@ int weir_fuzz_jinja(const uint8_t *data, size_t size) {
   weir_jinja_limits_default(&lim);
   /* Tight budgets keep each run short (the templates of tests/jinja render this
    * conversation in a few thousand steps); the budgets' own code paths still run. */
-  lim.max_steps = 30000;
+  lim.max_steps = 10000;
   lim.max_output = 1 << 14;
   lim.max_memory = 8u << 20;
   lim.max_depth = 100;
