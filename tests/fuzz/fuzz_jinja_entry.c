@@ -10,7 +10,7 @@
 static const char k_context[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
     " {\"role\": \"user\", \"content\": \"Weather in Paris? \\u00e9\\u65e5 \\ud83c\\udf0d\"},"
-    " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"a1B2c3D4e\","
+    " {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"a1B2c3D4e\","
     " \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\":"
     " {\"city\": \"Paris\", \"days\": 2, \"ratio\": 0.5}}}]},"
     " {\"role\": \"tool\", \"tool_call_id\": \"a1B2c3D4e\", \"content\": \"18 C\"},"
