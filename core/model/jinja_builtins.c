@@ -1210,7 +1210,8 @@ static int f_select(R *r, jv v, const jcall *a, jv *out, int want, int attr) {
   jlist *res = jl_new(&r->ar, l->n);
   if (!res) return oom(r);
   res->n = 0;
-  if (test && !jb_has_test(test->p)) return jr_fail(r, WEIR_E_INVAL, "No test named '%s'.", test->p);
+  /* Jinja's select is lazy: an unknown test fails only once there is an item to test */
+  if (test && l->n && !jb_has_test(test->p)) return jr_fail(r, WEIR_E_INVAL, "No test named '%s'.", test->p);
   for (size_t i = 0; i < l->n; i++) {
     jv item = l->v[i], x = item;
     if (path && get_path(r, item, path, &x)) return -1;
@@ -1240,7 +1241,7 @@ static int f_map(R *r, jv v, const jcall *a, jv *out) {
       if (get_path(r, l->v[i], path, &res->v[i])) return -1;
       if (has_def && res->v[i].t == JV_UNDEF) res->v[i] = def;
     }
-  } else {
+  } else if (l->n) { /* lazy as Jinja's: nothing to map, nothing to check */
     if (a->n < 1 || a->pos[0].t != JV_STR) return jr_fail(r, WEIR_E_INVAL, "map requires a filter argument");
     const char *fname = a->pos[0].s->p;
     if (!jb_has_filter(fname)) return jr_fail(r, WEIR_E_INVAL, "No filter named '%s'.", fname);
@@ -1298,6 +1299,9 @@ static int sort_key(R *r, jv item, jstr *path, int case_sensitive, jv *key) {
 static int f_sort(R *r, jv v, const jcall *a, jv *out, int mode /* 0 sort, 1 min, 2 max, 3 unique */) {
   const jlist *l;
   if (jr_iterate(r, v, &l)) return -1;
+  jv rv;
+  if (mode == 0 && arg(a, 0, "reverse", &rv) && rv.t != JV_BOOL && rv.t != JV_INT)
+    return jr_fail(r, WEIR_E_INVAL, "'%s' object cannot be interpreted as an integer", jv_type_name(rv));
   int reverse = mode == 0 ? arg_bool(a, 0, "reverse", 0) : 0;
   int cs = arg_bool(a, mode == 0 ? 1 : 0, "case_sensitive", 0);
   jstr *path = NULL;

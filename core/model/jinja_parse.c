@@ -282,8 +282,18 @@ static int lex_tag(P *p, size_t *pos, int *line, int is_block, char *end_sign) {
         case 'x': nh = 2; break;
         case 'u': nh = 4; break;
         case 'U': nh = 8; break;
+        case 'N':
+          return pfail(p, sline, "\\N{...} escapes are not supported in strings");
         default:
-          if (e >= '0' && e <= '7') {
+          if ((unsigned char)e >= 0x80) {
+            /* Jinja reads strings through Python's backslashreplace + unicode-escape: a
+             * backslash before a non-ASCII character leaves a backslash and the
+             * character's own escape text (\xe9, \u0697 ...) */
+            uint32_t uc;
+            int k = weir__utf8_next((const unsigned char *)s + q, j - q, &uc, NULL);
+            o += (size_t)snprintf(out + o, 12, uc < 0x100 ? "\\x%02x" : uc < 0x10000 ? "\\u%04x" : "\\U%08x", uc);
+            q += (size_t)k - 1;
+          } else if (e >= '0' && e <= '7') {
             int k = 0;
             while (k < 3 && q < j && s[q] >= '0' && s[q] <= '7') {
               cp = cp * 8 + (uint32_t)(s[q] - '0');
