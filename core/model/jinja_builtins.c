@@ -59,7 +59,7 @@ static int arg(const jcall *a, int pos, const char *name, jv *out) {
     *out = a->pos[pos];
     return 1;
   }
-  for (int i = 0; i < a->nk; i++)
+  for (int i = a->nk - 1; i >= 0; i--) /* the last of repeated keywords wins */
     if (name && strcmp(a->kname[i], name) == 0) {
       *out = a->kval[i];
       return 1;
@@ -457,7 +457,29 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
         free(t.p);
         goto fail;
       }
-      int rc = bput(r, &b, t.p ? t.p : "", t.n);
+      /* flags, width and precision count code points, as Python's do */
+      spec[sl] = '\0';
+      int left = strchr(spec, '-') != NULL;
+      const char *w = spec + 1;
+      while (*w == '-' || *w == '+' || *w == ' ' || *w == '#' || *w == '0') w++;
+      long width = strtol(w, NULL, 10);
+      const char *dot = strchr(spec, '.');
+      long prec = dot ? strtol(dot + 1, NULL, 10) : -1;
+      size_t n = t.n, ncp = 0, cut = t.n;
+      for (size_t bi = 0; bi < t.n; bi++)
+        if (((unsigned char)t.p[bi] & 0xC0) != 0x80) {
+          if (prec >= 0 && (long)ncp == prec) {
+            cut = bi;
+            break;
+          }
+          ncp++;
+        }
+      n = cut;
+      int rc = 0;
+      if (width > 4096) width = 4096;
+      for (long pi = (long)ncp; !left && pi < width && !rc; pi++) rc = bput(r, &b, " ", 1);
+      if (!rc) rc = bput(r, &b, t.p ? t.p : "", n);
+      for (long pi = (long)ncp; left && pi < width && !rc; pi++) rc = bput(r, &b, " ", 1);
       free(t.p);
       if (rc) goto fail;
       break;
@@ -470,7 +492,8 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
       int64_t iv;
       if (v.t == JV_INT) iv = v.i;
       else if (v.t == JV_BOOL) iv = v.b;
-      else if (v.t == JV_FLOAT) iv = (int64_t)v.f;
+      else if (v.t == JV_FLOAT && (conv == 'd' || conv == 'i') && isfinite(v.f) && fabs(v.f) < 9.2e18)
+        iv = (int64_t)v.f; /* %d truncates a float; %x and %o refuse one */
       else {
         jr_fail(r, WEIR_E_INVAL, "%%%c format: a number is required, not %s", conv, jv_type_name(v));
         goto fail;
@@ -1812,7 +1835,8 @@ static int check_filter_args(R *r, const char *f, const jcall *a) {
     for (int i = 0; i < np; i++)
       if (strlen(a->kname[k]) == lens[i] && !strncmp(a->kname[k], names[i], lens[i])) hit = i;
     if (hit < 0) return jr_fail(r, WEIR_E_INVAL, "%s() got an unexpected keyword argument '%s'", f, a->kname[k]);
-    if (given[hit]) return jr_fail(r, WEIR_E_INVAL, "%s() got multiple values for argument '%s'", f, a->kname[k]);
+    /* a keyword repeated in a filter call: the last wins, as Jinja passes them */
+    if (hit < a->n) return jr_fail(r, WEIR_E_INVAL, "%s() got multiple values for argument '%s'", f, a->kname[k]);
     given[hit] = 1;
   }
   for (int i = 0; i < np; i++)

@@ -993,6 +993,8 @@ static int call_macro(R *r, const jfunc *f, const jcall *a, jv *out) {
   jscope *sc = scope_new(r, f->closure);
   if (!sc) return -1;
   int np = d->n_params;
+  if (a->n > np && !(d->op & 1))
+    return jr_fail(r, WEIR_E_INVAL, "macro '%s' takes not more than %d argument(s)", f->name, np);
   for (int i = 0; i < np; i++) {
     jv v;
     int set = 0;
@@ -1031,6 +1033,8 @@ static int call_macro(R *r, const jfunc *f, const jcall *a, jv *out) {
       if (scope_set(r, sc, "caller", a->kval[k])) return -1;
       continue;
     }
+    if (!(d->op & 2))
+      return jr_fail(r, WEIR_E_INVAL, "macro '%s' takes no keyword argument '%s'", f->name, a->kname[k]);
     if (jd_set_str(&r->ar, kw, a->kname[k], a->kval[k])) return oom(r);
   }
   if (scope_set(r, sc, "varargs", jv_listv(va, 1)) || scope_set(r, sc, "kwargs", jv_dictv(kw)))

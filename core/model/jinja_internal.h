@@ -120,7 +120,8 @@ typedef enum jnkind {
            * defines a macro or call block (a closure over the iteration's scope) */
   N_SET,  /* a: target, b: value */
   N_SETBLOCK, /* a: target, b: body, c: filter chain or NULL */
-  N_MACRO,    /* name; params: names; items: defaults (NULL when none); b: body */
+  N_MACRO,    /* name; params: names; items: defaults (NULL when none); b: body; op: bit 0
+               * the body reads varargs, bit 1 kwargs (extra arguments allowed) */
   N_CALLBLOCK, /* a: the call; params/items: the caller's; b: body */
   N_FILTERBLOCK, /* a: filter chain, b: body */
   N_WITH,     /* items: targets, values alternating; b: body */

@@ -983,6 +983,10 @@ static jnode *parse_call(P *p, jnode *callee) {
   if (!n) return NULL;
   n->a = callee;
   if (parse_call_args(p, n)) return NULL;
+  for (int i = 0; i < n->n_kw; i++)
+    for (int k = 0; k < i; k++)
+      if (strcmp(n->kw_names[i], n->kw_names[k]) == 0)
+        return pfail(p, n->line, "keyword argument repeated: %s", n->kw_names[i]), NULL;
   return n;
 }
 
@@ -1172,6 +1176,20 @@ static jnode *parse_filter_chain(P *p) {
   return f;
 }
 
+/* 1 when the tree below n reads the variable `name` (a macro's varargs, kwargs). */
+static int reads_name(const jnode *n, const char *name) {
+  if (!n) return 0;
+  if (n->kind == N_NAME && strcmp(n->name, name) == 0) return 1;
+  const jnode *kids[] = {n->a, n->b, n->c, n->d, n->e, n->star, n->dstar};
+  for (size_t i = 0; i < sizeof kids / sizeof kids[0]; i++)
+    if (reads_name(kids[i], name)) return 1;
+  for (int i = 0; i < n->n_items; i++)
+    if (reads_name(n->items[i], name)) return 1;
+  for (int i = 0; i < n->n_kw; i++)
+    if (reads_name(n->kw_vals[i], name)) return 1;
+  return 0;
+}
+
 /* 1 when a statement tree defines a macro or call block: the closure keeps the scope it was
  * defined in, so a for loop around it needs a fresh scope per iteration. */
 static int defines_closure(const jnode *n) {
@@ -1278,6 +1296,8 @@ static jnode *parse_statement(P *p) {
     n->b = parse_body(p, ends, &ended);
     p->loop_depth = saved;
     if (!n->b || expect_end(p, T_BLOCK_END)) return NULL;
+    /* Jinja lets a macro take extra arguments only when its body reads varargs / kwargs */
+    n->op = (uint8_t)(reads_name(n->b, "varargs") | (reads_name(n->b, "kwargs") << 1));
     return n;
   }
   if (is_name(t, "call")) {
@@ -1292,6 +1312,7 @@ static jnode *parse_statement(P *p) {
     if (expect_end(p, T_BLOCK_END) || !(n->b = parse_body(p, ends, &ended)) ||
         expect_end(p, T_BLOCK_END))
       return NULL;
+    n->op = (uint8_t)(reads_name(n->b, "varargs") | (reads_name(n->b, "kwargs") << 1));
     return n;
   }
   if (is_name(t, "filter")) {

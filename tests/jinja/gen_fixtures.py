@@ -18,6 +18,9 @@ message, for any other error only that it failed.
         render every case with Jinja2 now and with weir (BIN --batch, the test_jinja
         binary) and compare them byte for byte; exit 1 on any difference. ctest runs this
         as jinja_live when python3-jinja2 is installed.
+  /usr/bin/python3 tests/jinja/gen_fixtures.py --corpus DIR BIN
+        the same comparison over every template file in DIR (a fuzz_jinja corpus) against
+        one conversation: how engine differences are found.
 
 strftime_now reads a fixed clock (NOW, shown in UTC) so that outputs are reproducible; weir
 renders the fixtures with the same clock (weir_jinja_limits.now).
@@ -290,7 +293,54 @@ def write_fixtures():
 
 def check(binary):
     cases = chat_cases() + lang_cases()
-    ref = reference(cases)
+    return compare(cases, reference(cases), binary)
+
+
+FUZZ_CONTEXT = {
+    "messages": [SYSTEM, U2, {"role": "assistant", "content": "", "tool_calls": [CALL_WEATHER]},
+                 {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+                 {"role": "assistant", "content": "<think>\nok\n</think>\n\nIt is 18 C."}],
+    "tools": [WEATHER], "documents": None, "add_generation_prompt": True, "bos_token": "<s>",
+    "eos_token": "</s>", "enable_thinking": False}
+
+
+def corpus(directory, binary, limit=5000):
+    """Differential check on arbitrary templates (e.g. a fuzzer's corpus): every UTF-8 file
+    is rendered by Jinja2 and by weir against one conversation; differences are printed.
+    Generators and Python's big integers print differently by design (docs/chat-templates.md)."""
+    import signal
+
+    def timeout(*_):
+        raise TimeoutError()
+
+    signal.signal(signal.SIGALRM, timeout)
+    env = make_env()
+    cases, ref = [], []
+    for name in sorted(os.listdir(directory))[:limit]:
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:  # a running fuzzer replaced it
+            continue
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if "\x00" in source:
+            continue
+        signal.alarm(2)
+        try:
+            r = render(env, source, FUZZ_CONTEXT)
+        except (TimeoutError, RecursionError):
+            continue
+        finally:
+            signal.alarm(0)
+        cases.append({"name": name, "source": source, "context": FUZZ_CONTEXT})
+        ref.append(r)
+    return compare(cases, ref, binary)
+
+
+def compare(cases, ref, binary):
     with tempfile.TemporaryDirectory() as d:
         inp, outp = os.path.join(d, "in.json"), os.path.join(d, "out.json")
         with open(inp, "w", encoding="utf-8") as f:
@@ -298,8 +348,8 @@ def check(binary):
                                               "context": json.dumps(c["context"], ensure_ascii=False)}
                                              for c in cases]}, f, ensure_ascii=False)
         subprocess.run([binary, "--batch", inp, outp], check=True)
-        with open(outp, encoding="utf-8") as f:
-            got = json.load(f)
+        with open(outp, "rb") as f:
+            got = json.loads(f.read().decode("utf-8", "replace"))
     bad = 0
     for c, want, have in zip(cases, ref, got):
         ok = (("out" in want and have.get("out") == want["out"]) or
@@ -316,4 +366,6 @@ def check(binary):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         sys.exit(check(sys.argv[2]))
+    if len(sys.argv) == 4 and sys.argv[1] == "--corpus":
+        sys.exit(corpus(sys.argv[2], sys.argv[3]))
     write_fixtures()
