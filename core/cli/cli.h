@@ -9,5 +9,14 @@ int weir__cmd_plugins(int argc, char **argv);  /* core/cli/cmd_plugins.c */
 int weir__cmd_config(int argc, char **argv);   /* core/cli/cmd_config.c */
 int weir__cmd_mkmodel(int argc, char **argv);  /* tools/mkmodel/ */
 int weir__cmd_bench(int argc, char **argv);    /* tools/bench/ */
+int weir__cmd_convert(int argc, char **argv);  /* tools/convert/ */
+int weir__cmd_perplexity(int argc, char **argv); /* core/cli/cmd_perplexity.c */
+
+struct option;
+/* Refuses a long option that is not spelled out in full: getopt_long would take "--mod" for
+ * "--model", so a typo could silently pick another option. Prints one line naming the
+ * option and returns -1; 0 when every "--name" in argv (up to "--") is exact. */
+int weir__check_long_options(const char *cmd, int argc, char **argv,
+                             const struct option *longopts);
 
 #endif

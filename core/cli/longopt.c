@@ -1,0 +1,28 @@
+/* Exact long options (see cli.h). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int weir__check_long_options(const char *cmd, int argc, char **argv,
+                             const struct option *longopts) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) return 0;
+    if (strncmp(a, "--", 2) != 0) continue;
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const struct option *o = NULL;
+    for (const struct option *p = longopts; p->name; p++)
+      if (strlen(p->name) == len && strncmp(p->name, name, len) == 0) o = p;
+    if (!o) {
+      fprintf(stderr, "weir %s: unknown option '%.*s' (options are never abbreviated; "
+              "see weir %s --help)\n", cmd, (int)len + 2, a, cmd);
+      return -1;
+    }
+    /* A separate value may itself start with "--": skip it. */
+    if (!eq && o->has_arg == required_argument) i++;
+  }
+  return 0;
+}
