@@ -388,11 +388,17 @@ def cmd_train(a):
     ckpt = os.path.join(a.work, f"{a.model}.ckpt")
     log_path = os.path.join(a.work, f"{a.model}.log")
     step, elapsed = 0, 0.0
+    resumed_from = hp["steps"]
     gen = torch.Generator().manual_seed(a.seed + 1)
     if os.path.exists(ckpt):
         st = torch.load(ckpt)
-        if st["hp"] != hp:
+        # --steps may change on resume (the learning-rate schedule follows the new total);
+        # nothing else may.
+        if {**st["hp"], "steps": hp["steps"]} != hp:
             raise SystemExit(f"{ckpt} was made with other hyperparameters: {st['hp']}")
+        if st["hp"]["steps"] != hp["steps"] and st["step"] >= hp["steps"]:
+            raise SystemExit(f"{ckpt} is already at step {st['step']}")
+        resumed_from = st["hp"]["steps"]
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         step, elapsed = st["step"], st["elapsed"]
@@ -408,6 +414,8 @@ def cmd_train(a):
 
     say(f"{a.model}: {nparams} parameters, hp {json.dumps(hp)}, "
         f"{len(data)} training tokens, starting at step {step}")
+    if resumed_from != hp["steps"]:
+        say(f"schedule changed from {resumed_from} to {hp['steps']} steps at step {step}")
     T, B = hp["ctx"], hp["batch"]
     warm = max(1, hp["steps"] // 20)
 

@@ -38,6 +38,9 @@ static void usage(FILE *f) {
         "  --chunks N      score only the first N windows\n"
         "  --batch N       windows per forward pass (default: as many as fit 2048 tokens)\n"
         "  --json          print the result as one JSON object\n"
+        "  --draft FILE    also run FILE (same tokenizer) on the same windows: its perplexity,\n"
+        "                  and how often its top token equals the model's (a drafter's\n"
+        "                  acceptance rate under greedy speculative decoding)\n"
         "The second half of each window is scored (tokens ctx/2+1 .. ctx-1), the first token\n"
         "of each window is BOS: llama.cpp's convention.\n"
         "Config overrides: --model PATH, --quant NAME, --device NAME, --threads N,\n"
@@ -111,24 +114,53 @@ static double nll_of(const float *logits, int32_t n_vocab, int32_t target) {
   return mx + log(s) - (double)logits[target];
 }
 
+static int32_t argmax(const float *x, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+/* Adds the scored rows of nw windows to acc; with `top`, also counts rows whose argmax
+ * equals top[row] into *agree. */
+static void score(ppl_acc *acc, const float *logits, const int32_t *ids, long w0, int32_t nw,
+                  long stride, long first, long scored, int32_t n_vocab, const int32_t *top,
+                  int64_t *agree) {
+  for (int32_t s = 0; s < nw; s++) {
+    const int32_t *src = ids + (size_t)(w0 + s) * (size_t)stride;
+    for (long r = 0; r < scored; r++) {
+      const size_t row = (size_t)s * (size_t)scored + (size_t)r;
+      const float *l = logits + row * (size_t)n_vocab;
+      double v = nll_of(l, n_vocab, src[first + r + 1]);
+      acc->sum += v;
+      acc->sum_sq += v * v;
+      acc->n++;
+      if (top && argmax(l, n_vocab) == top[row]) (*agree)++;
+    }
+  }
+}
+
 int weir__cmd_perplexity(int argc, char **argv) {
-  enum { O_FILE = 256, O_CTX, O_STRIDE, O_CHUNKS, O_BATCH, O_JSON, O_HELP };
+  enum { O_FILE = 256, O_CTX, O_STRIDE, O_CHUNKS, O_BATCH, O_JSON, O_DRAFT, O_HELP };
   static const struct option longopts[] = {
       {"file", required_argument, 0, O_FILE},     {"ctx", required_argument, 0, O_CTX},
       {"stride", required_argument, 0, O_STRIDE}, {"chunks", required_argument, 0, O_CHUNKS},
       {"batch", required_argument, 0, O_BATCH},   {"json", no_argument, 0, O_JSON},
-      {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
+      {"draft", required_argument, 0, O_DRAFT},   {"help", no_argument, 0, O_HELP},
+      {0, 0, 0, 0}};
   weir_config cfg;
   weir_config_defaults(&cfg);
   char err[1024] = "";
   int ret = 2, json = 0;
   long ctx = 0, stride = 0, chunks = 0, batch = 0;
-  const char *file = NULL;
+  const char *file = NULL, *draft_path = NULL;
   char *text = NULL;
   int32_t *ids = NULL, *tokens = NULL, *positions = NULL, *qsl = NULL, *ctx_lens = NULL,
           *tables = NULL, *slots = NULL, *rows = NULL;
-  float *logits_host = NULL;
-  weir_gguf *g = NULL;
+  float *logits_host = NULL, *draft_logits = NULL;
+  weir_gguf *g = NULL, *dg = NULL;
+  weir_llama *draft = NULL;
+  int32_t *top = NULL;
   weir_tokenizer *tok = NULL;
   weir_plugin_set plugins = {0};
   weir_llama *model = NULL;
@@ -149,6 +181,7 @@ int weir__cmd_perplexity(int argc, char **argv) {
     case O_CHUNKS: if ((chunks = parse_pos("--chunks", optarg, 1L << 30)) < 0) goto out; break;
     case O_BATCH: if ((batch = parse_pos("--batch", optarg, 4096)) < 0) goto out; break;
     case O_JSON: json = 1; break;
+    case O_DRAFT: draft_path = optarg; break;
     case 'h': case O_HELP: usage(stdout); ret = 0; goto out;
     default: usage(stderr); goto out;
     }
@@ -234,6 +267,24 @@ int weir__cmd_perplexity(int argc, char **argv) {
             weir_tokenizer_n_tokens(tok), n_vocab);
     goto out;
   }
+  if (draft_path) {
+    /* The draft reads the same token ids, so it must share the vocabulary. */
+    if (weir_gguf_open(draft_path, &dg, err, sizeof err) != 0 ||
+        weir_llama_create(dg, &plugins, &mo, &draft, err, sizeof err) != 0) {
+      fprintf(stderr, "weir perplexity: --draft: %s\n", err);
+      goto out;
+    }
+    weir_gguf_arr a, b;
+    if (weir_llama_hparams_get(draft)->n_vocab != n_vocab ||
+        weir_gguf_get_arr(g, "tokenizer.ggml.tokens", &a) != 0 ||
+        weir_gguf_get_arr(dg, "tokenizer.ggml.tokens", &b) != 0 || a.end - a.data != b.end - b.data ||
+        memcmp(a.data, b.data, (size_t)(a.end - a.data)) != 0) {
+      fprintf(stderr, "weir perplexity: --draft %s does not share the model's vocabulary\n",
+              draft_path);
+      ret = 2;
+      goto out;
+    }
+  }
   const size_t T = (size_t)(batch * ctx), R = (size_t)(batch * scored);
   tokens = malloc(T * 4);
   positions = malloc(T * 4);
@@ -243,14 +294,20 @@ int weir__cmd_perplexity(int argc, char **argv) {
   tables = malloc((size_t)batch * (size_t)bps * 4);
   rows = malloc(R * 4);
   logits_host = malloc(R * (size_t)n_vocab * sizeof(float));
-  if (!tokens || !positions || !slots || !qsl || !ctx_lens || !tables || !rows || !logits_host) {
+  if (draft) {
+    draft_logits = malloc(R * (size_t)n_vocab * sizeof(float));
+    top = malloc(R * sizeof(int32_t));
+  }
+  if (!tokens || !positions || !slots || !qsl || !ctx_lens || !tables || !rows || !logits_host ||
+      (draft && (!draft_logits || !top))) {
     fprintf(stderr, "weir perplexity: out of memory\n");
     goto out;
   }
   const weir_device_ops *dev = plugins.device->ops;
   const int32_t bos = weir_tokenizer_bos(tok);
   const int tty = isatty(STDERR_FILENO);
-  ppl_acc acc = {0};
+  ppl_acc acc = {0}, dacc = {0};
+  int64_t agree = 0;
   const double t0 = now_s();
   double last_report = t0;
 
@@ -295,15 +352,20 @@ int weir__cmd_perplexity(int argc, char **argv) {
               weir_strerror(rc));
       goto out;
     }
-    for (int32_t s = 0; s < nw; s++) {
-      const int32_t *src = ids + (size_t)(w0 + s) * (size_t)stride;
-      for (long r = 0; r < scored; r++) {
-        double v = nll_of(logits_host + ((size_t)s * (size_t)scored + (size_t)r) * (size_t)n_vocab,
-                          n_vocab, src[first + r + 1]);
-        acc.sum += v;
-        acc.sum_sq += v * v;
-        acc.n++;
+    score(&acc, logits_host, ids, w0, nw, stride, first, scored, n_vocab, NULL, NULL);
+    if (draft) {
+      rc = weir_llama_forward(draft, &b, &logits);
+      if (rc == WEIR_OK)
+        rc = dev->copy_d2h(plugins.device->self, draft_logits, logits,
+                           (size_t)(nw * scored) * (size_t)n_vocab * sizeof(float));
+      if (rc != WEIR_OK) {
+        fprintf(stderr, "%sweir perplexity: the draft's forward pass failed: %s\n",
+                tty ? "\n" : "", weir_strerror(rc));
+        goto out;
       }
+      for (size_t r = 0; r < (size_t)(nw * scored); r++)
+        top[r] = argmax(logits_host + r * (size_t)n_vocab, n_vocab);
+      score(&dacc, draft_logits, ids, w0, nw, stride, first, scored, n_vocab, top, &agree);
     }
     double ppl, pe, t = now_s();
     acc_result(&acc, &ppl, &pe);
@@ -318,22 +380,38 @@ int weir__cmd_perplexity(int argc, char **argv) {
       last_report = t;
     }
   }
-  double ppl, pe, secs = now_s() - t0;
+  double ppl, pe, dppl = 0, dpe = 0, secs = now_s() - t0;
   acc_result(&acc, &ppl, &pe);
-  if (json)
+  if (draft) acc_result(&dacc, &dppl, &dpe);
+  /* Agreement is a proportion: its standard error is sqrt(p (1 - p) / n). */
+  const double agr = acc.n ? (double)agree / (double)acc.n : 0;
+  const double agr_err = acc.n > 1 ? sqrt(agr * (1 - agr) / (double)(acc.n - 1)) : 0;
+  if (json) {
     printf("{\"perplexity\": %.9g, \"stderr\": %.9g, \"tokens_scored\": %lld, \"windows\": %ld, "
            "\"ctx\": %ld, \"stride\": %ld, \"file_tokens\": %zu, \"quant\": \"%s\", "
-           "\"seconds\": %.3f}\n",
+           "\"seconds\": %.3f",
            ppl, pe, (long long)acc.n, windows, ctx, stride, n_ids, cfg.quant.name, secs);
-  else
+    if (draft)
+      printf(", \"draft_perplexity\": %.9g, \"draft_stderr\": %.9g, \"draft_top1_agreement\": "
+             "%.9g, \"draft_top1_agreement_stderr\": %.9g", dppl, dpe, agr, agr_err);
+    printf("}\n");
+  } else {
     printf("perplexity: %.4f +/- %.4f (%lld tokens scored in %ld windows of %ld, stride %ld; "
            "%.1f s, %.0f tokens/s)\n",
            ppl, pe, (long long)acc.n, windows, ctx, stride, secs,
            (double)windows * (double)ctx / secs);
+    if (draft)
+      printf("draft perplexity: %.4f +/- %.4f; draft top-1 agreement with the model: %.4f "
+             "+/- %.4f\n", dppl, dpe, agr, agr_err);
+  }
   ret = 0;
 
 out:
+  weir_llama_destroy(draft);
   weir_llama_destroy(model);
+  weir_gguf_close(dg);
+  free(draft_logits);
+  free(top);
   weir_plugin_set_unload(&plugins);
   weir_tokenizer_free(tok);
   weir_gguf_close(g);

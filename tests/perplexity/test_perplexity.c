@@ -6,10 +6,11 @@
  * exactly those values in f32 (F16 sources are not rounded further), and the KV cache is
  * kept in f32, so the two agree to far better than the 1e-3 relative this asserts.
  * Also: weir's tokenizer equals SentencePiece on the sample, the draft shares the target's
- * vocabulary, --quant reaches the plugin, window arithmetic for --stride/--chunks, the
- * progress lines, and every usage error. */
+ * vocabulary, --quant reaches the plugin, window arithmetic for --stride/--chunks, --draft's
+ * agreement figure, the progress lines, and every usage error. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +202,44 @@ static void test_quant_stride_chunks(void) {
   cJSON_Delete(c);
 }
 
+/* --draft: the same model as its own draft agrees everywhere and scores the same; the real
+ * draft agrees on some tokens but not all; a draft with another vocabulary is refused. */
+static void test_draft_agreement(void) {
+  cJSON *r = NULL;
+  char *out = NULL;
+  char *args = wt_strf("--model %s --draft %s --file %s --ctx 64 --chunks 3 --json", DRAFT, DRAFT,
+                       SAMPLE);
+  WT_ASSERT_INT_EQ(run_ppl(args, &r, &out), 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+  CU_ASSERT_EQUAL(num(r, "draft_top1_agreement"), 1.0);
+  CU_ASSERT_EQUAL(num(r, "draft_perplexity"), num(r, "perplexity"));
+  cJSON_Delete(r);
+  free(out);
+  free(args);
+  args = wt_strf("--model %s --draft %s --file %s --ctx 64 --chunks 3 --json", TARGET, DRAFT,
+                 SAMPLE);
+  WT_ASSERT_INT_EQ(run_ppl(args, &r, &out), 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+  double agr = num(r, "draft_top1_agreement"), dp = num(r, "draft_perplexity");
+  printf("\n    target %.3f, draft %.3f, agreement %.3f", num(r, "perplexity"), dp, agr);
+  CU_ASSERT(agr > 0.05 && agr < 1);
+  CU_ASSERT(dp != num(r, "perplexity"));
+  cJSON_Delete(r);
+  free(out);
+  free(args);
+  char *tiny = wt_strf("%s/ppl-tiny.gguf", WT_BUILD_DIR);
+  char *argv[] = {WT_WEIR, "mkmodel", "--preset", "tiny", "--out", tiny, NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv, &out, 60000), 0);
+  free(out);
+  args = wt_strf("--model %s --draft %s --file %s --ctx 64", DRAFT, tiny, SAMPLE);
+  WT_ASSERT_INT_EQ(run_ppl(args, &r, &out), 2);
+  WT_ASSERT_STR_CONTAINS(out, "does not share the model's vocabulary");
+  free(out);
+  free(args);
+  remove(tiny);
+  free(tiny);
+}
+
 static void test_plain_output(void) {
   cJSON *r = NULL;
   char *out = NULL;
@@ -257,6 +296,7 @@ int main(void) {
       {"target: weir perplexity equals the double reference", test_target_matches_reference},
       {"draft: weir perplexity equals the double reference", test_draft_matches_reference},
       {"--quant int8, --stride, --batch, progress lines", test_quant_stride_chunks},
+      {"--draft: perplexity and top-1 agreement", test_draft_agreement},
       {"plain output", test_plain_output},
       {"usage errors", test_usage_errors},
       {NULL, NULL}};
