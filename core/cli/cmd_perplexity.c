@@ -48,33 +48,6 @@ static void usage(FILE *f) {
         f);
 }
 
-static char *read_text(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 16, n = 0, r;
-  char *buf = malloc(cap);
-  while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += r;
-    if (n == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  if (buf && ferror(f)) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  *len = n;
-  return buf;
-}
-
 static long parse_pos(const char *flag, const char *s, long hi) {
   char *end;
   long v = strtol(s, &end, 10);
@@ -203,7 +176,7 @@ int weir__cmd_perplexity(int argc, char **argv) {
 
   ret = 1;
   size_t text_len = 0;
-  if (!(text = read_text(file, &text_len))) {
+  if (!(text = weir__read_file(file, &text_len))) {
     fprintf(stderr, "weir perplexity: cannot read %s\n", file);
     goto out;
   }

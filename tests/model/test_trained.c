@@ -4,7 +4,8 @@
  *    for several prompts including a chat-rendered one, 32 tokens each of which is the
  *    reference's argmax given the tokens before it (the reference's own greedy sequence);
  *  - the model's logits over prompt + generation are within 1e-4 of the reference's
- *    (relative to the largest logit), the bound the model suite sets for F16 sources. */
+ *    (relative to the largest logit), the bound the model suite sets for F16 sources;
+ *  - the file's chat template is detected as ChatML and renders as Jinja2 renders it. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -116,6 +117,17 @@ static void test_greedy_and_logits_vs_reference(void) {
   config_for(&cfg);
   weir_engine *e = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  /* The file's Jinja2 template is recognised as ChatML and renders as Jinja2 renders it
+   * (the expected text is Jinja2's output for this conversation). */
+  weir_engine_info info;
+  weir_engine_info_get(e, &info);
+  CU_ASSERT_STRING_EQUAL(info.chat_template_name, "chatml");
+  weir_chat_message conv[2] = {{"system", "Be brief."}, {"user", "Who was Moses?"}};
+  char *r = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_render_chat(e, conv, 2, 1, &r), 0);
+  CU_ASSERT_STRING_EQUAL(r, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWho "
+                            "was Moses?<|im_end|>\n<|im_start|>assistant\n");
+  free(r);
   weir_ref_model *ref = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_ref_model_load(TARGET, &ref), 0);
   const int vocab = weir_ref_model_hparams(ref)->n_vocab;
