@@ -233,7 +233,9 @@ static void test_convert_f16(void) {
   if (rc) fprintf(stderr, "\n%s\n", msg);
   WT_ASSERT_INT_EQ(rc, 0);
   WT_ASSERT_STR_CONTAINS(msg, "wrote");
-  CU_ASSERT_FALSE(exists(wt_strf("%s.tmp", out)));
+  char *tmp = wt_strf("%s.tmp", out);
+  CU_ASSERT_FALSE(exists(tmp));
+  free(tmp);
   weir_gguf *g = NULL;
   char err[256];
   CU_ASSERT_EQUAL_FATAL(weir_gguf_open(out, &g, err, sizeof err), 0);
