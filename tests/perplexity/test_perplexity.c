@@ -1,7 +1,8 @@
 /* `weir perplexity` on the trained pair in models/, against a perplexity computed
  * independently: the double-precision reference forward pass (tests/reference) over the
  * token ids SentencePiece itself produced for a held-out sample (the training script's
- * tokenizer; fixtures/heldout-sample.ids), windows and scoring done here from the
+ * tokenizer; fixtures/heldout-sample.ids, written by `scripts/train-demo.py fixtures`),
+ * windows and scoring done here from the
  * convention's definition. The files' weights are F16 and the fp16 scheme computes with
  * exactly those values in f32 (F16 sources are not rounded further), and the KV cache is
  * kept in f32, so the two agree to far better than the 1e-3 relative this asserts.
