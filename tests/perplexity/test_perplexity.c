@@ -2,8 +2,7 @@
  * independently: the double-precision reference forward pass (tests/reference) over the
  * token ids SentencePiece itself produced for a held-out sample (the training script's
  * tokenizer; fixtures/heldout-sample.ids, written by `scripts/train-demo.py fixtures`),
- * windows and scoring done here from the
- * convention's definition. The files' weights are F16 and the fp16 scheme computes with
+ * windows and scoring done here from the convention's definition. The files' weights are F16 and the fp16 scheme computes with
  * exactly those values in f32 (F16 sources are not rounded further), and the KV cache is
  * kept in f32, so the two agree to far better than the 1e-3 relative this asserts.
  * Also: weir's tokenizer equals SentencePiece on the sample, the draft shares the target's
