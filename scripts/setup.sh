@@ -25,9 +25,18 @@ fi
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${WEIR_CMAKE_ARGS:-}
 cmake --build "$build" -j"$(nproc)"
 
-# The default model the README's run command serves: made here, never downloaded.
-if [ ! -f "$here/models/default.gguf" ]; then
-  mkdir -p "$here/models"
-  "$build/bin/weir" mkmodel --preset tiny --out "$here/models/default.gguf"
+# The default model the README's run command serves: the trained target committed in
+# models/ (docs/models.md), linked, never downloaded. A default.gguf of your own is kept; one
+# that earlier set-ups made with random weights (mkmodel's tiny preset) is replaced.
+default="$here/models/default.gguf"
+if [ -f "$default" ] && [ ! -L "$default" ]; then
+  "$build/bin/weir" mkmodel --preset tiny --out "$build/tiny-check.gguf" > /dev/null
+  if cmp -s "$default" "$build/tiny-check.gguf"; then rm -f "$default"; fi
+  rm -f "$build/tiny-check.gguf"
+fi
+if [ ! -e "$default" ] || [ -L "$default" ]; then
+  ln -sfn kjv-target.gguf "$default"
+else
+  echo "weir: keeping your own $default (the trained default is models/kjv-target.gguf)"
 fi
 echo "weir: set-up done; binary at $build/bin/weir"

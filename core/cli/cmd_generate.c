@@ -57,30 +57,6 @@ static void usage(FILE *f) {
           "--quant NAME, --kv-dtype T, --set section.key=value (see docs/configuration.md).\n");
 }
 
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  size_t r;
-  while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += r;
-    if (n + 1 == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[n] = 0;
-  return buf;
-}
-
 int weir__cmd_generate(int argc, char **argv) {
   weir_config cfg;
   weir_config_defaults(&cfg);
@@ -128,7 +104,7 @@ int weir__cmd_generate(int argc, char **argv) {
     } else if (!strcmp(a, "--prompt-file")) {
       NEEDV();
       free(prompt);
-      prompt = read_all(v);
+      prompt = weir__read_file(v, NULL);
       if (!prompt) {
         fprintf(stderr, "weir generate: cannot read %s\n", v);
         goto out;

@@ -16,6 +16,8 @@ static const command k_commands[] = {
     {"config", weir__cmd_config, "config check FILE: validate and print the effective config"},
     {"mkmodel", weir__cmd_mkmodel, "write a Llama-architecture GGUF model with random weights"},
     {"bench", weir__cmd_bench, "load generator: measure and A/B OpenAI-compatible servers"},
+    {"perplexity", weir__cmd_perplexity, "perplexity of a model on a text file"},
+    {"convert", weir__cmd_convert, "write a GGUF from an export directory (trained models)"},
 };
 
 static void usage(FILE *f) {
