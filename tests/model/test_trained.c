@@ -117,11 +117,11 @@ static void test_greedy_and_logits_vs_reference(void) {
   config_for(&cfg);
   weir_engine *e = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
-  /* The file's Jinja2 template is recognised as ChatML and renders as Jinja2 renders it
-   * (the expected text is Jinja2's output for this conversation). */
+  /* The file's own Jinja2 template is run (not a builtin stand-in) and renders as Jinja2
+   * renders it (the expected text is Jinja2's output for this conversation). */
   weir_engine_info info;
   weir_engine_info_get(e, &info);
-  CU_ASSERT_STRING_EQUAL(info.chat_template_name, "chatml");
+  CU_ASSERT_STRING_EQUAL(info.chat_template_name, "jinja");
   weir_chat_message conv[2] = {{"system", "Be brief."}, {"user", "Who was Moses?"}};
   char *r = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_engine_render_chat(e, conv, 2, 1, &r), 0);
