@@ -67,6 +67,8 @@ static const key_spec k_keys[] = {
     {"server", "request_timeout_ms", K_I64, OFF(request_timeout_ms), 1, 7 * DAY_MS},
     {"server", "max_tokens_limit", K_I32, OFF(max_tokens_limit), 0, 1 << 24},
     {"server", "default_max_tokens", K_I32, OFF(default_max_tokens), 1, 1 << 24},
+    {"server", "max_pending_output_bytes", K_BYTES, OFF(max_pending_output_bytes), 4 * KIB, GIB},
+    {"server", "stall_timeout_ms", K_I64, OFF(stall_timeout_ms), 1, DAY_MS},
     {"log", "level", K_LEVEL, OFF(log_level), 0, 0, k_levels},
     {"log", "format", K_FORMAT, OFF(log_format), 0, 0, k_formats},
     {"log", "requests", K_BOOL, OFF(log_requests)},
@@ -183,6 +185,8 @@ void weir_config_defaults(weir_config *c) {
   c->request_timeout_ms = 600000;
   c->max_tokens_limit = 0;
   c->default_max_tokens = 256;
+  c->max_pending_output_bytes = 2 * MIB;
+  c->stall_timeout_ms = 30000;
   c->log_level = WEIR_LOG_INFO;
   c->log_format = WEIR_LOG_TEXT;
   c->log_requests = 1;

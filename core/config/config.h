@@ -51,6 +51,10 @@ typedef struct weir_config {
   int32_t max_tokens_limit;      /* 0 = context length: cap on max_tokens */
   int32_t default_max_tokens;    /* 256: when the request gives none (completions: 16 per
                                     OpenAI) -- keep 16 for /v1/completions */
+  int64_t max_pending_output_bytes; /* 2 MiB: unsent output per connection before its
+                                       generation pauses */
+  int64_t stall_timeout_ms;      /* 30000: a connection that drains nothing for this long
+                                    while over the limit is closed */
   /* [log] */
   weir_log_level log_level;      /* info */
   weir_log_format log_format;    /* text */
