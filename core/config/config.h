@@ -110,6 +110,11 @@ void weir_config_defaults(weir_config *c);
  * value) or WEIR_E_NOMEM, writes one line into err, and leaves c unchanged. */
 int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen);
 
+/* As weir_config_load, from len bytes of TOML text; `source` names it in messages (NULL:
+ * "<string>") and source_path is left as it was. Text holding a NUL byte is WEIR_E_FORMAT. */
+int weir_config_load_string(const char *text, size_t len, const char *source, weir_config *c,
+                            char *err, size_t errlen);
+
 /* Sets one key from the command line: "server.port=9000", "attention.kv_dtype=f32",
  * "attention.query_tile=8" (a plugin option, checked when the plugin loads),
  * "plugins.dirs=[\"a\", \"b\"]". The value is read as a TOML value when it is one

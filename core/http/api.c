@@ -1287,7 +1287,10 @@ static int find_nul_string(const char *js, size_t n, json_path *where) {
               key[o++] = js[start + k];
             }
           }
-          path_push_key(where, key, o);
+          /* Cut on a character boundary, not inside one. */
+          key[o] = '\0';
+          weir__utf8_trim(key);
+          path_push_key(where, key, strlen(key));
         }
         found = 1;
       }
