@@ -118,9 +118,9 @@ weir_toml_node *convert(const toml::node &src) {
   return n;
 }
 
-// toml++ 3.3 (Debian 12's) classifies code points U+00A1..U+0499 through a generated table
-// with a hole: its is_non_ascii_horizontal_whitespace() reaches __builtin_unreachable() for
-// them (undefined behaviour, found by fuzz_toml). The parser asks that question about every
+// toml++ 3.3 (Debian 12's) classifies code points through a generated table with holes: its
+// is_non_ascii_horizontal_whitespace() reaches __builtin_unreachable() for U+00A1..U+0499,
+// U+2C5E..U+3057 (but U+3000) and U+FB26..U+FEFE (undefined behaviour, found by fuzz_toml). The parser asks that question about every
 // character between tokens, after a backslash in a basic string, and while skipping the
 // white space after a line-ending backslash. Outside strings such a character is an error in
 // TOML anyway; the escape and line-ending cases are refused too, with a message saying why.
@@ -136,8 +136,15 @@ size_t find_unsafe_codepoint(std::string_view t, int *in_string) {
     if (c >= 0xC2 && c <= 0xDF && i + 1 < n) {
       cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(t[i + 1]) & 0x3Fu);
       len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF && i + 2 < n) {
+      cp = ((c & 0x0Fu) << 12) | ((static_cast<unsigned char>(t[i + 1]) & 0x3Fu) << 6) |
+           (static_cast<unsigned char>(t[i + 2]) & 0x3Fu);
+      len = 3;
     }
-    const bool unsafe = len == 2 && cp >= 0xA1 && cp <= 0x499;
+    // The table's blocks 0, 11 and 63 (of 0x3FA code points from U+00A0) have no case.
+    const bool unsafe = len > 1 && ((cp >= 0xA1 && cp <= 0x499) ||
+                                    (cp >= 0x2C5E && cp <= 0x3057 && cp != 0x3000) ||
+                                    (cp >= 0xFB26 && cp <= 0xFEFE));
     auto at = [&](const char *s) { return t.compare(i, std::strlen(s), s) == 0; };
     switch (st) {
     case NORMAL:

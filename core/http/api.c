@@ -59,6 +59,7 @@ struct weir__api_job {
   int num_choices, num_finished;
   api_choice *choices;
   char **echo_text;     /* [num_prompts] with echo */
+  size_t *echo_len;     /* their lengths (a detokenized prompt may hold NUL) */
   uint64_t arrival_ns;
   int client_gone;
   int paused;           /* its connection is backed up: generation paused */
@@ -142,6 +143,7 @@ static void job_free(weir__api_job *job) {
   if (job->echo_text)
     for (int i = 0; i < job->num_prompts; i++) free(job->echo_text[i]);
   free(job->echo_text);
+  free(job->echo_len);
   if (job->prev) job->prev->next = job->next;
   else s->jobs = job->next;
   if (job->next) job->next->prev = job->prev;
@@ -303,6 +305,40 @@ static char *token_display(weir__http_server *s, int32_t id, size_t *raw_len, ch
   return out;
 }
 
+/* A JSON string for text that may hold any byte: cJSON's strings end at NUL, and a model can
+ * produce one (a byte-fallback token). The text is escaped here, NUL as \u0000, invalid
+ * UTF-8 as U+FFFD, and handed to cJSON as a raw value. NULL when out of memory. */
+static cJSON *json_text(const char *s, size_t n) {
+  weir__buf u = {0}, o = {0};
+  weir__buf_append_utf8(&u, s ? s : "", s ? n : 0);
+  weir__buf_append(&o, "\"", 1);
+  size_t run = 0; /* bytes copied as they are, pending */
+  for (size_t i = 0; i < u.len; i++) {
+    unsigned char c = (unsigned char)u.p[i];
+    const char *esc = NULL;
+    char hex[8];
+    if (c == '"') esc = "\\\"";
+    else if (c == '\\') esc = "\\\\";
+    else if (c == '\n') esc = "\\n";
+    else if (c == '\r') esc = "\\r";
+    else if (c == '\t') esc = "\\t";
+    else if (c < 0x20) esc = (snprintf(hex, sizeof hex, "\\u%04x", c), hex);
+    if (!esc) {
+      run++;
+      continue;
+    }
+    weir__buf_append(&o, u.p + i - run, run);
+    run = 0;
+    weir__buf_append(&o, esc, strlen(esc));
+  }
+  weir__buf_append(&o, u.p ? u.p + u.len - run : "", run);
+  weir__buf_append(&o, "\"", 1);
+  cJSON *item = u.oom || o.oom ? NULL : cJSON_CreateRaw(o.p);
+  weir__buf_free(&u);
+  weir__buf_free(&o);
+  return item;
+}
+
 static cJSON *bytes_array(const char *t, size_t n) {
   cJSON *a = cJSON_CreateArray();
   for (size_t i = 0; a && i < n; i++)
@@ -436,15 +472,13 @@ static void stream_choice_chunk(weir__api_job *job, api_choice *ch, const char *
   }
   cJSON_AddItemToArray(choices, c);
   cJSON_AddNumberToObject(c, "index", ch->index);
-  char *t = strndup(text ? text : "", text ? text_len : 0);
   if (job->chat) {
     cJSON *delta = cJSON_AddObjectToObject(c, "delta");
     if (role) cJSON_AddStringToObject(delta, "role", "assistant");
-    if (role || text_len) cJSON_AddStringToObject(delta, "content", t ? t : "");
+    if (role || text_len) cJSON_AddItemToObject(delta, "content", json_text(text, text_len));
   } else {
-    cJSON_AddStringToObject(c, "text", t ? t : "");
+    cJSON_AddItemToObject(c, "text", json_text(text, text_len));
   }
-  free(t);
   if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
   else cJSON_AddNullToObject(c, "logprobs");
   if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -514,17 +548,15 @@ static void respond_full(weir__api_job *job) {
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", ch->index);
     weir__buf text = {0};
-    if (job->echo) {
-      const char *e = job->echo_text[ch->prompt_index];
-      weir__buf_append(&text, e, strlen(e));
-    }
+    if (job->echo)
+      weir__buf_append(&text, job->echo_text[ch->prompt_index], job->echo_len[ch->prompt_index]);
     weir__buf_append(&text, ch->text.p ? ch->text.p : "", ch->text.len);
     if (job->chat) {
       cJSON *msg = cJSON_AddObjectToObject(c, "message");
       cJSON_AddStringToObject(msg, "role", "assistant");
-      cJSON_AddStringToObject(msg, "content", text.p ? text.p : "");
+      cJSON_AddItemToObject(msg, "content", json_text(text.p, text.len));
     } else {
-      cJSON_AddStringToObject(c, "text", text.p ? text.p : "");
+      cJSON_AddItemToObject(c, "text", json_text(text.p, text.len));
     }
     weir__buf_free(&text);
     if (job->logprobs >= 0 && ch->lp_tokens) {
@@ -1495,22 +1527,25 @@ static void handle_generate(weir__http_req *r, int chat) {
   if (job->echo) {
     /* Text prompts echo exactly what was sent (no BOS); token prompts echo their text. */
     job->echo_text = calloc((size_t)pl.count, sizeof(char *));
+    job->echo_len = calloc((size_t)pl.count, sizeof(size_t));
     const cJSON *item = cJSON_IsArray(p.prompt) ? p.prompt->child : p.prompt;
-    for (int i = 0; job->echo_text && i < pl.count; i++) {
+    for (int i = 0; job->echo_text && job->echo_len && i < pl.count; i++) {
       size_t len = 0;
       if (cJSON_IsString(item)) {
         job->echo_text[i] = strdup(item->valuestring);
+        len = job->echo_text[i] ? strlen(job->echo_text[i]) : 0;
         item = item->next;
       } else if (weir_engine_detokenize(s->engine, pl.ids[i], pl.lens[i], &job->echo_text[i],
                                         &len) != WEIR_OK) {
         job->echo_text[i] = NULL;
       }
+      job->echo_len[i] = len;
       if (!job->echo_text[i]) {
         fail(&e, 500, NULL, NULL, "could not produce the prompt text for echo");
         goto fail_job;
       }
     }
-    if (!job->echo_text) {
+    if (!job->echo_text || !job->echo_len) {
       fail(&e, 500, NULL, NULL, "out of memory");
       goto fail_job;
     }
@@ -1578,8 +1613,8 @@ static void handle_generate(weir__http_req *r, int chat) {
       if (chat) {
         stream_choice_chunk(job, ch, NULL, 0, NULL, NULL, 1);
       } else if (job->echo) {
-        const char *t = job->echo_text[ch->prompt_index];
-        if (*t) stream_choice_chunk(job, ch, t, strlen(t), NULL, NULL, 0);
+        size_t n = job->echo_len[ch->prompt_index];
+        if (n) stream_choice_chunk(job, ch, job->echo_text[ch->prompt_index], n, NULL, NULL, 0);
       }
     }
   }
@@ -1709,11 +1744,7 @@ static void handle_detokenize(weir__http_req *r) {
     goto fail_request;
   }
   out = cJSON_CreateObject();
-  if (out) {
-    char *t = strndup(text ? text : "", len);
-    cJSON_AddStringToObject(out, "prompt", t ? t : "");
-    free(t);
-  }
+  if (out) cJSON_AddItemToObject(out, "prompt", json_text(text, len));
   respond_json(r, 200, out);
   goto free_all;
 fail_request:

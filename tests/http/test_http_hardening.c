@@ -394,6 +394,54 @@ static void test_nul_in_json_strings(void) {
   hc_response_free(&r);
 }
 
+/* Output text holding a NUL byte (a byte-fallback token can decode to one) is carried whole as
+ * \u0000, never cut there: detokenize, echoed token prompts, non-streamed and streamed. */
+static void test_nul_in_output_text(void) {
+  NEED_SERVER();
+  hc_response r;
+  /* The id of the byte token <0x00>: the one just before <0x01>, which "\u0001" encodes to. */
+  const char *tb = "{\"text\":\"\\u0001\",\"add_special_tokens\":false}";
+  WT_ASSERT_INT_EQ(post_raw(g_main.port, "/tokenize", tb, strlen(tb), &r), 0);
+  cJSON *j = cJSON_Parse(r.body);
+  hc_response_free(&r);
+  const cJSON *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+  int n = cJSON_GetArraySize(toks);
+  int last = n > 0 ? (int)cJSON_GetArrayItem(toks, n - 1)->valuedouble : -1;
+  cJSON_Delete(j);
+  CU_ASSERT_FATAL(last > 0);
+  int nul = last - 1;
+  /* Text around it: the ids of "a" and "b". */
+  int ida = -1, idb = -1;
+  for (int k = 0; k < 2; k++) {
+    char *q = wt_strf("{\"text\":\"%s\",\"add_special_tokens\":false}", k ? "b" : "a");
+    WT_ASSERT_INT_EQ(post_raw(g_main.port, "/tokenize", q, strlen(q), &r), 0);
+    free(q);
+    j = cJSON_Parse(r.body);
+    hc_response_free(&r);
+    toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    int id = (int)cJSON_GetArrayItem(toks, cJSON_GetArraySize(toks) - 1)->valuedouble;
+    if (k) idb = id;
+    else ida = id;
+    cJSON_Delete(j);
+  }
+  char *body = wt_strf("{\"tokens\":[%d,%d,%d]}", ida, nul, idb);
+  WT_ASSERT_INT_EQ(post_raw(g_main.port, "/detokenize", body, strlen(body), &r), 0);
+  free(body);
+  WT_ASSERT_INT_EQ(r.status, 200);
+  WT_ASSERT_STR_CONTAINS(r.body, "\"prompt\":\"a\\u0000 b\"");
+  hc_response_free(&r);
+  for (int stream = 0; stream < 2; stream++) {
+    body = wt_strf("{\"prompt\":[%d,%d,%d],\"echo\":true,\"max_tokens\":1,\"stream\":%s}", ida,
+                   nul, idb, stream ? "true" : "false");
+    WT_ASSERT_INT_EQ(post_raw(g_main.port, "/v1/completions", body, strlen(body), &r), 0);
+    free(body);
+    WT_ASSERT_INT_EQ(r.status, 200);
+    WT_ASSERT_STR_CONTAINS(r.body, "\"text\":\"a\\u0000 b");
+    CU_ASSERT(utf8_ok(r.body, r.body_len));
+    hc_response_free(&r);
+  }
+}
+
 /* Every response body, SSE event and log line is valid UTF-8: invalid bytes in a URL, a
  * prompt that is echoed, a parameter name or a file name become U+FFFD. */
 static void test_utf8_everywhere(void) {
@@ -825,6 +873,7 @@ int main(void) {
       {"duplicate_keys", test_duplicate_keys},
       {"stop_token_ids_limit", test_stop_token_ids_limit},
       {"nul_in_json_strings", test_nul_in_json_strings},
+      {"nul_in_output_text", test_nul_in_output_text},
       {"utf8_everywhere", test_utf8_everywhere},
       {"retry_after", test_retry_after},
       {"huge_content_length", test_huge_content_length},
