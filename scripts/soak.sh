@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     *) duration=$1; shift ;;
   esac
 done
-[ -n "$warmup" ] || warmup=$(( duration / 10 > 120 ? 120 : duration / 10 ))
+[ -n "$warmup" ] || warmup=$(( duration / 10 > 180 ? 180 : duration / 10 ))
 build=${BUILD:-build}
 weir=$build/bin/weir
 model=${MODEL:-models/default.gguf}
@@ -40,10 +40,10 @@ fi
 mkdir -p "$out"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
-# The KV pool is kept small (64 MiB) so that the warm-up touches all of it: its pages count in
-# RSS as they are first written. The stall timeout is short so that the soak sees it act.
+# The KV pool is kept small (16 MiB) so that the warm-up touches all of it: its pages count in
+# RSS as they are first written, and the prefix cache keeps them all in use soon. The stall timeout is short so that the soak sees it act.
 "$weir" serve --model "$model" --port "$port" --host 127.0.0.1 \
-  --set cache.memory_bytes=64MiB --set server.stall_timeout_ms=4000 \
+  --set cache.memory_bytes=16MiB --set server.stall_timeout_ms=4000 \
   --set server.max_connections=256 --set log.requests=false >"$out/server.log" 2>&1 &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; }
@@ -67,9 +67,12 @@ port, duration, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 end = time.time() + duration
 stats = {k: 0 for k in ["checked", "wrong", "lost", "disconnects", "stalled_readers",
                         "paused_readers", "malformed", "malformed_5xx", "idle", "errors"]}
+examples = {}
 lock = threading.Lock()
-def bump(k, n=1):
-    with lock: stats[k] += n
+def bump(k, n=1, example=None):
+    with lock:
+        stats[k] += n
+        if example is not None and k not in examples: examples[k] = example[:400]
 
 def request(body, path="/v1/completions", extra=b"", rcvbuf=0, timeout=120):
     s = socket.socket()
@@ -120,13 +123,15 @@ def checked(ref):
     stream = random.random() < 0.5
     body = json.dumps({"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
                        "stream": stream})
+    resp = b""
     try:
-        t = text_of(read_all(request(body)))
-    except Exception:
-        t = None
+        resp = read_all(request(body))
+        t = text_of(resp)
+    except Exception as e:
+        t, resp = None, repr(e).encode() + b" after " + resp
     bump("checked")
-    if t is None: bump("lost")
-    elif ref.setdefault(p, t) != t: bump("wrong")
+    if t is None: bump("lost", example="checked: %r" % resp[:300])
+    elif ref.setdefault(p, t) != t: bump("wrong", example="%r vs %r" % (ref[p], t))
 
 def disconnect():
     s = request(json.dumps({"prompt": "bye", "max_tokens": 500, "ignore_eos": True,
@@ -146,7 +151,8 @@ def non_reader(hold):
     if hold < 3:
         data = read_all(s)
         bump("paused_readers")
-        if not (data.endswith(b"0\r\n\r\n") and b"data: [DONE]" in data): bump("lost")
+        if not (data.endswith(b"0\r\n\r\n") and b"data: [DONE]" in data):
+            bump("lost", example="reader: %d bytes, ends %r" % (len(data), data[-200:]))
     else:
         s.close()
         bump("stalled_readers")
@@ -172,8 +178,8 @@ def malformed():
             r = read_all(request(random.choice(BAD_BODIES), path))
         bump("malformed")
         if r.startswith(b"HTTP/1.1 5"): bump("malformed_5xx")
-    except Exception:
-        bump("errors")
+    except Exception as e:
+        bump("errors", example="malformed: %r" % e)
 
 def idle():
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -187,8 +193,8 @@ def worker(fn_weights, ref):
         f = random.choices(fns, weights)[0]
         try:
             f(ref) if f is checked else f()
-        except Exception:
-            bump("errors")
+        except Exception as e:
+            bump("errors", example="%s: %r" % (getattr(f, "__name__", "?"), e))
 
 ref = {}
 jobs = [(checked, 5), (disconnect, 2), (lambda: non_reader(random.uniform(0.5, 2)), 1),
@@ -196,7 +202,7 @@ jobs = [(checked, 5), (disconnect, 2), (lambda: non_reader(random.uniform(0.5, 2
 ths = [threading.Thread(target=worker, args=(jobs, ref)) for _ in range(6)]
 for t in ths: t.start()
 for t in ths: t.join()
-json.dump(stats, open(out, "w"), indent=1)
+json.dump({"counts": stats, "examples": examples}, open(out, "w"), indent=1)
 PY
 clients=$!
 
@@ -235,7 +241,8 @@ rows = [r for r in csv.DictReader(open(out + "/samples.csv"))][:-1]
 base = [r for r in rows if float(r["t_s"]) < 1]
 after = [r for r in rows if float(r["t_s"]) >= warmup]
 bench = json.load(open(out + "/bench.json"))["targets"][0]["rounds"][0]
-clients = json.load(open(out + "/clients.json"))
+clients_all = json.load(open(out + "/clients.json"))
+clients = clients_all["counts"]
 fail = []
 def mean(rs, k): return sum(float(r[k]) for r in rs) / max(1, len(rs))
 q = max(1, len(after) // 4)
@@ -262,7 +269,7 @@ summary = ["duration %s s, warm-up %.0f s, %d samples after warm-up" % (duration
            "clients: " + ", ".join("%s %d" % kv for kv in clients.items()),
            "RSS peak after warm-up %.1f MiB; at the end (idle) %.1f MiB, %s fds, %s KV blocks, %s running"
            % (rss_peak / 1024, float(rss) / 1024, fds, kv, running),
-           "server exit status %d" % code, ""] + lines + ["", "RESULT: " + ("FAIL: " + "; ".join(fail) if fail else "PASS")]
+           "server exit status %d" % code] + ["example of %s: %s" % kv for kv in clients_all["examples"].items()] + [""] + lines + ["", "RESULT: " + ("FAIL: " + "; ".join(fail) if fail else "PASS")]
 open(out + "/summary.md", "w").write("\n".join(summary) + "\n")
 print("\n".join(summary))
 sys.exit(1 if fail else 0)
