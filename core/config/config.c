@@ -67,6 +67,8 @@ static const key_spec k_keys[] = {
     {"server", "request_timeout_ms", K_I64, OFF(request_timeout_ms), 1, 7 * DAY_MS},
     {"server", "max_tokens_limit", K_I32, OFF(max_tokens_limit), 0, 1 << 24},
     {"server", "default_max_tokens", K_I32, OFF(default_max_tokens), 1, 1 << 24},
+    {"server", "max_pending_output_bytes", K_BYTES, OFF(max_pending_output_bytes), 4 * KIB, GIB},
+    {"server", "stall_timeout_ms", K_I64, OFF(stall_timeout_ms), 1, DAY_MS},
     {"log", "level", K_LEVEL, OFF(log_level), 0, 0, k_levels},
     {"log", "format", K_FORMAT, OFF(log_format), 0, 0, k_formats},
     {"log", "requests", K_BOOL, OFF(log_requests)},
@@ -183,6 +185,8 @@ void weir_config_defaults(weir_config *c) {
   c->request_timeout_ms = 600000;
   c->max_tokens_limit = 0;
   c->default_max_tokens = 256;
+  c->max_pending_output_bytes = 2 * MIB;
+  c->stall_timeout_ms = 30000;
   c->log_level = WEIR_LOG_INFO;
   c->log_format = WEIR_LOG_TEXT;
   c->log_requests = 1;
@@ -573,26 +577,18 @@ static int check_whole(const weir_config *c, const char *src, char *err, size_t 
   return WEIR_OK;
 }
 
-int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen) {
-  weir_toml_node *doc = NULL;
+/* Applies a parsed document over c (on success; c is unchanged on failure). Takes doc. */
+static int load_doc(weir_toml_node *doc, const char *source, const char *path, weir_config *c,
+                    char *err, size_t errlen) {
   weir_config tmp;
-  int rc;
-  /* A zeroed config (never given defaults) starts from the defaults. */
-  if (c && !c->toml && !c->host) weir_config_defaults(c);
-  if (!c || !config_complete(c)) {
-    snprintf(err, errlen, "%s: out of memory", path ? path : "config");
-    return WEIR_E_NOMEM;
-  }
-  rc = weir_toml_parse_file(path, &doc, err, errlen);
-  if (rc != WEIR_OK) goto out;
-  rc = config_clone(c, &tmp);
+  int rc = config_clone(c, &tmp);
   if (rc != WEIR_OK) {
-    snprintf(err, errlen, "%s: out of memory", path);
+    snprintf(err, errlen, "%s: out of memory", source);
     goto free_doc;
   }
-  rc = apply_doc(&tmp, doc, path, err, errlen);
-  if (rc == WEIR_OK) rc = check_whole(&tmp, path, err, errlen);
-  if (rc == WEIR_OK) rc = set_string(&tmp.source_path, path, 0);
+  rc = apply_doc(&tmp, doc, source, err, errlen);
+  if (rc == WEIR_OK) rc = check_whole(&tmp, source, err, errlen);
+  if (rc == WEIR_OK && path) rc = set_string(&tmp.source_path, path, 0);
   if (rc != WEIR_OK) {
     weir_config_free(&tmp);
     goto free_doc;
@@ -602,8 +598,47 @@ int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen)
   resolve_tables(c);
 free_doc:
   weir_toml_free(doc);
-out:
   return rc;
+}
+
+int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen) {
+  weir_toml_node *doc = NULL;
+  /* A zeroed config (never given defaults) starts from the defaults. */
+  if (c && !c->toml && !c->host) weir_config_defaults(c);
+  if (!c || !config_complete(c)) {
+    snprintf(err, errlen, "%s: out of memory", path ? path : "config");
+    return WEIR_E_NOMEM;
+  }
+  int rc = weir_toml_parse_file(path, &doc, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  return load_doc(doc, path, path, c, err, errlen);
+}
+
+int weir_config_load_string(const char *text, size_t len, const char *source, weir_config *c,
+                            char *err, size_t errlen) {
+  weir_toml_node *doc = NULL;
+  if (!source) source = "<string>";
+  if (c && !c->toml && !c->host) weir_config_defaults(c);
+  if (!c || !config_complete(c)) {
+    snprintf(err, errlen, "%s: out of memory", source);
+    return WEIR_E_NOMEM;
+  }
+  /* TOML text never holds NUL, and the parser takes a C string. */
+  if (memchr(text, '\0', len)) {
+    snprintf(err, errlen, "%s: holds a NUL byte, which TOML does not allow", source);
+    return WEIR_E_FORMAT;
+  }
+  char *copy = malloc(len + 1);
+  if (!copy) {
+    snprintf(err, errlen, "%s: out of memory", source);
+    return WEIR_E_NOMEM;
+  }
+  memcpy(copy, text, len);
+  copy[len] = '\0';
+  int rc = weir_toml_parse_string(copy, source, &doc, err, errlen);
+  free(copy);
+  if (rc != WEIR_OK) return rc;
+  return load_doc(doc, source, NULL, c, err, errlen);
 }
 
 int weir_config_set(weir_config *c, const char *dotted_key, const char *value, char *err,

@@ -51,6 +51,10 @@ typedef struct weir_config {
   int32_t max_tokens_limit;      /* 0 = context length: cap on max_tokens */
   int32_t default_max_tokens;    /* 256: when the request gives none (completions: 16 per
                                     OpenAI) -- keep 16 for /v1/completions */
+  int64_t max_pending_output_bytes; /* 2 MiB: unsent output per connection before its
+                                       generation pauses */
+  int64_t stall_timeout_ms;      /* 30000: a connection that drains nothing for this long
+                                    while over the limit is closed */
   /* [log] */
   weir_log_level log_level;      /* info */
   weir_log_format log_format;    /* text */
@@ -105,6 +109,11 @@ void weir_config_defaults(weir_config *c);
  * WEIR_E_FORMAT (syntax), WEIR_E_INVAL / WEIR_E_RANGE / WEIR_E_NOTFOUND (a bad key or
  * value) or WEIR_E_NOMEM, writes one line into err, and leaves c unchanged. */
 int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen);
+
+/* As weir_config_load, from len bytes of TOML text; `source` names it in messages (NULL:
+ * "<string>") and source_path is left as it was. Text holding a NUL byte is WEIR_E_FORMAT. */
+int weir_config_load_string(const char *text, size_t len, const char *source, weir_config *c,
+                            char *err, size_t errlen);
 
 /* Sets one key from the command line: "server.port=9000", "attention.kv_dtype=f32",
  * "attention.query_tile=8" (a plugin option, checked when the plugin loads),

@@ -90,6 +90,11 @@ struct weir_engine {
   int32_t num_incoming;
   uint64_t *aborts;
   int32_t num_aborts, cap_aborts;
+  struct flow_op {
+    uint64_t id;
+    int resume;
+  } *flow;                         /* weir_engine_pause / _resume, in call order */
+  int32_t num_flow, cap_flow;
   int stopping;
   weir_engine_stats stats;
 
@@ -281,6 +286,7 @@ static void publish_stats(weir_engine *e) {
   pthread_mutex_lock(&e->lock);
   e->stats.num_running = ss.num_running;
   e->stats.num_waiting = ss.num_waiting + e->num_incoming;
+  e->stats.num_paused = ss.num_paused;
   e->stats.kv_blocks_total = ks.num_blocks;
   e->stats.kv_blocks_used = ks.used_blocks;
   e->stats.kv_blocks_cached = ks.cached_blocks;
@@ -409,7 +415,7 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   int32_t *toks = e->dtokens; /* scratch: accepted drafts then the drawn token */
   memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
   for (int32_t j = 0; j < nr; j++)
-    e->rows[j] = make_row(e, r, j, e->suppress + (size_t)j * (size_t)(e->num_eog + 64));
+    e->rows[j] = make_row(e, r, j, e->suppress + (size_t)j * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS));
   int rc = e->sampler->probs(e->sampler_self, e->rows, nr, logits, e->vocab, e->probs);
   if (rc != WEIR_OK) {
     req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
@@ -551,7 +557,7 @@ static int run_step(weir_engine *e) {
     engine_req *r = it->seq->user;
     if (it->num_drafts == 0) {
       if (nrows == 0) seg_start = row;
-      e->rows[nrows] = make_row(e, r, 0, e->suppress + (size_t)nrows * (size_t)(e->num_eog + 64));
+      e->rows[nrows] = make_row(e, r, 0, e->suppress + (size_t)nrows * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS));
       e->row_req[nrows++] = r;
       row += 1;
       continue;
@@ -565,12 +571,46 @@ static int run_step(weir_engine *e) {
   return 1;
 }
 
+/* Whether a step could do anything: paused requests alone give the thread nothing to do
+ * but watch their deadlines. */
+static int has_work(const weir_engine *e) {
+  return weir_sched_num_running(e->sched) + weir_sched_num_waiting(e->sched) > 0;
+}
+
+static void apply_flow(weir_engine *e, const struct flow_op *ops, int32_t n) {
+  for (int32_t i = 0; i < n; i++) {
+    engine_req *r = find_live(e, ops[i].id);
+    if (!r || !r->seq) continue;
+    int rc = ops[i].resume ? weir_sched_resume(e->sched, r->seq)
+                           : weir_sched_pause(e->sched, r->seq);
+    if (rc != WEIR_OK && rc != WEIR_E_INVAL)
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "could not %s request %llu: %s",
+               ops[i].resume ? "resume" : "pause", (unsigned long long)ops[i].id,
+               weir_strerror(rc));
+  }
+}
+
 static void *engine_main(void *arg) {
   weir_engine *e = arg;
   for (;;) {
     pthread_mutex_lock(&e->lock);
-    while (!e->stopping && !e->incoming_head && e->num_aborts == 0 && !e->live)
-      pthread_cond_wait(&e->wake, &e->lock);
+    while (!e->stopping && !e->incoming_head && e->num_aborts == 0 && e->num_flow == 0 &&
+           !(e->live && has_work(e))) {
+      if (!e->live) {
+        pthread_cond_wait(&e->wake, &e->lock);
+        continue;
+      }
+      /* Only paused requests: wake up now and then for their deadlines. */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+      break;
+    }
     engine_req *in = e->incoming_head;
     e->incoming_head = e->incoming_tail = NULL;
     e->num_incoming = 0;
@@ -583,6 +623,13 @@ static void *engine_main(void *arg) {
               sizeof(uint64_t) * (size_t)(e->num_aborts - naborts));
       e->num_aborts -= naborts;
     }
+    struct flow_op flow[256];
+    int32_t nflow = e->num_flow < 256 ? e->num_flow : 256;
+    if (nflow > 0) {
+      memcpy(flow, e->flow, sizeof *flow * (size_t)nflow);
+      memmove(e->flow, e->flow + nflow, sizeof *flow * (size_t)(e->num_flow - nflow));
+      e->num_flow -= nflow;
+    }
     int stopping = e->stopping;
     pthread_mutex_unlock(&e->lock);
 
@@ -591,6 +638,7 @@ static void *engine_main(void *arg) {
       admit(e, in);
       in = next;
     }
+    apply_flow(e, flow, nflow);
     for (int32_t i = 0; i < naborts; i++) {
       engine_req *r = find_live(e, abort_ids[i]);
       if (r) req_finish_flush(e, r, WEIR_FINISH_ABORT);
@@ -605,7 +653,7 @@ static void *engine_main(void *arg) {
       next = r->live_next;
       if (r->deadline > 0 && t > r->deadline) req_finish_flush(e, r, WEIR_FINISH_TIMEOUT);
     }
-    if (e->live) run_step(e);
+    if (e->live && has_work(e)) run_step(e);
     publish_stats(e);
   }
   return NULL;
@@ -616,7 +664,8 @@ static void *engine_main(void *arg) {
 int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event_cb cb,
                        void *user, uint64_t *id) {
   if (!e || !q || !cb || q->num_prompt <= 0 || !q->prompt || q->max_tokens <= 0 ||
-      q->num_stop_token_ids < 0 || q->num_stop < 0 || q->min_tokens < 0)
+      q->num_stop_token_ids < 0 || q->num_stop_token_ids > WEIR_MAX_STOP_TOKEN_IDS ||
+      q->num_stop < 0 || q->min_tokens < 0)
     return WEIR_E_INVAL;
   for (int32_t i = 0; i < q->num_prompt; i++)
     if (q->prompt[i] < 0 || q->prompt[i] >= e->vocab) return WEIR_E_INVAL;
@@ -645,7 +694,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
     r->stop_ids = malloc(sizeof(int32_t) * (size_t)q->num_stop_token_ids);
     if (!r->stop_ids) goto fail_req;
     memcpy(r->stop_ids, q->stop_token_ids, sizeof(int32_t) * (size_t)q->num_stop_token_ids);
-    r->num_stop_ids = q->num_stop_token_ids > 64 ? 64 : q->num_stop_token_ids;
+    r->num_stop_ids = q->num_stop_token_ids;
   }
   if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
   weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
@@ -702,6 +751,28 @@ void weir_engine_abort(weir_engine *e, uint64_t id) {
   pthread_cond_signal(&e->wake);
   pthread_mutex_unlock(&e->lock);
 }
+
+static void queue_flow(weir_engine *e, uint64_t id, int resume) {
+  pthread_mutex_lock(&e->lock);
+  if (e->num_flow == e->cap_flow) {
+    int32_t cap = e->cap_flow ? e->cap_flow * 2 : 64;
+    struct flow_op *nf = realloc(e->flow, sizeof *nf * (size_t)cap);
+    if (!nf) {
+      pthread_mutex_unlock(&e->lock);
+      weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "out of memory queueing %s of %llu",
+               resume ? "resume" : "pause", (unsigned long long)id);
+      return;
+    }
+    e->flow = nf;
+    e->cap_flow = cap;
+  }
+  e->flow[e->num_flow++] = (struct flow_op){id, resume};
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->lock);
+}
+
+void weir_engine_pause(weir_engine *e, uint64_t id) { queue_flow(e, id, 0); }
+void weir_engine_resume(weir_engine *e, uint64_t id) { queue_flow(e, id, 1); }
 
 int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,
                          int32_t **ids, int32_t *n) {
@@ -794,7 +865,7 @@ static int alloc_scratch(weir_engine *e) {
   e->rows = calloc(R, sizeof *e->rows);
   e->results = calloc(R, sizeof *e->results);
   e->row_req = calloc(R, sizeof *e->row_req);
-  e->suppress = malloc(R * (size_t)(e->num_eog + 64) * 4);
+  e->suppress = malloc(R * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS) * 4);
   if (e->drafter) {
     e->dseqs = calloc(S, sizeof *e->dseqs);
     e->dreqs = calloc(S, sizeof *e->dreqs);
@@ -837,6 +908,7 @@ static void engine_free(weir_engine *e) {
   free(e->dcounts);
   free(e->probs);
   free(e->aborts);
+  free(e->flow);
   pthread_mutex_destroy(&e->lock);
   pthread_cond_destroy(&e->wake);
   free(e);

@@ -1,8 +1,8 @@
 /* The inference engine: owns the model, the plugins, the paged KV cache and the scheduler,
  * and runs steps on its own thread.
  *
- * Threading. weir_engine_submit, _abort, _tokenize, _detokenize, _render_chat, _info and
- * _stats may be called from any thread (the HTTP thread). Events are delivered by calling
+ * Threading. weir_engine_submit, _abort, _pause, _resume, _tokenize, _detokenize,
+ * _render_chat, _info and _stats may be called from any thread (the HTTP thread). Events are delivered by calling
  * the request's callback ON THE ENGINE THREAD: the callback must be quick and must not call
  * back into the engine except weir_engine_abort; it copies what it needs (event memory is
  * borrowed for the call) and hands it to its own thread (e.g. a queue + uv_async_send).
@@ -33,6 +33,10 @@ typedef enum weir_finish_reason {
 
 const char *weir_finish_reason_name(weir_finish_reason r); /* "stop", "length", "abort", ... */
 
+/* Most stop token ids one request may give (weir_engine_submit refuses more with
+ * WEIR_E_INVAL; the HTTP API answers 400 beyond it). */
+#define WEIR_MAX_STOP_TOKEN_IDS 64
+
 /* What a request asks for. Everything is copied by submit; the caller keeps ownership. */
 typedef struct weir_gen_request {
   const int32_t *prompt;        /* token ids, already tokenized (BOS included if wanted) */
@@ -44,7 +48,7 @@ typedef struct weir_gen_request {
   int32_t min_tokens;           /* EOS and stop tokens are suppressed until this many */
   int ignore_eos;
   const int32_t *stop_token_ids;
-  int32_t num_stop_token_ids;
+  int32_t num_stop_token_ids;   /* 0..WEIR_MAX_STOP_TOKEN_IDS */
   const char *const *stop;      /* stop strings; the text never includes them */
   int32_t num_stop;
   int32_t priority;             /* lower runs first when the scheduler's policy is priority */
@@ -92,7 +96,7 @@ typedef struct weir_engine_info {
 
 typedef struct weir_engine_stats {
   int32_t num_running;
-  int32_t num_waiting;
+  int32_t num_waiting;      /* queued, not yet holding a place in the batch */
   int32_t kv_blocks_total;
   int32_t kv_blocks_used;   /* referenced by running sequences */
   int32_t kv_blocks_cached; /* unreferenced but holding a cached prefix */
@@ -102,6 +106,7 @@ typedef struct weir_engine_stats {
   uint64_t num_steps;
   uint64_t spec_draft_tokens;     /* speculative tokens proposed and verified */
   uint64_t spec_accepted_tokens;  /* of which accepted */
+  int32_t num_paused;       /* weir_engine_pause: out of the batch, not counted above */
 } weir_engine_stats;
 
 struct weir_metrics;
@@ -125,6 +130,17 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *req, weir_gen_eve
 /* Asks the engine to end a request; it frees its KV blocks in the next step and delivers the
  * final event (WEIR_FINISH_ABORT). Unknown or finished ids are ignored. */
 void weir_engine_abort(weir_engine *e, uint64_t id);
+
+/* Flow control for a request whose output cannot be delivered (a client that stopped
+ * reading): pause takes it out of the running batch without freeing its KV blocks, as a
+ * preemption that keeps its cache; resume puts it back (ahead of new admissions) and it
+ * continues where it stopped. A paused request still ends by abort, timeout or shutdown,
+ * and when the KV pool runs short a paused request's blocks are reclaimed before any running
+ * request is preempted (it is then recomputed after it resumes). Events already queued
+ * before the pause may still arrive. Unknown or finished ids are ignored; the calls are
+ * thread-safe and asynchronous (applied before the engine's next step), in call order. */
+void weir_engine_pause(weir_engine *e, uint64_t id);
+void weir_engine_resume(weir_engine *e, uint64_t id);
 
 /* Tokenizer access (thread-safe). *ids / *text are malloc'd; the caller frees. */
 int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,

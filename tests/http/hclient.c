@@ -40,9 +40,12 @@ char *hc_header(const hc_response *r, const char *name) {
   return NULL;
 }
 
-int hc_connect(int port, int timeout_ms) {
+int hc_connect(int port, int timeout_ms) { return hc_connect_rcvbuf(port, timeout_ms, 0); }
+
+int hc_connect_rcvbuf(int port, int timeout_ms, int rcvbuf) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

@@ -21,6 +21,9 @@ char *hc_header(const hc_response *r, const char *name);
 
 /* Connects to 127.0.0.1:port with a receive timeout; -1 on failure. */
 int hc_connect(int port, int timeout_ms);
+/* The same with a small receive buffer (SO_RCVBUF set before connecting), for clients that
+ * stop reading: the server's output then backs up in the server, not in the kernel. */
+int hc_connect_rcvbuf(int port, int timeout_ms, int rcvbuf);
 int hc_send_all(int fd, const void *data, size_t len);
 /* Reads one response from fd. Returns 0 on success. */
 int hc_read_response(int fd, hc_response *out);
