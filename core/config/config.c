@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config/toml.h"
+#include "weir/kv.h"
 #include "weir/status.h"
 
 typedef enum key_type {
@@ -197,7 +198,7 @@ void weir_config_defaults(weir_config *c) {
   c->sampler.name = strdup("default");
   c->drafter.name = strdup("");
   c->num_speculative_tokens = 4;
-  c->block_size = 16;
+  c->block_size = WEIR_KV_DEFAULT_BLOCK_SIZE;
   c->num_blocks = 0;
   c->memory_bytes = 512 * MIB;
   c->prefix_caching = 1;

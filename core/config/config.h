@@ -73,7 +73,7 @@ typedef struct weir_config {
   weir_plugin_sel drafter;
   int num_speculative_tokens;
   /* [cache] */
-  int block_size;                /* 16 */
+  int block_size;                /* WEIR_KV_DEFAULT_BLOCK_SIZE (16) */
   int64_t num_blocks;            /* 0 = from memory_bytes */
   int64_t memory_bytes;          /* 512 MiB by default */
   int prefix_caching;            /* 1 */

@@ -14,6 +14,7 @@
 #include "engine/scheduler.h"
 #include "engine/stop.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "metrics/metrics.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
@@ -54,7 +55,8 @@ struct weir_engine {
   weir_gguf *gguf;
   weir_tokenizer *tok;
   weir_llama *model;
-  weir_kv_cache *kv;
+  weir_kv_pool *pool;
+  weir_kv_cache *kv; /* the pool's bookkeeping */
   weir_sched *sched;
   weir_metrics *metrics;
   int own_metrics;
@@ -489,20 +491,10 @@ static int run_step(weir_engine *e) {
   }
   if (out.num_items == 0) return out.num_failed > 0;
 
-  if (out.num_copies > 0) {
-    int32_t src[64], dst[64];
-    for (int32_t i = 0; i < out.num_copies; i += 64) {
-      int32_t n = out.num_copies - i < 64 ? out.num_copies - i : 64;
-      for (int32_t j = 0; j < n; j++) {
-        src[j] = out.copies[i + j].src;
-        dst[j] = out.copies[i + j].dst;
-      }
-      rc = weir_llama_copy_blocks(e->model, src, dst, n);
-      if (rc != WEIR_OK) {
-        fail_step(e, &out, rc);
-        return 1;
-      }
-    }
+  rc = weir_kv_pool_copy(e->pool, out.copies, out.num_copies);
+  if (rc != WEIR_OK) {
+    fail_step(e, &out, rc);
+    return 1;
   }
 
   weir_sched_batch_arrays a = {.input_ids = e->a_ids,
@@ -787,7 +779,7 @@ static int collect_eog(weir_engine *e) {
 static int alloc_scratch(weir_engine *e) {
   const size_t T = (size_t)e->max_tokens_step, S = (size_t)e->max_seqs_step;
   const size_t R = (size_t)e->max_rows;
-  e->bt_stride = (e->ctx_len + weir_kv_cache_block_size(e->kv) - 1) / weir_kv_cache_block_size(e->kv);
+  e->bt_stride = weir_kv_pool_geometry(e->pool)->max_blocks_per_seq;
   e->a_ids = malloc(T * 4);
   e->a_pos = malloc(T * 4);
   e->a_slots = malloc(T * 4);
@@ -815,8 +807,8 @@ static int alloc_scratch(weir_engine *e) {
 
 static void engine_free(weir_engine *e) {
   weir_sched_destroy(e->sched);
-  weir_kv_cache_destroy(e->kv);
   weir_llama_destroy(e->model);
+  weir_kv_pool_destroy(e->pool);
   weir_plugin_set_unload(&e->plugins);
   weir_tokenizer_free(e->tok);
   weir_gguf_close(e->gguf);
@@ -894,31 +886,40 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
   e->max_rows = e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
   if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;
+  /* The KV pool first, from the model's attention shape: it owns the geometry (block size,
+   * block count, table stride) that the model and the scheduler then take from it. */
+  weir_llama_hparams hp;
+  rc = weir_gguf_llama_hparams(e->gguf, &hp, err, sizeof err);
+  if (rc == WEIR_OK) rc = weir_gguf_llama_check(e->gguf, &hp, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  weir_attn_shape shape;
+  weir_llama_attn_shape(&hp, &shape);
+  weir_kv_pool_params kp = {.block_size = cfg->block_size,
+                            .kv_dtype = cfg->kv_dtype,
+                            .num_blocks = cfg->num_blocks,
+                            .memory_bytes = cfg->memory_bytes,
+                            .max_model_len = weir_llama_max_model_len(&hp, cfg->max_model_len),
+                            .prefix_caching = cfg->prefix_caching,
+                            .groups = &shape,
+                            .num_groups = 1};
+  rc = weir_kv_pool_create(&kp, e->plugins.device, e->plugins.attention, &e->pool, err,
+                           sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  e->kv = weir_kv_pool_cache(e->pool);
+  e->ctx_len = weir_kv_pool_geometry(e->pool)->max_model_len;
   weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
                         .max_num_seqs = e->max_seqs_step,
-                        .max_logit_rows = e->max_rows,
-                        .max_model_len = cfg->max_model_len,
-                        .block_size = cfg->block_size > 0 ? cfg->block_size : 16,
-                        .kv_dtype = cfg->kv_dtype,
-                        .num_blocks = cfg->num_blocks,
-                        .memory_bytes = cfg->memory_bytes};
-  rc = weir_llama_create(e->gguf, &e->plugins, &mo, &e->model, err, sizeof err);
+                        .max_logit_rows = e->max_rows};
+  rc = weir_llama_create(e->gguf, &e->plugins, &mo, e->pool, 0, &e->model, err, sizeof err);
   if (rc != WEIR_OK) goto fail;
-  const weir_llama_hparams *hp = weir_llama_hparams_get(e->model);
-  e->vocab = hp->n_vocab;
+  e->vocab = hp.n_vocab;
   if (weir_tokenizer_n_tokens(e->tok) > e->vocab) {
     snprintf(err, sizeof err, "%s: the tokenizer has %d tokens but the model only %d rows",
              cfg->model_path, weir_tokenizer_n_tokens(e->tok), e->vocab);
     rc = WEIR_E_FORMAT;
     goto fail;
   }
-  e->ctx_len = weir_llama_max_model_len(e->model);
 
-  weir_kv_cache_params kp = {.num_blocks = weir_llama_num_blocks(e->model),
-                             .block_size = mo.block_size,
-                             .prefix_caching = cfg->prefix_caching};
-  rc = weir_kv_cache_create(&kp, &e->kv);
-  if (rc != WEIR_OK) goto fail;
   weir_sched_config sc = {.max_num_seqs = e->max_seqs_step,
                           .max_num_batched_tokens = e->max_tokens_step,
                           .watermark_blocks = -1};
@@ -967,9 +968,10 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
            "model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, context %d; weights "
            "%.1f MiB; KV cache %d blocks of %d tokens (%.1f MiB, %s)",
-           e->model_name, hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv,
+           e->model_name, hp.arch_name, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv,
            e->vocab, e->ctx_len, (double)weir_llama_weight_bytes(e->model) / 1048576.0,
-           ks.num_blocks, ks.block_size, (double)weir_llama_kv_bytes(e->model) / 1048576.0,
+           ks.num_blocks, ks.block_size,
+           (double)weir_kv_pool_geometry(e->pool)->bytes / 1048576.0,
            weir_dtype_name(cfg->kv_dtype));
 
   if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {

@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "plugin/loader.h"
@@ -42,6 +43,7 @@ typedef struct model_fixture {
   weir_plugin_set plugins;
   weir_gguf *gguf;
   weir_llama *model;
+  weir_kv_pool *pool;
   weir_kv_cache *kv;
   int32_t block_size;
 } model_fixture;
@@ -62,27 +64,33 @@ static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
   int rc = weir_gguf_open(path, &f->gguf, err, sizeof err);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
-  weir_llama_opts o = {.max_num_tokens = 512,
-                       .max_num_seqs = 8,
-                       .max_logit_rows = 512,
-                       .max_model_len = 512,
-                       .block_size = block_size,
-                       .kv_dtype = kv_dtype,
-                       .num_blocks = 8 * (512 / block_size + 1)};
-  rc = weir_llama_create(f->gguf, &f->plugins, &o, &f->model, err, sizeof err);
+  weir_llama_hparams hp;
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_llama_hparams(f->gguf, &hp, err, sizeof err), 0);
+  weir_attn_shape shape;
+  weir_llama_attn_shape(&hp, &shape);
+  weir_kv_pool_params kp = {.block_size = block_size,
+                            .kv_dtype = kv_dtype,
+                            .num_blocks = 8 * (512 / block_size + 1),
+                            .max_model_len = 512,
+                            .prefix_caching = 1,
+                            .groups = &shape,
+                            .num_groups = 1};
+  rc = weir_kv_pool_create(&kp, f->plugins.device, f->plugins.attention, &f->pool, err,
+                           sizeof err);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
-  weir_kv_cache_params kp = {.num_blocks = weir_llama_num_blocks(f->model),
-                             .block_size = block_size,
-                             .prefix_caching = 1};
-  CU_ASSERT_EQUAL_FATAL(weir_kv_cache_create(&kp, &f->kv), 0);
+  f->kv = weir_kv_pool_cache(f->pool);
+  weir_llama_opts o = {.max_num_tokens = 512, .max_num_seqs = 8, .max_logit_rows = 512};
+  rc = weir_llama_create(f->gguf, &f->plugins, &o, f->pool, 0, &f->model, err, sizeof err);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
   f->cfg.plugin_dirs = NULL;
   f->cfg.num_plugin_dirs = 0;
 }
 
 static void fixture_close(model_fixture *f) {
-  weir_kv_cache_destroy(f->kv);
   weir_llama_destroy(f->model);
+  weir_kv_pool_destroy(f->pool);
   weir_plugin_set_unload(&f->plugins);
   weir_gguf_close(f->gguf);
   weir_config_free(&f->cfg);
