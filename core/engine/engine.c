@@ -23,6 +23,7 @@
 #include "plugin/loader.h"
 #include "util/log.h"
 #include "weir/drafter.h"
+#include "weir/rng.h"
 #include "weir/sampler.h"
 
 #define LOG_COMPONENT "engine"
@@ -32,7 +33,7 @@ typedef struct engine_req {
   weir_gen_event_cb cb;
   void *user;
   weir_sampling_params sampling;
-  uint64_t rng[4];
+  uint64_t rng[4]; /* weir/rng.h: the sampler's and verification's draws */
   int32_t max_tokens, min_tokens;
   int ignore_eos;
   int32_t *stop_ids;
@@ -117,13 +118,6 @@ const char *weir_finish_reason_name(weir_finish_reason r) {
   case WEIR_FINISH_TIMEOUT: return "timeout";
   }
   return "?";
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 /* ---- Request lifetime (engine thread) ---------------------------------------------------- */
@@ -329,22 +323,6 @@ static void fail_step(weir_engine *e, weir_sched_out *out, int rc) {
   }
 }
 
-/* xoshiro256** on the request's own state: the draws of speculative verification, like the
- * sampler's, depend on nothing but the request. */
-static uint64_t rng_next(uint64_t *st) {
-  const uint64_t result = ((st[1] * 5) << 7 | (st[1] * 5) >> 57) * 9;
-  const uint64_t t = st[1] << 17;
-  st[2] ^= st[0];
-  st[3] ^= st[1];
-  st[1] ^= st[2];
-  st[0] ^= st[3];
-  st[2] ^= t;
-  st[3] = st[3] << 45 | st[3] >> 19;
-  return result;
-}
-
-static double rng_uniform(uint64_t *st) { return (double)(rng_next(st) >> 11) * 0x1.0p-53; }
-
 /* Draws an index from non-negative weights; `fallback` when they sum to zero. */
 static int32_t draw_from(const float *w, int32_t n, double u, int32_t fallback) {
   double sum = 0;
@@ -421,16 +399,16 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   for (int32_t j = 0; j < nd; j++) {
     float *row = e->probs + (size_t)j * (size_t)e->vocab;
     const int32_t x = toks[j];
-    if (rng_uniform(r->rng) < (double)row[x]) {
+    if (weir_rng_uniform(r->rng) < (double)row[x]) {
       accepted++;
       continue;
     }
     row[x] = 0;
-    token = draw_from(row, e->vocab, rng_uniform(r->rng), x);
+    token = draw_from(row, e->vocab, weir_rng_uniform(r->rng), x);
     break;
   }
   if (token < 0)
-    token = draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, rng_uniform(r->rng), 0);
+    token = draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, weir_rng_uniform(r->rng), 0);
   e->spec_drafted += (uint64_t)nd;
   e->spec_accepted += (uint64_t)accepted;
   toks[accepted] = token;
@@ -642,7 +620,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
   weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
   uint64_t seed = q->has_seed ? q->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)r;
-  for (int i = 0; i < 4; i++) r->rng[i] = splitmix64(&seed);
+  weir_rng_seed(r->rng, seed);
   r->t_arrival = now_s();
   int64_t timeout = q->timeout_ms > 0 ? q->timeout_ms : e->default_timeout_ms;
   r->deadline = timeout > 0 ? r->t_arrival + (double)timeout / 1000.0 : 0;

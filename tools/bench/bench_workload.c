@@ -10,37 +10,13 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "weir/rng.h"
 
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+void weir__bench_rng_seed(weir_bench_rng *r, uint64_t seed) { weir_rng_seed(r->s, seed); }
 
-void weir__bench_rng_seed(weir_bench_rng *r, uint64_t seed) {
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
+uint64_t weir__bench_rng_u64(weir_bench_rng *r) { return weir_rng_next(r->s); }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t weir__bench_rng_u64(weir_bench_rng *r) {
-  uint64_t *s = r->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-double weir__bench_rng_unit(weir_bench_rng *r) {
-  return (double)(weir__bench_rng_u64(r) >> 11) * 0x1.0p-53;
-}
+double weir__bench_rng_unit(weir_bench_rng *r) { return weir_rng_uniform(r->s); }
 
 int64_t weir__bench_rng_range(weir_bench_rng *r, int64_t lo, int64_t hi) {
   if (hi <= lo) return lo;
@@ -116,9 +92,9 @@ static const char *const k_words[] = {
 
 static uint64_t mix3(uint64_t a, uint64_t b, uint64_t c) {
   uint64_t x = a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e019ULL);
-  splitmix64(&x);
+  weir_rng_splitmix64(&x);
   x ^= c * 0xd6e8feb86659fd93ULL;
-  return splitmix64(&x);
+  return weir_rng_splitmix64(&x);
 }
 
 static int spread_len(weir_bench_rng *r, int mean, double range) {

@@ -9,5 +9,6 @@
 #include "weir/attention.h"
 #include "weir/quant.h"
 #include "weir/sampler.h"
+#include "weir/rng.h"
 #include "weir/drafter.h"
 #endif
