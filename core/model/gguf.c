@@ -285,6 +285,20 @@ static int cmp_by_offset(const void *a, const void *b) {
   return x < y ? -1 : x > y; /* file order among equals, for a stable message */
 }
 
+/* The one place a GGUF tensor's size is computed, for the reader and the writer: the dtype's
+ * row bytes (weir/tensor.h) times the rows, overflow-checked so a huge shape cannot wrap to a
+ * small size. */
+uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne) {
+  if (ndim < 1 || ndim > WEIR_MAX_DIMS || !ne) return 0;
+  size_t row = weir_dtype_row_bytes(dtype, ne[0]);
+  if (row == 0 || ne[0] <= 0) return 0;
+  uint64_t total = row;
+  for (int d = 1; d < ndim; d++) {
+    if (ne[d] <= 0 || __builtin_mul_overflow(total, (uint64_t)ne[d], &total)) return 0;
+  }
+  return total;
+}
+
 static int parse(weir_gguf *g, char *err, size_t errlen) {
   cursor c = {.base = g->base, .size = g->size, .path = g->path, .err = err, .errlen = errlen};
   uint32_t magic;
@@ -401,16 +415,14 @@ static int parse(weir_gguf *g, char *err, size_t errlen) {
                        "of %lld", ti->name, (long long)ti->t.ne[0],
                    weir_dtype_name(ti->t.dtype), (long long)be);
     }
-    /* Bytes = rows * row bytes; overflow-checked so a huge shape cannot wrap to a small size. */
-    uint64_t row = (uint64_t)(ti->t.ne[0] / be) * weir_dtype_block_bytes(ti->t.dtype);
-    uint64_t rows = (uint64_t)(nel / ti->t.ne[0]), bytes;
-    if (__builtin_mul_overflow(row, rows, &bytes)) {
+    uint64_t bytes = weir_gguf_tensor_bytes(ti->t.dtype, ti->t.ndim, ti->t.ne);
+    if (bytes == 0) {
       c.pos -= 4;
       return cfail(&c, "tensor '%s': the byte size overflows 64 bits", ti->name);
     }
     ti->nbytes = bytes;
     ti->t.nb[0] = weir_dtype_block_bytes(ti->t.dtype);
-    ti->t.nb[1] = (size_t)row;
+    ti->t.nb[1] = weir_dtype_row_bytes(ti->t.dtype, ti->t.ne[0]);
     for (int d = 2; d < WEIR_MAX_DIMS; d++)
       ti->t.nb[d] = ti->t.nb[d - 1] * (size_t)ti->t.ne[d - 1];
     if ((rc = get_u64(&c, &ti->offset, ti->name))) return rc;

@@ -224,17 +224,6 @@ int weir_gguf_writer_set_alignment(weir_gguf_writer *w, uint32_t alignment) {
   return rc;
 }
 
-uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne) {
-  if (ndim < 1 || ndim > WEIR_MAX_DIMS || !ne) return 0;
-  size_t row = weir_dtype_row_bytes(dtype, ne[0]);
-  if (row == 0 || ne[0] <= 0) return 0;
-  uint64_t total = row;
-  for (int d = 1; d < ndim; d++) {
-    if (ne[d] <= 0 || __builtin_mul_overflow(total, (uint64_t)ne[d], &total)) return 0;
-  }
-  return total;
-}
-
 int weir_gguf_add_tensor(weir_gguf_writer *w, const char *name, weir_dtype dtype, int ndim,
                          const int64_t *ne, const void *data) {
   if (!w || !name || !*name || w->f) return WEIR_E_INVAL;

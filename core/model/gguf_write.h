@@ -64,8 +64,6 @@ int weir_gguf_add_raw(weir_gguf_writer *w, const char *key, uint32_t type, const
  * Returns the tensor's index (>= 0) or a negative status. */
 int weir_gguf_add_tensor(weir_gguf_writer *w, const char *name, weir_dtype dtype, int ndim,
                          const int64_t *ne, const void *data);
-/* Bytes of a tensor of this dtype and shape; 0 when invalid. */
-uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne);
 
 /* Writes the whole file; every tensor must have data. */
 int weir_gguf_write_file(weir_gguf_writer *w, const char *path, char *err, size_t errlen);

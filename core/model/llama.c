@@ -9,6 +9,7 @@
 #include "util/log.h"
 #include "weir/attention.h"
 #include "weir/device.h"
+#include "weir/numeric.h"
 #include "weir/quant.h"
 
 typedef struct llama_layer {
@@ -60,30 +61,6 @@ static void dev_free(weir_llama *m, void *p) {
   if (p) m->dev->free(m->dev_self, p);
 }
 
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else { /* subnormal: renormalise */
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        exp--;
-      }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
 /* Uploads a small F32/F16/BF16 vector (norm weight or bias) as f32 on the device. */
 static int upload_vector(weir_llama *m, const weir_gguf *g, const char *name, int64_t n,
                          float **out, char *err, size_t errlen) {
@@ -93,32 +70,15 @@ static int upload_vector(weir_llama *m, const weir_gguf *g, const char *name, in
              weir_gguf_path(g), name, t ? (long long)t->nelements : 0LL, (long long)n);
     return WEIR_E_FORMAT;
   }
+  if (t->t.dtype != WEIR_DTYPE_F32 && t->t.dtype != WEIR_DTYPE_F16 &&
+      t->t.dtype != WEIR_DTYPE_BF16) {
+    snprintf(err, errlen, "%s: tensor %s has dtype %s; norms and biases must be f32, f16 or bf16",
+             weir_gguf_path(g), name, weir_dtype_name(t->t.dtype));
+    return WEIR_E_NOTSUP;
+  }
   float *host = malloc(sizeof(float) * (size_t)n);
   if (!host) return WEIR_E_NOMEM;
-  const uint8_t *src = t->t.data;
-  for (int64_t i = 0; i < n; i++) {
-    switch (t->t.dtype) {
-    case WEIR_DTYPE_F32: memcpy(&host[i], src + 4 * i, 4); break;
-    case WEIR_DTYPE_F16: {
-      uint16_t hv;
-      memcpy(&hv, src + 2 * i, 2);
-      host[i] = half_to_float(hv);
-      break;
-    }
-    case WEIR_DTYPE_BF16: {
-      uint16_t bv;
-      memcpy(&bv, src + 2 * i, 2);
-      uint32_t bits = (uint32_t)bv << 16;
-      memcpy(&host[i], &bits, 4);
-      break;
-    }
-    default:
-      free(host);
-      snprintf(err, errlen, "%s: tensor %s has dtype %s; norms and biases must be f32, f16 or bf16",
-               weir_gguf_path(g), name, weir_dtype_name(t->t.dtype));
-      return WEIR_E_NOTSUP;
-    }
-  }
+  (void)weir_dequantize_row(t->t.dtype, t->t.data, host, n); /* cannot fail for these */
   void *d = NULL;
   int rc = dev_alloc(m, sizeof(float) * (size_t)n, &d);
   if (rc == WEIR_OK) rc = m->dev->copy_h2d(m->dev_self, d, host, sizeof(float) * (size_t)n);

@@ -3,6 +3,7 @@
 #define WEIR_WEIR_H
 #include "weir/status.h"
 #include "weir/tensor.h"
+#include "weir/numeric.h"
 #include "weir/plugin.h"
 #include "weir/kv.h"
 #include "weir/device.h"
