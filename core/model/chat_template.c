@@ -1,6 +1,7 @@
 /* Built-in chat template renderers (see chat_template.h and docs/tokenizers.md). Each one
  * writes what the family's reference Jinja template renders, without a Jinja engine. */
 #include "model/chat_template.h"
+#include "util/buf.h"
 #include "util/err.h"
 
 #include <stdarg.h>
@@ -45,32 +46,11 @@ int weir_chat_template_detect(const char *j, weir_chat_template_id *out) {
   return 0;
 }
 
-/* ---- a growable string ---- */
+/* ---- output: core/util's growable buffer ---- */
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf;
+typedef weir_buf sbuf;
 
-static void put_n(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap : 256;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
+static void put_n(sbuf *b, const char *s, size_t n) { weir_buf_append(b, s, n); }
 static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
 
 static int is_ws(char c) {
