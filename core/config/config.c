@@ -27,6 +27,7 @@ typedef enum key_type {
   K_DIRS,     /* plugin_dirs */
   K_SEL_NAME, /* weir_plugin_sel.name */
   K_SEL_PATH, /* weir_plugin_sel.path; "" means NULL */
+  K_NAMES,    /* served_model_name + served_model_aliases: a string or an array of them */
 } key_type;
 
 typedef struct key_spec {
@@ -58,7 +59,7 @@ static const key_spec k_keys[] = {
     {"server", "host", K_STR, OFF(host)},
     {"server", "port", K_INT, OFF(port), 1, 65535},
     {"server", "api_key", K_OPT_STR, OFF(api_key)},
-    {"server", "served_model_name", K_OPT_STR, OFF(served_model_name)},
+    {"server", "served_model_name", K_NAMES, OFF(served_model_name)},
     {"server", "max_body_bytes", K_BYTES, OFF(max_body_bytes), 1024, GIB},
     {"server", "max_header_bytes", K_BYTES, OFF(max_header_bytes), 1024, 16 * MIB},
     {"server", "max_connections", K_INT, OFF(max_connections), 1, 1 << 20},
@@ -145,6 +146,13 @@ unsigned weir_config_device_kind(const char *name) {
 
 /* ---- defaults and lifetime -------------------------------------------------------------- */
 
+static void free_aliases(weir_config *c) {
+  for (int i = 0; i < c->num_served_model_aliases; i++) free(c->served_model_aliases[i]);
+  free(c->served_model_aliases);
+  c->served_model_aliases = NULL;
+  c->num_served_model_aliases = 0;
+}
+
 static void free_dirs(weir_config *c) {
   for (int i = 0; i < c->num_plugin_dirs; i++) free(c->plugin_dirs[i]);
   free(c->plugin_dirs);
@@ -158,6 +166,7 @@ void weir_config_free(weir_config *c) {
   free(c->host);
   free(c->api_key);
   free(c->served_model_name);
+  free_aliases(c);
   free(c->model_path);
   free(c->chat_template);
   free(c->policy);
@@ -250,6 +259,16 @@ static int config_clone(const weir_config *src, weir_config *dst) {
   for (int i = 0; i < 5; i++) {
     bad |= dup_opt(&ds[i]->name, ss[i]->name);
     bad |= dup_opt(&ds[i]->path, ss[i]->path);
+  }
+  dst->served_model_aliases = NULL;
+  dst->num_served_model_aliases = 0;
+  if (src->num_served_model_aliases) {
+    dst->served_model_aliases = calloc((size_t)src->num_served_model_aliases, sizeof(char *));
+    if (!dst->served_model_aliases) bad = 1;
+    for (int i = 0; dst->served_model_aliases && i < src->num_served_model_aliases; i++) {
+      bad |= dup_opt(&dst->served_model_aliases[i], src->served_model_aliases[i]);
+      dst->num_served_model_aliases = i + 1;
+    }
   }
   dst->plugin_dirs = NULL;
   dst->num_plugin_dirs = 0;
@@ -449,6 +468,46 @@ static int apply_key(weir_config *c, const key_spec *k, const weir_toml_node *v,
     if (k->type == K_INT) *(int *)(base + k->off) = (int)x;
     else if (k->type == K_I32) *(int32_t *)(base + k->off) = (int32_t)x;
     else *(int64_t *)(base + k->off) = x;
+    return WEIR_OK;
+  }
+  case K_NAMES: {
+    /* One name, or a list: the first is the name the server reports, the others are aliases
+     * the API also accepts. "" (or []) leaves it to the model file. */
+    if (v->type == WEIR_TOML_STRING) {
+      free_aliases(c);
+      return set_string(&c->served_model_name, v->s, 1);
+    }
+    if (v->type != WEIR_TOML_ARRAY) {
+      errf(err, errlen, src, v, "%s.%s: expected a string or an array of strings, found %s",
+           sec, key, weir_toml_type_name(v->type));
+      return WEIR_E_INVAL;
+    }
+    for (int i = 0; i < v->num_items; i++)
+      if (v->items[i]->type != WEIR_TOML_STRING || !*v->items[i]->s) {
+        errf(err, errlen, src, v->items[i], "%s.%s[%d]: expected a non-empty name, found %s",
+             sec, key, i, v->items[i]->type == WEIR_TOML_STRING
+                              ? "\"\"" : weir_toml_type_name(v->items[i]->type));
+        return WEIR_E_INVAL;
+      }
+    char *first = NULL, **rest = NULL;
+    int nrest = v->num_items > 1 ? v->num_items - 1 : 0;
+    if (v->num_items > 0 && !(first = strdup(v->items[0]->s))) return WEIR_E_NOMEM;
+    if (nrest && !(rest = calloc((size_t)nrest, sizeof *rest))) {
+      free(first);
+      return WEIR_E_NOMEM;
+    }
+    for (int i = 0; i < nrest; i++)
+      if (!(rest[i] = strdup(v->items[i + 1]->s))) {
+        for (int j = 0; j < i; j++) free(rest[j]);
+        free(rest);
+        free(first);
+        return WEIR_E_NOMEM;
+      }
+    free_aliases(c);
+    free(c->served_model_name);
+    c->served_model_name = first;
+    c->served_model_aliases = rest;
+    c->num_served_model_aliases = nrest;
     return WEIR_OK;
   }
   case K_DIRS: {
@@ -804,6 +863,19 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
   case K_LEVEL: fprintf(f, "\"%s\"", k_levels[c->log_level <= WEIR_LOG_ERROR ? c->log_level : 1]); break;
   case K_FORMAT: fprintf(f, "\"%s\"", c->log_format == WEIR_LOG_JSON ? "json" : "text"); break;
   case K_KV_DTYPE: fprintf(f, "\"%s\"", kv_dtype_name(c->kv_dtype)); break;
+  case K_NAMES:
+    if (!c->num_served_model_aliases) {
+      weir_toml_write_string(f, c->served_model_name ? c->served_model_name : "");
+      break;
+    }
+    fputc('[', f);
+    weir_toml_write_string(f, c->served_model_name);
+    for (int i = 0; i < c->num_served_model_aliases; i++) {
+      fputs(", ", f);
+      weir_toml_write_string(f, c->served_model_aliases[i]);
+    }
+    fputc(']', f);
+    break;
   case K_DIRS:
     fputc('[', f);
     for (int i = 0; i < c->num_plugin_dirs; i++) {
@@ -813,7 +885,9 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
     fputc(']', f);
     break;
   }
-  if (k->type == K_OPT_STR && !*(char *const *)(base + k->off)) fputs("  # unset", f);
+  if ((k->type == K_OPT_STR || k->type == K_NAMES) && !*(char *const *)(base + k->off))
+    fputs(k->type == K_NAMES ? "  # unset: the model file's general.name, else its file name"
+                             : "  # unset", f);
   if (k->type == K_SEL_PATH && !((const weir_plugin_sel *)(base + k->off))->path)
     fputs("  # found by name in the plugin directories", f);
   fputc('\n', f);

@@ -62,7 +62,9 @@ struct weir_engine {
   weir_metrics *metrics;
   int own_metrics;
   weir_chat_template_id chat_tpl;
-  char *model_name;
+  char *model_name;   /* == model_names[0] */
+  char **model_names; /* the served name, then the configured aliases */
+  int32_t num_model_names;
   int32_t vocab, ctx_len, max_waiting;
   int64_t default_timeout_ms;
   int32_t *eog_ids; /* tokens that end generation: EOS and end-of-turn markers */
@@ -710,6 +712,8 @@ int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32
 
 void weir_engine_info_get(weir_engine *e, weir_engine_info *out) {
   out->model_name = e->model_name;
+  out->model_names = (const char *const *)e->model_names;
+  out->num_model_names = e->num_model_names;
   out->vocab_size = e->vocab;
   out->context_length = e->ctx_len;
   out->bos_id = weir_tokenizer_bos(e->tok);
@@ -727,14 +731,33 @@ weir_metrics *weir_engine_metrics(weir_engine *e) { return e->metrics; }
 
 /* ---- Creation ---------------------------------------------------------------------------- */
 
-static char *model_name_from(const weir_config *cfg, const weir_gguf *g) {
-  if (cfg->served_model_name && cfg->served_model_name[0]) return strdup(cfg->served_model_name);
-  const char *path = cfg->model_path;
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  const char *dot = strrchr(base, '.');
-  (void)g;
-  return strndup(base, dot && dot != base ? (size_t)(dot - base) : strlen(base));
+/* The served name: server.served_model_name, else the file's general.name, else the file
+ * name without its extension; then the configured aliases. */
+static int resolve_model_names(weir_engine *e, const weir_config *cfg) {
+  const int32_t n = 1 + cfg->num_served_model_aliases;
+  e->model_names = calloc((size_t)n, sizeof *e->model_names);
+  if (!e->model_names) return WEIR_E_NOMEM;
+  weir_gguf_str gname = {0};
+  if (cfg->served_model_name && cfg->served_model_name[0]) {
+    e->model_names[0] = strdup(cfg->served_model_name);
+  } else if (weir_gguf_get_str(e->gguf, "general.name", &gname) == WEIR_OK && gname.len > 0 &&
+             !memchr(gname.ptr, 0, (size_t)gname.len)) {
+    e->model_names[0] = strndup(gname.ptr, (size_t)gname.len);
+  } else {
+    const char *path = cfg->model_path;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    e->model_names[0] = strndup(base, dot && dot != base ? (size_t)(dot - base) : strlen(base));
+  }
+  e->num_model_names = 1;
+  if (!e->model_names[0]) return WEIR_E_NOMEM;
+  for (int32_t i = 1; i < n; i++) {
+    if (!(e->model_names[i] = strdup(cfg->served_model_aliases[i - 1]))) return WEIR_E_NOMEM;
+    e->num_model_names = i + 1;
+  }
+  e->model_name = e->model_names[0];
+  return WEIR_OK;
 }
 
 /* End-of-generation tokens: EOS plus the end-of-turn markers chat formats use. */
@@ -791,7 +814,8 @@ static void engine_free(weir_engine *e) {
   weir_tokenizer_free(e->tok);
   weir_gguf_close(e->gguf);
   if (e->own_metrics) weir_metrics_destroy(e->metrics);
-  free(e->model_name);
+  for (int32_t i = 0; i < e->num_model_names; i++) free(e->model_names[i]);
+  free(e->model_names);
   free(e->eog_ids);
   free(e->a_ids);
   free(e->a_pos);
@@ -837,6 +861,11 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   }
 
   rc = weir_gguf_open(cfg->model_path, &e->gguf, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  rc = resolve_model_names(e, cfg);
+  if (rc != WEIR_OK) goto fail;
+  /* Every metric of a replica says which model it serves (docs/metrics.md). */
+  rc = weir_metrics_set_label(e->metrics, "model_name", e->model_name);
   if (rc != WEIR_OK) goto fail;
   rc = weir_tokenizer_from_gguf(e->gguf, &e->tok, err, sizeof err);
   if (rc != WEIR_OK) goto fail;
@@ -933,13 +962,8 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   free(tpl_s);
   if (rc != WEIR_OK) goto fail;
 
-  e->model_name = model_name_from(cfg, e->gguf);
   e->max_waiting = cfg->max_waiting;
   e->default_timeout_ms = cfg->request_timeout_ms;
-  if (!e->model_name) {
-    rc = WEIR_E_NOMEM;
-    goto fail;
-  }
   weir_kv_stats ks;
   weir_kv_cache_stats(e->kv, &ks);
   e->stats.kv_blocks_total = ks.num_blocks;

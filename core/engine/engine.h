@@ -82,7 +82,13 @@ typedef struct weir_gen_event {
 typedef void (*weir_gen_event_cb)(void *user, const weir_gen_event *ev);
 
 typedef struct weir_engine_info {
-  const char *model_name;   /* served name */
+  /* The served name: server.served_model_name, else the GGUF's general.name, else the model
+   * file's name without extension. Also the model_name label on every metric. */
+  const char *model_name;
+  /* Every name the API accepts in a request's `model`: model_name first, then the aliases
+   * server.served_model_name lists after it. Owned by the engine. */
+  const char *const *model_names;
+  int32_t num_model_names;
   int32_t vocab_size;
   int32_t context_length;   /* max prompt + output tokens */
   int32_t bos_id, eos_id;   /* -1 when none */
