@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
+#include "metrics/metrics.h"
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "plugin/loader.h"
@@ -585,6 +586,53 @@ static void test_generate_bad_model(void) {
   free(missing);
 }
 
+/* The served name: the configured name (and its aliases) when set, else the file's
+ * general.name, else the file name; it labels every metric of the engine's registry. */
+static void check_names(const char *model, const char *set, const char *const *want, int n) {
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  free(cfg.model_path);
+  cfg.model_path = strdup(model);
+  char err[256] = "";
+  if (set) WT_ASSERT_INT_EQ(weir_config_set(&cfg, "server.served_model_name", set, err, sizeof err), 0);
+  char *dirs[1] = {WT_PLUGIN_DIR};
+  cfg.plugin_dirs = dirs;
+  cfg.num_plugin_dirs = 1;
+  cfg.memory_bytes = 4 << 20;
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  cfg.plugin_dirs = NULL;
+  cfg.num_plugin_dirs = 0;
+  weir_engine_info info;
+  weir_engine_info_get(e, &info);
+  CU_ASSERT_STRING_EQUAL(info.model_name, want[0]);
+  WT_ASSERT_INT_EQ(info.num_model_names, n);
+  for (int i = 0; i < n && i < info.num_model_names; i++)
+    CU_ASSERT_STRING_EQUAL(info.model_names[i], want[i]);
+  char *page = NULL;
+  size_t len = 0;
+  WT_ASSERT_INT_EQ(weir_metrics_render(weir_engine_metrics(e), &page, &len), 0);
+  char *label = wt_strf("model_name=\"%s\"", want[0]);
+  if (page && strstr(page, "weir_")) WT_ASSERT_STR_CONTAINS(page, label);
+  free(label);
+  free(page);
+  weir_engine_destroy(e);
+  weir_config_free(&cfg);
+}
+
+static void test_served_model_name(void) {
+  char *named = make_model("file-stem", "--preset tiny --seed 5 --name from-general-name");
+  char *unnamed = make_model("stem-only", "--preset tiny --seed 5 --name ''");
+  const char *general[] = {"from-general-name"}, *stem[] = {"stem-only"};
+  const char *listed[] = {"first", "alias-b", "alias-c"}, *one[] = {"chosen"};
+  check_names(named, NULL, general, 1);
+  check_names(unnamed, NULL, stem, 1);
+  check_names(named, "chosen", one, 1);
+  check_names(named, "[\"first\", \"alias-b\", \"alias-c\"]", listed, 3);
+  free(named);
+  free(unnamed);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {{"f32_shapes_vs_reference", test_f32_shapes},
@@ -596,6 +644,7 @@ int main(void) {
                                   {"speculative_greedy_identical", test_speculative_greedy_identical},
                                   {"generate_cli", test_generate_cli},
                                   {"generate_bad_model", test_generate_bad_model},
+                                  {"served_model_name", test_served_model_name},
                                   {NULL, NULL}};
   int rc = wt_run_suite("model", tests);
   wt_rmtree(g_dir);
