@@ -38,6 +38,9 @@ static void print_header(const weir_plugin_found *f) {
          f->desc->version ? f->desc->version : "?");
   if (f->desc->description && *f->desc->description) printf("  %s\n", f->desc->description);
   printf("  devices: %s\n  dtypes:  %s\n  file:    %s\n", dev, dt, f->path);
+  if (f->desc->variant || f->score)
+    printf("  variant: %s (score %d on this machine)\n",
+           f->desc->variant ? f->desc->variant : "-", f->score);
 }
 
 int weir__cmd_plugins(int argc, char **argv) {
