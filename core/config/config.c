@@ -714,41 +714,86 @@ out:
 
 /* ---- command-line flags ------------------------------------------------------------------ */
 
-typedef struct shorthand {
-  const char *flag;
-  const char *key;
-} shorthand;
-
-static const shorthand k_shorthands[] = {
-    {"--host", "server.host"},         {"--port", "server.port"},
-    {"--model", "model.path"},         {"--device", "device.name"},
-    {"--threads", "device.threads"},   {"--attention", "attention.backend"},
-    {"--quant", "quant.scheme"},       {"--sampler", "sampler.name"},
-    {"--kv-dtype", "attention.kv_dtype"}, {"--log-level", "log.level"},
-    {"--log-format", "log.format"},    {"--api-key", "server.api_key"},
-    {"--plugin-dir", NULL},            {"--set", NULL},
-    {"--config", NULL},
+/* The flags, their getopt entries and the key each sets (NULL: handled specially). Names
+ * follow vLLM's and llama-server's where they have one. */
+enum {
+  F_CONFIG = WEIR_CONFIG_FLAG_BASE, F_SET, F_PLUGIN_DIR, F_SERVED_NAME, F_HOST, F_PORT, F_MODEL,
+  F_MAX_MODEL_LEN, F_CTX_SIZE, F_API_KEY, F_DEVICE, F_THREADS, F_ATTENTION, F_QUANT, F_SAMPLER,
+  F_KV_DTYPE, F_LOG_LEVEL, F_LOG_FORMAT, F_MAX_NUM_SEQS, F_MAX_BATCHED, F_BLOCK_SIZE, F_END_
 };
 
-/* Matches "--flag VALUE" or "--flag=VALUE"; returns the value (and how many argv entries
- * it used in *used), or NULL when argv[i] is not this flag. *missing is set when the flag
- * has no value. */
-static const char *flag_value(int argc, char **argv, int i, const char *flag, int *used,
-                              int *missing) {
-  size_t n = strlen(flag);
-  *missing = 0;
-  if (strncmp(argv[i], flag, n) != 0) return NULL;
-  if (argv[i][n] == '=') {
-    *used = 1;
-    return argv[i] + n + 1;
+const struct option weir_config_options[] = {
+    {"config", required_argument, 0, F_CONFIG},
+    {"set", required_argument, 0, F_SET},
+    {"plugin-dir", required_argument, 0, F_PLUGIN_DIR},
+    {"served-model-name", required_argument, 0, F_SERVED_NAME},
+    {"host", required_argument, 0, F_HOST},
+    {"port", required_argument, 0, F_PORT},
+    {"model", required_argument, 0, F_MODEL},
+    {"max-model-len", required_argument, 0, F_MAX_MODEL_LEN},
+    {"ctx-size", required_argument, 0, F_CTX_SIZE},
+    {"api-key", required_argument, 0, F_API_KEY},
+    {"device", required_argument, 0, F_DEVICE},
+    {"threads", required_argument, 0, F_THREADS},
+    {"attention", required_argument, 0, F_ATTENTION},
+    {"quant", required_argument, 0, F_QUANT},
+    {"sampler", required_argument, 0, F_SAMPLER},
+    {"kv-dtype", required_argument, 0, F_KV_DTYPE},
+    {"log-level", required_argument, 0, F_LOG_LEVEL},
+    {"log-format", required_argument, 0, F_LOG_FORMAT},
+    {"max-num-seqs", required_argument, 0, F_MAX_NUM_SEQS},
+    {"max-num-batched-tokens", required_argument, 0, F_MAX_BATCHED},
+    {"block-size", required_argument, 0, F_BLOCK_SIZE},
+    {0, 0, 0, 0},
+};
+
+/* The key a flag sets, by flag (NULL: handled specially). */
+static const char *flag_key(int id) {
+  switch (id) {
+  case F_HOST: return "server.host";
+  case F_PORT: return "server.port";
+  case F_MODEL: return "model.path";
+  case F_MAX_MODEL_LEN: case F_CTX_SIZE: return "model.max_model_len";
+  case F_API_KEY: return "server.api_key";
+  case F_DEVICE: return "device.name";
+  case F_THREADS: return "device.threads";
+  case F_ATTENTION: return "attention.backend";
+  case F_QUANT: return "quant.scheme";
+  case F_SAMPLER: return "sampler.name";
+  case F_KV_DTYPE: return "attention.kv_dtype";
+  case F_LOG_LEVEL: return "log.level";
+  case F_LOG_FORMAT: return "log.format";
+  case F_MAX_NUM_SEQS: return "scheduler.max_num_seqs";
+  case F_MAX_BATCHED: return "scheduler.max_num_batched_tokens";
+  case F_BLOCK_SIZE: return "cache.block_size";
+  default: return NULL;
   }
-  if (argv[i][n] != 0) return NULL;
-  if (i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
+}
+
+static const char *flag_name(int id) {
+  for (const struct option *o = weir_config_options; o->name; o++)
+    if (o->val == id) return o->name;
+  return "?";
+}
+
+int weir_config_args_take(weir_config_args *a, int val, const char *value) {
+  if (val == 'm') val = F_MODEL;
+  if (val == 'c') val = F_CTX_SIZE;
+  if (val < WEIR_CONFIG_FLAG_BASE || val >= F_END_) return 0;
+  if (a->num == a->cap) {
+    int cap = a->cap ? a->cap * 2 : 16;
+    weir_config_arg *n = realloc(a->items, sizeof *n * (size_t)cap);
+    if (!n) return WEIR_E_NOMEM;
+    a->items = n;
+    a->cap = cap;
   }
-  *used = 2;
-  return argv[i + 1];
+  a->items[a->num++] = (weir_config_arg){.id = val, .value = value};
+  return 1;
+}
+
+void weir_config_args_free(weir_config_args *a) {
+  free(a->items);
+  memset(a, 0, sizeof *a);
 }
 
 static int add_plugin_dir(weir_config *c, const char *dir) {
@@ -760,72 +805,138 @@ static int add_plugin_dir(weir_config *c, const char *dir) {
   return WEIR_OK;
 }
 
-int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen) {
-  int n = *argc, rc = WEIR_OK, out = 1, used = 0, missing = 0;
-  const char *v;
-  /* The file first, wherever --config appears, so that flags override it. */
-  for (int i = 1; i < n; i++) {
-    if (!strcmp(argv[i], "--")) break;
-    if ((v = flag_value(n, argv, i, "--config", &used, &missing))) {
-      if ((rc = weir_config_load(v, cfg, err, errlen)) != WEIR_OK) return rc;
-      i += used - 1;
-    } else if (missing) {
-      snprintf(err, errlen, "--config needs a value (a TOML file)");
-      return WEIR_E_INVAL;
+/* A TOML basic string for `s` (quotes, backslashes and control bytes escaped), into buf. */
+static void toml_quote(char *buf, size_t len, const char *s) {
+  size_t o = 0;
+  if (o < len) buf[o++] = '"';
+  for (; *s && o + 7 < len; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      buf[o++] = '\\';
+      buf[o++] = (char)ch;
+    } else if (ch < 0x20 || ch == 0x7f) {
+      o += (size_t)snprintf(buf + o, len - o, "\\u%04x", ch);
+    } else {
+      buf[o++] = (char)ch;
     }
   }
+  if (o + 2 <= len) {
+    buf[o++] = '"';
+    buf[o] = 0;
+  } else if (len) {
+    buf[len - 1] = 0;
+  }
+}
+
+int weir_config_args_apply(const weir_config_args *a, weir_config *cfg, char *err,
+                           size_t errlen) {
+  int rc;
+  /* The file first, wherever --config appears, so that flags override it. */
+  for (int i = 0; i < a->num; i++)
+    if (a->items[i].id == F_CONFIG &&
+        (rc = weir_config_load(a->items[i].value, cfg, err, errlen)) != WEIR_OK)
+      return rc;
   const char *env = getenv("WEIR_API_KEY");
   if (env && *env && (rc = weir_config_set(cfg, "server.api_key", env, err, errlen)) != WEIR_OK)
     return rc;
-  /* This loop only reads argv; the survivors are compacted into place as it goes, which is
-   * safe because the write index never passes the read index. */
-  int i = 1;
-  while (i < n) {
-    if (!strcmp(argv[i], "--")) {
+  /* --served-model-name may repeat: the names together make one list. */
+  char names[4096];
+  size_t nlen = 0;
+  for (int i = 0; i < a->num; i++) {
+    const weir_config_arg *f = &a->items[i];
+    const char *v = f->value ? f->value : "";
+    switch (f->id) {
+    case F_CONFIG: break;
+    case F_PLUGIN_DIR:
+      if ((rc = add_plugin_dir(cfg, v)) != WEIR_OK) {
+        snprintf(err, errlen, "--plugin-dir: out of memory");
+        return rc;
+      }
+      break;
+    case F_SET: {
+      const char *eq = strchr(v, '=');
+      char key[128];
+      if (!eq || eq == v || (size_t)(eq - v) >= sizeof key) {
+        snprintf(err, errlen, "--set %s: expected KEY=VALUE, e.g. --set server.port=9000", v);
+        return WEIR_E_INVAL;
+      }
+      memcpy(key, v, (size_t)(eq - v));
+      key[eq - v] = 0;
+      if ((rc = weir_config_set(cfg, key, eq + 1, err, errlen)) != WEIR_OK) return rc;
+      break;
+    }
+    case F_SERVED_NAME: {
+      char q[1024];
+      if (!*v) {
+        snprintf(err, errlen, "--served-model-name: the name must not be empty");
+        return WEIR_E_INVAL;
+      }
+      toml_quote(q, sizeof q, v);
+      if (nlen + strlen(q) + 4 >= sizeof names) {
+        snprintf(err, errlen, "--served-model-name: too many names");
+        return WEIR_E_RANGE;
+      }
+      nlen += (size_t)snprintf(names + nlen, sizeof names - nlen, "%s%s", nlen ? ", " : "[", q);
+      break;
+    }
+    default: {
+      /* Shorthand values are plain strings or numbers: read them as the key's type. */
+      const char *key = flag_key(f->id);
+      if (!key) return WEIR_E_INTERNAL;
+      if ((rc = weir_config_set(cfg, key, v, err, errlen)) != WEIR_OK) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", err);
+        snprintf(err, errlen, "--%s: %s", flag_name(f->id), tmp);
+        return rc;
+      }
+    }
+    }
+  }
+  if (nlen) {
+    snprintf(names + nlen, sizeof names - nlen, "]");
+    if ((rc = weir_config_set(cfg, "server.served_model_name", names, err, errlen)) != WEIR_OK)
+      return rc;
+  }
+  return WEIR_OK;
+}
+
+/* The legacy prefilter: only exact configuration flags are taken; everything else stays. */
+int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen) {
+  weir_config_args a = {0};
+  int n = *argc, out = 1, rc = WEIR_OK;
+  for (int i = 1; i < n && rc >= 0; i++) {
+    const char *arg = argv[i], *value = NULL;
+    if (!strcmp(arg, "--")) {
       while (i < n) argv[out++] = argv[i++];
       break;
     }
-    int matched = 0;
-    for (size_t s = 0; s < sizeof k_shorthands / sizeof k_shorthands[0]; s++) {
-      v = flag_value(n, argv, i, k_shorthands[s].flag, &used, &missing);
-      if (missing) {
-        snprintf(err, errlen, "%s needs a value", k_shorthands[s].flag);
-        return WEIR_E_INVAL;
-      }
-      if (!v) continue;
-      matched = 1;
-      const char *flag = k_shorthands[s].flag;
-      if (!strcmp(flag, "--config")) {
-        /* already loaded */
-      } else if (!strcmp(flag, "--plugin-dir")) {
-        if ((rc = add_plugin_dir(cfg, v)) != WEIR_OK) {
-          snprintf(err, errlen, "--plugin-dir: out of memory");
-          return rc;
-        }
-      } else if (!strcmp(flag, "--set")) {
-        const char *eq = strchr(v, '=');
-        char key[128];
-        if (!eq || eq == v || (size_t)(eq - v) >= sizeof key) {
-          snprintf(err, errlen, "--set %s: expected KEY=VALUE, e.g. --set server.port=9000", v);
-          return WEIR_E_INVAL;
-        }
-        memcpy(key, v, (size_t)(eq - v));
-        key[eq - v] = 0;
-        if ((rc = weir_config_set(cfg, key, eq + 1, err, errlen)) != WEIR_OK) return rc;
-      } else {
-        /* Shorthand values are plain strings or numbers: read them as the key's type. */
-        if ((rc = weir_config_set(cfg, k_shorthands[s].key, v, err, errlen)) != WEIR_OK) {
-          char tmp[512];
-          snprintf(tmp, sizeof tmp, "%s", err);
-          snprintf(err, errlen, "%s: %s", flag, tmp);
-          return rc;
-        }
-      }
-      i += used;
-      break;
+    int id = 0;
+    if (!strcmp(arg, "-m") || !strcmp(arg, "-c")) {
+      id = arg[1];
+    } else if (arg[0] == '-' && arg[1] == '-') {
+      size_t len = strcspn(arg + 2, "=");
+      for (const struct option *o = weir_config_options; o->name && !id; o++)
+        if (strlen(o->name) == len && !strncmp(o->name, arg + 2, len)) id = o->val;
+      if (id && arg[2 + len] == '=') value = arg + 3 + len;
     }
-    if (!matched) argv[out++] = argv[i++];
+    if (!id) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= n) {
+        snprintf(err, errlen, "%s needs a value", arg);
+        rc = WEIR_E_INVAL;
+        break;
+      }
+      value = argv[++i];
+    }
+    if (weir_config_args_take(&a, id, value) < 0) rc = WEIR_E_NOMEM;
   }
+  if (rc == WEIR_E_NOMEM) snprintf(err, errlen, "out of memory");
+  if (rc == WEIR_OK) rc = weir_config_args_apply(&a, cfg, err, errlen);
+  weir_config_args_free(&a);
+  if (rc != WEIR_OK) return rc;
   *argc = out;
   argv[out] = NULL;
   return WEIR_OK;
