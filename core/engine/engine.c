@@ -22,6 +22,7 @@
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
 #include "util/log.h"
+#include "util/progress.h"
 #include "weir/drafter.h"
 #include "weir/rng.h"
 #include "weir/sampler.h"
@@ -840,12 +841,21 @@ static void engine_free(weir_engine *e) {
 }
 
 int weir_engine_create(const weir_config *cfg, weir_engine **out) {
-  return weir_engine_create_ex(cfg, NULL, out);
+  return weir_engine_create_opts(cfg, NULL, out);
 }
 
 int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_engine **out) {
+  weir_engine_opts o = {.metrics = metrics};
+  return weir_engine_create_opts(cfg, &o, out);
+}
+
+int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts,
+                            weir_engine **out) {
   char err[1024] = "";
   int rc;
+  weir_metrics *metrics = opts ? opts->metrics : NULL;
+  weir_progress own_progress = {0};
+  weir_progress *progress = opts && opts->load_progress ? opts->load_progress : &own_progress;
   *out = NULL;
   weir_engine *e = calloc(1, sizeof *e);
   if (!e) return WEIR_E_NOMEM;
@@ -916,8 +926,13 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   e->ctx_len = weir_kv_pool_geometry(e->pool)->max_model_len;
   weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
                         .max_num_seqs = e->max_seqs_step,
-                        .max_logit_rows = e->max_rows};
+                        .max_logit_rows = e->max_rows,
+                        .progress = progress};
+  char what[96];
+  snprintf(what, sizeof what, "loading %s", e->model_name);
+  weir_progress_begin(progress, what, (uint64_t)hp.n_layer + 1, "layers", 0);
   rc = weir_llama_create(e->gguf, &e->plugins, &mo, e->pool, 0, &e->model, err, sizeof err);
+  weir_progress_end(progress, rc == WEIR_OK);
   if (rc != WEIR_OK) goto fail;
   e->vocab = hp.n_vocab;
   if (weir_tokenizer_n_tokens(e->tok) > e->vocab) {

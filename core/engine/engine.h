@@ -110,10 +110,23 @@ typedef struct weir_engine_stats {
 } weir_engine_stats;
 
 struct weir_metrics;
+struct weir_progress;
+
+typedef struct weir_engine_opts {
+  /* Where plugin metrics go (borrowed; must outlive the engine); NULL: a registry of the
+   * engine's own (weir_engine_metrics). The engine also labels it model_name. */
+  struct weir_metrics *metrics;
+  /* Optional (borrowed until create returns): the engine reports loading the model's weights
+   * in it, which any thread may read meanwhile (weir_progress_fraction: /health's "loading"
+   * percentage). NULL: the engine shows its progress with one of its own. */
+  struct weir_progress *load_progress;
+} weir_engine_opts;
+
 /* Loads the model and plugins named by the config and starts the engine thread. Logs and
- * returns a status on failure, having freed everything. Plugin-registered metrics go into
- * `metrics` (borrowed; must outlive the engine) or, with weir_engine_create, into a registry
- * of the engine's own (weir_engine_metrics). */
+ * returns a status on failure, having freed everything. opts may be NULL (all defaults). */
+int weir_engine_create_opts(const struct weir_config *cfg, const weir_engine_opts *opts,
+                            weir_engine **out);
+/* The same with opts {NULL, NULL} and {metrics, NULL}. */
 int weir_engine_create(const struct weir_config *cfg, weir_engine **out);
 int weir_engine_create_ex(const struct weir_config *cfg, struct weir_metrics *metrics,
                           weir_engine **out);

@@ -7,6 +7,7 @@
 
 #include "plugin/loader.h"
 #include "util/log.h"
+#include "util/progress.h"
 #include "weir/attention.h"
 #include "weir/device.h"
 #include "weir/numeric.h"
@@ -225,7 +226,11 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
     rc = WEIR_E_NOMEM;
     goto out;
   }
-  for (int l = 0; l < m->hp.n_layer; l++) TRY(load_layer(m, g, l, err, errlen));
+  if (opts->progress) weir_progress_update(opts->progress, 1);
+  for (int l = 0; l < m->hp.n_layer; l++) {
+    TRY(load_layer(m, g, l, err, errlen));
+    if (opts->progress) weir_progress_update(opts->progress, (uint64_t)l + 2);
+  }
 
   rc = alloc_buffers(m);
   if (rc != WEIR_OK) {

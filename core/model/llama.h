@@ -21,10 +21,15 @@
 struct weir_plugin_set;
 typedef struct weir_llama weir_llama;
 
+struct weir_progress;
+
 typedef struct weir_llama_opts {
   int32_t max_num_tokens;     /* most new tokens in one step (max_num_batched_tokens) */
   int32_t max_num_seqs;       /* most sequences in one step */
   int32_t max_logit_rows;     /* most rows of logits in one step */
+  /* Optional: a task the caller began with n_layer + 1 units; creation reports 1 when the
+   * embeddings are packed and one more per layer. */
+  struct weir_progress *progress;
 } weir_llama_opts;
 
 /* The attention shape of a model with these hyperparameters (n_layers, heads, head_dim,

@@ -20,6 +20,7 @@
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "plugin/loader.h"
+#include "util/progress.h"
 #include "reference.h"
 #include "testutil.h"
 
@@ -620,6 +621,46 @@ static void check_names(const char *model, const char *set, const char *const *w
   weir_config_free(&cfg);
 }
 
+/* Model creation reports one unit for the embeddings and one per layer; the engine reports
+ * the load in a caller's progress and ends it. */
+static void test_load_progress(void) {
+  char *p = make_model("progress", "--preset tiny --seed 9");
+  model_fixture f;
+  fixture_open(&f, p, 16, WEIR_DTYPE_F16);
+  const int32_t layers = weir_llama_hparams_get(f.model)->n_layer;
+  weir_progress pr = {0};
+  weir_progress_begin(&pr, "test load", (uint64_t)layers + 1, "layers", 0);
+  weir_llama *m2 = NULL;
+  char err[256] = "";
+  weir_llama_opts o = {.max_num_tokens = 64, .max_num_seqs = 2, .max_logit_rows = 8,
+                       .progress = &pr};
+  WT_ASSERT_INT_EQ(weir_llama_create(f.gguf, &f.plugins, &o, f.pool, 0, &m2, err, sizeof err), 0);
+  CU_ASSERT_DOUBLE_EQUAL(weir_progress_fraction(&pr), 1.0, 1e-12);
+  weir_progress_end(&pr, 1);
+  weir_llama_destroy(m2);
+  fixture_close(&f);
+
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  free(cfg.model_path);
+  cfg.model_path = strdup(p);
+  char *dirs[1] = {WT_PLUGIN_DIR};
+  cfg.plugin_dirs = dirs;
+  cfg.num_plugin_dirs = 1;
+  cfg.memory_bytes = 4 << 20;
+  weir_progress load = {0};
+  weir_engine_opts eo = {.load_progress = &load};
+  weir_engine *e = NULL;
+  WT_ASSERT_INT_EQ(weir_engine_create_opts(&cfg, &eo, &e), 0);
+  CU_ASSERT(!weir_progress_active(&load));
+  WT_ASSERT_INT_EQ(atomic_load(&load.done), layers + 1);
+  weir_engine_destroy(e);
+  cfg.plugin_dirs = NULL;
+  cfg.num_plugin_dirs = 0;
+  weir_config_free(&cfg);
+  free(p);
+}
+
 static void test_served_model_name(void) {
   char *named = make_model("file-stem", "--preset tiny --seed 5 --name from-general-name");
   char *unnamed = make_model("stem-only", "--preset tiny --seed 5 --name ''");
@@ -645,6 +686,7 @@ int main(void) {
                                   {"generate_cli", test_generate_cli},
                                   {"generate_bad_model", test_generate_bad_model},
                                   {"served_model_name", test_served_model_name},
+                                  {"load_progress", test_load_progress},
                                   {NULL, NULL}};
   int rc = wt_run_suite("model", tests);
   wt_rmtree(g_dir);

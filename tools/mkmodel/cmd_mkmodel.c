@@ -13,6 +13,7 @@
 #include "model/dequant.h"
 #include "model/gguf_write.h"
 #include "util/opt.h"
+#include "util/progress.h"
 #include "weir/status.h"
 
 typedef struct mk_opts {
@@ -322,8 +323,15 @@ static int write_model(const mk_opts *o, char *err) {
   }
   snprintf(tmp, tl, "%s.tmp", o->out);
   if ((rc = weir_gguf_writer_begin(w, tmp, err, ERRLEN))) goto free_all;
-  for (int i = 0; i < n_plan && !rc; i++)
+  weir_progress progress = {0};
+  char what[64];
+  snprintf(what, sizeof what, "writing %.1fM parameters", (double)params / 1e6);
+  weir_progress_begin(&progress, what, (uint64_t)n_plan, "tensors", 0);
+  for (int i = 0; i < n_plan && !rc; i++) {
     rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems);
+    weir_progress_update(&progress, (uint64_t)i + 1);
+  }
+  weir_progress_end(&progress, rc == 0);
   if (rc) {
     snprintf(err, ERRLEN, "%s: writing tensors failed: %s", tmp, strerror(errno));
     goto remove_tmp;
