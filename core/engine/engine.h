@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/chat_template.h" /* weir_chat_message */
 #include "weir/sampler.h"
 
 struct weir_config;
@@ -153,11 +154,8 @@ int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char *
 int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len);
 
 /* Renders chat messages with the model's (or configured) template, ending with the
- * assistant's turn opener when add_generation_prompt. *out is malloc'd. */
-typedef struct weir_chat_message {
-  const char *role;    /* "system", "user", "assistant" */
-  const char *content;
-} weir_chat_message;
+ * assistant's turn opener when add_generation_prompt. *out is malloc'd. weir_chat_message is
+ * in model/chat_template.h. */
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
                             int add_generation_prompt, char **out);
 

@@ -54,14 +54,14 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
   const int32_t bs = p->block_size > 0 ? p->block_size : WEIR_KV_DEFAULT_BLOCK_SIZE;
   if (p->block_size < 0 || p->max_model_len <= 0 || p->num_groups < 1 ||
       p->num_groups > WEIR_KV_POOL_MAX_GROUPS || !p->groups || !device || !attention) {
-    weir__set_err(err, errlen, "invalid KV cache parameters (block size %d, max model length "
+    weir_set_err(err, errlen, "invalid KV cache parameters (block size %d, max model length "
                   "%d, %d models)", (int)p->block_size, (int)p->max_model_len,
                   (int)p->num_groups);
     return WEIR_E_INVAL;
   }
   weir_kv_pool *pool = calloc(1, sizeof *pool);
   if (!pool) {
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     return WEIR_E_NOMEM;
   }
   pool->dev = device->ops;
@@ -82,7 +82,7 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
     G->shape.kv_dtype = p->kv_dtype;
     if (G->shape.n_layers <= 0 || G->shape.n_heads <= 0 || G->shape.n_kv_heads <= 0 ||
         G->shape.head_dim <= 0) {
-      weir__set_err(err, errlen, "KV cache model %d: invalid attention shape (%d layers, %d "
+      weir_set_err(err, errlen, "KV cache model %d: invalid attention shape (%d layers, %d "
                     "heads, %d KV heads, head_dim %d)", (int)g, (int)G->shape.n_layers,
                     (int)G->shape.n_heads, (int)G->shape.n_kv_heads, (int)G->shape.head_dim);
       rc = WEIR_E_INVAL;
@@ -90,7 +90,7 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
     }
     G->block_bytes = pool->attn->block_bytes(pool->attn_self, &G->shape);
     if (G->block_bytes == 0) {
-      weir__set_err(err, errlen, "the attention plugin '%s' does not support KV dtype %s with "
+      weir_set_err(err, errlen, "the attention plugin '%s' does not support KV dtype %s with "
                     "head_dim %d and %d KV heads", attention->desc->name,
                     weir_dtype_name(p->kv_dtype), (int)G->shape.head_dim,
                     (int)G->shape.n_kv_heads);
@@ -104,14 +104,14 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
   int64_t nb = p->num_blocks > 0 ? clamp_blocks((uint64_t)p->num_blocks, bs)
                                  : weir_kv_blocks_from_bytes(p->memory_bytes, per_block, bs);
   if (nb < 1) {
-    weir__set_err(err, errlen, "the KV cache holds no block: %lld bytes for blocks of %zu bytes "
+    weir_set_err(err, errlen, "the KV cache holds no block: %lld bytes for blocks of %zu bytes "
                   "(cache.memory_bytes or cache.num_blocks)", (long long)p->memory_bytes,
                   per_block);
     rc = WEIR_E_RANGE;
     goto fail;
   }
   if ((uint64_t)nb > (SIZE_MAX - (size_t)WEIR_KV_POOL_ALIGN * WEIR_KV_POOL_MAX_GROUPS) / per_block) {
-    weir__set_err(err, errlen, "the KV cache of %lld blocks of %zu bytes does not fit the "
+    weir_set_err(err, errlen, "the KV cache of %lld blocks of %zu bytes does not fit the "
                   "address space (cache.num_blocks)", (long long)nb, per_block);
     rc = WEIR_E_RANGE;
     goto fail;
@@ -127,7 +127,7 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
   rc = pool->dev->alloc(pool->dev_self, offset, &pool->base);
   if (rc != WEIR_OK) {
     pool->base = NULL;
-    weir__set_err(err, errlen, "allocating the KV cache (%lld blocks, %zu bytes): %s",
+    weir_set_err(err, errlen, "allocating the KV cache (%lld blocks, %zu bytes): %s",
                   (long long)nb, offset, weir_strerror(rc));
     goto fail;
   }
@@ -136,7 +136,7 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
                              .prefix_caching = p->prefix_caching};
   rc = weir_kv_cache_create(&kp, &pool->cache);
   if (rc != WEIR_OK) {
-    weir__set_err(err, errlen, "creating the KV cache bookkeeping: %s", weir_strerror(rc));
+    weir_set_err(err, errlen, "creating the KV cache bookkeeping: %s", weir_strerror(rc));
     goto fail;
   }
   *out = pool;

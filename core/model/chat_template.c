@@ -231,11 +231,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!out) return WEIR_E_INVAL;
   *out = NULL;
   if ((int)id < 0 || id >= WEIR_CHAT_TEMPLATE_COUNT_) {
-    weir__set_err(err, errlen, "unknown chat template %d", (int)id);
+    weir_set_err(err, errlen, "unknown chat template %d", (int)id);
     return WEIR_E_INVAL;
   }
   if (n <= 0 || !msgs) {
-    weir__set_err(err, errlen, "no messages");
+    weir_set_err(err, errlen, "no messages");
     return WEIR_E_INVAL;
   }
   roles = malloc((size_t)n * sizeof *roles);
@@ -247,11 +247,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
     else if (strcmp(role, "user") == 0) roles[i] = R_USER;
     else if (strcmp(role, "assistant") == 0) roles[i] = R_ASSISTANT;
     else {
-      weir__set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
+      weir_set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
       goto done;
     }
     if (!msgs[i].content) {
-      weir__set_err(err, errlen, "message %d has no content", i);
+      weir_set_err(err, errlen, "message %d has no content", i);
       goto done;
     }
   }
@@ -259,14 +259,14 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (id == WEIR_CHAT_LLAMA2 || id == WEIR_CHAT_MISTRAL || id == WEIR_CHAT_GEMMA) {
     int first = roles[0] == R_SYSTEM;
     if (first && n == 1) {
-      weir__set_err(err, errlen, "%s: a system message needs a user message after it",
+      weir_set_err(err, errlen, "%s: a system message needs a user message after it",
               k_names[id]);
       goto done;
     }
     for (int i = first; i < n; i++) {
       int want = (i - first) % 2 == 0 ? R_USER : R_ASSISTANT;
       if (roles[i] != want) {
-        weir__set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
+        weir_set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
                 "user and assistant alternating, starting with user", k_names[id], i,
                 msgs[i].role);
         goto done;
@@ -301,7 +301,7 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!b.p && !b.oom) put(&b, ""); /* an empty rendering is still a string */
   if (b.oom) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     free(b.p);
     goto done;
   }

@@ -8,11 +8,16 @@
 
 #include <stddef.h>
 
-#include "engine/engine.h" /* weir_chat_message {role, content} */
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* One message of a plain conversation: role "system", "user", "assistant" (and, for a
+ * Jinja template, whatever role it accepts) with text content. Borrowed strings. */
+typedef struct weir_chat_message {
+  const char *role;
+  const char *content;
+} weir_chat_message;
 
 typedef enum weir_chat_template_id {
   WEIR_CHAT_CHATML = 0,  /* <|im_start|>role\n...<|im_end|>\n (Qwen, many fine-tunes) */

@@ -496,7 +496,7 @@ static void free_handle(weir_gguf *g) {
 
 static int open_common(weir_gguf *g, weir_gguf **out, char *err, size_t errlen) {
   int rc = parse(g, err, errlen);
-  if (rc == WEIR_E_NOMEM) weir__set_err(err, errlen, "%s: out of memory while reading", g->path);
+  if (rc == WEIR_E_NOMEM) weir_set_err(err, errlen, "%s: out of memory while reading", g->path);
   if (rc) {
     free_handle(g);
     return rc;
@@ -512,34 +512,34 @@ int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) 
   if (!out) return WEIR_E_INVAL;
   *out = NULL;
   if (!path) {
-    weir__set_err(err, errlen, "no GGUF path given");
+    weir_set_err(err, errlen, "no GGUF path given");
     return WEIR_E_INVAL;
   }
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    weir__set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return errno == ENOENT ? WEIR_E_NOTFOUND : WEIR_E_IO;
   }
   if (fstat(fd, &st) != 0) {
-    weir__set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
     rc = WEIR_E_IO;
     goto close_fd;
   }
   if (!S_ISREG(st.st_mode)) {
-    weir__set_err(err, errlen, "%s: not a regular file", path);
+    weir_set_err(err, errlen, "%s: not a regular file", path);
     rc = WEIR_E_IO;
     goto close_fd;
   }
   g = calloc(1, sizeof *g);
   if (!g || !(g->path = strdup(path))) {
-    weir__set_err(err, errlen, "%s: out of memory", path);
+    weir_set_err(err, errlen, "%s: out of memory", path);
     free(g);
     rc = WEIR_E_NOMEM;
     goto close_fd;
   }
   g->size = (uint64_t)st.st_size;
   if (g->size < 24) {
-    weir__set_err(err, errlen, "%s: file truncated: %llu bytes is too short for a GGUF header "
+    weir_set_err(err, errlen, "%s: file truncated: %llu bytes is too short for a GGUF header "
             "(24 bytes)", path, (unsigned long long)g->size);
     free_handle(g);
     rc = WEIR_E_FORMAT;
@@ -547,7 +547,7 @@ int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) 
   }
   void *m = mmap(NULL, (size_t)g->size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (m == MAP_FAILED) {
-    weir__set_err(err, errlen, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)g->size,
+    weir_set_err(err, errlen, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)g->size,
             strerror(errno));
     free_handle(g);
     rc = WEIR_E_IO;
@@ -569,13 +569,13 @@ int weir_gguf_open_buffer(const void *data, size_t len, const char *name, weir_g
   weir_gguf *g = calloc(1, sizeof *g);
   if (!g || !(g->path = strdup(name ? name : "<buffer>"))) {
     free(g);
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     return WEIR_E_NOMEM;
   }
   g->base = data ? data : (const uint8_t *)"";
   g->size = len;
   if (len < 24) {
-    weir__set_err(err, errlen, "%s: file truncated: %zu bytes is too short for a GGUF header "
+    weir_set_err(err, errlen, "%s: file truncated: %zu bytes is too short for a GGUF header "
             "(24 bytes)", g->path, len);
     free_handle(g);
     return WEIR_E_FORMAT;
@@ -837,15 +837,15 @@ static int hp_get_i32(const weir_gguf *g, const char *arch, const char *suffix, 
   int rc = weir_gguf_get_i32(g, key, out);
   if (rc == WEIR_E_NOTFOUND && !required) return 0;
   if (rc == WEIR_E_NOTFOUND) {
-    weir__set_err(err, errlen, "%s: required key '%s' is missing", g->path, key);
+    weir_set_err(err, errlen, "%s: required key '%s' is missing", g->path, key);
     return rc;
   }
   if (rc) {
-    weir__set_err(err, errlen, "%s: key '%s' is not an integer that fits 32 bits", g->path, key);
+    weir_set_err(err, errlen, "%s: key '%s' is not an integer that fits 32 bits", g->path, key);
     return WEIR_E_FORMAT;
   }
   if (*out <= 0) {
-    weir__set_err(err, errlen, "%s: key '%s' is %d, must be positive", g->path, key, *out);
+    weir_set_err(err, errlen, "%s: key '%s' is %d, must be positive", g->path, key, *out);
     return WEIR_E_FORMAT;
   }
   return 0;
@@ -858,7 +858,7 @@ static int hp_get_f32(const weir_gguf *g, const char *arch, const char *suffix, 
   int rc = weir_gguf_get_f32(g, key, out);
   if (rc == WEIR_E_NOTFOUND) return 0;
   if (rc || !(*out > 0) || *out > 1e30f) {
-    weir__set_err(err, errlen, "%s: key '%s' must be a positive number", g->path, key);
+    weir_set_err(err, errlen, "%s: key '%s' must be a positive number", g->path, key);
     return WEIR_E_FORMAT;
   }
   return 0;
@@ -873,7 +873,7 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   memset(&hp, 0, sizeof hp);
   rc = weir_gguf_get_str(g, "general.architecture", &arch);
   if (rc) {
-    weir__set_err(err, errlen, "%s: key 'general.architecture' is %s", g->path,
+    weir_set_err(err, errlen, "%s: key 'general.architecture' is %s", g->path,
             rc == WEIR_E_NOTFOUND ? "missing" : "not a string");
     return rc == WEIR_E_NOTFOUND ? rc : WEIR_E_FORMAT;
   }
@@ -881,7 +881,7 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   else if (arch.len == 7 && memcmp(arch.ptr, "mistral", 7) == 0) hp.arch = WEIR_ARCH_MISTRAL;
   else if (arch.len == 5 && memcmp(arch.ptr, "qwen2", 5) == 0) hp.arch = WEIR_ARCH_QWEN2;
   else {
-    weir__set_err(err, errlen, "%s: architecture '%.*s' is not supported (weir runs llama, mistral, "
+    weir_set_err(err, errlen, "%s: architecture '%.*s' is not supported (weir runs llama, mistral, "
             "qwen2)", g->path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     return WEIR_E_NOTSUP;
   }
@@ -897,12 +897,12 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   if ((rc = hp_get_i32(g, a, "attention.head_count_kv", &hp.n_head_kv, 0, err, errlen)))
     return rc;
   if (hp.n_embd % hp.n_head != 0) {
-    weir__set_err(err, errlen, "%s: embedding_length %d is not a multiple of head_count %d", g->path,
+    weir_set_err(err, errlen, "%s: embedding_length %d is not a multiple of head_count %d", g->path,
             hp.n_embd, hp.n_head);
     return WEIR_E_FORMAT;
   }
   if (hp.n_head % hp.n_head_kv != 0) {
-    weir__set_err(err, errlen, "%s: head_count %d is not a multiple of head_count_kv %d", g->path,
+    weir_set_err(err, errlen, "%s: head_count %d is not a multiple of head_count_kv %d", g->path,
             hp.n_head, hp.n_head_kv);
     return WEIR_E_FORMAT;
   }
@@ -910,7 +910,7 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   hp.n_rot = hp.head_dim;
   if ((rc = hp_get_i32(g, a, "rope.dimension_count", &hp.n_rot, 0, err, errlen))) return rc;
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
-    weir__set_err(err, errlen, "%s: rope.dimension_count %d must be even and at most the head "
+    weir_set_err(err, errlen, "%s: rope.dimension_count %d must be even and at most the head "
             "size %d", g->path, hp.n_rot, hp.head_dim);
     return WEIR_E_FORMAT;
   }
@@ -930,13 +930,13 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   int is_none = stype.len == 4 && memcmp(stype.ptr, "none", 4) == 0;
   int is_linear = stype.len == 6 && memcmp(stype.ptr, "linear", 6) == 0;
   if (has_type && !is_none && !is_linear) {
-    weir__set_err(err, errlen, "%s: rope scaling '%.*s' is not supported (weir does linear)",
+    weir_set_err(err, errlen, "%s: rope scaling '%.*s' is not supported (weir does linear)",
             g->path, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
     return WEIR_E_NOTSUP;
   }
   if (is_none) hp.rope_scale = 1.0f;
   if (hp.rms_eps >= 1.0f) {
-    weir__set_err(err, errlen, "%s: layer_norm_rms_epsilon %g is implausibly large", g->path,
+    weir_set_err(err, errlen, "%s: layer_norm_rms_epsilon %g is implausibly large", g->path,
             (double)hp.rms_eps);
     return WEIR_E_FORMAT;
   }
@@ -948,13 +948,13 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   if (rc == 0 && toks.elem_type == WEIR_GGUF_STRING && toks.n > 0 && toks.n <= INT32_MAX) {
     hp.n_vocab = (int32_t)toks.n;
   } else if (rc != WEIR_E_NOTFOUND) {
-    weir__set_err(err, errlen, "%s: tokenizer.ggml.tokens must be a non-empty array of strings",
+    weir_set_err(err, errlen, "%s: tokenizer.ggml.tokens must be a non-empty array of strings",
             g->path);
     return WEIR_E_FORMAT;
   } else if (emb && emb->t.ndim == 2 && emb->t.ne[1] <= INT32_MAX) {
     hp.n_vocab = (int32_t)emb->t.ne[1];
   } else {
-    weir__set_err(err, errlen, "%s: cannot tell the vocabulary size: no tokenizer.ggml.tokens and "
+    weir_set_err(err, errlen, "%s: cannot tell the vocabulary size: no tokenizer.ggml.tokens and "
             "no 2-D token_embd.weight", g->path);
     return WEIR_E_NOTFOUND;
   }
@@ -968,7 +968,7 @@ static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64
                         int is_vector, char *err, size_t errlen) {
   const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
   if (!t) {
-    weir__set_err(err, errlen, "%s: required tensor '%s' is missing", g->path, name);
+    weir_set_err(err, errlen, "%s: required tensor '%s' is missing", g->path, name);
     return WEIR_E_NOTFOUND;
   }
   int nd = is_vector ? 1 : 2;
@@ -981,14 +981,14 @@ static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64
       n += snprintf(got + n, sizeof got - (size_t)n, d ? ", %lld" : "%lld",
                     (long long)t->t.ne[d]);
     if (n < (int)sizeof got) snprintf(got + n, sizeof got - (size_t)n, "}");
-    weir__set_err(err, errlen, "%s: tensor '%s' has shape %s, expected %s", g->path, name, got, want);
+    weir_set_err(err, errlen, "%s: tensor '%s' has shape %s, expected %s", g->path, name, got, want);
     return WEIR_E_FORMAT;
   }
   weir_dtype d = t->t.dtype;
   int ok = d == WEIR_DTYPE_F32 || d == WEIR_DTYPE_F16 || d == WEIR_DTYPE_BF16;
   if (!is_vector) ok = ok || d == WEIR_DTYPE_Q8_0 || d == WEIR_DTYPE_Q4_0 || d == WEIR_DTYPE_Q4_1;
   if (!ok) {
-    weir__set_err(err, errlen, "%s: tensor '%s' has type %s, which weir cannot use there", g->path,
+    weir_set_err(err, errlen, "%s: tensor '%s' has type %s, which weir cannot use there", g->path,
             name, weir_dtype_name(d));
     return WEIR_E_NOTSUP;
   }

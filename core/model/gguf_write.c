@@ -283,7 +283,7 @@ int weir_gguf_writer_begin(weir_gguf_writer *w, const char *path, char *err, siz
   }
   w->f = fopen(path, "wb");
   if (!w->f) {
-    weir__set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
     return WEIR_E_IO;
   }
   setvbuf(w->f, NULL, _IOFBF, 1 << 20);
@@ -312,7 +312,7 @@ int weir_gguf_writer_begin(weir_gguf_writer *w, const char *path, char *err, siz
   w->cur_done = 0;
   return 0;
 io_error:
-  weir__set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+  weir_set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
   return rc;
 }
 
@@ -344,12 +344,12 @@ int weir_gguf_writer_end(weir_gguf_writer *w, char *err, size_t errlen) {
   int rc = 0;
   if (!w || !w->f) return WEIR_E_INVAL;
   if (w->cur != w->n_tensors) {
-    weir__set_err(err, errlen, "%s: only %lld of %lld tensors were written", w->path,
+    weir_set_err(err, errlen, "%s: only %lld of %lld tensors were written", w->path,
             (long long)w->cur, (long long)w->n_tensors);
     rc = WEIR_E_INVAL;
   }
   if (fclose(w->f) != 0 || w->failed) {
-    if (!rc) weir__set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+    if (!rc) weir_set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
     rc = rc ? rc : WEIR_E_IO;
   }
   w->f = NULL;
@@ -360,14 +360,14 @@ int weir_gguf_write_file(weir_gguf_writer *w, const char *path, char *err, size_
   if (!w) return WEIR_E_INVAL;
   for (int64_t i = 0; i < w->n_tensors; i++)
     if (!w->tensors[i].data) {
-      weir__set_err(err, errlen, "%s: tensor '%s' has no data", path, w->tensors[i].name);
+      weir_set_err(err, errlen, "%s: tensor '%s' has no data", path, w->tensors[i].name);
       return WEIR_E_INVAL;
     }
   int rc = weir_gguf_writer_begin(w, path, err, errlen);
   for (int64_t i = 0; i < w->n_tensors && !rc; i++)
     rc = weir_gguf_writer_put(w, w->tensors[i].data, (size_t)w->tensors[i].nbytes);
   if (rc && w->f) {
-    weir__set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
     fclose(w->f);
     w->f = NULL;
     return rc;

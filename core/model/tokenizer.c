@@ -214,7 +214,7 @@ static int build_merges(weir_tokenizer *t, const weir_tokenizer_spec *spec, char
     size_t n = spec->merges[r].len;
     const char *sp = n > 1 ? memchr(m + 1, ' ', n - 1) : NULL;
     if (!m || !sp || sp + 1 >= m + n) {
-      weir__set_err(err, errlen, "merge %d is not \"left right\"", (int)r);
+      weir_set_err(err, errlen, "merge %d is not \"left right\"", (int)r);
       free(tmp);
       return WEIR_E_INVAL;
     }
@@ -253,32 +253,32 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   if (out) *out = NULL;
   if (!spec || !out) return WEIR_E_INVAL;
   if (spec->type != WEIR_TOKENIZER_LLAMA && spec->type != WEIR_TOKENIZER_GPT2) {
-    weir__set_err(err, errlen, "unknown tokenizer type %d", (int)spec->type);
+    weir_set_err(err, errlen, "unknown tokenizer type %d", (int)spec->type);
     return WEIR_E_INVAL;
   }
   if (spec->n_tokens <= 0 || !spec->tokens) {
-    weir__set_err(err, errlen, "the vocabulary is empty");
+    weir_set_err(err, errlen, "the vocabulary is empty");
     return WEIR_E_INVAL;
   }
   if (spec->type == WEIR_TOKENIZER_LLAMA && !spec->scores) {
-    weir__set_err(err, errlen, "a llama tokenizer needs token scores");
+    weir_set_err(err, errlen, "a llama tokenizer needs token scores");
     return WEIR_E_INVAL;
   }
   if (spec->n_merges < 0 || (spec->n_merges > 0 && !spec->merges)) {
-    weir__set_err(err, errlen, "bad merges");
+    weir_set_err(err, errlen, "bad merges");
     return WEIR_E_INVAL;
   }
   const int32_t ids[4] = {spec->bos_id, spec->eos_id, spec->unk_id, spec->pad_id};
   static const char *const idnames[4] = {"bos", "eos", "unknown", "padding"};
   for (int i = 0; i < 4; i++)
     if (ids[i] < -1 || ids[i] >= spec->n_tokens) {
-      weir__set_err(err, errlen, "%s token id %d is outside the vocabulary of %d", idnames[i],
+      weir_set_err(err, errlen, "%s token id %d is outside the vocabulary of %d", idnames[i],
               (int)ids[i], (int)spec->n_tokens);
       return WEIR_E_INVAL;
     }
   if ((spec->add_bos && spec->bos_id < 0) || (spec->add_eos && spec->eos_id < 0)) {
     const char *which = spec->add_bos && spec->bos_id < 0 ? "bos" : "eos";
-    weir__set_err(err, errlen, "add_%s is set but there is no %s token", which, which);
+    weir_set_err(err, errlen, "add_%s is set but there is no %s token", which, which);
     return WEIR_E_INVAL;
   }
 
@@ -296,7 +296,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   t->add_space_prefix = spec->type == WEIR_TOKENIZER_LLAMA && spec->add_space_prefix;
   t->pre = spec->pre;
   if (t->pre != WEIR_PRE_GPT2 && t->pre != WEIR_PRE_LLAMA3 && t->pre != WEIR_PRE_QWEN2) {
-    weir__set_err(err, errlen, "unknown pre-tokenizer %d", (int)spec->pre);
+    weir_set_err(err, errlen, "unknown pre-tokenizer %d", (int)spec->pre);
     rc = WEIR_E_INVAL;
     goto fail;
   }
@@ -304,7 +304,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   size_t total = 0;
   for (int32_t i = 0; i < n; i++) {
     if (!spec->tokens[i].ptr && spec->tokens[i].len) {
-      weir__set_err(err, errlen, "token %d has no text", (int)i);
+      weir_set_err(err, errlen, "token %d has no text", (int)i);
       rc = WEIR_E_INVAL;
       goto fail;
     }
@@ -322,7 +322,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
     off += spec->tokens[i].len;
     int ty = spec->token_types ? spec->token_types[i] : WEIR_TOKEN_NORMAL;
     if (ty < WEIR_TOKEN_NORMAL || ty > WEIR_TOKEN_BYTE) {
-      weir__set_err(err, errlen, "token %d has unknown type %d", (int)i, ty);
+      weir_set_err(err, errlen, "token %d has unknown type %d", (int)i, ty);
       rc = WEIR_E_INVAL;
       goto fail;
     }
@@ -391,7 +391,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   return 0;
 
 fail:
-  if (rc == WEIR_E_NOMEM) weir__set_err(err, errlen, "out of memory building the tokenizer");
+  if (rc == WEIR_E_NOMEM) weir_set_err(err, errlen, "out of memory building the tokenizer");
   weir_tokenizer_free(t);
   return rc;
 }

@@ -167,11 +167,11 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
     const char *e = dlerror();
     struct stat st;
     if (stat(path, &st) != 0) {
-      weir__set_err(err, errlen, "%s: no such file; fix: check the path (or the name and the plugin "
+      weir_set_err(err, errlen, "%s: no such file; fix: check the path (or the name and the plugin "
              "directories)", path);
       return WEIR_E_NOTFOUND;
     }
-    weir__set_err(err, errlen, "%s: cannot be loaded: %s; expected a shared object for this machine "
+    weir_set_err(err, errlen, "%s: cannot be loaded: %s; expected a shared object for this machine "
            "with its libraries installed; fix: rebuild it, or install what `ldd %s` says is "
            "missing", path, e ? e : "unknown dlopen error", path);
     return WEIR_E_IO;
@@ -179,7 +179,7 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
   weir_plugin_entry_fn entry;
   *(void **)&entry = dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
   if (!entry) {
-    weir__set_err(err, errlen, "%s: no %s symbol: expected a weir plugin exporting it, found none; "
+    weir_set_err(err, errlen, "%s: no %s symbol: expected a weir plugin exporting it, found none; "
            "fix: define the descriptor with WEIR_PLUGIN_EXPORT(desc) (and build with the "
            "weir SDK)", path, WEIR_PLUGIN_ENTRY_SYMBOL);
     rc = WEIR_E_ABI;
@@ -187,7 +187,7 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
   }
   const weir_plugin_desc *d = entry();
   if (!d) {
-    weir__set_err(err, errlen, "%s: %s returned NULL, expected a descriptor; fix: return the "
+    weir_set_err(err, errlen, "%s: %s returned NULL, expected a descriptor; fix: return the "
            "address of a static const weir_plugin_desc", path, WEIR_PLUGIN_ENTRY_SYMBOL);
     rc = WEIR_E_ABI;
     goto close;
@@ -196,7 +196,7 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
    * knowing the plugin's struct holds it. A plugin built against an older minor has a
    * smaller descriptor: it is read through a host-sized copy whose newer fields are 0. */
   if (!WEIR_HAS_FIELD(d, weir_plugin_desc, ops)) {
-    weir__set_err(err, errlen, "%s: descriptor struct_size is %u bytes, expected at least %zu (ABI "
+    weir_set_err(err, errlen, "%s: descriptor struct_size is %u bytes, expected at least %zu (ABI "
            "%d.0); %s", path, (unsigned)d->struct_size, (size_t)WEIR_PLUGIN_DESC_SIZE_1_0,
            WEIR_ABI_MAJOR, k_rebuild);
     rc = WEIR_E_ABI;
@@ -208,14 +208,14 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
   copy.struct_size = d->struct_size;
   d = &copy;
   if (d->abi_major != WEIR_ABI_MAJOR) {
-    weir__set_err(err, errlen, "%s: built for plugin ABI %u.%u, expected ABI %d.x (the major "
+    weir_set_err(err, errlen, "%s: built for plugin ABI %u.%u, expected ABI %d.x (the major "
            "version must match); %s", path, (unsigned)d->abi_major, (unsigned)d->abi_minor,
            WEIR_ABI_MAJOR, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
   if (d->abi_minor > WEIR_ABI_MINOR) {
-    weir__set_err(err, errlen, "%s: built for plugin ABI %u.%u, newer than this weir's %d.%d; "
+    weir_set_err(err, errlen, "%s: built for plugin ABI %u.%u, newer than this weir's %d.%d; "
            "fix: upgrade weir, or rebuild the plugin against this weir's SDK",
            path, (unsigned)d->abi_major, (unsigned)d->abi_minor, WEIR_ABI_MAJOR,
            WEIR_ABI_MINOR);
@@ -223,7 +223,7 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
     goto close;
   }
   if (!d->build_signature || strcmp(d->build_signature, WEIR_BUILD_SIGNATURE) != 0) {
-    weir__set_err(err, errlen, "%s: build signature \"%s\", expected \"%s\" (pointer size, byte "
+    weir_set_err(err, errlen, "%s: build signature \"%s\", expected \"%s\" (pointer size, byte "
            "order or SDK layout differ); %s with the same toolchain", path,
            d->build_signature ? d->build_signature : "(none)", WEIR_BUILD_SIGNATURE,
            k_rebuild);
@@ -231,20 +231,20 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
     goto close;
   }
   if (!valid_kind((int)d->kind)) {
-    weir__set_err(err, errlen, "%s: unknown plugin kind %d, expected 1..5 (device, attention, "
+    weir_set_err(err, errlen, "%s: unknown plugin kind %d, expected 1..5 (device, attention, "
            "quant, sampler, drafter); %s", path, (int)d->kind, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
   if (!d->name || !*d->name) {
-    weir__set_err(err, errlen, "%s: the descriptor has no name, expected one like \"my_sampler\"; "
+    weir_set_err(err, errlen, "%s: the descriptor has no name, expected one like \"my_sampler\"; "
            "fix: set weir_plugin_desc.name", path);
     rc = WEIR_E_ABI;
     goto close;
   }
   const char *missing = !d->init ? "init" : !d->fini ? "fini" : !d->ops ? "ops" : NULL;
   if (missing) {
-    weir__set_err(err, errlen, "%s: %s plugin '%s' has no %s callback, which is mandatory; fix: set "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' has no %s callback, which is mandatory; fix: set "
            "weir_plugin_desc.%s", path, weir_plugin_kind_name(d->kind), d->name, missing,
            missing);
     rc = WEIR_E_ABI;
@@ -259,12 +259,12 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
       memcpy(&fn, (const char *)d->ops + ops[i].off, sizeof fn);
     if (!fn) {
       if (ops_size < ops[i].off + sizeof(void *))
-        weir__set_err(err, errlen, "%s: %s plugin '%s': %s.struct_size is %u, too small to hold the "
+        weir_set_err(err, errlen, "%s: %s plugin '%s': %s.struct_size is %u, too small to hold the "
                "mandatory callback %s; fix: set struct_size = sizeof(%s)", path,
                weir_plugin_kind_name(d->kind), d->name, ops_type, (unsigned)ops_size,
                ops[i].name, ops_type);
       else
-        weir__set_err(err, errlen, "%s: %s plugin '%s': mandatory callback %s.%s is NULL, expected "
+        weir_set_err(err, errlen, "%s: %s plugin '%s': mandatory callback %s.%s is NULL, expected "
                "a function; fix: implement %s", path, weir_plugin_kind_name(d->kind), d->name,
                ops_type, ops[i].name, ops[i].name);
       rc = WEIR_E_ABI;
@@ -277,7 +277,7 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
   if (score) {
     s = score();
     if (s < 0) {
-      weir__set_err(err, errlen, "%s: %s plugin '%s' cannot run on this machine (%s returned %d, "
+      weir_set_err(err, errlen, "%s: %s plugin '%s' cannot run on this machine (%s returned %d, "
              "expected >= 0); fix: use a build of it for this machine (e.g. without the CPU "
              "features it needs)", path, weir_plugin_kind_name(d->kind), d->name,
              WEIR_PLUGIN_SCORE_SYMBOL, s);
@@ -427,7 +427,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     strs = calloc((size_t)n, sizeof *strs);
     if (!vals || !strs) {
       rc = WEIR_E_NOMEM;
-      weir__set_err(err, errlen, "%s: out of memory", path);
+      weir_set_err(err, errlen, "%s: out of memory", path);
       goto fail;
     }
   }
@@ -439,7 +439,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     if (o->type == WEIR_OPT_STRING || o->def_string) {
       if (!(strs[i] = strdup(o->def_string ? o->def_string : ""))) {
         rc = WEIR_E_NOMEM;
-        weir__set_err(err, errlen, "%s: out of memory", path);
+        weir_set_err(err, errlen, "%s: out of memory", path);
         goto fail;
       }
       vals[i].s = strs[i];
@@ -458,7 +458,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       for (int i = 0; i < n && off < sizeof keys; i++)
         off += (size_t)snprintf(keys + off, sizeof keys - off, "%s%s", i ? ", " : "",
                                 d->options[i].key);
-      weir__set_err(err, errlen, "%s.%s: unknown option of %s plugin '%s' (%s); it declares %s%s; "
+      weir_set_err(err, errlen, "%s.%s: unknown option of %s plugin '%s' (%s); it declares %s%s; "
              "fix: remove the key or correct its spelling (weir plugins --help %s)",
              sec, v->key, weir_plugin_kind_name(d->kind), d->name, path,
              n ? "these options: " : "no options", n ? keys : "", d->name);
@@ -478,7 +478,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       if (o->min < o->max && ((double)v->i < o->min || (double)v->i > o->max)) {
         fmt_num(lo, sizeof lo, o->min, o->type);
         fmt_num(hi, sizeof hi, o->max, o->type);
-        weir__set_err(err, errlen, "%s.%s: %" PRId64 " is out of range [%s, %s] (option of %s "
+        weir_set_err(err, errlen, "%s.%s: %" PRId64 " is out of range [%s, %s] (option of %s "
                "plugin '%s')", sec, v->key, v->i, lo, hi, weir_plugin_kind_name(d->kind),
                d->name);
         rc = WEIR_E_RANGE;
@@ -495,7 +495,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       if (o->min < o->max && (x < o->min || x > o->max || x != x)) {
         fmt_num(lo, sizeof lo, o->min, o->type);
         fmt_num(hi, sizeof hi, o->max, o->type);
-        weir__set_err(err, errlen, "%s.%s: %g is out of range [%s, %s] (option of %s plugin '%s')",
+        weir_set_err(err, errlen, "%s.%s: %g is out of range [%s, %s] (option of %s plugin '%s')",
                sec, v->key, x, lo, hi, weir_plugin_kind_name(d->kind), d->name);
         rc = WEIR_E_RANGE;
         goto fail;
@@ -510,7 +510,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
         if (!strcmp(o->choices[c], v->s)) ok = 1;
       if (!ok) {
         choices_str(o->choices, range, sizeof range);
-        weir__set_err(err, errlen, "%s.%s: \"%s\" is not one of %s (option of %s plugin '%s')", sec,
+        weir_set_err(err, errlen, "%s.%s: \"%s\" is not one of %s (option of %s plugin '%s')", sec,
                v->key, v->s, range, weir_plugin_kind_name(d->kind), d->name);
         rc = WEIR_E_INVAL;
         goto fail;
@@ -518,7 +518,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       char *s = strdup(v->s);
       if (!s) {
         rc = WEIR_E_NOMEM;
-        weir__set_err(err, errlen, "%s: out of memory", path);
+        weir_set_err(err, errlen, "%s: out of memory", path);
         goto fail;
       }
       free(strs[idx]);
@@ -527,7 +527,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       break;
     }
     default:
-      weir__set_err(err, errlen, "%s: option '%s' of plugin '%s' declares unknown type %d; %s", path,
+      weir_set_err(err, errlen, "%s: option '%s' of plugin '%s' declares unknown type %d; %s", path,
              o->key, d->name, (int)o->type, k_rebuild);
       rc = WEIR_E_ABI;
       goto fail;
@@ -535,7 +535,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     r->is_set = 1;
     continue;
   wrong_type:
-    weir__set_err(err, errlen, "%s.%s: expected %s, found %s (option of %s plugin '%s')", sec, v->key,
+    weir_set_err(err, errlen, "%s.%s: expected %s, found %s (option of %s plugin '%s')", sec, v->key,
            o->type == WEIR_OPT_BOOL    ? "true or false"
            : o->type == WEIR_OPT_INT   ? "an integer"
            : o->type == WEIR_OPT_FLOAT ? "a number"
@@ -612,7 +612,7 @@ static int find_candidates(const weir_plugin_request *req, const char *base, can
         if (!strcmp(c[k].file, e->d_name)) dup = k;
       if (dup >= 0) {
         if (strcmp(c[dup].real, real) != 0) {
-          weir__set_err(err, errlen, "%s plugin '%s' is provided twice: %s and %s (both named %s "
+          weir_set_err(err, errlen, "%s plugin '%s' is provided twice: %s and %s (both named %s "
                         "in the search path); expected exactly one; fix: remove one of them, or "
                         "choose one with %s.path", weir_plugin_kind_name(req->kind), req->name,
                         c[dup].path, path, e->d_name,
@@ -624,7 +624,7 @@ static int find_candidates(const weir_plugin_request *req, const char *base, can
       candidate *nc = realloc(c, sizeof *c * (size_t)(n + 1));
       if (!nc || !(nc[n].path = strdup(path))) {
         c = nc ? nc : c;
-        weir__set_err(err, errlen, "out of memory");
+        weir_set_err(err, errlen, "out of memory");
         rc = WEIR_E_NOMEM;
         break;
       }
@@ -673,7 +673,7 @@ static int pick_variant(const weir_plugin_request *req, candidate *c, int n, cha
     }
   }
   if (best < 0) {
-    weir__set_err(err, errlen, "no variant of %s plugin '%s' can be used here (%d found); the "
+    weir_set_err(err, errlen, "no variant of %s plugin '%s' can be used here (%d found); the "
                   "first: %s", weir_plugin_kind_name(req->kind), req->name, n, first_err);
     return rc;
   }
@@ -708,7 +708,7 @@ static int find_file(const weir_plugin_request *req, char **out, char *err, size
   }
   char dirs[1024];
   dirs_str(req->dirs, dirs, sizeof dirs);
-  weir__set_err(err, errlen, "no %s plugin '%s': looked for %s.so%s%s%s in %s; fix: check the "
+  weir_set_err(err, errlen, "no %s plugin '%s': looked for %s.so%s%s%s in %s; fix: check the "
          "name (`weir plugins` lists what is installed), or add its directory with "
          "plugins.dirs, --plugin-dir or WEIR_PLUGIN_PATH", kind, req->name, names[0],
          num_names > 1 ? " and " : "", num_names > 1 ? names[1] : "", num_names > 1 ? ".so" : "",
@@ -728,7 +728,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   *out = NULL;
   if (req->path && *req->path) {
     if (!(path = strdup(req->path))) {
-      weir__set_err(err, errlen, "out of memory");
+      weir_set_err(err, errlen, "out of memory");
       return WEIR_E_NOMEM;
     }
   } else if ((rc = find_file(req, &path, err, errlen)) != WEIR_OK) {
@@ -736,7 +736,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   }
   if (!(p = calloc(1, sizeof *p))) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     goto free_path;
   }
   p->path = path;
@@ -746,7 +746,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   p->desc = &p->desc_copy;
   const weir_plugin_desc *d = p->desc;
   if (d->kind != req->kind) {
-    weir__set_err(err, errlen, "%s: declares a %s plugin ('%s'), expected a %s plugin for %s; fix: "
+    weir_set_err(err, errlen, "%s: declares a %s plugin ('%s'), expected a %s plugin for %s; fix: "
            "select it in [%s] instead, or point %s.path at a %s plugin", p->path,
            weir_plugin_kind_name(d->kind), d->name, kind, sec,
            weir_plugin_kind_name(d->kind), sec, kind);
@@ -754,7 +754,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
     goto close;
   }
   if (!(req->path && *req->path) && req->name && strcmp(d->name, req->name) != 0) {
-    weir__set_err(err, errlen, "%s: declares the name '%s', expected '%s' (its file name); fix: "
+    weir_set_err(err, errlen, "%s: declares the name '%s', expected '%s' (its file name); fix: "
            "rename the file weir_%s_%s.so or the plugin", p->path, d->name, req->name, kind,
            d->name);
     rc = WEIR_E_INVAL;
@@ -763,7 +763,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   /* An option named like one of the core's keys of its table could never be set. */
   for (int i = 0; d->options && i < d->num_options; i++) {
     if (d->options[i].key && is_core_key(kind, d->options[i].key)) {
-      weir__set_err(err, errlen, "%s: %s plugin '%s' declares an option '%s', which is a key weir "
+      weir_set_err(err, errlen, "%s: %s plugin '%s' declares an option '%s', which is a key weir "
              "itself reads in [%s]; expected option keys other than the core's; fix: rename "
              "the option", p->path, kind, d->name, d->options[i].key, kind);
       rc = WEIR_E_ABI;
@@ -774,7 +774,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (dev && !(d->devices & dev)) {
     char have[64];
     weir_plugin_devices_str(d->devices, have, sizeof have);
-    weir__set_err(err, errlen, "%s: %s plugin '%s' runs on %s, expected %s (device.name = \"%s\"); "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' runs on %s, expected %s (device.name = \"%s\"); "
            "fix: choose a %s plugin built for %s, or set device.name to a device it supports",
            p->path, kind, d->name, have, req->device_name, req->device_name, kind,
            req->device_name);
@@ -784,7 +784,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (req->check_dtype && !(d->dtypes & WEIR_DTYPE_BIT(req->dtype))) {
     char have[256];
     weir_plugin_dtypes_str(d->dtypes, have, sizeof have);
-    weir__set_err(err, errlen, "%s: %s plugin '%s' supports KV dtypes %s, expected %s (%s.kv_dtype); "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' supports KV dtypes %s, expected %s (%s.kv_dtype); "
            "fix: set %s.kv_dtype to one of %s, or choose another backend", p->path, kind,
            d->name, have, dtype_label(req->dtype), sec, sec, have);
     rc = WEIR_E_NOTSUP;
@@ -795,7 +795,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (rc != WEIR_OK) goto close;
   if (!(p->ops_copy = copy_ops(d->kind, d->ops))) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "%s: out of memory", p->path);
+    weir_set_err(err, errlen, "%s: out of memory", p->path);
     goto close;
   }
   p->ops = p->ops_copy;
@@ -807,7 +807,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
                                      req->pool);
   if (!p->host) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "%s: out of memory", p->path);
+    weir_set_err(err, errlen, "%s: out of memory", p->path);
     goto close;
   }
   weir_plugin_args args = {.struct_size = sizeof args,
@@ -817,7 +817,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   void *self = NULL;
   rc = d->init(&p->host->host, &args, &self);
   if (rc != WEIR_OK) {
-    weir__set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
            "expected 0; fix: see the plugin's own log line above for the cause", p->path,
            kind, d->name, rc, weir_strerror(rc));
     rc = WEIR_E_PLUGIN;
@@ -876,11 +876,11 @@ static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_s
   memset(&s, 0, sizeof s);
   memset(out, 0, sizeof *out);
   if ((rc = weir_plugin_dirs_get(cfg, &dirs)) != WEIR_OK) {
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     return rc;
   }
   if ((rc = weir_threadpool_create(cfg->threads, &s.pool)) != WEIR_OK) {
-    weir__set_err(err, errlen, "cannot start the CPU thread pool (device.threads = %d): %s",
+    weir_set_err(err, errlen, "cannot start the CPU thread pool (device.threads = %d): %s",
            cfg->threads, weir_strerror(rc));
     goto free_dirs;
   }

@@ -66,10 +66,10 @@ static int check_long(weir_opt *o, const char *a) {
                               o->longopts[i].name);
     }
   if (nc)
-    weir__set_err(o->err, sizeof o->err, "%s: unknown option '--%.*s' (did you mean %s? "
+    weir_set_err(o->err, sizeof o->err, "%s: unknown option '--%.*s' (did you mean %s? "
                   "options are not abbreviated)", o->prog, (int)len, name, cands);
   else
-    weir__set_err(o->err, sizeof o->err, "%s: unknown option '--%.*s' (see %s --help)",
+    weir_set_err(o->err, sizeof o->err, "%s: unknown option '--%.*s' (see %s --help)",
                   o->prog, (int)len, name, o->prog);
   return -1;
 }
@@ -104,15 +104,15 @@ int weir_opt_next(weir_opt *o) {
     o->arg = optarg;
     return c;
   case ':':
-    weir__set_err(o->err, sizeof o->err, "%s: %s needs a value", o->prog,
+    weir_set_err(o->err, sizeof o->err, "%s: %s needs a value", o->prog,
                   a && a[0] == '-' && a[1] == '-' ? a : shortname);
     return WEIR_OPT_ERROR;
   case '?':
     if (a && a[0] == '-' && a[1] == '-')
-      weir__set_err(o->err, sizeof o->err, "%s: option '%.*s' takes no value", o->prog,
+      weir_set_err(o->err, sizeof o->err, "%s: option '%.*s' takes no value", o->prog,
                     (int)strcspn(a, "="), a);
     else
-      weir__set_err(o->err, sizeof o->err, "%s: unknown option '%s' (see %s --help)", o->prog,
+      weir_set_err(o->err, sizeof o->err, "%s: unknown option '%s' (see %s --help)", o->prog,
                     shortname, o->prog);
     return WEIR_OPT_ERROR;
   default:
@@ -127,7 +127,7 @@ int weir_opt_int(weir_opt *o, int64_t lo, int64_t hi, int64_t *out) {
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (!*s || *end || errno || v < lo || v > hi) {
-    weir__set_err(o->err, sizeof o->err, "%s: %s: '%s' is not an integer in [%lld, %lld]",
+    weir_set_err(o->err, sizeof o->err, "%s: %s: '%s' is not an integer in [%lld, %lld]",
                   o->prog, o->name ? o->name : "option", s, (long long)lo, (long long)hi);
     return -1;
   }
@@ -141,7 +141,7 @@ int weir_opt_double(weir_opt *o, double lo, double hi, double *out) {
   errno = 0;
   double v = strtod(s, &end);
   if (!*s || *end || errno || !isfinite(v) || v < lo || v > hi) {
-    weir__set_err(o->err, sizeof o->err, "%s: %s: '%s' is not a number in [%g, %g]", o->prog,
+    weir_set_err(o->err, sizeof o->err, "%s: %s: '%s' is not a number in [%g, %g]", o->prog,
                   o->name ? o->name : "option", s, lo, hi);
     return -1;
   }
