@@ -28,7 +28,7 @@ struct weir_gguf_writer {
   size_t n_keys_cap;
   wtensor *tensors;
   int64_t n_tensors, cap_tensors;
-  uint32_t alignment, version;
+  uint32_t alignment;
   /* streaming state */
   FILE *f;
   char *path;
@@ -44,7 +44,6 @@ int weir_gguf_writer_new(weir_gguf_writer **out) {
   *out = calloc(1, sizeof **out);
   if (!*out) return WEIR_E_NOMEM;
   (*out)->alignment = WEIR_GGUF_DEFAULT_ALIGNMENT;
-  (*out)->version = 3;
   return 0;
 }
 
@@ -60,7 +59,6 @@ void weir_gguf_writer_free(weir_gguf_writer *w) {
   free(w);
 }
 
-void weir_gguf_writer_set_version(weir_gguf_writer *w, uint32_t version) { w->version = version; }
 
 static int meta_put(weir_gguf_writer *w, const void *p, size_t n) {
   if (w->meta_len + n > w->meta_cap) {
@@ -289,7 +287,7 @@ int weir_gguf_writer_begin(weir_gguf_writer *w, const char *path, char *err, siz
   setvbuf(w->f, NULL, _IOFBF, 1 << 20);
   w->pos = 0;
   w->failed = 0;
-  uint32_t hdr32[2] = {WEIR_GGUF_MAGIC, w->version};
+  uint32_t hdr32[2] = {WEIR_GGUF_MAGIC, 3}; /* GGUF v3 */
   uint64_t hdr64[2] = {(uint64_t)w->n_tensors, w->n_kv};
   if ((rc = fwrite_all(w, hdr32, sizeof hdr32)) || (rc = fwrite_all(w, hdr64, sizeof hdr64)) ||
       (rc = fwrite_all(w, w->meta, w->meta_len)))
