@@ -97,6 +97,35 @@ static uint64_t mix3(uint64_t a, uint64_t b, uint64_t c) {
   return weir_rng_splitmix64(&x);
 }
 
+static int append_words(weir_bench_rng *r, int n, char **buf, size_t *len, size_t *cap);
+
+/* Words for `tokens` tokens at the measured tokens per word (1 when not measured). */
+static int words_for(const weir_bench_workload *w, int tokens) {
+  if (tokens <= 0) return 0;
+  double tpw = w->tokens_per_word > 0 ? w->tokens_per_word : 1.0;
+  long n = lround((double)tokens / tpw);
+  return n < 1 ? 1 : (int)n;
+}
+
+/* Later rounds' seeds keep 53 bits, so each one is a valid --seed (and exact in JSON) that
+ * reruns that round alone. */
+uint64_t weir__bench_round_seed(uint64_t seed, int round) {
+  if (round <= 0) return seed;
+  return mix3(seed, 0x726f756e64ULL /* "round" */, (uint64_t)round) & ((UINT64_C(1) << 53) - 1);
+}
+
+char *weir__bench_words(uint64_t seed, int n) {
+  weir_bench_rng r;
+  weir__bench_rng_seed(&r, mix3(seed, 11, 0));
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  if (append_words(&r, n, &buf, &len, &cap) != WEIR_OK) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
 static int spread_len(weir_bench_rng *r, int mean, double range) {
   if (range <= 0) return mean;
   int lo = (int)floor(mean * (1.0 - range)), hi = (int)ceil(mean * (1.0 + range));
@@ -154,6 +183,8 @@ int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t in
   }
   int in_len = spread_len(&r, w->input_len, w->input_range);
   out->max_tokens = spread_len(&r, w->output_len, w->output_range);
+  /* Text prompts: as many words as make the wanted tokens on the target's tokenizer. */
+  const int in_words = words_for(w, in_len), prefix_words = words_for(w, w->prefix_len);
   if (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX) {
     /* Prefixes interleave (request i uses prefix i mod N) so every prefix is reused while
      * its blocks are still hot; the prefix text depends only on (seed, prefix number). */
@@ -167,14 +198,14 @@ int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t in
         goto fail;
       if ((rc = append_ids(w, &r, in_len, &out->prompt_ids, &out->num_prompt_ids))) goto fail;
     } else {
-      if ((rc = append_words(&pr, w->prefix_len, &out->prompt_text, &len, &cap))) goto fail;
-      if ((rc = append_words(&r, in_len, &out->prompt_text, &len, &cap))) goto fail;
+      if ((rc = append_words(&pr, prefix_words, &out->prompt_text, &len, &cap))) goto fail;
+      if ((rc = append_words(&r, in_words, &out->prompt_text, &len, &cap))) goto fail;
     }
     out->expected_input = w->prefix_len + in_len;
   } else {
     if (w->prompt_tokens) {
       if ((rc = append_ids(w, &r, in_len, &out->prompt_ids, &out->num_prompt_ids))) goto fail;
-    } else if ((rc = append_words(&r, in_len, &out->prompt_text, &len, &cap))) {
+    } else if ((rc = append_words(&r, in_words, &out->prompt_text, &len, &cap))) {
       goto fail;
     }
     out->expected_input = in_len;

@@ -210,7 +210,7 @@ static int start_server(const char *config, char **extra, int num_extra, const c
   for (;;) {
     int status = 0, wst;
     char *body = NULL;
-    if (weir__bench_http_get("127.0.0.1", s->port, "/health", NULL, 1000, &status, &body) == WEIR_OK &&
+    if (weir__bench_http("127.0.0.1", s->port, "GET", "/health", NULL, NULL, 1000, &status, &body) == WEIR_OK &&
         status == 200) {
       free(body);
       return WEIR_OK;
@@ -240,7 +240,7 @@ static int start_server(const char *config, char **extra, int num_extra, const c
 static char *discover_model(const weir_bench_target *t) {
   int status = 0;
   char *body = NULL, *id = NULL;
-  if (weir__bench_http_get(t->host, t->port, "/v1/models", t->api_key, 5000, &status, &body) != WEIR_OK)
+  if (weir__bench_http(t->host, t->port, "GET", "/v1/models", NULL, t->api_key, 5000, &status, &body) != WEIR_OK)
     return NULL;
   if (status == 200) {
     cJSON *o = cJSON_Parse(body);
@@ -540,10 +540,22 @@ int weir__cmd_bench(int argc, char **argv) {
         }
       }
       if (!t->model) t->model = discover_model(t);
+      /* --input-len counts tokens of the target's own tokenizer: text prompts are sized with
+       * its measured tokens per word (once per target). */
+      if (!w.prompt_tokens && w.dataset != WEIR_BENCH_DS_JSONL && !t->calibration[0]) {
+        weir__bench_calibrate(t);
+        if (!o.quiet) fprintf(stderr, "weir bench: %s: %s\n", t->label, t->calibration);
+      }
+      /* Every round its own seed (the same for A and B): no round replays another's prompts,
+       * which a prefix cache would answer from memory. */
+      weir_bench_workload wr = w;
+      wr.seed = weir__bench_round_seed(w.seed, round);
+      wr.tokens_per_word = t->tokens_per_word;
       char label[96];
       snprintf(label, sizeof label, "%s round %d/%d", t->label, round + 1, o.rounds);
       weir_bench_run *run = calloc(1, sizeof *run);
-      int rc = run ? weir__bench_run(t, &w, &load, label, run) : WEIR_E_NOMEM;
+      int rc = run ? weir__bench_run(t, &wr, &load, label, run) : WEIR_E_NOMEM;
+      if (run) run->seed = wr.seed;
       if (t->config) stop_server(&srv);
       if (rc) {
         fprintf(stderr, "weir bench: %s: the run could not start: %s\n", t->label, weir_strerror(rc));
