@@ -146,19 +146,33 @@ unsigned weir_config_device_kind(const char *name) {
 
 /* ---- defaults and lifetime -------------------------------------------------------------- */
 
-static void free_aliases(weir_config *c) {
-  for (int i = 0; i < c->num_served_model_aliases; i++) free(c->served_model_aliases[i]);
-  free(c->served_model_aliases);
-  c->served_model_aliases = NULL;
-  c->num_served_model_aliases = 0;
+/* String lists (plugins.dirs, the served-name aliases): freed and copied whole. */
+static void free_list(char ***v, int *n) {
+  for (int i = 0; i < *n; i++) free((*v)[i]);
+  free(*v);
+  *v = NULL;
+  *n = 0;
 }
 
-static void free_dirs(weir_config *c) {
-  for (int i = 0; i < c->num_plugin_dirs; i++) free(c->plugin_dirs[i]);
-  free(c->plugin_dirs);
-  c->plugin_dirs = NULL;
-  c->num_plugin_dirs = 0;
+/* Copies n strings into *dst (counted in *ndst as they are made); 1 on allocation failure,
+ * with what was made still counted so that it is freed with the rest. */
+static int clone_list(char ***dst, int *ndst, char *const *src, int n) {
+  *dst = NULL;
+  *ndst = 0;
+  if (!n) return 0;
+  if (!(*dst = calloc((size_t)n, sizeof(char *)))) return 1;
+  for (int i = 0; i < n; i++) {
+    if (!((*dst)[i] = strdup(src[i]))) return 1;
+    *ndst = i + 1;
+  }
+  return 0;
 }
+
+static void free_aliases(weir_config *c) {
+  free_list(&c->served_model_aliases, &c->num_served_model_aliases);
+}
+
+static void free_dirs(weir_config *c) { free_list(&c->plugin_dirs, &c->num_plugin_dirs); }
 
 void weir_config_free(weir_config *c) {
   if (!c) return;
@@ -260,26 +274,10 @@ static int config_clone(const weir_config *src, weir_config *dst) {
     bad |= dup_opt(&ds[i]->name, ss[i]->name);
     bad |= dup_opt(&ds[i]->path, ss[i]->path);
   }
-  dst->served_model_aliases = NULL;
-  dst->num_served_model_aliases = 0;
-  if (src->num_served_model_aliases) {
-    dst->served_model_aliases = calloc((size_t)src->num_served_model_aliases, sizeof(char *));
-    if (!dst->served_model_aliases) bad = 1;
-    for (int i = 0; dst->served_model_aliases && i < src->num_served_model_aliases; i++) {
-      bad |= dup_opt(&dst->served_model_aliases[i], src->served_model_aliases[i]);
-      dst->num_served_model_aliases = i + 1;
-    }
-  }
-  dst->plugin_dirs = NULL;
-  dst->num_plugin_dirs = 0;
-  if (src->num_plugin_dirs) {
-    dst->plugin_dirs = calloc((size_t)src->num_plugin_dirs, sizeof(char *));
-    if (!dst->plugin_dirs) bad = 1;
-    for (int i = 0; dst->plugin_dirs && i < src->num_plugin_dirs; i++) {
-      bad |= dup_opt(&dst->plugin_dirs[i], src->plugin_dirs[i]);
-      dst->num_plugin_dirs = i + 1;
-    }
-  }
+  bad |= clone_list(&dst->served_model_aliases, &dst->num_served_model_aliases,
+                    src->served_model_aliases, src->num_served_model_aliases);
+  bad |= clone_list(&dst->plugin_dirs, &dst->num_plugin_dirs, src->plugin_dirs,
+                    src->num_plugin_dirs);
   dst->toml = src->toml ? weir_toml_clone(src->toml) : weir_toml_new_table();
   if (!dst->toml) bad = 1;
   resolve_tables(dst);

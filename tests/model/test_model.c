@@ -413,22 +413,32 @@ static void wait_done(collect *c) {
   pthread_mutex_unlock(&c->lock);
 }
 
+/* A configuration for an engine over `model` with the built plugins and a `mem`-byte KV cache.
+ * plugins.dirs points at a static array: call engine_config_done before weir_config_free. */
+static void engine_config(weir_config *cfg, const char *model, int64_t mem) {
+  static char *dirs[1] = {WT_PLUGIN_DIR};
+  free(cfg->model_path);
+  cfg->model_path = strdup(model);
+  cfg->plugin_dirs = dirs;
+  cfg->num_plugin_dirs = 1;
+  cfg->memory_bytes = mem;
+}
+
+static void engine_config_done(weir_config *cfg) {
+  cfg->plugin_dirs = NULL;
+  cfg->num_plugin_dirs = 0;
+  weir_config_free(cfg);
+}
+
 static void test_greedy_deterministic(void) {
   char *p = make_model("greedy", "--preset tiny --seed 61");
   int32_t runs[3][256], nrun[3];
   for (int run = 0; run < 3; run++) {
     weir_config cfg;
     weir_config_defaults(&cfg);
-    free(cfg.model_path);
-    cfg.model_path = strdup(p);
-    char *dirs[1] = {WT_PLUGIN_DIR};
-    cfg.plugin_dirs = dirs;
-    cfg.num_plugin_dirs = 1;
-    cfg.memory_bytes = 16 << 20;
+    engine_config(&cfg, p, 16 << 20);
     weir_engine *e = NULL;
     CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
-    cfg.plugin_dirs = NULL;
-    cfg.num_plugin_dirs = 0;
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = 3 + i * 7;
     weir_gen_request q = {.prompt = prompt,
@@ -465,7 +475,7 @@ static void test_greedy_deterministic(void) {
     weir_engine_stats_get(e, &st);
     WT_ASSERT_INT_EQ(st.kv_blocks_used, 0);
     weir_engine_destroy(e);
-    weir_config_free(&cfg);
+    engine_config_done(&cfg);
   }
   CU_ASSERT_EQUAL(nrun[0], nrun[1]);
   CU_ASSERT_EQUAL(memcmp(runs[0], runs[1], sizeof(int32_t) * (size_t)nrun[0]), 0);
@@ -480,12 +490,7 @@ static void run_engine(const char *model, int speculative, int32_t out[4][64],
                        weir_engine_stats *stats) {
   weir_config cfg;
   weir_config_defaults(&cfg);
-  free(cfg.model_path);
-  cfg.model_path = strdup(model);
-  char *dirs[1] = {WT_PLUGIN_DIR};
-  cfg.plugin_dirs = dirs;
-  cfg.num_plugin_dirs = 1;
-  cfg.memory_bytes = 16 << 20;
+  engine_config(&cfg, model, 16 << 20);
   if (speculative) {
     free(cfg.drafter.name);
     cfg.drafter.name = strdup("ngram");
@@ -493,8 +498,6 @@ static void run_engine(const char *model, int speculative, int32_t out[4][64],
   }
   weir_engine *e = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
-  cfg.plugin_dirs = NULL;
-  cfg.num_plugin_dirs = 0;
   collect c[4];
   int32_t prompts[4][24];
   for (int k = 0; k < 4; k++) {
@@ -516,7 +519,7 @@ static void run_engine(const char *model, int speculative, int32_t out[4][64],
   weir_engine_stats_get(e, stats);
   WT_ASSERT_INT_EQ(stats->kv_blocks_used, 0);
   weir_engine_destroy(e);
-  weir_config_free(&cfg);
+  engine_config_done(&cfg);
 }
 
 static void test_speculative_greedy_identical(void) {
@@ -592,18 +595,11 @@ static void test_generate_bad_model(void) {
 static void check_names(const char *model, const char *set, const char *const *want, int n) {
   weir_config cfg;
   weir_config_defaults(&cfg);
-  free(cfg.model_path);
-  cfg.model_path = strdup(model);
   char err[256] = "";
   if (set) WT_ASSERT_INT_EQ(weir_config_set(&cfg, "server.served_model_name", set, err, sizeof err), 0);
-  char *dirs[1] = {WT_PLUGIN_DIR};
-  cfg.plugin_dirs = dirs;
-  cfg.num_plugin_dirs = 1;
-  cfg.memory_bytes = 4 << 20;
+  engine_config(&cfg, model, 4 << 20);
   weir_engine *e = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
-  cfg.plugin_dirs = NULL;
-  cfg.num_plugin_dirs = 0;
   weir_engine_info info;
   weir_engine_info_get(e, &info);
   CU_ASSERT_STRING_EQUAL(info.model_name, want[0]);
@@ -618,7 +614,7 @@ static void check_names(const char *model, const char *set, const char *const *w
   free(label);
   free(page);
   weir_engine_destroy(e);
-  weir_config_free(&cfg);
+  engine_config_done(&cfg);
 }
 
 /* Model creation reports one unit for the embeddings and one per layer; the engine reports
@@ -642,12 +638,7 @@ static void test_load_progress(void) {
 
   weir_config cfg;
   weir_config_defaults(&cfg);
-  free(cfg.model_path);
-  cfg.model_path = strdup(p);
-  char *dirs[1] = {WT_PLUGIN_DIR};
-  cfg.plugin_dirs = dirs;
-  cfg.num_plugin_dirs = 1;
-  cfg.memory_bytes = 4 << 20;
+  engine_config(&cfg, p, 4 << 20);
   weir_progress load = {0};
   weir_engine_opts eo = {.load_progress = &load};
   weir_engine *e = NULL;
@@ -655,9 +646,7 @@ static void test_load_progress(void) {
   CU_ASSERT(!weir_progress_active(&load));
   WT_ASSERT_INT_EQ(atomic_load(&load.done), layers + 1);
   weir_engine_destroy(e);
-  cfg.plugin_dirs = NULL;
-  cfg.num_plugin_dirs = 0;
-  weir_config_free(&cfg);
+  engine_config_done(&cfg);
   free(p);
 }
 
