@@ -111,7 +111,7 @@ static int get_str(cursor *c, weir_gguf_str *s, const char *what) {
   return 0;
 }
 
-static size_t scalar_size(uint32_t t) {
+size_t weir_gguf_scalar_size(weir_gguf_type t) {
   switch (t) {
   case WEIR_GGUF_U8: case WEIR_GGUF_I8: case WEIR_GGUF_BOOL: return 1;
   case WEIR_GGUF_U16: case WEIR_GGUF_I16: return 2;
@@ -132,7 +132,7 @@ const char *weir_gguf_type_name(weir_gguf_type t) {
  * top-level string array are indexed into g->str_offs so element access is O(1). */
 static int parse_value(weir_gguf *g, cursor *c, uint32_t t, int depth, weir_gguf_arr *arr,
                        const char *key) {
-  size_t sz = scalar_size(t);
+  size_t sz = weir_gguf_scalar_size((weir_gguf_type)t);
   int rc;
   if (sz) {
     if ((rc = need(c, sz, key))) return rc;
@@ -155,7 +155,7 @@ static int parse_value(weir_gguf *g, cursor *c, uint32_t t, int depth, weir_gguf
   if (et >= WEIR_GGUF_TYPE_COUNT_)
     return cfail(c, "key '%s': unknown array element type %u", key, et);
   weir_gguf_arr a = {.elem_type = (weir_gguf_type)et, .n = n, .data = c->base + c->pos};
-  size_t esz = scalar_size(et);
+  size_t esz = weir_gguf_scalar_size((weir_gguf_type)et);
   if (esz) {
     if (n > remaining(c) / esz)
       return cfail(c, "key '%s': array of %llu %s elements does not fit in the file", key,
@@ -765,14 +765,14 @@ int weir_gguf_get_arr(const weir_gguf *g, const char *key, weir_gguf_arr *out) {
 }
 
 int weir_gguf_arr_i64(const weir_gguf_arr *a, uint64_t i, int64_t *out) {
-  size_t sz = scalar_size(a->elem_type);
+  size_t sz = weir_gguf_scalar_size(a->elem_type);
   if (i >= a->n) return WEIR_E_RANGE;
   if (!sz || a->elem_type == WEIR_GGUF_F32 || a->elem_type == WEIR_GGUF_F64)
     return WEIR_E_INVAL;
   return value_i64(a->elem_type, a->data + i * sz, out);
 }
 int weir_gguf_arr_f64(const weir_gguf_arr *a, uint64_t i, double *out) {
-  size_t sz = scalar_size(a->elem_type);
+  size_t sz = weir_gguf_scalar_size(a->elem_type);
   if (i >= a->n) return WEIR_E_RANGE;
   if (!sz || a->elem_type == WEIR_GGUF_BOOL) return WEIR_E_INVAL;
   return value_f64(a->elem_type, a->data + i * sz, out);
@@ -786,13 +786,13 @@ int weir_gguf_arr_f32(const weir_gguf_arr *a, uint64_t i, float *out) {
 
 /* Skips one already-validated value of type t at p; returns the byte after it. */
 static const uint8_t *skip_value(weir_gguf_type t, const uint8_t *p) {
-  size_t sz = scalar_size(t);
+  size_t sz = weir_gguf_scalar_size((weir_gguf_type)t);
   if (sz) return p + sz;
   if (t == WEIR_GGUF_STRING) return p + 8 + rd_u64(p);
   uint32_t et = rd_u32(p);
   uint64_t n = rd_u64(p + 4);
   p += 12;
-  size_t esz = scalar_size(et);
+  size_t esz = weir_gguf_scalar_size((weir_gguf_type)et);
   if (esz) return p + n * esz;
   for (uint64_t i = 0; i < n; i++) p = skip_value((weir_gguf_type)et, p);
   return p;

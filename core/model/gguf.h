@@ -59,6 +59,9 @@ typedef enum weir_gguf_type {
 
 /* "u8", "string", "array", ...; "?" for an unknown type. Static string. */
 const char *weir_gguf_type_name(weir_gguf_type t);
+/* Bytes of one value of a scalar metadata type (1, 2, 4 or 8); 0 for string, array and an
+ * unknown type. The reader's and the writer's one table. */
+size_t weir_gguf_scalar_size(weir_gguf_type t);
 
 typedef struct weir_gguf weir_gguf;
 

@@ -158,19 +158,9 @@ int weir_gguf_add_str(weir_gguf_writer *w, const char *key, const char *v) {
   return weir_gguf_add_strn(w, key, v, strlen(v));
 }
 
-static size_t elem_size(weir_gguf_type t) {
-  switch (t) {
-  case WEIR_GGUF_U8: case WEIR_GGUF_I8: case WEIR_GGUF_BOOL: return 1;
-  case WEIR_GGUF_U16: case WEIR_GGUF_I16: return 2;
-  case WEIR_GGUF_U32: case WEIR_GGUF_I32: case WEIR_GGUF_F32: return 4;
-  case WEIR_GGUF_U64: case WEIR_GGUF_I64: case WEIR_GGUF_F64: return 8;
-  default: return 0;
-  }
-}
-
 int weir_gguf_add_arr(weir_gguf_writer *w, const char *key, weir_gguf_type elem_type,
                       const void *elems, uint64_t n) {
-  size_t es = elem_size(elem_type);
+  size_t es = weir_gguf_scalar_size(elem_type);
   if (!es || (!elems && n)) return WEIR_E_INVAL;
   size_t mark = w ? w->meta_len : 0;
   int rc = kv_begin(w, key, WEIR_GGUF_ARRAY);
