@@ -342,6 +342,12 @@ static int32_t draw_from(const float *w, int32_t n, double u, int32_t fallback) 
   return last;
 }
 
+/* Row k of the suppression scratch: room for every end-of-generation token and the most stop
+ * token ids a request may give. */
+static int32_t *suppress_row(weir_engine *e, int32_t k) {
+  return e->suppress + (size_t)k * (size_t)(e->num_eog + WEIR_ENGINE_MAX_STOP_TOKEN_IDS);
+}
+
 /* The sampling row of request r as if `extra` more output tokens (accepted drafts) had been
  * appended; `sup` receives the tokens to suppress (EOS and stop ids before min_tokens). */
 static weir_sampling_row make_row(weir_engine *e, engine_req *r, int32_t extra, int32_t *sup) {
@@ -392,7 +398,7 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   int32_t *toks = e->dtokens; /* scratch: accepted drafts then the drawn token */
   memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
   for (int32_t j = 0; j < nr; j++)
-    e->rows[j] = make_row(e, r, j, e->suppress + (size_t)j * (size_t)(e->num_eog + 64));
+    e->rows[j] = make_row(e, r, j, suppress_row(e, j));
   int rc = e->sampler->probs(e->sampler_self, e->rows, nr, logits, e->vocab, e->probs);
   if (rc != WEIR_OK) {
     req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
@@ -524,7 +530,7 @@ static int run_step(weir_engine *e) {
     engine_req *r = it->seq->user;
     if (it->num_drafts == 0) {
       if (nrows == 0) seg_start = row;
-      e->rows[nrows] = make_row(e, r, 0, e->suppress + (size_t)nrows * (size_t)(e->num_eog + 64));
+      e->rows[nrows] = make_row(e, r, 0, suppress_row(e, nrows));
       e->row_req[nrows++] = r;
       row += 1;
       continue;
@@ -591,6 +597,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   if (!e || !q || !cb || q->num_prompt <= 0 || !q->prompt || q->max_tokens <= 0 ||
       q->num_stop_token_ids < 0 || q->num_stop < 0 || q->min_tokens < 0)
     return WEIR_E_INVAL;
+  if (q->num_stop_token_ids > WEIR_ENGINE_MAX_STOP_TOKEN_IDS) return WEIR_E_RANGE;
   for (int32_t i = 0; i < q->num_prompt; i++)
     if (q->prompt[i] < 0 || q->prompt[i] >= e->vocab) return WEIR_E_INVAL;
   if ((int64_t)q->num_prompt + q->max_tokens > e->ctx_len) return WEIR_E_RANGE;
@@ -618,7 +625,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
     r->stop_ids = malloc(sizeof(int32_t) * (size_t)q->num_stop_token_ids);
     if (!r->stop_ids) goto fail_req;
     memcpy(r->stop_ids, q->stop_token_ids, sizeof(int32_t) * (size_t)q->num_stop_token_ids);
-    r->num_stop_ids = q->num_stop_token_ids > 64 ? 64 : q->num_stop_token_ids;
+    r->num_stop_ids = q->num_stop_token_ids;
   }
   if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
   weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
@@ -792,7 +799,7 @@ static int alloc_scratch(weir_engine *e) {
   e->rows = calloc(R, sizeof *e->rows);
   e->results = calloc(R, sizeof *e->results);
   e->row_req = calloc(R, sizeof *e->row_req);
-  e->suppress = malloc(R * (size_t)(e->num_eog + 64) * 4);
+  e->suppress = malloc(R * (size_t)(e->num_eog + WEIR_ENGINE_MAX_STOP_TOKEN_IDS) * 4);
   if (e->drafter) {
     e->dseqs = calloc(S, sizeof *e->dseqs);
     e->dreqs = calloc(S, sizeof *e->dreqs);
@@ -898,8 +905,15 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     e->spec_k = cfg->num_speculative_tokens;
   }
 
-  e->max_seqs_step = cfg->max_num_seqs > 0 ? cfg->max_num_seqs : 64;
-  e->max_tokens_step = cfg->max_num_batched_tokens > 0 ? cfg->max_num_batched_tokens : 2048;
+  /* The configuration owns these defaults (weir_config_defaults) and their ranges. */
+  if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0) {
+    snprintf(err, sizeof err, "scheduler.max_num_seqs (%d) and max_num_batched_tokens (%d) "
+             "must be positive", cfg->max_num_seqs, cfg->max_num_batched_tokens);
+    rc = WEIR_E_INVAL;
+    goto fail;
+  }
+  e->max_seqs_step = cfg->max_num_seqs;
+  e->max_tokens_step = cfg->max_num_batched_tokens;
   if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
   e->max_rows = e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
   if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;

@@ -33,6 +33,9 @@ typedef enum weir_finish_reason {
 
 const char *weir_finish_reason_name(weir_finish_reason r); /* "stop", "length", "abort", ... */
 
+/* Most stop_token_ids one request may give (the API's limit too). */
+#define WEIR_ENGINE_MAX_STOP_TOKEN_IDS 256
+
 /* What a request asks for. Everything is copied by submit; the caller keeps ownership. */
 typedef struct weir_gen_request {
   const int32_t *prompt;        /* token ids, already tokenized (BOS included if wanted) */
@@ -43,7 +46,7 @@ typedef struct weir_gen_request {
   int32_t max_tokens;           /* > 0; the engine also stops at the context length */
   int32_t min_tokens;           /* EOS and stop tokens are suppressed until this many */
   int ignore_eos;
-  const int32_t *stop_token_ids;
+  const int32_t *stop_token_ids; /* at most WEIR_ENGINE_MAX_STOP_TOKEN_IDS */
   int32_t num_stop_token_ids;
   const char *const *stop;      /* stop strings; the text never includes them */
   int32_t num_stop;
@@ -137,8 +140,9 @@ struct weir_metrics *weir_engine_metrics(weir_engine *e);
 void weir_engine_destroy(weir_engine *e);
 
 /* Queues a request. Returns WEIR_E_BUSY when the waiting queue is full (HTTP 429),
- * WEIR_E_RANGE when prompt + max_tokens cannot fit the context (HTTP 400), WEIR_E_INVAL for
- * bad parameters. On success *id identifies it and cb will receive its events. */
+ * WEIR_E_RANGE when prompt + max_tokens cannot fit the context or there are more than
+ * WEIR_ENGINE_MAX_STOP_TOKEN_IDS stop token ids (HTTP 400), WEIR_E_INVAL for bad parameters.
+ * On success *id identifies it and cb will receive its events. */
 int weir_engine_submit(weir_engine *e, const weir_gen_request *req, weir_gen_event_cb cb,
                        void *user, uint64_t *id);
 /* Asks the engine to end a request; it frees its KV blocks in the next step and delivers the

@@ -590,6 +590,51 @@ static void test_generate_bad_model(void) {
   free(missing);
 }
 
+/* stop_token_ids: every id of the list counts, up to the engine's limit (it used to keep only the
+ * first 64), and a longer list is refused rather than cut. */
+static void test_stop_token_ids_limit(void) {
+  char *p = make_model("stopids", "--preset tiny --seed 13");
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  engine_config(&cfg, p, 4 << 20);
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  int32_t prompt[8] = {5, 9, 14, 20, 33, 41, 50, 61};
+  weir_gen_request q = {.prompt = prompt, .num_prompt = 8, .max_tokens = 12, .ignore_eos = 1,
+                        .has_seed = 1, .seed = 1};
+  q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                      .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+  collect free_run = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &free_run, NULL), 0);
+  wait_done(&free_run);
+  WT_ASSERT_INT_EQ(free_run.n, 12);
+  /* Stop on the first token of the greedy run that differs from the first one, named last in
+   * a list of 200 ids the run does not produce before it. */
+  int32_t at = 1;
+  while (at < free_run.n && free_run.tokens[at] == free_run.tokens[0]) at++;
+  CU_ASSERT_FATAL(at < free_run.n);
+  const int32_t target = free_run.tokens[at];
+  int32_t ids[WEIR_ENGINE_MAX_STOP_TOKEN_IDS + 1];
+  int32_t n = 0;
+  for (int32_t v = 0; n < 199; v++)
+    if (v != target && v != free_run.tokens[0]) ids[n++] = v;
+  ids[n++] = target;
+  q.stop_token_ids = ids;
+  q.num_stop_token_ids = n;
+  collect stopped = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &stopped, NULL), 0);
+  wait_done(&stopped);
+  WT_ASSERT_INT_EQ(stopped.finish, WEIR_FINISH_STOP);
+  WT_ASSERT_INT_EQ(stopped.n, at); /* the stop token itself is not output */
+  for (int32_t k = 0; k < WEIR_ENGINE_MAX_STOP_TOKEN_IDS + 1; k++) ids[k] = 1;
+  q.num_stop_token_ids = WEIR_ENGINE_MAX_STOP_TOKEN_IDS + 1;
+  collect none = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  WT_ASSERT_INT_EQ(weir_engine_submit(e, &q, on_event, &none, NULL), WEIR_E_RANGE);
+  weir_engine_destroy(e);
+  engine_config_done(&cfg);
+  free(p);
+}
+
 /* The served name: the configured name (and its aliases) when set, else the file's
  * general.name, else the file name; it labels every metric of the engine's registry. */
 static void check_names(const char *model, const char *set, const char *const *want, int n) {
@@ -676,6 +721,7 @@ int main(void) {
                                   {"generate_bad_model", test_generate_bad_model},
                                   {"served_model_name", test_served_model_name},
                                   {"load_progress", test_load_progress},
+                                  {"stop_token_ids_limit", test_stop_token_ids_limit},
                                   {NULL, NULL}};
   int rc = wt_run_suite("model", tests);
   wt_rmtree(g_dir);
