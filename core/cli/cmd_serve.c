@@ -17,7 +17,7 @@ static void usage(FILE *f) {
         "  MODEL.gguf, -m, --model PATH   the model (model.path)\n"
         "  --config FILE                  TOML configuration (etc/server.toml documents every key)\n"
         "  --set KEY=VALUE                override one key, e.g. --set server.port=9000\n"
-        "  --served-model-name NAME       the model's id (repeat to add aliases the API accepts)\n"
+        "  --served-model-name NAME       the model's id (repeat to add aliases)\n"
         "  --max-model-len N, -c, --ctx-size N   longest prompt + output (model.max_model_len)\n"
         "  --api-key K                    require 'Authorization: Bearer K' (also env WEIR_API_KEY)\n"
         "  --host H  --port N  --device NAME  --threads N  --attention NAME  --quant NAME\n"

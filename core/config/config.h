@@ -42,7 +42,7 @@ typedef struct weir_config {
   int port;                      /* 8000 */
   char *api_key;                 /* NULL = no auth; env WEIR_API_KEY overrides */
   char *served_model_name;       /* NULL = the GGUF file's general.name or file stem */
-  char **served_model_aliases;   /* further names the API accepts for the model (a list in
+  char **served_model_aliases;   /* further names of the model (a list in
                                     server.served_model_name, or repeated flags) */
   int num_served_model_aliases;
   int64_t max_body_bytes;        /* 1 MiB */
