@@ -62,7 +62,7 @@ struct weir_engine {
   weir_sched *sched;
   weir_metrics *metrics;
   int own_metrics;
-  weir_chat_template_id chat_tpl;
+  weir_chat_renderer *chat;
   char *model_name;   /* == model_names[0] */
   char **model_names; /* the served name, then the configured aliases */
   int32_t num_model_names;
@@ -705,17 +705,13 @@ int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len)
 
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
                             int add_generation_prompt, char **out) {
-  weir_tok_str bos = {"", 0}, eos = {"", 0};
-  int32_t b = weir_tokenizer_bos(e->tok), s = weir_tokenizer_eos(e->tok);
-  if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
-  if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
-  char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
-  int rc = WEIR_E_NOMEM;
-  if (bos_s && eos_s)
-    rc = weir_chat_render(e->chat_tpl, msgs, n, add_generation_prompt, bos_s, eos_s, out);
-  free(bos_s);
-  free(eos_s);
-  return rc;
+  weir_chat_request req = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = add_generation_prompt};
+  return weir_chat_renderer_render(e->chat, &req, out, NULL, 0);
+}
+
+int weir_engine_render_chat_ex(weir_engine *e, const weir_chat_request *req, char **out,
+                               char *err, size_t errlen) {
+  return weir_chat_renderer_render(e->chat, req, out, err, errlen);
 }
 
 void weir_engine_info_get(weir_engine *e, weir_engine_info *out) {
@@ -726,7 +722,7 @@ void weir_engine_info_get(weir_engine *e, weir_engine_info *out) {
   out->context_length = e->ctx_len;
   out->bos_id = weir_tokenizer_bos(e->tok);
   out->eos_id = weir_tokenizer_eos(e->tok);
-  out->chat_template_name = weir_chat_template_name(e->chat_tpl);
+  out->chat_template_name = weir_chat_renderer_name(e->chat);
 }
 
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out) {
@@ -824,6 +820,7 @@ static void engine_free(weir_engine *e) {
   if (e->own_metrics) weir_metrics_destroy(e->metrics);
   for (int32_t i = 0; i < e->num_model_names; i++) free(e->model_names[i]);
   free(e->model_names);
+  weir_chat_renderer_free(e->chat);
   free(e->eog_ids);
   free(e->a_ids);
   free(e->a_pos);
@@ -972,24 +969,26 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   rc = alloc_scratch(e);
   if (rc != WEIR_OK) goto fail;
 
-  /* The chat template: configured by name, else detected from the file, else ChatML. */
-  weir_gguf_str tpl = {0};
-  char *tpl_s = NULL;
-  if (weir_gguf_get_str(e->gguf, "tokenizer.chat_template", &tpl) == WEIR_OK)
-    tpl_s = strndup(tpl.ptr, (size_t)tpl.len);
-  if (cfg->chat_template && cfg->chat_template[0] && strcmp(cfg->chat_template, "auto") != 0) {
-    rc = weir_chat_template_by_name(cfg->chat_template, &e->chat_tpl);
-    if (rc != WEIR_OK)
-      snprintf(err, sizeof err, "model.chat_template: unknown template \"%s\"", cfg->chat_template);
-  } else if (weir_chat_template_detect(tpl_s, &e->chat_tpl) != WEIR_OK) {
-    weir_chat_template_by_name("chatml", &e->chat_tpl);
-    rc = WEIR_OK;
-    weir_log(WEIR_LOG_WARN, LOG_COMPONENT,
-             "no recognisable chat template in %s; using chatml (set model.chat_template)",
-             cfg->model_path);
+  /* The chat template: a configured built-in, else the model's own Jinja template, else
+   * the built-in detected from it (ChatML when none matches). */
+  {
+    weir_tok_str bos = {"", 0}, eos = {"", 0};
+    int32_t b = weir_tokenizer_bos(e->tok), s = weir_tokenizer_eos(e->tok);
+    if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
+    if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
+    char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
+    rc = bos_s && eos_s ? weir_chat_renderer_from_gguf(e->gguf, cfg->chat_template, bos_s, eos_s,
+                                                       &e->chat, err, sizeof err)
+                        : WEIR_E_NOMEM;
+    free(bos_s);
+    free(eos_s);
+    if (rc != WEIR_OK) goto fail;
+    if (weir_chat_renderer_note(e->chat)[0])
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, weir_chat_renderer_note(e->chat));
+    else if (err[0])
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, err);
+    err[0] = '\0';
   }
-  free(tpl_s);
-  if (rc != WEIR_OK) goto fail;
 
   e->max_waiting = cfg->max_waiting;
   e->default_timeout_ms = cfg->request_timeout_ms;

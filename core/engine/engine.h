@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/chat_template.h" /* weir_chat_message */
+#include "model/chat_template.h" /* weir_chat_message, weir_chat_request */
 #include "weir/sampler.h"
 
 struct weir_config;
@@ -96,7 +96,7 @@ typedef struct weir_engine_info {
   int32_t vocab_size;
   int32_t context_length;   /* max prompt + output tokens */
   int32_t bos_id, eos_id;   /* -1 when none */
-  const char *chat_template_name; /* "chatml", "llama3", ... */
+  const char *chat_template_name; /* "jinja" (the model's own), or "chatml", "llama3", ... */
 } weir_engine_info;
 
 typedef struct weir_engine_stats {
@@ -157,11 +157,15 @@ int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char *
 /* Piece text of one token for logprobs output (malloc'd). */
 int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len);
 
-/* Renders chat messages with the model's (or configured) template, ending with the
- * assistant's turn opener when add_generation_prompt. *out is malloc'd. weir_chat_message is
- * in model/chat_template.h. */
+/* Renders chat messages with the model's own template (or the configured built-in),
+ * ending with the assistant's turn opener when add_generation_prompt. *out is malloc'd.
+ * weir_chat_message and weir_chat_request are in model/chat_template.h. */
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
                             int add_generation_prompt, char **out);
+/* The same for a full request (OpenAI-style messages, tools, template arguments), with the
+ * reason in err when it fails: WEIR_E_INVAL carries the template's own message. */
+int weir_engine_render_chat_ex(weir_engine *e, const weir_chat_request *req, char **out,
+                               char *err, size_t errlen);
 
 void weir_engine_info_get(weir_engine *e, weir_engine_info *out);
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out);
