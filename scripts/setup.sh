@@ -9,7 +9,8 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   libuv1-dev node-llhttp libtomlplusplus-dev libcjson-dev libcunit1-dev
   clang libclang-rt-14-dev
-  python3 python3-numpy python3-jinja2 sentencepiece curl
+  python3 python3-numpy python3-jinja2 python3-yaml sentencepiece curl
+  nginx-light
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -20,6 +21,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # nginx is here only for tests/nginx, which runs its own nginx as the test user with a
+  # temporary prefix: when this script installed it, it leaves no system service behind.
+  if [[ " ${missing[*]} " == *" nginx-light "* ]] && command -v systemctl >/dev/null &&
+     systemctl is-enabled nginx >/dev/null 2>&1; then
+    $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
+  fi
 fi
 
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${WEIR_CMAKE_ARGS:-}

@@ -19,6 +19,7 @@
 
 #include "cli/cli.h"
 #include "config/config.h"
+#include "kv/kv_pool.h"
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
@@ -137,6 +138,7 @@ int weir__cmd_perplexity(int argc, char **argv) {
   weir_tokenizer *tok = NULL;
   weir_plugin_set plugins = {0};
   weir_llama *model = NULL;
+  weir_kv_pool *pool = NULL;
 
   if (weir_config_from_args(&argc, argv, &cfg, err, sizeof err) != 0) {
     fprintf(stderr, "weir perplexity: %s\n", err);
@@ -223,14 +225,32 @@ int weir__cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "weir perplexity: could not load the plugins the configuration names\n");
     goto out;
   }
+  /* The draft reads the same token ids, so it must share the vocabulary; both models keep
+   * their KV in one pool (a group each), as a drafter serving beside its target does. */
+  weir_llama_hparams dhp;
+  if (draft_path && (weir_gguf_open(draft_path, &dg, err, sizeof err) != 0 ||
+                     weir_gguf_llama_hparams(dg, &dhp, err, sizeof err) != 0 ||
+                     weir_gguf_llama_check(dg, &dhp, err, sizeof err) != 0)) {
+    fprintf(stderr, "weir perplexity: --draft: %s\n", err);
+    goto out;
+  }
+  weir_attn_shape shapes[2];
+  weir_llama_attn_shape(&hp, &shapes[0]);
+  if (dg) weir_llama_attn_shape(&dhp, &shapes[1]);
+  weir_kv_pool_params kp = {.block_size = block,
+                            .kv_dtype = cfg.kv_dtype,
+                            .num_blocks = (int64_t)batch * bps,
+                            .max_model_len = (int32_t)ctx,
+                            .groups = shapes,
+                            .num_groups = dg ? 2 : 1};
+  if (weir_kv_pool_create(&kp, plugins.device, plugins.attention, &pool, err, sizeof err) != 0) {
+    fprintf(stderr, "weir perplexity: %s\n", err);
+    goto out;
+  }
   weir_llama_opts mo = {.max_num_tokens = (int32_t)(batch * ctx),
                         .max_num_seqs = (int32_t)batch,
-                        .max_logit_rows = (int32_t)(batch * scored),
-                        .max_model_len = (int32_t)ctx,
-                        .block_size = block,
-                        .kv_dtype = cfg.kv_dtype,
-                        .num_blocks = (int64_t)batch * bps};
-  if (weir_llama_create(g, &plugins, &mo, &model, err, sizeof err) != 0) {
+                        .max_logit_rows = (int32_t)(batch * scored)};
+  if (weir_llama_create(g, &plugins, &mo, pool, 0, &model, err, sizeof err) != 0) {
     fprintf(stderr, "weir perplexity: %s\n", err);
     goto out;
   }
@@ -240,10 +260,8 @@ int weir__cmd_perplexity(int argc, char **argv) {
             weir_tokenizer_n_tokens(tok), n_vocab);
     goto out;
   }
-  if (draft_path) {
-    /* The draft reads the same token ids, so it must share the vocabulary. */
-    if (weir_gguf_open(draft_path, &dg, err, sizeof err) != 0 ||
-        weir_llama_create(dg, &plugins, &mo, &draft, err, sizeof err) != 0) {
+  if (dg) {
+    if (weir_llama_create(dg, &plugins, &mo, pool, 1, &draft, err, sizeof err) != 0) {
       fprintf(stderr, "weir perplexity: --draft: %s\n", err);
       goto out;
     }
@@ -382,6 +400,7 @@ int weir__cmd_perplexity(int argc, char **argv) {
 out:
   weir_llama_destroy(draft);
   weir_llama_destroy(model);
+  weir_kv_pool_destroy(pool);
   weir_gguf_close(dg);
   free(draft_logits);
   free(top);

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/opt.h"
 
 typedef struct command {
   const char *name;
@@ -25,7 +26,8 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
     fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
   fprintf(f, "  %-10s %s\n", "version", "print the version");
-  fprintf(f, "\n'weir <command> --help' describes a command's options.\n");
+  fprintf(f, "\n'weir <command> --help' describes a command's options; every command also\n"
+             "takes --version. Long options are written out in full (no abbreviations).\n");
 }
 
 int main(int argc, char **argv) {
@@ -35,7 +37,7 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
-    printf("weir %s\n", WEIR_VERSION);
+    weir_opt_print_version();
     return 0;
   }
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)

@@ -218,6 +218,10 @@ int parse_common(std::string_view text, const char *source, weir_toml_node **out
       std::snprintf(err, errlen, "%s:%u:%u: %.*s", source, (unsigned)e.source().begin.line,
                     (unsigned)e.source().begin.column, (int)e.description().size(),
                     e.description().data());
+      /* toml++ quotes the offending character as it is, which may be a line break or a
+       * control byte: the message stays one printable line. */
+      for (char *c = err; c && *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
       return WEIR_E_FORMAT;
     }
     weir_toml_node *root = convert(r.table());

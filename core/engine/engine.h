@@ -33,8 +33,8 @@ typedef enum weir_finish_reason {
 
 const char *weir_finish_reason_name(weir_finish_reason r); /* "stop", "length", "abort", ... */
 
-/* Most stop token ids one request may give (weir_engine_submit refuses more with
- * WEIR_E_INVAL; the HTTP API answers 400 beyond it). */
+/* Most stop token ids one request may give: the one limit, weir_engine_submit refuses more
+ * with WEIR_E_RANGE and the HTTP API answers 400 beyond it. */
 #define WEIR_MAX_STOP_TOKEN_IDS 64
 
 /* What a request asks for. Everything is copied by submit; the caller keeps ownership. */
@@ -87,7 +87,13 @@ typedef struct weir_gen_event {
 typedef void (*weir_gen_event_cb)(void *user, const weir_gen_event *ev);
 
 typedef struct weir_engine_info {
-  const char *model_name;   /* served name */
+  /* The served name: server.served_model_name, else the GGUF's general.name, else the model
+   * file's name without extension. Also the model_name label on every metric. */
+  const char *model_name;
+  /* Every name the API accepts in a request's `model`: model_name first, then the aliases
+   * server.served_model_name lists after it. Owned by the engine. */
+  const char *const *model_names;
+  int32_t num_model_names;
   int32_t vocab_size;
   int32_t context_length;   /* max prompt + output tokens */
   int32_t bos_id, eos_id;   /* -1 when none */
@@ -110,10 +116,23 @@ typedef struct weir_engine_stats {
 } weir_engine_stats;
 
 struct weir_metrics;
+struct weir_progress;
+
+typedef struct weir_engine_opts {
+  /* Where plugin metrics go (borrowed; must outlive the engine); NULL: a registry of the
+   * engine's own (weir_engine_metrics). The engine also labels it model_name. */
+  struct weir_metrics *metrics;
+  /* Optional (borrowed until create returns): the engine reports loading the model's weights
+   * in it, which any thread may read meanwhile (weir_progress_fraction: /health's "loading"
+   * percentage). NULL: the engine shows its progress with one of its own. */
+  struct weir_progress *load_progress;
+} weir_engine_opts;
+
 /* Loads the model and plugins named by the config and starts the engine thread. Logs and
- * returns a status on failure, having freed everything. Plugin-registered metrics go into
- * `metrics` (borrowed; must outlive the engine) or, with weir_engine_create, into a registry
- * of the engine's own (weir_engine_metrics). */
+ * returns a status on failure, having freed everything. opts may be NULL (all defaults). */
+int weir_engine_create_opts(const struct weir_config *cfg, const weir_engine_opts *opts,
+                            weir_engine **out);
+/* The same with opts {NULL, NULL} and {metrics, NULL}. */
 int weir_engine_create(const struct weir_config *cfg, weir_engine **out);
 int weir_engine_create_ex(const struct weir_config *cfg, struct weir_metrics *metrics,
                           weir_engine **out);
@@ -123,8 +142,9 @@ struct weir_metrics *weir_engine_metrics(weir_engine *e);
 void weir_engine_destroy(weir_engine *e);
 
 /* Queues a request. Returns WEIR_E_BUSY when the waiting queue is full (HTTP 429),
- * WEIR_E_RANGE when prompt + max_tokens cannot fit the context (HTTP 400), WEIR_E_INVAL for
- * bad parameters. On success *id identifies it and cb will receive its events. */
+ * WEIR_E_RANGE when prompt + max_tokens cannot fit the context or there are more than
+ * WEIR_MAX_STOP_TOKEN_IDS stop token ids (HTTP 400), WEIR_E_INVAL for bad parameters.
+ * On success *id identifies it and cb will receive its events. */
 int weir_engine_submit(weir_engine *e, const weir_gen_request *req, weir_gen_event_cb cb,
                        void *user, uint64_t *id);
 /* Asks the engine to end a request; it frees its KV blocks in the next step and delivers the

@@ -1,22 +1,33 @@
 /* The continuous-batching scheduler: which tokens of which sequences run in the next step.
  *
- * Pure logic over the KV cache manager (core/kv/kv_cache.h): no model, no device, no
- * threads. The engine owns the loop:
+ * Pure logic over the KV cache's bookkeeping (core/kv/kv_cache.h): no model, no device, no
+ * threads. The engine (core/engine/engine.c) drives it, one step at a time, making exactly
+ * these calls:
  *
- *   weir_sched_add(...)                     new requests (check weir_sched_num_waiting first
- *                                           to bound the queue)
- *   weir_sched_abort(...) / _finish(...)    ended requests: blocks are freed in the call
+ *   weir_sched_add(...)                     each admitted request (the engine bounds its own
+ *                                           backlog before submit)
  *   weir_sched_add_drafts(...)              speculative decoding only: draft tokens for the
  *                                           running sequences in decode (see below)
- *   weir_sched_step(s, &out)                plan the batch (may preempt; may fail sequences)
- *   out.copies                              execute with attention copy_blocks BEFORE the
+ *   weir_sched_step(s, &out)                plan the batch (may preempt; may fail sequences:
+ *                                           the engine ends each of out.failed with an error)
+ *   out.copies                              run by the KV pool (weir_kv_pool_copy) BEFORE the
  *                                           forward
  *   weir_sched_fill_batch(s, &out, &arrays) host arrays for weir_attn_batch + input ids
  *   forward; for each item with num_logits > 0: sample / verify, then
  *   weir_sched_commit(s, seq, accepted, sampled, n)
- *   stop conditions -> weir_sched_finish + weir_sched_seq_free
- *   on a failed forward: weir_sched_undo_step(s, &out), then finish the sequences with an
- *   error.
+ *   a request that ends (stop condition, length, abort, timeout, error):
+ *                                           weir_sched_seq_free, which finishes the sequence
+ *                                           and frees its blocks in the same call
+ *   on a failed forward: weir_sched_undo_step(s, &out), then the batch's requests end with an
+ *   error (weir_sched_seq_free).
+ *   weir_sched_stats_get                    for the engine's published counters.
+ *
+ * The rest of the interface is not on the engine's path today: weir_sched_finish (end a
+ * sequence but keep it readable), weir_sched_abort and weir_sched_find (by id),
+ * weir_sched_truncate (general rollback), weir_sched_num_waiting / _num_running, and
+ * weir_sched_fork (parallel sampling sharing the prompt's KV copy-on-write: the engine asks the
+ * HTTP layer's n > 1 as n requests sharing the prompt through the prefix cache instead). The
+ * tests drive the scheduler through all of it.
  *
  * Policy (docs/scheduler.md). Each step honours max_num_seqs (running sequences) and
  * max_num_batched_tokens (new tokens in the batch):
@@ -181,8 +192,7 @@ void weir_sched_destroy(weir_sched *s);
 
 /* Queues a new sequence (WAITING). WEIR_E_INVAL for a bad parameter, WEIR_E_NOSPACE when
  * num_prompt + 1 tokens would not fit even the whole empty pool, WEIR_E_EXISTS when id is
- * live, WEIR_E_NOMEM. The bounded queue is the engine's: compare weir_sched_num_waiting
- * with its limit before calling. */
+ * live, WEIR_E_NOMEM. The bounded queue is the engine's (it counts its backlog at submit). */
 int weir_sched_add(weir_sched *s, const weir_sched_seq_params *p, weir_sched_seq **out);
 
 int32_t weir_sched_num_waiting(const weir_sched *s);

@@ -89,8 +89,8 @@ static int fail(api_error *e, int status, const char *param, const char *code,
   vsnprintf(e->message, sizeof e->message, fmt, ap);
   va_end(ap);
   /* A cut name must not end in half a character. */
-  weir__utf8_trim(e->param);
-  weir__utf8_trim(e->message);
+  weir_utf8_trim(e->param);
+  weir_utf8_trim(e->message);
   return -1;
 }
 
@@ -289,7 +289,7 @@ static char *token_display(weir__http_server *s, int32_t id, size_t *raw_len, ch
     if (!t) return NULL;
   }
   if (raw_len) *raw_len = n;
-  if (weir__utf8_valid(t, n) && strlen(t) == n) {
+  if (weir_utf8_valid(t, n) && strlen(t) == n) {
     if (raw) *raw = NULL;
     return t;
   }
@@ -1321,7 +1321,7 @@ static int find_nul_string(const char *js, size_t n, json_path *where) {
           }
           /* Cut on a character boundary, not inside one. */
           key[o] = '\0';
-          weir__utf8_trim(key);
+          weir_utf8_trim(key);
           path_push_key(where, key, strlen(key));
         }
         found = 1;
@@ -1383,7 +1383,7 @@ static int find_duplicate_key(const cJSON *node, json_path *where) {
  * error message); then a string holding NUL and a duplicated key are refused with 400
  * naming where they are. */
 static cJSON *parse_body_object(weir__http_req *r, api_error *e) {
-  if (r->body.len && !weir__utf8_valid(r->body.p, r->body.len)) {
+  if (r->body.len && !weir_utf8_valid(r->body.p, r->body.len)) {
     weir__buf fixed = {0};
     if (weir__buf_append_utf8(&fixed, r->body.p, r->body.len), fixed.oom) {
       weir__buf_free(&fixed);

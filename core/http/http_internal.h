@@ -40,10 +40,10 @@ void weir__buf_free(weir__buf *b);
 void weir__buf_append_utf8(weir__buf *b, const char *s, size_t n);
 
 /* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
-int weir__utf8_valid(const char *s, size_t n);
+int weir_utf8_valid(const char *s, size_t n);
 /* Cuts an incomplete or invalid sequence at the end of a NUL-terminated string (what
  * snprintf leaves when it truncates in the middle of a character). */
-void weir__utf8_trim(char *s);
+void weir_utf8_trim(char *s);
 
 /* One parsed HTTP request, queued on its connection until its response is complete.
  * Requests of one connection are answered strictly in arrival order (pipelining). */

@@ -29,7 +29,7 @@
 #include <cjson/cJSON.h>
 
 #include "http/http_internal.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 #include "util/log.h"
 #include "weir/status.h"
 
@@ -145,7 +145,7 @@ void weir__buf_free(weir__buf *b) {
   memset(b, 0, sizeof *b);
 }
 
-int weir__utf8_valid(const char *s, size_t n) {
+int weir_utf8_valid(const char *s, size_t n) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0;
   while (i < n) {
@@ -153,7 +153,7 @@ int weir__utf8_valid(const char *s, size_t n) {
       i++;
       continue;
     }
-    int k = weir__utf8_scan(p + i, n - i);
+    int k = weir_utf8_scan(p + i, n - i);
     if (k <= 0) return 0;
     i += (size_t)k;
   }
@@ -162,13 +162,13 @@ int weir__utf8_valid(const char *s, size_t n) {
 
 void weir__buf_append_utf8(weir__buf *b, const char *s, size_t n) {
   if (b->oom) return;
-  if (weir__utf8_valid(s, n)) {
+  if (weir_utf8_valid(s, n)) {
     weir__buf_append(b, s, n);
     return;
   }
   char *out = NULL;
   size_t len = 0, cap = 0;
-  if (weir__utf8_sanitize((const unsigned char *)s, n, 1, &out, &len, &cap, NULL) != WEIR_OK) {
+  if (weir_utf8_sanitize((const unsigned char *)s, n, 1, &out, &len, &cap, NULL) != WEIR_OK) {
     b->oom = 1;
   } else {
     weir__buf_append(b, out, len);
@@ -176,14 +176,14 @@ void weir__buf_append_utf8(weir__buf *b, const char *s, size_t n) {
   free(out);
 }
 
-void weir__utf8_trim(char *s) {
+void weir_utf8_trim(char *s) {
   size_t n = strlen(s);
   /* Only the last (up to 3) bytes can be a cut sequence; anything else invalid is left to
    * the output check. */
   for (size_t back = 1; back <= 3 && back <= n; back++) {
     unsigned char c = (unsigned char)s[n - back];
     if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
-    if (c >= 0xC0 && weir__utf8_scan((const unsigned char *)s + n - back, back) <= 0)
+    if (c >= 0xC0 && weir_utf8_scan((const unsigned char *)s + n - back, back) <= 0)
       s[n - back] = '\0';
     return;
   }
@@ -217,7 +217,7 @@ void weir__http_path(const weir__http_req *r, char *out, size_t cap) {
   if (n >= cap) n = cap - 1;
   memcpy(out, u, n);
   out[n] = '\0';
-  weir__utf8_trim(out);
+  weir_utf8_trim(out);
 }
 
 /* ---- the idle list ---------------------------------------------------------------------- */
@@ -546,11 +546,11 @@ static int retry_after_s(const weir__http_server *s, int status) {
 static const char *utf8_checked(weir__http_server *s, const char *data, size_t *len,
                                 char **owned) {
   *owned = NULL;
-  if (!*len || weir__utf8_valid(data, *len)) return data;
+  if (!*len || weir_utf8_valid(data, *len)) return data;
   if (s->abort_on_invalid_utf8) abort();
   weir_log(WEIR_LOG_WARN, "http", "a response held invalid UTF-8; replaced by U+FFFD");
   size_t n = 0, cap = 0;
-  if (weir__utf8_sanitize((const unsigned char *)data, *len, 1, owned, &n, &cap, NULL)) {
+  if (weir_utf8_sanitize((const unsigned char *)data, *len, 1, owned, &n, &cap, NULL)) {
     free(*owned);
     *owned = NULL;
     *len = 0;
@@ -625,7 +625,7 @@ void weir__http_respond_error(weir__http_req *r, int status, const char *type,
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  weir__utf8_trim(msg);
+  weir_utf8_trim(msg);
   char *body = NULL;
   cJSON *root = cJSON_CreateObject();
   cJSON *err = cJSON_AddObjectToObject(root, "error");
@@ -816,7 +816,7 @@ static int on_message_complete(llhttp_t *p) {
   r->keep_alive = llhttp_should_keep_alive(p);
   r->arrival_ns = uv_hrtime();
   /* The path goes into messages and logs: invalid bytes become U+FFFD. */
-  if (r->url.len && !weir__utf8_valid(r->url.p, r->url.len)) {
+  if (r->url.len && !weir_utf8_valid(r->url.p, r->url.len)) {
     weir__buf fixed = {0};
     weir__buf_append_utf8(&fixed, r->url.p, r->url.len);
     if (!fixed.oom) {

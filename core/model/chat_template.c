@@ -4,6 +4,7 @@
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/jinja.h"
+#include "util/buf.h"
 #include "util/err.h"
 
 #include <cjson/cJSON.h>
@@ -50,32 +51,11 @@ int weir_chat_template_detect(const char *j, weir_chat_template_id *out) {
   return 0;
 }
 
-/* ---- a growable string ---- */
+/* ---- output: core/util's growable buffer ---- */
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf;
+typedef weir_buf sbuf;
 
-static void put_n(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap : 256;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
+static void put_n(sbuf *b, const char *s, size_t n) { weir_buf_append(b, s, n); }
 static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
 
 static int is_ws(char c) {
@@ -256,11 +236,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!out) return WEIR_E_INVAL;
   *out = NULL;
   if ((int)id < 0 || id >= WEIR_CHAT_TEMPLATE_COUNT_) {
-    weir__set_err(err, errlen, "unknown chat template %d", (int)id);
+    weir_set_err(err, errlen, "unknown chat template %d", (int)id);
     return WEIR_E_INVAL;
   }
   if (n <= 0 || !msgs) {
-    weir__set_err(err, errlen, "no messages");
+    weir_set_err(err, errlen, "no messages");
     return WEIR_E_INVAL;
   }
   roles = malloc((size_t)n * sizeof *roles);
@@ -272,11 +252,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
     else if (strcmp(role, "user") == 0) roles[i] = R_USER;
     else if (strcmp(role, "assistant") == 0) roles[i] = R_ASSISTANT;
     else {
-      weir__set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
+      weir_set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
       goto done;
     }
     if (!msgs[i].content) {
-      weir__set_err(err, errlen, "message %d has no content", i);
+      weir_set_err(err, errlen, "message %d has no content", i);
       goto done;
     }
   }
@@ -284,14 +264,14 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (id == WEIR_CHAT_LLAMA2 || id == WEIR_CHAT_MISTRAL || id == WEIR_CHAT_GEMMA) {
     int first = roles[0] == R_SYSTEM;
     if (first && n == 1) {
-      weir__set_err(err, errlen, "%s: a system message needs a user message after it",
+      weir_set_err(err, errlen, "%s: a system message needs a user message after it",
               k_names[id]);
       goto done;
     }
     for (int i = first; i < n; i++) {
       int want = (i - first) % 2 == 0 ? R_USER : R_ASSISTANT;
       if (roles[i] != want) {
-        weir__set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
+        weir_set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
                 "user and assistant alternating, starting with user", k_names[id], i,
                 msgs[i].role);
         goto done;
@@ -326,7 +306,7 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!b.p && !b.oom) put(&b, ""); /* an empty rendering is still a string */
   if (b.oom) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     free(b.p);
     goto done;
   }
@@ -388,7 +368,7 @@ int weir_chat_renderer_create(const char *jinja, size_t len, const char *overrid
   }
   if (override && override[0] && strcmp(override, "auto") != 0) {
     if (weir_chat_template_by_name(override, &r->builtin) != 0) {
-      weir__set_err(err, errlen, "model.chat_template: unknown template \"%s\"", override);
+      weir_set_err(err, errlen, "model.chat_template: unknown template \"%s\"", override);
       weir_chat_renderer_free(r);
       return WEIR_E_NOTFOUND;
     }
@@ -432,14 +412,14 @@ int weir_chat_renderer_add_named(weir_chat_renderer *r, const char *name, const 
                                  size_t len, char *err, size_t errlen) {
   if (!r || !name || !jinja || !r->tpl) return WEIR_E_INVAL;
   if (r->n_named >= MAX_NAMED) {
-    weir__set_err(err, errlen, "more than %d named chat templates", MAX_NAMED);
+    weir_set_err(err, errlen, "more than %d named chat templates", MAX_NAMED);
     return WEIR_E_RANGE;
   }
   weir_jinja_error je;
   weir_jinja_template *t;
   int rc = weir_jinja_parse(jinja, len, &t, &je);
   if (rc) {
-    weir__set_err(err, errlen, "chat template \"%s\" does not parse (line %d: %s)", name, je.line, je.msg);
+    weir_set_err(err, errlen, "chat template \"%s\" does not parse (line %d: %s)", name, je.line, je.msg);
     return rc;
   }
   char *nm = strdup(name);
@@ -512,7 +492,7 @@ static int render_jinja(const weir_chat_renderer *r, const weir_chat_request *re
   for (int i = 0; want && i < r->n_named; i++)
     if (strcmp(r->names[i], want) == 0) t = r->named[i];
   if (req->template_name && t == r->tpl && strcmp(req->template_name, "default") != 0) {
-    weir__set_err(err, errlen, "the model has no chat template named \"%s\"", req->template_name);
+    weir_set_err(err, errlen, "the model has no chat template named \"%s\"", req->template_name);
     return WEIR_E_INVAL;
   }
   weir_jinja_ctx *c = NULL;
@@ -536,7 +516,7 @@ static int render_jinja(const weir_chat_renderer *r, const weir_chat_request *re
       (rc = weir_jinja_ctx_set_str(c, "bos_token", r->bos, strlen(r->bos))) ||
       (rc = weir_jinja_ctx_set_str(c, "eos_token", r->eos, strlen(r->eos))) ||
       (rc = req->kwargs ? weir_jinja_ctx_update_cjson(c, req->kwargs) : 0)) {
-    if (rc == WEIR_E_INVAL) weir__set_err(err, errlen, "the messages, tools or template arguments are not valid JSON values for the template");
+    if (rc == WEIR_E_INVAL) weir_set_err(err, errlen, "the messages, tools or template arguments are not valid JSON values for the template");
     goto done;
   }
   weir_jinja_error je;
@@ -544,8 +524,8 @@ static int render_jinja(const weir_chat_renderer *r, const weir_chat_request *re
   if (rc && rc != WEIR_E_NOMEM) {
     /* The template's own words when it raised; otherwise what failed and where. Either way
      * it is this request the template refuses: an invalid-argument error (HTTP 400). */
-    if (je.raised) weir__set_err(err, errlen, "%s", je.msg);
-    else weir__set_err(err, errlen, "chat template error (line %d): %s", je.line, je.msg);
+    if (je.raised) weir_set_err(err, errlen, "%s", je.msg);
+    else weir_set_err(err, errlen, "chat template error (line %d): %s", je.line, je.msg);
     rc = WEIR_E_INVAL;
   }
 done:
@@ -559,7 +539,7 @@ static int render_builtin(const weir_chat_renderer *r, const weir_chat_request *
                           char *err, size_t errlen) {
   const char *name = weir_chat_template_name(r->builtin);
   if (req->tools && cJSON_GetArraySize(req->tools) > 0) {
-    weir__set_err(err, errlen, "the built-in %s chat template cannot render tools", name);
+    weir_set_err(err, errlen, "the built-in %s chat template cannot render tools", name);
     return WEIR_E_INVAL;
   }
   if (!req->messages)
@@ -573,14 +553,14 @@ static int render_builtin(const weir_chat_renderer *r, const weir_chat_request *
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
     if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-      weir__set_err(err, errlen, "message %d: the built-in %s chat template needs a role and "
+      weir_set_err(err, errlen, "message %d: the built-in %s chat template needs a role and "
                     "text content", i, name);
       free(m);
       return WEIR_E_INVAL;
     }
     for (const cJSON *k = x->child; k; k = k->next)
       if (strcmp(k->string, "role") && strcmp(k->string, "content")) {
-        weir__set_err(err, errlen, "message %d: the built-in %s chat template cannot render "
+        weir_set_err(err, errlen, "message %d: the built-in %s chat template cannot render "
                       "'%s'", i, name, k->string);
         free(m);
         return WEIR_E_INVAL;
@@ -599,12 +579,12 @@ int weir_chat_renderer_render(const weir_chat_renderer *r, const weir_chat_reque
   if (!r || !req || !out) return WEIR_E_INVAL;
   *out = NULL;
   if (req->messages ? !cJSON_IsArray(req->messages) : (req->n_msgs < 0 || (req->n_msgs && !req->msgs))) {
-    weir__set_err(err, errlen, "messages must be a list");
+    weir_set_err(err, errlen, "messages must be a list");
     return WEIR_E_INVAL;
   }
   if ((req->tools && !cJSON_IsArray(req->tools) && !cJSON_IsNull(req->tools)) ||
       (req->kwargs && !cJSON_IsObject(req->kwargs))) {
-    weir__set_err(err, errlen, "tools must be a list and template arguments an object");
+    weir_set_err(err, errlen, "tools must be a list and template arguments an object");
     return WEIR_E_INVAL;
   }
   weir_chat_request q = *req;

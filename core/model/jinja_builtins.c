@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "model/jinja_internal.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 #include "weir/status.h"
 
 static int oom(R *r) {
@@ -143,8 +143,8 @@ static uint32_t cp_lower(uint32_t c) {
 
 static int cp_is_cased_upper(uint32_t c) { return cp_lower(c) != c; }
 static int cp_is_cased_lower(uint32_t c) { return cp_upper(c) != c || c == 0xdf; }
-static int cp_is_alpha(uint32_t c) { return weir__uni_is_letter(c); }
-static int cp_is_alnum(uint32_t c) { return weir__uni_is_letter(c) || weir__uni_is_number(c); }
+static int cp_is_alpha(uint32_t c) { return weir_uni_is_letter(c); }
+static int cp_is_alnum(uint32_t c) { return weir_uni_is_letter(c) || weir_uni_is_number(c); }
 
 typedef struct cpv {
   uint32_t *c;
@@ -158,7 +158,7 @@ static int decode(R *r, const jstr *s, cpv *out) {
   size_t i = 0;
   while (i < s->len) {
     uint32_t cp;
-    int k = weir__utf8_next((const unsigned char *)s->p + i, s->len - i, &cp, NULL);
+    int k = weir_utf8_next((const unsigned char *)s->p + i, s->len - i, &cp, NULL);
     out->c[out->n++] = cp;
     i += (size_t)k;
   }
@@ -169,7 +169,7 @@ static int encode(R *r, const uint32_t *c, size_t n, jv *out) {
   char *b = malloc(n * 4 + 1);
   if (!b) return oom(r);
   size_t o = 0;
-  for (size_t i = 0; i < n; i++) o += (size_t)weir__utf8_put(c[i], b + o);
+  for (size_t i = 0; i < n; i++) o += (size_t)weir_utf8_put(c[i], b + o);
   int rc = mkstr(r, b, o, out);
   free(b);
   return rc;
@@ -691,7 +691,7 @@ static int split(R *r, jstr *s, jstr *sep, int64_t maxsplit, int right, jv *out)
     for (size_t i = 0; i < cv.n; i++) {
       off[i] = o;
       char tmp[4];
-      o += (size_t)weir__utf8_put(cv.c[i], tmp);
+      o += (size_t)weir_utf8_put(cv.c[i], tmp);
     }
     off[cv.n] = o;
     if (!right) {
@@ -1020,7 +1020,7 @@ static int m_str(R *r, jv self, const jcall *a, jv *out, const char *name) {
     for (size_t i = 0; i < cv.n && res; i++) {
       uint32_t c = cv.c[i];
       if (!strcmp(name, "isdigit") || !strcmp(name, "isdecimal") || !strcmp(name, "isnumeric"))
-        res = weir__uni_is_number(c);
+        res = weir_uni_is_number(c);
       else if (!strcmp(name, "isalpha")) res = cp_is_alpha(c);
       else if (!strcmp(name, "isalnum")) res = cp_is_alnum(c);
       else if (!strcmp(name, "isspace")) res = py_isspace(c);

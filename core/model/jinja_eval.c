@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "model/jinja_internal.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 #include "weir/status.h"
 
 enum { EX_OK = 0, EX_ERR = -1, EX_BREAK = 1, EX_CONTINUE = 2 };

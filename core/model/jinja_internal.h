@@ -14,6 +14,50 @@
 
 #include "model/jinja.h"
 
+/* Link names. These functions are shared by the jinja*.c files alone, so their symbols carry
+ * the internal prefix (weir__, docs/architecture.md "Layers and names"); the sources keep the
+ * engine's short names. */
+#define ja_alloc weir__jinja_ja_alloc
+#define ja_free weir__jinja_ja_free
+#define jb_compare weir__jinja_jb_compare
+#define jb_filter weir__jinja_jb_filter
+#define jb_format_percent weir__jinja_jb_format_percent
+#define jb_global weir__jinja_jb_global
+#define jb_has_filter weir__jinja_jb_has_filter
+#define jb_has_test weir__jinja_jb_has_test
+#define jb_method weir__jinja_jb_method
+#define jb_put weir__jinja_jb_put
+#define jb_putc weir__jinja_jb_putc
+#define jb_test weir__jinja_jb_test
+#define jd_get weir__jinja_jd_get
+#define jd_get_str weir__jinja_jd_get_str
+#define jd_new weir__jinja_jd_new
+#define jd_set weir__jinja_jd_set
+#define jd_set_str weir__jinja_jd_set_str
+#define jl_new weir__jinja_jl_new
+#define jr_call weir__jinja_jr_call
+#define jr_fail weir__jinja_jr_fail
+#define jr_getattr weir__jinja_jr_getattr
+#define jr_getitem weir__jinja_jr_getitem
+#define jr_iterate weir__jinja_jr_iterate
+#define jr_raise weir__jinja_jr_raise
+#define jr_steps weir__jinja_jr_steps
+#define js_cstr weir__jinja_js_cstr
+#define js_ncp weir__jinja_js_ncp
+#define js_new weir__jinja_js_new
+#define jv_equal weir__jinja_jv_equal
+#define jv_from_cjson weir__jinja_jv_from_cjson
+#define jv_json weir__jinja_jv_json
+#define jv_parse_json weir__jinja_jv_parse_json
+#define jv_repr weir__jinja_jv_repr
+#define jv_str weir__jinja_jv_str
+#define jv_to_str weir__jinja_jv_to_str
+#define jv_truthy weir__jinja_jv_truthy
+#define jv_type_name weir__jinja_jv_type_name
+#define jv_utf8_clean weir__jinja_jv_utf8_clean
+#define py_float_repr weir__jinja_py_float_repr
+#define py_isspace weir__jinja_py_isspace
+
 /* ---- arenas ---- */
 
 typedef struct jchunk {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "model/jinja_internal.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 #include "weir/status.h"
 
 #define MAX_NEST 200
@@ -82,7 +82,7 @@ static size_t rstrip_len(const char *s, size_t n) {
     size_t k = utf8_prev_len(s, n);
     uint32_t cp;
     int valid;
-    weir__utf8_next((const unsigned char *)s + n - k, k, &cp, &valid);
+    weir_utf8_next((const unsigned char *)s + n - k, k, &cp, &valid);
     if (!valid || !py_isspace(cp)) break;
     n -= k;
   }
@@ -95,7 +95,7 @@ static size_t ws_len(const char *s, size_t n) {
   while (i < n) {
     uint32_t cp;
     int valid;
-    int k = weir__utf8_next((const unsigned char *)s + i, n - i, &cp, &valid);
+    int k = weir_utf8_next((const unsigned char *)s + i, n - i, &cp, &valid);
     if (!valid || !py_isspace(cp)) break;
     i += (size_t)k;
   }
@@ -290,7 +290,7 @@ static int lex_tag(P *p, size_t *pos, int *line, int is_block, char *end_sign) {
              * backslash before a non-ASCII character leaves a backslash and the
              * character's own escape text (\xe9, \u0697 ...) */
             uint32_t uc;
-            int k = weir__utf8_next((const unsigned char *)s + q, j - q, &uc, NULL);
+            int k = weir_utf8_next((const unsigned char *)s + q, j - q, &uc, NULL);
             o += (size_t)snprintf(out + o, 12, uc < 0x100 ? "\\x%02x" : uc < 0x10000 ? "\\u%04x" : "\\U%08x", uc);
             q += (size_t)k - 1;
           } else if (e >= '0' && e <= '7') {
@@ -301,7 +301,7 @@ static int lex_tag(P *p, size_t *pos, int *line, int is_block, char *end_sign) {
               k++;
             }
             q--;
-            o += (size_t)weir__utf8_put(cp, out + o);
+            o += (size_t)weir_utf8_put(cp, out + o);
           } else {
             out[o++] = '\\';
             out[o++] = e;
@@ -318,7 +318,7 @@ static int lex_tag(P *p, size_t *pos, int *line, int is_block, char *end_sign) {
           if (cp > 0x10ffff) return pfail(p, sline, "illegal Unicode character in a string");
           if (cp >= 0xd800 && cp < 0xe000) cp = 0xfffd;
           q += (size_t)nh;
-          o += (size_t)weir__utf8_put(cp, out + o);
+          o += (size_t)weir_utf8_put(cp, out + o);
         }
       }
       out[o] = '\0';

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "model/jinja_internal.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 #include "util/err.h"
 #include "weir/status.h"
 
@@ -297,7 +297,7 @@ int py_isspace(uint32_t c) {
  * Unassigned code points (Cn, also non-printable to Python) are treated as printable: the
  * tables would be large and such characters do not occur in real conversations. */
 static int py_isprintable(uint32_t c) {
-  static const weir__uni_range np[] = {
+  static const weir_uni_range np[] = {
       {0x0, 0x1f}, {0x7f, 0xa0}, {0xad, 0xad}, {0x600, 0x605}, {0x61c, 0x61c},
       {0x6dd, 0x6dd}, {0x70f, 0x70f}, {0x890, 0x891}, {0x8e2, 0x8e2}, {0x1680, 0x1680},
       {0x180e, 0x180e}, {0x2000, 0x200f}, {0x2028, 0x202f}, {0x205f, 0x2064},
@@ -332,7 +332,7 @@ static int repr_str(R *r, const jstr *s, jbuf *b) {
   while (i < s->len) {
     uint32_t cp;
     int valid;
-    int k = weir__utf8_next(p + i, s->len - i, &cp, &valid);
+    int k = weir_utf8_next(p + i, s->len - i, &cp, &valid);
     char esc[16];
     const char *e = NULL;
     if (cp == '\\') e = "\\\\";
@@ -449,7 +449,7 @@ static int json_str(R *r, const jstr *s, jbuf *b, int ensure_ascii) {
   while (i < s->len) {
     uint32_t cp = p[i];
     int k = 1, valid = 1;
-    if (cp >= 0x80) k = weir__utf8_next(p + i, s->len - i, &cp, &valid);
+    if (cp >= 0x80) k = weir_utf8_next(p + i, s->len - i, &cp, &valid);
     char esc[16];
     const char *e = NULL;
     switch (cp) {
@@ -596,7 +596,7 @@ int jv_json(R *r, jv v, jbuf *b, int ensure_ascii, const char *indent, const cha
 void jv_utf8_clean(char *msg) {
   size_t n = strlen(msg), i = 0;
   while (i < n) {
-    int k = weir__utf8_scan((const unsigned char *)msg + i, n - i);
+    int k = weir_utf8_scan((const unsigned char *)msg + i, n - i);
     if (k > 0) {
       i += (size_t)k;
     } else if (k < 0) {
@@ -619,7 +619,7 @@ typedef struct jp {
 } jp;
 
 static int jp_fail(jp *j, const char *what) {
-  weir__set_err(j->err, j->errlen, "invalid JSON: %s", what);
+  weir_set_err(j->err, j->errlen, "invalid JSON: %s", what);
   return WEIR_E_FORMAT;
 }
 
@@ -700,7 +700,7 @@ static int jp_string(jp *j, jstr **out) {
         cp = 0xfffd; /* a lone surrogate has no UTF-8 form */
       }
       char u[4];
-      int n = weir__utf8_put(cp, u);
+      int n = weir_utf8_put(cp, u);
       if (jb_put(&b, u, (size_t)n, (size_t)-1)) rc = WEIR_E_NOMEM;
       if (rc) goto done;
       continue;

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/utf8.h"
+#include "util/utf8.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static weir_log_level g_min = WEIR_LOG_INFO;
@@ -76,13 +76,13 @@ static const char *utf8_line(const char *s, char **owned) {
   size_t n = strlen(s), i = 0;
   const unsigned char *p = (const unsigned char *)s;
   while (i < n) {
-    int k = p[i] < 0x80 ? 1 : weir__utf8_scan(p + i, n - i);
+    int k = p[i] < 0x80 ? 1 : weir_utf8_scan(p + i, n - i);
     if (k <= 0) break;
     i += (size_t)k;
   }
   if (i == n) return s;
   size_t len = 0, cap = 0;
-  if (weir__utf8_sanitize(p, n, 1, owned, &len, &cap, NULL) != 0) {
+  if (weir_utf8_sanitize(p, n, 1, owned, &len, &cap, NULL) != 0) {
     free(*owned);
     *owned = NULL;
     return "(unprintable message)";

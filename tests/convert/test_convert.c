@@ -212,7 +212,7 @@ static void check_values(const weir_gguf *g, const char *dir, weir_dtype want_ma
                                           row, t->t.ne[0]), 0);
       for (int64_t c = 0; c < t->t.ne[0]; c++, pos++) {
         float want = src[pos];
-        if (t->t.dtype == WEIR_DTYPE_F16) want = weir_model_f16_to_f32(weir_model_f32_to_f16(want));
+        if (t->t.dtype == WEIR_DTYPE_F16) want = weir_f16_to_f32(weir_f32_to_f16(want));
         if (t->t.dtype == WEIR_DTYPE_Q8_0 ? fabsf(row[c] - want) > 0.25f / 127 * 1.01f
                                           : memcmp(&row[c], &want, 4) != 0)
           mismatches++;

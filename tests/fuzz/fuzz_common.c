@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "fuzz_targets.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 
 extern char **environ;
 
@@ -41,7 +41,7 @@ int weir__fuzz_utf8_ok(const char *s, size_t n) {
       i++;
       continue;
     }
-    int k = weir__utf8_scan(p + i, n - i);
+    int k = weir_utf8_scan(p + i, n - i);
     if (k <= 0) return 0;
     i += (size_t)k;
   }

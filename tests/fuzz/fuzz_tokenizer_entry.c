@@ -17,7 +17,7 @@
 #include "fuzz_targets.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
-#include "model/utf8.h"
+#include "util/utf8.h"
 #include "weir/status.h"
 
 static weir_tokenizer *g_tok[4];
@@ -101,7 +101,7 @@ int weir_fuzz_tokenizer(const uint8_t *data, size_t size) {
   if (enc_flags == 0 && dec_flags == 0 && !has_unk) {
     char *want = NULL;
     size_t want_len = 0, cap = 0;
-    if (weir__utf8_sanitize((const unsigned char *)text, len, 1, &want, &want_len, &cap, NULL))
+    if (weir_utf8_sanitize((const unsigned char *)text, len, 1, &want, &want_len, &cap, NULL))
       return 0;
     /* SentencePiece writes a space as U+2581 and decodes U+2581 as a space: a literal U+2581
      * in the text cannot come back as itself. */

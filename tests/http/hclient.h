@@ -58,8 +58,9 @@ int hc_server_start(hc_server *s, const char *const *args, const char *log_path,
  * when it had to be killed. */
 int hc_server_stop(hc_server *s, int sig, int timeout_ms);
 
-/* Reads a numeric sample from a Prometheus text page: the first line starting with `series`
- * followed by a space. Returns 0 and sets *v when found. */
+/* Reads a numeric sample from a Prometheus text page: the first sample of the metric named in
+ * `series` whose labels include every label `series` lists ("name" or "name{k=\"v\",...}";
+ * other labels, such as model_name, may be present). Returns 0 and sets *v when found. */
 int hc_metric(const char *page, const char *series, double *v);
 
 #endif

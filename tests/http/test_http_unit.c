@@ -36,11 +36,11 @@ static void test_split_bufs_over_4gib(void) {
 }
 
 static void test_utf8_helpers(void) {
-  CU_ASSERT(weir__utf8_valid("caf\xc3\xa9 \xf0\x9f\x98\x80", 10));
-  CU_ASSERT(!weir__utf8_valid("\xc0\xaf", 2));         /* overlong */
-  CU_ASSERT(!weir__utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
-  CU_ASSERT(!weir__utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
-  CU_ASSERT(!weir__utf8_valid("a\xc3", 2));            /* cut */
+  CU_ASSERT(weir_utf8_valid("caf\xc3\xa9 \xf0\x9f\x98\x80", 10));
+  CU_ASSERT(!weir_utf8_valid("\xc0\xaf", 2));         /* overlong */
+  CU_ASSERT(!weir_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+  CU_ASSERT(!weir_utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
+  CU_ASSERT(!weir_utf8_valid("a\xc3", 2));            /* cut */
   static const struct {
     const char *in, *out;
   } trims[] = {{"ab\xc3", "ab"}, {"a\xe2\x82", "a"}, {"\xf0\x9f\x98", ""},
@@ -48,7 +48,7 @@ static void test_utf8_helpers(void) {
   for (size_t i = 0; i < sizeof trims / sizeof trims[0]; i++) {
     char buf[16];
     snprintf(buf, sizeof buf, "%s", trims[i].in);
-    weir__utf8_trim(buf);
+    weir_utf8_trim(buf);
     CU_ASSERT_STRING_EQUAL(buf, trims[i].out);
   }
   weir__buf b = {0};

@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "engine/engine.h"
+#include "kv/kv_pool.h"
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
@@ -73,10 +74,18 @@ static void model_logits(const int32_t *toks, int32_t n, float *out) {
   CU_ASSERT_EQUAL_FATAL(weir_plugin_set_load(&cfg, NULL, &ps), 0);
   CU_ASSERT_EQUAL_FATAL(weir_gguf_open(TARGET, &g, err, sizeof err), 0);
   const int32_t block = 16, nb = (n + block - 1) / block;
-  weir_llama_opts o = {.max_num_tokens = n, .max_num_seqs = 1, .max_logit_rows = n,
-                       .max_model_len = nb * block, .block_size = block,
-                       .kv_dtype = WEIR_DTYPE_F32, .num_blocks = nb};
-  int rc = weir_llama_create(g, &ps, &o, &m, err, sizeof err);
+  weir_llama_hparams hp;
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_llama_hparams(g, &hp, err, sizeof err), 0);
+  weir_attn_shape shape;
+  weir_llama_attn_shape(&hp, &shape);
+  weir_kv_pool_params kp = {.block_size = block, .kv_dtype = WEIR_DTYPE_F32, .num_blocks = nb,
+                            .max_model_len = nb * block, .groups = &shape, .num_groups = 1};
+  weir_kv_pool *pool = NULL;
+  int rc = weir_kv_pool_create(&kp, ps.device, ps.attention, &pool, err, sizeof err);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  weir_llama_opts o = {.max_num_tokens = n, .max_num_seqs = 1, .max_logit_rows = n};
+  rc = weir_llama_create(g, &ps, &o, pool, 0, &m, err, sizeof err);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
   int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *rows = malloc(sizeof(int32_t) * (size_t)n);
@@ -100,6 +109,7 @@ static void model_logits(const int32_t *toks, int32_t n, float *out) {
   free(table);
   free(slots);
   weir_llama_destroy(m);
+  weir_kv_pool_destroy(pool);
   weir_plugin_set_unload(&ps);
   weir_gguf_close(g);
   config_free(&cfg);

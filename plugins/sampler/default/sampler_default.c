@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "softmax.h"
+#include "weir/rng.h"
 #include "weir/sampler.h"
 
 typedef struct cand {
@@ -104,25 +105,6 @@ static int ensure_scratch(sampler *s, int n, int32_t vocab) {
   }
   return WEIR_OK;
 }
-
-/* ---- xoshiro256** (Blackman & Vigna) ---------------------------------------------------- */
-
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t *st) {
-  const uint64_t result = rotl64(st[1] * 5, 7) * 9;
-  const uint64_t t = st[1] << 17;
-  st[2] ^= st[0];
-  st[3] ^= st[1];
-  st[1] ^= st[2];
-  st[0] ^= st[3];
-  st[2] ^= t;
-  st[3] = rotl64(st[3], 45);
-  return result;
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static double uniform01(uint64_t *st) { return (double)(xoshiro_next(st) >> 11) * 0x1.0p-53; }
 
 /* ---- ordering and selection ------------------------------------------------------------- */
 
@@ -343,19 +325,6 @@ typedef struct batch_ctx {
   int failed;
 } batch_ctx;
 
-static int check_row(const weir_sampling_row *r, int need_rng) {
-  if (!r->params) return 0;
-  if (r->params->temperature < 0.0f || r->params->temperature != r->params->temperature)
-    return 0;
-  if (need_rng && r->params->temperature > 0.0f && !r->rng_state) return 0;
-  if (r->params->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
-  if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
-      (r->num_output_tokens > 0 && !r->output_tokens) ||
-      (r->num_suppress_tokens > 0 && !r->suppress_tokens))
-    return 0;
-  return 1;
-}
-
 static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   batch_ctx *b = arg;
   scratch *w = &b->s->ws[thread];
@@ -394,7 +363,7 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
     }
     int32_t token = o.token;
     if (!o.greedy) {
-      double target = uniform01(row->rng_state) * o.total, cum = 0.0;
+      double target = weir_rng_uniform(row->rng_state) * o.total, cum = 0.0;
       token = w->c[o.n_kept - 1].id;
       for (int32_t i = 0; i < o.n_kept; i++) {
         cum += w->c[i].w;
@@ -414,7 +383,7 @@ static int run_batch(sampler *s, batch_ctx *b, int32_t num_rows) {
   if (num_rows == 0) return WEIR_OK;
   if (!b->rows || !b->logits || num_rows < 0 || b->vocab <= 0) return WEIR_E_INVAL;
   for (int32_t r = 0; r < num_rows; r++)
-    if (!check_row(&b->rows[r], b->out != NULL)) return WEIR_E_INVAL;
+    if (!weir_sampling_row_valid(&b->rows[r], b->out != NULL)) return WEIR_E_INVAL;
   int threads = h && h->num_threads && h->parallel_for ? h->num_threads(h->ctx) : 1;
   if (threads < 1) threads = 1;
   /* One row of a small vocab is not worth a wake-up. */

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "weir/rng.h"
 #include "weir/sampler.h"
 #include "weir_cuda_common.h"
 #include "weir_cuda_kernels.h"
@@ -103,36 +104,6 @@ static int sp_init(const weir_host *host, const weir_plugin_args *args, void **s
   return WEIR_OK;
 }
 
-/* xoshiro256** (Blackman and Vigna), as the CPU sampler advances it. */
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t *st) {
-  const uint64_t result = rotl64(st[1] * 5, 7) * 9;
-  const uint64_t t = st[1] << 17;
-  st[2] ^= st[0];
-  st[3] ^= st[1];
-  st[1] ^= st[2];
-  st[0] ^= st[3];
-  st[2] ^= t;
-  st[3] = rotl64(st[3], 45);
-  return result;
-}
-
-/* need_rng: sample() draws; probs() does not and accepts rows without a state. */
-static int row_valid(const weir_sampling_row *r, int need_rng) {
-  const weir_sampling_params *p = r->params;
-  if (!p) return 0;
-  if (p->temperature < 0.0f || p->temperature != p->temperature) return 0;
-  if (need_rng && p->temperature > 0.0f && !r->rng_state) return 0;
-  if (p->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
-  if (p->repetition_penalty != 1.0f && !(p->repetition_penalty > 0.0f)) return 0;
-  if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
-      (r->num_output_tokens > 0 && !r->output_tokens) ||
-      (r->num_suppress_tokens > 0 && !r->suppress_tokens))
-    return 0;
-  return 1;
-}
-
 /* Adds or finds the entry of `tok` in the current row. */
 static weir_cuda_penalty *entry(cuda_sampler *s, weir_cuda_penalty *pen, int32_t *n, int32_t row,
                                 int32_t tok) {
@@ -152,7 +123,7 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
   if (!rows || !logits || num_rows < 0 || vocab <= 0 || (!out && !probs)) return WEIR_E_INVAL;
   if ((int64_t)num_rows * vocab > 0x7fffffff) return WEIR_E_RANGE;
   for (int32_t r = 0; r < num_rows; r++)
-    if (!row_valid(&rows[r], probs == NULL)) return WEIR_E_INVAL;
+    if (!weir_sampling_row_valid(&rows[r], probs == NULL)) return WEIR_E_INVAL;
   cudaError_t e = weir_cuda_use_device(s->device_id);
   if (e != cudaSuccess) return fail(s, e, "cudaSetDevice");
 
@@ -196,7 +167,7 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
     any_sorted |= q->sorted;
     if (!q->greedy && row->rng_state) {
       memcpy(next_state[r], row->rng_state, sizeof next_state[r]);
-      q->u = (double)(xoshiro_next(next_state[r]) >> 11) * 0x1.0p-53;
+      q->u = weir_rng_uniform(next_state[r]);
     }
     /* One entry per distinct token of this row. */
     const int32_t first = num_pen;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <weir/rng.h>
 #include <weir/sampler.h>
 
 static const weir_option_desc k_options[] = {
@@ -76,19 +77,6 @@ static int reserve(typical *t, int32_t vocab) {
   return WEIR_OK;
 }
 
-/* xoshiro256** (Blackman and Vigna): one step, the next 64 random bits. */
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t next_u64(uint64_t *s) {
-  uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return r;
-}
-
 static int cmp_cand(const void *a, const void *b) {
   const cand *x = a, *y = b;
   if (x->dist != y->dist) return x->dist < y->dist ? -1 : 1;
@@ -140,7 +128,7 @@ static int sample_row(typical *t, const weir_sampling_row *row, float *l, int32_
   double mass = 0;
   int32_t keep = 0;
   while (keep < n && (mass < t->typical_p || keep < t->min_keep)) mass += t->p[t->c[keep++].id];
-  double u = (double)(next_u64(row->rng_state) >> 11) * 0x1.0p-53 * mass;
+  double u = weir_rng_uniform(row->rng_state) * mass;
   int32_t pick = t->c[keep - 1].id;
   for (int32_t k = 0; k < keep; k++) {
     u -= t->p[t->c[k].id];

@@ -69,6 +69,25 @@ typedef struct weir_sampler_ops {
                int32_t vocab, float *probs);
 } weir_sampler_ops;
 
+/* Whether one row is well formed for a sampler call: params present; temperature a number
+ * >= 0; num_logprobs at most WEIR_MAX_LOGPROBS; repetition_penalty 1 or > 0; every count
+ * above 0 backed by its array; and, when need_rng (a sample() call, which draws for rows with
+ * temperature > 0), an rng_state. A sampler answers WEIR_E_INVAL for a batch with a row that
+ * fails. The one check every shipped sampler uses; pure, thread-safe. Since 1.1. */
+static inline int weir_sampling_row_valid(const weir_sampling_row *r, int need_rng) {
+  const weir_sampling_params *p = r->params;
+  if (!p) return 0;
+  if (!(p->temperature >= 0.0f)) return 0; /* also NaN */
+  if (need_rng && p->temperature > 0.0f && !r->rng_state) return 0;
+  if (p->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
+  if (p->repetition_penalty != 1.0f && !(p->repetition_penalty > 0.0f)) return 0;
+  if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
+      (r->num_output_tokens > 0 && !r->output_tokens) ||
+      (r->num_suppress_tokens > 0 && !r->suppress_tokens))
+    return 0;
+  return 1;
+}
+
 #ifdef __cplusplus
 }
 #endif

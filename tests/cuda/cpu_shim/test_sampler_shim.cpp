@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "weir/rng.h"
 #include "weir/sampler.h"
 #include "weir_cuda_kernels.h"
 
@@ -28,17 +29,6 @@ static float uni(float lo, float hi) {
   return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t xnext(uint64_t *s) {
-  const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return r;
-}
 
 // ---- the CPU reference plugin --------------------------------------------------------------
 static void h_log(void *, weir_log_level, const char *fmt, ...) {
@@ -118,7 +108,7 @@ static void gpu_sample(const std::vector<weir_sampling_row> &rows, std::vector<f
     any_sorted |= q.sorted;
     if (!q.greedy && !probs) {
       memcpy(next[r].data(), rows[r].rng_state, 32);
-      q.u = (double)(xnext(next[r].data()) >> 11) * 0x1.0p-53;
+      q.u = weir_rng_uniform(next[r].data());
     }
     std::map<int, weir_cuda_penalty> m;
     auto ent = [&](int t) -> weir_cuda_penalty & {

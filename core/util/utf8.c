@@ -6,14 +6,14 @@
 
 #include "weir/status.h"
 
-int weir__uni_is_space(uint32_t cp) {
+int weir_uni_is_space(uint32_t cp) {
   /* The Unicode White_Space property: a short, stable list. */
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
   return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
          cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-int weir__utf8_scan(const unsigned char *s, size_t n) {
+int weir_utf8_scan(const unsigned char *s, size_t n) {
   unsigned c = s[0];
   int need;
   unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
@@ -39,8 +39,8 @@ int weir__utf8_scan(const unsigned char *s, size_t n) {
   return need + 1;
 }
 
-int weir__utf8_next(const unsigned char *s, size_t n, uint32_t *cp, int *valid) {
-  int k = weir__utf8_scan(s, n);
+int weir_utf8_next(const unsigned char *s, size_t n, uint32_t *cp, int *valid) {
+  int k = weir_utf8_scan(s, n);
   if (k <= 0) {
     *cp = 0xFFFD;
     if (valid) *valid = 0;
@@ -59,7 +59,7 @@ int weir__utf8_next(const unsigned char *s, size_t n, uint32_t *cp, int *valid) 
   return k;
 }
 
-int weir__utf8_put(uint32_t cp, char *out) {
+int weir_utf8_put(uint32_t cp, char *out) {
   unsigned char *o = (unsigned char *)out;
   if (cp < 0x80) {
     o[0] = (unsigned char)cp;
@@ -94,7 +94,7 @@ static int reserve(char **buf, size_t *cap, size_t need) {
   return 0;
 }
 
-int weir__utf8_sanitize(const unsigned char *s, size_t n, int final, char **buf, size_t *len,
+int weir_utf8_sanitize(const unsigned char *s, size_t n, int final, char **buf, size_t *len,
                         size_t *cap, size_t *held) {
   /* Worst case every byte becomes a 3-byte U+FFFD; +1 for a NUL the caller may add. */
   if (reserve(buf, cap, *len + 3 * n + 1)) return WEIR_E_NOMEM;
@@ -102,7 +102,7 @@ int weir__utf8_sanitize(const unsigned char *s, size_t n, int final, char **buf,
   size_t i = 0;
   if (held) *held = 0;
   while (i < n) {
-    int k = weir__utf8_scan(s + i, n - i);
+    int k = weir_utf8_scan(s + i, n - i);
     if (k > 0) {
       memcpy(o, s + i, (size_t)k);
       o += k;
@@ -123,7 +123,7 @@ int weir__utf8_sanitize(const unsigned char *s, size_t n, int final, char **buf,
       unsigned c = s[i];
       if (c >= 0xC2 && c <= 0xF4) {
         for (size_t m = 1; m < 4 && i + m < n; m++) {
-          int t = weir__utf8_scan(s + i, m + 1);
+          int t = weir_utf8_scan(s + i, m + 1);
           if (t == 0) break;
           sub = m + 1;
         }
