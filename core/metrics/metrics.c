@@ -212,7 +212,12 @@ double weir_metric_value(const weir_metric *x) {
 static void fmt_double(char *buf, size_t n, double v) {
   if (isinf(v)) snprintf(buf, n, v > 0 ? "+Inf" : "-Inf");
   else if (v == floor(v) && fabs(v) < 1e15) snprintf(buf, n, "%.0f", v);
-  else snprintf(buf, n, "%.9g", v);
+  else {
+    /* The shortest of 15 or 17 digits that reads back as v: fewer digits would round a
+     * timestamp such as process_start_time_seconds to tens of seconds. */
+    snprintf(buf, n, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, n, "%.17g", v);
+  }
 }
 
 /* ---- registry labels ------------------------------------------------------------------- */
