@@ -140,9 +140,11 @@ static void test_abi_refusals(void) {
   refused(WEIR_PLUGIN_SAMPLER, "badmajor", NULL, WEIR_E_ABI,
           FRAGS("weir_sampler_badmajor.so", "built for plugin ABI 2.0", "expected ABI 1.x",
                 "fix: rebuild the plugin"));
+  char newer[96]; /* the test plugin is built for this SDK's minor + 1 */
+  snprintf(newer, sizeof newer, "ABI 1.%d, newer than this weir's 1.%d", WEIR_ABI_MINOR + 1,
+           WEIR_ABI_MINOR);
   refused(WEIR_PLUGIN_SAMPLER, "newminor", NULL, WEIR_E_ABI,
-          FRAGS("weir_sampler_newminor.so", "ABI 1.1, newer than this weir's 1.0",
-                "fix: upgrade weir"));
+          FRAGS("weir_sampler_newminor.so", newer, "fix: upgrade weir"));
   refused(WEIR_PLUGIN_SAMPLER, "badsig", NULL, WEIR_E_ABI,
           FRAGS("weir_sampler_badsig.so", "build signature \"weir-abi1;p32;be;layout0\"", sig,
                 "fix:"));

@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define WEIR_ABI_MAJOR 1
-#define WEIR_ABI_MINOR 0
+#define WEIR_ABI_MINOR 1
 
 #define WEIR_STR_(x) #x
 #define WEIR_STR(x) WEIR_STR_(x)
