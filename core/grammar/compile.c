@@ -31,7 +31,7 @@ void weir_grammar_limits_default(weir_grammar_limits *l) {
   l->max_schema_nodes = 20000;
   l->max_repeat = 10000;
   l->max_nfa_states = 2000000;
-  l->max_dfa_states = 1000000;
+  l->max_dfa_states = 200000;
 }
 
 /* ---- rule graph ----------------------------------------------------------------------------- */
@@ -43,8 +43,7 @@ typedef struct cctx {
   uint8_t *size_state; /* 0 unknown, 1 in progress, 2 done */
   uint8_t *inl;        /* rule -> inline references to it */
   uint64_t inline_max;
-  int status;
-  char err[256];
+  int inlined_here; /* the rule being built inlined another rule */
 } cctx;
 
 static void refs_of(const weir__gb *b, uint32_t node, uint32_t **out, uint32_t *n, uint32_t *cap,
@@ -300,7 +299,10 @@ static void build(cctx *c, nfa *m, uint32_t node, uint32_t from, uint32_t to) {
   }
   case WEIR__RX_REF: {
     const uint32_t r = x->a;
-    if (c->inl[r]) build(c, m, c->b->rules[r].body, from, to);
+    if (c->inl[r]) {
+      c->inlined_here = 1;
+      build(c, m, c->b->rules[r].body, from, to);
+    }
     else nfa_edge(m, from, to, REF_LABEL(r));
     return;
   }
@@ -342,11 +344,6 @@ static uint64_t hash_set(const uint32_t *s, uint32_t n) {
   uint64_t h = 1469598103934665603ull ^ n;
   for (uint32_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
   return h;
-}
-
-static int cmp_u32(const void *a, const void *b) {
-  const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 /* Finds or adds a set (sorted, unique). *id gets its DFA state; returns 1 when new, 0 when
@@ -425,8 +422,34 @@ typedef struct det {
   uint32_t *adj_first; /* CSR of edges by source state */
   uint32_t *adj;       /* edge indexes */
   uint32_t *stamp, cur;
-  uint32_t *stack, *out;
+  uint32_t *stack, *out, *tmp;
 } det;
+
+/* Sorts a[0..n): insertion sort when short, else an LSD radix sort by bytes (closures of large
+ * automata are long, and sorting them dominated determinization). */
+static void sort_u32(uint32_t *a, uint32_t *tmp, uint32_t n) {
+  if (n <= 32) {
+    for (uint32_t i = 1; i < n; i++) {
+      const uint32_t x = a[i];
+      uint32_t j = i;
+      while (j > 0 && a[j - 1] > x) a[j] = a[j - 1], j--;
+      a[j] = x;
+    }
+    return;
+  }
+  uint32_t *src = a, *dst = tmp;
+  for (int shift = 0; shift < 32; shift += 8) {
+    uint32_t count[257] = {0};
+    for (uint32_t i = 0; i < n; i++) count[((src[i] >> shift) & 0xFF) + 1]++;
+    if (count[((src[0] >> shift) & 0xFF) + 1] == n) continue; /* all equal in this byte */
+    for (int k = 0; k < 256; k++) count[k + 1] += count[k];
+    for (uint32_t i = 0; i < n; i++) dst[count[(src[i] >> shift) & 0xFF]++] = src[i];
+    uint32_t *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != a) memcpy(a, src, n * sizeof *a);
+}
 
 /* The epsilon closure of seeds[0..n) into d->out, sorted; returns its size. */
 static uint32_t closure(det *d, const uint32_t *seeds, uint32_t n) {
@@ -453,7 +476,7 @@ static uint32_t closure(det *d, const uint32_t *seeds, uint32_t n) {
       }
     }
   }
-  qsort(d->out, no, sizeof *d->out, cmp_u32);
+  sort_u32(d->out, d->tmp, no);
   return no;
 }
 
@@ -464,8 +487,8 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
   memset(out, 0, sizeof *out);
   det d = {.m = m};
   set_table t = {0};
-  pair *pairs = NULL;
-  size_t n_pairs = 0, cap_pairs = 0;
+  pair *pairs = NULL, *sorted = NULL;
+  size_t n_pairs = 0, cap_pairs = 0, cap_sorted = 0;
   uint32_t *seeds = NULL;
   uint16_t(*class_parts)[256] = NULL;
   uint16_t *class_nparts = NULL;
@@ -476,9 +499,10 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
   d.stamp = calloc(n, sizeof *d.stamp);
   d.stack = malloc((size_t)n * sizeof *d.stack);
   d.out = malloc((size_t)n * sizeof *d.out);
+  d.tmp = malloc((size_t)n * sizeof *d.tmp);
   seeds = malloc(((size_t)m->n_edges + 1) * sizeof *seeds);
   class_map = malloc(((size_t)b->n_classes + 1) * sizeof *class_map);
-  if (!d.adj_first || !d.adj || !d.stamp || !d.stack || !d.out || !seeds || !class_map)
+  if (!d.adj_first || !d.adj || !d.stamp || !d.stack || !d.out || !d.tmp || !seeds || !class_map)
     goto free_all;
   for (uint32_t e = 0; e < m->n_edges; e++) d.adj_first[m->e_from[e] + 1]++;
   for (uint32_t q = 0; q < n; q++) d.adj_first[q + 1] += d.adj_first[q];
@@ -497,26 +521,32 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
     const int32_t l = m->e_label[e];
     if (l >= 0 && class_map[l] < 0) class_map[l] = (int32_t)n_used++;
   }
-  memset(out->part, 0, sizeof out->part);
+  /* Partitions as byte sets, each split by every class into its part inside and outside. */
+  weir__bset parts[256];
   uint32_t n_part = 1;
+  memset(&parts[0], 0xFF, sizeof parts[0]);
   for (uint32_t c = 0; c < b->n_classes; c++) {
     if (class_map[c] < 0) continue;
     const weir__bset *cs = &b->classes[c];
-    uint16_t in_count[256] = {0}, size[256] = {0};
-    int16_t new_id[256];
-    for (unsigned x = 0; x < 256; x++) {
-      size[out->part[x]]++;
-      if (weir__bset_has(cs, x)) in_count[out->part[x]]++;
-    }
-    for (unsigned p = 0; p < 256; p++) new_id[p] = -1;
-    for (unsigned x = 0; x < 256; x++) {
-      if (!weir__bset_has(cs, x)) continue;
-      const uint8_t p = out->part[x];
-      if (in_count[p] == size[p]) continue; /* the class covers the whole partition */
-      if (new_id[p] < 0) new_id[p] = (int16_t)n_part++;
-      out->part[x] = (uint8_t)new_id[p];
+    const uint32_t n_before = n_part;
+    for (uint32_t p = 0; p < n_before; p++) {
+      weir__bset in, out_;
+      uint64_t any_in = 0, any_out = 0;
+      for (int w = 0; w < 4; w++) {
+        in.w[w] = parts[p].w[w] & cs->w[w];
+        out_.w[w] = parts[p].w[w] & ~cs->w[w];
+        any_in |= in.w[w];
+        any_out |= out_.w[w];
+      }
+      if (!any_in || !any_out) continue;
+      parts[p] = out_;
+      parts[n_part++] = in;
     }
   }
+  for (uint32_t p = 0; p < n_part; p++)
+    for (int w = 0; w < 4; w++)
+      for (uint64_t bits = parts[p].w[w]; bits; bits &= bits - 1)
+        out->part[w * 64 + __builtin_ctzll(bits)] = (uint8_t)p;
   out->n_part = n_part;
   class_parts = malloc(((size_t)n_used + 1) * sizeof *class_parts);
   class_nparts = calloc((size_t)n_used + 1, sizeof *class_nparts);
@@ -524,14 +554,11 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
   for (uint32_t c = 0; c < b->n_classes; c++) {
     if (class_map[c] < 0) continue;
     const uint32_t u = (uint32_t)class_map[c];
-    uint8_t seen[256] = {0};
-    for (unsigned x = 0; x < 256; x++)
-      if (weir__bset_has(&b->classes[c], x) && !seen[out->part[x]]) {
-        seen[out->part[x]] = 1;
-        class_parts[u][class_nparts[u]++] = out->part[x];
-      }
+    for (uint32_t p = 0; p < n_part; p++) /* a class covers whole partitions or none */
+      if ((parts[p].w[0] & b->classes[c].w[0]) | (parts[p].w[1] & b->classes[c].w[1]) |
+          (parts[p].w[2] & b->classes[c].w[2]) | (parts[p].w[3] & b->classes[c].w[3]))
+        class_parts[u][class_nparts[u]++] = (uint16_t)p;
   }
-
   uint32_t start = 0, id;
   uint32_t cn = closure(&d, &start, 1);
   if (set_lookup(&t, d.out, cn, &id) < 0) goto free_all;
@@ -561,10 +588,10 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
         const uint32_t e = d.adj[a];
         const int32_t l = m->e_label[e];
         if (l == EPS) continue;
-        const uint32_t parts = l >= 0 ? class_nparts[class_map[l]] : 1;
-        if (n_pairs + parts > cap_pairs) {
+        const uint32_t need = l >= 0 ? class_nparts[class_map[l]] : 1;
+        if (n_pairs + need > cap_pairs) {
           size_t cap = cap_pairs ? cap_pairs * 2 : 1024;
-          while (cap < n_pairs + parts) cap *= 2;
+          while (cap < n_pairs + need) cap *= 2;
           pair *p = realloc(pairs, cap * sizeof *p);
           if (!p) goto free_all;
           pairs = p;
@@ -579,7 +606,29 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
         }
       }
     }
-    qsort(pairs, n_pairs, sizeof *pairs, cmp_pair);
+    /* Group by key: a counting sort on the byte partitions (at most 256), then the few rule
+     * symbols sorted at the end. */
+    if (n_pairs > cap_sorted) {
+      pair *ns2 = realloc(sorted, cap_pairs * sizeof *ns2);
+      if (!ns2) goto free_all;
+      sorted = ns2;
+      cap_sorted = cap_pairs;
+    }
+    {
+      size_t at[258] = {0};
+      for (size_t k = 0; k < n_pairs; k++) at[(pairs[k].key < 256 ? pairs[k].key : 256) + 1]++;
+      for (int k = 0; k < 257; k++) at[k + 1] += at[k];
+      const size_t n_bytes_pairs = at[256];
+      for (size_t k = 0; k < n_pairs; k++) sorted[at[pairs[k].key < 256 ? pairs[k].key : 256]++] = pairs[k];
+      if (n_pairs > n_bytes_pairs)
+        qsort(sorted + n_bytes_pairs, n_pairs - n_bytes_pairs, sizeof *sorted, cmp_pair);
+      pair *swap = pairs;
+      pairs = sorted;
+      sorted = swap;
+      size_t tc = cap_pairs;
+      cap_pairs = cap_sorted;
+      cap_sorted = tc;
+    }
     for (size_t a = 0; a < n_pairs;) {
       size_t z = a;
       uint32_t ns = 0;
@@ -621,8 +670,10 @@ free_all:
   free(d.stamp);
   free(d.stack);
   free(d.out);
+  free(d.tmp);
   free(seeds);
   free(pairs);
+  free(sorted);
   free(class_parts);
   free(class_nparts);
   free(class_map);
@@ -638,7 +689,6 @@ static void grammar_free(weir_grammar *g) {
   free(g->rule_nullable);
   free(g->rule_part);
   free(g->rule_npart);
-  free(g->rule_pure);
   free(g->pos_rule);
   free(g->pos_trans);
   free(g->pos_flags);
@@ -748,7 +798,7 @@ static int trim(weir_grammar *g) {
       }
   }
   /* Cut what is dead: transitions into dead positions, rule edges to unproductive rules or
-   * dead targets. The transition rows are shared per position, so cutting is per entry. */
+   * dead targets. */
   for (uint32_t p = 0; p < np; p++) {
     for (uint32_t k = 0; k < g->rule_npart[g->pos_rule[p]]; k++) {
       int32_t *t = &g->trans[g->pos_trans[p] + k];
@@ -903,15 +953,19 @@ static int compile_once(weir__gb *b, uint32_t start, uint64_t inline_max, weir_g
     m.max_states = b->limits.max_nfa_states;
     nfa_state(&m); /* 0: start */
     nfa_state(&m); /* 1: final */
+    c.inlined_here = 0;
     build(&c, &m, b->rules[r].body, 0, 1);
     if (m.failed == 1) goto free_all;
-    if (m.failed == 2) { /* too large: the caller retries with less inlining */
-      rc = WEIR_E_RANGE;
-      goto free_all;
-    }
     const uint32_t budget = b->limits.max_dfa_states - total_states;
-    rc = determinize(b, &m, budget, &dfas[k]);
-    if (rc) goto free_all;
+    rc = m.failed == 2 ? WEIR_E_RANGE : determinize(b, &m, budget, &dfas[k]);
+    if (rc == WEIR_E_RANGE && !c.inlined_here) {
+      /* Too large by itself: less inlining elsewhere would not shrink this rule. */
+      snprintf(err, errlen, "the constraint is too large: over %u automaton states; simplify "
+               "the schema, regex or grammar", rc == WEIR_E_RANGE && m.failed == 2
+               ? b->limits.max_nfa_states : b->limits.max_dfa_states);
+      rc = WEIR_E_INVAL;
+    }
+    if (rc) goto free_all; /* WEIR_E_RANGE: the caller retries with less inlining */
     rc = WEIR_E_NOMEM;
     total_states += dfas[k].n_states;
     for (uint32_t e = 0; e < dfas[k].n_refs; e++) {
@@ -980,15 +1034,6 @@ static int compile_once(weir__gb *b, uint32_t start, uint64_t inline_max, weir_g
   for (uint32_t p = 0; p < total_states; p++) g->pos_ref[p + 1] += g->pos_ref[p];
   g->start_pos = g->rule_start[0];
   rc = trim(g);
-  if (rc == 0) {
-    /* Rules without rule edges: their token classes are walks of a plain DFA. */
-    g->rule_pure = malloc(n_keep);
-    if (!g->rule_pure) rc = WEIR_E_NOMEM;
-    for (uint32_t k = 0; rc == 0 && k < n_keep; k++) {
-      const uint32_t a = g->rule_start[k], z = k + 1 < n_keep ? g->rule_start[k + 1] : total_states;
-      g->rule_pure[k] = g->pos_ref[a] == g->pos_ref[z];
-    }
-  }
   if (rc == WEIR_E_INVAL) {
     snprintf(err, errlen, "the constraint can produce nothing: no text satisfies it");
     goto free_all;

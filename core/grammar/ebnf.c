@@ -145,13 +145,19 @@ static uint32_t parse_literal(eparse *p) {
   uint32_t items[64], n = 0, acc = weir__rx_empty();
   p->i++; /* " */
   for (;;) {
-    if (p->i >= p->n || p->s[p->i] == '\n') return efail(p, "an unterminated string literal");
+    if (p->i >= p->n || p->s[p->i] == '\n') {
+      weir__cpset_free(&one);
+      return efail(p, "an unterminated string literal");
+    }
     if (p->s[p->i] == '"') {
       p->i++;
       break;
     }
     const int64_t c = read_char(p);
-    if (c < 0) return efail(p, "a bad escape or invalid UTF-8 in a literal");
+    if (c < 0) {
+      weir__cpset_free(&one);
+      return efail(p, "a bad escape or invalid UTF-8 in a literal");
+    }
     one.n = 0;
     if (weir__cpset_add(&one, (uint32_t)c, (uint32_t)c)) {
       weir__cpset_free(&one);

@@ -49,7 +49,7 @@ typedef struct weir_grammar_limits {
   int32_t max_schema_nodes;  /* subschemas visited, $ref expansions included (20000) */
   uint32_t max_repeat;       /* the largest finite bound of {m,n}, minLength, maxItems... (10000) */
   uint32_t max_nfa_states;   /* automaton states before determinization (2,000,000) */
-  uint32_t max_dfa_states;   /* positions of the compiled grammar (1,000,000) */
+  uint32_t max_dfa_states;   /* positions of the compiled grammar (200,000) */
 } weir_grammar_limits;
 
 void weir_grammar_limits_default(weir_grammar_limits *l);
@@ -168,9 +168,11 @@ int weir_matcher_can_continue(const weir_matcher *m);
 /* 1 after an EOS token was accepted. */
 int weir_matcher_is_ended(const weir_matcher *m);
 
-/* Writes the allowed-token mask (WEIR_MASK_WORDS(vocab size) words, bit t of word t / 32).
- * Never empty while the matcher is not ended: either a continuation or EOS is allowed.
- * WEIR_E_NOMEM. */
+/* Writes the allowed-token mask (WEIR_MASK_WORDS(vocab size) words, bit t of word t / 32):
+ * the tokens whose bytes can continue the text, and the EOS ids when the text is complete.
+ * All zero once ended. Never empty otherwise when the vocabulary can spell every byte
+ * (SentencePiece with byte fallback and byte-level BPE can); with one that cannot, an empty
+ * mask means no token can continue and the engine must end the sequence. WEIR_E_NOMEM. */
 int weir_matcher_fill_mask(weir_matcher *m, uint32_t *mask);
 /* The masks of n matchers, mask i at masks + i * stride_words, computed in parallel on
  * `pool` (NULL: on the caller). A NULL matcher gets an all-ones mask. Returns the first

@@ -134,7 +134,6 @@ struct weir_grammar {
   uint8_t *rule_nullable;
   uint8_t *rule_part;      /* rule -> 256-byte map from byte to the rule's byte partition */
   uint16_t *rule_npart;    /* rule -> number of partitions (entries of a transition row) */
-  uint8_t *rule_pure;      /* rule -> 1 when none of its positions has a rule edge */
   uint32_t *pos_rule;
   uint32_t *pos_trans;     /* pos -> index in trans of its row (one entry per partition) */
   uint8_t *pos_flags;      /* WEIR__POS_* */

@@ -69,7 +69,7 @@ int weir_fuzz_grammar(const uint8_t *data, size_t size) {
   if (!v || !mask || weir_constraint_create(g, v, &c) || weir_matcher_create(c, &m)) goto out;
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < size; i++) h = (h ^ data[i]) * 16777619u;
-  for (int step = 0; step < 48; step++) {
+  for (int step = 0; step < 24; step++) {
     if (weir_matcher_fill_mask(m, mask)) goto out;
     int32_t count = 0;
     for (int32_t t = 0; t < n; t++) count += weir_mask_test(mask, t);

@@ -11,8 +11,8 @@
  * are first reached, as the first request with a schema sees); the others reuse it ("warm":
  * every later request with the same schema, from the constraint cache). --batch N also times
  * weir_matchers_fill_masks over N matchers at once on a pool of T threads (wall clock).
- * Single-stream figures are the calling thread's CPU time, so that other processes on a shared
- * machine do not inflate them; compile times are wall clock. */
+ * Single-stream figures are given twice: the calling thread's CPU time (other processes on a
+ * shared machine do not inflate it) and wall clock; compile times are wall clock. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,8 +53,8 @@ static char *slurp(const char *path, size_t *len) {
 
 /* One walk as gw_walk does it (uniform draws for the first half, then steering to an end),
  * recording the time of every weir_matcher_fill_mask into `times` (seconds). */
-static int timed_walk(weir_constraint *c, gw_rng *rng, int max_tokens, double *times, int *n,
-                      size_t *bytes) {
+static int timed_walk(weir_constraint *c, gw_rng *rng, int max_tokens, double *times,
+                      double *walls, int *n, size_t *bytes) {
   static char out[1 << 16];
   const weir_grammar_vocab *v = c->v;
   const size_t words = WEIR_MASK_WORDS(v->n_tokens);
@@ -65,8 +65,9 @@ static int timed_walk(weir_constraint *c, gw_rng *rng, int max_tokens, double *t
   *n = 0;
   size_t nb = 0;
   for (int step = 0; step < max_tokens; step++) {
-    const double t0 = gw_cpu();
+    const double t0 = gw_cpu(), w0 = gw_now();
     if (weir_matcher_fill_mask(m, mask)) return -1;
+    walls[*n] = gw_now() - w0;
     times[(*n)++] = gw_cpu() - t0;
     int32_t k = 0, eos = -1;
     for (int32_t t = 0; t < v->n_tokens; t++) {
@@ -101,16 +102,16 @@ static int timed_walk(weir_constraint *c, gw_rng *rng, int max_tokens, double *t
   return 0;
 }
 
-static void report(const char *what, double *t, int n) {
+static void report(const char *what, const char *clock, double *t, int n) {
   if (n == 0) {
-    printf("  %-6s no steps\n", what);
+    printf("  %-5s %-4s no steps\n", what, clock);
     return;
   }
   double sum = 0;
   for (int i = 0; i < n; i++) sum += t[i];
   qsort(t, (size_t)n, sizeof *t, cmp_double);
-  printf("  %-6s %5d steps  mean %8.1f us  median %8.1f us  p99 %8.1f us  max %9.1f us\n", what, n,
-         sum / n * 1e6, t[n / 2] * 1e6, t[(int)(n * 0.99)] * 1e6, t[n - 1] * 1e6);
+  printf("  %-5s %-4s %5d steps  mean %8.1f us  median %8.1f us  p99 %8.1f us  max %9.1f us\n",
+         what, clock, n, sum / n * 1e6, t[n / 2] * 1e6, t[(int)(n * 0.99)] * 1e6, t[n - 1] * 1e6);
 }
 
 int main(int argc, char **argv) {
@@ -180,6 +181,7 @@ int main(int argc, char **argv) {
   weir_threadpool *pool = NULL;
   if (batch > 0 && weir_threadpool_create(threads, &pool)) return 1;
   double *times = malloc(sizeof(double) * (size_t)tokens * (size_t)walks);
+  double *walls = malloc(sizeof(double) * (size_t)tokens * (size_t)walks);
   for (int j = 0; j < n_jobs; j++) {
     double ct[5];
     weir_grammar *g = NULL;
@@ -203,13 +205,15 @@ int main(int argc, char **argv) {
     gw_rng rng = {seed * 7919 + (uint64_t)j};
     int n = 0, total = 0;
     size_t bytes;
-    if (timed_walk(c, &rng, tokens, times, &n, &bytes)) return 1;
-    report("cold", times, n);
+    if (timed_walk(c, &rng, tokens, times, walls, &n, &bytes)) return 1;
+    report("cold", "cpu", times, n);
+    report("cold", "wall", walls, n);
     for (int w = 1; w < walks; w++) {
-      if (timed_walk(c, &rng, tokens, times + total, &n, &bytes)) return 1;
+      if (timed_walk(c, &rng, tokens, times + total, walls + total, &n, &bytes)) return 1;
       total += n;
     }
-    report("warm", times, total);
+    report("warm", "cpu", times, total);
+    report("warm", "wall", walls, total);
     printf("  token classes: %.1f KiB for the positions reached\n",
            (double)weir_constraint_memory(c) / 1024.0);
     if (pool) {
@@ -235,6 +239,7 @@ int main(int argc, char **argv) {
     free(jobs[j].owned);
   }
   free(times);
+  free(walls);
   weir_threadpool_destroy(pool);
   weir_grammar_vocab_release(v);
   return 0;
