@@ -22,6 +22,9 @@ mkdir -p "$models"
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 echo "weir: $("$weir" version)"
+echo
+echo "| model | vocab | decode step (us, median of 3) | mask warm (us/step) | of the step | mask cold (us/step) | of the step |"
+echo "|---|---|---|---|---|---|---|"
 schema=$here/tests/grammar/fixtures/order.schema.json
 for m in tiny-seed1 llama-1.1b-f16; do
   model=$models/$m.gguf
@@ -39,7 +42,7 @@ for m in tiny-seed1 llama-1.1b-f16; do
   done
   med() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
   d=$(med "${decs[@]}"); c=$(med "${colds[@]}"); w=$(med "${warms[@]}")
-  echo "| $m | $(echo "$out" | sed -n -E 's/^vocabulary: .*, ([0-9]+) tokens .*/\1/p') | $d | $w | $(awk -v w="$w" -v d="$d" 'BEGIN{printf "%.2f%%", 100*w/d}') | $c | $(awk -v c="$c" -v d="$d" 'BEGIN{printf "%.2f%%", 100*c/d}') |"
+  echo "| $m | $(echo "$out" | sed -n -E 's/^vocabulary: .*, ([0-9]+) tokens .*/\1/p') | $d | $w | $(awk -v w="$w" -v d="$d" 'BEGIN{printf "%.3f%%", 100*w/d}') | $c | $(awk -v c="$c" -v d="$d" 'BEGIN{printf "%.3f%%", 100*c/d}') |"
 done
 echo
 "$bench" --model "$models/llama-1.1b-f16.gguf" --walks 2 --tokens 200 | grep -E "compile|vocabulary"

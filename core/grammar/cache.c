@@ -1,7 +1,8 @@
 /* The constraint cache: compiled constraints (and compile errors) by canonical text, least
- * recently used evicted. Compilation runs outside the lock, so a slow schema never blocks
- * lookups of others; two threads missing on the same text at once both compile it and the
- * second result is dropped. */
+ * recently used evicted when the entries or their memory (which grows as token classes are
+ * computed) exceed the bounds. Compilation runs outside the lock, so a slow schema never
+ * blocks lookups of others; two threads missing on the same text at once both compile it and
+ * the second result is dropped. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +27,11 @@ struct weir_constraint_cache {
   weir_grammar_vocab *v;
   entry *e;
   int32_t n, max;
+  size_t max_bytes;
   uint64_t tick, hits, misses;
 };
 
-int weir_constraint_cache_create(weir_grammar_vocab *v, int32_t max_entries,
+int weir_constraint_cache_create(weir_grammar_vocab *v, int32_t max_entries, size_t max_bytes,
                                  weir_constraint_cache **out) {
   *out = NULL;
   if (max_entries < 1) return WEIR_E_INVAL;
@@ -42,6 +44,7 @@ int weir_constraint_cache_create(weir_grammar_vocab *v, int32_t max_entries,
     return WEIR_E_NOMEM;
   }
   c->max = max_entries;
+  c->max_bytes = max_bytes;
   c->v = weir_grammar_vocab_retain(v);
   *out = c;
   return 0;
@@ -94,6 +97,10 @@ static char *make_key(const weir_constraint_spec *spec, size_t *len) {
   }
   if (canon) cJSON_free(canon);
   return key;
+}
+
+static size_t entry_bytes(const entry *e) {
+  return e->key_len + (e->c ? weir_constraint_memory(e->c) : 0);
 }
 
 static int32_t find(weir_constraint_cache *c, const char *key, size_t len) {
@@ -168,6 +175,21 @@ int weir_constraint_cache_get(weir_constraint_cache *c, const weir_constraint_sp
   }
   c->e[i].last_use = ++c->tick;
   rc = hand_out(&c->e[i], out, err, errlen);
+  /* Over the memory bound: evict the least recently used others (their holders keep them). */
+  if (c->max_bytes) {
+    for (;;) {
+      size_t total = 0;
+      int32_t lru = -1;
+      for (int32_t k = 0; k < c->n; k++) {
+        total += entry_bytes(&c->e[k]);
+        if (k != i && (lru < 0 || c->e[k].last_use < c->e[lru].last_use)) lru = k;
+      }
+      if (total <= c->max_bytes || lru < 0) break;
+      entry_clear(&c->e[lru]);
+      c->e[lru] = c->e[--c->n];
+      if (i == c->n) i = lru; /* the returned entry moved into the hole */
+    }
+  }
   pthread_mutex_unlock(&c->mu);
   weir_constraint_release(made);
   free(key);

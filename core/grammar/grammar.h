@@ -125,8 +125,10 @@ size_t weir_constraint_memory(const weir_constraint *c);
 typedef struct weir_constraint_cache weir_constraint_cache;
 
 /* A cache of at most max_entries constraints (and recent compile errors) over one vocabulary,
- * evicted least recently used. Thread-safe. */
-int weir_constraint_cache_create(weir_grammar_vocab *v, int32_t max_entries,
+ * evicted least recently used, also while their memory (weir_constraint_memory, which grows
+ * as token classes are computed) exceeds max_bytes (0: no byte bound). An evicted constraint
+ * lives on while requests hold it. Thread-safe. */
+int weir_constraint_cache_create(weir_grammar_vocab *v, int32_t max_entries, size_t max_bytes,
                                  weir_constraint_cache **out);
 void weir_constraint_cache_free(weir_constraint_cache *cache);
 /* The constraint for spec, compiled on a miss (the caller's thread). The key is the kind, the

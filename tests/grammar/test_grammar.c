@@ -538,7 +538,7 @@ static void test_parallel_and_precompute(void) {
 
 static void test_cache(void) {
   weir_constraint_cache *cache;
-  CU_ASSERT_FATAL(weir_constraint_cache_create(g_small, 2, &cache) == 0);
+  CU_ASSERT_FATAL(weir_constraint_cache_create(g_small, 2, 0, &cache) == 0);
   char err[256];
   weir_constraint *a, *b, *d, *e;
   weir_constraint_spec s1 = {.kind = WEIR_CONSTRAINT_JSON_SCHEMA, .text = "{\"type\": \"integer\"}",
@@ -585,6 +585,22 @@ static void test_cache(void) {
   weir_constraint_release(b);
   weir_constraint_release(e);
   weir_constraint_release(a2);
+  weir_constraint_cache_free(cache);
+  /* A byte bound: two entries fit by count, but after the first one's token classes grow the
+   * second insertion evicts it. */
+  CU_ASSERT_FATAL(weir_constraint_cache_create(g_small, 8, 1, &cache) == 0);
+  WT_ASSERT_INT_EQ(weir_constraint_cache_get(cache, &s1, &a, err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_constraint_precompute(a, NULL), 0);
+  weir_constraint_cache_stats(cache, &hits, &misses, &entries);
+  WT_ASSERT_INT_EQ(entries, 1); /* the only entry stays, over the bound or not */
+  WT_ASSERT_INT_EQ(weir_constraint_cache_get(cache, &s2, &e, err, sizeof err), 0);
+  weir_constraint_cache_stats(cache, &hits, &misses, &entries);
+  WT_ASSERT_INT_EQ(entries, 1);
+  WT_ASSERT_INT_EQ(weir_constraint_cache_get(cache, &s2, &b, err, sizeof err), 0);
+  CU_ASSERT(b == e); /* the one kept is the newest */
+  weir_constraint_release(a);
+  weir_constraint_release(b);
+  weir_constraint_release(e);
   weir_constraint_cache_free(cache);
 }
 
