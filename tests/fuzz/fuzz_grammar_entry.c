@@ -44,8 +44,8 @@ int weir_fuzz_grammar(const uint8_t *data, size_t size) {
   weir_grammar_limits_default(&lim);
   /* Small limits keep one execution fast; the refusal paths are exercised as much. */
   lim.max_repeat = 64;
-  lim.max_nfa_states = 60000;
-  lim.max_dfa_states = 20000;
+  lim.max_nfa_states = 20000;
+  lim.max_dfa_states = 4000;
   lim.max_schema_nodes = 400;
   lim.max_depth = 24;
   weir_constraint_spec spec = {.kind = kinds[data[0] & 7], .text = (const char *)data + 1,

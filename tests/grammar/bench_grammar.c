@@ -217,15 +217,25 @@ int main(int argc, char **argv) {
     printf("  token classes: %.1f KiB for the positions reached\n",
            (double)weir_constraint_memory(c) / 1024.0);
     if (pool) {
-      /* n matchers advanced by the same walk prefix differ only in time; use clones at
-       * different points of one walk so their states differ. */
+      /* The matchers are at different points of their own random walks (warm classes). */
       weir_matcher **ms = calloc((size_t)batch, sizeof *ms);
-      uint32_t *masks = malloc(WEIR_MASK_WORDS(v->n_tokens) * sizeof(uint32_t) * (size_t)batch);
-      for (int i = 0; i < batch; i++) weir_matcher_create(c, &ms[i]);
+      const size_t words = WEIR_MASK_WORDS(v->n_tokens);
+      uint32_t *masks = malloc(words * sizeof(uint32_t) * (size_t)batch);
+      for (int i = 0; i < batch; i++) {
+        weir_matcher_create(c, &ms[i]);
+        for (int step = 0; step < 5 + (i * 7) % 40; step++) {
+          weir_matcher_fill_mask(ms[i], masks);
+          int32_t cand[1024], k = 0;
+          for (int32_t t = 0; t < v->n_tokens && k < 1024; t++)
+            if (weir_mask_test(masks, t) && v->rank_of[t] >= 0) cand[k++] = t;
+          if (!k) break;
+          weir_matcher_accept_token(ms[i], cand[gw_next(&rng) % (uint64_t)k]);
+        }
+      }
       double bt[64];
       for (int r = 0; r < 64; r++) {
         const double t0 = gw_now();
-        weir_matchers_fill_masks(ms, batch, masks, WEIR_MASK_WORDS(v->n_tokens), pool);
+        weir_matchers_fill_masks(ms, batch, masks, words, pool);
         bt[r] = gw_now() - t0;
       }
       qsort(bt, 64, sizeof *bt, cmp_double);

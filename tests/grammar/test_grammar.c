@@ -1,6 +1,7 @@
 /* core/grammar: compile errors, exact acceptance at the edges of what each construct allows,
  * the matcher's API (clone, rollback, EOS), allowed-token masks against a brute-force check of
  * every token, masks of many matchers in parallel, precomputed token classes, and the cache. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -604,6 +605,62 @@ static void test_cache(void) {
   weir_constraint_cache_free(cache);
 }
 
+/* Several threads sharing one small cache (evictions all the time) and walking what they get:
+ * every lookup returns a usable constraint or the cached error, and nothing leaks (ASan). */
+typedef struct cache_worker {
+  weir_constraint_cache *cache;
+  int id, failures;
+} cache_worker;
+
+static void *cache_worker_run(void *arg) {
+  cache_worker *w = arg;
+  static const char *const texts[] = {"[a-c]+", "[0-9]{2,4}", "(yes|no)", "x*y", "[^z]{1,3}", "("};
+  gw_rng rng = {(uint64_t)w->id * 77 + 1};
+  for (int i = 0; i < 60; i++) {
+    const char *t = texts[gw_next(&rng) % 6];
+    weir_constraint_spec spec = {.kind = WEIR_CONSTRAINT_REGEX, .text = t, .len = strlen(t)};
+    weir_constraint *c = NULL;
+    char err[256];
+    const int rc = weir_constraint_cache_get(w->cache, &spec, &c, err, sizeof err);
+    if (!strcmp(t, "(")) {
+      w->failures += rc != WEIR_E_INVAL || !strstr(err, "a missing )");
+      continue;
+    }
+    if (rc) {
+      w->failures++;
+      continue;
+    }
+    gw_walk_opts o = {.max_tokens = 20, .free_tokens = 5, .stop_prob = 0.3};
+    char out[256];
+    w->failures += gw_walk(c, &rng, &o, out, sizeof out, NULL) != 1;
+    weir_constraint_release(c);
+  }
+  return NULL;
+}
+
+static void test_cache_threads(void) {
+  weir_constraint_cache *cache;
+  CU_ASSERT_FATAL(weir_constraint_cache_create(g_small, 3, 1 << 20, &cache) == 0);
+  pthread_t th[4];
+  cache_worker w[4];
+  for (int i = 0; i < 4; i++) {
+    w[i] = (cache_worker){cache, i, 0};
+    CU_ASSERT_FATAL(pthread_create(&th[i], NULL, cache_worker_run, &w[i]) == 0);
+  }
+  int failures = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    failures += w[i].failures;
+  }
+  WT_ASSERT_INT_EQ(failures, 0);
+  uint64_t hits, misses;
+  int32_t entries;
+  weir_constraint_cache_stats(cache, &hits, &misses, &entries);
+  WT_ASSERT_INT_EQ(hits + misses, 240);
+  CU_ASSERT(entries <= 3);
+  weir_constraint_cache_free(cache);
+}
+
 static void test_setup(void) { g_small = small_vocab(); }
 static void test_teardown(void) { weir_grammar_vocab_release(g_small); }
 
@@ -619,6 +676,7 @@ int main(void) {
       {"special tokens never, EOS exactly when complete", test_special_and_eos},
       {"parallel masks, precomputed classes, speculative rollback", test_parallel_and_precompute},
       {"the constraint cache", test_cache},
+      {"the cache shared by threads", test_cache_threads},
       {"teardown", test_teardown},
       {NULL, NULL}};
   return wt_run_suite("grammar", tests);

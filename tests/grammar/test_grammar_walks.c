@@ -265,7 +265,7 @@ int main(int argc, char **argv) {
    * grammar position: fewer, still hundreds of walks. */
   const int large = !strcmp(g_which, "32k");
   g_schemas = large ? 120 : 300;
-  g_walks_per = large ? 2 : 3;
+  g_walks_per = large ? 2 : 5;
   static const wt_test tests[] = {
       {"vocabulary from the real tokenizer", test_setup},
       {"generated JSON Schemas, fixtures and json_object", test_generated_schemas},
