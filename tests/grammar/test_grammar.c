@@ -494,6 +494,7 @@ static void test_parallel_and_precompute(void) {
       WT_ASSERT_INT_EQ(weir_matcher_accept_token(mp[i], t), 0);
     }
   }
+  weir_matcher_free(ms[N - 1]);
   ms[N - 1] = NULL; /* an unconstrained row */
   WT_ASSERT_INT_EQ(weir_matchers_fill_masks(ms, N, batch, words, pool), 0);
   for (int i = 0; i < N - 1; i++) {
