@@ -52,21 +52,25 @@ static int reserve_sets(weir__chart *c, uint32_t n) {
   return 0;
 }
 
+/* Replaces the dedup table by an empty one of at least `slots` slots (a power of two). */
+static int table_grow(weir__chart *c, uint32_t slots) {
+  uint32_t n = c->n_slots ? c->n_slots : 64;
+  while (n < slots) n *= 2;
+  uint32_t *s = realloc(c->slot, (size_t)n * sizeof *s);
+  if (!s) return WEIR_E_NOMEM;
+  c->slot = s;
+  uint32_t *t = calloc(n, sizeof *t);
+  if (!t) return WEIR_E_NOMEM;
+  free(c->stamp);
+  c->stamp = t;
+  c->n_slots = n;
+  c->cur_stamp = 0;
+  return 0;
+}
+
 /* The dedup table covers the set being built; a new stamp empties it in O(1). */
 static int table_reset(weir__chart *c, uint32_t expect) {
-  if (expect * 2 > c->n_slots) {
-    uint32_t n = c->n_slots ? c->n_slots : 64;
-    while (n < expect * 2) n *= 2;
-    uint32_t *s = realloc(c->slot, (size_t)n * sizeof *s);
-    if (!s) return WEIR_E_NOMEM;
-    c->slot = s;
-    uint32_t *t = calloc(n, sizeof *t);
-    if (!t) return WEIR_E_NOMEM;
-    free(c->stamp);
-    c->stamp = t;
-    c->n_slots = n;
-    c->cur_stamp = 0;
-  }
+  if (expect * 2 > c->n_slots && table_grow(c, expect * 2)) return WEIR_E_NOMEM;
   if (++c->cur_stamp == 0) {
     memset(c->stamp, 0, (size_t)c->n_slots * sizeof *c->stamp);
     c->cur_stamp = 1;
@@ -82,20 +86,13 @@ static inline uint32_t item_hash(uint32_t pos, uint32_t origin) {
  * Returns 1 added, 0 present, WEIR_E_NOMEM. */
 static int add_item(weir__chart *c, uint32_t pos, uint32_t origin) {
   const uint32_t first = c->set_start[c->n_sets];
-  uint32_t count = c->n_items - first;
+  const uint32_t count = c->n_items - first;
   if ((count + 1) * 2 > c->n_slots) {
-    /* Rehash what the set holds into a larger table. */
-    uint32_t n = c->n_slots ? c->n_slots * 2 : 64;
-    while ((count + 1) * 2 > n) n *= 2;
-    uint32_t *s = realloc(c->slot, (size_t)n * sizeof *s);
-    if (!s) return WEIR_E_NOMEM;
-    c->slot = s;
-    uint32_t *t = calloc(n, sizeof *t);
-    if (!t) return WEIR_E_NOMEM;
-    free(c->stamp);
-    c->stamp = t;
-    c->n_slots = n;
+    /* Rehash what the set holds into a table twice as large. */
+    if (table_grow(c, (count + 1) * 2 > c->n_slots * 2 ? (count + 1) * 2 : c->n_slots * 2))
+      return WEIR_E_NOMEM;
     c->cur_stamp = 1;
+    const uint32_t n = c->n_slots;
     for (uint32_t i = first; i < c->n_items; i++) {
       uint32_t h = item_hash(c->items[i].pos, c->items[i].origin) & (n - 1);
       while (c->stamp[h] == c->cur_stamp) h = (h + 1) & (n - 1);
