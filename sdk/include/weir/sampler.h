@@ -15,7 +15,8 @@
  * through a pointer and begins with its struct_size. A sampler that applies them itself says
  * so in weir_sampler_ops.caps; for one that does not (every 1.0 sampler), the host applies
  * them to the logits before the call and hands the sampler rows without them, so a constraint
- * holds whichever sampler is configured (docs/plugin-guide.md, "Constraints"). */
+ * holds whichever sampler is configured (docs/plugin-guide.md, "Samplers: masks and logit
+ * bias"). */
 #ifndef WEIR_SAMPLER_H
 #define WEIR_SAMPLER_H
 
