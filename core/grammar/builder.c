@@ -263,6 +263,18 @@ uint32_t weir__rx_repeat(weir__gb *b, uint32_t x, uint32_t min, uint32_t max) {
   if (k->kind == WEIR__RX_NONE) return min == 0 ? 1 : 0;
   if (k->kind == WEIR__RX_EMPTY || max == 0) return 1;
   if (min == 1 && max == 1) return x;
+  /* A repetition of a repetition that means the same as one: (x*)* (x+)* (x*)+ (x?)* (x*)?
+   * (x+)? (x?)+ are x*, (x+)+ is x+, (x?)? is x?. Stacked stars would otherwise nest
+   * epsilon loops that every closure of the determinizer walks. */
+  if (k->kind == WEIR__RX_REPEAT && k->min <= 1 && min <= 1) {
+    const int inner_open = k->max == WEIR__RX_INF, outer_open = max == WEIR__RX_INF;
+    const int inner_opt = k->max == 1 || inner_open, outer_opt = max == 1 || outer_open;
+    if ((inner_open || outer_open) && inner_opt && outer_opt)
+      return new_node(b, (weir__rx){.kind = WEIR__RX_REPEAT, .a = k->a,
+                                    .min = k->min && min ? 1 : 0, .max = WEIR__RX_INF});
+    if (k->max == 1 && max == 1)
+      return new_node(b, (weir__rx){.kind = WEIR__RX_REPEAT, .a = k->a, .min = 0, .max = 1});
+  }
   return new_node(b, (weir__rx){.kind = WEIR__RX_REPEAT, .a = x, .min = min, .max = max});
 }
 

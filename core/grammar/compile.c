@@ -636,7 +636,9 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
       cn = closure(&d, seeds, ns);
       const int added = set_lookup(&t, d.out, cn, &id);
       if (added < 0) goto free_all;
-      if (t.n > max_states) {
+      /* The states' NFA sets bound the time and memory of the construction as much as their
+       * number: a few dozen NFA states per DFA state on average is the budget. */
+      if (t.n > max_states || t.n_list > (size_t)max_states * 40 + 4096) {
         rc = WEIR_E_RANGE;
         goto free_all;
       }
