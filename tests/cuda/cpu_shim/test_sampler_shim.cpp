@@ -330,7 +330,7 @@ int main() {
   p.temperature = 0.9f;
   p.num_logprobs = 5;
   p.repetition_penalty = 1.2f;
-  compare("temperature + masks + bias + penalty", p, 2, true, true);
+  compare("temperature + masks + bias + penalty", p, 1, true, true);
   p.top_p = 0.8f;
   p.top_k = 30;
   compare("top-p + top-k + masks + bias", p, 1, false, true);
