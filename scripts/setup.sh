@@ -9,7 +9,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   libuv1-dev node-llhttp libtomlplusplus-dev libcjson-dev libcunit1-dev
   clang libclang-rt-14-dev
-  python3 python3-numpy python3-jinja2 python3-yaml sentencepiece curl
+  python3 python3-numpy python3-jinja2 python3-yaml python3-jsonschema sentencepiece curl
   nginx-light
 )
 missing=()
