@@ -9,7 +9,8 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   libuv1-dev node-llhttp libtomlplusplus-dev libcjson-dev libcunit1-dev
   clang libclang-rt-14-dev
-  python3 python3-numpy sentencepiece curl
+  python3 python3-numpy python3-jinja2 python3-yaml python3-jsonschema sentencepiece curl
+  nginx-light
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -20,14 +21,29 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # nginx is here only for tests/nginx, which runs its own nginx as the test user with a
+  # temporary prefix: when this script installed it, it leaves no system service behind.
+  if [[ " ${missing[*]} " == *" nginx-light "* ]] && command -v systemctl >/dev/null &&
+     systemctl is-enabled nginx >/dev/null 2>&1; then
+    $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
+  fi
 fi
 
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${WEIR_CMAKE_ARGS:-}
 cmake --build "$build" -j"$(nproc)"
 
-# The default model the README's run command serves: made here, never downloaded.
-if [ ! -f "$here/models/default.gguf" ]; then
-  mkdir -p "$here/models"
-  "$build/bin/weir" mkmodel --preset tiny --out "$here/models/default.gguf"
+# The default model the README's run command serves: the trained target committed in
+# models/ (docs/models.md), linked, never downloaded. A default.gguf of your own is kept; one
+# that earlier set-ups made with random weights (mkmodel's tiny preset) is replaced.
+default="$here/models/default.gguf"
+if [ -f "$default" ] && [ ! -L "$default" ]; then
+  "$build/bin/weir" mkmodel --preset tiny --out "$build/tiny-check.gguf" > /dev/null
+  if cmp -s "$default" "$build/tiny-check.gguf"; then rm -f "$default"; fi
+  rm -f "$build/tiny-check.gguf"
+fi
+if [ ! -e "$default" ] || [ -L "$default" ]; then
+  ln -sfn kjv-target.gguf "$default"
+else
+  echo "weir: keeping your own $default (the trained default is models/kjv-target.gguf)"
 fi
 echo "weir: set-up done; binary at $build/bin/weir"

@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "plugin/loader.h"
+#include "util/opt.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -32,54 +33,70 @@ static void write_plugin_options(void *arg, const char *section, FILE *f) {
 }
 
 int weir__cmd_config(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  if (strcmp(argv[1], "check") != 0 || argc < 3 || argv[2][0] == '-') {
-    fprintf(stderr, "weir config: expected `check FILE`\n\n");
-    usage(stderr);
-    return 2;
-  }
-  /* Re-shape into "config --config FILE rest..." so that the shared flag parser applies the
-   * file first and every override after it. */
-  int n = argc + 1, ret = 2;
-  char **args = calloc((size_t)n + 1, sizeof *args);
   weir_config cfg;
+  weir_config_args flags = {0};
   weir_plugin_set set = {0};
+  weir_opt o;
+  const struct option *tables[] = {weir_config_options};
   char err[2048];
+  const char *action = NULL, *file = NULL;
+  int ret = 2, c;
   weir_config_defaults(&cfg);
-  if (!args) {
+  if (weir_opt_init(&o, "weir config", argc, argv, WEIR_CONFIG_SHORTOPTS, tables, 1) != 0) {
     fprintf(stderr, "weir config: out of memory\n");
     goto free_cfg;
   }
-  args[0] = argv[0];
-  args[1] = "--config";
-  args[2] = argv[2];
-  for (int i = 3; i < argc; i++) args[i] = argv[i];
-  n = argc;
-  if (weir_config_from_args(&n, args, &cfg, err, sizeof err) != 0) {
+  /* `check FILE` is the same as --config FILE, applied before every other flag. */
+  while ((c = weir_opt_next(&o)) != WEIR_OPT_END) {
+    if (c == 'h' || c == WEIR_OPT_VERSION) {
+      if (c == 'h') usage(stdout);
+      else weir_opt_print_version();
+      ret = 0;
+      goto free_opt;
+    }
+    if (c == WEIR_OPT_ERROR) {
+      fprintf(stderr, "%s\n", o.err);
+      goto free_opt;
+    }
+    if (c == WEIR_OPT_POSITIONAL) {
+      if (!action) action = o.arg;
+      else if (!file) file = o.arg;
+      else {
+        fprintf(stderr, "weir config check: unknown argument '%s'\n", o.arg);
+        goto free_opt;
+      }
+      continue;
+    }
+    if (weir_config_args_take(&flags, c, o.arg) < 0) {
+      fprintf(stderr, "weir config: out of memory\n");
+      goto free_opt;
+    }
+  }
+  if (!action || strcmp(action, "check") != 0 || !file) {
+    fprintf(stderr, "weir config: expected `check FILE`\n\n");
+    usage(stderr);
+    goto free_opt;
+  }
+  if (weir_config_args_take(&flags, WEIR_CONFIG_FLAG_BASE, file) < 0 ||
+      weir_config_args_apply(&flags, &cfg, err, sizeof err) != 0) {
     fprintf(stderr, "weir config check: %s\n", err);
     ret = 1;
-    goto free_args;
-  }
-  if (n > 1) {
-    fprintf(stderr, "weir config check: unknown argument '%s'\n", args[1]);
-    goto free_args;
+    goto free_opt;
   }
   weir_config_apply_log(&cfg);
   if (weir_plugin_set_check(&cfg, &set, err, sizeof err) != 0) {
-    fprintf(stderr, "weir config check: %s: invalid: %s\n", argv[2], err);
+    fprintf(stderr, "weir config check: %s: invalid: %s\n", file, err);
     ret = 1;
-    goto free_args;
+    goto free_opt;
   }
   weir_config_write_ex(&cfg, stdout, write_plugin_options, &set);
-  fprintf(stderr, "weir config check: %s: ok\n", argv[2]);
+  fprintf(stderr, "weir config check: %s: ok\n", file);
   ret = 0;
   weir_plugin_set_unload(&set);
-free_args:
-  free(args);
+free_opt:
+  weir_opt_fini(&o);
 free_cfg:
+  weir_config_args_free(&flags);
   weir_config_free(&cfg);
   return ret;
 }

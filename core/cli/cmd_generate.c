@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "util/log.h"
+#include "util/opt.h"
 
 typedef struct gen_state {
   pthread_mutex_t lock;
@@ -53,32 +54,10 @@ static void usage(FILE *f) {
           "  --seed S                 seed for sampling (default 0)\n"
           "  --ignore-eos             keep generating past the end-of-sequence token\n"
           "  --quiet                  print only the figures\n"
-          "Config overrides: --model PATH, --device NAME, --threads N, --attention NAME,\n"
-          "--quant NAME, --kv-dtype T, --set section.key=value (see docs/configuration.md).\n");
-}
-
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  size_t r;
-  while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += r;
-    if (n + 1 == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[n] = 0;
-  return buf;
+          "  --version                print the version\n"
+          "Configuration: --config FILE, -m/--model PATH, --device NAME, --threads N,\n"
+          "--attention NAME, --quant NAME, --kv-dtype T, --max-model-len N, --set KEY=VALUE and\n"
+          "the other flags of `weir serve` (see docs/configuration.md).\n");
 }
 
 int weir__cmd_generate(int argc, char **argv) {
@@ -102,95 +81,137 @@ int weir__cmd_generate(int argc, char **argv) {
                                         .num_logprobs = -1};
   req.has_seed = 1;
 
-  if (weir_config_from_args(&argc, argv, &cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "weir generate: %s\n", err);
+  enum {
+    G_PROMPT = 0x100, G_PROMPT_FILE, G_RANDOM, G_SYSTEM, G_CHAT, G_QUIET, G_IGNORE_EOS,
+    G_MAX_TOKENS, G_TEMP, G_TOP_K, G_TOP_P, G_MIN_P, G_REP, G_PRES, G_FREQ, G_SEED
+  };
+  static const struct option k_opts[] = {
+      {"prompt", required_argument, 0, G_PROMPT},
+      {"prompt-file", required_argument, 0, G_PROMPT_FILE},
+      {"random-prompt", required_argument, 0, G_RANDOM},
+      {"system", required_argument, 0, G_SYSTEM},
+      {"chat", no_argument, 0, G_CHAT},
+      {"quiet", no_argument, 0, G_QUIET},
+      {"ignore-eos", no_argument, 0, G_IGNORE_EOS},
+      {"max-tokens", required_argument, 0, G_MAX_TOKENS},
+      {"temperature", required_argument, 0, G_TEMP},
+      {"top-k", required_argument, 0, G_TOP_K},
+      {"top-p", required_argument, 0, G_TOP_P},
+      {"min-p", required_argument, 0, G_MIN_P},
+      {"repetition-penalty", required_argument, 0, G_REP},
+      {"presence-penalty", required_argument, 0, G_PRES},
+      {"frequency-penalty", required_argument, 0, G_FREQ},
+      {"seed", required_argument, 0, G_SEED},
+      {0, 0, 0, 0},
+  };
+  const struct option *tables[] = {k_opts, weir_config_options};
+  weir_config_args flags = {0};
+  weir_opt o;
+  if (weir_opt_init(&o, "weir generate", argc, argv, "n:" WEIR_CONFIG_SHORTOPTS, tables, 2) != 0) {
+    fprintf(stderr, "weir generate: out of memory\n");
     goto out;
   }
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                           \
-  do {                                                                    \
-    if (!v) {                                                             \
-      fprintf(stderr, "weir generate: %s needs a value\n", a);            \
-      goto out;                                                           \
-    }                                                                     \
-    i++;                                                                  \
-  } while (0)
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+  int c, bad = 0;
+  while (!bad && (c = weir_opt_next(&o)) != WEIR_OPT_END) {
+    int64_t iv = 0;
+    double dv = 0;
+    switch (c) {
+    case 'h':
       usage(stdout);
       ret = 0;
-      goto out;
-    } else if (!strcmp(a, "--prompt")) {
-      NEEDV();
+      bad = 1;
+      break;
+    case WEIR_OPT_VERSION:
+      weir_opt_print_version();
+      ret = 0;
+      bad = 1;
+      break;
+    case G_PROMPT:
       free(prompt);
-      prompt = strdup(v);
-    } else if (!strcmp(a, "--prompt-file")) {
-      NEEDV();
+      prompt = strdup(o.arg);
+      break;
+    case G_PROMPT_FILE:
       free(prompt);
-      prompt = read_all(v);
-      if (!prompt) {
-        fprintf(stderr, "weir generate: cannot read %s\n", v);
-        goto out;
+      if (!(prompt = weir__read_file(o.arg, NULL))) {
+        snprintf(o.err, sizeof o.err, "weir generate: cannot read %s", o.arg);
+        bad = 2;
       }
-    } else if (!strcmp(a, "--random-prompt")) {
-      NEEDV();
-      random_prompt = atoi(v);
-      if (random_prompt <= 0) {
-        fprintf(stderr, "weir generate: --random-prompt needs a positive count\n");
-        goto out;
-      }
-    } else if (!strcmp(a, "--system")) {
-      NEEDV();
+      break;
+    case G_RANDOM:
+      if (weir_opt_int(&o, 1, 1 << 24, &iv)) bad = 2;
+      random_prompt = (int32_t)iv;
+      break;
+    case G_SYSTEM:
       free(system);
-      system = strdup(v);
-    } else if (!strcmp(a, "--chat")) {
-      chat = 1;
-    } else if (!strcmp(a, "--quiet")) {
-      quiet = 1;
-    } else if (!strcmp(a, "--ignore-eos")) {
-      req.ignore_eos = 1;
-    } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-      NEEDV();
-      req.max_tokens = atoi(v);
-    } else if (!strcmp(a, "--temperature")) {
-      NEEDV();
-      req.sampling.temperature = strtof(v, NULL);
-    } else if (!strcmp(a, "--top-k")) {
-      NEEDV();
-      req.sampling.top_k = atoi(v);
-    } else if (!strcmp(a, "--top-p")) {
-      NEEDV();
-      req.sampling.top_p = strtof(v, NULL);
-    } else if (!strcmp(a, "--min-p")) {
-      NEEDV();
-      req.sampling.min_p = strtof(v, NULL);
-    } else if (!strcmp(a, "--repetition-penalty")) {
-      NEEDV();
-      req.sampling.repetition_penalty = strtof(v, NULL);
-    } else if (!strcmp(a, "--presence-penalty")) {
-      NEEDV();
-      req.sampling.presence_penalty = strtof(v, NULL);
-    } else if (!strcmp(a, "--frequency-penalty")) {
-      NEEDV();
-      req.sampling.frequency_penalty = strtof(v, NULL);
-    } else if (!strcmp(a, "--seed")) {
-      NEEDV();
-      req.seed = strtoull(v, NULL, 10);
-    } else {
-      fprintf(stderr, "weir generate: unknown option '%s'\n\n", a);
-      usage(stderr);
-      goto out;
+      system = strdup(o.arg);
+      break;
+    case G_CHAT: chat = 1; break;
+    case G_QUIET: quiet = 1; break;
+    case G_IGNORE_EOS: req.ignore_eos = 1; break;
+    case 'n':
+    case G_MAX_TOKENS:
+      if (weir_opt_int(&o, 1, 1 << 24, &iv)) bad = 2;
+      req.max_tokens = (int32_t)iv;
+      break;
+    case G_TEMP:
+      if (weir_opt_double(&o, 0, 100, &dv)) bad = 2;
+      req.sampling.temperature = (float)dv;
+      break;
+    case G_TOP_K:
+      if (weir_opt_int(&o, 0, 1 << 24, &iv)) bad = 2;
+      req.sampling.top_k = (int32_t)iv;
+      break;
+    case G_TOP_P:
+      if (weir_opt_double(&o, 1e-9, 1, &dv)) bad = 2;
+      req.sampling.top_p = (float)dv;
+      break;
+    case G_MIN_P:
+      if (weir_opt_double(&o, 0, 1, &dv)) bad = 2;
+      req.sampling.min_p = (float)dv;
+      break;
+    case G_REP:
+      if (weir_opt_double(&o, 1e-6, 100, &dv)) bad = 2;
+      req.sampling.repetition_penalty = (float)dv;
+      break;
+    case G_PRES:
+      if (weir_opt_double(&o, -2, 2, &dv)) bad = 2;
+      req.sampling.presence_penalty = (float)dv;
+      break;
+    case G_FREQ:
+      if (weir_opt_double(&o, -2, 2, &dv)) bad = 2;
+      req.sampling.frequency_penalty = (float)dv;
+      break;
+    case G_SEED:
+      if (weir_opt_int(&o, 0, INT64_MAX, &iv)) bad = 2;
+      req.seed = (uint64_t)iv;
+      break;
+    case WEIR_OPT_POSITIONAL:
+      snprintf(o.err, sizeof o.err, "weir generate: unexpected argument '%s'", o.arg);
+      bad = 2;
+      break;
+    case WEIR_OPT_ERROR: bad = 2; break;
+    default:
+      if (weir_config_args_take(&flags, c, o.arg) <= 0) {
+        snprintf(o.err, sizeof o.err, "weir generate: out of memory");
+        bad = 2;
+      }
     }
-#undef NEEDV
+  }
+  if (bad == 2) fprintf(stderr, "%s\n", o.err);
+  weir_opt_fini(&o);
+  if (bad) {
+    weir_config_args_free(&flags);
+    goto out;
+  }
+  int arc = weir_config_args_apply(&flags, &cfg, err, sizeof err);
+  weir_config_args_free(&flags);
+  if (arc != 0) {
+    fprintf(stderr, "weir generate: %s\n", err);
+    goto out;
   }
   if (!prompt && !random_prompt) {
     fprintf(stderr, "weir generate: --prompt or --random-prompt is required\n\n");
     usage(stderr);
-    goto out;
-  }
-  if (req.max_tokens <= 0) {
-    fprintf(stderr, "weir generate: --max-tokens must be at least 1\n");
     goto out;
   }
   weir_log_configure(cfg.log_level, cfg.log_format, NULL);

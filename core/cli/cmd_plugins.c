@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "plugin/loader.h"
+#include "util/opt.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -38,36 +39,57 @@ static void print_header(const weir_plugin_found *f) {
          f->desc->version ? f->desc->version : "?");
   if (f->desc->description && *f->desc->description) printf("  %s\n", f->desc->description);
   printf("  devices: %s\n  dtypes:  %s\n  file:    %s\n", dev, dt, f->path);
+  if (f->desc->variant || f->score)
+    printf("  variant: %s (score %d on this machine)\n",
+           f->desc->variant ? f->desc->variant : "-", f->score);
 }
 
 int weir__cmd_plugins(int argc, char **argv) {
   weir_config cfg;
+  weir_config_args flags = {0};
   weir_plugin_dirs dirs = {0};
   weir_plugin_found *found = NULL;
-  int n = 0, ret = 2;
+  int n = 0, ret = 2, c;
   const char *help_name = NULL;
   char err[1024];
+  weir_opt o;
+  const struct option *tables[] = {weir_config_options};
   weir_config_defaults(&cfg);
-  if (weir_config_from_args(&argc, argv, &cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "weir plugins: %s\n", err);
+  if (weir_opt_init(&o, "weir plugins", argc, argv, WEIR_CONFIG_SHORTOPTS, tables, 1) != 0) {
+    fprintf(stderr, "weir plugins: out of memory\n");
     goto free_cfg;
   }
-  weir_config_apply_log(&cfg);
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      if (i + 1 < argc) {
-        help_name = argv[++i];
-      } else {
-        usage(stdout);
-        ret = 0;
-        goto free_cfg;
-      }
-    } else {
-      fprintf(stderr, "weir plugins: unknown argument '%s'\n\n", argv[i]);
+  /* `--help NAME`: the option table of one plugin; --help alone: this text. */
+  int want_help = 0;
+  while ((c = weir_opt_next(&o)) != WEIR_OPT_END) {
+    if (c == 'h') {
+      want_help = 1;
+    } else if (c == WEIR_OPT_VERSION) {
+      weir_opt_print_version();
+      ret = 0;
+      goto free_opt;
+    } else if (c == WEIR_OPT_POSITIONAL && want_help && !help_name) {
+      help_name = o.arg;
+    } else if (c == WEIR_OPT_POSITIONAL || c == WEIR_OPT_ERROR) {
+      if (c == WEIR_OPT_ERROR) fprintf(stderr, "%s\n\n", o.err);
+      else fprintf(stderr, "weir plugins: unknown argument '%s'\n\n", o.arg);
       usage(stderr);
-      goto free_cfg;
+      goto free_opt;
+    } else if (weir_config_args_take(&flags, c, o.arg) < 0) {
+      fprintf(stderr, "weir plugins: out of memory\n");
+      goto free_opt;
     }
   }
+  if (want_help && !help_name) {
+    usage(stdout);
+    ret = 0;
+    goto free_opt;
+  }
+  if (weir_config_args_apply(&flags, &cfg, err, sizeof err) != 0) {
+    fprintf(stderr, "weir plugins: %s\n", err);
+    goto free_opt;
+  }
+  weir_config_apply_log(&cfg);
   ret = 1;
   if (weir_plugin_dirs_get(&cfg, &dirs) != 0 || weir_plugin_scan(&dirs, &found, &n) != 0) {
     fprintf(stderr, "weir plugins: out of memory\n");
@@ -123,7 +145,10 @@ free_found:
   weir_plugin_scan_free(found, n);
 free_dirs:
   weir_plugin_dirs_free(&dirs);
+free_opt:
+  weir_opt_fini(&o);
 free_cfg:
+  weir_config_args_free(&flags);
   weir_config_free(&cfg);
   return ret;
 }

@@ -159,13 +159,13 @@ static int fold_rows(qz *z, q4_out *o, const float *div, const char *what) {
       uint8_t *blk = o->data + (size_t)r * rb + (size_t)b * bb;
       for (int k = 0; k < nh; k++) {
         uint16_t h = (uint16_t)(blk[2 * k] | blk[2 * k + 1] << 8);
-        float v = weir_model_f16_to_f32(h) / div[r];
+        float v = weir_f16_to_f32(h) / div[r];
         if (!isfinite(v) || fabsf(v) > 65504.0f) {
           snprintf(z->err, ERRLEN, "folding the scales into %s: row %lld leaves the f16 range",
                    what, (long long)r);
           return WEIR_E_RANGE;
         }
-        h = weir_model_f32_to_f16(v);
+        h = weir_f32_to_f16(v);
         blk[2 * k] = (uint8_t)h;
         blk[2 * k + 1] = (uint8_t)(h >> 8);
       }

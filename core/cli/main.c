@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/opt.h"
 
 typedef struct command {
   const char *name;
@@ -17,6 +18,8 @@ static const command k_commands[] = {
     {"mkmodel", weir__cmd_mkmodel, "write a Llama-architecture GGUF model with random weights"},
     {"quantize", weir__cmd_quantize, "calibrate and quantize a model, save it as a Q4_1 GGUF"},
     {"bench", weir__cmd_bench, "load generator: measure and A/B OpenAI-compatible servers"},
+    {"perplexity", weir__cmd_perplexity, "perplexity of a model on a text file"},
+    {"convert", weir__cmd_convert, "write a GGUF from an export directory (trained models)"},
 };
 
 static void usage(FILE *f) {
@@ -24,7 +27,8 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
     fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].help);
   fprintf(f, "  %-10s %s\n", "version", "print the version");
-  fprintf(f, "\n'weir <command> --help' describes a command's options.\n");
+  fprintf(f, "\n'weir <command> --help' describes a command's options; every command also\n"
+             "takes --version. Long options are written out in full (no abbreviations).\n");
 }
 
 int main(int argc, char **argv) {
@@ -34,7 +38,7 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
-    printf("weir %s\n", WEIR_VERSION);
+    weir_opt_print_version();
     return 0;
   }
   for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)

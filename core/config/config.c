@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config/toml.h"
+#include "weir/kv.h"
 #include "weir/status.h"
 
 typedef enum key_type {
@@ -26,6 +27,7 @@ typedef enum key_type {
   K_DIRS,     /* plugin_dirs */
   K_SEL_NAME, /* weir_plugin_sel.name */
   K_SEL_PATH, /* weir_plugin_sel.path; "" means NULL */
+  K_NAMES,    /* served_model_name + served_model_aliases: a string or an array of them */
 } key_type;
 
 typedef struct key_spec {
@@ -57,7 +59,7 @@ static const key_spec k_keys[] = {
     {"server", "host", K_STR, OFF(host)},
     {"server", "port", K_INT, OFF(port), 1, 65535},
     {"server", "api_key", K_OPT_STR, OFF(api_key)},
-    {"server", "served_model_name", K_OPT_STR, OFF(served_model_name)},
+    {"server", "served_model_name", K_NAMES, OFF(served_model_name)},
     {"server", "max_body_bytes", K_BYTES, OFF(max_body_bytes), 1024, GIB},
     {"server", "max_header_bytes", K_BYTES, OFF(max_header_bytes), 1024, 16 * MIB},
     {"server", "max_connections", K_INT, OFF(max_connections), 1, 1 << 20},
@@ -67,6 +69,8 @@ static const key_spec k_keys[] = {
     {"server", "request_timeout_ms", K_I64, OFF(request_timeout_ms), 1, 7 * DAY_MS},
     {"server", "max_tokens_limit", K_I32, OFF(max_tokens_limit), 0, 1 << 24},
     {"server", "default_max_tokens", K_I32, OFF(default_max_tokens), 1, 1 << 24},
+    {"server", "max_pending_output_bytes", K_BYTES, OFF(max_pending_output_bytes), 4 * KIB, GIB},
+    {"server", "stall_timeout_ms", K_I64, OFF(stall_timeout_ms), 1, DAY_MS},
     {"log", "level", K_LEVEL, OFF(log_level), 0, 0, k_levels},
     {"log", "format", K_FORMAT, OFF(log_format), 0, 0, k_formats},
     {"log", "requests", K_BOOL, OFF(log_requests)},
@@ -145,12 +149,33 @@ unsigned weir_config_device_kind(const char *name) {
 
 /* ---- defaults and lifetime -------------------------------------------------------------- */
 
-static void free_dirs(weir_config *c) {
-  for (int i = 0; i < c->num_plugin_dirs; i++) free(c->plugin_dirs[i]);
-  free(c->plugin_dirs);
-  c->plugin_dirs = NULL;
-  c->num_plugin_dirs = 0;
+/* String lists (plugins.dirs, the served-name aliases): freed and copied whole. */
+static void free_list(char ***v, int *n) {
+  for (int i = 0; i < *n; i++) free((*v)[i]);
+  free(*v);
+  *v = NULL;
+  *n = 0;
 }
+
+/* Copies n strings into *dst (counted in *ndst as they are made); 1 on allocation failure,
+ * with what was made still counted so that it is freed with the rest. */
+static int clone_list(char ***dst, int *ndst, char *const *src, int n) {
+  *dst = NULL;
+  *ndst = 0;
+  if (!n) return 0;
+  if (!(*dst = calloc((size_t)n, sizeof(char *)))) return 1;
+  for (int i = 0; i < n; i++) {
+    if (!((*dst)[i] = strdup(src[i]))) return 1;
+    *ndst = i + 1;
+  }
+  return 0;
+}
+
+static void free_aliases(weir_config *c) {
+  free_list(&c->served_model_aliases, &c->num_served_model_aliases);
+}
+
+static void free_dirs(weir_config *c) { free_list(&c->plugin_dirs, &c->num_plugin_dirs); }
 
 void weir_config_free(weir_config *c) {
   if (!c) return;
@@ -159,6 +184,7 @@ void weir_config_free(weir_config *c) {
   free(c->api_key);
   free(c->served_model_name);
   free(c->calibration_text);
+  free_aliases(c);
   free(c->model_path);
   free(c->chat_template);
   free(c->policy);
@@ -185,6 +211,8 @@ void weir_config_defaults(weir_config *c) {
   c->request_timeout_ms = 600000;
   c->max_tokens_limit = 0;
   c->default_max_tokens = 256;
+  c->max_pending_output_bytes = 2 * MIB;
+  c->stall_timeout_ms = 30000;
   c->log_level = WEIR_LOG_INFO;
   c->log_format = WEIR_LOG_TEXT;
   c->log_requests = 1;
@@ -199,7 +227,7 @@ void weir_config_defaults(weir_config *c) {
   c->sampler.name = strdup("default");
   c->drafter.name = strdup("");
   c->num_speculative_tokens = 4;
-  c->block_size = 16;
+  c->block_size = WEIR_KV_DEFAULT_BLOCK_SIZE;
   c->num_blocks = 0;
   c->memory_bytes = 512 * MIB;
   c->prefix_caching = 1;
@@ -253,16 +281,10 @@ static int config_clone(const weir_config *src, weir_config *dst) {
     bad |= dup_opt(&ds[i]->name, ss[i]->name);
     bad |= dup_opt(&ds[i]->path, ss[i]->path);
   }
-  dst->plugin_dirs = NULL;
-  dst->num_plugin_dirs = 0;
-  if (src->num_plugin_dirs) {
-    dst->plugin_dirs = calloc((size_t)src->num_plugin_dirs, sizeof(char *));
-    if (!dst->plugin_dirs) bad = 1;
-    for (int i = 0; dst->plugin_dirs && i < src->num_plugin_dirs; i++) {
-      bad |= dup_opt(&dst->plugin_dirs[i], src->plugin_dirs[i]);
-      dst->num_plugin_dirs = i + 1;
-    }
-  }
+  bad |= clone_list(&dst->served_model_aliases, &dst->num_served_model_aliases,
+                    src->served_model_aliases, src->num_served_model_aliases);
+  bad |= clone_list(&dst->plugin_dirs, &dst->num_plugin_dirs, src->plugin_dirs,
+                    src->num_plugin_dirs);
   dst->toml = src->toml ? weir_toml_clone(src->toml) : weir_toml_new_table();
   if (!dst->toml) bad = 1;
   resolve_tables(dst);
@@ -453,6 +475,46 @@ static int apply_key(weir_config *c, const key_spec *k, const weir_toml_node *v,
     else *(int64_t *)(base + k->off) = x;
     return WEIR_OK;
   }
+  case K_NAMES: {
+    /* One name, or a list: the first is the name the server reports, the others are aliases
+     * the API also accepts. "" (or []) leaves it to the model file. */
+    if (v->type == WEIR_TOML_STRING) {
+      free_aliases(c);
+      return set_string(&c->served_model_name, v->s, 1);
+    }
+    if (v->type != WEIR_TOML_ARRAY) {
+      errf(err, errlen, src, v, "%s.%s: expected a string or an array of strings, found %s",
+           sec, key, weir_toml_type_name(v->type));
+      return WEIR_E_INVAL;
+    }
+    for (int i = 0; i < v->num_items; i++)
+      if (v->items[i]->type != WEIR_TOML_STRING || !*v->items[i]->s) {
+        errf(err, errlen, src, v->items[i], "%s.%s[%d]: expected a non-empty name, found %s",
+             sec, key, i, v->items[i]->type == WEIR_TOML_STRING
+                              ? "\"\"" : weir_toml_type_name(v->items[i]->type));
+        return WEIR_E_INVAL;
+      }
+    char *first = NULL, **rest = NULL;
+    int nrest = v->num_items > 1 ? v->num_items - 1 : 0;
+    if (v->num_items > 0 && !(first = strdup(v->items[0]->s))) return WEIR_E_NOMEM;
+    if (nrest && !(rest = calloc((size_t)nrest, sizeof *rest))) {
+      free(first);
+      return WEIR_E_NOMEM;
+    }
+    for (int i = 0; i < nrest; i++)
+      if (!(rest[i] = strdup(v->items[i + 1]->s))) {
+        for (int j = 0; j < i; j++) free(rest[j]);
+        free(rest);
+        free(first);
+        return WEIR_E_NOMEM;
+      }
+    free_aliases(c);
+    free(c->served_model_name);
+    c->served_model_name = first;
+    c->served_model_aliases = rest;
+    c->num_served_model_aliases = nrest;
+    return WEIR_OK;
+  }
   case K_DIRS: {
     if (v->type != WEIR_TOML_ARRAY) {
       errf(err, errlen, src, v, "%s.%s: expected an array of strings, found %s", sec, key,
@@ -576,26 +638,18 @@ static int check_whole(const weir_config *c, const char *src, char *err, size_t 
   return WEIR_OK;
 }
 
-int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen) {
-  weir_toml_node *doc = NULL;
+/* Applies a parsed document over c (on success; c is unchanged on failure). Takes doc. */
+static int load_doc(weir_toml_node *doc, const char *source, const char *path, weir_config *c,
+                    char *err, size_t errlen) {
   weir_config tmp;
-  int rc;
-  /* A zeroed config (never given defaults) starts from the defaults. */
-  if (c && !c->toml && !c->host) weir_config_defaults(c);
-  if (!c || !config_complete(c)) {
-    snprintf(err, errlen, "%s: out of memory", path ? path : "config");
-    return WEIR_E_NOMEM;
-  }
-  rc = weir_toml_parse_file(path, &doc, err, errlen);
-  if (rc != WEIR_OK) goto out;
-  rc = config_clone(c, &tmp);
+  int rc = config_clone(c, &tmp);
   if (rc != WEIR_OK) {
-    snprintf(err, errlen, "%s: out of memory", path);
+    snprintf(err, errlen, "%s: out of memory", source);
     goto free_doc;
   }
-  rc = apply_doc(&tmp, doc, path, err, errlen);
-  if (rc == WEIR_OK) rc = check_whole(&tmp, path, err, errlen);
-  if (rc == WEIR_OK) rc = set_string(&tmp.source_path, path, 0);
+  rc = apply_doc(&tmp, doc, source, err, errlen);
+  if (rc == WEIR_OK) rc = check_whole(&tmp, source, err, errlen);
+  if (rc == WEIR_OK && path) rc = set_string(&tmp.source_path, path, 0);
   if (rc != WEIR_OK) {
     weir_config_free(&tmp);
     goto free_doc;
@@ -605,8 +659,47 @@ int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen)
   resolve_tables(c);
 free_doc:
   weir_toml_free(doc);
-out:
   return rc;
+}
+
+int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen) {
+  weir_toml_node *doc = NULL;
+  /* A zeroed config (never given defaults) starts from the defaults. */
+  if (c && !c->toml && !c->host) weir_config_defaults(c);
+  if (!c || !config_complete(c)) {
+    snprintf(err, errlen, "%s: out of memory", path ? path : "config");
+    return WEIR_E_NOMEM;
+  }
+  int rc = weir_toml_parse_file(path, &doc, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  return load_doc(doc, path, path, c, err, errlen);
+}
+
+int weir_config_load_string(const char *text, size_t len, const char *source, weir_config *c,
+                            char *err, size_t errlen) {
+  weir_toml_node *doc = NULL;
+  if (!source) source = "<string>";
+  if (c && !c->toml && !c->host) weir_config_defaults(c);
+  if (!c || !config_complete(c)) {
+    snprintf(err, errlen, "%s: out of memory", source);
+    return WEIR_E_NOMEM;
+  }
+  /* TOML text never holds NUL, and the parser takes a C string. */
+  if (memchr(text, '\0', len)) {
+    snprintf(err, errlen, "%s: holds a NUL byte, which TOML does not allow", source);
+    return WEIR_E_FORMAT;
+  }
+  char *copy = malloc(len + 1);
+  if (!copy) {
+    snprintf(err, errlen, "%s: out of memory", source);
+    return WEIR_E_NOMEM;
+  }
+  memcpy(copy, text, len);
+  copy[len] = '\0';
+  int rc = weir_toml_parse_string(copy, source, &doc, err, errlen);
+  free(copy);
+  if (rc != WEIR_OK) return rc;
+  return load_doc(doc, source, NULL, c, err, errlen);
 }
 
 int weir_config_set(weir_config *c, const char *dotted_key, const char *value, char *err,
@@ -657,41 +750,86 @@ out:
 
 /* ---- command-line flags ------------------------------------------------------------------ */
 
-typedef struct shorthand {
-  const char *flag;
-  const char *key;
-} shorthand;
-
-static const shorthand k_shorthands[] = {
-    {"--host", "server.host"},         {"--port", "server.port"},
-    {"--model", "model.path"},         {"--device", "device.name"},
-    {"--threads", "device.threads"},   {"--attention", "attention.backend"},
-    {"--quant", "quant.scheme"},       {"--sampler", "sampler.name"},
-    {"--kv-dtype", "attention.kv_dtype"}, {"--log-level", "log.level"},
-    {"--log-format", "log.format"},    {"--api-key", "server.api_key"},
-    {"--plugin-dir", NULL},            {"--set", NULL},
-    {"--config", NULL},
+/* The flags, their getopt entries and the key each sets (NULL: handled specially). Names
+ * follow vLLM's and llama-server's where they have one. */
+enum {
+  F_CONFIG = WEIR_CONFIG_FLAG_BASE, F_SET, F_PLUGIN_DIR, F_SERVED_NAME, F_HOST, F_PORT, F_MODEL,
+  F_MAX_MODEL_LEN, F_CTX_SIZE, F_API_KEY, F_DEVICE, F_THREADS, F_ATTENTION, F_QUANT, F_SAMPLER,
+  F_KV_DTYPE, F_LOG_LEVEL, F_LOG_FORMAT, F_MAX_NUM_SEQS, F_MAX_BATCHED, F_BLOCK_SIZE, F_END_
 };
 
-/* Matches "--flag VALUE" or "--flag=VALUE"; returns the value (and how many argv entries
- * it used in *used), or NULL when argv[i] is not this flag. *missing is set when the flag
- * has no value. */
-static const char *flag_value(int argc, char **argv, int i, const char *flag, int *used,
-                              int *missing) {
-  size_t n = strlen(flag);
-  *missing = 0;
-  if (strncmp(argv[i], flag, n) != 0) return NULL;
-  if (argv[i][n] == '=') {
-    *used = 1;
-    return argv[i] + n + 1;
+const struct option weir_config_options[] = {
+    {"config", required_argument, 0, F_CONFIG},
+    {"set", required_argument, 0, F_SET},
+    {"plugin-dir", required_argument, 0, F_PLUGIN_DIR},
+    {"served-model-name", required_argument, 0, F_SERVED_NAME},
+    {"host", required_argument, 0, F_HOST},
+    {"port", required_argument, 0, F_PORT},
+    {"model", required_argument, 0, F_MODEL},
+    {"max-model-len", required_argument, 0, F_MAX_MODEL_LEN},
+    {"ctx-size", required_argument, 0, F_CTX_SIZE},
+    {"api-key", required_argument, 0, F_API_KEY},
+    {"device", required_argument, 0, F_DEVICE},
+    {"threads", required_argument, 0, F_THREADS},
+    {"attention", required_argument, 0, F_ATTENTION},
+    {"quant", required_argument, 0, F_QUANT},
+    {"sampler", required_argument, 0, F_SAMPLER},
+    {"kv-dtype", required_argument, 0, F_KV_DTYPE},
+    {"log-level", required_argument, 0, F_LOG_LEVEL},
+    {"log-format", required_argument, 0, F_LOG_FORMAT},
+    {"max-num-seqs", required_argument, 0, F_MAX_NUM_SEQS},
+    {"max-num-batched-tokens", required_argument, 0, F_MAX_BATCHED},
+    {"block-size", required_argument, 0, F_BLOCK_SIZE},
+    {0, 0, 0, 0},
+};
+
+/* The key a flag sets, by flag (NULL: handled specially). */
+static const char *flag_key(int id) {
+  switch (id) {
+  case F_HOST: return "server.host";
+  case F_PORT: return "server.port";
+  case F_MODEL: return "model.path";
+  case F_MAX_MODEL_LEN: case F_CTX_SIZE: return "model.max_model_len";
+  case F_API_KEY: return "server.api_key";
+  case F_DEVICE: return "device.name";
+  case F_THREADS: return "device.threads";
+  case F_ATTENTION: return "attention.backend";
+  case F_QUANT: return "quant.scheme";
+  case F_SAMPLER: return "sampler.name";
+  case F_KV_DTYPE: return "attention.kv_dtype";
+  case F_LOG_LEVEL: return "log.level";
+  case F_LOG_FORMAT: return "log.format";
+  case F_MAX_NUM_SEQS: return "scheduler.max_num_seqs";
+  case F_MAX_BATCHED: return "scheduler.max_num_batched_tokens";
+  case F_BLOCK_SIZE: return "cache.block_size";
+  default: return NULL;
   }
-  if (argv[i][n] != 0) return NULL;
-  if (i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
+}
+
+static const char *flag_name(int id) {
+  for (const struct option *o = weir_config_options; o->name; o++)
+    if (o->val == id) return o->name;
+  return "?";
+}
+
+int weir_config_args_take(weir_config_args *a, int val, const char *value) {
+  if (val == 'm') val = F_MODEL;
+  if (val == 'c') val = F_CTX_SIZE;
+  if (val < WEIR_CONFIG_FLAG_BASE || val >= F_END_) return 0;
+  if (a->num == a->cap) {
+    int cap = a->cap ? a->cap * 2 : 16;
+    weir_config_arg *n = realloc(a->items, sizeof *n * (size_t)cap);
+    if (!n) return WEIR_E_NOMEM;
+    a->items = n;
+    a->cap = cap;
   }
-  *used = 2;
-  return argv[i + 1];
+  a->items[a->num++] = (weir_config_arg){.id = val, .value = value};
+  return 1;
+}
+
+void weir_config_args_free(weir_config_args *a) {
+  free(a->items);
+  memset(a, 0, sizeof *a);
 }
 
 static int add_plugin_dir(weir_config *c, const char *dir) {
@@ -703,72 +841,138 @@ static int add_plugin_dir(weir_config *c, const char *dir) {
   return WEIR_OK;
 }
 
-int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen) {
-  int n = *argc, rc = WEIR_OK, out = 1, used = 0, missing = 0;
-  const char *v;
-  /* The file first, wherever --config appears, so that flags override it. */
-  for (int i = 1; i < n; i++) {
-    if (!strcmp(argv[i], "--")) break;
-    if ((v = flag_value(n, argv, i, "--config", &used, &missing))) {
-      if ((rc = weir_config_load(v, cfg, err, errlen)) != WEIR_OK) return rc;
-      i += used - 1;
-    } else if (missing) {
-      snprintf(err, errlen, "--config needs a value (a TOML file)");
-      return WEIR_E_INVAL;
+/* A TOML basic string for `s` (quotes, backslashes and control bytes escaped), into buf. */
+static void toml_quote(char *buf, size_t len, const char *s) {
+  size_t o = 0;
+  if (o < len) buf[o++] = '"';
+  for (; *s && o + 7 < len; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      buf[o++] = '\\';
+      buf[o++] = (char)ch;
+    } else if (ch < 0x20 || ch == 0x7f) {
+      o += (size_t)snprintf(buf + o, len - o, "\\u%04x", ch);
+    } else {
+      buf[o++] = (char)ch;
     }
   }
+  if (o + 2 <= len) {
+    buf[o++] = '"';
+    buf[o] = 0;
+  } else if (len) {
+    buf[len - 1] = 0;
+  }
+}
+
+int weir_config_args_apply(const weir_config_args *a, weir_config *cfg, char *err,
+                           size_t errlen) {
+  int rc;
+  /* The file first, wherever --config appears, so that flags override it. */
+  for (int i = 0; i < a->num; i++)
+    if (a->items[i].id == F_CONFIG &&
+        (rc = weir_config_load(a->items[i].value, cfg, err, errlen)) != WEIR_OK)
+      return rc;
   const char *env = getenv("WEIR_API_KEY");
   if (env && *env && (rc = weir_config_set(cfg, "server.api_key", env, err, errlen)) != WEIR_OK)
     return rc;
-  /* This loop only reads argv; the survivors are compacted into place as it goes, which is
-   * safe because the write index never passes the read index. */
-  int i = 1;
-  while (i < n) {
-    if (!strcmp(argv[i], "--")) {
+  /* --served-model-name may repeat: the names together make one list. */
+  char names[4096];
+  size_t nlen = 0;
+  for (int i = 0; i < a->num; i++) {
+    const weir_config_arg *f = &a->items[i];
+    const char *v = f->value ? f->value : "";
+    switch (f->id) {
+    case F_CONFIG: break;
+    case F_PLUGIN_DIR:
+      if ((rc = add_plugin_dir(cfg, v)) != WEIR_OK) {
+        snprintf(err, errlen, "--plugin-dir: out of memory");
+        return rc;
+      }
+      break;
+    case F_SET: {
+      const char *eq = strchr(v, '=');
+      char key[128];
+      if (!eq || eq == v || (size_t)(eq - v) >= sizeof key) {
+        snprintf(err, errlen, "--set %s: expected KEY=VALUE, e.g. --set server.port=9000", v);
+        return WEIR_E_INVAL;
+      }
+      memcpy(key, v, (size_t)(eq - v));
+      key[eq - v] = 0;
+      if ((rc = weir_config_set(cfg, key, eq + 1, err, errlen)) != WEIR_OK) return rc;
+      break;
+    }
+    case F_SERVED_NAME: {
+      char q[1024];
+      if (!*v) {
+        snprintf(err, errlen, "--served-model-name: the name must not be empty");
+        return WEIR_E_INVAL;
+      }
+      toml_quote(q, sizeof q, v);
+      if (nlen + strlen(q) + 4 >= sizeof names) {
+        snprintf(err, errlen, "--served-model-name: too many names");
+        return WEIR_E_RANGE;
+      }
+      nlen += (size_t)snprintf(names + nlen, sizeof names - nlen, "%s%s", nlen ? ", " : "[", q);
+      break;
+    }
+    default: {
+      /* Shorthand values are plain strings or numbers: read them as the key's type. */
+      const char *key = flag_key(f->id);
+      if (!key) return WEIR_E_INTERNAL;
+      if ((rc = weir_config_set(cfg, key, v, err, errlen)) != WEIR_OK) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", err);
+        snprintf(err, errlen, "--%s: %s", flag_name(f->id), tmp);
+        return rc;
+      }
+    }
+    }
+  }
+  if (nlen) {
+    snprintf(names + nlen, sizeof names - nlen, "]");
+    if ((rc = weir_config_set(cfg, "server.served_model_name", names, err, errlen)) != WEIR_OK)
+      return rc;
+  }
+  return WEIR_OK;
+}
+
+/* The legacy prefilter: only exact configuration flags are taken; everything else stays. */
+int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen) {
+  weir_config_args a = {0};
+  int n = *argc, out = 1, rc = WEIR_OK;
+  for (int i = 1; i < n && rc >= 0; i++) {
+    const char *arg = argv[i], *value = NULL;
+    if (!strcmp(arg, "--")) {
       while (i < n) argv[out++] = argv[i++];
       break;
     }
-    int matched = 0;
-    for (size_t s = 0; s < sizeof k_shorthands / sizeof k_shorthands[0]; s++) {
-      v = flag_value(n, argv, i, k_shorthands[s].flag, &used, &missing);
-      if (missing) {
-        snprintf(err, errlen, "%s needs a value", k_shorthands[s].flag);
-        return WEIR_E_INVAL;
-      }
-      if (!v) continue;
-      matched = 1;
-      const char *flag = k_shorthands[s].flag;
-      if (!strcmp(flag, "--config")) {
-        /* already loaded */
-      } else if (!strcmp(flag, "--plugin-dir")) {
-        if ((rc = add_plugin_dir(cfg, v)) != WEIR_OK) {
-          snprintf(err, errlen, "--plugin-dir: out of memory");
-          return rc;
-        }
-      } else if (!strcmp(flag, "--set")) {
-        const char *eq = strchr(v, '=');
-        char key[128];
-        if (!eq || eq == v || (size_t)(eq - v) >= sizeof key) {
-          snprintf(err, errlen, "--set %s: expected KEY=VALUE, e.g. --set server.port=9000", v);
-          return WEIR_E_INVAL;
-        }
-        memcpy(key, v, (size_t)(eq - v));
-        key[eq - v] = 0;
-        if ((rc = weir_config_set(cfg, key, eq + 1, err, errlen)) != WEIR_OK) return rc;
-      } else {
-        /* Shorthand values are plain strings or numbers: read them as the key's type. */
-        if ((rc = weir_config_set(cfg, k_shorthands[s].key, v, err, errlen)) != WEIR_OK) {
-          char tmp[512];
-          snprintf(tmp, sizeof tmp, "%s", err);
-          snprintf(err, errlen, "%s: %s", flag, tmp);
-          return rc;
-        }
-      }
-      i += used;
-      break;
+    int id = 0;
+    if (!strcmp(arg, "-m") || !strcmp(arg, "-c")) {
+      id = arg[1];
+    } else if (arg[0] == '-' && arg[1] == '-') {
+      size_t len = strcspn(arg + 2, "=");
+      for (const struct option *o = weir_config_options; o->name && !id; o++)
+        if (strlen(o->name) == len && !strncmp(o->name, arg + 2, len)) id = o->val;
+      if (id && arg[2 + len] == '=') value = arg + 3 + len;
     }
-    if (!matched) argv[out++] = argv[i++];
+    if (!id) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= n) {
+        snprintf(err, errlen, "%s needs a value", arg);
+        rc = WEIR_E_INVAL;
+        break;
+      }
+      value = argv[++i];
+    }
+    if (weir_config_args_take(&a, id, value) < 0) rc = WEIR_E_NOMEM;
   }
+  if (rc == WEIR_E_NOMEM) snprintf(err, errlen, "out of memory");
+  if (rc == WEIR_OK) rc = weir_config_args_apply(&a, cfg, err, errlen);
+  weir_config_args_free(&a);
+  if (rc != WEIR_OK) return rc;
   *argc = out;
   argv[out] = NULL;
   return WEIR_OK;
@@ -806,6 +1010,19 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
   case K_LEVEL: fprintf(f, "\"%s\"", k_levels[c->log_level <= WEIR_LOG_ERROR ? c->log_level : 1]); break;
   case K_FORMAT: fprintf(f, "\"%s\"", c->log_format == WEIR_LOG_JSON ? "json" : "text"); break;
   case K_KV_DTYPE: fprintf(f, "\"%s\"", kv_dtype_name(c->kv_dtype)); break;
+  case K_NAMES:
+    if (!c->num_served_model_aliases) {
+      weir_toml_write_string(f, c->served_model_name ? c->served_model_name : "");
+      break;
+    }
+    fputc('[', f);
+    weir_toml_write_string(f, c->served_model_name);
+    for (int i = 0; i < c->num_served_model_aliases; i++) {
+      fputs(", ", f);
+      weir_toml_write_string(f, c->served_model_aliases[i]);
+    }
+    fputc(']', f);
+    break;
   case K_DIRS:
     fputc('[', f);
     for (int i = 0; i < c->num_plugin_dirs; i++) {
@@ -815,7 +1032,9 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
     fputc(']', f);
     break;
   }
-  if (k->type == K_OPT_STR && !*(char *const *)(base + k->off)) fputs("  # unset", f);
+  if ((k->type == K_OPT_STR || k->type == K_NAMES) && !*(char *const *)(base + k->off))
+    fputs(k->type == K_NAMES ? "  # unset: the model file's general.name, else its file name"
+                             : "  # unset", f);
   if (k->type == K_SEL_PATH && !((const weir_plugin_sel *)(base + k->off))->path)
     fputs("  # found by name in the plugin directories", f);
   fputc('\n', f);

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <getopt.h>
 #include <stdio.h>
 
 #include "util/log.h"
@@ -41,6 +42,9 @@ typedef struct weir_config {
   int port;                      /* 8000 */
   char *api_key;                 /* NULL = no auth; env WEIR_API_KEY overrides */
   char *served_model_name;       /* NULL = the GGUF file's general.name or file stem */
+  char **served_model_aliases;   /* further names of the model (a list in
+                                    server.served_model_name, or repeated flags) */
+  int num_served_model_aliases;
   int64_t max_body_bytes;        /* 1 MiB */
   int64_t max_header_bytes;      /* 16 KiB */
   int max_connections;           /* 1024 */
@@ -51,6 +55,10 @@ typedef struct weir_config {
   int32_t max_tokens_limit;      /* 0 = context length: cap on max_tokens */
   int32_t default_max_tokens;    /* 256: when the request gives none (completions: 16 per
                                     OpenAI) -- keep 16 for /v1/completions */
+  int64_t max_pending_output_bytes; /* 2 MiB: unsent output per connection before its
+                                       generation pauses */
+  int64_t stall_timeout_ms;      /* 30000: a connection that drains nothing for this long
+                                    while over the limit is closed */
   /* [log] */
   weir_log_level log_level;      /* info */
   weir_log_format log_format;    /* text */
@@ -73,7 +81,7 @@ typedef struct weir_config {
   weir_plugin_sel drafter;
   int num_speculative_tokens;
   /* [cache] */
-  int block_size;                /* 16 */
+  int block_size;                /* WEIR_KV_DEFAULT_BLOCK_SIZE (16) */
   int64_t num_blocks;            /* 0 = from memory_bytes */
   int64_t memory_bytes;          /* 512 MiB by default */
   int prefix_caching;            /* 1 */
@@ -109,6 +117,11 @@ void weir_config_defaults(weir_config *c);
  * value) or WEIR_E_NOMEM, writes one line into err, and leaves c unchanged. */
 int weir_config_load(const char *path, weir_config *c, char *err, size_t errlen);
 
+/* As weir_config_load, from len bytes of TOML text; `source` names it in messages (NULL:
+ * "<string>") and source_path is left as it was. Text holding a NUL byte is WEIR_E_FORMAT. */
+int weir_config_load_string(const char *text, size_t len, const char *source, weir_config *c,
+                            char *err, size_t errlen);
+
 /* Sets one key from the command line: "server.port=9000", "attention.kv_dtype=f32",
  * "attention.query_tile=8" (a plugin option, checked when the plugin loads),
  * "plugins.dirs=[\"a\", \"b\"]". The value is read as a TOML value when it is one
@@ -120,20 +133,59 @@ int weir_config_set(weir_config *c, const char *dotted_key, const char *value, c
 /* Releases everything c owns and zeroes it. Accepts a zeroed config. */
 void weir_config_free(weir_config *c);
 
-/* Applies the command-line configuration flags of `weir serve` / `weir generate` to c (which
- * holds defaults) and removes them from argv, leaving argv[0] and every other argument, in
- * order, for the command; *argc is updated and argv[*argc] is set to NULL.
+/* ---- Command-line flags ------------------------------------------------------------------
+ * The configuration flags every command that loads a configuration takes (serve, generate,
+ * config check, plugins), named as vLLM and llama-server name them:
  *
  *   --config FILE           load FILE first (whatever its position among the flags)
  *   --set KEY=VALUE         any key, as weir_config_set; repeatable, applied in order
- *   --host H  --port N  --model PATH  --device NAME  --threads N  --attention NAME
- *   --quant NAME  --sampler NAME  --kv-dtype T  --log-level L  --log-format text|json
- *   --api-key K  --plugin-dir DIR (repeatable; appended to plugins.dirs)
- *   Each also accepts --flag=VALUE.
+ *   -m, --model PATH        model.path (`weir serve` also takes it as its positional argument)
+ *   --served-model-name N   server.served_model_name; repeatable: the first is the name
+ *                           reported, the others aliases
+ *   --max-model-len N       model.max_model_len; alias -c, --ctx-size
+ *   --api-key K             server.api_key (also env WEIR_API_KEY)
+ *   --host H  --port N  --device NAME  --threads N  --attention NAME  --quant NAME
+ *   --sampler NAME  --kv-dtype T  --log-level L  --log-format text|json
+ *   --max-num-seqs N  --max-num-batched-tokens N  --block-size N
+ *   --plugin-dir DIR        appended to plugins.dirs (repeatable)
  *
- * Order of application: the file, then WEIR_API_KEY from the environment, then the flags
- * in the order given. Returns 0, or a negative status with a one-line message in err (a
- * missing value, an unreadable file, a bad key or value). */
+ * A command puts weir_config_options (and WEIR_CONFIG_SHORTOPTS) into its own weir_opt
+ * parser (util/opt.h), hands every option it does not know to weir_config_args_take, and
+ * after the loop calls weir_config_args_apply. Order of application: the file, then
+ * WEIR_API_KEY from the environment, then the flags in the order given. */
+
+/* Option values are WEIR_CONFIG_FLAG_BASE + k; 'm' and 'c' are the short forms. */
+#define WEIR_CONFIG_FLAG_BASE 0x7100
+#define WEIR_CONFIG_FLAG_MODEL (WEIR_CONFIG_FLAG_BASE + 6)
+#define WEIR_CONFIG_SHORTOPTS "m:c:"
+extern const struct option weir_config_options[]; /* ends with a zeroed entry */
+
+typedef struct weir_config_arg {
+  int id;
+  const char *value; /* borrowed from argv */
+} weir_config_arg;
+
+/* The configuration flags of one command line, in order. Zero-initialise. */
+typedef struct weir_config_args {
+  weir_config_arg *items;
+  int num, cap;
+} weir_config_args;
+
+/* Records `val` (a weir_opt result) with its value when it is a configuration flag (also 'm',
+ * and 'c' for --ctx-size). Returns 1 when taken, 0 when `val` is not a configuration flag,
+ * WEIR_E_NOMEM. `value` is borrowed until weir_config_args_apply. */
+int weir_config_args_take(weir_config_args *a, int val, const char *value);
+/* Applies the recorded flags to c (which holds defaults): the --config file, WEIR_API_KEY,
+ * then the flags in order. Returns 0, or a negative status with a one-line message in err
+ * naming the flag (a bad file, key or value). */
+int weir_config_args_apply(const weir_config_args *a, weir_config *c, char *err,
+                           size_t errlen);
+void weir_config_args_free(weir_config_args *a);
+
+/* For callers that parse their own options afterwards: applies the configuration flags found
+ * in argv (exact names only) to c and removes them, leaving argv[0] and every other argument
+ * in order; *argc is updated and argv[*argc] set to NULL. New commands use
+ * weir_config_options in their own weir_opt loop instead, which also refuses abbreviations. */
 int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, size_t errlen);
 
 /* Writes the effective configuration as TOML, every core key with its value (server.api_key

@@ -14,6 +14,7 @@
 #include "engine/scheduler.h"
 #include "engine/stop.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "metrics/metrics.h"
 #include "model/calib.h"
 #include "model/chat_template.h"
@@ -22,7 +23,9 @@
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
 #include "util/log.h"
+#include "util/progress.h"
 #include "weir/drafter.h"
+#include "weir/rng.h"
 #include "weir/sampler.h"
 
 #define LOG_COMPONENT "engine"
@@ -32,7 +35,7 @@ typedef struct engine_req {
   weir_gen_event_cb cb;
   void *user;
   weir_sampling_params sampling;
-  uint64_t rng[4];
+  uint64_t rng[4]; /* weir/rng.h: the sampler's and verification's draws */
   int32_t max_tokens, min_tokens;
   int ignore_eos;
   int32_t *stop_ids;
@@ -55,12 +58,15 @@ struct weir_engine {
   weir_gguf *gguf;
   weir_tokenizer *tok;
   weir_llama *model;
-  weir_kv_cache *kv;
+  weir_kv_pool *pool;
+  weir_kv_cache *kv; /* the pool's bookkeeping */
   weir_sched *sched;
   weir_metrics *metrics;
   int own_metrics;
-  weir_chat_template_id chat_tpl;
-  char *model_name;
+  weir_chat_renderer *chat;
+  char *model_name;   /* == model_names[0] */
+  char **model_names; /* the served name, then the configured aliases */
+  int32_t num_model_names;
   int32_t vocab, ctx_len, max_waiting;
   int64_t default_timeout_ms;
   int32_t *eog_ids; /* tokens that end generation: EOS and end-of-turn markers */
@@ -91,6 +97,11 @@ struct weir_engine {
   int32_t num_incoming;
   uint64_t *aborts;
   int32_t num_aborts, cap_aborts;
+  struct flow_op {
+    uint64_t id;
+    int resume;
+  } *flow;                         /* weir_engine_pause / _resume, in call order */
+  int32_t num_flow, cap_flow;
   int stopping;
   weir_engine_stats stats;
 
@@ -116,13 +127,6 @@ const char *weir_finish_reason_name(weir_finish_reason r) {
   case WEIR_FINISH_TIMEOUT: return "timeout";
   }
   return "?";
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 /* ---- Request lifetime (engine thread) ---------------------------------------------------- */
@@ -282,6 +286,7 @@ static void publish_stats(weir_engine *e) {
   pthread_mutex_lock(&e->lock);
   e->stats.num_running = ss.num_running;
   e->stats.num_waiting = ss.num_waiting + e->num_incoming;
+  e->stats.num_paused = ss.num_paused;
   e->stats.kv_blocks_total = ks.num_blocks;
   e->stats.kv_blocks_used = ks.used_blocks;
   e->stats.kv_blocks_cached = ks.cached_blocks;
@@ -328,22 +333,6 @@ static void fail_step(weir_engine *e, weir_sched_out *out, int rc) {
   }
 }
 
-/* xoshiro256** on the request's own state: the draws of speculative verification, like the
- * sampler's, depend on nothing but the request. */
-static uint64_t rng_next(uint64_t *st) {
-  const uint64_t result = ((st[1] * 5) << 7 | (st[1] * 5) >> 57) * 9;
-  const uint64_t t = st[1] << 17;
-  st[2] ^= st[0];
-  st[3] ^= st[1];
-  st[1] ^= st[2];
-  st[0] ^= st[3];
-  st[2] ^= t;
-  st[3] = st[3] << 45 | st[3] >> 19;
-  return result;
-}
-
-static double rng_uniform(uint64_t *st) { return (double)(rng_next(st) >> 11) * 0x1.0p-53; }
-
 /* Draws an index from non-negative weights; `fallback` when they sum to zero. */
 static int32_t draw_from(const float *w, int32_t n, double u, int32_t fallback) {
   double sum = 0;
@@ -358,6 +347,12 @@ static int32_t draw_from(const float *w, int32_t n, double u, int32_t fallback) 
     if (acc > target) return i;
   }
   return last;
+}
+
+/* Row k of the suppression scratch: room for every end-of-generation token and the most stop
+ * token ids a request may give. */
+static int32_t *suppress_row(weir_engine *e, int32_t k) {
+  return e->suppress + (size_t)k * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS);
 }
 
 /* The sampling row of request r as if `extra` more output tokens (accepted drafts) had been
@@ -410,7 +405,7 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   int32_t *toks = e->dtokens; /* scratch: accepted drafts then the drawn token */
   memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
   for (int32_t j = 0; j < nr; j++)
-    e->rows[j] = make_row(e, r, j, e->suppress + (size_t)j * (size_t)(e->num_eog + 64));
+    e->rows[j] = make_row(e, r, j, suppress_row(e, j));
   int rc = e->sampler->probs(e->sampler_self, e->rows, nr, logits, e->vocab, e->probs);
   if (rc != WEIR_OK) {
     req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
@@ -420,16 +415,16 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   for (int32_t j = 0; j < nd; j++) {
     float *row = e->probs + (size_t)j * (size_t)e->vocab;
     const int32_t x = toks[j];
-    if (rng_uniform(r->rng) < (double)row[x]) {
+    if (weir_rng_uniform(r->rng) < (double)row[x]) {
       accepted++;
       continue;
     }
     row[x] = 0;
-    token = draw_from(row, e->vocab, rng_uniform(r->rng), x);
+    token = draw_from(row, e->vocab, weir_rng_uniform(r->rng), x);
     break;
   }
   if (token < 0)
-    token = draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, rng_uniform(r->rng), 0);
+    token = draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, weir_rng_uniform(r->rng), 0);
   e->spec_drafted += (uint64_t)nd;
   e->spec_accepted += (uint64_t)accepted;
   toks[accepted] = token;
@@ -490,20 +485,10 @@ static int run_step(weir_engine *e) {
   }
   if (out.num_items == 0) return out.num_failed > 0;
 
-  if (out.num_copies > 0) {
-    int32_t src[64], dst[64];
-    for (int32_t i = 0; i < out.num_copies; i += 64) {
-      int32_t n = out.num_copies - i < 64 ? out.num_copies - i : 64;
-      for (int32_t j = 0; j < n; j++) {
-        src[j] = out.copies[i + j].src;
-        dst[j] = out.copies[i + j].dst;
-      }
-      rc = weir_llama_copy_blocks(e->model, src, dst, n);
-      if (rc != WEIR_OK) {
-        fail_step(e, &out, rc);
-        return 1;
-      }
-    }
+  rc = weir_kv_pool_copy(e->pool, out.copies, out.num_copies);
+  if (rc != WEIR_OK) {
+    fail_step(e, &out, rc);
+    return 1;
   }
 
   weir_sched_batch_arrays a = {.input_ids = e->a_ids,
@@ -552,7 +537,7 @@ static int run_step(weir_engine *e) {
     engine_req *r = it->seq->user;
     if (it->num_drafts == 0) {
       if (nrows == 0) seg_start = row;
-      e->rows[nrows] = make_row(e, r, 0, e->suppress + (size_t)nrows * (size_t)(e->num_eog + 64));
+      e->rows[nrows] = make_row(e, r, 0, suppress_row(e, nrows));
       e->row_req[nrows++] = r;
       row += 1;
       continue;
@@ -566,12 +551,46 @@ static int run_step(weir_engine *e) {
   return 1;
 }
 
+/* Whether a step could do anything: paused requests alone give the thread nothing to do
+ * but watch their deadlines. */
+static int has_work(const weir_engine *e) {
+  return weir_sched_num_running(e->sched) + weir_sched_num_waiting(e->sched) > 0;
+}
+
+static void apply_flow(weir_engine *e, const struct flow_op *ops, int32_t n) {
+  for (int32_t i = 0; i < n; i++) {
+    engine_req *r = find_live(e, ops[i].id);
+    if (!r || !r->seq) continue;
+    int rc = ops[i].resume ? weir_sched_resume(e->sched, r->seq)
+                           : weir_sched_pause(e->sched, r->seq);
+    if (rc != WEIR_OK && rc != WEIR_E_INVAL)
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "could not %s request %llu: %s",
+               ops[i].resume ? "resume" : "pause", (unsigned long long)ops[i].id,
+               weir_strerror(rc));
+  }
+}
+
 static void *engine_main(void *arg) {
   weir_engine *e = arg;
   for (;;) {
     pthread_mutex_lock(&e->lock);
-    while (!e->stopping && !e->incoming_head && e->num_aborts == 0 && !e->live)
-      pthread_cond_wait(&e->wake, &e->lock);
+    while (!e->stopping && !e->incoming_head && e->num_aborts == 0 && e->num_flow == 0 &&
+           !(e->live && has_work(e))) {
+      if (!e->live) {
+        pthread_cond_wait(&e->wake, &e->lock);
+        continue;
+      }
+      /* Only paused requests: wake up now and then for their deadlines. */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+      break;
+    }
     engine_req *in = e->incoming_head;
     e->incoming_head = e->incoming_tail = NULL;
     e->num_incoming = 0;
@@ -584,6 +603,13 @@ static void *engine_main(void *arg) {
               sizeof(uint64_t) * (size_t)(e->num_aborts - naborts));
       e->num_aborts -= naborts;
     }
+    struct flow_op flow[256];
+    int32_t nflow = e->num_flow < 256 ? e->num_flow : 256;
+    if (nflow > 0) {
+      memcpy(flow, e->flow, sizeof *flow * (size_t)nflow);
+      memmove(e->flow, e->flow + nflow, sizeof *flow * (size_t)(e->num_flow - nflow));
+      e->num_flow -= nflow;
+    }
     int stopping = e->stopping;
     pthread_mutex_unlock(&e->lock);
 
@@ -592,6 +618,7 @@ static void *engine_main(void *arg) {
       admit(e, in);
       in = next;
     }
+    apply_flow(e, flow, nflow);
     for (int32_t i = 0; i < naborts; i++) {
       engine_req *r = find_live(e, abort_ids[i]);
       if (r) req_finish_flush(e, r, WEIR_FINISH_ABORT);
@@ -606,7 +633,7 @@ static void *engine_main(void *arg) {
       next = r->live_next;
       if (r->deadline > 0 && t > r->deadline) req_finish_flush(e, r, WEIR_FINISH_TIMEOUT);
     }
-    if (e->live) run_step(e);
+    if (e->live && has_work(e)) run_step(e);
     publish_stats(e);
   }
   return NULL;
@@ -619,6 +646,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   if (!e || !q || !cb || q->num_prompt <= 0 || !q->prompt || q->max_tokens <= 0 ||
       q->num_stop_token_ids < 0 || q->num_stop < 0 || q->min_tokens < 0)
     return WEIR_E_INVAL;
+  if (q->num_stop_token_ids > WEIR_MAX_STOP_TOKEN_IDS) return WEIR_E_RANGE;
   for (int32_t i = 0; i < q->num_prompt; i++)
     if (q->prompt[i] < 0 || q->prompt[i] >= e->vocab) return WEIR_E_INVAL;
   if ((int64_t)q->num_prompt + q->max_tokens > e->ctx_len) return WEIR_E_RANGE;
@@ -646,12 +674,12 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
     r->stop_ids = malloc(sizeof(int32_t) * (size_t)q->num_stop_token_ids);
     if (!r->stop_ids) goto fail_req;
     memcpy(r->stop_ids, q->stop_token_ids, sizeof(int32_t) * (size_t)q->num_stop_token_ids);
-    r->num_stop_ids = q->num_stop_token_ids > 64 ? 64 : q->num_stop_token_ids;
+    r->num_stop_ids = q->num_stop_token_ids;
   }
   if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
   weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
   uint64_t seed = q->has_seed ? q->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)r;
-  for (int i = 0; i < 4; i++) r->rng[i] = splitmix64(&seed);
+  weir_rng_seed(r->rng, seed);
   r->t_arrival = now_s();
   int64_t timeout = q->timeout_ms > 0 ? q->timeout_ms : e->default_timeout_ms;
   r->deadline = timeout > 0 ? r->t_arrival + (double)timeout / 1000.0 : 0;
@@ -704,6 +732,28 @@ void weir_engine_abort(weir_engine *e, uint64_t id) {
   pthread_mutex_unlock(&e->lock);
 }
 
+static void queue_flow(weir_engine *e, uint64_t id, int resume) {
+  pthread_mutex_lock(&e->lock);
+  if (e->num_flow == e->cap_flow) {
+    int32_t cap = e->cap_flow ? e->cap_flow * 2 : 64;
+    struct flow_op *nf = realloc(e->flow, sizeof *nf * (size_t)cap);
+    if (!nf) {
+      pthread_mutex_unlock(&e->lock);
+      weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "out of memory queueing %s of %llu",
+               resume ? "resume" : "pause", (unsigned long long)id);
+      return;
+    }
+    e->flow = nf;
+    e->cap_flow = cap;
+  }
+  e->flow[e->num_flow++] = (struct flow_op){id, resume};
+  pthread_cond_signal(&e->wake);
+  pthread_mutex_unlock(&e->lock);
+}
+
+void weir_engine_pause(weir_engine *e, uint64_t id) { queue_flow(e, id, 0); }
+void weir_engine_resume(weir_engine *e, uint64_t id) { queue_flow(e, id, 1); }
+
 int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,
                          int32_t **ids, int32_t *n) {
   size_t count = 0;
@@ -726,26 +776,24 @@ int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len)
 
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
                             int add_generation_prompt, char **out) {
-  weir_tok_str bos = {"", 0}, eos = {"", 0};
-  int32_t b = weir_tokenizer_bos(e->tok), s = weir_tokenizer_eos(e->tok);
-  if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
-  if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
-  char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
-  int rc = WEIR_E_NOMEM;
-  if (bos_s && eos_s)
-    rc = weir_chat_render(e->chat_tpl, msgs, n, add_generation_prompt, bos_s, eos_s, out);
-  free(bos_s);
-  free(eos_s);
-  return rc;
+  weir_chat_request req = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = add_generation_prompt};
+  return weir_chat_renderer_render(e->chat, &req, out, NULL, 0);
+}
+
+int weir_engine_render_chat_ex(weir_engine *e, const weir_chat_request *req, char **out,
+                               char *err, size_t errlen) {
+  return weir_chat_renderer_render(e->chat, req, out, err, errlen);
 }
 
 void weir_engine_info_get(weir_engine *e, weir_engine_info *out) {
   out->model_name = e->model_name;
+  out->model_names = (const char *const *)e->model_names;
+  out->num_model_names = e->num_model_names;
   out->vocab_size = e->vocab;
   out->context_length = e->ctx_len;
   out->bos_id = weir_tokenizer_bos(e->tok);
   out->eos_id = weir_tokenizer_eos(e->tok);
-  out->chat_template_name = weir_chat_template_name(e->chat_tpl);
+  out->chat_template_name = weir_chat_renderer_name(e->chat);
 }
 
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out) {
@@ -758,14 +806,33 @@ weir_metrics *weir_engine_metrics(weir_engine *e) { return e->metrics; }
 
 /* ---- Creation ---------------------------------------------------------------------------- */
 
-static char *model_name_from(const weir_config *cfg, const weir_gguf *g) {
-  if (cfg->served_model_name && cfg->served_model_name[0]) return strdup(cfg->served_model_name);
-  const char *path = cfg->model_path;
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  const char *dot = strrchr(base, '.');
-  (void)g;
-  return strndup(base, dot && dot != base ? (size_t)(dot - base) : strlen(base));
+/* The served name: server.served_model_name, else the file's general.name, else the file
+ * name without its extension; then the configured aliases. */
+static int resolve_model_names(weir_engine *e, const weir_config *cfg) {
+  const int32_t n = 1 + cfg->num_served_model_aliases;
+  e->model_names = calloc((size_t)n, sizeof *e->model_names);
+  if (!e->model_names) return WEIR_E_NOMEM;
+  weir_gguf_str gname = {0};
+  if (cfg->served_model_name && cfg->served_model_name[0]) {
+    e->model_names[0] = strdup(cfg->served_model_name);
+  } else if (weir_gguf_get_str(e->gguf, "general.name", &gname) == WEIR_OK && gname.len > 0 &&
+             !memchr(gname.ptr, 0, (size_t)gname.len)) {
+    e->model_names[0] = strndup(gname.ptr, (size_t)gname.len);
+  } else {
+    const char *path = cfg->model_path;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    e->model_names[0] = strndup(base, dot && dot != base ? (size_t)(dot - base) : strlen(base));
+  }
+  e->num_model_names = 1;
+  if (!e->model_names[0]) return WEIR_E_NOMEM;
+  for (int32_t i = 1; i < n; i++) {
+    if (!(e->model_names[i] = strdup(cfg->served_model_aliases[i - 1]))) return WEIR_E_NOMEM;
+    e->num_model_names = i + 1;
+  }
+  e->model_name = e->model_names[0];
+  return WEIR_OK;
 }
 
 /* End-of-generation tokens: EOS plus the end-of-turn markers chat formats use. */
@@ -788,7 +855,7 @@ static int collect_eog(weir_engine *e) {
 static int alloc_scratch(weir_engine *e) {
   const size_t T = (size_t)e->max_tokens_step, S = (size_t)e->max_seqs_step;
   const size_t R = (size_t)e->max_rows;
-  e->bt_stride = (e->ctx_len + weir_kv_cache_block_size(e->kv) - 1) / weir_kv_cache_block_size(e->kv);
+  e->bt_stride = weir_kv_pool_geometry(e->pool)->max_blocks_per_seq;
   e->a_ids = malloc(T * 4);
   e->a_pos = malloc(T * 4);
   e->a_slots = malloc(T * 4);
@@ -799,7 +866,7 @@ static int alloc_scratch(weir_engine *e) {
   e->rows = calloc(R, sizeof *e->rows);
   e->results = calloc(R, sizeof *e->results);
   e->row_req = calloc(R, sizeof *e->row_req);
-  e->suppress = malloc(R * (size_t)(e->num_eog + 64) * 4);
+  e->suppress = malloc(R * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS) * 4);
   if (e->drafter) {
     e->dseqs = calloc(S, sizeof *e->dseqs);
     e->dreqs = calloc(S, sizeof *e->dreqs);
@@ -816,13 +883,15 @@ static int alloc_scratch(weir_engine *e) {
 
 static void engine_free(weir_engine *e) {
   weir_sched_destroy(e->sched);
-  weir_kv_cache_destroy(e->kv);
   weir_llama_destroy(e->model);
+  weir_kv_pool_destroy(e->pool);
   weir_plugin_set_unload(&e->plugins);
   weir_tokenizer_free(e->tok);
   weir_gguf_close(e->gguf);
   if (e->own_metrics) weir_metrics_destroy(e->metrics);
-  free(e->model_name);
+  for (int32_t i = 0; i < e->num_model_names; i++) free(e->model_names[i]);
+  free(e->model_names);
+  weir_chat_renderer_free(e->chat);
   free(e->eog_ids);
   free(e->a_ids);
   free(e->a_pos);
@@ -841,18 +910,28 @@ static void engine_free(weir_engine *e) {
   free(e->dcounts);
   free(e->probs);
   free(e->aborts);
+  free(e->flow);
   pthread_mutex_destroy(&e->lock);
   pthread_cond_destroy(&e->wake);
   free(e);
 }
 
 int weir_engine_create(const weir_config *cfg, weir_engine **out) {
-  return weir_engine_create_ex(cfg, NULL, out);
+  return weir_engine_create_opts(cfg, NULL, out);
 }
 
 int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_engine **out) {
+  weir_engine_opts o = {.metrics = metrics};
+  return weir_engine_create_opts(cfg, &o, out);
+}
+
+int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts,
+                            weir_engine **out) {
   char err[1024] = "";
   int rc;
+  weir_metrics *metrics = opts ? opts->metrics : NULL;
+  weir_progress own_progress = {0};
+  weir_progress *progress = opts && opts->load_progress ? opts->load_progress : &own_progress;
   *out = NULL;
   weir_engine *e = calloc(1, sizeof *e);
   if (!e) return WEIR_E_NOMEM;
@@ -868,6 +947,11 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   }
 
   rc = weir_gguf_open(cfg->model_path, &e->gguf, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  rc = resolve_model_names(e, cfg);
+  if (rc != WEIR_OK) goto fail;
+  /* Every metric of a replica says which model it serves (docs/metrics.md). */
+  rc = weir_metrics_set_label(e->metrics, "model_name", e->model_name);
   if (rc != WEIR_OK) goto fail;
   rc = weir_tokenizer_from_gguf(e->gguf, &e->tok, err, sizeof err);
   if (rc != WEIR_OK) goto fail;
@@ -890,38 +974,59 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
     e->spec_k = cfg->num_speculative_tokens;
   }
 
-  e->max_seqs_step = cfg->max_num_seqs > 0 ? cfg->max_num_seqs : 64;
-  e->max_tokens_step = cfg->max_num_batched_tokens > 0 ? cfg->max_num_batched_tokens : 2048;
+  /* The configuration owns these defaults (weir_config_defaults) and their ranges. */
+  if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0) {
+    snprintf(err, sizeof err, "scheduler.max_num_seqs (%d) and max_num_batched_tokens (%d) "
+             "must be positive", cfg->max_num_seqs, cfg->max_num_batched_tokens);
+    rc = WEIR_E_INVAL;
+    goto fail;
+  }
+  e->max_seqs_step = cfg->max_num_seqs;
+  e->max_tokens_step = cfg->max_num_batched_tokens;
   if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
   e->max_rows = e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
   if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;
+  /* The KV pool first, from the model's attention shape: it owns the geometry (block size,
+   * block count, table stride) that the model and the scheduler then take from it. */
+  weir_llama_hparams hp;
+  rc = weir_gguf_llama_hparams(e->gguf, &hp, err, sizeof err);
+  if (rc == WEIR_OK) rc = weir_gguf_llama_check(e->gguf, &hp, err, sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  weir_attn_shape shape;
+  weir_llama_attn_shape(&hp, &shape);
+  weir_kv_pool_params kp = {.block_size = cfg->block_size,
+                            .kv_dtype = cfg->kv_dtype,
+                            .num_blocks = cfg->num_blocks,
+                            .memory_bytes = cfg->memory_bytes,
+                            .max_model_len = weir_llama_max_model_len(&hp, cfg->max_model_len),
+                            .prefix_caching = cfg->prefix_caching,
+                            .groups = &shape,
+                            .num_groups = 1};
+  rc = weir_kv_pool_create(&kp, e->plugins.device, e->plugins.attention, &e->pool, err,
+                           sizeof err);
+  if (rc != WEIR_OK) goto fail;
+  e->kv = weir_kv_pool_cache(e->pool);
+  e->ctx_len = weir_kv_pool_geometry(e->pool)->max_model_len;
   weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
                         .max_num_seqs = e->max_seqs_step,
                         .max_logit_rows = e->max_rows,
-                        .max_model_len = cfg->max_model_len,
-                        .block_size = cfg->block_size > 0 ? cfg->block_size : 16,
-                        .kv_dtype = cfg->kv_dtype,
-                        .num_blocks = cfg->num_blocks,
-                        .memory_bytes = cfg->memory_bytes};
+                        .progress = progress};
+  char what[96];
+  snprintf(what, sizeof what, "loading %s", e->model_name);
+  weir_progress_begin(progress, what, (uint64_t)hp.n_layer + 1, "layers", 0);
   /* (with a calibration pass first when the quant scheme is activation-aware) */
-  rc = weir_calib_llama_create(cfg, e->gguf, e->tok, &e->plugins, &mo, &e->model, err,
-                               sizeof err);
+  rc = weir_calib_llama_create(cfg, e->gguf, e->tok, &e->plugins, &mo, e->pool, 0, &e->model,
+                               err, sizeof err);
+  weir_progress_end(progress, rc == WEIR_OK);
   if (rc != WEIR_OK) goto fail;
-  const weir_llama_hparams *hp = weir_llama_hparams_get(e->model);
-  e->vocab = hp->n_vocab;
+  e->vocab = hp.n_vocab;
   if (weir_tokenizer_n_tokens(e->tok) > e->vocab) {
     snprintf(err, sizeof err, "%s: the tokenizer has %d tokens but the model only %d rows",
              cfg->model_path, weir_tokenizer_n_tokens(e->tok), e->vocab);
     rc = WEIR_E_FORMAT;
     goto fail;
   }
-  e->ctx_len = weir_llama_max_model_len(e->model);
 
-  weir_kv_cache_params kp = {.num_blocks = weir_llama_num_blocks(e->model),
-                             .block_size = mo.block_size,
-                             .prefix_caching = cfg->prefix_caching};
-  rc = weir_kv_cache_create(&kp, &e->kv);
-  if (rc != WEIR_OK) goto fail;
   weir_sched_config sc = {.max_num_seqs = e->max_seqs_step,
                           .max_num_batched_tokens = e->max_tokens_step,
                           .watermark_blocks = -1};
@@ -938,41 +1043,39 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   rc = alloc_scratch(e);
   if (rc != WEIR_OK) goto fail;
 
-  /* The chat template: configured by name, else detected from the file, else ChatML. */
-  weir_gguf_str tpl = {0};
-  char *tpl_s = NULL;
-  if (weir_gguf_get_str(e->gguf, "tokenizer.chat_template", &tpl) == WEIR_OK)
-    tpl_s = strndup(tpl.ptr, (size_t)tpl.len);
-  if (cfg->chat_template && cfg->chat_template[0] && strcmp(cfg->chat_template, "auto") != 0) {
-    rc = weir_chat_template_by_name(cfg->chat_template, &e->chat_tpl);
-    if (rc != WEIR_OK)
-      snprintf(err, sizeof err, "model.chat_template: unknown template \"%s\"", cfg->chat_template);
-  } else if (weir_chat_template_detect(tpl_s, &e->chat_tpl) != WEIR_OK) {
-    weir_chat_template_by_name("chatml", &e->chat_tpl);
-    rc = WEIR_OK;
-    weir_log(WEIR_LOG_WARN, LOG_COMPONENT,
-             "no recognisable chat template in %s; using chatml (set model.chat_template)",
-             cfg->model_path);
+  /* The chat template: a configured built-in, else the model's own Jinja template, else
+   * the built-in detected from it (ChatML when none matches). */
+  {
+    weir_tok_str bos = {"", 0}, eos = {"", 0};
+    int32_t b = weir_tokenizer_bos(e->tok), s = weir_tokenizer_eos(e->tok);
+    if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
+    if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
+    char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
+    rc = bos_s && eos_s ? weir_chat_renderer_from_gguf(e->gguf, cfg->chat_template, bos_s, eos_s,
+                                                       &e->chat, err, sizeof err)
+                        : WEIR_E_NOMEM;
+    free(bos_s);
+    free(eos_s);
+    if (rc != WEIR_OK) goto fail;
+    if (weir_chat_renderer_note(e->chat)[0])
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, weir_chat_renderer_note(e->chat));
+    else if (err[0])
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, err);
+    err[0] = '\0';
   }
-  free(tpl_s);
-  if (rc != WEIR_OK) goto fail;
 
-  e->model_name = model_name_from(cfg, e->gguf);
   e->max_waiting = cfg->max_waiting;
   e->default_timeout_ms = cfg->request_timeout_ms;
-  if (!e->model_name) {
-    rc = WEIR_E_NOMEM;
-    goto fail;
-  }
   weir_kv_stats ks;
   weir_kv_cache_stats(e->kv, &ks);
   e->stats.kv_blocks_total = ks.num_blocks;
   weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
            "model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, context %d; weights "
            "%.1f MiB; KV cache %d blocks of %d tokens (%.1f MiB, %s)",
-           e->model_name, hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv,
+           e->model_name, hp.arch_name, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv,
            e->vocab, e->ctx_len, (double)weir_llama_weight_bytes(e->model) / 1048576.0,
-           ks.num_blocks, ks.block_size, (double)weir_llama_kv_bytes(e->model) / 1048576.0,
+           ks.num_blocks, ks.block_size,
+           (double)weir_kv_pool_geometry(e->pool)->bytes / 1048576.0,
            weir_dtype_name(cfg->kv_dtype));
 
   if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {

@@ -1,8 +1,8 @@
 /* The inference engine: owns the model, the plugins, the paged KV cache and the scheduler,
  * and runs steps on its own thread.
  *
- * Threading. weir_engine_submit, _abort, _tokenize, _detokenize, _render_chat, _info and
- * _stats may be called from any thread (the HTTP thread). Events are delivered by calling
+ * Threading. weir_engine_submit, _abort, _pause, _resume, _tokenize, _detokenize,
+ * _render_chat, _info and _stats may be called from any thread (the HTTP thread). Events are delivered by calling
  * the request's callback ON THE ENGINE THREAD: the callback must be quick and must not call
  * back into the engine except weir_engine_abort; it copies what it needs (event memory is
  * borrowed for the call) and hands it to its own thread (e.g. a queue + uv_async_send).
@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/chat_template.h" /* weir_chat_message, weir_chat_request */
 #include "weir/sampler.h"
 
 struct weir_config;
@@ -32,6 +33,10 @@ typedef enum weir_finish_reason {
 
 const char *weir_finish_reason_name(weir_finish_reason r); /* "stop", "length", "abort", ... */
 
+/* Most stop token ids one request may give: the one limit, weir_engine_submit refuses more
+ * with WEIR_E_RANGE and the HTTP API answers 400 beyond it. */
+#define WEIR_MAX_STOP_TOKEN_IDS 64
+
 /* What a request asks for. Everything is copied by submit; the caller keeps ownership. */
 typedef struct weir_gen_request {
   const int32_t *prompt;        /* token ids, already tokenized (BOS included if wanted) */
@@ -43,7 +48,7 @@ typedef struct weir_gen_request {
   int32_t min_tokens;           /* EOS and stop tokens are suppressed until this many */
   int ignore_eos;
   const int32_t *stop_token_ids;
-  int32_t num_stop_token_ids;
+  int32_t num_stop_token_ids;   /* 0..WEIR_MAX_STOP_TOKEN_IDS */
   const char *const *stop;      /* stop strings; the text never includes them */
   int32_t num_stop;
   int32_t priority;             /* lower runs first when the scheduler's policy is priority */
@@ -82,16 +87,22 @@ typedef struct weir_gen_event {
 typedef void (*weir_gen_event_cb)(void *user, const weir_gen_event *ev);
 
 typedef struct weir_engine_info {
-  const char *model_name;   /* served name */
+  /* The served name: server.served_model_name, else the GGUF's general.name, else the model
+   * file's name without extension. Also the model_name label on every metric. */
+  const char *model_name;
+  /* Every name the API accepts in a request's `model`: model_name first, then the aliases
+   * server.served_model_name lists after it. Owned by the engine. */
+  const char *const *model_names;
+  int32_t num_model_names;
   int32_t vocab_size;
   int32_t context_length;   /* max prompt + output tokens */
   int32_t bos_id, eos_id;   /* -1 when none */
-  const char *chat_template_name; /* "chatml", "llama3", ... */
+  const char *chat_template_name; /* "jinja" (the model's own), or "chatml", "llama3", ... */
 } weir_engine_info;
 
 typedef struct weir_engine_stats {
   int32_t num_running;
-  int32_t num_waiting;
+  int32_t num_waiting;      /* queued, not yet holding a place in the batch */
   int32_t kv_blocks_total;
   int32_t kv_blocks_used;   /* referenced by running sequences */
   int32_t kv_blocks_cached; /* unreferenced but holding a cached prefix */
@@ -101,13 +112,27 @@ typedef struct weir_engine_stats {
   uint64_t num_steps;
   uint64_t spec_draft_tokens;     /* speculative tokens proposed and verified */
   uint64_t spec_accepted_tokens;  /* of which accepted */
+  int32_t num_paused;       /* weir_engine_pause: out of the batch, not counted above */
 } weir_engine_stats;
 
 struct weir_metrics;
+struct weir_progress;
+
+typedef struct weir_engine_opts {
+  /* Where plugin metrics go (borrowed; must outlive the engine); NULL: a registry of the
+   * engine's own (weir_engine_metrics). The engine also labels it model_name. */
+  struct weir_metrics *metrics;
+  /* Optional (borrowed until create returns): the engine reports loading the model's weights
+   * in it, which any thread may read meanwhile (weir_progress_fraction: /health's "loading"
+   * percentage). NULL: the engine shows its progress with one of its own. */
+  struct weir_progress *load_progress;
+} weir_engine_opts;
+
 /* Loads the model and plugins named by the config and starts the engine thread. Logs and
- * returns a status on failure, having freed everything. Plugin-registered metrics go into
- * `metrics` (borrowed; must outlive the engine) or, with weir_engine_create, into a registry
- * of the engine's own (weir_engine_metrics). */
+ * returns a status on failure, having freed everything. opts may be NULL (all defaults). */
+int weir_engine_create_opts(const struct weir_config *cfg, const weir_engine_opts *opts,
+                            weir_engine **out);
+/* The same with opts {NULL, NULL} and {metrics, NULL}. */
 int weir_engine_create(const struct weir_config *cfg, weir_engine **out);
 int weir_engine_create_ex(const struct weir_config *cfg, struct weir_metrics *metrics,
                           weir_engine **out);
@@ -117,13 +142,25 @@ struct weir_metrics *weir_engine_metrics(weir_engine *e);
 void weir_engine_destroy(weir_engine *e);
 
 /* Queues a request. Returns WEIR_E_BUSY when the waiting queue is full (HTTP 429),
- * WEIR_E_RANGE when prompt + max_tokens cannot fit the context (HTTP 400), WEIR_E_INVAL for
- * bad parameters. On success *id identifies it and cb will receive its events. */
+ * WEIR_E_RANGE when prompt + max_tokens cannot fit the context or there are more than
+ * WEIR_MAX_STOP_TOKEN_IDS stop token ids (HTTP 400), WEIR_E_INVAL for bad parameters.
+ * On success *id identifies it and cb will receive its events. */
 int weir_engine_submit(weir_engine *e, const weir_gen_request *req, weir_gen_event_cb cb,
                        void *user, uint64_t *id);
 /* Asks the engine to end a request; it frees its KV blocks in the next step and delivers the
  * final event (WEIR_FINISH_ABORT). Unknown or finished ids are ignored. */
 void weir_engine_abort(weir_engine *e, uint64_t id);
+
+/* Flow control for a request whose output cannot be delivered (a client that stopped
+ * reading): pause takes it out of the running batch without freeing its KV blocks, as a
+ * preemption that keeps its cache; resume puts it back (ahead of new admissions) and it
+ * continues where it stopped. A paused request still ends by abort, timeout or shutdown,
+ * and when the KV pool runs short a paused request's blocks are reclaimed before any running
+ * request is preempted (it is then recomputed after it resumes). Events already queued
+ * before the pause may still arrive. Unknown or finished ids are ignored; the calls are
+ * thread-safe and asynchronous (applied before the engine's next step), in call order. */
+void weir_engine_pause(weir_engine *e, uint64_t id);
+void weir_engine_resume(weir_engine *e, uint64_t id);
 
 /* Tokenizer access (thread-safe). *ids / *text are malloc'd; the caller frees. */
 int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,
@@ -133,14 +170,15 @@ int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char *
 /* Piece text of one token for logprobs output (malloc'd). */
 int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len);
 
-/* Renders chat messages with the model's (or configured) template, ending with the
- * assistant's turn opener when add_generation_prompt. *out is malloc'd. */
-typedef struct weir_chat_message {
-  const char *role;    /* "system", "user", "assistant" */
-  const char *content;
-} weir_chat_message;
+/* Renders chat messages with the model's own template (or the configured built-in),
+ * ending with the assistant's turn opener when add_generation_prompt. *out is malloc'd.
+ * weir_chat_message and weir_chat_request are in model/chat_template.h. */
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
                             int add_generation_prompt, char **out);
+/* The same for a full request (OpenAI-style messages, tools, template arguments), with the
+ * reason in err when it fails: WEIR_E_INVAL carries the template's own message. */
+int weir_engine_render_chat_ex(weir_engine *e, const weir_chat_request *req, char **out,
+                               char *err, size_t errlen);
 
 void weir_engine_info_get(weir_engine *e, weir_engine_info *out);
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out);

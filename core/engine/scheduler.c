@@ -15,6 +15,9 @@ struct weir_sched {
   int32_t num_waiting, cap_waiting;
   weir_sched_seq **running;
   int32_t num_running, cap_running;
+  /* Paused sequences (flow control), sorted like the queues; never scheduled. */
+  weir_sched_seq **paused;
+  int32_t num_paused, cap_paused;
   uint64_t next_arrival;
   /* The current plan. */
   weir_sched_item *items;
@@ -114,6 +117,8 @@ weir_sched_seq *weir_sched_find(const weir_sched *s, uint64_t id) {
     if (s->running[i]->id == id) return s->running[i];
   for (int32_t i = 0; i < s->num_waiting; i++)
     if (s->waiting[i]->id == id) return s->waiting[i];
+  for (int32_t i = 0; i < s->num_paused; i++)
+    if (s->paused[i]->id == id) return s->paused[i];
   return NULL;
 }
 
@@ -152,6 +157,11 @@ void weir_sched_destroy(weir_sched *s) {
     weir_kv_seq_free(s->kv, s->waiting[i]->kv);
     seq_destroy(s->waiting[i]);
   }
+  for (int32_t i = 0; i < s->num_paused; i++) {
+    weir_kv_seq_free(s->kv, s->paused[i]->kv);
+    seq_destroy(s->paused[i]);
+  }
+  free(s->paused);
   free(s->waiting);
   free(s->running);
   free(s->items);
@@ -203,6 +213,7 @@ void weir_sched_stats_get(const weir_sched *s, weir_sched_stats *out) {
   *out = s->stats;
   out->num_running = s->num_running;
   out->num_waiting = s->num_waiting;
+  out->num_paused = s->num_paused;
 }
 
 int weir_sched_fork(weir_sched *s, weir_sched_seq *parent, uint64_t id, void *user,
@@ -261,6 +272,7 @@ int weir_sched_add_drafts(weir_sched *s, weir_sched_seq *seq, const int32_t *dra
 static void seq_finish(weir_sched *s, weir_sched_seq *seq) {
   if (seq->state == WEIR_SEQ_FINISHED) return;
   if (seq->state == WEIR_SEQ_RUNNING) queue_remove(s->running, &s->num_running, seq);
+  else if (seq->state == WEIR_SEQ_PAUSED) queue_remove(s->paused, &s->num_paused, seq);
   else queue_remove(s->waiting, &s->num_waiting, seq);
   if (seq->kv) {
     seq_register(s, seq);
@@ -311,6 +323,77 @@ int weir_sched_truncate(weir_sched *s, weir_sched_seq *seq, int32_t num_tokens) 
     return WEIR_E_INVAL;
   seq_cut(s, seq, num_tokens);
   return WEIR_OK;
+}
+
+/* ---- Flow control ---------------------------------------------------------------------- */
+
+int weir_sched_pause(weir_sched *s, weir_sched_seq *seq) {
+  if (!s || !seq || seq->state == WEIR_SEQ_FINISHED) return WEIR_E_INVAL;
+  if (seq->state == WEIR_SEQ_PAUSED) {
+    seq->resume_pending = 0;
+    return WEIR_OK;
+  }
+  int rc = reserve((void **)&s->paused, &s->cap_paused, (int64_t)s->num_paused + 1,
+                   sizeof(*s->paused));
+  if (rc) return rc;
+  if (seq->state == WEIR_SEQ_RUNNING) queue_remove(s->running, &s->num_running, seq);
+  else queue_remove(s->waiting, &s->num_waiting, seq);
+  /* Drafts are proposed afresh after the pause. */
+  seq_cut(s, seq, seq->num_tokens - seq->num_drafts);
+  seq->state = WEIR_SEQ_PAUSED;
+  seq->resume_pending = 0;
+  queue_insert(s, s->paused, &s->num_paused, seq);
+  return WEIR_OK;
+}
+
+/* Moves resumed sequences back: those without blocks to the waiting queue, those with
+ * blocks into the running batch while it has room. */
+static int resume_pending(weir_sched *s) {
+  for (int32_t i = 0; i < s->num_paused;) {
+    weir_sched_seq *seq = s->paused[i];
+    if (!seq->resume_pending) {
+      i++;
+      continue;
+    }
+    weir_sched_seq ***q = seq->kv ? &s->running : &s->waiting;
+    int32_t *n = seq->kv ? &s->num_running : &s->num_waiting;
+    int32_t *cap = seq->kv ? &s->cap_running : &s->cap_waiting;
+    if (seq->kv && s->num_running >= s->cfg.max_num_seqs) {
+      i++;
+      continue;
+    }
+    int rc = reserve((void **)q, cap, (int64_t)*n + 1, sizeof(**q));
+    if (rc) return rc;
+    queue_remove(s->paused, &s->num_paused, seq);
+    seq->resume_pending = 0;
+    seq->state = seq->kv ? WEIR_SEQ_RUNNING : WEIR_SEQ_WAITING;
+    queue_insert(s, *q, n, seq);
+  }
+  return WEIR_OK;
+}
+
+int weir_sched_resume(weir_sched *s, weir_sched_seq *seq) {
+  if (!s || !seq || seq->state == WEIR_SEQ_FINISHED) return WEIR_E_INVAL;
+  if (seq->state != WEIR_SEQ_PAUSED) return WEIR_OK;
+  seq->resume_pending = 1;
+  return resume_pending(s);
+}
+
+/* Frees the blocks of the worst paused sequence that holds any (it will be recomputed after
+ * it resumes). Returns 1 when blocks were freed. */
+static int reclaim_paused(weir_sched *s) {
+  for (int32_t i = s->num_paused - 1; i >= 0; i--) {
+    weir_sched_seq *seq = s->paused[i];
+    if (!seq->kv) continue;
+    seq_register(s, seq);
+    weir_kv_seq_free(s->kv, seq->kv);
+    seq->kv = NULL;
+    seq->num_computed = 0;
+    seq->num_preemptions++;
+    s->stats.num_preemptions++;
+    return 1;
+  }
+  return 0;
 }
 
 /* ---- Planning -------------------------------------------------------------------------- */
@@ -408,6 +491,7 @@ static int schedule_running(weir_sched *s, weir_sched_seq *seq, int32_t n) {
       n = (int32_t)fit;
       continue;
     }
+    if (reclaim_paused(s)) continue;
     weir_sched_seq *victim = s->running[s->num_running - 1];
     if (victim != seq) {
       preempt(s, victim);
@@ -439,7 +523,10 @@ static int admit_waiting(weir_sched *s) {
     }
     /* Cheap pre-check so that a sequence that cannot start does not re-run its prefix
      * lookup (and inflate the hit counters) every step. */
-    if (weir_kv_cache_num_allocatable(s->kv) - s->watermark < 1) break;
+    if (weir_kv_cache_num_allocatable(s->kv) - s->watermark < 1) {
+      if (reclaim_paused(s)) continue;
+      break;
+    }
     rc = weir_kv_seq_create(s->kv, &seq->kv);
     if (rc) return rc;
     int32_t cached = 0;
@@ -499,6 +586,8 @@ int weir_sched_step(weir_sched *s, weir_sched_out *out) {
   weir_kv_cache_copies_done(s->kv);
   for (int32_t i = 0; i < s->num_running; i++) seq_register(s, s->running[i]);
 
+  rc = resume_pending(s);
+  if (rc) return rc;
   /* Reserve every array this plan can fill, so planning cannot fail half-way for memory
    * (only the KV manager's own table growth can). */
   int64_t live = (int64_t)s->num_running + s->num_waiting;

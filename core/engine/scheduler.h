@@ -1,22 +1,33 @@
 /* The continuous-batching scheduler: which tokens of which sequences run in the next step.
  *
- * Pure logic over the KV cache manager (core/kv/kv_cache.h): no model, no device, no
- * threads. The engine owns the loop:
+ * Pure logic over the KV cache's bookkeeping (core/kv/kv_cache.h): no model, no device, no
+ * threads. The engine (core/engine/engine.c) drives it, one step at a time, making exactly
+ * these calls:
  *
- *   weir_sched_add(...)                     new requests (check weir_sched_num_waiting first
- *                                           to bound the queue)
- *   weir_sched_abort(...) / _finish(...)    ended requests: blocks are freed in the call
+ *   weir_sched_add(...)                     each admitted request (the engine bounds its own
+ *                                           backlog before submit)
  *   weir_sched_add_drafts(...)              speculative decoding only: draft tokens for the
  *                                           running sequences in decode (see below)
- *   weir_sched_step(s, &out)                plan the batch (may preempt; may fail sequences)
- *   out.copies                              execute with attention copy_blocks BEFORE the
+ *   weir_sched_step(s, &out)                plan the batch (may preempt; may fail sequences:
+ *                                           the engine ends each of out.failed with an error)
+ *   out.copies                              run by the KV pool (weir_kv_pool_copy) BEFORE the
  *                                           forward
  *   weir_sched_fill_batch(s, &out, &arrays) host arrays for weir_attn_batch + input ids
  *   forward; for each item with num_logits > 0: sample / verify, then
  *   weir_sched_commit(s, seq, accepted, sampled, n)
- *   stop conditions -> weir_sched_finish + weir_sched_seq_free
- *   on a failed forward: weir_sched_undo_step(s, &out), then finish the sequences with an
- *   error.
+ *   a request that ends (stop condition, length, abort, timeout, error):
+ *                                           weir_sched_seq_free, which finishes the sequence
+ *                                           and frees its blocks in the same call
+ *   on a failed forward: weir_sched_undo_step(s, &out), then the batch's requests end with an
+ *   error (weir_sched_seq_free).
+ *   weir_sched_stats_get                    for the engine's published counters.
+ *
+ * The rest of the interface is not on the engine's path today: weir_sched_finish (end a
+ * sequence but keep it readable), weir_sched_abort and weir_sched_find (by id),
+ * weir_sched_truncate (general rollback), weir_sched_num_waiting / _num_running, and
+ * weir_sched_fork (parallel sampling sharing the prompt's KV copy-on-write: the engine asks the
+ * HTTP layer's n > 1 as n requests sharing the prompt through the prefix cache instead). The
+ * tests drive the scheduler through all of it.
  *
  * Policy (docs/scheduler.md). Each step honours max_num_seqs (running sequences) and
  * max_num_batched_tokens (new tokens in the batch):
@@ -33,6 +44,13 @@
  * and it returns to the waiting queue in its arrival order (the front, under FCFS). A
  * sequence that could not fit even in the whole empty pool is failed (weir_sched_out.failed)
  * instead of looping.
+ *
+ * Paused sequences (weir_sched_pause: flow control for a client that stopped reading) leave
+ * the queues but keep their KV blocks; they are never scheduled, and when blocks run out a
+ * paused sequence's blocks are reclaimed (recompute later) before any running sequence is
+ * preempted and before an admission gives up for lack of blocks. weir_sched_resume puts a
+ * sequence back: into the running batch when it still holds blocks (ahead of admissions; at
+ * the next step if the batch is full), into the waiting queue when it does not.
  *
  * Lifetime. weir_sched_add allocates a weir_sched_seq; the scheduler keeps it in its queues
  * until it is finished (weir_sched_finish, weir_sched_abort, or failed by a step); the memory
@@ -72,6 +90,7 @@ typedef enum weir_sched_state {
   WEIR_SEQ_WAITING = 0,
   WEIR_SEQ_RUNNING = 1,
   WEIR_SEQ_FINISHED = 2,
+  WEIR_SEQ_PAUSED = 3,     /* out of both queues, blocks kept (weir_sched_pause) */
 } weir_sched_state;
 
 /* One request's sequence. The engine READS these fields; it writes only `user`. */
@@ -95,6 +114,7 @@ typedef struct weir_sched_seq {
   int32_t cap_tokens;
   int32_t sched_index;     /* index into the current step's items, -1 when not scheduled */
   int ever_admitted;
+  int resume_pending;      /* paused, resumed, waiting for a place in the running batch */
 } weir_sched_seq;
 
 typedef struct weir_sched_seq_params {
@@ -160,6 +180,7 @@ typedef struct weir_sched_stats {
   uint64_t num_preemptions;
   uint64_t num_steps;
   uint64_t num_failed;
+  int32_t num_paused;
 } weir_sched_stats;
 
 /* Creates a scheduler over kv (borrowed: it must outlive the scheduler). WEIR_E_INVAL on a
@@ -171,13 +192,12 @@ void weir_sched_destroy(weir_sched *s);
 
 /* Queues a new sequence (WAITING). WEIR_E_INVAL for a bad parameter, WEIR_E_NOSPACE when
  * num_prompt + 1 tokens would not fit even the whole empty pool, WEIR_E_EXISTS when id is
- * live, WEIR_E_NOMEM. The bounded queue is the engine's: compare weir_sched_num_waiting
- * with its limit before calling. */
+ * live, WEIR_E_NOMEM. The bounded queue is the engine's (it counts its backlog at submit). */
 int weir_sched_add(weir_sched *s, const weir_sched_seq_params *p, weir_sched_seq **out);
 
 int32_t weir_sched_num_waiting(const weir_sched *s);
 int32_t weir_sched_num_running(const weir_sched *s);
-/* Live (waiting or running) sequence by id, or NULL. */
+/* Live (waiting, running or paused) sequence by id, or NULL. */
 weir_sched_seq *weir_sched_find(const weir_sched *s, uint64_t id);
 void weir_sched_stats_get(const weir_sched *s, weir_sched_stats *out);
 
@@ -223,10 +243,18 @@ int weir_sched_commit(weir_sched *s, weir_sched_seq *seq, int32_t num_accepted,
  * KV length with them; drafts past the cut are dropped. WEIR_E_INVAL when out of range. */
 int weir_sched_truncate(weir_sched *s, weir_sched_seq *seq, int32_t num_tokens);
 
+/* Flow control, between steps only (never between weir_sched_step and its commits). Pause:
+ * a waiting or running sequence leaves the queues, keeping its blocks and tokens (drafts are
+ * dropped); pausing a paused sequence does nothing. Resume: see the policy above; resuming
+ * a sequence that is not paused does nothing. WEIR_E_INVAL for a finished sequence,
+ * WEIR_E_NOMEM (then nothing changed). */
+int weir_sched_pause(weir_sched *s, weir_sched_seq *seq);
+int weir_sched_resume(weir_sched *s, weir_sched_seq *seq);
+
 /* Sequences of a plan must stay live from weir_sched_step until that step's forward has run
  * (take aborts before the step or after the forward): finishing one frees its blocks.
  *
- * Ends seq (waiting or running): registers its computed full blocks in the prefix cache,
+ * Ends seq (waiting, running or paused): registers its computed full blocks in the prefix cache,
  * frees its KV blocks now, removes it from the queues and marks it FINISHED. The memory stays
  * valid until weir_sched_seq_free. Finishing a finished sequence does nothing. */
 void weir_sched_finish(weir_sched *s, weir_sched_seq *seq);

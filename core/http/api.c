@@ -20,7 +20,7 @@
 #define MAX_N 16
 #define MAX_CHOICES 256
 #define MAX_STOP 16
-#define MAX_STOP_IDS 256
+#define MAX_PATH 160 /* longest JSON path named in an error's `param` */
 
 /* ---- jobs ------------------------------------------------------------------------------- */
 
@@ -59,15 +59,17 @@ struct weir__api_job {
   int num_choices, num_finished;
   api_choice *choices;
   char **echo_text;     /* [num_prompts] with echo */
+  size_t *echo_len;     /* their lengths (a detokenized prompt may hold NUL) */
   uint64_t arrival_ns;
   int client_gone;
+  int paused;           /* its connection is backed up: generation paused */
 };
 
 typedef struct api_error {
   int status;
   const char *type;
   const char *code;
-  char param[96];
+  char param[MAX_PATH];
   char message[512];
 } api_error;
 
@@ -86,6 +88,9 @@ static int fail(api_error *e, int status, const char *param, const char *code,
   va_start(ap, fmt);
   vsnprintf(e->message, sizeof e->message, fmt, ap);
   va_end(ap);
+  /* A cut name must not end in half a character. */
+  weir_utf8_trim(e->param);
+  weir_utf8_trim(e->message);
   return -1;
 }
 
@@ -138,6 +143,7 @@ static void job_free(weir__api_job *job) {
   if (job->echo_text)
     for (int i = 0; i < job->num_prompts; i++) free(job->echo_text[i]);
   free(job->echo_text);
+  free(job->echo_len);
   if (job->prev) job->prev->next = job->next;
   else s->jobs = job->next;
   if (job->next) job->next->prev = job->prev;
@@ -152,6 +158,17 @@ void weir__api_client_gone(weir__api_job *job) {
   for (int i = 0; i < job->num_choices; i++) {
     api_choice *ch = &job->choices[i];
     if (ch->submitted && !ch->finished) weir_engine_abort(job->s->engine, ch->engine_id);
+  }
+}
+
+void weir__api_set_paused(weir__api_job *job, int paused) {
+  if (job->paused == paused) return;
+  job->paused = paused;
+  for (int i = 0; i < job->num_choices; i++) {
+    api_choice *ch = &job->choices[i];
+    if (!ch->submitted || ch->finished) continue;
+    if (paused) weir_engine_pause(job->s->engine, ch->engine_id);
+    else weir_engine_resume(job->s->engine, ch->engine_id);
   }
 }
 
@@ -209,6 +226,9 @@ int weir__api_metrics_register(weir__http_server *s) {
        &x->running},
       {"num_requests_waiting", "Requests waiting to be scheduled.", WEIR_METRIC_GAUGE,
        &x->waiting},
+      {"num_requests_paused",
+       "Requests paused because their client is not reading (they keep their KV blocks).",
+       WEIR_METRIC_GAUGE, &x->paused},
       {"kv_cache_usage_perc", "Fraction (0..1) of KV-cache blocks used by running requests.",
        WEIR_METRIC_GAUGE, &x->kv_usage},
   };
@@ -238,6 +258,7 @@ static void scrape_engine(weir__http_server *s) {
   weir_engine_stats_get(s->engine, &st);
   weir_metric_record(s->m.running, st.num_running);
   weir_metric_record(s->m.waiting, st.num_waiting);
+  weir_metric_record(s->m.paused, st.num_paused);
   weir_metric_record(s->m.kv_usage, st.kv_blocks_total > 0
                                         ? (double)st.kv_blocks_used / st.kv_blocks_total
                                         : 0.0);
@@ -256,20 +277,6 @@ static int json_is_int(const cJSON *v, double lo, double hi) {
   return d == floor(d) && d >= lo && d <= hi;
 }
 
-static int utf8_valid(const char *s, size_t n) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = p[i];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || i + (size_t)len > n) return 0;
-    for (int k = 1; k < len; k++)
-      if ((p[i + (size_t)k] & 0xC0) != 0x80) return 0;
-    i += (size_t)len;
-  }
-  return 1;
-}
-
 /* A JSON string for a token piece: the text when it is valid UTF-8, otherwise OpenAI's
  * "bytes:\xNN" spelling (a byte-fallback token holding part of a character). */
 static char *token_display(weir__http_server *s, int32_t id, size_t *raw_len, char **raw) {
@@ -282,7 +289,7 @@ static char *token_display(weir__http_server *s, int32_t id, size_t *raw_len, ch
     if (!t) return NULL;
   }
   if (raw_len) *raw_len = n;
-  if (utf8_valid(t, n) && strlen(t) == n) {
+  if (weir_utf8_valid(t, n) && strlen(t) == n) {
     if (raw) *raw = NULL;
     return t;
   }
@@ -296,6 +303,40 @@ static char *token_display(weir__http_server *s, int32_t id, size_t *raw_len, ch
   if (raw) *raw = t;
   else free(t);
   return out;
+}
+
+/* A JSON string for text that may hold any byte: cJSON's strings end at NUL, and a model can
+ * produce one (a byte-fallback token). The text is escaped here, NUL as \u0000, invalid
+ * UTF-8 as U+FFFD, and handed to cJSON as a raw value. NULL when out of memory. */
+static cJSON *json_text(const char *s, size_t n) {
+  weir__buf u = {0}, o = {0};
+  weir__buf_append_utf8(&u, s ? s : "", s ? n : 0);
+  weir__buf_append(&o, "\"", 1);
+  size_t run = 0; /* bytes copied as they are, pending */
+  for (size_t i = 0; i < u.len; i++) {
+    unsigned char c = (unsigned char)u.p[i];
+    const char *esc = NULL;
+    char hex[8];
+    if (c == '"') esc = "\\\"";
+    else if (c == '\\') esc = "\\\\";
+    else if (c == '\n') esc = "\\n";
+    else if (c == '\r') esc = "\\r";
+    else if (c == '\t') esc = "\\t";
+    else if (c < 0x20) esc = (snprintf(hex, sizeof hex, "\\u%04x", c), hex);
+    if (!esc) {
+      run++;
+      continue;
+    }
+    weir__buf_append(&o, u.p + i - run, run);
+    run = 0;
+    weir__buf_append(&o, esc, strlen(esc));
+  }
+  weir__buf_append(&o, u.p ? u.p + u.len - run : "", run);
+  weir__buf_append(&o, "\"", 1);
+  cJSON *item = u.oom || o.oom ? NULL : cJSON_CreateRaw(o.p);
+  weir__buf_free(&u);
+  weir__buf_free(&o);
+  return item;
 }
 
 static cJSON *bytes_array(const char *t, size_t n) {
@@ -431,15 +472,13 @@ static void stream_choice_chunk(weir__api_job *job, api_choice *ch, const char *
   }
   cJSON_AddItemToArray(choices, c);
   cJSON_AddNumberToObject(c, "index", ch->index);
-  char *t = strndup(text ? text : "", text ? text_len : 0);
   if (job->chat) {
     cJSON *delta = cJSON_AddObjectToObject(c, "delta");
     if (role) cJSON_AddStringToObject(delta, "role", "assistant");
-    if (role || text_len) cJSON_AddStringToObject(delta, "content", t ? t : "");
+    if (role || text_len) cJSON_AddItemToObject(delta, "content", json_text(text, text_len));
   } else {
-    cJSON_AddStringToObject(c, "text", t ? t : "");
+    cJSON_AddItemToObject(c, "text", json_text(text, text_len));
   }
-  free(t);
   if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
   else cJSON_AddNullToObject(c, "logprobs");
   if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -509,17 +548,15 @@ static void respond_full(weir__api_job *job) {
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", ch->index);
     weir__buf text = {0};
-    if (job->echo) {
-      const char *e = job->echo_text[ch->prompt_index];
-      weir__buf_append(&text, e, strlen(e));
-    }
+    if (job->echo)
+      weir__buf_append(&text, job->echo_text[ch->prompt_index], job->echo_len[ch->prompt_index]);
     weir__buf_append(&text, ch->text.p ? ch->text.p : "", ch->text.len);
     if (job->chat) {
       cJSON *msg = cJSON_AddObjectToObject(c, "message");
       cJSON_AddStringToObject(msg, "role", "assistant");
-      cJSON_AddStringToObject(msg, "content", text.p ? text.p : "");
+      cJSON_AddItemToObject(msg, "content", json_text(text.p, text.len));
     } else {
-      cJSON_AddStringToObject(c, "text", text.p ? text.p : "");
+      cJSON_AddItemToObject(c, "text", json_text(text.p, text.len));
     }
     weir__buf_free(&text);
     if (job->logprobs >= 0 && ch->lp_tokens) {
@@ -716,7 +753,7 @@ typedef struct params {
   int top_k, n, best_of;
   const char *stop[MAX_STOP];
   int num_stop;
-  int32_t stop_ids[MAX_STOP_IDS];
+  int32_t stop_ids[WEIR_MAX_STOP_TOKEN_IDS];
   int num_stop_ids;
   int has_seed;
   uint64_t seed;
@@ -827,6 +864,8 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
       if (cJSON_IsString(it)) {
         if (!*it->valuestring)
           return fail(e, 400, k, "invalid_value", "'stop' strings must not be empty");
+        if (p->num_stop == MAX_STOP)
+          return fail(e, 400, k, "invalid_value", "'stop' allows at most %d strings", MAX_STOP);
         p->stop[p->num_stop++] = it->valuestring;
       } else if (cJSON_IsArray(it)) {
         for (const cJSON *x = it->child; x; x = x->next) {
@@ -849,9 +888,9 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
           return fail(e, 400, k, "invalid_value",
                       "'stop_token_ids' entries must be token ids in [0, %d)",
                       s->info.vocab_size);
-        if (p->num_stop_ids == MAX_STOP_IDS)
+        if (p->num_stop_ids == WEIR_MAX_STOP_TOKEN_IDS)
           return fail(e, 400, k, "invalid_value", "'stop_token_ids' allows at most %d ids",
-                      MAX_STOP_IDS);
+                      WEIR_MAX_STOP_TOKEN_IDS);
         p->stop_ids[p->num_stop_ids++] = (int32_t)x->valuedouble;
       }
     } else if (!strcmp(k, "logprobs")) {
@@ -1160,6 +1199,239 @@ free_msgs:
   return rc;
 }
 
+/* ---- request bodies --------------------------------------------------------------------- */
+
+/* A JSON path being built while walking a document: "messages[2].content". Segments that do
+ * not fit are dropped, and the path says so with "...". */
+typedef struct json_path {
+  char s[MAX_PATH];
+  size_t len;
+} json_path;
+
+static size_t path_push_key(json_path *p, const char *key, size_t klen) {
+  size_t old = p->len;
+  size_t need = (old ? 1 : 0) + klen;
+  if (old + need + 4 >= sizeof p->s) {
+    if (old + 4 < sizeof p->s && (old < 3 || strcmp(p->s + old - 3, "..."))) {
+      memcpy(p->s + old, "...", 4);
+      p->len = old + 3;
+    }
+    return old;
+  }
+  if (old) p->s[p->len++] = '.';
+  memcpy(p->s + p->len, key, klen);
+  p->len += klen;
+  p->s[p->len] = '\0';
+  return old;
+}
+
+static size_t path_push_index(json_path *p, long idx) {
+  size_t old = p->len;
+  char seg[32];
+  int n = snprintf(seg, sizeof seg, "[%ld]", idx);
+  if (old + (size_t)n + 4 >= sizeof p->s) return path_push_key(p, "", 0);
+  memcpy(p->s + old, seg, (size_t)n + 1);
+  p->len += (size_t)n;
+  return old;
+}
+
+static void path_pop(json_path *p, size_t old) {
+  p->len = old;
+  p->s[old] = '\0';
+}
+
+/* Finds a string holding a NUL character (the escape \u0000 or a raw 0 byte) in a JSON text
+ * that already parsed, and names where it is: cJSON hands strings out NUL-terminated, so
+ * such a string would be silently cut. The scan is escape-aware: in "\\u0000" the backslash
+ * is escaped and no NUL follows. Returns 1 and fills *where (the value's path, or the key
+ * itself when the NUL is in a key) when one is found. */
+static int find_nul_string(const char *js, size_t n, json_path *where) {
+  if (!memchr(js, '\0', n) && !memmem(js, n, "\\u0000", 6)) return 0;
+  /* Containers are tracked to name the path: for each level its kind, the index of the
+   * current element (arrays) and where the current key's text starts (objects). */
+  typedef struct level {
+    char kind;        /* '{' or '[' */
+    long index;
+    size_t key_at, key_len;
+    size_t path_len;  /* where.len before this level's segment */
+  } level;
+  size_t cap = 64, depth = 0;
+  level *st = malloc(cap * sizeof *st);
+  if (!st) return 0;
+  int expect_key = 0, found = 0;
+  where->len = 0;
+  where->s[0] = '\0';
+  for (size_t i = 0; i < n && !found; i++) {
+    char ch = js[i];
+    if (ch == '{' || ch == '[') {
+      if (depth == cap) {
+        level *g = realloc(st, 2 * cap * sizeof *st);
+        if (!g) break;
+        st = g;
+        cap *= 2;
+      }
+      st[depth] = (level){ch, 0, 0, 0, where->len};
+      depth++;
+      expect_key = ch == '{';
+    } else if (ch == '}' || ch == ']') {
+      if (depth) depth--;
+      expect_key = 0;
+    } else if (ch == ',') {
+      if (depth && st[depth - 1].kind == '[') st[depth - 1].index++;
+      expect_key = depth && st[depth - 1].kind == '{';
+    } else if (ch == ':') {
+      expect_key = 0;
+    } else if (ch == '"') {
+      size_t start = ++i;
+      int nul = 0;
+      for (; i < n && js[i] != '"'; i++) {
+        if (js[i] == '\0') nul = 1;
+        if (js[i] == '\\' && i + 1 < n) {
+          if (i + 5 < n && !memcmp(js + i + 1, "u0000", 5)) nul = 1;
+          i++; /* the escaped character, whatever it is */
+        }
+      }
+      int is_key = expect_key;
+      if (is_key) {
+        st[depth - 1].key_at = start;
+        st[depth - 1].key_len = i - start;
+      }
+      if (nul) {
+        /* The path of the enclosing containers, then this key or element. */
+        path_pop(where, 0);
+        for (size_t d = 0; d < depth; d++) {
+          if (st[d].kind == '[') {
+            path_push_index(where, st[d].index);
+          } else if (d + 1 < depth || !is_key) {
+            path_push_key(where, js + st[d].key_at, st[d].key_len);
+          }
+        }
+        if (is_key) {
+          /* The key itself, its NUL written as the escape it was sent as. */
+          size_t kl = i - start;
+          char key[64];
+          size_t o = 0;
+          for (size_t k = 0; k < kl && o + 7 < sizeof key; k++) {
+            if (js[start + k] == '\0') {
+              memcpy(key + o, "\\u0000", 6);
+              o += 6;
+            } else {
+              key[o++] = js[start + k];
+            }
+          }
+          /* Cut on a character boundary, not inside one. */
+          key[o] = '\0';
+          weir_utf8_trim(key);
+          path_push_key(where, key, strlen(key));
+        }
+        found = 1;
+      }
+    }
+  }
+  free(st);
+  return found;
+}
+
+static int cmp_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Finds a key that occurs twice in one object anywhere under `node`; fills *where with its
+ * path. cJSON keeps every duplicate, so the code reading the request would otherwise see
+ * one of them, or all of them one after the other. Returns 1 when found, -1 out of memory. */
+static int find_duplicate_key(const cJSON *node, json_path *where) {
+  if (cJSON_IsObject(node)) {
+    int n = 0;
+    for (const cJSON *c = node->child; c; c = c->next) n++;
+    if (n > 1) {
+      const char *small[16];
+      const char **keys = n <= 16 ? small : malloc(sizeof *keys * (size_t)n);
+      if (!keys) return -1;
+      int k = 0;
+      for (const cJSON *c = node->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
+      qsort(keys, (size_t)n, sizeof *keys, cmp_key);
+      const char *dup = NULL;
+      for (int i = 1; i < n && !dup; i++)
+        if (!strcmp(keys[i - 1], keys[i])) dup = keys[i];
+      if (keys != small) free(keys);
+      if (dup) {
+        path_push_key(where, dup, strlen(dup));
+        return 1;
+      }
+    }
+    for (const cJSON *c = node->child; c; c = c->next) {
+      size_t old = path_push_key(where, c->string ? c->string : "", c->string ? strlen(c->string) : 0);
+      int rc = find_duplicate_key(c, where);
+      if (rc) return rc;
+      path_pop(where, old);
+    }
+  } else if (cJSON_IsArray(node)) {
+    long i = 0;
+    for (const cJSON *c = node->child; c; c = c->next, i++) {
+      if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
+      size_t old = path_push_index(where, i);
+      int rc = find_duplicate_key(c, where);
+      if (rc) return rc;
+      path_pop(where, old);
+    }
+  }
+  return 0;
+}
+
+/* Parses a request body that must be one JSON object. Invalid UTF-8 in it is replaced by
+ * U+FFFD first (so that no invalid byte reaches a prompt, a stop string, an echo or an
+ * error message); then a string holding NUL and a duplicated key are refused with 400
+ * naming where they are. */
+static cJSON *parse_body_object(weir__http_req *r, api_error *e) {
+  if (r->body.len && !weir_utf8_valid(r->body.p, r->body.len)) {
+    weir__buf fixed = {0};
+    if (weir__buf_append_utf8(&fixed, r->body.p, r->body.len), fixed.oom) {
+      weir__buf_free(&fixed);
+      fail(e, 500, NULL, NULL, "out of memory");
+      return NULL;
+    }
+    weir__buf_free(&r->body);
+    r->body = fixed;
+  }
+  const char *body = r->body.p ? r->body.p : "";
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(body, r->body.len, &end, 0);
+  if (!root) {
+    fail(e, 400, NULL, "invalid_json", "The request body is not valid JSON");
+    return NULL;
+  }
+  while (end && end < body + r->body.len && isspace((unsigned char)*end)) end++;
+  if (end != body + r->body.len) {
+    fail(e, 400, NULL, "invalid_json", "The request body has data after the JSON value");
+    goto fail;
+  }
+  if (!cJSON_IsObject(root)) {
+    fail(e, 400, NULL, "invalid_json", "The request body must be a JSON object");
+    goto fail;
+  }
+  json_path where;
+  if (find_nul_string(body, r->body.len, &where)) {
+    fail(e, 400, where.s, "invalid_value",
+         "'%s' holds a NUL character (\\u0000), which this server does not accept", where.s);
+    goto fail;
+  }
+  where.len = 0;
+  where.s[0] = '\0';
+  int dup = find_duplicate_key(root, &where);
+  if (dup < 0) {
+    fail(e, 500, NULL, NULL, "out of memory");
+    goto fail;
+  }
+  if (dup) {
+    fail(e, 400, where.s, "invalid_value", "Duplicate key '%s' in the request body", where.s);
+    goto fail;
+  }
+  return root;
+fail:
+  cJSON_Delete(root);
+  return NULL;
+}
+
 /* ---- generation ------------------------------------------------------------------------- */
 
 static int submit_error(int rc, api_error *e) {
@@ -1182,22 +1454,8 @@ static void handle_generate(weir__http_req *r, int chat) {
   params p;
   prompt_list pl = {0};
   weir__api_job *job = NULL;
-  const char *body = r->body.p ? r->body.p : "";
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, r->body.len, &end, 0);
-  if (!root) {
-    fail(&e, 400, NULL, "invalid_json", "The request body is not valid JSON");
-    goto fail_request;
-  }
-  while (end && end < body + r->body.len && isspace((unsigned char)*end)) end++;
-  if (end != body + r->body.len) {
-    fail(&e, 400, NULL, "invalid_json", "The request body has data after the JSON value");
-    goto fail_request;
-  }
-  if (!cJSON_IsObject(root)) {
-    fail(&e, 400, NULL, "invalid_json", "The request body must be a JSON object");
-    goto fail_request;
-  }
+  cJSON *root = parse_body_object(r, &e);
+  if (!root) goto fail_request;
   if (parse_params(s, root, chat, &p, &e)) goto fail_request;
   if (chat ? chat_prompt(s, p.messages, &pl, &e) : completion_prompts(s, p.prompt, &pl, &e))
     goto fail_request;
@@ -1269,22 +1527,25 @@ static void handle_generate(weir__http_req *r, int chat) {
   if (job->echo) {
     /* Text prompts echo exactly what was sent (no BOS); token prompts echo their text. */
     job->echo_text = calloc((size_t)pl.count, sizeof(char *));
+    job->echo_len = calloc((size_t)pl.count, sizeof(size_t));
     const cJSON *item = cJSON_IsArray(p.prompt) ? p.prompt->child : p.prompt;
-    for (int i = 0; job->echo_text && i < pl.count; i++) {
+    for (int i = 0; job->echo_text && job->echo_len && i < pl.count; i++) {
       size_t len = 0;
       if (cJSON_IsString(item)) {
         job->echo_text[i] = strdup(item->valuestring);
+        len = job->echo_text[i] ? strlen(job->echo_text[i]) : 0;
         item = item->next;
       } else if (weir_engine_detokenize(s->engine, pl.ids[i], pl.lens[i], &job->echo_text[i],
                                         &len) != WEIR_OK) {
         job->echo_text[i] = NULL;
       }
+      job->echo_len[i] = len;
       if (!job->echo_text[i]) {
         fail(&e, 500, NULL, NULL, "could not produce the prompt text for echo");
         goto fail_job;
       }
     }
-    if (!job->echo_text) {
+    if (!job->echo_text || !job->echo_len) {
       fail(&e, 500, NULL, NULL, "out of memory");
       goto fail_job;
     }
@@ -1352,8 +1613,8 @@ static void handle_generate(weir__http_req *r, int chat) {
       if (chat) {
         stream_choice_chunk(job, ch, NULL, 0, NULL, NULL, 1);
       } else if (job->echo) {
-        const char *t = job->echo_text[ch->prompt_index];
-        if (*t) stream_choice_chunk(job, ch, t, strlen(t), NULL, NULL, 0);
+        size_t n = job->echo_len[ch->prompt_index];
+        if (n) stream_choice_chunk(job, ch, job->echo_text[ch->prompt_index], n, NULL, NULL, 0);
       }
     }
   }
@@ -1387,19 +1648,6 @@ fail_request:
 }
 
 /* ---- other endpoints -------------------------------------------------------------------- */
-
-static cJSON *parse_body_object(weir__http_req *r, api_error *e) {
-  const char *body = r->body.p ? r->body.p : "";
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, r->body.len, &end, 0);
-  if (root) {
-    while (end && end < body + r->body.len && isspace((unsigned char)*end)) end++;
-    if (end == body + r->body.len && cJSON_IsObject(root)) return root;
-  }
-  cJSON_Delete(root);
-  fail(e, 400, NULL, "invalid_json", "The request body must be one JSON object");
-  return NULL;
-}
 
 static void handle_tokenize(weir__http_req *r) {
   weir__http_server *s = r->srv;
@@ -1496,11 +1744,7 @@ static void handle_detokenize(weir__http_req *r) {
     goto fail_request;
   }
   out = cJSON_CreateObject();
-  if (out) {
-    char *t = strndup(text ? text : "", len);
-    cJSON_AddStringToObject(out, "prompt", t ? t : "");
-    free(t);
-  }
+  if (out) cJSON_AddItemToObject(out, "prompt", json_text(text, len));
   respond_json(r, 200, out);
   goto free_all;
 fail_request:

@@ -36,6 +36,14 @@ typedef struct weir__buf {
 void weir__buf_append(weir__buf *b, const void *data, size_t len);
 void weir__buf_printf(weir__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void weir__buf_free(weir__buf *b);
+/* Appends s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD. */
+void weir__buf_append_utf8(weir__buf *b, const char *s, size_t n);
+
+/* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
+int weir_utf8_valid(const char *s, size_t n);
+/* Cuts an incomplete or invalid sequence at the end of a NUL-terminated string (what
+ * snprintf leaves when it truncates in the middle of a character). */
+void weir_utf8_trim(char *s);
 
 /* One parsed HTTP request, queued on its connection until its response is complete.
  * Requests of one connection are answered strictly in arrival order (pipelining). */
@@ -104,7 +112,7 @@ typedef struct weir__http_metrics {
   weir_metric *success[6];    /* by weir_finish_reason (index 0 unused) */
   weir_metric *preemptions, *prefix_queries, *prefix_hits;
   weir_metric *spec_draft, *spec_accepted;
-  weir_metric *running, *waiting, *kv_usage;
+  weir_metric *running, *waiting, *paused, *kv_usage;
 } weir__http_metrics;
 
 struct weir__http_server {
@@ -125,6 +133,11 @@ struct weir__http_server {
   int listener_open;
   weir__http_conn *conns;     /* doubly linked list of open connections */
   int num_conns;
+  weir__http_conn *idle_head, *idle_tail; /* connections with nothing queued, oldest first */
+  int num_conn_structs;       /* connections not yet freed (closing ones included) */
+  /* In-process harnesses (fuzzing): invalid UTF-8 in a response aborts instead of being
+   * repaired, so that its source is found. */
+  int abort_on_invalid_utf8;
   char read_buf[65536];       /* parsing consumes each read before the next */
   llhttp_settings_t parser_settings;
 
@@ -145,6 +158,9 @@ struct weir__http_server {
 };
 
 /* server.c */
+/* Splits [base, base + len) into uv_buf_t's of at most 1 GiB (a uv_buf_t length is an
+ * unsigned int). Returns how many it used, or 0 when max_bufs are not enough. */
+size_t weir__http_split_bufs(char *base, size_t len, uv_buf_t *bufs, size_t max_bufs);
 int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
                            weir_metrics *metrics);
 int weir__http_server_listen(weir__http_server *s);
@@ -152,6 +168,34 @@ int weir__http_server_listen(weir__http_server *s);
 void weir__http_server_close(weir__http_server *s);
 /* Counts a response in weir_http_requests_total{code}. */
 void weir__http_count_response(weir__http_server *s, int status);
+
+/* In-process connections (fuzzing, tests): no socket; everything else is the code a socket
+ * connection runs (parsing, limits, routing, the API, flow control, timers). The bytes a
+ * client sends are handed to weir__http_conn_feed; every write is passed to `sink` at once
+ * but completes (as if the peer had read it) only in weir__http_conn_drain, which also
+ * parses input held back meanwhile. The connection is freed in a close callback on the
+ * loop: after weir__http_conn_peer_closed, or once weir__http_conn_is_open says it is
+ * closing, the pointer must not be used again. */
+typedef void (*weir__http_sink_cb)(void *arg, const char *data, size_t len);
+weir__http_conn *weir__http_conn_open_mem(weir__http_server *s, weir__http_sink_cb sink,
+                                          void *arg);
+void weir__http_conn_feed(weir__http_conn *c, const char *data, size_t len);
+/* Completes every pending write; returns the bytes they held. */
+size_t weir__http_conn_drain(weir__http_conn *c);
+/* The client closed its side (EOF): the connection closes. */
+void weir__http_conn_peer_closed(weir__http_conn *c);
+int weir__http_conn_is_open(const weir__http_server *s, const weir__http_conn *c);
+/* Nothing queued or in flight and nothing unsent: the exchange is over. */
+int weir__http_conn_is_idle(const weir__http_conn *c);
+
+/* serve.c: the server's set-up without a listener or signals, for in-process harnesses:
+ * init, metrics, the engine-event queue. weir__serve_attach_engine makes it READY with an
+ * engine created by the caller; weir__serve_detach closes the event queue and runs the loop
+ * until it is closed, then destroys the engine (every job must be gone). */
+int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
+                      weir_metrics *metrics);
+int weir__serve_attach_engine(weir__http_server *s, weir_engine *engine);
+void weir__serve_detach(weir__http_server *s);
 
 /* api.c */
 int weir__api_metrics_register(weir__http_server *s);
@@ -163,6 +207,9 @@ void weir__api_dispatch(weir__http_req *r);
 void weir__api_client_gone(weir__api_job *job);
 /* Handles one queued engine event; frees it. */
 void weir__api_on_event(weir__http_server *s, weir__queued_event *qe);
+/* Flow control: pauses (or resumes) the engine requests of r's job while its connection has
+ * too much unsent output. */
+void weir__api_set_paused(weir__api_job *job, int paused);
 /* Aborts every in-flight engine request (drain timeout, second signal). */
 void weir__api_abort_all(weir__http_server *s);
 /* Called when the number of jobs drops; serve.c decides whether the drain is over. */

@@ -3,6 +3,7 @@
  * closed handle. */
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <time.h>
 
@@ -141,17 +142,8 @@ static void load_work(uv_work_t *w) {
   s->loaded = s->load_rc == WEIR_OK ? e : NULL;
 }
 
-static void load_done(uv_work_t *w, int status) {
-  weir__http_server *s = w->data;
-  s->loading = 0;
-  s->engine = s->loaded;
-  if (status != 0 || s->load_rc != WEIR_OK) {
-    weir_log(WEIR_LOG_ERROR, "http", "could not start the engine: %s",
-             weir_strerror(status != 0 ? WEIR_E_CANCELED : s->load_rc));
-    s->exit_code = 1;
-    begin_stop(s);
-    return;
-  }
+int weir__serve_attach_engine(weir__http_server *s, weir_engine *engine) {
+  s->engine = engine;
   weir_engine_info_get(s->engine, &s->info);
   if (s->cfg->served_model_name && *s->cfg->served_model_name)
     s->model_name = strdup(s->cfg->served_model_name);
@@ -165,18 +157,79 @@ static void load_done(uv_work_t *w, int status) {
     else
       free(t);
   }
-  if (!s->model_name) {
+  if (!s->model_name) return WEIR_E_NOMEM;
+  if (s->state == WEIR__LOADING) s->state = WEIR__READY;
+  return WEIR_OK;
+}
+
+static void load_done(uv_work_t *w, int status) {
+  weir__http_server *s = w->data;
+  s->loading = 0;
+  s->engine = s->loaded;
+  if (status != 0 || s->load_rc != WEIR_OK) {
+    weir_log(WEIR_LOG_ERROR, "http", "could not start the engine: %s",
+             weir_strerror(status != 0 ? WEIR_E_CANCELED : s->load_rc));
     s->exit_code = 1;
     begin_stop(s);
     return;
   }
-  if (s->state == WEIR__LOADING) {
-    s->state = WEIR__READY;
+  int was_loading = s->state == WEIR__LOADING;
+  if (weir__serve_attach_engine(s, s->engine) != WEIR_OK) {
+    s->exit_code = 1;
+    begin_stop(s);
+    return;
+  }
+  if (was_loading) {
     weir_log(WEIR_LOG_INFO, "http", "ready: serving model \"%s\" (context %d tokens)",
              s->model_name, s->info.context_length);
   } else {
     weir__serve_job_finished(s); /* a signal came while loading */
   }
+}
+
+int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
+                      weir_metrics *metrics) {
+  weir__http_server_init(s, loop, cfg, metrics);
+  s->started_unix = (int64_t)time(NULL);
+  /* The config already applied WEIR_API_KEY (file < environment < flags). */
+  s->api_key = cfg->api_key && *cfg->api_key ? cfg->api_key : NULL;
+  if (weir__api_metrics_register(s) != WEIR_OK) return WEIR_E_NOMEM;
+  uv_async_init(loop, &s->async, on_async);
+  s->async.data = s;
+  return WEIR_OK;
+}
+
+void weir__serve_detach(weir__http_server *s) {
+  uv_close((uv_handle_t *)&s->async, NULL);
+  uv_run(s->loop, UV_RUN_DEFAULT);
+  if (s->engine) weir_engine_destroy(s->engine);
+  s->engine = NULL;
+  while (s->ev_head) {
+    weir__queued_event *n = s->ev_head->next;
+    free(s->ev_head);
+    s->ev_head = n;
+  }
+  pthread_mutex_destroy(&s->ev_lock);
+  free(s->model_name);
+  free(s->bos_text);
+  s->model_name = s->bos_text = NULL;
+}
+
+/* Every connection is a file descriptor: the soft limit (often 1024) is raised to the hard
+ * one so that server.max_connections is what turns clients away, not EMFILE. */
+static void raise_fd_limit(const weir_config *cfg) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    struct rlimit nl = {rl.rlim_max, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &nl) == 0) rl.rlim_cur = rl.rlim_max;
+  }
+  /* Plugins, the model file, the loop's own descriptors: keep a margin of 64. */
+  if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)cfg->max_connections + 64 > rl.rlim_cur)
+    weir_log(WEIR_LOG_WARN, "http",
+             "server.max_connections is %d but this process may open only %llu files; "
+             "raise the limit (ulimit -n) or lower max_connections",
+             cfg->max_connections, (unsigned long long)rl.rlim_cur);
 }
 
 int weir_http_serve(const weir_config *cfg) {
@@ -193,16 +246,11 @@ int weir_http_serve(const weir_config *cfg) {
   }
   weir__http_server *s = calloc(1, sizeof *s);
   if (!s) goto close_loop;
-  weir__http_server_init(s, &loop, cfg, metrics);
-  s->started_unix = (int64_t)time(NULL);
-  /* The config already applied WEIR_API_KEY (file < environment < flags). */
-  s->api_key = cfg->api_key && *cfg->api_key ? cfg->api_key : NULL;
-  if (weir__api_metrics_register(s) != WEIR_OK) {
+  raise_fd_limit(cfg);
+  if (weir__serve_setup(s, &loop, cfg, metrics) != WEIR_OK) {
     weir_log(WEIR_LOG_ERROR, "http", "cannot register metrics");
     goto free_server;
   }
-  uv_async_init(&loop, &s->async, on_async);
-  s->async.data = s;
   uv_signal_init(&loop, &s->sigint);
   uv_signal_init(&loop, &s->sigterm);
   uv_timer_init(&loop, &s->drain_timer);

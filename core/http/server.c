@@ -1,13 +1,27 @@
 /* The HTTP/1.1 transport: accepting connections, parsing requests with llhttp, enforcing the
  * limits of the [server] config, ordering pipelined responses, writing full and streamed
- * (chunked) responses, and closing connections without losing a byte that was written.
+ * (chunked) responses, bounding what a connection may have unsent, and closing connections
+ * without losing a byte that was written.
  *
  * Ownership. A connection owns its queued requests; a request being answered by a generation
  * job is referenced by that job (job->r) and the job by the request (r->job). When the
  * connection goes away first, weir__api_client_gone detaches the job, which lives on until
  * the engine's final events arrive. Connection memory is freed only in the close callback of
- * its last handle. Each write owns its buffer, freed in the write callback. */
+ * its last handle. Each write owns its buffer, freed when the write completes.
+ *
+ * Bounds. A connection holds at most MAX_PIPELINED parsed requests: the parser pauses at that
+ * count (the unparsed rest of the read is kept) and reading stops until half of them are
+ * answered. Its unsent output is bounded by server.max_pending_output_bytes: past it the
+ * connection stops reading and dispatching, its generation is paused in the engine, and both
+ * resume once the writes have drained to half; if nothing drains for server.stall_timeout_ms
+ * the connection is closed (its requests aborted, their KV blocks freed).
+ *
+ * Admission. A new connection has server.header_timeout_ms to send its first byte. When
+ * server.max_connections are open, the connection idle for longest (no request queued or in
+ * flight, nothing unsent) is closed to make room; only when none is idle is the new one
+ * refused with 503. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,29 +29,50 @@
 #include <cjson/cJSON.h>
 
 #include "http/http_internal.h"
+#include "util/utf8.h"
 #include "util/log.h"
 #include "weir/status.h"
 
 #define MAX_PIPELINED 16
 #define LINGER_MS 2000
+/* One uv_buf_t holds at most this much (its length is an unsigned int). */
+#define MAX_BUF_CHUNK ((size_t)1 << 30)
 
-enum { T_NONE = 0, T_IDLE, T_HEADER, T_BODY, T_LINGER };
+enum { T_NONE = 0, T_IDLE, T_HEADER, T_BODY, T_LINGER, T_STALL };
+
+typedef struct write_req {
+  uv_write_t w;
+  weir__http_conn *c;
+  struct write_req *next; /* in-process connections: the queue of unfinished writes */
+  size_t len;
+  char data[];
+} write_req;
 
 struct weir__http_conn {
   uv_tcp_t tcp;
   uv_timer_t timer;
   weir__http_server *srv;
   weir__http_conn *prev, *next;
+  weir__http_conn *idle_prev, *idle_next; /* the server's idle list, oldest first */
+  int in_idle;
+  uint64_t idle_since;        /* uv_now() when it joined the idle list */
   llhttp_t parser;
   weir__http_req *parsing;    /* the request whose bytes are arriving */
   weir__http_req *head, *tail; /* complete requests, answered in this order */
   int queued;
   size_t header_bytes;
+  int host_headers;           /* Host headers in the request being parsed */
   weir__buf field, value;     /* the header being parsed */
   int in_value;
   int parse_error_status;     /* set by a callback that refuses the request */
   const char *parse_error_message;
+  weir__buf in;               /* received bytes not parsed yet (the parser paused) */
+  int parser_paused;          /* llhttp returned HPE_PAUSED: MAX_PIPELINED reached */
+  int got_bytes;              /* anything received at all */
   int pending_writes;
+  size_t out_bytes;           /* bytes of writes not completed yet */
+  int backlogged;             /* out_bytes passed the limit; not yet drained to half */
+  size_t stall_mark;          /* unsent bytes when the stall timer was (re)armed */
   int open_handles;
   int closing;                /* uv_close was called */
   int close_after_writes;     /* the last response is out: linger, then close */
@@ -48,19 +83,21 @@ struct weir__http_conn {
   int refused;                /* over max_connections: a canned 503, then close */
   int doomed;                 /* a write failed: closing on the next loop iteration */
   int timer_mode;
+  /* In-process connections (no socket): see weir__http_conn_open_mem. */
+  int mem;
+  weir__http_sink_cb sink;
+  void *sink_arg;
+  write_req *mem_head, *mem_tail;
 };
-
-typedef struct write_req {
-  uv_write_t w;
-  weir__http_conn *c;
-  size_t len;
-  char data[];
-} write_req;
 
 /* ---- buffers ---------------------------------------------------------------------------- */
 
 void weir__buf_append(weir__buf *b, const void *data, size_t len) {
   if (b->oom) return;
+  if (len > SIZE_MAX / 2 - b->len) {
+    b->oom = 1;
+    return;
+  }
   if (b->len + len + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 64;
     while (cap < b->len + len + 1) cap *= 2;
@@ -108,6 +145,61 @@ void weir__buf_free(weir__buf *b) {
   memset(b, 0, sizeof *b);
 }
 
+int weir_utf8_valid(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      i++;
+      continue;
+    }
+    int k = weir_utf8_scan(p + i, n - i);
+    if (k <= 0) return 0;
+    i += (size_t)k;
+  }
+  return 1;
+}
+
+void weir__buf_append_utf8(weir__buf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (weir_utf8_valid(s, n)) {
+    weir__buf_append(b, s, n);
+    return;
+  }
+  char *out = NULL;
+  size_t len = 0, cap = 0;
+  if (weir_utf8_sanitize((const unsigned char *)s, n, 1, &out, &len, &cap, NULL) != WEIR_OK) {
+    b->oom = 1;
+  } else {
+    weir__buf_append(b, out, len);
+  }
+  free(out);
+}
+
+void weir_utf8_trim(char *s) {
+  size_t n = strlen(s);
+  /* Only the last (up to 3) bytes can be a cut sequence; anything else invalid is left to
+   * the output check. */
+  for (size_t back = 1; back <= 3 && back <= n; back++) {
+    unsigned char c = (unsigned char)s[n - back];
+    if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
+    if (c >= 0xC0 && weir_utf8_scan((const unsigned char *)s + n - back, back) <= 0)
+      s[n - back] = '\0';
+    return;
+  }
+}
+
+size_t weir__http_split_bufs(char *base, size_t len, uv_buf_t *bufs, size_t max_bufs) {
+  size_t n = 0;
+  while (len > 0 && n < max_bufs) {
+    size_t k = len < MAX_BUF_CHUNK ? len : MAX_BUF_CHUNK;
+    bufs[n++] = uv_buf_init(base, (unsigned int)k);
+    base += k;
+    len -= k;
+  }
+  return len == 0 ? n : 0;
+}
+
 /* ---- requests --------------------------------------------------------------------------- */
 
 static void req_free(weir__http_req *r) {
@@ -125,20 +217,56 @@ void weir__http_path(const weir__http_req *r, char *out, size_t cap) {
   if (n >= cap) n = cap - 1;
   memcpy(out, u, n);
   out[n] = '\0';
+  weir_utf8_trim(out);
+}
+
+/* ---- the idle list ---------------------------------------------------------------------- */
+
+static void idle_remove(weir__http_conn *c) {
+  if (!c->in_idle) return;
+  weir__http_server *s = c->srv;
+  if (c->idle_prev) c->idle_prev->idle_next = c->idle_next;
+  else s->idle_head = c->idle_next;
+  if (c->idle_next) c->idle_next->idle_prev = c->idle_prev;
+  else s->idle_tail = c->idle_prev;
+  c->idle_prev = c->idle_next = NULL;
+  c->in_idle = 0;
+}
+
+/* A connection with no request queued or in flight may be closed to admit another. */
+static void idle_add(weir__http_conn *c) {
+  if (c->in_idle || c->closing || c->refused || c->close_after_writes || c->lingering) return;
+  weir__http_server *s = c->srv;
+  c->in_idle = 1;
+  c->idle_since = uv_now(s->loop);
+  c->idle_next = NULL;
+  c->idle_prev = s->idle_tail;
+  if (s->idle_tail) s->idle_tail->idle_next = c;
+  else s->idle_head = c;
+  s->idle_tail = c;
 }
 
 /* ---- connection life cycle -------------------------------------------------------------- */
 
 static void conn_process(weir__http_conn *c);
 static void conn_resume(weir__http_conn *c);
+static void conn_pause_reading(weir__http_conn *c);
 static void conn_set_timer(weir__http_conn *c, int mode);
 static void on_timer(uv_timer_t *t);
+static void write_done(write_req *wr, int status);
 
 static void on_handle_closed(uv_handle_t *h) {
   weir__http_conn *c = h->data;
   if (--c->open_handles > 0) return;
+  /* An in-process connection's unfinished writes die with it, as a socket's are canceled. */
+  for (write_req *w = c->mem_head, *n; w; w = n) {
+    n = w->next;
+    free(w);
+  }
   weir__buf_free(&c->field);
   weir__buf_free(&c->value);
+  weir__buf_free(&c->in);
+  c->srv->num_conn_structs--;
   free(c);
 }
 
@@ -146,6 +274,7 @@ static void conn_close(weir__http_conn *c) {
   if (c->closing) return;
   c->closing = 1;
   weir__http_server *s = c->srv;
+  idle_remove(c);
   /* Requests still queued or in flight: their generation is pointless now. */
   for (weir__http_req *r = c->head, *n; r; r = n) {
     n = r->next;
@@ -160,7 +289,7 @@ static void conn_close(weir__http_conn *c) {
   if (c->next) c->next->prev = c->prev;
   if (!c->refused) s->num_conns--;
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+  if (!c->mem) uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
 /* Closing from inside a response call would free the request its caller still holds: the
@@ -168,10 +297,8 @@ static void conn_close(weir__http_conn *c) {
 static void conn_close_soon(weir__http_conn *c) {
   if (c->closing || c->doomed) return;
   c->doomed = 1;
-  if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = 0;
-  }
+  idle_remove(c);
+  conn_pause_reading(c);
   conn_set_timer(c, T_LINGER);
   uv_timer_start(&c->timer, on_timer, 0, 0);
 }
@@ -186,49 +313,111 @@ static void on_shutdown(uv_shutdown_t *sh, int status) {
 static void conn_linger(weir__http_conn *c) {
   if (c->closing || c->lingering || c->doomed) return;
   c->lingering = 1;
-  uv_shutdown_t *sh = malloc(sizeof *sh);
-  if (!sh || uv_shutdown(sh, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
-    free(sh);
-    conn_close(c);
-    return;
+  idle_remove(c);
+  if (!c->mem) {
+    uv_shutdown_t *sh = malloc(sizeof *sh);
+    if (!sh || uv_shutdown(sh, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+      free(sh);
+      conn_close(c);
+      return;
+    }
   }
   conn_set_timer(c, T_LINGER);
 }
 
-static void on_write(uv_write_t *w, int status) {
-  write_req *wr = (write_req *)w;
+/* Unsent bytes: libuv's queue for a socket (it moves as the peer reads, even inside one big
+ * write), the unfinished writes for an in-process connection. */
+static size_t conn_unsent(weir__http_conn *c) {
+  return c->mem ? c->out_bytes : uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+}
+
+static size_t out_limit(const weir__http_conn *c) {
+  int64_t v = c->srv->cfg->max_pending_output_bytes;
+  return v > 0 ? (size_t)v : SIZE_MAX;
+}
+
+/* The connection's output passed the limit: stop taking work from it and pause what it is
+ * generating until the client reads. */
+static void conn_backlog_start(weir__http_conn *c) {
+  c->backlogged = 1;
+  conn_pause_reading(c);
+  if (c->head && c->head->job) weir__api_set_paused(c->head->job, 1);
+  c->stall_mark = conn_unsent(c);
+  conn_set_timer(c, T_STALL);
+}
+
+static void conn_backlog_end(weir__http_conn *c) {
+  c->backlogged = 0;
+  if (c->head && c->head->job) weir__api_set_paused(c->head->job, 0);
+  if (c->timer_mode == T_STALL) conn_set_timer(c, c->parsing ? T_BODY : c->head ? T_NONE : T_IDLE);
+  conn_process(c);
+}
+
+static void write_done(write_req *wr, int status) {
   weir__http_conn *c = wr->c;
+  size_t len = wr->len;
   free(wr);
   c->pending_writes--;
+  c->out_bytes -= len;
   if (c->closing) return;
   if (status < 0) {
     conn_close(c); /* the peer is gone */
     return;
   }
+  if (c->backlogged) {
+    if (c->out_bytes <= out_limit(c) / 2) {
+      conn_backlog_end(c);
+      if (c->closing) return;
+    } else {
+      /* Progress: the stall clock starts again. */
+      c->stall_mark = conn_unsent(c);
+      conn_set_timer(c, T_STALL);
+    }
+  }
   if (c->pending_writes == 0 && c->close_after_writes && !c->doomed) conn_linger(c);
 }
+
+static void on_write(uv_write_t *w, int status) { write_done((write_req *)w, status); }
 
 static void conn_write(weir__http_conn *c, const char *a, size_t alen, const char *b,
                        size_t blen) {
   if (c->closing || c->lingering || c->doomed) return;
-  write_req *wr = malloc(sizeof *wr + alen + blen);
+  if (alen > SIZE_MAX / 2 || blen > SIZE_MAX / 2 - alen) {
+    conn_close_soon(c);
+    return;
+  }
+  size_t len = alen + blen;
+  write_req *wr = malloc(sizeof *wr + len);
   if (!wr) {
     weir_log(WEIR_LOG_ERROR, "http", "out of memory writing a response; closing");
     conn_close_soon(c);
     return;
   }
   wr->c = c;
-  wr->len = alen + blen;
+  wr->next = NULL;
+  wr->len = len;
   if (alen) memcpy(wr->data, a, alen);
   if (blen) memcpy(wr->data + alen, b, blen);
-  uv_buf_t buf = uv_buf_init(wr->data, (unsigned)wr->len);
-  int rc = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
-  if (rc != 0) {
-    free(wr);
-    conn_close_soon(c);
-    return;
+  if (c->mem) {
+    c->sink(c->sink_arg, wr->data, wr->len);
+    if (c->mem_tail) c->mem_tail->next = wr;
+    else c->mem_head = wr;
+    c->mem_tail = wr;
+  } else {
+    /* A uv_buf_t length is an unsigned int: larger writes go out as several buffers. */
+    uv_buf_t bufs[16];
+    size_t nbufs = weir__http_split_bufs(wr->data, wr->len, bufs, 16);
+    int rc = nbufs ? uv_write(&wr->w, (uv_stream_t *)&c->tcp, bufs, (unsigned)nbufs, on_write)
+                   : UV_E2BIG;
+    if (rc != 0) {
+      free(wr);
+      conn_close_soon(c);
+      return;
+    }
   }
   c->pending_writes++;
+  c->out_bytes += len;
+  if (!c->backlogged && c->out_bytes > out_limit(c)) conn_backlog_start(c);
 }
 
 static void on_timer(uv_timer_t *t) {
@@ -240,7 +429,26 @@ static void on_timer(uv_timer_t *t) {
     if (!c->head) conn_close(c);
     break;
   case T_LINGER: conn_close(c); break;
+  case T_STALL: {
+    size_t unsent = conn_unsent(c);
+    if (c->backlogged && unsent < c->stall_mark) {
+      c->stall_mark = unsent;
+      conn_set_timer(c, T_STALL);
+      break;
+    }
+    weir_log(WEIR_LOG_WARN, "http",
+             "a client has not read for %lld ms with %zu bytes unsent; closing its connection",
+             (long long)c->srv->cfg->stall_timeout_ms, unsent);
+    conn_close(c);
+    break;
+  }
   case T_HEADER:
+    /* A connection that never sent a byte is closed without a word. */
+    if (!c->got_bytes && !c->parsing && !c->head) {
+      conn_close(c);
+      break;
+    }
+    /* fall through */
   case T_BODY: {
     /* Slow or stalled client: answer 408 after whatever is ahead of it, then close. */
     weir__http_req *r = c->parsing;
@@ -256,6 +464,7 @@ static void on_timer(uv_timer_t *t) {
     r->error_message = mode == T_HEADER ? "timed out waiting for the request headers"
                                         : "timed out waiting for the request body";
     c->no_more_requests = 1;
+    idle_remove(c);
     if (c->tail) c->tail->next = r;
     else c->head = r;
     c->tail = r;
@@ -269,6 +478,8 @@ static void on_timer(uv_timer_t *t) {
 
 static void conn_set_timer(weir__http_conn *c, int mode) {
   if (c->closing) return;
+  /* While backed up, only the stall clock (or a close) runs. */
+  if (c->backlogged && c->timer_mode == T_STALL && mode != T_STALL && mode != T_LINGER) return;
   const weir_config *cfg = c->srv->cfg;
   int64_t ms = 0;
   switch (mode) {
@@ -276,6 +487,7 @@ static void conn_set_timer(weir__http_conn *c, int mode) {
   case T_HEADER: ms = cfg->header_timeout_ms; break;
   case T_BODY: ms = cfg->idle_timeout_ms; break;
   case T_LINGER: ms = LINGER_MS; break;
+  case T_STALL: ms = cfg->stall_timeout_ms; break;
   default: break;
   }
   c->timer_mode = mode;
@@ -320,6 +532,34 @@ void weir__http_count_response(weir__http_server *s, int status) {
     weir_metric_record(m, 1);
 }
 
+/* Seconds a client should wait before retrying a 429 or 503: a full queue drains in about a
+ * second; a server that is loading or shutting down takes longer (a load balancer sends
+ * the retry elsewhere meanwhile). */
+static int retry_after_s(const weir__http_server *s, int status) {
+  if (status == 503 && s->state != WEIR__READY) return 5;
+  return 1;
+}
+
+/* Every byte a response carries is valid UTF-8. What the API puts in a body is already
+ * checked at its source; this is the last line of defence, and in-process harnesses
+ * (fuzzing) ask for an abort instead so that the source gets fixed. */
+static const char *utf8_checked(weir__http_server *s, const char *data, size_t *len,
+                                char **owned) {
+  *owned = NULL;
+  if (!*len || weir_utf8_valid(data, *len)) return data;
+  if (s->abort_on_invalid_utf8) abort();
+  weir_log(WEIR_LOG_WARN, "http", "a response held invalid UTF-8; replaced by U+FFFD");
+  size_t n = 0, cap = 0;
+  if (weir_utf8_sanitize((const unsigned char *)data, *len, 1, owned, &n, &cap, NULL)) {
+    free(*owned);
+    *owned = NULL;
+    *len = 0;
+    return "";
+  }
+  *len = n;
+  return *owned;
+}
+
 /* Whether the connection closes after this response. */
 static int resp_closes(const weir__http_req *r) {
   const weir__http_conn *c = r->conn;
@@ -346,9 +586,11 @@ static void req_done(weir__http_req *r) {
     c->head = c->tail = NULL;
     c->queued = 0;
     c->close_after_writes = 1;
+    idle_remove(c);
     if (c->pending_writes == 0) conn_linger(c);
     return;
   }
+  if (!c->head) idle_add(c);
   conn_process(c);
 }
 
@@ -357,16 +599,22 @@ void weir__http_respond(weir__http_req *r, int status, const char *content_type,
   weir__http_conn *c = r->conn;
   if (r->done || r->streaming) return;
   weir__http_count_response(c->srv, status);
+  char *owned = NULL;
+  body = utf8_checked(c->srv, body, &len, &owned);
+  char retry[48] = "";
+  if (status == 429 || status == 503)
+    snprintf(retry, sizeof retry, "Retry-After: %d\r\n", retry_after_s(c->srv, status));
   weir__buf h = {0};
   weir__buf_printf(&h,
                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                   "Connection: %s\r\n%s\r\n",
+                   "Connection: %s\r\n%s%s\r\n",
                    status, status_text(status), content_type ? content_type : "text/plain",
-                   len, resp_closes(r) ? "close" : "keep-alive",
+                   len, resp_closes(r) ? "close" : "keep-alive", retry,
                    extra_headers ? extra_headers : "");
   if (h.oom) conn_close_soon(c);
   else conn_write(c, h.p, h.len, body, r->method == HTTP_HEAD ? 0 : len);
   weir__buf_free(&h);
+  free(owned);
   req_done(r);
 }
 
@@ -377,6 +625,7 @@ void weir__http_respond_error(weir__http_req *r, int status, const char *type,
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  weir_utf8_trim(msg);
   char *body = NULL;
   cJSON *root = cJSON_CreateObject();
   cJSON *err = cJSON_AddObjectToObject(root, "error");
@@ -423,8 +672,11 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
 
 void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
   if (!r->streaming || r->done || len == 0) return;
+  char *owned = NULL;
+  data = utf8_checked(r->srv, data, &len, &owned);
   if (!r->chunked) {
     conn_write(r->conn, data, len, NULL, 0);
+    free(owned);
     return;
   }
   /* One write per chunk: the size line, the data and the CRLF in one buffer. */
@@ -437,34 +689,13 @@ void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
   if (b.oom) conn_close_soon(r->conn);
   else conn_write(r->conn, b.p, b.len, NULL, 0);
   weir__buf_free(&b);
+  free(owned);
 }
 
 void weir__http_stream_end(weir__http_req *r) {
   if (!r->streaming || r->done) return;
   if (r->chunked) conn_write(r->conn, "0\r\n\r\n", 5, NULL, 0);
   req_done(r);
-}
-
-/* ---- request queue ---------------------------------------------------------------------- */
-
-static void conn_process(weir__http_conn *c) {
-  if (c->processing || c->closing) return;
-  c->processing = 1;
-  while (!c->closing && c->head && !c->head->dispatched) {
-    weir__http_req *r = c->head;
-    r->dispatched = 1;
-    if (r->error_status) {
-      const char *type = r->error_status >= 500 ? "server_error" : "invalid_request_error";
-      weir__http_respond_error(r, r->error_status, type, NULL, NULL, "%s", r->error_message);
-    } else {
-      weir__api_dispatch(r);
-    }
-  }
-  c->processing = 0;
-  if (c->closing) return;
-  if (!c->head && !c->parsing && !c->no_more_requests && !c->lingering)
-    conn_set_timer(c, T_IDLE);
-  if (!c->reading && c->queued < MAX_PIPELINED / 2 && !c->lingering) conn_resume(c);
 }
 
 /* ---- parsing ---------------------------------------------------------------------------- */
@@ -481,7 +712,7 @@ static int parse_fail(weir__http_conn *c, int status, const char *message) {
 
 static int count_header_bytes(weir__http_conn *c, size_t n) {
   c->header_bytes += n;
-  if ((int64_t)c->header_bytes > c->srv->cfg->max_header_bytes)
+  if (c->header_bytes > (uint64_t)c->srv->cfg->max_header_bytes)
     return parse_fail(c, 431, "request headers are larger than server.max_header_bytes");
   return 0;
 }
@@ -494,6 +725,7 @@ static int on_message_begin(llhttp_t *p) {
   c->parsing->conn = c;
   c->parsing->srv = c->srv;
   c->header_bytes = 0;
+  c->host_headers = 0;
   c->in_value = 0;
   c->field.len = c->value.len = 0;
   conn_set_timer(c, T_HEADER);
@@ -514,11 +746,13 @@ static void header_done(weir__http_conn *c) {
   const char *name = c->field.p ? c->field.p : "";
   if (!strcasecmp(name, "content-type")) dst = &r->content_type;
   else if (!strcasecmp(name, "authorization")) dst = &r->authorization;
+  else if (!strcasecmp(name, "host")) c->host_headers++;
   else if (!strcasecmp(name, "expect"))
     r->expect_continue = c->value.p && !strcasecmp(c->value.p, "100-continue");
   if (dst) {
     dst->len = 0;
-    weir__buf_append(dst, c->value.p ? c->value.p : "", c->value.len);
+    /* Header values may hold any byte; what an error message may echo is made UTF-8. */
+    weir__buf_append_utf8(dst, c->value.p ? c->value.p : "", c->value.len);
   }
   c->in_value = 0;
   c->field.len = c->value.len = 0;
@@ -549,8 +783,12 @@ static int on_headers_complete(llhttp_t *p) {
   r->method = llhttp_get_method(p);
   r->http_minor = llhttp_get_http_major(p) > 1 ? 1 : llhttp_get_http_minor(p);
   if (llhttp_get_http_major(p) != 1) return parse_fail(c, 505, "only HTTP/1.x is supported");
+  /* RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host header, 1.0 at most one. */
+  if (c->host_headers > 1 || (r->http_minor >= 1 && c->host_headers == 0))
+    return parse_fail(c, 400, "an HTTP/1.1 request must carry exactly one Host header");
+  /* Compared unsigned: a length of 2^63 or more is still "too large", never negative. */
   if ((p->flags & F_CONTENT_LENGTH) &&
-      (int64_t)p->content_length > c->srv->cfg->max_body_bytes)
+      p->content_length > (uint64_t)c->srv->cfg->max_body_bytes)
     return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
   /* A client waiting for permission to send its body gets it at once when nothing is queued
    * ahead (otherwise it sends after its own short timeout). */
@@ -565,7 +803,7 @@ static int on_headers_complete(llhttp_t *p) {
 static int on_body(llhttp_t *p, const char *at, size_t len) {
   weir__http_conn *c = pconn(p);
   weir__http_req *r = c->parsing;
-  if ((int64_t)(r->body.len + len) > c->srv->cfg->max_body_bytes)
+  if (len > (uint64_t)c->srv->cfg->max_body_bytes - r->body.len)
     return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
   weir__buf_append(&r->body, at, len);
   return r->body.oom ? parse_fail(c, 500, "out of memory") : 0;
@@ -577,12 +815,121 @@ static int on_message_complete(llhttp_t *p) {
   c->parsing = NULL;
   r->keep_alive = llhttp_should_keep_alive(p);
   r->arrival_ns = uv_hrtime();
+  /* The path goes into messages and logs: invalid bytes become U+FFFD. */
+  if (r->url.len && !weir_utf8_valid(r->url.p, r->url.len)) {
+    weir__buf fixed = {0};
+    weir__buf_append_utf8(&fixed, r->url.p, r->url.len);
+    if (!fixed.oom) {
+      weir__buf_free(&r->url);
+      r->url = fixed;
+    } else {
+      weir__buf_free(&fixed);
+    }
+  }
+  idle_remove(c);
   if (c->tail) c->tail->next = r;
   else c->head = r;
   c->tail = r;
   c->queued++;
   conn_set_timer(c, T_NONE);
-  return 0;
+  /* Enough queued: stop parsing here; the rest of the bytes wait in c->in. */
+  return c->queued >= MAX_PIPELINED ? HPE_PAUSED : 0;
+}
+
+/* Queues a request that answers with an error and closes the connection. */
+static void queue_error(weir__http_conn *c, int status, const char *message) {
+  weir__http_req *r = c->parsing;
+  c->parsing = NULL;
+  if (!r) r = calloc(1, sizeof *r);
+  if (!r) {
+    conn_close(c);
+    return;
+  }
+  r->conn = c;
+  r->srv = c->srv;
+  r->error_status = status;
+  r->error_message = message;
+  c->no_more_requests = 1;
+  idle_remove(c);
+  if (c->tail) c->tail->next = r;
+  else c->head = r;
+  c->tail = r;
+  c->queued++;
+}
+
+/* Parses received bytes. When the parser pauses (MAX_PIPELINED requests queued) the bytes it
+ * did not look at are kept in c->in, to be parsed once the queue has drained. */
+static void conn_parse(weir__http_conn *c, const char *data, size_t len) {
+  if (c->closing || c->lingering || c->no_more_requests || !len) return;
+  llhttp_errno_t err = llhttp_execute(&c->parser, data, len);
+  if (err == HPE_PAUSED) {
+    const char *pos = llhttp_get_error_pos(&c->parser);
+    size_t used = pos && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
+    c->parser_paused = 1;
+    conn_pause_reading(c);
+    /* data may point into c->in itself: copy through a fresh buffer. */
+    weir__buf rest = {0};
+    weir__buf_append(&rest, data + used, len - used);
+    if (rest.oom) {
+      weir__buf_free(&rest);
+      conn_close_soon(c);
+      return;
+    }
+    weir__buf_free(&c->in);
+    c->in = rest;
+  } else if (err == HPE_PAUSED_UPGRADE) {
+    /* Protocol upgrades are not supported: answer the request, then close. */
+    c->no_more_requests = 1;
+    if (c->tail) c->tail->keep_alive = 0;
+  } else if (err != HPE_OK) {
+    if (c->parse_error_status) {
+      queue_error(c, c->parse_error_status, c->parse_error_message);
+    } else if (err == HPE_INVALID_CONTENT_LENGTH &&
+               !strcmp(llhttp_get_error_reason(&c->parser), "Content-Length overflow")) {
+      /* Too many digits for 64 bits: larger than any body limit. */
+      queue_error(c, 413, "request body is larger than server.max_body_bytes");
+    } else {
+      weir_log(WEIR_LOG_DEBUG, "http", "malformed request: %s", llhttp_errno_name(err));
+      queue_error(c, 400, "malformed HTTP request");
+    }
+  }
+}
+
+/* ---- request queue ---------------------------------------------------------------------- */
+
+static void conn_process(weir__http_conn *c) {
+  if (c->processing || c->closing) return;
+  c->processing = 1;
+  for (;;) {
+    while (!c->closing && !c->backlogged && c->head && !c->head->dispatched) {
+      weir__http_req *r = c->head;
+      r->dispatched = 1;
+      if (r->error_status) {
+        const char *type = r->error_status >= 500 ? "server_error" : "invalid_request_error";
+        weir__http_respond_error(r, r->error_status, type, NULL, NULL, "%s", r->error_message);
+      } else {
+        weir__api_dispatch(r);
+      }
+    }
+    /* The queue has room again: parse what the paused parser left. */
+    if (c->closing || c->doomed || c->backlogged || !c->parser_paused ||
+        c->queued >= MAX_PIPELINED / 2)
+      break;
+    c->parser_paused = 0;
+    llhttp_resume(&c->parser);
+    weir__buf in = c->in;
+    memset(&c->in, 0, sizeof c->in);
+    conn_parse(c, in.p, in.len);
+    weir__buf_free(&in);
+  }
+  c->processing = 0;
+  if (c->closing) return;
+  if (!c->head && !c->parsing && !c->no_more_requests && !c->lingering && !c->backlogged &&
+      c->timer_mode != T_HEADER)
+    conn_set_timer(c, T_IDLE);
+  if (!c->reading && !c->parser_paused && !c->backlogged && c->queued < MAX_PIPELINED / 2 &&
+      !c->lingering && !c->doomed)
+    conn_resume(c);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -598,50 +945,64 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c);
     return;
   }
-  if (nread == 0 || c->closing || c->lingering || c->no_more_requests) return;
-  llhttp_errno_t err = llhttp_execute(&c->parser, buf->base, (size_t)nread);
-  if (err == HPE_PAUSED_UPGRADE) {
-    /* Protocol upgrades are not supported: answer the request, then close. */
-    c->no_more_requests = 1;
-    if (c->tail) c->tail->keep_alive = 0;
-  } else if (err != HPE_OK) {
-    weir__http_req *r = c->parsing;
-    c->parsing = NULL;
-    if (!r) r = calloc(1, sizeof *r);
-    if (!r) {
-      conn_close(c);
-      return;
-    }
-    r->conn = c;
-    r->srv = c->srv;
-    if (c->parse_error_status) {
-      r->error_status = c->parse_error_status;
-      r->error_message = c->parse_error_message;
-    } else {
-      r->error_status = 400;
-      r->error_message = "malformed HTTP request";
-      weir_log(WEIR_LOG_DEBUG, "http", "malformed request: %s (%s)", llhttp_errno_name(err),
-               llhttp_get_error_reason(&c->parser));
-    }
-    c->no_more_requests = 1;
-    if (c->tail) c->tail->next = r;
-    else c->head = r;
-    c->tail = r;
-    c->queued++;
-  }
+  if (nread == 0 || c->closing) return;
+  c->got_bytes = 1;
+  conn_parse(c, buf->base, (size_t)nread);
   conn_process(c);
-  if (!c->closing && c->reading && c->queued >= MAX_PIPELINED) {
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = 0;
-  }
+}
+
+static void conn_pause_reading(weir__http_conn *c) {
+  if (!c->reading) return;
+  if (!c->mem) uv_read_stop((uv_stream_t *)&c->tcp);
+  c->reading = 0;
 }
 
 static void conn_resume(weir__http_conn *c) {
   if (c->closing || c->reading) return;
-  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
+  if (c->mem) c->reading = 1;
+  else if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
 }
 
 /* ---- listener --------------------------------------------------------------------------- */
+
+static weir__http_conn *conn_new(weir__http_server *s) {
+  weir__http_conn *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->srv = s;
+  s->num_conn_structs++;
+  uv_timer_init(s->loop, &c->timer);
+  c->timer.data = c;
+  c->open_handles = 1;
+  return c;
+}
+
+/* The table is full: close the connection idle for longest (nothing queued, nothing unsent)
+ * so that a new client, a health probe say, is not turned away. */
+static int evict_idle(weir__http_server *s) {
+  for (weir__http_conn *c = s->idle_head; c; c = c->idle_next) {
+    if (c->pending_writes || c->parsing) continue;
+    weir_log(WEIR_LOG_DEBUG, "http", "connection table full: closing one idle for %llu ms",
+             (unsigned long long)(uv_now(s->loop) - c->idle_since));
+    conn_close(c);
+    return 1;
+  }
+  /* Then one still sending its request head or body slowly, the oldest first. */
+  for (weir__http_conn *c = s->idle_head; c; c = c->idle_next) {
+    if (c->pending_writes) continue;
+    conn_close(c);
+    return 1;
+  }
+  return 0;
+}
+
+static void conn_admit(weir__http_server *s, weir__http_conn *c) {
+  if (s->num_conns >= s->cfg->max_connections) evict_idle(s);
+  c->refused = s->num_conns >= s->cfg->max_connections;
+  c->next = s->conns;
+  if (s->conns) s->conns->prev = c;
+  s->conns = c;
+  if (!c->refused) s->num_conns++;
+}
 
 static void on_connection(uv_stream_t *server, int status) {
   weir__http_server *s = server->data;
@@ -649,18 +1010,12 @@ static void on_connection(uv_stream_t *server, int status) {
     weir_log(WEIR_LOG_WARN, "http", "accept failed: %s", uv_strerror(status));
     return;
   }
-  weir__http_conn *c = calloc(1, sizeof *c);
+  weir__http_conn *c = conn_new(s);
   if (!c) return;
-  c->srv = s;
   uv_tcp_init(s->loop, &c->tcp);
-  uv_timer_init(s->loop, &c->timer);
-  c->tcp.data = c->timer.data = c;
+  c->tcp.data = c;
   c->open_handles = 2;
-  c->refused = s->num_conns >= s->cfg->max_connections;
-  c->next = s->conns;
-  if (s->conns) s->conns->prev = c;
-  s->conns = c;
-  if (!c->refused) s->num_conns++;
+  conn_admit(s, c);
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
     conn_close(c);
     return;
@@ -673,8 +1028,8 @@ static void on_connection(uv_stream_t *server, int status) {
     char busy[512];
     int n = snprintf(busy, sizeof busy,
                      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
-                     sizeof body - 1, body);
+                     "Connection: close\r\nRetry-After: %d\r\nContent-Length: %zu\r\n\r\n%s",
+                     retry_after_s(s, 503), sizeof body - 1, body);
     weir__http_count_response(s, 503);
     c->no_more_requests = 1;
     c->close_after_writes = 1;
@@ -684,7 +1039,9 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   llhttp_init(&c->parser, HTTP_REQUEST, &s->parser_settings);
   c->parser.data = c;
-  conn_set_timer(c, T_IDLE);
+  idle_add(c);
+  /* The first byte must come within the header timeout, not the keep-alive one. */
+  conn_set_timer(c, T_HEADER);
   conn_resume(c);
 }
 
@@ -739,8 +1096,84 @@ void weir__http_server_close(weir__http_server *s) {
     if (c->pending_writes > 0) {
       c->no_more_requests = 1;
       c->close_after_writes = 1;
+      idle_remove(c);
     } else {
       conn_close(c);
     }
   }
+}
+
+/* ---- in-process connections ------------------------------------------------------------- */
+
+weir__http_conn *weir__http_conn_open_mem(weir__http_server *s, weir__http_sink_cb sink,
+                                          void *arg) {
+  weir__http_conn *c = conn_new(s);
+  if (!c) return NULL;
+  c->mem = 1;
+  c->sink = sink;
+  c->sink_arg = arg;
+  conn_admit(s, c);
+  if (c->refused) {
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+                               "Retry-After: 1\r\nContent-Length: 0\r\n\r\n";
+    c->no_more_requests = 1;
+    c->close_after_writes = 1;
+    conn_write(c, busy, sizeof busy - 1, NULL, 0);
+    return c;
+  }
+  llhttp_init(&c->parser, HTTP_REQUEST, &s->parser_settings);
+  c->parser.data = c;
+  idle_add(c);
+  conn_set_timer(c, T_HEADER);
+  conn_resume(c);
+  return c;
+}
+
+/* Parses what has arrived while the connection reads: a socket that stopped reading leaves
+ * bytes in the kernel; an in-process one keeps them in c->in. */
+static void mem_pump(weir__http_conn *c) {
+  while (!c->closing && c->reading && !c->parser_paused && c->in.len) {
+    weir__buf in = c->in;
+    memset(&c->in, 0, sizeof c->in);
+    conn_parse(c, in.p, in.len);
+    weir__buf_free(&in);
+    conn_process(c);
+  }
+}
+
+void weir__http_conn_feed(weir__http_conn *c, const char *data, size_t len) {
+  if (c->closing || !len) return;
+  c->got_bytes = 1;
+  if (c->lingering || c->no_more_requests) return; /* read and discarded */
+  weir__buf_append(&c->in, data, len);
+  if (c->in.oom) {
+    conn_close_soon(c);
+    return;
+  }
+  mem_pump(c);
+}
+
+size_t weir__http_conn_drain(weir__http_conn *c) {
+  size_t n = 0;
+  while (!c->closing && c->mem_head) {
+    write_req *w = c->mem_head;
+    c->mem_head = w->next;
+    if (!c->mem_head) c->mem_tail = NULL;
+    n += w->len;
+    write_done(w, 0);
+  }
+  if (!c->closing) mem_pump(c);
+  return n;
+}
+
+void weir__http_conn_peer_closed(weir__http_conn *c) { conn_close(c); }
+
+int weir__http_conn_is_open(const weir__http_server *s, const weir__http_conn *c) {
+  for (const weir__http_conn *x = s->conns; x; x = x->next)
+    if (x == c) return 1;
+  return 0;
+}
+
+int weir__http_conn_is_idle(const weir__http_conn *c) {
+  return !c->head && !c->mem_head && !c->doomed;
 }

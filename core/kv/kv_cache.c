@@ -177,14 +177,6 @@ static void block_release(weir_kv_cache *kv, int32_t b) {
 
 /* ---- Pool ------------------------------------------------------------------------------ */
 
-int64_t weir_kv_blocks_from_bytes(int64_t memory_bytes, size_t block_bytes_per_layer,
-                                  int32_t n_layers) {
-  if (memory_bytes <= 0 || block_bytes_per_layer == 0 || n_layers <= 0) return 0;
-  /* floor(floor(m / a) / b) == floor(m / (a * b)) and cannot overflow. */
-  uint64_t n = (uint64_t)memory_bytes / block_bytes_per_layer / (uint64_t)n_layers;
-  return n > INT32_MAX ? INT32_MAX : (int64_t)n;
-}
-
 int weir_kv_cache_create(const weir_kv_cache_params *p, weir_kv_cache **out) {
   int rc = WEIR_E_NOMEM;
   weir_kv_cache *kv = NULL;
@@ -249,7 +241,6 @@ int32_t weir_kv_cache_num_blocks(const weir_kv_cache *kv) { return kv->num_block
 int32_t weir_kv_cache_num_allocatable(const weir_kv_cache *kv) {
   return kv->num_free + kv->num_cached;
 }
-int weir_kv_cache_prefix_caching(const weir_kv_cache *kv) { return kv->prefix; }
 
 void weir_kv_cache_stats(const weir_kv_cache *kv, weir_kv_stats *out) {
   memset(out, 0, sizeof(*out));

@@ -1,7 +1,9 @@
 /* The shared paged KV cache: host-side bookkeeping of the block pool.
  *
- * Core owns the pool's bookkeeping; the attention plugin owns the bytes (sdk weir/kv.h). This
- * module never touches device memory: it hands out block ids, keeps per-sequence block
+ * Core owns the pool's bookkeeping; the attention plugin owns the bytes (sdk weir/kv.h). The
+ * server creates the bookkeeping as part of a weir_kv_pool (kv_pool.h), which also owns the
+ * geometry and the device memory; tests create it alone. This file never touches device
+ * memory: it hands out block ids, keeps per-sequence block
  * tables, reference counts, copy-on-write and the prefix cache, and tells the engine which
  * blocks to copy. A token at position p of a sequence lives in slot
  * block_table[p / block_size] * block_size + p % block_size.
@@ -37,7 +39,7 @@ typedef struct weir_kv_seq weir_kv_seq;
 
 typedef struct weir_kv_cache_params {
   int32_t num_blocks;  /* > 0 */
-  int32_t block_size;  /* tokens per block, > 0 (16 by default in the config) */
+  int32_t block_size;  /* tokens per block, > 0 (the pool passes its geometry's) */
   int prefix_caching;  /* nonzero: register full blocks and reuse them across sequences */
 } weir_kv_cache_params;
 
@@ -63,12 +65,6 @@ typedef struct weir_kv_stats {
 
 /* ---- The pool -------------------------------------------------------------------------- */
 
-/* Number of blocks that fit memory_bytes when one block takes block_bytes_per_layer in each
- * of n_layers layers (the attention plugin's block_bytes()). Returns 0 when an argument is
- * not positive; clamps to INT32_MAX. */
-int64_t weir_kv_blocks_from_bytes(int64_t memory_bytes, size_t block_bytes_per_layer,
-                                  int32_t n_layers);
-
 /* Creates an empty pool (all blocks free). WEIR_E_INVAL on a bad parameter, WEIR_E_NOMEM.
  * *out is freed with weir_kv_cache_destroy. */
 int weir_kv_cache_create(const weir_kv_cache_params *p, weir_kv_cache **out);
@@ -79,7 +75,6 @@ int32_t weir_kv_cache_block_size(const weir_kv_cache *kv);
 int32_t weir_kv_cache_num_blocks(const weir_kv_cache *kv);
 /* Blocks an allocation may take right now: free + cached. */
 int32_t weir_kv_cache_num_allocatable(const weir_kv_cache *kv);
-int weir_kv_cache_prefix_caching(const weir_kv_cache *kv);
 void weir_kv_cache_stats(const weir_kv_cache *kv, weir_kv_stats *out);
 
 /* Drops the temporary references that keep the source block of every copy reported since

@@ -1,11 +1,15 @@
 #include "metrics/metrics.h"
 
+#include <dirent.h>
 #include <math.h>
-#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "util/buf.h"
 
 const double weir_metrics_latency_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
                                                0.1,   0.15,   0.2,   0.3,  0.5,   0.75, 1.0,
@@ -31,6 +35,11 @@ struct weir_metric {
 struct weir_metrics {
   pthread_mutex_t lock;
   weir_metric *head, *tail;
+  /* Labels added to every sample (weir_metrics_set_label), e.g. model_name. */
+  char *label_keys[WEIR_METRICS_MAX_LABELS];
+  char *label_values[WEIR_METRICS_MAX_LABELS];
+  int num_labels;
+  int process; /* render the process_* collector */
 };
 
 int weir_metrics_create(weir_metrics **out) {
@@ -45,7 +54,20 @@ static weir_metrics *g_process;
 static pthread_once_t g_process_once = PTHREAD_ONCE_INIT;
 
 static void process_create(void) {
-  if (weir_metrics_create(&g_process) != WEIR_OK) g_process = NULL;
+  if (weir_metrics_create(&g_process) != WEIR_OK) {
+    g_process = NULL;
+    return;
+  }
+  weir_metrics_enable_process(g_process);
+  weir_metric *info = NULL;
+  if (weir_metrics_register(g_process, "build_info",
+                            "Always 1; the labels name the build: weir's version and the plugin "
+                            "ABI it hosts.",
+                            WEIR_METRIC_GAUGE, NULL, 0,
+                            "version=\"" WEIR_VERSION "\",abi_version=\"" WEIR_STR(WEIR_ABI_MAJOR)
+                            "." WEIR_STR(WEIR_ABI_MINOR) "\"",
+                            &info) == WEIR_OK)
+    weir_metric_record(info, 1);
 }
 
 weir_metrics *weir_metrics_process(void) {
@@ -67,6 +89,10 @@ void weir_metrics_destroy(weir_metrics *m) {
   for (weir_metric *x = m->head, *n; x; x = n) {
     n = x->next;
     metric_free(x);
+  }
+  for (int i = 0; i < m->num_labels; i++) {
+    free(m->label_keys[i]);
+    free(m->label_values[i]);
   }
   pthread_mutex_destroy(&m->lock);
   free(m);
@@ -183,54 +209,92 @@ double weir_metric_value(const weir_metric *x) {
   return v;
 }
 
-/* A growable string for rendering. */
-typedef struct sbuf {
-  char *p;
-  size_t len, cap;
-  int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->p && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-}
-
 static void fmt_double(char *buf, size_t n, double v) {
   if (isinf(v)) snprintf(buf, n, v > 0 ? "+Inf" : "-Inf");
   else if (v == floor(v) && fabs(v) < 1e15) snprintf(buf, n, "%.0f", v);
-  else snprintf(buf, n, "%.9g", v);
+  else {
+    /* The shortest of 15 or 17 digits that reads back as v: fewer digits would round a
+     * timestamp such as process_start_time_seconds to tens of seconds. */
+    snprintf(buf, n, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, n, "%.17g", v);
+  }
 }
 
-static void render_one(sbuf *b, const weir_metric *x) {
-  char v[64];
-  const char *lb = x->labels ? x->labels : "";
+/* ---- registry labels ------------------------------------------------------------------- */
+
+static int valid_label_key(const char *s) {
+  if (!s || !*s || !strncmp(s, "__", 2)) return 0;
+  for (const char *p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' ||
+          (p != s && *p >= '0' && *p <= '9')))
+      return 0;
+  return 1;
+}
+
+/* A label value as the exposition format writes it: backslash, quote and newline escaped. */
+static void put_label_value(weir_buf *b, const char *v) {
+  for (; *v; v++) {
+    if (*v == '\\') weir_buf_puts(b, "\\\\");
+    else if (*v == '"') weir_buf_puts(b, "\\\"");
+    else if (*v == '\n') weir_buf_puts(b, "\\n");
+    else weir_buf_putc(b, *v);
+  }
+}
+
+int weir_metrics_set_label(weir_metrics *m, const char *key, const char *value) {
+  if (!m || !valid_label_key(key) || !value) return WEIR_E_INVAL;
+  pthread_mutex_lock(&m->lock);
+  int i = 0;
+  while (i < m->num_labels && strcmp(m->label_keys[i], key)) i++;
+  int rc = WEIR_E_NOSPACE;
+  if (i < WEIR_METRICS_MAX_LABELS) {
+    char *k = i < m->num_labels ? m->label_keys[i] : strdup(key), *v = strdup(value);
+    if (k && v) {
+      if (i < m->num_labels) free(m->label_values[i]);
+      else m->num_labels++;
+      m->label_keys[i] = k;
+      m->label_values[i] = v;
+      rc = WEIR_OK;
+    } else {
+      if (i == m->num_labels) free(k);
+      free(v);
+      rc = WEIR_E_NOMEM;
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  return rc;
+}
+
+/* The label set of one sample: the registry's labels, then the metric's own, then `extra`
+ * (a histogram's le); "" when all are empty, else "{...}". Called under the lock. */
+static void put_labels(weir_buf *b, const weir_metrics *m, const char *own, const char *extra) {
+  int any = 0;
+  for (int i = 0; i < m->num_labels; i++) {
+    weir_buf_puts(b, any++ ? "," : "{");
+    weir_buf_printf(b, "%s=\"", m->label_keys[i]);
+    put_label_value(b, m->label_values[i]);
+    weir_buf_putc(b, '"');
+  }
+  if (own && *own) {
+    weir_buf_puts(b, any++ ? "," : "{");
+    weir_buf_puts(b, own);
+  }
+  if (extra && *extra) {
+    weir_buf_puts(b, any++ ? "," : "{");
+    weir_buf_puts(b, extra);
+  }
+  if (any) weir_buf_putc(b, '}');
+}
+
+/* ---- rendering ------------------------------------------------------------------------- */
+
+static void render_one(weir_buf *b, const weir_metrics *m, const weir_metric *x) {
+  char v[64], le[96];
   if (x->type != WEIR_METRIC_HISTOGRAM) {
     fmt_double(v, sizeof v, x->value);
-    if (*lb) sb_printf(b, "weir_%s{%s} %s\n", x->name, lb, v);
-    else sb_printf(b, "weir_%s %s\n", x->name, v);
+    weir_buf_printf(b, "weir_%s", x->name);
+    put_labels(b, m, x->labels, NULL);
+    weir_buf_printf(b, " %s\n", v);
     return;
   }
   unsigned long long cum = 0;
@@ -238,21 +302,115 @@ static void render_one(sbuf *b, const weir_metric *x) {
     cum += x->counts[i];
     if (i < x->num_buckets) fmt_double(v, sizeof v, x->buckets[i]);
     else snprintf(v, sizeof v, "+Inf");
-    sb_printf(b, "weir_%s_bucket{%s%sle=\"%s\"} %llu\n", x->name, lb, *lb ? "," : "", v, cum);
+    snprintf(le, sizeof le, "le=\"%s\"", v);
+    weir_buf_printf(b, "weir_%s_bucket", x->name);
+    put_labels(b, m, x->labels, le);
+    weir_buf_printf(b, " %llu\n", cum);
   }
   fmt_double(v, sizeof v, x->sum);
-  if (*lb) {
-    sb_printf(b, "weir_%s_sum{%s} %s\nweir_%s_count{%s} %llu\n", x->name, lb, v, x->name, lb,
-              x->count);
-  } else {
-    sb_printf(b, "weir_%s_sum %s\nweir_%s_count %llu\n", x->name, v, x->name, x->count);
+  weir_buf_printf(b, "weir_%s_sum", x->name);
+  put_labels(b, m, x->labels, NULL);
+  weir_buf_printf(b, " %s\nweir_%s_count", v, x->name);
+  put_labels(b, m, x->labels, NULL);
+  weir_buf_printf(b, " %llu\n", x->count);
+}
+
+static void put_help(weir_buf *b, const char *prefix, const char *name, const char *help,
+                     const char *type) {
+  /* HELP text escapes backslash and newline, as the format requires. */
+  weir_buf_printf(b, "# HELP %s%s ", prefix, name);
+  for (const char *h = help; *h; h++) {
+    if (*h == '\\') weir_buf_puts(b, "\\\\");
+    else if (*h == '\n') weir_buf_puts(b, "\\n");
+    else weir_buf_putc(b, *h);
   }
+  weir_buf_printf(b, "\n# TYPE %s%s %s\n", prefix, name, type);
+}
+
+/* ---- the process collector --------------------------------------------------------------
+ * The process_* families every Prometheus client library exports (same names, so existing
+ * dashboards and alerts work), read from /proc at scrape time. A value that cannot be read is
+ * left out rather than reported as 0. */
+
+static int read_file(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  return n > 0 ? 0 : -1;
+}
+
+static void process_sample(weir_buf *b, const weir_metrics *m, const char *name,
+                           const char *help, const char *type, double v) {
+  char val[64];
+  put_help(b, "", name, help, type);
+  fmt_double(val, sizeof val, v);
+  weir_buf_puts(b, name);
+  put_labels(b, m, NULL, NULL);
+  weir_buf_printf(b, " %s\n", val);
+}
+
+static void render_process(weir_buf *b, const weir_metrics *m) {
+  char stat[2048], line[256];
+  const double tick = (double)sysconf(_SC_CLK_TCK), page = (double)sysconf(_SC_PAGESIZE);
+  /* /proc/self/stat: the command name (field 2) may hold spaces, so parse after its ')'. */
+  if (tick > 0 && read_file("/proc/self/stat", stat, sizeof stat) == 0) {
+    const char *r = strrchr(stat, ')');
+    unsigned long long utime = 0, stime = 0, start = 0, vsize = 0;
+    long long rss = 0;
+    /* Fields 3.. after ')': state ppid pgrp session tty tpgid flags minflt cminflt majflt
+     * cmajflt utime(14) stime(15) cutime cstime priority nice threads itreal
+     * starttime(22) vsize(23) rss(24). */
+    if (r && sscanf(r + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d "
+                           "%*d %*d %*d %*d %llu %llu %lld", &utime, &stime, &start, &vsize,
+                    &rss) == 5) {
+      process_sample(b, m, "process_cpu_seconds_total",
+                     "Total user and system CPU time spent in seconds.", "counter",
+                     (double)(utime + stime) / tick);
+      process_sample(b, m, "process_resident_memory_bytes", "Resident memory size in bytes.",
+                     "gauge", (double)rss * page);
+      process_sample(b, m, "process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                     "gauge", (double)vsize);
+      /* Start time: boot time (btime in /proc/stat) plus the ticks since boot. */
+      FILE *f = fopen("/proc/stat", "r");
+      unsigned long long btime = 0;
+      while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %llu", &btime) == 1) break;
+      if (f) fclose(f);
+      if (btime)
+        process_sample(b, m, "process_start_time_seconds",
+                       "Start time of the process since unix epoch in seconds.", "gauge",
+                       (double)btime + (double)start / tick);
+    }
+  }
+  DIR *d = opendir("/proc/self/fd");
+  if (d) {
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+      if (e->d_name[0] != '.') n++;
+    closedir(d);
+    /* The count includes the directory handle just opened to count them. */
+    process_sample(b, m, "process_open_fds", "Number of open file descriptors.", "gauge",
+                   (double)(n > 0 ? n - 1 : 0));
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    process_sample(b, m, "process_max_fds", "Maximum number of open file descriptors.",
+                   "gauge", (double)rl.rlim_cur);
+}
+
+void weir_metrics_enable_process(weir_metrics *m) {
+  pthread_mutex_lock(&m->lock);
+  m->process = 1;
+  pthread_mutex_unlock(&m->lock);
 }
 
 int weir_metrics_render(weir_metrics *m, char **out, size_t *len) {
   if (!m || !out) return WEIR_E_INVAL;
-  sbuf b = {0};
-  sb_printf(&b, "%s", "");
+  weir_buf b = {0};
+  weir_buf_puts(&b, "");
   pthread_mutex_lock(&m->lock);
   /* The exposition format wants every sample of a family in one group under a single HELP
    * and TYPE. Label sets of one family may have been registered interleaved with other
@@ -267,23 +425,12 @@ int weir_metrics_render(weir_metrics *m, char **out, size_t *len) {
       }
     if (seen) continue;
     static const char *types[] = {"", "counter", "gauge", "histogram"};
-    /* HELP text escapes backslash and newline, as the format requires. */
-    sb_printf(&b, "# HELP weir_%s ", x->name);
-    for (const char *h = x->help; *h; h++) {
-      if (*h == '\\') sb_printf(&b, "\\\\");
-      else if (*h == '\n') sb_printf(&b, "\\n");
-      else sb_printf(&b, "%c", *h);
-    }
-    sb_printf(&b, "\n# TYPE weir_%s %s\n", x->name, types[x->type]);
+    put_help(&b, "weir_", x->name, x->help, types[x->type]);
     for (weir_metric *z = x; z; z = z->next)
-      if (!strcmp(z->name, x->name)) render_one(&b, z);
+      if (!strcmp(z->name, x->name)) render_one(&b, m, z);
   }
+  if (m->process) render_process(&b, m);
   pthread_mutex_unlock(&m->lock);
-  if (b.oom) {
-    free(b.p);
-    return WEIR_E_NOMEM;
-  }
-  *out = b.p;
-  if (len) *len = b.len;
-  return WEIR_OK;
+  *out = weir_buf_take(&b, len);
+  return *out ? WEIR_OK : WEIR_E_NOMEM;
 }

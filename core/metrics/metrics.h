@@ -1,5 +1,8 @@
 /* The Prometheus metrics registry: counters, gauges and histograms, rendered in the text
- * exposition format (version 0.0.4) at /metrics. Every name gets the weir_ prefix.
+ * exposition format (version 0.0.4) at /metrics. Every name gets the weir_ prefix. A registry
+ * may carry labels that every sample it renders gets (model_name, for fleets of replicas
+ * serving several models), and the process registry also renders the standard process_*
+ * families and weir_build_info (docs/metrics.md).
  * Thread-safe: any thread may record; render takes a consistent-enough snapshot (each metric
  * is read under the registry lock). Metrics live until weir_metrics_destroy. */
 #ifndef WEIR_METRICS_H
@@ -10,6 +13,9 @@
 #include "weir/plugin.h" /* weir_metric, weir_metric_type */
 
 typedef struct weir_metrics weir_metrics;
+
+/* Most labels weir_metrics_set_label keeps. */
+#define WEIR_METRICS_MAX_LABELS 4
 
 /* Buckets (seconds) for request latencies, from 1 ms to 60 s. */
 extern const double weir_metrics_latency_buckets[];
@@ -36,6 +42,18 @@ double weir_metric_value(const weir_metric *metric);
  * at /metrics, and the engine hands it to the plugin loader so that plugin metrics appear
  * there too. Returns NULL only when that first allocation fails. Never destroyed. */
 weir_metrics *weir_metrics_process(void);
+
+/* Adds the label key="value" to every sample the registry renders: its metrics, the plugins'
+ * and the process_* families; a second call with the same key replaces the value. The value
+ * is escaped when rendered. WEIR_E_INVAL for a key that is not a Prometheus label name,
+ * WEIR_E_NOSPACE past WEIR_METRICS_MAX_LABELS keys, WEIR_E_NOMEM. */
+int weir_metrics_set_label(weir_metrics *m, const char *key, const char *value);
+
+/* Renders, after the registry's own metrics, the process_* families of this process
+ * (process_cpu_seconds_total, process_resident_memory_bytes, process_virtual_memory_bytes,
+ * process_open_fds, process_max_fds, process_start_time_seconds), read from /proc at each
+ * render. The process registry has it on, with a weir_build_info gauge. */
+void weir_metrics_enable_process(weir_metrics *m);
 
 /* Renders every metric; *out is malloc'd (caller frees). */
 int weir_metrics_render(weir_metrics *m, char **out, size_t *len);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "config/config.h"
+#include "kv/kv_pool.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
 #include "util/err.h"
@@ -164,6 +165,7 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   size_t n_ids = 0;
   weir_calib *c = NULL;
   weir_llama *model = NULL;
+  weir_kv_pool *pool = NULL;
   weir_plugin_set ps;
   memset(&ps, 0, sizeof ps);
   int32_t *pos = NULL, *rows = NULL, *bt = NULL, *toks = NULL;
@@ -171,7 +173,7 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
 
   char *text = read_text(text_path, &text_len);
   if (!text) {
-    weir__set_err(err, errlen, "calibration text %s: %s (set quant.calibration_text = FILE, "
+    weir_set_err(err, errlen, "calibration text %s: %s (set quant.calibration_text = FILE, "
                   "or turn calibration off: quant.calibration = false)",
                   text_path, strerror(errno ? errno : EIO));
     return WEIR_E_IO;
@@ -179,12 +181,12 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   rc = weir_tokenizer_encode(tok, text, text_len, 0, &ids, &n_ids);
   free(text);
   if (rc != WEIR_OK) {
-    weir__set_err(err, errlen, "calibration text %s: cannot tokenize it: %s", text_path,
+    weir_set_err(err, errlen, "calibration text %s: cannot tokenize it: %s", text_path,
                   weir_strerror(rc));
     return rc;
   }
   if ((int64_t)n_ids < CALIB_MIN_TOKENS) {
-    weir__set_err(err, errlen, "calibration text %s holds %zu tokens; at least %d are needed",
+    weir_set_err(err, errlen, "calibration text %s holds %zu tokens; at least %d are needed",
                   text_path, n_ids, CALIB_MIN_TOKENS);
     free(ids);
     return WEIR_E_INVAL;
@@ -229,7 +231,7 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
     c->data[i] = malloc(sz);
     bytes += sz;
     if (!c->data[i]) {
-      weir__set_err(err, errlen, "calibration: no memory for %lld tokens of samples (%zu MiB so "
+      weir_set_err(err, errlen, "calibration: no memory for %lld tokens of samples (%zu MiB so "
                     "far); lower awq_int4's calibration_samples", (long long)total, bytes >> 20);
       rc = WEIR_E_NOMEM;
       goto out;
@@ -240,10 +242,14 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   c->dev = ps.device->ops;
   c->dev_self = ps.device->self;
   const int32_t nblocks = (window + 15) / 16;
-  weir_llama_opts mo = {.max_num_tokens = window, .max_num_seqs = 1, .max_logit_rows = window,
-                        .max_model_len = window, .block_size = 16, .kv_dtype = WEIR_DTYPE_F32,
-                        .num_blocks = nblocks};
-  if ((rc = weir_llama_create(g, &ps, &mo, &model, err, errlen)) != WEIR_OK) goto out;
+  weir_attn_shape shape;
+  weir_llama_attn_shape(&hp, &shape);
+  weir_kv_pool_params kp = {.block_size = 16, .kv_dtype = WEIR_DTYPE_F32, .num_blocks = nblocks,
+                            .max_model_len = window, .groups = &shape, .num_groups = 1};
+  if ((rc = weir_kv_pool_create(&kp, ps.device, ps.attention, &pool, err, errlen)) != WEIR_OK)
+    goto out;
+  weir_llama_opts mo = {.max_num_tokens = window, .max_num_seqs = 1, .max_logit_rows = window};
+  if ((rc = weir_llama_create(g, &ps, &mo, pool, 0, &model, err, errlen)) != WEIR_OK) goto out;
   weir_llama_set_tap(model, tap, c);
   pos = malloc(sizeof(int32_t) * (size_t)window);
   rows = malloc(sizeof(int32_t) * (size_t)window);
@@ -274,7 +280,7 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
     rc = weir_llama_forward(model, &b, &logits);
     if (rc == WEIR_OK && c->failed) rc = c->failed;
     if (rc != WEIR_OK) {
-      weir__set_err(err, errlen, "calibration: the forward pass failed: %s", weir_strerror(rc));
+      weir_set_err(err, errlen, "calibration: the forward pass failed: %s", weir_strerror(rc));
       goto out;
     }
     done += T;
@@ -290,6 +296,7 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   rc = WEIR_OK;
 out:
   weir_llama_destroy(model);
+  weir_kv_pool_destroy(pool);
   weir_plugin_set_unload(&ps);
   free(ids);
   free(pos);
@@ -348,7 +355,8 @@ int weir_calib_prepare(const weir_config *cfg, const weir_gguf *g, const weir_to
 
 int weir_calib_llama_create(const weir_config *cfg, const weir_gguf *g, const weir_tokenizer *tok,
                             const weir_plugin_set *plugins, const weir_llama_opts *opts,
-                            weir_llama **out, char *err, size_t errlen) {
+                            weir_kv_pool *kv, int32_t kv_group, weir_llama **out, char *err,
+                            size_t errlen) {
   weir_calib *calib = NULL;
   *out = NULL;
   int rc = weir_calib_prepare(cfg, g, tok, plugins, &calib, err, errlen);
@@ -356,7 +364,7 @@ int weir_calib_llama_create(const weir_config *cfg, const weir_gguf *g, const we
   weir_llama_opts o = *opts;
   o.samples = calib ? weir_calib_samples : NULL;
   o.samples_user = calib;
-  rc = weir_llama_create(g, plugins, &o, out, err, errlen);
+  rc = weir_llama_create(g, plugins, &o, kv, kv_group, out, err, errlen);
   weir_calib_free(calib);
   return rc;
 }
@@ -388,7 +396,7 @@ int weir_calib_pack_group(const weir_quant_ops *q, void *qself, const weir_gguf 
     else snprintf(names[i], sizeof names[i], "%s", suffixes[i]);
     const weir_gguf_tensor *t = weir_gguf_find_tensor(g, names[i]);
     if (!t) {
-      weir__set_err(err, errlen, "%s: tensor %s is missing", weir_gguf_path(g), names[i]);
+      weir_set_err(err, errlen, "%s: tensor %s is missing", weir_gguf_path(g), names[i]);
       rc = WEIR_E_NOTFOUND;
       goto out;
     }
@@ -416,7 +424,7 @@ int weir_calib_pack_group(const weir_quant_ops *q, void *qself, const weir_gguf 
   }
   if (rc != WEIR_OK) {
     const weir_tensor *t = args[failed_at].src;
-    weir__set_err(err, errlen, "%s: the quant plugin could not pack %s%s (%s, %lld x %lld): %s",
+    weir_set_err(err, errlen, "%s: the quant plugin could not pack %s%s (%s, %lld x %lld): %s",
                   weir_gguf_path(g), names[0], n > 1 ? " and the weights sharing its input" : "",
                   weir_dtype_name(t->dtype), (long long)t->ne[1], (long long)t->ne[0],
                   weir_strerror(rc));

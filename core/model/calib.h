@@ -43,7 +43,8 @@ int weir_calib_prepare(const struct weir_config *cfg, const weir_gguf *g,
 int weir_calib_llama_create(const struct weir_config *cfg, const weir_gguf *g,
                             const struct weir_tokenizer *tok,
                             const struct weir_plugin_set *plugins, const weir_llama_opts *opts,
-                            weir_llama **out, char *err, size_t errlen);
+                            weir_kv_pool *kv, int32_t kv_group, weir_llama **out, char *err,
+                            size_t errlen);
 
 /* The pass itself: up to max_tokens samples per site from the text file at text_path. */
 int weir_calib_run(const struct weir_config *cfg, const weir_gguf *g,

@@ -1,7 +1,13 @@
-/* Built-in chat template renderers (see chat_template.h and docs/tokenizers.md). Each one
- * writes what the family's reference Jinja template renders, without a Jinja engine. */
+/* The chat renderer (chat_template.h): the model's own Jinja template run by the engine of
+ * jinja.h, and the built-in renderers, each of which writes what its family's reference
+ * Jinja template renders (docs/chat-templates.md). */
 #include "model/chat_template.h"
+#include "model/gguf.h"
+#include "model/jinja.h"
+#include "util/buf.h"
 #include "util/err.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,32 +51,11 @@ int weir_chat_template_detect(const char *j, weir_chat_template_id *out) {
   return 0;
 }
 
-/* ---- a growable string ---- */
+/* ---- output: core/util's growable buffer ---- */
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf;
+typedef weir_buf sbuf;
 
-static void put_n(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap : 256;
-    while (nc < b->n + n + 1) nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
+static void put_n(sbuf *b, const char *s, size_t n) { weir_buf_append(b, s, n); }
 static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
 
 static int is_ws(char c) {
@@ -251,11 +236,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!out) return WEIR_E_INVAL;
   *out = NULL;
   if ((int)id < 0 || id >= WEIR_CHAT_TEMPLATE_COUNT_) {
-    weir__set_err(err, errlen, "unknown chat template %d", (int)id);
+    weir_set_err(err, errlen, "unknown chat template %d", (int)id);
     return WEIR_E_INVAL;
   }
   if (n <= 0 || !msgs) {
-    weir__set_err(err, errlen, "no messages");
+    weir_set_err(err, errlen, "no messages");
     return WEIR_E_INVAL;
   }
   roles = malloc((size_t)n * sizeof *roles);
@@ -267,11 +252,11 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
     else if (strcmp(role, "user") == 0) roles[i] = R_USER;
     else if (strcmp(role, "assistant") == 0) roles[i] = R_ASSISTANT;
     else {
-      weir__set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
+      weir_set_err(err, errlen, "message %d: unknown role \"%.40s\" (system, user, assistant)", i, role);
       goto done;
     }
     if (!msgs[i].content) {
-      weir__set_err(err, errlen, "message %d has no content", i);
+      weir_set_err(err, errlen, "message %d has no content", i);
       goto done;
     }
   }
@@ -279,14 +264,14 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (id == WEIR_CHAT_LLAMA2 || id == WEIR_CHAT_MISTRAL || id == WEIR_CHAT_GEMMA) {
     int first = roles[0] == R_SYSTEM;
     if (first && n == 1) {
-      weir__set_err(err, errlen, "%s: a system message needs a user message after it",
+      weir_set_err(err, errlen, "%s: a system message needs a user message after it",
               k_names[id]);
       goto done;
     }
     for (int i = first; i < n; i++) {
       int want = (i - first) % 2 == 0 ? R_USER : R_ASSISTANT;
       if (roles[i] != want) {
-        weir__set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
+        weir_set_err(err, errlen, "%s: message %d is %s but the conversation must be [system] then "
                 "user and assistant alternating, starting with user", k_names[id], i,
                 msgs[i].role);
         goto done;
@@ -321,7 +306,7 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   if (!b.p && !b.oom) put(&b, ""); /* an empty rendering is still a string */
   if (b.oom) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     free(b.p);
     goto done;
   }
@@ -335,4 +320,274 @@ done:
 int weir_chat_render(weir_chat_template_id id, const weir_chat_message *msgs, int n,
                      int add_generation_prompt, const char *bos, const char *eos, char **out) {
   return weir_chat_render_ex(id, msgs, n, add_generation_prompt, bos, eos, out, NULL, 0);
+}
+
+/* ---- the renderer ---- */
+
+#define MAX_NAMED 8
+
+struct weir_chat_renderer {
+  weir_jinja_template *tpl; /* NULL: a built-in */
+  weir_chat_template_id builtin;
+  char *bos, *eos;
+  int n_named;
+  char *names[MAX_NAMED];
+  weir_jinja_template *named[MAX_NAMED];
+  char note[768];
+  weir_jinja_limits lim;
+};
+
+void weir_chat_renderer_set_limits(weir_chat_renderer *r, const weir_jinja_limits *lim) {
+  r->lim = *lim;
+}
+
+void weir_chat_renderer_free(weir_chat_renderer *r) {
+  if (!r) return;
+  weir_jinja_template_free(r->tpl);
+  for (int i = 0; i < r->n_named; i++) {
+    free(r->names[i]);
+    weir_jinja_template_free(r->named[i]);
+  }
+  free(r->bos);
+  free(r->eos);
+  free(r);
+}
+
+int weir_chat_renderer_create(const char *jinja, size_t len, const char *override,
+                              const char *bos, const char *eos, weir_chat_renderer **out,
+                              char *err, size_t errlen) {
+  *out = NULL;
+  weir_chat_renderer *r = calloc(1, sizeof *r);
+  if (!r) return WEIR_E_NOMEM;
+  weir_jinja_limits_default(&r->lim);
+  r->bos = strdup(bos ? bos : "");
+  r->eos = strdup(eos ? eos : "");
+  if (!r->bos || !r->eos) {
+    weir_chat_renderer_free(r);
+    return WEIR_E_NOMEM;
+  }
+  if (override && override[0] && strcmp(override, "auto") != 0) {
+    if (weir_chat_template_by_name(override, &r->builtin) != 0) {
+      weir_set_err(err, errlen, "model.chat_template: unknown template \"%s\"", override);
+      weir_chat_renderer_free(r);
+      return WEIR_E_NOTFOUND;
+    }
+    if (jinja) snprintf(r->note, sizeof r->note, "model.chat_template overrides the model's template");
+    *out = r;
+    return 0;
+  }
+  if (jinja) {
+    weir_jinja_error je;
+    int rc = weir_jinja_parse(jinja, len, &r->tpl, &je);
+    if (rc == WEIR_E_NOMEM) {
+      weir_chat_renderer_free(r);
+      return rc;
+    }
+    if (rc) snprintf(r->note, sizeof r->note, "the model's chat template does not parse (line %d: %s)",
+                     je.line, je.msg);
+  }
+  if (!r->tpl) {
+    char *text = jinja ? strndup(jinja, len) : NULL;
+    if (jinja && !text) {
+      weir_chat_renderer_free(r);
+      return WEIR_E_NOMEM;
+    }
+    if (weir_chat_template_detect(text, &r->builtin) != 0) {
+      r->builtin = WEIR_CHAT_CHATML;
+      if (!r->note[0]) snprintf(r->note, sizeof r->note, "the model has no chat template");
+      size_t nl = strlen(r->note);
+      snprintf(r->note + nl, sizeof r->note - nl, "; using the built-in chatml");
+    } else if (r->note[0]) {
+      size_t nl = strlen(r->note);
+      snprintf(r->note + nl, sizeof r->note - nl, "; using the built-in %s",
+               weir_chat_template_name(r->builtin));
+    }
+    free(text);
+  }
+  *out = r;
+  return 0;
+}
+
+int weir_chat_renderer_add_named(weir_chat_renderer *r, const char *name, const char *jinja,
+                                 size_t len, char *err, size_t errlen) {
+  if (!r || !name || !jinja || !r->tpl) return WEIR_E_INVAL;
+  if (r->n_named >= MAX_NAMED) {
+    weir_set_err(err, errlen, "more than %d named chat templates", MAX_NAMED);
+    return WEIR_E_RANGE;
+  }
+  weir_jinja_error je;
+  weir_jinja_template *t;
+  int rc = weir_jinja_parse(jinja, len, &t, &je);
+  if (rc) {
+    weir_set_err(err, errlen, "chat template \"%s\" does not parse (line %d: %s)", name, je.line, je.msg);
+    return rc;
+  }
+  char *nm = strdup(name);
+  if (!nm) {
+    weir_jinja_template_free(t);
+    return WEIR_E_NOMEM;
+  }
+  r->names[r->n_named] = nm;
+  r->named[r->n_named++] = t;
+  return 0;
+}
+
+int weir_chat_renderer_from_gguf(const weir_gguf *g, const char *override, const char *bos,
+                                 const char *eos, weir_chat_renderer **out, char *err,
+                                 size_t errlen) {
+  weir_gguf_str s = {0};
+  int has = weir_gguf_get_str(g, "tokenizer.chat_template", &s) == 0;
+  int rc = weir_chat_renderer_create(has ? s.ptr : NULL, has ? (size_t)s.len : 0, override, bos,
+                                     eos, out, err, errlen);
+  if (rc || !(*out)->tpl) return rc;
+  static const char prefix[] = "tokenizer.chat_template.";
+  for (int64_t i = 0; i < weir_gguf_kv_count(g); i++) {
+    const weir_gguf_kv *kv = weir_gguf_kv_at(g, i);
+    weir_gguf_str text;
+    if (!kv->key || strncmp(kv->key, prefix, sizeof prefix - 1) != 0 || !kv->key[sizeof prefix - 1] ||
+        weir_gguf_kv_str(kv, &text) != 0)
+      continue;
+    const char *name = kv->key + sizeof prefix - 1;
+    rc = weir_chat_renderer_add_named(*out, name, text.ptr, (size_t)text.len, err, errlen);
+    if (rc == WEIR_E_NOMEM) {
+      weir_chat_renderer_free(*out);
+      *out = NULL;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+const char *weir_chat_renderer_name(const weir_chat_renderer *r) {
+  return r->tpl ? "jinja" : weir_chat_template_name(r->builtin);
+}
+
+const char *weir_chat_renderer_note(const weir_chat_renderer *r) { return r->note; }
+
+int weir_chat_renderer_has(const weir_chat_renderer *r, const char *name) {
+  for (int i = 0; i < r->n_named; i++)
+    if (strcmp(r->names[i], name) == 0) return 1;
+  return 0;
+}
+
+/* The plain messages as a cJSON array (for the Jinja context). */
+static cJSON *messages_json(const weir_chat_message *m, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; a && i < n; i++) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(a, o) || !cJSON_AddStringToObject(o, "role", m[i].role ? m[i].role : "") ||
+        !(m[i].content ? cJSON_AddStringToObject(o, "content", m[i].content) : cJSON_AddNullToObject(o, "content"))) {
+      cJSON_Delete(a);
+      return NULL;
+    }
+  }
+  return a;
+}
+
+static int render_jinja(const weir_chat_renderer *r, const weir_chat_request *req, char **out,
+                        char *err, size_t errlen) {
+  const weir_jinja_template *t = r->tpl;
+  const char *want = req->template_name;
+  if (!want && req->tools && cJSON_GetArraySize(req->tools) > 0) want = "tool_use";
+  for (int i = 0; want && i < r->n_named; i++)
+    if (strcmp(r->names[i], want) == 0) t = r->named[i];
+  if (req->template_name && t == r->tpl && strcmp(req->template_name, "default") != 0) {
+    weir_set_err(err, errlen, "the model has no chat template named \"%s\"", req->template_name);
+    return WEIR_E_INVAL;
+  }
+  weir_jinja_ctx *c = NULL;
+  cJSON *own = NULL;
+  int rc = weir_jinja_ctx_new(&c);
+  if (rc) return rc;
+  const cJSON *msgs = req->messages;
+  if (!msgs) {
+    own = messages_json(req->msgs, req->n_msgs);
+    if (!own) {
+      rc = WEIR_E_NOMEM;
+      goto done;
+    }
+    msgs = own;
+  }
+  if ((rc = weir_jinja_ctx_set_cjson(c, "messages", msgs)) ||
+      (rc = req->tools ? weir_jinja_ctx_set_cjson(c, "tools", req->tools)
+                       : weir_jinja_ctx_set_none(c, "tools")) ||
+      (rc = weir_jinja_ctx_set_none(c, "documents")) ||
+      (rc = weir_jinja_ctx_set_bool(c, "add_generation_prompt", req->add_generation_prompt)) ||
+      (rc = weir_jinja_ctx_set_str(c, "bos_token", r->bos, strlen(r->bos))) ||
+      (rc = weir_jinja_ctx_set_str(c, "eos_token", r->eos, strlen(r->eos))) ||
+      (rc = req->kwargs ? weir_jinja_ctx_update_cjson(c, req->kwargs) : 0)) {
+    if (rc == WEIR_E_INVAL) weir_set_err(err, errlen, "the messages, tools or template arguments are not valid JSON values for the template");
+    goto done;
+  }
+  weir_jinja_error je;
+  rc = weir_jinja_render(t, c, &r->lim, out, NULL, &je);
+  if (rc && rc != WEIR_E_NOMEM) {
+    /* The template's own words when it raised; otherwise what failed and where. Either way
+     * it is this request the template refuses: an invalid-argument error (HTTP 400). */
+    if (je.raised) weir_set_err(err, errlen, "%s", je.msg);
+    else weir_set_err(err, errlen, "chat template error (line %d): %s", je.line, je.msg);
+    rc = WEIR_E_INVAL;
+  }
+done:
+  cJSON_Delete(own);
+  weir_jinja_ctx_free(c);
+  return rc;
+}
+
+/* A built-in renders role/content pairs only: other shapes are refused clearly. */
+static int render_builtin(const weir_chat_renderer *r, const weir_chat_request *req, char **out,
+                          char *err, size_t errlen) {
+  const char *name = weir_chat_template_name(r->builtin);
+  if (req->tools && cJSON_GetArraySize(req->tools) > 0) {
+    weir_set_err(err, errlen, "the built-in %s chat template cannot render tools", name);
+    return WEIR_E_INVAL;
+  }
+  if (!req->messages)
+    return weir_chat_render_ex(r->builtin, req->msgs, req->n_msgs, req->add_generation_prompt,
+                               r->bos, r->eos, out, err, errlen);
+  int n = cJSON_GetArraySize(req->messages);
+  weir_chat_message *m = calloc(n > 0 ? (size_t)n : 1, sizeof *m);
+  if (!m) return WEIR_E_NOMEM;
+  int i = 0, rc;
+  for (const cJSON *x = req->messages->child; x && i < n; x = x->next, i++) {
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
+    if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
+      weir_set_err(err, errlen, "message %d: the built-in %s chat template needs a role and "
+                    "text content", i, name);
+      free(m);
+      return WEIR_E_INVAL;
+    }
+    for (const cJSON *k = x->child; k; k = k->next)
+      if (strcmp(k->string, "role") && strcmp(k->string, "content")) {
+        weir_set_err(err, errlen, "message %d: the built-in %s chat template cannot render "
+                      "'%s'", i, name, k->string);
+        free(m);
+        return WEIR_E_INVAL;
+      }
+    m[i].role = role->valuestring;
+    m[i].content = content->valuestring;
+  }
+  rc = weir_chat_render_ex(r->builtin, m, n, req->add_generation_prompt, r->bos, r->eos, out,
+                           err, errlen);
+  free(m);
+  return rc;
+}
+
+int weir_chat_renderer_render(const weir_chat_renderer *r, const weir_chat_request *req,
+                              char **out, char *err, size_t errlen) {
+  if (!r || !req || !out) return WEIR_E_INVAL;
+  *out = NULL;
+  if (req->messages ? !cJSON_IsArray(req->messages) : (req->n_msgs < 0 || (req->n_msgs && !req->msgs))) {
+    weir_set_err(err, errlen, "messages must be a list");
+    return WEIR_E_INVAL;
+  }
+  if ((req->tools && !cJSON_IsArray(req->tools) && !cJSON_IsNull(req->tools)) ||
+      (req->kwargs && !cJSON_IsObject(req->kwargs))) {
+    weir_set_err(err, errlen, "tools must be a list and template arguments an object");
+    return WEIR_E_INVAL;
+  }
+  weir_chat_request q = *req;
+  if (q.tools && cJSON_IsNull(q.tools)) q.tools = NULL;
+  return r->tpl ? render_jinja(r, &q, out, err, errlen) : render_builtin(r, &q, out, err, errlen);
 }

@@ -111,7 +111,7 @@ static int get_str(cursor *c, weir_gguf_str *s, const char *what) {
   return 0;
 }
 
-static size_t scalar_size(uint32_t t) {
+size_t weir_gguf_scalar_size(weir_gguf_type t) {
   switch (t) {
   case WEIR_GGUF_U8: case WEIR_GGUF_I8: case WEIR_GGUF_BOOL: return 1;
   case WEIR_GGUF_U16: case WEIR_GGUF_I16: return 2;
@@ -132,7 +132,7 @@ const char *weir_gguf_type_name(weir_gguf_type t) {
  * top-level string array are indexed into g->str_offs so element access is O(1). */
 static int parse_value(weir_gguf *g, cursor *c, uint32_t t, int depth, weir_gguf_arr *arr,
                        const char *key) {
-  size_t sz = scalar_size(t);
+  size_t sz = weir_gguf_scalar_size((weir_gguf_type)t);
   int rc;
   if (sz) {
     if ((rc = need(c, sz, key))) return rc;
@@ -155,7 +155,7 @@ static int parse_value(weir_gguf *g, cursor *c, uint32_t t, int depth, weir_gguf
   if (et >= WEIR_GGUF_TYPE_COUNT_)
     return cfail(c, "key '%s': unknown array element type %u", key, et);
   weir_gguf_arr a = {.elem_type = (weir_gguf_type)et, .n = n, .data = c->base + c->pos};
-  size_t esz = scalar_size(et);
+  size_t esz = weir_gguf_scalar_size((weir_gguf_type)et);
   if (esz) {
     if (n > remaining(c) / esz)
       return cfail(c, "key '%s': array of %llu %s elements does not fit in the file", key,
@@ -285,6 +285,20 @@ static int cmp_by_offset(const void *a, const void *b) {
   return x < y ? -1 : x > y; /* file order among equals, for a stable message */
 }
 
+/* The one place a GGUF tensor's size is computed, for the reader and the writer: the dtype's
+ * row bytes (weir/tensor.h) times the rows, overflow-checked so a huge shape cannot wrap to a
+ * small size. */
+uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne) {
+  if (ndim < 1 || ndim > WEIR_MAX_DIMS || !ne) return 0;
+  size_t row = weir_dtype_row_bytes(dtype, ne[0]);
+  if (row == 0 || ne[0] <= 0) return 0;
+  uint64_t total = row;
+  for (int d = 1; d < ndim; d++) {
+    if (ne[d] <= 0 || __builtin_mul_overflow(total, (uint64_t)ne[d], &total)) return 0;
+  }
+  return total;
+}
+
 static int parse(weir_gguf *g, char *err, size_t errlen) {
   cursor c = {.base = g->base, .size = g->size, .path = g->path, .err = err, .errlen = errlen};
   uint32_t magic;
@@ -401,16 +415,14 @@ static int parse(weir_gguf *g, char *err, size_t errlen) {
                        "of %lld", ti->name, (long long)ti->t.ne[0],
                    weir_dtype_name(ti->t.dtype), (long long)be);
     }
-    /* Bytes = rows * row bytes; overflow-checked so a huge shape cannot wrap to a small size. */
-    uint64_t row = (uint64_t)(ti->t.ne[0] / be) * weir_dtype_block_bytes(ti->t.dtype);
-    uint64_t rows = (uint64_t)(nel / ti->t.ne[0]), bytes;
-    if (__builtin_mul_overflow(row, rows, &bytes)) {
+    uint64_t bytes = weir_gguf_tensor_bytes(ti->t.dtype, ti->t.ndim, ti->t.ne);
+    if (bytes == 0) {
       c.pos -= 4;
       return cfail(&c, "tensor '%s': the byte size overflows 64 bits", ti->name);
     }
     ti->nbytes = bytes;
     ti->t.nb[0] = weir_dtype_block_bytes(ti->t.dtype);
-    ti->t.nb[1] = (size_t)row;
+    ti->t.nb[1] = weir_dtype_row_bytes(ti->t.dtype, ti->t.ne[0]);
     for (int d = 2; d < WEIR_MAX_DIMS; d++)
       ti->t.nb[d] = ti->t.nb[d - 1] * (size_t)ti->t.ne[d - 1];
     if ((rc = get_u64(&c, &ti->offset, ti->name))) return rc;
@@ -484,7 +496,7 @@ static void free_handle(weir_gguf *g) {
 
 static int open_common(weir_gguf *g, weir_gguf **out, char *err, size_t errlen) {
   int rc = parse(g, err, errlen);
-  if (rc == WEIR_E_NOMEM) weir__set_err(err, errlen, "%s: out of memory while reading", g->path);
+  if (rc == WEIR_E_NOMEM) weir_set_err(err, errlen, "%s: out of memory while reading", g->path);
   if (rc) {
     free_handle(g);
     return rc;
@@ -500,34 +512,34 @@ int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) 
   if (!out) return WEIR_E_INVAL;
   *out = NULL;
   if (!path) {
-    weir__set_err(err, errlen, "no GGUF path given");
+    weir_set_err(err, errlen, "no GGUF path given");
     return WEIR_E_INVAL;
   }
   fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    weir__set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return errno == ENOENT ? WEIR_E_NOTFOUND : WEIR_E_IO;
   }
   if (fstat(fd, &st) != 0) {
-    weir__set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
     rc = WEIR_E_IO;
     goto close_fd;
   }
   if (!S_ISREG(st.st_mode)) {
-    weir__set_err(err, errlen, "%s: not a regular file", path);
+    weir_set_err(err, errlen, "%s: not a regular file", path);
     rc = WEIR_E_IO;
     goto close_fd;
   }
   g = calloc(1, sizeof *g);
   if (!g || !(g->path = strdup(path))) {
-    weir__set_err(err, errlen, "%s: out of memory", path);
+    weir_set_err(err, errlen, "%s: out of memory", path);
     free(g);
     rc = WEIR_E_NOMEM;
     goto close_fd;
   }
   g->size = (uint64_t)st.st_size;
   if (g->size < 24) {
-    weir__set_err(err, errlen, "%s: file truncated: %llu bytes is too short for a GGUF header "
+    weir_set_err(err, errlen, "%s: file truncated: %llu bytes is too short for a GGUF header "
             "(24 bytes)", path, (unsigned long long)g->size);
     free_handle(g);
     rc = WEIR_E_FORMAT;
@@ -535,7 +547,7 @@ int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) 
   }
   void *m = mmap(NULL, (size_t)g->size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (m == MAP_FAILED) {
-    weir__set_err(err, errlen, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)g->size,
+    weir_set_err(err, errlen, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)g->size,
             strerror(errno));
     free_handle(g);
     rc = WEIR_E_IO;
@@ -557,13 +569,13 @@ int weir_gguf_open_buffer(const void *data, size_t len, const char *name, weir_g
   weir_gguf *g = calloc(1, sizeof *g);
   if (!g || !(g->path = strdup(name ? name : "<buffer>"))) {
     free(g);
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     return WEIR_E_NOMEM;
   }
   g->base = data ? data : (const uint8_t *)"";
   g->size = len;
   if (len < 24) {
-    weir__set_err(err, errlen, "%s: file truncated: %zu bytes is too short for a GGUF header "
+    weir_set_err(err, errlen, "%s: file truncated: %zu bytes is too short for a GGUF header "
             "(24 bytes)", g->path, len);
     free_handle(g);
     return WEIR_E_FORMAT;
@@ -753,14 +765,14 @@ int weir_gguf_get_arr(const weir_gguf *g, const char *key, weir_gguf_arr *out) {
 }
 
 int weir_gguf_arr_i64(const weir_gguf_arr *a, uint64_t i, int64_t *out) {
-  size_t sz = scalar_size(a->elem_type);
+  size_t sz = weir_gguf_scalar_size(a->elem_type);
   if (i >= a->n) return WEIR_E_RANGE;
   if (!sz || a->elem_type == WEIR_GGUF_F32 || a->elem_type == WEIR_GGUF_F64)
     return WEIR_E_INVAL;
   return value_i64(a->elem_type, a->data + i * sz, out);
 }
 int weir_gguf_arr_f64(const weir_gguf_arr *a, uint64_t i, double *out) {
-  size_t sz = scalar_size(a->elem_type);
+  size_t sz = weir_gguf_scalar_size(a->elem_type);
   if (i >= a->n) return WEIR_E_RANGE;
   if (!sz || a->elem_type == WEIR_GGUF_BOOL) return WEIR_E_INVAL;
   return value_f64(a->elem_type, a->data + i * sz, out);
@@ -774,13 +786,13 @@ int weir_gguf_arr_f32(const weir_gguf_arr *a, uint64_t i, float *out) {
 
 /* Skips one already-validated value of type t at p; returns the byte after it. */
 static const uint8_t *skip_value(weir_gguf_type t, const uint8_t *p) {
-  size_t sz = scalar_size(t);
+  size_t sz = weir_gguf_scalar_size((weir_gguf_type)t);
   if (sz) return p + sz;
   if (t == WEIR_GGUF_STRING) return p + 8 + rd_u64(p);
   uint32_t et = rd_u32(p);
   uint64_t n = rd_u64(p + 4);
   p += 12;
-  size_t esz = scalar_size(et);
+  size_t esz = weir_gguf_scalar_size((weir_gguf_type)et);
   if (esz) return p + n * esz;
   for (uint64_t i = 0; i < n; i++) p = skip_value((weir_gguf_type)et, p);
   return p;
@@ -825,15 +837,15 @@ static int hp_get_i32(const weir_gguf *g, const char *arch, const char *suffix, 
   int rc = weir_gguf_get_i32(g, key, out);
   if (rc == WEIR_E_NOTFOUND && !required) return 0;
   if (rc == WEIR_E_NOTFOUND) {
-    weir__set_err(err, errlen, "%s: required key '%s' is missing", g->path, key);
+    weir_set_err(err, errlen, "%s: required key '%s' is missing", g->path, key);
     return rc;
   }
   if (rc) {
-    weir__set_err(err, errlen, "%s: key '%s' is not an integer that fits 32 bits", g->path, key);
+    weir_set_err(err, errlen, "%s: key '%s' is not an integer that fits 32 bits", g->path, key);
     return WEIR_E_FORMAT;
   }
   if (*out <= 0) {
-    weir__set_err(err, errlen, "%s: key '%s' is %d, must be positive", g->path, key, *out);
+    weir_set_err(err, errlen, "%s: key '%s' is %d, must be positive", g->path, key, *out);
     return WEIR_E_FORMAT;
   }
   return 0;
@@ -846,7 +858,7 @@ static int hp_get_f32(const weir_gguf *g, const char *arch, const char *suffix, 
   int rc = weir_gguf_get_f32(g, key, out);
   if (rc == WEIR_E_NOTFOUND) return 0;
   if (rc || !(*out > 0) || *out > 1e30f) {
-    weir__set_err(err, errlen, "%s: key '%s' must be a positive number", g->path, key);
+    weir_set_err(err, errlen, "%s: key '%s' must be a positive number", g->path, key);
     return WEIR_E_FORMAT;
   }
   return 0;
@@ -861,7 +873,7 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   memset(&hp, 0, sizeof hp);
   rc = weir_gguf_get_str(g, "general.architecture", &arch);
   if (rc) {
-    weir__set_err(err, errlen, "%s: key 'general.architecture' is %s", g->path,
+    weir_set_err(err, errlen, "%s: key 'general.architecture' is %s", g->path,
             rc == WEIR_E_NOTFOUND ? "missing" : "not a string");
     return rc == WEIR_E_NOTFOUND ? rc : WEIR_E_FORMAT;
   }
@@ -869,7 +881,7 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   else if (arch.len == 7 && memcmp(arch.ptr, "mistral", 7) == 0) hp.arch = WEIR_ARCH_MISTRAL;
   else if (arch.len == 5 && memcmp(arch.ptr, "qwen2", 5) == 0) hp.arch = WEIR_ARCH_QWEN2;
   else {
-    weir__set_err(err, errlen, "%s: architecture '%.*s' is not supported (weir runs llama, mistral, "
+    weir_set_err(err, errlen, "%s: architecture '%.*s' is not supported (weir runs llama, mistral, "
             "qwen2)", g->path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     return WEIR_E_NOTSUP;
   }
@@ -885,12 +897,12 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   if ((rc = hp_get_i32(g, a, "attention.head_count_kv", &hp.n_head_kv, 0, err, errlen)))
     return rc;
   if (hp.n_embd % hp.n_head != 0) {
-    weir__set_err(err, errlen, "%s: embedding_length %d is not a multiple of head_count %d", g->path,
+    weir_set_err(err, errlen, "%s: embedding_length %d is not a multiple of head_count %d", g->path,
             hp.n_embd, hp.n_head);
     return WEIR_E_FORMAT;
   }
   if (hp.n_head % hp.n_head_kv != 0) {
-    weir__set_err(err, errlen, "%s: head_count %d is not a multiple of head_count_kv %d", g->path,
+    weir_set_err(err, errlen, "%s: head_count %d is not a multiple of head_count_kv %d", g->path,
             hp.n_head, hp.n_head_kv);
     return WEIR_E_FORMAT;
   }
@@ -898,7 +910,7 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   hp.n_rot = hp.head_dim;
   if ((rc = hp_get_i32(g, a, "rope.dimension_count", &hp.n_rot, 0, err, errlen))) return rc;
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
-    weir__set_err(err, errlen, "%s: rope.dimension_count %d must be even and at most the head "
+    weir_set_err(err, errlen, "%s: rope.dimension_count %d must be even and at most the head "
             "size %d", g->path, hp.n_rot, hp.head_dim);
     return WEIR_E_FORMAT;
   }
@@ -918,13 +930,13 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   int is_none = stype.len == 4 && memcmp(stype.ptr, "none", 4) == 0;
   int is_linear = stype.len == 6 && memcmp(stype.ptr, "linear", 6) == 0;
   if (has_type && !is_none && !is_linear) {
-    weir__set_err(err, errlen, "%s: rope scaling '%.*s' is not supported (weir does linear)",
+    weir_set_err(err, errlen, "%s: rope scaling '%.*s' is not supported (weir does linear)",
             g->path, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
     return WEIR_E_NOTSUP;
   }
   if (is_none) hp.rope_scale = 1.0f;
   if (hp.rms_eps >= 1.0f) {
-    weir__set_err(err, errlen, "%s: layer_norm_rms_epsilon %g is implausibly large", g->path,
+    weir_set_err(err, errlen, "%s: layer_norm_rms_epsilon %g is implausibly large", g->path,
             (double)hp.rms_eps);
     return WEIR_E_FORMAT;
   }
@@ -936,13 +948,13 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   if (rc == 0 && toks.elem_type == WEIR_GGUF_STRING && toks.n > 0 && toks.n <= INT32_MAX) {
     hp.n_vocab = (int32_t)toks.n;
   } else if (rc != WEIR_E_NOTFOUND) {
-    weir__set_err(err, errlen, "%s: tokenizer.ggml.tokens must be a non-empty array of strings",
+    weir_set_err(err, errlen, "%s: tokenizer.ggml.tokens must be a non-empty array of strings",
             g->path);
     return WEIR_E_FORMAT;
   } else if (emb && emb->t.ndim == 2 && emb->t.ne[1] <= INT32_MAX) {
     hp.n_vocab = (int32_t)emb->t.ne[1];
   } else {
-    weir__set_err(err, errlen, "%s: cannot tell the vocabulary size: no tokenizer.ggml.tokens and "
+    weir_set_err(err, errlen, "%s: cannot tell the vocabulary size: no tokenizer.ggml.tokens and "
             "no 2-D token_embd.weight", g->path);
     return WEIR_E_NOTFOUND;
   }
@@ -956,7 +968,7 @@ static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64
                         int is_vector, char *err, size_t errlen) {
   const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
   if (!t) {
-    weir__set_err(err, errlen, "%s: required tensor '%s' is missing", g->path, name);
+    weir_set_err(err, errlen, "%s: required tensor '%s' is missing", g->path, name);
     return WEIR_E_NOTFOUND;
   }
   int nd = is_vector ? 1 : 2;
@@ -969,14 +981,14 @@ static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64
       n += snprintf(got + n, sizeof got - (size_t)n, d ? ", %lld" : "%lld",
                     (long long)t->t.ne[d]);
     if (n < (int)sizeof got) snprintf(got + n, sizeof got - (size_t)n, "}");
-    weir__set_err(err, errlen, "%s: tensor '%s' has shape %s, expected %s", g->path, name, got, want);
+    weir_set_err(err, errlen, "%s: tensor '%s' has shape %s, expected %s", g->path, name, got, want);
     return WEIR_E_FORMAT;
   }
   weir_dtype d = t->t.dtype;
   int ok = d == WEIR_DTYPE_F32 || d == WEIR_DTYPE_F16 || d == WEIR_DTYPE_BF16;
   if (!is_vector) ok = ok || d == WEIR_DTYPE_Q8_0 || d == WEIR_DTYPE_Q4_0 || d == WEIR_DTYPE_Q4_1;
   if (!ok) {
-    weir__set_err(err, errlen, "%s: tensor '%s' has type %s, which weir cannot use there", g->path,
+    weir_set_err(err, errlen, "%s: tensor '%s' has type %s, which weir cannot use there", g->path,
             name, weir_dtype_name(d));
     return WEIR_E_NOTSUP;
   }

@@ -59,6 +59,9 @@ typedef enum weir_gguf_type {
 
 /* "u8", "string", "array", ...; "?" for an unknown type. Static string. */
 const char *weir_gguf_type_name(weir_gguf_type t);
+/* Bytes of one value of a scalar metadata type (1, 2, 4 or 8); 0 for string, array and an
+ * unknown type. The reader's and the writer's one table. */
+size_t weir_gguf_scalar_size(weir_gguf_type t);
 
 typedef struct weir_gguf weir_gguf;
 
@@ -165,6 +168,10 @@ int weir_gguf_arr_arr(const weir_gguf_arr *a, uint64_t i, weir_gguf_arr *out);
 int64_t weir_gguf_tensor_count(const weir_gguf *g);
 const weir_gguf_tensor *weir_gguf_tensor_at(const weir_gguf *g, int64_t i);
 const weir_gguf_tensor *weir_gguf_find_tensor(const weir_gguf *g, const char *name);
+/* Bytes of a tensor of this dtype and shape (ndim dimensions, ne[0] innermost): the reader's
+ * and the writer's one size rule. 0 when the shape is invalid for the dtype (a dimension
+ * below 1, a row that is not a block multiple) or the size overflows 64 bits. */
+uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne);
 
 /* ---- The Llama-family architectures (llama, mistral, qwen2) ---- */
 

@@ -28,7 +28,7 @@ struct weir_gguf_writer {
   size_t n_keys_cap;
   wtensor *tensors;
   int64_t n_tensors, cap_tensors;
-  uint32_t alignment, version;
+  uint32_t alignment;
   /* streaming state */
   FILE *f;
   char *path;
@@ -44,7 +44,6 @@ int weir_gguf_writer_new(weir_gguf_writer **out) {
   *out = calloc(1, sizeof **out);
   if (!*out) return WEIR_E_NOMEM;
   (*out)->alignment = WEIR_GGUF_DEFAULT_ALIGNMENT;
-  (*out)->version = 3;
   return 0;
 }
 
@@ -60,7 +59,6 @@ void weir_gguf_writer_free(weir_gguf_writer *w) {
   free(w);
 }
 
-void weir_gguf_writer_set_version(weir_gguf_writer *w, uint32_t version) { w->version = version; }
 
 static int meta_put(weir_gguf_writer *w, const void *p, size_t n) {
   if (w->meta_len + n > w->meta_cap) {
@@ -160,19 +158,9 @@ int weir_gguf_add_str(weir_gguf_writer *w, const char *key, const char *v) {
   return weir_gguf_add_strn(w, key, v, strlen(v));
 }
 
-static size_t elem_size(weir_gguf_type t) {
-  switch (t) {
-  case WEIR_GGUF_U8: case WEIR_GGUF_I8: case WEIR_GGUF_BOOL: return 1;
-  case WEIR_GGUF_U16: case WEIR_GGUF_I16: return 2;
-  case WEIR_GGUF_U32: case WEIR_GGUF_I32: case WEIR_GGUF_F32: return 4;
-  case WEIR_GGUF_U64: case WEIR_GGUF_I64: case WEIR_GGUF_F64: return 8;
-  default: return 0;
-  }
-}
-
 int weir_gguf_add_arr(weir_gguf_writer *w, const char *key, weir_gguf_type elem_type,
                       const void *elems, uint64_t n) {
-  size_t es = elem_size(elem_type);
+  size_t es = weir_gguf_scalar_size(elem_type);
   if (!es || (!elems && n)) return WEIR_E_INVAL;
   size_t mark = w ? w->meta_len : 0;
   int rc = kv_begin(w, key, WEIR_GGUF_ARRAY);
@@ -222,17 +210,6 @@ int weir_gguf_writer_set_alignment(weir_gguf_writer *w, uint32_t alignment) {
   int rc = weir_gguf_add_u32(w, "general.alignment", alignment);
   if (rc == 0) w->alignment = alignment;
   return rc;
-}
-
-uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne) {
-  if (ndim < 1 || ndim > WEIR_MAX_DIMS || !ne) return 0;
-  size_t row = weir_dtype_row_bytes(dtype, ne[0]);
-  if (row == 0 || ne[0] <= 0) return 0;
-  uint64_t total = row;
-  for (int d = 1; d < ndim; d++) {
-    if (ne[d] <= 0 || __builtin_mul_overflow(total, (uint64_t)ne[d], &total)) return 0;
-  }
-  return total;
 }
 
 int weir_gguf_add_tensor(weir_gguf_writer *w, const char *name, weir_dtype dtype, int ndim,
@@ -294,13 +271,13 @@ int weir_gguf_writer_begin(weir_gguf_writer *w, const char *path, char *err, siz
   }
   w->f = fopen(path, "wb");
   if (!w->f) {
-    weir__set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
     return WEIR_E_IO;
   }
   setvbuf(w->f, NULL, _IOFBF, 1 << 20);
   w->pos = 0;
   w->failed = 0;
-  uint32_t hdr32[2] = {WEIR_GGUF_MAGIC, w->version};
+  uint32_t hdr32[2] = {WEIR_GGUF_MAGIC, 3}; /* GGUF v3 */
   uint64_t hdr64[2] = {(uint64_t)w->n_tensors, w->n_kv};
   if ((rc = fwrite_all(w, hdr32, sizeof hdr32)) || (rc = fwrite_all(w, hdr64, sizeof hdr64)) ||
       (rc = fwrite_all(w, w->meta, w->meta_len)))
@@ -323,7 +300,7 @@ int weir_gguf_writer_begin(weir_gguf_writer *w, const char *path, char *err, siz
   w->cur_done = 0;
   return 0;
 io_error:
-  weir__set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+  weir_set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
   return rc;
 }
 
@@ -355,12 +332,12 @@ int weir_gguf_writer_end(weir_gguf_writer *w, char *err, size_t errlen) {
   int rc = 0;
   if (!w || !w->f) return WEIR_E_INVAL;
   if (w->cur != w->n_tensors) {
-    weir__set_err(err, errlen, "%s: only %lld of %lld tensors were written", w->path,
+    weir_set_err(err, errlen, "%s: only %lld of %lld tensors were written", w->path,
             (long long)w->cur, (long long)w->n_tensors);
     rc = WEIR_E_INVAL;
   }
   if (fclose(w->f) != 0 || w->failed) {
-    if (!rc) weir__set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+    if (!rc) weir_set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
     rc = rc ? rc : WEIR_E_IO;
   }
   w->f = NULL;
@@ -371,14 +348,14 @@ int weir_gguf_write_file(weir_gguf_writer *w, const char *path, char *err, size_
   if (!w) return WEIR_E_INVAL;
   for (int64_t i = 0; i < w->n_tensors; i++)
     if (!w->tensors[i].data) {
-      weir__set_err(err, errlen, "%s: tensor '%s' has no data", path, w->tensors[i].name);
+      weir_set_err(err, errlen, "%s: tensor '%s' has no data", path, w->tensors[i].name);
       return WEIR_E_INVAL;
     }
   int rc = weir_gguf_writer_begin(w, path, err, errlen);
   for (int64_t i = 0; i < w->n_tensors && !rc; i++)
     rc = weir_gguf_writer_put(w, w->tensors[i].data, (size_t)w->tensors[i].nbytes);
   if (rc && w->f) {
-    weir__set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    weir_set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
     fclose(w->f);
     w->f = NULL;
     return rc;

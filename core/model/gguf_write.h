@@ -32,8 +32,6 @@ void weir_gguf_writer_free(weir_gguf_writer *w);
 /* Sets the data alignment (a power of two) and records it as general.alignment (u32).
  * Call before weir_gguf_writer_begin; without it the alignment is 32 and no key is written. */
 int weir_gguf_writer_set_alignment(weir_gguf_writer *w, uint32_t alignment);
-/* Writes `version` in the header instead of 3 (tests of version handling). */
-void weir_gguf_writer_set_version(weir_gguf_writer *w, uint32_t version);
 
 int weir_gguf_add_u8(weir_gguf_writer *w, const char *key, uint8_t v);
 int weir_gguf_add_i8(weir_gguf_writer *w, const char *key, int8_t v);
@@ -64,8 +62,6 @@ int weir_gguf_add_raw(weir_gguf_writer *w, const char *key, uint32_t type, const
  * Returns the tensor's index (>= 0) or a negative status. */
 int weir_gguf_add_tensor(weir_gguf_writer *w, const char *name, weir_dtype dtype, int ndim,
                          const int64_t *ne, const void *data);
-/* Bytes of a tensor of this dtype and shape; 0 when invalid. */
-uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne);
 
 /* Writes the whole file; every tensor must have data. */
 int weir_gguf_write_file(weir_gguf_writer *w, const char *path, char *err, size_t errlen);

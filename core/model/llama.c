@@ -9,8 +9,10 @@
 
 #include "plugin/loader.h"
 #include "util/log.h"
+#include "util/progress.h"
 #include "weir/attention.h"
 #include "weir/device.h"
+#include "weir/numeric.h"
 #include "weir/quant.h"
 
 typedef struct llama_layer {
@@ -29,7 +31,9 @@ struct weir_llama {
   void *quant_self;
   const weir_attention_ops *attn;
   void *attn_self;
-  weir_attn_shape shape;
+  const weir_attn_shape *shape; /* the pool's, for kv_group */
+  weir_kv_pool *kv;
+  int32_t kv_group;
 
   void *tok_embd;   /* quant handle */
   void *output;     /* quant handle; == tok_embd when tied */
@@ -37,12 +41,7 @@ struct weir_llama {
   llama_layer *layers;
   size_t weight_bytes;
 
-  /* KV pool: n_layer * num_blocks blocks of block_bytes. */
-  void *kv_pool;
-  size_t kv_block_bytes;
-  int32_t num_blocks;
-  int32_t max_model_len;
-  int32_t max_blocks_per_seq;
+  int32_t max_blocks_per_seq; /* the pool's block-table stride */
 
   /* Activations, device f32, sized for max_num_tokens rows. */
   float *x, *h, *q, *k, *v, *o, *gate, *up, *sel, *logits;
@@ -72,30 +71,6 @@ static void dev_free(weir_llama *m, void *p) {
   if (p) m->dev->free(m->dev_self, p);
 }
 
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else { /* subnormal: renormalise */
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        exp--;
-      }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
 /* Uploads a small F32/F16/BF16 vector (norm weight or bias) as f32 on the device. */
 static int upload_vector(weir_llama *m, const weir_gguf *g, const char *name, int64_t n,
                          float **out, char *err, size_t errlen) {
@@ -105,32 +80,15 @@ static int upload_vector(weir_llama *m, const weir_gguf *g, const char *name, in
              weir_gguf_path(g), name, t ? (long long)t->nelements : 0LL, (long long)n);
     return WEIR_E_FORMAT;
   }
+  if (t->t.dtype != WEIR_DTYPE_F32 && t->t.dtype != WEIR_DTYPE_F16 &&
+      t->t.dtype != WEIR_DTYPE_BF16) {
+    snprintf(err, errlen, "%s: tensor %s has dtype %s; norms and biases must be f32, f16 or bf16",
+             weir_gguf_path(g), name, weir_dtype_name(t->t.dtype));
+    return WEIR_E_NOTSUP;
+  }
   float *host = malloc(sizeof(float) * (size_t)n);
   if (!host) return WEIR_E_NOMEM;
-  const uint8_t *src = t->t.data;
-  for (int64_t i = 0; i < n; i++) {
-    switch (t->t.dtype) {
-    case WEIR_DTYPE_F32: memcpy(&host[i], src + 4 * i, 4); break;
-    case WEIR_DTYPE_F16: {
-      uint16_t hv;
-      memcpy(&hv, src + 2 * i, 2);
-      host[i] = half_to_float(hv);
-      break;
-    }
-    case WEIR_DTYPE_BF16: {
-      uint16_t bv;
-      memcpy(&bv, src + 2 * i, 2);
-      uint32_t bits = (uint32_t)bv << 16;
-      memcpy(&host[i], &bits, 4);
-      break;
-    }
-    default:
-      free(host);
-      snprintf(err, errlen, "%s: tensor %s has dtype %s; norms and biases must be f32, f16 or bf16",
-               weir_gguf_path(g), name, weir_dtype_name(t->t.dtype));
-      return WEIR_E_NOTSUP;
-    }
-  }
+  (void)weir_dequantize_row(t->t.dtype, t->t.data, host, n); /* cannot fail for these */
   void *d = NULL;
   int rc = dev_alloc(m, sizeof(float) * (size_t)n, &d);
   if (rc == WEIR_OK) rc = m->dev->copy_h2d(m->dev_self, d, host, sizeof(float) * (size_t)n);
@@ -240,9 +198,22 @@ out:
   return rc;
 }
 
+void weir_llama_attn_shape(const weir_llama_hparams *hp, weir_attn_shape *out) {
+  *out = (weir_attn_shape){.struct_size = sizeof *out,
+                           .n_layers = hp->n_layer,
+                           .n_heads = hp->n_head,
+                           .n_kv_heads = hp->n_head_kv,
+                           .head_dim = hp->head_dim,
+                           .scale = 1.0f / sqrtf((float)hp->head_dim)};
+}
+
+int32_t weir_llama_max_model_len(const weir_llama_hparams *hp, int32_t requested) {
+  return requested > 0 ? requested : hp->n_ctx_train;
+}
+
 int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
-                      const weir_llama_opts *opts, weir_llama **out, char *err,
-                      size_t errlen) {
+                      const weir_llama_opts *opts, weir_kv_pool *kv, int32_t kv_group,
+                      weir_llama **out, char *err, size_t errlen) {
   int rc;
   *out = NULL;
   weir_llama *m = calloc(1, sizeof *m);
@@ -257,31 +228,26 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
 
   TRY(weir_gguf_llama_hparams(g, &m->hp, err, errlen));
   TRY(weir_gguf_llama_check(g, &m->hp, err, errlen));
-  if (opts->max_num_tokens <= 0 || opts->max_num_seqs <= 0 || opts->max_logit_rows <= 0 ||
-      opts->block_size <= 0) {
-    snprintf(err, errlen, "invalid model options (max tokens %d, seqs %d, rows %d, block %d)",
-             opts->max_num_tokens, opts->max_num_seqs, opts->max_logit_rows, opts->block_size);
+  if (opts->max_num_tokens <= 0 || opts->max_num_seqs <= 0 || opts->max_logit_rows <= 0) {
+    snprintf(err, errlen, "invalid model options (max tokens %d, seqs %d, rows %d)",
+             opts->max_num_tokens, opts->max_num_seqs, opts->max_logit_rows);
     rc = WEIR_E_INVAL;
     goto out;
   }
-  m->max_model_len = opts->max_model_len > 0 ? opts->max_model_len : m->hp.n_ctx_train;
-  m->max_blocks_per_seq = (m->max_model_len + opts->block_size - 1) / opts->block_size;
-
-  m->shape = (weir_attn_shape){.struct_size = sizeof m->shape,
-                               .n_layers = m->hp.n_layer,
-                               .n_heads = m->hp.n_head,
-                               .n_kv_heads = m->hp.n_head_kv,
-                               .head_dim = m->hp.head_dim,
-                               .block_size = opts->block_size,
-                               .kv_dtype = opts->kv_dtype,
-                               .scale = 1.0f / sqrtf((float)m->hp.head_dim)};
-  m->kv_block_bytes = m->attn->block_bytes(m->attn_self, &m->shape);
-  if (m->kv_block_bytes == 0) {
-    snprintf(err, errlen, "the attention plugin does not support kv dtype %s with head_dim %d",
-             weir_dtype_name(opts->kv_dtype), m->hp.head_dim);
-    rc = WEIR_E_NOTSUP;
+  m->kv = kv;
+  m->kv_group = kv_group;
+  m->shape = weir_kv_pool_shape(kv, kv_group);
+  weir_attn_shape want;
+  weir_llama_attn_shape(&m->hp, &want);
+  if (!m->shape || m->shape->n_layers != want.n_layers || m->shape->n_heads != want.n_heads ||
+      m->shape->n_kv_heads != want.n_kv_heads || m->shape->head_dim != want.head_dim) {
+    snprintf(err, errlen, "KV cache group %d does not have this model's attention shape "
+             "(%d layers, %d heads, %d KV heads, head_dim %d)", (int)kv_group, m->hp.n_layer,
+             m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim);
+    rc = WEIR_E_INVAL;
     goto out;
   }
+  m->max_blocks_per_seq = weir_kv_pool_geometry(kv)->max_blocks_per_seq;
 
   TRY(pack_weight(m, g, "token_embd.weight", &m->tok_embd, err, errlen));
   if (m->hp.has_output) {
@@ -295,7 +261,11 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
     rc = WEIR_E_NOMEM;
     goto out;
   }
-  for (int l = 0; l < m->hp.n_layer; l++) TRY(load_layer(m, g, l, err, errlen));
+  if (opts->progress) weir_progress_update(opts->progress, 1);
+  for (int l = 0; l < m->hp.n_layer; l++) {
+    TRY(load_layer(m, g, l, err, errlen));
+    if (opts->progress) weir_progress_update(opts->progress, (uint64_t)l + 2);
+  }
 
   rc = alloc_buffers(m);
   if (rc != WEIR_OK) {
@@ -304,22 +274,6 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
     goto out;
   }
 
-  const size_t per_block = m->kv_block_bytes * (size_t)m->hp.n_layer;
-  int64_t nb = opts->num_blocks > 0 ? opts->num_blocks : (int64_t)((size_t)opts->memory_bytes / per_block);
-  if (nb > INT32_MAX / opts->block_size) nb = INT32_MAX / opts->block_size;
-  if (nb < 1) {
-    snprintf(err, errlen, "the KV cache holds no block: %lld bytes for blocks of %zu bytes",
-             (long long)opts->memory_bytes, per_block);
-    rc = WEIR_E_RANGE;
-    goto out;
-  }
-  m->num_blocks = (int32_t)nb;
-  rc = dev_alloc(m, per_block * (size_t)nb, &m->kv_pool);
-  if (rc != WEIR_OK) {
-    snprintf(err, errlen, "allocating the KV cache (%lld blocks, %zu bytes): %s", (long long)nb,
-             per_block * (size_t)nb, weir_strerror(rc));
-    goto out;
-  }
   *out = m;
   return WEIR_OK;
 
@@ -346,7 +300,7 @@ void weir_llama_destroy(weir_llama *m) {
   }
   if (m->output && m->output != m->tok_embd) m->quant->release(m->quant_self, m->output);
   if (m->tok_embd) m->quant->release(m->quant_self, m->tok_embd);
-  void *bufs[] = {m->out_norm, m->kv_pool, m->x, m->h, m->q, m->k, m->v, m->o, m->gate, m->up,
+  void *bufs[] = {m->out_norm, m->x, m->h, m->q, m->k, m->v, m->o, m->gate, m->up,
                   m->sel, m->logits, m->d_tokens, m->d_positions, m->d_qsl, m->d_ctx,
                   m->d_block_tables, m->d_slots, m->d_rows};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev_free(m, bufs[i]);
@@ -354,12 +308,7 @@ void weir_llama_destroy(weir_llama *m) {
 }
 
 const weir_llama_hparams *weir_llama_hparams_get(const weir_llama *m) { return &m->hp; }
-int32_t weir_llama_num_blocks(const weir_llama *m) { return m->num_blocks; }
-int32_t weir_llama_max_model_len(const weir_llama *m) { return m->max_model_len; }
 size_t weir_llama_weight_bytes(const weir_llama *m) { return m->weight_bytes; }
-size_t weir_llama_kv_bytes(const weir_llama *m) {
-  return m->kv_block_bytes * (size_t)m->hp.n_layer * (size_t)m->num_blocks;
-}
 
 static int upload(weir_llama *m, void *dst, const void *src, size_t bytes) {
   return bytes ? m->dev->copy_h2d(m->dev_self, dst, src, bytes) : WEIR_OK;
@@ -407,7 +356,6 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
                         .context_lens_host = b->context_lens,
                         .block_tables_host = b->block_tables,
                         .slot_mapping_host = b->slot_mapping};
-  const size_t layer_bytes = m->kv_block_bytes * (size_t)m->num_blocks;
 
   TRY(m->quant->embed(m->quant_self, m->tok_embd, m->d_tokens, m->x, T));
   for (int l = 0; l < hp->n_layer; l++) {
@@ -426,10 +374,9 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
                 hp->rope_freq_base, freq_scale, hp->rope_style));
     TRY(d->rope(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot,
                 hp->rope_freq_base, freq_scale, hp->rope_style));
-    weir_kv_view kv = {.base = (char *)m->kv_pool + (size_t)l * layer_bytes,
-                       .block_bytes = m->kv_block_bytes,
-                       .num_blocks = m->num_blocks};
-    TRY(m->attn->forward(m->attn_self, &m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
+    weir_kv_view kv;
+    TRY(weir_kv_pool_view(m->kv, m->kv_group, l, &kv));
+    TRY(m->attn->forward(m->attn_self, m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
     TAP(l, WEIR_LLAMA_SITE_ATTN_OUT, m->o, T, qd);
     TRY(m->quant->matmul(m->quant_self, L->wo, m->o, m->h, T));
     TRY(d->add(ds, m->x, m->x, m->h, T * dim));
@@ -456,23 +403,4 @@ out:
 void weir_llama_set_tap(weir_llama *m, weir_llama_tap_fn fn, void *user) {
   m->tap = fn;
   m->tap_user = user;
-}
-
-int weir_llama_copy_blocks(weir_llama *m, const int32_t *src, const int32_t *dst, int32_t n) {
-  if (n <= 0) return WEIR_OK;
-  if (m->attn->copy_blocks) {
-    weir_kv_view layer0 = {.base = m->kv_pool, .block_bytes = m->kv_block_bytes,
-                           .num_blocks = m->num_blocks};
-    return m->attn->copy_blocks(m->attn_self, &m->shape, &layer0, src, dst, n);
-  }
-  const size_t layer_bytes = m->kv_block_bytes * (size_t)m->num_blocks;
-  for (int l = 0; l < m->hp.n_layer; l++) {
-    char *base = (char *)m->kv_pool + (size_t)l * layer_bytes;
-    for (int32_t i = 0; i < n; i++) {
-      int rc = m->dev->copy_d2d(m->dev_self, base + (size_t)dst[i] * m->kv_block_bytes,
-                                base + (size_t)src[i] * m->kv_block_bytes, m->kv_block_bytes);
-      if (rc != WEIR_OK) return rc;
-    }
-  }
-  return WEIR_OK;
 }

@@ -3,8 +3,9 @@
  * The graph is core's; every computation in it goes through plugins: the quant plugin packs
  * and multiplies the linear weights and looks up embeddings, the device plugin runs the
  * elementwise operations and owns memory, the attention plugin writes K/V into the shared
- * paged pool and attends. weir_llama owns the packed weights, the activation buffers sized
- * for the largest step, and the KV pool (num_blocks blocks per layer).
+ * paged pool and attends. weir_llama owns the packed weights and the activation buffers sized
+ * for the largest step. The KV pool is not the model's: it is built by core/kv (kv_pool.h)
+ * and the model only asks it for its layers' views.
  *
  * Thread-safety: one weir_llama is driven by one thread (the engine thread). */
 #ifndef WEIR_MODEL_LLAMA_H
@@ -13,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv/kv_pool.h"
 #include "model/gguf.h"
 #include "weir/kv.h"
 
@@ -38,20 +40,26 @@ typedef const float *(*weir_llama_samples_fn)(void *user, int layer, weir_llama_
  * multiplied: x is device memory [rows][dim] f32, valid only during the call. */
 typedef void (*weir_llama_tap_fn)(void *user, int layer, weir_llama_site site, const float *x,
                                   int64_t rows, int64_t dim);
+struct weir_progress;
 
 typedef struct weir_llama_opts {
   int32_t max_num_tokens;     /* most new tokens in one step (max_num_batched_tokens) */
   int32_t max_num_seqs;       /* most sequences in one step */
   int32_t max_logit_rows;     /* most rows of logits in one step */
-  int32_t max_model_len;      /* longest sequence (0: the file's context length) */
-  int32_t block_size;         /* tokens per KV block */
-  weir_dtype kv_dtype;
-  int64_t num_blocks;         /* > 0: exactly this many blocks */
-  int64_t memory_bytes;       /* else: as many blocks as fit in this many bytes */
-  /* Appended: calibration samples for the quant plugin (core/model/calib.h), or NULL. */
+  /* Optional: a task the caller began with n_layer + 1 units; creation reports 1 when the
+   * embeddings are packed and one more per layer. */
+  struct weir_progress *progress;
+  /* Optional: calibration samples for the quant plugin (core/model/calib.h), or NULL. */
   weir_llama_samples_fn samples;
   void *samples_user;
 } weir_llama_opts;
+
+/* The attention shape of a model with these hyperparameters (n_layers, heads, head_dim,
+ * scale), for the KV pool to size its blocks: block_size and kv_dtype are the pool's. */
+void weir_llama_attn_shape(const weir_llama_hparams *hp, weir_attn_shape *out);
+/* The longest sequence the model serves: `requested` when > 0 (model.max_model_len), else
+ * the file's context length. */
+int32_t weir_llama_max_model_len(const weir_llama_hparams *hp, int32_t requested);
 
 /* One step's batch, host arrays borrowed for the call. Sequence s's new tokens are
  * tokens[query_start_loc[s] .. query_start_loc[s+1]) at positions[...] (see weir_attn_batch
@@ -70,19 +78,19 @@ typedef struct weir_llama_batch {
   const int32_t *logit_rows;      /* [num_logit_rows] */
 } weir_llama_batch;
 
-/* Loads the model from an opened GGUF through the given plugins. The GGUF must outlive the
- * model only during this call (weights are packed into plugin memory). On failure writes why
- * into err and returns a status, having freed everything. */
+/* Loads the model from an opened GGUF through the given plugins, keeping its KV in group
+ * kv_group of `kv` (borrowed: it must outlive the model), whose shape must be this model's
+ * (weir_llama_attn_shape). The GGUF must outlive the model only during this call (weights
+ * are packed into plugin memory). On failure writes why into err and returns a status,
+ * having freed everything. */
 int weir_llama_create(const weir_gguf *g, const struct weir_plugin_set *plugins,
-                      const weir_llama_opts *opts, weir_llama **out, char *err, size_t errlen);
+                      const weir_llama_opts *opts, weir_kv_pool *kv, int32_t kv_group,
+                      weir_llama **out, char *err, size_t errlen);
 void weir_llama_destroy(weir_llama *m);
 
 const weir_llama_hparams *weir_llama_hparams_get(const weir_llama *m);
-int32_t weir_llama_num_blocks(const weir_llama *m);
-int32_t weir_llama_max_model_len(const weir_llama *m);
-/* Bytes of device memory: packed weights, and the KV pool. */
+/* Bytes of device memory the packed weights and norms take. */
 size_t weir_llama_weight_bytes(const weir_llama *m);
-size_t weir_llama_kv_bytes(const weir_llama *m);
 
 /* Runs one step. On success *logits is a device array [num_logit_rows][n_vocab] f32 owned by
  * the model, valid until the next forward (a sampler may overwrite it). */
@@ -90,8 +98,5 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
 
 /* Installs (or with fn NULL removes) the calibration tap, see weir_llama_tap_fn. */
 void weir_llama_set_tap(weir_llama *m, weir_llama_tap_fn fn, void *user);
-
-/* Copies KV blocks src[i] -> dst[i] in every layer (copy-on-write). */
-int weir_llama_copy_blocks(weir_llama *m, const int32_t *src, const int32_t *dst, int32_t n);
 
 #endif

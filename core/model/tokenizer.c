@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "util/utf8.h"
 #include "weir/status.h"
 
 /* ---- small hash tables ---- */
@@ -178,7 +178,7 @@ static size_t make_piece(const weir_tokenizer *t, int32_t id, const int16_t *cp_
   for (size_t i = 0; i < n;) {
     uint32_t cp;
     int valid;
-    int k = weir__utf8_next((const unsigned char *)s + i, n - i, &cp, &valid);
+    int k = weir_utf8_next((const unsigned char *)s + i, n - i, &cp, &valid);
     int b = valid && cp < GPT2_CP_LIMIT ? cp_byte[cp] : -1;
     if (b >= 0) {
       out[o++] = (char)b;
@@ -214,7 +214,7 @@ static int build_merges(weir_tokenizer *t, const weir_tokenizer_spec *spec, char
     size_t n = spec->merges[r].len;
     const char *sp = n > 1 ? memchr(m + 1, ' ', n - 1) : NULL;
     if (!m || !sp || sp + 1 >= m + n) {
-      weir__set_err(err, errlen, "merge %d is not \"left right\"", (int)r);
+      weir_set_err(err, errlen, "merge %d is not \"left right\"", (int)r);
       free(tmp);
       return WEIR_E_INVAL;
     }
@@ -253,32 +253,32 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   if (out) *out = NULL;
   if (!spec || !out) return WEIR_E_INVAL;
   if (spec->type != WEIR_TOKENIZER_LLAMA && spec->type != WEIR_TOKENIZER_GPT2) {
-    weir__set_err(err, errlen, "unknown tokenizer type %d", (int)spec->type);
+    weir_set_err(err, errlen, "unknown tokenizer type %d", (int)spec->type);
     return WEIR_E_INVAL;
   }
   if (spec->n_tokens <= 0 || !spec->tokens) {
-    weir__set_err(err, errlen, "the vocabulary is empty");
+    weir_set_err(err, errlen, "the vocabulary is empty");
     return WEIR_E_INVAL;
   }
   if (spec->type == WEIR_TOKENIZER_LLAMA && !spec->scores) {
-    weir__set_err(err, errlen, "a llama tokenizer needs token scores");
+    weir_set_err(err, errlen, "a llama tokenizer needs token scores");
     return WEIR_E_INVAL;
   }
   if (spec->n_merges < 0 || (spec->n_merges > 0 && !spec->merges)) {
-    weir__set_err(err, errlen, "bad merges");
+    weir_set_err(err, errlen, "bad merges");
     return WEIR_E_INVAL;
   }
   const int32_t ids[4] = {spec->bos_id, spec->eos_id, spec->unk_id, spec->pad_id};
   static const char *const idnames[4] = {"bos", "eos", "unknown", "padding"};
   for (int i = 0; i < 4; i++)
     if (ids[i] < -1 || ids[i] >= spec->n_tokens) {
-      weir__set_err(err, errlen, "%s token id %d is outside the vocabulary of %d", idnames[i],
+      weir_set_err(err, errlen, "%s token id %d is outside the vocabulary of %d", idnames[i],
               (int)ids[i], (int)spec->n_tokens);
       return WEIR_E_INVAL;
     }
   if ((spec->add_bos && spec->bos_id < 0) || (spec->add_eos && spec->eos_id < 0)) {
     const char *which = spec->add_bos && spec->bos_id < 0 ? "bos" : "eos";
-    weir__set_err(err, errlen, "add_%s is set but there is no %s token", which, which);
+    weir_set_err(err, errlen, "add_%s is set but there is no %s token", which, which);
     return WEIR_E_INVAL;
   }
 
@@ -296,7 +296,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   t->add_space_prefix = spec->type == WEIR_TOKENIZER_LLAMA && spec->add_space_prefix;
   t->pre = spec->pre;
   if (t->pre != WEIR_PRE_GPT2 && t->pre != WEIR_PRE_LLAMA3 && t->pre != WEIR_PRE_QWEN2) {
-    weir__set_err(err, errlen, "unknown pre-tokenizer %d", (int)spec->pre);
+    weir_set_err(err, errlen, "unknown pre-tokenizer %d", (int)spec->pre);
     rc = WEIR_E_INVAL;
     goto fail;
   }
@@ -304,7 +304,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   size_t total = 0;
   for (int32_t i = 0; i < n; i++) {
     if (!spec->tokens[i].ptr && spec->tokens[i].len) {
-      weir__set_err(err, errlen, "token %d has no text", (int)i);
+      weir_set_err(err, errlen, "token %d has no text", (int)i);
       rc = WEIR_E_INVAL;
       goto fail;
     }
@@ -322,7 +322,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
     off += spec->tokens[i].len;
     int ty = spec->token_types ? spec->token_types[i] : WEIR_TOKEN_NORMAL;
     if (ty < WEIR_TOKEN_NORMAL || ty > WEIR_TOKEN_BYTE) {
-      weir__set_err(err, errlen, "token %d has unknown type %d", (int)i, ty);
+      weir_set_err(err, errlen, "token %d has unknown type %d", (int)i, ty);
       rc = WEIR_E_INVAL;
       goto fail;
     }
@@ -355,7 +355,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
     char buf[8];
     int len;
     if (t->type == WEIR_TOKENIZER_LLAMA) len = snprintf(buf, sizeof buf, "<0x%02X>", b);
-    else len = weir__utf8_put(byte_cp[b], buf);
+    else len = weir_utf8_put(byte_cp[b], buf);
     t->byte_tok[b] = weir_tokenizer_find(t, buf, (size_t)len);
   }
 
@@ -391,7 +391,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   return 0;
 
 fail:
-  if (rc == WEIR_E_NOMEM) weir__set_err(err, errlen, "out of memory building the tokenizer");
+  if (rc == WEIR_E_NOMEM) weir_set_err(err, errlen, "out of memory building the tokenizer");
   weir_tokenizer_free(t);
   return rc;
 }
@@ -558,7 +558,7 @@ static int spm_fragment(const weir_tokenizer *t, work *w, const char *text, size
   if (syms_reserve(w, m)) return WEIR_E_NOMEM;
   w->nsyms = 0;
   for (size_t i = 0; i < m;) {
-    int k = weir__utf8_scan((const unsigned char *)w->norm + i, m - i);
+    int k = weir_utf8_scan((const unsigned char *)w->norm + i, m - i);
     if (k <= 0) k = 1; /* a stray byte is a symbol of its own; byte fallback covers it */
     sym *s = &w->syms[w->nsyms];
     s->start = (int32_t)i;
@@ -659,10 +659,10 @@ enum { CL_LETTER, CL_NUMBER, CL_SPACE, CL_OTHER };
 
 static int cp_class(const unsigned char *s, size_t n, int *k) {
   uint32_t cp;
-  *k = weir__utf8_next(s, n, &cp, NULL);
-  if (weir__uni_is_letter(cp)) return CL_LETTER;
-  if (weir__uni_is_number(cp)) return CL_NUMBER;
-  if (weir__uni_is_space(cp)) return CL_SPACE;
+  *k = weir_utf8_next(s, n, &cp, NULL);
+  if (weir_uni_is_letter(cp)) return CL_LETTER;
+  if (weir_uni_is_number(cp)) return CL_NUMBER;
+  if (weir_uni_is_space(cp)) return CL_SPACE;
   return CL_OTHER;
 }
 
@@ -965,7 +965,7 @@ int weir_tokenizer_decode(const weir_tokenizer *t, const int32_t *ids, size_t n,
     rlen += len;
   }
   size_t olen = 0;
-  if (weir__utf8_sanitize((const unsigned char *)raw, rlen, 1, &res, &olen, &cap, NULL))
+  if (weir_utf8_sanitize((const unsigned char *)raw, rlen, 1, &res, &olen, &cap, NULL))
     goto done;
   if (!res) {
     res = malloc(1);
@@ -1006,7 +1006,7 @@ int weir_detok_feed(weir_detok *d, int32_t id, const char **text, size_t *len) {
   memcpy(in, d->pending, (size_t)d->npending);
   memcpy(in + d->npending, p, plen);
   size_t olen = 0, held = 0;
-  int rc = weir__utf8_sanitize(in, inlen, 0, &d->buf, &olen, &d->cap, &held);
+  int rc = weir_utf8_sanitize(in, inlen, 0, &d->buf, &olen, &d->cap, &held);
   if (rc == 0) {
     /* held < 4: an incomplete sequence is at most 3 bytes. */
     memcpy(d->pending, in + inlen - held, held);
@@ -1023,7 +1023,7 @@ int weir_detok_flush(weir_detok *d, const char **text, size_t *len) {
   size_t olen = 0;
   *text = "";
   *len = 0;
-  int rc = weir__utf8_sanitize(d->pending, (size_t)d->npending, 1, &d->buf, &olen, &d->cap, NULL);
+  int rc = weir_utf8_sanitize(d->pending, (size_t)d->npending, 1, &d->buf, &olen, &d->cap, NULL);
   if (rc) return rc;
   d->npending = 0;
   d->started = 0;

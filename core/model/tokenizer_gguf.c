@@ -20,12 +20,12 @@ static int get_id(const weir_gguf *g, const char *key, int32_t n, int32_t *id, c
   const weir_gguf_kv *kv = weir_gguf_find_key(g, key);
   if (!kv) return 0;
   if (weir_gguf_kv_i64(kv, &v) != 0) {
-    weir__set_err(err, errlen, "%s: %s must be an integer, not %s", weir_gguf_path(g), key,
+    weir_set_err(err, errlen, "%s: %s must be an integer, not %s", weir_gguf_path(g), key,
             weir_gguf_type_name(kv->type));
     return WEIR_E_FORMAT;
   }
   if (v < -1 || v >= n) {
-    weir__set_err(err, errlen, "%s: %s = %lld is outside the vocabulary of %d tokens",
+    weir_set_err(err, errlen, "%s: %s = %lld is outside the vocabulary of %d tokens",
             weir_gguf_path(g), key, (long long)v, (int)n);
     return WEIR_E_FORMAT;
   }
@@ -37,7 +37,7 @@ static int get_flag(const weir_gguf *g, const char *key, int *flag, char *err, s
   const weir_gguf_kv *kv = weir_gguf_find_key(g, key);
   if (!kv) return 0;
   if (weir_gguf_kv_bool(kv, flag) != 0) {
-    weir__set_err(err, errlen, "%s: %s must be a bool, not %s", weir_gguf_path(g), key,
+    weir_set_err(err, errlen, "%s: %s must be a bool, not %s", weir_gguf_path(g), key,
             weir_gguf_type_name(kv->type));
     return WEIR_E_FORMAT;
   }
@@ -49,15 +49,15 @@ static int get_str_arr(const weir_gguf *g, const char *key, int64_t want, weir_g
                        char *err, size_t errlen) {
   int rc = weir_gguf_get_arr(g, key, a);
   if (rc == WEIR_E_NOTFOUND) {
-    weir__set_err(err, errlen, "%s: required key %s is missing", weir_gguf_path(g), key);
+    weir_set_err(err, errlen, "%s: required key %s is missing", weir_gguf_path(g), key);
     return rc;
   }
   if (rc != 0 || a->elem_type != WEIR_GGUF_STRING) {
-    weir__set_err(err, errlen, "%s: %s must be an array of strings", weir_gguf_path(g), key);
+    weir_set_err(err, errlen, "%s: %s must be an array of strings", weir_gguf_path(g), key);
     return WEIR_E_FORMAT;
   }
   if ((want >= 0 && (int64_t)a->n != want) || (want < 0 && a->n == 0) || a->n > INT32_MAX) {
-    weir__set_err(err, errlen, "%s: %s has %llu elements%s", weir_gguf_path(g), key,
+    weir_set_err(err, errlen, "%s: %s has %llu elements%s", weir_gguf_path(g), key,
             (unsigned long long)a->n, want >= 0 ? ", not one per token" : "");
     return WEIR_E_FORMAT;
   }
@@ -78,11 +78,11 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
   weir_gguf_str model;
   rc = weir_gguf_get_str(g, "tokenizer.ggml.model", &model);
   if (rc == WEIR_E_NOTFOUND) {
-    weir__set_err(err, errlen, "%s: required key tokenizer.ggml.model is missing", path);
+    weir_set_err(err, errlen, "%s: required key tokenizer.ggml.model is missing", path);
     return rc;
   }
   if (rc != 0) {
-    weir__set_err(err, errlen, "%s: tokenizer.ggml.model must be a string", path);
+    weir_set_err(err, errlen, "%s: tokenizer.ggml.model must be a string", path);
     return WEIR_E_FORMAT;
   }
   if (model.len == 5 && memcmp(model.ptr, "llama", 5) == 0) {
@@ -91,7 +91,7 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
   } else if (model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0) {
     weir_tokenizer_spec_init(&spec, WEIR_TOKENIZER_GPT2);
   } else {
-    weir__set_err(err, errlen, "%s: tokenizer.ggml.model \"%.*s\" is not supported (llama, gpt2)",
+    weir_set_err(err, errlen, "%s: tokenizer.ggml.model \"%.*s\" is not supported (llama, gpt2)",
             path, (int)(model.len > 64 ? 64 : model.len), model.ptr);
     return WEIR_E_NOTSUP;
   }
@@ -129,7 +129,7 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
   rc = weir_gguf_get_arr(g, "tokenizer.ggml.scores", &a);
   if (rc == 0) {
     if (a.n != (uint64_t)n || a.elem_type == WEIR_GGUF_STRING || a.elem_type == WEIR_GGUF_ARRAY) {
-      weir__set_err(err, errlen, "%s: tokenizer.ggml.scores must be %d numbers", path, (int)n);
+      weir_set_err(err, errlen, "%s: tokenizer.ggml.scores must be %d numbers", path, (int)n);
       rc = WEIR_E_FORMAT;
       goto fail;
     }
@@ -138,11 +138,11 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
     if (!scores) goto fail;
     for (int32_t i = 0; i < n; i++) weir_gguf_arr_f32(&a, (uint64_t)i, &scores[i]);
   } else if (rc != WEIR_E_NOTFOUND) {
-    weir__set_err(err, errlen, "%s: tokenizer.ggml.scores must be an array", path);
+    weir_set_err(err, errlen, "%s: tokenizer.ggml.scores must be an array", path);
     rc = WEIR_E_FORMAT;
     goto fail;
   } else if (spec.type == WEIR_TOKENIZER_LLAMA) {
-    weir__set_err(err, errlen, "%s: required key tokenizer.ggml.scores is missing (a llama "
+    weir_set_err(err, errlen, "%s: required key tokenizer.ggml.scores is missing (a llama "
             "tokenizer merges by score)", path);
     rc = WEIR_E_NOTFOUND;
     goto fail;
@@ -152,7 +152,7 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
   if (rc == 0) {
     if (a.n != (uint64_t)n || a.elem_type == WEIR_GGUF_STRING || a.elem_type == WEIR_GGUF_ARRAY ||
         a.elem_type == WEIR_GGUF_F32 || a.elem_type == WEIR_GGUF_F64) {
-      weir__set_err(err, errlen, "%s: tokenizer.ggml.token_type must be %d integers", path, (int)n);
+      weir_set_err(err, errlen, "%s: tokenizer.ggml.token_type must be %d integers", path, (int)n);
       rc = WEIR_E_FORMAT;
       goto fail;
     }
@@ -160,7 +160,7 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
       int64_t v = 0;
       weir_gguf_arr_i64(&a, (uint64_t)i, &v);
       if (v < WEIR_TOKEN_NORMAL || v > WEIR_TOKEN_BYTE) {
-        weir__set_err(err, errlen, "%s: tokenizer.ggml.token_type[%d] = %lld is not a token type "
+        weir_set_err(err, errlen, "%s: tokenizer.ggml.token_type[%d] = %lld is not a token type "
                 "(1..6)", path, (int)i, (long long)v);
         rc = WEIR_E_FORMAT;
         goto fail;
@@ -170,7 +170,7 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
   } else if (rc == WEIR_E_NOTFOUND) {
     for (int32_t i = 0; i < n; i++) types[i] = WEIR_TOKEN_NORMAL;
   } else {
-    weir__set_err(err, errlen, "%s: tokenizer.ggml.token_type must be an array", path);
+    weir_set_err(err, errlen, "%s: tokenizer.ggml.token_type must be an array", path);
     rc = WEIR_E_FORMAT;
     goto fail;
   }
@@ -209,7 +209,7 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
   spec.token_types = types;
   char sub[200] = "";
   rc = weir_tokenizer_create(&spec, out, sub, sizeof sub);
-  if (rc) weir__set_err(err, errlen, "%s: tokenizer: %s", path, sub);
+  if (rc) weir_set_err(err, errlen, "%s: tokenizer: %s", path, sub);
 
 fail:
   free(tokens);

@@ -131,12 +131,34 @@ static const op_field *mandatory_ops(weir_plugin_kind k, const char **type) {
 
 static int valid_kind(int k) { return k >= WEIR_PLUGIN_DEVICE && k <= WEIR_PLUGIN_DRAFTER; }
 
+/* The host's size of a kind's vtable. */
+static size_t ops_size(weir_plugin_kind k) {
+  switch (k) {
+  case WEIR_PLUGIN_DEVICE: return sizeof(weir_device_ops);
+  case WEIR_PLUGIN_ATTENTION: return sizeof(weir_attention_ops);
+  case WEIR_PLUGIN_QUANT: return sizeof(weir_quant_ops);
+  case WEIR_PLUGIN_SAMPLER: return sizeof(weir_sampler_ops);
+  case WEIR_PLUGIN_DRAFTER: return sizeof(weir_drafter_ops);
+  default: return 0;
+  }
+}
+
 static const char *k_rebuild = "fix: rebuild the plugin against this weir's SDK (include/weir, "
                                "find_package(weir) or pkg-config weir)";
 
 /* The checks that need no configuration: loadable, entry symbol, descriptor, ABI,
  * signature, mandatory callbacks, machine score. */
-int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **desc_out,
+/* The host-sized copy of a vtable: the plugin's struct_size bytes, the rest 0 (NULL: not
+ * implemented). Every ops struct begins with its struct_size. NULL when out of memory. */
+static void *copy_ops(weir_plugin_kind kind, const void *ops) {
+  size_t full = ops_size(kind);
+  uint32_t have = *(const uint32_t *)ops;
+  void *c = calloc(1, full);
+  if (c) memcpy(c, ops, have < full ? have : full);
+  return c;
+}
+
+int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_out, int *score_out,
                       char *err, size_t errlen) {
   int rc;
   dlerror();
@@ -145,11 +167,11 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
     const char *e = dlerror();
     struct stat st;
     if (stat(path, &st) != 0) {
-      weir__set_err(err, errlen, "%s: no such file; fix: check the path (or the name and the plugin "
+      weir_set_err(err, errlen, "%s: no such file; fix: check the path (or the name and the plugin "
              "directories)", path);
       return WEIR_E_NOTFOUND;
     }
-    weir__set_err(err, errlen, "%s: cannot be loaded: %s; expected a shared object for this machine "
+    weir_set_err(err, errlen, "%s: cannot be loaded: %s; expected a shared object for this machine "
            "with its libraries installed; fix: rebuild it, or install what `ldd %s` says is "
            "missing", path, e ? e : "unknown dlopen error", path);
     return WEIR_E_IO;
@@ -157,7 +179,7 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
   weir_plugin_entry_fn entry;
   *(void **)&entry = dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
   if (!entry) {
-    weir__set_err(err, errlen, "%s: no %s symbol: expected a weir plugin exporting it, found none; "
+    weir_set_err(err, errlen, "%s: no %s symbol: expected a weir plugin exporting it, found none; "
            "fix: define the descriptor with WEIR_PLUGIN_EXPORT(desc) (and build with the "
            "weir SDK)", path, WEIR_PLUGIN_ENTRY_SYMBOL);
     rc = WEIR_E_ABI;
@@ -165,29 +187,35 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
   }
   const weir_plugin_desc *d = entry();
   if (!d) {
-    weir__set_err(err, errlen, "%s: %s returned NULL, expected a descriptor; fix: return the "
+    weir_set_err(err, errlen, "%s: %s returned NULL, expected a descriptor; fix: return the "
            "address of a static const weir_plugin_desc", path, WEIR_PLUGIN_ENTRY_SYMBOL);
     rc = WEIR_E_ABI;
     goto close;
   }
   /* Everything up to and including `ops` is the 1.0 descriptor; read nothing before
-   * knowing the plugin's struct holds it. */
-  if (d->struct_size < sizeof(weir_plugin_desc)) {
-    weir__set_err(err, errlen, "%s: descriptor struct_size is %u bytes, expected at least %zu (ABI "
-           "%d.0); %s", path, (unsigned)d->struct_size, sizeof(weir_plugin_desc),
+   * knowing the plugin's struct holds it. A plugin built against an older minor has a
+   * smaller descriptor: it is read through a host-sized copy whose newer fields are 0. */
+  if (!WEIR_HAS_FIELD(d, weir_plugin_desc, ops)) {
+    weir_set_err(err, errlen, "%s: descriptor struct_size is %u bytes, expected at least %zu (ABI "
+           "%d.0); %s", path, (unsigned)d->struct_size, (size_t)WEIR_PLUGIN_DESC_SIZE_1_0,
            WEIR_ABI_MAJOR, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
+  weir_plugin_desc copy;
+  memset(&copy, 0, sizeof copy);
+  memcpy(&copy, d, d->struct_size < sizeof copy ? d->struct_size : sizeof copy);
+  copy.struct_size = d->struct_size;
+  d = &copy;
   if (d->abi_major != WEIR_ABI_MAJOR) {
-    weir__set_err(err, errlen, "%s: built for plugin ABI %u.%u, expected ABI %d.x (the major "
+    weir_set_err(err, errlen, "%s: built for plugin ABI %u.%u, expected ABI %d.x (the major "
            "version must match); %s", path, (unsigned)d->abi_major, (unsigned)d->abi_minor,
            WEIR_ABI_MAJOR, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
   if (d->abi_minor > WEIR_ABI_MINOR) {
-    weir__set_err(err, errlen, "%s: built for plugin ABI %u.%u, newer than this weir's %d.%d; "
+    weir_set_err(err, errlen, "%s: built for plugin ABI %u.%u, newer than this weir's %d.%d; "
            "fix: upgrade weir, or rebuild the plugin against this weir's SDK",
            path, (unsigned)d->abi_major, (unsigned)d->abi_minor, WEIR_ABI_MAJOR,
            WEIR_ABI_MINOR);
@@ -195,7 +223,7 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
     goto close;
   }
   if (!d->build_signature || strcmp(d->build_signature, WEIR_BUILD_SIGNATURE) != 0) {
-    weir__set_err(err, errlen, "%s: build signature \"%s\", expected \"%s\" (pointer size, byte "
+    weir_set_err(err, errlen, "%s: build signature \"%s\", expected \"%s\" (pointer size, byte "
            "order or SDK layout differ); %s with the same toolchain", path,
            d->build_signature ? d->build_signature : "(none)", WEIR_BUILD_SIGNATURE,
            k_rebuild);
@@ -203,20 +231,20 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
     goto close;
   }
   if (!valid_kind((int)d->kind)) {
-    weir__set_err(err, errlen, "%s: unknown plugin kind %d, expected 1..5 (device, attention, "
+    weir_set_err(err, errlen, "%s: unknown plugin kind %d, expected 1..5 (device, attention, "
            "quant, sampler, drafter); %s", path, (int)d->kind, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }
   if (!d->name || !*d->name) {
-    weir__set_err(err, errlen, "%s: the descriptor has no name, expected one like \"my_sampler\"; "
+    weir_set_err(err, errlen, "%s: the descriptor has no name, expected one like \"my_sampler\"; "
            "fix: set weir_plugin_desc.name", path);
     rc = WEIR_E_ABI;
     goto close;
   }
   const char *missing = !d->init ? "init" : !d->fini ? "fini" : !d->ops ? "ops" : NULL;
   if (missing) {
-    weir__set_err(err, errlen, "%s: %s plugin '%s' has no %s callback, which is mandatory; fix: set "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' has no %s callback, which is mandatory; fix: set "
            "weir_plugin_desc.%s", path, weir_plugin_kind_name(d->kind), d->name, missing,
            missing);
     rc = WEIR_E_ABI;
@@ -231,12 +259,12 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
       memcpy(&fn, (const char *)d->ops + ops[i].off, sizeof fn);
     if (!fn) {
       if (ops_size < ops[i].off + sizeof(void *))
-        weir__set_err(err, errlen, "%s: %s plugin '%s': %s.struct_size is %u, too small to hold the "
+        weir_set_err(err, errlen, "%s: %s plugin '%s': %s.struct_size is %u, too small to hold the "
                "mandatory callback %s; fix: set struct_size = sizeof(%s)", path,
                weir_plugin_kind_name(d->kind), d->name, ops_type, (unsigned)ops_size,
                ops[i].name, ops_type);
       else
-        weir__set_err(err, errlen, "%s: %s plugin '%s': mandatory callback %s.%s is NULL, expected "
+        weir_set_err(err, errlen, "%s: %s plugin '%s': mandatory callback %s.%s is NULL, expected "
                "a function; fix: implement %s", path, weir_plugin_kind_name(d->kind), d->name,
                ops_type, ops[i].name, ops[i].name);
       rc = WEIR_E_ABI;
@@ -245,10 +273,11 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
   }
   weir_plugin_score_fn score;
   *(void **)&score = dlsym(dl, WEIR_PLUGIN_SCORE_SYMBOL);
+  int s = 0;
   if (score) {
-    int s = score();
+    s = score();
     if (s < 0) {
-      weir__set_err(err, errlen, "%s: %s plugin '%s' cannot run on this machine (%s returned %d, "
+      weir_set_err(err, errlen, "%s: %s plugin '%s' cannot run on this machine (%s returned %d, "
              "expected >= 0); fix: use a build of it for this machine (e.g. without the CPU "
              "features it needs)", path, weir_plugin_kind_name(d->kind), d->name,
              WEIR_PLUGIN_SCORE_SYMBOL, s);
@@ -257,7 +286,8 @@ int weir_plugin_probe(const char *path, void **dl_out, const weir_plugin_desc **
     }
   }
   *dl_out = dl;
-  *desc_out = d;
+  *desc_out = copy;
+  if (score_out) *score_out = s;
   return WEIR_OK;
 close:
   dlclose(dl);
@@ -397,7 +427,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     strs = calloc((size_t)n, sizeof *strs);
     if (!vals || !strs) {
       rc = WEIR_E_NOMEM;
-      weir__set_err(err, errlen, "%s: out of memory", path);
+      weir_set_err(err, errlen, "%s: out of memory", path);
       goto fail;
     }
   }
@@ -409,7 +439,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     if (o->type == WEIR_OPT_STRING || o->def_string) {
       if (!(strs[i] = strdup(o->def_string ? o->def_string : ""))) {
         rc = WEIR_E_NOMEM;
-        weir__set_err(err, errlen, "%s: out of memory", path);
+        weir_set_err(err, errlen, "%s: out of memory", path);
         goto fail;
       }
       vals[i].s = strs[i];
@@ -428,7 +458,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       for (int i = 0; i < n && off < sizeof keys; i++)
         off += (size_t)snprintf(keys + off, sizeof keys - off, "%s%s", i ? ", " : "",
                                 d->options[i].key);
-      weir__set_err(err, errlen, "%s.%s: unknown option of %s plugin '%s' (%s); it declares %s%s; "
+      weir_set_err(err, errlen, "%s.%s: unknown option of %s plugin '%s' (%s); it declares %s%s; "
              "fix: remove the key or correct its spelling (weir plugins --help %s)",
              sec, v->key, weir_plugin_kind_name(d->kind), d->name, path,
              n ? "these options: " : "no options", n ? keys : "", d->name);
@@ -448,7 +478,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       if (o->min < o->max && ((double)v->i < o->min || (double)v->i > o->max)) {
         fmt_num(lo, sizeof lo, o->min, o->type);
         fmt_num(hi, sizeof hi, o->max, o->type);
-        weir__set_err(err, errlen, "%s.%s: %" PRId64 " is out of range [%s, %s] (option of %s "
+        weir_set_err(err, errlen, "%s.%s: %" PRId64 " is out of range [%s, %s] (option of %s "
                "plugin '%s')", sec, v->key, v->i, lo, hi, weir_plugin_kind_name(d->kind),
                d->name);
         rc = WEIR_E_RANGE;
@@ -465,7 +495,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       if (o->min < o->max && (x < o->min || x > o->max || x != x)) {
         fmt_num(lo, sizeof lo, o->min, o->type);
         fmt_num(hi, sizeof hi, o->max, o->type);
-        weir__set_err(err, errlen, "%s.%s: %g is out of range [%s, %s] (option of %s plugin '%s')",
+        weir_set_err(err, errlen, "%s.%s: %g is out of range [%s, %s] (option of %s plugin '%s')",
                sec, v->key, x, lo, hi, weir_plugin_kind_name(d->kind), d->name);
         rc = WEIR_E_RANGE;
         goto fail;
@@ -480,7 +510,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
         if (!strcmp(o->choices[c], v->s)) ok = 1;
       if (!ok) {
         choices_str(o->choices, range, sizeof range);
-        weir__set_err(err, errlen, "%s.%s: \"%s\" is not one of %s (option of %s plugin '%s')", sec,
+        weir_set_err(err, errlen, "%s.%s: \"%s\" is not one of %s (option of %s plugin '%s')", sec,
                v->key, v->s, range, weir_plugin_kind_name(d->kind), d->name);
         rc = WEIR_E_INVAL;
         goto fail;
@@ -488,7 +518,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       char *s = strdup(v->s);
       if (!s) {
         rc = WEIR_E_NOMEM;
-        weir__set_err(err, errlen, "%s: out of memory", path);
+        weir_set_err(err, errlen, "%s: out of memory", path);
         goto fail;
       }
       free(strs[idx]);
@@ -497,7 +527,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
       break;
     }
     default:
-      weir__set_err(err, errlen, "%s: option '%s' of plugin '%s' declares unknown type %d; %s", path,
+      weir_set_err(err, errlen, "%s: option '%s' of plugin '%s' declares unknown type %d; %s", path,
              o->key, d->name, (int)o->type, k_rebuild);
       rc = WEIR_E_ABI;
       goto fail;
@@ -505,7 +535,7 @@ static int resolve_options(const weir_plugin_desc *d, const char *path, const ch
     r->is_set = 1;
     continue;
   wrong_type:
-    weir__set_err(err, errlen, "%s.%s: expected %s, found %s (option of %s plugin '%s')", sec, v->key,
+    weir_set_err(err, errlen, "%s.%s: expected %s, found %s (option of %s plugin '%s')", sec, v->key,
            o->type == WEIR_OPT_BOOL    ? "true or false"
            : o->type == WEIR_OPT_INT   ? "an integer"
            : o->type == WEIR_OPT_FLOAT ? "a number"
@@ -531,50 +561,158 @@ static int is_file(const char *p) {
   return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* A build variant of `base` ("weir_quant_int8"): base.so itself, or base.<variant>.so with a
+ * variant of [a-z0-9_]+. */
+static int is_variant_of(const char *file, const char *base) {
+  size_t bl = strlen(base), fl = strlen(file);
+  if (strncmp(file, base, bl) != 0) return 0;
+  if (!strcmp(file + bl, ".so")) return 1;
+  if (file[bl] != '.' || fl < bl + 5 || strcmp(file + fl - 3, ".so") != 0) return 0;
+  for (size_t i = bl + 1; i < fl - 3; i++)
+    if (!((file[i] >= 'a' && file[i] <= 'z') || (file[i] >= '0' && file[i] <= '9') ||
+          file[i] == '_'))
+      return 0;
+  return 1;
+}
+
+typedef struct candidate {
+  char *path;
+  char *file; /* points into path */
+  char real[PATH_MAX];
+} candidate;
+
+static int cmp_candidate(const void *a, const void *b) {
+  const candidate *x = a, *y = b;
+  size_t lx = strlen(x->file), ly = strlen(y->file);
+  /* The plain file (the shortest name) first, then by name. */
+  if (lx != ly && (lx < ly ? !strncmp(x->file, y->file, lx - 3) : !strncmp(y->file, x->file, ly - 3)))
+    return lx < ly ? -1 : 1;
+  return strcmp(x->file, y->file);
+}
+
+/* Every variant of `base` in the search path. The same file name in two directories (not the
+ * same file) is an error; otherwise *out gets the candidates, sorted. */
+static int find_candidates(const weir_plugin_request *req, const char *base, candidate **out,
+                           int *count, char *err, size_t errlen) {
+  candidate *c = NULL;
+  int n = 0, rc = WEIR_OK;
+  for (int i = 0; req->dirs && i < req->dirs->num && rc == WEIR_OK; i++) {
+    DIR *dir = opendir(req->dirs->dirs[i]);
+    if (!dir) continue;
+    struct dirent *e;
+    while (rc == WEIR_OK && (e = readdir(dir))) {
+      if (!is_variant_of(e->d_name, base)) continue;
+      char path[PATH_MAX];
+      snprintf(path, sizeof path, "%s/%s", req->dirs->dirs[i], e->d_name);
+      if (!is_file(path)) continue;
+      char real[PATH_MAX];
+      if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+      int dup = -1;
+      for (int k = 0; k < n; k++)
+        if (!strcmp(c[k].file, e->d_name)) dup = k;
+      if (dup >= 0) {
+        if (strcmp(c[dup].real, real) != 0) {
+          weir_set_err(err, errlen, "%s plugin '%s' is provided twice: %s and %s (both named %s "
+                        "in the search path); expected exactly one; fix: remove one of them, or "
+                        "choose one with %s.path", weir_plugin_kind_name(req->kind), req->name,
+                        c[dup].path, path, e->d_name,
+                        req->section ? req->section : weir_plugin_kind_name(req->kind));
+          rc = WEIR_E_EXISTS;
+        }
+        continue;
+      }
+      candidate *nc = realloc(c, sizeof *c * (size_t)(n + 1));
+      if (!nc || !(nc[n].path = strdup(path))) {
+        c = nc ? nc : c;
+        weir_set_err(err, errlen, "out of memory");
+        rc = WEIR_E_NOMEM;
+        break;
+      }
+      c = nc;
+      c[n].file = strrchr(c[n].path, '/') + 1;
+      snprintf(c[n].real, sizeof c[n].real, "%s", real);
+      n++;
+    }
+    closedir(dir);
+  }
+  if (rc != WEIR_OK) {
+    for (int k = 0; k < n; k++) free(c[k].path);
+    free(c);
+    return rc;
+  }
+  if (n > 1) qsort(c, (size_t)n, sizeof *c, cmp_candidate);
+  *out = c;
+  *count = n;
+  return WEIR_OK;
+}
+
+/* Among several variants, the one with the highest weir_plugin_score that passes every check
+ * (the first of equals: the plain file, then by name). */
+static int pick_variant(const weir_plugin_request *req, candidate *c, int n, char **out,
+                        char *err, size_t errlen) {
+  int best = -1, best_score = 0, rc = WEIR_OK;
+  char first_err[1024] = "";
+  for (int k = 0; k < n; k++) {
+    void *dl = NULL;
+    weir_plugin_desc d;
+    int score = 0;
+    char why[1024];
+    int prc = weir_plugin_probe(c[k].path, &dl, &d, &score, why, sizeof why);
+    if (prc != WEIR_OK) {
+      weir_log(WEIR_LOG_DEBUG, "loader", "variant %s not used: %s", c[k].path, why);
+      if (!first_err[0]) {
+        snprintf(first_err, sizeof first_err, "%s", why);
+        rc = prc;
+      }
+      continue;
+    }
+    dlclose(dl);
+    if (best < 0 || score > best_score) {
+      best = k;
+      best_score = score;
+    }
+  }
+  if (best < 0) {
+    weir_set_err(err, errlen, "no variant of %s plugin '%s' can be used here (%d found); the "
+                  "first: %s", weir_plugin_kind_name(req->kind), req->name, n, first_err);
+    return rc;
+  }
+  *out = c[best].path;
+  c[best].path = NULL;
+  return WEIR_OK;
+}
+
 static int find_file(const weir_plugin_request *req, char **out, char *err, size_t errlen) {
   const char *kind = weir_plugin_kind_name(req->kind);
   char names[2][256];
   int num_names = 0;
   /* A device plugin's name already is the device: no _<device> variant for it. */
   if (req->device_name && *req->device_name && req->kind != WEIR_PLUGIN_DEVICE)
-    snprintf(names[num_names++], sizeof names[0], "weir_%s_%s_%s.so", kind, req->name,
+    snprintf(names[num_names++], sizeof names[0], "weir_%s_%s_%s", kind, req->name,
              req->device_name);
-  snprintf(names[num_names++], sizeof names[0], "weir_%s_%s.so", kind, req->name);
+  snprintf(names[num_names++], sizeof names[0], "weir_%s_%s", kind, req->name);
   for (int k = 0; k < num_names; k++) {
-    char *first = NULL;
-    char first_real[PATH_MAX];
-    for (int i = 0; req->dirs && i < req->dirs->num; i++) {
-      char path[PATH_MAX];
-      snprintf(path, sizeof path, "%s/%s", req->dirs->dirs[i], names[k]);
-      if (!is_file(path)) continue;
-      char real[PATH_MAX];
-      if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
-      if (!first) {
-        if (!(first = strdup(path))) {
-          weir__set_err(err, errlen, "out of memory");
-          return WEIR_E_NOMEM;
-        }
-        snprintf(first_real, sizeof first_real, "%s", real);
-      } else if (strcmp(real, first_real) != 0) {
-        weir__set_err(err, errlen, "%s plugin '%s' is provided twice: %s and %s (both named %s in "
-               "the search path); expected exactly one; fix: remove one of them, or choose "
-               "one with %s.path", kind, req->name, first, path, names[k],
-               req->section ? req->section : kind);
-        free(first);
-        return WEIR_E_EXISTS;
-      }
+    candidate *c = NULL;
+    int n = 0;
+    int rc = find_candidates(req, names[k], &c, &n, err, errlen);
+    if (rc != WEIR_OK) return rc;
+    if (n == 1) { /* the usual case: its own checks, with their own messages, at load */
+      *out = c[0].path;
+      c[0].path = NULL;
+    } else if (n > 1) {
+      rc = pick_variant(req, c, n, out, err, errlen);
     }
-    if (first) {
-      *out = first;
-      return WEIR_OK;
-    }
+    for (int i = 0; i < n; i++) free(c[i].path);
+    free(c);
+    if (n > 0) return rc;
   }
   char dirs[1024];
   dirs_str(req->dirs, dirs, sizeof dirs);
-  weir__set_err(err, errlen, "no %s plugin '%s': looked for %s%s%s in %s; fix: check the name "
-         "(`weir plugins` lists what is installed), or add its directory with plugins.dirs, "
-         "--plugin-dir or WEIR_PLUGIN_PATH", kind, req->name, names[0],
-         num_names > 1 ? " and " : "", num_names > 1 ? names[1] : "", dirs);
+  weir_set_err(err, errlen, "no %s plugin '%s': looked for %s.so%s%s%s in %s; fix: check the "
+         "name (`weir plugins` lists what is installed), or add its directory with "
+         "plugins.dirs, --plugin-dir or WEIR_PLUGIN_PATH", kind, req->name, names[0],
+         num_names > 1 ? " and " : "", num_names > 1 ? names[1] : "", num_names > 1 ? ".so" : "",
+         dirs);
   return WEIR_E_NOTFOUND;
 }
 
@@ -590,7 +728,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   *out = NULL;
   if (req->path && *req->path) {
     if (!(path = strdup(req->path))) {
-      weir__set_err(err, errlen, "out of memory");
+      weir_set_err(err, errlen, "out of memory");
       return WEIR_E_NOMEM;
     }
   } else if ((rc = find_file(req, &path, err, errlen)) != WEIR_OK) {
@@ -598,16 +736,17 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   }
   if (!(p = calloc(1, sizeof *p))) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     goto free_path;
   }
   p->path = path;
   path = NULL;
-  rc = weir_plugin_probe(p->path, &p->dl, &p->desc, err, errlen);
+  rc = weir_plugin_probe(p->path, &p->dl, &p->desc_copy, &p->score, err, errlen);
   if (rc != WEIR_OK) goto free_plugin;
+  p->desc = &p->desc_copy;
   const weir_plugin_desc *d = p->desc;
   if (d->kind != req->kind) {
-    weir__set_err(err, errlen, "%s: declares a %s plugin ('%s'), expected a %s plugin for %s; fix: "
+    weir_set_err(err, errlen, "%s: declares a %s plugin ('%s'), expected a %s plugin for %s; fix: "
            "select it in [%s] instead, or point %s.path at a %s plugin", p->path,
            weir_plugin_kind_name(d->kind), d->name, kind, sec,
            weir_plugin_kind_name(d->kind), sec, kind);
@@ -615,7 +754,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
     goto close;
   }
   if (!(req->path && *req->path) && req->name && strcmp(d->name, req->name) != 0) {
-    weir__set_err(err, errlen, "%s: declares the name '%s', expected '%s' (its file name); fix: "
+    weir_set_err(err, errlen, "%s: declares the name '%s', expected '%s' (its file name); fix: "
            "rename the file weir_%s_%s.so or the plugin", p->path, d->name, req->name, kind,
            d->name);
     rc = WEIR_E_INVAL;
@@ -624,7 +763,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   /* An option named like one of the core's keys of its table could never be set. */
   for (int i = 0; d->options && i < d->num_options; i++) {
     if (d->options[i].key && is_core_key(kind, d->options[i].key)) {
-      weir__set_err(err, errlen, "%s: %s plugin '%s' declares an option '%s', which is a key weir "
+      weir_set_err(err, errlen, "%s: %s plugin '%s' declares an option '%s', which is a key weir "
              "itself reads in [%s]; expected option keys other than the core's; fix: rename "
              "the option", p->path, kind, d->name, d->options[i].key, kind);
       rc = WEIR_E_ABI;
@@ -635,7 +774,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (dev && !(d->devices & dev)) {
     char have[64];
     weir_plugin_devices_str(d->devices, have, sizeof have);
-    weir__set_err(err, errlen, "%s: %s plugin '%s' runs on %s, expected %s (device.name = \"%s\"); "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' runs on %s, expected %s (device.name = \"%s\"); "
            "fix: choose a %s plugin built for %s, or set device.name to a device it supports",
            p->path, kind, d->name, have, req->device_name, req->device_name, kind,
            req->device_name);
@@ -645,7 +784,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   if (req->check_dtype && !(d->dtypes & WEIR_DTYPE_BIT(req->dtype))) {
     char have[256];
     weir_plugin_dtypes_str(d->dtypes, have, sizeof have);
-    weir__set_err(err, errlen, "%s: %s plugin '%s' supports KV dtypes %s, expected %s (%s.kv_dtype); "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' supports KV dtypes %s, expected %s (%s.kv_dtype); "
            "fix: set %s.kv_dtype to one of %s, or choose another backend", p->path, kind,
            d->name, have, dtype_label(req->dtype), sec, sec, have);
     rc = WEIR_E_NOTSUP;
@@ -654,7 +793,12 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   rc = resolve_options(d, p->path, req->section, req->table, &p->options, &p->option_strings,
                        err, errlen);
   if (rc != WEIR_OK) goto close;
-  p->ops = d->ops;
+  if (!(p->ops_copy = copy_ops(d->kind, d->ops))) {
+    rc = WEIR_E_NOMEM;
+    weir_set_err(err, errlen, "%s: out of memory", p->path);
+    goto close;
+  }
+  p->ops = p->ops_copy;
   if (req->no_init) {
     *out = p;
     return WEIR_OK;
@@ -663,7 +807,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
                                      req->pool);
   if (!p->host) {
     rc = WEIR_E_NOMEM;
-    weir__set_err(err, errlen, "%s: out of memory", p->path);
+    weir_set_err(err, errlen, "%s: out of memory", p->path);
     goto close;
   }
   weir_plugin_args args = {.struct_size = sizeof args,
@@ -673,7 +817,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   void *self = NULL;
   rc = d->init(&p->host->host, &args, &self);
   if (rc != WEIR_OK) {
-    weir__set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
+    weir_set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
            "expected 0; fix: see the plugin's own log line above for the cause", p->path,
            kind, d->name, rc, weir_strerror(rc));
     rc = WEIR_E_PLUGIN;
@@ -711,6 +855,7 @@ void weir_plugin_unload(weir_plugin *p) {
   for (int i = 0; p->option_strings && i < p->desc->num_options; i++) free(p->option_strings[i]);
   free(p->option_strings);
   free(p->options);
+  free(p->ops_copy);
   if (p->dl) dlclose(p->dl);
   free(p->path);
   free(p);
@@ -731,11 +876,11 @@ static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_s
   memset(&s, 0, sizeof s);
   memset(out, 0, sizeof *out);
   if ((rc = weir_plugin_dirs_get(cfg, &dirs)) != WEIR_OK) {
-    weir__set_err(err, errlen, "out of memory");
+    weir_set_err(err, errlen, "out of memory");
     return rc;
   }
   if ((rc = weir_threadpool_create(cfg->threads, &s.pool)) != WEIR_OK) {
-    weir__set_err(err, errlen, "cannot start the CPU thread pool (device.threads = %d): %s",
+    weir_set_err(err, errlen, "cannot start the CPU thread pool (device.threads = %d): %s",
            cfg->threads, weir_strerror(rc));
     goto free_dirs;
   }
@@ -773,10 +918,11 @@ static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_s
     };
     rc = weir_plugin_load(&req, order[i].slot, err, errlen);
     if (rc != WEIR_OK) goto unload;
-    weir_log(WEIR_LOG_DEBUG, "loader", "loaded %s plugin '%s' %s from %s",
-             order[i].section, (*order[i].slot)->desc->name,
-             (*order[i].slot)->desc->version ? (*order[i].slot)->desc->version : "",
-             (*order[i].slot)->path);
+    const weir_plugin *lp = *order[i].slot;
+    weir_log(WEIR_LOG_DEBUG, "loader", "loaded %s plugin '%s' %s%s%s from %s (score %d)",
+             order[i].section, lp->desc->name, lp->desc->version ? lp->desc->version : "",
+             lp->desc->variant ? ", variant " : "", lp->desc->variant ? lp->desc->variant : "",
+             lp->path, lp->score);
   }
   *out = s;
   weir_plugin_dirs_free(&dirs);
@@ -863,12 +1009,16 @@ int weir_plugin_scan(const weir_plugin_dirs *dirs, weir_plugin_found **out, int 
       n++;
       snprintf(f->path, len, "%s/%s", dirs->dirs[i], names[k]);
       char err[1024];
-      if (weir_plugin_probe(f->path, &f->dl, &f->desc, err, sizeof err) != WEIR_OK) {
+      weir_plugin_desc copy;
+      if (weir_plugin_probe(f->path, &f->dl, &copy, &f->score, err, sizeof err) != WEIR_OK) {
         f->desc = NULL;
         f->dl = NULL;
         f->error = strdup(err);
         if (!f->error) rc = WEIR_E_NOMEM;
+      } else if (!(f->desc = malloc(sizeof copy))) {
+        rc = WEIR_E_NOMEM;
       } else {
+        *f->desc = copy;
         /* The file name promises a kind; a descriptor that says otherwise cannot be
          * selected by name. */
         const char *kname = weir_plugin_kind_name(f->desc->kind);
@@ -917,6 +1067,7 @@ int weir_plugin_scan(const weir_plugin_dirs *dirs, weir_plugin_found **out, int 
 void weir_plugin_scan_free(weir_plugin_found *f, int count) {
   for (int i = 0; f && i < count; i++) {
     if (f[i].dl) dlclose(f[i].dl);
+    free(f[i].desc);
     free(f[i].path);
     free(f[i].error);
   }

@@ -1,7 +1,9 @@
 /* The plugin loader: finds, checks, configures and initialises plugins (docs/plugin-guide.md).
  *
  * Files are named weir_<kind>_<name>.so or, device-specific, weir_<kind>_<name>_<device>.so;
- * the device-specific file is preferred when present. Directories are searched in this
+ * the device-specific file is preferred when present. Either may come in build variants,
+ * weir_<kind>_<name>[_<device>].<variant>.so: the loader probes every variant found and loads
+ * the one with the highest weir_plugin_score (the plain file on a tie). Directories are searched in this
  * order: the config's plugins.dirs (plus --plugin-dir), WEIR_PLUGIN_PATH (a ':'-list), then
  * <directory of the weir binary>/WEIR_PLUGIN_REL_DIR (../lib/weir/plugins), which holds the
  * shipped plugins in both the build tree and an installed tree. The same file name found in
@@ -33,11 +35,17 @@ struct weir_toml_node;
 struct weir__plugin_host;
 
 typedef struct weir_plugin {
+  /* The descriptor and the kind's vtable as the host reads them: copies at the host's sizes,
+   * the fields an older plugin's struct_size does not cover being 0 / NULL (their
+   * struct_size fields keep the plugin's value). */
   const weir_plugin_desc *desc;
-  const void *ops;      /* desc->ops, cast to the kind's vtable */
+  const void *ops;      /* cast to the kind's vtable */
   void *self;           /* the instance from init */
   char *path;           /* the file it came from (owned) */
+  int score;            /* its weir_plugin_score (0 without one) */
   /* Private to the loader. */
+  weir_plugin_desc desc_copy;
+  void *ops_copy;
   void *dl;
   struct weir__plugin_host *host;
   weir_option_value *options; /* desc->num_options resolved values */
@@ -116,16 +124,19 @@ void weir_plugin_memory(const weir_plugin *p, int64_t *host_bytes, int64_t *devi
 typedef struct weir_plugin_found {
   char *path;
   void *dl;
-  const weir_plugin_desc *desc; /* valid while dl is open */
-  char *error;                  /* NULL when usable */
+  weir_plugin_desc *desc; /* host-sized copy (its pointers valid while dl is open), or NULL */
+  int score;              /* its weir_plugin_score (0 without one) */
+  char *error;            /* NULL when usable */
 } weir_plugin_found;
 int weir_plugin_scan(const weir_plugin_dirs *dirs, weir_plugin_found **out, int *count);
 void weir_plugin_scan_free(weir_plugin_found *f, int count);
 
-/* Opens and checks one file as weir_plugin_scan does (no init); *dl and *desc are set on
- * success; on failure err holds the reason. Close with dlclose. */
-int weir_plugin_probe(const char *path, void **dl, const weir_plugin_desc **desc, char *err,
-                      size_t errlen);
+/* Opens and checks one file as weir_plugin_scan does (no init); on success *dl is the open
+ * handle (close it with dlclose), *desc a host-sized copy of the descriptor (fields past
+ * the plugin's struct_size are 0; its pointers are valid while dl is open) and *score (may be
+ * NULL) the file's weir_plugin_score, 0 without one. On failure err holds the reason. */
+int weir_plugin_probe(const char *path, void **dl, weir_plugin_desc *desc, int *score,
+                      char *err, size_t errlen);
 
 /* Formats desc->devices ("cpu, cuda") and desc->dtypes ("f16, bf16"; "-" when none). */
 void weir_plugin_devices_str(uint32_t devices, char *buf, size_t len);

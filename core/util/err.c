@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-void weir__set_err(char *err, size_t errlen, const char *fmt, ...) {
+void weir_set_err(char *err, size_t errlen, const char *fmt, ...) {
   if (!err || errlen == 0) return;
   va_list ap;
   va_start(ap, fmt);

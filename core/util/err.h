@@ -7,7 +7,7 @@
 
 /* Formats into err (truncating to errlen); does nothing when err is NULL or errlen is 0.
  * Thread-safe. */
-void weir__set_err(char *err, size_t errlen, const char *fmt, ...)
+void weir_set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -1,10 +1,13 @@
 #include "util/log.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "util/utf8.h"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static weir_log_level g_min = WEIR_LOG_INFO;
@@ -57,17 +60,45 @@ static void put_json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-void weir_logv(weir_log_level level, const char *component, const char *fmt, va_list ap) {
-  if (level < g_min) return;
-  char msg[4096];
-  vsnprintf(msg, sizeof msg, fmt, ap);
+static void timestamp(char *ts, size_t cap) {
   struct timeval tv;
   gettimeofday(&tv, NULL);
   struct tm tm;
   gmtime_r(&tv.tv_sec, &tm);
+  snprintf(ts, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
+}
+
+/* Log lines are UTF-8: bytes from outside (file names, URLs) that are not, and a character
+ * the message buffer cut in half, become U+FFFD. Returns s itself or *owned. */
+static const char *utf8_line(const char *s, char **owned) {
+  *owned = NULL;
+  size_t n = strlen(s), i = 0;
+  const unsigned char *p = (const unsigned char *)s;
+  while (i < n) {
+    int k = p[i] < 0x80 ? 1 : weir_utf8_scan(p + i, n - i);
+    if (k <= 0) break;
+    i += (size_t)k;
+  }
+  if (i == n) return s;
+  size_t len = 0, cap = 0;
+  if (weir_utf8_sanitize(p, n, 1, owned, &len, &cap, NULL) != 0) {
+    free(*owned);
+    *owned = NULL;
+    return "(unprintable message)";
+  }
+  (*owned)[len] = '\0';
+  return *owned;
+}
+
+void weir_logv(weir_log_level level, const char *component, const char *fmt, va_list ap) {
+  if (level < g_min) return;
+  char raw[4096];
+  vsnprintf(raw, sizeof raw, fmt, ap);
+  char *owned = NULL;
+  const char *msg = utf8_line(raw, &owned);
   char ts[64];
-  snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
+  timestamp(ts, sizeof ts);
   pthread_mutex_lock(&g_lock);
   FILE *f = g_out ? g_out : stderr;
   if (g_format == WEIR_LOG_JSON) {
@@ -81,6 +112,7 @@ void weir_logv(weir_log_level level, const char *component, const char *fmt, va_
   }
   fflush(f);
   pthread_mutex_unlock(&g_lock);
+  free(owned);
 }
 
 void weir_log(weir_log_level level, const char *component, const char *fmt, ...) {
@@ -91,10 +123,16 @@ void weir_log(weir_log_level level, const char *component, const char *fmt, ...)
 }
 
 void weir_log_record(const char *json) {
+  char *owned = NULL;
+  const char *rec = utf8_line(json, &owned);
+  char ts[64];
+  timestamp(ts, sizeof ts);
   pthread_mutex_lock(&g_lock);
   FILE *f = g_out ? g_out : stderr;
-  fputs(json, f);
-  fputc('\n', f);
+  /* Every record starts with its time: {"ts":"...", then the record's own fields. */
+  if (rec[0] == '{') fprintf(f, "{\"ts\":\"%s\"%s%s\n", ts, rec[1] == '}' ? "" : ",", rec + 1);
+  else fprintf(f, "%s\n", rec);
+  free(owned);
   fflush(f);
   pthread_mutex_unlock(&g_lock);
 }

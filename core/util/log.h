@@ -26,7 +26,8 @@ void weir_log(weir_log_level level, const char *component, const char *fmt, ...)
 void weir_logv(weir_log_level level, const char *component, const char *fmt, va_list ap);
 
 /* Writes `json` (one complete JSON object, no newline) as its own line, whatever the format:
- * per-request records are always JSON. */
+ * per-request records are always JSON. A "ts" field (UTC, ISO 8601 with milliseconds) is
+ * put first. Every line the logger writes is valid UTF-8 (invalid bytes become U+FFFD). */
 void weir_log_record(const char *json);
 
 #endif

@@ -2,6 +2,9 @@
 #include "cpu_isa.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,14 +12,21 @@
  * the same value on first use. */
 static _Atomic int g_isa = -1;
 
+#if WEIR_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): older clang has no "f16c" for __builtin_cpu_supports. */
+static int has_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 int weir_cpu_isa_supported(weir_cpu_isa_level level) {
   switch (level) {
   case WEIR_CPU_ISA_SCALAR: return 1;
 #if WEIR_X86
   case WEIR_CPU_ISA_AVX2:
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
   case WEIR_CPU_ISA_AVX512:
     __builtin_cpu_init();
     return weir_cpu_isa_supported(WEIR_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&

@@ -121,12 +121,27 @@ __global__ void penalty_kernel(float *logits, int32_t vocab,
   const weir_cuda_sample_params &p = params[e.row];
   float *x = logits + (size_t)e.row * vocab + e.token;
   float v = *x;
+  if (e.flags & WEIR_CUDA_PEN_BIAS) v = __fadd_rn(v, e.bias);
   if (e.flags & WEIR_CUDA_PEN_SUPPRESS) v = -INFINITY;
   if (e.flags & WEIR_CUDA_PEN_REPEAT)
     v = v > 0.0f ? __fdiv_rn(v, p.repetition_penalty) : __fmul_rn(v, p.repetition_penalty);
   if (e.count > 0) // explicit roundings: no fused multiply-add, as on the host
     v = __fsub_rn(v, __fadd_rn(p.presence_penalty, __fmul_rn(p.frequency_penalty, (float)e.count)));
   *x = v;
+}
+
+// A clear bit in the row's mask makes the logit -inf. Applied after the penalties, which is
+// the CPU's order in effect: a bias, a penalty or a suppression of a masked token ends at -inf
+// either way.
+__global__ void mask_kernel(float *logits, int32_t vocab,
+                            const weir_cuda_sample_params *__restrict__ params,
+                            const uint32_t *__restrict__ masks) {
+  const int32_t r = blockIdx.y;
+  const int32_t m = params[r].mask_row;
+  if (m < 0) return;
+  const uint32_t *mask = masks + (size_t)m * (size_t)((vocab + 31) / 32);
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x)
+    if (!((mask[i >> 5] >> (i & 31)) & 1u)) logits[(size_t)r * vocab + i] = -INFINITY;
 }
 
 // Sort keys: the scaled logit, -inf for tokens that can never be drawn (-inf and NaN).
@@ -227,7 +242,7 @@ __global__ void __launch_bounds__(kThreads)
       Cand best = {0.0f, -1};
       for (int i = threadIdx.x; i < vocab; i += kThreads) {
         const Cand c = {x[i], i};
-        if (x[i] != x[i]) continue;
+        if (!(x[i] > -INFINITY)) continue; // never produced: -inf (suppressed, masked), NaN
         if (prev.id >= 0 && !before(prev, c)) continue; // already listed
         if (before(c, best)) best = c;
       }
@@ -393,6 +408,17 @@ extern "C" cudaError_t weir_cuda_sample_penalties(cudaStream_t stream, float *lo
   if (num_pen <= 0) return cudaSuccess;
   WEIR_LAUNCH(penalty_kernel, (num_pen + 255) / 256, 256, 0, stream)(logits, vocab, params, pen,
                                                                      num_pen);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_sample_mask(cudaStream_t stream, float *logits,
+                                             int32_t num_rows, int32_t vocab,
+                                             const weir_cuda_sample_params *params,
+                                             const uint32_t *masks) {
+  if (num_rows <= 0 || !masks) return cudaSuccess;
+  const unsigned gx = (unsigned)((vocab + 255) / 256 < 64 ? (vocab + 255) / 256 : 64);
+  WEIR_LAUNCH(mask_kernel, dim3(gx, (unsigned)num_rows), 256, 0, stream)(logits, vocab, params,
+                                                                         masks);
   return cudaGetLastError();
 }
 

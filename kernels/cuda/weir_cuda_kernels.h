@@ -165,9 +165,11 @@ cudaError_t weir_cuda_embed_q4(cudaStream_t stream, const void *nib, const void 
 
 #define WEIR_CUDA_PEN_SUPPRESS 1
 #define WEIR_CUDA_PEN_REPEAT 2
+#define WEIR_CUDA_PEN_BIAS 4 /* add `bias` first (logit_bias) */
 
 typedef struct weir_cuda_penalty {
   int32_t row, token, flags, count; /* count: occurrences in the output (0: none applied) */
+  float bias;                       /* the summed logit bias of the token (PEN_BIAS) */
 } weir_cuda_penalty;
 
 typedef struct weir_cuda_sample_params {
@@ -178,6 +180,7 @@ typedef struct weir_cuda_sample_params {
   int32_t num_logprobs; /* -1, 0, 1..20 */
   int32_t greedy;
   int32_t sorted;    /* candidates come sorted (top-k or top-p active) */
+  int32_t mask_row;  /* the row's allowed-token mask in the masks array, or -1 for none */
   double u;          /* the row's uniform draw in [0, 1) */
 } weir_cuda_sample_params;
 
@@ -194,6 +197,12 @@ typedef struct weir_cuda_sample_result {
 cudaError_t weir_cuda_sample_penalties(cudaStream_t stream, float *logits, int32_t vocab,
                                        const weir_cuda_sample_params *params,
                                        const weir_cuda_penalty *pen, int32_t num_pen);
+/* Sets to -inf every logit of a row whose bit is clear in its allowed-token mask: masks is
+ * device uint32 [number of masked rows][ceil(vocab / 32)], row r's mask at params[r].mask_row
+ * (rows with mask_row < 0 are left alone). */
+cudaError_t weir_cuda_sample_mask(cudaStream_t stream, float *logits, int32_t num_rows,
+                                  int32_t vocab, const weir_cuda_sample_params *params,
+                                  const uint32_t *masks);
 /* Device workspace the sort needs for num_rows x vocab (keys, ids, CUB's temporary storage). */
 size_t weir_cuda_sample_workspace_bytes(int32_t num_rows, int32_t vocab);
 /* Sorts each row whose params.sorted is set (scaled logits, descending, ties to the lower id)

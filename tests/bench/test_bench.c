@@ -518,9 +518,28 @@ static void test_ab_report_and_svg(void) {
   if (access("/usr/bin/python3", X_OK) == 0) WT_ASSERT_INT_EQ(wt_run(cmd, &pyout, 20000), 0);
   free(pyout);
   free(text);
-  /* Both sides got the same prompts in the same order in every round. */
+  /* Both sides got the same prompts in the same order in every round, and no round replayed
+   * another's: each round has its own seed, reported. */
   char *la = wt_read_file(a.log, NULL), *lb = wt_read_file(b.log, NULL);
   CU_ASSERT(la && lb && strlen(la) > 0 && !strcmp(la, lb));
+  double seeds[4];
+  for (int k = 0; k < 4; k++) {
+    char key[64];
+    snprintf(key, sizeof key, "targets.0.rounds.%d.seed", k);
+    seeds[k] = num(r, key);
+    snprintf(key, sizeof key, "targets.1.rounds.%d.seed", k);
+    CU_ASSERT_EQUAL(num(r, key), seeds[k]);
+    for (int j = 0; j < k; j++) CU_ASSERT(seeds[j] != seeds[k]);
+  }
+  WT_ASSERT_STR_CONTAINS(out, "4 rounds, each with its own workload seed, the same for A and B");
+  if (la) {
+    /* 3 requests per round: the log's rounds hold different prompts. */
+    char *lines[12];
+    int nl = 0;
+    for (char *line = strtok(la, "\n"); line && nl < 12; line = strtok(NULL, "\n")) lines[nl++] = line;
+    WT_ASSERT_INT_EQ(nl, 12);
+    for (int k = 1; k < 4 && nl == 12; k++) CU_ASSERT(strcmp(lines[0], lines[3 * k]) != 0);
+  }
   free(la);
   free(lb);
   cJSON_Delete(r);
@@ -676,6 +695,98 @@ static void test_workload_tokens_and_prefixes(void) {
   free(a2);
 }
 
+/* --input-len counts the target's tokens: against a server whose tokenizer makes 2.5 tokens of
+ * a word, prompts get 2.5 times fewer words, and the server counts what was asked. Without
+ * /tokenize the report says it assumed one token per word. */
+static void test_input_len_in_target_tokens(void) {
+  tserver s;
+  if (ts_start(&s, "--ttft-ms", "2", "--gap-ms", "1", "--tokens-per-word", "2.5", NULL))
+    { CU_FAIL("no server"); return; }
+  char *u = url_of(&s);
+  char *out = NULL;
+  cJSON *r = bench(NULL, &out, "--url", u, "--num-requests", "6", "--concurrency", "2",
+                   "--input-len", "200", "--output-len", "2", NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+  CU_ASSERT_DOUBLE_EQUAL(num(r, "targets.0.prompt_calibration.tokens_per_word"), 2.5, 0.01);
+  /* The server's own count of each prompt: 200 tokens, within a word's rounding. */
+  CU_ASSERT_DOUBLE_EQUAL(num(r, "targets.0.summary.tokens.prompt_measured.min"), 200, 3);
+  CU_ASSERT_DOUBLE_EQUAL(num(r, "targets.0.summary.tokens.prompt_measured.max"), 200, 3);
+  WT_ASSERT_INT_EQ(num(r, "targets.0.summary.tokens.prompt_measured.count"), 6);
+  WT_ASSERT_STR_CONTAINS(out, "prompt length: aimed at 200 tokens; 2.500 tokens per word");
+  WT_ASSERT_STR_CONTAINS(out, "the server counted min 20");
+  /* The words actually sent: 200 / 2.5 = 80 each. */
+  char *log = wt_read_file(s.log, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+  char *nl = strchr(log, '\n');
+  if (nl) *nl = 0;
+  cJSON *first = cJSON_Parse(log);
+  const char *prompt = cJSON_GetObjectItem(first, "prompt")->valuestring;
+  int words = 1;
+  for (const char *q = prompt; *q; q++) words += *q == ' ';
+  WT_ASSERT_INT_EQ(words, 80);
+  cJSON_Delete(first);
+  free(log);
+  cJSON_Delete(r);
+  free(out);
+  free(u);
+  ts_stop(&s);
+  if (ts_start(&s, "--ttft-ms", "2", "--gap-ms", "1", NULL)) { CU_FAIL("no server"); return; }
+  u = url_of(&s);
+  r = bench(NULL, &out, "--url", u, "--num-requests", "2", "--input-len", "30",
+            "--output-len", "2", NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+  CU_ASSERT(cJSON_IsNull(path(r, "targets.0.prompt_calibration.tokens_per_word")));
+  WT_ASSERT_STR_CONTAINS(path(r, "targets.0.prompt_calibration.note")->valuestring,
+                         "no /tokenize (HTTP 404); prompts assume 1 token per word");
+  cJSON_Delete(r);
+  free(out);
+  free(u);
+  ts_stop(&s);
+}
+
+/* Every failed request keeps its error body in --requests-out, and the report lists the
+ * distinct errors with their counts. */
+static void test_error_bodies(void) {
+  tserver s;
+  if (ts_start(&s, "--ttft-ms", "2", "--gap-ms", "1", "--fault", "500", "--fault-every", "3", NULL))
+    { CU_FAIL("no server"); return; }
+  char *u = url_of(&s), *reqs = wt_strf("%s/reqs.jsonl", g_dir);
+  char *out = NULL;
+  cJSON *r = bench(NULL, &out, "--url", u, "--num-requests", "9", "--concurrency", "1",
+                   "--output-len", "2", "--requests-out", reqs, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+  WT_ASSERT_INT_EQ(num(r, "targets.0.summary.requests.failed"), 3);
+  WT_ASSERT_INT_EQ(num(r, "targets.0.summary.distinct_errors.0.count"), 3);
+  WT_ASSERT_STR_CONTAINS(path(r, "targets.0.summary.distinct_errors.0.message")->valuestring,
+                         "injected failure");
+  WT_ASSERT_STR_CONTAINS(out, "failed requests, first distinct errors:");
+  WT_ASSERT_STR_CONTAINS(out, "3 x HTTP 500: {\"error\":{\"message\":\"injected failure\"");
+  char *text = wt_read_file(reqs, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  int failed = 0, with_body = 0, ok_null = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    cJSON *o = cJSON_Parse(line);
+    cJSON *msg = cJSON_GetObjectItem(o, "error_message");
+    if (cJSON_IsFalse(cJSON_GetObjectItem(o, "ok"))) {
+      failed++;
+      with_body += cJSON_IsString(msg) && strstr(msg->valuestring, "injected failure") &&
+                   strstr(msg->valuestring, "server_error");
+    } else {
+      ok_null += cJSON_IsNull(msg);
+    }
+    cJSON_Delete(o);
+  }
+  WT_ASSERT_INT_EQ(failed, 3);
+  WT_ASSERT_INT_EQ(with_body, 3);
+  WT_ASSERT_INT_EQ(ok_null, 6);
+  free(text);
+  cJSON_Delete(r);
+  free(out);
+  free(reqs);
+  free(u);
+  ts_stop(&s);
+}
+
 static void test_usage_errors(void) {
   char *out = NULL;
   char *argv1[] = {WT_WEIR, "bench", NULL};
@@ -706,6 +817,8 @@ int main(void) {
       {"ab_report_and_svg", test_ab_report_and_svg},
       {"workload_determinism", test_workload_determinism},
       {"workload_tokens_and_prefixes", test_workload_tokens_and_prefixes},
+      {"input_len_in_target_tokens", test_input_len_in_target_tokens},
+      {"error_bodies", test_error_bodies},
       {"usage_errors", test_usage_errors},
       {NULL, NULL},
   };

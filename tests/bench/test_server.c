@@ -9,10 +9,12 @@
  * usage: weir_bench_test_server --port-file F [--port P] [--ttft-ms 50] [--gap-ms 20]
  *          [--tokens N]
  *          [--fault none|500|malformed|truncated|reset|error-event|stall|garbage|badchunk]
- *          [--fault-every K] [--no-usage] [--identity] [--log FILE]
+ *          [--fault-every K] [--no-usage] [--identity] [--log FILE] [--tokens-per-word R]
  * --tokens overrides max_tokens; --fault-every K makes every K-th stream request faulty
  * (default 1: all); --identity delimits the body by closing instead of chunked encoding;
- * --log appends every POST body as one line. SIGTERM ends it. */
+ * --log appends every POST body as one line; --tokens-per-word R makes its "tokenizer" count
+ * round(R x words) tokens, answers POST /tokenize with that count (without the flag /tokenize
+ * is 404) and reports it as usage.prompt_tokens. SIGTERM ends it. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -24,6 +26,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+static double g_tokens_per_word = 0;
 static int g_ttft_ms = 50, g_gap_ms = 20, g_tokens = 0, g_fault_every = 1, g_usage = 1;
 static int g_chunked = 1;
 static const char *g_fault = "none";
@@ -107,6 +111,13 @@ static int count_prompt(cJSON *body) {
   return words;
 }
 
+/* Prompt tokens as this server's tokenizer counts them. */
+static int count_tokens(cJSON *body) {
+  int words = count_prompt(body);
+  if (cJSON_IsArray(cJSON_GetObjectItem(body, "prompt")) || g_tokens_per_word <= 0) return words;
+  return (int)lround(words * g_tokens_per_word);
+}
+
 static void stream(int fd, const char *path, const char *body_text, const struct timespec *t0) {
   int chat = strstr(path, "chat") != NULL;
   cJSON *body = cJSON_Parse(body_text);
@@ -120,7 +131,7 @@ static void stream(int fd, const char *path, const char *body_text, const struct
   int n = g_tokens > 0 ? g_tokens : cJSON_IsNumber(mt) ? (int)mt->valuedouble : 16;
   cJSON *so = cJSON_GetObjectItem(body, "stream_options");
   int usage = g_usage && so && cJSON_IsTrue(cJSON_GetObjectItem(so, "include_usage"));
-  int prompt = count_prompt(body);
+  int prompt = count_tokens(body);
   if (!strcmp(fault, "reset")) goto done;
   if (!strcmp(fault, "garbage")) {
     /* Not HTTP at all: bytes from a fixed-seed generator. */
@@ -230,6 +241,12 @@ static void *serve_conn(void *arg) {
   } else if (!strcmp(method, "GET") && !strcmp(path, "/v1/models")) {
     simple(fd, 200, "OK", "application/json",
            "{\"object\":\"list\",\"data\":[{\"id\":\"test-model\",\"object\":\"model\",\"owned_by\":\"test\"}]}");
+  } else if (!strcmp(method, "POST") && !strcmp(path, "/tokenize") && g_tokens_per_word > 0) {
+    cJSON *body = cJSON_Parse(buf + hlen);
+    char out[64];
+    snprintf(out, sizeof out, "{\"count\":%d}", body ? count_tokens(body) : 0);
+    cJSON_Delete(body);
+    simple(fd, 200, "OK", "application/json", out);
   } else if (!strcmp(method, "POST") &&
              (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions"))) {
     if (g_log) {
@@ -262,6 +279,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--ttft-ms")) g_ttft_ms = atoi(v), i++;
     else if (!strcmp(a, "--gap-ms")) g_gap_ms = atoi(v), i++;
     else if (!strcmp(a, "--tokens")) g_tokens = atoi(v), i++;
+    else if (!strcmp(a, "--tokens-per-word")) g_tokens_per_word = atof(v), i++;
     else if (!strcmp(a, "--fault")) g_fault = v, i++;
     else if (!strcmp(a, "--fault-every")) g_fault_every = atoi(v) > 0 ? atoi(v) : 1, i++;
     else if (!strcmp(a, "--log")) {

@@ -347,6 +347,41 @@ static void test_write_roundtrip(void) {
   weir_config_free(&c);
 }
 
+/* server.served_model_name: a name, or a list whose first is reported and the rest are
+ * aliases; the printed config loads back the same; bad lists are refused by key. */
+static void test_served_model_names(void) {
+  weir_config c, r;
+  char err[1024] = "";
+  WT_ASSERT_INT_EQ(load_text("[server]\nserved_model_name = [\"m\", \"org/m\", \"m-v2\"]\n", &c,
+                             err, sizeof err), 0);
+  CU_ASSERT_STRING_EQUAL(c.served_model_name, "m");
+  WT_ASSERT_INT_EQ(c.num_served_model_aliases, 2);
+  if (c.num_served_model_aliases == 2) {
+    CU_ASSERT_STRING_EQUAL(c.served_model_aliases[0], "org/m");
+    CU_ASSERT_STRING_EQUAL(c.served_model_aliases[1], "m-v2");
+  }
+  char *text = config_text(&c);
+  WT_ASSERT_STR_CONTAINS(text, "served_model_name = [\"m\", \"org/m\", \"m-v2\"]");
+  char *p = write_tmp("names.toml", text);
+  weir_config_defaults(&r);
+  WT_ASSERT_INT_EQ(weir_config_load(p, &r, err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(r.num_served_model_aliases, 2);
+  weir_config_free(&r);
+  free(p);
+  free(text);
+  /* A single name replaces the list; "" unsets it. */
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "server.served_model_name", "solo", err, sizeof err), 0);
+  CU_ASSERT_STRING_EQUAL(c.served_model_name, "solo");
+  WT_ASSERT_INT_EQ(c.num_served_model_aliases, 0);
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "server.served_model_name", "\"\"", err, sizeof err), 0);
+  CU_ASSERT_PTR_NULL(c.served_model_name);
+  weir_config_free(&c);
+  expect_error("[server]\nserved_model_name = [\"a\", \"\"]\n", WEIR_E_INVAL,
+               "server.served_model_name[1]: expected a non-empty name");
+  expect_error("[server]\nserved_model_name = 3\n", WEIR_E_INVAL,
+               "server.served_model_name: expected a string or an array of strings");
+}
+
 static void test_check_cli(void) {
   char *out = NULL;
   /* A semantic error: exit 1 with the key and the allowed values. */
@@ -471,6 +506,7 @@ int main(void) {
       {"etc/server.toml documents every key with its default", test_shipped_server_toml},
       {"etc/examples/*.toml parse", test_shipped_examples},
       {"the printed config loads back the same", test_write_roundtrip},
+      {"served_model_name and its aliases", test_served_model_names},
       {"weir config check", test_check_cli},
       {"mutated files fail cleanly", test_mutations},
       {NULL, NULL}};

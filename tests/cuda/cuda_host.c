@@ -260,20 +260,6 @@ float ch_f16_to_f32(uint16_t u) {
   return (float)h;
 }
 
-uint16_t ch_f32_to_bf16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-float ch_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
-
 double ch_rel_err(const float *a, const double *ref, size_t n) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < n; i++) {

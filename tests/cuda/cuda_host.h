@@ -10,6 +10,7 @@
 
 #include "weir/attention.h"
 #include "weir/device.h"
+#include "weir/numeric.h"
 #include "weir/quant.h"
 #include "weir/sampler.h"
 
@@ -57,11 +58,10 @@ float ch_uniform(float lo, float hi);
 uint32_t ch_rand_u32(void);
 void ch_fill_uniform(float *x, size_t n, float lo, float hi);
 
-/* f16 and bf16 rounding on the host (round to nearest even). */
+/* f16 rounding on the host through the compiler's _Float16 (round to nearest even), an oracle
+ * independent of the SDK's weir_f32_to_f16; bf16 is the SDK's (weir/numeric.h). */
 uint16_t ch_f32_to_f16(float x);
 float ch_f16_to_f32(uint16_t h);
-uint16_t ch_f32_to_bf16(float x);
-float ch_bf16_to_f32(uint16_t h);
 
 /* ||a - b|| / ||b|| over n values; returns +inf when a holds a NaN or inf. */
 double ch_rel_err(const float *a, const double *ref, size_t n);

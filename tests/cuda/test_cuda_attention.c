@@ -25,7 +25,7 @@ typedef struct scenario {
 static float round_kv(float x, weir_dtype t) {
   switch (t) {
   case WEIR_DTYPE_F16: return ch_f16_to_f32(ch_f32_to_f16(x));
-  case WEIR_DTYPE_BF16: return ch_bf16_to_f32(ch_f32_to_bf16(x));
+  case WEIR_DTYPE_BF16: return weir_bf16_to_f32(weir_f32_to_bf16(x));
   default: return x;
   }
 }
@@ -42,7 +42,7 @@ static void put_kv(unsigned char *blk, const weir_attn_shape *sh, int is_v, int 
     if (sh->kv_dtype == WEIR_DTYPE_F32) {
       memcpy(at, &row[d], 4);
     } else {
-      uint16_t u = sh->kv_dtype == WEIR_DTYPE_F16 ? ch_f32_to_f16(row[d]) : ch_f32_to_bf16(row[d]);
+      uint16_t u = sh->kv_dtype == WEIR_DTYPE_F16 ? ch_f32_to_f16(row[d]) : weir_f32_to_bf16(row[d]);
       memcpy(at, &u, 2);
     }
   }

@@ -31,9 +31,9 @@ static unsigned char *encode(const float *w, int64_t in, int64_t out, weir_dtype
     case WEIR_DTYPE_F16:
     case WEIR_DTYPE_BF16:
       for (int64_t i = 0; i < in; i++) {
-        uint16_t u = type == WEIR_DTYPE_F16 ? ch_f32_to_f16(x[i]) : ch_f32_to_bf16(x[i]);
+        uint16_t u = type == WEIR_DTYPE_F16 ? ch_f32_to_f16(x[i]) : weir_f32_to_bf16(x[i]);
         memcpy(row + 2 * i, &u, 2);
-        float v = type == WEIR_DTYPE_F16 ? ch_f16_to_f32(u) : ch_bf16_to_f32(u);
+        float v = type == WEIR_DTYPE_F16 ? ch_f16_to_f32(u) : weir_bf16_to_f32(u);
         e[i] = ch_f16_to_f32(ch_f32_to_f16(v));
       }
       break;

@@ -84,7 +84,7 @@ static unsigned char *source(weir_dtype type, int64_t in, int64_t out) {
         float v = ch_uniform(-1, 1) * (i % 31 == 0 ? 5.0f : 1.0f);
         if (type == WEIR_DTYPE_F32) memcpy(row + 4 * i, &v, 4);
         else {
-          uint16_t u = type == WEIR_DTYPE_F16 ? ch_f32_to_f16(v) : ch_f32_to_bf16(v);
+          uint16_t u = type == WEIR_DTYPE_F16 ? ch_f32_to_f16(v) : weir_f32_to_bf16(v);
           memcpy(row + 2 * i, &u, 2);
         }
       }

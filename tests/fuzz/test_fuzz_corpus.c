@@ -1,7 +1,7 @@
 /* Runs the GGUF fuzz entry over a deterministic corpus: valid files from the writer (every
  * metadata type, every tensor type, a complete small Llama graph), each truncated at every
  * length and mutated many times, plus any reproducer files checked in under
- * tests/fuzz/corpus/. With --write-corpus DIR it writes the seeds for libFuzzer instead. */
+ * tests/fuzz/corpus/gguf/. With --write-corpus DIR it writes the seeds for libFuzzer instead. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,7 +103,7 @@ static void build_seeds(void) {
   weir_gguf_add_u32(w, "qwen2.attention.head_count_kv", 2);
   weir_gguf_add_f32(w, "qwen2.rope.freq_base", 10000.0f);
   weir_gguf_add_f32(w, "qwen2.attention.layer_norm_rms_epsilon", 1e-6f);
-  const char *toks[8] = {"<unk>", "<s>", "</s>", "a", "b", "ab", "\xe2\x96\x81" "a", "c"};
+  const char *toks[8] = {"<unk>", "<s>", "</s>", "a", "b", "ab", "\u2581a", "c"};
   weir_gguf_add_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 8);
   int64_t e2[2], e1[1];
 #define T2(n, a, b) (e2[0] = (a), e2[1] = (b), weir_gguf_add_tensor(w, n, WEIR_DTYPE_Q8_0, 2, e2, bytes))
@@ -188,7 +188,7 @@ static void test_mutations(void) {
 }
 
 static void test_checked_in_reproducers(void) {
-  char *dir = wt_strf("%s/tests/fuzz/corpus", WT_SOURCE_DIR);
+  char *dir = wt_strf("%s/tests/fuzz/corpus/gguf", WT_SOURCE_DIR);
   DIR *d = opendir(dir);
   if (d) {
     struct dirent *e;

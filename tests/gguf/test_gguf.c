@@ -351,22 +351,22 @@ static void test_quantize_roundtrip(void) {
   WT_ASSERT_INT_EQ(weir_quantize_row(WEIR_DTYPE_Q8_0, src, q, 33), WEIR_E_INVAL);
   WT_ASSERT_INT_EQ(weir_quantize_row(WEIR_DTYPE_I64, src, q, 32), WEIR_E_NOTSUP);
   /* Half-float edge cases: exact values, rounding to even, subnormals, overflow. */
-  CU_ASSERT_EQUAL(weir_model_f32_to_f16(1.0f), 0x3c00);
-  CU_ASSERT_EQUAL(weir_model_f32_to_f16(-2.0f), 0xc000);
-  CU_ASSERT_EQUAL(weir_model_f32_to_f16(65504.0f), 0x7bff);
-  CU_ASSERT_EQUAL(weir_model_f32_to_f16(1e6f), 0x7c00);
-  CU_ASSERT_EQUAL(weir_model_f32_to_f16(5.9604645e-8f), 0x0001);
-  CU_ASSERT_EQUAL(weir_model_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
-  CU_ASSERT_EQUAL(weir_model_f16_to_f32(0x0001), 5.9604645e-8f);
-  CU_ASSERT_EQUAL(weir_model_f16_to_f32(0x3555), 0.333251953125f);
+  CU_ASSERT_EQUAL(weir_f32_to_f16(1.0f), 0x3c00);
+  CU_ASSERT_EQUAL(weir_f32_to_f16(-2.0f), 0xc000);
+  CU_ASSERT_EQUAL(weir_f32_to_f16(65504.0f), 0x7bff);
+  CU_ASSERT_EQUAL(weir_f32_to_f16(1e6f), 0x7c00);
+  CU_ASSERT_EQUAL(weir_f32_to_f16(5.9604645e-8f), 0x0001);
+  CU_ASSERT_EQUAL(weir_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie to even */
+  CU_ASSERT_EQUAL(weir_f16_to_f32(0x0001), 5.9604645e-8f);
+  CU_ASSERT_EQUAL(weir_f16_to_f32(0x3555), 0.333251953125f);
   for (uint32_t h = 0; h < 0x7c00; h++) /* every finite positive half survives both ways */
-    if (weir_model_f32_to_f16(weir_model_f16_to_f32((uint16_t)h)) != h) {
+    if (weir_f32_to_f16(weir_f16_to_f32((uint16_t)h)) != h) {
       fprintf(stderr, "\n  half 0x%04x does not round-trip\n", h);
       CU_FAIL("half round trip");
       break;
     }
-  CU_ASSERT_EQUAL(weir_model_f32_to_bf16(1.0f), 0x3f80);
-  CU_ASSERT_EQUAL(weir_model_bf16_to_f32(0xc040), -3.0f);
+  CU_ASSERT_EQUAL(weir_f32_to_bf16(1.0f), 0x3f80);
+  CU_ASSERT_EQUAL(weir_bf16_to_f32(0xc040), -3.0f);
 }
 
 /* ---- a small valid Llama model, written by the writer ---- */

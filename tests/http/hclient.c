@@ -40,9 +40,12 @@ char *hc_header(const hc_response *r, const char *name) {
   return NULL;
 }
 
-int hc_connect(int port, int timeout_ms) {
+int hc_connect(int port, int timeout_ms) { return hc_connect_rcvbuf(port, timeout_ms, 0); }
+
+int hc_connect_rcvbuf(int port, int timeout_ms, int rcvbuf) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -335,12 +338,41 @@ int hc_server_stop(hc_server *s, int sig, int timeout_ms) {
   return rc;
 }
 
+/* Whether the label list `have` ("a=\"1\",b=\"2\"", no braces) contains every label of
+ * `want` (same syntax). Values hold no commas in what the tests query. */
+static int labels_cover(const char *have, size_t have_len, const char *want, size_t want_len) {
+  while (want_len > 0) {
+    size_t one = 0;
+    while (one < want_len && want[one] != ',') one++;
+    int found = 0;
+    for (size_t i = 0; i + one <= have_len && !found; i++)
+      found = (i == 0 || have[i - 1] == ',') && !memcmp(have + i, want, one) &&
+              (i + one == have_len || have[i + one] == ',');
+    if (!found) return 0;
+    want += one;
+    want_len -= one;
+    if (want_len > 0) {
+      want++;
+      want_len--;
+    }
+  }
+  return 1;
+}
+
 int hc_metric(const char *page, const char *series, double *v) {
-  size_t n = strlen(series);
+  const char *brace = strchr(series, '{');
+  size_t name_len = brace ? (size_t)(brace - series) : strlen(series);
+  const char *want = brace ? brace + 1 : "";
+  size_t want_len = brace ? strcspn(want, "}") : 0;
   for (const char *p = page; p && *p;) {
-    if (!strncmp(p, series, n) && p[n] == ' ') {
-      *v = strtod(p + n + 1, NULL);
-      return 0;
+    if (!strncmp(p, series, name_len) && (p[name_len] == ' ' || p[name_len] == '{')) {
+      const char *have = p[name_len] == '{' ? p + name_len + 1 : "";
+      size_t have_len = p[name_len] == '{' ? strcspn(have, "}") : 0;
+      const char *val = strchr(p, ' ');
+      if (val && labels_cover(have, have_len, want, want_len)) {
+        *v = strtod(val + 1, NULL);
+        return 0;
+      }
     }
     p = strchr(p, '\n');
     if (p) p++;

@@ -21,6 +21,9 @@ char *hc_header(const hc_response *r, const char *name);
 
 /* Connects to 127.0.0.1:port with a receive timeout; -1 on failure. */
 int hc_connect(int port, int timeout_ms);
+/* The same with a small receive buffer (SO_RCVBUF set before connecting), for clients that
+ * stop reading: the server's output then backs up in the server, not in the kernel. */
+int hc_connect_rcvbuf(int port, int timeout_ms, int rcvbuf);
 int hc_send_all(int fd, const void *data, size_t len);
 /* Reads one response from fd. Returns 0 on success. */
 int hc_read_response(int fd, hc_response *out);
@@ -55,8 +58,9 @@ int hc_server_start(hc_server *s, const char *const *args, const char *log_path,
  * when it had to be killed. */
 int hc_server_stop(hc_server *s, int sig, int timeout_ms);
 
-/* Reads a numeric sample from a Prometheus text page: the first line starting with `series`
- * followed by a space. Returns 0 and sets *v when found. */
+/* Reads a numeric sample from a Prometheus text page: the first sample of the metric named in
+ * `series` whose labels include every label `series` lists ("name" or "name{k=\"v\",...}";
+ * other labels, such as model_name, may be present). Returns 0 and sets *v when found. */
 int hc_metric(const char *page, const char *series, double *v);
 
 #endif

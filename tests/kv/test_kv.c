@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kv/kv_cache.h"
+#include "kv/kv_pool.h"
 #include "testutil.h"
 
 static weir_kv_cache *mk(int32_t num_blocks, int32_t block_size, int prefix) {
@@ -59,13 +60,21 @@ static void test_params(void) {
   p.block_size = 0;
   WT_ASSERT_INT_EQ(weir_kv_cache_create(&p, &kv), WEIR_E_INVAL);
   CU_ASSERT_PTR_NULL(kv);
-  /* 512 MiB over 32 layers of 64 KiB blocks: 256 blocks. */
-  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(512LL << 20, 64 << 10, 32), 256);
-  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(1000, 100, 3), 3);
-  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(0, 100, 3), 0);
-  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(1000, 0, 3), 0);
+  /* 512 MiB for blocks of 32 layers of 64 KiB: 256 blocks. */
+  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(512LL << 20, (size_t)32 * (64 << 10), 16), 256);
+  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(1000, 300, 16), 3);
+  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(0, 100, 16), 0);
+  WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(1000, 0, 16), 0);
   WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(1000, 10, 0), 0);
+  /* The one clamp: every slot id must fit an int32_t, so the largest count is the largest
+   * the bookkeeping accepts for that block size. */
   WT_ASSERT_INT_EQ(weir_kv_blocks_from_bytes(INT64_MAX, 1, 1), INT32_MAX);
+  int64_t most = weir_kv_blocks_from_bytes(INT64_MAX, 1, 16);
+  WT_ASSERT_INT_EQ(most, INT32_MAX / 16);
+  CU_ASSERT(most * 16 <= INT32_MAX && (most + 1) * 16 > INT32_MAX);
+  p.num_blocks = (int32_t)most + 1;
+  p.block_size = 16;
+  WT_ASSERT_INT_EQ(weir_kv_cache_create(&p, &kv), WEIR_E_INVAL);
 }
 
 static void test_alloc_free_slots(void) {

@@ -3,6 +3,7 @@
  * the host services (accounted memory, device memory through the device plugin, the pool,
  * metrics with a plugin label), whole sets from a config, listing, and `weir plugins`.
  * Uses the test plugins of tests/plugins (build/tests/plugins). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -140,7 +141,7 @@ static void test_abi_refusals(void) {
   refused(WEIR_PLUGIN_SAMPLER, "badmajor", NULL, WEIR_E_ABI,
           FRAGS("weir_sampler_badmajor.so", "built for plugin ABI 2.0", "expected ABI 1.x",
                 "fix: rebuild the plugin"));
-  char newer[96];
+  char newer[128];
   snprintf(newer, sizeof newer, "ABI %d.%d, newer than this weir's %d.%d", WEIR_ABI_MAJOR,
            WEIR_ABI_MINOR + 1, WEIR_ABI_MAJOR, WEIR_ABI_MINOR);
   refused(WEIR_PLUGIN_SAMPLER, "newminor", NULL, WEIR_E_ABI,
@@ -175,6 +176,62 @@ static void test_callback_refusals(void) {
   refused(WEIR_PLUGIN_SAMPLER, "score", NULL, WEIR_E_NOTSUP,
           FRAGS("weir_sampler_score.so", "cannot run on this machine",
                 "weir_plugin_score returned -1", "fix:"));
+}
+
+/* A plugin built against ABI 1.0 (a descriptor and an ops table that end before the 1.1
+ * fields) loads; the host reads the missing fields as NULL, never the bytes past the plugin's
+ * struct_size (which here hold values that would abort or show if read). */
+static void test_older_plugin(void) {
+  weir_plugin *p = NULL;
+  char err[1024];
+  int rc = load(WEIR_PLUGIN_SAMPLER, "olddesc", NULL, "cpu", &p, err, sizeof err);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  WT_ASSERT_INT_EQ(rc, WEIR_OK);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  WT_ASSERT_INT_EQ(p->desc->struct_size, WEIR_PLUGIN_DESC_SIZE_1_0);
+  CU_ASSERT(!WEIR_HAS_FIELD(p->desc, weir_plugin_desc, variant));
+  CU_ASSERT_PTR_NULL(p->desc->variant);
+  const weir_sampler_ops *ops = p->ops;
+  WT_ASSERT_INT_EQ(ops->struct_size, offsetof(weir_sampler_ops, probs));
+  CU_ASSERT(!WEIR_HAS_FIELD(ops, weir_sampler_ops, probs));
+  CU_ASSERT_PTR_NULL(ops->probs);
+  float logits[4] = {1, 5, 3, 2};
+  weir_sample_result r;
+  WT_ASSERT_INT_EQ(ops->sample(p->self, NULL, 1, logits, 4, &r), 0);
+  WT_ASSERT_INT_EQ(r.token, 1);
+  weir_plugin_unload(p);
+  /* A current plugin's fields are all there. */
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "good", NULL, "cpu", &p, err, sizeof err), 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  CU_ASSERT(WEIR_HAS_FIELD(p->desc, weir_plugin_desc, variant));
+  CU_ASSERT(WEIR_HAS_FIELD((const weir_sampler_ops *)p->ops, weir_sampler_ops, probs));
+  weir_plugin_unload(p);
+}
+
+/* weir_sampler_multi.so (score 1), .fast.so (score 10) and .nothere.so (cannot run here): the
+ * loader takes the best variant that can run; when none can, it says so. */
+static void test_variants(void) {
+  weir_plugin *p = NULL;
+  char err[1024];
+  int rc = load(WEIR_PLUGIN_SAMPLER, "multi", NULL, "cpu", &p, err, sizeof err);
+  if (rc) fprintf(stderr, "\n%s\n", err);
+  WT_ASSERT_INT_EQ(rc, WEIR_OK);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  WT_ASSERT_STR_CONTAINS(p->path, "weir_sampler_multi.fast.so");
+  CU_ASSERT_STRING_EQUAL(p->desc->variant ? p->desc->variant : "", "fast");
+  WT_ASSERT_INT_EQ(p->score, 10);
+  weir_plugin_unload(p);
+  refused(WEIR_PLUGIN_SAMPLER, "allbad", NULL, WEIR_E_NOTSUP,
+          FRAGS("no variant of sampler plugin 'allbad' can be used here (2 found)",
+                "weir_sampler_allbad.a.so", "cannot run on this machine"));
+  /* The listing shows each variant with its score. */
+  char *out = NULL;
+  char *argv[] = {WT_WEIR, "plugins", "--plugin-dir", WT_BAD_PLUGIN_DIR, NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv, &out, 20000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "weir_sampler_multi.fast.so\n  variant: fast (score 10 on this machine)");
+  WT_ASSERT_STR_CONTAINS(out, "weir_sampler_multi.so\n  variant: - (score 1 on this machine)");
+  WT_ASSERT_STR_CONTAINS(out, "weir_sampler_multi.nothere.so: sampler plugin 'multi' cannot run");
+  free(out);
 }
 
 static void test_kind_device_dtype(void) {
@@ -495,6 +552,8 @@ int main(void) {
       {"option errors: type, range, choice, unknown key", test_option_errors},
       {"ABI refusals: major, minor, signature, size, entry", test_abi_refusals},
       {"callback refusals: init, ops, struct_size, init failure, score", test_callback_refusals},
+      {"a plugin built against ABI 1.0 loads, missing fields NULL", test_older_plugin},
+      {"build variants: the best score that can run", test_variants},
       {"kind, device and dtype refusals", test_kind_device_dtype},
       {"files: not found, not loadable, name, device variant, duplicate, path",
        test_files},

@@ -17,10 +17,13 @@
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
 #include "model/calib.h"
+#include "kv/kv_pool.h"
+#include "metrics/metrics.h"
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
+#include "util/progress.h"
 #include "reference.h"
 #include "testutil.h"
 
@@ -48,6 +51,7 @@ typedef struct model_fixture {
   weir_plugin_set plugins;
   weir_gguf *gguf;
   weir_llama *model;
+  weir_kv_pool *pool;
   weir_kv_cache *kv;
   int32_t block_size;
 } model_fixture;
@@ -75,38 +79,38 @@ static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
   int rc = weir_gguf_open(path, &f->gguf, err, sizeof err);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
-  /* An activation-aware scheme calibrates first, as the engine does. */
-  weir_tokenizer *tok = NULL;
-  weir_calib *calib = NULL;
-  CU_ASSERT_EQUAL_FATAL(weir_tokenizer_from_gguf(f->gguf, &tok, err, sizeof err), 0);
-  rc = weir_calib_prepare(&f->cfg, f->gguf, tok, &f->plugins, &calib, err, sizeof err);
+  weir_llama_hparams hp;
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_llama_hparams(f->gguf, &hp, err, sizeof err), 0);
+  weir_attn_shape shape;
+  weir_llama_attn_shape(&hp, &shape);
+  weir_kv_pool_params kp = {.block_size = block_size,
+                            .kv_dtype = kv_dtype,
+                            .num_blocks = 8 * (512 / block_size + 1),
+                            .max_model_len = 512,
+                            .prefix_caching = 1,
+                            .groups = &shape,
+                            .num_groups = 1};
+  rc = weir_kv_pool_create(&kp, f->plugins.device, f->plugins.attention, &f->pool, err,
+                           sizeof err);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
-  weir_llama_opts o = {.max_num_tokens = 512,
-                       .max_num_seqs = 8,
-                       .max_logit_rows = 512,
-                       .max_model_len = 512,
-                       .block_size = block_size,
-                       .kv_dtype = kv_dtype,
-                       .num_blocks = 8 * (512 / block_size + 1),
-                       .samples = calib ? weir_calib_samples : NULL,
-                       .samples_user = calib};
-  rc = weir_llama_create(f->gguf, &f->plugins, &o, &f->model, err, sizeof err);
-  weir_calib_free(calib);
+  f->kv = weir_kv_pool_cache(f->pool);
+  /* An activation-aware scheme calibrates first, as the engine does. */
+  weir_tokenizer *tok = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_tokenizer_from_gguf(f->gguf, &tok, err, sizeof err), 0);
+  weir_llama_opts o = {.max_num_tokens = 512, .max_num_seqs = 8, .max_logit_rows = 512};
+  rc = weir_calib_llama_create(&f->cfg, f->gguf, tok, &f->plugins, &o, f->pool, 0, &f->model,
+                               err, sizeof err);
   weir_tokenizer_free(tok);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
-  weir_kv_cache_params kp = {.num_blocks = weir_llama_num_blocks(f->model),
-                             .block_size = block_size,
-                             .prefix_caching = 1};
-  CU_ASSERT_EQUAL_FATAL(weir_kv_cache_create(&kp, &f->kv), 0);
   f->cfg.plugin_dirs = NULL;
   f->cfg.num_plugin_dirs = 0;
 }
 
 static void fixture_close(model_fixture *f) {
-  weir_kv_cache_destroy(f->kv);
   weir_llama_destroy(f->model);
+  weir_kv_pool_destroy(f->pool);
   weir_plugin_set_unload(&f->plugins);
   weir_gguf_close(f->gguf);
   weir_config_free(&f->cfg);
@@ -492,22 +496,32 @@ static void wait_done(collect *c) {
   pthread_mutex_unlock(&c->lock);
 }
 
+/* A configuration for an engine over `model` with the built plugins and a `mem`-byte KV cache.
+ * plugins.dirs points at a static array: call engine_config_done before weir_config_free. */
+static void engine_config(weir_config *cfg, const char *model, int64_t mem) {
+  static char *dirs[1] = {WT_PLUGIN_DIR};
+  free(cfg->model_path);
+  cfg->model_path = strdup(model);
+  cfg->plugin_dirs = dirs;
+  cfg->num_plugin_dirs = 1;
+  cfg->memory_bytes = mem;
+}
+
+static void engine_config_done(weir_config *cfg) {
+  cfg->plugin_dirs = NULL;
+  cfg->num_plugin_dirs = 0;
+  weir_config_free(cfg);
+}
+
 static void test_greedy_deterministic(void) {
   char *p = make_model("greedy", "--preset tiny --seed 61");
   int32_t runs[3][256], nrun[3];
   for (int run = 0; run < 3; run++) {
     weir_config cfg;
     weir_config_defaults(&cfg);
-    free(cfg.model_path);
-    cfg.model_path = strdup(p);
-    char *dirs[1] = {WT_PLUGIN_DIR};
-    cfg.plugin_dirs = dirs;
-    cfg.num_plugin_dirs = 1;
-    cfg.memory_bytes = 16 << 20;
+    engine_config(&cfg, p, 16 << 20);
     weir_engine *e = NULL;
     CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
-    cfg.plugin_dirs = NULL;
-    cfg.num_plugin_dirs = 0;
     int32_t prompt[12];
     for (int i = 0; i < 12; i++) prompt[i] = 3 + i * 7;
     weir_gen_request q = {.prompt = prompt,
@@ -544,7 +558,7 @@ static void test_greedy_deterministic(void) {
     weir_engine_stats_get(e, &st);
     WT_ASSERT_INT_EQ(st.kv_blocks_used, 0);
     weir_engine_destroy(e);
-    weir_config_free(&cfg);
+    engine_config_done(&cfg);
   }
   CU_ASSERT_EQUAL(nrun[0], nrun[1]);
   CU_ASSERT_EQUAL(memcmp(runs[0], runs[1], sizeof(int32_t) * (size_t)nrun[0]), 0);
@@ -559,12 +573,7 @@ static void run_engine(const char *model, int speculative, int32_t out[4][64],
                        weir_engine_stats *stats) {
   weir_config cfg;
   weir_config_defaults(&cfg);
-  free(cfg.model_path);
-  cfg.model_path = strdup(model);
-  char *dirs[1] = {WT_PLUGIN_DIR};
-  cfg.plugin_dirs = dirs;
-  cfg.num_plugin_dirs = 1;
-  cfg.memory_bytes = 16 << 20;
+  engine_config(&cfg, model, 16 << 20);
   if (speculative) {
     free(cfg.drafter.name);
     cfg.drafter.name = strdup("ngram");
@@ -572,8 +581,6 @@ static void run_engine(const char *model, int speculative, int32_t out[4][64],
   }
   weir_engine *e = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
-  cfg.plugin_dirs = NULL;
-  cfg.num_plugin_dirs = 0;
   collect c[4];
   int32_t prompts[4][24];
   for (int k = 0; k < 4; k++) {
@@ -595,7 +602,7 @@ static void run_engine(const char *model, int speculative, int32_t out[4][64],
   weir_engine_stats_get(e, stats);
   WT_ASSERT_INT_EQ(stats->kv_blocks_used, 0);
   weir_engine_destroy(e);
-  weir_config_free(&cfg);
+  engine_config_done(&cfg);
 }
 
 static void test_speculative_greedy_identical(void) {
@@ -666,6 +673,124 @@ static void test_generate_bad_model(void) {
   free(missing);
 }
 
+/* stop_token_ids: every id of the list counts, up to the engine's limit (it used to keep only the
+ * first 64), and a longer list is refused rather than cut. */
+static void test_stop_token_ids_limit(void) {
+  char *p = make_model("stopids", "--preset tiny --seed 13");
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  engine_config(&cfg, p, 4 << 20);
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  int32_t prompt[8] = {5, 9, 14, 20, 33, 41, 50, 61};
+  weir_gen_request q = {.prompt = prompt, .num_prompt = 8, .max_tokens = 12, .ignore_eos = 1,
+                        .has_seed = 1, .seed = 1};
+  q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                      .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+  collect free_run = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &free_run, NULL), 0);
+  wait_done(&free_run);
+  WT_ASSERT_INT_EQ(free_run.n, 12);
+  /* Stop on the first token of the greedy run that differs from the first one, named last in
+   * a full list of ids the run does not produce before it. */
+  int32_t at = 1;
+  while (at < free_run.n && free_run.tokens[at] == free_run.tokens[0]) at++;
+  CU_ASSERT_FATAL(at < free_run.n);
+  const int32_t target = free_run.tokens[at];
+  int32_t ids[WEIR_MAX_STOP_TOKEN_IDS + 1];
+  int32_t n = 0;
+  for (int32_t v = 0; n < WEIR_MAX_STOP_TOKEN_IDS - 1; v++)
+    if (v != target && v != free_run.tokens[0]) ids[n++] = v;
+  ids[n++] = target;
+  q.stop_token_ids = ids;
+  q.num_stop_token_ids = n;
+  collect stopped = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &stopped, NULL), 0);
+  wait_done(&stopped);
+  WT_ASSERT_INT_EQ(stopped.finish, WEIR_FINISH_STOP);
+  WT_ASSERT_INT_EQ(stopped.n, at); /* the stop token itself is not output */
+  for (int32_t k = 0; k < WEIR_MAX_STOP_TOKEN_IDS + 1; k++) ids[k] = 1;
+  q.num_stop_token_ids = WEIR_MAX_STOP_TOKEN_IDS + 1;
+  collect none = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+  WT_ASSERT_INT_EQ(weir_engine_submit(e, &q, on_event, &none, NULL), WEIR_E_RANGE);
+  weir_engine_destroy(e);
+  engine_config_done(&cfg);
+  free(p);
+}
+
+/* The served name: the configured name (and its aliases) when set, else the file's
+ * general.name, else the file name; it labels every metric of the engine's registry. */
+static void check_names(const char *model, const char *set, const char *const *want, int n) {
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  char err[256] = "";
+  if (set) WT_ASSERT_INT_EQ(weir_config_set(&cfg, "server.served_model_name", set, err, sizeof err), 0);
+  engine_config(&cfg, model, 4 << 20);
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  weir_engine_info info;
+  weir_engine_info_get(e, &info);
+  CU_ASSERT_STRING_EQUAL(info.model_name, want[0]);
+  WT_ASSERT_INT_EQ(info.num_model_names, n);
+  for (int i = 0; i < n && i < info.num_model_names; i++)
+    CU_ASSERT_STRING_EQUAL(info.model_names[i], want[i]);
+  char *page = NULL;
+  size_t len = 0;
+  WT_ASSERT_INT_EQ(weir_metrics_render(weir_engine_metrics(e), &page, &len), 0);
+  char *label = wt_strf("model_name=\"%s\"", want[0]);
+  if (page && strstr(page, "weir_")) WT_ASSERT_STR_CONTAINS(page, label);
+  free(label);
+  free(page);
+  weir_engine_destroy(e);
+  engine_config_done(&cfg);
+}
+
+/* Model creation reports one unit for the embeddings and one per layer; the engine reports
+ * the load in a caller's progress and ends it. */
+static void test_load_progress(void) {
+  char *p = make_model("progress", "--preset tiny --seed 9");
+  model_fixture f;
+  fixture_open(&f, p, 16, WEIR_DTYPE_F16);
+  const int32_t layers = weir_llama_hparams_get(f.model)->n_layer;
+  weir_progress pr = {0};
+  weir_progress_begin(&pr, "test load", (uint64_t)layers + 1, "layers", 0);
+  weir_llama *m2 = NULL;
+  char err[256] = "";
+  weir_llama_opts o = {.max_num_tokens = 64, .max_num_seqs = 2, .max_logit_rows = 8,
+                       .progress = &pr};
+  WT_ASSERT_INT_EQ(weir_llama_create(f.gguf, &f.plugins, &o, f.pool, 0, &m2, err, sizeof err), 0);
+  CU_ASSERT_DOUBLE_EQUAL(weir_progress_fraction(&pr), 1.0, 1e-12);
+  weir_progress_end(&pr, 1);
+  weir_llama_destroy(m2);
+  fixture_close(&f);
+
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  engine_config(&cfg, p, 4 << 20);
+  weir_progress load = {0};
+  weir_engine_opts eo = {.load_progress = &load};
+  weir_engine *e = NULL;
+  WT_ASSERT_INT_EQ(weir_engine_create_opts(&cfg, &eo, &e), 0);
+  CU_ASSERT(!weir_progress_active(&load));
+  WT_ASSERT_INT_EQ(atomic_load(&load.done), layers + 1);
+  weir_engine_destroy(e);
+  engine_config_done(&cfg);
+  free(p);
+}
+
+static void test_served_model_name(void) {
+  char *named = make_model("file-stem", "--preset tiny --seed 5 --name from-general-name");
+  char *unnamed = make_model("stem-only", "--preset tiny --seed 5 --name ''");
+  const char *general[] = {"from-general-name"}, *stem[] = {"stem-only"};
+  const char *listed[] = {"first", "alias-b", "alias-c"}, *one[] = {"chosen"};
+  check_names(named, NULL, general, 1);
+  check_names(unnamed, NULL, stem, 1);
+  check_names(named, "chosen", one, 1);
+  check_names(named, "[\"first\", \"alias-b\", \"alias-c\"]", listed, 3);
+  free(named);
+  free(unnamed);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {{"f32_shapes_vs_reference", test_f32_shapes},
@@ -678,6 +803,9 @@ int main(void) {
                                   {"speculative_greedy_identical", test_speculative_greedy_identical},
                                   {"generate_cli", test_generate_cli},
                                   {"generate_bad_model", test_generate_bad_model},
+                                  {"served_model_name", test_served_model_name},
+                                  {"load_progress", test_load_progress},
+                                  {"stop_token_ids_limit", test_stop_token_ids_limit},
                                   {NULL, NULL}};
   int rc = wt_run_suite("model", tests);
   wt_rmtree(g_dir);

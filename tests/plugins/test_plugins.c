@@ -201,7 +201,17 @@ __attribute__((unused)) static int g_sample(void *self, const weir_sampling_row 
   return WEIR_OK;
 }
 
-#if defined(VARIANT_NO_SAMPLE)
+#if defined(VARIANT_OLD_DESC)
+/* Built "against ABI 1.0": struct sizes that end before the newer fields, which hold values
+ * the host must never read (it sees NULL). */
+static int g_probs_poison(void *self, const weir_sampling_row *rows, int32_t n, float *logits,
+                          int32_t vocab, float *probs) {
+  (void)self; (void)rows; (void)n; (void)logits; (void)vocab; (void)probs;
+  abort();
+}
+static const weir_sampler_ops k_ops = {offsetof(weir_sampler_ops, probs), g_sample,
+                                       g_probs_poison};
+#elif defined(VARIANT_NO_SAMPLE)
 static const weir_sampler_ops k_ops = {sizeof k_ops, NULL, NULL};
 #elif defined(VARIANT_SMALL_OPS)
 static const weir_sampler_ops k_ops = {2, g_sample, NULL};
@@ -212,6 +222,8 @@ static const weir_sampler_ops k_ops = {sizeof k_ops, g_sample, NULL};
 static const weir_plugin_desc k_desc = {
 #if defined(VARIANT_SMALL_DESC)
     16,
+#elif defined(VARIANT_OLD_DESC)
+    WEIR_PLUGIN_DESC_SIZE_1_0,
 #else
     sizeof k_desc,
 #endif
@@ -234,7 +246,19 @@ static const weir_plugin_desc k_desc = {
 #else
     g_init,
 #endif
-    g_fini, &k_ops};
+    g_fini, &k_ops,
+#if defined(VARIANT_OLD_DESC)
+    "POISON: past struct_size",
+#elif defined(VARIANT_MULTI_FAST)
+    "fast",
+#elif defined(VARIANT_MULTI_NOT_HERE)
+    "nothere",
+#elif defined(VARIANT_ALL_BAD)
+    "bad",
+#else
+    NULL,
+#endif
+};
 
 #if defined(VARIANT_NO_ENTRY)
 /* Exports something, but not weir_plugin_entry. */
@@ -244,8 +268,17 @@ WEIR_EXPORT const weir_plugin_desc *weir_plugin_entry_typo(void) { return &k_des
 WEIR_PLUGIN_EXPORT(k_desc)
 #endif
 
-#if defined(VARIANT_SCORE_NEG)
+/* Build variants: "fast" outscores the plain file, "nothere" cannot run on this machine (a
+ * negative score), nor can any variant of "allbad". */
+#if defined(VARIANT_SCORE_NEG) || defined(VARIANT_MULTI_NOT_HERE) || defined(VARIANT_ALL_BAD)
+#define SCORE -1
+#elif defined(VARIANT_MULTI_PLAIN)
+#define SCORE 1
+#elif defined(VARIANT_MULTI_FAST)
+#define SCORE 10
+#endif
+#ifdef SCORE
 WEIR_EXPORT int weir_plugin_score(void);
-WEIR_EXPORT int weir_plugin_score(void) { return -1; }
+WEIR_EXPORT int weir_plugin_score(void) { return SCORE; }
 #endif
 #endif

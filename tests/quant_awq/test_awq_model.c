@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "kv/kv_pool.h"
 #include "model/calib.h"
 #include "model/gguf.h"
 #include "model/llama.h"
@@ -62,7 +63,7 @@ static float *logits_of(const char *path, const char *const *sets, int nsets, in
   weir_gguf *g = NULL;
   weir_tokenizer *tok = NULL;
   weir_llama *m = NULL;
-  weir_calib *calib = NULL;
+  weir_kv_pool *pool = NULL;
   float *out = NULL;
   int rc = weir_config_set(&cfg, "plugins.dirs", "[\"" WT_PLUGIN_DIR "\"]", err, sizeof err);
   rc |= weir_config_set(&cfg, "device.threads", "2", err, sizeof err);
@@ -76,19 +77,23 @@ static float *logits_of(const char *path, const char *const *sets, int nsets, in
   if (rc) fprintf(stderr, "\nconfig: %s\n", err);
   CU_ASSERT_EQUAL(rc, 0);
   if (rc) goto out;
+  weir_llama_hparams hp;
+  weir_attn_shape shape;
   if ((rc = weir_gguf_open(path, &g, err, sizeof err)) ||
+      (rc = weir_gguf_llama_hparams(g, &hp, err, sizeof err)) ||
       (rc = weir_tokenizer_from_gguf(g, &tok, err, sizeof err)) ||
-      (rc = weir_plugin_set_load_ex(&cfg, NULL, &ps, err, sizeof err)) ||
-      (rc = weir_calib_prepare(&cfg, g, tok, &ps, &calib, err, sizeof err))) {
+      (rc = weir_plugin_set_load_ex(&cfg, NULL, &ps, err, sizeof err))) {
     fprintf(stderr, "\n%s\n", err);
     CU_FAIL("load");
     goto out;
   }
-  weir_llama_opts o = {.max_num_tokens = n, .max_num_seqs = 1, .max_logit_rows = n,
-                       .max_model_len = 256, .block_size = 16, .kv_dtype = WEIR_DTYPE_F32,
-                       .num_blocks = 17, .samples = calib ? weir_calib_samples : NULL,
-                       .samples_user = calib};
-  if ((rc = weir_llama_create(g, &ps, &o, &m, err, sizeof err))) {
+  weir_llama_attn_shape(&hp, &shape);
+  weir_kv_pool_params kp = {.block_size = 16, .kv_dtype = WEIR_DTYPE_F32, .num_blocks = 17,
+                            .max_model_len = 256, .groups = &shape, .num_groups = 1};
+  weir_llama_opts o = {.max_num_tokens = n, .max_num_seqs = 1, .max_logit_rows = n};
+  /* calibrated first when the scheme is activation-aware, as the engine does */
+  if ((rc = weir_kv_pool_create(&kp, ps.device, ps.attention, &pool, err, sizeof err)) ||
+      (rc = weir_calib_llama_create(&cfg, g, tok, &ps, &o, pool, 0, &m, err, sizeof err))) {
     fprintf(stderr, "\n%s\n", err);
     CU_FAIL("create");
     goto out;
@@ -111,8 +116,8 @@ static float *logits_of(const char *path, const char *const *sets, int nsets, in
   CU_ASSERT_EQUAL(d->copy_d2h(ps.device->self, out, lg, sizeof(float) * (size_t)n * vocab), 0);
   *vocab_out = vocab;
 out:
-  weir_calib_free(calib);
   weir_llama_destroy(m);
+  weir_kv_pool_destroy(pool);
   weir_plugin_set_unload(&ps);
   weir_tokenizer_free(tok);
   weir_gguf_close(g);

@@ -117,7 +117,7 @@ static void test_dequant_matches_core(void) {
     uint16_t v = (uint16_t)h;
     double r;
     weir_ref_dequant(WEIR_DTYPE_F16, &v, &r, 1);
-    float c = weir_model_f16_to_f32(v);
+    float c = weir_f16_to_f32(v);
     if (!(r == (double)c || (isnan(r) && isnan(c)))) bad++;
   }
   WT_ASSERT_INT_EQ(bad, 0);

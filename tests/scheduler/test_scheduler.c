@@ -512,6 +512,90 @@ static void test_abort_frees_now(void) {
   env_free(&e);
 }
 
+/* Flow control: a paused sequence leaves the batch but keeps its blocks, gives its place to
+ * others, comes back ahead of admissions without recomputing, and its blocks are the first
+ * reclaimed when the pool runs out; aborting it frees them. */
+static void test_pause_resume(void) {
+  env e = mk(12, 4, 0, 2, 64, WEIR_SCHED_FCFS);
+  int32_t *p = mkprompt(8, 3);
+  weir_sched_seq *a = add(&e, 1, p, 8, 0);
+  weir_sched_seq *b = add(&e, 2, p, 8, 0);
+  weir_sched_out o;
+  WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
+  commit_all(&e, &o, 100, NULL, 0);
+  int32_t used = kvstats(&e).used_blocks;
+  int32_t computed = a->num_computed;
+  WT_ASSERT_INT_EQ(weir_sched_pause(e.s, a), WEIR_OK);
+  WT_ASSERT_INT_EQ(a->state, WEIR_SEQ_PAUSED);
+  WT_ASSERT_INT_EQ(weir_sched_num_running(e.s), 1);
+  WT_ASSERT_INT_EQ(kvstats(&e).used_blocks, used); /* blocks kept */
+  CU_ASSERT(weir_sched_find(e.s, 1) == a);
+  weir_sched_stats st;
+  weir_sched_stats_get(e.s, &st);
+  WT_ASSERT_INT_EQ(st.num_paused, 1);
+  /* Its place in the batch goes to a new sequence. */
+  weir_sched_seq *c = add(&e, 3, p, 4, 0);
+  WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
+  check_plan(&e, &o, 2, 64);
+  WT_ASSERT_INT_EQ(find_item(&o, a), -1);
+  CU_ASSERT(find_item(&o, b) >= 0 && find_item(&o, c) >= 0);
+  commit_all(&e, &o, 100, NULL, 0);
+  /* Resumed while the batch is full: it waits, still paused, ahead of a newer sequence. */
+  WT_ASSERT_INT_EQ(weir_sched_resume(e.s, a), WEIR_OK);
+  WT_ASSERT_INT_EQ(a->state, WEIR_SEQ_PAUSED);
+  weir_sched_seq *d = add(&e, 4, p, 4, 0);
+  weir_sched_finish(e.s, c);
+  weir_sched_seq_free(e.s, c);
+  WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
+  check_plan(&e, &o, 2, 64);
+  WT_ASSERT_INT_EQ(a->state, WEIR_SEQ_RUNNING);
+  WT_ASSERT_INT_EQ(d->state, WEIR_SEQ_WAITING);
+  int k = find_item(&o, a);
+  CU_ASSERT_FATAL(k >= 0);
+  WT_ASSERT_INT_EQ(o.items[k].start, computed); /* no recompute */
+  WT_ASSERT_INT_EQ(o.items[k].num_new_tokens, 1);
+  WT_ASSERT_INT_EQ(a->num_preemptions, 0);
+  commit_all(&e, &o, 100, NULL, 0);
+  /* Paused again, then the pool runs short: its blocks go before anyone running is
+   * preempted. */
+  WT_ASSERT_INT_EQ(weir_sched_pause(e.s, a), WEIR_OK);
+  weir_sched_finish(e.s, b);
+  weir_sched_seq_free(e.s, b);
+  int32_t *big = mkprompt(36, 50);
+  weir_sched_seq *g = add(&e, 5, big, 36, 0); /* 9 of the 12 blocks, and more to decode */
+  int rounds = 0;
+  while (a->kv && rounds++ < 20) {
+    WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
+    check_plan(&e, &o, 2, 64);
+    commit_all(&e, &o, 100, NULL, 0);
+  }
+  CU_ASSERT_PTR_NULL(a->kv);
+  WT_ASSERT_INT_EQ(a->num_computed, 0);
+  WT_ASSERT_INT_EQ(a->num_preemptions, 1);
+  WT_ASSERT_INT_EQ(a->state, WEIR_SEQ_PAUSED);
+  WT_ASSERT_INT_EQ(g->num_preemptions, 0);
+  WT_ASSERT_INT_EQ(d->num_preemptions, 0);
+  /* Resumed without blocks: back to the waiting queue, recomputed from its tokens. */
+  int32_t ntok = a->num_tokens;
+  WT_ASSERT_INT_EQ(weir_sched_resume(e.s, a), WEIR_OK);
+  WT_ASSERT_INT_EQ(a->state, WEIR_SEQ_WAITING);
+  WT_ASSERT_INT_EQ(a->num_tokens, ntok);
+  /* Paused once more, then aborted: its blocks (if any) are freed in the call. */
+  WT_ASSERT_INT_EQ(weir_sched_pause(e.s, a), WEIR_OK);
+  weir_sched_seq *got = NULL;
+  WT_ASSERT_INT_EQ(weir_sched_abort(e.s, 1, &got), WEIR_OK);
+  CU_ASSERT(got == a);
+  WT_ASSERT_INT_EQ(a->state, WEIR_SEQ_FINISHED);
+  weir_sched_stats_get(e.s, &st);
+  WT_ASSERT_INT_EQ(st.num_paused, 0);
+  WT_ASSERT_INT_EQ(weir_sched_pause(e.s, a), WEIR_E_INVAL);
+  weir_sched_seq_free(e.s, a);
+  assert_kv_ok(&e);
+  free(big);
+  free(p);
+  env_free(&e);
+}
+
 static void test_prefix_reuse(void) {
   env e = mk(256, 16, 1, 8, 512, WEIR_SCHED_FCFS);
   int32_t *p = mkprompt(120, 4);
@@ -783,6 +867,7 @@ int main(void) {
       {"too_big_fails", test_too_big_fails},
       {"priority", test_priority},
       {"abort_frees_now", test_abort_frees_now},
+      {"pause_resume", test_pause_resume},
       {"prefix_reuse", test_prefix_reuse},
       {"speculative_drafts", test_speculative_drafts},
       {"fork_cow_copies", test_fork_cow_copies},

@@ -89,6 +89,26 @@ static void check_plugin(const char *path) {
   weir_sample_result res;
   WT_ASSERT_INT_EQ(ops->sample(p->self, &r, 1, l, 6, &res), 0);
   CU_ASSERT(res.token != want && res.token >= 0 && res.token < 6);
+  /* ABI 1.1: an allowed-token mask without the typical token, and a logit bias; the example
+   * declares both capabilities, so it must apply them itself. */
+  WT_ASSERT_INT_EQ(ops->caps, WEIR_SAMPLER_CAP_ALLOWED | WEIR_SAMPLER_CAP_LOGIT_BIAS);
+  uint32_t allowed = 0x3Fu & ~(1u << want);
+  sp.allowed = &allowed;
+  memcpy(l, row, sizeof l);
+  r.num_suppress_tokens = 0;
+  WT_ASSERT_INT_EQ(ops->sample(p->self, &r, 1, l, 6, &res), 0);
+  CU_ASSERT(res.token != want && weir_mask_test(&allowed, res.token));
+  sp.allowed = NULL;
+  const int32_t bias_tok = 3;
+  const float bias_val = 100.0f;
+  sp.logit_bias_tokens = &bias_tok;
+  sp.logit_bias_values = &bias_val;
+  sp.num_logit_bias = 1;
+  sp.temperature = 0;
+  memcpy(l, row, sizeof l);
+  WT_ASSERT_INT_EQ(ops->sample(p->self, &r, 1, l, 6, &res), 0);
+  WT_ASSERT_INT_EQ(res.token, 3); /* +100 forces it */
+  sp.num_logit_bias = 0;
   /* Temperature 0: greedy. */
   sp.temperature = 0;
   memcpy(l, row, sizeof l);
@@ -170,7 +190,7 @@ static void test_installed_server(void) {
   char *out = NULL;
   char *argv[] = {weir, "plugins", "--plugin-dir", dir, NULL};
   WT_ASSERT_INT_EQ(wt_run(argv, &out, 20000), 0);
-  WT_ASSERT_STR_CONTAINS(out, "sampler typical 1.0.0");
+  WT_ASSERT_STR_CONTAINS(out, "sampler typical 1.1.0");
   WT_ASSERT_STR_CONTAINS(out, "sampler default"); /* the shipped ones, found next to bin/ */
   free(out);
   char *cfg = wt_strf("[sampler]\nname = \"typical\"\ntypical_p = 0.5\n[plugins]\ndirs = [\"%s\"]\n", dir);

@@ -59,7 +59,11 @@ typedef struct weir_bench_workload {
   weir_bench_dataset_kind dataset;
   weir_bench_endpoint endpoint;
   uint64_t seed;
-  int input_len, output_len;           /* means, in tokens (text: words ~ tokens) */
+  int input_len, output_len;           /* means, in tokens */
+  /* Text prompts: the target's tokens per generated word, measured through its /tokenize
+   * (weir__bench_calibrate); 0 = unknown, taken as 1. A prompt of N tokens gets
+   * round(N / tokens_per_word) words. */
+  double tokens_per_word;
   double input_range, output_range;    /* uniform spread as a fraction: len*(1±range) */
   int prompt_tokens;                   /* 1: prompt as an array of token ids (completions) */
   int vocab;                           /* token ids are drawn from [vocab_lo, vocab) */
@@ -79,7 +83,7 @@ typedef struct weir_bench_prompt {
   int32_t *prompt_ids;   /* owned */
   char *messages_json;   /* owned copy */
   int num_prompt_ids;
-  int expected_input;    /* tokens (text: words; JSONL: 0 = unknown) */
+  int expected_input;    /* tokens aimed at (JSONL: 0 = unknown) */
   int max_tokens;
 } weir_bench_prompt;
 
@@ -96,6 +100,15 @@ void weir__bench_prompt_free(weir_bench_prompt *p);
 /* The request body as JSON text (malloc'd), for `model`. */
 char *weir__bench_request_body(const weir_bench_workload *w, const weir_bench_prompt *p,
                                const char *model);
+
+/* The workload seed of round `round` (0-based) of a run: the given seed for round 0, a
+ * distinct seed derived from it for each later round. Both sides of an A/B use the same seed in
+ * the same round, so each round pair compares identical prompts while no round replays an
+ * earlier one (which a server with a prefix cache would serve from its cache). Later rounds'
+ * seeds fit 53 bits: each is a valid --seed that reruns that round's workload. */
+uint64_t weir__bench_round_seed(uint64_t seed, int round);
+/* n seeded words of the text datasets' vocabulary (malloc'd), for calibration. */
+char *weir__bench_words(uint64_t seed, int n);
 
 /* Open-loop arrival offsets in seconds from the run start: gamma inter-arrival times with
  * shape `burstiness` (1 = Poisson) and mean 1/rate. Fills up to max_n entries that are
@@ -132,6 +145,8 @@ typedef struct weir_bench_record {
   int ok;              /* 1: completed with [DONE] and HTTP 200 */
   int err;             /* weir_bench_err when !ok and finished */
   int http_status;
+  char *error;         /* !ok: why, owned: the response body of an HTTP error, the stream's
+                          error message, or what the client saw */
 } weir_bench_record;
 
 typedef struct weir_bench_load {
@@ -153,9 +168,12 @@ typedef struct weir_bench_target {
   char *config;    /* borrowed: config file when the bench starts the server itself */
   char *model;     /* owned */
   char *api_key;   /* borrowed */
+  double tokens_per_word; /* measured by weir__bench_calibrate; 0 when not measured */
+  char calibration[192];  /* how the prompt length was calibrated, for the report */
 } weir_bench_target;
 
 typedef struct weir_bench_run {
+  uint64_t seed;           /* the workload seed of this round */
   weir_bench_record *recs; /* measured requests, owned */
   int64_t num_recs;
   double duration_s;       /* first send to last completion */
@@ -176,10 +194,17 @@ int weir__bench_run(const weir_bench_target *t, const weir_bench_workload *w,
                     weir_bench_run *out);
 void weir__bench_run_free(weir_bench_run *r);
 
-/* Blocking one-shot HTTP GET (control requests: /health, /v1/models). Returns 0 and the
- * status and malloc'd body, or a negative weir_status (connect failure, timeout). */
-int weir__bench_http_get(const char *host, int port, const char *path, const char *api_key,
-                         int timeout_ms, int *status, char **body);
+/* Blocking one-shot HTTP request for control traffic (GET /health, GET /v1/models, POST
+ * /tokenize): `json` is the body of a POST (NULL: none). Returns 0 and the status and
+ * malloc'd body, or a negative weir_status (connect failure, timeout). */
+int weir__bench_http(const char *host, int port, const char *method, const char *path,
+                     const char *json, const char *api_key, int timeout_ms, int *status,
+                     char **body);
+/* Measures the target's tokens per generated word with POST /tokenize (weir's and vLLM's
+ * {"prompt": ...} form) on a sample of the text datasets' words, into t->tokens_per_word, and
+ * describes the outcome in t->calibration. A server without /tokenize (or an odd answer)
+ * leaves tokens_per_word 0: prompts then assume one token per word, and the report says so. */
+void weir__bench_calibrate(weir_bench_target *t);
 /* Splits http://host:port[/...] into host and port. https is refused (WEIR_E_NOTSUP). */
 int weir__bench_parse_url(const char *url, char **host, int *port);
 
@@ -193,6 +218,8 @@ typedef struct weir_bench_dist {
 typedef struct weir_bench_slo {
   double ttft_ms, tpot_ms, e2e_ms; /* <= 0: not given */
 } weir_bench_slo;
+
+#define WEIR_BENCH_MAX_DISTINCT 5
 
 typedef struct weir_bench_summary {
   int64_t sent, completed, failed;
@@ -211,6 +238,15 @@ typedef struct weir_bench_summary {
   int interrupted;
   double sched_lag_mean_ms, sched_lag_max_ms;
   const char *err_example[WEIR_BENCH_ERR_COUNT]; /* borrowed from the first run having one */
+  /* The first WEIR_BENCH_MAX_DISTINCT distinct error texts of the failed requests (borrowed
+   * from the records), with how many requests failed so, in order of first appearance. */
+  const char *distinct_errors[WEIR_BENCH_MAX_DISTINCT];
+  int64_t distinct_counts[WEIR_BENCH_MAX_DISTINCT];
+  int num_distinct;
+  int64_t other_errors;             /* failed requests past those */
+  /* Prompt tokens of the completed requests as the server counted them (usage); count 0 when
+   * the server reports no usage. */
+  weir_bench_dist prompt_tokens;
 } weir_bench_summary;
 
 /* Percentile with linear interpolation between closest ranks (numpy's default); sorts v. */

@@ -101,16 +101,20 @@ struct runner {
 
 static double now_ms(const runner *r) { return (double)(uv_hrtime() - r->t0_ns) / 1e6; }
 
-static void note_error(runner *r, int kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void note_error(runner *r, int kind, const char *fmt, ...) {
-  if (r->err_example[kind]) return;
+/* Records why request c failed (its record keeps the first reason, for --requests-out and the
+ * report's distinct errors) and keeps the first message of each kind as the run's example. */
+static void note_error(runner *r, conn *c, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void note_error(runner *r, conn *c, int kind, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char *s = NULL;
   if (vasprintf(&s, fmt, ap) < 0) s = NULL;
   va_end(ap);
-  r->err_example[kind] = s;
+  if (!s) return;
+  if (c && c->rec >= 0 && !r->recs[c->rec].error) r->recs[c->rec].error = strdup(s);
+  if (!r->err_example[kind]) r->err_example[kind] = s;
+  else free(s);
 }
 
 static void issue(runner *r, double scheduled_ms);
@@ -153,7 +157,8 @@ static void cancel_all(runner *r) {
   r->stopping = 1;
   uv_timer_stop(&r->arrival_timer);
   while (r->active) {
-    note_error(r, WEIR_BENCH_ERR_CANCELED, "canceled while in flight (interrupt or time bound)");
+    note_error(r, r->active, WEIR_BENCH_ERR_CANCELED,
+               "canceled while in flight (interrupt or time bound)");
     finish(r->active, 0, WEIR_BENCH_ERR_CANCELED);
   }
 }
@@ -202,7 +207,7 @@ static void sse_dispatch(conn *c, double t) {
   }
   cJSON *o = cJSON_Parse(d);
   if (!cJSON_IsObject(o)) {
-    note_error(r, WEIR_BENCH_ERR_MALFORMED, "SSE data is not a JSON object: %.80s", d);
+    note_error(r, c, WEIR_BENCH_ERR_MALFORMED, "SSE data is not a JSON object: %.80s", d);
     cJSON_Delete(o);
     finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
     return;
@@ -210,7 +215,7 @@ static void sse_dispatch(conn *c, double t) {
   cJSON *e = cJSON_GetObjectItem(o, "error");
   if (e && !cJSON_IsNull(e)) {
     cJSON *m = cJSON_GetObjectItem(e, "message");
-    note_error(r, WEIR_BENCH_ERR_SERVER, "error in stream: %.200s",
+    note_error(r, c, WEIR_BENCH_ERR_SERVER, "error in stream: %.200s",
                cJSON_IsString(m) ? m->valuestring : "(no message)");
     cJSON_Delete(o);
     finish(c, 0, WEIR_BENCH_ERR_SERVER);
@@ -260,7 +265,7 @@ static void sse_line(conn *c, char *line, size_t n, double t) {
   /* event:, id:, retry: and unknown fields are allowed and carry nothing we measure. */
   return;
 nomem:
-  note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "out of memory buffering an SSE event");
+  note_error(c->run, c, WEIR_BENCH_ERR_MALFORMED, "out of memory buffering an SSE event");
   finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
 }
 
@@ -270,7 +275,7 @@ static void sse_feed(conn *c, const char *p, size_t n, double t) {
     const char *nl = memchr(p + i, '\n', n - i);
     size_t take = nl ? (size_t)(nl - (p + i)) : n - i;
     if (c->line_len + take > MAX_LINE) {
-      note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "an SSE line longer than %d bytes", MAX_LINE);
+      note_error(c->run, c, WEIR_BENCH_ERR_MALFORMED, "an SSE line longer than %d bytes", MAX_LINE);
       finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
       return;
     }
@@ -318,7 +323,7 @@ static void finish_http_error(conn *c) {
                                  : WEIR_BENCH_ERR_HTTP_OTHER;
   for (size_t i = 0; i < c->errbody_len; i++)
     if (c->errbody[i] == '\n' || c->errbody[i] == '\r') c->errbody[i] = ' ';
-  note_error(c->run, kind, "HTTP %d: %.300s", s, c->errbody);
+  note_error(c->run, c, kind, "HTTP %d: %s", s, c->errbody);
   finish(c, 0, kind);
 }
 
@@ -335,12 +340,12 @@ static int on_message_complete(llhttp_t *p) {
     }
     if (!c->finished && c->has_data) sse_dispatch(c, g_read_time);
     if (!c->finished && c->num_events == 0) {
-      note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "HTTP 200 but not an event stream: %.100s",
+      note_error(c->run, c, WEIR_BENCH_ERR_MALFORMED, "HTTP 200 but not an event stream: %.100s",
                  c->line ? c->line : "");
       finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
     }
     if (!c->finished) {
-      note_error(c->run, WEIR_BENCH_ERR_TRUNCATED,
+      note_error(c->run, c, WEIR_BENCH_ERR_TRUNCATED,
                  "response ended before data: [DONE] (after %d chunks)", c->num_chunks);
       finish(c, 0, WEIR_BENCH_ERR_TRUNCATED);
     }
@@ -377,7 +382,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
     if (c->finished) return;
     if (e != HPE_OK) {
-      note_error(c->run, WEIR_BENCH_ERR_MALFORMED, "HTTP response parse error: %s",
+      note_error(c->run, c, WEIR_BENCH_ERR_MALFORMED, "HTTP response parse error: %s",
                  llhttp_get_error_reason(&c->parser));
       finish(c, 0, WEIR_BENCH_ERR_MALFORMED);
     }
@@ -386,7 +391,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0) return;
   /* EOF or a read error. */
   if (!c->got_bytes) {
-    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "connection closed before any response (%s)",
+    note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "connection closed before any response (%s)",
                uv_strerror((int)nread));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
     return;
@@ -401,7 +406,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     finish_http_error(c);
     return;
   }
-  note_error(c->run, WEIR_BENCH_ERR_TRUNCATED, "stream cut (%s) before data: [DONE] after %d chunks",
+  note_error(c->run, c, WEIR_BENCH_ERR_TRUNCATED, "stream cut (%s) before data: [DONE] after %d chunks",
              nread == UV_EOF ? "connection closed" : uv_strerror((int)nread), c->num_chunks);
   finish(c, 0, WEIR_BENCH_ERR_TRUNCATED);
 }
@@ -411,7 +416,7 @@ static void write_cb(uv_write_t *req, int status) {
   free(c->req);
   c->req = NULL;
   if (status < 0 && !c->finished && !c->got_bytes) {
-    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s",
+    note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s",
                uv_strerror(status));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
   }
@@ -421,7 +426,7 @@ static void connect_cb(uv_connect_t *req, int status) {
   conn *c = req->data;
   if (c->finished) return;
   if (status < 0) {
-    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", c->run->t->host,
+    note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", c->run->t->host,
                c->run->t->port, uv_strerror(status));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
     return;
@@ -432,14 +437,14 @@ static void connect_cb(uv_connect_t *req, int status) {
   int rc = uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &b, 1, write_cb);
   if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
   if (rc < 0) {
-    note_error(c->run, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s", uv_strerror(rc));
+    note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s", uv_strerror(rc));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
   }
 }
 
 static void timeout_cb(uv_timer_t *t) {
   conn *c = t->data;
-  note_error(c->run, WEIR_BENCH_ERR_TIMEOUT, "no complete answer within %.1f s",
+  note_error(c->run, c, WEIR_BENCH_ERR_TIMEOUT, "no complete answer within %.1f s",
              c->run->load->request_timeout_s);
   finish(c, 0, WEIR_BENCH_ERR_TIMEOUT);
 }
@@ -520,7 +525,7 @@ static void issue(runner *r, double scheduled_ms) {
   uv_timer_start(&c->timer, timeout_cb, (uint64_t)(r->load->request_timeout_s * 1000.0), 0);
   int rc = uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&r->addr, connect_cb);
   if (rc < 0) {
-    note_error(r, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", r->t->host, r->t->port,
+    note_error(r, c, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", r->t->host, r->t->port,
                uv_strerror(rc));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
   }
@@ -708,13 +713,62 @@ free_runner:
 
 void weir__bench_run_free(weir_bench_run *r) {
   if (!r) return;
-  for (int64_t i = 0; i < r->num_recs; i++) free(r->recs[i].chunk_ms);
+  for (int64_t i = 0; i < r->num_recs; i++) {
+    free(r->recs[i].chunk_ms);
+    free(r->recs[i].error);
+  }
   free(r->recs);
   for (int i = 0; i < WEIR_BENCH_ERR_COUNT; i++) free(r->err_example[i]);
   memset(r, 0, sizeof *r);
 }
 
 /* ------------------------------------------------------------------ control requests */
+
+void weir__bench_calibrate(weir_bench_target *t) {
+  /* 400 words: enough that one odd word does not move the ratio, small for any server. */
+  enum { WORDS = 400 };
+  t->tokens_per_word = 0;
+  char *text = weir__bench_words(0x63616c6962ULL, WORDS);
+  cJSON *req = cJSON_CreateObject();
+  char *json = NULL, *body = NULL;
+  int status = 0;
+  if (!text || !req) goto done;
+  if (t->model) cJSON_AddStringToObject(req, "model", t->model);
+  cJSON_AddStringToObject(req, "prompt", text);
+  cJSON_AddBoolToObject(req, "add_special_tokens", 0);
+  if (!(json = cJSON_PrintUnformatted(req))) goto done;
+  if (weir__bench_http(t->host, t->port, "POST", "/tokenize", json, t->api_key, 10000, &status,
+                       &body) != WEIR_OK) {
+    snprintf(t->calibration, sizeof t->calibration,
+             "POST /tokenize failed; prompts assume 1 token per word");
+    goto done;
+  }
+  if (status != 200) {
+    snprintf(t->calibration, sizeof t->calibration,
+             "no /tokenize (HTTP %d); prompts assume 1 token per word", status);
+    goto done;
+  }
+  cJSON *o = cJSON_Parse(body);
+  cJSON *count = cJSON_GetObjectItem(o, "count"), *tokens = cJSON_GetObjectItem(o, "tokens");
+  double n = cJSON_IsNumber(count) ? count->valuedouble
+             : cJSON_IsArray(tokens) ? (double)cJSON_GetArraySize(tokens) : 0;
+  cJSON_Delete(o);
+  double tpw = n / WORDS;
+  if (!(tpw > 0.05 && tpw < 50)) {
+    snprintf(t->calibration, sizeof t->calibration,
+             "/tokenize answered %.0f tokens for %d words; ignored, prompts assume 1 token per "
+             "word", n, WORDS);
+    goto done;
+  }
+  t->tokens_per_word = tpw;
+  snprintf(t->calibration, sizeof t->calibration,
+           "%.3f tokens per word on the server's tokenizer (POST /tokenize, %d words)", tpw, WORDS);
+done:
+  free(body);
+  free(json);
+  cJSON_Delete(req);
+  free(text);
+}
 
 int weir__bench_parse_url(const char *url, char **host, int *port) {
   if (!strncmp(url, "https://", 8)) return WEIR_E_NOTSUP;
@@ -776,8 +830,9 @@ static long long mono_ms(void) {
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int weir__bench_http_get(const char *host, int port, const char *path, const char *api_key,
-                         int timeout_ms, int *status, char **body) {
+int weir__bench_http(const char *host, int port, const char *method, const char *path,
+                     const char *json, const char *api_key, int timeout_ms, int *status,
+                     char **body) {
   struct sockaddr_storage addr;
   int rc = resolve(host, port, &addr);
   if (rc) return rc;
@@ -807,16 +862,31 @@ int weir__bench_http_get(const char *host, int port, const char *path, const cha
   }
   char auth[600] = "";
   if (api_key && *api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", api_key);
-  int n = asprintf(&req, "GET %s HTTP/1.1\r\nHost: %s:%d\r\n%sConnection: close\r\n\r\n", path,
-                   host, port, auth);
+  int n = json ? asprintf(&req, "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Type: "
+                          "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n"
+                          "\r\n%s", method, path, host, port, auth, strlen(json), json)
+               : asprintf(&req, "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sConnection: close\r\n\r\n",
+                          method, path, host, port, auth);
   if (n < 0) {
     req = NULL;
     rc = WEIR_E_NOMEM;
     goto close_fd;
   }
-  if (write(fd, req, (size_t)n) != n) {
-    rc = WEIR_E_IO;
-    goto close_fd;
+  for (ssize_t off = 0; off < n;) {
+    ssize_t k = write(fd, req + off, (size_t)(n - off));
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) {
+      struct pollfd wp = {.fd = fd, .events = POLLOUT};
+      if (mono_ms() >= deadline || poll(&wp, 1, (int)(deadline - mono_ms())) <= 0) {
+        rc = WEIR_E_TIMEOUT;
+        goto close_fd;
+      }
+      continue;
+    }
+    if (k <= 0) {
+      rc = WEIR_E_IO;
+      goto close_fd;
+    }
+    off += k;
   }
   llhttp_settings_init(&s);
   s.on_headers_complete = get_on_headers;

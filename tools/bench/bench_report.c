@@ -81,6 +81,12 @@ void weir__bench_print_table(FILE *f, const weir_bench_report *r) {
   fprintf(f, ", seed %llu\n  %s", (unsigned long long)w->seed, load);
   if (r->load->warmup) fprintf(f, ", %d warm-up requests excluded", r->load->warmup);
   fputc('\n', f);
+  int rounds = r->sides[0].num_rounds;
+  if (rounds > 1)
+    fprintf(f, "  %d rounds, each with its own workload seed%s (round 1: %llu): no round "
+            "replays another's prompts\n", rounds,
+            r->num_sides == 2 ? ", the same for A and B within a round" : "",
+            (unsigned long long)r->sides[0].rounds[0]->seed);
   for (int s = 0; s < r->num_sides; s++) {
     const weir_bench_side *sd = &r->sides[s];
     fprintf(f, "  %s: %s%s%s  model %s  (%d round%s)%s\n", sd->target->label, sd->target->url ? sd->target->url : "(not started)",
@@ -113,16 +119,42 @@ void weir__bench_print_table(FILE *f, const weir_bench_report *r) {
     row_num(f, r, "goodput requests/s", 0, a->goodput_req_per_s, b->goodput_req_per_s);
     row_num(f, r, "requests within SLO", 1, (double)a->good, (double)b->good);
   }
+  if (a->prompt_tokens.count || b->prompt_tokens.count) {
+    fprintf(f, "  %-26s", "prompt tokens, measured");
+    for (int s = 0; s < r->num_sides; s++) {
+      const weir_bench_dist *d = &r->sides[s].pooled.prompt_tokens;
+      if (d->count) fprintf(f, " %14.1f", d->mean);
+      else fprintf(f, " %14s", "-");
+    }
+    fputc('\n', f);
+  }
   row_dist(f, "TTFT", r, offsetof(weir_bench_summary, ttft));
   row_dist(f, "ITL", r, offsetof(weir_bench_summary, itl));
   row_dist(f, "TPOT", r, offsetof(weir_bench_summary, tpot));
   row_dist(f, "E2E", r, offsetof(weir_bench_summary, e2e));
   fprintf(f, "  output tokens counted from: %s\n", a->output_tokens_source);
-  for (int s = 0; s < r->num_sides; s++)
-    for (int e = 0; e < WEIR_BENCH_ERR_COUNT; e++)
-      if (r->sides[s].pooled.err_example[e])
-        fprintf(f, "  %s %s: %s\n", r->sides[s].target->label, weir__bench_err_names[e],
-                r->sides[s].pooled.err_example[e]);
+  for (int s = 0; s < r->num_sides; s++) {
+    const weir_bench_side *sd = &r->sides[s];
+    const weir_bench_dist *d = &sd->pooled.prompt_tokens;
+    if (w->dataset != WEIR_BENCH_DS_JSONL && !w->prompt_tokens) {
+      fprintf(f, "  %s prompt length: aimed at %d tokens; %s", sd->target->label,
+              w->input_len + (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX ? w->prefix_len : 0),
+              sd->target->calibration[0] ? sd->target->calibration : "not calibrated");
+      if (d->count)
+        fprintf(f, "; the server counted min %.0f, median %.0f, max %.0f", d->min, d->median,
+                d->max);
+      fputc('\n', f);
+    }
+    if (sd->pooled.num_distinct) {
+      fprintf(f, "  %s failed requests, first distinct errors:\n", sd->target->label);
+      for (int k = 0; k < sd->pooled.num_distinct; k++)
+        fprintf(f, "    %6lld x %.300s\n", (long long)sd->pooled.distinct_counts[k],
+                sd->pooled.distinct_errors[k]);
+      if (sd->pooled.other_errors)
+        fprintf(f, "    %6lld x (other errors; all in --requests-out)\n",
+                (long long)sd->pooled.other_errors);
+    }
+  }
   if (r->num_sides == 2) {
     fprintf(f, "\n  A/B per-round medians, range [min, max], exact Mann-Whitney U p (alpha %.3g):\n",
             r->alpha);
@@ -179,11 +211,19 @@ static cJSON *summary_json(const weir_bench_summary *s) {
   cJSON *ex = cJSON_AddObjectToObject(o, "error_examples");
   for (int e = 0; e < WEIR_BENCH_ERR_COUNT; e++)
     if (s->err_example[e]) cJSON_AddStringToObject(ex, weir__bench_err_names[e], s->err_example[e]);
+  cJSON *de = cJSON_AddArrayToObject(o, "distinct_errors");
+  for (int k = 0; k < s->num_distinct; k++) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "message", s->distinct_errors[k]);
+    cJSON_AddNumberToObject(d, "count", (double)s->distinct_counts[k]);
+    cJSON_AddItemToArray(de, d);
+  }
   cJSON *tk = cJSON_AddObjectToObject(o, "tokens");
   cJSON_AddNumberToObject(tk, "input", (double)s->input_tokens);
   cJSON_AddNumberToObject(tk, "output", (double)s->output_tokens);
   cJSON_AddStringToObject(tk, "input_source", s->input_tokens_source);
   cJSON_AddStringToObject(tk, "output_source", s->output_tokens_source);
+  cJSON_AddItemToObject(tk, "prompt_measured", dist_json(&s->prompt_tokens));
   cJSON *th = cJSON_AddObjectToObject(o, "throughput");
   cJSON_AddNumberToObject(th, "requests_per_s", s->req_per_s);
   cJSON_AddNumberToObject(th, "output_tokens_per_s", s->out_tok_per_s);
@@ -262,11 +302,15 @@ int weir__bench_write_json(const char *path, const weir_bench_report *r) {
     cJSON_AddItemToObject(t, "url", sd->target->url ? cJSON_CreateString(sd->target->url) : cJSON_CreateNull());
     cJSON_AddItemToObject(t, "config", sd->target->config ? cJSON_CreateString(sd->target->config) : cJSON_CreateNull());
     cJSON_AddItemToObject(t, "model", sd->target->model ? cJSON_CreateString(sd->target->model) : cJSON_CreateNull());
+    cJSON *cal = cJSON_AddObjectToObject(t, "prompt_calibration");
+    cJSON_AddItemToObject(cal, "tokens_per_word", opt_num(sd->target->tokens_per_word));
+    cJSON_AddStringToObject(cal, "note", sd->target->calibration);
     cJSON_AddItemToObject(t, "summary", summary_json(&sd->pooled));
     cJSON *rounds = cJSON_AddArrayToObject(t, "rounds");
     for (int k = 0; k < sd->num_rounds; k++) {
       cJSON *rj = summary_json(&sd->per_round[k]);
       cJSON_AddNumberToObject(rj, "round", k + 1);
+      cJSON_AddNumberToObject(rj, "seed", (double)sd->rounds[k]->seed);
       cJSON_AddItemToArray(rounds, rj);
     }
   }
@@ -334,6 +378,9 @@ int weir__bench_write_requests(const char *path, const weir_bench_report *r) {
                                               ? cJSON_CreateString(weir__bench_err_names[q->err])
                                               : cJSON_CreateNull());
         cJSON_AddNumberToObject(o, "http_status", q->http_status);
+        cJSON_AddItemToObject(o, "error_message", !q->ok && q->error ? cJSON_CreateString(q->error)
+                                                                     : cJSON_CreateNull());
+        cJSON_AddNumberToObject(o, "seed", (double)run->seed);
         cJSON_AddItemToObject(o, "ttft_ms", q->num_chunks ? cJSON_CreateNumber(q->chunk_ms[0] - q->start_ms)
                                                           : cJSON_CreateNull());
         cJSON_AddItemToObject(o, "prompt_tokens", q->usage_prompt >= 0 ? cJSON_CreateNumber((double)q->usage_prompt)

@@ -73,9 +73,11 @@ int weir__bench_summarize(weir_bench_run *const *runs, int num_runs, const weir_
   double *ttft = malloc(sizeof(double) * (size_t)(nrec + 1));
   double *tpot = malloc(sizeof(double) * (size_t)(nrec + 1));
   double *e2e = malloc(sizeof(double) * (size_t)(nrec + 1));
+  double *plen = malloc(sizeof(double) * (size_t)(nrec + 1));
+  int64_t npl = 0;
   int64_t nitl = 0, nt = 0, np = 0, ne = 0;
   double *itl = weir__bench_collect(runs, num_runs, 1, &nitl);
-  if (!ttft || !tpot || !e2e || !itl) {
+  if (!ttft || !tpot || !e2e || !itl || !plen) {
     rc = WEIR_E_NOMEM;
     goto free_arrays;
   }
@@ -96,6 +98,18 @@ int weir__bench_summarize(weir_bench_run *const *runs, int num_runs, const weir_
       if (!r->ok) {
         out->failed++;
         if (r->err >= 0 && r->err < WEIR_BENCH_ERR_COUNT) out->errors[r->err]++;
+        /* The distinct reasons, first seen first: what to fix is usually one of them. */
+        const char *why = r->error ? r->error : "(no message)";
+        int d = 0;
+        while (d < out->num_distinct && strcmp(out->distinct_errors[d], why)) d++;
+        if (d < out->num_distinct) {
+          out->distinct_counts[d]++;
+        } else if (out->num_distinct < WEIR_BENCH_MAX_DISTINCT) {
+          out->distinct_errors[out->num_distinct] = why;
+          out->distinct_counts[out->num_distinct++] = 1;
+        } else {
+          out->other_errors++;
+        }
         continue;
       }
       out->completed++;
@@ -105,6 +119,7 @@ int weir__bench_summarize(weir_bench_run *const *runs, int num_runs, const weir_
       if (r->usage_prompt >= 0) {
         usage_in = 1;
         out->input_tokens += r->usage_prompt;
+        plen[npl++] = (double)r->usage_prompt;
       } else {
         est_in = 1;
         out->input_tokens += r->expected_input;
@@ -137,6 +152,7 @@ int weir__bench_summarize(weir_bench_run *const *runs, int num_runs, const weir_
     out->goodput_req_per_s = (double)out->good / out->duration_s;
   }
   weir__bench_dist_compute(ttft, nt, &out->ttft);
+  weir__bench_dist_compute(plen, npl, &out->prompt_tokens);
   weir__bench_dist_compute(itl, nitl, &out->itl);
   weir__bench_dist_compute(tpot, np, &out->tpot);
   weir__bench_dist_compute(e2e, ne, &out->e2e);
@@ -169,6 +185,7 @@ int weir__bench_summarize(weir_bench_run *const *runs, int num_runs, const weir_
   for (int b = 0; b < out->num_buckets; b++)
     out->timeline[b] /= out->bucket_s * (num_runs > 0 ? num_runs : 1);
 free_arrays:
+  free(plen);
   free(ttft);
   free(tpot);
   free(e2e);

@@ -10,37 +10,13 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "weir/rng.h"
 
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+void weir__bench_rng_seed(weir_bench_rng *r, uint64_t seed) { weir_rng_seed(r->s, seed); }
 
-void weir__bench_rng_seed(weir_bench_rng *r, uint64_t seed) {
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
+uint64_t weir__bench_rng_u64(weir_bench_rng *r) { return weir_rng_next(r->s); }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t weir__bench_rng_u64(weir_bench_rng *r) {
-  uint64_t *s = r->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-double weir__bench_rng_unit(weir_bench_rng *r) {
-  return (double)(weir__bench_rng_u64(r) >> 11) * 0x1.0p-53;
-}
+double weir__bench_rng_unit(weir_bench_rng *r) { return weir_rng_uniform(r->s); }
 
 int64_t weir__bench_rng_range(weir_bench_rng *r, int64_t lo, int64_t hi) {
   if (hi <= lo) return lo;
@@ -116,9 +92,38 @@ static const char *const k_words[] = {
 
 static uint64_t mix3(uint64_t a, uint64_t b, uint64_t c) {
   uint64_t x = a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e019ULL);
-  splitmix64(&x);
+  weir_rng_splitmix64(&x);
   x ^= c * 0xd6e8feb86659fd93ULL;
-  return splitmix64(&x);
+  return weir_rng_splitmix64(&x);
+}
+
+static int append_words(weir_bench_rng *r, int n, char **buf, size_t *len, size_t *cap);
+
+/* Words for `tokens` tokens at the measured tokens per word (1 when not measured). */
+static int words_for(const weir_bench_workload *w, int tokens) {
+  if (tokens <= 0) return 0;
+  double tpw = w->tokens_per_word > 0 ? w->tokens_per_word : 1.0;
+  long n = lround((double)tokens / tpw);
+  return n < 1 ? 1 : (int)n;
+}
+
+/* Later rounds' seeds keep 53 bits, so each one is a valid --seed (and exact in JSON) that
+ * reruns that round alone. */
+uint64_t weir__bench_round_seed(uint64_t seed, int round) {
+  if (round <= 0) return seed;
+  return mix3(seed, 0x726f756e64ULL /* "round" */, (uint64_t)round) & ((UINT64_C(1) << 53) - 1);
+}
+
+char *weir__bench_words(uint64_t seed, int n) {
+  weir_bench_rng r;
+  weir__bench_rng_seed(&r, mix3(seed, 11, 0));
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  if (append_words(&r, n, &buf, &len, &cap) != WEIR_OK) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
 }
 
 static int spread_len(weir_bench_rng *r, int mean, double range) {
@@ -178,6 +183,8 @@ int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t in
   }
   int in_len = spread_len(&r, w->input_len, w->input_range);
   out->max_tokens = spread_len(&r, w->output_len, w->output_range);
+  /* Text prompts: as many words as make the wanted tokens on the target's tokenizer. */
+  const int in_words = words_for(w, in_len), prefix_words = words_for(w, w->prefix_len);
   if (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX) {
     /* Prefixes interleave (request i uses prefix i mod N) so every prefix is reused while
      * its blocks are still hot; the prefix text depends only on (seed, prefix number). */
@@ -191,14 +198,14 @@ int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t in
         goto fail;
       if ((rc = append_ids(w, &r, in_len, &out->prompt_ids, &out->num_prompt_ids))) goto fail;
     } else {
-      if ((rc = append_words(&pr, w->prefix_len, &out->prompt_text, &len, &cap))) goto fail;
-      if ((rc = append_words(&r, in_len, &out->prompt_text, &len, &cap))) goto fail;
+      if ((rc = append_words(&pr, prefix_words, &out->prompt_text, &len, &cap))) goto fail;
+      if ((rc = append_words(&r, in_words, &out->prompt_text, &len, &cap))) goto fail;
     }
     out->expected_input = w->prefix_len + in_len;
   } else {
     if (w->prompt_tokens) {
       if ((rc = append_ids(w, &r, in_len, &out->prompt_ids, &out->num_prompt_ids))) goto fail;
-    } else if ((rc = append_words(&r, in_len, &out->prompt_text, &len, &cap))) {
+    } else if ((rc = append_words(&r, in_words, &out->prompt_text, &len, &cap))) {
       goto fail;
     }
     out->expected_input = in_len;

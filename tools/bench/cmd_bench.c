@@ -3,7 +3,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 
 #include "bench/bench.h"
 #include "cli/cli.h"
+#include "util/opt.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -83,7 +83,7 @@ enum {
   O_ENDPOINT, O_MODEL, O_API_KEY, O_CONC, O_RATE, O_BURST, O_NUM, O_DUR, O_WARM, O_TIMEOUT,
   O_MAXTIME, O_DATASET, O_INLEN, O_INRANGE, O_OUTLEN, O_OUTRANGE, O_PFMT, O_VOCAB, O_NPREF,
   O_PREFLEN, O_FILE, O_IGNORE_EOS, O_TEMP, O_SEED, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E, O_ROUNDS,
-  O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_REQS, O_HELP,
+  O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_REQS,
 };
 
 static const struct option k_opts[] = {
@@ -101,7 +101,7 @@ static const struct option k_opts[] = {
     {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED}, {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
     {"slo-tpot-ms", 1, 0, O_SLO_TPOT}, {"slo-e2e-ms", 1, 0, O_SLO_E2E}, {"rounds", 1, 0, O_ROUNDS},
     {"alpha", 1, 0, O_ALPHA}, {"json", 1, 0, O_JSON}, {"svg", 1, 0, O_SVG}, {"quiet", 0, 0, O_QUIET},
-    {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0},
+    {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS}, {0, 0, 0, 0},
 };
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -210,7 +210,7 @@ static int start_server(const char *config, char **extra, int num_extra, const c
   for (;;) {
     int status = 0, wst;
     char *body = NULL;
-    if (weir__bench_http_get("127.0.0.1", s->port, "/health", NULL, 1000, &status, &body) == WEIR_OK &&
+    if (weir__bench_http("127.0.0.1", s->port, "GET", "/health", NULL, NULL, 1000, &status, &body) == WEIR_OK &&
         status == 200) {
       free(body);
       return WEIR_OK;
@@ -240,7 +240,7 @@ static int start_server(const char *config, char **extra, int num_extra, const c
 static char *discover_model(const weir_bench_target *t) {
   int status = 0;
   char *body = NULL, *id = NULL;
-  if (weir__bench_http_get(t->host, t->port, "/v1/models", t->api_key, 5000, &status, &body) != WEIR_OK)
+  if (weir__bench_http(t->host, t->port, "GET", "/v1/models", NULL, t->api_key, 5000, &status, &body) != WEIR_OK)
     return NULL;
   if (status == 200) {
     cJSON *o = cJSON_Parse(body);
@@ -339,35 +339,40 @@ int weir__cmd_bench(int argc, char **argv) {
   struct sigaction old_int, old_pipe;
   int signals_set = 0;
 
-  optind = 0; /* GNU getopt: re-initialise (argv[0] is "bench") */
-  opterr = 1;
-  while ((c = getopt_long(argc, argv, "h", k_opts, NULL)) != -1) {
-    const char *name = optarg ? optarg : "";
+  weir_opt op;
+  const struct option *tables[] = {k_opts};
+  if (weir_opt_init(&op, "weir bench", argc, argv, "", tables, 1) != 0) {
+    fprintf(stderr, "weir bench: out of memory\n");
+    return 1;
+  }
+  while ((c = weir_opt_next(&op)) != WEIR_OPT_END) {
+    char *arg = op.arg;
+    const char *name = arg ? arg : "";
     int rc = WEIR_OK;
     switch (c) {
-    case O_URL: o.url[0] = optarg; break;
-    case O_A: o.url[0] = optarg; break;
-    case O_B: o.url[1] = optarg; break;
-    case O_ACFG: o.config[0] = optarg; break;
-    case O_BCFG: o.config[1] = optarg; break;
-    case O_LA: o.label[0] = optarg; break;
-    case O_LB: o.label[1] = optarg; break;
+    case O_URL: o.url[0] = arg; break;
+    case O_A: o.url[0] = arg; break;
+    case O_B: o.url[1] = arg; break;
+    case O_ACFG: o.config[0] = arg; break;
+    case O_BCFG: o.config[1] = arg; break;
+    case O_LA: o.label[0] = arg; break;
+    case O_LB: o.label[1] = arg; break;
     case O_SERVE_ARG: {
       char **na = realloc(o.serve_args, sizeof *na * (size_t)(o.num_serve_args + 1));
       if (!na) goto free_all;
       o.serve_args = na;
-      o.serve_args[o.num_serve_args++] = optarg;
+      o.serve_args[o.num_serve_args++] = arg;
       break;
     }
     case O_SERVER_TIMEOUT: rc = parse_num("server-timeout", name, 1, 3600, &o.server_timeout_s); break;
-    case O_SERVER_LOG: o.server_log = optarg; break;
+    case O_SERVER_LOG: o.server_log = arg; break;
     case O_ENDPOINT:
       if (!strcmp(name, "completions")) w.endpoint = WEIR_BENCH_EP_COMPLETIONS;
       else if (!strcmp(name, "chat")) w.endpoint = WEIR_BENCH_EP_CHAT;
       else rc = WEIR_E_INVAL, fprintf(stderr, "weir bench: --endpoint completions|chat\n");
       break;
-    case O_MODEL: o.model = optarg; break;
-    case O_API_KEY: o.api_key = optarg; break;
+    case O_MODEL: o.model = arg; break;
+    case O_API_KEY: o.api_key = arg; break;
     case O_CONC: rc = parse_num("concurrency", name, 1, 100000, &v); load.concurrency = (int)v; break;
     case O_RATE: rc = parse_num("rate", name, 1e-6, 1e6, &load.rate); break;
     case O_BURST: rc = parse_num("burstiness", name, 1e-3, 1e3, &load.burstiness); break;
@@ -394,7 +399,7 @@ int weir__cmd_bench(int argc, char **argv) {
     case O_VOCAB: rc = parse_num("vocab", name, 11, 1e8, &v); w.vocab = (int)v; break;
     case O_NPREF: rc = parse_num("num-prefixes", name, 1, 1e6, &v); w.num_prefixes = (int)v; break;
     case O_PREFLEN: rc = parse_num("prefix-len", name, 0, 1e6, &v); w.prefix_len = (int)v; break;
-    case O_FILE: w.file = optarg; w.dataset = WEIR_BENCH_DS_JSONL; break;
+    case O_FILE: w.file = arg; w.dataset = WEIR_BENCH_DS_JSONL; break;
     case O_IGNORE_EOS: w.ignore_eos = 1; break;
     case O_TEMP: rc = parse_num("temperature", name, 0, 100, &w.temperature); break;
     case O_SEED: rc = parse_num("seed", name, 0, 9007199254740992.0, &v); w.seed = (uint64_t)v; break;
@@ -403,20 +408,20 @@ int weir__cmd_bench(int argc, char **argv) {
     case O_SLO_E2E: rc = parse_num("slo-e2e-ms", name, 1e-3, 1e9, &slo.e2e_ms); break;
     case O_ROUNDS: rc = parse_num("rounds", name, 1, 64, &v); o.rounds = (int)v; break;
     case O_ALPHA: rc = parse_num("alpha", name, 1e-6, 0.5, &o.alpha); break;
-    case O_JSON: o.json = optarg; break;
-    case O_SVG: o.svg = optarg; break;
+    case O_JSON: o.json = arg; break;
+    case O_SVG: o.svg = arg; break;
     case O_QUIET: o.quiet = 1; break;
-    case O_DUMP: o.dump = optarg; break;
-    case O_REQS: o.requests_out = optarg; break;
-    case 'h':
-    case O_HELP: usage(stdout); exit_code = 0; goto free_all;
+    case O_DUMP: o.dump = arg; break;
+    case O_REQS: o.requests_out = arg; break;
+    case 'h': usage(stdout); exit_code = 0; goto free_all;
+    case WEIR_OPT_VERSION: weir_opt_print_version(); exit_code = 0; goto free_all;
+    case WEIR_OPT_POSITIONAL:
+      fprintf(stderr, "weir bench: unexpected argument '%s'\n", name);
+      goto free_all;
+    case WEIR_OPT_ERROR: fprintf(stderr, "%s\n", op.err); goto free_all;
     default: usage(stderr); goto free_all;
     }
     if (rc) goto free_all;
-  }
-  if (optind < argc) {
-    fprintf(stderr, "weir bench: unexpected argument '%s'\n", argv[optind]);
-    goto free_all;
   }
   if (load.num_requests <= 0 && load.duration_s <= 0) load.num_requests = 100;
   if (load.rate <= 0 && load.concurrency <= 0) load.concurrency = 1;
@@ -535,10 +540,22 @@ int weir__cmd_bench(int argc, char **argv) {
         }
       }
       if (!t->model) t->model = discover_model(t);
+      /* --input-len counts tokens of the target's own tokenizer: text prompts are sized with
+       * its measured tokens per word (once per target). */
+      if (!w.prompt_tokens && w.dataset != WEIR_BENCH_DS_JSONL && !t->calibration[0]) {
+        weir__bench_calibrate(t);
+        if (!o.quiet) fprintf(stderr, "weir bench: %s: %s\n", t->label, t->calibration);
+      }
+      /* Every round its own seed (the same for A and B): no round replays another's prompts,
+       * which a prefix cache would answer from memory. */
+      weir_bench_workload wr = w;
+      wr.seed = weir__bench_round_seed(w.seed, round);
+      wr.tokens_per_word = t->tokens_per_word;
       char label[96];
       snprintf(label, sizeof label, "%s round %d/%d", t->label, round + 1, o.rounds);
       weir_bench_run *run = calloc(1, sizeof *run);
-      int rc = run ? weir__bench_run(t, &w, &load, label, run) : WEIR_E_NOMEM;
+      int rc = run ? weir__bench_run(t, &wr, &load, label, run) : WEIR_E_NOMEM;
+      if (run) run->seed = wr.seed;
       if (t->config) stop_server(&srv);
       if (rc) {
         fprintf(stderr, "weir bench: %s: the run could not start: %s\n", t->label, weir_strerror(rc));
@@ -584,6 +601,7 @@ report:
   }
 
 free_all:
+  weir_opt_fini(&op);
   if (signals_set) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGPIPE, &old_pipe, NULL);

@@ -2,7 +2,6 @@
  * tokenizer, streaming tensors to disk as they are generated so the 1.1B shape needs no more
  * memory than one chunk of rows. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,8 @@
 #include "mkmodel/mkmodel.h"
 #include "model/dequant.h"
 #include "model/gguf_write.h"
+#include "util/opt.h"
+#include "util/progress.h"
 #include "weir/status.h"
 
 typedef struct mk_opts {
@@ -322,8 +323,15 @@ static int write_model(const mk_opts *o, char *err) {
   }
   snprintf(tmp, tl, "%s.tmp", o->out);
   if ((rc = weir_gguf_writer_begin(w, tmp, err, ERRLEN))) goto free_all;
-  for (int i = 0; i < n_plan && !rc; i++)
+  weir_progress progress = {0};
+  char what[64];
+  snprintf(what, sizeof what, "writing %.1fM parameters", (double)params / 1e6);
+  weir_progress_begin(&progress, what, (uint64_t)n_plan, "tensors", 0);
+  for (int i = 0; i < n_plan && !rc; i++) {
     rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems);
+    weir_progress_update(&progress, (uint64_t)i + 1);
+  }
+  weir_progress_end(&progress, rc == 0);
   if (rc) {
     snprintf(err, ERRLEN, "%s: writing tensors failed: %s", tmp, strerror(errno));
     goto remove_tmp;
@@ -356,7 +364,7 @@ free_all:
 
 int weir__cmd_mkmodel(int argc, char **argv) {
   enum { O_PRESET = 256, O_ARCH, O_DIM, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX,
-         O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT, O_HELP };
+         O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT };
   static const struct option longopts[] = {
       {"preset", required_argument, 0, O_PRESET}, {"arch", required_argument, 0, O_ARCH},
       {"dim", required_argument, 0, O_DIM},       {"layers", required_argument, 0, O_LAYERS},
@@ -367,8 +375,7 @@ int weir__cmd_mkmodel(int argc, char **argv) {
       {"tied", no_argument, 0, O_TIED},           {"tokenizer", required_argument, 0, O_TOK},
       {"chat-template", required_argument, 0, O_TPL},
       {"seed", required_argument, 0, O_SEED},     {"name", required_argument, 0, O_NAME},
-      {"out", required_argument, 0, O_OUT},       {"help", no_argument, 0, O_HELP},
-      {0, 0, 0, 0}};
+      {"out", required_argument, 0, O_OUT},       {0, 0, 0, 0}};
   mk_opts o;
   const char *preset = "tiny";
   char err[ERRLEN] = "";
@@ -387,41 +394,50 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   char default_name[64];
   snprintf(default_name, sizeof default_name, "weir-%s", preset);
   o.name = default_name;
-  optind = 0; /* glibc: full re-initialisation, the dispatcher may have used getopt */
-  opterr = 1;
-  int c;
-  long v;
-  while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+  weir_opt op;
+  const struct option *tables[] = {longopts};
+  if (weir_opt_init(&op, "weir mkmodel", argc, argv, "o:", tables, 1) != 0) {
+    fprintf(stderr, "weir mkmodel: out of memory\n");
+    return 1;
+  }
+  int c, code = -1;
+  long v = 0;
+  while (code < 0 && (c = weir_opt_next(&op)) != WEIR_OPT_END) {
+    char *arg = op.arg;
     switch (c) {
     case O_PRESET: break;
-    case O_ARCH: o.arch = optarg; break;
-    case O_DIM: if (parse_long("--dim", optarg, 1, 1 << 16, &o.dim)) return 2; break;
-    case O_LAYERS: if (parse_long("--layers", optarg, 1, 1024, &o.layers)) return 2; break;
-    case O_HEADS: if (parse_long("--heads", optarg, 1, 1024, &o.heads)) return 2; break;
-    case O_KVH: if (parse_long("--kv-heads", optarg, 1, 1024, &o.kv_heads)) return 2; break;
-    case O_FFN: if (parse_long("--ffn", optarg, 1, 1 << 18, &o.ffn)) return 2; break;
-    case O_VOCAB: if (parse_long("--vocab", optarg, 1, 1 << 20, &o.vocab)) return 2; break;
-    case O_CTX: if (parse_long("--ctx", optarg, 1, 1 << 24, &o.ctx)) return 2; break;
-    case O_ROPE: if (parse_double("--rope-base", optarg, &o.rope_base)) return 2; break;
-    case O_EPS: if (parse_double("--rms-eps", optarg, &o.rms_eps)) return 2; break;
-    case O_TYPE: o.type = optarg; break;
+    case O_ARCH: o.arch = arg; break;
+    case O_DIM: if (parse_long("--dim", arg, 1, 1 << 16, &o.dim)) code = 2; break;
+    case O_LAYERS: if (parse_long("--layers", arg, 1, 1024, &o.layers)) code = 2; break;
+    case O_HEADS: if (parse_long("--heads", arg, 1, 1024, &o.heads)) code = 2; break;
+    case O_KVH: if (parse_long("--kv-heads", arg, 1, 1024, &o.kv_heads)) code = 2; break;
+    case O_FFN: if (parse_long("--ffn", arg, 1, 1 << 18, &o.ffn)) code = 2; break;
+    case O_VOCAB: if (parse_long("--vocab", arg, 1, 1 << 20, &o.vocab)) code = 2; break;
+    case O_CTX: if (parse_long("--ctx", arg, 1, 1 << 24, &o.ctx)) code = 2; break;
+    case O_ROPE: if (parse_double("--rope-base", arg, &o.rope_base)) code = 2; break;
+    case O_EPS: if (parse_double("--rms-eps", arg, &o.rms_eps)) code = 2; break;
+    case O_TYPE: o.type = arg; break;
     case O_TIED: o.tied = 1; break;
-    case O_TOK: o.tokenizer = optarg; break;
-    case O_TPL: o.chat_template = optarg; break;
+    case O_TOK: o.tokenizer = arg; break;
+    case O_TPL: o.chat_template = arg; break;
     case O_SEED:
-      if (parse_long("--seed", optarg, 0, __LONG_MAX__, &v)) return 2;
+      if (parse_long("--seed", arg, 0, __LONG_MAX__, &v)) code = 2;
       o.seed = (unsigned long long)v;
       break;
-    case O_NAME: o.name = optarg; break;
-    case 'o': case O_OUT: o.out = optarg; break;
-    case 'h': case O_HELP: usage(stdout); return 0;
-    default: usage(stderr); return 2;
+    case O_NAME: o.name = arg; break;
+    case 'o': case O_OUT: o.out = arg; break;
+    case 'h': usage(stdout); code = 0; break;
+    case WEIR_OPT_VERSION: weir_opt_print_version(); code = 0; break;
+    case WEIR_OPT_POSITIONAL:
+      fprintf(stderr, "weir mkmodel: unexpected argument '%s'\n", arg);
+      code = 2;
+      break;
+    case WEIR_OPT_ERROR: fprintf(stderr, "%s\n", op.err); code = 2; break;
+    default: usage(stderr); code = 2; break;
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, "weir mkmodel: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
+  weir_opt_fini(&op);
+  if (code >= 0) return code;
   weir_dtype dt;
   const char *bad = NULL;
   if (!o.out) bad = "--out FILE is required";

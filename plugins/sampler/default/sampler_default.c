@@ -1,7 +1,9 @@
 /* default: the reference sampler.
  *
  * Per row, in this order (the order sampler.h fixes):
- *   1. suppression: listed ids get -inf;
+ *   0. logit bias (ABI 1.1): logit[id] += bias for every listed pair;
+ *   1. suppression and the allowed mask (ABI 1.1): listed ids and ids outside the mask get
+ *      -inf;
  *   2. repetition penalty (HF style) on every distinct id of prompt + output: a positive
  *      logit is divided by the penalty, a negative one multiplied;
  *   3. presence and frequency penalties (OpenAI style) on output ids:
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "softmax.h"
+#include "weir/rng.h"
 #include "weir/sampler.h"
 
 typedef struct cand {
@@ -105,25 +108,6 @@ static int ensure_scratch(sampler *s, int n, int32_t vocab) {
   return WEIR_OK;
 }
 
-/* ---- xoshiro256** (Blackman & Vigna) ---------------------------------------------------- */
-
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t *st) {
-  const uint64_t result = rotl64(st[1] * 5, 7) * 9;
-  const uint64_t t = st[1] << 17;
-  st[2] ^= st[0];
-  st[3] ^= st[1];
-  st[1] ^= st[2];
-  st[0] ^= st[3];
-  st[2] ^= t;
-  st[3] = rotl64(st[3], 45);
-  return result;
-}
-
-/* Uniform in [0, 1) with 53 random bits. */
-static double uniform01(uint64_t *st) { return (double)(xoshiro_next(st) >> 11) * 0x1.0p-53; }
-
 /* ---- ordering and selection ------------------------------------------------------------- */
 
 /* a ranks before b: larger value, then lower id. A total order, so every selection and
@@ -170,10 +154,29 @@ typedef struct row_out {
   float zmax;        /* the largest c.v */
 } row_out;
 
-/* Steps 1-3 on w->buf. Returns WEIR_E_INVAL for invalid parameters. */
+/* Step 1's mask: every id whose bit is clear gets -inf, a word of 32 ids at a time. */
+static void apply_allowed(float *x, const uint32_t *allowed, int32_t vocab) {
+  const int32_t words = (int32_t)WEIR_MASK_WORDS(vocab);
+  for (int32_t wi = 0; wi < words; wi++) {
+    uint32_t off = ~allowed[wi];
+    if (wi == words - 1 && (vocab & 31)) off &= (1u << (vocab & 31)) - 1u;
+    while (off) {
+      x[wi * 32 + __builtin_ctz(off)] = -INFINITY;
+      off &= off - 1u;
+    }
+  }
+}
+
+/* Steps 0-3 on w->buf. Returns WEIR_E_INVAL for invalid parameters. */
 static int apply_penalties(scratch *w, const weir_sampling_row *row, int32_t vocab) {
   const weir_sampling_params *p = row->params;
   float *x = w->buf;
+  if (WEIR_SAMPLING_HAS(p, num_logit_bias))
+    for (int32_t i = 0; i < p->num_logit_bias; i++) {
+      int32_t t = p->logit_bias_tokens[i];
+      if (t >= 0 && t < vocab) x[t] += p->logit_bias_values[i];
+    }
+  if (WEIR_SAMPLING_HAS(p, allowed) && p->allowed) apply_allowed(x, p->allowed, vocab);
   for (int32_t i = 0; i < row->num_suppress_tokens; i++) {
     int32_t t = row->suppress_tokens[i];
     if (t >= 0 && t < vocab) x[t] = -INFINITY;
@@ -310,14 +313,15 @@ static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t voca
   o->zmax = zmax;
 }
 
-/* The N best of the penalised logits, most likely first, as log-probabilities. */
+/* The N best of the penalised logits, most likely first, as log-probabilities. Tokens that
+ * cannot be produced (-inf: suppressed or outside the mask) and NaN are never listed. */
 static int32_t top_logprobs(const float *x, int32_t vocab, int32_t n, double lse, int32_t *ids,
                             float *lps) {
   cand best[WEIR_MAX_LOGPROBS];
   int32_t have = 0;
   for (int32_t i = 0; i < vocab; i++) {
     cand c = {x[i], i};
-    if (x[i] != x[i]) continue;
+    if (!(x[i] > -INFINITY)) continue;
     if (have == n && !before(&c, &best[have - 1])) continue;
     int32_t j = have < n ? have++ : n - 1;
     while (j > 0 && before(&c, &best[j - 1])) {
@@ -342,19 +346,6 @@ typedef struct batch_ctx {
   float *probs;            /* probs() */
   int failed;
 } batch_ctx;
-
-static int check_row(const weir_sampling_row *r, int need_rng) {
-  if (!r->params) return 0;
-  if (r->params->temperature < 0.0f || r->params->temperature != r->params->temperature)
-    return 0;
-  if (need_rng && r->params->temperature > 0.0f && !r->rng_state) return 0;
-  if (r->params->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
-  if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
-      (r->num_output_tokens > 0 && !r->output_tokens) ||
-      (r->num_suppress_tokens > 0 && !r->suppress_tokens))
-    return 0;
-  return 1;
-}
 
 static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   batch_ctx *b = arg;
@@ -394,7 +385,7 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
     }
     int32_t token = o.token;
     if (!o.greedy) {
-      double target = uniform01(row->rng_state) * o.total, cum = 0.0;
+      double target = weir_rng_uniform(row->rng_state) * o.total, cum = 0.0;
       token = w->c[o.n_kept - 1].id;
       for (int32_t i = 0; i < o.n_kept; i++) {
         cum += w->c[i].w;
@@ -414,7 +405,7 @@ static int run_batch(sampler *s, batch_ctx *b, int32_t num_rows) {
   if (num_rows == 0) return WEIR_OK;
   if (!b->rows || !b->logits || num_rows < 0 || b->vocab <= 0) return WEIR_E_INVAL;
   for (int32_t r = 0; r < num_rows; r++)
-    if (!check_row(&b->rows[r], b->out != NULL)) return WEIR_E_INVAL;
+    if (!weir_sampling_row_valid(&b->rows[r], b->out != NULL)) return WEIR_E_INVAL;
   int threads = h && h->num_threads && h->parallel_for ? h->num_threads(h->ctx) : 1;
   if (threads < 1) threads = 1;
   /* One row of a small vocab is not worth a wake-up. */
@@ -444,6 +435,7 @@ static const weir_sampler_ops k_ops = {
     .struct_size = sizeof(weir_sampler_ops),
     .sample = sp_sample,
     .probs = sp_probs,
+    .caps = WEIR_SAMPLER_CAP_ALLOWED | WEIR_SAMPLER_CAP_LOGIT_BIAS,
 };
 
 static const weir_plugin_desc k_desc = {
@@ -453,8 +445,9 @@ static const weir_plugin_desc k_desc = {
     .build_signature = WEIR_BUILD_SIGNATURE,
     .kind = WEIR_PLUGIN_SAMPLER,
     .name = "default",
-    .version = "1.0.0",
-    .description = "penalties, greedy, temperature, top-k, top-p, min-p; xoshiro256** draws",
+    .version = "1.1.0",
+    .description = "logit bias, allowed-token masks, penalties, greedy, temperature, top-k, "
+                   "top-p, min-p; xoshiro256** draws",
     .devices = WEIR_DEVICE_CPU,
     .dtypes = 0,
     .options = NULL,

@@ -1,8 +1,9 @@
 /* The default sampler on CUDA (weir_sampler_default_cuda.so): the same transformations, in
  * the same order, as plugins/sampler/default, run on the device where the logits already are.
- * Per call the host uploads one small parameter record per row plus the distinct tokens that
- * suppression and penalties touch, and downloads one result per row: the vocab-sized logits
- * never cross the bus. The rows' xoshiro256** states stay on the host: the host draws each
+ * Per call the host uploads one small parameter record per row, the distinct tokens that
+ * logit bias, suppression and penalties touch, and the allowed-token mask of each constrained
+ * row (vocab / 8 bytes), and downloads one result per row: the vocab-sized logits never cross
+ * the bus. The rows' xoshiro256** states stay on the host: the host draws each
  * sampled row's uniform number from a copy of the state and commits the advance only when the
  * device reports that the row drew (a row whose every token is suppressed does not, as on the
  * CPU). Same seeds give the CPU's tokens without top-k and top-p; with them the distribution is
@@ -11,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "weir/rng.h"
 #include "weir/sampler.h"
 #include "weir_cuda_common.h"
 #include "weir_cuda_kernels.h"
@@ -103,34 +105,12 @@ static int sp_init(const weir_host *host, const weir_plugin_args *args, void **s
   return WEIR_OK;
 }
 
-/* xoshiro256** (Blackman and Vigna), as the CPU sampler advances it. */
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t *st) {
-  const uint64_t result = rotl64(st[1] * 5, 7) * 9;
-  const uint64_t t = st[1] << 17;
-  st[2] ^= st[0];
-  st[3] ^= st[1];
-  st[1] ^= st[2];
-  st[0] ^= st[3];
-  st[2] ^= t;
-  st[3] = rotl64(st[3], 45);
-  return result;
+static int32_t row_num_bias(const weir_sampling_row *r) {
+  return WEIR_SAMPLING_HAS(r->params, num_logit_bias) ? r->params->num_logit_bias : 0;
 }
 
-/* need_rng: sample() draws; probs() does not and accepts rows without a state. */
-static int row_valid(const weir_sampling_row *r, int need_rng) {
-  const weir_sampling_params *p = r->params;
-  if (!p) return 0;
-  if (p->temperature < 0.0f || p->temperature != p->temperature) return 0;
-  if (need_rng && p->temperature > 0.0f && !r->rng_state) return 0;
-  if (p->num_logprobs > WEIR_MAX_LOGPROBS) return 0;
-  if (p->repetition_penalty != 1.0f && !(p->repetition_penalty > 0.0f)) return 0;
-  if ((r->num_prompt_tokens > 0 && !r->prompt_tokens) ||
-      (r->num_output_tokens > 0 && !r->output_tokens) ||
-      (r->num_suppress_tokens > 0 && !r->suppress_tokens))
-    return 0;
-  return 1;
+static const uint32_t *row_allowed(const weir_sampling_row *r) {
+  return WEIR_SAMPLING_HAS(r->params, allowed) ? r->params->allowed : NULL;
 }
 
 /* Adds or finds the entry of `tok` in the current row. */
@@ -138,7 +118,7 @@ static weir_cuda_penalty *entry(cuda_sampler *s, weir_cuda_penalty *pen, int32_t
                                 int32_t tok) {
   if (s->slot[tok] < 0) {
     s->slot[tok] = *n;
-    pen[*n] = (weir_cuda_penalty){.row = row, .token = tok, .flags = 0, .count = 0};
+    pen[*n] = (weir_cuda_penalty){.row = row, .token = tok, .flags = 0, .count = 0, .bias = 0};
     (*n)++;
   }
   return &pen[s->slot[tok]];
@@ -152,7 +132,7 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
   if (!rows || !logits || num_rows < 0 || vocab <= 0 || (!out && !probs)) return WEIR_E_INVAL;
   if ((int64_t)num_rows * vocab > 0x7fffffff) return WEIR_E_RANGE;
   for (int32_t r = 0; r < num_rows; r++)
-    if (!row_valid(&rows[r], probs == NULL)) return WEIR_E_INVAL;
+    if (!weir_sampling_row_valid(&rows[r], probs == NULL)) return WEIR_E_INVAL;
   cudaError_t e = weir_cuda_use_device(s->device_id);
   if (e != cudaSuccess) return fail(s, e, "cudaSetDevice");
 
@@ -165,14 +145,23 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
     memset(s->slot, 0xFF, (size_t)vocab * sizeof *ns); /* all -1 */
   }
   size_t max_pen = 0;
-  for (int32_t r = 0; r < num_rows; r++)
+  int32_t num_masks = 0;
+  for (int32_t r = 0; r < num_rows; r++) {
     max_pen += (size_t)rows[r].num_suppress_tokens + (size_t)rows[r].num_prompt_tokens +
-               (size_t)rows[r].num_output_tokens;
+               (size_t)rows[r].num_output_tokens + (size_t)row_num_bias(&rows[r]);
+    num_masks += row_allowed(&rows[r]) != NULL;
+  }
+  /* Upload layout: params, then the masks (256-byte aligned), then the penalty entries. */
+  const size_t mask_words = WEIR_MASK_WORDS(vocab);
   const size_t params_bytes = ((size_t)num_rows * sizeof(weir_cuda_sample_params) + 255) & ~(size_t)255;
-  int rc = pgrow(s, (void **)&s->up, &s->up_cap, params_bytes + max_pen * sizeof(weir_cuda_penalty) + 16);
+  const size_t masks_bytes = ((size_t)num_masks * mask_words * sizeof(uint32_t) + 255) & ~(size_t)255;
+  int rc = pgrow(s, (void **)&s->up, &s->up_cap,
+                 params_bytes + masks_bytes + max_pen * sizeof(weir_cuda_penalty) + 16);
   if (rc != WEIR_OK) return rc;
   weir_cuda_sample_params *prm = (weir_cuda_sample_params *)s->up;
-  weir_cuda_penalty *pen = (weir_cuda_penalty *)(s->up + params_bytes);
+  uint32_t *masks = (uint32_t *)(s->up + params_bytes);
+  weir_cuda_penalty *pen = (weir_cuda_penalty *)(s->up + params_bytes + masks_bytes);
+  int32_t mask_at = 0;
   int32_t num_pen = 0, any_sorted = 0;
   uint64_t (*next_state)[4] = NULL;
   next_state = s->host->alloc(s->host->ctx, (size_t)num_rows * sizeof *next_state, 0);
@@ -196,10 +185,22 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
     any_sorted |= q->sorted;
     if (!q->greedy && row->rng_state) {
       memcpy(next_state[r], row->rng_state, sizeof next_state[r]);
-      q->u = (double)(xoshiro_next(next_state[r]) >> 11) * 0x1.0p-53;
+      q->u = weir_rng_uniform(next_state[r]);
+    }
+    q->mask_row = -1;
+    if (row_allowed(row)) {
+      memcpy(masks + (size_t)mask_at * mask_words, row_allowed(row), mask_words * sizeof(uint32_t));
+      q->mask_row = mask_at++;
     }
     /* One entry per distinct token of this row. */
     const int32_t first = num_pen;
+    for (int32_t i = 0; i < row_num_bias(row); i++) {
+      int32_t t = p->logit_bias_tokens[i];
+      if (t < 0 || t >= vocab) continue;
+      weir_cuda_penalty *b = entry(s, pen, &num_pen, r, t);
+      b->flags |= WEIR_CUDA_PEN_BIAS;
+      b->bias += p->logit_bias_values[i];
+    }
     for (int32_t i = 0; i < row->num_suppress_tokens; i++) {
       int32_t t = row->suppress_tokens[i];
       if (t >= 0 && t < vocab) entry(s, pen, &num_pen, r, t)->flags |= WEIR_CUDA_PEN_SUPPRESS;
@@ -222,7 +223,7 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
     for (int32_t i = first; i < num_pen; i++) s->slot[pen[i].token] = -1;
   }
 
-  const size_t up_bytes = params_bytes + (size_t)num_pen * sizeof(weir_cuda_penalty);
+  const size_t up_bytes = params_bytes + masks_bytes + (size_t)num_pen * sizeof(weir_cuda_penalty);
   const size_t ws_bytes = any_sorted ? weir_cuda_sample_workspace_bytes(num_rows, vocab) : 0;
   if ((rc = dgrow(s, &s->d_up, up_bytes)) != WEIR_OK ||
       (rc = dgrow(s, &s->d_res, (size_t)num_rows * sizeof(weir_cuda_sample_result))) != WEIR_OK ||
@@ -233,11 +234,16 @@ static int run(cuda_sampler *s, const weir_sampling_row *rows, int32_t num_rows,
                   (size_t)num_rows * sizeof(weir_cuda_sample_result))) != WEIR_OK)
     goto free_states;
   const weir_cuda_sample_params *dprm = s->d_up.p;
-  const weir_cuda_penalty *dpen = (const weir_cuda_penalty *)((char *)s->d_up.p + params_bytes);
+  const uint32_t *dmasks = (const uint32_t *)((char *)s->d_up.p + params_bytes);
+  const weir_cuda_penalty *dpen =
+      (const weir_cuda_penalty *)((char *)s->d_up.p + params_bytes + masks_bytes);
   if ((e = cudaMemcpyAsync(s->d_up.p, s->up, up_bytes, cudaMemcpyHostToDevice, s->stream)) !=
           cudaSuccess ||
       (e = weir_cuda_sample_penalties(s->stream, logits, vocab, dprm, dpen, num_pen)) !=
           cudaSuccess ||
+      (num_masks > 0 &&
+       (e = weir_cuda_sample_mask(s->stream, logits, num_rows, vocab, dprm, dmasks)) !=
+           cudaSuccess) ||
       (e = weir_cuda_sample(s->stream, logits, num_rows, vocab, dprm, any_sorted, s->d_ws.p,
                             s->d_ws.cap, s->d_off.p, s->d_res.p, probs ? s->d_probs.p : NULL)) !=
           cudaSuccess) {
@@ -292,6 +298,7 @@ static const weir_sampler_ops k_ops = {
     .struct_size = sizeof(weir_sampler_ops),
     .sample = sp_sample,
     .probs = sp_probs,
+    .caps = WEIR_SAMPLER_CAP_ALLOWED | WEIR_SAMPLER_CAP_LOGIT_BIAS,
 };
 
 static const weir_plugin_desc k_desc = {
@@ -301,7 +308,7 @@ static const weir_plugin_desc k_desc = {
     .build_signature = WEIR_BUILD_SIGNATURE,
     .kind = WEIR_PLUGIN_SAMPLER,
     .name = "default",
-    .version = "0.1.0",
+    .version = "0.2.0",
     .description = "the default sampler on NVIDIA GPUs: only token ids and logprobs leave the device",
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = 0,

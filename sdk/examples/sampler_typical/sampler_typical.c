@@ -1,7 +1,8 @@
 /* typical: a weir sampler plugin implementing locally typical sampling (Meister et al.,
  * "Locally Typical Sampling", 2022), built out of tree against the installed weir SDK.
  *
- * Per row: suppressed tokens get -inf; temperature 0 is greedy (argmax, ties to the lowest
+ * Per row: the request's logit bias is added; suppressed tokens and tokens outside the row's
+ * allowed-token mask (structured output, ABI 1.1) get -inf; temperature 0 is greedy (argmax, ties to the lowest
  * id); otherwise the logits are divided by the temperature and turned into probabilities p,
  * whose entropy is H = -sum p log p. Tokens are ranked by how far their surprisal -log p is
  * from H (the "typical" ones first), and the shortest prefix of that ranking whose mass
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <weir/rng.h>
 #include <weir/sampler.h>
 
 static const weir_option_desc k_options[] = {
@@ -76,19 +78,6 @@ static int reserve(typical *t, int32_t vocab) {
   return WEIR_OK;
 }
 
-/* xoshiro256** (Blackman and Vigna): one step, the next 64 random bits. */
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t next_u64(uint64_t *s) {
-  uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return r;
-}
-
 static int cmp_cand(const void *a, const void *b) {
   const cand *x = a, *y = b;
   if (x->dist != y->dist) return x->dist < y->dist ? -1 : 1;
@@ -104,8 +93,29 @@ static float log_softmax_at(const float *l, int32_t vocab, int32_t id) {
   return (float)((double)l[id] - mx - log(s));
 }
 
+/* Logit bias and the allowed-token mask (ABI 1.1). A host older than 1.1 hands params without
+ * these fields: WEIR_SAMPLING_HAS checks struct_size before reading them. Declaring
+ * WEIR_SAMPLER_CAP_ALLOWED | WEIR_SAMPLER_CAP_LOGIT_BIAS in the ops below promises this;
+ * without the caps the host would apply both itself before calling. */
+static void apply_constraints(const weir_sampling_params *p, float *l, int32_t vocab) {
+  if (!p) return;
+  if (WEIR_SAMPLING_HAS(p, num_logit_bias))
+    for (int32_t i = 0; i < p->num_logit_bias; i++) {
+      const int32_t id = p->logit_bias_tokens[i];
+      if (id >= 0 && id < vocab) l[id] += p->logit_bias_values[i];
+    }
+  if (WEIR_SAMPLING_HAS(p, allowed) && p->allowed)
+    for (int32_t i = 0; i < vocab; i++)
+      if (!weir_mask_test(p->allowed, i)) l[i] = -INFINITY;
+}
+
 static int sample_row(typical *t, const weir_sampling_row *row, float *l, int32_t vocab,
                       weir_sample_result *out) {
+  if (row && row->params && WEIR_SAMPLING_HAS(row->params, num_logit_bias) &&
+      row->params->num_logit_bias > 0 &&
+      (!row->params->logit_bias_tokens || !row->params->logit_bias_values))
+    return WEIR_E_INVAL;
+  apply_constraints(row ? row->params : NULL, l, vocab);
   for (int32_t i = 0; row && i < row->num_suppress_tokens; i++) {
     int32_t id = row->suppress_tokens[i];
     if (id >= 0 && id < vocab) l[id] = -INFINITY;
@@ -140,7 +150,7 @@ static int sample_row(typical *t, const weir_sampling_row *row, float *l, int32_
   double mass = 0;
   int32_t keep = 0;
   while (keep < n && (mass < t->typical_p || keep < t->min_keep)) mass += t->p[t->c[keep++].id];
-  double u = (double)(next_u64(row->rng_state) >> 11) * 0x1.0p-53 * mass;
+  double u = weir_rng_uniform(row->rng_state) * mass;
   int32_t pick = t->c[keep - 1].id;
   for (int32_t k = 0; k < keep; k++) {
     u -= t->p[t->c[k].id];
@@ -171,6 +181,7 @@ static const weir_sampler_ops k_ops = {
     .struct_size = sizeof(weir_sampler_ops),
     .sample = ty_sample,
     .probs = NULL, /* optional: not implemented */
+    .caps = WEIR_SAMPLER_CAP_ALLOWED | WEIR_SAMPLER_CAP_LOGIT_BIAS, /* ABI 1.1 */
 };
 
 static const weir_plugin_desc k_desc = {
@@ -180,7 +191,7 @@ static const weir_plugin_desc k_desc = {
     .build_signature = WEIR_BUILD_SIGNATURE,
     .kind = WEIR_PLUGIN_SAMPLER,
     .name = "typical",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .description = "locally typical sampling (example plugin built out of tree)",
     .devices = WEIR_DEVICE_CPU, /* it reads logits as host memory: cpu only */
     .dtypes = 0,

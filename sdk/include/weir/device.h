@@ -82,7 +82,9 @@ typedef struct weir_device_ops {
    * pointer and size an operation uses must stay the same at replay (inputs are copied into
    * fixed device buffers before graph_launch). graph_launch returns WEIR_E_NOTFOUND when no
    * graph is kept for `key`; graph_reset drops every kept graph. All four NULL when the
-   * device cannot record. Optional, 1.0. */
+   * device cannot record. The host's engine does not call them yet (docs/cuda.md): a device
+   * plugin that implements them is exercised only by direct callers such as benchmarks.
+   * Optional, 1.0. */
   int (*graph_begin)(void *self, uint64_t key);
   int (*graph_end)(void *self, uint64_t key);
   int (*graph_launch)(void *self, uint64_t key);

@@ -1,10 +1,13 @@
 /* weir SDK: the paged KV cache as plugins see it.
  *
  * Core owns the block pool and the block tables; the attention plugin owns the meaning of
- * the bytes. The pool is one allocation on the device. For each layer it holds num_blocks
- * blocks of block_bytes (the size the attention plugin asked for through block_bytes()); block
- * b of layer l starts at weir_kv_view.base + (l * num_blocks + b) * block_bytes. A token's
- * slot is block * block_size + offset_in_block. Since 1.0. */
+ * the bytes. The pool is one allocation on the device. For each layer of a model it holds
+ * num_blocks blocks of block_bytes (the size the attention plugin asked for through
+ * block_bytes()); a model's layers follow each other, so block b of layer l starts at
+ * layer0.base + (l * num_blocks + b) * block_bytes, where layer0 is the view of the model's
+ * first layer. (Several models, e.g. a target and a draft, may keep KV in one pool: each has
+ * its own layer-0 base and shape; block ids and slots are shared.) A token's slot is
+ * block * block_size + offset_in_block. Since 1.0. */
 #ifndef WEIR_KV_H
 #define WEIR_KV_H
 
@@ -14,6 +17,10 @@
 extern "C" {
 #endif
 
+/* Tokens per KV block unless the configuration says otherwise (cache.block_size): the one
+ * definition of the default, shared by the host's configuration and its KV cache. Since 1.1. */
+#define WEIR_KV_DEFAULT_BLOCK_SIZE 16
+
 /* The attention geometry of a model, fixed for the life of an instance binding. */
 typedef struct weir_attn_shape {
   uint32_t struct_size; /* 1.0 */
@@ -21,7 +28,7 @@ typedef struct weir_attn_shape {
   int32_t n_heads;      /* query heads. 1.0 */
   int32_t n_kv_heads;   /* KV heads; n_heads % n_kv_heads == 0 (grouped-query). 1.0 */
   int32_t head_dim;     /* 1.0 */
-  int32_t block_size;   /* tokens per KV block (default 16). 1.0 */
+  int32_t block_size;   /* tokens per KV block (WEIR_KV_DEFAULT_BLOCK_SIZE unless configured). 1.0 */
   weir_dtype kv_dtype;  /* f32, f16, bf16, i8 or fp8, as the config asks. 1.0 */
   float scale;          /* softmax scale, normally 1/sqrt(head_dim). 1.0 */
 } weir_attn_shape;

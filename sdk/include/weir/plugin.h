@@ -9,8 +9,14 @@
  *
  * Versioning. WEIR_ABI_MAJOR must match the host's exactly. WEIR_ABI_MINOR grows when a field
  * is appended to a struct; every struct that can grow begins with its own struct_size, and a
- * reader checks that size before touching a newer field. A NULL callback means "not
- * implemented". Each field's comment names the ABI version that added it.
+ * reader checks that size (WEIR_HAS_FIELD) before touching a newer field. A NULL callback
+ * means "not implemented". Each field's comment names the ABI version that added it. The host
+ * loads a plugin built against an older minor: it copies the plugin's descriptor and ops
+ * table into structs of its own size, the fields the plugin's struct_size does not cover
+ * reading as 0 / NULL (not implemented), so host code never reads past a plugin's struct.
+ * Structs without a struct_size (weir_option_desc, weir_option_value, weir_metric_desc,
+ * weir_tensor) are frozen at their 1.0 layout: they are laid out in arrays or embedded, so they
+ * never grow; a need for more is met by a new struct.
  *
  * Build signature. WEIR_BUILD_SIGNATURE encodes facts an ABI number does not catch (pointer
  * size, byte order, the SDK's struct layout revision); the loader refuses a plugin whose
@@ -31,6 +37,13 @@ extern "C" {
 
 #define WEIR_ABI_MAJOR 1
 #define WEIR_ABI_MINOR 1
+
+/* 1 when *ptr, a struct of `type` that begins with its own struct_size, is large enough to
+ * hold `field`: the test a reader makes before touching a field added after the struct's
+ * first version, whichever side (host or plugin) built the struct. Since 1.1. E.g.
+ *   if (WEIR_HAS_FIELD(host, weir_host, some_1_2_call) && host->some_1_2_call) ...  */
+#define WEIR_HAS_FIELD(ptr, type, field) \
+  ((size_t)(ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
 
 #define WEIR_STR_(x) #x
 #define WEIR_STR(x) WEIR_STR_(x)
@@ -53,8 +66,13 @@ extern "C" {
 /* The one symbol a plugin exports, and its name for dlsym. */
 #define WEIR_PLUGIN_ENTRY_SYMBOL "weir_plugin_entry"
 /* Optional second symbol: scores this build variant for this machine (higher wins; a
- * negative score means "cannot run here"). Used to choose between variants of one plugin,
- * e.g. an AVX-512 build and a generic one. Signature: weir_plugin_score_fn. */
+ * negative score means "cannot run here"; no symbol scores 0). Used to choose between variants
+ * of one plugin, e.g. an AVX-512 build and a generic one: variant files are named
+ * weir_<kind>_<name>[_<device>].<variant>.so next to (or instead of) the plain
+ * weir_<kind>_<name>[_<device>].so, and when a configuration selects the plugin by name the
+ * loader loads the candidate with the highest score (the plain file on a tie, then by name).
+ * A single candidate with a negative score is refused with that reason. Called once per
+ * candidate, before init, from the loading thread. Signature: weir_plugin_score_fn. */
 #define WEIR_PLUGIN_SCORE_SYMBOL "weir_plugin_score"
 
 typedef enum weir_plugin_kind {
@@ -84,28 +102,32 @@ typedef enum weir_option_type {
   WEIR_OPT_STRING = 4, /* UTF-8; when `choices` is non-NULL, one of them */
 } weir_option_type;
 
+/* One declared option. Plugins lay these out in an array (weir_plugin_desc.options), so the
+ * struct has no struct_size and never grows: its layout is frozen at 1.0. */
 typedef struct weir_option_desc {
-  const char *key;        /* TOML key: [a-z0-9_]+ */
-  weir_option_type type;
-  const char *help;       /* one line for `weir plugins --help NAME` */
+  const char *key;        /* TOML key: [a-z0-9_]+. 1.0 */
+  weir_option_type type;  /* 1.0 */
+  const char *help;       /* one line for `weir plugins --help NAME`. 1.0 */
   /* Default: the member matching `type` is used. */
-  int64_t def_int;
-  double def_float;
-  const char *def_string; /* also the default of a STRING option; NULL means "" */
-  int def_bool;
-  /* Range for INT and FLOAT options; ignored when min >= max. */
+  int64_t def_int;        /* 1.0 */
+  double def_float;       /* 1.0 */
+  const char *def_string; /* also the default of a STRING option; NULL means "". 1.0 */
+  int def_bool;           /* 1.0 */
+  /* Range for INT and FLOAT options; ignored when min >= max. 1.0 */
   double min, max;
-  /* NULL-terminated list of allowed strings for a STRING option, or NULL for any string. */
+  /* NULL-terminated list of allowed strings for a STRING option, or NULL for any string.
+   * 1.0 */
   const char *const *choices;
 } weir_option_desc;
 
-/* A resolved option value. `s` is owned by the host and lives until the instance's fini. */
+/* A resolved option value. `s` is owned by the host and lives until the instance's fini.
+ * Handed to init as an array (weir_plugin_args.options): frozen at 1.0, never grows. */
 typedef struct weir_option_value {
-  int64_t i;
-  double f;
-  const char *s;
-  int b;
-  int is_set; /* 1 when the TOML table set it, 0 when the default was used */
+  int64_t i;          /* 1.0 */
+  double f;           /* 1.0 */
+  const char *s;      /* 1.0 */
+  int b;              /* 1.0 */
+  int is_set;         /* 1 when the TOML table set it, 0 when the default was used. 1.0 */
 } weir_option_value;
 
 /* ---- Metrics ---------------------------------------------------------------------------
@@ -120,12 +142,14 @@ typedef enum weir_metric_type {
 
 typedef struct weir_metric weir_metric; /* opaque, owned by the host */
 
+/* What metric_register takes. It has no struct_size, so its layout is frozen at 1.0; a later
+ * need (say, per-metric labels) comes as a new struct and a new host call. */
 typedef struct weir_metric_desc {
-  const char *name;          /* without the weir_ prefix: [a-z_][a-z0-9_]* */
-  const char *help;
-  weir_metric_type type;
-  const double *buckets;     /* histogram upper bounds, ascending; NULL for defaults */
-  int num_buckets;
+  const char *name;          /* without the weir_ prefix: [a-z_][a-z0-9_]*. 1.0 */
+  const char *help;          /* 1.0 */
+  weir_metric_type type;     /* 1.0 */
+  const double *buckets;     /* histogram upper bounds, ascending; NULL for defaults. 1.0 */
+  int num_buckets;           /* 1.0 */
 } weir_metric_desc;
 
 /* ---- Host services ----------------------------------------------------------------------
@@ -209,7 +233,15 @@ typedef struct weir_plugin_desc {
   void (*fini)(void *self);
   /* The kind's vtable: const weir_device_ops *, weir_attention_ops *, ... Mandatory. 1.0 */
   const void *ops;
+
+  /* ---- Since 1.1 (a 1.0 plugin's struct_size ends before these; the host reads NULL) ---- */
+  /* The build variant this file is, e.g. "avx512" or "generic" (see WEIR_PLUGIN_SCORE_SYMBOL);
+   * shown by `weir plugins` and in the load log. NULL for none. 1.1 */
+  const char *variant;
 } weir_plugin_desc;
+
+/* The size of a 1.0 descriptor: the smallest struct_size the host accepts. Since 1.1. */
+#define WEIR_PLUGIN_DESC_SIZE_1_0 (offsetof(weir_plugin_desc, ops) + sizeof(const void *))
 
 typedef const weir_plugin_desc *(*weir_plugin_entry_fn)(void);
 typedef int (*weir_plugin_score_fn)(void);

@@ -42,13 +42,15 @@ typedef enum weir_device_kind {
  * (GGUF's convention): a matrix of `rows` rows of `cols` values has ne = {cols, rows}.
  * nb[i] is the stride of dimension i in bytes. For block-quantized dtypes ne[0] counts
  * elements and nb[1] is the byte size of one row.
- * Ownership: a view never owns `data`; whoever allocated the memory frees it. */
+ * Ownership: a view never owns `data`; whoever allocated the memory frees it.
+ * Versions: the struct has no struct_size because it is embedded in other structs and arrays;
+ * its layout is frozen at 1.0 and never grows. */
 typedef struct weir_tensor {
-  void *data;
-  weir_dtype dtype;
-  int32_t ndim;
-  int64_t ne[WEIR_MAX_DIMS];
-  size_t nb[WEIR_MAX_DIMS];
+  void *data;                /* 1.0 */
+  weir_dtype dtype;          /* 1.0 */
+  int32_t ndim;              /* 1.0 */
+  int64_t ne[WEIR_MAX_DIMS]; /* 1.0 */
+  size_t nb[WEIR_MAX_DIMS];  /* 1.0 */
 } weir_tensor;
 
 /* Elements per quantization block of a dtype (1 for plain types). */

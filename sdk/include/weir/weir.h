@@ -3,11 +3,13 @@
 #define WEIR_WEIR_H
 #include "weir/status.h"
 #include "weir/tensor.h"
+#include "weir/numeric.h"
 #include "weir/plugin.h"
 #include "weir/kv.h"
 #include "weir/device.h"
 #include "weir/attention.h"
 #include "weir/quant.h"
 #include "weir/sampler.h"
+#include "weir/rng.h"
 #include "weir/drafter.h"
 #endif

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "weir/rng.h"
 #include "weir/sampler.h"
 #include "weir_cuda_kernels.h"
 
@@ -28,17 +29,6 @@ static float uni(float lo, float hi) {
   return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t xnext(uint64_t *s) {
-  const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return r;
-}
 
 // ---- the CPU reference plugin --------------------------------------------------------------
 static void h_log(void *, weir_log_level, const char *fmt, ...) {
@@ -99,6 +89,8 @@ static void gpu_sample(const std::vector<weir_sampling_row> &rows, std::vector<f
   const int R = (int)rows.size();
   std::vector<weir_cuda_sample_params> prm(R);
   std::vector<weir_cuda_penalty> pen;
+  std::vector<uint32_t> masks;
+  const size_t words = WEIR_MASK_WORDS(vocab);
   std::vector<std::vector<uint64_t>> next(R, std::vector<uint64_t>(4));
   int any_sorted = 0;
   for (int r = 0; r < R; ++r) {
@@ -118,14 +110,25 @@ static void gpu_sample(const std::vector<weir_sampling_row> &rows, std::vector<f
     any_sorted |= q.sorted;
     if (!q.greedy && !probs) {
       memcpy(next[r].data(), rows[r].rng_state, 32);
-      q.u = (double)(xnext(next[r].data()) >> 11) * 0x1.0p-53;
+      q.u = weir_rng_uniform(next[r].data());
+    }
+    q.mask_row = -1;
+    if (p->allowed) {
+      q.mask_row = (int32_t)(masks.size() / words);
+      masks.insert(masks.end(), p->allowed, p->allowed + words);
     }
     std::map<int, weir_cuda_penalty> m;
     auto ent = [&](int t) -> weir_cuda_penalty & {
       auto it = m.find(t);
-      if (it == m.end()) it = m.emplace(t, weir_cuda_penalty{r, t, 0, 0}).first;
+      if (it == m.end()) it = m.emplace(t, weir_cuda_penalty{r, t, 0, 0, 0.0f}).first;
       return it->second;
     };
+    for (int i = 0; i < p->num_logit_bias; ++i) {
+      int t = p->logit_bias_tokens[i];
+      if (t < 0 || t >= vocab) continue;
+      ent(t).flags |= WEIR_CUDA_PEN_BIAS;
+      ent(t).bias += p->logit_bias_values[i];
+    }
     for (int i = 0; i < rows[r].num_suppress_tokens; ++i) {
       int t = rows[r].suppress_tokens[i];
       if (t >= 0 && t < vocab) ent(t).flags |= WEIR_CUDA_PEN_SUPPRESS;
@@ -139,6 +142,8 @@ static void gpu_sample(const std::vector<weir_sampling_row> &rows, std::vector<f
     for (auto &kv : m) pen.push_back(kv.second);
   }
   weir_cuda_sample_penalties(nullptr, logits.data(), vocab, prm.data(), pen.data(), (int)pen.size());
+  if (!masks.empty())
+    weir_cuda_sample_mask(nullptr, logits.data(), R, vocab, prm.data(), masks.data());
   std::vector<char> ws(weir_cuda_sample_workspace_bytes(R, vocab));
   std::vector<int32_t> off(2 * R);
   std::vector<weir_cuda_sample_result> res(R);
@@ -157,12 +162,46 @@ static void gpu_sample(const std::vector<weir_sampling_row> &rows, std::vector<f
   }
 }
 
+// Per-row constraints for compare(): rows 1 and 3 get an allowed-token mask (row 1 a sparse
+// one of 40 tokens, row 3 every token but a band of 2000), rows 2 and 3 a logit bias that
+// lifts a few tokens above the rest and bans others.
+struct Constraints {
+  std::vector<std::vector<uint32_t>> masks;
+  std::vector<int32_t> bias_tokens;
+  std::vector<float> bias_values;
+  void apply(std::vector<weir_sampling_params> &params, int V) {
+    const size_t words = WEIR_MASK_WORDS(V);
+    masks.assign(params.size(), std::vector<uint32_t>(words, 0));
+    for (int i = 0; i < 40; ++i) {
+      int t = (int)uni(0, V);
+      masks[1][t >> 5] |= 1u << (t & 31);
+    }
+    masks[1][17 >> 5] |= 1u << (17 & 31); // keeps the exact tie among the allowed
+    masks[1][2000 >> 5] |= 1u << (2000 & 31);
+    for (int t = 0; t < V; ++t)
+      if (t < 500 || t >= 2500) masks[3][t >> 5] |= 1u << (t & 31);
+    bias_tokens = {5, 2600, 17, 2999, 40, -1, 1 << 30};
+    bias_values = {9.0f, 7.5f, -100.0f, 3.0f, 100.0f, 50.0f, 50.0f};
+    params[1].allowed = masks[1].data();
+    params[3].allowed = masks[3].data();
+    for (int r : {2, 3}) {
+      params[r].logit_bias_tokens = bias_tokens.data();
+      params[r].logit_bias_values = bias_values.data();
+      params[r].num_logit_bias = (int32_t)bias_tokens.size();
+    }
+  }
+};
+
 // same_tokens: without top-k/top-p both walk candidates in id order, so equal seeds must give
 // equal tokens; with them the CPU walks its quickselect order, so the distributions (probs())
-// must agree instead, and every drawn token must lie in the CPU's support.
-static void compare(const char *name, weir_sampling_params p, int rounds, bool same_tokens) {
+// must agree instead, and every drawn token must lie in the CPU's support. constrained: rows
+// carry masks and logit bias (Constraints); every token drawn must then be allowed.
+static void compare(const char *name, weir_sampling_params p, int rounds, bool same_tokens,
+                    bool constrained = false) {
   const int R = 4, V = 3000;
   std::vector<weir_sampling_params> params(R, p);
+  Constraints cons;
+  if (constrained) cons.apply(params, V);
   std::vector<std::vector<int32_t>> prompt(R), output(R);
   std::vector<int32_t> suppress = {17, 2999, -3};
   uint64_t sc[R][4], sg[R][4];
@@ -210,6 +249,12 @@ static void compare(const char *name, weir_sampling_params p, int rounds, bool s
         if (!(std::fabs(pc[i] - pg[i]) <= 1e-6f)) ++lp_bad;
     }
     for (int r = 0; r < R; ++r) {
+      if (params[r].allowed && (!weir_mask_test(params[r].allowed, a[r].token) ||
+                                !weir_mask_test(params[r].allowed, b[r].token)))
+        ++diff; // a disallowed token was drawn
+      if (params[r].allowed)
+        for (int i = 0; i < b[r].num_top; ++i)
+          if (!weir_mask_test(params[r].allowed, b[r].top_tokens[i])) ++lp_bad;
       if (same_tokens) diff += a[r].token != b[r].token;
       else diff += !(pc[(size_t)r * V + b[r].token] > 0.0f);
       if (p.num_logprobs >= 0 && std::fabs(a[r].logprob - b[r].logprob) > 1e-4f) ++lp_bad;
@@ -265,6 +310,20 @@ int main() {
   p.temperature = 0.7f;
   p.top_k = 40;
   compare("top-k 40", p, 3, false);
+
+  // Allowed-token masks and logit bias (ABI 1.1), through every path.
+  p = base;
+  p.temperature = 0.0f;
+  p.num_logprobs = 20;
+  compare("greedy + masks + bias + 20 logprobs", p, 1, true, true);
+  p = base;
+  p.temperature = 0.9f;
+  p.num_logprobs = 5;
+  p.repetition_penalty = 1.2f;
+  compare("temperature + masks + bias + penalty", p, 1, true, true);
+  p.top_p = 0.8f;
+  p.top_k = 30;
+  compare("top-p + top-k + masks + bias", p, 1, false, true);
   if (g_failures) printf("%d failure(s)\n", g_failures);
   return g_failures ? 1 : 0;
 }

@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# Soak test (docs/reliability.md): `weir serve` with the default model, held at saturation by
+# `weir bench` for DURATION seconds while a second client mixes in what production brings:
+# checked requests with known answers, clients that disconnect mid-stream, clients that stop
+# reading (some long enough for the stall timeout), malformed and hostile requests, and idle
+# connections. Every SAMPLE seconds it records the server's RSS, open file descriptors, KV
+# blocks in use and running requests. It fails when any of them trends up after the warm-up
+# (last quarter against first quarter; RSS must grow less than 1%), when a request is lost or
+# answered wrongly, when memory or descriptors are not back to idle at the end, or when the
+# server does not exit cleanly.
+#
+#   scripts/soak.sh [DURATION_S=1800] [--out DIR] [--sample S] [--warmup S] [--concurrency N]
+#
+# BUILD=dir selects the build (default build/); MODEL=file the model (default
+# models/default.gguf, made by scripts/setup.sh). Writes DIR/samples.csv, DIR/bench.json,
+# DIR/clients.json, DIR/server.log and DIR/summary.md (default DIR: a fresh temp directory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration=1800 out="" sample=5 warmup="" conc=32
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --sample) sample=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --concurrency) conc=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) duration=$1; shift ;;
+  esac
+done
+[ -n "$warmup" ] || warmup=$(( duration / 10 > 180 ? 180 : duration / 10 ))
+build=${BUILD:-build}
+weir=$build/bin/weir
+model=${MODEL:-models/default.gguf}
+[ -x "$weir" ] || { echo "soak: no $weir (run scripts/setup.sh)" >&2; exit 2; }
+if [ ! -f "$model" ]; then
+  mkdir -p "$(dirname "$model")"
+  "$weir" mkmodel --preset tiny --out "$model" >/dev/null
+fi
+[ -n "$out" ] || out=$(mktemp -d "${TMPDIR:-/tmp}/weir-soak-XXXXXX")
+mkdir -p "$out"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+
+# The KV pool is kept small (16 MiB) so that the warm-up touches all of it: its pages count in
+# RSS as they are first written, and the prefix cache keeps them all in use soon. The stall timeout is short so that the soak sees it act.
+"$weir" serve --model "$model" --port "$port" --host 127.0.0.1 \
+  --set cache.memory_bytes=16MiB --set server.stall_timeout_ms=4000 \
+  --set server.max_connections=256 --set log.requests=false >"$out/server.log" 2>&1 &
+pid=$!
+cleanup() { kill "$pid" 2>/dev/null || true; }
+trap cleanup EXIT
+for _ in $(seq 1 300); do
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+  kill -0 "$pid" 2>/dev/null || { cat "$out/server.log"; exit 1; }
+  sleep 0.1
+done
+echo "soak: server pid $pid on port $port, ${duration}s (warm-up ${warmup}s), results in $out"
+
+"$weir" bench --url "http://127.0.0.1:$port" --concurrency "$conc" --duration "$duration" \
+  --input-len 128 --input-range 0.5 --output-len 64 --output-range 0.5 --ignore-eos \
+  --timeout 120 --max-time $(( duration + 300 )) --quiet --json "$out/bench.json" \
+  >"$out/bench.txt" 2>&1 &
+bench=$!
+
+python3 - "$port" "$duration" "$out/clients.json" <<'PY' &
+import json, random, socket, sys, threading, time
+port, duration, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+end = time.time() + duration
+stats = {k: 0 for k in ["checked", "wrong", "lost", "disconnects", "stalled_readers",
+                        "paused_readers", "malformed", "malformed_5xx", "idle", "errors"]}
+examples = {}
+lock = threading.Lock()
+def bump(k, n=1, example=None):
+    with lock:
+        stats[k] += n
+        if example is not None and k not in examples: examples[k] = example[:400]
+
+def request(body, path="/v1/completions", extra=b"", rcvbuf=0, timeout=120):
+    s = socket.socket()
+    if rcvbuf: s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    b = body.encode() if isinstance(body, str) else body
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: soak\r\nContent-Type: "
+              b"application/json\r\nConnection: close\r\n" + extra +
+              b"Content-Length: %d\r\n\r\n" % len(b) + b)
+    return s
+
+def read_all(s):
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d: break
+        data += d
+    s.close()
+    return data
+
+def body_of(resp):
+    head, _, body = resp.partition(b"\r\n\r\n")
+    if b"chunked" in head.lower():
+        out, rest = b"", body
+        while rest:
+            line, _, rest = rest.partition(b"\r\n")
+            n = int(line.split(b";")[0] or b"0", 16)
+            if n == 0: break
+            out, rest = out + rest[:n], rest[n + 2:]
+        body = out
+    return head, body
+
+def text_of(resp):
+    head, body = body_of(resp)
+    if not head.startswith(b"HTTP/1.1 200"): return None
+    if b"event-stream" in head:
+        parts = []
+        for line in body.split(b"\n"):
+            if line.startswith(b"data: {"):
+                parts.append(json.loads(line[6:])["choices"][0]["text"])
+        return "".join(parts) if body.rstrip().endswith(b"data: [DONE]") else None
+    return json.loads(body)["choices"][0]["text"]
+
+PROMPTS = ["The river", "Once upon a time", "In the beginning", "A list of", "Tell me"]
+def checked(ref):
+    p = random.choice(PROMPTS)
+    stream = random.random() < 0.5
+    body = json.dumps({"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
+                       "stream": stream})
+    resp = b""
+    try:
+        resp = read_all(request(body))
+        t = text_of(resp)
+    except Exception as e:
+        t, resp = None, repr(e).encode() + b" after " + resp
+    bump("checked")
+    if t is None: bump("lost", example="checked: %r" % resp[:300])
+    elif ref.setdefault(p, t) != t: bump("wrong", example="%r vs %r" % (ref[p], t))
+
+def disconnect():
+    s = request(json.dumps({"prompt": "bye", "max_tokens": 500, "ignore_eos": True,
+                            "stream": True}))
+    try:
+        s.recv(256)
+    finally:
+        s.close()
+    bump("disconnects")
+
+def non_reader(hold):
+    # Output far beyond what the kernel buffers: the server pauses the request, then either
+    # the client reads the rest (short hold) or the stall timeout closes it (long hold).
+    s = request(json.dumps({"prompt": "flood", "max_tokens": 1500, "ignore_eos": True,
+                            "n": 8, "logprobs": 20, "stream": True}), rcvbuf=4096)
+    time.sleep(hold)
+    if hold < 3:
+        data = read_all(s)
+        bump("paused_readers")
+        if not (data.endswith(b"0\r\n\r\n") and b"data: [DONE]" in data):
+            bump("lost", example="reader: %d bytes, ends %r" % (len(data), data[-200:]))
+    else:
+        s.close()
+        bump("stalled_readers")
+
+BAD = [b"THIS IS NOT HTTP\r\n\r\n", b"GET /health HTTP/1.1\r\n\r\n",
+       b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 9223372036854775808\r\n\r\n{",
+       b"GET /v1/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n"]
+BAD_BODIES = [b'{"prompt":"a",' + b",".join(b'"stop":"s%d"' % i for i in range(17)) + b"}",
+              b'{"prompt":"a\\u0000b"}', b'{"prompt":', b"[1,2]", b'{"prompt":"a","n":99}',
+              b'{"messages":[{"role":"user","role":"user","content":"x"}]}',
+              b'{"prompt":"a","max_tokens":99999999}', b'{"prompt":"\xff\xfe","echo":true}']
+def malformed():
+    try:
+        if random.random() < 0.4:
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            raw = random.choice(BAD)
+            if random.random() < 0.3: raw = bytes(random.randrange(256) for _ in range(200))
+            s.sendall(raw)
+            s.shutdown(socket.SHUT_WR)
+            r = read_all(s)
+        else:
+            path = random.choice(["/v1/completions", "/v1/chat/completions", "/tokenize"])
+            r = read_all(request(random.choice(BAD_BODIES), path))
+        bump("malformed")
+        if r.startswith(b"HTTP/1.1 5"): bump("malformed_5xx")
+    except Exception as e:
+        bump("errors", example="malformed: %r" % e)
+
+def idle():
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    time.sleep(random.uniform(0.5, 3))
+    s.close()
+    bump("idle")
+
+def worker(fn_weights, ref):
+    fns, weights = zip(*fn_weights)
+    while time.time() < end:
+        f = random.choices(fns, weights)[0]
+        try:
+            f(ref) if f is checked else f()
+        except Exception as e:
+            bump("errors", example="%s: %r" % (getattr(f, "__name__", "?"), e))
+
+ref = {}
+jobs = [(checked, 5), (disconnect, 2), (lambda: non_reader(random.uniform(0.5, 2)), 1),
+        (lambda: non_reader(6), 0.3), (malformed, 3), (idle, 1)]
+ths = [threading.Thread(target=worker, args=(jobs, ref)) for _ in range(6)]
+for t in ths: t.start()
+for t in ths: t.join()
+json.dump({"counts": stats, "examples": examples}, open(out, "w"), indent=1)
+PY
+clients=$!
+
+kv_total=$(sed -n 's/.*KV cache \([0-9]*\) blocks.*/\1/p' "$out/server.log" | head -1)
+echo "t_s,rss_kib,fds,kv_blocks_used,running" >"$out/samples.csv"
+sample_once() {
+  local page rss fds usage running
+  rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
+  fds=$(ls "/proc/$pid/fd" | wc -l)
+  page=$(curl -s -m 10 "http://127.0.0.1:$port/metrics" || true)
+  usage=$(echo "$page" | awk '$1 == "weir_kv_cache_usage_perc" {print $2}')
+  running=$(echo "$page" | awk '$1 == "weir_num_requests_running" {print $2}')
+  awk -v t="$1" -v r="$rss" -v f="$fds" -v u="${usage:-0}" -v k="$kv_total" -v n="${running:-0}" \
+    'BEGIN {printf "%d,%d,%d,%d,%d\n", t, r, f, u * k + 0.5, n}' >>"$out/samples.csv"
+}
+start=$(date +%s)
+while kill -0 "$bench" 2>/dev/null; do
+  sample_once $(( $(date +%s) - start ))
+  sleep "$sample"
+done
+wait "$bench" || true
+wait "$clients" || true
+sleep 6 # stalled readers time out, aborted requests release their blocks
+sample_once $(( $(date +%s) - start ))
+idle_line=$(tail -1 "$out/samples.csv")
+
+kill -TERM "$pid"
+code=0
+wait "$pid" || code=$?
+trap - EXIT
+
+python3 - "$out" "$warmup" "$code" "$idle_line" "$duration" <<'PY'
+import csv, json, sys
+out, warmup, code, idle, duration = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+rows = [r for r in csv.DictReader(open(out + "/samples.csv"))][:-1]
+base = [r for r in rows if float(r["t_s"]) < 1]
+after = [r for r in rows if float(r["t_s"]) >= warmup]
+bench = json.load(open(out + "/bench.json"))["targets"][0]["rounds"][0]
+clients_all = json.load(open(out + "/clients.json"))
+clients = clients_all["counts"]
+fail = []
+def mean(rs, k): return sum(float(r[k]) for r in rs) / max(1, len(rs))
+q = max(1, len(after) // 4)
+first, last = after[:q], after[-q:]
+lines = ["| series | first quarter after warm-up | last quarter | change |", "|---|---|---|---|"]
+for k, rel, ab in [("rss_kib", 0.01, 0), ("fds", 0.05, 4), ("kv_blocks_used", 0.10, 64),
+                   ("running", 0.10, 4)]:
+    a, b = mean(first, k), mean(last, k)
+    ch = (b - a) / a * 100 if a else 0.0
+    lines.append("| %s | %.1f | %.1f | %+.2f%% |" % (k, a, b, ch))
+    if b > a * (1 + rel) + ab: fail.append("%s trends up: %.1f -> %.1f" % (k, a, b))
+rss_peak = max(float(r["rss_kib"]) for r in after) if after else 0
+req = bench.get("requests", {})
+lost = req.get("failed", 0) + clients["lost"]
+if lost: fail.append("%d requests lost (bench failed %d, checked %d)" % (lost, req.get("failed", 0), clients["lost"]))
+if clients["wrong"]: fail.append("%d wrong answers" % clients["wrong"])
+if clients["malformed_5xx"]: fail.append("%d malformed requests answered 5xx" % clients["malformed_5xx"])
+t, rss, fds, kv, running = idle.split(",")
+if int(kv) != 0 or int(running) != 0: fail.append("not idle at the end: %s blocks, %s running" % (kv, running))
+if code != 0: fail.append("server exit status %d" % code)
+summary = ["duration %s s, warm-up %.0f s, %d samples after warm-up" % (duration, warmup, len(after)),
+           "bench: %s requests completed, %s failed; %s" % (req.get("completed"), req.get("failed"),
+           ", ".join("%s %s" % (k, v) for k, v in bench.get("errors", {}).items() if v) or "no errors"),
+           "clients: " + ", ".join("%s %d" % kv for kv in clients.items()),
+           "RSS peak after warm-up %.1f MiB; at the end (idle) %.1f MiB, %s fds, %s KV blocks, %s running"
+           % (rss_peak / 1024, float(rss) / 1024, fds, kv, running),
+           "server exit status %d" % code] + ["example of %s: %s" % kv for kv in clients_all["examples"].items()] + [""] + lines + ["", "RESULT: " + ("FAIL: " + "; ".join(fail) if fail else "PASS")]
+open(out + "/summary.md", "w").write("\n".join(summary) + "\n")
+print("\n".join(summary))
+sys.exit(1 if fail else 0)
+PY

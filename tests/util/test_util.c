@@ -1,0 +1,155 @@
+/* core/util: the growable text buffer (appends, printf past the spare room, the sticky
+ * allocation failure, take) and the progress facility (what it logs when stderr is not a
+ * terminal, its rate limit, the fraction other threads read, silence above info). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "util/buf.h"
+#include "util/log.h"
+#include "util/progress.h"
+
+static void test_buf(void) {
+  weir_buf b = {0};
+  weir_buf_puts(&b, "");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b.p);
+  CU_ASSERT_STRING_EQUAL(b.p, "");
+  weir_buf_puts(&b, "abc");
+  weir_buf_putc(&b, '-');
+  weir_buf_append(&b, "xyz\0q", 5); /* binary-safe */
+  WT_ASSERT_INT_EQ(b.len, 9);
+  /* Longer than any spare room: formatted in a second pass. */
+  char big[5000];
+  memset(big, 'k', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  weir_buf_printf(&b, "[%s|%d]", big, 42);
+  WT_ASSERT_INT_EQ(b.len, 9 + 1 + 4999 + 4);
+  CU_ASSERT(!memcmp(b.p + b.len - 4, "|42]", 4));
+  CU_ASSERT(b.p[b.len] == 0);
+  size_t len = 0;
+  char *s = weir_buf_take(&b, &len);
+  WT_ASSERT_INT_EQ(len, 9 + 1 + 4999 + 4);
+  CU_ASSERT(b.p == NULL && b.len == 0);
+  free(s);
+  /* After a failure every append is ignored and take gives NULL. */
+  weir_buf_puts(&b, "ok");
+  b.oom = 1;
+  weir_buf_puts(&b, "lost");
+  WT_ASSERT_INT_EQ(b.len, 2);
+  CU_ASSERT_PTR_NULL(weir_buf_take(&b, &len));
+  WT_ASSERT_INT_EQ(len, 0);
+  /* An impossible size fails cleanly instead of wrapping. */
+  weir_buf_puts(&b, "x");
+  weir_buf_append(&b, "", (size_t)-1 / 2);
+  CU_ASSERT(b.oom);
+  weir_buf_free(&b);
+  CU_ASSERT(!b.oom && !b.p);
+}
+
+static char *g_text;
+static size_t g_len;
+
+static char *capture(void (*fn)(void)) {
+  g_text = NULL;
+  FILE *f = open_memstream(&g_text, &g_len);
+  weir_log_configure(WEIR_LOG_INFO, WEIR_LOG_TEXT, f);
+  fn();
+  weir_log_configure(WEIR_LOG_INFO, WEIR_LOG_TEXT, NULL);
+  fclose(f);
+  return strdup(g_text ? g_text : "");
+}
+
+static weir_progress g_p;
+
+static void run_task(void) {
+  weir_progress_begin(&g_p, "loading demo", 40, "layers", 0.05);
+  for (int i = 1; i <= 40; i++) {
+    weir_progress_update(&g_p, (uint64_t)i);
+    usleep(5000);
+    if (i == 20) CU_ASSERT_DOUBLE_EQUAL(weir_progress_fraction(&g_p), 0.5, 1e-12);
+  }
+  weir_progress_end(&g_p, 1);
+}
+
+static void failing_task(void) {
+  weir_progress_begin(&g_p, "quantizing", 10, "tensors", 0);
+  weir_progress_update(&g_p, 3);
+  weir_progress_end(&g_p, 0);
+}
+
+static void test_progress_log(void) {
+  CU_ASSERT_DOUBLE_EQUAL(weir_progress_fraction(&g_p), -1, 0); /* idle */
+  char *out = capture(run_task);
+  WT_ASSERT_STR_CONTAINS(out, "loading demo: started (40 layers)");
+  WT_ASSERT_STR_CONTAINS(out, "loading demo: done after");
+  WT_ASSERT_STR_CONTAINS(out, "(40/40 layers)");
+  /* 40 updates over >= 200 ms at one log line per 50 ms: some, not one per update. */
+  int lines = 0;
+  for (const char *p = strstr(out, "% ("); p; p = strstr(p + 1, "% (")) lines++;
+  CU_ASSERT(lines >= 1 && lines < 20);
+  CU_ASSERT(!weir_progress_active(&g_p));
+  CU_ASSERT_DOUBLE_EQUAL(weir_progress_fraction(&g_p), -1, 0);
+  free(out);
+  free(g_text);
+  out = capture(failing_task);
+  WT_ASSERT_STR_CONTAINS(out, "quantizing: failed after");
+  WT_ASSERT_STR_CONTAINS(out, "(3/10 tensors)");
+  free(out);
+  free(g_text);
+}
+
+
+static void test_progress_quiet(void) {
+  /* Above info nothing is shown, but the fraction is still kept for readers. */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  weir_log_configure(WEIR_LOG_WARN, WEIR_LOG_TEXT, f);
+  weir_progress_begin(&g_p, "silent", 4, "steps", 0);
+  weir_progress_update(&g_p, 9); /* clamped */
+  CU_ASSERT_DOUBLE_EQUAL(weir_progress_fraction(&g_p), 1.0, 0);
+  weir_progress_end(&g_p, 1);
+  weir_log_configure(WEIR_LOG_INFO, WEIR_LOG_TEXT, NULL);
+  fclose(f);
+  WT_ASSERT_INT_EQ(len, 0);
+  free(text);
+}
+
+/* Another thread sees the fraction move while the owner works. */
+static void *reader(void *arg) {
+  double *max_seen = arg;
+  for (int i = 0; i < 2000 && *max_seen < 1.0; i++) {
+    double f = weir_progress_fraction(&g_p);
+    if (f > *max_seen) *max_seen = f;
+    usleep(200);
+  }
+  return NULL;
+}
+
+static void test_progress_threads(void) {
+  double max_seen = -1;
+  weir_log_configure(WEIR_LOG_ERROR, WEIR_LOG_TEXT, NULL);
+  weir_progress_begin(&g_p, "shared", 100, "steps", 0);
+  pthread_t t;
+  pthread_create(&t, NULL, reader, &max_seen);
+  for (int i = 1; i <= 100; i++) {
+    weir_progress_update(&g_p, (uint64_t)i);
+    usleep(1000);
+  }
+  pthread_join(t, NULL);
+  weir_progress_end(&g_p, 1);
+  weir_log_configure(WEIR_LOG_INFO, WEIR_LOG_TEXT, NULL);
+  CU_ASSERT(max_seen > 0.1);
+}
+
+int main(void) {
+  static const wt_test tests[] = {{"buf", test_buf},
+                                  {"progress logs begin, periodic lines, end", test_progress_log},
+                                  {"progress is silent above info", test_progress_quiet},
+                                  {"progress is readable from another thread", test_progress_threads},
+                                  {NULL, NULL}};
+  return wt_run_suite("util", tests);
+}
