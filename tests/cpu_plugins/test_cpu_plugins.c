@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "wt_isa.h"
 #include "weir/weir.h"
 #include "wt_pool.h"
 
@@ -127,24 +128,10 @@ static void plugin_unload(loaded *l) {
 
 static const char *const k_isas[] = {"scalar", "avx2", "avx512"};
 
-/* 1 when this CPU runs the level (checked through the device plugin's info name). */
-static int isa_available(int level) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (level == 0) return 1;
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-  if (level == 1) return avx2;
-  return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-  return level == 0;
-#endif
-}
 
 #define FOR_EACH_ISA(lvl)                                                                    \
   for (int lvl = 0; lvl < 3; lvl++)                                                          \
-    if (isa_available(lvl))
+    if (wt_isa_available(lvl))
 
 /* ================================== device ================================================ */
 

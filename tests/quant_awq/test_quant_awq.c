@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "wt_isa.h"
 #include "weir/weir.h"
 #include "wt_pool.h"
 
@@ -210,21 +211,6 @@ static void plugin_unload(loaded *l) {
 
 static const char *const k_isas[] = {"scalar", "avx2", "avx512", "avx512vnni"};
 
-static int isa_available(int level) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (level == 0) return 1;
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-  if (level == 1) return avx2;
-  int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  if (level == 2) return avx512;
-  return avx512 && __builtin_cpu_supports("avx512vnni");
-#else
-  return level == 0;
-#endif
-}
 
 /* ---- sources ------------------------------------------------------------------------------- */
 
@@ -518,7 +504,7 @@ fail:
 static void test_paths(void) {
   int ran = 0;
   for (int lvl = 0; lvl < 4; lvl++)
-    if (isa_available(lvl)) {
+    if (wt_isa_available(lvl)) {
       isa_case(lvl);
       ran++;
     }
