@@ -61,9 +61,12 @@ echo "soak: server pid $pid on port $port, ${duration}s (warm-up ${warmup}s), re
   >"$out/bench.txt" 2>&1 &
 bench=$!
 
-python3 - "$port" "$duration" "$out/clients.json" <<'PY' &
+# Long generations fit the model's context (the trained default has 512 tokens).
+ctx=$(sed -n 's/.*, context \([0-9]*\).*/\1/p' "$out/server.log" | head -1)
+python3 - "$port" "$duration" "$out/clients.json" "${ctx:-2048}" <<'PY' &
 import json, random, socket, sys, threading, time
 port, duration, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+long_tokens = min(1500, int(sys.argv[4]) - 16)
 end = time.time() + duration
 stats = {k: 0 for k in ["checked", "wrong", "lost", "disconnects", "stalled_readers",
                         "paused_readers", "malformed", "malformed_5xx", "idle", "errors"]}
@@ -134,7 +137,7 @@ def checked(ref):
     elif ref.setdefault(p, t) != t: bump("wrong", example="%r vs %r" % (ref[p], t))
 
 def disconnect():
-    s = request(json.dumps({"prompt": "bye", "max_tokens": 500, "ignore_eos": True,
+    s = request(json.dumps({"prompt": "bye", "max_tokens": min(500, long_tokens), "ignore_eos": True,
                             "stream": True}))
     try:
         s.recv(256)
@@ -145,7 +148,7 @@ def disconnect():
 def non_reader(hold):
     # Output far beyond what the kernel buffers: the server pauses the request, then either
     # the client reads the rest (short hold) or the stall timeout closes it (long hold).
-    s = request(json.dumps({"prompt": "flood", "max_tokens": 1500, "ignore_eos": True,
+    s = request(json.dumps({"prompt": "flood", "max_tokens": long_tokens, "ignore_eos": True,
                             "n": 8, "logprobs": 20, "stream": True}), rcvbuf=4096)
     time.sleep(hold)
     if hold < 3:
@@ -213,8 +216,8 @@ sample_once() {
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
   fds=$(ls "/proc/$pid/fd" | wc -l)
   page=$(curl -s -m 10 "http://127.0.0.1:$port/metrics" || true)
-  usage=$(echo "$page" | awk '$1 == "weir_kv_cache_usage_perc" {print $2}')
-  running=$(echo "$page" | awk '$1 == "weir_num_requests_running" {print $2}')
+  usage=$(echo "$page" | awk '$1 ~ /^weir_kv_cache_usage_perc({|$)/ {print $2}')
+  running=$(echo "$page" | awk '$1 ~ /^weir_num_requests_running({|$)/ {print $2}')
   awk -v t="$1" -v r="$rss" -v f="$fds" -v u="${usage:-0}" -v k="$kv_total" -v n="${running:-0}" \
     'BEGIN {printf "%d,%d,%d,%d,%d\n", t, r, f, u * k + 0.5, n}' >>"$out/samples.csv"
 }
