@@ -145,7 +145,8 @@ def check_names(build):
             f = line.split()
             if len(f) == 3 and f[1] in "TDBRCGS":
                 sym = f[2]
-                if sym.startswith("_Z") or sym.startswith("DW.") or sym == "main":
+                if (sym.startswith("_Z") or sym.startswith("DW.") or sym == "main" or
+                        sym.startswith("__odr_asan")):  # AddressSanitizer's ODR indicators
                     continue
                 if not sym.startswith("weir_"):
                     errors.append(f"{src}: defines the global symbol {sym}: outside names start "
