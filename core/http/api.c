@@ -22,6 +22,14 @@
 #define MAX_STOP 16
 #define MAX_PATH 160 /* longest JSON path named in an error's `param` */
 
+/* Whether `name` is one of the names this server answers to: the served model name or one of
+ * its aliases (server.served_model_name as a list; the engine owns the list). */
+static int serves_model(const weir__http_server *s, const char *name) {
+  for (int32_t i = 0; i < s->info.num_model_names; i++)
+    if (!strcmp(name, s->info.model_names[i])) return 1;
+  return !strcmp(name, s->model_name);
+}
+
 /* ---- jobs ------------------------------------------------------------------------------- */
 
 typedef struct api_choice {
@@ -984,7 +992,7 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
     return fail(e, 400, "echo", "unsupported_parameter",
                 "Unsupported parameter: 'echo' together with 'logprobs' (prompt logprobs are "
                 "not computed by this server)");
-  if (p->model && strcmp(p->model, s->model_name))
+  if (p->model && !serves_model(s, p->model))
     return fail(e, 404, "model", "model_not_found", "The model `%s` does not exist.", p->model);
   return 0;
 }
@@ -1668,7 +1676,7 @@ static void handle_tokenize(weir__http_req *r) {
     } else if (!strcmp(it->string, "add_special_tokens")) {
       if (want_bool(&e, it, it->string, &add_special)) goto fail_request;
     } else if (!strcmp(it->string, "model")) {
-      if (!cJSON_IsString(it) || strcmp(it->valuestring, s->model_name)) {
+      if (!cJSON_IsString(it) || !serves_model(s, it->valuestring)) {
         fail(&e, 404, "model", "model_not_found", "The model `%s` does not exist.",
              cJSON_IsString(it) ? it->valuestring : "?");
         goto fail_request;
@@ -1719,7 +1727,7 @@ static void handle_detokenize(weir__http_req *r) {
     if (!strcmp(it->string, "tokens")) {
       tokens = it;
     } else if (!strcmp(it->string, "model")) {
-      if (!cJSON_IsString(it) || strcmp(it->valuestring, s->model_name)) {
+      if (!cJSON_IsString(it) || !serves_model(s, it->valuestring)) {
         fail(&e, 404, "model", "model_not_found", "The model `%s` does not exist.",
              cJSON_IsString(it) ? it->valuestring : "?");
         goto fail_request;
@@ -1779,7 +1787,7 @@ static void handle_models(weir__http_req *r) {
 }
 
 static void handle_model(weir__http_req *r, const char *id) {
-  if (strcmp(id, r->srv->model_name)) {
+  if (!serves_model(r->srv, id)) {
     weir__http_respond_error(r, 404, "invalid_request_error", "model", "model_not_found",
                              "The model `%s` does not exist.", id);
     return;

@@ -145,10 +145,8 @@ static void load_work(uv_work_t *w) {
 int weir__serve_attach_engine(weir__http_server *s, weir_engine *engine) {
   s->engine = engine;
   weir_engine_info_get(s->engine, &s->info);
-  if (s->cfg->served_model_name && *s->cfg->served_model_name)
-    s->model_name = strdup(s->cfg->served_model_name);
-  else
-    s->model_name = strdup(s->info.model_name ? s->info.model_name : "weir");
+  /* The engine resolved the served name (server.served_model_name, general.name, file name). */
+  s->model_name = strdup(s->info.model_name ? s->info.model_name : "weir");
   if (s->info.bos_id >= 0) {
     char *t = NULL;
     size_t n = 0;

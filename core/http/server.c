@@ -662,7 +662,8 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
   weir__buf h = {0};
   weir__buf_printf(&h,
                    "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n"
-                   "%sConnection: %s\r\n\r\n",
+                   /* a buffering proxy (nginx) passes each event on at once */
+                   "X-Accel-Buffering: no\r\n%sConnection: %s\r\n\r\n",
                    content_type, r->chunked ? "Transfer-Encoding: chunked\r\n" : "",
                    resp_closes(r) ? "close" : "keep-alive");
   if (h.oom) conn_close_soon(c);

@@ -253,6 +253,60 @@ static void test_health_version_models(void) {
   hc_response_free(&r);
 }
 
+/* Every served name is accepted (server.served_model_name as a list: the first reported, the
+ * rest aliases) on every endpoint that takes a model; any other name is 404. */
+static void test_served_name_aliases(void) {
+  NEED_SERVER();
+  hc_server s = {0};
+  const char *extra[] = {"server.served_model_name=[\"first\", \"org/alias-b\"]", NULL};
+  if (start_server(&s, "aliases", extra) != 0) {
+    CU_FAIL("server did not start");
+    return;
+  }
+  hc_response r;
+  WT_ASSERT_INT_EQ(hc_request(s.port, "GET", "/v1/models", NULL, NULL, &r), 0);
+  WT_ASSERT_STR_CONTAINS(r.body, "\"id\":\"first\"");
+  hc_response_free(&r);
+  WT_ASSERT_INT_EQ(hc_request(s.port, "GET", "/v1/models/org/alias-b", NULL, NULL, &r), 0);
+  WT_ASSERT_INT_EQ(r.status, 200);
+  hc_response_free(&r);
+  int st = 0;
+  cJSON *j = post_json(s.port, "/v1/completions",
+                       "{\"model\":\"org/alias-b\",\"prompt\":\"hi\",\"max_tokens\":2}", &st);
+  WT_ASSERT_INT_EQ(st, 200);
+  CU_ASSERT_STRING_EQUAL(jstr(j, "model"), "first");
+  cJSON_Delete(j);
+  j = post_json(s.port, "/tokenize", "{\"model\":\"first\",\"prompt\":\"hi\"}", &st);
+  WT_ASSERT_INT_EQ(st, 200);
+  cJSON_Delete(j);
+  j = post_json(s.port, "/v1/chat/completions",
+                "{\"model\":\"alias-b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                &st);
+  WT_ASSERT_INT_EQ(st, 404);
+  cJSON_Delete(j);
+  WT_ASSERT_INT_EQ(hc_server_stop(&s, SIGTERM, 20000), 0);
+}
+
+/* A stream tells buffering proxies (nginx) to pass events on at once. */
+static void test_stream_unbuffered_header(void) {
+  NEED_SERVER();
+  int fd = hc_connect(g_main.port, 60000);
+  CU_ASSERT_FATAL(fd >= 0);
+  const char *body = "{\"prompt\":\"hi\",\"max_tokens\":2,\"stream\":true}";
+  char *req = wt_strf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                      "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                      strlen(body), body);
+  hc_send_all(fd, req, strlen(req));
+  free(req);
+  hc_response r;
+  WT_ASSERT_INT_EQ(hc_read_response(fd, &r), 0);
+  close(fd);
+  char *h = hc_header(&r, "x-accel-buffering");
+  CU_ASSERT_STRING_EQUAL(h ? h : "", "no");
+  free(h);
+  hc_response_free(&r);
+}
+
 static void test_not_found_and_method(void) {
   NEED_SERVER();
   hc_response r;
@@ -1554,6 +1608,8 @@ static void test_startup_failure(void) {
 
 int main(void) {
   static const wt_test tests[] = {
+      {"served_name_aliases", test_served_name_aliases},
+      {"stream_unbuffered_header", test_stream_unbuffered_header},
       {"health_version_models", test_health_version_models},
       {"not_found_and_method", test_not_found_and_method},
       {"malformed_http", test_malformed_http},
