@@ -448,7 +448,12 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
     for (int32_t o = 0; o < ntok; o++) {
       const uint8_t *kp = blk + a->k_offset + o * a->token_stride;
       const float *krow = (const float *)kp;
-      if (a->kv_f16) {
+      if (a->kv_i8) {
+        const int8_t *kq = (const int8_t *)kp;
+        float ks;
+        memcpy(&ks, blk + a->k_scale_offset + (size_t)o * sizeof(float), sizeof ks);
+        for (int32_t d = 0; d < hd; d++) kt[(size_t)d * bsp + o] = (float)kq[d] * ks;
+      } else if (a->kv_f16) {
         /* s holds at least bsp floats; convert K in pieces that fit */
         for (int32_t d0 = 0; d0 < hd; d0 += (int32_t)bsp) {
           int32_t len = hd - d0 < (int32_t)bsp ? hd - d0 : (int32_t)bsp;
@@ -459,7 +464,17 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
         for (int32_t d = 0; d < hd; d++) kt[(size_t)d * bsp + o] = krow[d];
       }
     }
-    if (a->kv_f16) {
+    if (a->kv_i8) {
+      for (int32_t o = 0; o < ntok; o++) {
+        const int8_t *vq = (const int8_t *)(blk + a->v_offset + o * a->token_stride);
+        float vs;
+        memcpy(&vs, blk + a->v_scale_offset + (size_t)o * sizeof(float), sizeof vs);
+        float *dst = vf + o * hdp;
+        for (int32_t d = 0; d < hd; d++) dst[d] = (float)vq[d] * vs;
+      }
+      vrow = vf;
+      vstride = hdp;
+    } else if (a->kv_f16) {
       for (int32_t o = 0; o < ntok; o++)
         weir_f16_to_f32_row((const uint16_t *)(blk + a->v_offset + o * a->token_stride),
                             vf + o * hdp, hd);

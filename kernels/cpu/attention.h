@@ -10,7 +10,9 @@
  * The kernel knows nothing of the pool's overall layout beyond what the args give: block b
  * of the sequence starts at kv_base + block_table[b] * block_bytes; within it this KV
  * head's K row of token o (0 <= o < block_size) sits at k_offset + o * token_stride and its
- * V row at v_offset + o * token_stride, each head_dim values of f32 or f16.
+ * V row at v_offset + o * token_stride, each head_dim values of f32, f16 or int8. An int8
+ * row is symmetric: value d is row[d] * scale, with the row's f32 scale at k_scale_offset +
+ * 4 * o (K) or v_scale_offset + 4 * o (V) in the same block.
  *
  * Thread-safety: reads q and the cache, writes only its own rows of out and its scratch;
  * tasks with distinct (sequence, KV head, query range) may run concurrently. */
@@ -36,7 +38,9 @@ typedef struct weir_attn_cpu_args {
   const uint8_t *kv_base;
   size_t block_bytes;
   size_t k_offset, v_offset, token_stride; /* bytes, see above */
-  int kv_f16;        /* 1: the cache holds f16; 0: f32 */
+  int kv_f16;        /* 1: the cache holds f16; 0: f32 (unless kv_i8) */
+  int kv_i8;         /* 1: the cache holds int8 rows with one f32 scale per row */
+  size_t k_scale_offset, v_scale_offset; /* bytes, int8 only, see above */
   float scale;
   float *scratch;    /* weir_attn_cpu_scratch_floats() floats, 64-byte aligned is best */
 } weir_attn_cpu_args;

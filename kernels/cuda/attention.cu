@@ -31,7 +31,7 @@ constexpr int kMaxBlockSize = 64;
 constexpr int kMaxRows = 32; // query rows per CTA (token x head)
 constexpr int kPad = 4;      // floats of padding per K/V row in shared memory (bank spread)
 
-enum { kF32 = 0, kF16 = 1, kBF16 = 30 };
+enum { kF32 = 0, kF16 = 1, kI8 = 24, kBF16 = 30 };
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
@@ -47,6 +47,7 @@ size_t elem_size(int32_t dt) {
   switch (dt) {
   case kF32: return 4;
   case kF16: case kBF16: return 2;
+  case kI8: return 1;
   default: return 0;
   }
 }
@@ -72,6 +73,39 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
     const size_t at = ((size_t)h * bs + off) * hd + d;
     kb[at] = from_f<T>(kr[e]);
     vb[at] = from_f<T>(vr[e]);
+  }
+}
+
+// int8 KV (in the CPU plugin's order): K rows, V rows, then one f32 scale per row, K scales
+// [kvh][bs] then V scales [kvh][bs]. Symmetric: q = round(x * 127 / max|row|), value = q *
+// max|row| / 127, computed in f32 as the CPU plugin does so both caches hold the same bytes.
+// One warp per (token, K-or-V, head): lanes find the row's max, then write their values.
+__global__ void kv_write_i8_kernel(const float *__restrict__ k, const float *__restrict__ v,
+                                   const int32_t *__restrict__ slots, char *base,
+                                   size_t block_bytes, int32_t num_blocks, int32_t kvh,
+                                   int32_t hd, int32_t bs) {
+  const int32_t tok = blockIdx.x;
+  const int32_t slot = slots[tok];
+  if (slot < 0) return;
+  const int32_t blk = slot / bs, off = slot % bs;
+  if (blk >= num_blocks) return;
+  char *b = base + (size_t)blk * block_bytes;
+  const size_t data = 2 * (size_t)kvh * bs * hd; // a multiple of 16: hd % 16 == 0
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  for (int job = warp; job < 2 * kvh; job += nwarps) {
+    const int isv = job / kvh, h = job % kvh;
+    const float *x = (isv ? v : k) + (size_t)tok * kvh * hd + (size_t)h * hd;
+    float amax = 0.0f;
+    for (int d = lane; d < hd; d += 32) amax = fmaxf(amax, fabsf(x[d]));
+    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int8_t *row = reinterpret_cast<int8_t *>(b) + ((size_t)(isv * kvh + h) * bs + off) * hd;
+    for (int d = lane; d < hd; d += 32) {
+      const float q = x[d] * inv;
+      row[d] = (int8_t)(q < 0.0f ? q - 0.5f : q + 0.5f);
+    }
+    if (lane == 0)
+      reinterpret_cast<float *>(b + data)[(size_t)(isv * kvh + h) * bs + off] = amax / 127.0f;
   }
 }
 
@@ -122,6 +156,46 @@ __device__ __forceinline__ void load_tile(float *dst, const T *__restrict__ src,
   }
 }
 
+// load_tile for an int8 cache: 16 values per 16-byte load, each times its row's scale.
+__device__ __forceinline__ void load_tile_i8(float *dst, const int8_t *__restrict__ src,
+                                             const float *__restrict__ scales, int hd, int bs,
+                                             int nvalid) {
+  const int nvec = bs * hd / 16;
+  const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
+  for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
+    const int flat = i * 16, t = flat / hd, d = flat % hd;
+    float *o = dst + t * (hd + kPad) + d;
+    if (t >= nvalid) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) o[j] = 0.0f;
+      continue;
+    }
+    const uint4 raw = __ldg(s4 + i);
+    int8_t e[16];
+    memcpy(e, &raw, sizeof raw);
+    const float sc = scales[t];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) o[j] = (float)e[j] * sc;
+  }
+}
+
+// One head's K or V tile of a block into shared memory as f32 (isv: 0 K, 1 V).
+template <typename T>
+__device__ __forceinline__ void load_kv(float *dst, const char *blk, int isv, int kvh,
+                                        int n_kv_heads, int hd, int bs, int nvalid) {
+  const size_t head_elems = (size_t)bs * hd;
+  load_tile<T>(dst, reinterpret_cast<const T *>(blk) + (size_t)(isv * n_kv_heads + kvh) * head_elems,
+               hd, bs, nvalid);
+}
+template <>
+__device__ __forceinline__ void load_kv<int8_t>(float *dst, const char *blk, int isv, int kvh,
+                                                int n_kv_heads, int hd, int bs, int nvalid) {
+  const size_t head_elems = (size_t)bs * hd, data = 2 * (size_t)n_kv_heads * head_elems;
+  const size_t row0 = (size_t)(isv * n_kv_heads + kvh) * bs;
+  load_tile_i8(dst, reinterpret_cast<const int8_t *>(blk) + row0 * hd,
+               reinterpret_cast<const float *>(blk + data) + row0, hd, bs, nvalid);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(weir_cuda_attn_params p, int tokens_per_cta, int tiles_per_seq,
@@ -165,17 +239,14 @@ __global__ void __launch_bounds__(kThreads)
   const int b_begin = split * per;
   const int b_end = min(nblocks, b_begin + per);
   const int32_t *btab = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
-  const size_t head_elems = (size_t)bs * hd;
   __syncthreads();
 
   for (int b = b_begin; b < b_end; ++b) {
     const int phys = btab[b];
-    const T *kb = reinterpret_cast<const T *>(static_cast<const char *>(p.kv_base) +
-                                              (size_t)phys * p.block_bytes);
+    const char *kb = static_cast<const char *>(p.kv_base) + (size_t)phys * p.block_bytes;
     const int nvalid = min(bs, last_key + 1 - b * bs);
-    load_tile<T>(sk, kb + (size_t)kvh * head_elems, hd, bs, nvalid);
-    load_tile<T>(sv, kb + (size_t)p.n_kv_heads * head_elems + (size_t)kvh * head_elems, hd, bs,
-                 nvalid);
+    load_kv<T>(sk, kb, 0, kvh, p.n_kv_heads, hd, bs, nvalid);
+    load_kv<T>(sv, kb, 1, kvh, p.n_kv_heads, hd, bs, nvalid);
     __syncthreads();
 
     // Scores, with the causal mask: row r may see keys at positions <= its own.
@@ -330,7 +401,10 @@ extern "C" size_t weir_cuda_attn_block_bytes(int32_t n_kv_heads, int32_t head_di
     return 0;
   // 16-byte vector loads of K/V rows need head_dim to be a multiple of 16 / element size.
   if (head_dim % (int32_t)(16 / es) != 0) return 0;
-  return 2 * (size_t)n_kv_heads * (size_t)block_size * (size_t)head_dim * es;
+  const size_t data = 2 * (size_t)n_kv_heads * (size_t)block_size * (size_t)head_dim * es;
+  // int8: one f32 scale per K and V row after the rows
+  return kv_dtype == kI8 ? data + 2 * (size_t)n_kv_heads * (size_t)block_size * sizeof(float)
+                         : data;
 }
 
 extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_attn_params *p,
@@ -353,6 +427,11 @@ extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_a
     break;
   case kBF16:
     WEIR_LAUNCH(kv_write_kernel<__nv_bfloat16>, grid, kThreads, 0, stream)(
+        k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
+        p->block_size);
+    break;
+  case kI8:
+    WEIR_LAUNCH(kv_write_i8_kernel, grid, kThreads, 0, stream)(
         k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
         p->block_size);
     break;
@@ -410,6 +489,7 @@ extern "C" cudaError_t weir_cuda_attention(cudaStream_t stream, const weir_cuda_
   case kF32: return launch_attention<float>(stream, p, plan, q, out, ws);
   case kF16: return launch_attention<__half>(stream, p, plan, q, out, ws);
   case kBF16: return launch_attention<__nv_bfloat16>(stream, p, plan, q, out, ws);
+  case kI8: return launch_attention<int8_t>(stream, p, plan, q, out, ws);
   default: return cudaErrorInvalidValue;
   }
 }

@@ -261,17 +261,28 @@ typedef struct hist {
 
 /* Reference output of query position p of sequence h, head qh, over positions <= p, with K/V
  * optionally rounded to f16. */
-static void ref_attn(const hist *h, int p, int qh, int f16, double *out) {
+/* What the cache holds for value e of a K or V row of head_dim values: the value itself
+ * (mode 0), rounded to f16 (1), or int8 with the row's symmetric scale as the plugin computes
+ * it in f32 (2). */
+static double kv_round(const float *row, int e, int mode) {
+  if (mode == 1) return round_f16(row[e]);
+  if (mode != 2) return row[e];
+  float amax = 0.0f;
+  for (int d = 0; d < A_HD; d++) amax = fabsf(row[d]) > amax ? fabsf(row[d]) : amax;
+  float inv = amax > 0.0f ? 127.0f / amax : 0.0f, q = row[e] * inv;
+  int8_t qi = (int8_t)(q < 0 ? q - 0.5f : q + 0.5f);
+  return (double)((float)qi * (amax / 127.0f));
+}
+
+static void ref_attn(const hist *h, int p, int qh, int mode, double *out) {
   int kh = qh / (A_HEADS / A_KV);
   double scale = 1.0 / sqrt((double)A_HD), m = -INFINITY;
   (void)A_MAXHD;
   double *s = malloc(sizeof(double) * (size_t)(p + 1));
   for (int j = 0; j <= p; j++) {
     double d = 0;
-    for (int e = 0; e < A_HD; e++) {
-      double kv = h->k[j * A_KD + kh * A_HD + e];
-      d += h->q[p * A_QD + qh * A_HD + e] * (f16 ? round_f16(kv) : kv);
-    }
+    const float *krow = h->k + j * A_KD + kh * A_HD;
+    for (int e = 0; e < A_HD; e++) d += h->q[p * A_QD + qh * A_HD + e] * kv_round(krow, e, mode);
     s[j] = d * scale;
     if (s[j] > m) m = s[j];
   }
@@ -280,10 +291,8 @@ static void ref_attn(const hist *h, int p, int qh, int f16, double *out) {
   for (int j = 0; j <= p; j++) {
     double pj = exp(s[j] - m);
     z += pj;
-    for (int e = 0; e < A_HD; e++) {
-      double vv = h->v[j * A_KD + kh * A_HD + e];
-      out[e] += pj * (f16 ? round_f16(vv) : vv);
-    }
+    const float *vrow = h->v + j * A_KD + kh * A_HD;
+    for (int e = 0; e < A_HD; e++) out[e] += pj * kv_round(vrow, e, mode);
   }
   for (int e = 0; e < A_HD; e++) out[e] /= z;
   free(s);
@@ -371,7 +380,7 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
                            .n_kv_heads = A_KV, .head_dim = A_HD, .block_size = A_BS,
                            .kv_dtype = kv_dtype, .scale = (float)(1.0 / sqrt(A_HD))};
   size_t bb = ops->block_bytes(l.self, &shape);
-  size_t es = kv_dtype == WEIR_DTYPE_F16 ? 2 : 4;
+  size_t es = kv_dtype == WEIR_DTYPE_F16 ? 2 : kv_dtype == WEIR_DTYPE_I8 ? 1 : 4;
   CU_ASSERT(bb >= 2 * A_BS * A_KD * es && bb % 64 == 0);
   weir_attn_shape bad = shape;
   bad.kv_dtype = WEIR_DTYPE_BF16;
@@ -422,18 +431,22 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
                              pi ? out_contig : out_batch), WEIR_OK);
   }
   /* against the reference */
-  double tol = kv_dtype == WEIR_DTYPE_F16 ? 2e-5 : 2e-5;
+  const int mode = kv_dtype == WEIR_DTYPE_F16 ? 1 : kv_dtype == WEIR_DTYPE_I8 ? 2 : 0;
+  double tol = 2e-5;
   for (int s = 0, row = 0; s < A_SEQS; s++)
     for (int p = prefix[s]; p < endp[s]; p++, row++)
       for (int qh = 0; qh < A_HEADS; qh++) {
-        ref_attn(&h[s], p, qh, kv_dtype == WEIR_DTYPE_F16, ref);
+        ref_attn(&h[s], p, qh, mode, ref);
         for (int e = 0; e < A_HD; e++)
           CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], tol, "attention vs ref");
-        if (kv_dtype == WEIR_DTYPE_F16) {
-          /* and against exact f32 K/V within f16's error */
+        if (mode) {
+          /* and against exact f32 K/V within the cache type's error: f16 keeps 11 bits; int8
+           * steps are max|row| / 127 (K in [-2, 2], V in [-1, 1] here), which moves scores by
+           * up to ~0.03 and outputs by ~0.02 */
           ref_attn(&h[s], p, qh, 0, ref);
           for (int e = 0; e < A_HD; e++)
-            CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], 4e-3, "f16 kv vs f32");
+            CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], mode == 1 ? 4e-3 : 3e-2,
+                        mode == 1 ? "f16 kv vs f32" : "int8 kv vs f32");
         }
       }
   /* paged == contiguous */
@@ -507,6 +520,9 @@ static void test_attention(void) {
     attention_case(k_isas[lvl], WEIR_DTYPE_F32, 10, 2, 64, 16);
     attention_case(k_isas[lvl], WEIR_DTYPE_F16, 8, 1, 36, 5);
     attention_case(k_isas[lvl], WEIR_DTYPE_F16, 3, 3, 24, 16);
+    attention_case(k_isas[lvl], WEIR_DTYPE_I8, 6, 2, 40, 4);
+    attention_case(k_isas[lvl], WEIR_DTYPE_I8, 8, 1, 36, 5);
+    attention_case(k_isas[lvl], WEIR_DTYPE_I8, 10, 2, 64, 16);
   }
 }
 

@@ -22,25 +22,54 @@ typedef struct scenario {
   int32_t ctx[8], qlen[8];
 } scenario;
 
-static float round_kv(float x, weir_dtype t) {
-  switch (t) {
-  case WEIR_DTYPE_F16: return ch_f16_to_f32(ch_f32_to_f16(x));
-  case WEIR_DTYPE_BF16: return weir_bf16_to_f32(weir_f32_to_bf16(x));
-  default: return x;
+/* int8: symmetric with one f32 scale per row, in f32 as the kernels compute it. */
+static float i8_scale(const float *row, int n, float *inv) {
+  float amax = 0.0f;
+  for (int d = 0; d < n; d++) amax = fabsf(row[d]) > amax ? fabsf(row[d]) : amax;
+  *inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  return amax / 127.0f;
+}
+
+static int8_t i8_of(float x, float inv) {
+  float q = x * inv;
+  return (int8_t)(q < 0.0f ? q - 0.5f : q + 0.5f);
+}
+
+/* A K or V row of n values as the cache holds it. */
+static void round_row(float *row, int n, weir_dtype t) {
+  float inv, sc = t == WEIR_DTYPE_I8 ? i8_scale(row, n, &inv) : 0.0f;
+  for (int d = 0; d < n; d++) {
+    switch (t) {
+    case WEIR_DTYPE_F16: row[d] = ch_f16_to_f32(ch_f32_to_f16(row[d])); break;
+    case WEIR_DTYPE_BF16: row[d] = weir_bf16_to_f32(weir_f32_to_bf16(row[d])); break;
+    case WEIR_DTYPE_I8: row[d] = (float)i8_of(row[d], inv) * sc; break;
+    default: break;
+    }
   }
 }
 
 /* Writes one token's K or V row for head h into host block memory as the plugin lays it out
- * (K: [kv_heads][block][head_dim], then V likewise). Used to pre-fill the cached prefix. */
+ * (K: [kv_heads][block][head_dim], then V likewise; for int8 then the f32 row scales, K
+ * [kv_heads][block] then V). Used to pre-fill the cached prefix. */
 static void put_kv(unsigned char *blk, const weir_attn_shape *sh, int is_v, int h, int off,
                    const float *row) {
   size_t es = weir_dtype_block_bytes(sh->kv_dtype);
-  size_t base = ((size_t)is_v * sh->n_kv_heads * sh->block_size + (size_t)h * sh->block_size +
-                 (size_t)off) * (size_t)sh->head_dim;
+  size_t rowi = (size_t)is_v * sh->n_kv_heads * sh->block_size + (size_t)h * sh->block_size +
+                (size_t)off;
+  size_t base = rowi * (size_t)sh->head_dim;
+  float inv = 0.0f;
+  if (sh->kv_dtype == WEIR_DTYPE_I8) {
+    float sc = i8_scale(row, sh->head_dim, &inv);
+    size_t data = 2 * (size_t)sh->n_kv_heads * sh->block_size * (size_t)sh->head_dim;
+    memcpy(blk + data + rowi * 4, &sc, 4);
+  }
   for (int d = 0; d < sh->head_dim; d++) {
     unsigned char *at = blk + (base + (size_t)d) * es;
     if (sh->kv_dtype == WEIR_DTYPE_F32) {
       memcpy(at, &row[d], 4);
+    } else if (sh->kv_dtype == WEIR_DTYPE_I8) {
+      int8_t q = i8_of(row[d], inv);
+      memcpy(at, &q, 1);
     } else {
       uint16_t u = sh->kv_dtype == WEIR_DTYPE_F16 ? ch_f32_to_f16(row[d]) : weir_f32_to_bf16(row[d]);
       memcpy(at, &u, 2);
@@ -56,7 +85,8 @@ static void run_scenario(const scenario *sc) {
                         .scale = 1.0f / sqrtf((float)sc->head_dim)};
   const size_t bb = A->block_bytes(attn.self, &sh);
   CU_ASSERT_FATAL(bb == 2 * (size_t)sc->n_kv_heads * bs * sc->head_dim *
-                           weir_dtype_block_bytes(sc->kv_dtype));
+                               weir_dtype_block_bytes(sc->kv_dtype) +
+                           (sc->kv_dtype == WEIR_DTYPE_I8 ? 2 * (size_t)sc->n_kv_heads * bs * 4 : 0));
   const int G = sc->n_heads / sc->n_kv_heads, hd = sc->head_dim;
   const int kvw = sc->n_kv_heads * hd, qw = sc->n_heads * hd;
 
@@ -111,9 +141,9 @@ static void run_scenario(const scenario *sc) {
         memcpy(v + (size_t)row * kvw, vall[s] + (size_t)t * kvw, (size_t)kvw * 4);
         slots[row] = blk * bs + off;
       }
-      for (int i = 0; i < kvw; i++) {
-        kall[s][(size_t)t * kvw + i] = round_kv(kall[s][(size_t)t * kvw + i], sc->kv_dtype);
-        vall[s][(size_t)t * kvw + i] = round_kv(vall[s][(size_t)t * kvw + i], sc->kv_dtype);
+      for (int h = 0; h < sc->n_kv_heads; h++) {
+        round_row(kall[s] + (size_t)t * kvw + h * hd, hd, sc->kv_dtype);
+        round_row(vall[s] + (size_t)t * kvw + h * hd, hd, sc->kv_dtype);
       }
     }
   }
@@ -227,6 +257,8 @@ static void test_decode(void) {
       {"decode f16 GQA 8/2 d64", 8, 2, 64, WEIR_DTYPE_F16, 4, {1, 17, 40, 33}, {1, 1, 1, 1}},
       {"decode f32 MHA 4/4 d128", 4, 4, 128, WEIR_DTYPE_F32, 3, {5, 16, 70}, {1, 1, 1}},
       {"decode bf16 GQA 32/4 d64", 32, 4, 64, WEIR_DTYPE_BF16, 2, {100, 3}, {1, 1}},
+      {"decode int8 GQA 8/2 d64", 8, 2, 64, WEIR_DTYPE_I8, 4, {1, 17, 40, 33}, {1, 1, 1, 1}},
+      {"chunked prefill int8 8/2 d128", 8, 2, 128, WEIR_DTYPE_I8, 2, {150, 64}, {50, 30}},
   };
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) run_scenario(&s[i]);
 }

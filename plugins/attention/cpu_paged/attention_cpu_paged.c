@@ -1,8 +1,12 @@
 /* cpu_paged: paged attention on the CPU.
  *
- * Block layout (one block of one layer; E = 4 bytes for f32, 2 for f16):
+ * Block layout (one block of one layer; E = 4 bytes for f32, 2 for f16, 1 for int8):
  *     K[n_kv_heads][block_size][head_dim]   then   V[n_kv_heads][block_size][head_dim]
- * padded to a multiple of 64 bytes. Keeping a KV head's rows of a block contiguous lets one
+ * and for int8 then one f32 scale per row, Ks[n_kv_heads][block_size] then
+ * Vs[n_kv_heads][block_size] (the data part padded to 4 bytes first); the whole block padded
+ * to a multiple of 64 bytes. int8 rows are symmetric (value = q * scale, scale = max|x| / 127,
+ * round to nearest): a scale per token and head, written with the row, so appending a token to
+ * a partly filled block never rescales the rows already there. Keeping a KV head's rows of a block contiguous lets one
  * task, which owns one (sequence, KV head), read 2 * block_size * head_dim * E contiguous
  * bytes per block.
  *
@@ -46,15 +50,43 @@ static int ap_init(const weir_host *host, const weir_plugin_args *args, void **s
 static void ap_fini(void *self) { free(self); }
 
 static size_t elem_size(weir_dtype t) {
-  return t == WEIR_DTYPE_F32 ? 4 : t == WEIR_DTYPE_F16 ? 2 : 0;
+  return t == WEIR_DTYPE_F32 ? 4 : t == WEIR_DTYPE_F16 ? 2 : t == WEIR_DTYPE_I8 ? 1 : 0;
+}
+
+/* Bytes of the K and V rows of one block (before the int8 scales), a multiple of 4. */
+static size_t data_bytes(const weir_attn_shape *s) {
+  size_t b = 2 * (size_t)s->block_size * (size_t)s->n_kv_heads * (size_t)s->head_dim *
+             elem_size(s->kv_dtype);
+  return (b + 3) & ~(size_t)3;
+}
+
+/* Byte offset in a block of KV head h's K (v = 0) or V (v = 1) row scales (int8 only). */
+static size_t scale_offset(const weir_attn_shape *s, int v, int32_t h) {
+  return data_bytes(s) + ((size_t)v * (size_t)s->n_kv_heads + (size_t)h) *
+                             (size_t)s->block_size * sizeof(float);
 }
 
 static size_t ap_block_bytes(void *self, const weir_attn_shape *s) {
   (void)self;
   size_t es = elem_size(s->kv_dtype);
   if (!es || s->head_dim <= 0 || s->n_kv_heads <= 0 || s->block_size <= 0) return 0;
-  size_t b = 2 * (size_t)s->block_size * (size_t)s->n_kv_heads * (size_t)s->head_dim * es;
+  size_t b = s->kv_dtype == WEIR_DTYPE_I8 ? scale_offset(s, 2, 0) : data_bytes(s);
   return (b + 63) & ~(size_t)63;
+}
+
+/* Symmetric int8 of n values: dst[d] = round(x[d] / scale); returns the scale. */
+static float quantize_row_i8(const float *x, int8_t *dst, int32_t n) {
+  float amax = 0.0f;
+  for (int32_t d = 0; d < n; d++) {
+    float a = x[d] < 0 ? -x[d] : x[d];
+    if (a > amax) amax = a;
+  }
+  const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int32_t d = 0; d < n; d++) {
+    float q = x[d] * inv;
+    dst[d] = (int8_t)(q < 0 ? q - 0.5f : q + 0.5f);
+  }
+  return scale;
 }
 
 /* One unit of work: a tile of a sequence's new tokens against one KV head. */
@@ -110,6 +142,9 @@ static void fwd_chunk(void *arg, int64_t begin, int64_t end, int thread) {
         .v_offset = (size_t)s->n_kv_heads * head_bytes + (size_t)t->kv_head * head_bytes,
         .token_stride = (size_t)s->head_dim * es,
         .kv_f16 = s->kv_dtype == WEIR_DTYPE_F16,
+        .kv_i8 = s->kv_dtype == WEIR_DTYPE_I8,
+        .k_scale_offset = s->kv_dtype == WEIR_DTYPE_I8 ? scale_offset(s, 0, t->kv_head) : 0,
+        .v_scale_offset = s->kv_dtype == WEIR_DTYPE_I8 ? scale_offset(s, 1, t->kv_head) : 0,
         .scale = s->scale,
         .scratch = scratch,
     };
@@ -129,7 +164,13 @@ static void store_kv(const weir_attn_shape *s, const weir_kv_view *kv, int32_t s
     uint8_t *kd = blk + (size_t)h * head_bytes + off;
     uint8_t *vd = blk + (size_t)(s->n_kv_heads + h) * head_bytes + off;
     const float *ks = k + (int64_t)h * s->head_dim, *vs = v + (int64_t)h * s->head_dim;
-    if (s->kv_dtype == WEIR_DTYPE_F16) {
+    if (s->kv_dtype == WEIR_DTYPE_I8) {
+      const int32_t o = slot % s->block_size;
+      float sk = quantize_row_i8(ks, (int8_t *)kd, s->head_dim);
+      float sv = quantize_row_i8(vs, (int8_t *)vd, s->head_dim);
+      memcpy(blk + scale_offset(s, 0, h) + (size_t)o * sizeof(float), &sk, sizeof sk);
+      memcpy(blk + scale_offset(s, 1, h) + (size_t)o * sizeof(float), &sv, sizeof sv);
+    } else if (s->kv_dtype == WEIR_DTYPE_F16) {
       weir_f32_to_f16_row(ks, (uint16_t *)kd, s->head_dim);
       weir_f32_to_f16_row(vs, (uint16_t *)vd, s->head_dim);
     } else {
@@ -265,9 +306,10 @@ static const weir_plugin_desc k_desc = {
     .kind = WEIR_PLUGIN_ATTENTION,
     .name = "cpu_paged",
     .version = "1.0.0",
-    .description = "paged causal GQA attention on the CPU, online softmax, f32/f16 KV",
+    .description = "paged causal GQA attention on the CPU, online softmax, f32/f16/int8 KV",
     .devices = WEIR_DEVICE_CPU,
-    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16),
+    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
+              WEIR_DTYPE_BIT(WEIR_DTYPE_I8),
     .options = k_options,
     .num_options = (int)(sizeof k_options / sizeof k_options[0]),
     .init = ap_init,

@@ -197,10 +197,11 @@ static const weir_plugin_desc k_desc = {
     .kind = WEIR_PLUGIN_ATTENTION,
     .name = "cuda_paged",
     .version = "0.1.0",
-    .description = "paged attention on NVIDIA GPUs: GQA-aware tiles, split-KV decode",
+    .description = "paged attention on NVIDIA GPUs: GQA-aware tiles, split-KV decode; "
+                   "f32/f16/bf16/int8 KV",
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F16) | WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_F32),
+              WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_I8),
     .options = NULL,
     .num_options = 0,
     .init = attn_init,

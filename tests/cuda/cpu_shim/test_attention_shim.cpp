@@ -52,11 +52,25 @@ struct Scenario {
   std::vector<int> ctx, qlen;
 };
 
+// int8 (dt 24): what the cache holds for a row of n values, computed as the kernel and the
+// CPU plugin do (symmetric, one f32 scale per row).
+static void round_row_i8(float *row, int n) {
+  float amax = 0.0f;
+  for (int d = 0; d < n; ++d) amax = std::max(amax, std::fabs(row[d]));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, sc = amax / 127.0f;
+  for (int d = 0; d < n; ++d) {
+    const float q = row[d] * inv;
+    row[d] = (float)(int8_t)(q < 0.0f ? q - 0.5f : q + 0.5f) * sc;
+  }
+}
+
 static void run(const Scenario &sc) {
-  const int bs = 16, es = sc.dt == 0 ? 4 : 2, S = (int)sc.ctx.size();
+  const int bs = 16, es = sc.dt == 0 ? 4 : sc.dt == 24 ? 1 : 2, S = (int)sc.ctx.size();
   const int G = sc.heads / sc.kv_heads, kvw = sc.kv_heads * sc.hd, qw = sc.heads * sc.hd;
   const size_t bb = weir_cuda_attn_block_bytes(sc.kv_heads, sc.hd, bs, sc.dt);
-  if (bb != 2 * (size_t)sc.kv_heads * bs * sc.hd * es) {
+  const size_t want_bb = 2 * (size_t)sc.kv_heads * bs * sc.hd * es +
+                         (sc.dt == 24 ? 2 * (size_t)sc.kv_heads * bs * sizeof(float) : 0);
+  if (bb != want_bb) {
     printf("FAIL %s: block_bytes %zu\n", sc.name, bb);
     ++g_failures;
     return;
@@ -80,6 +94,9 @@ static void run(const Scenario &sc) {
   std::vector<std::vector<float>> kall(S), vall(S);
   std::vector<float> k((size_t)T * kvw), v((size_t)T * kvw), q((size_t)T * qw);
   std::vector<int32_t> slots(T);
+  // int8: the cached prefix goes in through the write kernel too (it computes the scales)
+  std::vector<float> pk, pv;
+  std::vector<int32_t> pslots;
   for (int s = 0; s < S; ++s) {
     kall[s].resize((size_t)sc.ctx[s] * kvw);
     vall[s].resize((size_t)sc.ctx[s] * kvw);
@@ -89,7 +106,11 @@ static void run(const Scenario &sc) {
       for (int i = 0; i < kvw; ++i) {
         float kx = uniform(-1, 1), vx = uniform(-1, 1);
         const int h = i / sc.hd, d = i % sc.hd;
-        if (t < first_new) {
+        if (t < first_new && sc.dt == 24) {
+          if (i == 0) pslots.push_back(blk * bs + off);
+          pk.push_back(kx);
+          pv.push_back(vx);
+        } else if (t < first_new) {
           size_t base = (size_t)blk * bb;
           size_t kat = (((size_t)h * bs + off) * sc.hd + d) * es;
           size_t vat = (((size_t)(sc.kv_heads + h) * bs + off) * sc.hd + d) * es;
@@ -106,6 +127,13 @@ static void run(const Scenario &sc) {
       }
     }
   }
+  if (sc.dt == 24)
+    for (int s = 0; s < S; ++s)
+      for (int t = 0; t < sc.ctx[s]; ++t)
+        for (int h = 0; h < sc.kv_heads; ++h) {
+          round_row_i8(&kall[s][(size_t)t * kvw + h * sc.hd], sc.hd);
+          round_row_i8(&vall[s][(size_t)t * kvw + h * sc.hd], sc.hd);
+        }
   for (auto &x : q) x = uniform(-1, 1);
   const float scale = 1.0f / std::sqrt((float)sc.hd);
 
@@ -161,6 +189,12 @@ static void run(const Scenario &sc) {
   std::vector<float> ws(plan.workspace_bytes / 4 + 1);
   std::vector<float> out((size_t)T * qw);
   memset(out.data(), 0xFF, out.size() * 4);
+  if (!pslots.empty()) {
+    weir_cuda_attn_params pp = p;
+    pp.num_tokens = (int32_t)pslots.size();
+    pp.slot_mapping = pslots.data();
+    weir_cuda_kv_write(nullptr, &pp, pk.data(), pv.data());
+  }
   weir_cuda_kv_write(nullptr, &p, k.data(), v.data());
   weir_cuda_attention(nullptr, &p, &plan, q.data(), out.data(), ws.data());
   double num = 0, den = 0;
@@ -198,6 +232,9 @@ int main() {
       {"decode f16 GQA 8/2 d64", 8, 2, 64, 1, 132, {1, 17, 40, 33}, {1, 1, 1, 1}},
       {"decode f32 MHA 2/2 d32", 2, 2, 32, 0, 132, {5, 16, 70}, {1, 1, 1}},
       {"decode bf16 GQA 16/2 d64", 16, 2, 64, 30, 132, {100, 3}, {1, 1}},
+      {"decode int8 GQA 8/2 d64", 8, 2, 64, 24, 132, {1, 17, 40, 33}, {1, 1, 1, 1}},
+      {"split-KV int8 4/1 d64 two seqs", 4, 1, 64, 24, 16, {300, 129}, {1, 1}},
+      {"chunked prefill int8 8/2 d128", 8, 2, 128, 24, 132, {150, 64}, {50, 30}},
       {"split-KV f16 8/2 d64 ctx 600", 8, 2, 64, 1, 132, {600}, {1}},
       {"split-KV f16 4/1 d64 two seqs", 4, 1, 64, 1, 16, {300, 129}, {1, 1}},
       {"prefill f16 4/2 d64", 4, 2, 64, 1, 132, {77}, {77}},
