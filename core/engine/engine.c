@@ -40,6 +40,8 @@ typedef struct engine_req {
   int ignore_eos;
   int32_t *stop_ids;
   int32_t num_stop_ids;
+  int32_t *bias_tokens; /* the request's logit bias, owned copies (sampling points at them) */
+  float *bias_values;
   int32_t priority;
   int32_t *prompt;
   int32_t num_prompt;
@@ -136,6 +138,8 @@ static void req_free(engine_req *r) {
   weir_stop_free(&r->stop);
   if (r->detok.tok) weir_detok_free(&r->detok);
   free(r->stop_ids);
+  free(r->bias_tokens);
+  free(r->bias_values);
   free(r->prompt);
   free(r);
 }
@@ -654,14 +658,30 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   if (!(sp->temperature >= 0) || !(sp->top_p > 0 && sp->top_p <= 1) || !(sp->min_p >= 0) ||
       !(sp->min_p <= 1) || !(sp->repetition_penalty > 0) || sp->num_logprobs > WEIR_MAX_LOGPROBS)
     return WEIR_E_INVAL;
+  const int32_t nbias = WEIR_SAMPLING_HAS(sp, num_logit_bias) ? sp->num_logit_bias : 0;
+  if (nbias < 0 || (nbias > 0 && (!sp->logit_bias_tokens || !sp->logit_bias_values)))
+    return WEIR_E_INVAL;
+  if (nbias > WEIR_MAX_LOGIT_BIAS) return WEIR_E_RANGE;
+  for (int32_t i = 0; i < nbias; i++)
+    if (sp->logit_bias_tokens[i] < 0 || sp->logit_bias_tokens[i] >= e->vocab ||
+        !(sp->logit_bias_values[i] >= -100.0f && sp->logit_bias_values[i] <= 100.0f))
+      return WEIR_E_INVAL;
 
   engine_req *r = calloc(1, sizeof *r);
   if (!r) return WEIR_E_NOMEM;
   int rc = WEIR_E_NOMEM;
   r->cb = cb;
   r->user = user;
-  r->sampling = *sp;
+  /* The caller's struct may be older (smaller): only what it holds is copied, the rest stays
+   * zero; its arrays are the caller's, so the request keeps its own copies. */
+  memcpy(&r->sampling, sp,
+         sp->struct_size && sp->struct_size < sizeof r->sampling ? sp->struct_size
+                                                                 : sizeof r->sampling);
   r->sampling.struct_size = sizeof r->sampling;
+  r->sampling.logit_bias_tokens = NULL;
+  r->sampling.logit_bias_values = NULL;
+  r->sampling.num_logit_bias = 0;
+  r->sampling.allowed = NULL; /* per-step masks are the engine's own (structured output) */
   r->max_tokens = q->max_tokens;
   r->min_tokens = q->min_tokens;
   r->ignore_eos = q->ignore_eos;
@@ -675,6 +695,16 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
     if (!r->stop_ids) goto fail_req;
     memcpy(r->stop_ids, q->stop_token_ids, sizeof(int32_t) * (size_t)q->num_stop_token_ids);
     r->num_stop_ids = q->num_stop_token_ids;
+  }
+  if (nbias > 0) {
+    r->bias_tokens = malloc(sizeof(int32_t) * (size_t)nbias);
+    r->bias_values = malloc(sizeof(float) * (size_t)nbias);
+    if (!r->bias_tokens || !r->bias_values) goto fail_req;
+    memcpy(r->bias_tokens, sp->logit_bias_tokens, sizeof(int32_t) * (size_t)nbias);
+    memcpy(r->bias_values, sp->logit_bias_values, sizeof(float) * (size_t)nbias);
+    r->sampling.logit_bias_tokens = r->bias_tokens;
+    r->sampling.logit_bias_values = r->bias_values;
+    r->sampling.num_logit_bias = nbias;
   }
   if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
   weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);

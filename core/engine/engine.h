@@ -36,6 +36,9 @@ const char *weir_finish_reason_name(weir_finish_reason r); /* "stop", "length", 
 /* Most stop token ids one request may give: the one limit, weir_engine_submit refuses more
  * with WEIR_E_RANGE and the HTTP API answers 400 beyond it. */
 #define WEIR_MAX_STOP_TOKEN_IDS 64
+/* Most logit_bias entries one request may give (sampling.num_logit_bias): the one limit, as
+ * for stop token ids (WEIR_E_RANGE past it, HTTP 400). */
+#define WEIR_MAX_LOGIT_BIAS 1024
 
 /* What a request asks for. Everything is copied by submit; the caller keeps ownership. */
 typedef struct weir_gen_request {
@@ -143,7 +146,9 @@ void weir_engine_destroy(weir_engine *e);
 
 /* Queues a request. Returns WEIR_E_BUSY when the waiting queue is full (HTTP 429),
  * WEIR_E_RANGE when prompt + max_tokens cannot fit the context or there are more than
- * WEIR_MAX_STOP_TOKEN_IDS stop token ids (HTTP 400), WEIR_E_INVAL for bad parameters.
+ * WEIR_MAX_STOP_TOKEN_IDS stop token ids or WEIR_MAX_LOGIT_BIAS logit bias entries (HTTP 400),
+ * WEIR_E_INVAL for bad parameters (a bias token outside the vocabulary or a bias value outside
+ * [-100, 100] included). sampling.logit_bias_* are copied; sampling.allowed is ignored.
  * On success *id identifies it and cb will receive its events. */
 int weir_engine_submit(weir_engine *e, const weir_gen_request *req, weir_gen_event_cb cb,
                        void *user, uint64_t *id);

@@ -763,6 +763,9 @@ typedef struct params {
   int num_stop;
   int32_t stop_ids[WEIR_MAX_STOP_TOKEN_IDS];
   int num_stop_ids;
+  int32_t bias_tokens[WEIR_MAX_LOGIT_BIAS]; /* logit_bias, in the request's key order */
+  float bias_values[WEIR_MAX_LOGIT_BIAS];
+  int num_bias;
   int has_seed;
   uint64_t seed;
   int logprobs;            /* -1 unless asked */
@@ -773,7 +776,7 @@ typedef struct params {
 /* Parameters OpenAI defines that weir does not implement: named in their own message. */
 static const char *const k_unsupported[] = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
-    "response_format", "logit_bias", "suffix", "best_of", "audio", "modalities", "prediction",
+    "response_format", "suffix", "best_of", "audio", "modalities", "prediction",
     "store", "metadata", "service_tier", "reasoning_effort", "web_search_options", NULL};
 
 static int unsupported(api_error *e, const char *name) {
@@ -945,8 +948,28 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
       return unsupported(e, k);
     } else if (!strcmp(k, "suffix") && cJSON_IsString(it) && !*it->valuestring) {
       /* An empty suffix asks for nothing. */
-    } else if (!strcmp(k, "logit_bias") && cJSON_IsObject(it) && !it->child) {
-      /* An empty bias map changes nothing. */
+    } else if (!strcmp(k, "logit_bias")) {
+      if (!cJSON_IsObject(it))
+        return fail(e, 400, k, "invalid_type",
+                    "'logit_bias' must be an object mapping token ids to numbers");
+      for (const cJSON *b = it->child; b; b = b->next) {
+        if (p->num_bias == WEIR_MAX_LOGIT_BIAS)
+          return fail(e, 400, k, "invalid_value", "'logit_bias' allows at most %d entries",
+                      WEIR_MAX_LOGIT_BIAS);
+        const char *key = b->string;
+        size_t kl = strlen(key);
+        long id = -1;
+        if (kl > 0 && kl <= 10 && strspn(key, "0123456789") == kl) id = strtol(key, NULL, 10);
+        if (id < 0 || id >= s->info.vocab_size)
+          return fail(e, 400, k, "invalid_value",
+                      "'logit_bias' keys must be token ids in [0, %d), got '%.40s'",
+                      (int)s->info.vocab_size, key);
+        if (!cJSON_IsNumber(b) || !(b->valuedouble >= -100.0 && b->valuedouble <= 100.0))
+          return fail(e, 400, k, "invalid_value",
+                      "'logit_bias' values must be numbers in [-100, 100] (token %ld)", id);
+        p->bias_tokens[p->num_bias] = (int32_t)id;
+        p->bias_values[p->num_bias++] = (float)b->valuedouble;
+      }
     } else if (chat && !strcmp(k, "response_format") && cJSON_IsObject(it) &&
                cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "type")) &&
                !strcmp(cJSON_GetObjectItemCaseSensitive(it, "type")->valuestring, "text") &&
@@ -1570,6 +1593,9 @@ static void handle_generate(weir__http_req *r, int chat) {
   g.sampling.presence_penalty = (float)p.presence;
   g.sampling.frequency_penalty = (float)p.frequency;
   g.sampling.num_logprobs = p.logprobs;
+  g.sampling.logit_bias_tokens = p.num_bias ? p.bias_tokens : NULL;
+  g.sampling.logit_bias_values = p.num_bias ? p.bias_values : NULL;
+  g.sampling.num_logit_bias = p.num_bias;
   g.min_tokens = p.min_tokens;
   g.ignore_eos = p.ignore_eos;
   g.stop_token_ids = p.stop_ids;

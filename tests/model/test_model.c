@@ -713,6 +713,24 @@ static void test_stop_token_ids_limit(void) {
   q.num_stop_token_ids = WEIR_MAX_STOP_TOKEN_IDS + 1;
   collect none = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
   WT_ASSERT_INT_EQ(weir_engine_submit(e, &q, on_event, &none, NULL), WEIR_E_RANGE);
+  /* logit bias: one limit, ids inside the vocabulary, values in [-100, 100] */
+  q.num_stop_token_ids = 0;
+  static int32_t btok[WEIR_MAX_LOGIT_BIAS + 1];
+  static float bval[WEIR_MAX_LOGIT_BIAS + 1];
+  q.sampling.logit_bias_tokens = btok;
+  q.sampling.logit_bias_values = bval;
+  q.sampling.num_logit_bias = WEIR_MAX_LOGIT_BIAS + 1;
+  WT_ASSERT_INT_EQ(weir_engine_submit(e, &q, on_event, &none, NULL), WEIR_E_RANGE);
+  q.sampling.num_logit_bias = 1;
+  btok[0] = 1 << 30;
+  WT_ASSERT_INT_EQ(weir_engine_submit(e, &q, on_event, &none, NULL), WEIR_E_INVAL);
+  btok[0] = 1;
+  bval[0] = 101.0f;
+  WT_ASSERT_INT_EQ(weir_engine_submit(e, &q, on_event, &none, NULL), WEIR_E_INVAL);
+  q.sampling.logit_bias_values = NULL;
+  WT_ASSERT_INT_EQ(weir_engine_submit(e, &q, on_event, &none, NULL), WEIR_E_INVAL);
+  q.sampling.num_logit_bias = 0;
+  q.sampling.logit_bias_tokens = NULL;
   weir_engine_destroy(e);
   engine_config_done(&cfg);
   free(p);
