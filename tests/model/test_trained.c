@@ -45,6 +45,19 @@ static void on_event(void *user, const weir_gen_event *ev) {
   pthread_mutex_unlock(&c->lock);
 }
 
+/* n greedy tokens (EOS ignored) after the prompt, collected into *c. */
+static void greedy(weir_engine *e, const int32_t *prompt, int32_t np, int32_t n, collect *c) {
+  weir_gen_request q = {.prompt = prompt, .num_prompt = np, .max_tokens = n, .ignore_eos = 1,
+                        .has_seed = 1};
+  q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                      .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, c, NULL), 0);
+  pthread_mutex_lock(&c->lock);
+  while (!c->done) pthread_cond_wait(&c->cond, &c->lock);
+  pthread_mutex_unlock(&c->lock);
+  WT_ASSERT_INT_EQ(c->n, n);
+}
+
 static void config_for(weir_config *cfg) {
   weir_config_defaults(cfg);
   free(cfg->model_path);
@@ -151,16 +164,8 @@ static void test_greedy_and_logits_vs_reference(void) {
     }
     int32_t *prompt = NULL, np = 0;
     CU_ASSERT_EQUAL_FATAL(weir_engine_tokenize(e, text, strlen(text), 1, &prompt, &np), 0);
-    weir_gen_request q = {.prompt = prompt, .num_prompt = np, .max_tokens = N_GEN,
-                          .ignore_eos = 1, .has_seed = 1};
-    q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
-                                        .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
     collect c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c, NULL), 0);
-    pthread_mutex_lock(&c.lock);
-    while (!c.done) pthread_cond_wait(&c.cond, &c.lock);
-    pthread_mutex_unlock(&c.lock);
-    WT_ASSERT_INT_EQ(c.n, N_GEN);
+    greedy(e, prompt, np, N_GEN, &c);
 
     /* Teacher-forced reference over the prompt and the first N_GEN - 1 generated tokens:
      * row np - 1 + i must have its maximum at generated token i. */
@@ -219,16 +224,8 @@ static void greedy_with_kv(weir_dtype kv, const char *text, int32_t n, int32_t *
   CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
   int32_t *prompt = NULL, np = 0;
   CU_ASSERT_EQUAL_FATAL(weir_engine_tokenize(e, text, strlen(text), 1, &prompt, &np), 0);
-  weir_gen_request q = {.prompt = prompt, .num_prompt = np, .max_tokens = n, .ignore_eos = 1,
-                        .has_seed = 1};
-  q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
-                                      .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
   collect c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c, NULL), 0);
-  pthread_mutex_lock(&c.lock);
-  while (!c.done) pthread_cond_wait(&c.cond, &c.lock);
-  pthread_mutex_unlock(&c.lock);
-  WT_ASSERT_INT_EQ(c.n, n);
+  greedy(e, prompt, np, n, &c);
   memcpy(out, c.tokens, sizeof(int32_t) * (size_t)n);
   free(prompt);
   weir_engine_destroy(e);
