@@ -421,7 +421,7 @@ static void test_isa_select(void) {
   CU_ASSERT_EQUAL(weir_cpu_isa(), WEIR_CPU_ISA_SCALAR);
   int n = 0;
   FOR_EACH_ISA(lvl) {
-    CU_ASSERT_EQUAL(weir_cpu_isa(), lvl);
+    CU_ASSERT_EQUAL((int)weir_cpu_isa(), lvl);
     n++;
   }
   fprintf(stderr, "  (ISA levels tested on this CPU: %d)\n", n);

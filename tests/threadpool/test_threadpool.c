@@ -33,6 +33,7 @@ static void cover_fn(void *arg, int64_t b, int64_t e, int thread) {
   /* A little work so that several threads overlap. */
   volatile double x = 0;
   for (int64_t i = b; i < e; i++) x += (double)i * 0.5;
+  (void)x;
   atomic_store(&c->busy[thread], 0);
 }
 
