@@ -42,7 +42,7 @@ typedef struct api_choice {
   weir_finish_reason finish;
   int status;
   char *error;
-  weir__buf text;       /* non-streaming: the whole completion */
+  weir_buf text;       /* non-streaming: the whole completion */
   cJSON *lp_tokens;     /* non-streaming logprobs, built as events arrive */
   cJSON *lp_values, *lp_top, *lp_offsets;
   size_t lp_offset;     /* bytes of token text so far, for text_offset */
@@ -133,7 +133,7 @@ static void make_id(char *out, size_t cap, const char *prefix) {
 }
 
 static void choice_release(api_choice *ch) {
-  weir__buf_free(&ch->text);
+  weir_buf_free(&ch->text);
   cJSON_Delete(ch->lp_tokens);
   cJSON_Delete(ch->lp_values);
   cJSON_Delete(ch->lp_top);
@@ -317,9 +317,9 @@ static char *token_display(weir__http_server *s, int32_t id, size_t *raw_len, ch
  * produce one (a byte-fallback token). The text is escaped here, NUL as \u0000, invalid
  * UTF-8 as U+FFFD, and handed to cJSON as a raw value. NULL when out of memory. */
 static cJSON *json_text(const char *s, size_t n) {
-  weir__buf u = {0}, o = {0};
-  weir__buf_append_utf8(&u, s ? s : "", s ? n : 0);
-  weir__buf_append(&o, "\"", 1);
+  weir_buf u = {0}, o = {0};
+  weir_buf_append_utf8(&u, s ? s : "", s ? n : 0);
+  weir_buf_append(&o, "\"", 1);
   size_t run = 0; /* bytes copied as they are, pending */
   for (size_t i = 0; i < u.len; i++) {
     unsigned char c = (unsigned char)u.p[i];
@@ -335,15 +335,15 @@ static cJSON *json_text(const char *s, size_t n) {
       run++;
       continue;
     }
-    weir__buf_append(&o, u.p + i - run, run);
+    weir_buf_append(&o, u.p + i - run, run);
     run = 0;
-    weir__buf_append(&o, esc, strlen(esc));
+    weir_buf_append(&o, esc, strlen(esc));
   }
-  weir__buf_append(&o, u.p ? u.p + u.len - run : "", run);
-  weir__buf_append(&o, "\"", 1);
+  weir_buf_append(&o, u.p ? u.p + u.len - run : "", run);
+  weir_buf_append(&o, "\"", 1);
   cJSON *item = u.oom || o.oom ? NULL : cJSON_CreateRaw(o.p);
-  weir__buf_free(&u);
-  weir__buf_free(&o);
+  weir_buf_free(&u);
+  weir_buf_free(&o);
   return item;
 }
 
@@ -457,13 +457,13 @@ static void sse_send(weir__http_req *r, cJSON *o) {
   char *js = o && r ? cJSON_PrintUnformatted(o) : NULL;
   cJSON_Delete(o);
   if (!js) return;
-  weir__buf b = {0};
-  weir__buf_append(&b, "data: ", 6);
-  weir__buf_append(&b, js, strlen(js));
-  weir__buf_append(&b, "\n\n", 2);
+  weir_buf b = {0};
+  weir_buf_append(&b, "data: ", 6);
+  weir_buf_append(&b, js, strlen(js));
+  weir_buf_append(&b, "\n\n", 2);
   free(js);
   if (!b.oom) weir__http_stream_write(r, b.p, b.len);
-  weir__buf_free(&b);
+  weir_buf_free(&b);
 }
 
 /* One streamed chunk for one choice. text may be NULL; lp is NULL or a logprobs value. */
@@ -555,10 +555,10 @@ static void respond_full(weir__api_job *job) {
     if (!c) break;
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", ch->index);
-    weir__buf text = {0};
+    weir_buf text = {0};
     if (job->echo)
-      weir__buf_append(&text, job->echo_text[ch->prompt_index], job->echo_len[ch->prompt_index]);
-    weir__buf_append(&text, ch->text.p ? ch->text.p : "", ch->text.len);
+      weir_buf_append(&text, job->echo_text[ch->prompt_index], job->echo_len[ch->prompt_index]);
+    weir_buf_append(&text, ch->text.p ? ch->text.p : "", ch->text.len);
     if (job->chat) {
       cJSON *msg = cJSON_AddObjectToObject(c, "message");
       cJSON_AddStringToObject(msg, "role", "assistant");
@@ -566,7 +566,7 @@ static void respond_full(weir__api_job *job) {
     } else {
       cJSON_AddItemToObject(c, "text", json_text(text.p, text.len));
     }
-    weir__buf_free(&text);
+    weir_buf_free(&text);
     if (job->logprobs >= 0 && ch->lp_tokens) {
       cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
       if (job->chat) {
@@ -628,8 +628,8 @@ static void choice_finished(weir__api_job *job, api_choice *ch, const weir__queu
       p95 = ch->itl_ms[idx < 0 ? 0 : idx];
     }
     double tps = e2e > 0 ? ch->completion_tokens / e2e : 0;
-    weir__buf b = {0};
-    weir__buf_printf(&b,
+    weir_buf b = {0};
+    weir_buf_printf(&b,
                      "{\"event\":\"request\",\"id\":\"%s-%d\",\"endpoint\":\"%s\","
                      "\"prompt_tokens\":%d,\"cached_tokens\":%d,\"generated_tokens\":%d,"
                      "\"ttft_ms\":%.3f,\"itl_mean_ms\":%.3f,\"itl_p95_ms\":%.3f,"
@@ -641,7 +641,7 @@ static void choice_finished(weir__api_job *job, api_choice *ch, const weir__queu
                      finish_name(ev->finish) ? finish_name(ev->finish) : "none",
                      job->client_gone ? "true" : "false");
     if (!b.oom) weir_log_record(b.p);
-    weir__buf_free(&b);
+    weir_buf_free(&b);
   }
 }
 
@@ -709,7 +709,7 @@ void weir__api_on_event(weir__http_server *s, weir__queued_event *qe) {
         stream_choice_chunk(job, ch, ev->text, ev->text_len, lp, fr, 0);
     }
   } else if (job->r) {
-    weir__buf_append(&ch->text, ev->text, ev->text_len);
+    weir_buf_append(&ch->text, ev->text, ev->text_len);
     if (job->logprobs >= 0 && ev->logprobs && ev->num_tokens > 0) {
       if (job->chat) {
         if (!ch->lp_tokens) ch->lp_tokens = cJSON_CreateArray();
@@ -1102,7 +1102,7 @@ static int completion_prompts(weir__http_server *s, const cJSON *prompt, prompt_
 }
 
 /* The text of one message's content: a string, or the concatenation of its text parts. */
-static int message_content(const cJSON *c, int idx, const char *role, weir__buf *out,
+static int message_content(const cJSON *c, int idx, const char *role, weir_buf *out,
                            api_error *e) {
   char param[64];
   snprintf(param, sizeof param, "messages[%d].content", idx);
@@ -1111,7 +1111,7 @@ static int message_content(const cJSON *c, int idx, const char *role, weir__buf 
     return fail(e, 400, param, "missing_required_parameter", "'%s' is required", param);
   }
   if (cJSON_IsString(c)) {
-    weir__buf_append(out, c->valuestring, strlen(c->valuestring));
+    weir_buf_append(out, c->valuestring, strlen(c->valuestring));
     return 0;
   }
   if (!cJSON_IsArray(c))
@@ -1134,8 +1134,8 @@ static int message_content(const cJSON *c, int idx, const char *role, weir__buf 
       if (strcmp(k->string, "type") && strcmp(k->string, "text"))
         return fail(e, 400, pp, "unknown_parameter", "Unrecognized key '%s' in '%s'", k->string,
                     pp);
-    if (!first) weir__buf_append(out, "\n", 1);
-    weir__buf_append(out, text->valuestring, strlen(text->valuestring));
+    if (!first) weir_buf_append(out, "\n", 1);
+    weir_buf_append(out, text->valuestring, strlen(text->valuestring));
     first = 0;
   }
   return 0;
@@ -1149,7 +1149,7 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
   if (n == 0) return fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
   int rc = -1;
   weir_chat_message *msgs = calloc((size_t)n, sizeof *msgs);
-  weir__buf *texts = calloc((size_t)n, sizeof *texts);
+  weir_buf *texts = calloc((size_t)n, sizeof *texts);
   char *rendered = NULL;
   if (!msgs || !texts) {
     fail(e, 500, NULL, NULL, "out of memory");
@@ -1185,7 +1185,7 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
     }
     if (message_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r, &texts[i], e))
       goto free_msgs;
-    weir__buf_append(&texts[i], "", 0);
+    weir_buf_append(&texts[i], "", 0);
     if (texts[i].oom) {
       fail(e, 500, NULL, NULL, "out of memory");
       goto free_msgs;
@@ -1224,7 +1224,7 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
 free_msgs:
   free(rendered);
   if (texts)
-    for (int k = 0; k < n; k++) weir__buf_free(&texts[k]);
+    for (int k = 0; k < n; k++) weir_buf_free(&texts[k]);
   free(texts);
   free(msgs);
   return rc;
@@ -1415,13 +1415,13 @@ static int find_duplicate_key(const cJSON *node, json_path *where) {
  * naming where they are. */
 static cJSON *parse_body_object(weir__http_req *r, api_error *e) {
   if (r->body.len && !weir_utf8_valid(r->body.p, r->body.len)) {
-    weir__buf fixed = {0};
-    if (weir__buf_append_utf8(&fixed, r->body.p, r->body.len), fixed.oom) {
-      weir__buf_free(&fixed);
+    weir_buf fixed = {0};
+    if (weir_buf_append_utf8(&fixed, r->body.p, r->body.len), fixed.oom) {
+      weir_buf_free(&fixed);
       fail(e, 500, NULL, NULL, "out of memory");
       return NULL;
     }
-    weir__buf_free(&r->body);
+    weir_buf_free(&r->body);
     r->body = fixed;
   }
   const char *body = r->body.p ? r->body.p : "";

@@ -13,6 +13,8 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
+#include "util/buf.h"
+#include "util/utf8.h"
 
 typedef struct weir__http_server weir__http_server;
 typedef struct weir__http_conn weir__http_conn;
@@ -26,25 +28,6 @@ typedef enum weir__server_state {
   WEIR__STOPPING = 3, /* handles are closing; the loop is about to end */
 } weir__server_state;
 
-/* A growable byte buffer. On allocation failure `oom` is set and further appends do nothing,
- * so a caller checks once at the end. */
-typedef struct weir__buf {
-  char *p;
-  size_t len, cap;
-  int oom;
-} weir__buf;
-void weir__buf_append(weir__buf *b, const void *data, size_t len);
-void weir__buf_printf(weir__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void weir__buf_free(weir__buf *b);
-/* Appends s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD. */
-void weir__buf_append_utf8(weir__buf *b, const char *s, size_t n);
-
-/* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
-int weir_utf8_valid(const char *s, size_t n);
-/* Cuts an incomplete or invalid sequence at the end of a NUL-terminated string (what
- * snprintf leaves when it truncates in the middle of a character). */
-void weir_utf8_trim(char *s);
-
 /* One parsed HTTP request, queued on its connection until its response is complete.
  * Requests of one connection are answered strictly in arrival order (pipelining). */
 struct weir__http_req {
@@ -55,10 +38,10 @@ struct weir__http_req {
   int http_minor;             /* 1 for HTTP/1.1, 0 for HTTP/1.0 */
   int keep_alive;             /* the client allows the connection to be reused */
   int expect_continue;        /* "Expect: 100-continue" */
-  weir__buf url;
-  weir__buf content_type;
-  weir__buf authorization;
-  weir__buf body;
+  weir_buf url;
+  weir_buf content_type;
+  weir_buf authorization;
+  weir_buf body;
   uint64_t arrival_ns;        /* uv_hrtime() when the request was complete */
   /* A request the transport already knows the answer to (malformed HTTP, limits): the
    * response is this error, and the connection closes after it. */

@@ -62,11 +62,11 @@ struct weir__http_conn {
   int queued;
   size_t header_bytes;
   int host_headers;           /* Host headers in the request being parsed */
-  weir__buf field, value;     /* the header being parsed */
+  weir_buf field, value;     /* the header being parsed */
   int in_value;
   int parse_error_status;     /* set by a callback that refuses the request */
   const char *parse_error_message;
-  weir__buf in;               /* received bytes not parsed yet (the parser paused) */
+  weir_buf in;               /* received bytes not parsed yet (the parser paused) */
   int parser_paused;          /* llhttp returned HPE_PAUSED: MAX_PIPELINED reached */
   int got_bytes;              /* anything received at all */
   int pending_writes;
@@ -92,103 +92,6 @@ struct weir__http_conn {
 
 /* ---- buffers ---------------------------------------------------------------------------- */
 
-void weir__buf_append(weir__buf *b, const void *data, size_t len) {
-  if (b->oom) return;
-  if (len > SIZE_MAX / 2 - b->len) {
-    b->oom = 1;
-    return;
-  }
-  if (b->len + len + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + len + 1) cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-  if (len) memcpy(b->p + b->len, data, len);
-  b->len += len;
-  b->p[b->len] = '\0';
-}
-
-void weir__buf_printf(weir__buf *b, const char *fmt, ...) {
-  char small[256];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(small, sizeof small, fmt, ap);
-  va_end(ap);
-  if (n < 0) {
-    b->oom = 1;
-    return;
-  }
-  if ((size_t)n < sizeof small) {
-    weir__buf_append(b, small, (size_t)n);
-    return;
-  }
-  char *big = malloc((size_t)n + 1);
-  if (!big) {
-    b->oom = 1;
-    return;
-  }
-  va_start(ap, fmt);
-  vsnprintf(big, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  weir__buf_append(b, big, (size_t)n);
-  free(big);
-}
-
-void weir__buf_free(weir__buf *b) {
-  free(b->p);
-  memset(b, 0, sizeof *b);
-}
-
-int weir_utf8_valid(const char *s, size_t n) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < n) {
-    if (p[i] < 0x80) {
-      i++;
-      continue;
-    }
-    int k = weir_utf8_scan(p + i, n - i);
-    if (k <= 0) return 0;
-    i += (size_t)k;
-  }
-  return 1;
-}
-
-void weir__buf_append_utf8(weir__buf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (weir_utf8_valid(s, n)) {
-    weir__buf_append(b, s, n);
-    return;
-  }
-  char *out = NULL;
-  size_t len = 0, cap = 0;
-  if (weir_utf8_sanitize((const unsigned char *)s, n, 1, &out, &len, &cap, NULL) != WEIR_OK) {
-    b->oom = 1;
-  } else {
-    weir__buf_append(b, out, len);
-  }
-  free(out);
-}
-
-void weir_utf8_trim(char *s) {
-  size_t n = strlen(s);
-  /* Only the last (up to 3) bytes can be a cut sequence; anything else invalid is left to
-   * the output check. */
-  for (size_t back = 1; back <= 3 && back <= n; back++) {
-    unsigned char c = (unsigned char)s[n - back];
-    if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
-    if (c >= 0xC0 && weir_utf8_scan((const unsigned char *)s + n - back, back) <= 0)
-      s[n - back] = '\0';
-    return;
-  }
-}
-
 size_t weir__http_split_bufs(char *base, size_t len, uv_buf_t *bufs, size_t max_bufs) {
   size_t n = 0;
   while (len > 0 && n < max_bufs) {
@@ -204,10 +107,10 @@ size_t weir__http_split_bufs(char *base, size_t len, uv_buf_t *bufs, size_t max_
 
 static void req_free(weir__http_req *r) {
   if (!r) return;
-  weir__buf_free(&r->url);
-  weir__buf_free(&r->content_type);
-  weir__buf_free(&r->authorization);
-  weir__buf_free(&r->body);
+  weir_buf_free(&r->url);
+  weir_buf_free(&r->content_type);
+  weir_buf_free(&r->authorization);
+  weir_buf_free(&r->body);
   free(r);
 }
 
@@ -263,9 +166,9 @@ static void on_handle_closed(uv_handle_t *h) {
     n = w->next;
     free(w);
   }
-  weir__buf_free(&c->field);
-  weir__buf_free(&c->value);
-  weir__buf_free(&c->in);
+  weir_buf_free(&c->field);
+  weir_buf_free(&c->value);
+  weir_buf_free(&c->in);
   c->srv->num_conn_structs--;
   free(c);
 }
@@ -604,8 +507,8 @@ void weir__http_respond(weir__http_req *r, int status, const char *content_type,
   char retry[48] = "";
   if (status == 429 || status == 503)
     snprintf(retry, sizeof retry, "Retry-After: %d\r\n", retry_after_s(c->srv, status));
-  weir__buf h = {0};
-  weir__buf_printf(&h,
+  weir_buf h = {0};
+  weir_buf_printf(&h,
                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                    "Connection: %s\r\n%s%s\r\n",
                    status, status_text(status), content_type ? content_type : "text/plain",
@@ -613,7 +516,7 @@ void weir__http_respond(weir__http_req *r, int status, const char *content_type,
                    extra_headers ? extra_headers : "");
   if (h.oom) conn_close_soon(c);
   else conn_write(c, h.p, h.len, body, r->method == HTTP_HEAD ? 0 : len);
-  weir__buf_free(&h);
+  weir_buf_free(&h);
   free(owned);
   req_done(r);
 }
@@ -659,8 +562,8 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
   /* HTTP/1.0 has no chunked encoding: the end of the stream is the end of the connection. */
   r->chunked = r->http_minor >= 1;
   if (!r->chunked) r->keep_alive = 0;
-  weir__buf h = {0};
-  weir__buf_printf(&h,
+  weir_buf h = {0};
+  weir_buf_printf(&h,
                    "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n"
                    /* a buffering proxy (nginx) passes each event on at once */
                    "X-Accel-Buffering: no\r\n%sConnection: %s\r\n\r\n",
@@ -668,7 +571,7 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
                    resp_closes(r) ? "close" : "keep-alive");
   if (h.oom) conn_close_soon(c);
   else conn_write(c, h.p, h.len, NULL, 0);
-  weir__buf_free(&h);
+  weir_buf_free(&h);
 }
 
 void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
@@ -683,13 +586,13 @@ void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
   /* One write per chunk: the size line, the data and the CRLF in one buffer. */
   char size_line[24];
   int n = snprintf(size_line, sizeof size_line, "%zx\r\n", len);
-  weir__buf b = {0};
-  weir__buf_append(&b, size_line, (size_t)n);
-  weir__buf_append(&b, data, len);
-  weir__buf_append(&b, "\r\n", 2);
+  weir_buf b = {0};
+  weir_buf_append(&b, size_line, (size_t)n);
+  weir_buf_append(&b, data, len);
+  weir_buf_append(&b, "\r\n", 2);
   if (b.oom) conn_close_soon(r->conn);
   else conn_write(r->conn, b.p, b.len, NULL, 0);
-  weir__buf_free(&b);
+  weir_buf_free(&b);
   free(owned);
 }
 
@@ -736,14 +639,14 @@ static int on_message_begin(llhttp_t *p) {
 static int on_url(llhttp_t *p, const char *at, size_t len) {
   weir__http_conn *c = pconn(p);
   if (count_header_bytes(c, len)) return -1;
-  weir__buf_append(&c->parsing->url, at, len);
+  weir_buf_append(&c->parsing->url, at, len);
   return c->parsing->url.oom ? parse_fail(c, 500, "out of memory") : 0;
 }
 
 static void header_done(weir__http_conn *c) {
   if (!c->in_value) return;
   weir__http_req *r = c->parsing;
-  weir__buf *dst = NULL;
+  weir_buf *dst = NULL;
   const char *name = c->field.p ? c->field.p : "";
   if (!strcasecmp(name, "content-type")) dst = &r->content_type;
   else if (!strcasecmp(name, "authorization")) dst = &r->authorization;
@@ -753,7 +656,7 @@ static void header_done(weir__http_conn *c) {
   if (dst) {
     dst->len = 0;
     /* Header values may hold any byte; what an error message may echo is made UTF-8. */
-    weir__buf_append_utf8(dst, c->value.p ? c->value.p : "", c->value.len);
+    weir_buf_append_utf8(dst, c->value.p ? c->value.p : "", c->value.len);
   }
   c->in_value = 0;
   c->field.len = c->value.len = 0;
@@ -765,7 +668,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len) {
   weir__http_conn *c = pconn(p);
   if (count_header_bytes(c, len)) return -1;
   header_done(c);
-  weir__buf_append(&c->field, at, len);
+  weir_buf_append(&c->field, at, len);
   return c->field.oom ? parse_fail(c, 500, "out of memory") : 0;
 }
 
@@ -773,7 +676,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   weir__http_conn *c = pconn(p);
   if (count_header_bytes(c, len)) return -1;
   c->in_value = 1;
-  weir__buf_append(&c->value, at, len);
+  weir_buf_append(&c->value, at, len);
   return c->value.oom ? parse_fail(c, 500, "out of memory") : 0;
 }
 
@@ -806,7 +709,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
   weir__http_req *r = c->parsing;
   if (len > (uint64_t)c->srv->cfg->max_body_bytes - r->body.len)
     return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
-  weir__buf_append(&r->body, at, len);
+  weir_buf_append(&r->body, at, len);
   return r->body.oom ? parse_fail(c, 500, "out of memory") : 0;
 }
 
@@ -818,13 +721,13 @@ static int on_message_complete(llhttp_t *p) {
   r->arrival_ns = uv_hrtime();
   /* The path goes into messages and logs: invalid bytes become U+FFFD. */
   if (r->url.len && !weir_utf8_valid(r->url.p, r->url.len)) {
-    weir__buf fixed = {0};
-    weir__buf_append_utf8(&fixed, r->url.p, r->url.len);
+    weir_buf fixed = {0};
+    weir_buf_append_utf8(&fixed, r->url.p, r->url.len);
     if (!fixed.oom) {
-      weir__buf_free(&r->url);
+      weir_buf_free(&r->url);
       r->url = fixed;
     } else {
-      weir__buf_free(&fixed);
+      weir_buf_free(&fixed);
     }
   }
   idle_remove(c);
@@ -869,14 +772,14 @@ static void conn_parse(weir__http_conn *c, const char *data, size_t len) {
     c->parser_paused = 1;
     conn_pause_reading(c);
     /* data may point into c->in itself: copy through a fresh buffer. */
-    weir__buf rest = {0};
-    weir__buf_append(&rest, data + used, len - used);
+    weir_buf rest = {0};
+    weir_buf_append(&rest, data + used, len - used);
     if (rest.oom) {
-      weir__buf_free(&rest);
+      weir_buf_free(&rest);
       conn_close_soon(c);
       return;
     }
-    weir__buf_free(&c->in);
+    weir_buf_free(&c->in);
     c->in = rest;
   } else if (err == HPE_PAUSED_UPGRADE) {
     /* Protocol upgrades are not supported: answer the request, then close. */
@@ -918,10 +821,10 @@ static void conn_process(weir__http_conn *c) {
       break;
     c->parser_paused = 0;
     llhttp_resume(&c->parser);
-    weir__buf in = c->in;
+    weir_buf in = c->in;
     memset(&c->in, 0, sizeof c->in);
     conn_parse(c, in.p, in.len);
-    weir__buf_free(&in);
+    weir_buf_free(&in);
   }
   c->processing = 0;
   if (c->closing) return;
@@ -1134,10 +1037,10 @@ weir__http_conn *weir__http_conn_open_mem(weir__http_server *s, weir__http_sink_
  * bytes in the kernel; an in-process one keeps them in c->in. */
 static void mem_pump(weir__http_conn *c) {
   while (!c->closing && c->reading && !c->parser_paused && c->in.len) {
-    weir__buf in = c->in;
+    weir_buf in = c->in;
     memset(&c->in, 0, sizeof c->in);
     conn_parse(c, in.p, in.len);
-    weir__buf_free(&in);
+    weir_buf_free(&in);
     conn_process(c);
   }
 }
@@ -1146,7 +1049,7 @@ void weir__http_conn_feed(weir__http_conn *c, const char *data, size_t len) {
   if (c->closing || !len) return;
   c->got_bytes = 1;
   if (c->lingering || c->no_more_requests) return; /* read and discarded */
-  weir__buf_append(&c->in, data, len);
+  weir_buf_append(&c->in, data, len);
   if (c->in.oom) {
     conn_close_soon(c);
     return;

@@ -28,7 +28,7 @@ static int mkstr(R *r, const char *p, size_t n, jv *out) {
 }
 
 static int buf_to_str(R *r, jbuf *b, jv *out) {
-  int rc = mkstr(r, b->p ? b->p : "", b->n, out);
+  int rc = mkstr(r, b->p ? b->p : "", b->len, out);
   free(b->p);
   b->p = NULL;
   return rc;
@@ -36,7 +36,7 @@ static int buf_to_str(R *r, jbuf *b, jv *out) {
 
 static int bput(R *r, jbuf *b, const char *p, size_t n) {
   if (jb_put(b, p, n, r->lim->max_output))
-    return b->n + n > r->lim->max_output
+    return b->len + n > r->lim->max_output
                ? jr_fail(r, WEIR_E_RANGE, "a string would be longer than %zu bytes", r->lim->max_output)
                : oom(r);
   return 0;
@@ -465,8 +465,8 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
       long width = strtol(w, NULL, 10);
       const char *dot = strchr(spec, '.');
       long prec = dot ? strtol(dot + 1, NULL, 10) : -1;
-      size_t n = t.n, ncp = 0, cut = t.n;
-      for (size_t bi = 0; bi < t.n; bi++)
+      size_t n = t.len, ncp = 0, cut = t.len;
+      for (size_t bi = 0; bi < t.len; bi++)
         if (((unsigned char)t.p[bi] & 0xC0) != 0x80) {
           if (prec >= 0 && (long)ncp == prec) {
             cut = bi;
@@ -603,7 +603,7 @@ static int str_format(R *r, jstr *fmt, const jcall *a, jv *out) {
       free(t.p);
       goto fail;
     }
-    int rc = bput(r, &b, t.p ? t.p : "", t.n);
+    int rc = bput(r, &b, t.p ? t.p : "", t.len);
     free(t.p);
     if (rc) goto fail;
     p = end + 1;

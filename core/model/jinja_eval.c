@@ -120,7 +120,7 @@ static jscope *scope_new(R *r, jscope *parent) {
 static int emit(R *r, const char *p, size_t n) {
   if (jr_steps(r, n / 64)) return -1;
   if (jb_put(r->out, p, n, r->lim->max_output)) {
-    if (r->out->n + n > r->lim->max_output)
+    if (r->out->len + n > r->lim->max_output)
       return jr_fail(r, WEIR_E_RANGE, "the rendered text is longer than %zu bytes",
                      r->lim->max_output);
     return oom(r);
@@ -131,9 +131,9 @@ static int emit(R *r, const char *p, size_t n) {
 static int emit_value(R *r, jv v) {
   if (v.t == JV_STR) return emit(r, v.s->p, v.s->len);
   if (v.t == JV_UNDEF) return 0;
-  size_t before = r->out->n;
+  size_t before = r->out->len;
   if (jv_str(r, v, r->out)) {
-    if (r->out->n > before) r->out->n = before;
+    if (r->out->len > before) r->out->len = before;
     return -1;
   }
   return 0;
@@ -831,7 +831,7 @@ static int capture(R *r, const jnode *body, jscope *sc, jv *out) {
   int rc = exec(r, body, sc);
   r->out = saved;
   if (rc == EX_OK) {
-    jstr *s = js_new(&r->ar, buf.p ? buf.p : "", buf.n);
+    jstr *s = js_new(&r->ar, buf.p ? buf.p : "", buf.len);
     if (!s) rc = oom(r);
     else *out = jv_strv(s);
   } else if (rc > 0) {
@@ -1096,7 +1096,7 @@ int weir_jinja_render(const weir_jinja_template *t, const weir_jinja_ctx *c,
     return r.status ? r.status : WEIR_E_INTERNAL;
   }
   *out = buf.p;
-  if (out_len) *out_len = buf.n;
+  if (out_len) *out_len = buf.len;
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "model/jinja.h"
+#include "util/buf.h"
 
 /* Link names. These functions are shared by the jinja*.c files alone, so their symbols carry
  * the internal prefix (weir__, docs/architecture.md "Layers and names"); the sources keep the
@@ -245,10 +246,8 @@ typedef struct jloop {
 
 /* ---- the render state ---- */
 
-typedef struct jbuf {
-  char *p;
-  size_t n, cap;
-} jbuf;
+/* Rendered text: the shared growable buffer (util/buf.h); jb_put adds the output limit. */
+typedef weir_buf jbuf;
 
 typedef struct R {
   jarena ar;

@@ -206,19 +206,9 @@ const char *jv_type_name(jv v) {
 /* ---- buffers ---- */
 
 int jb_put(jbuf *b, const char *p, size_t n, size_t max) {
-  if (b->n + n > max) return -1;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) return -1;
-    b->p = np;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->n, p, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-  return 0;
+  if (b->len + n > max) return -1;
+  weir_buf_append(b, p, n);
+  return b->oom ? -1 : 0;
 }
 
 int jb_putc(jbuf *b, char c, size_t max) { return jb_put(b, &c, 1, max); }
@@ -314,8 +304,8 @@ static int py_isprintable(uint32_t c) {
 
 static int put(R *r, jbuf *b, const char *p, size_t n) {
   if (jb_put(b, p, n, r->lim->max_output) != 0)
-    return jr_fail(r, b->n + n > r->lim->max_output ? WEIR_E_RANGE : WEIR_E_NOMEM,
-                   b->n + n > r->lim->max_output
+    return jr_fail(r, b->len + n > r->lim->max_output ? WEIR_E_RANGE : WEIR_E_NOMEM,
+                   b->len + n > r->lim->max_output
                        ? "a value is longer than the output limit (%zu bytes)"
                        : "out of memory",
                    r->lim->max_output);
@@ -432,7 +422,7 @@ int jv_to_str(R *r, jv v, jstr **out) {
   jbuf b = {0};
   int rc = jv_str(r, v, &b);
   if (rc == 0) {
-    *out = js_new(&r->ar, b.p ? b.p : "", b.n);
+    *out = js_new(&r->ar, b.p ? b.p : "", b.len);
     if (!*out) rc = jr_fail(r, WEIR_E_NOMEM, "out of memory (memory limit %zu bytes)", r->lim->max_memory);
   }
   free(b.p);
@@ -714,7 +704,7 @@ static int jp_string(jp *j, jstr **out) {
   }
 done:
   if (rc == 0) {
-    *out = js_new(j->a, b.p ? b.p : "", b.n);
+    *out = js_new(j->a, b.p ? b.p : "", b.len);
     if (!*out) rc = WEIR_E_NOMEM;
   }
   free(b.p);

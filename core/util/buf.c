@@ -1,4 +1,6 @@
 #include "util/buf.h"
+#include "util/utf8.h"
+#include "weir/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,4 +73,20 @@ char *weir_buf_take(weir_buf *b, size_t *len) {
   if (!p) free(b->p);
   memset(b, 0, sizeof *b);
   return p;
+}
+
+void weir_buf_append_utf8(weir_buf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (weir_utf8_valid(s, n)) {
+    weir_buf_append(b, s, n);
+    return;
+  }
+  char *out = NULL;
+  size_t len = 0, cap = 0;
+  if (weir_utf8_sanitize((const unsigned char *)s, n, 1, &out, &len, &cap, NULL) != WEIR_OK) {
+    b->oom = 1;
+  } else {
+    weir_buf_append(b, out, len);
+  }
+  free(out);
 }

@@ -28,5 +28,8 @@ void weir_buf_free(weir_buf *b);
 /* Hands the string to the caller (who frees it) and empties the buffer; NULL after an
  * allocation failure (the memory is freed) or when nothing was appended. */
 char *weir_buf_take(weir_buf *b, size_t *len);
+/* Appends s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD (text that reaches a
+ * client or a log must be valid UTF-8). */
+void weir_buf_append_utf8(weir_buf *b, const char *s, size_t n);
 
 #endif

@@ -137,3 +137,31 @@ int weir_utf8_sanitize(const unsigned char *s, size_t n, int final, char **buf, 
   *len = (size_t)(o - *buf);
   return 0;
 }
+
+int weir_utf8_valid(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      i++;
+      continue;
+    }
+    int k = weir_utf8_scan(p + i, n - i);
+    if (k <= 0) return 0;
+    i += (size_t)k;
+  }
+  return 1;
+}
+
+void weir_utf8_trim(char *s) {
+  size_t n = strlen(s);
+  /* Only the last (up to 3) bytes can be a cut sequence; anything else invalid is left to
+   * the output check. */
+  for (size_t back = 1; back <= 3 && back <= n; back++) {
+    unsigned char c = (unsigned char)s[n - back];
+    if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
+    if (c >= 0xC0 && weir_utf8_scan((const unsigned char *)s + n - back, back) <= 0)
+      s[n - back] = '\0';
+    return;
+  }
+}

@@ -37,4 +37,10 @@ int weir_utf8_put(uint32_t cp, char *out);
 int weir_utf8_sanitize(const unsigned char *s, size_t n, int final, char **buf, size_t *len,
                         size_t *cap, size_t *held);
 
+/* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
+int weir_utf8_valid(const char *s, size_t n);
+/* Cuts an incomplete or invalid sequence at the end of a NUL-terminated string (what
+ * snprintf leaves when it truncates in the middle of a character). */
+void weir_utf8_trim(char *s);
+
 #endif

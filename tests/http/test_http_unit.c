@@ -51,10 +51,10 @@ static void test_utf8_helpers(void) {
     weir_utf8_trim(buf);
     CU_ASSERT_STRING_EQUAL(buf, trims[i].out);
   }
-  weir__buf b = {0};
-  weir__buf_append_utf8(&b, "a\xff" "b\xc3", 4);
+  weir_buf b = {0};
+  weir_buf_append_utf8(&b, "a\xff" "b\xc3", 4);
   CU_ASSERT_STRING_EQUAL(b.p, "a\xef\xbf\xbd" "b\xef\xbf\xbd");
-  weir__buf_free(&b);
+  weir_buf_free(&b);
 }
 
 /* ---- an in-process server ---------------------------------------------------------------- */
