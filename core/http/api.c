@@ -13,7 +13,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "http/http_internal.h"
+#include "http/api.h"
 #include "util/log.h"
 #include "weir/status.h"
 
@@ -157,10 +157,10 @@ static void job_free(weir__api_job *job) {
   if (job->next) job->next->prev = job->prev;
   s->num_jobs--;
   free(job);
-  weir__serve_job_finished(s);
+  s->job_finished(s);
 }
 
-void weir__api_client_gone(weir__api_job *job) {
+static void client_gone(weir__api_job *job) {
   job->r = NULL;
   job->client_gone = 1;
   for (int i = 0; i < job->num_choices; i++) {
@@ -169,7 +169,7 @@ void weir__api_client_gone(weir__api_job *job) {
   }
 }
 
-void weir__api_set_paused(weir__api_job *job, int paused) {
+static void set_paused(weir__api_job *job, int paused) {
   if (job->paused == paused) return;
   job->paused = paused;
   for (int i = 0; i < job->num_choices; i++) {
@@ -670,7 +670,7 @@ static void record_token_timing(weir__api_job *job, api_choice *ch, uint64_t t, 
   ch->last_ns = t;
 }
 
-void weir__api_on_event(weir__http_server *s, weir__queued_event *qe) {
+static void on_event(weir__http_server *s, weir__queued_event *qe) {
   api_choice *ch = (api_choice *)qe->user;
   weir__api_job *job = ch->job;
   const weir_gen_event *ev = &qe->ev;
@@ -749,6 +749,78 @@ void weir__api_on_event(weir__http_server *s, weir__queued_event *qe) {
     job->r = NULL;
   }
   job_free(job);
+}
+
+/* ---- engine events ------------------------------------------------------------------- */
+
+/* Engine thread: copy the event (its memory is borrowed for the call) and wake the loop. */
+static void on_engine_event(weir__http_server *s, void *user, const weir_gen_event *ev) {
+  size_t text_len = ev->text ? ev->text_len : 0;
+  size_t ntok = ev->num_tokens > 0 ? (size_t)ev->num_tokens : 0;
+  size_t nlp = ev->logprobs ? ntok : 0;
+  size_t err_len = ev->error ? strlen(ev->error) + 1 : 0;
+  size_t size = sizeof(weir__queued_event) + nlp * sizeof(weir_sample_result) +
+                ntok * sizeof(int32_t) + text_len + 1 + err_len;
+  weir__queued_event *qe = malloc(size);
+  if (!qe) {
+    /* Losing a non-final event only loses text; a final one must arrive, so it takes the
+     * spare preallocated at submit, without text. */
+    weir__engine_user *u = user;
+    weir_log(WEIR_LOG_ERROR, "http", "out of memory queueing an engine event");
+    if (ev->finish == WEIR_FINISH_NONE || !u->spare) return;
+    qe = u->spare;
+    u->spare = NULL;
+    text_len = ntok = nlp = err_len = 0;
+  }
+  qe->next = NULL;
+  qe->user = user;
+  qe->time_ns = uv_hrtime();
+  qe->ev = *ev;
+  char *p = (char *)(qe + 1);
+  weir_sample_result *lp = (weir_sample_result *)p;
+  if (nlp) memcpy(lp, ev->logprobs, nlp * sizeof *lp);
+  qe->ev.logprobs = nlp ? lp : NULL;
+  p += nlp * sizeof *lp;
+  int32_t *tok = (int32_t *)p;
+  if (ntok) memcpy(tok, ev->tokens, ntok * sizeof *tok);
+  qe->ev.tokens = tok;
+  qe->ev.num_tokens = (int32_t)ntok;
+  p += ntok * sizeof *tok;
+  if (text_len) memcpy(p, ev->text, text_len);
+  p[text_len] = '\0';
+  qe->ev.text = p;
+  qe->ev.text_len = text_len;
+  p += text_len + 1;
+  if (err_len) {
+    memcpy(p, ev->error, err_len);
+    qe->ev.error = p;
+  } else {
+    qe->ev.error = NULL;
+  }
+  pthread_mutex_lock(&s->ev_lock);
+  if (s->ev_tail) s->ev_tail->next = qe;
+  else s->ev_head = qe;
+  s->ev_tail = qe;
+  pthread_mutex_unlock(&s->ev_lock);
+  uv_async_send(&s->async);
+}
+
+/* The engine's callback carries only `user`: a weir__engine_user. */
+static void engine_cb(void *user, const weir_gen_event *ev) {
+  on_engine_event(((weir__engine_user *)user)->srv, user, ev);
+}
+
+void weir__api_on_async(uv_async_t *a) {
+  weir__http_server *s = a->data;
+  pthread_mutex_lock(&s->ev_lock);
+  weir__queued_event *qe = s->ev_head;
+  s->ev_head = s->ev_tail = NULL;
+  pthread_mutex_unlock(&s->ev_lock);
+  while (qe) {
+    weir__queued_event *n = qe->next;
+    on_event(s, qe);
+    qe = n;
+  }
 }
 
 /* ---- parameters ------------------------------------------------------------------------- */
@@ -1628,7 +1700,7 @@ static void handle_generate(weir__http_req *r, int chat) {
       g.max_tokens = mt;
       /* n choices of one seeded request differ from each other yet stay reproducible. */
       g.seed = p.seed + (uint64_t)j;
-      int rc = weir_engine_submit(s->engine, &g, weir__serve_engine_cb, ch, &ch->engine_id);
+      int rc = weir_engine_submit(s->engine, &g, engine_cb, ch, &ch->engine_id);
       if (rc != WEIR_OK) {
         submit_error(rc, &e);
         goto fail_job;
@@ -1670,7 +1742,7 @@ fail_job:
         pending = 1;
       }
     }
-    weir__api_client_gone(job);
+    client_gone(job);
     job->client_gone = 0;
     if (!pending) job_free(job);
   }
@@ -1902,7 +1974,7 @@ static int is_json_content_type(const weir__http_req *r) {
   return next == '\0' || next == ';' || next == ' ';
 }
 
-void weir__api_dispatch(weir__http_req *r) {
+static void dispatch(weir__http_req *r) {
   weir__http_server *s = r->srv;
   char path[512];
   weir__http_path(r, path, sizeof path);
@@ -1979,3 +2051,6 @@ void weir__api_dispatch(weir__http_req *r) {
   default: weir__http_respond_error(r, 500, "server_error", NULL, NULL, "no handler"); break;
   }
 }
+
+const weir__http_handlers weir__api_handlers = {
+    .dispatch = dispatch, .client_gone = client_gone, .set_paused = set_paused};

@@ -1,6 +1,9 @@
-/* Internals shared by the HTTP transport (server.c), the OpenAI API layer (api.c) and the
- * server's life cycle (serve.c). Everything here runs on the libuv loop thread unless a
- * comment says otherwise. Not part of any public API. */
+/* The HTTP transport (server.c): connections, parsing, limits, flow control and responses,
+ * and the server state the layers above share. The layers stack as transport < API (api.h:
+ * api.c, api_params.c, api_render.c) < life cycle (serve.c); the transport calls up only
+ * through the weir__http_handlers table it is given, so nothing here depends on the API.
+ * Everything runs on the libuv loop thread unless a comment says otherwise. Not part of any
+ * public API. */
 #ifndef WEIR_HTTP_INTERNAL_H
 #define WEIR_HTTP_INTERNAL_H
 
@@ -70,23 +73,7 @@ void weir__http_stream_end(weir__http_req *r);
 /* The URL path without the query string, NUL-terminated in `out`. */
 void weir__http_path(const weir__http_req *r, char *out, size_t cap);
 
-/* An event copied off the engine thread. */
-typedef struct weir__queued_event {
-  struct weir__queued_event *next;
-  void *user;
-  uint64_t time_ns;           /* uv_hrtime() when the engine delivered it */
-  weir_gen_event ev;          /* pointers point into the same allocation */
-} weir__queued_event;
-
-/* What api.c passes as the engine callback's `user`: the first member of every per-choice
- * struct. `spare` is a preallocated event used when copying a final event fails for lack of
- * memory, so that the exactly-one-final-event guarantee survives OOM. */
-typedef struct weir__engine_user {
-  weir__http_server *srv;
-  weir__queued_event *spare;
-} weir__engine_user;
-/* serve.c: the weir_gen_event_cb given to weir_engine_submit (runs on the engine thread). */
-void weir__serve_engine_cb(void *user, const weir_gen_event *ev);
+typedef struct weir__queued_event weir__queued_event;
 
 /* Metrics the server records itself. */
 typedef struct weir__http_metrics {
@@ -98,7 +85,25 @@ typedef struct weir__http_metrics {
   weir_metric *running, *waiting, *paused, *kv_usage;
 } weir__http_metrics;
 
+/* What the transport calls in the layer above it (api.c provides them; serve.c hands them
+ * to weir__http_server_init). */
+typedef struct weir__http_handlers {
+  /* Answers one request (called once per request, in order, when it reaches the head of its
+   * connection's queue). */
+  void (*dispatch)(weir__http_req *r);
+  /* The connection of a job is gone: abort its generation; the job lives on until its final
+   * events arrive. */
+  void (*client_gone)(weir__api_job *job);
+  /* Flow control: pause (or resume) a job's generation while its connection has too much
+   * unsent output. */
+  void (*set_paused)(weir__api_job *job, int paused);
+} weir__http_handlers;
+
 struct weir__http_server {
+  const weir__http_handlers *handlers;
+  /* Called by the API layer whenever a job is freed (serve.c decides whether a drain is
+   * over). */
+  void (*job_finished)(weir__http_server *s);
   uv_loop_t *loop;
   const weir_config *cfg;
   weir_metrics *metrics;
@@ -145,7 +150,7 @@ struct weir__http_server {
  * unsigned int). Returns how many it used, or 0 when max_bufs are not enough. */
 size_t weir__http_split_bufs(char *base, size_t len, uv_buf_t *bufs, size_t max_bufs);
 int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
-                           weir_metrics *metrics);
+                           weir_metrics *metrics, const weir__http_handlers *handlers);
 int weir__http_server_listen(weir__http_server *s);
 /* Closes the listener and every connection (after their pending writes). */
 void weir__http_server_close(weir__http_server *s);
@@ -170,32 +175,5 @@ void weir__http_conn_peer_closed(weir__http_conn *c);
 int weir__http_conn_is_open(const weir__http_server *s, const weir__http_conn *c);
 /* Nothing queued or in flight and nothing unsent: the exchange is over. */
 int weir__http_conn_is_idle(const weir__http_conn *c);
-
-/* serve.c: the server's set-up without a listener or signals, for in-process harnesses:
- * init, metrics, the engine-event queue. weir__serve_attach_engine makes it READY with an
- * engine created by the caller; weir__serve_detach closes the event queue and runs the loop
- * until it is closed, then destroys the engine (every job must be gone). */
-int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
-                      weir_metrics *metrics);
-int weir__serve_attach_engine(weir__http_server *s, weir_engine *engine);
-void weir__serve_detach(weir__http_server *s);
-
-/* api.c */
-int weir__api_metrics_register(weir__http_server *s);
-/* Answers one request (called once per request, in order, when it reaches the head of its
- * connection's queue). */
-void weir__api_dispatch(weir__http_req *r);
-/* The connection of r's job is gone: abort its engine requests; the job lives on until
- * their final events arrive. */
-void weir__api_client_gone(weir__api_job *job);
-/* Handles one queued engine event; frees it. */
-void weir__api_on_event(weir__http_server *s, weir__queued_event *qe);
-/* Flow control: pauses (or resumes) the engine requests of r's job while its connection has
- * too much unsent output. */
-void weir__api_set_paused(weir__api_job *job, int paused);
-/* Aborts every in-flight engine request (drain timeout, second signal). */
-void weir__api_abort_all(weir__http_server *s);
-/* Called when the number of jobs drops; serve.c decides whether the drain is over. */
-void weir__serve_job_finished(weir__http_server *s);
 
 #endif

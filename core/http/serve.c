@@ -8,79 +8,9 @@
 #include <time.h>
 
 #include "http/http.h"
-#include "http/http_internal.h"
+#include "http/api.h"
 #include "util/log.h"
 #include "weir/status.h"
-
-/* Engine thread: copy the event (its memory is borrowed for the call) and wake the loop. */
-static void on_engine_event(weir__http_server *s, void *user, const weir_gen_event *ev) {
-  size_t text_len = ev->text ? ev->text_len : 0;
-  size_t ntok = ev->num_tokens > 0 ? (size_t)ev->num_tokens : 0;
-  size_t nlp = ev->logprobs ? ntok : 0;
-  size_t err_len = ev->error ? strlen(ev->error) + 1 : 0;
-  size_t size = sizeof(weir__queued_event) + nlp * sizeof(weir_sample_result) +
-                ntok * sizeof(int32_t) + text_len + 1 + err_len;
-  weir__queued_event *qe = malloc(size);
-  if (!qe) {
-    /* Losing a non-final event only loses text; a final one must arrive, so it takes the
-     * spare preallocated at submit, without text. */
-    weir__engine_user *u = user;
-    weir_log(WEIR_LOG_ERROR, "http", "out of memory queueing an engine event");
-    if (ev->finish == WEIR_FINISH_NONE || !u->spare) return;
-    qe = u->spare;
-    u->spare = NULL;
-    text_len = ntok = nlp = err_len = 0;
-  }
-  qe->next = NULL;
-  qe->user = user;
-  qe->time_ns = uv_hrtime();
-  qe->ev = *ev;
-  char *p = (char *)(qe + 1);
-  weir_sample_result *lp = (weir_sample_result *)p;
-  if (nlp) memcpy(lp, ev->logprobs, nlp * sizeof *lp);
-  qe->ev.logprobs = nlp ? lp : NULL;
-  p += nlp * sizeof *lp;
-  int32_t *tok = (int32_t *)p;
-  if (ntok) memcpy(tok, ev->tokens, ntok * sizeof *tok);
-  qe->ev.tokens = tok;
-  qe->ev.num_tokens = (int32_t)ntok;
-  p += ntok * sizeof *tok;
-  if (text_len) memcpy(p, ev->text, text_len);
-  p[text_len] = '\0';
-  qe->ev.text = p;
-  qe->ev.text_len = text_len;
-  p += text_len + 1;
-  if (err_len) {
-    memcpy(p, ev->error, err_len);
-    qe->ev.error = p;
-  } else {
-    qe->ev.error = NULL;
-  }
-  pthread_mutex_lock(&s->ev_lock);
-  if (s->ev_tail) s->ev_tail->next = qe;
-  else s->ev_head = qe;
-  s->ev_tail = qe;
-  pthread_mutex_unlock(&s->ev_lock);
-  uv_async_send(&s->async);
-}
-
-/* The engine's callback carries only `user`: a weir__engine_user (api.c). */
-void weir__serve_engine_cb(void *user, const weir_gen_event *ev) {
-  on_engine_event(((weir__engine_user *)user)->srv, user, ev);
-}
-
-static void on_async(uv_async_t *a) {
-  weir__http_server *s = a->data;
-  pthread_mutex_lock(&s->ev_lock);
-  weir__queued_event *qe = s->ev_head;
-  s->ev_head = s->ev_tail = NULL;
-  pthread_mutex_unlock(&s->ev_lock);
-  while (qe) {
-    weir__queued_event *n = qe->next;
-    weir__api_on_event(s, qe);
-    qe = n;
-  }
-}
 
 static void begin_stop(weir__http_server *s) {
   if (s->state == WEIR__STOPPING) return;
@@ -93,11 +23,11 @@ static void begin_stop(weir__http_server *s) {
   uv_unref((uv_handle_t *)&s->sigterm);
   uv_close((uv_handle_t *)&s->drain_timer, NULL);
   /* The async handle stays open while the engine may still call back: it is closed after
-   * the last job is gone (see weir__serve_job_finished). */
+   * the last job is gone (see job_finished). */
   if (s->num_jobs == 0) uv_close((uv_handle_t *)&s->async, NULL);
 }
 
-void weir__serve_job_finished(weir__http_server *s) {
+static void job_finished(weir__http_server *s) {
   if (s->num_jobs > 0) return;
   if (s->state == WEIR__DRAINING && !s->loading) {
     weir_log(WEIR_LOG_INFO, "http", "drained: every request finished");
@@ -130,7 +60,7 @@ static void on_signal(uv_signal_t *h, int signum) {
     uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg->drain_timeout_ms, 0);
   else
     weir__api_abort_all(s);
-  weir__serve_job_finished(s);
+  job_finished(s);
 }
 
 static void load_work(uv_work_t *w) {
@@ -181,18 +111,20 @@ static void load_done(uv_work_t *w, int status) {
     weir_log(WEIR_LOG_INFO, "http", "ready: serving model \"%s\" (context %d tokens)",
              s->model_name, s->info.context_length);
   } else {
-    weir__serve_job_finished(s); /* a signal came while loading */
+    job_finished(s); /* a signal came while loading */
   }
 }
 
 int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
                       weir_metrics *metrics) {
-  weir__http_server_init(s, loop, cfg, metrics);
+  weir__http_server_init(s, loop, cfg, metrics, &weir__api_handlers);
+  s->job_finished = job_finished;
+  pthread_mutex_init(&s->ev_lock, NULL);
   s->started_unix = (int64_t)time(NULL);
   /* The config already applied WEIR_API_KEY (file < environment < flags). */
   s->api_key = cfg->api_key && *cfg->api_key ? cfg->api_key : NULL;
   if (weir__api_metrics_register(s) != WEIR_OK) return WEIR_E_NOMEM;
-  uv_async_init(loop, &s->async, on_async);
+  uv_async_init(loop, &s->async, weir__api_on_async);
   s->async.data = s;
   return WEIR_OK;
 }

@@ -5,7 +5,7 @@
  *
  * Ownership. A connection owns its queued requests; a request being answered by a generation
  * job is referenced by that job (job->r) and the job by the request (r->job). When the
- * connection goes away first, weir__api_client_gone detaches the job, which lives on until
+ * connection goes away first, the handlers' client_gone detaches the job, which lives on until
  * the engine's final events arrive. Connection memory is freed only in the close callback of
  * its last handle. Each write owns its buffer, freed when the write completes.
  *
@@ -181,7 +181,7 @@ static void conn_close(weir__http_conn *c) {
   /* Requests still queued or in flight: their generation is pointless now. */
   for (weir__http_req *r = c->head, *n; r; r = n) {
     n = r->next;
-    if (r->job) weir__api_client_gone(r->job);
+    if (r->job) r->srv->handlers->client_gone(r->job);
     req_free(r);
   }
   c->head = c->tail = NULL;
@@ -244,14 +244,14 @@ static size_t out_limit(const weir__http_conn *c) {
 static void conn_backlog_start(weir__http_conn *c) {
   c->backlogged = 1;
   conn_pause_reading(c);
-  if (c->head && c->head->job) weir__api_set_paused(c->head->job, 1);
+  if (c->head && c->head->job) c->srv->handlers->set_paused(c->head->job, 1);
   c->stall_mark = conn_unsent(c);
   conn_set_timer(c, T_STALL);
 }
 
 static void conn_backlog_end(weir__http_conn *c) {
   c->backlogged = 0;
-  if (c->head && c->head->job) weir__api_set_paused(c->head->job, 0);
+  if (c->head && c->head->job) c->srv->handlers->set_paused(c->head->job, 0);
   if (c->timer_mode == T_STALL) conn_set_timer(c, c->parsing ? T_BODY : c->head ? T_NONE : T_IDLE);
   conn_process(c);
 }
@@ -812,7 +812,7 @@ static void conn_process(weir__http_conn *c) {
         const char *type = r->error_status >= 500 ? "server_error" : "invalid_request_error";
         weir__http_respond_error(r, r->error_status, type, NULL, NULL, "%s", r->error_message);
       } else {
-        weir__api_dispatch(r);
+        r->srv->handlers->dispatch(r);
       }
     }
     /* The queue has room again: parse what the paused parser left. */
@@ -950,11 +950,12 @@ static void on_connection(uv_stream_t *server, int status) {
 }
 
 int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
-                           weir_metrics *metrics) {
+                           weir_metrics *metrics, const weir__http_handlers *handlers) {
   memset(s, 0, sizeof *s);
   s->loop = loop;
   s->cfg = cfg;
   s->metrics = metrics;
+  s->handlers = handlers;
   llhttp_settings_init(&s->parser_settings);
   s->parser_settings.on_message_begin = on_message_begin;
   s->parser_settings.on_url = on_url;
@@ -963,7 +964,6 @@ int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_con
   s->parser_settings.on_headers_complete = on_headers_complete;
   s->parser_settings.on_body = on_body;
   s->parser_settings.on_message_complete = on_message_complete;
-  pthread_mutex_init(&s->ev_lock, NULL);
   return WEIR_OK;
 }
 

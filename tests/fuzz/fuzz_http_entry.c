@@ -11,7 +11,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "fuzz_targets.h"
-#include "http/http_internal.h"
+#include "http/api.h"
 #include "metrics/metrics.h"
 #include "util/log.h"
 

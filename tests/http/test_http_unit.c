@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "http/http_internal.h"
+#include "http/api.h"
 #include "metrics/metrics.h"
 #include "testutil.h"
 
