@@ -1,0 +1,162 @@
+/* What the API layer's three files share: api.c (routing, jobs, engine events),
+ * api_params.c (request bodies into engine requests: every parameter, limit and default of a
+ * request is decided there) and api_render.c (engine output as OpenAI's JSON and SSE).
+ * Loop thread only. */
+#ifndef WEIR_HTTP_API_INTERNAL_H
+#define WEIR_HTTP_API_INTERNAL_H
+
+#include <cjson/cJSON.h>
+
+#include "http/api.h"
+
+#define MAX_N 16
+#define MAX_CHOICES 256
+#define MAX_STOP 16
+#define MAX_PATH 160 /* longest JSON path named in an error's `param` */
+/* max_tokens of a /v1/completions request that gives none (OpenAI's default); chat requests
+ * take server.default_max_tokens. */
+#define WEIR_API_COMPLETIONS_MAX_TOKENS 16
+
+typedef struct api_choice {
+  weir__engine_user u; /* first: the engine callback's user pointer */
+  weir__api_job *job;
+  int index;           /* OpenAI's choice index: prompt_index * n + j */
+  int prompt_index;
+  uint64_t engine_id;
+  int submitted, finished;
+  weir_finish_reason finish;
+  int status;
+  char *error;
+  weir_buf text;       /* non-streaming: the whole completion */
+  cJSON *lp_tokens;     /* non-streaming logprobs, built as events arrive */
+  cJSON *lp_values, *lp_top, *lp_offsets;
+  size_t lp_offset;     /* bytes of token text so far, for text_offset */
+  int32_t prompt_tokens, cached_tokens, completion_tokens, num_preemptions;
+  uint64_t first_ns, last_ns;
+  double *itl_ms;
+  int num_itl, cap_itl;
+  int sent_first;       /* streaming: the first chunk (role / echo) is out */
+} api_choice;
+
+struct weir__api_job {
+  weir__http_server *s;
+  weir__http_req *r;    /* NULL once answered or once the client is gone */
+  weir__api_job *prev, *next;
+  int chat;
+  int stream, include_usage;
+  int logprobs;         /* completions: -1 or 0..20; chat: -1 or top_logprobs */
+  int echo;
+  char id[48];
+  int64_t created;
+  int num_prompts, n;
+  int num_choices, num_finished;
+  api_choice *choices;
+  char **echo_text;     /* [num_prompts] with echo */
+  size_t *echo_len;     /* their lengths (a detokenized prompt may hold NUL) */
+  uint64_t arrival_ns;
+  int client_gone;
+  int paused;           /* its connection is backed up: generation paused */
+};
+
+typedef struct api_error {
+  int status;
+  const char *type;
+  const char *code;
+  char param[MAX_PATH];
+  char message[512];
+} api_error;
+
+
+/* Fills e (type from the status: 401 authentication, 429 rate limit, >= 500 server, else
+ * invalid request) and returns -1. param and code may be NULL. */
+int weir__api_fail(api_error *e, int status, const char *param, const char *code,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* ---- api_params.c ---- */
+
+typedef struct params {
+  const cJSON *prompt, *messages;
+  const char *model;
+  int max_tokens;          /* 0: not given */
+  double temperature, top_p, min_p, presence, frequency, repetition;
+  int top_k, n, best_of;
+  const char *stop[MAX_STOP];
+  int num_stop;
+  int32_t stop_ids[WEIR_MAX_STOP_TOKEN_IDS];
+  int num_stop_ids;
+  int32_t bias_tokens[WEIR_MAX_LOGIT_BIAS]; /* logit_bias, in the request's key order */
+  float bias_values[WEIR_MAX_LOGIT_BIAS];
+  int num_bias;
+  int has_seed;
+  uint64_t seed;
+  int logprobs;            /* -1 unless asked */
+  int chat_logprobs, top_logprobs;
+  int echo, ignore_eos, min_tokens, stream, include_usage, has_stream_options, priority;
+} params;
+
+typedef struct prompt_list {
+  int32_t **ids;
+  int32_t *lens;
+  int32_t *max_tokens; /* weir__api_parse_generation: each prompt's output budget */
+  int count;
+} prompt_list;
+
+/* A generation request (completions or chat) parsed and checked against the model and the
+ * server's limits. Owns the JSON document that p's pointers point into. */
+typedef struct api_gen {
+  cJSON *root;
+  params p;
+  prompt_list pl;
+  /* The engine request every choice shares; prompt, num_prompt, max_tokens and seed are set
+   * per choice (weir__api_gen_choice). Its pointers point into p. */
+  weir_gen_request g;
+} api_gen;
+/* 0, or -1 with e filled (nothing held). On success the caller frees with
+ * weir__api_gen_free. */
+int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_error *e);
+/* Points a->g at choice j of prompt pi. */
+void weir__api_gen_choice(api_gen *a, int pi, int j);
+void weir__api_gen_free(api_gen *a);
+
+/* Type and range checks of one parameter: 0, or -1 with e naming it. */
+int weir__api_want_bool(api_error *e, const cJSON *v, const char *name, int *out);
+/* The 400 for a parameter weir does not know or does not implement. */
+int weir__api_unsupported(api_error *e, const char *name);
+void weir__api_prompts_free(prompt_list *pl);
+/* The request body as a JSON object (invalid UTF-8 repaired, no duplicate key, no NUL in a
+ * string), or NULL with e filled. The caller deletes it. */
+cJSON *weir__api_parse_body_object(weir__http_req *r, api_error *e);
+/* A JSON array of token ids checked against the vocabulary, into a malloc'd array. */
+int weir__api_ids_from_array(weir__http_server *s, const cJSON *arr, const char *param,
+    prompt_list *pl, api_error *e);
+
+/* ---- api_render.c ---- */
+
+/* Whole responses: an OpenAI error object; a JSON document (deleted by the caller). */
+void weir__api_respond_error(weir__http_req *r, const api_error *e);
+void weir__api_respond_json(weir__http_req *r, int status, cJSON *root);
+/* Streams: the last chunks (usage, [DONE]) or an error event; one choice's chunk (text,
+ * logprobs, finish reason; `role` for chat's first chunk). */
+void weir__api_stream_finish(weir__api_job *job);
+void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const char *text,
+    size_t text_len, cJSON *lp, const char *finish, int role);
+/* The whole non-streaming response of a finished job. */
+void weir__api_respond_full(weir__api_job *job);
+/* A JSON string for text that may hold invalid UTF-8 (repaired); NULL on OOM. */
+cJSON *weir__api_json_text(const char *s, size_t n);
+/* OpenAI's finish_reason, NULL for none. */
+const char *weir__api_finish_name(weir_finish_reason f);
+/* Logprobs of tokens in the completions shape (appended to its four arrays) and in the chat
+ * shape (a new array). */
+void weir__api_completion_lp_append(weir__http_server *s, int k, const weir_sample_result *res,
+    cJSON *tokens, cJSON *values, cJSON *top, cJSON *offsets,
+    size_t *offset);
+cJSON *weir__api_chat_lp_content(weir__http_server *s, int k, const weir_sample_result *res,
+    int count);
+
+/* ---- api.c ---- */
+
+/* 1 when `name` is the served model name or one of its aliases. */
+int weir__api_serves_model(const weir__http_server *s, const char *name);
+
+#endif
