@@ -15,6 +15,7 @@
 #include "engine/stop.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
+#include "engine/engine_metrics.h"
 #include "metrics/metrics.h"
 #include "model/calib.h"
 #include "model/chat_template.h"
@@ -65,6 +66,7 @@ struct weir_engine {
   weir_sched *sched;
   weir_metrics *metrics;
   int own_metrics;
+  weir__engine_metrics em; /* engine thread records; registered at create */
   weir_chat_renderer *chat;
   char *model_name;   /* == model_names[0] */
   char **model_names; /* the served name, then the configured aliases */
@@ -192,6 +194,7 @@ static void req_finish(weir_engine *e, engine_req *r, weir_finish_reason why, in
   }
   live_remove(e, r);
   publish_stats(e);
+  weir__engine_metrics_finished(&e->em, why, r->num_prompt, r->num_output, &ev.timing);
   r->cb(r->user, &ev);
   req_free(r);
 }
@@ -300,7 +303,9 @@ static void publish_stats(weir_engine *e) {
   e->stats.num_steps = ss.num_steps;
   e->stats.spec_draft_tokens = e->spec_drafted;
   e->stats.spec_accepted_tokens = e->spec_accepted;
+  weir_engine_stats snap = e->stats;
   pthread_mutex_unlock(&e->lock);
+  weir__engine_metrics_publish(&e->em, &snap);
 }
 
 static void admit(weir_engine *e, engine_req *r) {
@@ -733,6 +738,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   e->incoming_tail = r;
   e->num_incoming++;
   e->stats.num_waiting++;
+  if (e->em.waiting) weir_metric_record(e->em.waiting, e->stats.num_waiting);
   if (id) *id = r->id;
   pthread_cond_signal(&e->wake);
   pthread_mutex_unlock(&e->lock);
@@ -975,6 +981,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     if (rc != WEIR_OK) goto fail;
     e->own_metrics = 1;
   }
+  rc = weir__engine_metrics_init(e->metrics, &e->em);
+  if (rc != WEIR_OK) goto fail;
 
   rc = weir_gguf_open(cfg->model_path, &e->gguf, err, sizeof err);
   if (rc != WEIR_OK) goto fail;
@@ -1138,6 +1146,7 @@ void weir_engine_destroy(weir_engine *e) {
     n = r->next;
     weir_gen_event ev = {.request_id = r->id, .finish = WEIR_FINISH_ABORT, .text = ""};
     ev.prompt_tokens = r->num_prompt;
+    weir__engine_metrics_finished(&e->em, WEIR_FINISH_ABORT, r->num_prompt, 0, &ev.timing);
     r->cb(r->user, &ev);
     req_free(r);
   }

@@ -139,6 +139,12 @@ int weir_engine_create_opts(const struct weir_config *cfg, const weir_engine_opt
 int weir_engine_create(const struct weir_config *cfg, weir_engine **out);
 int weir_engine_create_ex(const struct weir_config *cfg, struct weir_metrics *metrics,
                           weir_engine **out);
+/* Registers the engine's metric families in m (docs/metrics.md: request outcomes and token
+ * counts, queue, prefill and decode times, the batch and KV-cache gauges, preemptions, prefix
+ * caching, speculation). An engine registers and records them itself in the registry it is
+ * created with; a server calls this first so the families exist while the model loads.
+ * Registering twice is harmless. WEIR_E_NOMEM. */
+int weir_engine_register_metrics(struct weir_metrics *m);
 /* The registry plugin metrics were registered in. */
 struct weir_metrics *weir_engine_metrics(weir_engine *e);
 /* Aborts every request (each gets its final event), stops the thread, frees everything. */

@@ -98,90 +98,30 @@ void weir__api_abort_all(weir__http_server *s) {
 
 /* ---- metrics ---------------------------------------------------------------------------- */
 
+/* The metrics a client observes; the engine's own families (outcomes, tokens, queue,
+ * prefill and decode times, batch, KV cache, speculation) are registered by the engine
+ * layer, here already so that they exist while the model loads. */
 int weir__api_metrics_register(weir__http_server *s) {
-  weir_metrics *m = s->metrics;
   weir__http_metrics *x = &s->m;
-  int rc = WEIR_OK;
-  struct {
+  int rc = weir_engine_register_metrics(s->metrics);
+  const struct {
     const char *name, *help;
-    weir_metric_type type;
     weir_metric **out;
   } defs[] = {
       {"time_to_first_token_seconds", "Time from request arrival to its first token.",
-       WEIR_METRIC_HISTOGRAM, &x->ttft},
+       &x->ttft},
       {"inter_token_latency_seconds", "Time between consecutive output tokens of a request.",
-       WEIR_METRIC_HISTOGRAM, &x->itl},
+       &x->itl},
       {"time_per_output_token_seconds",
        "Per request: (end-to-end time - time to first token) / (output tokens - 1).",
-       WEIR_METRIC_HISTOGRAM, &x->tpot},
+       &x->tpot},
       {"e2e_request_latency_seconds", "Time from request arrival to its last token.",
-       WEIR_METRIC_HISTOGRAM, &x->e2e},
-      {"request_queue_time_seconds", "Time a request waited before it was first scheduled.",
-       WEIR_METRIC_HISTOGRAM, &x->queue},
-      {"request_prefill_time_seconds", "Time from first scheduling to the first token.",
-       WEIR_METRIC_HISTOGRAM, &x->prefill},
-      {"request_decode_time_seconds", "Time from the first token to the last.",
-       WEIR_METRIC_HISTOGRAM, &x->decode},
-      {"prompt_tokens_total", "Prompt tokens of finished requests.", WEIR_METRIC_COUNTER,
-       &x->prompt_tokens},
-      {"generation_tokens_total", "Generated tokens of finished requests.",
-       WEIR_METRIC_COUNTER, &x->generation_tokens},
-      {"num_preemptions_total", "Sequences preempted because KV blocks ran out.",
-       WEIR_METRIC_COUNTER, &x->preemptions},
-      {"prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
-       WEIR_METRIC_COUNTER, &x->prefix_queries},
-      {"prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
-       WEIR_METRIC_COUNTER, &x->prefix_hits},
-      {"spec_decode_num_draft_tokens_total",
-       "Speculative tokens proposed by the drafter and verified.", WEIR_METRIC_COUNTER,
-       &x->spec_draft},
-      {"spec_decode_num_accepted_tokens_total", "Speculative tokens accepted.",
-       WEIR_METRIC_COUNTER, &x->spec_accepted},
-      {"num_requests_running", "Requests in the running batch.", WEIR_METRIC_GAUGE,
-       &x->running},
-      {"num_requests_waiting", "Requests waiting to be scheduled.", WEIR_METRIC_GAUGE,
-       &x->waiting},
-      {"num_requests_paused",
-       "Requests paused because their client is not reading (they keep their KV blocks).",
-       WEIR_METRIC_GAUGE, &x->paused},
-      {"kv_cache_usage_perc", "Fraction (0..1) of KV-cache blocks used by running requests.",
-       WEIR_METRIC_GAUGE, &x->kv_usage},
+       &x->e2e},
   };
   for (size_t i = 0; i < sizeof defs / sizeof defs[0] && rc == WEIR_OK; i++)
-    rc = weir_metrics_register(m, defs[i].name, defs[i].help, defs[i].type, NULL, 0, NULL,
-                               defs[i].out);
-  static const char *reasons[] = {NULL, "stop", "length", "abort", "error", "timeout"};
-  for (int i = 1; i < 6 && rc == WEIR_OK; i++) {
-    char labels[48];
-    snprintf(labels, sizeof labels, "finished_reason=\"%s\"", reasons[i]);
-    rc = weir_metrics_register(m, "request_success_total", "Finished requests, by reason.",
-                               WEIR_METRIC_COUNTER, NULL, 0, labels, &x->success[i]);
-  }
+    rc = weir_metrics_register(s->metrics, defs[i].name, defs[i].help, WEIR_METRIC_HISTOGRAM,
+                               NULL, 0, NULL, defs[i].out);
   return rc;
-}
-
-/* Counters mirrored from the engine's own totals: add what grew since the last scrape. */
-static void counter_sync(weir_metric *m, double total) {
-  double d = total - weir_metric_value(m);
-  if (d > 0) weir_metric_record(m, d);
-}
-
-static void scrape_engine(weir__http_server *s) {
-  if (!s->engine) return;
-  weir_engine_stats st;
-  memset(&st, 0, sizeof st);
-  weir_engine_stats_get(s->engine, &st);
-  weir_metric_record(s->m.running, st.num_running);
-  weir_metric_record(s->m.waiting, st.num_waiting);
-  weir_metric_record(s->m.paused, st.num_paused);
-  weir_metric_record(s->m.kv_usage, st.kv_blocks_total > 0
-                                        ? (double)st.kv_blocks_used / st.kv_blocks_total
-                                        : 0.0);
-  counter_sync(s->m.preemptions, (double)st.num_preemptions);
-  counter_sync(s->m.prefix_queries, (double)st.prefix_queries_tokens);
-  counter_sync(s->m.prefix_hits, (double)st.prefix_hits_tokens);
-  counter_sync(s->m.spec_draft, (double)st.spec_draft_tokens);
-  counter_sync(s->m.spec_accepted, (double)st.spec_accepted_tokens);
 }
 
 /* ---- engine events ---------------------------------------------------------------------- */
@@ -202,15 +142,9 @@ static void choice_finished(weir__api_job *job, api_choice *ch, const weir__queu
   }
   double e2e = (double)(qe->time_ns - job->arrival_ns) / 1e9;
   double ttft = ch->first_ns ? (double)(ch->first_ns - job->arrival_ns) / 1e9 : -1;
-  if ((int)ev->finish >= 1 && (int)ev->finish <= 5) weir_metric_record(s->m.success[ev->finish], 1);
   weir_metric_record(s->m.e2e, e2e);
-  if (ev->timing.queue_s > 0) weir_metric_record(s->m.queue, ev->timing.queue_s);
-  if (ev->timing.prefill_s > 0) weir_metric_record(s->m.prefill, ev->timing.prefill_s);
-  if (ev->timing.decode_s > 0) weir_metric_record(s->m.decode, ev->timing.decode_s);
   if (ttft >= 0 && ch->completion_tokens > 1)
     weir_metric_record(s->m.tpot, (e2e - ttft) / (ch->completion_tokens - 1));
-  weir_metric_add(s->m.prompt_tokens, ch->prompt_tokens);
-  weir_metric_add(s->m.generation_tokens, ch->completion_tokens);
 
   if (s->cfg->log_requests) {
     double mean = 0, p95 = 0;
@@ -717,7 +651,6 @@ static void handle_health(weir__http_req *r) {
 }
 
 static void handle_metrics(weir__http_req *r) {
-  scrape_engine(r->srv);
   char *text = NULL;
   size_t len = 0;
   if (weir_metrics_render(r->srv->metrics, &text, &len) != WEIR_OK) {

@@ -75,14 +75,9 @@ void weir__http_path(const weir__http_req *r, char *out, size_t cap);
 
 typedef struct weir__queued_event weir__queued_event;
 
-/* Metrics the server records itself. */
+/* Metrics the server records itself: what a client observes. The engine records its own. */
 typedef struct weir__http_metrics {
-  weir_metric *ttft, *itl, *tpot, *e2e, *queue, *prefill, *decode;
-  weir_metric *prompt_tokens, *generation_tokens;
-  weir_metric *success[6];    /* by weir_finish_reason (index 0 unused) */
-  weir_metric *preemptions, *prefix_queries, *prefix_hits;
-  weir_metric *spec_draft, *spec_accepted;
-  weir_metric *running, *waiting, *paused, *kv_usage;
+  weir_metric *ttft, *itl, *tpot, *e2e;
 } weir__http_metrics;
 
 /* What the transport calls in the layer above it (api.c provides them; serve.c hands them

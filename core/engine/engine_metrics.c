@@ -1,0 +1,96 @@
+#include "engine/engine_metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "weir/status.h"
+
+int weir__engine_metrics_init(weir_metrics *m, weir__engine_metrics *x) {
+  memset(x, 0, sizeof *x);
+  const struct {
+    const char *name, *help;
+    weir_metric_type type;
+    weir_metric **out;
+  } defs[] = {
+      {"request_queue_time_seconds", "Time a request waited before it was first scheduled.",
+       WEIR_METRIC_HISTOGRAM, &x->queue},
+      {"request_prefill_time_seconds", "Time from first scheduling to the first token.",
+       WEIR_METRIC_HISTOGRAM, &x->prefill},
+      {"request_decode_time_seconds", "Time from the first token to the last.",
+       WEIR_METRIC_HISTOGRAM, &x->decode},
+      {"prompt_tokens_total", "Prompt tokens of finished requests.", WEIR_METRIC_COUNTER,
+       &x->prompt_tokens},
+      {"generation_tokens_total", "Generated tokens of finished requests.",
+       WEIR_METRIC_COUNTER, &x->generation_tokens},
+      {"num_preemptions_total", "Sequences preempted because KV blocks ran out.",
+       WEIR_METRIC_COUNTER, &x->preemptions},
+      {"prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+       WEIR_METRIC_COUNTER, &x->prefix_queries},
+      {"prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+       WEIR_METRIC_COUNTER, &x->prefix_hits},
+      {"spec_decode_num_draft_tokens_total",
+       "Speculative tokens proposed by the drafter and verified.", WEIR_METRIC_COUNTER,
+       &x->spec_draft},
+      {"spec_decode_num_accepted_tokens_total", "Speculative tokens accepted.",
+       WEIR_METRIC_COUNTER, &x->spec_accepted},
+      {"num_requests_running", "Requests in the running batch.", WEIR_METRIC_GAUGE,
+       &x->running},
+      {"num_requests_waiting", "Requests waiting to be scheduled.", WEIR_METRIC_GAUGE,
+       &x->waiting},
+      {"num_requests_paused",
+       "Requests paused because their client is not reading (they keep their KV blocks).",
+       WEIR_METRIC_GAUGE, &x->paused},
+      {"kv_cache_usage_perc", "Fraction (0..1) of KV-cache blocks used by running requests.",
+       WEIR_METRIC_GAUGE, &x->kv_usage},
+  };
+  int rc = WEIR_OK;
+  for (size_t i = 0; i < sizeof defs / sizeof defs[0] && rc == WEIR_OK; i++)
+    rc = weir_metrics_register(m, defs[i].name, defs[i].help, defs[i].type, NULL, 0, NULL,
+                               defs[i].out);
+  for (int i = WEIR_FINISH_STOP; i <= WEIR_FINISH_TIMEOUT && rc == WEIR_OK; i++) {
+    char labels[48];
+    snprintf(labels, sizeof labels, "finished_reason=\"%s\"",
+             weir_finish_reason_name((weir_finish_reason)i));
+    rc = weir_metrics_register(m, "request_success_total", "Finished requests, by reason.",
+                               WEIR_METRIC_COUNTER, NULL, 0, labels, &x->success[i]);
+  }
+  return rc;
+}
+
+int weir_engine_register_metrics(weir_metrics *m) {
+  weir__engine_metrics tmp;
+  return weir__engine_metrics_init(m, &tmp);
+}
+
+void weir__engine_metrics_finished(const weir__engine_metrics *em, weir_finish_reason why,
+                                   int32_t prompt_tokens, int32_t output_tokens,
+                                   const weir_gen_timing *t) {
+  if (!em->prompt_tokens) return; /* not registered */
+  if (why >= WEIR_FINISH_STOP && why <= WEIR_FINISH_TIMEOUT)
+    weir_metric_add(em->success[why], 1);
+  weir_metric_add(em->prompt_tokens, prompt_tokens);
+  weir_metric_add(em->generation_tokens, output_tokens);
+  if (t->queue_s > 0) weir_metric_record(em->queue, t->queue_s);
+  if (t->prefill_s > 0) weir_metric_record(em->prefill, t->prefill_s);
+  if (t->decode_s > 0) weir_metric_record(em->decode, t->decode_s);
+}
+
+static void grow(weir_metric *m, uint64_t now, uint64_t before) {
+  if (now > before) weir_metric_add(m, (double)(now - before));
+}
+
+void weir__engine_metrics_publish(weir__engine_metrics *em, const weir_engine_stats *st) {
+  if (!em->prompt_tokens) return;
+  weir_metric_record(em->running, st->num_running);
+  weir_metric_record(em->waiting, st->num_waiting);
+  weir_metric_record(em->paused, st->num_paused);
+  weir_metric_record(em->kv_usage, st->kv_blocks_total > 0
+                                       ? (double)st->kv_blocks_used / st->kv_blocks_total
+                                       : 0.0);
+  grow(em->preemptions, st->num_preemptions, em->last.num_preemptions);
+  grow(em->prefix_queries, st->prefix_queries_tokens, em->last.prefix_queries_tokens);
+  grow(em->prefix_hits, st->prefix_hits_tokens, em->last.prefix_hits_tokens);
+  grow(em->spec_draft, st->spec_draft_tokens, em->last.spec_draft_tokens);
+  grow(em->spec_accepted, st->spec_accepted_tokens, em->last.spec_accepted_tokens);
+  em->last = *st;
+}

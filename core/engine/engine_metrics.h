@@ -1,0 +1,34 @@
+/* The engine's own metrics (docs/metrics.md): request outcomes and token counts, the times a
+ * request spends queued, in prefill and in decode, the batch and KV-cache gauges, and the
+ * preemption, prefix-cache and speculation counters. The engine records them where the facts
+ * arise; the HTTP layer records only what a client observes (TTFT, ITL, TPOT, end-to-end
+ * latency, responses by status). Internal to core/engine. */
+#ifndef WEIR_ENGINE_METRICS_H
+#define WEIR_ENGINE_METRICS_H
+
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "metrics/metrics.h"
+
+typedef struct weir__engine_metrics {
+  weir_metric *prompt_tokens, *generation_tokens;
+  weir_metric *success[6]; /* by weir_finish_reason (index 0 unused) */
+  weir_metric *queue, *prefill, *decode;
+  weir_metric *preemptions, *prefix_queries, *prefix_hits, *spec_draft, *spec_accepted;
+  weir_metric *running, *waiting, *paused, *kv_usage;
+  /* The engine's totals when last published: counters grow by the difference. */
+  weir_engine_stats last;
+} weir__engine_metrics;
+
+/* Registers (or finds, when already registered) every family in m and fills out.
+ * WEIR_E_NOMEM. */
+int weir__engine_metrics_init(weir_metrics *m, weir__engine_metrics *out);
+/* A request ended (engine thread): its outcome, its tokens and its times. */
+void weir__engine_metrics_finished(const weir__engine_metrics *em, weir_finish_reason why,
+                                   int32_t prompt_tokens, int32_t output_tokens,
+                                   const weir_gen_timing *t);
+/* The gauges and counters from the engine's totals (engine thread, after a step). */
+void weir__engine_metrics_publish(weir__engine_metrics *em, const weir_engine_stats *st);
+
+#endif
