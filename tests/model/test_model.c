@@ -738,6 +738,54 @@ static void test_stop_token_ids_limit(void) {
 
 /* The served name: the configured name (and its aliases) when set, else the file's
  * general.name, else the file name; it labels every metric of the engine's registry. */
+/* The engine records its own metrics, no HTTP layer involved: outcomes and token counts of a
+ * finished request, and the gauges after it (nothing running, no block in use). */
+static double page_value(const char *page, const char *prefix) {
+  const char *at = page ? strstr(page, prefix) : NULL;
+  if (!at) return -1;
+  const char *sp = strchr(at, ' ');
+  return sp ? strtod(sp + 1, NULL) : -1;
+}
+
+static void test_engine_metrics(void) {
+  char *p = make_model("metrics", "--preset tiny --seed 17");
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  engine_config(&cfg, p, 4 << 20);
+  weir_metrics *m = NULL;
+  WT_ASSERT_INT_EQ(weir_metrics_create(&m), 0);
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create_ex(&cfg, m, &e), 0);
+  int32_t prompt[6] = {5, 9, 14, 20, 33, 41};
+  weir_gen_request q = {.prompt = prompt, .num_prompt = 6, .max_tokens = 7, .ignore_eos = 1,
+                        .has_seed = 1, .seed = 3};
+  q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                      .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+  for (int k = 0; k < 2; k++) {
+    collect c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c, NULL), 0);
+    wait_done(&c);
+    WT_ASSERT_INT_EQ(c.finish, WEIR_FINISH_LENGTH);
+  }
+  char *page = NULL;
+  size_t len = 0;
+  WT_ASSERT_INT_EQ(weir_metrics_render(m, &page, &len), 0);
+  /* Recorded before the final event is delivered: no wait needed. */
+  CU_ASSERT_DOUBLE_EQUAL(page_value(page, "finished_reason=\"length\"}"), 2, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(page_value(page, "weir_prompt_tokens_total{"), 12, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(page_value(page, "weir_generation_tokens_total{"), 14, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(page_value(page, "weir_request_decode_time_seconds_count{"), 2, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(page_value(page, "weir_num_requests_running{"), 0, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(page_value(page, "weir_kv_cache_usage_perc{"), 0, 1e-9);
+  /* The second request's prompt was looked up in the prefix cache. */
+  CU_ASSERT(page_value(page, "weir_prefix_cache_queries_total{") >= 6);
+  free(page);
+  weir_engine_destroy(e);
+  weir_metrics_destroy(m);
+  engine_config_done(&cfg);
+  free(p);
+}
+
 static void check_names(const char *model, const char *set, const char *const *want, int n) {
   weir_config cfg;
   weir_config_defaults(&cfg);
@@ -818,6 +866,7 @@ int main(void) {
                                   {"prefix_cache_hit_equals_cold", test_prefix_cache_hit_equals_cold},
                                   {"ragged_batch_equals_alone", test_ragged_batch_equals_alone},
                                   {"greedy_deterministic", test_greedy_deterministic},
+      {"engine_metrics", test_engine_metrics},
                                   {"speculative_greedy_identical", test_speculative_greedy_identical},
                                   {"generate_cli", test_generate_cli},
                                   {"generate_bad_model", test_generate_bad_model},
