@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
 #include "engine/engine_metrics.h"
+#include "grammar/grammar.h"
 #include "metrics/metrics.h"
 #include "model/calib.h"
 #include "model/chat_template.h"
@@ -23,6 +24,7 @@
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
+#include "plugin/sampling.h"
 #include "util/log.h"
 #include "util/progress.h"
 #include "weir/drafter.h"
@@ -48,6 +50,7 @@ typedef struct engine_req {
   int32_t num_prompt;
   weir_stop_matcher stop;
   weir_detok detok;
+  weir_matcher *matcher; /* structured output: the constraint's state, or NULL */
   weir_sched_seq *seq;
   int32_t num_output;
   double t_arrival, t_sched, t_first, deadline;
@@ -77,8 +80,19 @@ struct weir_engine {
   int32_t num_eog;
   const weir_sampler_ops *sampler;
   void *sampler_self;
+  /* Every sampler call goes through here: the host applies the 1.1 parameters (masks, logit
+   * bias) a sampler does not declare in its caps (plugin/sampling.h). Engine thread. */
+  weir_sampler_call scall;
   const weir_drafter_ops *drafter; /* NULL: no speculative decoding */
   void *drafter_self;
+  /* Structured output: the vocabulary as byte strings and the compiled constraints by text
+   * (thread-safe; weir_engine_constraint), and per step the masks of constrained rows. */
+  weir_grammar_vocab *gvocab;
+  weir_constraint_cache *gcache;
+  uint32_t *masks;                 /* [max_seqs_step][mask_words] */
+  size_t mask_words;
+  weir_sampling_params *row_params; /* [max_seqs_step]: a constrained row's params + mask */
+  weir_matcher **cms;              /* [max_seqs_step] scratch */
   int32_t spec_k;                  /* drafts per sequence and step */
 
   /* Step scratch (engine thread only). */
@@ -138,6 +152,7 @@ const char *weir_finish_reason_name(weir_finish_reason r) {
 static void req_free(engine_req *r) {
   if (!r) return;
   weir_stop_free(&r->stop);
+  weir_matcher_free(r->matcher);
   if (r->detok.tok) weir_detok_free(&r->detok);
   free(r->stop_ids);
   free(r->bias_tokens);
@@ -389,15 +404,43 @@ static weir_sampling_row make_row(weir_engine *e, engine_req *r, int32_t extra, 
  * emits its event. */
 static void sample_segment(weir_engine *e, float *logits, int32_t nrows) {
   if (nrows == 0) return;
-  int rc = e->sampler->sample(e->sampler_self, e->rows, nrows, logits, e->vocab, e->results);
+  /* Constrained rows sample under their matcher's mask: the masks of all of them at once,
+   * then each row's params copied with `allowed` pointing at its mask. */
+  int32_t nc = 0;
+  for (int32_t k = 0; k < nrows; k++)
+    if (e->row_req[k]->matcher) e->cms[nc++] = e->row_req[k]->matcher;
+  int rc = WEIR_OK;
+  if (nc > 0) {
+    rc = weir_matchers_fill_masks(e->cms, nc, e->masks, e->mask_words, NULL);
+    for (int32_t k = 0, c = 0; rc == WEIR_OK && k < nrows; k++) {
+      if (!e->row_req[k]->matcher) continue;
+      e->row_params[c] = e->row_req[k]->sampling;
+      e->row_params[c].allowed = e->masks + (size_t)c * e->mask_words;
+      e->rows[k].params = &e->row_params[c++];
+    }
+  }
+  if (rc == WEIR_OK)
+    rc = weir_sampler_call_sample(&e->scall, e->rows, nrows, logits, e->vocab, e->results);
   for (int32_t k = 0; k < nrows; k++) {
     engine_req *r = e->row_req[k];
+    const int32_t tok = e->results[k].token;
+    if (rc == WEIR_OK && r->matcher && weir_matcher_accept_token(r->matcher, tok) != WEIR_OK) {
+      /* Only a sampler that ignores `allowed` gets here. */
+      req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_INTERNAL,
+                 "the sampler produced a token the output constraint does not allow", NULL, 0);
+      continue;
+    }
     if (rc == WEIR_OK) rc = weir_sched_commit(e->sched, r->seq, 0, &e->results[k].token, 1);
     if (rc != WEIR_OK) {
       req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
       continue;
     }
-    req_on_token(e, r, &e->results[k]);
+    /* A constrained output ends when its grammar is complete and nothing can extend it, or
+     * when the constraint accepted an end-of-sequence token. */
+    const int done = r->matcher && (weir_matcher_is_ended(r->matcher) ||
+                                    (weir_matcher_is_complete(r->matcher) &&
+                                     !weir_matcher_can_continue(r->matcher)));
+    if (!req_on_token(e, r, &e->results[k]) && done) req_finish_flush(e, r, WEIR_FINISH_STOP);
   }
 }
 
@@ -415,7 +458,7 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
   for (int32_t j = 0; j < nr; j++)
     e->rows[j] = make_row(e, r, j, suppress_row(e, j));
-  int rc = e->sampler->probs(e->sampler_self, e->rows, nr, logits, e->vocab, e->probs);
+  int rc = weir_sampler_call_probs(&e->scall, e->rows, nr, logits, e->vocab, e->probs);
   if (rc != WEIR_OK) {
     req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
     return;
@@ -454,7 +497,7 @@ static void propose_drafts(weir_engine *e) {
   for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
     weir_sched_seq *s = r->seq;
     if (!s || s->state != WEIR_SEQ_RUNNING || s->num_drafts != 0 ||
-        s->num_computed != s->num_tokens - 1 || r->sampling.num_logprobs >= 0)
+        s->num_computed != s->num_tokens - 1 || r->sampling.num_logprobs >= 0 || r->matcher)
       continue;
     e->dseqs[n] = (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
     e->dreqs[n++] = r;
@@ -712,6 +755,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
     r->sampling.num_logit_bias = nbias;
   }
   if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
+  if (q->constraint && weir_matcher_create(q->constraint, &r->matcher) != WEIR_OK) goto fail_req;
   weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
   uint64_t seed = q->has_seed ? q->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)r;
   weir_rng_seed(r->rng, seed);
@@ -832,6 +876,13 @@ void weir_engine_info_get(weir_engine *e, weir_engine_info *out) {
   out->chat_template_name = weir_chat_renderer_name(e->chat);
 }
 
+int weir_engine_constraint(weir_engine *e, const weir_constraint_spec *spec,
+                           weir_constraint **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!e || !spec) return WEIR_E_INVAL;
+  return weir_constraint_cache_get(e->gcache, spec, out, err, errlen);
+}
+
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out) {
   pthread_mutex_lock(&e->lock);
   *out = e->stats;
@@ -903,6 +954,11 @@ static int alloc_scratch(weir_engine *e) {
   e->results = calloc(R, sizeof *e->results);
   e->row_req = calloc(R, sizeof *e->row_req);
   e->suppress = malloc(R * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS) * 4);
+  e->mask_words = WEIR_MASK_WORDS(e->vocab);
+  e->masks = malloc(S * e->mask_words * 4);
+  e->row_params = calloc(S, sizeof *e->row_params);
+  e->cms = calloc(S, sizeof *e->cms);
+  if (!e->masks || !e->row_params || !e->cms) return WEIR_E_NOMEM;
   if (e->drafter) {
     e->dseqs = calloc(S, sizeof *e->dseqs);
     e->dreqs = calloc(S, sizeof *e->dreqs);
@@ -940,6 +996,12 @@ static void engine_free(weir_engine *e) {
   free(e->results);
   free(e->row_req);
   free(e->suppress);
+  weir_sampler_call_free(&e->scall);
+  free(e->masks);
+  free(e->row_params);
+  free(e->cms);
+  weir_constraint_cache_free(e->gcache);
+  weir_grammar_vocab_release(e->gvocab);
   free(e->dseqs);
   free(e->dreqs);
   free(e->dtokens);
@@ -1000,6 +1062,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   }
   e->sampler = e->plugins.sampler->ops;
   e->sampler_self = e->plugins.sampler->self;
+  weir_sampler_call_init(&e->scall, e->plugins.sampler, e->plugins.device);
   if (e->plugins.drafter && cfg->num_speculative_tokens > 0) {
     if (!e->sampler->probs) {
       snprintf(err, sizeof err, "speculative decoding needs a sampler with probs(); sampler "
@@ -1080,6 +1143,14 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   if (rc != WEIR_OK) goto fail;
   rc = alloc_scratch(e);
   if (rc != WEIR_OK) goto fail;
+  /* Structured output: the vocabulary's byte strings once; up to 64 compiled constraints
+   * (and their token classes, 256 MiB in all) kept by text. */
+  rc = weir_grammar_vocab_from_tokenizer(e->tok, e->eog_ids, e->num_eog, &e->gvocab);
+  if (rc == WEIR_OK) rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);
+  if (rc != WEIR_OK) {
+    snprintf(err, sizeof err, "could not index the vocabulary for structured output");
+    goto fail;
+  }
 
   /* The chat template: a configured built-in, else the model's own Jinja template, else
    * the built-in detected from it (ChatML when none matches). */

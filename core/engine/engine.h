@@ -56,6 +56,11 @@ typedef struct weir_gen_request {
   int32_t num_stop;
   int32_t priority;             /* lower runs first when the scheduler's policy is priority */
   int64_t timeout_ms;           /* 0: the server's default */
+  /* Structured output: the constraint the output must match (weir_engine_constraint of this
+   * engine), or NULL. Borrowed: submit starts the request's own matcher on it. A constrained
+   * request ends with "stop" once its grammar is complete and nothing can extend it (or when
+   * it accepts an end-of-sequence token); it is decoded without speculative drafts. */
+  struct weir_constraint *constraint;
 } weir_gen_request;
 
 /* Per-request timings, seconds, filled in the final event. */
@@ -193,5 +198,16 @@ int weir_engine_render_chat_ex(weir_engine *e, const weir_chat_request *req, cha
 
 void weir_engine_info_get(weir_engine *e, weir_engine_info *out);
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out);
+
+struct weir_constraint;
+struct weir_constraint_spec;
+/* Compiles a structured-output constraint (JSON object, JSON Schema, regex, choice, grammar:
+ * core/grammar/grammar.h) for this engine's vocabulary, or finds it in the engine's cache.
+ * On success *out holds a reference the caller releases (weir_constraint_release) after
+ * submitting. WEIR_E_INVAL with a one-line reason in err meant for the client (an unsupported
+ * keyword, an invalid regex, a schema that can produce nothing, a limit), WEIR_E_NOMEM.
+ * Thread-safe. */
+int weir_engine_constraint(weir_engine *e, const struct weir_constraint_spec *spec,
+                           struct weir_constraint **out, char *err, size_t errlen);
 
 #endif

@@ -627,7 +627,9 @@ static uint32_t array_node(sctx *c, const cJSON *s, int depth) {
   }
   if (b->status) return 0;
   if (!item && max > p) max = p; /* items that cannot exist */
-  if (min > max) return sfail(c, "%s", "the array cannot have minItems items");
+  /* No array fits (minItems above what items allow): nothing, which drops an optional
+   * property and is an error naming the property or the schema higher up. */
+  if (min > max) return weir__rx_none();
   uint32_t *elem = malloc((p + 1) * sizeof *elem);
   if (!elem) return weir__gb_fail(b, WEIR_E_NOMEM, "out of memory");
   uint32_t k = 0;

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "grammar/grammar.h"
 #include "http/api.h"
 
 #define MAX_N 16
@@ -92,6 +93,8 @@ typedef struct params {
   int logprobs;            /* -1 unless asked */
   int chat_logprobs, top_logprobs;
   int echo, ignore_eos, min_tokens, stream, include_usage, has_stream_options, priority;
+  /* Structured output (docs/structured-output.md): at most one of these is given. */
+  const cJSON *response_format, *guided_json, *guided_regex, *guided_choice, *guided_grammar;
 } params;
 
 typedef struct prompt_list {
@@ -110,6 +113,7 @@ typedef struct api_gen {
   /* The engine request every choice shares; prompt, num_prompt, max_tokens and seed are set
    * per choice (weir__api_gen_choice). Its pointers point into p. */
   weir_gen_request g;
+  weir_constraint *constraint; /* structured output, or NULL; g.constraint borrows it */
 } api_gen;
 /* 0, or -1 with e filled (nothing held). On success the caller frees with
  * weir__api_gen_free. */

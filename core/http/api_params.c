@@ -46,7 +46,7 @@ static int json_is_int(const cJSON *v, double lo, double hi) {
 /* Parameters OpenAI defines that weir does not implement: named in their own message. */
 static const char *const k_unsupported[] = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
-    "response_format", "suffix", "best_of", "audio", "modalities", "prediction",
+    "suffix", "best_of", "audio", "modalities", "prediction",
     "store", "metadata", "service_tier", "reasoning_effort", "web_search_options", NULL};
 
 int weir__api_unsupported(api_error *e, const char *name) {
@@ -103,7 +103,17 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
   for (const cJSON *it = root->child; it; it = it->next) {
     const char *k = it->string ? it->string : "";
     if (cJSON_IsNull(it)) continue; /* null means "not given", as OpenAI's API treats it */
-    if (!strcmp(k, "model")) {
+    if (!strcmp(k, "response_format")) {
+      p->response_format = it;
+    } else if (!strcmp(k, "guided_json")) {
+      p->guided_json = it;
+    } else if (!strcmp(k, "guided_regex")) {
+      p->guided_regex = it;
+    } else if (!strcmp(k, "guided_choice")) {
+      p->guided_choice = it;
+    } else if (!strcmp(k, "guided_grammar")) {
+      p->guided_grammar = it;
+    } else if (!strcmp(k, "model")) {
       if (!cJSON_IsString(it))
         return weir__api_fail(e, 400, k, "invalid_type", "'model' must be a string");
       p->model = it->valuestring;
@@ -240,11 +250,6 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
         p->bias_tokens[p->num_bias] = (int32_t)id;
         p->bias_values[p->num_bias++] = (float)b->valuedouble;
       }
-    } else if (chat && !strcmp(k, "response_format") && cJSON_IsObject(it) &&
-               cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "type")) &&
-               !strcmp(cJSON_GetObjectItemCaseSensitive(it, "type")->valuestring, "text") &&
-               cJSON_GetArraySize(it) == 1) {
-      /* Plain text is what weir produces. */
     } else if (chat && !strcmp(k, "tools") && cJSON_IsArray(it) && !it->child) {
       /* No tools offered. */
     } else if (chat && !strcmp(k, "tool_choice") && cJSON_IsString(it) &&
@@ -732,6 +737,93 @@ fail:
 
 /* ---- generation requests ---------------------------------------------------------------- */
 
+/* The structured-output constraint a request asks for: OpenAI's response_format, or one of
+ * vLLM's guided_json, guided_regex, guided_choice and guided_grammar. spec->kind stays 0 when
+ * there is none (response_format "text"). *owned is text this function printed (the caller
+ * frees it); *param names the parameter, for errors. 0, or -1 with e filled. */
+static int constraint_spec(const params *p, weir_constraint_spec *spec, char **owned,
+                           const char **param, api_error *e) {
+  memset(spec, 0, sizeof *spec);
+  spec->whitespace = 0; /* compact JSON: a small model cannot spend its tokens on blank space */
+  *owned = NULL;
+  const struct {
+    const char *name;
+    const cJSON *v;
+  } given[] = {{"response_format", p->response_format}, {"guided_json", p->guided_json},
+               {"guided_regex", p->guided_regex},       {"guided_choice", p->guided_choice},
+               {"guided_grammar", p->guided_grammar}};
+  const cJSON *v = NULL;
+  for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+    if (!given[i].v) continue;
+    if (v)
+      return weir__api_fail(e, 400, given[i].name, "invalid_value",
+                            "'%s' and '%s' both constrain the output; give one", *param,
+                            given[i].name);
+    v = given[i].v;
+    *param = given[i].name;
+  }
+  if (!v) return 0;
+  const cJSON *text = v; /* a string, or JSON printed below */
+  if (v == p->response_format) {
+    const cJSON *type = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+    if (!cJSON_IsString(type))
+      return weir__api_fail(e, 400, "response_format.type", "invalid_type",
+                            "'response_format' must be an object with a string 'type'");
+    if (!strcmp(type->valuestring, "text")) return 0;
+    if (!strcmp(type->valuestring, "json_object")) {
+      spec->kind = WEIR_CONSTRAINT_JSON_OBJECT;
+      return 0;
+    }
+    if (strcmp(type->valuestring, "json_schema"))
+      return weir__api_fail(e, 400, "response_format.type", "invalid_value",
+                            "'response_format.type' must be 'text', 'json_object' or "
+                            "'json_schema', got '%s'", type->valuestring);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+    const cJSON *schema = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema")
+                                             : NULL;
+    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+      return weir__api_fail(e, 400, "response_format.json_schema.schema", "invalid_type",
+                            "'response_format' of type 'json_schema' needs "
+                            "'json_schema.schema', a JSON Schema object");
+    const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+    if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
+      return weir__api_fail(e, 400, "response_format.json_schema.strict", "invalid_type",
+                            "'strict' must be a boolean");
+    spec->kind = WEIR_CONSTRAINT_JSON_SCHEMA;
+    spec->strict = cJSON_IsTrue(strict);
+    text = schema;
+  } else if (v == p->guided_json) {
+    if (!cJSON_IsObject(v) && !cJSON_IsString(v) && !cJSON_IsBool(v))
+      return weir__api_fail(e, 400, *param, "invalid_type",
+                            "'guided_json' must be a JSON Schema (an object or its text)");
+    spec->kind = WEIR_CONSTRAINT_JSON_SCHEMA;
+  } else if (v == p->guided_choice) {
+    int n = 0;
+    for (const cJSON *c = cJSON_IsArray(v) ? v->child : NULL; c; c = c->next, n++)
+      if (!cJSON_IsString(c))
+        return weir__api_fail(e, 400, *param, "invalid_type",
+                              "'guided_choice' must be a list of strings");
+    if (!cJSON_IsArray(v) || n == 0)
+      return weir__api_fail(e, 400, *param, "invalid_value",
+                            "'guided_choice' must be a non-empty list of strings");
+    spec->kind = WEIR_CONSTRAINT_CHOICE;
+  } else {
+    if (!cJSON_IsString(v))
+      return weir__api_fail(e, 400, *param, "invalid_type", "'%s' must be a string", *param);
+    spec->kind = v == p->guided_regex ? WEIR_CONSTRAINT_REGEX : WEIR_CONSTRAINT_GRAMMAR;
+  }
+  if (cJSON_IsString(text)) {
+    spec->text = text->valuestring;
+    spec->len = strlen(text->valuestring);
+    return 0;
+  }
+  *owned = cJSON_PrintUnformatted(text);
+  if (!*owned) return weir__api_fail(e, 500, NULL, NULL, "out of memory");
+  spec->text = *owned;
+  spec->len = strlen(*owned);
+  return 0;
+}
+
 int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_error *e) {
   weir__http_server *s = r->srv;
   memset(out, 0, sizeof *out);
@@ -795,7 +887,29 @@ int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_er
     pl->max_tokens[i] = mt;
   }
 
+  /* Compiled (or found in the engine's cache) here, so that a bad schema, regex or grammar
+   * is a 400 naming the problem before anything is queued. */
+  weir_constraint_spec spec;
+  char *owned = NULL;
+  const char *cparam = NULL;
+  if (constraint_spec(p, &spec, &owned, &cparam, e)) goto fail;
+  if (spec.kind) {
+    char why[512] = "";
+    int rc = weir_engine_constraint(s->engine, &spec, &out->constraint, why, sizeof why);
+    free(owned);
+    if (rc == WEIR_E_INVAL) {
+      weir__api_fail(e, 400, cparam, "invalid_value", "Invalid '%s': %s", cparam,
+                     why[0] ? why : "the constraint cannot be compiled");
+      goto fail;
+    }
+    if (rc != WEIR_OK) {
+      weir__api_fail(e, 500, NULL, NULL, "could not compile '%s': %s", cparam,
+                     weir_strerror(rc));
+      goto fail;
+    }
+  }
   weir_gen_request *g = &out->g;
+  g->constraint = out->constraint;
   g->sampling.struct_size = sizeof g->sampling;
   g->sampling.temperature = (float)p->temperature;
   g->sampling.top_k = p->top_k <= 0 ? 0 : p->top_k;
@@ -832,6 +946,8 @@ void weir__api_gen_choice(api_gen *a, int pi, int j) {
 }
 
 void weir__api_gen_free(api_gen *a) {
+  weir_constraint_release(a->constraint);
+  a->constraint = NULL;
   cJSON_Delete(a->root);
   a->root = NULL;
   weir__api_prompts_free(&a->pl);

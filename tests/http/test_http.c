@@ -656,8 +656,8 @@ static void test_unsupported_parameters(void) {
        "tools"},
       {"/v1/chat/completions",
        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
-       "\"json_object\"}}",
-       "response_format"},
+       "\"yaml\"}}",
+       "response_format.type"},
       {"/v1/chat/completions",
        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", "functions"},
       {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}",

@@ -821,7 +821,11 @@ static void test_backpressure(void) {
   CU_ASSERT(rss0 > 0 && rss1 - rss0 < RSS_SLACK * 16 * 1024);
   /* Other clients are served meanwhile. */
   expect_alive(s.port);
-  fds[0] = hc_connect_rcvbuf(s.port, 20000, 4096);
+  /* The stream that will be read gets a receive buffer of at least one loopback segment
+   * (64 KiB): with a window smaller than the peer's MSS, the sending kernel waits for the
+   * window to open through its persist timer, whose backoff reaches tens of seconds, and the
+   * stall timeout would then abort a client that is reading. */
+  fds[0] = hc_connect_rcvbuf(s.port, 20000, 131072);
   hc_send_all(fds[0], req, strlen(req));
   free(req);
   /* The fourth backs up too (the first three may have been aborted by now). */
