@@ -458,7 +458,29 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
   for (int32_t j = 0; j < nr; j++)
     e->rows[j] = make_row(e, r, j, suppress_row(e, j));
-  int rc = weir_sampler_call_probs(&e->scall, e->rows, nr, logits, e->vocab, e->probs);
+  int rc = WEIR_OK;
+  if (r->matcher) {
+    /* Row j samples under the constraint as it stands after drafts 0..j-1 (all allowed:
+     * propose_drafts kept only those); the matcher is then put back. */
+    int32_t stepped = 0;
+    for (int32_t j = 0; j < nr && rc == WEIR_OK; j++) {
+      uint32_t *mask = e->masks + (size_t)j * e->mask_words;
+      rc = weir_matcher_fill_mask(r->matcher, mask);
+      e->row_params[j] = r->sampling;
+      e->row_params[j].allowed = mask;
+      e->rows[j].params = &e->row_params[j];
+      if (rc == WEIR_OK && j < nd) {
+        rc = weir_matcher_accept_token(r->matcher, toks[j]);
+        if (rc == WEIR_OK) stepped++;
+      }
+    }
+    if (stepped > 0) weir_matcher_rollback(r->matcher, stepped);
+    if (rc != WEIR_OK) {
+      req_finish(e, r, WEIR_FINISH_ERROR, rc, "the output constraint failed", NULL, 0);
+      return;
+    }
+  }
+  rc = weir_sampler_call_probs(&e->scall, e->rows, nr, logits, e->vocab, e->probs);
   if (rc != WEIR_OK) {
     req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
     return;
@@ -480,6 +502,18 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   e->spec_drafted += (uint64_t)nd;
   e->spec_accepted += (uint64_t)accepted;
   toks[accepted] = token;
+  int done = 0;
+  if (r->matcher) {
+    for (int32_t j = 0; j <= accepted && rc == WEIR_OK; j++)
+      rc = weir_matcher_accept_token(r->matcher, toks[j]);
+    if (rc != WEIR_OK) {
+      req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_INTERNAL,
+                 "a verified token is not allowed by the output constraint", NULL, 0);
+      return;
+    }
+    done = weir_matcher_is_ended(r->matcher) ||
+           (weir_matcher_is_complete(r->matcher) && !weir_matcher_can_continue(r->matcher));
+  }
   rc = weir_sched_commit(e->sched, s, accepted, &token, 1);
   if (rc != WEIR_OK) {
     req_finish(e, r, WEIR_FINISH_ERROR, rc, "could not record the tokens", NULL, 0);
@@ -487,8 +521,9 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   }
   for (int32_t j = 0; j <= accepted; j++) {
     weir_sample_result res = {.token = toks[j]};
-    if (req_on_token(e, r, &res)) break;
+    if (req_on_token(e, r, &res)) return;
   }
+  if (done) req_finish_flush(e, r, WEIR_FINISH_STOP);
 }
 
 /* Asks the drafter for up to spec_k tokens for every running sequence in decode. */
@@ -497,7 +532,7 @@ static void propose_drafts(weir_engine *e) {
   for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
     weir_sched_seq *s = r->seq;
     if (!s || s->state != WEIR_SEQ_RUNNING || s->num_drafts != 0 ||
-        s->num_computed != s->num_tokens - 1 || r->sampling.num_logprobs >= 0 || r->matcher)
+        s->num_computed != s->num_tokens - 1 || r->sampling.num_logprobs >= 0)
       continue;
     e->dseqs[n] = (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
     e->dreqs[n++] = r;
@@ -513,6 +548,15 @@ static void propose_drafts(weir_engine *e) {
     int32_t ctx_room = e->ctx_len - r->seq->num_tokens - 1;
     if (ctx_room < room) room = ctx_room;
     int32_t nd = e->dcounts[i] < room ? e->dcounts[i] : room;
+    if (r->matcher && nd > 0) {
+      /* Only drafts the constraint allows: the longest allowed prefix, the matcher left as
+       * it was. */
+      const int32_t *d = e->dtokens + (size_t)i * (size_t)e->spec_k;
+      int32_t ok = 0;
+      while (ok < nd && weir_matcher_accept_token(r->matcher, d[ok]) == WEIR_OK) ok++;
+      if (ok > 0) weir_matcher_rollback(r->matcher, ok);
+      nd = ok;
+    }
     if (nd > 0)
       weir_sched_add_drafts(e->sched, r->seq, e->dtokens + (size_t)i * (size_t)e->spec_k, nd);
   }
@@ -955,8 +999,10 @@ static int alloc_scratch(weir_engine *e) {
   e->row_req = calloc(R, sizeof *e->row_req);
   e->suppress = malloc(R * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS) * 4);
   e->mask_words = WEIR_MASK_WORDS(e->vocab);
-  e->masks = malloc(S * e->mask_words * 4);
-  e->row_params = calloc(S, sizeof *e->row_params);
+  /* Mask rows: one per constrained sequence of a step, or one per row of a verified item. */
+  const size_t MR = S > (size_t)e->spec_k + 1 ? S : (size_t)e->spec_k + 1;
+  e->masks = malloc(MR * e->mask_words * 4);
+  e->row_params = calloc(MR, sizeof *e->row_params);
   e->cms = calloc(S, sizeof *e->cms);
   if (!e->masks || !e->row_params || !e->cms) return WEIR_E_NOMEM;
   if (e->drafter) {

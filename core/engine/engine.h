@@ -59,7 +59,8 @@ typedef struct weir_gen_request {
   /* Structured output: the constraint the output must match (weir_engine_constraint of this
    * engine), or NULL. Borrowed: submit starts the request's own matcher on it. A constrained
    * request ends with "stop" once its grammar is complete and nothing can extend it (or when
-   * it accepts an end-of-sequence token); it is decoded without speculative drafts. */
+   * it accepts an end-of-sequence token). Its speculative drafts are cut to what the
+   * constraint allows and each verified row samples under its own mask. */
   struct weir_constraint *constraint;
 } weir_gen_request;
 
