@@ -367,24 +367,146 @@ static int submit_error(int rc, api_error *e) {
   }
 }
 
+static void abandon(weir__api_job *job);
+
+/* Unlinks a job from its request (before answering the request with an error: the answer
+ * may free the request) and returns the request. */
+static weir__http_req *detach(weir__api_job *job) {
+  weir__http_req *r = job->r;
+  if (r) r->job = NULL;
+  job->r = NULL;
+  return r;
+}
+
+/* Queues one engine request per prompt and choice, then starts the stream; takes a (freed
+ * here). On a failure the request is answered with the error and what was queued is aborted
+ * (the job is freed when their final events arrive). */
+static void submit_choices(weir__api_job *job, api_gen *a) {
+  weir__http_server *s = job->s;
+  weir__http_req *r = job->r;
+  api_error e = {0};
+  const int n = a->p.n;
+  for (int pi = 0; pi < a->pl.count; pi++) {
+    for (int j = 0; j < n; j++) {
+      api_choice *ch = &job->choices[pi * n + j];
+      ch->u.srv = s;
+      ch->u.spare = malloc(sizeof(weir__queued_event) + 1);
+      ch->job = job;
+      ch->index = pi * n + j;
+      ch->prompt_index = pi;
+      if (!ch->u.spare) {
+        weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+        goto fail_job;
+      }
+      weir__api_gen_choice(a, pi, j);
+      int rc = weir_engine_submit(s->engine, &a->g, engine_cb, ch, &ch->engine_id);
+      if (rc != WEIR_OK) {
+        submit_error(rc, &e);
+        goto fail_job;
+      }
+      ch->submitted = 1;
+    }
+  }
+  weir__api_gen_free(a);
+  free(a);
+  if (job->stream) {
+    weir__http_stream_start(r, "text/event-stream");
+    for (int i = 0; i < job->num_choices; i++) {
+      api_choice *ch = &job->choices[i];
+      if (job->chat) {
+        weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, NULL, 1);
+      } else if (job->echo) {
+        size_t len = job->echo_len[ch->prompt_index];
+        if (len)
+          weir__api_stream_choice_chunk(job, ch, job->echo_text[ch->prompt_index], len, NULL,
+                                        NULL, 0);
+      }
+    }
+  }
+  return;
+
+fail_job:
+  weir__api_respond_error(detach(job), &e);
+  (void)r;
+  weir__api_gen_free(a);
+  free(a);
+  abandon(job);
+}
+
+/* Ends a job whose response is already out (or whose client is gone): choices not queued
+ * count as finished; queued ones are aborted and the job lives until their final events. */
+static void abandon(weir__api_job *job) {
+  int pending = 0;
+  for (int i = 0; i < job->num_choices; i++) {
+    api_choice *ch = &job->choices[i];
+    if (!ch->submitted) {
+      ch->finished = 1;
+      job->num_finished++;
+    } else if (!ch->finished) {
+      pending = 1;
+    }
+  }
+  client_gone(job);
+  job->client_gone = 0;
+  if (!pending) job_free(job);
+}
+
+/* A constraint compiled on libuv's worker threads, so that a large schema does not stall the
+ * loop (and /health with it). */
+typedef struct compile_work {
+  uv_work_t w;
+  weir__api_job *job;
+  api_gen *a;
+} compile_work;
+
+static void compile_run(uv_work_t *w) {
+  compile_work *cw = w->data;
+  weir__api_gen_compile(cw->job->s->engine, cw->a);
+}
+
+static void compile_done(uv_work_t *w, int status) {
+  compile_work *cw = w->data;
+  weir__api_job *job = cw->job;
+  api_gen *a = cw->a;
+  free(cw);
+  api_error e = {0};
+  if (status != 0 || !job->r) {
+    /* The client left while it compiled (or the work was cancelled). */
+    weir__api_gen_free(a);
+    free(a);
+    abandon(job);
+    return;
+  }
+  if (weir__api_gen_compiled(a, &e)) {
+    weir__api_respond_error(detach(job), &e);
+    weir__api_gen_free(a);
+    free(a);
+    abandon(job);
+    return;
+  }
+  submit_choices(job, a);
+}
+
 static void handle_generate(weir__http_req *r, int chat) {
   weir__http_server *s = r->srv;
   api_error e = {0};
-  api_gen a;
-  weir__api_job *job = NULL;
-  if (weir__api_parse_generation(r, chat, &a, &e)) {
+  api_gen *a = malloc(sizeof *a);
+  if (!a) {
+    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
     weir__api_respond_error(r, &e);
     return;
   }
-  const params *pp = &a.p;
-  const prompt_list *pl = &a.pl;
-
-  job = calloc(1, sizeof *job);
+  if (weir__api_parse_generation(r, chat, a, &e)) {
+    weir__api_respond_error(r, &e);
+    free(a);
+    return;
+  }
+  const params *pp = &a->p;
+  const prompt_list *pl = &a->pl;
+  weir__api_job *job = calloc(1, sizeof *job);
   if (!job) {
     weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-    weir__api_respond_error(r, &e);
-    weir__api_gen_free(&a);
-    return;
+    goto fail_request;
   }
   job->s = s;
   job->chat = chat;
@@ -402,14 +524,16 @@ static void handle_generate(weir__http_req *r, int chat) {
   if (!job->choices) {
     free(job);
     weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-    weir__api_respond_error(r, &e);
-    weir__api_gen_free(&a);
-    return;
+    goto fail_request;
   }
   s->num_jobs++;
   job->next = s->jobs;
   if (s->jobs) s->jobs->prev = job;
   s->jobs = job;
+  /* The request and the job know each other from here on: a client that leaves while the
+   * constraint compiles is seen (client_gone) and the job freed when the work ends. */
+  job->r = r;
+  r->job = job;
   if (job->echo) {
     /* Text prompts echo exactly what was sent (no BOS); token prompts echo their text. */
     job->echo_text = calloc((size_t)pl->count, sizeof(char *));
@@ -436,65 +560,35 @@ static void handle_generate(weir__http_req *r, int chat) {
       goto fail_job;
     }
   }
-
-  for (int pi = 0; pi < pl->count; pi++) {
-    for (int j = 0; j < pp->n; j++) {
-      api_choice *ch = &job->choices[pi * pp->n + j];
-      ch->u.srv = s;
-      ch->u.spare = malloc(sizeof(weir__queued_event) + 1);
-      ch->job = job;
-      ch->index = pi * pp->n + j;
-      ch->prompt_index = pi;
-      if (!ch->u.spare) {
-        weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-        goto fail_job;
-      }
-      weir__api_gen_choice(&a, pi, j);
-      int rc = weir_engine_submit(s->engine, &a.g, engine_cb, ch, &ch->engine_id);
-      if (rc != WEIR_OK) {
-        submit_error(rc, &e);
-        goto fail_job;
-      }
-      ch->submitted = 1;
+  if (a->spec.kind) {
+    compile_work *cw = calloc(1, sizeof *cw);
+    if (!cw) {
+      weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+      goto fail_job;
     }
-  }
-  weir__api_gen_free(&a);
-  job->r = r;
-  r->job = job;
-  if (job->stream) {
-    weir__http_stream_start(r, "text/event-stream");
-    for (int i = 0; i < job->num_choices; i++) {
-      api_choice *ch = &job->choices[i];
-      if (chat) {
-        weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, NULL, 1);
-      } else if (job->echo) {
-        size_t n = job->echo_len[ch->prompt_index];
-        if (n) weir__api_stream_choice_chunk(job, ch, job->echo_text[ch->prompt_index], n, NULL, NULL, 0);
-      }
+    cw->w.data = cw;
+    cw->job = job;
+    cw->a = a;
+    if (uv_queue_work(s->loop, &cw->w, compile_run, compile_done) != 0) {
+      free(cw);
+      weir__api_fail(&e, 500, NULL, NULL, "could not start compiling the constraint");
+      goto fail_job;
     }
+    return;
   }
+  submit_choices(job, a);
   return;
 
 fail_job:
-  /* Choices already queued are aborted; the job is freed when their final events arrive. */
-  weir__api_respond_error(r, &e);
-  weir__api_gen_free(&a);
-  {
-    int pending = 0;
-    for (int i = 0; i < job->num_choices; i++) {
-      api_choice *ch = &job->choices[i];
-      if (!ch->submitted) {
-        ch->finished = 1;
-        job->num_finished++;
-      } else {
-        pending = 1;
-      }
-    }
-    client_gone(job);
-    job->client_gone = 0;
-    if (!pending) job_free(job);
-  }
+  weir__api_respond_error(detach(job), &e);
+  weir__api_gen_free(a);
+  free(a);
+  abandon(job);
   return;
+fail_request:
+  weir__api_respond_error(r, &e);
+  weir__api_gen_free(a);
+  free(a);
 }
 
 /* ---- other endpoints -------------------------------------------------------------------- */

@@ -113,11 +113,24 @@ typedef struct api_gen {
   /* The engine request every choice shares; prompt, num_prompt, max_tokens and seed are set
    * per choice (weir__api_gen_choice). Its pointers point into p. */
   weir_gen_request g;
-  weir_constraint *constraint; /* structured output, or NULL; g.constraint borrows it */
+  /* Structured output: what the request asks for (spec.kind 0: nothing), the text printed
+   * for it (owned), the parameter that gave it; then, after weir__api_gen_compile, the
+   * constraint (g.constraint borrows it) or the compile error. */
+  weir_constraint_spec spec;
+  char *spec_text;
+  const char *spec_param;
+  weir_constraint *constraint;
+  int compile_rc;
+  char compile_why[512];
 } api_gen;
 /* 0, or -1 with e filled (nothing held). On success the caller frees with
  * weir__api_gen_free. */
 int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_error *e);
+/* Compiles a's constraint for the engine, or finds it in the engine's cache. Thread-safe
+ * (runs on libuv's worker threads); touches only a. */
+void weir__api_gen_compile(weir_engine *engine, api_gen *a);
+/* After weir__api_gen_compile: 0, or -1 with e holding the 400 (or 500) to answer. */
+int weir__api_gen_compiled(const api_gen *a, api_error *e);
 /* Points a->g at choice j of prompt pi. */
 void weir__api_gen_choice(api_gen *a, int pi, int j);
 void weir__api_gen_free(api_gen *a);

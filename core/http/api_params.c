@@ -887,29 +887,10 @@ int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_er
     pl->max_tokens[i] = mt;
   }
 
-  /* Compiled (or found in the engine's cache) here, so that a bad schema, regex or grammar
-   * is a 400 naming the problem before anything is queued. */
-  weir_constraint_spec spec;
-  char *owned = NULL;
-  const char *cparam = NULL;
-  if (constraint_spec(p, &spec, &owned, &cparam, e)) goto fail;
-  if (spec.kind) {
-    char why[512] = "";
-    int rc = weir_engine_constraint(s->engine, &spec, &out->constraint, why, sizeof why);
-    free(owned);
-    if (rc == WEIR_E_INVAL) {
-      weir__api_fail(e, 400, cparam, "invalid_value", "Invalid '%s': %s", cparam,
-                     why[0] ? why : "the constraint cannot be compiled");
-      goto fail;
-    }
-    if (rc != WEIR_OK) {
-      weir__api_fail(e, 500, NULL, NULL, "could not compile '%s': %s", cparam,
-                     weir_strerror(rc));
-      goto fail;
-    }
-  }
+  /* The constraint is only described here; weir__api_gen_compile compiles it (off the loop:
+   * a large schema can take a good part of a second). */
+  if (constraint_spec(p, &out->spec, &out->spec_text, &out->spec_param, e)) goto fail;
   weir_gen_request *g = &out->g;
-  g->constraint = out->constraint;
   g->sampling.struct_size = sizeof g->sampling;
   g->sampling.temperature = (float)p->temperature;
   g->sampling.top_k = p->top_k <= 0 ? 0 : p->top_k;
@@ -945,9 +926,27 @@ void weir__api_gen_choice(api_gen *a, int pi, int j) {
   a->g.seed = a->p.seed + (uint64_t)j;
 }
 
+void weir__api_gen_compile(weir_engine *engine, api_gen *a) {
+  a->compile_rc = weir_engine_constraint(engine, &a->spec, &a->constraint, a->compile_why,
+                                         sizeof a->compile_why);
+  a->g.constraint = a->constraint;
+}
+
+int weir__api_gen_compiled(const api_gen *a, api_error *e) {
+  if (a->compile_rc == WEIR_OK) return 0;
+  if (a->compile_rc == WEIR_E_INVAL)
+    return weir__api_fail(e, 400, a->spec_param, "invalid_value", "Invalid '%s': %s",
+                          a->spec_param,
+                          a->compile_why[0] ? a->compile_why : "the constraint cannot be compiled");
+  return weir__api_fail(e, 500, NULL, NULL, "could not compile '%s': %s", a->spec_param,
+                        weir_strerror(a->compile_rc));
+}
+
 void weir__api_gen_free(api_gen *a) {
   weir_constraint_release(a->constraint);
   a->constraint = NULL;
+  free(a->spec_text);
+  a->spec_text = NULL;
   cJSON_Delete(a->root);
   a->root = NULL;
   weir__api_prompts_free(&a->pl);

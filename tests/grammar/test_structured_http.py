@@ -229,6 +229,35 @@ def run_other(srv, name):
     if st != 200:
         fail("%s: /health %d after the errors" % (name, st))
 
+    # A schema that takes a good part of a second to compile is compiled off the event loop:
+    # /health answers meanwhile, and a client that leaves during the compile costs nothing.
+    heavy = {"type": "object", "properties": {
+        "p%d_%s" % (i, name): {"type": "string", "pattern": "^[a-z]{3,40}[0-9]{2,9}$"}
+        for i in range(300)}}
+    body = {"prompt": "x", "max_tokens": 2, "guided_json": heavy}
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(srv.post, "/v1/completions", body)
+        time.sleep(0.05)
+        t0 = time.time()
+        st, _ = srv.get("/health")
+        dt = time.time() - t0
+        st2, resp = fut.result()
+    if st != 200 or st2 != 200:
+        fail("%s: heavy schema: /health %d, completion %d" % (name, st, st2))
+    print("%s: /health answered in %.3f s while a heavy schema compiled" % (name, dt), flush=True)
+    if dt > 0.25:
+        fail("%s: /health took %.3f s during a compile" % (name, dt))
+    heavy2 = dict(heavy, required=["p0_" + name])
+    raw = json.dumps({"prompt": "x", "max_tokens": 2, "guided_json": heavy2}).encode()
+    sock = socket.create_connection(("127.0.0.1", srv.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: %d\r\n\r\n" % len(raw) + raw)
+    sock.close()
+    time.sleep(1.5)
+    st, page = srv.get("/metrics")
+    if st != 200 or b"weir_num_requests_running" not in page:
+        fail("%s: /metrics %d after a client left during a compile" % (name, st))
+
 
 def main():
     if len(sys.argv) != 5:
@@ -237,7 +266,7 @@ def main():
     weir, plugins, source, work = sys.argv[1:]
     os.makedirs(work, exist_ok=True)
     r = random.Random(1301)
-    schemas = [grammar_check.gen_schema(r) for _ in range(120)]
+    schemas = [grammar_check.gen_schema(r) for _ in range(240)]
 
     random_model = os.path.join(work, "structured-random.gguf")
     subprocess.run([weir, "mkmodel", "--preset", "tiny", "--seed", "7", "--out", random_model],
@@ -247,7 +276,7 @@ def main():
     models = [("random", random_model, schemas, 384, 0.75)]
     trained = os.path.join(source, "models", "kjv-target.gguf")
     if os.path.exists(trained):
-        models.append(("trained", trained, schemas[:40], 480, 0.5))
+        models.append(("trained", trained, schemas[:60], 480, 0.5))
     for name, path, sch, max_tokens, share in models:
         srv = Server(weir, plugins, path, os.path.join(work, "structured-%s.log" % name))
         try:
