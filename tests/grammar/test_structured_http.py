@@ -4,7 +4,10 @@
 driven over HTTP on loopback. Every output is checked independently of weir's code by
 grammar_check.check_one (python3-jsonschema, Python's re).
 
-  test_structured_http.py WEIR_BINARY PLUGIN_DIR SOURCE_DIR WORK_DIR
+  test_structured_http.py WEIR_BINARY PLUGIN_DIR SOURCE_DIR WORK_DIR [TEST_PLUGIN_DIR]
+
+With TEST_PLUGIN_DIR, the trained model is also served with tests/grammar's `nocaps` sampler,
+which declares no 1.1 capabilities: the host applies the masks for it (SDK promise).
 
 Covers: generated JSON Schemas through response_format json_schema (completions and chat,
 streaming and not, n > 1), guided_json, json_object, guided_regex, guided_choice,
@@ -40,13 +43,13 @@ def free_port():
 
 
 class Server:
-    def __init__(self, weir, plugins, model, log):
+    def __init__(self, weir, plugins, model, log, extra=()):
         self.port = free_port()
         self.log = open(log, "w")
         self.proc = subprocess.Popen(
             [weir, "serve", "--set", "server.host=127.0.0.1", "--port", str(self.port),
              "--model", model, "--set", 'plugins.dirs=["%s"]' % plugins,
-             "--set", "device.threads=1", "--set", "cache.memory_bytes=67108864"],
+             "--set", "device.threads=1", "--set", "cache.memory_bytes=67108864"] + list(extra),
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -260,10 +263,11 @@ def run_other(srv, name):
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         print(__doc__, file=sys.stderr)
         return 2
-    weir, plugins, source, work = sys.argv[1:]
+    weir, plugins, source, work = sys.argv[1:5]
+    test_plugins = sys.argv[5] if len(sys.argv) == 6 else None
     os.makedirs(work, exist_ok=True)
     r = random.Random(1301)
     schemas = [grammar_check.gen_schema(r) for _ in range(240)]
@@ -273,12 +277,16 @@ def main():
                    check=True, stdout=subprocess.DEVNULL)
     # (name, model, schemas, max_tokens, the share of outputs that must finish in budget):
     # the trained model writes longer strings than the random one.
-    models = [("random", random_model, schemas, 384, 0.75)]
+    models = [("random", random_model, schemas, 384, 0.75, ())]
     trained = os.path.join(source, "models", "kjv-target.gguf")
     if os.path.exists(trained):
-        models.append(("trained", trained, schemas[:60], 480, 0.5))
-    for name, path, sch, max_tokens, share in models:
-        srv = Server(weir, plugins, path, os.path.join(work, "structured-%s.log" % name))
+        models.append(("trained", trained, schemas[:60], 480, 0.5, ()))
+        nocaps = os.path.join(test_plugins or "", "weir_sampler_nocaps.so")
+        if test_plugins and os.path.exists(nocaps):
+            models.append(("nocaps-sampler", trained, schemas[60:90], 480, 0.5,
+                           ("--set", "sampler.path=" + nocaps)))
+    for name, path, sch, max_tokens, share, extra in models:
+        srv = Server(weir, plugins, path, os.path.join(work, "structured-%s.log" % name), extra)
         try:
             t0 = time.time()
             fin, tot = run_schemas(srv, name, sch, max_tokens)
