@@ -93,6 +93,11 @@ struct weir_engine {
   size_t mask_words;
   weir_sampling_params *row_params; /* [max_seqs_step]: a constrained row's params + mask */
   weir_matcher **cms;              /* [max_seqs_step] scratch */
+  /* The masks of a step's constrained rows are computed in parallel on this pool (made at
+   * the first step with two or more; device.threads threads, the engine thread included),
+   * while the device plugin's own threads are idle between forward passes. */
+  weir_threadpool *mask_pool;
+  int mask_threads;
   int32_t spec_k;                  /* drafts per sequence and step */
 
   /* Step scratch (engine thread only). */
@@ -411,7 +416,10 @@ static void sample_segment(weir_engine *e, float *logits, int32_t nrows) {
     if (e->row_req[k]->matcher) e->cms[nc++] = e->row_req[k]->matcher;
   int rc = WEIR_OK;
   if (nc > 0) {
-    rc = weir_matchers_fill_masks(e->cms, nc, e->masks, e->mask_words, NULL);
+    if (nc > 1 && !e->mask_pool && e->mask_threads != 1 &&
+        weir_threadpool_create(e->mask_threads, &e->mask_pool) != WEIR_OK)
+      e->mask_threads = 1; /* no pool: the masks are computed here, one after another */
+    rc = weir_matchers_fill_masks(e->cms, nc, e->masks, e->mask_words, e->mask_pool);
     for (int32_t k = 0, c = 0; rc == WEIR_OK && k < nrows; k++) {
       if (!e->row_req[k]->matcher) continue;
       e->row_params[c] = e->row_req[k]->sampling;
@@ -1046,6 +1054,7 @@ static void engine_free(weir_engine *e) {
   free(e->masks);
   free(e->row_params);
   free(e->cms);
+  weir_threadpool_destroy(e->mask_pool);
   weir_constraint_cache_free(e->gcache);
   weir_grammar_vocab_release(e->gvocab);
   free(e->dseqs);
@@ -1191,6 +1200,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   if (rc != WEIR_OK) goto fail;
   /* Structured output: the vocabulary's byte strings once; up to 64 compiled constraints
    * (and their token classes, 256 MiB in all) kept by text. */
+  e->mask_threads = cfg->threads; /* 0: one per core */
   rc = weir_grammar_vocab_from_tokenizer(e->tok, e->eog_ids, e->num_eog, &e->gvocab);
   if (rc == WEIR_OK) rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);
   if (rc != WEIR_OK) {
