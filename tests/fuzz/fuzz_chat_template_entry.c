@@ -68,14 +68,14 @@ int weir_fuzz_chat_template(const uint8_t *data, size_t size) {
     for (int i = 0; i < n; i++) {
       const char *c = texts[i];
       size_t cl = strlen(c);
-      if (!weir__fuzz_utf8_ok(c, cl)) all_utf8 = 0;
+      if (!weir_utf8_valid(c, cl)) all_utf8 = 0;
       while (cl && is_space(*c)) c++, cl--;
       while (cl && is_space(c[cl - 1])) cl--;
       if (cl && !memmem(out, out_len, c, cl))
         weir__fuzz_fail("%s rendering lost message %d (%s)", weir_chat_template_name(id), i,
                         msgs[i].role);
     }
-    if (all_utf8 && !weir__fuzz_utf8_ok(out, out_len))
+    if (all_utf8 && !weir_utf8_valid(out, out_len))
       weir__fuzz_fail("%s rendering of UTF-8 messages is not UTF-8", weir_chat_template_name(id));
     char *again = NULL;
     if (weir_chat_render(id, msgs, n, gen, bos, eos, &again) != WEIR_OK || strcmp(again, out))

@@ -34,20 +34,6 @@ void weir__fuzz_fail(const char *fmt, ...) {
   abort();
 }
 
-int weir__fuzz_utf8_ok(const char *s, size_t n) {
-  const unsigned char *p = (const unsigned char *)s;
-  for (size_t i = 0; i < n;) {
-    if (p[i] < 0x80) {
-      i++;
-      continue;
-    }
-    int k = weir_utf8_scan(p + i, n - i);
-    if (k <= 0) return 0;
-    i += (size_t)k;
-  }
-  return 1;
-}
-
 /* Runs `weir mkmodel` with the given arguments (NULL-terminated), quietly. */
 static int mkmodel(const char *weir, const char *const *args) {
   const char *argv[32];

@@ -33,7 +33,7 @@ static ssize_t log_write(void *cookie, const char *buf, size_t n) {
   (void)cookie;
   for (size_t i = 0; i < n; i++) {
     if (buf[i] == '\n' || H.line_len == sizeof H.line) {
-      if (!weir__fuzz_utf8_ok(H.line, H.line_len))
+      if (!weir_utf8_valid(H.line, H.line_len))
         weir__fuzz_fail("a log line is not valid UTF-8: %.*s", (int)H.line_len, H.line);
       H.line_len = 0;
       if (buf[i] == '\n') continue;
@@ -46,7 +46,7 @@ static ssize_t log_write(void *cookie, const char *buf, size_t n) {
 static void sink(void *arg, const char *data, size_t len) {
   (void)arg;
   /* Every write is a response head, a whole body, or a whole chunk: ASCII and UTF-8. */
-  if (!weir__fuzz_utf8_ok(data, len))
+  if (!weir_utf8_valid(data, len))
     weir__fuzz_fail("the server wrote invalid UTF-8: %.*s", (int)(len < 200 ? len : 200), data);
   H.out_bytes += len;
   if (H.verbose) fwrite(data, 1, len, stderr);

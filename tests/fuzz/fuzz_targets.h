@@ -9,6 +9,8 @@
 #ifndef WEIR_FUZZ_TARGETS_H
 #define WEIR_FUZZ_TARGETS_H
 
+#include "util/utf8.h" /* weir_utf8_valid: every output checked */
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,7 +45,6 @@ int weir_fuzz_chat_template(const uint8_t *data, size_t size);
 
 /* Internal to the fuzz sources. */
 void weir__fuzz_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-int weir__fuzz_utf8_ok(const char *s, size_t n);
 const char *weir__fuzz_dir(void);
 const char *weir__fuzz_plugin_dir(void);
 

@@ -75,7 +75,7 @@ int weir_fuzz_tokenizer(const uint8_t *data, size_t size) {
   size_t out_len = 0;
   rc = weir_tokenizer_decode(t, ids, n, dec_flags, &out, &out_len);
   if (rc != 0) weir__fuzz_fail("decode failed: %s", weir_strerror(rc));
-  if (!weir__fuzz_utf8_ok(out, out_len)) weir__fuzz_fail("decode gave invalid UTF-8");
+  if (!weir_utf8_valid(out, out_len)) weir__fuzz_fail("decode gave invalid UTF-8");
 
   /* Incremental detokenization equals decode. */
   weir_detok d;
@@ -87,7 +87,7 @@ int weir_fuzz_tokenizer(const uint8_t *data, size_t size) {
     size_t pl = 0;
     rc = i < n ? weir_detok_feed(&d, ids[i], &piece, &pl) : weir_detok_flush(&d, &piece, &pl);
     if (rc != 0) weir__fuzz_fail("detok failed: %s", weir_strerror(rc));
-    if (!weir__fuzz_utf8_ok(piece, pl)) weir__fuzz_fail("detok gave invalid UTF-8");
+    if (!weir_utf8_valid(piece, pl)) weir__fuzz_fail("detok gave invalid UTF-8");
     if (inc_len + pl > out_len) weir__fuzz_fail("detok gave more than decode");
     memcpy(inc + inc_len, piece, pl);
     inc_len += pl;
