@@ -567,21 +567,28 @@ static void test_greedy_deterministic(void) {
   free(p);
 }
 
+/* An engine over `model` with a 16 MiB cache, with the n-gram drafter (4 tokens) when
+ * `speculative`; NULL when it cannot be created. Free cfg with engine_config_done. */
+static weir_engine *spec_engine(weir_config *cfg, const char *model, int speculative) {
+  weir_config_defaults(cfg);
+  engine_config(cfg, model, 16 << 20);
+  if (speculative) {
+    free(cfg->drafter.name);
+    cfg->drafter.name = strdup("ngram");
+    cfg->num_speculative_tokens = 4;
+  }
+  weir_engine *e = NULL;
+  return weir_engine_create(cfg, &e) == WEIR_OK ? e : NULL;
+}
+
 /* Greedy decoding with the n-gram drafter (speculative: drafts verified by the rejection
  * rule) yields exactly the tokens of decoding without it, while drafts are really proposed
  * and accepted; a request with logprobs (never drafted) shares the steps. */
 static void run_engine(const char *model, int speculative, int32_t out[4][64],
                        weir_engine_stats *stats) {
   weir_config cfg;
-  weir_config_defaults(&cfg);
-  engine_config(&cfg, model, 16 << 20);
-  if (speculative) {
-    free(cfg.drafter.name);
-    cfg.drafter.name = strdup("ngram");
-    cfg.num_speculative_tokens = 4;
-  }
-  weir_engine *e = NULL;
-  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  weir_engine *e = spec_engine(&cfg, model, speculative);
+  CU_ASSERT_FATAL(e != NULL);
   collect c[4];
   int32_t prompts[4][24];
   for (int k = 0; k < 4; k++) {
@@ -793,15 +800,8 @@ static void test_engine_metrics(void) {
 static void run_constrained(const char *model, int speculative, int32_t out[64], int32_t *n,
                             weir_engine_stats *stats) {
   weir_config cfg;
-  weir_config_defaults(&cfg);
-  engine_config(&cfg, model, 16 << 20);
-  if (speculative) {
-    free(cfg.drafter.name);
-    cfg.drafter.name = strdup("ngram");
-    cfg.num_speculative_tokens = 4;
-  }
-  weir_engine *e = NULL;
-  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  weir_engine *e = spec_engine(&cfg, model, speculative);
+  CU_ASSERT_FATAL(e != NULL);
   static const char pattern[] = "[a-z ]{1,300}";
   weir_constraint_spec spec = {.kind = WEIR_CONSTRAINT_REGEX, .text = pattern,
                                .len = sizeof pattern - 1};
