@@ -89,9 +89,11 @@ struct weir_engine {
    * (thread-safe; weir_engine_constraint), and per step the masks of constrained rows. */
   weir_grammar_vocab *gvocab;
   weir_constraint_cache *gcache;
-  uint32_t *masks;                 /* [max_seqs_step][mask_words] */
+  uint32_t *masks;                 /* [mask rows][mask_words], mask rows = max(max_seqs_step,
+                                    * spec_k + 1): a step's constrained rows, or the rows of
+                                    * one verified item */
   size_t mask_words;
-  weir_sampling_params *row_params; /* [max_seqs_step]: a constrained row's params + mask */
+  weir_sampling_params *row_params; /* [mask rows]: a constrained row's params + its mask */
   weir_matcher **cms;              /* [max_seqs_step] scratch */
   /* The masks of a step's constrained rows are computed in parallel on this pool (made at
    * the first step with two or more; device.threads threads, the engine thread included),
@@ -506,7 +508,8 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
     break;
   }
   if (token < 0)
-    token = draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, weir_rng_uniform(r->rng), 0);
+    token =
+        draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, weir_rng_uniform(r->rng), 0);
   e->spec_drafted += (uint64_t)nd;
   e->spec_accepted += (uint64_t)accepted;
   toks[accepted] = token;
@@ -542,7 +545,8 @@ static void propose_drafts(weir_engine *e) {
     if (!s || s->state != WEIR_SEQ_RUNNING || s->num_drafts != 0 ||
         s->num_computed != s->num_tokens - 1 || r->sampling.num_logprobs >= 0)
       continue;
-    e->dseqs[n] = (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
+    e->dseqs[n] =
+        (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
     e->dreqs[n++] = r;
   }
   if (n == 0) return;
@@ -908,7 +912,8 @@ int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len)
 
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
                             int add_generation_prompt, char **out) {
-  weir_chat_request req = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = add_generation_prompt};
+  weir_chat_request req = {
+      .msgs = msgs, .n_msgs = n, .add_generation_prompt = add_generation_prompt};
   return weir_chat_renderer_render(e->chat, &req, out, NULL, 0);
 }
 
@@ -1140,7 +1145,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   e->max_seqs_step = cfg->max_num_seqs;
   e->max_tokens_step = cfg->max_num_batched_tokens;
   if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
-  e->max_rows = e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
+  e->max_rows =
+      e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
   if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;
   /* The KV pool first, from the model's attention shape: it owns the geometry (block size,
    * block count, table stride) that the model and the scheduler then take from it. */
@@ -1202,7 +1208,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
    * (and their token classes, 256 MiB in all) kept by text. */
   e->mask_threads = cfg->threads; /* 0: one per core */
   rc = weir_grammar_vocab_from_tokenizer(e->tok, e->eog_ids, e->num_eog, &e->gvocab);
-  if (rc == WEIR_OK) rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);
+  if (rc == WEIR_OK)
+    rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);
   if (rc != WEIR_OK) {
     snprintf(err, sizeof err, "could not index the vocabulary for structured output");
     goto fail;
@@ -1223,7 +1230,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     free(eos_s);
     if (rc != WEIR_OK) goto fail;
     if (weir_chat_renderer_note(e->chat)[0])
-      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, weir_chat_renderer_note(e->chat));
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path,
+               weir_chat_renderer_note(e->chat));
     else if (err[0])
       weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, err);
     err[0] = '\0';

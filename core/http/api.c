@@ -215,8 +215,9 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
       if (job->chat) {
         lp = cJSON_CreateObject();
         if (lp) {
-          cJSON_AddItemToObject(lp, "content",
-                                weir__api_chat_lp_content(s, job->logprobs, ev->logprobs, ev->num_tokens));
+          cJSON_AddItemToObject(
+              lp, "content",
+              weir__api_chat_lp_content(s, job->logprobs, ev->logprobs, ev->num_tokens));
           cJSON_AddNullToObject(lp, "refusal");
         }
       } else {
@@ -226,7 +227,8 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
         cJSON *c = cJSON_AddArrayToObject(lp, "top_logprobs");
         cJSON *d = cJSON_AddArrayToObject(lp, "text_offset");
         for (int i = 0; a && b && c && d && i < ev->num_tokens; i++)
-          weir__api_completion_lp_append(s, job->logprobs, &ev->logprobs[i], a, b, c, d, &ch->lp_offset);
+          weir__api_completion_lp_append(s, job->logprobs, &ev->logprobs[i], a, b, c, d,
+                                         &ch->lp_offset);
       }
     }
     int has_text = ev->text_len > 0;
@@ -357,13 +359,15 @@ static int submit_error(int rc, api_error *e) {
   switch (rc) {
   case WEIR_E_BUSY:
     return weir__api_fail(e, 429, NULL, "rate_limit_exceeded",
-                "The server is overloaded: too many requests are waiting. Retry later.");
+                          "The server is overloaded: too many requests are waiting. Retry later.");
   case WEIR_E_RANGE:
     return weir__api_fail(e, 400, "max_tokens", "context_length_exceeded",
-                "The prompt plus max_tokens does not fit the model's context length");
+                          "The prompt plus max_tokens does not fit the model's context length");
   case WEIR_E_INVAL:
-    return weir__api_fail(e, 400, NULL, "invalid_value", "The engine refused the request parameters");
-  default: return weir__api_fail(e, 500, NULL, NULL, "could not queue the request: %s", weir_strerror(rc));
+    return weir__api_fail(e, 400, NULL, "invalid_value",
+                          "The engine refused the request parameters");
+  default:
+    return weir__api_fail(e, 500, NULL, NULL, "could not queue the request: %s", weir_strerror(rc));
   }
 }
 
@@ -427,7 +431,6 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
 
 fail_job:
   weir__api_respond_error(detach(job), &e);
-  (void)r;
   weir__api_gen_free(a);
   free(a);
   abandon(job);
@@ -614,7 +617,7 @@ static void handle_tokenize(weir__http_req *r) {
     } else if (!strcmp(it->string, "model")) {
       if (!cJSON_IsString(it) || !weir__api_serves_model(s, it->valuestring)) {
         weir__api_fail(&e, 404, "model", "model_not_found", "The model `%s` does not exist.",
-             cJSON_IsString(it) ? it->valuestring : "?");
+                       cJSON_IsString(it) ? it->valuestring : "?");
         goto fail_request;
       }
     } else {
@@ -665,7 +668,7 @@ static void handle_detokenize(weir__http_req *r) {
     } else if (!strcmp(it->string, "model")) {
       if (!cJSON_IsString(it) || !weir__api_serves_model(s, it->valuestring)) {
         weir__api_fail(&e, 404, "model", "model_not_found", "The model `%s` does not exist.",
-             cJSON_IsString(it) ? it->valuestring : "?");
+                       cJSON_IsString(it) ? it->valuestring : "?");
         goto fail_request;
       }
     } else {
@@ -839,7 +842,8 @@ static void dispatch(weir__http_req *r) {
   }
   if (route->method != method) {
     char allow[64];
-    snprintf(allow, sizeof allow, "Allow: %s\r\n", route->method == HTTP_GET ? "GET, HEAD" : "POST");
+    snprintf(allow, sizeof allow, "Allow: %s\r\n",
+             route->method == HTTP_GET ? "GET, HEAD" : "POST");
     char body[256];
     int n = snprintf(body, sizeof body,
                      "{\"error\":{\"message\":\"Method %s is not allowed on %s\","

@@ -1,6 +1,7 @@
 /* Request bodies into engine requests: JSON checks (syntax, duplicate keys, NUL characters),
  * every parameter's type and range, prompts into token ids, and the limits and defaults of a
- * generation request (max_tokens has its one owner here). Loop thread only.
+ * generation request (max_tokens has its one owner here). Loop thread only, except
+ * weir__api_gen_compile (libuv's worker threads).
  * docs/http-api.md lists the parameters; keep the two in step. */
 #include <ctype.h>
 #include <math.h>
@@ -13,7 +14,7 @@
 #include "weir/status.h"
 
 int weir__api_fail(api_error *e, int status, const char *param, const char *code,
-                const char *fmt, ...) {
+                   const char *fmt, ...) {
   e->status = status;
   e->type = status == 401   ? "authentication_error"
             : status == 429 ? "rate_limit_error"
@@ -30,7 +31,6 @@ int weir__api_fail(api_error *e, int status, const char *param, const char *code
   weir_utf8_trim(e->message);
   return -1;
 }
-
 
 /* ---- small JSON helpers ----------------------------------------------------------------- */
 
@@ -53,9 +53,9 @@ int weir__api_unsupported(api_error *e, const char *name) {
   for (int i = 0; k_unsupported[i]; i++)
     if (!strcmp(k_unsupported[i], name))
       return weir__api_fail(e, 400, name, "unsupported_parameter",
-                  "Unsupported parameter: '%s' is not supported by this server.", name);
-  return weir__api_fail(e, 400, name, "unknown_parameter", "Unrecognized request argument supplied: %s",
-              name);
+                            "Unsupported parameter: '%s' is not supported by this server.", name);
+  return weir__api_fail(e, 400, name, "unknown_parameter",
+                        "Unrecognized request argument supplied: %s", name);
 }
 
 static int want_number(api_error *e, const cJSON *v, const char *name, double lo, double hi,
@@ -64,8 +64,8 @@ static int want_number(api_error *e, const cJSON *v, const char *name, double lo
     return weir__api_fail(e, 400, name, "invalid_type", "'%s' must be a number", name);
   double d = v->valuedouble;
   if (!isfinite(d) || d > hi || (lo_open ? d <= lo : d < lo))
-    return weir__api_fail(e, 400, name, "invalid_value", "'%s' must be %s %g and <= %g, got %g", name,
-                lo_open ? ">" : ">=", lo, hi, d);
+    return weir__api_fail(e, 400, name, "invalid_value", "'%s' must be %s %g and <= %g, got %g",
+                          name, lo_open ? ">" : ">=", lo, hi, d);
   *out = d;
   return 0;
 }
@@ -75,8 +75,9 @@ static int want_int(api_error *e, const cJSON *v, const char *name, double lo, d
   if (!json_is_int(v, -9.0e15, 9.0e15))
     return weir__api_fail(e, 400, name, "invalid_type", "'%s' must be an integer", name);
   if (v->valuedouble < lo || v->valuedouble > hi)
-    return weir__api_fail(e, 400, name, "invalid_value", "'%s' must be between %.0f and %.0f, got %.0f",
-                name, lo, hi, v->valuedouble);
+    return weir__api_fail(e, 400, name, "invalid_value",
+                          "'%s' must be between %.0f and %.0f, got %.0f", name, lo, hi,
+                          v->valuedouble);
   *out = (int)v->valuedouble;
   return 0;
 }
@@ -156,32 +157,37 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
         if (!*it->valuestring)
           return weir__api_fail(e, 400, k, "invalid_value", "'stop' strings must not be empty");
         if (p->num_stop == MAX_STOP)
-          return weir__api_fail(e, 400, k, "invalid_value", "'stop' allows at most %d strings", MAX_STOP);
+          return weir__api_fail(e, 400, k, "invalid_value", "'stop' allows at most %d strings",
+                                MAX_STOP);
         p->stop[p->num_stop++] = it->valuestring;
       } else if (cJSON_IsArray(it)) {
         for (const cJSON *x = it->child; x; x = x->next) {
           if (!cJSON_IsString(x))
-            return weir__api_fail(e, 400, k, "invalid_type", "'stop' must be a string or a list of strings");
+            return weir__api_fail(e, 400, k, "invalid_type",
+                                  "'stop' must be a string or a list of strings");
           if (!*x->valuestring)
             return weir__api_fail(e, 400, k, "invalid_value", "'stop' strings must not be empty");
           if (p->num_stop == MAX_STOP)
-            return weir__api_fail(e, 400, k, "invalid_value", "'stop' allows at most %d strings", MAX_STOP);
+            return weir__api_fail(e, 400, k, "invalid_value", "'stop' allows at most %d strings",
+                                  MAX_STOP);
           p->stop[p->num_stop++] = x->valuestring;
         }
       } else {
-        return weir__api_fail(e, 400, k, "invalid_type", "'stop' must be a string or a list of strings");
+        return weir__api_fail(e, 400, k, "invalid_type",
+                              "'stop' must be a string or a list of strings");
       }
     } else if (!strcmp(k, "stop_token_ids")) {
       if (!cJSON_IsArray(it))
-        return weir__api_fail(e, 400, k, "invalid_type", "'stop_token_ids' must be a list of token ids");
+        return weir__api_fail(e, 400, k, "invalid_type",
+                              "'stop_token_ids' must be a list of token ids");
       for (const cJSON *x = it->child; x; x = x->next) {
         if (!json_is_int(x, 0, vocab - 1))
           return weir__api_fail(e, 400, k, "invalid_value",
-                      "'stop_token_ids' entries must be token ids in [0, %d)",
+                                "'stop_token_ids' entries must be token ids in [0, %d)",
                       s->info.vocab_size);
         if (p->num_stop_ids == WEIR_MAX_STOP_TOKEN_IDS)
-          return weir__api_fail(e, 400, k, "invalid_value", "'stop_token_ids' allows at most %d ids",
-                      WEIR_MAX_STOP_TOKEN_IDS);
+          return weir__api_fail(e, 400, k, "invalid_value",
+                                "'stop_token_ids' allows at most %d ids", WEIR_MAX_STOP_TOKEN_IDS);
         p->stop_ids[p->num_stop_ids++] = (int32_t)x->valuedouble;
       }
     } else if (!strcmp(k, "logprobs")) {
@@ -190,8 +196,8 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
       } else {
         if (cJSON_IsBool(it))
           return weir__api_fail(e, 400, k, "invalid_type",
-                      "'logprobs' must be an integer from 0 to %d for completions",
-                      WEIR_MAX_LOGPROBS);
+                                "'logprobs' must be an integer from 0 to %d for completions",
+                                WEIR_MAX_LOGPROBS);
         if (want_int(e, it, k, 0, WEIR_MAX_LOGPROBS, &p->logprobs)) return -1;
       }
     } else if (chat && !strcmp(k, "top_logprobs")) {
@@ -221,7 +227,8 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
         }
       }
     } else if (!strcmp(k, "user")) {
-      if (!cJSON_IsString(it)) return weir__api_fail(e, 400, k, "invalid_type", "'user' must be a string");
+      if (!cJSON_IsString(it))
+        return weir__api_fail(e, 400, k, "invalid_type", "'user' must be a string");
     } else if (!strcmp(k, "priority")) {
       if (want_int(e, it, k, -1e6, 1e6, &p->priority)) return -1;
     } else if (!strcmp(k, "best_of") && chat) {
@@ -231,18 +238,18 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
     } else if (!strcmp(k, "logit_bias")) {
       if (!cJSON_IsObject(it))
         return weir__api_fail(e, 400, k, "invalid_type",
-                    "'logit_bias' must be an object mapping token ids to numbers");
+                              "'logit_bias' must be an object mapping token ids to numbers");
       for (const cJSON *b = it->child; b; b = b->next) {
         if (p->num_bias == WEIR_MAX_LOGIT_BIAS)
-          return weir__api_fail(e, 400, k, "invalid_value", "'logit_bias' allows at most %d entries",
-                      WEIR_MAX_LOGIT_BIAS);
+          return weir__api_fail(e, 400, k, "invalid_value",
+                                "'logit_bias' allows at most %d entries", WEIR_MAX_LOGIT_BIAS);
         const char *key = b->string;
         size_t kl = strlen(key);
         long id = -1;
         if (kl > 0 && kl <= 10 && strspn(key, "0123456789") == kl) id = strtol(key, NULL, 10);
         if (id < 0 || id >= s->info.vocab_size)
           return weir__api_fail(e, 400, k, "invalid_value",
-                      "'logit_bias' keys must be token ids in [0, %d), got '%.40s'",
+                                "'logit_bias' keys must be token ids in [0, %d), got '%.40s'",
                       (int)s->info.vocab_size, key);
         if (!cJSON_IsNumber(b) || !(b->valuedouble >= -100.0 && b->valuedouble <= 100.0))
           return weir__api_fail(e, 400, k, "invalid_value",
@@ -262,36 +269,38 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
   if (!chat && !p->prompt)
     return weir__api_fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
   if (chat && !p->messages)
-    return weir__api_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
+    return weir__api_fail(e, 400, "messages", "missing_required_parameter",
+                          "'messages' is required");
   if (have_max_completion) {
     if (have_max_tokens && p->max_tokens != max_completion_tokens)
       return weir__api_fail(e, 400, "max_completion_tokens", "invalid_value",
-                  "'max_tokens' and 'max_completion_tokens' disagree");
+                            "'max_tokens' and 'max_completion_tokens' disagree");
     p->max_tokens = max_completion_tokens;
   }
   if (have_best_of && p->best_of != p->n)
     return weir__api_fail(e, 400, "best_of", "unsupported_parameter",
                 "Unsupported parameter: 'best_of' must equal 'n' (%d); this server does not "
-                "rank extra candidates", p->n);
+                          "rank extra candidates", p->n);
   if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
     return weir__api_fail(e, 400, "min_tokens", "invalid_value",
-                "'min_tokens' (%d) must not exceed 'max_tokens' (%d)", p->min_tokens,
-                p->max_tokens);
+                          "'min_tokens' (%d) must not exceed 'max_tokens' (%d)", p->min_tokens,
+                          p->max_tokens);
   if (p->has_stream_options && !p->stream)
     return weir__api_fail(e, 400, "stream_options", "invalid_value",
-                "'stream_options' is only allowed when 'stream' is true");
+                          "'stream_options' is only allowed when 'stream' is true");
   if (chat) {
     if (have_top_logprobs && !p->chat_logprobs)
       return weir__api_fail(e, 400, "top_logprobs", "invalid_value",
-                  "'top_logprobs' requires 'logprobs' to be true");
+                            "'top_logprobs' requires 'logprobs' to be true");
     p->logprobs = p->chat_logprobs ? p->top_logprobs : -1;
   }
   if (p->echo && p->logprobs >= 0)
     return weir__api_fail(e, 400, "echo", "unsupported_parameter",
                 "Unsupported parameter: 'echo' together with 'logprobs' (prompt logprobs are "
-                "not computed by this server)");
+                          "not computed by this server)");
   if (p->model && !weir__api_serves_model(s, p->model))
-    return weir__api_fail(e, 404, "model", "model_not_found", "The model `%s` does not exist.", p->model);
+    return weir__api_fail(e, 404, "model", "model_not_found", "The model `%s` does not exist.",
+                          p->model);
   return 0;
 }
 
@@ -357,13 +366,15 @@ static int completion_prompts(weir__http_server *s, const cJSON *prompt, prompt_
     return tokenize_into(s, prompt->valuestring, strlen(prompt->valuestring), 1, pl, e);
   if (!cJSON_IsArray(prompt)) return weir__api_fail(e, 400, "prompt", "invalid_type", "%s", shape);
   const cJSON *first = prompt->child;
-  if (!first) return weir__api_fail(e, 400, "prompt", "invalid_value", "'prompt' must not be empty");
+  if (!first)
+    return weir__api_fail(e, 400, "prompt", "invalid_value", "'prompt' must not be empty");
   if (cJSON_IsNumber(first)) return weir__api_ids_from_array(s, prompt, "prompt", pl, e);
   for (const cJSON *x = prompt->child; x; x = x->next) {
     if (cJSON_IsString(first) && cJSON_IsString(x)) {
       if (tokenize_into(s, x->valuestring, strlen(x->valuestring), 1, pl, e)) return -1;
     } else if (cJSON_IsArray(first) && cJSON_IsArray(x)) {
-      if (!x->child) return weir__api_fail(e, 400, "prompt", "invalid_value", "a prompt must not be empty");
+      if (!x->child)
+        return weir__api_fail(e, 400, "prompt", "invalid_value", "a prompt must not be empty");
       if (weir__api_ids_from_array(s, x, "prompt", pl, e)) return -1;
     } else {
       return weir__api_fail(e, 400, "prompt", "invalid_type", "%s", shape);
@@ -386,7 +397,8 @@ static int message_content(const cJSON *c, int idx, const char *role, weir_buf *
     return 0;
   }
   if (!cJSON_IsArray(c))
-    return weir__api_fail(e, 400, param, "invalid_type", "'%s' must be a string or a list of parts", param);
+    return weir__api_fail(e, 400, param, "invalid_type", "'%s' must be a string or a list of parts",
+                          param);
   int j = 0, first = 1;
   for (const cJSON *part = c->child; part; part = part->next, j++) {
     char pp[96];
@@ -397,14 +409,14 @@ static int message_content(const cJSON *c, int idx, const char *role, weir_buf *
       return weir__api_fail(e, 400, pp, "invalid_type", "'%s' must be an object with a 'type'", pp);
     if (strcmp(type->valuestring, "text"))
       return weir__api_fail(e, 400, pp, "unsupported_parameter",
-                  "Unsupported content part type '%s' in '%s': only 'text' is supported",
-                  type->valuestring, pp);
+                            "Unsupported content part type '%s' in '%s': only 'text' is supported",
+                            type->valuestring, pp);
     if (!cJSON_IsString(text))
       return weir__api_fail(e, 400, pp, "invalid_type", "'%s.text' must be a string", pp);
     for (const cJSON *k = part->child; k; k = k->next)
       if (strcmp(k->string, "type") && strcmp(k->string, "text"))
-        return weir__api_fail(e, 400, pp, "unknown_parameter", "Unrecognized key '%s' in '%s'", k->string,
-                    pp);
+        return weir__api_fail(e, 400, pp, "unknown_parameter", "Unrecognized key '%s' in '%s'",
+                              k->string, pp);
     if (!first) weir_buf_append(out, "\n", 1);
     weir_buf_append(out, text->valuestring, strlen(text->valuestring));
     first = 0;
@@ -415,9 +427,11 @@ static int message_content(const cJSON *c, int idx, const char *role, weir_buf *
 static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list *pl,
                        api_error *e) {
   if (!cJSON_IsArray(messages))
-    return weir__api_fail(e, 400, "messages", "invalid_type", "'messages' must be a list of messages");
+    return weir__api_fail(e, 400, "messages", "invalid_type",
+                          "'messages' must be a list of messages");
   int n = cJSON_GetArraySize(messages);
-  if (n == 0) return weir__api_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
+  if (n == 0)
+    return weir__api_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
   int rc = -1;
   weir_chat_message *msgs = calloc((size_t)n, sizeof *msgs);
   weir_buf *texts = calloc((size_t)n, sizeof *texts);
@@ -450,8 +464,8 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
     if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
     if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
       weir__api_fail(e, 400, param, "invalid_value",
-           "'%s.role' must be one of system, developer, user, assistant; got '%s'", param,
-           role->valuestring);
+                     "'%s.role' must be one of system, developer, user, assistant; got '%s'", param,
+                     role->valuestring);
       goto free_msgs;
     }
     if (message_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r, &texts[i], e))
@@ -467,7 +481,7 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
   int r = weir_engine_render_chat(s->engine, msgs, n, 1, &rendered);
   if (r != WEIR_OK) {
     weir__api_fail(e, r == WEIR_E_INVAL ? 400 : 500, "messages", NULL,
-         "the chat template could not render these messages: %s", weir_strerror(r));
+                   "the chat template could not render these messages: %s", weir_strerror(r));
     goto free_msgs;
   }
   /* The rendered text holds special tokens (<|im_start|> ...) that only tokenizing with
@@ -662,7 +676,8 @@ static int find_duplicate_key(const cJSON *node, json_path *where) {
       }
     }
     for (const cJSON *c = node->child; c; c = c->next) {
-      size_t old = path_push_key(where, c->string ? c->string : "", c->string ? strlen(c->string) : 0);
+      size_t old =
+          path_push_key(where, c->string ? c->string : "", c->string ? strlen(c->string) : 0);
       int rc = find_duplicate_key(c, where);
       if (rc) return rc;
       path_pop(where, old);
@@ -725,7 +740,8 @@ cJSON *weir__api_parse_body_object(weir__http_req *r, api_error *e) {
     goto fail;
   }
   if (dup) {
-    weir__api_fail(e, 400, where.s, "invalid_value", "Duplicate key '%s' in the request body", where.s);
+    weir__api_fail(e, 400, where.s, "invalid_value", "Duplicate key '%s' in the request body",
+                   where.s);
     goto fail;
   }
   return root;

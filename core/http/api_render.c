@@ -222,7 +222,8 @@ void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const cha
   if (job->chat) {
     cJSON *delta = cJSON_AddObjectToObject(c, "delta");
     if (role) cJSON_AddStringToObject(delta, "role", "assistant");
-    if (role || text_len) cJSON_AddItemToObject(delta, "content", weir__api_json_text(text, text_len));
+    if (role || text_len)
+      cJSON_AddItemToObject(delta, "content", weir__api_json_text(text, text_len));
   } else {
     cJSON_AddItemToObject(c, "text", weir__api_json_text(text, text_len));
   }
