@@ -7,6 +7,7 @@
 #define TOML_ENABLE_FORMATTERS 1
 #include <toml++/toml.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -118,12 +119,29 @@ weir_toml_node *convert(const toml::node &src) {
   return n;
 }
 
+// Whether the quote at t[i] starts a string for toml++. A value that starts with a digit, '+'
+// or '-' is read ahead up to the next terminator (white space, ']', '}', ',', '#'), quotes
+// included, so a quote inside such a run (`x = 1'...'`, `x = 1.'...'`) is no string; nor is a
+// quote glued to any other bare character. Valid TOML opens strings only after a token
+// boundary or a key's '.', so this refuses nothing valid but a quoted key after a numeric key.
+static bool opens_string(std::string_view t, size_t i) {
+  if (i == 0) return true;
+  const char p = t[i - 1];
+  if (p == ' ' || p == '\t' || p == '\n' || p == '\r' || p == '=' || p == '[' || p == '{' ||
+      p == ',')
+    return true;
+  if (p != '.') return false;
+  size_t b = i - 1;
+  while (b > 0 && !std::strchr(" \t\r\n=[{,]}#", t[b - 1])) b--;
+  return !(std::isdigit(static_cast<unsigned char>(t[b])) || t[b] == '+' || t[b] == '-');
+}
+
 // toml++ 3.3 (Debian 12's) classifies code points through a generated table with holes: its
 // is_non_ascii_horizontal_whitespace() reaches __builtin_unreachable() for U+00A1..U+0499,
-// U+2C5E..U+3057 (but U+3000) and U+FB26..U+FEFE (undefined behaviour, found by fuzz_toml). The parser asks that question about every
-// character between tokens, after a backslash in a basic string, and while skipping the
-// white space after a line-ending backslash. Outside strings such a character is an error in
-// TOML anyway; the escape and line-ending cases are refused too, with a message saying why.
+// U+2C5E..U+3057 (but U+3000) and U+FB26..U+FEFE (undefined behaviour, found by fuzz_toml).
+// The parser asks that question about every character between tokens, after a backslash in
+// a basic string, and while skipping the white space after a line-ending backslash. Outside
+// strings such a character is an error in TOML anyway; the escape and line-ending cases are refused too, with a message saying why.
 // Returns 0, or the byte offset + 1 of the first such character and sets *in_string.
 size_t find_unsafe_codepoint(std::string_view t, int *in_string) {
   enum { NORMAL, COMMENT, BASIC, LITERAL, ML_BASIC, ML_LITERAL } st = NORMAL;
@@ -150,6 +168,7 @@ size_t find_unsafe_codepoint(std::string_view t, int *in_string) {
     case NORMAL:
       if (unsafe) return *in_string = 0, i + 1;
       if (c == '#') st = COMMENT;
+      else if ((c == '"' || c == '\'') && !opens_string(t, i)) break;
       else if (at("\"\"\"")) st = ML_BASIC, len = 3;
       else if (c == '"') st = BASIC;
       else if (at("'''")) st = ML_LITERAL, len = 3;
