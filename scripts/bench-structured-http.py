@@ -5,13 +5,15 @@ one server, so the difference is what the constraint costs a client (masks, matc
 host-side work), not a microbenchmark's estimate.
 
   scripts/bench-structured-http.py WEIR MODEL [--schema FILE] [--runs N] [--threads N]
-                                   [--max-tokens N] [--plugins DIR]
+                                   [--max-tokens N] [--plugins DIR] [--streams N]
 
 Each run streams one /v1/completions request (temperature 0.8, a fixed seed per run pair)
 and takes the token arrival times on the client: decode time per token = (last - first) /
 (tokens - 1). The first constrained request also compiles the schema and fills the token
-classes as positions are reached (cold); the median is over the warm runs. Prints a Markdown
-table and the command line."""
+classes as positions are reached (cold); the median is over the warm runs. With --streams N,
+each run is N concurrent streams of one kind (seeds differ), so every step of the constrained
+runs computes N masks (in parallel on the engine's mask pool); a run's figure is the mean of
+its streams' decode times per token. Prints a Markdown table and the command line."""
 
 import argparse
 import http.client
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 
 def free_port():
@@ -72,6 +75,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--plugins", default=None)
+    ap.add_argument("--streams", type=int, default=1)
     a = ap.parse_args()
     schema = json.load(open(a.schema))
     port = free_port()
@@ -101,28 +105,35 @@ def main():
             "type": "json_schema", "json_schema": {"name": "order", "schema": schema}}))
         cold_wall = time.perf_counter() - t0
         plain, constrained, ctoks, finishes = [], [], [], []
+        pool = ThreadPoolExecutor(a.streams)
         for i in range(a.runs):
             for kind in (("plain", "constrained") if i % 2 == 0 else ("constrained", "plain")):
-                body = dict(base, seed=i)
-                if kind == "constrained":
-                    body["response_format"] = {"type": "json_schema",
-                                               "json_schema": {"name": "order", "schema": schema}}
-                n, secs, text, finish = stream(port, body)
-                if n < 2:
-                    continue
-                per = secs / (n - 1) * 1e3
-                (constrained if kind == "constrained" else plain).append(per)
-                if kind == "constrained":
-                    ctoks.append(n)
-                    finishes.append(finish)
-                    try:
-                        json.loads(text) if finish == "stop" else None
-                    except ValueError:
-                        print("invalid JSON from a finished constrained run: %r" % text[:200])
-                        return 1
+                bodies = []
+                for j in range(a.streams):
+                    body = dict(base, seed=i * 1000 + j)
+                    if kind == "constrained":
+                        body["response_format"] = {"type": "json_schema", "json_schema": {
+                            "name": "order", "schema": schema}}
+                    bodies.append(body)
+                pers = []
+                for n, secs, text, finish in pool.map(lambda b: stream(port, b), bodies):
+                    if n < 2:
+                        continue
+                    pers.append(secs / (n - 1) * 1e3)
+                    if kind == "constrained":
+                        ctoks.append(n)
+                        finishes.append(finish)
+                        try:
+                            json.loads(text) if finish == "stop" else None
+                        except ValueError:
+                            print("invalid JSON from a finished constrained run: %r" % text[:200])
+                            return 1
+                if pers:
+                    (constrained if kind == "constrained" else plain).append(statistics.mean(pers))
         mp, mc = statistics.median(plain), statistics.median(constrained)
-        print("model: %s; %d thread(s); schema %s; %d run pairs alternated" % (
-            os.path.basename(a.model), a.threads, os.path.basename(a.schema), a.runs))
+        print("model: %s; %d thread(s); %d stream(s) per run; schema %s; %d run pairs "
+              "alternated" % (os.path.basename(a.model), a.threads, a.streams,
+                              os.path.basename(a.schema), a.runs))
         print()
         print("| | decode ms/token (median) | runs | tokens per constrained output |")
         print("|---|---|---|---|")

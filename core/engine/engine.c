@@ -51,6 +51,10 @@ typedef struct engine_req {
   weir_stop_matcher stop;
   weir_detok detok;
   weir_matcher *matcher; /* structured output: the constraint's state, or NULL */
+  /* Prompt logprobs: entry p scores prompt token p + 1, filled as the prefill chunks run and
+   * delivered with the first output token; NULL when not asked. */
+  weir_sample_result *plp;
+  int plp_sent;
   weir_sched_seq *seq;
   int32_t num_output;
   double t_arrival, t_sched, t_first, deadline;
@@ -104,6 +108,7 @@ struct weir_engine {
 
   /* Step scratch (engine thread only). */
   int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
+  int32_t max_prompt_rows;         /* of max_rows: for prompt logprobs */
   int32_t *a_ids, *a_pos, *a_slots, *a_qsl, *a_ctx, *a_bt, *a_rows;
   weir_sampling_row *rows;
   weir_sample_result *results;
@@ -165,6 +170,7 @@ static void req_free(engine_req *r) {
   free(r->bias_tokens);
   free(r->bias_values);
   free(r->prompt);
+  free(r->plp);
   free(r);
 }
 
@@ -336,6 +342,7 @@ static void admit(weir_engine *e, engine_req *r) {
                              .num_prompt = r->num_prompt,
                              .priority = r->priority,
                              .max_tokens = r->max_tokens,
+                             .prompt_logits = r->plp != NULL,
                              .user = r};
   live_add(e, r);
   int rc = weir_sched_add(e->sched, &p, &r->seq);
@@ -452,6 +459,32 @@ static void sample_segment(weir_engine *e, float *logits, int32_t nrows) {
                                      !weir_matcher_can_continue(r->matcher)));
     if (!req_on_token(e, r, &e->results[k]) && done) req_finish_flush(e, r, WEIR_FINISH_STOP);
   }
+}
+
+/* Prompt logprobs of one item's prompt rows (weir_sched_item.num_prompt_logits), into its
+ * request's plp; the chunk that scores the last prompt token delivers them all in one event,
+ * once (a chunk recomputed after a preemption scores the same positions again, with the same
+ * result). Returns 1 when the request ended (scoring failed), else 0. */
+static int score_prompt(weir_engine *e, const weir_sched_item *it, const float *logits) {
+  engine_req *r = it->seq->user;
+  if (!r->plp) return 0;
+  const int32_t top = r->sampling.num_logprobs > 0 ? r->sampling.num_logprobs : 0;
+  int rc = weir_sampler_call_score(&e->scall, logits, it->num_prompt_logits, e->vocab,
+                                   it->seq->tokens + it->start + 1, top, r->plp + it->start);
+  if (rc != WEIR_OK) {
+    req_finish(e, r, WEIR_FINISH_ERROR, rc, "scoring the prompt failed", NULL, 0);
+    return 1;
+  }
+  if (!r->plp_sent && it->start + it->num_prompt_logits == r->num_prompt - 1) {
+    weir_gen_event ev = {0};
+    fill_usage(r, &ev);
+    ev.text = "";
+    ev.prompt_logprobs = r->plp;
+    ev.num_prompt_logprobs = r->num_prompt - 1;
+    r->plp_sent = 1;
+    r->cb(r->user, &ev);
+  }
+  return 0;
 }
 
 /* Speculative verification of one item: the target distributions of its 1 + n rows, then the
@@ -643,6 +676,15 @@ static int run_step(weir_engine *e) {
     const weir_sched_item *it = &out.items[i];
     if (it->num_logits == 0) continue;
     engine_req *r = it->seq->user;
+    if (it->num_prompt_logits > 0) {
+      /* Prompt rows first; the final chunk's last row then starts a new segment. */
+      sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
+      nrows = 0;
+      const int ended = score_prompt(e, it, logits + (size_t)row * (size_t)e->vocab);
+      row += it->num_prompt_logits;
+      if (ended) row += it->num_logits - it->num_prompt_logits;
+      if (ended || it->num_logits == it->num_prompt_logits) continue;
+    }
     if (it->num_drafts == 0) {
       if (nrows == 0) seg_start = row;
       e->rows[nrows] = make_row(e, r, 0, suppress_row(e, nrows));
@@ -794,6 +836,9 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   r->prompt = malloc(sizeof(int32_t) * (size_t)q->num_prompt);
   if (!r->prompt) goto fail_req;
   memcpy(r->prompt, q->prompt, sizeof(int32_t) * (size_t)q->num_prompt);
+  if (q->prompt_logprobs && q->num_prompt > 1 &&
+      !(r->plp = calloc((size_t)q->num_prompt - 1, sizeof *r->plp)))
+    goto fail_req;
   if (q->num_stop_token_ids > 0) {
     r->stop_ids = malloc(sizeof(int32_t) * (size_t)q->num_stop_token_ids);
     if (!r->stop_ids) goto fail_req;
@@ -904,6 +949,25 @@ int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char *
   for (int32_t i = 0; i < n; i++)
     if (ids[i] < 0 || ids[i] >= e->vocab) return WEIR_E_RANGE;
   return weir_tokenizer_decode(e->tok, ids, (size_t)n, 0, text, len);
+}
+
+int weir_engine_detokenize_offsets(weir_engine *e, const int32_t *ids, int32_t n,
+                                   int skip_special, size_t *offsets) {
+  for (int32_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= e->vocab) return WEIR_E_RANGE;
+  weir_detok d;
+  weir_detok_init(&d, e->tok, skip_special ? WEIR_DECODE_SKIP_SPECIAL : 0);
+  size_t at = 0;
+  int rc = WEIR_OK;
+  for (int32_t i = 0; i < n && rc == WEIR_OK; i++) {
+    const char *piece;
+    size_t len = 0;
+    offsets[i] = at;
+    rc = weir_detok_feed(&d, ids[i], &piece, &len);
+    at += len;
+  }
+  weir_detok_free(&d);
+  return rc;
 }
 
 int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len) {
@@ -1147,6 +1211,11 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
   e->max_rows =
       e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
+  /* Rows for prompt logprobs come on top: a prompt is scored this many tokens per step. */
+  e->max_prompt_rows = WEIR_ENGINE_PROMPT_LOGIT_ROWS < e->max_tokens_step
+                           ? WEIR_ENGINE_PROMPT_LOGIT_ROWS
+                           : e->max_tokens_step;
+  e->max_rows += e->max_prompt_rows;
   if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;
   /* The KV pool first, from the model's attention shape: it owns the geometry (block size,
    * block count, table stride) that the model and the scheduler then take from it. */
@@ -1191,7 +1260,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
 
   weir_sched_config sc = {.max_num_seqs = e->max_seqs_step,
                           .max_num_batched_tokens = e->max_tokens_step,
-                          .watermark_blocks = -1};
+                          .watermark_blocks = -1,
+                          .max_prompt_logits = e->max_prompt_rows};
   rc = weir_sched_policy_parse(cfg->policy, &sc.policy);
   if (rc != WEIR_OK) {
     snprintf(err, sizeof err, "scheduler.policy: \"%s\" is not one of fcfs, priority", cfg->policy);

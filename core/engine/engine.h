@@ -62,7 +62,17 @@ typedef struct weir_gen_request {
    * it accepts an end-of-sequence token). Its speculative drafts are cut to what the
    * constraint allows and each verified row samples under its own mask. */
   struct weir_constraint *constraint;
+  /* Prompt logprobs (OpenAI's echo with logprobs): the logprob of every prompt token after the
+   * first under the model's own distribution (no bias, penalty or temperature), with the top
+   * max(0, sampling.num_logprobs) alternatives, delivered once, in an event of their own
+   * before the first output token's (weir_gen_event.prompt_logprobs). The prompt skips the prefix cache and is computed at
+   * most WEIR_ENGINE_PROMPT_LOGIT_ROWS tokens per step. */
+  int prompt_logprobs;
 } weir_gen_request;
+
+/* Logits rows per step set aside for prompt logprobs (bounded by max_num_batched_tokens): at
+ * a 32,000-token vocabulary, 16 MiB of logits. */
+#define WEIR_ENGINE_PROMPT_LOGIT_ROWS 128
 
 /* Per-request timings, seconds, filled in the final event. */
 typedef struct weir_gen_timing {
@@ -82,6 +92,11 @@ typedef struct weir_gen_event {
   const int32_t *tokens;
   int32_t num_tokens;
   const weir_sample_result *logprobs; /* [num_tokens] when sampling.num_logprobs >= 0 */
+  /* With prompt_logprobs, in one event with no output (before the first token's): entry p
+   * scores prompt token p + 1 (token, logprob, top alternatives); num_prompt_logprobs is the
+   * prompt length - 1. A one-token prompt gets no such event. */
+  const weir_sample_result *prompt_logprobs;
+  int32_t num_prompt_logprobs;
   weir_finish_reason finish;          /* NONE unless this is the final event */
   int status;                         /* with WEIR_FINISH_ERROR: a weir_status */
   const char *error;                  /* with WEIR_FINISH_ERROR: a message */
@@ -182,6 +197,13 @@ void weir_engine_resume(weir_engine *e, uint64_t id);
 /* Tokenizer access (thread-safe). *ids / *text are malloc'd; the caller frees. */
 int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,
                          int32_t **ids, int32_t *n);
+/* Where each token's text begins in weir_engine_detokenize's text of the same ids (with
+ * skip_special, in that text without special tokens such as BOS, which for a prompt the
+ * tokenizer made from text is that text): offsets[i] (bytes) for i < n, caller's array. A
+ * token whose bytes complete a character begun by an earlier one starts where that
+ * character ends. WEIR_E_RANGE, WEIR_E_NOMEM. */
+int weir_engine_detokenize_offsets(weir_engine *e, const int32_t *ids, int32_t n,
+                                   int skip_special, size_t *offsets);
 int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char **text,
                            size_t *len);
 /* Piece text of one token for logprobs output (malloc'd). */

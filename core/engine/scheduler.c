@@ -30,6 +30,7 @@ struct weir_sched {
   weir_sched_seq **failed;
   int32_t num_failed, cap_failed;
   int32_t budget; /* tokens left in the step being planned */
+  int32_t prompt_rows; /* prompt logits rows left in the step being planned */
   weir_sched_stats stats;
 };
 
@@ -175,7 +176,8 @@ void weir_sched_destroy(weir_sched *s) {
 int weir_sched_add(weir_sched *s, const weir_sched_seq_params *p, weir_sched_seq **out) {
   int rc;
   weir_sched_seq *seq = NULL;
-  if (!s || !p || !out || !p->prompt || p->num_prompt <= 0 || p->max_tokens < 0)
+  if (!s || !p || !out || !p->prompt || p->num_prompt <= 0 || p->max_tokens < 0 ||
+      (p->prompt_logits && s->cfg.max_prompt_logits <= 0))
     return WEIR_E_INVAL;
   *out = NULL;
   if (blocks_for(s, (int64_t)p->num_prompt + 1) > weir_kv_cache_num_blocks(s->kv))
@@ -195,6 +197,8 @@ int weir_sched_add(weir_sched *s, const weir_sched_seq_params *p, weir_sched_seq
   seq->user = p->user;
   seq->num_tokens = seq->num_prompt = p->num_prompt;
   seq->priority = p->priority;
+  /* A one-token prompt has nothing to score: its only row is the first output's. */
+  seq->prompt_logits = p->prompt_logits && p->num_prompt > 1;
   seq->arrival = s->next_arrival++;
   seq->state = WEIR_SEQ_WAITING;
   seq->sched_index = -1;
@@ -311,6 +315,7 @@ int weir_sched_commit(weir_sched *s, weir_sched_seq *seq, int32_t num_accepted,
   if (rc) return rc;
   seq_cut(s, seq, keep);
   seq->num_drafts = 0;
+  seq->prompt_logits = 0; /* the prompt is computed and was scored */
   memcpy(seq->tokens + seq->num_tokens, sampled, (size_t)n * sizeof(*sampled));
   seq->num_tokens += n;
   seq_register(s, seq);
@@ -405,9 +410,19 @@ static void plan_add_item(weir_sched *s, weir_sched_seq *seq, int32_t n) {
   it->num_new_tokens = n;
   it->num_drafts = 0;
   it->num_logits = 0;
+  it->num_prompt_logits = 0;
   seq->sched_index = s->num_items++;
   seq->num_computed += n;
   s->budget -= n;
+  if (seq->prompt_logits) s->prompt_rows -= n;
+}
+
+/* The most tokens a chunk of seq may take: a sequence that scores its prompt needs logits on
+ * every row, and the step has prompt_rows of them. */
+static int32_t chunk_cap(const weir_sched *s, const weir_sched_seq *seq, int32_t n) {
+  if (n > s->budget) n = s->budget;
+  if (seq->prompt_logits && n > s->prompt_rows) n = s->prompt_rows;
+  return n;
 }
 
 /* Takes a scheduled sequence back out of the plan: its item, its budget and its copy. */
@@ -417,6 +432,7 @@ static void plan_remove(weir_sched *s, weir_sched_seq *seq) {
   const weir_sched_item *it = &s->items[k];
   seq->num_computed = it->start;
   s->budget += it->num_new_tokens;
+  if (seq->prompt_logits) s->prompt_rows += it->num_new_tokens;
   weir_kv_seq_truncate(s->kv, seq->kv, it->start);
   memmove(s->items + k, s->items + k + 1, (size_t)(s->num_items - k - 1) * sizeof(*s->items));
   s->num_items--;
@@ -527,15 +543,18 @@ static int admit_waiting(weir_sched *s) {
       if (reclaim_paused(s)) continue;
       break;
     }
+    /* A sequence that scores its prompt waits, in its place, for a step with rows left. */
+    if (chunk_cap(s, seq, 1) < 1) break;
     rc = weir_kv_seq_create(s->kv, &seq->kv);
     if (rc) return rc;
     int32_t cached = 0;
-    rc = weir_kv_seq_match_prefix(s->kv, seq->kv, seq->tokens, seq->num_tokens, &cached);
+    /* Scoring the prompt needs the logits of every prompt row: no prefix-cache hit. */
+    if (!seq->prompt_logits)
+      rc = weir_kv_seq_match_prefix(s->kv, seq->kv, seq->tokens, seq->num_tokens, &cached);
     if (rc) goto free_kv;
     int64_t room = (int64_t)weir_kv_cache_num_allocatable(s->kv) - s->watermark;
     int64_t fit = room > 0 ? room * bs : 0;
-    int64_t n = seq->num_tokens - cached;
-    if (n > s->budget) n = s->budget;
+    int64_t n = chunk_cap(s, seq, seq->num_tokens - cached);
     if (n > fit) n = fit;
     if (n <= 0) {
       weir_kv_seq_free(s->kv, seq->kv);
@@ -602,6 +621,7 @@ int weir_sched_step(weir_sched *s, weir_sched_out *out) {
   if (rc) return rc;
   s->num_items = s->num_copies = s->num_preempted = s->num_failed = 0;
   s->budget = s->cfg.max_num_batched_tokens;
+  s->prompt_rows = s->cfg.max_prompt_logits;
   for (int32_t i = 0; i < s->num_running; i++) s->running[i]->sched_index = -1;
 
   /* 1. Decodes: one token each is reserved up front, drafts share what is left. */
@@ -628,11 +648,11 @@ int weir_sched_step(weir_sched *s, weir_sched_out *out) {
   for (int32_t i = 0; i < s->num_running && s->budget > 0;) {
     weir_sched_seq *seq = s->running[i];
     int32_t pending = real_pending(seq);
-    if (pending <= 1 || seq->sched_index >= 0) {
+    if (pending <= 1 || seq->sched_index >= 0 || chunk_cap(s, seq, pending) < 1) {
       i++;
       continue;
     }
-    rc = schedule_running(s, seq, pending < s->budget ? pending : s->budget);
+    rc = schedule_running(s, seq, chunk_cap(s, seq, pending));
     if (rc < 0) goto undo;
     if (rc == 1) i++;
   }
@@ -649,6 +669,13 @@ int weir_sched_step(weir_sched *s, weir_sched_out *out) {
     if (end == seq->num_tokens) {
       it->num_drafts = seq->num_drafts;
       it->num_logits = 1 + seq->num_drafts;
+    }
+    /* Scoring the prompt: every row has logits, those of positions p whose next token is a
+     * prompt token score it; the last row of the final chunk still samples. */
+    if (seq->prompt_logits && it->start < seq->num_prompt - 1) {
+      int32_t last = end < seq->num_prompt - 1 ? end : seq->num_prompt - 1;
+      it->num_prompt_logits = last - it->start;
+      it->num_logits = it->num_new_tokens;
     }
     /* Prefill: a chunk short of the end, or one computing more than the last known token. */
     if (it->num_logits == 0 || it->num_new_tokens - it->num_drafts > 1)

@@ -84,6 +84,9 @@ typedef struct weir_sched_config {
   /* Blocks kept free when ADMITTING a waiting sequence, so running decodes do not get
    * preempted right after an admission. -1: 1% of the pool (the default); 0: none. */
   int32_t watermark_blocks;
+  /* Logits rows per step for sequences that score their prompt (seq params prompt_logits):
+   * such a sequence's prefill chunks are cut to what is left of them. 0: none may ask. */
+  int32_t max_prompt_logits;
 } weir_sched_config;
 
 typedef enum weir_sched_state {
@@ -108,6 +111,8 @@ typedef struct weir_sched_seq {
   uint64_t arrival;        /* admission order key: a counter assigned by weir_sched_add */
   weir_sched_state state;
   int32_t num_preemptions;
+  int prompt_logits;       /* scoring its prompt: every prompt row gets logits, no prefix-cache
+                              lookup, until the first commit (which clears it) */
   int status;              /* WEIR_OK, or why a step failed it (WEIR_E_NOSPACE) */
   weir_kv_seq *kv;         /* its KV sequence while it holds blocks, else NULL */
   /* Private to the scheduler. */
@@ -123,6 +128,9 @@ typedef struct weir_sched_seq_params {
   int32_t num_prompt;
   int32_t priority;        /* used by the priority policy */
   int32_t max_tokens;      /* expected output tokens, only to size the token array (>= 0) */
+  /* Prompt logprobs: logits for every prompt row (see weir_sched_item.num_prompt_logits).
+   * Needs max_prompt_logits > 0 (else WEIR_E_INVAL). */
+  int prompt_logits;
   void *user;
 } weir_sched_seq_params;
 
@@ -134,8 +142,13 @@ typedef struct weir_sched_item {
   int32_t num_new_tokens;  /* >= 1 */
   int32_t num_drafts;      /* trailing new tokens that are drafts to verify */
   /* Rows needing logits: 0 when the chunk stops short of the sequence's known tokens
-   * (a prefill chunk), else 1 + num_drafts: the LAST num_logits rows of this item. */
+   * (a prefill chunk), else 1 + num_drafts: the LAST num_logits rows of this item. For a
+   * sequence scoring its prompt, every row of a prompt chunk (num_logits == num_new_tokens). */
   int32_t num_logits;
+  /* The first num_prompt_logits of those rows score prompt tokens: row j holds the
+   * distribution of seq->tokens[start + j + 1], a prompt token. The rows after them (none, or
+   * the final chunk's last) sample as usual. */
+  int32_t num_prompt_logits;
 } weir_sched_item;
 
 /* A step's plan. Memory owned by the scheduler, valid until the next weir_sched_step,

@@ -59,6 +59,10 @@ static void job_free(weir__api_job *job) {
     for (int i = 0; i < job->num_prompts; i++) free(job->echo_text[i]);
   free(job->echo_text);
   free(job->echo_len);
+  free(job->first_token);
+  if (job->prompt_offsets)
+    for (int i = 0; i < job->num_prompts; i++) free(job->prompt_offsets[i]);
+  free(job->prompt_offsets);
   if (job->prev) job->prev->next = job->next;
   else s->jobs = job->next;
   if (job->next) job->next->prev = job->prev;
@@ -198,10 +202,52 @@ static void record_token_timing(weir__api_job *job, api_choice *ch, uint64_t t, 
   ch->last_ns = t;
 }
 
+/* The four parallel arrays of a non-streamed completion's logprobs, made on first use. */
+static int completion_lp_arrays(api_choice *ch) {
+  if (!ch->lp_tokens) {
+    ch->lp_tokens = cJSON_CreateArray();
+    ch->lp_values = cJSON_CreateArray();
+    ch->lp_top = cJSON_CreateArray();
+    ch->lp_offsets = cJSON_CreateArray();
+  }
+  return ch->lp_tokens && ch->lp_values && ch->lp_top && ch->lp_offsets;
+}
+
+/* echo with logprobs: the prompt's entries (the first token's logprob is null) precede the
+ * output's, and output offsets count from the end of the echoed prompt. Streamed, they go
+ * out with the echo in the choice's first chunk. Called once per choice, at its first event:
+ * the engine's prompt logprobs event, or (a one-token prompt, an early end) whatever comes. */
+static void prompt_logprobs(weir__api_job *job, api_choice *ch, const weir_gen_event *ev) {
+  ch->prompt_lp_done = 1;
+  const int pi = ch->prompt_index;
+  const size_t *offs = job->prompt_offsets[pi];
+  const size_t len = job->echo_len[pi];
+  if (job->stream) {
+    if (!job->r) return;
+    cJSON *lp = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(lp, "tokens");
+    cJSON *b = cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON *c = cJSON_AddArrayToObject(lp, "top_logprobs");
+    cJSON *d = cJSON_AddArrayToObject(lp, "text_offset");
+    if (a && b && c && d)
+      weir__api_completion_prompt_lp(job->s, job->logprobs, job->first_token[pi],
+                                     ev->prompt_logprobs, ev->num_prompt_logprobs, offs, len, a,
+                                     b, c, d);
+    weir__api_stream_choice_chunk(job, ch, job->echo_text[pi], job->echo_len[pi], lp, NULL, 0);
+  } else if (completion_lp_arrays(ch)) {
+    weir__api_completion_prompt_lp(job->s, job->logprobs, job->first_token[pi],
+                                   ev->prompt_logprobs, ev->num_prompt_logprobs, offs, len,
+                                   ch->lp_tokens, ch->lp_values, ch->lp_top, ch->lp_offsets);
+  }
+  ch->lp_offset = len;
+}
+
 static void on_event(weir__http_server *s, weir__queued_event *qe) {
   api_choice *ch = (api_choice *)qe->user;
   weir__api_job *job = ch->job;
   const weir_gen_event *ev = &qe->ev;
+  if (job->echo && job->logprobs >= 0 && !ch->prompt_lp_done && ev->finish != WEIR_FINISH_ERROR)
+    prompt_logprobs(job, ch, ev);
   ch->prompt_tokens = ev->prompt_tokens;
   ch->cached_tokens = ev->cached_tokens;
   if (ev->completion_tokens > ch->completion_tokens) ch->completion_tokens = ev->completion_tokens;
@@ -252,13 +298,8 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
         }
         cJSON_Delete(part);
       } else {
-        if (!ch->lp_tokens) {
-          ch->lp_tokens = cJSON_CreateArray();
-          ch->lp_values = cJSON_CreateArray();
-          ch->lp_top = cJSON_CreateArray();
-          ch->lp_offsets = cJSON_CreateArray();
-        }
-        for (int i = 0; ch->lp_offsets && i < ev->num_tokens; i++)
+        const int ok = completion_lp_arrays(ch);
+        for (int i = 0; ok && i < ev->num_tokens; i++)
           weir__api_completion_lp_append(s, job->logprobs, &ev->logprobs[i], ch->lp_tokens,
                                ch->lp_values, ch->lp_top, ch->lp_offsets, &ch->lp_offset);
       }
@@ -288,8 +329,10 @@ static void on_engine_event(weir__http_server *s, void *user, const weir_gen_eve
   size_t text_len = ev->text ? ev->text_len : 0;
   size_t ntok = ev->num_tokens > 0 ? (size_t)ev->num_tokens : 0;
   size_t nlp = ev->logprobs ? ntok : 0;
+  size_t nplp = ev->prompt_logprobs && ev->num_prompt_logprobs > 0
+                    ? (size_t)ev->num_prompt_logprobs : 0;
   size_t err_len = ev->error ? strlen(ev->error) + 1 : 0;
-  size_t size = sizeof(weir__queued_event) + nlp * sizeof(weir_sample_result) +
+  size_t size = sizeof(weir__queued_event) + (nlp + nplp) * sizeof(weir_sample_result) +
                 ntok * sizeof(int32_t) + text_len + 1 + err_len;
   weir__queued_event *qe = malloc(size);
   if (!qe) {
@@ -300,7 +343,7 @@ static void on_engine_event(weir__http_server *s, void *user, const weir_gen_eve
     if (ev->finish == WEIR_FINISH_NONE || !u->spare) return;
     qe = u->spare;
     u->spare = NULL;
-    text_len = ntok = nlp = err_len = 0;
+    text_len = ntok = nlp = nplp = err_len = 0;
   }
   qe->next = NULL;
   qe->user = user;
@@ -311,6 +354,11 @@ static void on_engine_event(weir__http_server *s, void *user, const weir_gen_eve
   if (nlp) memcpy(lp, ev->logprobs, nlp * sizeof *lp);
   qe->ev.logprobs = nlp ? lp : NULL;
   p += nlp * sizeof *lp;
+  weir_sample_result *plp = (weir_sample_result *)p;
+  if (nplp) memcpy(plp, ev->prompt_logprobs, nplp * sizeof *plp);
+  qe->ev.prompt_logprobs = nplp ? plp : NULL;
+  qe->ev.num_prompt_logprobs = (int32_t)nplp;
+  p += nplp * sizeof *plp;
   int32_t *tok = (int32_t *)p;
   if (ntok) memcpy(tok, ev->tokens, ntok * sizeof *tok);
   qe->ev.tokens = tok;
@@ -419,7 +467,8 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
       api_choice *ch = &job->choices[i];
       if (job->chat) {
         weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, NULL, 1);
-      } else if (job->echo) {
+      } else if (job->echo && job->logprobs < 0) {
+        /* With logprobs the echo goes out with the prompt's logprobs (prompt_logprobs). */
         size_t len = job->echo_len[ch->prompt_index];
         if (len)
           weir__api_stream_choice_chunk(job, ch, job->echo_text[ch->prompt_index], len, NULL,
@@ -538,13 +587,24 @@ static void handle_generate(weir__http_req *r, int chat) {
   job->r = r;
   r->job = job;
   if (job->echo) {
-    /* Text prompts echo exactly what was sent (no BOS); token prompts echo their text. */
+    /* Text prompts echo exactly what was sent (no BOS); token prompts echo their text. With
+     * logprobs, each prompt token's place in that text too. */
     job->echo_text = calloc((size_t)pl->count, sizeof(char *));
     job->echo_len = calloc((size_t)pl->count, sizeof(size_t));
+    if (job->logprobs >= 0) {
+      job->first_token = malloc(sizeof(int32_t) * (size_t)pl->count);
+      job->prompt_offsets = calloc((size_t)pl->count, sizeof(size_t *));
+    }
+    if (!job->echo_text || !job->echo_len ||
+        (job->logprobs >= 0 && (!job->first_token || !job->prompt_offsets))) {
+      weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+      goto fail_job;
+    }
     const cJSON *item = cJSON_IsArray(pp->prompt) ? pp->prompt->child : pp->prompt;
-    for (int i = 0; job->echo_text && job->echo_len && i < pl->count; i++) {
+    for (int i = 0; i < pl->count; i++) {
       size_t len = 0;
-      if (cJSON_IsString(item)) {
+      const int from_text = cJSON_IsString(item);
+      if (from_text) {
         job->echo_text[i] = strdup(item->valuestring);
         len = job->echo_text[i] ? strlen(job->echo_text[i]) : 0;
         item = item->next;
@@ -557,10 +617,15 @@ static void handle_generate(weir__http_req *r, int chat) {
         weir__api_fail(&e, 500, NULL, NULL, "could not produce the prompt text for echo");
         goto fail_job;
       }
-    }
-    if (!job->echo_text || !job->echo_len) {
-      weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-      goto fail_job;
+      if (job->logprobs < 0) continue;
+      job->first_token[i] = pl->ids[i][0];
+      job->prompt_offsets[i] = malloc(sizeof(size_t) * (size_t)pl->lens[i]);
+      if (!job->prompt_offsets[i] ||
+          weir_engine_detokenize_offsets(s->engine, pl->ids[i], pl->lens[i], from_text,
+                                         job->prompt_offsets[i]) != WEIR_OK) {
+        weir__api_fail(&e, 500, NULL, NULL, "could not place the prompt's tokens in its text");
+        goto fail_job;
+      }
     }
   }
   if (a->spec.kind) {

@@ -37,6 +37,7 @@ typedef struct api_choice {
   double *itl_ms;
   int num_itl, cap_itl;
   int sent_first;       /* streaming: the first chunk (role / echo) is out */
+  int prompt_lp_done;   /* echo with logprobs: the prompt's entries are out / recorded */
 } api_choice;
 
 struct weir__api_job {
@@ -54,6 +55,10 @@ struct weir__api_job {
   api_choice *choices;
   char **echo_text;     /* [num_prompts] with echo */
   size_t *echo_len;     /* their lengths (a detokenized prompt may hold NUL) */
+  int32_t *first_token; /* [num_prompts] with echo and logprobs: each prompt's first token,
+                           listed with a null logprob */
+  size_t **prompt_offsets; /* [num_prompts][prompt length] with echo and logprobs: where each
+                              prompt token's text begins in the echo */
   uint64_t arrival_ns;
   int client_gone;
   int paused;           /* its connection is backed up: generation paused */
@@ -165,6 +170,11 @@ cJSON *weir__api_json_text(const char *s, size_t n);
 const char *weir__api_finish_name(weir_finish_reason f);
 /* Logprobs of tokens in the completions shape (appended to its four arrays) and in the chat
  * shape (a new array). */
+/* echo with logprobs: the prompt's entries before the output's (api_render.c). */
+void weir__api_completion_prompt_lp(weir__http_server *s, int k, int32_t first,
+                                    const weir_sample_result *plp, int32_t n,
+                                    const size_t *text_offsets, size_t text_len, cJSON *tokens,
+                                    cJSON *values, cJSON *top, cJSON *offsets);
 void weir__api_completion_lp_append(weir__http_server *s, int k, const weir_sample_result *res,
     cJSON *tokens, cJSON *values, cJSON *top, cJSON *offsets,
     size_t *offset);

@@ -294,10 +294,6 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
                             "'top_logprobs' requires 'logprobs' to be true");
     p->logprobs = p->chat_logprobs ? p->top_logprobs : -1;
   }
-  if (p->echo && p->logprobs >= 0)
-    return weir__api_fail(e, 400, "echo", "unsupported_parameter",
-                "Unsupported parameter: 'echo' together with 'logprobs' (prompt logprobs are "
-                          "not computed by this server)");
   if (p->model && !weir__api_serves_model(s, p->model))
     return weir__api_fail(e, 404, "model", "model_not_found", "The model `%s` does not exist.",
                           p->model);
@@ -916,6 +912,8 @@ int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_er
   g->sampling.presence_penalty = (float)p->presence;
   g->sampling.frequency_penalty = (float)p->frequency;
   g->sampling.num_logprobs = p->logprobs;
+  /* echo with logprobs reports the prompt's logprobs too (OpenAI's legacy completions). */
+  g->prompt_logprobs = p->echo && p->logprobs >= 0;
   g->sampling.logit_bias_tokens = p->num_bias ? p->bias_tokens : NULL;
   g->sampling.logit_bias_values = p->num_bias ? p->bias_values : NULL;
   g->sampling.num_logit_bias = p->num_bias;

@@ -121,6 +121,25 @@ void weir__api_completion_lp_append(weir__http_server *s, int k, const weir_samp
   free(raw);
 }
 
+/* echo with logprobs: the prompt's entries, the first token's with null logprob and top (no
+ * context to score it in), then one per scored token (plp[0..n), prompt tokens 1..n). Token i
+ * begins at text_offsets[i] of the echoed text (text_len bytes; clamped to it). */
+void weir__api_completion_prompt_lp(weir__http_server *s, int k, int32_t first,
+                                    const weir_sample_result *plp, int32_t n,
+                                    const size_t *text_offsets, size_t text_len, cJSON *tokens,
+                                    cJSON *values, cJSON *top, cJSON *offsets) {
+  char *disp = token_display(s, first, NULL, NULL);
+  cJSON_AddItemToArray(tokens, cJSON_CreateString(disp ? disp : ""));
+  cJSON_AddItemToArray(values, cJSON_CreateNull());
+  cJSON_AddItemToArray(top, cJSON_CreateNull());
+  cJSON_AddItemToArray(offsets, cJSON_CreateNumber(0));
+  free(disp);
+  for (int32_t i = 0; plp && i < n; i++) {
+    size_t at = text_offsets[i + 1] < text_len ? text_offsets[i + 1] : text_len;
+    weir__api_completion_lp_append(s, k, &plp[i], tokens, values, top, offsets, &at);
+  }
+}
+
 static cJSON *chat_lp_entry(weir__http_server *s, int32_t id, float lp) {
   size_t n = 0;
   char *raw = NULL;

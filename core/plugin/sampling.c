@@ -61,6 +61,16 @@ static int copy_h2d(weir_sampler_call *c, void *dst, const void *src, size_t n) 
   return rc == WEIR_OK ? d->synchronize(c->device->self) : rc;
 }
 
+/* The host row buffer holds at least one row of vocab floats. */
+static int grow_host(weir_sampler_call *c, int32_t vocab) {
+  if ((size_t)vocab <= c->host_cap) return WEIR_OK;
+  float *h = realloc(c->host_logits, (size_t)vocab * sizeof *h);
+  if (!h) return WEIR_E_NOMEM;
+  c->host_logits = h;
+  c->host_cap = (size_t)vocab;
+  return WEIR_OK;
+}
+
 /* Applies what the sampler lacks to the rows that need it, and points *use_rows at rows the
  * sampler may receive (the caller's own when nothing was missing). */
 static int prepare(weir_sampler_call *c, const weir_sampling_row *rows, int32_t num_rows,
@@ -81,12 +91,7 @@ static int prepare(weir_sampler_call *c, const weir_sampling_row *rows, int32_t 
     c->params = np;
     c->rows_cap = num_rows;
   }
-  if ((size_t)vocab > c->host_cap) {
-    float *h = realloc(c->host_logits, (size_t)vocab * sizeof *h);
-    if (!h) return WEIR_E_NOMEM;
-    c->host_logits = h;
-    c->host_cap = (size_t)vocab;
-  }
+  if (grow_host(c, vocab) != WEIR_OK) return WEIR_E_NOMEM;
   memcpy(c->rows, rows, (size_t)num_rows * sizeof *rows);
   for (int32_t r = first; r < num_rows; r++) {
     const uint64_t need = missing(c, &rows[r]);
@@ -143,4 +148,24 @@ int weir_sampler_call_probs(weir_sampler_call *c, const weir_sampling_row *rows,
   int rc = prepare(c, rows, num_rows, logits, vocab, &use);
   if (rc != WEIR_OK) return rc;
   return ops->probs(c->sampler->self, use, num_rows, logits, vocab, probs);
+}
+
+int weir_sampler_call_score(weir_sampler_call *c, const float *logits, int32_t num_rows,
+                            int32_t vocab, const int32_t *tokens, int32_t num_top,
+                            weir_sample_result *out) {
+  const weir_sampler_ops *ops = c->sampler->ops;
+  /* The loader pads an older plugin's ops with zeros: a 1.0 or 1.1 sampler reads NULL. */
+  if (ops->score)
+    return ops->score(c->sampler->self, logits, num_rows, vocab, tokens, num_top, out);
+  if (num_rows <= 0) return num_rows == 0 ? WEIR_OK : WEIR_E_INVAL;
+  if (!logits || !tokens || !out || vocab <= 0) return WEIR_E_INVAL;
+  if (grow_host(c, vocab) != WEIR_OK) return WEIR_E_NOMEM;
+  for (int32_t r = 0; r < num_rows; r++) {
+    int rc = copy_d2h(c, c->host_logits, logits + (size_t)r * (size_t)vocab,
+                      (size_t)vocab * sizeof(float));
+    if (rc == WEIR_OK)
+      rc = weir_sampler_score_row(c->host_logits, vocab, tokens[r], num_top, &out[r]);
+    if (rc != WEIR_OK) return rc;
+  }
+  return WEIR_OK;
 }

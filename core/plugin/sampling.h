@@ -1,5 +1,5 @@
 /* Calling a sampler plugin with the ABI 1.1 sampling parameters (allowed-token masks and
- * logit bias) whatever the plugin supports.
+ * logit bias) and the 1.2 prompt scoring, whatever the plugin supports.
  *
  * A sampler declares in weir_sampler_ops.caps which 1.1 parameters it applies itself. For a
  * row that carries a parameter the sampler does not declare (every 1.0 sampler declares
@@ -52,5 +52,13 @@ int weir_sampler_call_sample(weir_sampler_call *c, const weir_sampling_row *rows
                              weir_sample_result *out);
 int weir_sampler_call_probs(weir_sampler_call *c, const weir_sampling_row *rows,
                             int32_t num_rows, float *logits, int32_t vocab, float *probs);
+
+/* ops->score (ABI 1.2: prompt logprobs) when the sampler has it, else the same result computed
+ * here with weir_sampler_score_row over host copies of the rows (the device plugin's d2h copy
+ * when logits live on a device). Same arguments and errors as the op, plus WEIR_E_NOMEM and a
+ * failed copy's status. */
+int weir_sampler_call_score(weir_sampler_call *c, const float *logits, int32_t num_rows,
+                            int32_t vocab, const int32_t *tokens, int32_t num_top,
+                            weir_sample_result *out);
 
 #endif

@@ -15,7 +15,6 @@ guided_grammar; max_tokens reached inside a constrained output ("length", the tr
 text); and the 400s: an empty enum, an invalid regex, an unsupported keyword in strict mode,
 two constraints at once. The server keeps serving after each error."""
 
-import http.client
 import json
 import os
 import random
@@ -26,7 +25,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import grammar_check  # noqa: E402
+from weir_server import Server  # noqa: E402
 
 FAILURES = []
 
@@ -34,59 +35,6 @@ FAILURES = []
 def fail(msg):
     FAILURES.append(msg)
     print("FAIL " + msg[:600], flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, weir, plugins, model, log, extra=()):
-        self.port = free_port()
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen(
-            [weir, "serve", "--set", "server.host=127.0.0.1", "--port", str(self.port),
-             "--model", model, "--set", 'plugins.dirs=["%s"]' % plugins,
-             "--set", "device.threads=1", "--set", "cache.memory_bytes=67108864"] + list(extra),
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                st, _ = self.get("/health")
-                if st == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RuntimeError("server did not become ready; see " + log)
-
-    def get(self, path):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read()
-
-    def post(self, path, body):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
-        data = r.read()
-        if body.get("stream") and r.status == 200:
-            return r.status, sse_join(data)
-        return r.status, json.loads(data)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-        return self.proc.returncode
 
 
 def sse_join(data):
@@ -286,7 +234,8 @@ def main():
             models.append(("nocaps-sampler", trained, schemas[60:90], 480, 0.5,
                            ("--set", "sampler.path=" + nocaps)))
     for name, path, sch, max_tokens, share, extra in models:
-        srv = Server(weir, plugins, path, os.path.join(work, "structured-%s.log" % name), extra)
+        srv = Server(weir, plugins, path, os.path.join(work, "structured-%s.log" % name), extra,
+                     join=sse_join)
         try:
             t0 = time.time()
             fin, tot = run_schemas(srv, name, sch, max_tokens)

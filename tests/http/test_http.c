@@ -648,7 +648,6 @@ static void test_unsupported_parameters(void) {
       {"/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"end\"}", "suffix"},
       {"/v1/completions", "{\"prompt\":\"a\",\"best_of\":3}", "best_of"},
       {"/v1/completions", "{\"prompt\":\"a\",\"frobnicate\":true}", "frobnicate"},
-      {"/v1/completions", "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", "echo"},
       {"/v1/completions", "{\"prompt\":\"a\",\"messages\":[]}", "messages"},
       {"/v1/chat/completions",
        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"

@@ -849,6 +849,127 @@ static void test_constrained_speculative_identical(void) {
   free(p);
 }
 
+/* Prompt logprobs through the engine (echo with logprobs): a 150-token prompt scored in
+ * chunks of at most 24 rows (max_num_batched_tokens 24) next to another request, after the
+ * same prompt went through the prefix cache (which a scored prompt must not use: its rows
+ * would be missing). Every logprob, and the top entry, equals the double-precision
+ * reference's log-softmax within the bound its logits are held to (1e-4 of the largest). */
+typedef struct plp_collect {
+  collect c;
+  weir_sample_result *plp;
+  int32_t n_plp, events, cached;
+} plp_collect;
+
+static void on_plp_event(void *user, const weir_gen_event *ev) {
+  plp_collect *p = user;
+  pthread_mutex_lock(&p->c.lock);
+  if (ev->prompt_logprobs) {
+    p->events++;
+    free(p->plp);
+    p->plp = malloc(sizeof *p->plp * (size_t)ev->num_prompt_logprobs);
+    memcpy(p->plp, ev->prompt_logprobs, sizeof *p->plp * (size_t)ev->num_prompt_logprobs);
+    p->n_plp = ev->num_prompt_logprobs;
+    CU_ASSERT_EQUAL(ev->num_tokens, 0); /* an event of its own, before any output */
+    CU_ASSERT_EQUAL(p->c.n, 0);
+  }
+  p->cached = ev->cached_tokens;
+  pthread_mutex_unlock(&p->c.lock);
+  on_event(&p->c, ev);
+}
+
+static void test_prompt_logprobs_vs_reference(void) {
+  char *path = make_model("plp", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 160 "
+                                 "--vocab 400 --ctx 512 --type f32 --seed 31");
+  enum { N = 150, V = 400, K = 5 };
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  engine_config(&cfg, path, 16 << 20);
+  cfg.max_num_batched_tokens = 24;
+  cfg.kv_dtype = WEIR_DTYPE_F32; /* f16 KV would loosen the bound twentyfold */
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  int32_t *toks = random_tokens(N, V, 4242u);
+  int32_t *other = random_tokens(60, V, 77u);
+  weir_gen_request q = {.prompt = toks, .num_prompt = N, .max_tokens = 4, .ignore_eos = 1,
+                        .has_seed = 1, .seed = 5};
+  q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                      .top_p = 1, .repetition_penalty = 1, .num_logprobs = K};
+  /* The same prompt first, unscored: its blocks go to the prefix cache. */
+  plp_collect warm = {.c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER}};
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_plp_event, &warm, NULL), 0);
+  wait_done(&warm.c);
+  WT_ASSERT_INT_EQ(warm.events, 0);
+  plp_collect got = {.c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER}};
+  plp_collect side = {.c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER}};
+  weir_gen_request o = q;
+  o.prompt = other;
+  o.num_prompt = 60;
+  o.max_tokens = 30;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &o, on_plp_event, &side, NULL), 0);
+  q.prompt_logprobs = 1;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_plp_event, &got, NULL), 0);
+  /* A one-token prompt has nothing to score and still generates. */
+  plp_collect one = {.c = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER}};
+  weir_gen_request q1 = q;
+  q1.num_prompt = 1;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q1, on_plp_event, &one, NULL), 0);
+  wait_done(&got.c);
+  wait_done(&side.c);
+  wait_done(&one.c);
+  WT_ASSERT_INT_EQ(got.c.finish, WEIR_FINISH_LENGTH);
+  WT_ASSERT_INT_EQ(got.events, 1);
+  WT_ASSERT_INT_EQ(got.n_plp, N - 1);
+  WT_ASSERT_INT_EQ(got.cached, 0);
+  WT_ASSERT_INT_EQ(side.events, 0);
+  WT_ASSERT_INT_EQ(one.events, 0);
+  WT_ASSERT_INT_EQ(one.c.n, 4);
+  /* Scoring changes nothing about the output. */
+  CU_ASSERT(got.c.n == warm.c.n && memcmp(got.c.tokens, warm.c.tokens, 4 * sizeof(int32_t)) == 0);
+
+  weir_ref_model *ref = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_ref_model_load(path, &ref), 0);
+  double *want = malloc(sizeof(double) * N * V);
+  CU_ASSERT_EQUAL_FATAL(weir_ref_forward(ref, toks, N, want), 0);
+  double maxabs = 0;
+  for (size_t i = 0; i < (size_t)N * V; i++) maxabs = fmax(maxabs, fabs(want[i]));
+  /* A logit off by d moves a logprob by at most 2d. */
+  const double bound = 2 * 1e-4 * maxabs;
+  double worst = 0;
+  int top_ok = 1;
+  for (int32_t p = 0; got.plp && p < got.n_plp; p++) {
+    const double *row = want + (size_t)p * V;
+    double mx = -INFINITY, sum = 0;
+    int best = 0;
+    for (int v = 0; v < V; v++) {
+      if (row[v] > mx) mx = row[v], best = v;
+    }
+    for (int v = 0; v < V; v++) sum += exp(row[v] - mx);
+    const double lse = mx + log(sum);
+    const weir_sample_result *r = &got.plp[p];
+    CU_ASSERT_EQUAL(r->token, toks[p + 1]);
+    worst = fmax(worst, fabs((double)r->logprob - (row[toks[p + 1]] - lse)));
+    worst = fmax(worst, fabs((double)r->top_logprobs[0] - (mx - lse)));
+    if (r->num_top != K || (r->top_tokens[0] != best && row[r->top_tokens[0]] < mx - bound))
+      top_ok = 0;
+    for (int i = 1; i < r->num_top; i++)
+      if (r->top_logprobs[i] > r->top_logprobs[i - 1]) top_ok = 0;
+  }
+  printf("\n    prompt logprobs: worst error %.3g (bound %.3g)", worst, bound);
+  CU_ASSERT(worst <= bound);
+  CU_ASSERT(top_ok);
+  weir_engine_stats st;
+  weir_engine_stats_get(e, &st);
+  WT_ASSERT_INT_EQ(st.kv_blocks_used, 0);
+  weir_ref_model_free(ref);
+  free(want);
+  free(got.plp);
+  free(toks);
+  free(other);
+  weir_engine_destroy(e);
+  engine_config_done(&cfg);
+  free(path);
+}
+
 static void check_names(const char *model, const char *set, const char *const *want, int n) {
   weir_config cfg;
   weir_config_defaults(&cfg);
@@ -931,6 +1052,7 @@ int main(void) {
                                   {"greedy_deterministic", test_greedy_deterministic},
       {"engine_metrics", test_engine_metrics},
       {"constrained_speculative_identical", test_constrained_speculative_identical},
+      {"prompt_logprobs_vs_reference", test_prompt_logprobs_vs_reference},
                                   {"speculative_greedy_identical", test_speculative_greedy_identical},
                                   {"generate_cli", test_generate_cli},
                                   {"generate_bad_model", test_generate_bad_model},

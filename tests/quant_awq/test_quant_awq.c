@@ -175,7 +175,7 @@ static int plugin_load(loaded *l, const char *isa, opts o, int *rc_out) {
   l->desc = entry();
   const weir_plugin_desc *d = l->desc;
   CU_ASSERT_EQUAL(d->abi_major, WEIR_ABI_MAJOR);
-  CU_ASSERT_EQUAL(d->abi_minor, 1);
+  CU_ASSERT_EQUAL(d->abi_minor, WEIR_ABI_MINOR);
   CU_ASSERT_STRING_EQUAL(d->name, "awq_int4");
   CU_ASSERT_EQUAL(d->kind, WEIR_PLUGIN_QUANT);
   l->ops = d->ops;

@@ -114,7 +114,10 @@ static void check_plan(const env *e, const weir_sched_out *o, int32_t max_seqs,
       WT_ASSERT_INT_EQ(slot[sum + j], weir_kv_seq_slot(e->kv, seq->kv, it->start + j));
     }
     int reaches_end = it->start + it->num_new_tokens == seq->num_tokens;
-    WT_ASSERT_INT_EQ(it->num_logits, reaches_end ? 1 + it->num_drafts : 0);
+    if (it->num_prompt_logits > 0) /* scoring the prompt: every row, the last samples */
+      WT_ASSERT_INT_EQ(it->num_logits - it->num_prompt_logits, reaches_end ? 1 : 0);
+    else
+      WT_ASSERT_INT_EQ(it->num_logits, reaches_end ? 1 + it->num_drafts : 0);
     for (int32_t j = it->num_new_tokens - it->num_logits; j < it->num_new_tokens; j++)
       WT_ASSERT_INT_EQ(lr[li++], sum + j);
     sum += it->num_new_tokens;
@@ -151,7 +154,8 @@ static int commit_all(env *e, const weir_sched_out *o, int32_t max_new, int32_t 
   int nfin = 0;
   for (int32_t k = 0; k < o->num_items; k++) {
     weir_sched_seq *seq = o->items[k].seq;
-    if (!o->items[k].num_logits) continue;
+    /* Rows that only score prompt tokens leave nothing to sample. */
+    if (o->items[k].num_logits == o->items[k].num_prompt_logits) continue;
     int32_t t = next_token(seq);
     WT_ASSERT_INT_EQ(weir_sched_commit(e->s, seq, 0, &t, 1), WEIR_OK);
     if (seq->num_tokens - seq->num_prompt >= max_new) fin[nfin++] = seq;
@@ -643,6 +647,62 @@ static void test_prefix_reuse(void) {
   env_free(&e);
 }
 
+/* Prompt logprobs: a sequence that scores its prompt gets logits on every prompt row, in
+ * chunks cut to the step's prompt rows, never from the prefix cache; the final chunk's last
+ * row samples as usual, and after it the sequence decodes like any other. */
+static void test_prompt_logits(void) {
+  env e = {0};
+  weir_kv_cache_params kp = {.num_blocks = 256, .block_size = 16, .prefix_caching = 1};
+  WT_ASSERT_INT_EQ(weir_kv_cache_create(&kp, &e.kv), WEIR_OK);
+  weir_sched_config sc = {.max_num_seqs = 8, .max_num_batched_tokens = 512,
+                          .watermark_blocks = 0, .max_prompt_logits = 40};
+  WT_ASSERT_INT_EQ(weir_sched_create(&sc, e.kv, &e.s), WEIR_OK);
+  int32_t *p = mkprompt(100, 4);
+  (void)add(&e, 1, p, 100, 0);
+  weir_sched_out o;
+  WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
+  WT_ASSERT_INT_EQ(o.items[0].num_prompt_logits, 0);
+  WT_ASSERT_INT_EQ(o.num_logits, 1);
+  commit_all(&e, &o, 100, NULL, 0);
+  weir_sched_seq_params sp = {.id = 2, .prompt = p, .num_prompt = 100, .max_tokens = 16,
+                              .prompt_logits = 1};
+  weir_sched_seq *b = NULL;
+  WT_ASSERT_INT_EQ(weir_sched_add(e.s, &sp, &b), WEIR_OK);
+  const int32_t starts[3] = {0, 40, 80}, news[3] = {40, 40, 20}, scored[3] = {40, 40, 19};
+  for (int step = 0; step < 3; step++) {
+    WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
+    check_plan(&e, &o, 8, 512);
+    int k = find_item(&o, b);
+    CU_ASSERT_FATAL(k >= 0);
+    WT_ASSERT_INT_EQ(o.items[k].start, starts[step]);
+    WT_ASSERT_INT_EQ(o.items[k].num_new_tokens, news[step]);
+    WT_ASSERT_INT_EQ(o.items[k].num_logits, news[step]);
+    WT_ASSERT_INT_EQ(o.items[k].num_prompt_logits, scored[step]);
+    WT_ASSERT_INT_EQ(o.num_logits, news[step] + 1); /* a decodes beside it */
+    int32_t rows[64];
+    weir_sched_batch_arrays arr = {.logits_rows = rows};
+    WT_ASSERT_INT_EQ(weir_sched_fill_batch(e.s, &o, &arr), WEIR_OK);
+    commit_all(&e, &o, 100, NULL, 0);
+  }
+  WT_ASSERT_INT_EQ(b->num_cached_prompt, 0); /* a's blocks were there, and not used */
+  WT_ASSERT_INT_EQ(b->prompt_logits, 0);
+  WT_ASSERT_INT_EQ(b->num_tokens, 101);
+  WT_ASSERT_INT_EQ(weir_sched_step(e.s, &o), WEIR_OK);
+  int k = find_item(&o, b);
+  CU_ASSERT_FATAL(k >= 0);
+  WT_ASSERT_INT_EQ(o.items[k].num_logits, 1);
+  WT_ASSERT_INT_EQ(o.items[k].num_prompt_logits, 0);
+  commit_all(&e, &o, 100, NULL, 0);
+  assert_kv_ok(&e);
+  env_free(&e);
+  /* A scheduler with no prompt rows refuses such a sequence. */
+  e = mk(64, 16, 1, 4, 64, WEIR_SCHED_FCFS);
+  sp.id = 3;
+  WT_ASSERT_INT_EQ(weir_sched_add(e.s, &sp, &b), WEIR_E_INVAL);
+  env_free(&e);
+  free(p);
+}
+
 static void test_speculative_drafts(void) {
   env e = mk(64, 4, 0, 4, 8, WEIR_SCHED_FCFS);
   int32_t *p = mkprompt(30, 2);
@@ -869,6 +929,7 @@ int main(void) {
       {"abort_frees_now", test_abort_frees_now},
       {"pause_resume", test_pause_resume},
       {"prefix_reuse", test_prefix_reuse},
+      {"prompt_logits", test_prompt_logits},
       {"speculative_drafts", test_speculative_drafts},
       {"fork_cow_copies", test_fork_cow_copies},
       {"stress_fcfs", test_stress_fcfs},

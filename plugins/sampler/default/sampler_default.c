@@ -313,30 +313,6 @@ static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t voca
   o->zmax = zmax;
 }
 
-/* The N best of the penalised logits, most likely first, as log-probabilities. Tokens that
- * cannot be produced (-inf: suppressed or outside the mask) and NaN are never listed. */
-static int32_t top_logprobs(const float *x, int32_t vocab, int32_t n, double lse, int32_t *ids,
-                            float *lps) {
-  cand best[WEIR_MAX_LOGPROBS];
-  int32_t have = 0;
-  for (int32_t i = 0; i < vocab; i++) {
-    cand c = {x[i], i};
-    if (!(x[i] > -INFINITY)) continue;
-    if (have == n && !before(&c, &best[have - 1])) continue;
-    int32_t j = have < n ? have++ : n - 1;
-    while (j > 0 && before(&c, &best[j - 1])) {
-      best[j] = best[j - 1];
-      j--;
-    }
-    best[j] = c;
-  }
-  for (int32_t i = 0; i < have; i++) {
-    ids[i] = best[i].id;
-    lps[i] = (float)((double)best[i].v - lse);
-  }
-  return have;
-}
-
 typedef struct batch_ctx {
   sampler *s;
   const weir_sampling_row *rows;
@@ -366,8 +342,8 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
       if (p->num_logprobs >= 0) {
         lse = weir_logsumexp(w->buf, vocab);
         if (p->num_logprobs > 0)
-          res->num_top = top_logprobs(w->buf, vocab, p->num_logprobs, lse, res->top_tokens,
-                                      res->top_logprobs);
+          res->num_top = weir_sampler_top_logprobs(w->buf, vocab, p->num_logprobs, lse,
+                                                   res->top_tokens, res->top_logprobs);
       }
     }
     row_out o;
@@ -431,11 +407,44 @@ static int sp_probs(void *self, const weir_sampling_row *rows, int32_t num_rows,
   return run_batch(self, &b, num_rows);
 }
 
+typedef struct score_ctx {
+  const float *logits;
+  int32_t vocab, num_top;
+  const int32_t *tokens;
+  weir_sample_result *out;
+} score_ctx;
+
+static void score_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const score_ctx *c = arg;
+  for (int64_t r = begin; r < end; r++)
+    (void)weir_sampler_score_row(c->logits + r * c->vocab, c->vocab, c->tokens[r], c->num_top,
+                                 &c->out[r]);
+}
+
+/* Prompt rows come many at a time (a prefill chunk), so they are spread over the pool. */
+static int sp_score(void *self, const float *logits, int32_t num_rows, int32_t vocab,
+                    const int32_t *tokens, int32_t num_top, weir_sample_result *out) {
+  const sampler *s = self;
+  if (num_rows == 0) return WEIR_OK;
+  if (!logits || !tokens || !out || num_rows < 0 || vocab <= 0 || num_top < 0 ||
+      num_top > WEIR_MAX_LOGPROBS)
+    return WEIR_E_INVAL;
+  for (int32_t r = 0; r < num_rows; r++)
+    if (tokens[r] < 0 || tokens[r] >= vocab) return WEIR_E_INVAL;
+  score_ctx c = {logits, vocab, num_top, tokens, out};
+  const weir_host *h = s->host;
+  if (num_rows > 1 && h && h->parallel_for) h->parallel_for(h->ctx, num_rows, 1, score_chunk, &c);
+  else score_chunk(&c, 0, num_rows, 0);
+  return WEIR_OK;
+}
+
 static const weir_sampler_ops k_ops = {
     .struct_size = sizeof(weir_sampler_ops),
     .sample = sp_sample,
     .probs = sp_probs,
     .caps = WEIR_SAMPLER_CAP_ALLOWED | WEIR_SAMPLER_CAP_LOGIT_BIAS,
+    .score = sp_score,
 };
 
 static const weir_plugin_desc k_desc = {
@@ -445,7 +454,7 @@ static const weir_plugin_desc k_desc = {
     .build_signature = WEIR_BUILD_SIGNATURE,
     .kind = WEIR_PLUGIN_SAMPLER,
     .name = "default",
-    .version = "1.1.0",
+    .version = "1.2.0",
     .description = "logit bias, allowed-token masks, penalties, greedy, temperature, top-k, "
                    "top-p, min-p; xoshiro256** draws",
     .devices = WEIR_DEVICE_CPU,

@@ -20,6 +20,8 @@
 #ifndef WEIR_SAMPLER_H
 #define WEIR_SAMPLER_H
 
+#include <math.h>
+
 #include "weir/plugin.h"
 
 #ifdef __cplusplus
@@ -118,6 +120,17 @@ typedef struct weir_sampler_ops {
    * Rebuilding a 1.0 sampler against 1.1 headers leaves caps 0: it keeps working, and the
    * host keeps applying constraints for it. 1.1 */
   uint64_t caps;
+
+  /* Prompt logprobs (OpenAI's `echo` with `logprobs`): for each row i, out[i].token =
+   * tokens[i], out[i].logprob = the log-softmax of logits row i at tokens[i], and the
+   * num_top (0..WEIR_MAX_LOGPROBS) most likely tokens with theirs, most likely first, ties to
+   * the lower id: the model's own distribution, with no bias, penalty, mask or temperature.
+   * weir_sampler_score_row is the reference. logits is device f32 [num_rows][vocab], read
+   * only; tokens and out are host [num_rows]. WEIR_E_INVAL for a token outside [0, vocab) or
+   * num_top out of range. Optional: when NULL the host copies the rows to host memory and
+   * applies weir_sampler_score_row itself. 1.2 */
+  int (*score)(void *self, const float *logits, int32_t num_rows, int32_t vocab,
+               const int32_t *tokens, int32_t num_top, weir_sample_result *out);
 } weir_sampler_ops;
 
 /* Whether one row is well formed for a sampler call: params present; temperature a number
@@ -141,6 +154,50 @@ static inline int weir_sampling_row_valid(const weir_sampling_row *r, int need_r
        (p->num_logit_bias > 0 && (!p->logit_bias_tokens || !p->logit_bias_values))))
     return 0;
   return 1;
+}
+
+/* The num_top best entries of x[0, vocab) (at most WEIR_MAX_LOGPROBS), most likely first,
+ * ties to the lower id, as log-probabilities x[i] - lse. -inf and NaN entries are never
+ * listed, so fewer may come back; returns how many. Pure, thread-safe. Since 1.2. */
+static inline int32_t weir_sampler_top_logprobs(const float *x, int32_t vocab, int32_t num_top,
+                                                double lse, int32_t *ids, float *lps) {
+  int32_t have = 0;
+  if (num_top > WEIR_MAX_LOGPROBS) num_top = WEIR_MAX_LOGPROBS;
+  for (int32_t i = 0; num_top > 0 && i < vocab; i++) {
+    const float v = x[i];
+    if (!(v > -INFINITY)) continue;
+    /* Strictly better than the last kept entry (a later id never wins a tie). */
+    if (have == num_top && !(v > x[ids[have - 1]])) continue;
+    int32_t j = have < num_top ? have++ : num_top - 1;
+    while (j > 0 && v > x[ids[j - 1]]) {
+      ids[j] = ids[j - 1];
+      j--;
+    }
+    ids[j] = i;
+  }
+  for (int32_t i = 0; i < have; i++) lps[i] = (float)((double)x[ids[i]] - lse);
+  return have;
+}
+
+/* weir_sampler_ops.score for one row of host logits: the reference the host falls back to.
+ * The log-partition is accumulated in double. WEIR_E_INVAL for a token outside [0, vocab) or
+ * num_top outside 0..WEIR_MAX_LOGPROBS. Pure, thread-safe. Since 1.2. */
+static inline int weir_sampler_score_row(const float *row, int32_t vocab, int32_t token,
+                                         int32_t num_top, weir_sample_result *out) {
+  if (token < 0 || token >= vocab || num_top < 0 || num_top > WEIR_MAX_LOGPROBS)
+    return WEIR_E_INVAL;
+  float mx = -INFINITY;
+  for (int32_t i = 0; i < vocab; i++)
+    if (row[i] > mx) mx = row[i];
+  double sum = 0.0;
+  if (mx > -INFINITY)
+    for (int32_t i = 0; i < vocab; i++) sum += exp((double)row[i] - (double)mx);
+  const double lse = mx > -INFINITY ? (double)mx + log(sum) : (double)-INFINITY;
+  out->token = token;
+  out->logprob = (float)((double)row[token] - lse);
+  out->num_top = weir_sampler_top_logprobs(row, vocab, num_top, lse, out->top_tokens,
+                                           out->top_logprobs);
+  return WEIR_OK;
 }
 
 /* weir_sampler_ops.caps bits. Since 1.1. */
