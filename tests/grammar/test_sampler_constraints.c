@@ -271,6 +271,71 @@ static void test_host_fallback(void) {
   weir_sampler_call_free(&direct);
 }
 
+/* Prompt scoring (ABI 1.2): the default sampler's score() and the host's fallback for a
+ * sampler without it (nocaps) give, over logits in device memory, the same logprobs and top
+ * lists as a double-precision log-softmax computed here; ties list the lower id first, -inf
+ * is never listed, and a token outside the vocabulary is refused. */
+static void test_score(void) {
+  weir_sampler_call call, direct;
+  weir_sampler_call_init(&call, g_nocaps, g_device);
+  weir_sampler_call_init(&direct, g_default, g_device);
+  enum { R = 7, K = 5 };
+  float lg[R * V];
+  int32_t toks[R];
+  for (int r = 0; r < R; r++) {
+    for (int i = 0; i < V; i++) lg[r * V + i] = 8.0f * frand() - 4.0f;
+    toks[r] = (int32_t)(frand() * V) % V;
+  }
+  lg[2 * V + 10] = lg[2 * V + 20] = 50.0f; /* a tie at the top */
+  for (int i = 0; i < V; i += 3) lg[3 * V + i] = -INFINITY;
+  toks[3] = 1;
+  const weir_device_ops *dev = g_device->ops;
+  void *dl = NULL;
+  CU_ASSERT_FATAL(dev->alloc(g_device->self, sizeof lg, &dl) == 0);
+  dev->copy_h2d(g_device->self, dl, lg, sizeof lg);
+  weir_sample_result a[R], b[R];
+  WT_ASSERT_INT_EQ(weir_sampler_call_score(&direct, dl, R, V, toks, K, a), 0);
+  WT_ASSERT_INT_EQ(weir_sampler_call_score(&call, dl, R, V, toks, K, b), 0);
+  for (int r = 0; r < R; r++) {
+    const float *x = lg + r * V;
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, (double)x[i]);
+    for (int i = 0; i < V; i++) sum += exp((double)x[i] - mx);
+    const double lse = mx + log(sum);
+    for (int k = 0; k < 2; k++) {
+      const weir_sample_result *o = k ? &b[r] : &a[r];
+      WT_ASSERT_INT_EQ(o->token, toks[r]);
+      CU_ASSERT(fabs((double)o->logprob - ((double)x[toks[r]] - lse)) < 1e-5);
+      WT_ASSERT_INT_EQ(o->num_top, K);
+      for (int t = 0; t < o->num_top; t++) {
+        CU_ASSERT(x[o->top_tokens[t]] > -INFINITY);
+        CU_ASSERT(fabs((double)o->top_logprobs[t] - ((double)x[o->top_tokens[t]] - lse)) < 1e-5);
+        if (t > 0) CU_ASSERT(o->top_logprobs[t] <= o->top_logprobs[t - 1]);
+      }
+      /* Fewer than K tokens beat the list's last entry: nothing better was left out. */
+      int above = 0;
+      for (int i = 0; i < V; i++) above += x[i] > x[o->top_tokens[K - 1]];
+      CU_ASSERT(above < K);
+    }
+    CU_ASSERT(memcmp(a[r].top_tokens, b[r].top_tokens, sizeof(int32_t) * K) == 0);
+  }
+  WT_ASSERT_INT_EQ(a[2].top_tokens[0], 10);
+  WT_ASSERT_INT_EQ(a[2].top_tokens[1], 20);
+  CU_ASSERT(isfinite(a[3].logprob)); /* token 1 is finite; 0, 3, 6, ... are -inf */
+  toks[3] = 3;
+  WT_ASSERT_INT_EQ(weir_sampler_call_score(&direct, dl, R, V, toks, K, a), 0);
+  CU_ASSERT(isinf(a[3].logprob) && a[3].logprob < 0);
+  toks[0] = V;
+  WT_ASSERT_INT_EQ(weir_sampler_call_score(&direct, dl, R, V, toks, K, a), WEIR_E_INVAL);
+  WT_ASSERT_INT_EQ(weir_sampler_call_score(&call, dl, R, V, toks, K, b), WEIR_E_INVAL);
+  toks[0] = 0;
+  WT_ASSERT_INT_EQ(weir_sampler_call_score(&direct, dl, R, V, toks, WEIR_MAX_LOGPROBS + 1, a),
+                   WEIR_E_INVAL);
+  dev->free(g_device->self, dl);
+  weir_sampler_call_free(&call);
+  weir_sampler_call_free(&direct);
+}
+
 static void test_unload(void) {
   weir_plugin_unload(g_default);
   weir_plugin_unload(g_nocaps);
@@ -284,6 +349,7 @@ int main(void) {
       {"default: probs() and draws under mask and bias", test_default_probs_and_draws},
       {"default: 1.0-sized params keep the 1.1 fields out", test_old_params_ignored},
       {"host fallback for a sampler without the caps", test_host_fallback},
+      {"prompt scoring: score() and the host's fallback", test_score},
       {"unload", test_unload},
       {NULL, NULL}};
   return wt_run_suite("sampler_constraints", tests);
