@@ -24,6 +24,12 @@ int weir__api_serves_model(const weir__http_server *s, const char *name) {
   return !strcmp(name, s->model_name);
 }
 
+int weir__api_check_model(const weir__http_server *s, const cJSON *model, api_error *e) {
+  if (cJSON_IsString(model) && weir__api_serves_model(s, model->valuestring)) return 0;
+  return weir__api_fail(e, 404, "model", "model_not_found", "The model `%s` does not exist.",
+                        cJSON_IsString(model) ? model->valuestring : "?");
+}
+
 static uint64_t g_rng;
 static void make_id(char *out, size_t cap, const char *prefix) {
   if (!g_rng) g_rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ uv_hrtime();
@@ -680,11 +686,7 @@ static void handle_tokenize(weir__http_req *r) {
     } else if (!strcmp(it->string, "add_special_tokens")) {
       if (weir__api_want_bool(&e, it, it->string, &add_special)) goto fail_request;
     } else if (!strcmp(it->string, "model")) {
-      if (!cJSON_IsString(it) || !weir__api_serves_model(s, it->valuestring)) {
-        weir__api_fail(&e, 404, "model", "model_not_found", "The model `%s` does not exist.",
-                       cJSON_IsString(it) ? it->valuestring : "?");
-        goto fail_request;
-      }
+      if (weir__api_check_model(s, it, &e)) goto fail_request;
     } else {
       weir__api_unsupported(&e, it->string);
       goto fail_request;
@@ -731,11 +733,7 @@ static void handle_detokenize(weir__http_req *r) {
     if (!strcmp(it->string, "tokens")) {
       tokens = it;
     } else if (!strcmp(it->string, "model")) {
-      if (!cJSON_IsString(it) || !weir__api_serves_model(s, it->valuestring)) {
-        weir__api_fail(&e, 404, "model", "model_not_found", "The model `%s` does not exist.",
-                       cJSON_IsString(it) ? it->valuestring : "?");
-        goto fail_request;
-      }
+      if (weir__api_check_model(s, it, &e)) goto fail_request;
     } else {
       weir__api_unsupported(&e, it->string);
       goto fail_request;

@@ -185,5 +185,8 @@ cJSON *weir__api_chat_lp_content(weir__http_server *s, int k, const weir_sample_
 
 /* 1 when `name` is the served model name or one of its aliases. */
 int weir__api_serves_model(const weir__http_server *s, const char *name);
+/* A request's `model` (any JSON value): 0 when it names the served model or an alias, else
+ * fills e with OpenAI's 404 model_not_found and returns -1. */
+int weir__api_check_model(const weir__http_server *s, const cJSON *model, api_error *e);
 
 #endif

@@ -84,10 +84,7 @@ static const weir_drafter_ops k_ops = {
 };
 
 static const weir_plugin_desc k_desc = {
-    .struct_size = sizeof(weir_plugin_desc),
-    .abi_major = WEIR_ABI_MAJOR,
-    .abi_minor = WEIR_ABI_MINOR,
-    .build_signature = WEIR_BUILD_SIGNATURE,
+    WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_DRAFTER,
     .name = "ngram",
     .version = "1.0.0",

@@ -454,19 +454,14 @@ static const weir_quant_ops k_ops = {
 };
 
 static const weir_plugin_desc k_desc = {
-    .struct_size = sizeof(weir_plugin_desc),
-    .abi_major = WEIR_ABI_MAJOR,
-    .abi_minor = WEIR_ABI_MINOR,
-    .build_signature = WEIR_BUILD_SIGNATURE,
+    WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "awq_int4",
     .version = "0.1.0",
     .description = "activation-aware 4-bit weights on NVIDIA GPUs: GEMV for decode, dequant + "
                    "cuBLAS for prefill",
     .devices = WEIR_DEVICE_CUDA,
-    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1),
+    .dtypes = WEIR_DEQUANTIZE_DTYPES,
     .options = k_options,
     .num_options = OPT_COUNT_,
     .init = a_init,

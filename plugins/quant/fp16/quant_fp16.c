@@ -200,18 +200,13 @@ static const weir_quant_ops k_ops = {
 };
 
 static const weir_plugin_desc k_desc = {
-    .struct_size = sizeof(weir_plugin_desc),
-    .abi_major = WEIR_ABI_MAJOR,
-    .abi_minor = WEIR_ABI_MINOR,
-    .build_signature = WEIR_BUILD_SIGNATURE,
+    WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "fp16",
     .version = "1.0.0",
     .description = "f16 weights (f32 kept as-is), F16C/AVX-512 GEMV and blocked GEMM",
     .devices = WEIR_DEVICE_CPU,
-    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1),
+    .dtypes = WEIR_DEQUANTIZE_DTYPES,
     .options = k_options,
     .num_options = (int)(sizeof k_options / sizeof k_options[0]),
     .init = fp_init,

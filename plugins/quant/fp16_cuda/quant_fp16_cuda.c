@@ -247,18 +247,13 @@ static const weir_quant_ops k_ops = {
 };
 
 static const weir_plugin_desc k_desc = {
-    .struct_size = sizeof(weir_plugin_desc),
-    .abi_major = WEIR_ABI_MAJOR,
-    .abi_minor = WEIR_ABI_MINOR,
-    .build_signature = WEIR_BUILD_SIGNATURE,
+    WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "fp16",
     .version = "0.1.0",
     .description = "half-precision weights on NVIDIA GPUs: GEMV for decode, cuBLAS for prefill",
     .devices = WEIR_DEVICE_CUDA,
-    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1),
+    .dtypes = WEIR_DEQUANTIZE_DTYPES,
     .options = k_options,
     .num_options = 1,
     .init = q_init,

@@ -297,19 +297,14 @@ static const weir_quant_ops k_ops = {
 };
 
 static const weir_plugin_desc k_desc = {
-    .struct_size = sizeof(weir_plugin_desc),
-    .abi_major = WEIR_ABI_MAJOR,
-    .abi_minor = WEIR_ABI_MINOR,
-    .build_signature = WEIR_BUILD_SIGNATURE,
+    WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "int8",
     .version = "1.0.0",
     .description = "symmetric int8 weights, f32 scales per group; int8 activations, "
                    "AVX2/AVX-512/VNNI kernels",
     .devices = WEIR_DEVICE_CPU,
-    .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |
-              WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1),
+    .dtypes = WEIR_DEQUANTIZE_DTYPES,
     .options = k_options,
     .num_options = (int)(sizeof k_options / sizeof k_options[0]),
     .init = q8_init,

@@ -240,6 +240,13 @@ typedef struct weir_plugin_desc {
   const char *variant;
 } weir_plugin_desc;
 
+/* The fields every descriptor fills the same way, first in its initializer:
+ *   static const weir_plugin_desc k_desc = {WEIR_PLUGIN_DESC_HEADER, .kind = ..., ...};
+ * (this SDK's descriptor size, ABI version and build signature). Since 1.2. */
+#define WEIR_PLUGIN_DESC_HEADER                                                               \
+  .struct_size = sizeof(weir_plugin_desc), .abi_major = WEIR_ABI_MAJOR,                     \
+  .abi_minor = WEIR_ABI_MINOR, .build_signature = WEIR_BUILD_SIGNATURE
+
 /* The size of a 1.0 descriptor: the smallest struct_size the host accepts. Since 1.1. */
 #define WEIR_PLUGIN_DESC_SIZE_1_0 (offsetof(weir_plugin_desc, ops) + sizeof(const void *))
 

@@ -21,6 +21,13 @@
 extern "C" {
 #endif
 
+/* The GGUF source types numeric.h's weir_dequantize_row reads, as a weir_plugin_desc.dtypes
+ * mask: what a quant plugin that packs through it accepts. Since 1.2. */
+#define WEIR_DEQUANTIZE_DTYPES                                                                \
+  (WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |                          \
+   WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |                        \
+   WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1))
+
 /* What pack() receives. Borrowed for the call. */
 typedef struct weir_quant_pack_args {
   uint32_t struct_size;   /* 1.0 */
