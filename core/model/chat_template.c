@@ -75,16 +75,47 @@ enum { R_SYSTEM, R_USER, R_ASSISTANT };
 
 /* ---- the families ---- */
 
-static void render_chatml(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen) {
-  (void)r;
+/* The families whose every turn is "open, role, header end, content, close": ChatML, Llama 3,
+ * Zephyr and Phi-3 differ only in these strings. */
+typedef struct turn_style {
+  int bos_first;          /* BOS before the first turn */
+  const char *open;       /* before the role */
+  const char *after_role; /* between the role and the content */
+  int trim;               /* contents are trimmed */
+  const char *close;      /* after the content; NULL: EOS, then close_after_eos */
+  const char *close_after_eos;
+  const char *gen_prompt; /* the generation prompt */
+  int eos_without_gen;    /* without one, the conversation ends with EOS */
+} turn_style;
+
+static const turn_style k_chatml = {0, "<|im_start|>", "\n", 0, "<|im_end|>\n", NULL,
+                                    "<|im_start|>assistant\n", 0};
+static const turn_style k_llama3 = {1, "<|start_header_id|>", "<|end_header_id|>\n\n", 1,
+                                    "<|eot_id|>", NULL,
+                                    "<|start_header_id|>assistant<|end_header_id|>\n\n", 0};
+static const turn_style k_zephyr = {0, "<|", "|>\n", 0, NULL, "\n", "<|assistant|>\n", 0};
+/* Phi-3: like Zephyr with <|end|> closing turns; without a generation prompt the conversation
+ * is closed with EOS. */
+static const turn_style k_phi3 = {0, "<|", "|>\n", 0, "<|end|>\n", NULL, "<|assistant|>\n", 1};
+
+static void render_turns(sbuf *b, const turn_style *st, const weir_chat_message *m, int n,
+                         int gen, const char *bos, const char *eos) {
+  if (st->bos_first) put(b, bos);
   for (int i = 0; i < n; i++) {
-    put(b, "<|im_start|>");
+    put(b, st->open);
     put(b, m[i].role);
-    put(b, "\n");
-    put(b, m[i].content);
-    put(b, "<|im_end|>\n");
+    put(b, st->after_role);
+    if (st->trim) put_trimmed(b, m[i].content);
+    else put(b, m[i].content);
+    if (st->close) {
+      put(b, st->close);
+    } else {
+      put(b, eos);
+      put(b, st->close_after_eos);
+    }
   }
-  if (gen) put(b, "<|im_start|>assistant\n");
+  if (gen) put(b, st->gen_prompt);
+  else if (st->eos_without_gen) put(b, eos);
 }
 
 /* Llama-2-chat: the system prompt is folded into the first [INST] inside <<SYS>>; every user
@@ -126,20 +157,6 @@ static void render_llama2(sbuf *b, const weir_chat_message *m, const int *r, int
   }
 }
 
-static void render_llama3(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
-                          const char *bos) {
-  (void)r;
-  put(b, bos);
-  for (int i = 0; i < n; i++) {
-    put(b, "<|start_header_id|>");
-    put(b, m[i].role);
-    put(b, "<|end_header_id|>\n\n");
-    put_trimmed(b, m[i].content);
-    put(b, "<|eot_id|>");
-  }
-  if (gen) put(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
 /* Mistral instruct: BOS once, [INST] user [/INST] then the reply and EOS. Mistral has no
  * system role: the system prompt opens the first user turn, followed by a blank line. */
 static void render_mistral(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
@@ -166,20 +183,6 @@ static void render_mistral(sbuf *b, const weir_chat_message *m, const int *r, in
       put(b, eos);
     }
   }
-}
-
-static void render_zephyr(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
-                          const char *eos) {
-  (void)r;
-  for (int i = 0; i < n; i++) {
-    put(b, "<|");
-    put(b, m[i].role);
-    put(b, "|>\n");
-    put(b, m[i].content);
-    put(b, eos);
-    put(b, "\n");
-  }
-  if (gen) put(b, "<|assistant|>\n");
 }
 
 /* Gemma: roles user and model; no system role, so the system prompt opens the first user
@@ -210,21 +213,6 @@ static void render_gemma(sbuf *b, const weir_chat_message *m, const int *r, int 
     put(b, "<end_of_turn>\n");
   }
   if (gen) put(b, "<start_of_turn>model\n");
-}
-
-/* Phi-3: like Zephyr with <|end|> closing turns; without a generation prompt the
- * conversation is closed with EOS. */
-static void render_phi3(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
-                        const char *eos) {
-  (void)r;
-  for (int i = 0; i < n; i++) {
-    put(b, "<|");
-    put(b, m[i].role);
-    put(b, "|>\n");
-    put(b, m[i].content);
-    put(b, "<|end|>\n");
-  }
-  put(b, gen ? "<|assistant|>\n" : eos);
 }
 
 int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs, int n,
@@ -280,25 +268,26 @@ int weir_chat_render_ex(weir_chat_template_id id, const weir_chat_message *msgs,
   }
   switch (id) {
   case WEIR_CHAT_CHATML:
-    render_chatml(&b, msgs, roles, n, add_generation_prompt);
+    render_turns(&b, &k_chatml, msgs, n, add_generation_prompt, "", "");
     break;
   case WEIR_CHAT_LLAMA2:
     render_llama2(&b, msgs, roles, n, add_generation_prompt, bos ? bos : "<s>", eos ? eos : "</s>");
     break;
   case WEIR_CHAT_LLAMA3:
-    render_llama3(&b, msgs, roles, n, add_generation_prompt, bos ? bos : "<|begin_of_text|>");
+    render_turns(&b, &k_llama3, msgs, n, add_generation_prompt, bos ? bos : "<|begin_of_text|>",
+                 "");
     break;
   case WEIR_CHAT_MISTRAL:
     render_mistral(&b, msgs, roles, n, add_generation_prompt, bos ? bos : "<s>", eos ? eos : "</s>");
     break;
   case WEIR_CHAT_ZEPHYR:
-    render_zephyr(&b, msgs, roles, n, add_generation_prompt, eos ? eos : "</s>");
+    render_turns(&b, &k_zephyr, msgs, n, add_generation_prompt, "", eos ? eos : "</s>");
     break;
   case WEIR_CHAT_GEMMA:
     render_gemma(&b, msgs, roles, n, add_generation_prompt, bos ? bos : "<bos>");
     break;
   case WEIR_CHAT_PHI3:
-    render_phi3(&b, msgs, roles, n, add_generation_prompt, eos ? eos : "<|endoftext|>");
+    render_turns(&b, &k_phi3, msgs, n, add_generation_prompt, "", eos ? eos : "<|endoftext|>");
     break;
   default:
     break;
