@@ -119,6 +119,12 @@ weir_toml_node *convert(const toml::node &src) {
   return n;
 }
 
+// toml++'s non-ASCII horizontal white space (the code points its table answers "yes" for).
+static bool nonascii_blank(uint32_t cp) {
+  return cp == 0xA0 || cp == 0x1680 || cp == 0x180E || (cp >= 0x2000 && cp <= 0x200B) ||
+         cp == 0x202F || cp == 0x205F || cp == 0x2060 || cp == 0x3000 || cp == 0xFEFF;
+}
+
 // Whether the quote at t[i] starts a string for toml++. A value that starts with a digit, '+'
 // or '-' is read ahead up to the next terminator (white space, ']', '}', ',', '#'), quotes
 // included, so a quote inside such a run (`x = 1'...'`, `x = 1.'...'`) is no string; nor is a
@@ -190,14 +196,18 @@ size_t find_unsafe_codepoint(std::string_view t, int *in_string) {
     case BASIC:
     case ML_BASIC:
       if (skipping) {
-        if (c == ' ' || c == '\t' || c == '\r' || c == '\n') break;
+        /* toml++ skips its non-ASCII blanks here too (U+FEFF among them), and goes on asking. */
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || (len > 1 && nonascii_blank(cp)))
+          break;
         skipping = false;
         if (unsafe) return *in_string = 1, i + 1;
       }
       if (escaped) {
         escaped = false;
         if (unsafe) return *in_string = 1, i + 1;
-        if (st == ML_BASIC && (c == ' ' || c == '\t' || c == '\r' || c == '\n')) skipping = true;
+        if (st == ML_BASIC && (c == ' ' || c == '\t' || c == '\r' || c == '\n' ||
+                               (len > 1 && nonascii_blank(cp))))
+          skipping = true;
         break;
       }
       if (c == '\\') escaped = true;

@@ -138,6 +138,10 @@ static void test_syntax_errors(void) {
   expect_error("[server]\nport = 1.'\xcb\xa0'\n", WEIR_E_FORMAT, "t.toml:2:11: unexpected");
   expect_error("[server]\nport = [-inf.'\xcb\xa0']\n", WEIR_E_FORMAT, "outside a string");
   expect_error("ser =    80_0_0o1m'def\xcb\xa0tok7^\n", WEIR_E_FORMAT, "outside a string");
+  /* A line-ending backslash skips toml++'s non-ASCII blanks too (U+FEFF), then asks about
+   * U+FEFB. */
+  expect_error("[log]\nlevel = \"\"\"x\\\n \xef\xbb\xbf\t\xef\xbb\xbb\"\"\"\n", WEIR_E_FORMAT,
+               "cannot follow a backslash");
   expect_error("[server]\nport = 1\n'\xcb\xa0' = 2\n", WEIR_E_NOTFOUND, "unknown key");
   expect_error("[server]\nport = 1\na.'\xcb\xa0' = 2\n", WEIR_E_NOTFOUND, "unknown key");
   weir_config_defaults(&c);
