@@ -436,6 +436,15 @@ static weir__http_req *detach(weir__api_job *job) {
   return r;
 }
 
+/* A job that failed before its response went out: answers the request with e, frees a, and
+ * ends the job (aborting whatever was already queued). */
+static void fail_job(weir__api_job *job, api_gen *a, const api_error *e) {
+  weir__api_respond_error(detach(job), e);
+  weir__api_gen_free(a);
+  free(a);
+  abandon(job);
+}
+
 /* Queues one engine request per prompt and choice, then starts the stream; takes a (freed
  * here). On a failure the request is answered with the error and what was queued is aborted
  * (the job is freed when their final events arrive). */
@@ -485,10 +494,7 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
   return;
 
 fail_job:
-  weir__api_respond_error(detach(job), &e);
-  weir__api_gen_free(a);
-  free(a);
-  abandon(job);
+  fail_job(job, a, &e);
 }
 
 /* Ends a job whose response is already out (or whose client is gone): choices not queued
@@ -654,10 +660,7 @@ static void handle_generate(weir__http_req *r, int chat) {
   return;
 
 fail_job:
-  weir__api_respond_error(detach(job), &e);
-  weir__api_gen_free(a);
-  free(a);
-  abandon(job);
+  fail_job(job, a, &e);
   return;
 fail_request:
   weir__api_respond_error(r, &e);
