@@ -1063,7 +1063,8 @@ void weir_config_write_ex(const weir_config *c, FILE *f,
     const weir_toml_node *t = weir_toml_get(c->toml, sec);
     for (int i = 0; t && i < t->num_items; i++) {
       if (find_key(sec, t->items[i]->key)) continue;
-      fprintf(f, "%s = ", t->items[i]->key);
+      weir_toml_write_key(f, t->items[i]->key);
+      fputs(" = ", f);
       weir_toml_write_value(f, t->items[i]);
       fputs("  # plugin option\n", f);
     }

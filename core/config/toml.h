@@ -65,5 +65,8 @@ const char *weir_toml_type_name(weir_toml_type t);
 void weir_toml_write_value(FILE *f, const weir_toml_node *n);
 /* Writes a string as a TOML basic string, quoted and escaped. */
 void weir_toml_write_string(FILE *f, const char *s);
+/* A key as TOML reads it back: bare when it is non-empty and only A-Z a-z 0-9 _ -, quoted
+ * otherwise (an empty key, a dot or a space would change its meaning or not parse). */
+void weir_toml_write_key(FILE *f, const char *key);
 
 #endif

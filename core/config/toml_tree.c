@@ -118,6 +118,13 @@ void weir_toml_write_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+void weir_toml_write_key(FILE *f, const char *key) {
+  const char *k = key ? key : "";
+  size_t bare = strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-");
+  if (k[0] && !k[bare]) fputs(k, f);
+  else weir_toml_write_string(f, k);
+}
+
 void weir_toml_write_value(FILE *f, const weir_toml_node *n) {
   switch (n->type) {
   case WEIR_TOML_STRING: weir_toml_write_string(f, n->s); break;
@@ -145,7 +152,9 @@ void weir_toml_write_value(FILE *f, const weir_toml_node *n) {
   case WEIR_TOML_TABLE:
     fputc('{', f);
     for (int i = 0; i < n->num_items; i++) {
-      fprintf(f, "%s%s = ", i ? ", " : " ", n->items[i]->key);
+      fputs(i ? ", " : " ", f);
+      weir_toml_write_key(f, n->items[i]->key);
+      fputs(" = ", f);
       weir_toml_write_value(f, n->items[i]);
     }
     fputs(" }", f);
