@@ -313,30 +313,23 @@ static int put(R *r, jbuf *b, const char *p, size_t n) {
 }
 static int puts_(R *r, jbuf *b, const char *s) { return put(r, b, s, strlen(s)); }
 
-static int repr_str(R *r, const jstr *s, jbuf *b) {
-  int has_sq = memchr(s->p, '\'', s->len) != NULL, has_dq = memchr(s->p, '"', s->len) != NULL;
-  char q = has_sq && !has_dq ? '"' : '\'';
-  if (put(r, b, &q, 1)) return -1;
+/* Chooses how one decoded character is written: NULL keeps its bytes, anything else replaces
+ * them. `byte` is the first byte (what an invalid sequence escapes as); esc is scratch room. */
+typedef const char *(*escape_fn)(uint32_t cp, int valid, unsigned char byte, int quote,
+                                 char esc[16]);
+
+/* Writes s between `quote` characters, copying runs of unescaped bytes at once. */
+static int put_quoted(R *r, jbuf *b, const jstr *s, char quote, escape_fn escape) {
+  if (put(r, b, &quote, 1)) return -1;
+  if (jr_steps(r, s->len / 64)) return -1;
   const unsigned char *p = (const unsigned char *)s->p;
   size_t i = 0, run = 0;
   while (i < s->len) {
-    uint32_t cp;
-    int valid;
-    int k = weir_utf8_next(p + i, s->len - i, &cp, &valid);
+    uint32_t cp = p[i];
+    int k = 1, valid = 1;
+    if (cp >= 0x80) k = weir_utf8_next(p + i, s->len - i, &cp, &valid);
     char esc[16];
-    const char *e = NULL;
-    if (cp == '\\') e = "\\\\";
-    else if (cp == (uint32_t)q) e = q == '\'' ? "\\'" : "\\\"";
-    else if (cp == '\n') e = "\\n";
-    else if (cp == '\r') e = "\\r";
-    else if (cp == '\t') e = "\\t";
-    else if (!valid || !py_isprintable(cp)) {
-      if (!valid) cp = p[i];
-      if (cp < 0x100) snprintf(esc, sizeof esc, "\\x%02x", cp);
-      else if (cp < 0x10000) snprintf(esc, sizeof esc, "\\u%04x", cp);
-      else snprintf(esc, sizeof esc, "\\U%08x", cp);
-      e = esc;
-    }
+    const char *e = escape(cp, valid, p[i], quote, esc);
     if (e) {
       if (run && put(r, b, (const char *)p + i - run, run)) return -1;
       run = 0;
@@ -347,7 +340,28 @@ static int repr_str(R *r, const jstr *s, jbuf *b) {
     i += (size_t)k;
   }
   if (run && put(r, b, (const char *)p + i - run, run)) return -1;
-  return put(r, b, &q, 1);
+  return put(r, b, &quote, 1);
+}
+
+/* Python's repr() of a str. */
+static const char *repr_escape(uint32_t cp, int valid, unsigned char byte, int quote,
+                               char esc[16]) {
+  if (cp == '\\') return "\\\\";
+  if (cp == (uint32_t)quote) return quote == '\'' ? "\\'" : "\\\"";
+  if (cp == '\n') return "\\n";
+  if (cp == '\r') return "\\r";
+  if (cp == '\t') return "\\t";
+  if (valid && py_isprintable(cp)) return NULL;
+  if (!valid) cp = byte;
+  if (cp < 0x100) snprintf(esc, 16, "\\x%02x", cp);
+  else if (cp < 0x10000) snprintf(esc, 16, "\\u%04x", cp);
+  else snprintf(esc, 16, "\\U%08x", cp);
+  return esc;
+}
+
+static int repr_str(R *r, const jstr *s, jbuf *b) {
+  int has_sq = memchr(s->p, '\'', s->len) != NULL, has_dq = memchr(s->p, '"', s->len) != NULL;
+  return put_quoted(r, b, s, has_sq && !has_dq ? '"' : '\'', repr_escape);
 }
 
 static int str_or_repr(R *r, jv v, jbuf *b, int repr) {
@@ -431,54 +445,44 @@ int jv_to_str(R *r, jv v, jstr **out) {
 
 /* ---- json.dumps ---- */
 
-static int json_str(R *r, const jstr *s, jbuf *b, int ensure_ascii) {
-  const unsigned char *p = (const unsigned char *)s->p;
-  if (put(r, b, "\"", 1)) return -1;
-  size_t i = 0, run = 0;
-  if (jr_steps(r, s->len / 64)) return -1;
-  while (i < s->len) {
-    uint32_t cp = p[i];
-    int k = 1, valid = 1;
-    if (cp >= 0x80) k = weir_utf8_next(p + i, s->len - i, &cp, &valid);
-    char esc[16];
-    const char *e = NULL;
-    switch (cp) {
-    case '"': e = "\\\""; break;
-    case '\\': e = "\\\\"; break;
-    case '\n': e = "\\n"; break;
-    case '\r': e = "\\r"; break;
-    case '\t': e = "\\t"; break;
-    case '\b': e = "\\b"; break;
-    case '\f': e = "\\f"; break;
-    default:
-      if (cp < 0x20) {
-        snprintf(esc, sizeof esc, "\\u%04x", cp);
-        e = esc;
-      } else if (ensure_ascii && cp >= 0x7f) {
-        if (cp == 0x7f) {
-          e = NULL; /* DEL is ASCII: json.dumps keeps it */
-        } else if (cp >= 0x10000) {
-          uint32_t v = cp - 0x10000;
-          snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
-          e = esc;
-        } else {
-          snprintf(esc, sizeof esc, "\\u%04x", cp);
-          e = esc;
-        }
-      }
-    }
-    (void)valid;
-    if (e) {
-      if (run && put(r, b, (const char *)p + i - run, run)) return -1;
-      run = 0;
-      if (puts_(r, b, e)) return -1;
-    } else {
-      run += (size_t)k;
-    }
-    i += (size_t)k;
+/* json.dumps: the JSON escapes, control characters as \\u, and with ensure_ascii everything
+ * past ASCII as \\u (a surrogate pair above the BMP). */
+static const char *json_escape_common(uint32_t cp, int ensure_ascii, char esc[16]) {
+  switch (cp) {
+  case '"': return "\\\"";
+  case '\\': return "\\\\";
+  case '\n': return "\\n";
+  case '\r': return "\\r";
+  case '\t': return "\\t";
+  case '\b': return "\\b";
+  case '\f': return "\\f";
   }
-  if (run && put(r, b, (const char *)p + i - run, run)) return -1;
-  return put(r, b, "\"", 1);
+  if (cp < 0x20 || (ensure_ascii && cp > 0x7f && cp < 0x10000)) {
+    snprintf(esc, 16, "\\u%04x", cp);
+    return esc;
+  }
+  if (ensure_ascii && cp >= 0x10000) {
+    uint32_t v = cp - 0x10000;
+    snprintf(esc, 16, "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
+    return esc;
+  }
+  return NULL; /* DEL is ASCII: json.dumps keeps it */
+}
+
+static const char *json_escape(uint32_t cp, int valid, unsigned char byte, int quote,
+                               char esc[16]) {
+  (void)valid, (void)byte, (void)quote;
+  return json_escape_common(cp, 0, esc);
+}
+
+static const char *json_escape_ascii(uint32_t cp, int valid, unsigned char byte, int quote,
+                                     char esc[16]) {
+  (void)valid, (void)byte, (void)quote;
+  return json_escape_common(cp, 1, esc);
+}
+
+static int json_str(R *r, const jstr *s, jbuf *b, int ensure_ascii) {
+  return put_quoted(r, b, s, '"', ensure_ascii ? json_escape_ascii : json_escape);
 }
 
 static int json_indent(R *r, jbuf *b, const char *indent, int level) {
