@@ -70,8 +70,29 @@ static void put_trimmed(sbuf *b, const char *s) {
   put_n(b, s + i, n - i);
 }
 
+/* Appends open + sys + sep + content trimmed as one string: the templates that fold the
+ * system prompt into the first user turn trim the joined text, not each part. */
+static void put_trimmed_folded(sbuf *b, const char *open, const char *sys, const char *sep,
+                               const char *content) {
+  sbuf tmp = {0};
+  put(&tmp, open);
+  put(&tmp, sys);
+  put(&tmp, sep);
+  put(&tmp, content);
+  if (tmp.oom) b->oom = 1;
+  else put_trimmed(b, tmp.p);
+  free(tmp.p);
+}
 
 enum { R_SYSTEM, R_USER, R_ASSISTANT };
+
+/* A leading system message, which the families without a system role fold into the first
+ * user turn: returns its content (NULL when there is none) and sets *first to the index of
+ * the first message after it. */
+static const char *leading_system(const weir_chat_message *m, const int *r, int n, int *first) {
+  *first = n > 0 && r[0] == R_SYSTEM;
+  return *first ? m[0].content : NULL;
+}
 
 /* ---- the families ---- */
 
@@ -123,12 +144,8 @@ static void render_turns(sbuf *b, const turn_style *st, const weir_chat_message 
 static void render_llama2(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
                           const char *bos, const char *eos) {
   (void)gen; /* the prompt already ends with [/INST]: nothing to add */
-  const char *sys = NULL;
-  int first = 0;
-  if (n > 0 && r[0] == R_SYSTEM) {
-    sys = m[0].content;
-    first = 1;
-  }
+  int first;
+  const char *sys = leading_system(m, r, n, &first);
   for (int i = first; i < n; i++) {
     if (r[i] == R_USER) {
       put(b, bos);
@@ -136,14 +153,7 @@ static void render_llama2(sbuf *b, const weir_chat_message *m, const int *r, int
       if (i == first && sys) {
         /* The reference strips the whole "<<SYS>>\n" + system + "\n<</SYS>>\n\n" +
          * content string, which in effect trims only the end of the user content. */
-        sbuf tmp = {0};
-        put(&tmp, "<<SYS>>\n");
-        put(&tmp, sys);
-        put(&tmp, "\n<</SYS>>\n\n");
-        put(&tmp, m[i].content);
-        if (tmp.oom) b->oom = 1;
-        else put_trimmed(b, tmp.p);
-        free(tmp.p);
+        put_trimmed_folded(b, "<<SYS>>\n", sys, "\n<</SYS>>\n\n", m[i].content);
       } else {
         put_trimmed(b, m[i].content);
       }
@@ -162,12 +172,8 @@ static void render_llama2(sbuf *b, const weir_chat_message *m, const int *r, int
 static void render_mistral(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
                            const char *bos, const char *eos) {
   (void)gen;
-  const char *sys = NULL;
-  int first = 0;
-  if (n > 0 && r[0] == R_SYSTEM) {
-    sys = m[0].content;
-    first = 1;
-  }
+  int first;
+  const char *sys = leading_system(m, r, n, &first);
   put(b, bos);
   for (int i = first; i < n; i++) {
     if (r[i] == R_USER) {
@@ -189,24 +195,14 @@ static void render_mistral(sbuf *b, const weir_chat_message *m, const int *r, in
  * turn followed by a blank line. Contents are trimmed. */
 static void render_gemma(sbuf *b, const weir_chat_message *m, const int *r, int n, int gen,
                          const char *bos) {
-  const char *sys = NULL;
-  int first = 0;
-  if (n > 0 && r[0] == R_SYSTEM) {
-    sys = m[0].content;
-    first = 1;
-  }
+  int first;
+  const char *sys = leading_system(m, r, n, &first);
   put(b, bos);
   for (int i = first; i < n; i++) {
     put(b, r[i] == R_USER ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
     if (i == first && sys) {
       /* Folded first, then trimmed as one content, as the template would trim it. */
-      sbuf tmp = {0};
-      put(&tmp, sys);
-      put(&tmp, "\n\n");
-      put(&tmp, m[i].content);
-      if (tmp.oom) b->oom = 1;
-      else put_trimmed(b, tmp.p);
-      free(tmp.p);
+      put_trimmed_folded(b, "", sys, "\n\n", m[i].content);
     } else {
       put_trimmed(b, m[i].content);
     }
