@@ -30,6 +30,13 @@ int weir__api_check_model(const weir__http_server *s, const cJSON *model, api_er
                         cJSON_IsString(model) ? model->valuestring : "?");
 }
 
+/* A key of a tokenize or detokenize body that is not the endpoint's own: `model` is checked,
+ * anything else refused as unsupported. 0 or -1 with e filled. */
+static int other_key(const weir__http_server *s, const cJSON *it, api_error *e) {
+  if (!strcmp(it->string, "model")) return weir__api_check_model(s, it, e);
+  return weir__api_unsupported(e, it->string);
+}
+
 static uint64_t g_rng;
 static void make_id(char *out, size_t cap, const char *prefix) {
   if (!g_rng) g_rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ uv_hrtime();
@@ -688,10 +695,7 @@ static void handle_tokenize(weir__http_req *r) {
       text = it;
     } else if (!strcmp(it->string, "add_special_tokens")) {
       if (weir__api_want_bool(&e, it, it->string, &add_special)) goto fail_request;
-    } else if (!strcmp(it->string, "model")) {
-      if (weir__api_check_model(s, it, &e)) goto fail_request;
-    } else {
-      weir__api_unsupported(&e, it->string);
+    } else if (other_key(s, it, &e)) {
       goto fail_request;
     }
   }
@@ -735,10 +739,7 @@ static void handle_detokenize(weir__http_req *r) {
   for (const cJSON *it = root->child; it; it = it->next) {
     if (!strcmp(it->string, "tokens")) {
       tokens = it;
-    } else if (!strcmp(it->string, "model")) {
-      if (weir__api_check_model(s, it, &e)) goto fail_request;
-    } else {
-      weir__api_unsupported(&e, it->string);
+    } else if (other_key(s, it, &e)) {
       goto fail_request;
     }
   }

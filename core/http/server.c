@@ -156,6 +156,7 @@ static void conn_resume(weir__http_conn *c);
 static void conn_pause_reading(weir__http_conn *c);
 static void conn_set_timer(weir__http_conn *c, int mode);
 static void on_timer(uv_timer_t *t);
+static int queue_error(weir__http_conn *c, int status, const char *message);
 static void write_done(write_req *wr, int status);
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -354,24 +355,9 @@ static void on_timer(uv_timer_t *t) {
     /* fall through */
   case T_BODY: {
     /* Slow or stalled client: answer 408 after whatever is ahead of it, then close. */
-    weir__http_req *r = c->parsing;
-    c->parsing = NULL;
-    if (!r) r = calloc(1, sizeof *r);
-    if (!r) {
-      conn_close(c);
+    if (queue_error(c, 408, mode == T_HEADER ? "timed out waiting for the request headers"
+                                             : "timed out waiting for the request body"))
       return;
-    }
-    r->conn = c;
-    r->srv = c->srv;
-    r->error_status = 408;
-    r->error_message = mode == T_HEADER ? "timed out waiting for the request headers"
-                                        : "timed out waiting for the request body";
-    c->no_more_requests = 1;
-    idle_remove(c);
-    if (c->tail) c->tail->next = r;
-    else c->head = r;
-    c->tail = r;
-    c->queued++;
     conn_process(c);
     break;
   }
@@ -740,14 +726,15 @@ static int on_message_complete(llhttp_t *p) {
   return c->queued >= MAX_PIPELINED ? HPE_PAUSED : 0;
 }
 
-/* Queues a request that answers with an error and closes the connection. */
-static void queue_error(weir__http_conn *c, int status, const char *message) {
+/* Queues a request that answers with an error and closes the connection after it. -1 when
+ * out of memory: the connection is closed at once. */
+static int queue_error(weir__http_conn *c, int status, const char *message) {
   weir__http_req *r = c->parsing;
   c->parsing = NULL;
   if (!r) r = calloc(1, sizeof *r);
   if (!r) {
     conn_close(c);
-    return;
+    return -1;
   }
   r->conn = c;
   r->srv = c->srv;
@@ -759,6 +746,7 @@ static void queue_error(weir__http_conn *c, int status, const char *message) {
   else c->head = r;
   c->tail = r;
   c->queued++;
+  return 0;
 }
 
 /* Parses received bytes. When the parser pauses (MAX_PIPELINED requests queued) the bytes it
