@@ -225,6 +225,22 @@ static int parse_escape(rparse *p, int in_class, int *cls, uint32_t *cp) {
   return 0;
 }
 
+/* One member of a bracket class: an escape (which may be a shorthand class, set in *cls) or
+ * a literal code point. Nonzero after fail(). */
+static int class_atom(rparse *p, int *cls, uint32_t *cp) {
+  if (peek(p) == '\\') {
+    p->i++;
+    return parse_escape(p, 1, cls, cp);
+  }
+  const int32_t u = next_cp(p);
+  if (u < 0) {
+    fail(p, "%s", "invalid UTF-8");
+    return -1;
+  }
+  *cp = (uint32_t)u;
+  return 0;
+}
+
 static uint32_t parse_class(rparse *p) {
   weir__cpset s = {0}, out = {0};
   int negate = 0, first = 1, shorthand = 0;
@@ -245,20 +261,11 @@ static uint32_t parse_class(rparse *p) {
     first = 0;
     uint32_t lo;
     int cls = CLS_NONE;
-    if (c == '\\') {
-      p->i++;
-      if (parse_escape(p, 1, &cls, &lo)) goto err;
-    } else if (c == '[' && p->i + 1 < p->n && p->s[p->i + 1] == ':') {
+    if (c == '[' && p->i + 1 < p->n && p->s[p->i + 1] == ':') {
       fail(p, "%s", "POSIX classes ([:alpha:]) are not supported");
       goto err;
-    } else {
-      const int32_t u = next_cp(p);
-      if (u < 0) {
-        fail(p, "%s", "invalid UTF-8");
-        goto err;
-      }
-      lo = (uint32_t)u;
     }
+    if (class_atom(p, &cls, &lo)) goto err;
     if (cls != CLS_NONE) {
       shorthand = 1;
       if (add_shorthand(&s, cls)) goto nomem;
@@ -267,20 +274,10 @@ static uint32_t parse_class(rparse *p) {
     uint32_t hi = lo;
     if (peek(p) == '-' && p->i + 1 < p->n && p->s[p->i + 1] != ']') {
       p->i++;
-      if (peek(p) == '\\') {
-        p->i++;
-        if (parse_escape(p, 1, &cls, &hi)) goto err;
-        if (cls != CLS_NONE) {
-          fail(p, "%s", "a class shorthand cannot end a range");
-          goto err;
-        }
-      } else {
-        const int32_t u = next_cp(p);
-        if (u < 0) {
-          fail(p, "%s", "invalid UTF-8");
-          goto err;
-        }
-        hi = (uint32_t)u;
+      if (class_atom(p, &cls, &hi)) goto err;
+      if (cls != CLS_NONE) {
+        fail(p, "%s", "a class shorthand cannot end a range");
+        goto err;
       }
       if (hi < lo) {
         fail(p, "%s", "a range out of order");
