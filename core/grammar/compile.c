@@ -222,6 +222,15 @@ typedef struct nfa {
   int failed; /* 1 nomem, 2 too large */
 } nfa;
 
+/* realloc that keeps the old block when it fails (the caller's pointer stays valid and
+ * freeable) and then sets *failed. */
+static void *grow_or_keep(void *p, size_t bytes, int *failed) {
+  void *q = realloc(p, bytes);
+  if (q) return q;
+  *failed = 1;
+  return p;
+}
+
 static uint32_t nfa_state(nfa *m) {
   if (m->n_states >= m->max_states) {
     m->failed = m->failed ? m->failed : 2;
@@ -234,13 +243,11 @@ static void nfa_edge(nfa *m, uint32_t from, uint32_t to, int32_t label) {
   if (m->failed) return;
   if (m->n_edges == m->cap_edges) {
     uint32_t cap = m->cap_edges ? m->cap_edges * 2 : 256;
-    uint32_t *f = realloc(m->e_from, cap * sizeof *f);
-    if (f) m->e_from = f;
-    uint32_t *t = realloc(m->e_to, cap * sizeof *t);
-    if (t) m->e_to = t;
-    int32_t *l = realloc(m->e_label, cap * sizeof *l);
-    if (l) m->e_label = l;
-    if (!f || !t || !l) {
+    int failed = 0;
+    m->e_from = grow_or_keep(m->e_from, cap * sizeof *m->e_from, &failed);
+    m->e_to = grow_or_keep(m->e_to, cap * sizeof *m->e_to, &failed);
+    m->e_label = grow_or_keep(m->e_label, cap * sizeof *m->e_label, &failed);
+    if (failed) {
       m->failed = 1;
       return;
     }
@@ -647,13 +654,11 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
       } else {
         if (out->n_refs == out->cap_refs) {
           uint32_t cap = out->cap_refs ? out->cap_refs * 2 : 64;
-          uint32_t *s1 = realloc(out->r_state, cap * sizeof *s1);
-          if (s1) out->r_state = s1;
-          uint32_t *s2 = realloc(out->r_rule, cap * sizeof *s2);
-          if (s2) out->r_rule = s2;
-          uint32_t *s3 = realloc(out->r_target, cap * sizeof *s3);
-          if (s3) out->r_target = s3;
-          if (!s1 || !s2 || !s3) goto free_all;
+          int failed = 0;
+          out->r_state = grow_or_keep(out->r_state, cap * sizeof *out->r_state, &failed);
+          out->r_rule = grow_or_keep(out->r_rule, cap * sizeof *out->r_rule, &failed);
+          out->r_target = grow_or_keep(out->r_target, cap * sizeof *out->r_target, &failed);
+          if (failed) goto free_all;
           out->cap_refs = cap;
         }
         out->r_state[out->n_refs] = i;
