@@ -21,8 +21,5 @@ struct option;
  * option and returns -1; 0 when every "--name" in argv (up to "--") is exact. */
 int weir__check_long_options(const char *cmd, int argc, char **argv,
                              const struct option *longopts);
-/* Reads a whole file into a malloc'd buffer with a NUL after its bytes (the caller frees);
- * *len (may be NULL) gets the byte count. NULL when it cannot be opened or read. */
-char *weir__read_file(const char *path, size_t *len);
 
 #endif

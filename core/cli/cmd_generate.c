@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/buf.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "util/log.h"
@@ -132,7 +133,7 @@ int weir__cmd_generate(int argc, char **argv) {
       break;
     case G_PROMPT_FILE:
       free(prompt);
-      if (!(prompt = weir__read_file(o.arg, NULL))) {
+      if (!(prompt = weir_read_file(o.arg, NULL))) {
         snprintf(o.err, sizeof o.err, "weir generate: cannot read %s", o.arg);
         bad = 2;
       }

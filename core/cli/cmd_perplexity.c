@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/buf.h"
 #include "config/config.h"
 #include "kv/kv_pool.h"
 #include "model/calib.h"
@@ -179,7 +180,7 @@ int weir__cmd_perplexity(int argc, char **argv) {
 
   ret = 1;
   size_t text_len = 0;
-  if (!(text = weir__read_file(file, &text_len))) {
+  if (!(text = weir_read_file(file, &text_len))) {
     fprintf(stderr, "weir perplexity: cannot read %s\n", file);
     goto out;
   }

@@ -12,6 +12,7 @@
 #include "kv/kv_pool.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
+#include "util/buf.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "weir/device.h"
@@ -105,36 +106,6 @@ const char *weir_calib_text_path(const weir_config *cfg, char *buf, size_t len) 
   return buf;
 }
 
-static char *read_text(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) break;
-    if (n == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(buf);
-    return NULL;
-  }
-  *len = n;
-  return buf;
-}
-
 /* The calibration plugins: CPU device with the same thread count, cpu_paged with an f32 KV
  * cache, fp16 keeping F32 weights in f32 (F16/BF16 sources are exact in it), no drafter;
  * the plugin directories of the serving config. */
@@ -171,7 +142,7 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   int32_t *pos = NULL, *rows = NULL, *bt = NULL, *toks = NULL;
   const double t0 = now_s();
 
-  char *text = read_text(text_path, &text_len);
+  char *text = weir_read_file(text_path, &text_len);
   if (!text) {
     weir_set_err(err, errlen, "calibration text %s: %s (set quant.calibration_text = FILE, "
                   "or turn calibration off: quant.calibration = false)",

@@ -90,3 +90,24 @@ void weir_buf_append_utf8(weir_buf *b, const char *s, size_t n) {
   }
   free(out);
 }
+
+char *weir_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  weir_buf b = {0};
+  char chunk[1 << 16];
+  size_t r;
+  while ((r = fread(chunk, 1, sizeof chunk, f)) > 0 && !b.oom) weir_buf_append(&b, chunk, r);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    weir_buf_free(&b);
+    return NULL;
+  }
+  /* An empty file is an empty string, not a failure. */
+  if (!b.p && !b.oom) weir_buf_append(&b, "", 0);
+  size_t n = b.len;
+  char *out = weir_buf_take(&b, NULL);
+  if (out && len) *len = n;
+  return out;
+}

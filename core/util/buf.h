@@ -32,4 +32,9 @@ char *weir_buf_take(weir_buf *b, size_t *len);
  * client or a log must be valid UTF-8). */
 void weir_buf_append_utf8(weir_buf *b, const char *s, size_t n);
 
+/* Reads a whole file into a malloc'd buffer with a NUL after its bytes (the caller frees);
+ * *len (may be NULL) gets the byte count. NULL when it cannot be opened or read (errno set)
+ * or memory runs out. */
+char *weir_read_file(const char *path, size_t *len);
+
 #endif

@@ -12,6 +12,36 @@
 #include "util/log.h"
 #include "util/progress.h"
 
+/* weir_read_file: an empty file, one larger than its read chunk with a NUL inside, a missing
+ * one. */
+static void test_read_file(void) {
+  char path[] = "/tmp/weir-read-XXXXXX";
+  int fd = mkstemp(path);
+  CU_ASSERT_FATAL(fd >= 0);
+  size_t len = 99;
+  char *s = weir_read_file(path, &len);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  WT_ASSERT_INT_EQ(len, 0);
+  CU_ASSERT_STRING_EQUAL(s, "");
+  free(s);
+  enum { N = 200000 };
+  char *data = malloc(N);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+  for (size_t i = 0; i < N; i++) data[i] = (char)(i * 7 + 1);
+  data[70000] = 0;
+  CU_ASSERT_FATAL(write(fd, data, N) == N);
+  close(fd);
+  s = weir_read_file(path, &len);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  WT_ASSERT_INT_EQ(len, N);
+  CU_ASSERT(!memcmp(s, data, N));
+  CU_ASSERT(s[N] == 0);
+  free(s);
+  free(data);
+  unlink(path);
+  CU_ASSERT_PTR_NULL(weir_read_file(path, &len));
+}
+
 static void test_buf(void) {
   weir_buf b = {0};
   weir_buf_puts(&b, "");
@@ -147,6 +177,7 @@ static void test_progress_threads(void) {
 
 int main(void) {
   static const wt_test tests[] = {{"buf", test_buf},
+                                  {"read_file", test_read_file},
                                   {"progress logs begin, periodic lines, end", test_progress_log},
                                   {"progress is silent above info", test_progress_quiet},
                                   {"progress is readable from another thread", test_progress_threads},
