@@ -64,6 +64,21 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* The wait both sides use: spin WEIR_TP_SPIN times, then yield WEIR_TP_YIELDS times, then
+ * say it is time to sleep on the futex (and start counting again for the next wake-up). */
+static inline int time_to_sleep(int *spins) {
+  if (++*spins < WEIR_TP_SPIN) {
+    cpu_relax();
+    return 0;
+  }
+  if (*spins < WEIR_TP_SPIN + WEIR_TP_YIELDS) {
+    sched_yield();
+    return 0;
+  }
+  *spins = 0;
+  return 1;
+}
+
 /* Claims and runs chunks until none are left. */
 static void run_chunks(struct weir_threadpool *p, int thread) {
   for (;;) {
@@ -82,21 +97,13 @@ static void *worker_main(void *a) {
     uint32_t s;
     int spins = 0;
     while ((s = atomic_load_explicit(&p->seq, memory_order_acquire)) == seen) {
-      if (++spins < WEIR_TP_SPIN) {
-        cpu_relax();
-        continue;
-      }
-      if (spins < WEIR_TP_SPIN + WEIR_TP_YIELDS) {
-        sched_yield();
-        continue;
-      }
+      if (!time_to_sleep(&spins)) continue;
       /* Announce the sleep before re-checking: the caller bumps seq and then reads
        * sleepers, so one of us sees the other (both accesses are sequentially
        * consistent). */
       atomic_fetch_add(&p->sleepers, 1);
       if (atomic_load(&p->seq) == seen) futex_wait(&p->seq, seen);
       atomic_fetch_sub(&p->sleepers, 1);
-      spins = 0;
     }
     seen = s;
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
@@ -185,18 +192,10 @@ void weir_threadpool_parallel_for(weir_threadpool *p, int64_t n, int64_t grain,
   for (;;) {
     int r = atomic_load_explicit(&p->remaining, memory_order_acquire);
     if (r == 0) break;
-    if (++spins < WEIR_TP_SPIN) {
-      cpu_relax();
-      continue;
-    }
-    if (spins < WEIR_TP_SPIN + WEIR_TP_YIELDS) {
-      sched_yield();
-      continue;
-    }
+    if (!time_to_sleep(&spins)) continue;
     atomic_store(&p->caller_waiting, 1);
     if (atomic_load(&p->remaining) == r && r != 0) futex_wait((_Atomic uint32_t *)&p->remaining, (uint32_t)r);
     atomic_store(&p->caller_waiting, 0);
-    spins = 0;
   }
   pthread_mutex_unlock(&p->call);
 }
