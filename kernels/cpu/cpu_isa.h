@@ -33,8 +33,13 @@ const char *weir_cpu_isa_name(weir_cpu_isa_level level);
 #define WEIR_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define WEIR_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define WEIR_TARGET_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 #else
 #define WEIR_X86 0
 #endif
+
+/* For the small helpers of a SIMD kernel, which must inline into their target function. */
+#define WEIR_ALWAYS_INLINE inline __attribute__((always_inline))
 
 #endif

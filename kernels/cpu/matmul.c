@@ -8,8 +8,6 @@
 #include <immintrin.h>
 #endif
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
 /* Bytes of x a token block may occupy: small enough to stay in L2 next to the W rows. */
 #define X_BLOCK_BYTES (256 * 1024)
 
@@ -66,16 +64,16 @@ static void rows_scalar(const weir_matmul_args *a, int64_t r0, int64_t r1) {
 #if WEIR_X86
 /* ---- AVX2 + FMA + F16C -------------------------------------------------------------------- */
 
-WEIR_TARGET_AVX2 static ALWAYS_INLINE __m256 ld_w8(const void *w, int64_t i, int f16) {
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE __m256 ld_w8(const void *w, int64_t i, int f16) {
   if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
   return _mm256_loadu_ps((const float *)w + i);
 }
 
-WEIR_TARGET_AVX2 static ALWAYS_INLINE float w_at(const void *w, int64_t i, int f16) {
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE float w_at(const void *w, int64_t i, int f16) {
   return f16 ? weir_f16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
 }
 
-WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -83,7 +81,7 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
 }
 
 /* One row, one token. */
-WEIR_TARGET_AVX2 static ALWAYS_INLINE float dot1_avx2(const void *w, int64_t off, const float *x,
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE float dot1_avx2(const void *w, int64_t off, const float *x,
                                                       int64_t n, int f16) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int64_t k = 0;
@@ -98,7 +96,7 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE float dot1_avx2(const void *w, int64_t off
 }
 
 /* GEMV: 4 rows x 1 token, two accumulators per row (8 independent FMA chains). */
-WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemv4_avx2(const void *w, int64_t r, int64_t cols,
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE void gemv4_avx2(const void *w, int64_t r, int64_t cols,
                                                       const float *x, float *y, int f16) {
   __m256 acc[4][2];
   for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
@@ -126,7 +124,7 @@ WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemv4_avx2(const void *w, int64_t r, 
 
 /* GEMM micro-kernel: 4 rows x 3 tokens = 12 accumulators, W converted once per 3 tokens. */
 #define T_AVX2 3
-WEIR_TARGET_AVX2 static ALWAYS_INLINE void gemm4x3_avx2(const weir_matmul_args *a, int64_t r,
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE void gemm4x3_avx2(const weir_matmul_args *a, int64_t r,
                                                         int64_t t, int64_t k0, int64_t k1,
                                                         int accumulate, int f16, const int nt) {
   const int64_t cols = a->cols;
@@ -174,7 +172,7 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_matmul_args *a, int64_t r, int
   }
 }
 
-WEIR_TARGET_AVX2 static ALWAYS_INLINE void rows_avx2_impl(const weir_matmul_args *a, int64_t r0,
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE void rows_avx2_impl(const weir_matmul_args *a, int64_t r0,
                                                           int64_t r1, int f16) {
   const int64_t n = a->n_tokens, cols = a->cols, rows = a->rows;
   int64_t rg_end = r0 + (r1 - r0) / 4 * 4;
@@ -222,21 +220,21 @@ WEIR_TARGET_AVX2 static void rows_avx2_f32(const weir_matmul_args *a, int64_t r0
 
 /* ---- AVX-512 ---------------------------------------------------------------------------- */
 
-WEIR_TARGET_AVX512 static ALWAYS_INLINE __m512 ld_w16(const void *w, int64_t i, int f16) {
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE __m512 ld_w16(const void *w, int64_t i, int f16) {
   if (f16)
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
   return _mm512_loadu_ps((const float *)w + i);
 }
 
 /* Loads the first `m` (< 16) lanes, zeroing the rest: the column tail without a scalar loop. */
-WEIR_TARGET_AVX512 static ALWAYS_INLINE __m512 ld_w16_tail(const void *w, int64_t i, int f16,
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE __m512 ld_w16_tail(const void *w, int64_t i, int f16,
                                                            __mmask16 m) {
   if (f16)
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i));
   return _mm512_maskz_loadu_ps(m, (const float *)w + i);
 }
 
-WEIR_TARGET_AVX512 static ALWAYS_INLINE float dot1_avx512(const void *w, int64_t off,
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE float dot1_avx512(const void *w, int64_t off,
                                                           const float *x, int64_t n, int f16) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int64_t k = 0;
@@ -253,7 +251,7 @@ WEIR_TARGET_AVX512 static ALWAYS_INLINE float dot1_avx512(const void *w, int64_t
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemv4_avx512(const void *w, int64_t r, int64_t cols,
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void gemv4_avx512(const void *w, int64_t r, int64_t cols,
                                                           const float *x, float *y, int f16) {
   __m512 acc[4][2];
   for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -278,7 +276,7 @@ WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemv4_avx512(const void *w, int64_t
 
 /* 4 rows x 6 tokens = 24 of the 32 zmm registers as accumulators. */
 #define T_AVX512 6
-WEIR_TARGET_AVX512 static ALWAYS_INLINE void gemm4x6_avx512(const weir_matmul_args *a, int64_t r,
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void gemm4x6_avx512(const weir_matmul_args *a, int64_t r,
                                                             int64_t t, int64_t k0, int64_t k1,
                                                             int accumulate, int f16, const int nt) {
   const int64_t cols = a->cols;
@@ -343,7 +341,7 @@ WEIR_TARGET_AVX512 static void tile_avx512(const weir_matmul_args *a, int64_t r,
   }
 }
 
-WEIR_TARGET_AVX512 static ALWAYS_INLINE void rows_avx512_impl(const weir_matmul_args *a,
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void rows_avx512_impl(const weir_matmul_args *a,
                                                               int64_t r0, int64_t r1, int f16) {
   const int64_t n = a->n_tokens, cols = a->cols, rows = a->rows;
   int64_t rg_end = r0 + (r1 - r0) / 4 * 4;

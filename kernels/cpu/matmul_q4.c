@@ -9,15 +9,7 @@
 
 #if WEIR_X86
 #include <immintrin.h>
-#define TARGET_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 #endif
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-/* Bytes of quantized activations a token block may occupy (stays in L2 while the quads of a
- * thread's share stream past it), as in the int8 kernels. */
-#define XQ_BLOCK_BYTES (192 * 1024)
 
 int weir_q4_layout_init(weir_q4_layout *l, int64_t rows, int64_t cols, int64_t group, int sym) {
   memset(l, 0, sizeof *l);
@@ -252,7 +244,7 @@ static inline int group_shift(const weir_q4_layout *l) {
 }
 
 static inline int64_t token_block(int64_t kp, int64_t nt) {
-  int64_t tb = XQ_BLOCK_BYTES / kp;
+  int64_t tb = WEIR_Q8_ACT_BLOCK_BYTES / kp;
   tb = tb / nt * nt;
   return tb < nt ? nt : tb;
 }
@@ -276,7 +268,7 @@ static inline void prefetch_next_tail(const weir_q4_layout *l, const uint8_t *qu
  * vpmaddwd per half and chunk turns them into int32 lane sums. The offsets m meet the
  * per-group activation sums once per row, after the chunks. */
 
-WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -432,13 +424,13 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
         a->y[(t + j) * l->rows + qd * 4 + i] = _mm512_reduce_add_ps(acc[i][j]);                \
   }
 
-WEIR_TARGET_AVX512 static ALWAYS_INLINE void tile_avx512(const weir_q4_matmul_args *a,
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void tile_avx512(const weir_q4_matmul_args *a,
                                                          int64_t qd, int64_t t, const int nt,
                                                          int pf) {
   TILE512_BODY(0)
 }
 
-TARGET_VNNI static ALWAYS_INLINE void tile_vnni(const weir_q4_matmul_args *a, int64_t qd,
+WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_vnni(const weir_q4_matmul_args *a, int64_t qd,
                                                 int64_t t, const int nt, int pf) {
   TILE512_BODY(1)
 }
@@ -449,7 +441,7 @@ WEIR_TARGET_AVX512 static void tile_avx512_any(const weir_q4_matmul_args *a, int
   else tile_avx512(a, qd, t, 2, pf);
 }
 
-TARGET_VNNI static void tile_vnni_any(const weir_q4_matmul_args *a, int64_t qd, int64_t t,
+WEIR_TARGET_VNNI static void tile_vnni_any(const weir_q4_matmul_args *a, int64_t qd, int64_t t,
                                       int nt, int pf) {
   if (nt == 1) tile_vnni(a, qd, t, 1, pf);
   else tile_vnni(a, qd, t, 2, pf);

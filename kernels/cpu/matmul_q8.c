@@ -10,15 +10,7 @@
 
 #if WEIR_X86
 #include <immintrin.h>
-#define TARGET_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 #endif
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-/* Bytes of quantized activations a token block may occupy: stays in L2 while the rows of a
- * thread's chunk stream past it. */
-#define XQ_BLOCK_BYTES (192 * 1024)
 
 static _Atomic int g_q8_isa = -1;
 
@@ -262,7 +254,7 @@ static int group_shift(const weir_q8_matmul_args *a) {
 
 /* Tokens per block: their activations stay in L2 while a thread's rows stream past. */
 static int64_t token_block(int64_t kp, int64_t nt) {
-  int64_t tb = XQ_BLOCK_BYTES / kp;
+  int64_t tb = WEIR_Q8_ACT_BLOCK_BYTES / kp;
   tb = tb / nt * nt;
   return tb < nt ? nt : tb;
 }
@@ -274,14 +266,14 @@ static int64_t token_block(int64_t kp, int64_t nt) {
  * int32 lanes that add up over the chunk's 4 steps; then one f32 FMA per half with the block
  * scale products spread over their lane pairs. */
 
-WEIR_TARGET_AVX2 static ALWAYS_INLINE float hsum8(__m256 v) {
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
 
-WEIR_TARGET_AVX2 static ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *a, int64_t r,
+WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE void tile_avx2(const weir_q8_matmul_args *a, int64_t r,
                                                      int64_t t, const int nr) {
   const int64_t kp = a->kp, nb = kp / WEIR_Q8_BLOCK, ng = kp / a->group;
   const int gs = group_shift(a);
@@ -415,12 +407,12 @@ WEIR_TARGET_AVX2 static void tile_avx2_any(const weir_q8_matmul_args *a, int64_t
   for (int i = 0; i < nr; i++)                                                                 \
     for (int j = 0; j < nt; j++) a->y[(t + j) * a->rows + r + i] = _mm512_reduce_add_ps(acc[i][j]);
 
-WEIR_TARGET_AVX512 static ALWAYS_INLINE void tile_avx512(const weir_q8_matmul_args *a, int64_t r,
+WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void tile_avx512(const weir_q8_matmul_args *a, int64_t r,
                                                          int64_t t, const int nr, const int nt) {
   TILE512_BODY(0)
 }
 
-TARGET_VNNI static ALWAYS_INLINE void tile_vnni(const weir_q8_matmul_args *a, int64_t r,
+WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_vnni(const weir_q8_matmul_args *a, int64_t r,
                                                 int64_t t, const int nr, const int nt) {
   TILE512_BODY(1)
 }
@@ -438,7 +430,7 @@ WEIR_TARGET_AVX512 static void tile_avx512_any(const weir_q8_matmul_args *a, int
                                                int64_t t, int nr, int nt) {
   TILE_SWITCH(tile_avx512)
 }
-TARGET_VNNI static void tile_vnni_any(const weir_q8_matmul_args *a, int64_t r, int64_t t, int nr,
+WEIR_TARGET_VNNI static void tile_vnni_any(const weir_q8_matmul_args *a, int64_t r, int64_t t, int nr,
                                       int nt) {
   TILE_SWITCH(tile_vnni)
 }

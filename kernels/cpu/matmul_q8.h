@@ -34,6 +34,9 @@
 /* Rows (weights and activations) are padded to a multiple of this many columns, and stored
  * interleaved within each such chunk (see weir_q8_stored_pos). */
 #define WEIR_Q8_ROW_ALIGN 256
+/* Bytes of quantized activations a token block of the int8 and int4 GEMMs may occupy: it
+ * stays in L2 while the weight rows of a thread's share stream past it. */
+#define WEIR_Q8_ACT_BLOCK_BYTES (192 * 1024)
 
 /* Where column `col` (0..255) of a 256-column chunk is stored within the chunk. The chunk is
  * four 64-byte steps; in each step 4-byte lane l holds 4 columns of block l / 2, so every
