@@ -786,13 +786,22 @@ static int eval_inner(R *r, const jnode *n, jscope *sc, jv *out) {
   }
 }
 
-static int eval(R *r, const jnode *n, jscope *sc, jv *out) {
+/* Entering any node, expression or statement: the depth and step limits, and the node's
+ * line for error messages (the caller restores *saved unless it failed, so an error keeps
+ * the line where it happened). -1 when a limit is reached. */
+static int enter(R *r, const jnode *n, int *saved) {
   if (++r->depth > r->lim->max_depth)
     return jr_fail(r, WEIR_E_RANGE, "the template nests deeper than %d levels (endless "
                    "recursion?)", r->lim->max_depth);
   if (jr_steps(r, 1)) return -1;
-  int saved = r->line;
+  *saved = r->line;
   r->line = n->line;
+  return 0;
+}
+
+static int eval(R *r, const jnode *n, jscope *sc, jv *out) {
+  int saved = 0;
+  if (enter(r, n, &saved)) return -1;
   int rc = eval_inner(r, n, sc, out);
   if (rc == 0) r->line = saved;
   r->depth--;
@@ -974,12 +983,8 @@ static int exec_inner(R *r, const jnode *n, jscope *sc) {
 }
 
 static int exec(R *r, const jnode *n, jscope *sc) {
-  if (++r->depth > r->lim->max_depth)
-    return jr_fail(r, WEIR_E_RANGE, "the template nests deeper than %d levels (endless "
-                   "recursion?)", r->lim->max_depth);
-  if (jr_steps(r, 1)) return -1;
-  int saved = r->line;
-  r->line = n->line;
+  int saved = 0;
+  if (enter(r, n, &saved)) return EX_ERR;
   int rc = exec_inner(r, n, sc);
   if (rc != EX_ERR) r->line = saved;
   r->depth--;
