@@ -3,23 +3,14 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "weir_cuda_device.cuh"
 #include "weir_cuda_kernels.h"
-
-// Kernel launches go through this macro so that tests/cuda/cpu_shim can run this very file's
-// kernels on the CPU (it defines WEIR_LAUNCH before including it).
-#ifndef WEIR_LAUNCH
-#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
-#endif
 
 namespace {
 
 constexpr int kNormThreads = 256;
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using weir_cuda::warp_sum;
 
 // Sum over the block; every thread gets the result. `red` holds one float per warp.
 __device__ __forceinline__ float block_sum(float v, float *red) {

@@ -5,21 +5,12 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include "weir_cuda_device.cuh"
 #include "weir_cuda_kernels.h"
-
-// Kernel launches go through this macro so that tests/cuda/cpu_shim can run this very file's
-// kernels on the CPU (it defines WEIR_LAUNCH before including it).
-#ifndef WEIR_LAUNCH
-#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
-#endif
 
 namespace {
 
-enum { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30 };
-
-__device__ __forceinline__ float ld_half(const unsigned char *p) {
-  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(p)));
-}
+using namespace weir_cuda;
 
 // f16 saturates at +-65504: a larger source value (possible from f32/bf16) is clamped rather
 // than turned into inf, which would poison every dot product it enters.
@@ -35,37 +26,8 @@ __global__ void pack_f16_kernel(__half *__restrict__ dst, const unsigned char *_
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
     const unsigned char *row = src + (size_t)r * row_bytes;
-    float x = 0.0f;
-    switch (dtype) {
-    case kF32: x = reinterpret_cast<const float *>(row)[c]; break;
-    case kF16: dst[i] = reinterpret_cast<const __half *>(row)[c]; continue; // exact copy
-    case kBF16:
-      x = __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(row)[c]);
-      break;
-    case kQ8_0: {
-      const unsigned char *b = row + (c / 32) * 34;
-      x = ld_half(b) * (float)reinterpret_cast<const signed char *>(b + 2)[c % 32];
-      break;
-    }
-    case kQ4_0: {
-      const unsigned char *b = row + (c / 32) * 18;
-      const int j = (int)(c % 32);
-      const unsigned char qb = b[2 + (j & 15)];
-      const int qv = j < 16 ? (qb & 15) : (qb >> 4);
-      x = (float)(qv - 8) * ld_half(b);
-      break;
-    }
-    case kQ4_1: {
-      const unsigned char *b = row + (c / 32) * 20;
-      const int j = (int)(c % 32);
-      const unsigned char qb = b[4 + (j & 15)];
-      const int qv = j < 16 ? (qb & 15) : (qb >> 4);
-      x = (float)qv * ld_half(b) + ld_half(b + 2);
-      break;
-    }
-    default: break;
-    }
-    dst[i] = to_half_sat(x);
+    if (dtype == kF16) dst[i] = reinterpret_cast<const __half *>(row)[c]; // exact copy
+    else dst[i] = to_half_sat(src_value(row, dtype, c));
   }
 }
 
@@ -73,12 +35,6 @@ __global__ void f32_to_f16_kernel(__half *dst, const float *src, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     dst[i] = to_half_sat(src[i]);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 constexpr int kGemvWarps = 8;

@@ -11,19 +11,12 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include "weir_cuda_device.cuh"
 #include "weir_cuda_kernels.h"
-
-#ifndef WEIR_LAUNCH
-#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
-#endif
 
 namespace {
 
-__device__ __forceinline__ float warp_sum4(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using namespace weir_cuda;
 
 constexpr int kWarps4 = 8;
 
@@ -89,7 +82,7 @@ __global__ void __launch_bounds__(kWarps4 * 32)
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    const float s = warp_sum4(acc[t]);
+    const float s = warp_sum(acc[t]);
     if (lane == 0) y[t * w.rows + o] = s;
   }
 }

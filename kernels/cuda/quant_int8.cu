@@ -6,58 +6,12 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include "weir_cuda_device.cuh"
 #include "weir_cuda_kernels.h"
-
-// Launches go through WEIR_LAUNCH so that tests/cuda/cpu_shim can run these kernels on the CPU.
-#ifndef WEIR_LAUNCH
-#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
-#endif
 
 namespace {
 
-enum { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30 };
-
-__device__ __forceinline__ float ld_half8(const unsigned char *p) {
-  return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
-
-// Element c of a GGUF source row as f32.
-__device__ __forceinline__ float src_value(const unsigned char *row, int dtype, int64_t c) {
-  switch (dtype) {
-  case kF32: return reinterpret_cast<const float *>(row)[c];
-  case kF16: return __half2float(reinterpret_cast<const __half *>(row)[c]);
-  case kBF16: return __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(row)[c]);
-  case kQ8_0: {
-    const unsigned char *b = row + (c / 32) * 34;
-    return ld_half8(b) * (float)reinterpret_cast<const signed char *>(b + 2)[c % 32];
-  }
-  case kQ4_0: {
-    const unsigned char *b = row + (c / 32) * 18;
-    const int j = (int)(c % 32);
-    const int qv = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
-    return (float)(qv - 8) * ld_half8(b);
-  }
-  case kQ4_1: {
-    const unsigned char *b = row + (c / 32) * 20;
-    const int j = (int)(c % 32);
-    const int qv = j < 16 ? (b[4 + j] & 15) : (b[4 + j - 16] >> 4);
-    return (float)qv * ld_half8(b) + ld_half8(b + 2);
-  }
-  default: return 0.0f;
-  }
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using namespace weir_cuda;
 
 constexpr int kWarps = 8;
 
@@ -78,7 +32,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (dtype == kQ8_0) {
     const bool in = c < cols;
     *qo = in ? reinterpret_cast<const signed char *>(row + g * 34 + 2)[lane] : 0;
-    if (lane == 0) d[r * ng + g] = g * 32 < cols ? ld_half8(row + g * 34) : 0.0f;
+    if (lane == 0) d[r * ng + g] = g * 32 < cols ? ld_half(row + g * 34) : 0.0f;
     return;
   }
   const float x = c < cols ? src_value(row, dtype, c) : 0.0f;

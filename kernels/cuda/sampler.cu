@@ -18,13 +18,8 @@
 #include <limits.h>
 #include <math.h>
 
+#include "weir_cuda_device.cuh" // WEIR_LAUNCH: the CPU shim runs these kernels too
 #include "weir_cuda_kernels.h"
-
-// Kernel launches go through this macro so that tests/cuda/cpu_shim can run this very file's
-// kernels on the CPU (it defines WEIR_LAUNCH and WEIR_CUDA_SHIM before including it).
-#ifndef WEIR_LAUNCH
-#define WEIR_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
-#endif
 
 namespace {
 
