@@ -1,4 +1,4 @@
-/* Glue the CUDA quant plugins share (quant/int8 and quant/awq_int4 on CUDA): the instance's
+/* Glue the CUDA quant plugins share (fp16, int8 and awq_int4 on CUDA): the instance's
  * stream, cuBLAS handle and host-mapped error flag, grow-only device workspaces, and the
  * prefill GEMM (dequantized f16 weights times f16 activations on tensor cores, f32 output).
  * Plain C, header-only; every function returns a weir status and logs through the host.
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "weir/plugin.h"
+#include "weir/quant.h"
 #include "weir_cuda_common.h"
 #include "weir_cuda_kernels.h"
 
@@ -96,6 +97,31 @@ static inline int weir_cuda_qreserve(weir_cuda_qctx *q, void **buf, size_t *size
   return WEIR_OK;
 }
 
+/* A 1-D or 2-D source tensor of a type the device packing kernels read (F32, F16, BF16, Q8_0,
+ * Q4_0, Q4_1): its shape and the byte stride between its rows. Logs and returns
+ * WEIR_E_NOTSUP for anything else. */
+static inline int weir_cuda_qsource(weir_cuda_qctx *q, const weir_tensor *src, const char *name,
+                                    int64_t *rows, int64_t *cols, size_t *stride) {
+  switch (src->dtype) {
+  case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16:
+  case WEIR_DTYPE_Q8_0: case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: break;
+  default:
+    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: %s: source type %s is not supported", q->name,
+                   name, weir_dtype_name(src->dtype));
+    return WEIR_E_NOTSUP;
+  }
+  *cols = src->ne[0];
+  *rows = src->ndim >= 2 ? src->ne[1] : 1;
+  const size_t row_bytes = weir_dtype_row_bytes(src->dtype, *cols);
+  if (*cols <= 0 || *rows <= 0 || row_bytes == 0 || src->ndim > 2) {
+    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: %s: shape %lld x %lld does not fit type %s", q->name,
+                   name, (long long)*rows, (long long)*cols, weir_dtype_name(src->dtype));
+    return WEIR_E_NOTSUP;
+  }
+  *stride = src->ndim >= 2 && src->nb[1] ? src->nb[1] : row_bytes;
+  return WEIR_OK;
+}
+
 /* An earlier embed saw an id out of range: the kernels zero-fill and raise a flag the host
  * cannot see without waiting, so the next embed reports it. */
 static inline int weir_cuda_qcheck_ids(weir_cuda_qctx *q, int64_t rows) {
@@ -106,10 +132,11 @@ static inline int weir_cuda_qcheck_ids(weir_cuda_qctx *q, int64_t rows) {
   return WEIR_E_RANGE;
 }
 
-/* y [n][out] f32 = x [n][in] f32 times W^T, with W already dequantized to f16 [out][in] in
- * q->wh: x goes to f16 and cuBLAS runs the GEMM on tensor cores with f32 accumulation. */
-static inline int weir_cuda_qgemm(weir_cuda_qctx *q, const float *x, float *y, int64_t n,
-                                  int64_t in, int64_t out) {
+/* y [n][out] f32 = x [n][in] f32 times W^T, with W f16 [out][in] on the device (q->wh for the
+ * schemes that dequantize into it): x goes to f16 and cuBLAS runs the GEMM on tensor cores
+ * with f32 accumulation. */
+static inline int weir_cuda_qgemm(weir_cuda_qctx *q, const void *w16, const float *x, float *y,
+                                  int64_t n, int64_t in, int64_t out) {
   if (n > 0x7fffffff || in > 0x7fffffff || out > 0x7fffffff) return WEIR_E_RANGE;
   int rc = weir_cuda_qreserve(q, &q->xh, &q->xh_size, (size_t)n * (size_t)in * 2);
   if (rc != WEIR_OK) return rc;
@@ -118,7 +145,7 @@ static inline int weir_cuda_qgemm(weir_cuda_qctx *q, const float *x, float *y, i
   /* Row-major Y[n][out] = X[n][in] W[out][in]^T is, column-major, Y(out x n) = W^T X. */
   const float alpha = 1.0f, beta = 0.0f;
   cublasStatus_t s = cublasGemmEx(q->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in,
-                                  &alpha, q->wh, CUDA_R_16F, (int)in, q->xh, CUDA_R_16F, (int)in,
+                                  &alpha, w16, CUDA_R_16F, (int)in, q->xh, CUDA_R_16F, (int)in,
                                   &beta, y, CUDA_R_32F, (int)out, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) {

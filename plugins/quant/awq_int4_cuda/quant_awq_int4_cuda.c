@@ -425,7 +425,7 @@ static int a_matmul(void *self, const void *weight, const float *x, float *y, in
                : weir_cuda_dequant_q4_f16(a->q.stream, a->q.wh, w->nib, w->d, w->m, w->inv_s,
                                           w->rows, w->cols, w->kp, (int32_t)w->group);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "dequant");
-  return weir_cuda_qgemm(&a->q, x, y, n_tokens, w->cols, w->rows);
+  return weir_cuda_qgemm(&a->q, a->q.wh, x, y, n_tokens, w->cols, w->rows);
 }
 
 static int a_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {

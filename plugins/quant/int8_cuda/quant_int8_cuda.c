@@ -64,22 +64,10 @@ static int q_pack(void *self, const weir_quant_pack_args *args, void **weight) {
   weir_cuda_qctx *q = self;
   const weir_tensor *src = args->src;
   const char *name = args->name ? args->name : "?";
-  switch (src->dtype) {
-  case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16:
-  case WEIR_DTYPE_Q8_0: case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: break;
-  default:
-    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "int8 (cuda): %s: source type %s is not supported", name,
-                   weir_dtype_name(src->dtype));
-    return WEIR_E_NOTSUP;
-  }
-  const int64_t cols = src->ne[0], rows = src->ndim >= 2 ? src->ne[1] : 1;
-  const size_t row_bytes = weir_dtype_row_bytes(src->dtype, cols);
-  if (cols <= 0 || rows <= 0 || row_bytes == 0 || src->ndim > 2) {
-    WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "int8 (cuda): %s: shape %lld x %lld does not fit type %s",
-                   name, (long long)rows, (long long)cols, weir_dtype_name(src->dtype));
-    return WEIR_E_NOTSUP;
-  }
-  const size_t stride = src->ndim >= 2 && src->nb[1] ? src->nb[1] : row_bytes;
+  int64_t rows, cols;
+  size_t stride;
+  int rc = weir_cuda_qsource(q, src, name, &rows, &cols, &stride);
+  if (rc != WEIR_OK) return rc;
   cudaError_t e = weir_cuda_use_device(q->device_id);
   if (e != cudaSuccess) return weir_cuda_qfail(q, e, "cudaSetDevice");
   q8_weight *w = q->host->alloc(q->host->ctx, sizeof *w, 0);
@@ -91,7 +79,6 @@ static int q_pack(void *self, const weir_quant_pack_args *args, void **weight) {
   const size_t qb = (size_t)rows * (size_t)w->kp, db = (size_t)rows * (size_t)(w->kp / 32) * 4;
   w->bytes = qb + db;
   void *tmp = NULL;
-  int rc;
   if ((rc = q->host->device_alloc(q->host->ctx, qb, &w->q)) != WEIR_OK ||
       (rc = q->host->device_alloc(q->host->ctx, db, (void **)&w->d)) != WEIR_OK ||
       (rc = q->host->device_alloc(q->host->ctx, stride * (size_t)rows, &tmp)) != WEIR_OK)
@@ -133,7 +120,7 @@ static int q_matmul(void *self, const void *weight, const float *x, float *y, in
   if (rc != WEIR_OK) return rc;
   e = weir_cuda_dequant_q8_f16(q->stream, q->wh, w->q, w->d, w->rows, w->cols, w->kp);
   if (e != cudaSuccess) return weir_cuda_qfail(q, e, "dequant");
-  return weir_cuda_qgemm(q, x, y, n_tokens, w->cols, w->rows);
+  return weir_cuda_qgemm(q, q->wh, x, y, n_tokens, w->cols, w->rows);
 }
 
 static int q_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
