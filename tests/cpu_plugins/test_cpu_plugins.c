@@ -13,25 +13,17 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "wt_rand.h"
 #include "wt_isa.h"
 #include "weir/weir.h"
 #include "wt_pool.h"
 
-static uint64_t g_seed, g_rng;
 static wt_pool *g_pool;
 static weir_host g_host;
 static const char *g_isa = "native";
 
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static double urand(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
-static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()); }
 static void fill(float *x, int64_t n, float lo, float hi) {
-  for (int64_t i = 0; i < n; i++) x[i] = frand(lo, hi);
+  for (int64_t i = 0; i < n; i++) x[i] = wt_frand(lo, hi);
 }
 
 #define CHECK_CLOSE(got, want, tol, what)                                                    \
@@ -40,37 +32,10 @@ static void fill(float *x, int64_t n, float lo, float hi) {
     int ok_ = fabs(g_ - w_) <= t_ || (g_ == w_);                                             \
     if (!ok_)                                                                                \
       fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] got %.9g want %.9g (tol %.3g)\n",      \
-              __FILE__, __LINE__, what, g_isa, (unsigned long long)g_seed, g_, w_, t_);      \
+              __FILE__, __LINE__, what, g_isa, (unsigned long long)wt_seed, g_, w_, t_);      \
     CU_ASSERT(ok_);                                                                          \
     if (!ok_) goto fail;                                                                     \
   } while (0)
-
-/* ---- f16 reference (independent of the kernels) ----------------------------------------- */
-
-static double ref_f16_decode(uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024.0 + m, e - 25);
-  return s ? -v : v;
-}
-static uint16_t ref_f16_encode(double f) {
-  uint16_t sign = signbit(f) ? 0x8000 : 0;
-  double a = fabs(f);
-  if (a >= 65520.0) return sign | 0x7c00;
-  int lo = 0, hi = 0x7bff;
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    if (ref_f16_decode((uint16_t)mid) <= a) lo = mid;
-    else hi = mid;
-  }
-  if (ref_f16_decode((uint16_t)hi) <= a) lo = hi;
-  int best = lo;
-  if (lo < 0x7bff) {
-    double dl = a - ref_f16_decode((uint16_t)lo), dh = ref_f16_decode((uint16_t)(lo + 1)) - a;
-    if (dh < dl || (dh == dl && ((lo + 1) & 1) == 0)) best = lo + 1;
-  }
-  return sign | (uint16_t)best;
-}
-static double round_f16(double x) { return ref_f16_decode(ref_f16_encode(x)); }
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
@@ -162,7 +127,7 @@ static void device_case(const char *isa) {
   CU_ASSERT(p == (void *)1);
   ops->free(l.self, NULL);
   char a[100], b[100], c[100];
-  for (int i = 0; i < 100; i++) a[i] = (char)rnd();
+  for (int i = 0; i < 100; i++) a[i] = (char)wt_rnd();
   CU_ASSERT_EQUAL(ops->copy_h2d(l.self, b, a, 100), WEIR_OK);
   CU_ASSERT_EQUAL(ops->copy_d2d(l.self, c, b, 100), WEIR_OK);
   memset(b, 0, 100);
@@ -192,7 +157,7 @@ static void device_case(const char *isa) {
   for (int style = 0; style <= 2; style += 2) {
     const int nt = 97, nh = 5, hd = 24, rd = 16;
     int32_t pos[97];
-    for (int t = 0; t < nt; t++) pos[t] = (int32_t)(rnd() % 20000);
+    for (int t = 0; t < nt; t++) pos[t] = (int32_t)(wt_rnd() % 20000);
     fill(x, nt * nh * hd, -1, 1);
     memcpy(o, x, (size_t)nt * nh * hd * 4);
     CU_ASSERT_EQUAL(ops->rope(l.self, o, pos, nt, nh, hd, rd, 500000.0f, 0.5f,
@@ -265,7 +230,7 @@ typedef struct hist {
  * (mode 0), rounded to f16 (1), or int8 with the row's symmetric scale as the plugin computes
  * it in f32 (2). */
 static double kv_round(const float *row, int e, int mode) {
-  if (mode == 1) return round_f16(row[e]);
+  if (mode == 1) return wt_round_f16(row[e]);
   if (mode != 2) return row[e];
   float amax = 0.0f;
   for (int d = 0; d < A_HD; d++) amax = fabsf(row[d]) > amax ? fabsf(row[d]) : amax;
@@ -396,7 +361,7 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
   int perm[A_NB];
   for (int i = 0; i < A_NB; i++) perm[i] = i;
   for (int i = A_NB - 1; i > 0; i--) {
-    int j = (int)(rnd() % (uint64_t)(i + 1)), t = perm[i];
+    int j = (int)(wt_rnd() % (uint64_t)(i + 1)), t = perm[i];
     perm[i] = perm[j];
     perm[j] = t;
   }
@@ -483,7 +448,7 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
   {
     size_t total = bb * A_NB * A_LAYERS;
     uint8_t *before = malloc(total);
-    for (size_t i = 0; i < total; i++) paged.mem[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < total; i++) paged.mem[i] = (uint8_t)wt_rnd();
     memcpy(before, paged.mem, total);
     int32_t src[2] = {3, 10}, dst[2] = {7, 11};
     weir_kv_view l0 = layer_view(&paged, 0);
@@ -528,61 +493,12 @@ static void test_attention(void) {
 
 /* ================================== quant ================================================= */
 
-/* Builds a source tensor of `t` with random values; ref gets what fp16 must hold after pack
- * (f16-rounded, or exact for a kept F32). Returns the malloc'd data. */
+/* Random source data (wt_quant_source) and the values the fp16 plugin must hold: every
+ * element rounded to f16, except F32 sources kept in f32. */
 static void *make_source(weir_dtype t, int64_t rows, int64_t cols, double *ref, int keep_f32) {
-  size_t rb = weir_dtype_row_bytes(t, cols);
-  uint8_t *d = malloc(rb * rows + 1);
-  for (int64_t r = 0; r < rows; r++) {
-    uint8_t *p = d + r * rb;
-    double *rr = ref + r * cols;
-    if (t == WEIR_DTYPE_F32 || t == WEIR_DTYPE_F16 || t == WEIR_DTYPE_BF16) {
-      for (int64_t k = 0; k < cols; k++) {
-        float f = frand(-1, 1);
-        if (t == WEIR_DTYPE_F32) {
-          memcpy(p + k * 4, &f, 4);
-          rr[k] = keep_f32 ? f : round_f16(f);
-        } else if (t == WEIR_DTYPE_F16) {
-          uint16_t hh = ref_f16_encode(f);
-          memcpy(p + k * 2, &hh, 2);
-          rr[k] = ref_f16_decode(hh);
-        } else {
-          uint32_t bits;
-          memcpy(&bits, &f, 4);
-          uint16_t hh = (uint16_t)(bits >> 16);
-          memcpy(p + k * 2, &hh, 2);
-          uint32_t back = (uint32_t)hh << 16;
-          float fb;
-          memcpy(&fb, &back, 4);
-          rr[k] = round_f16(fb);
-        }
-      }
-      continue;
-    }
-    size_t bb = weir_dtype_block_bytes(t);
-    for (int64_t b = 0; b < cols / 32; b++) {
-      uint8_t *q = p + b * bb;
-      for (size_t i = 0; i < bb; i++) q[i] = (uint8_t)rnd();
-      uint16_t dd = ref_f16_encode(frand(-0.05f, 0.05f)), mm = ref_f16_encode(frand(-0.5f, 0.5f));
-      memcpy(q, &dd, 2);
-      double dv = ref_f16_decode(dd), mv = ref_f16_decode(mm);
-      double *o = rr + b * 32;
-      if (t == WEIR_DTYPE_Q8_0) {
-        for (int i = 0; i < 32; i++) o[i] = round_f16((int8_t)q[2 + i] * dv);
-      } else if (t == WEIR_DTYPE_Q4_0) {
-        for (int i = 0; i < 16; i++) {
-          o[i] = round_f16(((q[2 + i] & 15) - 8) * dv);
-          o[i + 16] = round_f16(((q[2 + i] >> 4) - 8) * dv);
-        }
-      } else {
-        memcpy(q + 2, &mm, 2);
-        for (int i = 0; i < 16; i++) {
-          o[i] = round_f16((q[4 + i] & 15) * dv + mv);
-          o[i + 16] = round_f16((q[4 + i] >> 4) * dv + mv);
-        }
-      }
-    }
-  }
+  void *d = wt_quant_source(t, rows, cols, ref);
+  if (!(keep_f32 && t == WEIR_DTYPE_F32))
+    for (int64_t i = 0; i < rows * cols; i++) ref[i] = wt_round_f16(ref[i]);
   return d;
 }
 
@@ -689,7 +605,7 @@ static weir_sampling_params params_default(void) {
 }
 
 static void seed_state(uint64_t st[4]) {
-  for (int i = 0; i < 4; i++) st[i] = rnd() | 1;
+  for (int i = 0; i < 4; i++) st[i] = wt_rnd() | 1;
 }
 
 static int sample_one(const weir_sampling_params *p, uint64_t st[4], const float *logits,
@@ -952,7 +868,7 @@ static void sampler_dist_case(int vocab, float temp, int top_k, float top_p, flo
     CU_ASSERT_EQUAL(sample_one(&p, st, lg, vocab, &r), WEIR_OK);
     if (r.token < 0 || r.token >= vocab || ref[r.token] == 0) {
       fprintf(stderr, "\n  %s seed=%llu: drew %d outside the allowed set\n", what,
-              (unsigned long long)g_seed, r.token);
+              (unsigned long long)wt_seed, r.token);
       CU_FAIL("draw outside the allowed set");
       goto fail;
     }
@@ -980,7 +896,7 @@ static void sampler_dist_case(int vocab, float temp, int top_k, float top_p, flo
     double bound = df + 9 * sqrt(2.0 * df) + 40;
     if (chi > bound)
       fprintf(stderr, "\n  %s seed=%llu: chi2 %.1f > %.1f (df %d)\n", what,
-              (unsigned long long)g_seed, chi, bound, df);
+              (unsigned long long)wt_seed, chi, bound, df);
     CU_ASSERT(chi <= bound);
   }
 fail:
@@ -1049,7 +965,7 @@ static void test_alloc_failures(void) {
   {
     const weir_quant_ops *ops = q.desc->ops;
     uint16_t src[64 * 32];
-    for (int i = 0; i < 64 * 32; i++) src[i] = ref_f16_encode(frand(-1, 1));
+    for (int i = 0; i < 64 * 32; i++) src[i] = wt_f16_encode(wt_frand(-1, 1));
     weir_tensor tt = {.data = src, .dtype = WEIR_DTYPE_F16, .ndim = 2, .ne = {64, 32, 1, 1}};
     weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "w"};
     int ok = 0;
@@ -1131,11 +1047,9 @@ static void test_sampler(void) {
 }
 
 int main(void) {
-  g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-  if (getenv("WT_SEED")) g_seed = strtoull(getenv("WT_SEED"), NULL, 10);
-  g_rng = g_seed * 0x9e3779b97f4a7c15ull | 1;
+  wt_rand_init();
   fprintf(stderr, "cpu_plugins: seed %llu (rerun with WT_SEED=%llu)\n",
-          (unsigned long long)g_seed, (unsigned long long)g_seed);
+          (unsigned long long)wt_seed, (unsigned long long)wt_seed);
   g_pool = wt_pool_create(3);
   g_host = wt_pool_host(g_pool);
   static const wt_test tests[] = {{"device", test_device},

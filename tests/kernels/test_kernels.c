@@ -19,20 +19,12 @@
 #include "softmax.h"
 #include "swiglu.h"
 #include "testutil.h"
+#include "wt_rand.h"
 #include "wt_pool.h"
 
-static uint64_t g_seed, g_rng;
 
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static double urand(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
-static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()); }
 static void fill(float *x, int64_t n, float lo, float hi) {
-  for (int64_t i = 0; i < n; i++) x[i] = frand(lo, hi);
+  for (int64_t i = 0; i < n; i++) x[i] = wt_frand(lo, hi);
 }
 
 /* Reports a mismatch with the seed and the ISA, once per check. */
@@ -43,7 +35,7 @@ static void fill(float *x, int64_t n, float lo, float hi) {
     if (!ok_)                                                                                \
       fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] got %.9g want %.9g (tol %.3g)\n",      \
               __FILE__, __LINE__, what, weir_cpu_isa_name(weir_cpu_isa()),                   \
-              (unsigned long long)g_seed, g_, w_, t_);                                       \
+              (unsigned long long)wt_seed, g_, w_, t_);                                       \
     CU_ASSERT(ok_);                                                                          \
     if (!ok_) goto fail;                                                                     \
   } while (0)
@@ -54,36 +46,6 @@ static void fill(float *x, int64_t n, float lo, float hi) {
     if (weir_cpu_isa_set((weir_cpu_isa_level)lvl) == 0)
 
 /* ---- references ---------------------------------------------------------------------- */
-
-static double ref_f16_decode(uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 31) v = m ? NAN : INFINITY;
-  else if (e == 0) v = ldexp((double)m, -24);
-  else v = ldexp(1024.0 + m, e - 25);
-  return s ? -v : v;
-}
-
-/* Nearest f16 by searching the ordered positive codes; ties to the even code. */
-static uint16_t ref_f16_encode(double f) {
-  if (isnan(f)) return 0x7e00;
-  uint16_t sign = signbit(f) ? 0x8000 : 0;
-  double a = fabs(f);
-  if (a >= 65520.0) return sign | 0x7c00;
-  int lo = 0, hi = 0x7bff;
-  while (hi - lo > 1) {
-    int mid = (lo + hi) / 2;
-    if (ref_f16_decode((uint16_t)mid) <= a) lo = mid;
-    else hi = mid;
-  }
-  if (ref_f16_decode((uint16_t)hi) <= a) lo = hi;
-  int best = lo;
-  if (lo < 0x7bff) {
-    double dl = a - ref_f16_decode((uint16_t)lo), dh = ref_f16_decode((uint16_t)(lo + 1)) - a;
-    if (dh < dl || (dh == dl && ((lo + 1) & 1) == 0)) best = lo + 1;
-  }
-  return sign | (uint16_t)best;
-}
 
 static double ref_bf16_decode(uint16_t h) {
   uint32_t b = (uint32_t)h << 16;
@@ -110,8 +72,8 @@ static float special_or_random(int i) {
                              3e-8f, 1e-10f, INFINITY, -INFINITY, 0.333333f, 1.00048828125f};
   if (i < (int)(sizeof sp / sizeof sp[0])) return sp[i];
   /* log-uniform magnitudes from 2^-30 to 2^17: subnormals, normals and overflow */
-  float m = (float)ldexp(1.0 + urand(), (int)(rnd() % 48) - 30);
-  return (rnd() & 1) ? -m : m;
+  float m = (float)ldexp(1.0 + wt_urand(), (int)(wt_rnd() % 48) - 30);
+  return (wt_rnd() & 1) ? -m : m;
 }
 
 static void test_f16_convert(void) {
@@ -123,12 +85,12 @@ static void test_f16_convert(void) {
     static const int lens[] = {1, 7, 8, 15, 17, 33, N};
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
       int n = lens[li];
-      int off = (int)(rnd() % 3); /* unaligned starts */
+      int off = (int)(wt_rnd() % 3); /* unaligned starts */
       if (off + n > N) off = 0;
       weir_f32_to_f16_row(src + off, h, n);
-      for (int i = 0; i < n; i++) CHECK_CLOSE(h[i], ref_f16_encode(src[off + i]), 0, "f32->f16");
+      for (int i = 0; i < n; i++) CHECK_CLOSE(h[i], wt_f16_encode(src[off + i]), 0, "f32->f16");
       weir_f16_to_f32_row(h, back, n);
-      for (int i = 0; i < n; i++) CHECK_CLOSE(back[i], ref_f16_decode(h[i]), 0, "f16->f32");
+      for (int i = 0; i < n; i++) CHECK_CLOSE(back[i], wt_f16_decode(h[i]), 0, "f16->f32");
     }
     /* every f16 code decodes exactly */
     for (int c = 0; c < 65536; c += 1024) {
@@ -136,7 +98,7 @@ static void test_f16_convert(void) {
       float out[1024];
       for (int i = 0; i < 1024; i++) codes[i] = (uint16_t)(c + i);
       weir_f16_to_f32_row(codes, out, 1024);
-      for (int i = 0; i < 1024; i++) CHECK_CLOSE(out[i], ref_f16_decode(codes[i]), 0, "f16 code");
+      for (int i = 0; i < 1024; i++) CHECK_CLOSE(out[i], wt_f16_decode(codes[i]), 0, "f16 code");
     }
   }
   {
@@ -153,7 +115,7 @@ static void test_bf16_convert(void) {
   enum { N = 1001 };
   float src[N], back[N];
   uint16_t h[N];
-  for (int i = 0; i < N; i++) src[i] = frand(-1000, 1000) * (float)ldexp(1.0, (int)(rnd() % 40) - 20);
+  for (int i = 0; i < N; i++) src[i] = wt_frand(-1000, 1000) * (float)ldexp(1.0, (int)(wt_rnd() % 40) - 20);
   src[0] = 0.0f;
   src[1] = -0.0f;
   src[2] = INFINITY;
@@ -174,11 +136,11 @@ static void make_blocks(weir_dtype t, uint8_t *dst, double *ref, int64_t n) {
   size_t bb = weir_dtype_block_bytes(t);
   for (int64_t b = 0; b < n / 32; b++) {
     uint8_t *p = dst + b * bb;
-    for (size_t i = 0; i < bb; i++) p[i] = (uint8_t)rnd();
-    uint16_t d = ref_f16_encode(frand(-0.1f, 0.1f)), m = ref_f16_encode(frand(-1, 1));
+    for (size_t i = 0; i < bb; i++) p[i] = (uint8_t)wt_rnd();
+    uint16_t d = wt_f16_encode(wt_frand(-0.1f, 0.1f)), m = wt_f16_encode(wt_frand(-1, 1));
     p[0] = (uint8_t)d;
     p[1] = (uint8_t)(d >> 8);
-    double dd = ref_f16_decode(d), mm = ref_f16_decode(m);
+    double dd = wt_f16_decode(d), mm = wt_f16_decode(m);
     double *r = ref + b * 32;
     if (t == WEIR_DTYPE_Q8_0) {
       for (int i = 0; i < 32; i++) r[i] = (double)(int8_t)p[2 + i] * dd;
@@ -212,10 +174,10 @@ static void test_dequant(void) {
       for (int i = 0; i < N; i++) CHECK_CLOSE(out[i], ref[i], 1e-6 * fabs(ref[i]) + 1e-7, "dequant f32");
       CU_ASSERT_EQUAL(weir_dequant_row_f16(types[ti], src, out16, N), 0);
       for (int i = 0; i < N; i++) {
-        uint16_t want = ref_f16_encode(ref[i]);
+        uint16_t want = wt_f16_encode(ref[i]);
         /* f32 then f16 may round twice: allow one f16 step */
-        CHECK_CLOSE(ref_f16_decode(out16[i]), ref_f16_decode(want),
-                    fabs(ref_f16_decode(want)) * 0x1.0p-10 + 1e-7, "dequant f16");
+        CHECK_CLOSE(wt_f16_decode(out16[i]), wt_f16_decode(want),
+                    fabs(wt_f16_decode(want)) * 0x1.0p-10 + 1e-7, "dequant f16");
       }
       CU_ASSERT_EQUAL(weir_dequant_row_f32(types[ti], src, out, 33), -1); /* not a block multiple */
     }
@@ -232,7 +194,7 @@ static void check_matmul(int64_t rows, int64_t cols, int64_t nt, int f16, wt_poo
   uint16_t *w16 = malloc((size_t)(rows * cols) * 2);
   fill(w32, rows * cols, -1, 1);
   fill(x, nt * cols, -1, 1);
-  for (int64_t i = 0; i < rows * cols; i++) w16[i] = ref_f16_encode(w32[i]);
+  for (int64_t i = 0; i < rows * cols; i++) w16[i] = wt_f16_encode(w32[i]);
   for (int64_t i = 0; i < nt * rows; i++) y[i] = NAN;
   weir_matmul_args a = {.w = f16 ? (void *)w16 : (void *)w32,
                         .w_dtype = f16 ? WEIR_DTYPE_F16 : WEIR_DTYPE_F32,
@@ -246,7 +208,7 @@ static void check_matmul(int64_t rows, int64_t cols, int64_t nt, int f16, wt_poo
     for (int64_t r = 0; r < rows; r++) {
       double s = 0, mag = 0;
       for (int64_t k = 0; k < cols; k++) {
-        double wv = f16 ? ref_f16_decode(w16[r * cols + k]) : w32[r * cols + k];
+        double wv = f16 ? wt_f16_decode(w16[r * cols + k]) : w32[r * cols + k];
         s += wv * x[t * cols + k];
         mag += fabs(wv * x[t * cols + k]);
       }
@@ -295,7 +257,7 @@ static void test_rms_norm(void) {
           double want = x[r * dim + k] * inv * w[k];
           if (fabs(o[r * dim + k] - want) > 1e-5 * fabs(want) + 1e-6) {
             fprintf(stderr, "\n  rms_norm dim=%lld seed=%llu: %g vs %g\n", (long long)dim,
-                    (unsigned long long)g_seed, o[r * dim + k], want);
+                    (unsigned long long)wt_seed, o[r * dim + k], want);
             CU_FAIL("rms_norm");
             r = rows;
             break;
@@ -428,11 +390,9 @@ static void test_isa_select(void) {
 }
 
 int main(void) {
-  g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-  if (getenv("WT_SEED")) g_seed = strtoull(getenv("WT_SEED"), NULL, 10);
-  g_rng = g_seed * 0x9e3779b97f4a7c15ull | 1;
-  fprintf(stderr, "kernels: seed %llu (rerun with WT_SEED=%llu)\n", (unsigned long long)g_seed,
-          (unsigned long long)g_seed);
+  wt_rand_init();
+  fprintf(stderr, "kernels: seed %llu (rerun with WT_SEED=%llu)\n", (unsigned long long)wt_seed,
+          (unsigned long long)wt_seed);
   static const wt_test tests[] = {{"isa_select", test_isa_select},
                                   {"f16_convert", test_f16_convert},
                                   {"bf16_convert", test_bf16_convert},

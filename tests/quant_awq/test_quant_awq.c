@@ -29,25 +29,17 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "wt_rand.h"
 #include "wt_isa.h"
 #include "weir/weir.h"
 #include "wt_pool.h"
 
-static uint64_t g_seed, g_rng;
 static wt_pool *g_pool;
 static weir_host g_host;
 static const char *g_isa = "native";
 static char g_last_info[1024];
 static char g_last_error[1024];
 
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static double urand(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
-static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()); }
 
 #define CHECK_LE(err, tol, what)                                                              \
   do {                                                                                        \
@@ -55,7 +47,7 @@ static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()
     int ok_ = e_ <= t_;                                                                       \
     if (!ok_)                                                                                 \
       fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] error %.9g > tol %.9g\n", __FILE__,    \
-              __LINE__, what, g_isa, (unsigned long long)g_seed, e_, t_);                     \
+              __LINE__, what, g_isa, (unsigned long long)wt_seed, e_, t_);                     \
     CU_ASSERT(ok_);                                                                           \
     if (!ok_) goto fail;                                                                      \
   } while (0)
@@ -72,34 +64,6 @@ static void test_log(void *ctx, weir_log_level level, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* ---- independent f16 ----------------------------------------------------------------------- */
-
-static double f16_decode(uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024.0 + m, e - 25);
-  return s ? -v : v;
-}
-
-/* Round to nearest even, written from the format's definition. */
-static uint16_t f16_encode(float f) {
-  uint16_t sign = signbit(f) ? 0x8000 : 0;
-  double a = fabs((double)f);
-  if (isnan(f)) return 0x7e00;
-  if (a >= 65520.0) return sign | 0x7c00;
-  int ex;
-  frexp(a, &ex); /* a = m 2^ex, m in [0.5, 1) */
-  int e = ex - 1;
-  double quantum = e < -14 ? ldexp(1, -24) : ldexp(1, e - 10);
-  double r = nearbyint(a / quantum);
-  if (a == 0) return sign;
-  if (e < -14) return (uint16_t)(sign | (uint16_t)r);
-  return (uint16_t)(sign | (uint16_t)(((e + 15) << 10) + (int)r - 1024));
-}
-
-static uint16_t f16_random(double lo, double hi) {
-  return f16_encode((float)((lo + (hi - lo) * urand()) * (rnd() & 1 ? -1 : 1)));
-}
-
 /* ---- the documented round-to-nearest, written out ------------------------------------------- */
 
 static void ref_quantize(const float *x, int n, uint8_t *q, uint16_t *dh, uint16_t *mh) {
@@ -108,11 +72,11 @@ static void ref_quantize(const float *x, int n, uint8_t *q, uint16_t *dh, uint16
     mn = x[k] < mn ? x[k] : mn;
     mx = x[k] > mx ? x[k] : mx;
   }
-  *mh = f16_encode(mn);
-  float mf = (float)f16_decode(*mh);
+  *mh = wt_f16_encode(mn);
+  float mf = (float)wt_f16_decode(*mh);
   float dd = (mx - mf) / 15.0f;
-  *dh = f16_encode(dd);
-  float df = (float)f16_decode(*dh);
+  *dh = wt_f16_encode(dd);
+  float df = (float)wt_f16_decode(*dh);
   if (df < 0) {
     df = 0;
     *dh = 0;
@@ -214,72 +178,14 @@ static const char *const k_isas[] = {"scalar", "avx2", "avx512", "avx512vnni"};
 
 /* ---- sources ------------------------------------------------------------------------------- */
 
-/* Random source data of dtype t, [rows][cols]; ref gets its exact values (double). */
-static void *make_source(weir_dtype t, int64_t rows, int64_t cols, double *ref) {
-  size_t rb = weir_dtype_row_bytes(t, cols);
-  uint8_t *d = malloc(rb * (size_t)rows + 1);
-  for (int64_t r = 0; r < rows; r++) {
-    uint8_t *p = d + r * rb;
-    double *rr = ref + r * cols;
-    float mag = frand(0.01f, 1.0f), off = frand(-0.3f, 0.3f) * mag;
-    if (t == WEIR_DTYPE_F32 || t == WEIR_DTYPE_F16 || t == WEIR_DTYPE_BF16) {
-      for (int64_t k = 0; k < cols; k++) {
-        float f = off + frand(-mag, mag) * ((rnd() & 63) == 0 ? 8.0f : 1.0f);
-        if (t == WEIR_DTYPE_F32) {
-          memcpy(p + k * 4, &f, 4);
-          rr[k] = f;
-        } else if (t == WEIR_DTYPE_F16) {
-          uint16_t hh = f16_encode(f);
-          memcpy(p + k * 2, &hh, 2);
-          rr[k] = f16_decode(hh);
-        } else {
-          uint32_t bits;
-          memcpy(&bits, &f, 4);
-          uint16_t hh = (uint16_t)(bits >> 16);
-          memcpy(p + k * 2, &hh, 2);
-          uint32_t back = (uint32_t)hh << 16;
-          float fb;
-          memcpy(&fb, &back, 4);
-          rr[k] = fb;
-        }
-      }
-      continue;
-    }
-    size_t bb = weir_dtype_block_bytes(t);
-    for (int64_t b = 0; b < cols / 32; b++) {
-      uint8_t *q = p + b * bb;
-      for (size_t i = 0; i < bb; i++) q[i] = (uint8_t)rnd();
-      uint16_t dd = f16_random(0.001 * mag, 0.05 * mag), mm = f16_random(0, 0.5 * mag);
-      memcpy(q, &dd, 2);
-      double dv = f16_decode(dd), mv = f16_decode(mm);
-      double *o = rr + b * 32;
-      if (t == WEIR_DTYPE_Q8_0) {
-        for (int i = 0; i < 32; i++) o[i] = (int8_t)q[2 + i] * dv;
-      } else if (t == WEIR_DTYPE_Q4_0) {
-        for (int i = 0; i < 16; i++) {
-          o[i] = ((q[2 + i] & 15) - 8) * dv;
-          o[i + 16] = ((q[2 + i] >> 4) - 8) * dv;
-        }
-      } else {
-        memcpy(q + 2, &mm, 2);
-        for (int i = 0; i < 16; i++) {
-          o[i] = (q[4 + i] & 15) * dv + mv;
-          o[i + 16] = (q[4 + i] >> 4) * dv + mv;
-        }
-      }
-    }
-  }
-  return d;
-}
-
 /* Decodes exported Q4_1 rows: wq[r][k] = d q + m (exact in double), d/m/q raw. */
 static void decode_q4_1(const uint8_t *data, int64_t rows, int64_t cols, double *wq) {
   size_t rb = (size_t)(cols / 32) * 20;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t b = 0; b < cols / 32; b++) {
       const uint8_t *blk = data + r * rb + b * 20;
-      double d = f16_decode((uint16_t)(blk[0] | blk[1] << 8));
-      double m = f16_decode((uint16_t)(blk[2] | blk[3] << 8));
+      double d = wt_f16_decode((uint16_t)(blk[0] | blk[1] << 8));
+      double m = wt_f16_decode((uint16_t)(blk[2] | blk[3] << 8));
       for (int i = 0; i < 16; i++) {
         wq[r * cols + b * 32 + i] = d * (blk[4 + i] & 15) + m;
         wq[r * cols + b * 32 + 16 + i] = d * (blk[4 + i] >> 4) + m;
@@ -303,7 +209,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   double *ref = malloc(sizeof(double) * rows * cols);
   double *wq = malloc(sizeof(double) * rows * cols);
   float *emb = malloc(sizeof(float) * rows * cols);
-  void *src = make_source(t, rows, cols, ref);
+  void *src = wt_quant_source(t, rows, cols, ref);
   const int exportable = cols % 32 == 0 && !q8src;
   uint8_t *ex = malloc((size_t)rows * (size_t)(cols / 32 + 1) * 20);
   void *w = NULL;
@@ -356,8 +262,8 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
           const uint8_t *sb = (const uint8_t *)src + (r * (cols / 32) + b) * 18;
           CU_ASSERT(memcmp(blk, sb, 2) == 0);      /* d */
           CU_ASSERT(memcmp(blk + 4, sb + 2, 16) == 0); /* nibbles */
-          CU_ASSERT(f16_decode((uint16_t)(blk[2] | blk[3] << 8)) ==
-                    -8 * f16_decode((uint16_t)(sb[0] | sb[1] << 8)));
+          CU_ASSERT(wt_f16_decode((uint16_t)(blk[2] | blk[3] << 8)) ==
+                    -8 * wt_f16_decode((uint16_t)(sb[0] | sb[1] << 8)));
         } else if (!q4src) {
           /* the documented rule, group by group, in the source's f32 values */
           int64_t g0 = b * 32 / group * group, n = cols - g0 < group ? cols - g0 : group;
@@ -422,7 +328,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   y = malloc(sizeof(float) * 64 * rows);
   xdeq = malloc(sizeof(double) * 64 * cols);
   xstep = malloc(sizeof(double) * 64 * cols);
-  for (int64_t i = 0; i < 64 * cols; i++) x[i] = frand(-1, 1) * ((rnd() & 31) == 0 ? 10.0f : 1.0f);
+  for (int64_t i = 0; i < 64 * cols; i++) x[i] = wt_frand(-1, 1) * ((wt_rnd() & 31) == 0 ? 10.0f : 1.0f);
   for (int64_t tk = 0; tk < 64; tk++)
     quantize_act(x + tk * cols, cols, xdeq + tk * cols, xstep + tk * cols);
   for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
@@ -518,14 +424,14 @@ static void test_q4_group_runs(void) {
   if (plugin_load(&l, NULL, (opts){128, -1, -1}, NULL) != 0) return;
   const int64_t rows = 8, cols = 512;
   double *ref = malloc(sizeof(double) * rows * cols);
-  uint8_t *src = make_source(WEIR_DTYPE_Q4_1, rows, cols, ref);
+  uint8_t *src = wt_quant_source(WEIR_DTYPE_Q4_1, rows, cols, ref);
   /* copy d and m of each group's first block to the other three: now groups of 128 hold */
   for (int64_t r = 0; r < rows; r++)
     for (int64_t b = 0; b < cols / 32; b++) {
       uint8_t *blk = src + (r * (cols / 32) + b) * 20, *first = src + (r * (cols / 32) + b / 4 * 4) * 20;
       memcpy(blk, first, 4);
       for (int i = 0; i < 16; i++) {
-        double d = f16_decode((uint16_t)(blk[0] | blk[1] << 8)), m = f16_decode((uint16_t)(blk[2] | blk[3] << 8));
+        double d = wt_f16_decode((uint16_t)(blk[0] | blk[1] << 8)), m = wt_f16_decode((uint16_t)(blk[2] | blk[3] << 8));
         ref[r * cols + b * 32 + i] = d * (blk[4 + i] & 15) + m;
         ref[r * cols + b * 32 + 16 + i] = d * (blk[4 + i] >> 4) + m;
       }
@@ -594,11 +500,11 @@ static void test_planted_outliers(void) {
   float *w = malloc(sizeof(float) * rows * cols);
   float *cal = malloc(sizeof(float) * ncal * cols), *test = malloc(sizeof(float) * ntest * cols);
   int outlier[512] = {0};
-  for (int i = 0; i < 6; i++) outlier[(rnd() % (cols / 6)) + i * (cols / 6)] = 1;
-  for (int64_t i = 0; i < rows * cols; i++) w[i] = frand(-1, 1);
+  for (int i = 0; i < 6; i++) outlier[(wt_rnd() % (cols / 6)) + i * (cols / 6)] = 1;
+  for (int64_t i = 0; i < rows * cols; i++) w[i] = wt_frand(-1, 1);
   for (int64_t t = 0; t < ncal + ntest; t++)
     for (int64_t k = 0; k < cols; k++) {
-      float v = frand(-1, 1) * (outlier[k] ? 50.0f : 1.0f);
+      float v = wt_frand(-1, 1) * (outlier[k] ? 50.0f : 1.0f);
       if (t < ncal) cal[t * cols + k] = v;
       else test[(t - ncal) * cols + k] = v;
     }
@@ -622,13 +528,13 @@ static void test_export_round_trip(void) {
   if (plugin_load(&l, NULL, (opts){64, 1, 1}, NULL) != 0) return;
   const int64_t rows = 40, cols = 256, ns = 48;
   double *ref = malloc(sizeof(double) * rows * cols);
-  void *src = make_source(WEIR_DTYPE_F16, rows, cols, ref);
+  void *src = wt_quant_source(WEIR_DTYPE_F16, rows, cols, ref);
   float *samples = malloc(sizeof(float) * ns * cols);
   int32_t cls[256];
   for (int64_t k = 0; k < cols; k++) cls[k] = (int32_t)(k % 64); /* 4 "heads" share 64 */
   for (int64_t t = 0; t < ns; t++)
     for (int64_t k = 0; k < cols; k++)
-      samples[t * cols + k] = frand(-1, 1) * (float)(1 + (k % 7) * (k % 5)) * (k % 64 == 3 ? 40.0f : 1.0f);
+      samples[t * cols + k] = wt_frand(-1, 1) * (float)(1 + (k % 7) * (k % 5)) * (k % 64 == 3 ? 40.0f : 1.0f);
   weir_tensor tt = {.data = src, .dtype = WEIR_DTYPE_F16, .ndim = 2, .ne = {cols, rows, 1, 1}};
   weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "o.weight",
                              .act_samples = samples, .num_samples = ns,
@@ -660,7 +566,7 @@ static void test_export_round_trip(void) {
   CU_ASSERT_EQUAL(l.ops->weight_bytes(l.self, w2), l.ops->weight_bytes(l.self, w));
   float x[4 * 256], xs[4 * 256], y1[4 * 40], y2[4 * 40];
   for (int64_t i = 0; i < 4 * cols; i++) {
-    x[i] = frand(-2, 2);
+    x[i] = wt_frand(-2, 2);
     xs[i] = x[i] / s[i % cols];
   }
   CU_ASSERT_EQUAL(l.ops->matmul(l.self, w, x, y1, 4), WEIR_OK);
@@ -702,10 +608,10 @@ static void test_group_and_abi(void) {
   weir_quant_pack_args pa[3];
   const weir_quant_pack_args *pp[3];
   float *samples = malloc(sizeof(float) * ns * cols);
-  for (int64_t i = 0; i < ns * cols; i++) samples[i] = frand(-1, 1) * (i % 9 == 0 ? 20.0f : 1.0f);
+  for (int64_t i = 0; i < ns * cols; i++) samples[i] = wt_frand(-1, 1) * (i % 9 == 0 ? 20.0f : 1.0f);
   for (int i = 0; i < 3; i++) {
     ref[i] = malloc(sizeof(double) * rws[i] * cols);
-    src[i] = make_source(WEIR_DTYPE_F32, rws[i], cols, ref[i]);
+    src[i] = wt_quant_source(WEIR_DTYPE_F32, rws[i], cols, ref[i]);
     tt[i] = (weir_tensor){.data = src[i], .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {cols, rws[i], 1, 1}};
     pa[i] = (weir_quant_pack_args){.struct_size = sizeof pa[i], .src = &tt[i], .name = "qkv",
                                    .act_samples = samples, .num_samples = ns, .layer = -1};
@@ -838,11 +744,9 @@ fail:
 }
 
 int main(void) {
-  g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-  if (getenv("WT_SEED")) g_seed = strtoull(getenv("WT_SEED"), NULL, 10);
-  g_rng = g_seed * 0x9e3779b97f4a7c15ull | 1;
+  wt_rand_init();
   fprintf(stderr, "quant_awq: seed %llu (rerun with WT_SEED=%llu)\n",
-          (unsigned long long)g_seed, (unsigned long long)g_seed);
+          (unsigned long long)wt_seed, (unsigned long long)wt_seed);
   g_pool = wt_pool_create(3);
   g_host = wt_pool_host(g_pool);
   g_host.log = test_log;

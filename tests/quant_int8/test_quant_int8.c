@@ -22,24 +22,16 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "wt_rand.h"
 #include "wt_isa.h"
 #include "weir/weir.h"
 #include "wt_pool.h"
 
-static uint64_t g_seed, g_rng;
 static wt_pool *g_pool;
 static weir_host g_host;
 static const char *g_isa = "native";
 static char g_last_info[512];
 
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-static double urand(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
-static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()); }
 
 #define CHECK_LE(err, tol, what)                                                              \
   do {                                                                                        \
@@ -47,7 +39,7 @@ static float frand(float lo, float hi) { return (float)(lo + (hi - lo) * urand()
     int ok_ = e_ <= t_;                                                                       \
     if (!ok_)                                                                                 \
       fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] error %.9g > tol %.9g\n", __FILE__,    \
-              __LINE__, what, g_isa, (unsigned long long)g_seed, e_, t_);                     \
+              __LINE__, what, g_isa, (unsigned long long)wt_seed, e_, t_);                     \
     CU_ASSERT(ok_);                                                                           \
     if (!ok_) goto fail;                                                                      \
   } while (0)
@@ -65,27 +57,6 @@ static void test_log(void *ctx, weir_log_level level, const char *fmt, ...) {
     fputc('\n', stderr);
   }
   va_end(ap);
-}
-
-/* ---- independent decoders ------------------------------------------------------------------ */
-
-static double f16_decode(uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v = e == 31 ? (m ? NAN : INFINITY) : e == 0 ? ldexp(m, -24) : ldexp(1024.0 + m, e - 25);
-  return s ? -v : v;
-}
-/* A random finite f16 of magnitude in [lo, hi) (through a truncating encode: exactness of
- * the decoded value is all that matters here). */
-static uint16_t f16_random(double lo, double hi) {
-  double a = lo + (hi - lo) * urand();
-  int e;
-  double m = frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
-  int be = e - 1 + 15;     /* biased exponent of 1.xxx * 2^(e-1) */
-  if (be < 1) return 0;
-  uint16_t man = (uint16_t)((m * 2 - 1) * 1024);
-  uint16_t h = (uint16_t)(be << 10 | man);
-  if (rnd() & 1) h |= 0x8000;
-  return h;
 }
 
 /* ---- loading ------------------------------------------------------------------------------- */
@@ -154,66 +125,6 @@ static const char *const k_isas[] = {"scalar", "avx2", "avx512", "avx512vnni"};
 
 /* ---- sources ------------------------------------------------------------------------------- */
 
-/* Random source data of dtype t, [rows][cols]; ref gets its exact values. For Q8_0, qd gets
- * each element's q * d in f32 (what an exact carry-over must give back). */
-static void *make_source(weir_dtype t, int64_t rows, int64_t cols, double *ref) {
-  size_t rb = weir_dtype_row_bytes(t, cols);
-  uint8_t *d = malloc(rb * rows + 1);
-  for (int64_t r = 0; r < rows; r++) {
-    uint8_t *p = d + r * rb;
-    double *rr = ref + r * cols;
-    /* Rows of different magnitudes, with the odd outlier, as in real weights. */
-    float mag = frand(0.01f, 1.0f);
-    if (t == WEIR_DTYPE_F32 || t == WEIR_DTYPE_F16 || t == WEIR_DTYPE_BF16) {
-      for (int64_t k = 0; k < cols; k++) {
-        float f = frand(-mag, mag) * ((rnd() & 63) == 0 ? 8.0f : 1.0f);
-        if (t == WEIR_DTYPE_F32) {
-          memcpy(p + k * 4, &f, 4);
-          rr[k] = f;
-        } else if (t == WEIR_DTYPE_F16) {
-          uint16_t hh = f16_random(0, mag);
-          memcpy(p + k * 2, &hh, 2);
-          rr[k] = f16_decode(hh);
-        } else {
-          uint32_t bits;
-          memcpy(&bits, &f, 4);
-          uint16_t hh = (uint16_t)(bits >> 16);
-          memcpy(p + k * 2, &hh, 2);
-          uint32_t back = (uint32_t)hh << 16;
-          float fb;
-          memcpy(&fb, &back, 4);
-          rr[k] = fb;
-        }
-      }
-      continue;
-    }
-    size_t bb = weir_dtype_block_bytes(t);
-    for (int64_t b = 0; b < cols / 32; b++) {
-      uint8_t *q = p + b * bb;
-      for (size_t i = 0; i < bb; i++) q[i] = (uint8_t)rnd();
-      uint16_t dd = f16_random(0.001 * mag, 0.01 * mag), mm = f16_random(0, 0.5 * mag);
-      memcpy(q, &dd, 2);
-      double dv = f16_decode(dd), mv = f16_decode(mm);
-      double *o = rr + b * 32;
-      if (t == WEIR_DTYPE_Q8_0) {
-        for (int i = 0; i < 32; i++) o[i] = (int8_t)q[2 + i] * dv;
-      } else if (t == WEIR_DTYPE_Q4_0) {
-        for (int i = 0; i < 16; i++) {
-          o[i] = ((q[2 + i] & 15) - 8) * dv;
-          o[i + 16] = ((q[2 + i] >> 4) - 8) * dv;
-        }
-      } else {
-        memcpy(q + 2, &mm, 2);
-        for (int i = 0; i < 16; i++) {
-          o[i] = (q[4 + i] & 15) * dv + mv;
-          o[i + 16] = (q[4 + i] >> 4) * dv + mv;
-        }
-      }
-    }
-  }
-  return d;
-}
-
 /* The activation quantization the docs specify (per 32 columns: d = max|x| / 127 in f32,
  * q = round-to-nearest-even(x * (1 / d)) clamped to +-127), written out here. */
 static void quantize_act(const float *x, int64_t n, double *xdeq, double *step) {
@@ -238,7 +149,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   double *ref = malloc(sizeof(double) * rows * cols);
   double *wstep = malloc(sizeof(double) * rows * cols);
   float *wd = malloc(sizeof(float) * rows * cols);
-  void *src = make_source(t, rows, cols, ref);
+  void *src = wt_quant_source(t, rows, cols, ref);
   void *w = NULL;
   float *x = NULL, *y = NULL;
   double *xdeq = NULL, *xstep = NULL;
@@ -295,7 +206,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   y = malloc(sizeof(float) * 64 * rows);
   xdeq = malloc(sizeof(double) * 64 * cols);
   xstep = malloc(sizeof(double) * 64 * cols);
-  for (int64_t i = 0; i < 64 * cols; i++) x[i] = frand(-1, 1) * ((rnd() & 31) == 0 ? 10.0f : 1.0f);
+  for (int64_t i = 0; i < 64 * cols; i++) x[i] = wt_frand(-1, 1) * ((wt_rnd() & 31) == 0 ? 10.0f : 1.0f);
   for (int64_t tk = 0; tk < 64; tk++)
     quantize_act(x + tk * cols, cols, xdeq + tk * cols, xstep + tk * cols);
   for (size_t ti = 0; ti < 4; ti++) {
@@ -485,11 +396,9 @@ static void test_end_to_end(void) {
 }
 
 int main(void) {
-  g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-  if (getenv("WT_SEED")) g_seed = strtoull(getenv("WT_SEED"), NULL, 10);
-  g_rng = g_seed * 0x9e3779b97f4a7c15ull | 1;
+  wt_rand_init();
   fprintf(stderr, "quant_int8: seed %llu (rerun with WT_SEED=%llu)\n",
-          (unsigned long long)g_seed, (unsigned long long)g_seed);
+          (unsigned long long)wt_seed, (unsigned long long)wt_seed);
   g_pool = wt_pool_create(3);
   g_host = wt_pool_host(g_pool);
   g_host.log = test_log;
