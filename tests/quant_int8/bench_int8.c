@@ -19,21 +19,8 @@
 #include <time.h>
 
 #include "weir/weir.h"
+#include "wt_bench.h"
 #include "wt_pool.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* CPU time of the calling thread: with one thread, the time the work really took even when
- * the machine is oversubscribed (it excludes time spent descheduled). */
-static double cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
@@ -43,64 +30,12 @@ static uint64_t rnd(void) {
   return g_rng;
 }
 
-typedef struct shape {
-  const char *what;
-  int64_t rows, cols;
-  int per_layer; /* times per layer in the model estimate; 0 = once (output) */
-} shape;
-
-static const shape k_shapes[] = {
-    {"attn_q/o 2048x2048", 2048, 2048, 2},
-    {"attn_k/v 256x2048", 256, 2048, 2},
-    {"ffn_gate/up 5632x2048", 5632, 2048, 2},
-    {"ffn_down 2048x5632", 2048, 5632, 1},
-    {"output 32000x2048", 32000, 2048, 0},
-};
-#define NSHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
-#define LAYERS 22
 #define GEMM_TOKENS 512
 /* Packed copies of a matrix add up to at least this many bytes (> the 32 MiB L3 here). */
 static size_t STREAM_BYTES = (size_t)192 << 20;
 
-typedef struct plugin {
-  void *dl;
-  const weir_plugin_desc *desc;
-  const weir_quant_ops *ops;
-  void *self;
-} plugin;
-
-static int load(plugin *p, const char *dir, const char *name, const weir_host *host) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/weir_quant_%s.so", dir, name);
-  p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!p->dl) {
-    fprintf(stderr, "bench_int8: %s\n", dlerror());
-    return -1;
-  }
-  weir_plugin_entry_fn entry = (weir_plugin_entry_fn)dlsym(p->dl, WEIR_PLUGIN_ENTRY_SYMBOL);
-  if (!entry) return -1;
-  p->desc = entry();
-  p->ops = p->desc->ops;
-  weir_option_value opts[4];
-  memset(opts, 0, sizeof opts);
-  for (int i = 0; i < p->desc->num_options && i < 4; i++) {
-    opts[i].i = p->desc->options[i].def_int;
-    opts[i].b = p->desc->options[i].def_bool;
-    opts[i].s = p->desc->options[i].def_string ? p->desc->options[i].def_string : "";
-  }
-  weir_plugin_args args = {.struct_size = sizeof args, .device = WEIR_DEVICE_CPU,
-                           .options = opts, .num_options = p->desc->num_options};
-  return p->desc->init(host, &args, &p->self) == WEIR_OK ? 0 : -1;
-}
-
-static void unload(plugin *p) {
-  if (p->self) p->desc->fini(p->self);
-  if (p->dl) dlclose(p->dl);
-  memset(p, 0, sizeof(*p));
-}
-
 /* Results [plugin][threads-1][shape]. */
-static double g_gemv_us[2][2][NSHAPES];
+static double g_gemv_us[2][2][WT_NSHAPES];
 
 int main(int argc, char **argv) {
   double secs = argc > 1 ? atof(argv[1]) : 0.3;
@@ -113,9 +48,9 @@ int main(int argc, char **argv) {
          "%.2f s per figure, WEIR_CPU_ISA=%s\n",
          STREAM_BYTES >> 20, GEMM_TOKENS, secs, isa ? isa : "(unset)");
   int64_t max_elems = 0;
-  for (int s = 0; s < NSHAPES; s++)
-    if (k_shapes[s].rows * k_shapes[s].cols > max_elems)
-      max_elems = k_shapes[s].rows * k_shapes[s].cols;
+  for (int s = 0; s < WT_NSHAPES; s++)
+    if (wt_shapes_1b1[s].rows * wt_shapes_1b1[s].cols > max_elems)
+      max_elems = wt_shapes_1b1[s].rows * wt_shapes_1b1[s].cols;
   uint16_t *src = malloc(sizeof(uint16_t) * max_elems);
   float *x = malloc(sizeof(float) * GEMM_TOKENS * 5632);
   float *y = malloc(sizeof(float) * GEMM_TOKENS * 32000);
@@ -130,11 +65,11 @@ int main(int argc, char **argv) {
     wt_pool *pool = wt_pool_create(th);
     weir_host host = wt_pool_host(pool);
     for (int pi = 0; pi < 2; pi++) {
-      plugin p;
+      wt_plugin p;
       memset(&p, 0, sizeof p);
-      if (load(&p, dir, names[pi], &host) != 0) return 1;
-      for (int s = 0; s < NSHAPES; s++) {
-        const shape *sh = &k_shapes[s];
+      if (wt_plugin_load(&p, dir, names[pi], -1, &host) != 0) return 1;
+      for (int s = 0; s < WT_NSHAPES; s++) {
+        const wt_shape *sh = &wt_shapes_1b1[s];
         weir_tensor t = {.data = src, .dtype = WEIR_DTYPE_F16, .ndim = 2,
                          .ne = {sh->cols, sh->rows, 1, 1}, .nb = {2, (size_t)sh->cols * 2, 0, 0}};
         weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &t, .name = sh->what};
@@ -150,24 +85,24 @@ int main(int argc, char **argv) {
         /* GEMV */
         for (int c = 0; c < copies; c++) p.ops->matmul(p.self, ws[c], x, y, 1); /* warm-up */
         long calls = 0;
-        double t0 = now(), c0 = cpu_now(), el;
+        double t0 = wt_now(), c0 = wt_cpu_now(), el;
         do {
           for (int c = 0; c < copies; c++) p.ops->matmul(p.self, ws[c], x, y, 1);
           calls += copies;
-          el = now() - t0;
+          el = wt_now() - t0;
         } while (el < secs);
-        double us = el / calls * 1e6, cpu_us = (cpu_now() - c0) / calls * 1e6;
+        double us = el / calls * 1e6, cpu_us = (wt_cpu_now() - c0) / calls * 1e6;
         /* one thread: the thread's CPU time is the better figure on a loaded machine */
         if (th == 1) us = cpu_us;
         g_gemv_us[pi][th - 1][s] = us;
         /* GEMM */
         p.ops->matmul(p.self, ws[0], x, y, GEMM_TOKENS > 16 ? 16 : GEMM_TOKENS);
         long gcalls = 0;
-        double g0 = th == 1 ? cpu_now() : now(), gel;
+        double g0 = th == 1 ? wt_cpu_now() : wt_now(), gel;
         do {
           p.ops->matmul(p.self, ws[gcalls % copies], x, y, GEMM_TOKENS);
           gcalls++;
-          gel = (th == 1 ? cpu_now() : now()) - g0;
+          gel = (th == 1 ? wt_cpu_now() : wt_now()) - g0;
         } while (gel < secs);
         double gflops = 2.0 * sh->rows * sh->cols * GEMM_TOKENS * gcalls / gel * 1e-9;
         printf("%-5s threads %d  %-22s  %6.2f MiB  GEMV %8.1f us  %6.2f GB/s  %8.0f calls/s  |  "
@@ -178,19 +113,19 @@ int main(int argc, char **argv) {
         for (int c = 0; c < copies; c++) p.ops->release(p.self, ws[c]);
         free(ws);
       }
-      unload(&p);
+      wt_plugin_unload(&p);
     }
     wt_pool_destroy(pool);
   }
   printf("\nwhole-model decode estimate (%d layers x q,k,v,o,gate,up,down + output; "
          "linears only):\n",
-         LAYERS);
+         WT_LAYERS_1B1);
   for (int th = 1; th <= 2; th++) {
     double tot[2] = {0, 0};
     for (int pi = 0; pi < 2; pi++)
-      for (int s = 0; s < NSHAPES; s++)
+      for (int s = 0; s < WT_NSHAPES; s++)
         tot[pi] += g_gemv_us[pi][th - 1][s] *
-                   (k_shapes[s].per_layer ? (double)LAYERS * k_shapes[s].per_layer : 1.0);
+                   (wt_shapes_1b1[s].per_layer ? (double)WT_LAYERS_1B1 * wt_shapes_1b1[s].per_layer : 1.0);
     printf("  threads %d: fp16 %.1f ms/token (%.2f tokens/s), int8 %.1f ms/token (%.2f tokens/s), "
            "int8 speed-up %.2fx\n",
            th, tot[0] * 1e-3, 1e6 / tot[0], tot[1] * 1e-3, 1e6 / tot[1], tot[0] / tot[1]);
