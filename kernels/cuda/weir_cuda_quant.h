@@ -85,6 +85,29 @@ static inline int weir_cuda_qctx_init(weir_cuda_qctx *q, const weir_host *host, 
   return WEIR_OK;
 }
 
+/* For the schemes whose instance is a bare weir_cuda_qctx: a new one from host->alloc,
+ * initialised (NULL and a status on failure, nothing held), and the plugin fini to free it. */
+static inline int weir_cuda_qctx_new(const weir_host *host, const char *name, weir_cuda_qctx **out) {
+  *out = NULL;
+  weir_cuda_qctx *q = (weir_cuda_qctx *)host->alloc(host->ctx, sizeof *q, 0);
+  if (!q) return WEIR_E_NOMEM;
+  int rc = weir_cuda_qctx_init(q, host, name);
+  if (rc != WEIR_OK) {
+    host->free(host->ctx, q);
+    return rc;
+  }
+  *out = q;
+  return WEIR_OK;
+}
+
+static inline void weir_cuda_qctx_delete(void *self) {
+  weir_cuda_qctx *q = (weir_cuda_qctx *)self;
+  if (!q) return;
+  const weir_host *h = q->host;
+  weir_cuda_qctx_fini(q);
+  h->free(h->ctx, q);
+}
+
 /* Makes *buf (of *size bytes) at least `need` bytes; keeps it otherwise. */
 static inline int weir_cuda_qreserve(weir_cuda_qctx *q, void **buf, size_t *size, size_t need) {
   if (need <= *size) return WEIR_OK;

@@ -26,22 +26,10 @@ typedef struct f16_weight {
   size_t bytes;
 } f16_weight;
 
-static void q_fini(void *self) {
-  weir_cuda_qctx *q = self;
-  if (!q) return;
-  const weir_host *h = q->host;
-  weir_cuda_qctx_fini(q);
-  h->free(h->ctx, q);
-}
-
 static int q_init(const weir_host *host, const weir_plugin_args *args, void **self) {
-  weir_cuda_qctx *q = host->alloc(host->ctx, sizeof *q, 0);
-  if (!q) return WEIR_E_NOMEM;
-  int rc = weir_cuda_qctx_init(q, host, "fp16 (cuda)");
-  if (rc != WEIR_OK) {
-    host->free(host->ctx, q);
-    return rc;
-  }
+  weir_cuda_qctx *q;
+  int rc = weir_cuda_qctx_new(host, "fp16 (cuda)", &q);
+  if (rc != WEIR_OK) return rc;
   if (args->num_options > 0 && args->options[0].is_set && args->options[0].b)
     WEIR_CUDA_QLOG(q, WEIR_LOG_WARN,
                    "fp16 (cuda): keep_f32 is ignored on CUDA; weights are stored in f16");
@@ -161,7 +149,7 @@ static const weir_plugin_desc k_desc = {
     .options = k_options,
     .num_options = 1,
     .init = q_init,
-    .fini = q_fini,
+    .fini = weir_cuda_qctx_delete,
     .ops = &k_ops,
 };
 

@@ -28,22 +28,10 @@ typedef struct q8_weight {
   size_t bytes;
 } q8_weight;
 
-static void q_fini(void *self) {
-  weir_cuda_qctx *q = self;
-  if (!q) return;
-  const weir_host *h = q->host;
-  weir_cuda_qctx_fini(q);
-  h->free(h->ctx, q);
-}
-
 static int q_init(const weir_host *host, const weir_plugin_args *args, void **self) {
-  weir_cuda_qctx *q = host->alloc(host->ctx, sizeof *q, 0);
-  if (!q) return WEIR_E_NOMEM;
-  int rc = weir_cuda_qctx_init(q, host, "int8 (cuda)");
-  if (rc != WEIR_OK) {
-    host->free(host->ctx, q);
-    return rc;
-  }
+  weir_cuda_qctx *q;
+  int rc = weir_cuda_qctx_new(host, "int8 (cuda)", &q);
+  if (rc != WEIR_OK) return rc;
   if (args->num_options > 0 && args->options[0].is_set && args->options[0].i != 32)
     WEIR_CUDA_QLOG(q, WEIR_LOG_WARN, "int8 (cuda): group_size %lld is CPU only; CUDA uses 32",
                    (long long)args->options[0].i);
@@ -156,7 +144,7 @@ static const weir_plugin_desc k_desc = {
     .options = k_options,
     .num_options = 1,
     .init = q_init,
-    .fini = q_fini,
+    .fini = weir_cuda_qctx_delete,
     .ops = &k_ops,
 };
 
