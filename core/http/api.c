@@ -38,7 +38,7 @@ static int other_key(const weir__http_server *s, const cJSON *it, api_error *e) 
 }
 
 static uint64_t g_rng;
-static void make_id(char *out, size_t cap, const char *prefix) {
+void weir__api_make_id(char *out, size_t cap, const char *prefix) {
   if (!g_rng) g_rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ uv_hrtime();
   char hex[33];
   for (int i = 0; i < 2; i++) {
@@ -76,6 +76,7 @@ static void job_free(weir__api_job *job) {
   if (job->prompt_offsets)
     for (int i = 0; i < job->num_prompts; i++) free(job->prompt_offsets[i]);
   free(job->prompt_offsets);
+  free(job->tool_named);
   if (job->prev) job->prev->next = job->next;
   else s->jobs = job->next;
   if (job->next) job->next->prev = job->prev;
@@ -255,6 +256,25 @@ static void prompt_logprobs(weir__api_job *job, api_choice *ch, const weir_gen_e
   ch->lp_offset = len;
 }
 
+/* A streamed chat reply that may call tools: content goes out as long as it cannot be the
+ * start of a call (tool_calls.h); the rest is held, and at the end read as calls (sent as
+ * tool_calls deltas) or, when it is none, sent as content. A forced call is held whole. */
+static void stream_with_tools(weir__api_job *job, api_choice *ch, const weir_gen_event *ev,
+                              cJSON *lp, const char *finish) {
+  weir_buf_append(&ch->text, ev->text, ev->text_len);
+  size_t safe = ch->content_sent;
+  if (job->tool_mode == WEIR_TOOLS_AUTO && ch->text.p) {
+    int in_call = 0;
+    size_t upto = weir__tool_stream_safe(ch->text.p, ch->text.len, ch->content_sent, &in_call);
+    if (upto > safe) safe = upto;
+  }
+  if (safe > ch->content_sent || lp)
+    weir__api_stream_choice_chunk(job, ch, ch->text.p ? ch->text.p + ch->content_sent : NULL,
+                                  safe - ch->content_sent, lp, NULL, 0);
+  ch->content_sent = safe;
+  if (finish) weir__api_stream_tool_finish(job, ch, ev->finish);
+}
+
 static void on_event(weir__http_server *s, weir__queued_event *qe) {
   api_choice *ch = (api_choice *)qe->user;
   weir__api_job *job = ch->job;
@@ -290,12 +310,12 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
                                          &ch->lp_offset);
       }
     }
-    int has_text = ev->text_len > 0;
-    if (has_text || lp || finish) {
-      /* An error ends the stream with an error event instead of a finish_reason. */
-      const char *fr = ev->finish == WEIR_FINISH_ERROR ? NULL : finish;
-      if (has_text || lp || fr)
-        weir__api_stream_choice_chunk(job, ch, ev->text, ev->text_len, lp, fr, 0);
+    /* An error ends the stream with an error event instead of a finish_reason. */
+    const char *fr = ev->finish == WEIR_FINISH_ERROR ? NULL : finish;
+    if (job->tool_mode != WEIR_TOOLS_OFF) {
+      stream_with_tools(job, ch, ev, lp, fr);
+    } else if (ev->text_len > 0 || lp || fr) {
+      weir__api_stream_choice_chunk(job, ch, ev->text, ev->text_len, lp, fr, 0);
     }
   } else if (job->r) {
     weir_buf_append(&ch->text, ev->text, ev->text_len);
@@ -590,9 +610,17 @@ static void handle_generate(weir__http_req *r, int chat) {
   job->n = pp->n;
   job->num_choices = pl->count * pp->n;
   job->arrival_ns = r->arrival_ns;
-  make_id(job->id, sizeof job->id, chat ? "chatcmpl" : "cmpl");
+  weir__api_make_id(job->id, sizeof job->id, chat ? "chatcmpl" : "cmpl");
+  job->tool_mode = a->tools.mode;
+  job->parallel_tool_calls = a->tools.parallel;
+  if (a->tools.named && !(job->tool_named = strdup(a->tools.named))) {
+    free(job);
+    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+    goto fail_request;
+  }
   job->choices = calloc((size_t)job->num_choices, sizeof *job->choices);
   if (!job->choices) {
+    free(job->tool_named);
     free(job);
     weir__api_fail(&e, 500, NULL, NULL, "out of memory");
     goto fail_request;

@@ -9,11 +9,13 @@
 
 #include "grammar/grammar.h"
 #include "http/api.h"
+#include "http/tool_calls.h"
 
 #define MAX_N 16
 #define MAX_CHOICES 256
 #define MAX_STOP 16
 #define MAX_PATH 160 /* longest JSON path named in an error's `param` */
+#define WEIR_API_MAX_TOOLS 128 /* functions in one request's `tools` */
 /* max_tokens of a /v1/completions request that gives none (OpenAI's default); chat requests
  * take server.default_max_tokens. */
 #define WEIR_API_COMPLETIONS_MAX_TOKENS 16
@@ -37,6 +39,7 @@ typedef struct api_choice {
   double *itl_ms;
   int num_itl, cap_itl;
   int sent_first;       /* streaming: the first chunk (role / echo) is out */
+  size_t content_sent;  /* streaming with tools: bytes of `text` already sent as content */
   int prompt_lp_done;   /* echo with logprobs: the prompt's entries are out / recorded */
 } api_choice;
 
@@ -62,6 +65,9 @@ struct weir__api_job {
   uint64_t arrival_ns;
   int client_gone;
   int paused;           /* its connection is backed up: generation paused */
+  weir__tool_mode tool_mode; /* chat with tools: how replies are read for calls */
+  char *tool_named;     /* WEIR_TOOLS_NAMED: the function (owned) */
+  int parallel_tool_calls;
 };
 
 typedef struct api_error {
@@ -98,6 +104,9 @@ typedef struct params {
   int logprobs;            /* -1 unless asked */
   int chat_logprobs, top_logprobs;
   int echo, ignore_eos, min_tokens, stream, include_usage, has_stream_options, priority;
+  /* Tool calling (chat): as given; checked by weir__api_tools_check. */
+  const cJSON *tools, *tool_choice;
+  int parallel_tool_calls, has_parallel_tool_calls;
   /* Structured output (docs/structured-output.md): at most one of these is given. */
   const cJSON *response_format, *guided_json, *guided_regex, *guided_choice, *guided_grammar;
 } params;
@@ -108,6 +117,14 @@ typedef struct prompt_list {
   int32_t *max_tokens; /* weir__api_parse_generation: each prompt's output budget */
   int count;
 } prompt_list;
+
+/* What a chat request's tools ask for (api_tools.c). Borrows from the request document. */
+typedef struct api_tools {
+  weir__tool_mode mode;
+  const char *named;  /* WEIR_TOOLS_NAMED: tool_choice's function */
+  int parallel;       /* parallel_tool_calls (default true) */
+  const cJSON *tools; /* the request's tools, NULL when it gives none */
+} api_tools;
 
 /* A generation request (completions or chat) parsed and checked against the model and the
  * server's limits. Owns the JSON document that p's pointers point into. */
@@ -121,6 +138,7 @@ typedef struct api_gen {
   /* Structured output: what the request asks for (spec.kind 0: nothing), the text printed
    * for it (owned), the parameter that gave it; then, after weir__api_gen_compile, the
    * constraint (g.constraint borrows it) or the compile error. */
+  api_tools tools;
   weir_constraint_spec spec;
   char *spec_text;
   const char *spec_param;
@@ -152,6 +170,19 @@ cJSON *weir__api_parse_body_object(weir__http_req *r, api_error *e);
 int weir__api_ids_from_array(weir__http_server *s, const cJSON *arr, const char *param,
     prompt_list *pl, api_error *e);
 
+/* ---- api_tools.c ---- */
+
+/* tools, tool_choice and parallel_tool_calls of p, checked into t: 0, or -1 with e filled. */
+int weir__api_tools_check(const params *p, api_tools *t, api_error *e);
+/* The JSON Schema that forces a call (t->mode REQUIRED or NAMED), printed; malloc'd, NULL
+ * when out of memory. */
+char *weir__api_tools_schema(const api_tools *t);
+/* messages[i] as the chat template receives it: role (normalized), content (the joined text,
+ * "" for an assistant turn that only calls tools), name, tool_call_id and tool_calls
+ * (their arguments parsed into objects). A new object, or NULL with e filled. */
+cJSON *weir__api_tools_message(const cJSON *m, int i, const char *role, const char *content,
+                               api_error *e);
+
 /* ---- api_render.c ---- */
 
 /* Whole responses: an OpenAI error object; a JSON document (deleted by the caller). */
@@ -162,6 +193,10 @@ void weir__api_respond_json(weir__http_req *r, int status, cJSON *root);
 void weir__api_stream_finish(weir__api_job *job);
 void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const char *text,
     size_t text_len, cJSON *lp, const char *finish, int role);
+/* The end of a streamed reply with tools (see stream_with_tools in api.c): the held text as
+ * tool_calls deltas or content, then the finish chunk (f: the engine's reason, not an
+ * error). */
+void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finish_reason f);
 /* The whole non-streaming response of a finished job. */
 void weir__api_respond_full(weir__api_job *job);
 /* A JSON string for text that may hold invalid UTF-8 (repaired); NULL on OOM. */
@@ -182,6 +217,9 @@ cJSON *weir__api_chat_lp_content(weir__http_server *s, int k, const weir_sample_
     int count);
 
 /* ---- api.c ---- */
+
+/* A fresh response id "<prefix>-<32 hex digits>" (unique, not secret) into out[cap]. */
+void weir__api_make_id(char *out, size_t cap, const char *prefix);
 
 /* 1 when `name` is the served model name or one of its aliases. */
 int weir__api_serves_model(const weir__http_server *s, const char *name);

@@ -45,7 +45,7 @@ static int json_is_int(const cJSON *v, double lo, double hi) {
 
 /* Parameters OpenAI defines that weir does not implement: named in their own message. */
 static const char *const k_unsupported[] = {
-    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+    "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
     "suffix", "best_of", "audio", "modalities", "prediction",
     "store", "metadata", "service_tier", "reasoning_effort", "web_search_options", NULL};
 
@@ -257,11 +257,13 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
         p->bias_tokens[p->num_bias] = (int32_t)id;
         p->bias_values[p->num_bias++] = (float)b->valuedouble;
       }
-    } else if (chat && !strcmp(k, "tools") && cJSON_IsArray(it) && !it->child) {
-      /* No tools offered. */
-    } else if (chat && !strcmp(k, "tool_choice") && cJSON_IsString(it) &&
-               !strcmp(it->valuestring, "none")) {
-      /* The model may not call tools: the only behaviour weir has. */
+    } else if (chat && !strcmp(k, "tools")) {
+      p->tools = it;
+    } else if (chat && !strcmp(k, "tool_choice")) {
+      p->tool_choice = it;
+    } else if (chat && !strcmp(k, "parallel_tool_calls")) {
+      if (weir__api_want_bool(e, it, k, &p->parallel_tool_calls)) return -1;
+      p->has_parallel_tool_calls = 1;
     } else {
       return weir__api_unsupported(e, k);
     }
@@ -420,8 +422,8 @@ static int message_content(const cJSON *c, int idx, const char *role, weir_buf *
   return 0;
 }
 
-static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list *pl,
-                       api_error *e) {
+static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_tools *tools,
+                       prompt_list *pl, api_error *e) {
   if (!cJSON_IsArray(messages))
     return weir__api_fail(e, 400, "messages", "invalid_type",
                           "'messages' must be a list of messages");
@@ -429,10 +431,10 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
   if (n == 0)
     return weir__api_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
   int rc = -1;
-  weir_chat_message *msgs = calloc((size_t)n, sizeof *msgs);
-  weir_buf *texts = calloc((size_t)n, sizeof *texts);
+  cJSON *msgs = cJSON_CreateArray();
+  weir_buf text = {0};
   char *rendered = NULL;
-  if (!msgs || !texts) {
+  if (!msgs) {
     weir__api_fail(e, 500, NULL, NULL, "out of memory");
     goto free_msgs;
   }
@@ -446,7 +448,9 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
     }
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
     for (const cJSON *k = m->child; k; k = k->next)
-      if (strcmp(k->string, "role") && strcmp(k->string, "content")) {
+      if (strcmp(k->string, "role") && strcmp(k->string, "content") &&
+          strcmp(k->string, "name") && strcmp(k->string, "tool_calls") &&
+          strcmp(k->string, "tool_call_id")) {
         char pk[128];
         snprintf(pk, sizeof pk, "messages[%d].%s", i, k->string);
         weir__api_unsupported(e, pk);
@@ -458,26 +462,34 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
     }
     const char *r = role->valuestring;
     if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") &&
+        strcmp(r, "tool")) {
       weir__api_fail(e, 400, param, "invalid_value",
-                     "'%s.role' must be one of system, developer, user, assistant; got '%s'", param,
-                     role->valuestring);
+                     "'%s.role' must be one of system, developer, user, assistant, tool; got "
+                     "'%s'", param, role->valuestring);
       goto free_msgs;
     }
-    if (message_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r, &texts[i], e))
+    weir_buf_free(&text);
+    if (message_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, r, &text, e))
       goto free_msgs;
-    weir_buf_append(&texts[i], "", 0);
-    if (texts[i].oom) {
+    weir_buf_append(&text, "", 0);
+    if (text.oom) {
       weir__api_fail(e, 500, NULL, NULL, "out of memory");
       goto free_msgs;
     }
-    msgs[i].role = r;
-    msgs[i].content = texts[i].p ? texts[i].p : "";
+    cJSON *msg = weir__api_tools_message(m, i, r, text.p, e);
+    if (!msg) goto free_msgs;
+    cJSON_AddItemToArray(msgs, msg);
   }
-  int r = weir_engine_render_chat(s->engine, msgs, n, 1, &rendered);
+  /* The model's template sees the request's messages (normalized) and tools, as Hugging
+   * Face's apply_chat_template gives them; a failure is the template's own message. */
+  weir_chat_request req = {.messages = msgs, .tools = tools->tools, .add_generation_prompt = 1};
+  char why[512] = "";
+  int r = weir_engine_render_chat_ex(s->engine, &req, &rendered, why, sizeof why);
   if (r != WEIR_OK) {
     weir__api_fail(e, r == WEIR_E_INVAL ? 400 : 500, "messages", NULL,
-                   "the chat template could not render these messages: %s", weir_strerror(r));
+                   "the chat template could not render these messages: %s",
+                   why[0] ? why : weir_strerror(r));
     goto free_msgs;
   }
   /* The rendered text holds special tokens (<|im_start|> ...) that only tokenizing with
@@ -504,10 +516,8 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, prompt_list 
   }
 free_msgs:
   free(rendered);
-  if (texts)
-    for (int k = 0; k < n; k++) weir_buf_free(&texts[k]);
-  free(texts);
-  free(msgs);
+  weir_buf_free(&text);
+  cJSON_Delete(msgs);
   return rc;
 }
 
@@ -844,7 +854,9 @@ int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_er
   out->root = weir__api_parse_body_object(r, e);
   if (!out->root) goto fail;
   if (parse_params(s, out->root, chat, p, e)) goto fail;
-  if (chat ? chat_prompt(s, p->messages, pl, e) : completion_prompts(s, p->prompt, pl, e))
+  if (chat && weir__api_tools_check(p, &out->tools, e)) goto fail;
+  if (chat ? chat_prompt(s, p->messages, &out->tools, pl, e)
+           : completion_prompts(s, p->prompt, pl, e))
     goto fail;
   if (pl->count * p->n > MAX_CHOICES) {
     weir__api_fail(e, 400, "n", "invalid_value",
@@ -902,6 +914,24 @@ int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_er
   /* The constraint is only described here; weir__api_gen_compile compiles it (off the loop:
    * a large schema can take a good part of a second). */
   if (constraint_spec(p, &out->spec, &out->spec_text, &out->spec_param, e)) goto fail;
+  if (out->tools.mode == WEIR_TOOLS_REQUIRED || out->tools.mode == WEIR_TOOLS_NAMED) {
+    /* A forced call is a JSON Schema constraint on the whole reply (api_tools.c). */
+    if (out->spec.kind) {
+      weir__api_fail(e, 400, "tool_choice", "invalid_value",
+                     "'tool_choice' forcing a call and '%s' both constrain the output; give "
+                     "one", out->spec_param);
+      goto fail;
+    }
+    out->spec_text = weir__api_tools_schema(&out->tools);
+    if (!out->spec_text) {
+      weir__api_fail(e, 500, NULL, NULL, "out of memory");
+      goto fail;
+    }
+    out->spec.kind = WEIR_CONSTRAINT_JSON_SCHEMA;
+    out->spec.text = out->spec_text;
+    out->spec.len = strlen(out->spec_text);
+    out->spec_param = "tool_choice";
+  }
   weir_gen_request *g = &out->g;
   g->sampling.struct_size = sizeof g->sampling;
   g->sampling.temperature = (float)p->temperature;

@@ -254,6 +254,85 @@ void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const cha
   sse_send(job->r, o);
 }
 
+/* ---- tool calls ------------------------------------------------------------------------- */
+
+/* A reply read for calls; parallel_tool_calls false keeps the first. 0 or WEIR_E_NOMEM. */
+static int read_calls(const weir__api_job *job, const api_choice *ch, weir__tool_output *o) {
+  int rc = weir__tool_parse(ch->text.p ? ch->text.p : "", ch->text.len, job->tool_mode,
+                            job->tool_named, o);
+  if (rc == 0 && !job->parallel_tool_calls && o->num_calls > 1) {
+    for (int i = 1; i < o->num_calls; i++) {
+      free(o->calls[i].name);
+      free(o->calls[i].arguments);
+    }
+    o->num_calls = 1;
+  }
+  return rc;
+}
+
+/* OpenAI's tool_calls array; with_index for stream deltas. */
+static cJSON *tool_calls_json(const weir__tool_output *o, int with_index) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int i = 0; arr && i < o->num_calls; i++) {
+    cJSON *c = cJSON_CreateObject();
+    if (!c) break;
+    cJSON_AddItemToArray(arr, c);
+    char id[48];
+    weir__api_make_id(id, sizeof id, "call");
+    id[4] = '_';
+    id[5 + 24] = '\0'; /* call_ and 24 hex digits, the length OpenAI's ids have */
+    if (with_index) cJSON_AddNumberToObject(c, "index", i);
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(c, "function");
+    if (fn) {
+      cJSON_AddItemToObject(fn, "name", weir__api_json_text(o->calls[i].name,
+                                                           strlen(o->calls[i].name)));
+      cJSON_AddItemToObject(fn, "arguments", weir__api_json_text(o->calls[i].arguments,
+                                                                strlen(o->calls[i].arguments)));
+    }
+  }
+  return arr;
+}
+
+/* finish_reason of a reply that called tools: "length" stays (the call may be cut short). */
+static const char *tool_finish(weir_finish_reason f) {
+  return f == WEIR_FINISH_LENGTH ? weir__api_finish_name(f) : "tool_calls";
+}
+
+void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finish_reason f) {
+  const char *finish = weir__api_finish_name(f);
+  weir__tool_output o;
+  if (read_calls(job, ch, &o) != 0) {
+    weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, finish, 0);
+    return;
+  }
+  if (o.num_calls == 0) {
+    size_t held = ch->text.len - ch->content_sent;
+    weir__api_stream_choice_chunk(job, ch, held ? ch->text.p + ch->content_sent : NULL, held,
+                                  NULL, finish, 0);
+    ch->content_sent = ch->text.len;
+    weir__tool_output_free(&o);
+    return;
+  }
+  cJSON *root = chunk_base(job);
+  cJSON *choices = root ? cJSON_AddArrayToObject(root, "choices") : NULL;
+  cJSON *c = choices ? cJSON_CreateObject() : NULL;
+  if (c) {
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", ch->index);
+    cJSON *delta = cJSON_AddObjectToObject(c, "delta");
+    if (delta) cJSON_AddItemToObject(delta, "tool_calls", tool_calls_json(&o, 1));
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddNullToObject(c, "finish_reason");
+    if (job->include_usage) cJSON_AddNullToObject(root, "usage");
+  }
+  sse_send(job->r, root);
+  ch->content_sent = ch->text.len;
+  weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, tool_finish(f), 0);
+  weir__tool_output_free(&o);
+}
+
 void weir__api_stream_finish(weir__api_job *job) {
   weir__http_req *r = job->r;
   const api_choice *err = NULL;
@@ -318,10 +397,24 @@ void weir__api_respond_full(weir__api_job *job) {
     if (job->echo)
       weir_buf_append(&text, job->echo_text[ch->prompt_index], job->echo_len[ch->prompt_index]);
     weir_buf_append(&text, ch->text.p ? ch->text.p : "", ch->text.len);
+    const char *finish = weir__api_finish_name(ch->finish);
     if (job->chat) {
       cJSON *msg = cJSON_AddObjectToObject(c, "message");
       cJSON_AddStringToObject(msg, "role", "assistant");
-      cJSON_AddItemToObject(msg, "content", weir__api_json_text(text.p, text.len));
+      weir__tool_output calls = {0};
+      if (job->tool_mode != WEIR_TOOLS_OFF && read_calls(job, ch, &calls) == 0 &&
+          calls.num_calls > 0) {
+        if (calls.content[0])
+          cJSON_AddItemToObject(msg, "content",
+                                weir__api_json_text(calls.content, strlen(calls.content)));
+        else
+          cJSON_AddNullToObject(msg, "content");
+        cJSON_AddItemToObject(msg, "tool_calls", tool_calls_json(&calls, 0));
+        finish = tool_finish(ch->finish);
+      } else {
+        cJSON_AddItemToObject(msg, "content", weir__api_json_text(text.p, text.len));
+      }
+      weir__tool_output_free(&calls);
     } else {
       cJSON_AddItemToObject(c, "text", weir__api_json_text(text.p, text.len));
     }
@@ -342,7 +435,7 @@ void weir__api_respond_full(weir__api_job *job) {
     } else {
       cJSON_AddNullToObject(c, "logprobs");
     }
-    cJSON_AddStringToObject(c, "finish_reason", weir__api_finish_name(ch->finish));
+    cJSON_AddStringToObject(c, "finish_reason", finish);
   }
   cJSON_AddItemToObject(o, "usage", usage_json(job));
   weir__api_respond_json(r, 200, o);

@@ -652,7 +652,10 @@ static void test_unsupported_parameters(void) {
       {"/v1/chat/completions",
        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
        "\"function\"}]}",
-       "tools"},
+       "tools[0]"},
+      {"/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+       "tool_choice"},
       {"/v1/chat/completions",
        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
        "\"yaml\"}}",
@@ -662,8 +665,8 @@ static void test_unsupported_parameters(void) {
       {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}",
        "echo"},
       {"/v1/chat/completions",
-       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}]}",
-       "messages[0].name"},
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"audio\":{}}]}",
+       "messages[0].audio"},
       {"/v1/chat/completions",
        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":true,"
        "\"stream_options\":{\"continuous\":true}}",
