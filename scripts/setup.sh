@@ -10,7 +10,7 @@ pkgs=(
   libuv1-dev node-llhttp libtomlplusplus-dev libcjson-dev libcunit1-dev
   clang libclang-rt-14-dev
   python3 python3-numpy python3-jinja2 python3-yaml python3-jsonschema sentencepiece curl
-  nginx-light
+  nginx-light nodejs
 )
 missing=()
 for p in "${pkgs[@]}"; do
@@ -28,6 +28,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
   fi
 fi
+
+# npm comes with Node.js from some sources (nodesource) and as Debian's own package otherwise.
+if ! command -v npm >/dev/null; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends npm
+fi
+# The official client libraries the client tests drive (tests/clients), pinned.
+npm ci --prefix "$here/tests/clients" --no-audit --no-fund --loglevel=error
 
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${WEIR_CMAKE_ARGS:-}
 cmake --build "$build" -j"$(nproc)"
