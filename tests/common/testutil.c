@@ -168,3 +168,24 @@ int wt_free_port(void) {
   close(fd);
   return port;
 }
+
+int wt_for_each_file(const char *dir, wt_file_fn fn, void *ctx) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char *path = wt_strf("%s/%s", dir, e->d_name);
+    size_t len = 0;
+    char *data = wt_read_file(path, &len);
+    if (data) {
+      fn(path, e->d_name, data, len, ctx);
+      count++;
+    }
+    free(data);
+    free(path);
+  }
+  closedir(d);
+  return count;
+}

@@ -57,4 +57,20 @@ int wt_run(char *const argv[], char **out, int timeout_ms);
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int wt_free_port(void);
 
+/* Calls fn once for every file in dir whose name does not start with '.', with its path, its
+ * name and its whole contents (NUL-terminated; all three are freed after fn returns); for
+ * replaying checked-in corpora. The number of files read, or -1 when dir cannot be opened. */
+typedef void (*wt_file_fn)(const char *path, const char *name, const char *data, size_t len,
+                           void *ctx);
+int wt_for_each_file(const char *dir, wt_file_fn fn, void *ctx);
+
+/* xorshift64: the fixed-seed generator of the deterministic fuzz corpora (same seed, same
+ * corpus on every run). state is the caller's and must not be 0. */
+static inline uint64_t wt_xorshift64(uint64_t *state) {
+  *state ^= *state << 13;
+  *state ^= *state >> 7;
+  *state ^= *state << 17;
+  return *state;
+}
+
 #endif

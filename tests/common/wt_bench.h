@@ -42,17 +42,17 @@ static const wt_shape wt_shapes_1b1[] = {
 #define WT_NSHAPES (int)(sizeof wt_shapes_1b1 / sizeof wt_shapes_1b1[0])
 #define WT_LAYERS_1B1 22
 
-typedef struct wt_plugin {
+typedef struct wt_bench_plugin {
   void *dl;
   const weir_plugin_desc *desc;
   const weir_quant_ops *ops;
   void *self;
-} wt_plugin;
+} wt_bench_plugin;
 
 /* Loads DIR/weir_quant_NAME.so on the CPU with its default options, group_size set to
  * `group` when that is >= 0. -1 (with a message) when it cannot. */
-static inline int wt_plugin_load(wt_plugin *p, const char *dir, const char *name, int64_t group,
-                                 const weir_host *host) {
+static inline int wt_bench_load(wt_bench_plugin *p, const char *dir, const char *name,
+                                int64_t group, const weir_host *host) {
   char path[1024];
   memset(p, 0, sizeof *p);
   snprintf(path, sizeof path, "%s/weir_quant_%s.so", dir, name);
@@ -78,7 +78,7 @@ static inline int wt_plugin_load(wt_plugin *p, const char *dir, const char *name
   return p->desc->init(host, &args, &p->self) == WEIR_OK ? 0 : -1;
 }
 
-static inline void wt_plugin_unload(wt_plugin *p) {
+static inline void wt_bench_unload(wt_bench_plugin *p) {
   if (p->self) p->desc->fini(p->self);
   if (p->dl) dlclose(p->dl);
   memset(p, 0, sizeof(*p));

@@ -4,7 +4,6 @@
  * checked against a plain double-precision reference written in this file, on fresh random
  * inputs (the seed is printed; WT_SEED=... reruns one), and the device, attention and quant
  * plugins for every ISA level this CPU runs (the plugin is reloaded with WEIR_CPU_ISA set). */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,80 +14,14 @@
 #include "testutil.h"
 #include "wt_rand.h"
 #include "wt_isa.h"
+#include "wt_plugin.h"
 #include "weir/weir.h"
 #include "wt_pool.h"
 
-static wt_pool *g_pool;
 static weir_host g_host;
-static const char *g_isa = "native";
 
 static void fill(float *x, int64_t n, float lo, float hi) {
   for (int64_t i = 0; i < n; i++) x[i] = wt_frand(lo, hi);
-}
-
-#define CHECK_CLOSE(got, want, tol, what)                                                    \
-  do {                                                                                       \
-    double g_ = (got), w_ = (want), t_ = (tol);                                              \
-    int ok_ = fabs(g_ - w_) <= t_ || (g_ == w_);                                             \
-    if (!ok_)                                                                                \
-      fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] got %.9g want %.9g (tol %.3g)\n",      \
-              __FILE__, __LINE__, what, g_isa, (unsigned long long)wt_seed, g_, w_, t_);      \
-    CU_ASSERT(ok_);                                                                          \
-    if (!ok_) goto fail;                                                                     \
-  } while (0)
-
-/* ---- loading ------------------------------------------------------------------------------ */
-
-typedef struct loaded {
-  void *dl;
-  const weir_plugin_desc *desc;
-  void *self;
-} loaded;
-
-/* Loads weir_<kind>_<name>.so with WEIR_CPU_ISA=isa (NULL: unset), checks its descriptor
- * and initialises it with `opts` (NULL: the declared defaults). */
-static int plugin_load(loaded *l, const char *kind, const char *name, const char *isa,
-                       const weir_option_value *opts) {
-  memset(l, 0, sizeof(*l));
-  if (isa) setenv("WEIR_CPU_ISA", isa, 1);
-  else unsetenv("WEIR_CPU_ISA");
-  g_isa = isa ? isa : "native";
-  char path[1024];
-  snprintf(path, sizeof path, "%s/weir_%s_%s.so", WT_PLUGIN_DIR, kind, name);
-  l->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!l->dl) {
-    fprintf(stderr, "\n  dlopen %s: %s\n", path, dlerror());
-    return -1;
-  }
-  weir_plugin_entry_fn entry = (weir_plugin_entry_fn)dlsym(l->dl, WEIR_PLUGIN_ENTRY_SYMBOL);
-  if (!entry) return -1;
-  l->desc = entry();
-  const weir_plugin_desc *d = l->desc;
-  CU_ASSERT_EQUAL(d->abi_major, WEIR_ABI_MAJOR);
-  CU_ASSERT_STRING_EQUAL(d->build_signature, WEIR_BUILD_SIGNATURE);
-  CU_ASSERT_STRING_EQUAL(d->name, name);
-  CU_ASSERT_STRING_EQUAL(weir_plugin_kind_name(d->kind), kind);
-  CU_ASSERT(d->init && d->fini && d->ops);
-  CU_ASSERT(d->devices & WEIR_DEVICE_CPU);
-  weir_option_value defaults[16];
-  memset(defaults, 0, sizeof defaults);
-  for (int i = 0; i < d->num_options && i < 16; i++) {
-    defaults[i].i = d->options[i].def_int;
-    defaults[i].f = d->options[i].def_float;
-    defaults[i].s = d->options[i].def_string ? d->options[i].def_string : "";
-    defaults[i].b = d->options[i].def_bool;
-  }
-  weir_plugin_args args = {.struct_size = sizeof args, .device = WEIR_DEVICE_CPU,
-                           .options = opts ? opts : defaults, .num_options = d->num_options};
-  int rc = d->init(&g_host, &args, &l->self);
-  CU_ASSERT_EQUAL(rc, WEIR_OK);
-  return rc == WEIR_OK ? 0 : -1;
-}
-
-static void plugin_unload(loaded *l) {
-  if (l->desc && l->self) l->desc->fini(l->self);
-  if (l->dl) dlclose(l->dl);
-  memset(l, 0, sizeof(*l));
 }
 
 static const char *const k_isas[] = {"scalar", "avx2", "avx512"};
@@ -101,9 +34,9 @@ static const char *const k_isas[] = {"scalar", "avx2", "avx512"};
 /* ================================== device ================================================ */
 
 static void device_case(const char *isa) {
-  loaded l;
+  wt_plugin l;
   float *x = NULL, *w = NULL, *o = NULL, *g = NULL;
-  if (plugin_load(&l, "device", "cpu", isa, NULL) != 0) goto fail;
+  if (wt_plugin_load(&l, &g_host, "device", "cpu", isa, NULL) != 0) goto fail;
   const weir_device_ops *ops = l.desc->ops;
   CU_ASSERT(ops->struct_size >= offsetof(weir_device_ops, get_rows) + sizeof(void *));
   weir_device_info info = {.struct_size = sizeof info};
@@ -151,7 +84,7 @@ static void device_case(const char *isa) {
     for (int64_t k = 0; k < dim; k++) ss += (double)x[r * dim + k] * x[r * dim + k];
     double inv = 1 / sqrt(ss / dim + 1e-6);
     for (int64_t k = 0; k < dim; k++)
-      CHECK_CLOSE(o[r * dim + k], x[r * dim + k] * inv * w[k], 1e-5, "rms_norm");
+      WT_CHECK_CLOSE(o[r * dim + k], x[r * dim + k] * inv * w[k], 1e-5, "rms_norm");
   }
   /* rope: both styles, partial rotation, scaled frequencies */
   for (int style = 0; style <= 2; style += 2) {
@@ -174,7 +107,7 @@ static void device_case(const char *isa) {
             double th = pos[t] * 0.5 * pow(500000.0, -2.0 * pair / rd);
             want = first ? in[ia] * cos(th) - in[ib] * sin(th) : in[ia] * sin(th) + in[ib] * cos(th);
           }
-          CHECK_CLOSE(o[(t * nh + h) * hd + i], want, 1e-5, "rope");
+          WT_CHECK_CLOSE(o[(t * nh + h) * hd + i], want, 1e-5, "rope");
         }
   }
   CU_ASSERT_EQUAL(ops->rope(l.self, o, (int32_t[]){0}, 1, 1, 8, 10, 1e4f, 1, WEIR_ROPE_NORM),
@@ -184,13 +117,13 @@ static void device_case(const char *isa) {
   fill(g, n, -3, 3);
   CU_ASSERT_EQUAL(ops->swiglu(l.self, o, x, g, n), WEIR_OK);
   for (int64_t i = 0; i < n; i++)
-    CHECK_CLOSE(o[i], x[i] / (1 + exp(-(double)x[i])) * g[i], 1e-5 * (1 + fabs(o[i])), "swiglu");
+    WT_CHECK_CLOSE(o[i], x[i] / (1 + exp(-(double)x[i])) * g[i], 1e-5 * (1 + fabs(o[i])), "swiglu");
   memcpy(o, x, n * 4);
   CU_ASSERT_EQUAL(ops->add(l.self, o, o, g, n), WEIR_OK);
-  for (int64_t i = 0; i < n; i++) CHECK_CLOSE(o[i], (double)x[i] + g[i], 1e-5, "add");
+  for (int64_t i = 0; i < n; i++) WT_CHECK_CLOSE(o[i], (double)x[i] + g[i], 1e-5, "add");
   memcpy(o, x, n * 4);
   CU_ASSERT_EQUAL(ops->add_bias(l.self, o, w, rows, dim), WEIR_OK);
-  for (int64_t i = 0; i < n; i++) CHECK_CLOSE(o[i], (double)x[i] + w[i % dim], 1e-5, "add_bias");
+  for (int64_t i = 0; i < n; i++) WT_CHECK_CLOSE(o[i], (double)x[i] + w[i % dim], 1e-5, "add_bias");
   int32_t idx[3] = {300, 0, 17};
   CU_ASSERT_EQUAL(ops->get_rows(l.self, o, x, idx, 3, dim), WEIR_OK);
   for (int i = 0; i < 3; i++) CU_ASSERT(memcmp(o + i * dim, x + idx[i] * dim, dim * 4) == 0);
@@ -201,7 +134,7 @@ fail:
   free(w);
   free(o);
   free(g);
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
 }
 
 static void test_device(void) {
@@ -321,7 +254,7 @@ static int run_step(const weir_attention_ops *ops, void *self, const weir_attn_s
 
 static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int kv_heads,
                            int head_dim, int block_size) {
-  loaded l;
+  wt_plugin l;
   A_HEADS = heads;
   A_KV = kv_heads;
   A_HD = head_dim;
@@ -339,7 +272,7 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
     fill(h[s].k, h[s].ctx * A_KD, -2, 2);
     fill(h[s].v, h[s].ctx * A_KD, -1, 1);
   }
-  if (plugin_load(&l, "attention", "cpu_paged", isa, NULL) != 0) goto fail;
+  if (wt_plugin_load(&l, &g_host, "attention", "cpu_paged", isa, NULL) != 0) goto fail;
   const weir_attention_ops *ops = l.desc->ops;
   weir_attn_shape shape = {.struct_size = sizeof shape, .n_layers = A_LAYERS, .n_heads = A_HEADS,
                            .n_kv_heads = A_KV, .head_dim = A_HD, .block_size = A_BS,
@@ -403,19 +336,20 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
       for (int qh = 0; qh < A_HEADS; qh++) {
         ref_attn(&h[s], p, qh, mode, ref);
         for (int e = 0; e < A_HD; e++)
-          CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], tol, "attention vs ref");
+          WT_CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], tol, "attention vs ref");
         if (mode) {
           /* and against exact f32 K/V within the cache type's error: f16 keeps 11 bits; int8
            * steps are max|row| / 127 (K in [-2, 2], V in [-1, 1] here), which moves scores by
            * up to ~0.03 and outputs by ~0.02 */
           ref_attn(&h[s], p, qh, 0, ref);
           for (int e = 0; e < A_HD; e++)
-            CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], mode == 1 ? 4e-3 : 3e-2,
+            WT_CHECK_CLOSE(out_batch[row * A_QD + qh * A_HD + e], ref[e], mode == 1 ? 4e-3 : 3e-2,
                         mode == 1 ? "f16 kv vs f32" : "int8 kv vs f32");
         }
       }
   /* paged == contiguous */
-  for (int i = 0; i < nt * A_QD; i++) CHECK_CLOSE(out_contig[i], out_batch[i], 1e-6, "paged vs contiguous");
+  for (int i = 0; i < nt * A_QD; i++)
+    WT_CHECK_CLOSE(out_contig[i], out_batch[i], 1e-6, "paged vs contiguous");
   /* each sequence alone == the ragged batch (cache already holds everything) */
   for (int s = 0, row = 0; s < A_SEQS; s++) {
     int one[1] = {s};
@@ -423,7 +357,8 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
                              out_alone + row * A_QD), WEIR_OK);
     row += h[s].q_len;
   }
-  for (int i = 0; i < nt * A_QD; i++) CHECK_CLOSE(out_alone[i], out_batch[i], 1e-6, "alone vs batch");
+  for (int i = 0; i < nt * A_QD; i++)
+    WT_CHECK_CLOSE(out_alone[i], out_batch[i], 1e-6, "alone vs batch");
   /* prefix + new == full recompute of sequence 1 in a fresh cache (layer 0 this time) */
   {
     int one[1] = {1};
@@ -432,7 +367,7 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
     int row0 = h[0].q_len;
     for (int p = prefix[1]; p < endp[1]; p++)
       for (int i = 0; i < A_QD; i++)
-        CHECK_CLOSE(out_full[p * A_QD + i], out_batch[(row0 + p - prefix[1]) * A_QD + i], 1e-6,
+        WT_CHECK_CLOSE(out_full[p * A_QD + i], out_batch[(row0 + p - prefix[1]) * A_QD + i], 1e-6,
                     "prefix+new vs full");
   }
   /* errors: a block id outside the pool; a context the table cannot hold */
@@ -474,7 +409,7 @@ fail:
   free(out_contig);
   free(out_full);
   free(scratch_out);
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
 }
 
 static void test_attention(void) {
@@ -502,16 +437,13 @@ static void *make_source(weir_dtype t, int64_t rows, int64_t cols, double *ref, 
   return d;
 }
 
-static void quant_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int keep_f32) {
+static void quant_shape(wt_plugin *l, weir_dtype t, int64_t rows, int64_t cols, int keep_f32) {
   const weir_quant_ops *ops = l->desc->ops;
   double *ref = malloc(sizeof(double) * rows * cols);
   void *src = make_source(t, rows, cols, ref, keep_f32);
   void *w = NULL;
   float *x = NULL, *y = NULL;
-  weir_tensor tt = {.data = src, .dtype = t, .ndim = 2, .ne = {cols, rows, 1, 1},
-                    .nb = {0, weir_dtype_row_bytes(t, cols), 0, 0}};
-  weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "test.weight"};
-  int rc = ops->pack(l->self, &pa, &w);
+  int rc = wt_quant_pack(ops, l->self, t, src, rows, cols, &w);
   CU_ASSERT_EQUAL(rc, WEIR_OK);
   if (rc != WEIR_OK) goto fail;
   size_t es = t == WEIR_DTYPE_F32 && keep_f32 ? 4 : 2;
@@ -533,14 +465,15 @@ static void quant_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
           s += ref[r * cols + k] * x[tk * cols + k];
           mag += fabs(ref[r * cols + k] * x[tk * cols + k]);
         }
-        CHECK_CLOSE(y[tk * rows + r], s, 2e-6 * mag + 1e-6, what);
+        WT_CHECK_CLOSE(y[tk * rows + r], s, 2e-6 * mag + 1e-6, what);
       }
   }
   /* embed */
   int32_t ids[3] = {(int32_t)rows - 1, 0, (int32_t)(rows / 2)};
   CU_ASSERT_EQUAL(ops->embed(l->self, w, ids, y, 3), WEIR_OK);
   for (int i = 0; i < 3; i++)
-    for (int64_t k = 0; k < cols; k++) CHECK_CLOSE(y[i * cols + k], ref[ids[i] * cols + k], 0, "embed");
+    for (int64_t k = 0; k < cols; k++)
+      WT_CHECK_CLOSE(y[i * cols + k], ref[ids[i] * cols + k], 0, "embed");
   ids[1] = (int32_t)rows;
   CU_ASSERT_EQUAL(ops->embed(l->self, w, ids, y, 3), WEIR_E_RANGE);
   ids[1] = -1;
@@ -554,8 +487,8 @@ fail:
 }
 
 static void quant_case(const char *isa) {
-  loaded l;
-  if (plugin_load(&l, "quant", "fp16", isa, NULL) != 0) goto fail;
+  wt_plugin l;
+  if (wt_plugin_load(&l, &g_host, "quant", "fp16", isa, NULL) != 0) goto fail;
   const weir_quant_ops *ops = l.desc->ops;
   static const weir_dtype all[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16,
                                    WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1};
@@ -566,26 +499,16 @@ static void quant_case(const char *isa) {
   quant_shape(&l, WEIR_DTYPE_F16, 13, 45, 1);
   quant_shape(&l, WEIR_DTYPE_F32, 9, 7, 1);
   quant_shape(&l, WEIR_DTYPE_Q8_0, 300, 256, 1); /* large enough to be threaded */
-  /* refusals */
-  {
-    int32_t dummy[64] = {0};
-    weir_tensor tt = {.data = dummy, .dtype = WEIR_DTYPE_I32, .ndim = 2, .ne = {8, 8, 1, 1}};
-    weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "bad"};
-    void *w = NULL;
-    CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
-    tt.dtype = WEIR_DTYPE_Q8_0;
-    tt.ne[0] = 45; /* not a whole number of blocks */
-    CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
-  }
-  plugin_unload(&l);
+  wt_check_quant_refuses_sources(ops, l.self);
+  wt_plugin_unload(&l);
   /* keep_f32 = false packs F32 sources to f16 as well */
   {
     weir_option_value opt[1] = {{.b = 0, .is_set = 1}};
-    if (plugin_load(&l, "quant", "fp16", isa, opt) != 0) goto fail;
+    if (wt_plugin_load(&l, &g_host, "quant", "fp16", isa, opt) != 0) goto fail;
     quant_shape(&l, WEIR_DTYPE_F32, 21, 64, 0);
   }
 fail:
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
 }
 
 static void test_quant(void) {
@@ -594,7 +517,7 @@ static void test_quant(void) {
 
 /* ================================== sampler =============================================== */
 
-static loaded g_samp;
+static wt_plugin g_samp;
 static const weir_sampler_ops *sops(void) { return g_samp.desc->ops; }
 
 static weir_sampling_params params_default(void) {
@@ -752,20 +675,20 @@ static void test_sampler_penalties_logprobs(void) {
   weir_sample_result r;
   CU_ASSERT_EQUAL(sops()->sample(g_samp.self, &row, 1, copy, V, &r), WEIR_OK);
   WT_ASSERT_INT_EQ(r.token, c[0].id);
-  CHECK_CLOSE(r.logprob, c[0].z - lse, 1e-5, "chosen logprob");
+  WT_CHECK_CLOSE(r.logprob, c[0].z - lse, 1e-5, "chosen logprob");
   WT_ASSERT_INT_EQ(r.num_top, 20);
   for (int i = 0; i < 20; i++) {
     WT_ASSERT_INT_EQ(r.top_tokens[i], c[i].id);
-    CHECK_CLOSE(r.top_logprobs[i], c[i].z - lse, 1e-5, "top logprob");
+    WT_CHECK_CLOSE(r.top_logprobs[i], c[i].z - lse, 1e-5, "top logprob");
   }
   /* the penalised tokens moved: 20 dropped from the top (3.0 -> 3.0/1.3 - 1.15) */
-  CHECK_CLOSE(copy[20] == copy[20] ? 0 : 0, 0, 0, "noop");
+  WT_CHECK_CLOSE(copy[20] == copy[20] ? 0 : 0, 0, 0, "noop");
   {
     int found = 0;
     for (int i = 0; i < 20; i++)
       if (r.top_tokens[i] == 20) {
         found = 1;
-        CHECK_CLOSE(r.top_logprobs[i], 3.0 / 1.3 - 1.15 - lse, 1e-5, "penalised logprob");
+        WT_CHECK_CLOSE(r.top_logprobs[i], 3.0 / 1.3 - 1.15 - lse, 1e-5, "penalised logprob");
       }
     (void)found;
   }
@@ -774,7 +697,7 @@ static void test_sampler_penalties_logprobs(void) {
   memcpy(copy, lg, sizeof lg);
   CU_ASSERT_EQUAL(sops()->sample(g_samp.self, &row, 1, copy, V, &r), WEIR_OK);
   WT_ASSERT_INT_EQ(r.num_top, 0);
-  CHECK_CLOSE(r.logprob, c[0].z - lse, 1e-5, "logprob only");
+  WT_CHECK_CLOSE(r.logprob, c[0].z - lse, 1e-5, "logprob only");
   /* logprobs are before temperature: same values when sampling at T = 0.5 */
   p.temperature = 0.5f;
   p.num_logprobs = 3;
@@ -786,8 +709,8 @@ static void test_sampler_penalties_logprobs(void) {
                                     .output_tokens = output, .num_output_tokens = 5,
                                     .suppress_tokens = sup, .num_suppress_tokens = 1},
                                   1, copy, V, &r), WEIR_OK);
-  CHECK_CLOSE(r.top_logprobs[0], c[0].z - lse, 1e-5, "logprob at T=0.5");
-  CHECK_CLOSE(r.logprob, z[r.token] - lse, 1e-5, "sampled token logprob");
+  WT_CHECK_CLOSE(r.top_logprobs[0], c[0].z - lse, 1e-5, "logprob at T=0.5");
+  WT_CHECK_CLOSE(r.logprob, z[r.token] - lse, 1e-5, "sampled token logprob");
   CU_ASSERT(r.token != 42);
 fail:;
 }
@@ -860,7 +783,7 @@ static void sampler_dist_case(int vocab, float temp, int top_k, float top_p, flo
   memcpy(copy, lg, sizeof(float) * vocab);
   weir_sampling_row row = {.params = &p};
   CU_ASSERT_EQUAL(sops()->probs(g_samp.self, &row, 1, copy, vocab, pr), WEIR_OK);
-  for (int i = 0; i < vocab; i++) CHECK_CLOSE(pr[i], ref[i], 1e-6 + 1e-5 * ref[i], what);
+  for (int i = 0; i < vocab; i++) WT_CHECK_CLOSE(pr[i], ref[i], 1e-6 + 1e-5 * ref[i], what);
   uint64_t st[4];
   seed_state(st);
   for (int d = 0; d < draws; d++) {
@@ -956,10 +879,10 @@ static void test_alloc_failures(void) {
   g_real_dev_alloc = g_host.device_alloc;
   g_host.alloc = failing_alloc;
   g_host.device_alloc = failing_dev_alloc;
-  loaded q, a, sm;
-  int have_q = plugin_load(&q, "quant", "fp16", NULL, NULL) == 0;
-  int have_a = plugin_load(&a, "attention", "cpu_paged", NULL, NULL) == 0;
-  int have_s = plugin_load(&sm, "sampler", "default", NULL, NULL) == 0;
+  wt_plugin q, a, sm;
+  int have_q = wt_plugin_load(&q, &g_host, "quant", "fp16", NULL, NULL) == 0;
+  int have_a = wt_plugin_load(&a, &g_host, "attention", "cpu_paged", NULL, NULL) == 0;
+  int have_s = wt_plugin_load(&sm, &g_host, "sampler", "default", NULL, NULL) == 0;
   if (!have_q || !have_a || !have_s) goto out;
   /* quant pack */
   {
@@ -1030,35 +953,28 @@ static void test_alloc_failures(void) {
   }
 out:
   g_fail_countdown = -1;
-  if (have_q) plugin_unload(&q);
-  if (have_a) plugin_unload(&a);
-  if (have_s) plugin_unload(&sm);
+  if (have_q) wt_plugin_unload(&q);
+  if (have_a) wt_plugin_unload(&a);
+  if (have_s) wt_plugin_unload(&sm);
   g_host = saved;
 }
 
 static void test_sampler(void) {
-  if (plugin_load(&g_samp, "sampler", "default", NULL, NULL) != 0) return;
+  if (wt_plugin_load(&g_samp, &g_host, "sampler", "default", NULL, NULL) != 0) return;
   test_sampler_greedy();
   test_sampler_penalties_logprobs();
   test_sampler_reproducible();
   test_sampler_distributions();
   test_sampler_invalid();
-  plugin_unload(&g_samp);
+  wt_plugin_unload(&g_samp);
 }
 
 int main(void) {
-  wt_rand_init();
-  fprintf(stderr, "cpu_plugins: seed %llu (rerun with WT_SEED=%llu)\n",
-          (unsigned long long)wt_seed, (unsigned long long)wt_seed);
-  g_pool = wt_pool_create(3);
-  g_host = wt_pool_host(g_pool);
   static const wt_test tests[] = {{"device", test_device},
                                   {"attention", test_attention},
                                   {"quant", test_quant},
                                   {"sampler", test_sampler},
                                   {"alloc_failures", test_alloc_failures},
                                   {NULL, NULL}};
-  int rc = wt_run_suite("cpu_plugins", tests);
-  wt_pool_destroy(g_pool);
-  return rc;
+  return wt_plugin_main("cpu_plugins", tests, &g_host, 0);
 }

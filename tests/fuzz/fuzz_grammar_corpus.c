@@ -2,7 +2,6 @@
  * every front end (valid and invalid), each truncated at every length and mutated thousands of
  * times, plus any reproducer files checked in under tests/fuzz/fuzz_grammar_corpus/. With
  * --write-corpus DIR it writes the seeds for libFuzzer instead. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +11,7 @@
 #include "testutil.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
+static uint64_t rnd(void) { return wt_xorshift64(&rng); }
 
 /* The first byte picks the front end (fuzz_grammar_entry.h): 0 schema, 1 regex, 2 grammar,
  * 3 choice, 7 json_object; +8 strict, +16 whitespace. */
@@ -125,23 +119,18 @@ static void test_mutations(void) {
   CU_ASSERT(compiled > 0 && refused > 0); /* the mutations reach both outcomes */
 }
 
+/* Counts the reproducers the grammar entry refuses without a message (ctx: an int). */
+static void replay_grammar(const char *path, const char *name, const char *data, size_t len,
+                           void *ctx) {
+  (void)path;
+  (void)name;
+  *(int *)ctx += weir_fuzz_grammar((const uint8_t *)data, len) < 0;
+}
+
 static void test_checked_in_reproducers(void) {
   char *dir = wt_strf("%s/tests/fuzz/fuzz_grammar_corpus", WT_SOURCE_DIR);
-  DIR *d = opendir(dir);
   int bad = 0;
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (e->d_name[0] == '.') continue;
-      char *p = wt_strf("%s/%s", dir, e->d_name);
-      size_t len;
-      char *data = wt_read_file(p, &len);
-      if (data) bad += weir_fuzz_grammar((const uint8_t *)data, len) < 0;
-      free(data);
-      free(p);
-    }
-    closedir(d);
-  }
+  wt_for_each_file(dir, replay_grammar, &bad); /* the directory is optional */
   free(dir);
   WT_ASSERT_INT_EQ(bad, 0);
 }

@@ -2,7 +2,6 @@
  * metadata type, every tensor type, a complete small Llama graph), each truncated at every
  * length and mutated many times, plus any reproducer files checked in under
  * tests/fuzz/corpus/gguf/. With --write-corpus DIR it writes the seeds for libFuzzer instead. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +13,7 @@
 
 static char *g_dir;
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint64_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
+static uint64_t rnd(void) { return wt_xorshift64(&rng); }
 
 typedef struct seed {
   uint8_t *data;
@@ -187,26 +181,19 @@ static void test_mutations(void) {
   CU_ASSERT(opened > 0 && refused > 0); /* the mutations reach both outcomes */
 }
 
+/* A checked-in reproducer must be refused with a message or accepted, never silently. */
+static void replay_gguf(const char *path, const char *name, const char *data, size_t len,
+                        void *ctx) {
+  (void)name;
+  (void)ctx;
+  int rc = weir_fuzz_gguf((const uint8_t *)data, len);
+  if (rc < 0) fprintf(stderr, "\n  %s refused without a message\n", path);
+  CU_ASSERT(rc >= 0);
+}
+
 static void test_checked_in_reproducers(void) {
   char *dir = wt_strf("%s/tests/fuzz/corpus/gguf", WT_SOURCE_DIR);
-  DIR *d = opendir(dir);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (e->d_name[0] == '.') continue;
-      char *p = wt_strf("%s/%s", dir, e->d_name);
-      size_t len;
-      char *data = wt_read_file(p, &len);
-      if (data) {
-        int rc = weir_fuzz_gguf((const uint8_t *)data, len);
-        if (rc < 0) fprintf(stderr, "\n  %s refused without a message\n", p);
-        CU_ASSERT(rc >= 0);
-      }
-      free(data);
-      free(p);
-    }
-    closedir(d);
-  }
+  wt_for_each_file(dir, replay_gguf, NULL); /* the directory is optional */
   free(dir);
 }
 

@@ -4,7 +4,6 @@
  * mutated many times (bytes flipped, tag delimiters spliced in). With --write-corpus DIR it
  * writes those seeds for libFuzzer instead. */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +12,7 @@
 #include "testutil.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
+static uint64_t rnd(void) { return wt_xorshift64(&rng); }
 
 typedef struct seed {
   char *data;
@@ -38,24 +32,17 @@ static void add(const char *name, const char *data, size_t len) {
   snprintf(s->name, sizeof s->name, "%s", name);
 }
 
+/* Adds one file as a seed named prefix + its file name (ctx: the prefix). */
+static void add_file(const char *path, const char *name, const char *data, size_t len,
+                     void *ctx) {
+  (void)path;
+  char *seed_name = wt_strf("%s%s", (const char *)ctx, name);
+  add(seed_name, data, len);
+  free(seed_name);
+}
+
 static void add_dir(const char *dir, const char *prefix) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char *path = wt_strf("%s/%s", dir, e->d_name);
-    size_t len;
-    char *data = wt_read_file(path, &len);
-    if (data) {
-      char *name = wt_strf("%s%s", prefix, e->d_name);
-      add(name, data, len);
-      free(name);
-    }
-    free(data);
-    free(path);
-  }
-  closedir(d);
+  wt_for_each_file(dir, add_file, (void *)prefix);
 }
 
 static void build_seeds(void) {

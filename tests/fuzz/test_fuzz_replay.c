@@ -32,30 +32,18 @@ static const struct {
     {"chat_template", weir_fuzz_chat_template, 5},
 };
 
+/* Runs one corpus file through the entry (ctx), named for the entry's crash reports. */
+static void replay_file(const char *path, const char *name, const char *data, size_t len,
+                        void *ctx) {
+  (void)name;
+  weir_fuzz_set_input_name(path);
+  (*(entry_fn *)ctx)((const uint8_t *)data, len);
+}
+
 static int replay(const char *name, entry_fn fn) {
   char *dir = wt_strf("%s/tests/fuzz/corpus/%s", WT_SOURCE_DIR, name);
-  DIR *d = opendir(dir);
-  int count = 0;
-  if (!d) {
-    fprintf(stderr, "\n  %s: no corpus directory\n", dir);
-    free(dir);
-    return -1;
-  }
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char *p = wt_strf("%s/%s", dir, e->d_name);
-    size_t len = 0;
-    char *data = wt_read_file(p, &len);
-    if (data) {
-      weir_fuzz_set_input_name(p);
-      fn((const uint8_t *)data, len);
-      count++;
-    }
-    free(data);
-    free(p);
-  }
-  closedir(d);
+  int count = wt_for_each_file(dir, replay_file, &fn);
+  if (count < 0) fprintf(stderr, "\n  %s: no corpus directory\n", dir);
   free(dir);
   weir_fuzz_set_input_name(NULL);
   return count;

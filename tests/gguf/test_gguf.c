@@ -437,6 +437,56 @@ static char *write_tiny(const tiny_cfg *c, const char *fname) {
   return path;
 }
 
+
+/* A file whose hyperparameters weir_gguf_llama_hparams must refuse. embd 0: no llama keys at
+ * all; heads 0: no head_count; rope_scaling NULL: none. */
+typedef struct bad_hparams {
+  const char *file, *arch;
+  uint32_t embd, heads;
+  const char *rope_scaling;
+  int want_rc;
+  const char *want_err;
+} bad_hparams;
+
+static const bad_hparams k_bad_hparams[] = {
+    {"nohead.gguf", "llama", 30, 0, NULL, WEIR_E_NOTFOUND,
+     "required key 'llama.attention.head_count' is missing"},
+    {"gpt2.gguf", "gpt2", 0, 0, NULL, WEIR_E_NOTSUP, "architecture 'gpt2' is not supported"},
+    {"badheads.gguf", "llama", 30, 4, NULL, WEIR_E_FORMAT,
+     "embedding_length 30 is not a multiple of head_count 4"},
+    {"yarn.gguf", "llama", 32, 4, "yarn", WEIR_E_NOTSUP, "rope scaling 'yarn' is not supported"},
+};
+
+/* Writes c's metadata (one block, 16 context, 8 ffn; a scaling factor of 4 with a rope
+ * scaling type), opens it, and checks hparams' status and message. */
+static void check_hparams_refused(const bad_hparams *c) {
+  char err[512];
+  weir_gguf *g;
+  weir_llama_hparams hp;
+  weir_gguf_writer *w;
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_writer_new(&w), 0);
+  weir_gguf_add_str(w, "general.architecture", c->arch);
+  if (c->embd) {
+    weir_gguf_add_u32(w, "llama.context_length", 16);
+    weir_gguf_add_u32(w, "llama.embedding_length", c->embd);
+    weir_gguf_add_u32(w, "llama.block_count", 1);
+    weir_gguf_add_u32(w, "llama.feed_forward_length", 8);
+  }
+  if (c->heads) weir_gguf_add_u32(w, "llama.attention.head_count", c->heads);
+  if (c->rope_scaling) {
+    weir_gguf_add_str(w, "llama.rope.scaling.type", c->rope_scaling);
+    weir_gguf_add_f32(w, "llama.rope.scaling.factor", 4.0f);
+  }
+  char *path = wt_strf("%s/%s", g_dir, c->file);
+  WT_ASSERT_INT_EQ(weir_gguf_write_file(w, path, err, sizeof err), 0);
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(path, &g, err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_gguf_llama_hparams(g, &hp, err, sizeof err), c->want_rc);
+  WT_ASSERT_STR_CONTAINS(err, c->want_err);
+  weir_gguf_close(g);
+  weir_gguf_writer_free(w);
+  free(path);
+}
+
 static void test_llama_hparams_and_check(void) {
   tiny_cfg c = {"qwen2", 2, 32, 4, 2, 48, 40, 1, 1, 0, 0};
   char *path = write_tiny(&c, "qwen.gguf");
@@ -492,66 +542,8 @@ static void test_llama_hparams_and_check(void) {
   free(path);
 
   /* Missing and bad hyperparameters. */
-  weir_gguf_writer *w;
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_writer_new(&w), 0);
-  weir_gguf_add_str(w, "general.architecture", "llama");
-  weir_gguf_add_u32(w, "llama.context_length", 16);
-  weir_gguf_add_u32(w, "llama.embedding_length", 30);
-  weir_gguf_add_u32(w, "llama.block_count", 1);
-  weir_gguf_add_u32(w, "llama.feed_forward_length", 8);
-  path = wt_strf("%s/nohead.gguf", g_dir);
-  WT_ASSERT_INT_EQ(weir_gguf_write_file(w, path, err, sizeof err), 0);
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(path, &g, err, sizeof err), 0);
-  WT_ASSERT_INT_EQ(weir_gguf_llama_hparams(g, &hp, err, sizeof err), WEIR_E_NOTFOUND);
-  WT_ASSERT_STR_CONTAINS(err, "required key 'llama.attention.head_count' is missing");
-  weir_gguf_close(g);
-  weir_gguf_writer_free(w);
-  free(path);
-
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_writer_new(&w), 0);
-  weir_gguf_add_str(w, "general.architecture", "gpt2");
-  path = wt_strf("%s/gpt2.gguf", g_dir);
-  WT_ASSERT_INT_EQ(weir_gguf_write_file(w, path, err, sizeof err), 0);
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(path, &g, err, sizeof err), 0);
-  WT_ASSERT_INT_EQ(weir_gguf_llama_hparams(g, &hp, err, sizeof err), WEIR_E_NOTSUP);
-  WT_ASSERT_STR_CONTAINS(err, "architecture 'gpt2' is not supported");
-  weir_gguf_close(g);
-  weir_gguf_writer_free(w);
-  free(path);
-
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_writer_new(&w), 0);
-  weir_gguf_add_str(w, "general.architecture", "llama");
-  weir_gguf_add_u32(w, "llama.context_length", 16);
-  weir_gguf_add_u32(w, "llama.embedding_length", 30);
-  weir_gguf_add_u32(w, "llama.block_count", 1);
-  weir_gguf_add_u32(w, "llama.feed_forward_length", 8);
-  weir_gguf_add_u32(w, "llama.attention.head_count", 4);
-  path = wt_strf("%s/badheads.gguf", g_dir);
-  WT_ASSERT_INT_EQ(weir_gguf_write_file(w, path, err, sizeof err), 0);
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(path, &g, err, sizeof err), 0);
-  WT_ASSERT_INT_EQ(weir_gguf_llama_hparams(g, &hp, err, sizeof err), WEIR_E_FORMAT);
-  WT_ASSERT_STR_CONTAINS(err, "embedding_length 30 is not a multiple of head_count 4");
-  weir_gguf_close(g);
-  weir_gguf_writer_free(w);
-  free(path);
-
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_writer_new(&w), 0);
-  weir_gguf_add_str(w, "general.architecture", "llama");
-  weir_gguf_add_u32(w, "llama.context_length", 16);
-  weir_gguf_add_u32(w, "llama.embedding_length", 32);
-  weir_gguf_add_u32(w, "llama.block_count", 1);
-  weir_gguf_add_u32(w, "llama.feed_forward_length", 8);
-  weir_gguf_add_u32(w, "llama.attention.head_count", 4);
-  weir_gguf_add_str(w, "llama.rope.scaling.type", "yarn");
-  weir_gguf_add_f32(w, "llama.rope.scaling.factor", 4.0f);
-  path = wt_strf("%s/yarn.gguf", g_dir);
-  WT_ASSERT_INT_EQ(weir_gguf_write_file(w, path, err, sizeof err), 0);
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(path, &g, err, sizeof err), 0);
-  WT_ASSERT_INT_EQ(weir_gguf_llama_hparams(g, &hp, err, sizeof err), WEIR_E_NOTSUP);
-  WT_ASSERT_STR_CONTAINS(err, "rope scaling 'yarn' is not supported");
-  weir_gguf_close(g);
-  weir_gguf_writer_free(w);
-  free(path);
+  for (size_t i = 0; i < sizeof k_bad_hparams / sizeof k_bad_hparams[0]; i++)
+    check_hparams_refused(&k_bad_hparams[i]);
 }
 
 /* ---- malformed files ---- */

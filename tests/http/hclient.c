@@ -379,3 +379,80 @@ int hc_metric(const char *page, const char *series, double *v) {
   }
   return -1;
 }
+
+/* ---- fixtures ----------------------------------------------------------------------------- */
+
+int hc_mkmodel(const char *path, int ctx_len) {
+  char ctx[16];
+  snprintf(ctx, sizeof ctx, "%d", ctx_len);
+  char *const argv[] = {(char *)WT_WEIR, "mkmodel", "--preset", "tiny", "--ctx", ctx,
+                        "--name", "tiny-test", "--out", (char *)path, NULL};
+  char *out = NULL;
+  int rc = wt_run(argv, &out, 60000);
+  if (rc != 0) fprintf(stderr, "weir mkmodel failed (%d):\n%s\n", rc, out ? out : "");
+  free(out);
+  return rc;
+}
+
+int hc_start_test_server(hc_server *s, const char *dir, const char *name, const char *model,
+                         const char *const *extra) {
+  enum { MAX_ARGS = 64 };
+  const char *args[MAX_ARGS];
+  char *owned[3];
+  int n = 0, no = 0;
+  s->port = wt_free_port();
+  owned[no++] = wt_strf("model.path=%s", model);
+  owned[no++] = wt_strf("server.port=%d", s->port);
+  owned[no++] = wt_strf("plugins.dirs=[\"%s\"]", WT_PLUGIN_DIR);
+  for (int i = 0; i < no; i++) {
+    args[n++] = "--set";
+    args[n++] = owned[i];
+  }
+  static const char *const common[] = {"server.host=127.0.0.1", "device.threads=1",
+                                       "cache.memory_bytes=67108864", NULL};
+  for (int i = 0; common[i]; i++) {
+    args[n++] = "--set";
+    args[n++] = common[i];
+  }
+  for (int i = 0; extra && extra[i] && n < MAX_ARGS - 3; i++) {
+    args[n++] = "--set";
+    args[n++] = extra[i];
+  }
+  args[n] = NULL;
+  char *log = wt_strf("%s/%s.log", dir, name);
+  int rc = hc_server_start(s, args, log, 30000);
+  if (rc != 0) {
+    char *text = wt_read_file(log, NULL);
+    fprintf(stderr, "server %s did not become ready; log:\n%s\n", name, text ? text : "");
+    free(text);
+  }
+  free(log);
+  for (int i = 0; i < no; i++) free(owned[i]);
+  return rc;
+}
+
+char *hc_get_metrics(int port) {
+  hc_response r;
+  char *page = NULL;
+  if (hc_request(port, "GET", "/metrics", NULL, NULL, &r) == 0 && r.status == 200) {
+    page = r.body;
+    r.body = NULL;
+  }
+  hc_response_free(&r);
+  return page;
+}
+
+int hc_alive_status(int port) {
+  hc_response r;
+  int status = 0;
+  if (hc_request(port, "POST", "/v1/completions", NULL,
+                 "{\"prompt\":\"hello\",\"max_tokens\":2,\"ignore_eos\":true}", &r) == 0)
+    status = r.status;
+  hc_response_free(&r);
+  return status;
+}
+
+int hc_skip_without_server(int ready) {
+  if (!ready) fprintf(stderr, "\n  skipped: no server (see above)\n");
+  return !ready;
+}

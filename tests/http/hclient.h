@@ -63,4 +63,28 @@ int hc_server_stop(hc_server *s, int sig, int timeout_ms);
  * other labels, such as model_name, may be present). Returns 0 and sets *v when found. */
 int hc_metric(const char *page, const char *series, double *v);
 
+/* ---- fixtures the integration suites share ----------------------------------------------- */
+
+/* Writes the tiny preset with a ctx_len context (named tiny-test) to path with `weir
+ * mkmodel`. 0 on success; the tool's output is printed when it fails. */
+int hc_mkmodel(const char *path, int ctx_len);
+
+/* Starts `weir serve` on a free port (s->port) with the settings every suite uses (model,
+ * 127.0.0.1, one thread, a 64 MiB cache, the build's plugins) and then the `extra` --set
+ * overrides (NULL-terminated, may be NULL); it logs into dir/name.log, which is printed when
+ * the server does not become ready. 0 when ready. Strings stay the caller's. */
+int hc_start_test_server(hc_server *s, const char *dir, const char *name, const char *model,
+                         const char *const *extra);
+
+/* The /metrics page, malloc'd (the caller frees), or NULL when it could not be read. */
+char *hc_get_metrics(int port);
+
+/* The status of a small completion that must succeed whenever the server is alive (0 when no
+ * response came): suites check it after whatever might have broken the server. */
+int hc_alive_status(int port);
+
+/* For a suite's tests that need its shared server: when not ready, prints that the test is
+ * skipped and returns 1 (the test returns). */
+int hc_skip_without_server(int ready);
+
 #endif

@@ -29,72 +29,23 @@ static char g_model_name[128];
 
 /* ---- fixtures --------------------------------------------------------------------------- */
 
-static int mkmodel(const char *path, int ctx_len) {
-  char ctx[16];
-  snprintf(ctx, sizeof ctx, "%d", ctx_len);
-  char *const argv[] = {(char *)WT_WEIR, "mkmodel", "--preset", "tiny", "--ctx", ctx,
-                        "--name", "tiny-test", "--out", (char *)path, NULL};
-  char *out = NULL;
-  int rc = wt_run(argv, &out, 60000);
-  if (rc != 0) fprintf(stderr, "weir mkmodel failed (%d):\n%s\n", rc, out ? out : "");
-  free(out);
-  return rc;
-}
-
 /* A short-context model for the limit tests, and a long one (2048) for requests that must
  * stay in flight long enough to be interrupted. */
 static int make_model(void) {
   g_model = wt_strf("%s/tiny.gguf", g_dir);
   g_long_model = wt_strf("%s/long.gguf", g_dir);
-  return mkmodel(g_model, CTX) || mkmodel(g_long_model, 2048);
+  return hc_mkmodel(g_model, CTX) || hc_mkmodel(g_long_model, 2048);
 }
 
-static char *set_arg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *set_arg(const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return strdup(buf);
-}
-
-/* Starts a server on a free port with `extra` --set overrides (NULL-terminated). */
+/* Starts a server on a free port with `extra` --set overrides (NULL-terminated) after this
+ * suite's own: room for the concurrency tests' 128 sequences. */
 static int start_server_model(hc_server *s, const char *name, const char *model,
                               const char *const *extra) {
-  const char *args[48];
-  char *owned[48];
-  int n = 0, no = 0;
-  s->port = wt_free_port();
-  args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("model.path=%s", model);
-  args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("server.port=%d", s->port);
-  args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("server.host=127.0.0.1");
-  args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("device.threads=1");
-  args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("cache.memory_bytes=67108864");
-  args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("scheduler.max_num_seqs=128");
-  args[n++] = "--set";
-  args[n++] = owned[no++] = set_arg("plugins.dirs=[\"%s\"]", WT_PLUGIN_DIR);
-  for (int i = 0; extra && extra[i]; i++) {
-    args[n++] = "--set";
-    args[n++] = extra[i];
-  }
+  const char *args[48] = {"scheduler.max_num_seqs=128"};
+  int n = 1;
+  for (int i = 0; extra && extra[i] && n < 47; i++) args[n++] = extra[i];
   args[n] = NULL;
-  char *log = wt_strf("%s/%s.log", g_dir, name);
-  int rc = hc_server_start(s, args, log, 30000);
-  if (rc != 0) {
-    char *text = wt_read_file(log, NULL);
-    fprintf(stderr, "server %s did not become ready; log:\n%s\n", name, text ? text : "");
-    free(text);
-  }
-  free(log);
-  for (int i = 0; i < no; i++) free(owned[i]);
-  return rc;
+  return hc_start_test_server(s, g_dir, name, model, args);
 }
 
 static int start_server(hc_server *s, const char *name, const char *const *extra) {
@@ -103,10 +54,7 @@ static int start_server(hc_server *s, const char *name, const char *const *extra
 
 #define NEED_SERVER()                                                                       \
   do {                                                                                      \
-    if (!g_ready) {                                                                         \
-      fprintf(stderr, "\n  skipped: no server (see above)\n");                              \
-      return;                                                                               \
-    }                                                                                       \
+    if (hc_skip_without_server(g_ready)) return;                                            \
   } while (0)
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -160,24 +108,7 @@ static void expect_error(int port, const char *path, const char *body, int statu
 }
 
 /* A good request still works: the server survived whatever came before. */
-static void expect_alive(int port) {
-  int st = 0;
-  cJSON *j = post_json(port, "/v1/completions",
-                       "{\"prompt\":\"hello\",\"max_tokens\":2,\"ignore_eos\":true}", &st);
-  WT_ASSERT_INT_EQ(st, 200);
-  cJSON_Delete(j);
-}
-
-static char *get_metrics(int port) {
-  hc_response r;
-  char *page = NULL;
-  if (hc_request(port, "GET", "/metrics", NULL, NULL, &r) == 0 && r.status == 200) {
-    page = r.body;
-    r.body = NULL;
-  }
-  hc_response_free(&r);
-  return page;
-}
+static void expect_alive(int port) { WT_ASSERT_INT_EQ(hc_alive_status(port), 200); }
 
 /* Reads a streamed response from an open socket until the end; returns the SSE events. */
 static int read_stream(int fd, int *status, char ***events) {
@@ -1142,7 +1073,7 @@ static void test_disconnects_free_everything(void) {
   int fds[N];
   double aborted0 = 0, length0 = 0;
   const int port = g_long.port;
-  char *before = get_metrics(port);
+  char *before = hc_get_metrics(port);
   CU_ASSERT_FATAL(before != NULL);
   hc_metric(before, "weir_request_success_total{finished_reason=\"abort\"}", &aborted0);
   hc_metric(before, "weir_request_success_total{finished_reason=\"length\"}", &length0);
@@ -1179,7 +1110,7 @@ static void test_disconnects_free_everything(void) {
   /* Everything is released within a short while. */
   double running = -1, usage = -1, aborted = 0, length = 0;
   for (int tries = 0; tries < 200; tries++) {
-    char *page = get_metrics(port);
+    char *page = hc_get_metrics(port);
     CU_ASSERT_FATAL(page != NULL);
     hc_metric(page, "weir_num_requests_running", &running);
     hc_metric(page, "weir_kv_cache_usage_perc", &usage);
@@ -1201,7 +1132,7 @@ static void test_disconnects_free_everything(void) {
 static void test_metrics_and_log(void) {
   NEED_SERVER();
   expect_alive(g_main.port);
-  char *page = get_metrics(g_main.port);
+  char *page = hc_get_metrics(g_main.port);
   CU_ASSERT_FATAL(page != NULL);
   static const char *series[] = {
       "# TYPE weir_time_to_first_token_seconds histogram",
@@ -1269,7 +1200,7 @@ static void test_metrics_and_log(void) {
 static void test_dashboard_and_docs_match_metrics(void) {
   NEED_SERVER();
   expect_alive(g_main.port);
-  char *page = get_metrics(g_main.port);
+  char *page = hc_get_metrics(g_main.port);
   CU_ASSERT_FATAL(page != NULL);
   char *dash_path = wt_strf("%s/docs/grafana/weir-dashboard.json", WT_SOURCE_DIR);
   char *doc_path = wt_strf("%s/docs/metrics.md", WT_SOURCE_DIR);
@@ -1521,7 +1452,7 @@ static void test_sigterm_drains(void) {
   free(qreq);
   /* Make sure they are queued: the waiting gauge shows them before the signal. */
   for (int tries = 0; tries < 200; tries++) {
-    char *page = get_metrics(s.port);
+    char *page = hc_get_metrics(s.port);
     double waiting = 0;
     if (page) hc_metric(page, "weir_num_requests_waiting", &waiting);
     free(page);

@@ -32,60 +32,14 @@ static int g_ready;
 #define RSS_SLACK 1
 #endif
 
-static int mkmodel(const char *path, int ctx_len) {
-  char ctx[16];
-  snprintf(ctx, sizeof ctx, "%d", ctx_len);
-  char *const argv[] = {(char *)WT_WEIR, "mkmodel", "--preset", "tiny", "--ctx", ctx,
-                        "--name", "tiny-test", "--out", (char *)path, NULL};
-  char *out = NULL;
-  int rc = wt_run(argv, &out, 60000);
-  if (rc != 0) fprintf(stderr, "weir mkmodel failed (%d):\n%s\n", rc, out ? out : "");
-  free(out);
-  return rc;
-}
-
 /* Starts a server on a free port with `extra` --set overrides (NULL-terminated). */
 static int start(hc_server *s, const char *name, const char *model, const char *const *extra) {
-  const char *args[64];
-  char *owned[16];
-  int n = 0, no = 0;
-  s->port = wt_free_port();
-  owned[no++] = wt_strf("model.path=%s", model);
-  owned[no++] = wt_strf("server.port=%d", s->port);
-  owned[no++] = wt_strf("plugins.dirs=[\"%s\"]", WT_PLUGIN_DIR);
-  for (int i = 0; i < no; i++) {
-    args[n++] = "--set";
-    args[n++] = owned[i];
-  }
-  static const char *common[] = {"server.host=127.0.0.1", "device.threads=1",
-                                 "cache.memory_bytes=67108864", NULL};
-  for (int i = 0; common[i]; i++) {
-    args[n++] = "--set";
-    args[n++] = common[i];
-  }
-  for (int i = 0; extra && extra[i] && n < 60; i++) {
-    args[n++] = "--set";
-    args[n++] = extra[i];
-  }
-  args[n] = NULL;
-  char *log = wt_strf("%s/%s.log", g_dir, name);
-  int rc = hc_server_start(s, args, log, 30000);
-  if (rc != 0) {
-    char *text = wt_read_file(log, NULL);
-    fprintf(stderr, "server %s did not become ready; log:\n%s\n", name, text ? text : "");
-    free(text);
-  }
-  free(log);
-  for (int i = 0; i < no; i++) free(owned[i]);
-  return rc;
+  return hc_start_test_server(s, g_dir, name, model, extra);
 }
 
 #define NEED_SERVER()                                                                       \
   do {                                                                                      \
-    if (!g_ready) {                                                                         \
-      fprintf(stderr, "\n  skipped: no server (see above)\n");                              \
-      return;                                                                               \
-    }                                                                                       \
+    if (hc_skip_without_server(g_ready)) return;                                            \
   } while (0)
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -168,27 +122,10 @@ static void expect_400(int port, const char *path, const char *body, const char 
   hc_response_free(&r);
 }
 
-static void expect_alive(int port) {
-  hc_response r;
-  const char *b = "{\"prompt\":\"hello\",\"max_tokens\":2,\"ignore_eos\":true}";
-  WT_ASSERT_INT_EQ(post_raw(port, "/v1/completions", b, strlen(b), &r), 0);
-  WT_ASSERT_INT_EQ(r.status, 200);
-  hc_response_free(&r);
-}
-
-static char *get_metrics(int port) {
-  hc_response r;
-  char *page = NULL;
-  if (hc_request(port, "GET", "/metrics", NULL, NULL, &r) == 0 && r.status == 200) {
-    page = r.body;
-    r.body = NULL;
-  }
-  hc_response_free(&r);
-  return page;
-}
+static void expect_alive(int port) { WT_ASSERT_INT_EQ(hc_alive_status(port), 200); }
 
 static double metric(int port, const char *series) {
-  char *page = get_metrics(port);
+  char *page = hc_get_metrics(port);
   double v = -1;
   if (!page || hc_metric(page, series, &v) != 0) v = -1;
   free(page);
@@ -802,7 +739,7 @@ static void test_backpressure(void) {
   }
   double paused = 0, running = -1, usage = 0, aborted = 0;
   for (int tries = 0; tries < 400; tries++) {
-    char *page = get_metrics(s.port);
+    char *page = hc_get_metrics(s.port);
     if (page) {
       hc_metric(page, "weir_num_requests_paused", &paused);
       hc_metric(page, "weir_num_requests_running", &running);
@@ -830,7 +767,7 @@ static void test_backpressure(void) {
   free(req);
   /* The fourth backs up too (the first three may have been aborted by now). */
   for (int tries = 0; tries < 400; tries++) {
-    char *page = get_metrics(s.port);
+    char *page = hc_get_metrics(s.port);
     if (page) {
       hc_metric(page, "weir_num_requests_paused", &paused);
       hc_metric(page, "weir_num_requests_running", &running);
@@ -870,7 +807,7 @@ static void test_backpressure(void) {
   paused = -1;
   running = -1;
   for (int tries = 0; tries < 800; tries++) {
-    char *page = get_metrics(s.port);
+    char *page = hc_get_metrics(s.port);
     if (page) {
       hc_metric(page, "weir_num_requests_paused", &paused);
       hc_metric(page, "weir_num_requests_running", &running);
@@ -927,7 +864,7 @@ int main(void) {
   g_dir = wt_mkdtemp();
   g_model = wt_strf("%s/tiny.gguf", g_dir);
   g_long_model = wt_strf("%s/long.gguf", g_dir);
-  if (mkmodel(g_model, 256) != 0 || mkmodel(g_long_model, 2048) != 0) {
+  if (hc_mkmodel(g_model, 256) != 0 || hc_mkmodel(g_long_model, 2048) != 0) {
     fprintf(stderr, "SKIP: `weir mkmodel` is not available\n");
   } else {
     g_ready = start(&g_main, "main", g_model, NULL) == 0;

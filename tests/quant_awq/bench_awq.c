@@ -90,9 +90,9 @@ int main(int argc, char **argv) {
     weir_host host = wt_pool_host(pool);
     for (int vi = 0; vi < NVAR; vi++) {
       const variant *v = &k_variants[vi];
-      wt_plugin p;
+      wt_bench_plugin p;
       memset(&p, 0, sizeof p);
-      if (wt_plugin_load(&p, dir, v->plugin, v->group, &host) != 0) return 1;
+      if (wt_bench_load(&p, dir, v->plugin, v->group, &host) != 0) return 1;
       for (int s = 0; s < WT_NSHAPES; s++) {
         const wt_shape *sh = &wt_shapes_1b1[s];
         fill_source(v->src, src, sh->rows * sh->cols);
@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
         for (int c = 0; c < copies; c++) p.ops->release(p.self, ws[c]);
         free(ws);
       }
-      wt_plugin_unload(&p);
+      wt_bench_unload(&p);
     }
     wt_pool_destroy(pool);
   }

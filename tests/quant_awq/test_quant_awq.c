@@ -18,9 +18,7 @@
  *     s; tied channels get equal scales, powers of two when the host asks for them;
  *   - the 1.0 pack args (shorter struct) still work; refusals with clear errors.
  * Inputs are random (seed printed; WT_SEED=... reruns one). */
-#include <dlfcn.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,38 +29,11 @@
 #include "testutil.h"
 #include "wt_rand.h"
 #include "wt_isa.h"
+#include "wt_plugin.h"
 #include "weir/weir.h"
 #include "wt_pool.h"
 
-static wt_pool *g_pool;
 static weir_host g_host;
-static const char *g_isa = "native";
-static char g_last_info[1024];
-static char g_last_error[1024];
-
-
-#define CHECK_LE(err, tol, what)                                                              \
-  do {                                                                                        \
-    double e_ = (err), t_ = (tol);                                                            \
-    int ok_ = e_ <= t_;                                                                       \
-    if (!ok_)                                                                                 \
-      fprintf(stderr, "\n  %s:%d [%s isa=%s seed=%llu] error %.9g > tol %.9g\n", __FILE__,    \
-              __LINE__, what, g_isa, (unsigned long long)wt_seed, e_, t_);                     \
-    CU_ASSERT(ok_);                                                                           \
-    if (!ok_) goto fail;                                                                      \
-  } while (0)
-
-static void test_log(void *ctx, weir_log_level level, const char *fmt, ...) {
-  (void)ctx;
-  va_list ap;
-  va_start(ap, fmt);
-  if (level == WEIR_LOG_INFO) {
-    vsnprintf(g_last_info, sizeof g_last_info, fmt, ap);
-  } else if (level >= WEIR_LOG_ERROR) {
-    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
-  }
-  va_end(ap);
-}
 
 /* ---- the documented round-to-nearest, written out ------------------------------------------- */
 
@@ -89,30 +60,7 @@ static void ref_quantize(const float *x, int n, uint8_t *q, uint16_t *dh, uint16
   }
 }
 
-/* The activation quantization of docs/quant-int8.md (per 32 columns). */
-static void quantize_act(const float *x, int64_t n, double *xdeq, double *step) {
-  for (int64_t b0 = 0; b0 < n; b0 += 32) {
-    int64_t e = b0 + 32 < n ? b0 + 32 : n;
-    float amax = 0;
-    for (int64_t k = b0; k < e; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
-    float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
-    for (int64_t k = b0; k < e; k++) {
-      float v = nearbyintf(x[k] * inv);
-      v = v > 127 ? 127 : v < -127 ? -127 : v;
-      xdeq[k] = (double)v * d;
-      step[k] = (double)amax / 127.0;
-    }
-  }
-}
-
 /* ---- loading ------------------------------------------------------------------------------- */
-
-typedef struct loaded {
-  void *dl;
-  const weir_plugin_desc *desc;
-  const weir_quant_ops *ops;
-  void *self;
-} loaded;
 
 typedef struct opts {
   int64_t group;    /* -1: default */
@@ -120,58 +68,22 @@ typedef struct opts {
   int clip;         /* -1: default */
 } opts;
 
-static int plugin_load(loaded *l, const char *isa, opts o, int *rc_out) {
-  memset(l, 0, sizeof(*l));
-  if (isa) setenv("WEIR_CPU_ISA", isa, 1);
-  else unsetenv("WEIR_CPU_ISA");
-  g_isa = isa ? isa : "native";
-  char path[1024];
-  snprintf(path, sizeof path, "%s/weir_quant_awq_int4.so", WT_PLUGIN_DIR);
-  l->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!l->dl) {
-    fprintf(stderr, "\n  dlopen %s: %s\n", path, dlerror());
-    CU_FAIL("dlopen");
-    return -1;
-  }
-  weir_plugin_entry_fn entry = (weir_plugin_entry_fn)dlsym(l->dl, WEIR_PLUGIN_ENTRY_SYMBOL);
-  CU_ASSERT_PTR_NOT_NULL(entry);
-  if (!entry) return -1;
-  l->desc = entry();
-  const weir_plugin_desc *d = l->desc;
-  CU_ASSERT_EQUAL(d->abi_major, WEIR_ABI_MAJOR);
-  CU_ASSERT_EQUAL(d->abi_minor, WEIR_ABI_MINOR);
-  CU_ASSERT_STRING_EQUAL(d->name, "awq_int4");
-  CU_ASSERT_EQUAL(d->kind, WEIR_PLUGIN_QUANT);
-  l->ops = d->ops;
-  weir_option_value ov[16];
-  memset(ov, 0, sizeof ov);
-  CU_ASSERT(d->num_options <= 16);
-  for (int i = 0; i < d->num_options && i < 16; i++) {
-    ov[i].i = d->options[i].def_int;
-    ov[i].b = d->options[i].def_bool;
-    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
-    const char *k = d->options[i].key;
-    if (!strcmp(k, "group_size") && o.group >= 0) ov[i].i = o.group;
-    if (!strcmp(k, "calibration") && o.calibration >= 0) ov[i].b = o.calibration;
-    if (!strcmp(k, "clip_search") && o.clip >= 0) ov[i].b = o.clip;
-  }
-  weir_plugin_args args = {.struct_size = sizeof args, .device = WEIR_DEVICE_CPU,
-                           .options = ov, .num_options = d->num_options};
-  g_last_info[0] = 0;
-  int rc = d->init(&g_host, &args, &l->self);
-  if (rc_out) {
-    *rc_out = rc;
-    return rc == WEIR_OK ? 0 : -1;
-  }
-  CU_ASSERT_EQUAL(rc, WEIR_OK);
-  return rc == WEIR_OK ? 0 : -1;
+/* Loads quant/awq_int4 for isa (NULL: native) with the options o sets, the declared defaults
+ * for the rest; rc_out as for wt_plugin_init. */
+static int awq_load(wt_plugin *l, const char *isa, opts o, int *rc_out) {
+  if (wt_plugin_open(l, "quant", "awq_int4", isa) != 0) return -1;
+  CU_ASSERT_EQUAL(l->desc->abi_minor, WEIR_ABI_MINOR);
+  weir_option_value ov[16], *v;
+  wt_plugin_defaults(l->desc, ov, 16);
+  if ((v = wt_plugin_option(l->desc, ov, "group_size")) && o.group >= 0) v->i = o.group;
+  if ((v = wt_plugin_option(l->desc, ov, "calibration")) && o.calibration >= 0)
+    v->b = o.calibration;
+  if ((v = wt_plugin_option(l->desc, ov, "clip_search")) && o.clip >= 0) v->b = o.clip;
+  return wt_plugin_init(l, &g_host, ov, rc_out);
 }
 
-static void plugin_unload(loaded *l) {
-  if (l->desc && l->self) l->desc->fini(l->self);
-  if (l->dl) dlclose(l->dl);
-  memset(l, 0, sizeof(*l));
-}
+/* The plugin's ops, typed (the descriptor holds them as const void *). */
+static const weir_quant_ops *qops(const wt_plugin *l) { return l->desc->ops; }
 
 static const char *const k_isas[] = {"scalar", "avx2", "avx512", "avx512vnni"};
 
@@ -193,18 +105,18 @@ static void decode_q4_1(const uint8_t *data, int64_t rows, int64_t cols, double 
     }
 }
 
-static int pack1(loaded *l, weir_tensor *t, const char *name, const float *samples, int64_t ns,
+static int pack1(wt_plugin *l, weir_tensor *t, const char *name, const float *samples, int64_t ns,
                  void **w) {
   weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = t, .name = name,
                              .act_samples = samples, .num_samples = ns, .layer = -1};
-  return l->ops->pack(l->self, &pa, w);
+  return qops(l)->pack(l->self, &pa, w);
 }
 
 /* ---- one shape ------------------------------------------------------------------------------
  * Packs a rows x cols source (no calibration), checks the exported bytes exactly, embed, and
  * matmul for several token counts. */
-static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int64_t group) {
-  const weir_quant_ops *ops = l->ops;
+static void check_shape(wt_plugin *l, weir_dtype t, int64_t rows, int64_t cols, int64_t group) {
+  const weir_quant_ops *ops = qops(l);
   const int q4src = t == WEIR_DTYPE_Q4_0 || t == WEIR_DTYPE_Q4_1, q8src = t == WEIR_DTYPE_Q8_0;
   double *ref = malloc(sizeof(double) * rows * cols);
   double *wq = malloc(sizeof(double) * rows * cols);
@@ -213,8 +125,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
   const int exportable = cols % 32 == 0 && !q8src;
   uint8_t *ex = malloc((size_t)rows * (size_t)(cols / 32 + 1) * 20);
   void *w = NULL;
-  float *x = NULL, *y = NULL, *fsrc = NULL;
-  double *xdeq = NULL, *xstep = NULL, *wbound = NULL;
+  double *wbound = NULL;
   int32_t *ids = malloc(sizeof(int32_t) * rows);
   char what[96];
   snprintf(what, sizeof what, "%s %lldx%lld group %lld", weir_dtype_name(t), (long long)rows,
@@ -282,7 +193,7 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
           int same = memcmp(blk, want, 20) == 0;
           if (!same)
             fprintf(stderr, "\n  [%s isa=%s] row %lld block %lld differs from the rule\n", what,
-                    g_isa, (long long)r, (long long)b);
+                    wt_isa_name, (long long)r, (long long)b);
           CU_ASSERT(same);
           if (!same) goto fail;
         }
@@ -310,55 +221,25 @@ static void check_shape(loaded *l, weir_dtype t, int64_t rows, int64_t cols, int
       for (int64_t k = g0; k < e; k++) {
         double want = ref[r * cols + k];
         if (exportable) { /* exactly the exported value, rounded once */
-          CHECK_LE(fabs((double)row[k] - (double)(float)wq[r * cols + k]), 0, what);
+          WT_CHECK_LE(fabs((double)row[k] - (double)(float)wq[r * cols + k]), 0, what);
         }
         /* documented bound: d/2 plus the f16 rounding of m and d (2^-11 of |min| and of the
          * range); a 4-bit source is exact */
         const int exact = q4src || q8src;
         double bound = exact ? 0 : (mx - mn) / 30 * (1 + 1e-3) + ldexp(fabs(mn) + (mx - mn), -11);
         wbound[r * cols + k] = bound;
-        CHECK_LE(fabs((double)row[k] - want), bound + (exact ? 0 : 1e-7 * fabs(want)), what);
+        WT_CHECK_LE(fabs((double)row[k] - want), bound + (exact ? 0 : 1e-7 * fabs(want)), what);
         if (!exportable) wq[r * cols + k] = row[k];
       }
     }
   }
 
   static const int64_t toks[] = {1, 2, 3, 7, 64};
-  x = malloc(sizeof(float) * 64 * cols);
-  y = malloc(sizeof(float) * 64 * rows);
-  xdeq = malloc(sizeof(double) * 64 * cols);
-  xstep = malloc(sizeof(double) * 64 * cols);
-  for (int64_t i = 0; i < 64 * cols; i++) x[i] = wt_frand(-1, 1) * ((wt_rnd() & 31) == 0 ? 10.0f : 1.0f);
-  for (int64_t tk = 0; tk < 64; tk++)
-    quantize_act(x + tk * cols, cols, xdeq + tk * cols, xstep + tk * cols);
-  for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
-    int64_t n = toks[ti];
-    for (int64_t i = 0; i < n * rows; i++) y[i] = NAN;
-    CU_ASSERT_EQUAL(ops->matmul(l->self, w, x, y, n), WEIR_OK);
-    for (int64_t tk = 0; tk < n; tk++)
-      for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + tk * cols;
-        const double *xq = xdeq + tk * cols, *xs = xstep + tk * cols;
-        const double *wr = wq + r * cols, *orig = ref + r * cols, *wb = wbound + r * cols;
-        double s_tight = 0, mag = 0, s_deq = 0, s_orig = 0, b_act = 0, b_w = 0;
-        for (int64_t k = 0; k < cols; k++) {
-          s_tight += wr[k] * xq[k];
-          mag += fabs(wr[k] * xq[k]);
-          s_deq += wr[k] * xr[k];
-          s_orig += orig[k] * xr[k];
-          b_act += 0.5 * xs[k] * fabs(wr[k]) * (1 + 1e-5);
-          b_w += wb[k] * fabs((double)xr[k]);
-        }
-        double got = y[tk * rows + r];
-        CHECK_LE(fabs(got - s_tight), 4e-6 * mag + 1e-7, what);
-        CHECK_LE(fabs(got - s_deq), b_act + 4e-6 * mag + 1e-7, what);
-        CHECK_LE(fabs(got - s_orig), b_act + b_w + 4e-6 * mag + 1e-6, what);
-      }
-  }
-  int32_t bad[3] = {0, (int32_t)rows, 0};
-  CU_ASSERT_EQUAL(ops->embed(l->self, w, bad, emb, 3), WEIR_E_RANGE);
-  bad[1] = -1;
-  CU_ASSERT_EQUAL(ops->embed(l->self, w, bad, emb, 3), WEIR_E_RANGE);
+  const int ntoks = (int)(sizeof toks / sizeof toks[0]);
+  if (!wt_check_quant_matmul_at(ops, l->self, w, rows, cols, toks, ntoks, wq, ref, wbound, 4e-6,
+                                what, __FILE__, __LINE__))
+    goto fail;
+  wt_check_quant_embed_range(ops, l->self, w, rows, emb);
 fail:
   if (w) ops->release(l->self, w);
   free(ref);
@@ -366,62 +247,38 @@ fail:
   free(emb);
   free(src);
   free(ex);
-  free(x);
-  free(y);
-  free(fsrc);
-  free(xdeq);
-  free(xstep);
   free(wbound);
   free(ids);
 }
 
-static const weir_dtype k_all[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16,
-                                   WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1};
-
 static void isa_case(int lvl) {
-  loaded l;
+  wt_plugin l;
   const char *isa = k_isas[lvl];
   static const int64_t groups[] = {32, 64, 128};
   for (int gi = 0; gi < 3; gi++) {
-    if (plugin_load(&l, isa, (opts){groups[gi], -1, -1}, NULL) != 0) goto fail;
+    if (awq_load(&l, isa, (opts){groups[gi], -1, -1}, NULL) != 0) goto fail;
+    wt_check_kernel_path(isa);
     char want[64];
-    snprintf(want, sizeof want, "kernels %s", isa);
-    WT_ASSERT_STR_CONTAINS(g_last_info, want);
     snprintf(want, sizeof want, "group_size %lld", (long long)groups[gi]);
-    WT_ASSERT_STR_CONTAINS(g_last_info, want);
-    for (int i = 0; i < 6; i++) {
-      CU_ASSERT(l.desc->dtypes & WEIR_DTYPE_BIT(k_all[i]));
-      check_shape(&l, k_all[i], 37, 96, groups[gi]);
-      check_shape(&l, k_all[i], 6, 320, groups[gi]);
-    }
-    check_shape(&l, WEIR_DTYPE_F16, 13, 45, groups[gi]);
-    check_shape(&l, WEIR_DTYPE_F32, 9, 7, groups[gi]);
-    check_shape(&l, WEIR_DTYPE_BF16, 5, 129, groups[gi]);
+    WT_ASSERT_STR_CONTAINS(wt_last_info, want);
+    wt_quant_sweep(&l, check_shape, groups[gi]);
     if (gi == 0) {
       check_shape(&l, WEIR_DTYPE_Q4_1, 301, 256, 32); /* large enough to be threaded */
       check_shape(&l, WEIR_DTYPE_F16, 9, 4000, 32);   /* 64 tokens: two GEMM token blocks */
     }
-    plugin_unload(&l);
+    wt_plugin_unload(&l);
   }
 fail:
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
 }
 
-static void test_paths(void) {
-  int ran = 0;
-  for (int lvl = 0; lvl < 4; lvl++)
-    if (wt_isa_available(lvl)) {
-      isa_case(lvl);
-      ran++;
-    }
-  CU_ASSERT(ran >= 1);
-}
+static void test_paths(void) { wt_for_each_isa(4, isa_case); }
 
 /* ---- Q4 sources: the GGUF formula, and runs of blocks sharing d and m ------------------------ */
 
 static void test_q4_group_runs(void) {
-  loaded l;
-  if (plugin_load(&l, NULL, (opts){128, -1, -1}, NULL) != 0) return;
+  wt_plugin l;
+  if (awq_load(&l, NULL, (opts){128, -1, -1}, NULL) != 0) return;
   const int64_t rows = 8, cols = 512;
   double *ref = malloc(sizeof(double) * rows * cols);
   uint8_t *src = wt_quant_source(WEIR_DTYPE_Q4_1, rows, cols, ref);
@@ -441,18 +298,18 @@ static void test_q4_group_runs(void) {
   CU_ASSERT_EQUAL(pack1(&l, &tt, "runs", NULL, 0, &w), WEIR_OK);
   /* group 128: 1024 nibble bytes + 4 rows x 16 (4 groups padded to 16) x (d, m) x 2 bytes
    * = 1280 per quad */
-  WT_ASSERT_INT_EQ(l.ops->weight_bytes(l.self, w), 2 * 1280 + 64);
+  WT_ASSERT_INT_EQ(qops(&l)->weight_bytes(l.self, w), 2 * 1280 + 64);
   float *emb = malloc(sizeof(float) * rows * cols);
   int32_t ids[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-  CU_ASSERT_EQUAL(l.ops->embed(l.self, w, ids, emb, rows), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->embed(l.self, w, ids, emb, rows), WEIR_OK);
   int exact = 1;
   for (int64_t i = 0; i < rows * cols; i++) exact &= (double)emb[i] == (double)(float)ref[i];
   CU_ASSERT(exact);
-  l.ops->release(l.self, w);
+  qops(&l)->release(l.self, w);
   free(emb);
   free(ref);
   free(src);
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
 }
 
 /* ---- AWQ -------------------------------------------------------------------------------------- */
@@ -463,11 +320,11 @@ static void test_q4_group_runs(void) {
 static double outlier_error(int calibration, const float *wsrc, int64_t rows, int64_t cols,
                             const float *cal, int64_t ncal, const float *test, int64_t ntest,
                             double *alpha_out) {
-  loaded l;
+  wt_plugin l;
   double err = -1;
   void *w = NULL;
   float *y = malloc(sizeof(float) * (size_t)(rows * ntest));
-  if (plugin_load(&l, NULL, (opts){128, calibration, 0}, NULL) != 0) goto out;
+  if (awq_load(&l, NULL, (opts){128, calibration, 0}, NULL) != 0) goto out;
   weir_tensor tt = {.data = (void *)wsrc, .dtype = WEIR_DTYPE_F32, .ndim = 2,
                     .ne = {cols, rows, 1, 1}};
   if (pack1(&l, &tt, "outlier.weight", cal, ncal, &w) != WEIR_OK) {
@@ -475,11 +332,11 @@ static double outlier_error(int calibration, const float *wsrc, int64_t rows, in
     goto out;
   }
   if (calibration) {
-    WT_ASSERT_STR_CONTAINS(g_last_info, "outlier.weight: alpha");
-    const char *a = strstr(g_last_info, "alpha ");
+    WT_ASSERT_STR_CONTAINS(wt_last_info, "outlier.weight: alpha");
+    const char *a = strstr(wt_last_info, "alpha ");
     if (a && alpha_out) *alpha_out = atof(a + 6);
   }
-  CU_ASSERT_EQUAL(l.ops->matmul(l.self, w, test, y, ntest), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->matmul(l.self, w, test, y, ntest), WEIR_OK);
   err = 0;
   for (int64_t t = 0; t < ntest; t++)
     for (int64_t r = 0; r < rows; r++) {
@@ -489,9 +346,9 @@ static double outlier_error(int calibration, const float *wsrc, int64_t rows, in
       err += d * d;
     }
 out:
-  if (w) l.ops->release(l.self, w);
+  if (w) qops(&l)->release(l.self, w);
   free(y);
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
   return err;
 }
 
@@ -524,8 +381,8 @@ static void test_planted_outliers(void) {
 /* A scaled weight written out as Q4_1 and packed again: products equal the original's for
  * inputs divided by s (the export's contract), and the scales of tied channels are equal. */
 static void test_export_round_trip(void) {
-  loaded l;
-  if (plugin_load(&l, NULL, (opts){64, 1, 1}, NULL) != 0) return;
+  wt_plugin l;
+  if (awq_load(&l, NULL, (opts){64, 1, 1}, NULL) != 0) return;
   const int64_t rows = 40, cols = 256, ns = 48;
   double *ref = malloc(sizeof(double) * rows * cols);
   void *src = wt_quant_source(WEIR_DTYPE_F16, rows, cols, ref);
@@ -542,14 +399,14 @@ static void test_export_round_trip(void) {
                              .flags = WEIR_QUANT_PACK_SCALE_POW2};
   const weir_quant_pack_args *pp = &pa;
   void *w = NULL, *w2 = NULL;
-  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, &pp, 1, &w), WEIR_OK);
-  WT_ASSERT_STR_CONTAINS(g_last_info, "(block 3 of 5)");
+  CU_ASSERT_EQUAL(qops(&l)->pack_group(l.self, &pp, 1, &w), WEIR_OK);
+  WT_ASSERT_STR_CONTAINS(wt_last_info, "(block 3 of 5)");
   size_t bytes = (size_t)rows * (cols / 32) * 20;
   uint8_t *ex = malloc(bytes);
   float *s = malloc(sizeof(float) * cols);
   weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
                           .bytes = bytes, .in_scale = s};
-  CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w, &qe), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->export_weight(l.self, w, &qe), WEIR_OK);
   int tied = 1, scaled = 0, pow2 = 1;
   for (int64_t k = 0; k < cols; k++) {
     int e2;
@@ -563,14 +420,14 @@ static void test_export_round_trip(void) {
   weir_tensor t2 = {.data = ex, .dtype = WEIR_DTYPE_Q4_1, .ndim = 2, .ne = {cols, rows, 1, 1}};
   CU_ASSERT_EQUAL(pack1(&l, &t2, "o.exported", NULL, 0, &w2), WEIR_OK);
   /* group 64 kept: the exported blocks come in runs of two */
-  CU_ASSERT_EQUAL(l.ops->weight_bytes(l.self, w2), l.ops->weight_bytes(l.self, w));
+  CU_ASSERT_EQUAL(qops(&l)->weight_bytes(l.self, w2), qops(&l)->weight_bytes(l.self, w));
   float x[4 * 256], xs[4 * 256], y1[4 * 40], y2[4 * 40];
   for (int64_t i = 0; i < 4 * cols; i++) {
     x[i] = wt_frand(-2, 2);
     xs[i] = x[i] / s[i % cols];
   }
-  CU_ASSERT_EQUAL(l.ops->matmul(l.self, w, x, y1, 4), WEIR_OK);
-  CU_ASSERT_EQUAL(l.ops->matmul(l.self, w2, xs, y2, 4), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->matmul(l.self, w, x, y1, 4), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->matmul(l.self, w2, xs, y2, 4), WEIR_OK);
   double md = 0, mm = 0;
   for (int i = 0; i < 4 * 40; i++) {
     md = fmax(md, fabs((double)y1[i] - y2[i]));
@@ -581,25 +438,25 @@ static void test_export_round_trip(void) {
   /* and the dequantized rows agree: embed(w) = exported values / s */
   float e1[256], e2[256];
   int32_t id = 7;
-  CU_ASSERT_EQUAL(l.ops->embed(l.self, w, &id, e1, 1), WEIR_OK);
-  CU_ASSERT_EQUAL(l.ops->embed(l.self, w2, &id, e2, 1), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->embed(l.self, w, &id, e1, 1), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->embed(l.self, w2, &id, e2, 1), WEIR_OK);
   int same = 1;
   for (int64_t k = 0; k < cols; k++) same &= e1[k] == e2[k] * (1.0f / s[k]);
   CU_ASSERT(same);
-  l.ops->release(l.self, w);
-  l.ops->release(l.self, w2);
+  qops(&l)->release(l.self, w);
+  qops(&l)->release(l.self, w2);
   free(ex);
   free(s);
   free(ref);
   free(src);
   free(samples);
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
 }
 
 /* q, k, v packed as a group share one scale; a 1.0 host's shorter pack args still work. */
 static void test_group_and_abi(void) {
-  loaded l;
-  if (plugin_load(&l, NULL, (opts){32, 1, 0}, NULL) != 0) return;
+  wt_plugin l;
+  if (awq_load(&l, NULL, (opts){32, 1, 0}, NULL) != 0) return;
   const int64_t cols = 128, ns = 16;
   const int64_t rws[3] = {64, 32, 32};
   double *ref[3];
@@ -617,36 +474,36 @@ static void test_group_and_abi(void) {
                                    .act_samples = samples, .num_samples = ns, .layer = -1};
     pp[i] = &pa[i];
   }
-  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, pp, 3, w), WEIR_OK);
+  CU_ASSERT_EQUAL(qops(&l)->pack_group(l.self, pp, 3, w), WEIR_OK);
   float s[3][128];
   uint8_t *ex = malloc(64 * 4 * 20);
   for (int i = 0; i < 3; i++) {
     weir_quant_export qe = {.struct_size = sizeof qe, .dtype = WEIR_DTYPE_Q4_1, .data = ex,
                             .bytes = 64 * 4 * 20, .in_scale = s[i]};
-    CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w[i], &qe), WEIR_OK);
+    CU_ASSERT_EQUAL(qops(&l)->export_weight(l.self, w[i], &qe), WEIR_OK);
   }
   CU_ASSERT(memcmp(s[0], s[1], sizeof s[0]) == 0 && memcmp(s[0], s[2], sizeof s[0]) == 0);
   /* export: a dtype it does not write, and too small a buffer */
   weir_quant_export bad = {.struct_size = sizeof bad, .dtype = WEIR_DTYPE_Q4_0, .data = ex,
                            .bytes = 64 * 4 * 20};
-  CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w[0], &bad), WEIR_E_NOTSUP);
+  CU_ASSERT_EQUAL(qops(&l)->export_weight(l.self, w[0], &bad), WEIR_E_NOTSUP);
   bad.dtype = WEIR_DTYPE_Q4_1;
   bad.bytes = 10;
-  CU_ASSERT_EQUAL(l.ops->export_weight(l.self, w[0], &bad), WEIR_E_RANGE);
-  for (int i = 0; i < 3; i++) l.ops->release(l.self, w[i]);
+  CU_ASSERT_EQUAL(qops(&l)->export_weight(l.self, w[0], &bad), WEIR_E_RANGE);
+  for (int i = 0; i < 3; i++) qops(&l)->release(l.self, w[i]);
 
   /* different in_features in one group: refused, nothing packed */
   tt[1].ne[0] = 96;
   void *none[3] = {NULL, NULL, NULL};
-  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, pp, 3, none), WEIR_E_INVAL);
+  CU_ASSERT_EQUAL(qops(&l)->pack_group(l.self, pp, 3, none), WEIR_E_INVAL);
   CU_ASSERT(none[0] == NULL && none[1] == NULL && none[2] == NULL);
-  WT_ASSERT_STR_CONTAINS(g_last_error, "share an input");
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "share an input");
   tt[1].ne[0] = cols;
   /* a class id out of range */
   int32_t cls[128];
   for (int k = 0; k < 128; k++) cls[k] = k == 5 ? 999 : k;
   pa[0].channel_class = cls;
-  CU_ASSERT_EQUAL(l.ops->pack_group(l.self, pp, 1, none), WEIR_E_INVAL);
+  CU_ASSERT_EQUAL(qops(&l)->pack_group(l.self, pp, 1, none), WEIR_E_INVAL);
   pa[0].channel_class = NULL;
 
   /* the 1.0 struct (no channel_class, layer, num_layers): packs, with the samples */
@@ -655,19 +512,19 @@ static void test_group_and_abi(void) {
   old.channel_class = (const int32_t *)(uintptr_t)0x1; /* must not be read */
   old.layer = 12345;
   void *w1 = NULL;
-  CU_ASSERT_EQUAL(l.ops->pack(l.self, &old, &w1), WEIR_OK);
-  WT_ASSERT_STR_CONTAINS(g_last_info, "qkv: alpha");
-  CU_ASSERT(strstr(g_last_info, "12345") == NULL);
-  l.ops->release(l.self, w1);
-  CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self, WEIR_DTYPE_F16), 512);
-  CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self, WEIR_DTYPE_Q4_1), 0);
-  plugin_unload(&l);
+  CU_ASSERT_EQUAL(qops(&l)->pack(l.self, &old, &w1), WEIR_OK);
+  WT_ASSERT_STR_CONTAINS(wt_last_info, "qkv: alpha");
+  CU_ASSERT(strstr(wt_last_info, "12345") == NULL);
+  qops(&l)->release(l.self, w1);
+  CU_ASSERT_EQUAL(qops(&l)->calibration_samples(l.self, WEIR_DTYPE_F16), 512);
+  CU_ASSERT_EQUAL(qops(&l)->calibration_samples(l.self, WEIR_DTYPE_Q4_1), 0);
+  wt_plugin_unload(&l);
   /* calibration = false asks for no samples */
-  if (plugin_load(&l, NULL, (opts){32, 0, -1}, NULL) == 0) {
-    CU_ASSERT_EQUAL(l.ops->calibration_samples(l.self, WEIR_DTYPE_F16), 0);
-    WT_ASSERT_STR_CONTAINS(g_last_info, "calibration off (RTN)");
+  if (awq_load(&l, NULL, (opts){32, 0, -1}, NULL) == 0) {
+    CU_ASSERT_EQUAL(qops(&l)->calibration_samples(l.self, WEIR_DTYPE_F16), 0);
+    WT_ASSERT_STR_CONTAINS(wt_last_info, "calibration off (RTN)");
   }
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
   free(ex);
   free(samples);
   for (int i = 0; i < 3; i++) {
@@ -677,26 +534,26 @@ static void test_group_and_abi(void) {
 }
 
 static void test_refusals(void) {
-  loaded l;
+  wt_plugin l;
   int rc = 0;
   static const int64_t bad_groups[] = {16, 48, 96, 100};
   for (int i = 0; i < 4; i++) {
-    CU_ASSERT_NOT_EQUAL(plugin_load(&l, NULL, (opts){bad_groups[i], -1, -1}, &rc), 0);
+    CU_ASSERT_NOT_EQUAL(awq_load(&l, NULL, (opts){bad_groups[i], -1, -1}, &rc), 0);
     CU_ASSERT_EQUAL(rc, WEIR_E_INVAL);
-    WT_ASSERT_STR_CONTAINS(g_last_error, "group_size must be 32, 64 or 128");
-    plugin_unload(&l);
+    WT_ASSERT_STR_CONTAINS(wt_last_error, "group_size must be 32, 64 or 128");
+    wt_plugin_unload(&l);
   }
-  if (plugin_load(&l, NULL, (opts){-1, -1, -1}, NULL) != 0) goto fail;
-  const weir_quant_ops *ops = l.ops;
+  if (awq_load(&l, NULL, (opts){-1, -1, -1}, NULL) != 0) goto fail;
+  const weir_quant_ops *ops = qops(&l);
   int32_t dummy[64] = {0};
   weir_tensor tt = {.data = dummy, .dtype = WEIR_DTYPE_I32, .ndim = 2, .ne = {8, 8, 1, 1}};
   void *w = NULL;
   CU_ASSERT_EQUAL(pack1(&l, &tt, "bad", NULL, 0, &w), WEIR_E_NOTSUP);
-  WT_ASSERT_STR_CONTAINS(g_last_error, "tensor bad has unsupported dtype i32");
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "tensor bad has unsupported dtype i32");
   tt.dtype = WEIR_DTYPE_Q4_1;
   tt.ne[0] = 45; /* not a whole number of blocks */
   CU_ASSERT_EQUAL(pack1(&l, &tt, "bad", NULL, 0, &w), WEIR_E_NOTSUP);
-  WT_ASSERT_STR_CONTAINS(g_last_error, "bad shape");
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "bad shape");
   tt.dtype = WEIR_DTYPE_F32;
   tt.ndim = 3;
   tt.ne[0] = 4;
@@ -708,7 +565,7 @@ static void test_refusals(void) {
   for (int i = 0; i < 64; i++) inf_w[i] = i == 9 ? INFINITY : 0.25f;
   weir_tensor ti = {.data = inf_w, .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {32, 2, 1, 1}};
   CU_ASSERT_EQUAL(pack1(&l, &ti, "infw", NULL, 0, &w), WEIR_E_RANGE);
-  WT_ASSERT_STR_CONTAINS(g_last_error, "infw holds Inf/NaN");
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "infw holds Inf/NaN");
   CU_ASSERT_PTR_NULL(w);
   ops->release(l.self, NULL);
   CU_ASSERT_EQUAL(ops->matmul(l.self, NULL, NULL, NULL, 0), WEIR_OK);
@@ -740,16 +597,10 @@ static void test_refusals(void) {
     w = NULL;
   }
 fail:
-  plugin_unload(&l);
+  wt_plugin_unload(&l);
 }
 
 int main(void) {
-  wt_rand_init();
-  fprintf(stderr, "quant_awq: seed %llu (rerun with WT_SEED=%llu)\n",
-          (unsigned long long)wt_seed, (unsigned long long)wt_seed);
-  g_pool = wt_pool_create(3);
-  g_host = wt_pool_host(g_pool);
-  g_host.log = test_log;
   static const wt_test tests[] = {{"paths", test_paths},
                                   {"q4_group_runs", test_q4_group_runs},
                                   {"planted_outliers", test_planted_outliers},
@@ -757,8 +608,5 @@ int main(void) {
                                   {"group_and_abi", test_group_and_abi},
                                   {"refusals", test_refusals},
                                   {NULL, NULL}};
-  int rc = wt_run_suite("quant_awq", tests);
-  wt_pool_destroy(g_pool);
-  unsetenv("WEIR_CPU_ISA");
-  return rc;
+  return wt_plugin_main("quant_awq", tests, &g_host, 1);
 }

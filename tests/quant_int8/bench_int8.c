@@ -65,9 +65,9 @@ int main(int argc, char **argv) {
     wt_pool *pool = wt_pool_create(th);
     weir_host host = wt_pool_host(pool);
     for (int pi = 0; pi < 2; pi++) {
-      wt_plugin p;
+      wt_bench_plugin p;
       memset(&p, 0, sizeof p);
-      if (wt_plugin_load(&p, dir, names[pi], -1, &host) != 0) return 1;
+      if (wt_bench_load(&p, dir, names[pi], -1, &host) != 0) return 1;
       for (int s = 0; s < WT_NSHAPES; s++) {
         const wt_shape *sh = &wt_shapes_1b1[s];
         weir_tensor t = {.data = src, .dtype = WEIR_DTYPE_F16, .ndim = 2,
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
         for (int c = 0; c < copies; c++) p.ops->release(p.self, ws[c]);
         free(ws);
       }
-      wt_plugin_unload(&p);
+      wt_bench_unload(&p);
     }
     wt_pool_destroy(pool);
   }

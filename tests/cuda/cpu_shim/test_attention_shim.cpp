@@ -14,6 +14,7 @@ alignas(16) float sm[1 << 18]; // the running block's dynamic shared memory (1 M
 void *volatile shim_smem_escape = sm;
 
 #include "attention.cu"
+#include "shim_test.h"
 
 #include <cstring>
 #include <string>
@@ -21,12 +22,7 @@ void *volatile shim_smem_escape = sm;
 static int g_failures = 0;
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 
-static float uniform(float lo, float hi) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
-}
+static float uniform(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
 
 static float round_kv(float x, int dt) {
   if (dt == 1) return __half2float(__float2half_rn(x));

@@ -25,38 +25,24 @@
 #include <vector>
 
 #include "weir/quant.h"
+#include "shim_test.h"
 #include "weir_cuda_kernels.h"
 
 static int g_failures = 0;
 static uint64_t g_rng = 0xA11CE5EEDull;
 
-static float uni(float lo, float hi) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
-}
+static float uni(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
 
 static void check(const char *what, const std::vector<float> &out, const std::vector<double> &ref,
                   double tol) {
-  double num = 0, den = 0;
-  bool finite = true;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(out[i])) finite = false;
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  bool finite;
+  const double err = shim_rel_err(out, ref, &finite);
   const bool ok = finite && err <= tol;
   printf("%s %s: rel err %.3g (tol %.3g)\n", ok ? "ok  " : "FAIL", what, err, tol);
   if (!ok) ++g_failures;
 }
 
-static std::vector<float> poisoned(size_t n) {
-  std::vector<float> v(n);
-  memset(v.data(), 0xFF, n * 4);
-  return v;
-}
+static std::vector<float> poisoned(size_t n) { return shim_poisoned(n); }
 
 static uint16_t f2h(float x) { return __half_as_ushort(__float2half_rn(x)); }
 static float h2f(uint16_t u) { return __half2float(__ushort_as_half(u)); }

@@ -17,17 +17,13 @@
 
 #include "weir/rng.h"
 #include "weir/sampler.h"
+#include "shim_test.h"
 #include "weir_cuda_kernels.h"
 
 static int g_failures = 0;
 static uint64_t g_rng = 0x51ED5EEDull;
 
-static float uni(float lo, float hi) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return lo + (hi - lo) * (float)((g_rng >> 40) * (1.0 / 16777216.0));
-}
+static float uni(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
 
 
 // ---- the CPU reference plugin --------------------------------------------------------------

@@ -1,0 +1,42 @@
+// What the CPU-shim kernel tests (test_*_shim.cpp) share: their fixed-seed uniform generator,
+// NaN-poisoned output buffers and the relative L2 error they judge outputs by. Header-only;
+// every helper returns by value or writes only into what the caller passes and owns.
+#ifndef WEIR_TESTS_SHIM_TEST_H
+#define WEIR_TESTS_SHIM_TEST_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+// Uniform in [lo, hi) from xorshift64 over the caller's state: a fixed seed per suite gives the
+// same inputs on every run, so a failure reproduces.
+static inline float shim_uniform(uint64_t *state, float lo, float hi) {
+  *state ^= *state << 13;
+  *state ^= *state >> 7;
+  *state ^= *state << 17;
+  return lo + (hi - lo) * (float)((*state >> 40) * (1.0 / 16777216.0));
+}
+
+// n floats with every bit set (NaN): a kernel that skips an output cannot pass.
+static inline std::vector<float> shim_poisoned(size_t n) {
+  std::vector<float> v(n);
+  memset(v.data(), 0xFF, n * 4);
+  return v;
+}
+
+// ||out - ref|| / ||ref|| (the absolute norm when ref is all zero); *finite is cleared when
+// any output is not finite.
+static inline double shim_rel_err(const std::vector<float> &out, const std::vector<double> &ref,
+                                  bool *finite) {
+  double num = 0, den = 0;
+  *finite = true;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) *finite = false;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+#endif
