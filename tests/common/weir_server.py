@@ -61,3 +61,21 @@ class Server:
             self.proc.kill()
         self.log.close()
         return self.proc.returncode
+
+
+# Checks that record a failure and go on, so that one run reports every broken case.
+FAILURES = []
+
+
+def expect(cond, msg):
+    if not cond:
+        FAILURES.append(msg)
+        print("FAIL " + msg[:800], flush=True)
+
+
+def finish(ok_line="ok"):
+    """Exits 1 after reporting the failures, or prints ok_line."""
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        raise SystemExit(1)
+    print(ok_line)

@@ -16,19 +16,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from weir_server import Server  # noqa: E402
+from weir_server import Server, expect, finish  # noqa: E402
 
-FAILURES = []
 TEXT = ("In the beginning God created the heaven and the earth. And the earth was without "
         "form, and void; and darkness was upon the face of the deep. And the Spirit of God "
         "moved upon the face of the waters. And God said, Let there be light: and there was "
         "light.")
 
-
-def expect(cond, msg):
-    if not cond:
-        FAILURES.append(msg)
-        print("FAIL " + msg[:800], flush=True)
 
 
 def stream_logprobs(data):
@@ -167,10 +161,7 @@ def main():
     finally:
         rc = srv.stop()
     expect(rc == 0, "server exit status %r" % rc)
-    if FAILURES:
-        print("%d failure(s)" % len(FAILURES))
-        sys.exit(1)
-    print("prompt logprobs: all checks passed")
+    finish("prompt logprobs: all checks passed")
 
 
 if __name__ == "__main__":

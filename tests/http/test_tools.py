@@ -13,9 +13,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from weir_server import Server  # noqa: E402
+from weir_server import Server, expect, finish  # noqa: E402
 
-FAILURES = []
 TOOLS = [
     {"type": "function", "function": {
         "name": "get_verse", "description": "Look up a verse of the King James Bible",
@@ -29,11 +28,6 @@ TOOLS = [
 ]
 MESSAGES = [{"role": "user", "content": "Where is the first verse of Genesis?"}]
 
-
-def expect(cond, msg):
-    if not cond:
-        FAILURES.append(msg)
-        print("FAIL " + msg[:800], flush=True)
 
 
 def join_stream(data):
@@ -237,10 +231,7 @@ def main():
         refusals(s)
     finally:
         s.stop()
-    if FAILURES:
-        print("%d failure(s)" % len(FAILURES))
-        sys.exit(1)
-    print("ok")
+    finish("ok")
 
 
 if __name__ == "__main__":
