@@ -10,12 +10,22 @@
 #include <stdint.h>
 
 #include "weir/plugin.h"
+#include "weir/quant.h"
 
 /* Weight memory of `bytes` bytes; *from_device records where it came from for the free.
  * NULL when the allocation failed. */
 void *weir_cpu_weight_alloc(const weir_host *h, size_t bytes, int *from_device);
 /* Frees what weir_cpu_weight_alloc returned (NULL is ignored). */
 void weir_cpu_weight_free(const weir_host *h, void *data, int from_device);
+
+/* Checks a quant plugin's source (pack args): a 1-D or 2-D tensor (higher dims of 1) of a type
+ * the CPU dequantizers read (F32, F16, BF16, Q8_0, Q4_0, Q4_1) with at most 2^40 elements;
+ * gives its shape and the byte stride between rows. Logs through the host, naming `scheme`
+ * and the tensor, and returns WEIR_E_NOTSUP (type, shape) or WEIR_E_INVAL (no data, a row
+ * stride shorter than a row). */
+int weir_cpu_weight_source(const weir_host *h, const char *scheme,
+                           const weir_quant_pack_args *args, int64_t *rows, int64_t *cols,
+                           size_t *stride);
 
 /* Threads the host's parallel_for uses (1 when it offers none). */
 int weir_cpu_host_threads(const weir_host *h);

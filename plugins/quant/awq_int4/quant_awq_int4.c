@@ -130,33 +130,8 @@ static int is_float(weir_dtype t) {
 /* Checks one source and returns its shape; logs and returns a status when unusable. */
 static int check_source(awq_plugin *p, const weir_quant_pack_args *a, int64_t *rows,
                         int64_t *cols) {
-  const weir_tensor *t = a->src;
-  const char *name = a->name ? a->name : "?";
-  if (!t || !t->data) return WEIR_E_INVAL;
-  switch (t->dtype) {
-  case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16: case WEIR_DTYPE_Q8_0:
-  case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: break;
-  default:
-    LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s has unsupported dtype %s", name,
-        weir_dtype_name(t->dtype));
-    return WEIR_E_NOTSUP;
-  }
-  if (t->ndim < 1 || t->ndim > WEIR_MAX_DIMS) return WEIR_E_INVAL;
-  for (int d = 2; d < t->ndim; d++)
-    if (t->ne[d] != 1) {
-      LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s is not a matrix", name);
-      return WEIR_E_NOTSUP;
-    }
-  *cols = t->ne[0];
-  *rows = t->ndim >= 2 ? t->ne[1] : 1;
-  size_t rb = weir_dtype_row_bytes(t->dtype, *cols);
-  if (*cols <= 0 || *rows <= 0 || rb == 0 || *cols > ((int64_t)1 << 40) / *rows) {
-    LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s has a bad shape for %s (%lld x %lld)", name,
-        weir_dtype_name(t->dtype), (long long)*rows, (long long)*cols);
-    return WEIR_E_NOTSUP;
-  }
-  if (src_stride(t) < rb) return WEIR_E_INVAL;
-  return WEIR_OK;
+  size_t stride;
+  return weir_cpu_weight_source(p->host, "awq_int4", a, rows, cols, &stride);
 }
 
 /* For a Q4_0/Q4_1 source: 1 when every run of group/32 blocks in each row has the same d (and

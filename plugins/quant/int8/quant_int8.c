@@ -137,29 +137,10 @@ static int q8_pack(void *self, const weir_quant_pack_args *args, void **weight) 
   int rc = WEIR_OK;
   if (!args || !args->src || !weight || !args->src->data) return WEIR_E_INVAL;
   const weir_tensor *t = args->src;
-  const char *name = args->name ? args->name : "?";
-  switch (t->dtype) {
-  case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16:
-  case WEIR_DTYPE_Q8_0: case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: break;
-  default:
-    if (h->log)
-      h->log(h->ctx, WEIR_LOG_ERROR, "int8: tensor %s has unsupported dtype %s", name,
-             weir_dtype_name(t->dtype));
-    return WEIR_E_NOTSUP;
-  }
-  if (t->ndim < 1 || t->ndim > WEIR_MAX_DIMS) return WEIR_E_INVAL;
-  int64_t cols = t->ne[0], rows = t->ndim >= 2 ? t->ne[1] : 1;
-  for (int d = 2; d < t->ndim; d++)
-    if (t->ne[d] != 1) return WEIR_E_NOTSUP; /* a matrix or a vector only */
-  size_t row_bytes = weir_dtype_row_bytes(t->dtype, cols);
-  if (cols <= 0 || rows <= 0 || row_bytes == 0 || cols > ((int64_t)1 << 40) / rows) {
-    if (h->log)
-      h->log(h->ctx, WEIR_LOG_ERROR, "int8: tensor %s has a bad shape for %s (%lld x %lld)", name,
-             weir_dtype_name(t->dtype), (long long)rows, (long long)cols);
-    return WEIR_E_NOTSUP;
-  }
-  size_t src_stride = t->ndim >= 2 && t->nb[1] ? t->nb[1] : row_bytes;
-  if (src_stride < row_bytes) return WEIR_E_INVAL;
+  int64_t rows, cols;
+  size_t src_stride;
+  rc = weir_cpu_weight_source(h, "int8", args, &rows, &cols, &src_stride);
+  if (rc != WEIR_OK) return rc;
 
   int8_weight *w = h->alloc(h->ctx, sizeof(*w), 0);
   if (!w) return WEIR_E_NOMEM;
