@@ -10,6 +10,7 @@ namespace {
 
 constexpr int kNormThreads = 256;
 
+using weir_cuda::grid_for;
 using weir_cuda::warp_sum;
 
 // Sum over the block; every thread gets the result. `red` holds one float per warp.
@@ -136,13 +137,6 @@ __global__ void get_rows_kernel(float *__restrict__ out, const float *__restrict
 
 // Grid for a grid-stride loop over n items: enough blocks to fill any current GPU, capped so
 // that huge n does not launch millions of blocks.
-unsigned grid_for(int64_t n, int threads) {
-  int64_t b = (n + threads - 1) / threads;
-  if (b < 1) b = 1;
-  if (b > 65536) b = 65536;
-  return (unsigned)b;
-}
-
 } // namespace
 
 extern "C" cudaError_t weir_cuda_rms_norm(cudaStream_t stream, float *out, const float *x,

@@ -111,13 +111,6 @@ __global__ void embed_f16_kernel(const __half *__restrict__ w, const int32_t *__
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) o[i] = __half2float(r[i]);
 }
 
-unsigned grid_for(int64_t n, int threads) {
-  int64_t b = (n + threads - 1) / threads;
-  if (b < 1) b = 1;
-  if (b > 65536) b = 65536;
-  return (unsigned)b;
-}
-
 template <int NT>
 void launch_gemv_vec(cudaStream_t s, const __half *w, const float *x, float *y, int64_t in,
                      int64_t out) {

@@ -118,13 +118,6 @@ __global__ void embed_q4_kernel(q4_ref w, const int32_t *__restrict__ ids,
   for (int64_t i = threadIdx.x; i < w.cols; i += blockDim.x) o[i] = value(w, id, i);
 }
 
-unsigned grid_for4(int64_t n, int threads) {
-  int64_t b = (n + threads - 1) / threads;
-  if (b < 1) b = 1;
-  if (b > 65536) b = 65536;
-  return (unsigned)b;
-}
-
 bool make_ref(q4_ref *w, const void *nib, const void *d, const void *m, const float *inv_s,
               int64_t rows, int64_t cols, int64_t kp, int32_t group) {
   if ((group != 32 && group != 64 && group != 128) || kp % 32 != 0 || kp < cols || cols <= 0 ||
@@ -176,7 +169,7 @@ extern "C" cudaError_t weir_cuda_dequant_q4_f16(cudaStream_t stream, void *dst, 
                                                 int32_t group) {
   q4_ref w;
   if (!make_ref(&w, nib, d, m, inv_s, rows, cols, kp, group)) return cudaErrorInvalidValue;
-  WEIR_LAUNCH(dequant_q4_f16_kernel, grid_for4(rows * cols, 256), 256, 0, stream)(
+  WEIR_LAUNCH(dequant_q4_f16_kernel, grid_for(rows * cols, 256), 256, 0, stream)(
       static_cast<__half *>(dst), w);
   return cudaGetLastError();
 }

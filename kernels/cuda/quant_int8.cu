@@ -122,13 +122,6 @@ __global__ void embed_q8_kernel(const signed char *__restrict__ q, const float *
     o[i] = (float)q[(int64_t)id * kp + i] * d[(int64_t)id * (kp / 32) + i / 32];
 }
 
-unsigned grid_for(int64_t n, int threads) {
-  int64_t b = (n + threads - 1) / threads;
-  if (b < 1) b = 1;
-  if (b > 65536) b = 65536;
-  return (unsigned)b;
-}
-
 template <int NT>
 void launch_gemv(cudaStream_t s, const signed char *q, const float *d, const float *x, float *y,
                  int64_t cols, int64_t kp, int64_t rows) {

@@ -63,6 +63,15 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Blocks for a grid-stride kernel over n elements: enough to cover them, capped at 65536 (the
+// kernels loop over the rest).
+inline unsigned grid_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 65536) b = 65536;
+  return (unsigned)b;
+}
+
 } // namespace weir_cuda
 
 #endif
