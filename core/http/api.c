@@ -77,6 +77,7 @@ static void job_free(weir__api_job *job) {
     for (int i = 0; i < job->num_prompts; i++) free(job->prompt_offsets[i]);
   free(job->prompt_offsets);
   free(job->tool_named);
+  cJSON_Delete(job->resp_echo);
   if (job->prev) job->prev->next = job->next;
   else s->jobs = job->next;
   if (job->next) job->next->prev = job->prev;
@@ -181,7 +182,7 @@ static void choice_finished(weir__api_job *job, api_choice *ch, const weir__queu
                      "\"ttft_ms\":%.3f,\"itl_mean_ms\":%.3f,\"itl_p95_ms\":%.3f,"
                      "\"e2e_ms\":%.3f,\"tokens_per_s\":%.2f,\"num_preemptions\":%d,"
                      "\"finish_reason\":\"%s\",\"client_disconnected\":%s}",
-                     job->id, ch->index, job->chat ? "chat" : "completions", ch->prompt_tokens,
+                     job->id, ch->index, job->responses ? "responses" : job->chat ? "chat" : "completions", ch->prompt_tokens,
                      ch->cached_tokens, ch->completion_tokens, ttft >= 0 ? ttft * 1e3 : 0.0,
                      mean, p95, e2e * 1e3, tps, ch->num_preemptions,
                      weir__api_finish_name(ev->finish) ? weir__api_finish_name(ev->finish) : "none",
@@ -312,7 +313,10 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
     }
     /* An error ends the stream with an error event instead of a finish_reason. */
     const char *fr = ev->finish == WEIR_FINISH_ERROR ? NULL : finish;
-    if (job->tool_mode != WEIR_TOOLS_OFF) {
+    if (job->responses) {
+      cJSON_Delete(lp);
+      weir__api_resp_stream_event(job, ch, ev);
+    } else if (job->tool_mode != WEIR_TOOLS_OFF) {
       stream_with_tools(job, ch, ev, lp, fr);
     } else if (ev->text_len > 0 || lp || fr) {
       weir__api_stream_choice_chunk(job, ch, ev->text, ev->text_len, lp, fr, 0);
@@ -348,8 +352,14 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
   if (job->r) {
     weir__http_req *r = job->r;
     r->job = NULL;
-    if (job->stream) weir__api_stream_finish(job);
-    else weir__api_respond_full(job);
+    if (job->responses) {
+      if (job->stream) weir__api_resp_stream_finish(job);
+      else weir__api_resp_respond_full(job);
+    } else if (job->stream) {
+      weir__api_stream_finish(job);
+    } else {
+      weir__api_respond_full(job);
+    }
     job->r = NULL;
   }
   job_free(job);
@@ -503,7 +513,10 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
   }
   weir__api_gen_free(a);
   free(a);
-  if (job->stream) {
+  if (job->stream && job->responses) {
+    weir__http_stream_start(r, "text/event-stream");
+    weir__api_resp_stream_start(job);
+  } else if (job->stream) {
     weir__http_stream_start(r, "text/event-stream");
     for (int i = 0; i < job->num_choices; i++) {
       api_choice *ch = &job->choices[i];
@@ -578,8 +591,9 @@ static void compile_done(uv_work_t *w, int status) {
   submit_choices(job, a);
 }
 
+static void start_job(weir__http_req *r, int chat, api_gen *a, cJSON *resp_echo);
+
 static void handle_generate(weir__http_req *r, int chat) {
-  weir__http_server *s = r->srv;
   api_error e = {0};
   api_gen *a = malloc(sizeof *a);
   if (!a) {
@@ -592,6 +606,38 @@ static void handle_generate(weir__http_req *r, int chat) {
     free(a);
     return;
   }
+  start_job(r, chat, a, NULL);
+}
+
+/* /v1/responses: the body becomes the chat request it means (api_responses.c). */
+static void handle_responses(weir__http_req *r) {
+  api_error e = {0};
+  cJSON *echo = NULL, *chat = NULL;
+  api_gen *a = NULL;
+  cJSON *body = weir__api_parse_body_object(r, &e);
+  if (!body || !(chat = weir__api_responses_to_chat(body, &echo, &e))) goto fail;
+  if (!(a = malloc(sizeof *a))) {
+    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+    goto fail;
+  }
+  int rc = weir__api_parse_generation_root(r->srv, chat, 1, a, &e);
+  chat = NULL; /* a owns it now */
+  if (rc) goto fail;
+  cJSON_Delete(body);
+  start_job(r, 1, a, echo);
+  return;
+fail:
+  weir__api_respond_error(r, &e);
+  free(a);
+  cJSON_Delete(chat);
+  cJSON_Delete(echo);
+  cJSON_Delete(body);
+}
+
+/* A parsed generation request becomes a job (resp_echo: a /v1/responses request, taken). */
+static void start_job(weir__http_req *r, int chat, api_gen *a, cJSON *resp_echo) {
+  weir__http_server *s = r->srv;
+  api_error e = {0};
   const params *pp = &a->p;
   const prompt_list *pl = &a->pl;
   weir__api_job *job = calloc(1, sizeof *job);
@@ -610,7 +656,11 @@ static void handle_generate(weir__http_req *r, int chat) {
   job->n = pp->n;
   job->num_choices = pl->count * pp->n;
   job->arrival_ns = r->arrival_ns;
-  weir__api_make_id(job->id, sizeof job->id, chat ? "chatcmpl" : "cmpl");
+  weir__api_make_id(job->id, sizeof job->id, resp_echo ? "resp" : chat ? "chatcmpl" : "cmpl");
+  if (resp_echo) job->id[4] = '_';
+  job->responses = resp_echo != NULL;
+  job->resp_echo = resp_echo;
+  resp_echo = NULL;
   job->tool_mode = a->tools.mode;
   job->parallel_tool_calls = a->tools.parallel;
   if (a->tools.named && !(job->tool_named = strdup(a->tools.named))) {
@@ -701,6 +751,7 @@ fail_request:
   weir__api_respond_error(r, &e);
   weir__api_gen_free(a);
   free(a);
+  cJSON_Delete(resp_echo); /* NULL once the job holds it */
 }
 
 /* ---- other endpoints -------------------------------------------------------------------- */
@@ -860,8 +911,8 @@ static void handle_version(weir__http_req *r) {
 
 /* ---- routing ---------------------------------------------------------------------------- */
 
-enum { R_HEALTH, R_METRICS, R_VERSION, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE,
-       R_DETOKENIZE };
+enum { R_HEALTH, R_METRICS, R_VERSION, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES,
+       R_TOKENIZE, R_DETOKENIZE };
 
 static const struct route {
   const char *path;
@@ -875,6 +926,7 @@ static const struct route {
     {"/v1/models", HTTP_GET, R_MODELS, 0},
     {"/v1/completions", HTTP_POST, R_COMPLETIONS, 0},
     {"/v1/chat/completions", HTTP_POST, R_CHAT, 0},
+    {"/v1/responses", HTTP_POST, R_RESPONSES, 0},
     {"/tokenize", HTTP_POST, R_TOKENIZE, 0},
     {"/detokenize", HTTP_POST, R_DETOKENIZE, 0},
 };
@@ -982,6 +1034,7 @@ static void dispatch(weir__http_req *r) {
   case R_MODEL: handle_model(r, model_id); break;
   case R_COMPLETIONS: handle_generate(r, 0); break;
   case R_CHAT: handle_generate(r, 1); break;
+  case R_RESPONSES: handle_responses(r); break;
   case R_TOKENIZE: handle_tokenize(r); break;
   case R_DETOKENIZE: handle_detokenize(r); break;
   default: weir__http_respond_error(r, 500, "server_error", NULL, NULL, "no handler"); break;

@@ -65,6 +65,10 @@ struct weir__api_job {
   uint64_t arrival_ns;
   int client_gone;
   int paused;           /* its connection is backed up: generation paused */
+  int responses;        /* /v1/responses: rendered by api_responses.c */
+  cJSON *resp_echo;     /* responses: the request's fields a Response echoes (owned) */
+  int resp_seq;         /* responses streaming: the next event's sequence_number */
+  char resp_msg_id[48]; /* responses streaming: the message item, once opened */
   weir__tool_mode tool_mode; /* chat with tools: how replies are read for calls */
   char *tool_named;     /* WEIR_TOOLS_NAMED: the function (owned) */
   int parallel_tool_calls;
@@ -149,6 +153,9 @@ typedef struct api_gen {
 /* 0, or -1 with e filled (nothing held). On success the caller frees with
  * weir__api_gen_free. */
 int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_error *e);
+/* The same from a parsed body, which `out` takes over (freed with it, or here on failure). */
+int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat, api_gen *out,
+                                    api_error *e);
 /* Compiles a's constraint for the engine, or finds it in the engine's cache. Thread-safe
  * (runs on libuv's worker threads); touches only a. */
 void weir__api_gen_compile(weir_engine *engine, api_gen *a);
@@ -182,6 +189,19 @@ char *weir__api_tools_schema(const api_tools *t);
  * (their arguments parsed into objects). A new object, or NULL with e filled. */
 cJSON *weir__api_tools_message(const cJSON *m, int i, const char *role, const char *content,
                                api_error *e);
+
+/* ---- api_responses.c ---- */
+
+/* A /v1/responses body as the chat body it means (a new document, NULL with e filled), and
+ * in *echo (new, owned by the caller) the fields a Response object repeats back. */
+cJSON *weir__api_responses_to_chat(const cJSON *body, cJSON **echo, api_error *e);
+/* The whole Response of a finished job; a stream's first events, its text as it comes (with
+ * the chat path's hold-back when tools may be called), and its end (items done, then
+ * response.completed, .incomplete or .failed). */
+void weir__api_resp_respond_full(weir__api_job *job);
+void weir__api_resp_stream_start(weir__api_job *job);
+void weir__api_resp_stream_event(weir__api_job *job, api_choice *ch, const weir_gen_event *ev);
+void weir__api_resp_stream_finish(weir__api_job *job);
 
 /* ---- api_render.c ---- */
 

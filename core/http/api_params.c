@@ -847,12 +847,20 @@ static int constraint_spec(const params *p, weir_constraint_spec *spec, char **o
 }
 
 int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_error *e) {
-  weir__http_server *s = r->srv;
+  cJSON *root = weir__api_parse_body_object(r, e);
+  if (!root) {
+    memset(out, 0, sizeof *out);
+    return -1;
+  }
+  return weir__api_parse_generation_root(r->srv, root, chat, out, e);
+}
+
+int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat, api_gen *out,
+                                    api_error *e) {
   memset(out, 0, sizeof *out);
   params *p = &out->p;
   prompt_list *pl = &out->pl;
-  out->root = weir__api_parse_body_object(r, e);
-  if (!out->root) goto fail;
+  out->root = root;
   if (parse_params(s, out->root, chat, p, e)) goto fail;
   if (chat && weir__api_tools_check(p, &out->tools, e)) goto fail;
   if (chat ? chat_prompt(s, p->messages, &out->tools, pl, e)

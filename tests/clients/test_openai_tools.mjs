@@ -1,7 +1,9 @@
-// The official `openai` npm client against the real `weir serve` with the trained model: a
-// tool round trip (the model is made to call a function, the client sends the tool's result
-// back, the model answers in text), the same call streamed through the client's own delta
-// accumulation, and a forced "required" call. The model never learned tools, so the calls are
+// The official `openai` npm client against the real `weir serve` with the trained model: on
+// chat completions, a tool round trip (the model is made to call a function, the client sends
+// the tool's result back, the model answers in text), the same call streamed through the
+// client's own delta accumulation, and a forced "required" call; on /v1/responses, text with
+// instructions, the same streamed through the client's event reader, and a function round
+// trip with function_call / function_call_output items. The model never learned tools, so the calls are
 // forced by tool_choice (the server's constraint).
 //   node test_openai_tools.mjs WEIR_BINARY PLUGIN_DIR MODEL LOG
 import { spawn } from "node:child_process";
@@ -123,6 +125,49 @@ try {
     expect(false, "unknown function accepted");
   } catch (e) {
     expect(e.status === 400 && e.param === "tool_choice", "error " + e);
+  }
+
+  // 6. /v1/responses: text with instructions, the same streamed, and a function round trip.
+  const base = { input: "In the beginning", instructions: "Continue the verse.",
+                 max_output_tokens: 16, temperature: 0 };
+  const resp = await client.responses.create(base);
+  expect(resp.object === "response" && resp.id.startsWith("resp_") &&
+         typeof resp.output_text === "string" && resp.output_text.length > 0 &&
+         resp.usage.output_tokens > 0, "responses text " + JSON.stringify(resp));
+  const rstream = client.responses.stream(base);
+  const seen = [];
+  rstream.on("event", (ev) => seen.push(ev.type));
+  const rfinal = await rstream.finalResponse();
+  // This client builds output_text only from a response.completed event; a reply cut by
+  // max_output_tokens ends with response.incomplete, so read the accumulated message.
+  const rtext = rfinal.output.filter((o) => o.type === "message")
+    .flatMap((o) => o.content).map((c) => c.text).join("");
+  expect(rtext === resp.output_text, `responses stream "${rtext}" vs "${resp.output_text}"`);
+  expect(seen[0] === "response.created" && seen.includes("response.output_text.delta") &&
+         ["response.completed", "response.incomplete"].includes(seen[seen.length - 1]),
+         "responses events " + seen.join(","));
+  const rtools = [{ type: "function", name: "get_verse", description: "Look up a verse",
+                    parameters: tools[0].function.parameters }];
+  const asked = await client.responses.create({
+    input: "Where is the first verse of Genesis?", tools: rtools,
+    tool_choice: { type: "function", name: "get_verse" }, max_output_tokens: 64,
+  });
+  const fc = asked.output.find((o) => o.type === "function_call");
+  expect(fc && fc.name === "get_verse" && validArgs(fc.arguments), "responses call " + JSON.stringify(asked.output));
+  if (fc) {
+    const answered = await client.responses.create({
+      input: [{ role: "user", content: "Where is the first verse of Genesis?" }, fc,
+              { type: "function_call_output", call_id: fc.call_id, output: "In the beginning God created the heaven and the earth." }],
+      tools: rtools, max_output_tokens: 16, temperature: 0,
+    });
+    expect(answered.output_text.length > 0 && !answered.output.some((o) => o.type === "function_call"),
+           "responses answer " + JSON.stringify(answered.output));
+  }
+  try {
+    await client.responses.create({ input: "x", previous_response_id: "resp_1" });
+    expect(false, "previous_response_id accepted");
+  } catch (e) {
+    expect(e.status === 400 && e.param === "previous_response_id", "responses error " + e);
   }
 } finally {
   proc.kill();
