@@ -217,6 +217,9 @@ void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const cha
  * tool_calls deltas or content, then the finish chunk (f: the engine's reason, not an
  * error). */
 void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finish_reason f);
+/* A finished reply read for calls (tool_calls.h; with tools off, all content); with
+ * parallel_tool_calls false only the first call is kept. 0 or WEIR_E_NOMEM. */
+int weir__api_read_calls(const weir__api_job *job, const api_choice *ch, weir__tool_output *o);
 /* The whole non-streaming response of a finished job. */
 void weir__api_respond_full(weir__api_job *job);
 /* A JSON string for text that may hold invalid UTF-8 (repaired); NULL on OOM. */

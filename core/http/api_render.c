@@ -256,8 +256,7 @@ void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const cha
 
 /* ---- tool calls ------------------------------------------------------------------------- */
 
-/* A reply read for calls; parallel_tool_calls false keeps the first. 0 or WEIR_E_NOMEM. */
-static int read_calls(const weir__api_job *job, const api_choice *ch, weir__tool_output *o) {
+int weir__api_read_calls(const weir__api_job *job, const api_choice *ch, weir__tool_output *o) {
   int rc = weir__tool_parse(ch->text.p ? ch->text.p : "", ch->text.len, job->tool_mode,
                             job->tool_named, o);
   if (rc == 0 && !job->parallel_tool_calls && o->num_calls > 1) {
@@ -303,7 +302,7 @@ static const char *tool_finish(weir_finish_reason f) {
 void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finish_reason f) {
   const char *finish = weir__api_finish_name(f);
   weir__tool_output o;
-  if (read_calls(job, ch, &o) != 0) {
+  if (weir__api_read_calls(job, ch, &o) != 0) {
     weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, finish, 0);
     return;
   }
@@ -402,7 +401,7 @@ void weir__api_respond_full(weir__api_job *job) {
       cJSON *msg = cJSON_AddObjectToObject(c, "message");
       cJSON_AddStringToObject(msg, "role", "assistant");
       weir__tool_output calls = {0};
-      if (job->tool_mode != WEIR_TOOLS_OFF && read_calls(job, ch, &calls) == 0 &&
+      if (job->tool_mode != WEIR_TOOLS_OFF && weir__api_read_calls(job, ch, &calls) == 0 &&
           calls.num_calls > 0) {
         if (calls.content[0])
           cJSON_AddItemToObject(msg, "content",

@@ -387,28 +387,6 @@ static cJSON *call_item(const weir__tool_call *c, const char *status, int with_a
   return f;
 }
 
-/* The reply read for calls (as chat does): content, then function calls. */
-static int read_reply(const weir__api_job *job, const api_choice *ch, weir__tool_output *o) {
-  if (job->tool_mode == WEIR_TOOLS_OFF) {
-    memset(o, 0, sizeof *o);
-    o->content = malloc(ch->text.len + 1);
-    if (!o->content) return WEIR_E_NOMEM;
-    if (ch->text.len) memcpy(o->content, ch->text.p, ch->text.len);
-    o->content[ch->text.len] = '\0';
-    return 0;
-  }
-  int rc = weir__tool_parse(ch->text.p ? ch->text.p : "", ch->text.len, job->tool_mode,
-                            job->tool_named, o);
-  if (rc == 0 && !job->parallel_tool_calls && o->num_calls > 1) {
-    for (int i = 1; i < o->num_calls; i++) {
-      free(o->calls[i].name);
-      free(o->calls[i].arguments);
-    }
-    o->num_calls = 1;
-  }
-  return rc;
-}
-
 void weir__api_resp_respond_full(weir__api_job *job) {
   weir__http_req *r = job->r;
   api_choice *ch = &job->choices[0];
@@ -420,7 +398,7 @@ void weir__api_resp_respond_full(weir__api_job *job) {
   }
   weir__tool_output reply;
   cJSON *o = response_base(job, "completed");
-  if (!o || read_reply(job, ch, &reply) != 0) {
+  if (!o || weir__api_read_calls(job, ch, &reply) != 0) {
     cJSON_Delete(o);
     weir__http_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
     return;
@@ -542,7 +520,7 @@ void weir__api_resp_stream_finish(weir__api_job *job) {
     return;
   }
   weir__tool_output reply;
-  if (read_reply(job, ch, &reply) != 0) memset(&reply, 0, sizeof reply);
+  if (weir__api_read_calls(job, ch, &reply) != 0) memset(&reply, 0, sizeof reply);
   cJSON *final = response_base(job, "completed");
   cJSON *output = final ? cJSON_GetObjectItemCaseSensitive(final, "output") : NULL;
   /* Without calls, whatever was held back is text after all. */
