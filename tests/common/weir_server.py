@@ -79,3 +79,19 @@ def finish(ok_line="ok"):
         print("%d failure(s)" % len(FAILURES))
         raise SystemExit(1)
     print(ok_line)
+
+
+def run_suite(log_name, checks, join=None):
+    """The suites' main: argv is WEIR_BINARY PLUGIN_DIR MODEL WORK_DIR; starts the server
+    (its log WORK_DIR/log_name), runs each check(server), stops it, reports."""
+    import os
+    import sys
+    weir, plugins, model, work = sys.argv[1:5]
+    os.makedirs(work, exist_ok=True)
+    s = Server(weir, plugins, model, os.path.join(work, log_name), join=join)
+    try:
+        for check in checks:
+            check(s)
+    finally:
+        s.stop()
+    finish("ok")

@@ -13,7 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from weir_server import Server, expect, finish  # noqa: E402
+from weir_server import expect, run_suite  # noqa: E402
 
 PARAMS = {"type": "object", "properties": {"book": {"type": "string", "enum": ["Genesis", "Exodus"]}},
           "required": ["book"]}
@@ -133,18 +133,5 @@ def refusals(s):
     expect(st == 200, "do-nothing values %s %s" % (st, r))
 
 
-def main():
-    weir, plugins, model, work = sys.argv[1:5]
-    os.makedirs(work, exist_ok=True)
-    s = Server(weir, plugins, model, os.path.join(work, "responses-server.log"))
-    try:
-        plain(s)
-        tools(s)
-        refusals(s)
-    finally:
-        s.stop()
-    finish("ok")
-
-
 if __name__ == "__main__":
-    main()
+    run_suite("responses-server.log", [plain, tools, refusals])

@@ -13,7 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from weir_server import Server, expect, finish  # noqa: E402
+from weir_server import expect, run_suite  # noqa: E402
 
 TOOLS = [
     {"type": "function", "function": {
@@ -219,20 +219,6 @@ def refusals(s):
     expect(st == 200, "after refusals: %s" % st)
 
 
-def main():
-    weir, plugins, model, work = sys.argv[1:5]
-    os.makedirs(work, exist_ok=True)
-    s = Server(weir, plugins, model, os.path.join(work, "tools-server.log"), join=join_stream)
-    try:
-        forced(s)
-        written_calls(s)
-        no_call(s)
-        round_trip(s)
-        refusals(s)
-    finally:
-        s.stop()
-    finish("ok")
-
-
 if __name__ == "__main__":
-    main()
+    run_suite("tools-server.log", [forced, written_calls, no_call, round_trip, refusals],
+              join=join_stream)
