@@ -119,6 +119,13 @@ static int input_messages(const cJSON *input, cJSON *messages, api_error *e) {
     } else {
       char tp[80];
       snprintf(tp, sizeof tp, "%s.type", param);
+      /* Clients that assume stored responses (the Vercel AI SDK by default) send earlier
+       * output back by id; weir keeps no state, so say how to send the item itself. */
+      if (!strcmp(t, "item_reference"))
+        return weir__api_fail(e, 400, tp, "unsupported_parameter",
+                              "'%s' is an item_reference: weir stores no responses, so send "
+                              "the item itself (the Vercel AI SDK does with "
+                              "providerOptions.openai.store = false)", param);
       return weir__api_fail(e, 400, tp, "unsupported_parameter",
                             "Unsupported input item type '%s' in '%s': message, function_call "
                             "and function_call_output are supported", t, tp);
@@ -325,6 +332,11 @@ static cJSON *response_base(const weir__api_job *job, const char *status) {
   return o;
 }
 
+/* A message cut by max_output_tokens is itself incomplete, as its response is. */
+static const char *item_status(const api_choice *ch) {
+  return ch->finish == WEIR_FINISH_LENGTH ? "incomplete" : "completed";
+}
+
 /* Completes a Response: status, incomplete_details, usage. */
 static void response_finish(const weir__api_job *job, cJSON *o) {
   const api_choice *ch = &job->choices[0];
@@ -408,7 +420,7 @@ void weir__api_resp_respond_full(weir__api_job *job) {
   item_id(mid, sizeof mid, "msg");
   /* A reply of calls alone has no message item. */
   if (reply.num_calls == 0 || reply.content[0])
-    cJSON_AddItemToArray(output, message_item(mid, "completed", reply.content,
+    cJSON_AddItemToArray(output, message_item(mid, item_status(ch), reply.content,
                                               strlen(reply.content), 1));
   for (int i = 0; i < reply.num_calls; i++)
     cJSON_AddItemToArray(output, call_item(&reply.calls[i], "completed", 1));
@@ -536,7 +548,7 @@ void weir__api_resp_stream_finish(weir__api_job *job) {
     cJSON *d = at(job, 0, 1);
     if (d) cJSON_AddItemToObject(d, "text", weir__api_json_text(text, ch->content_sent));
     send_event(job, "response.output_text.done", d);
-    cJSON *item = message_item(job->resp_msg_id, "completed", text, ch->content_sent, 1);
+    cJSON *item = message_item(job->resp_msg_id, item_status(ch), text, ch->content_sent, 1);
     cJSON *p = at(job, 0, 1);
     cJSON *parts = item ? cJSON_GetObjectItemCaseSensitive(item, "content") : NULL;
     if (p && parts && parts->child) cJSON_AddItemToObject(p, "part",

@@ -6,75 +6,19 @@
 // trip with function_call / function_call_output items. The model never learned tools, so the calls are
 // forced by tool_choice (the server's constraint).
 //   node test_openai_tools.mjs WEIR_BINARY PLUGIN_DIR MODEL LOG
-import { spawn } from "node:child_process";
-import { createServer } from "node:net";
-import { openSync } from "node:fs";
 import OpenAI from "openai";
-
-const [weir, plugins, model, log] = process.argv.slice(2);
-let failures = 0;
-function expect(cond, what) {
-  if (!cond) {
-    failures++;
-    console.log("FAIL " + what);
-  }
-}
-
-function freePort() {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-async function startServer() {
-  const port = await freePort();
-  const out = openSync(log, "w");
-  const proc = spawn(weir, ["serve", "--set", "server.host=127.0.0.1", "--port", String(port),
-    "--model", model, "--set", `plugins.dirs=["${plugins}"]`, "--set", "device.threads=1",
-    "--set", "cache.memory_bytes=67108864"], { stdio: ["ignore", out, out] });
-  for (let i = 0; i < 600; i++) {
-    try {
-      const r = await fetch(`http://127.0.0.1:${port}/health`);
-      if (r.status === 200) return { proc, port };
-    } catch {}
-    if (proc.exitCode !== null) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  proc.kill();
-  throw new Error("weir serve did not become ready; see " + log);
-}
+import { expect, finish, startServer, validArgs, verseParameters, VERSE, QUESTION } from "./weir_serve.mjs";
 
 const tools = [{
   type: "function",
-  function: {
-    name: "get_verse",
-    description: "Look up a verse of the King James Bible",
-    parameters: {
-      type: "object",
-      properties: {
-        book: { type: "string", enum: ["Genesis", "Exodus"] },
-        chapter: { type: "integer", minimum: 1, maximum: 50 },
-      },
-      required: ["book", "chapter"],
-    },
-  },
+  function: { name: "get_verse", description: "Look up a verse of the King James Bible",
+              parameters: verseParameters },
 }];
 
-function validArgs(text) {
-  let a;
-  try { a = JSON.parse(text); } catch { return false; }
-  return ["Genesis", "Exodus"].includes(a.book) && Number.isInteger(a.chapter) &&
-         a.chapter >= 1 && a.chapter <= 50;
-}
-
-const { proc, port } = await startServer();
+const { proc, baseURL } = await startServer(process.argv.slice(2));
 try {
-  const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused" });
-  const messages = [{ role: "user", content: "Where is the first verse of Genesis?" }];
+  const client = new OpenAI({ baseURL, apiKey: "unused" });
+  const messages = [{ role: "user", content: QUESTION }];
   const named = { type: "function", function: { name: "get_verse" } };
 
   // 1. The call.
@@ -89,7 +33,7 @@ try {
          validArgs(call.function.arguments), "call " + JSON.stringify(msg));
 
   // 2. The same call streamed: the client's helper accumulates tool_calls deltas.
-  const runner = client.beta.chat.completions.stream({
+  const runner = client.chat.completions.stream({
     messages, tools, tool_choice: named, max_tokens: 64, seed: 3,
   });
   const streamed = await runner.finalChatCompletion();
@@ -102,7 +46,7 @@ try {
   if (call) {
     const second = await client.chat.completions.create({
       messages: [...messages, msg,
-        { role: "tool", tool_call_id: call.id, content: "In the beginning God created the heaven and the earth." }],
+        { role: "tool", tool_call_id: call.id, content: VERSE }],
       tools, max_tokens: 24, seed: 1,
     });
     const answer = second.choices[0].message;
@@ -149,15 +93,15 @@ try {
   const rtools = [{ type: "function", name: "get_verse", description: "Look up a verse",
                     parameters: tools[0].function.parameters }];
   const asked = await client.responses.create({
-    input: "Where is the first verse of Genesis?", tools: rtools,
+    input: QUESTION, tools: rtools,
     tool_choice: { type: "function", name: "get_verse" }, max_output_tokens: 64,
   });
   const fc = asked.output.find((o) => o.type === "function_call");
   expect(fc && fc.name === "get_verse" && validArgs(fc.arguments), "responses call " + JSON.stringify(asked.output));
   if (fc) {
     const answered = await client.responses.create({
-      input: [{ role: "user", content: "Where is the first verse of Genesis?" }, fc,
-              { type: "function_call_output", call_id: fc.call_id, output: "In the beginning God created the heaven and the earth." }],
+      input: [{ role: "user", content: QUESTION }, fc,
+              { type: "function_call_output", call_id: fc.call_id, output: VERSE }],
       tools: rtools, max_output_tokens: 16, temperature: 0,
     });
     expect(answered.output_text.length > 0 && !answered.output.some((o) => o.type === "function_call"),
@@ -172,8 +116,4 @@ try {
 } finally {
   proc.kill();
 }
-if (failures) {
-  console.log(`${failures} failure(s)`);
-  process.exit(1);
-}
-console.log("ok");
+finish();

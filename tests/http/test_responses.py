@@ -54,7 +54,8 @@ def plain(s):
            r["usage"]["total_tokens"] == r["usage"]["input_tokens"] + 12, "shape %s" % r)
     msg = r["output"][0]
     expect(len(r["output"]) == 1 and msg["type"] == "message" and msg["role"] == "assistant" and
-           msg["id"].startswith("msg_") and msg["content"][0]["type"] == "output_text",
+           msg["id"].startswith("msg_") and msg["content"][0]["type"] == "output_text" and
+           msg["status"] == "incomplete",
            "output %s" % r["output"])
     # The chat request it means says the same.
     st, c = s.post("/v1/chat/completions", {
@@ -76,7 +77,8 @@ def plain(s):
     deltas = "".join(e["delta"] for k, e in ev if k == "response.output_text.delta")
     final = ev[-1][1]["response"] if ev else {}
     expect(deltas == text_of(r) and text_of(final) == deltas and
-           final.get("usage", {}).get("output_tokens") == 12, "stream text %r vs %r" %
+           final.get("usage", {}).get("output_tokens") == 12 and
+           final["output"][0]["status"] == "incomplete", "stream text %r vs %r" %
            (deltas, text_of(r)))
 
 
@@ -126,6 +128,12 @@ def refusals(s):
         st, r = s.post("/v1/responses", body)
         got = r.get("error", {}).get("param") if isinstance(r, dict) else None
         expect(st == 400 and got == param, "refusal %s: %s %s" % (body, st, r))
+    # An item_reference (earlier output sent back by id) says how to send the item instead.
+    st, r = s.post("/v1/responses", {"input": [{"role": "user", "content": "x"},
+                                               {"type": "item_reference", "id": "msg_1"}]})
+    msg = r.get("error", {}).get("message", "") if isinstance(r, dict) else ""
+    expect(st == 400 and r["error"]["param"] == "input[1].type" and "store = false" in msg,
+           "item_reference %s %s" % (st, r))
     # What asks for nothing is accepted.
     st, r = s.post("/v1/responses", {"input": "x", "store": False, "truncation": "disabled",
                                      "text": {"format": {"type": "text"}}, "max_output_tokens": 2,
