@@ -125,21 +125,27 @@ static bool nonascii_blank(uint32_t cp) {
          cp == 0x202F || cp == 0x205F || cp == 0x2060 || cp == 0x3000 || cp == 0xFEFF;
 }
 
+// Whether c is one of toml++'s value terminators, which end a bare value's read-ahead (NUL is
+// not: counting it in would only make more text look like a string).
+static bool value_terminator(char c) { return c && std::strchr(" \t\r\n]},#", c); }
+
 // Whether the quote at t[i] starts a string for toml++. A value that starts with a digit, '+'
-// or '-' is read ahead up to the next terminator (white space, ']', '}', ',', '#'), quotes
-// included, so a quote inside such a run (`x = 1'...'`, `x = 1.'...'`) is no string; nor is a
-// quote glued to any other bare character. Valid TOML opens strings only after a token
-// boundary or a key's '.', so this refuses nothing valid but a quoted key after a numeric key.
+// or '-' is read ahead up to the next terminator, quotes, '=', '[' and '{' included, so a quote
+// inside such a run (`x = 1'...'`, `x = 1.'...'`, `x = 0["""...`) is no string; nor is a quote
+// glued to a bare character other than '=', '[', '{' or a key's '.'. Valid TOML opens strings
+// only at those places, so this refuses nothing valid but a quoted key after a numeric key.
 static bool opens_string(std::string_view t, size_t i) {
-  if (i == 0) return true;
-  const char p = t[i - 1];
-  if (p == ' ' || p == '\t' || p == '\n' || p == '\r' || p == '=' || p == '[' || p == '{' ||
-      p == ',')
-    return true;
-  if (p != '.') return false;
-  size_t b = i - 1;
-  while (b > 0 && !std::strchr(" \t\r\n=[{,]}#", t[b - 1])) b--;
-  return !(std::isdigit(static_cast<unsigned char>(t[b])) || t[b] == '+' || t[b] == '-');
+  size_t b = i;
+  while (b > 0 && !value_terminator(t[b - 1])) b--;
+  if (b == i) return true;
+  // Values start at the run's start and after '=', '[' or '{' inside it.
+  for (size_t k = b; k < i; k++) {
+    const char c = t[k];
+    const bool starts = k == b || std::strchr("=[{", t[k - 1]);
+    if (starts && (std::isdigit(static_cast<unsigned char>(c)) || c == '+' || c == '-'))
+      return false;
+  }
+  return std::strchr("=[{.", t[i - 1]) != nullptr;
 }
 
 // toml++ 3.3 (Debian 12's) classifies code points through a generated table with holes: its

@@ -142,6 +142,13 @@ static void test_syntax_errors(void) {
    * U+FEFB. */
   expect_error("[log]\nlevel = \"\"\"x\\\n \xef\xbb\xbf\t\xef\xbb\xbb\"\"\"\n", WEIR_E_FORMAT,
                "cannot follow a backslash");
+  expect_error("kvt= 001_0[\"\"\"ua$1_\xd6\xa0\xcf\xa2", WEIR_E_FORMAT, "outside a string");
+  expect_error("[server]\nport = 1{a='\xcb\xa0'}\n", WEIR_E_FORMAT, "outside a string");
+  expect_error("[server]\nport=1=\"\xcb\xa0\"\n", WEIR_E_FORMAT, "outside a string");
+  /* A string glued to '=' is still a string. */
+  WT_ASSERT_INT_EQ(load_text("[server]\napi_key=\"\xcb\xa0\"\n", &c, err, sizeof err), 0);
+  if (c.api_key) CU_ASSERT_STRING_EQUAL(c.api_key, "\xcb\xa0");
+  weir_config_free(&c);
   expect_error("[server]\nport = 1\n'\xcb\xa0' = 2\n", WEIR_E_NOTFOUND, "unknown key");
   expect_error("[server]\nport = 1\na.'\xcb\xa0' = 2\n", WEIR_E_NOTFOUND, "unknown key");
   weir_config_defaults(&c);
