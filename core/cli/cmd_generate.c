@@ -291,6 +291,13 @@ int weir__cmd_generate(int argc, char **argv) {
              "(%.2f tokens/s); finish: %s\n",
              f->prompt_tokens, f->timing.prefill_s, pp, f->completion_tokens,
              f->timing.decode_s, tg, weir_finish_reason_name(f->finish));
+      weir_engine_stats es;
+      weir_engine_stats_get(eng, &es);
+      if (es.spec_draft_tokens > 0)
+        printf("speculative: %llu tokens drafted, %llu accepted (%.3f)\n",
+               (unsigned long long)es.spec_draft_tokens,
+               (unsigned long long)es.spec_accepted_tokens,
+               (double)es.spec_accepted_tokens / (double)es.spec_draft_tokens);
       ret = 0;
     }
   }

@@ -56,6 +56,7 @@ typedef struct engine_req {
   weir_sample_result *plp;
   int plp_sent;
   weir_sched_seq *seq;
+  int32_t dslot; /* this step's draft-model slot (engine.c, run_draft), or -1 */
   int32_t num_output;
   double t_arrival, t_sched, t_first, deadline;
   struct engine_req *next; /* incoming queue / live list link */
@@ -105,6 +106,7 @@ struct weir_engine {
   weir_threadpool *mask_pool;
   int mask_threads;
   int32_t spec_k;                  /* drafts per sequence and step */
+  int spec_break_residual;         /* weir_engine_opts: tests only */
 
   /* Step scratch (engine thread only). */
   int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
@@ -119,6 +121,14 @@ struct weir_engine {
   int32_t *dtokens, *dcounts;      /* [max_seqs_step][spec_k], [max_seqs_step] */
   float *probs;                    /* [spec_k + 1][vocab]: verification distributions */
   uint64_t spec_drafted, spec_accepted;
+  /* Draft model (a drafter with model_path, ABI 1.3): run here over KV group 1 of the pool,
+   * through the same plugins as the target. NULL without one. */
+  weir_gguf *dgguf;
+  weir_llama *draft;
+  /* A step's draft distributions: q of drafted position j for draft slot ds at
+   * qbuf[(j * max_seqs_step + ds) * vocab]. */
+  float *qbuf;
+  int32_t *d_ids, *d_pos, *d_slots, *d_qsl, *d_ctx, *d_bt, *d_rows, *d_item;
 
   /* Shared with other threads, under lock. */
   pthread_mutex_t lock;
@@ -487,12 +497,20 @@ static int score_prompt(weir_engine *e, const weir_sched_item *it, const float *
   return 0;
 }
 
-/* Speculative verification of one item: the target distributions of its 1 + n rows, then the
- * rejection rule. Draft j (drafter probability 1: deterministic drafts) is accepted with the
- * target's probability of it; at the first rejection the token is drawn from the target
- * with that draft removed (the normalised max(0, p - q)); when every draft is accepted a
- * bonus token is drawn from the last row. The output distribution is the target's, and
- * greedy output is identical to decoding without drafts. */
+/* Speculative verification of one item: the target distributions p of its 1 + n rows, then
+ * the rejection rule. Draft j, drawn from the drafter's distribution q (one-hot for a
+ * deterministic drafter such as ngram; the draft model's for a draft model), is accepted with
+ * probability min(1, p(x) / q(x)); at the first rejection the token is drawn from the
+ * normalised residual max(0, p - q); when every draft is accepted a bonus token is drawn from
+ * the last row. The output distribution is the target's whatever q is, and greedy output is
+ * identical to decoding without drafts. */
+/* The draft model's distribution of request r's drafted position j in this step, or NULL
+ * (a deterministic drafter: q is one-hot on the draft). */
+static const float *draft_q(const weir_engine *e, const engine_req *r, int32_t j) {
+  if (!e->draft || r->dslot < 0) return NULL;
+  return e->qbuf + ((size_t)j * (size_t)e->max_seqs_step + (size_t)r->dslot) * (size_t)e->vocab;
+}
+
 static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits) {
   weir_sched_seq *s = it->seq;
   engine_req *r = s->user;
@@ -531,12 +549,18 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   int32_t accepted = 0, token = -1;
   for (int32_t j = 0; j < nd; j++) {
     float *row = e->probs + (size_t)j * (size_t)e->vocab;
+    const float *q = draft_q(e, r, j);
     const int32_t x = toks[j];
-    if (weir_rng_uniform(r->rng) < (double)row[x]) {
+    const double qx = q ? (double)q[x] : 1.0;
+    if (qx > 0 && weir_rng_uniform(r->rng) * qx < (double)row[x]) {
       accepted++;
       continue;
     }
-    row[x] = 0;
+    if (q && !e->spec_break_residual) {
+      for (int32_t v = 0; v < e->vocab; v++) row[v] = row[v] > q[v] ? row[v] - q[v] : 0.0f;
+    } else if (!q) {
+      row[x] = 0;
+    }
     token = draw_from(row, e->vocab, weir_rng_uniform(r->rng), x);
     break;
   }
@@ -570,14 +594,46 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
   if (done) req_finish_flush(e, r, WEIR_FINISH_STOP);
 }
 
+/* The drafts a step may add to request r: within max_tokens and the context, as the step
+ * yields accepted drafts + 1 tokens. */
+static int32_t draft_room(const weir_engine *e, const engine_req *r, int32_t want) {
+  int32_t room = r->max_tokens - r->num_output - 1;
+  int32_t ctx_room = e->ctx_len - r->seq->num_tokens - 1;
+  if (ctx_room < room) room = ctx_room;
+  return want < room ? want : room;
+}
+
+/* Whether request r decodes this step with room for drafts (not scoring logprobs). */
+static int can_draft(const engine_req *r) {
+  const weir_sched_seq *s = r->seq;
+  return s && s->state == WEIR_SEQ_RUNNING && s->num_drafts == 0 &&
+         s->num_computed == s->num_tokens - 1 && r->sampling.num_logprobs < 0;
+}
+
+/* With a draft model: every decode sequence gets spec_k placeholder drafts, so that the step
+ * schedules (and the KV manager allocates) their positions; run_draft then writes the draft
+ * model's tokens over them before the target runs. Constrained requests are not drafted for
+ * (their drafts would need a mask per drafted position). */
+static void reserve_drafts(weir_engine *e) {
+  for (engine_req *r = e->live; r; r = r->live_next) {
+    if (!can_draft(r) || r->matcher) continue;
+    int32_t nd = draft_room(e, r, e->spec_k);
+    if (nd <= 0) continue;
+    for (int32_t j = 0; j < nd; j++) e->dtokens[j] = r->seq->tokens[r->seq->num_tokens - 1];
+    weir_sched_add_drafts(e->sched, r->seq, e->dtokens, nd);
+  }
+}
+
 /* Asks the drafter for up to spec_k tokens for every running sequence in decode. */
 static void propose_drafts(weir_engine *e) {
+  if (e->draft) {
+    reserve_drafts(e);
+    return;
+  }
   int32_t n = 0;
   for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
     weir_sched_seq *s = r->seq;
-    if (!s || s->state != WEIR_SEQ_RUNNING || s->num_drafts != 0 ||
-        s->num_computed != s->num_tokens - 1 || r->sampling.num_logprobs >= 0)
-      continue;
+    if (!can_draft(r)) continue;
     e->dseqs[n] =
         (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
     e->dreqs[n++] = r;
@@ -588,11 +644,7 @@ static void propose_drafts(weir_engine *e) {
   if (rc != WEIR_OK) return; /* drafts are an optimisation: decode without them */
   for (int32_t i = 0; i < n; i++) {
     engine_req *r = e->dreqs[i];
-    /* The step yields accepted drafts + 1 tokens: keep within max_tokens and the context. */
-    int32_t room = r->max_tokens - r->num_output - 1;
-    int32_t ctx_room = e->ctx_len - r->seq->num_tokens - 1;
-    if (ctx_room < room) room = ctx_room;
-    int32_t nd = e->dcounts[i] < room ? e->dcounts[i] : room;
+    int32_t nd = draft_room(e, r, e->dcounts[i]);
     if (r->matcher && nd > 0) {
       /* Only drafts the constraint allows: the longest allowed prefix, the matcher left as
        * it was. */
@@ -604,6 +656,119 @@ static void propose_drafts(weir_engine *e) {
     }
     if (nd > 0)
       weir_sched_add_drafts(e->sched, r->seq, e->dtokens + (size_t)i * (size_t)e->spec_k, nd);
+  }
+}
+
+/* The draft model's part of a step, between the batch's arrays and the target's forward.
+ *
+ * Pass 0 runs the draft model over every item's tokens but the placeholder drafts, at the
+ * target's own positions and slots (KV group 1 of the same blocks): so the draft's KV always
+ * covers exactly what the target's does, and prefix-cache hits, copies and preemption treat
+ * both alike. Its logits at the last real token of each item with placeholders give q for
+ * the first draft; pass j feeds draft j of those items (one token each, at the placeholder's
+ * slot) for draft j + 1, and a last pass feeds the last drafts (no logits), so that the
+ * draft's KV covers every position the target computes. Every draft is drawn with the request's generator from q, which is
+ * the request's own sampling distribution (the sampler's probs) over the draft's logits, and
+ * is written over its placeholder in the batch and the sequence. Anything failing leaves the
+ * placeholders (or earlier drafts) in place, verified as deterministic drafts, which is still
+ * exact: drafts only ever change speed. */
+static void run_draft(weir_engine *e, const weir_sched_out *out) {
+  const int32_t S = e->max_seqs_step, V = e->vocab;
+  int32_t nt = 0, nds = 0, maxd = 0;
+  e->d_qsl[0] = 0;
+  for (int32_t i = 0; i < out->num_items; i++) {
+    const weir_sched_item *it = &out->items[i];
+    engine_req *r = it->seq->user;
+    r->dslot = -1;
+    const int32_t q0 = e->a_qsl[i], keep = e->a_qsl[i + 1] - q0 - it->num_drafts;
+    memcpy(e->d_ids + nt, e->a_ids + q0, sizeof(int32_t) * (size_t)keep);
+    memcpy(e->d_pos + nt, e->a_pos + q0, sizeof(int32_t) * (size_t)keep);
+    memcpy(e->d_slots + nt, e->a_slots + q0, sizeof(int32_t) * (size_t)keep);
+    nt += keep;
+    e->d_qsl[i + 1] = nt;
+    e->d_ctx[i] = e->a_ctx[i] - it->num_drafts;
+    if (it->num_drafts > 0) {
+      e->d_rows[nds] = nt - 1;
+      e->d_item[nds++] = i;
+      if (it->num_drafts > maxd) maxd = it->num_drafts;
+    }
+  }
+  weir_llama_batch b = {.num_tokens = nt,
+                        .tokens = e->d_ids,
+                        .positions = e->d_pos,
+                        .num_seqs = out->num_items,
+                        .query_start_loc = e->d_qsl,
+                        .context_lens = e->d_ctx,
+                        .block_tables = e->a_bt,
+                        .max_blocks_per_seq = out->max_blocks_per_seq,
+                        .slot_mapping = e->d_slots,
+                        .num_logit_rows = nds,
+                        .logit_rows = e->d_rows};
+  const size_t bts = (size_t)out->max_blocks_per_seq;
+  for (int32_t j = 0;; j++) {
+    float *logits = NULL;
+    int rc = weir_llama_forward(e->draft, &b, &logits);
+    if (rc == WEIR_OK && b.num_logit_rows > 0) {
+      for (int32_t k = 0; k < b.num_logit_rows; k++)
+        e->rows[k] = make_row(e, out->items[e->d_item[k]].seq->user, j, suppress_row(e, k));
+      rc = weir_sampler_call_probs(&e->scall, e->rows, b.num_logit_rows, logits, V,
+                                   e->qbuf + (size_t)j * (size_t)S * (size_t)V);
+    }
+    if (rc != WEIR_OK) {
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "draft model: %s; this step verifies what it has",
+               weir_strerror(rc));
+      for (int32_t i = 0; i < out->num_items; i++)
+        ((engine_req *)out->items[i].seq->user)->dslot = -1;
+      return;
+    }
+    if (b.num_logit_rows == 0) return; /* the last pass only fed the last drafts */
+    /* Row k of this pass belongs to draft slot dslot >= k (later passes carry fewer items, in
+     * the same order): move each row to its slot, last first, so none is overwritten. */
+    float *qj = e->qbuf + (size_t)j * (size_t)S * (size_t)V;
+    for (int32_t k = b.num_logit_rows - 1; k >= 0; k--) {
+      engine_req *r = out->items[e->d_item[k]].seq->user;
+      if (j == 0) r->dslot = k;
+      if (r->dslot != k)
+        memcpy(qj + (size_t)r->dslot * (size_t)V, qj + (size_t)k * (size_t)V,
+               sizeof(float) * (size_t)V);
+    }
+    /* Draw draft j + 1 of every item with logits in this pass. Pass j + 1 feeds each of them
+     * to the draft, the last draft included (without logits): the draft's KV then covers
+     * every position the target computes, so when all drafts are accepted the next step
+     * finds the draft's KV complete. */
+    int32_t m = 0, nl = 0;
+    for (int32_t k = 0; k < b.num_logit_rows; k++) {
+      const int32_t i = e->d_item[k];
+      const weir_sched_item *it = &out->items[i];
+      engine_req *r = it->seq->user;
+      const float *q = qj + (size_t)r->dslot * (size_t)V;
+      const int32_t at = e->a_qsl[i] + 1 + j;
+      const int32_t tok = draw_from(q, V, weir_rng_uniform(r->rng), e->a_ids[at]);
+      e->a_ids[at] = tok;
+      it->seq->tokens[it->start + 1 + j] = tok;
+      e->d_ids[m] = tok;
+      e->d_pos[m] = e->a_pos[at];
+      e->d_slots[m] = e->a_slots[at];
+      e->d_ctx[m] = e->a_pos[at] + 1;
+      e->d_qsl[m + 1] = m + 1;
+      memcpy(e->d_bt + (size_t)m * bts, e->a_bt + (size_t)i * bts, sizeof(int32_t) * bts);
+      if (j + 1 < it->num_drafts) {
+        e->d_item[nl] = i; /* nl <= k: entries still to be read are not overwritten */
+        e->d_rows[nl++] = m;
+      }
+      m++;
+    }
+    b = (weir_llama_batch){.num_tokens = m,
+                           .tokens = e->d_ids,
+                           .positions = e->d_pos,
+                           .num_seqs = m,
+                           .query_start_loc = e->d_qsl,
+                           .context_lens = e->d_ctx,
+                           .block_tables = e->d_bt,
+                           .max_blocks_per_seq = out->max_blocks_per_seq,
+                           .slot_mapping = e->d_slots,
+                           .num_logit_rows = nl,
+                           .logit_rows = e->d_rows};
   }
 }
 
@@ -650,6 +815,7 @@ static int run_step(weir_engine *e) {
     engine_req *r = out.items[i].seq->user;
     if (r->t_sched == 0) r->t_sched = t;
   }
+  if (e->draft) run_draft(e, &out);
   weir_llama_batch b = {.num_tokens = out.num_tokens,
                         .tokens = e->a_ids,
                         .positions = e->a_pos,
@@ -1090,6 +1256,20 @@ static int alloc_scratch(weir_engine *e) {
     e->probs = malloc((size_t)(e->spec_k + 1) * (size_t)e->vocab * sizeof(float));
     if (!e->dseqs || !e->dreqs || !e->dtokens || !e->dcounts || !e->probs) return WEIR_E_NOMEM;
   }
+  if (e->draft) {
+    e->qbuf = malloc((size_t)e->spec_k * S * (size_t)e->vocab * sizeof(float));
+    e->d_ids = malloc(T * 4);
+    e->d_pos = malloc(T * 4);
+    e->d_slots = malloc(T * 4);
+    e->d_qsl = malloc((S + 1) * 4);
+    e->d_ctx = malloc(S * 4);
+    e->d_bt = malloc(S * (size_t)e->bt_stride * 4);
+    e->d_rows = malloc(S * 4);
+    e->d_item = malloc(S * 4);
+    if (!e->qbuf || !e->d_ids || !e->d_pos || !e->d_slots || !e->d_qsl || !e->d_ctx ||
+        !e->d_bt || !e->d_rows || !e->d_item)
+      return WEIR_E_NOMEM;
+  }
   if (!e->a_ids || !e->a_pos || !e->a_slots || !e->a_qsl || !e->a_ctx || !e->a_bt ||
       !e->a_rows || !e->rows || !e->results || !e->row_req || !e->suppress)
     return WEIR_E_NOMEM;
@@ -1099,6 +1279,8 @@ static int alloc_scratch(weir_engine *e) {
 static void engine_free(weir_engine *e) {
   weir_sched_destroy(e->sched);
   weir_llama_destroy(e->model);
+  weir_llama_destroy(e->draft);
+  weir_gguf_close(e->dgguf);
   weir_kv_pool_destroy(e->pool);
   weir_plugin_set_unload(&e->plugins);
   weir_tokenizer_free(e->tok);
@@ -1131,11 +1313,66 @@ static void engine_free(weir_engine *e) {
   free(e->dtokens);
   free(e->dcounts);
   free(e->probs);
+  free(e->qbuf);
+  free(e->d_ids);
+  free(e->d_pos);
+  free(e->d_slots);
+  free(e->d_qsl);
+  free(e->d_ctx);
+  free(e->d_bt);
+  free(e->d_rows);
+  free(e->d_item);
   free(e->aborts);
   free(e->flow);
   pthread_mutex_destroy(&e->lock);
   pthread_cond_destroy(&e->wake);
   free(e);
+}
+
+/* Opens the draft model a drafter names (ABI 1.3 model_path) and checks it can draft for the
+ * target: a Llama-family GGUF with the target's vocabulary, token for token. */
+static int open_draft(weir_engine *e, const char *path, const weir_llama_hparams *thp,
+                      weir_llama_hparams *dhp, char *err, size_t errlen) {
+  int rc = weir_gguf_open(path, &e->dgguf, err, errlen);
+  if (rc == WEIR_OK) rc = weir_gguf_llama_hparams(e->dgguf, dhp, err, errlen);
+  if (rc == WEIR_OK) rc = weir_gguf_llama_check(e->dgguf, dhp, err, errlen);
+  if (rc != WEIR_OK) {
+    char why[768];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, errlen, "draft model %s: %s", path, why);
+    return rc;
+  }
+  weir_tokenizer *dt = NULL;
+  rc = weir_tokenizer_from_gguf(e->dgguf, &dt, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  const int32_t tn = weir_tokenizer_n_tokens(e->tok), dn = weir_tokenizer_n_tokens(dt);
+  if (dhp->n_vocab != thp->n_vocab || tn != dn) {
+    snprintf(err, errlen, "draft model %s has a vocabulary of %d tokens (%d logit rows); the "
+             "target has %d (%d): a draft must share the target's tokenizer", path, dn,
+             dhp->n_vocab, tn, thp->n_vocab);
+    rc = WEIR_E_INVAL;
+  }
+  for (int32_t id = 0; rc == WEIR_OK && id < tn; id++) {
+    weir_tok_str a, b;
+    if (weir_tokenizer_token_text(e->tok, id, &a) != WEIR_OK ||
+        weir_tokenizer_token_text(dt, id, &b) != WEIR_OK || a.len != b.len ||
+        memcmp(a.ptr, b.ptr, a.len) != 0) {
+      weir_tok_str ta = {0}, tb = {0};
+      weir_tokenizer_token_text(e->tok, id, &ta);
+      weir_tokenizer_token_text(dt, id, &tb);
+      snprintf(err, errlen, "draft model %s: token %d is \"%.*s\" in the draft but \"%.*s\" "
+               "in the target: a draft must share the target's tokenizer", path, id,
+               (int)(tb.len > 64 ? 64 : tb.len), tb.ptr ? tb.ptr : "",
+               (int)(ta.len > 64 ? 64 : ta.len), ta.ptr ? ta.ptr : "");
+      rc = WEIR_E_INVAL;
+    }
+  }
+  if (rc == WEIR_OK && weir_tokenizer_get_type(dt) != weir_tokenizer_get_type(e->tok)) {
+    snprintf(err, errlen, "draft model %s: its tokenizer model differs from the target's", path);
+    rc = WEIR_E_INVAL;
+  }
+  weir_tokenizer_free(dt);
+  return rc;
 }
 
 int weir_engine_create(const weir_config *cfg, weir_engine **out) {
@@ -1157,6 +1394,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   *out = NULL;
   weir_engine *e = calloc(1, sizeof *e);
   if (!e) return WEIR_E_NOMEM;
+  e->spec_break_residual = opts ? opts->spec_break_residual : 0;
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->wake, NULL);
   atomic_init(&e->next_id, 1);
@@ -1223,16 +1461,24 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   rc = weir_gguf_llama_hparams(e->gguf, &hp, err, sizeof err);
   if (rc == WEIR_OK) rc = weir_gguf_llama_check(e->gguf, &hp, err, sizeof err);
   if (rc != WEIR_OK) goto fail;
-  weir_attn_shape shape;
-  weir_llama_attn_shape(&hp, &shape);
+  weir_attn_shape shapes[2];
+  weir_llama_hparams dhp;
+  weir_llama_attn_shape(&hp, &shapes[0]);
+  const char *draft_path = e->drafter && e->drafter->model_path
+                               ? e->drafter->model_path(e->drafter_self) : NULL;
+  if (draft_path) {
+    rc = open_draft(e, draft_path, &hp, &dhp, err, sizeof err);
+    if (rc != WEIR_OK) goto fail;
+    weir_llama_attn_shape(&dhp, &shapes[1]);
+  }
   weir_kv_pool_params kp = {.block_size = cfg->block_size,
                             .kv_dtype = cfg->kv_dtype,
                             .num_blocks = cfg->num_blocks,
                             .memory_bytes = cfg->memory_bytes,
                             .max_model_len = weir_llama_max_model_len(&hp, cfg->max_model_len),
                             .prefix_caching = cfg->prefix_caching,
-                            .groups = &shape,
-                            .num_groups = 1};
+                            .groups = shapes,
+                            .num_groups = draft_path ? 2 : 1};
   rc = weir_kv_pool_create(&kp, e->plugins.device, e->plugins.attention, &e->pool, err,
                            sizeof err);
   if (rc != WEIR_OK) goto fail;
@@ -1250,6 +1496,17 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
                                err, sizeof err);
   weir_progress_end(progress, rc == WEIR_OK);
   if (rc != WEIR_OK) goto fail;
+  if (draft_path) {
+    /* The draft's pass 0 carries at most the target's tokens; later passes one per item. */
+    weir_llama_opts dmo = {.max_num_tokens = e->max_tokens_step,
+                           .max_num_seqs = e->max_seqs_step,
+                           .max_logit_rows = e->max_seqs_step};
+    rc = weir_llama_create(e->dgguf, &e->plugins, &dmo, e->pool, 1, &e->draft, err, sizeof err);
+    if (rc != WEIR_OK) goto fail;
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+             "draft model %s: %d layers, dim %d; drafts %d tokens per sequence and step",
+             draft_path, dhp.n_layer, dhp.n_embd, e->spec_k);
+  }
   e->vocab = hp.n_vocab;
   if (weir_tokenizer_n_tokens(e->tok) > e->vocab) {
     snprintf(err, sizeof err, "%s: the tokenizer has %d tokens but the model only %d rows",

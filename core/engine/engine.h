@@ -150,6 +150,10 @@ typedef struct weir_engine_opts {
    * in it, which any thread may read meanwhile (weir_progress_fraction: /health's "loading"
    * percentage). NULL: the engine shows its progress with one of its own. */
   struct weir_progress *load_progress;
+  /* Tests only: at a rejected draft, draw from the target's distribution instead of the
+   * residual max(0, p - q). Biased on purpose, so that the distribution test of speculative
+   * decoding can show it detects a broken rejection rule (tests/model/test_trained.c). */
+  int spec_break_residual;
 } weir_engine_opts;
 
 /* Loads the model and plugins named by the config and starts the engine thread. Logs and

@@ -257,8 +257,259 @@ static void test_int8_kv_cache(void) {
   config_free(&cfg);
 }
 
+/* ---- speculative decoding with the trained draft model ---- */
+
+#define DRAFT WT_SOURCE_DIR "/models/kjv-draft.gguf"
+
+/* The trained target with the draft model drafting k tokens (k 0: no drafter). Every key is
+ * set through weir_config_set, so the config owns it all: free it with weir_config_free. */
+static weir_engine *draft_engine(weir_config *cfg, int k, int64_t num_blocks,
+                                 const weir_engine_opts *opts) {
+  weir_config_defaults(cfg);
+  char err[256], mem[32], kk[16];
+  snprintf(mem, sizeof mem, "%lld", (long long)num_blocks);
+  snprintf(kk, sizeof kk, "%d", k);
+  const char *sets[][2] = {{"model.path", TARGET},
+                           {"plugins.dirs", "[\"" WT_PLUGIN_DIR "\"]"},
+                           {"cache.num_blocks", mem},
+                           {"drafter.name", k > 0 ? "draft_model" : ""},
+                           {"drafter.model", DRAFT},
+                           {"drafter.num_speculative_tokens", k > 0 ? kk : "1"}};
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+    if (k > 0 || i < 3) {
+      int rc = weir_config_set(cfg, sets[i][0], sets[i][1], err, sizeof err);
+      if (rc) printf("\n    %s: %s", sets[i][0], err);
+      CU_ASSERT_EQUAL(rc, 0);
+    }
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL(weir_engine_create_opts(cfg, opts, &e), 0);
+  return e;
+}
+
+static const char *const k_spec_prompts[] = {
+    "In the beginning",
+    "And the LORD spake unto Moses, saying, Speak unto the children of Israel, and say unto "
+    "them, When ye be come into the land",
+    "Blessed are the", "And it came to pass", "The LORD is my shepherd",
+    "And the LORD spake unto Moses, saying, Speak unto the children of Israel, and say unto "
+    "them, When ye be come into the land"};
+#define N_SPEC_PROMPTS 6
+
+/* The prompts at once but the last, which repeats the second once the others are done (a
+ * prefix-cache hit), greedy; out [N_SPEC_PROMPTS][N_GEN]. */
+static void spec_run(int k, int64_t num_blocks, int32_t out[N_SPEC_PROMPTS][N_GEN],
+                     weir_engine_stats *st) {
+  weir_config cfg;
+  weir_engine *e = draft_engine(&cfg, k, num_blocks, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+  collect c[N_SPEC_PROMPTS];
+  int32_t *prompts[N_SPEC_PROMPTS];
+  for (int p = 0; p < N_SPEC_PROMPTS; p++) {
+    int32_t np = 0;
+    CU_ASSERT_EQUAL_FATAL(weir_engine_tokenize(e, k_spec_prompts[p], strlen(k_spec_prompts[p]),
+                                               1, &prompts[p], &np), 0);
+    c[p] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    weir_gen_request q = {.prompt = prompts[p], .num_prompt = np, .max_tokens = N_GEN,
+                          .ignore_eos = 1, .has_seed = 1, .seed = 1};
+    q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                        .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+    if (p == N_SPEC_PROMPTS - 1)
+      for (int w = 0; w < p; w++) {
+        pthread_mutex_lock(&c[w].lock);
+        while (!c[w].done) pthread_cond_wait(&c[w].cond, &c[w].lock);
+        pthread_mutex_unlock(&c[w].lock);
+      }
+    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[p], NULL), 0);
+  }
+  for (int p = 0; p < N_SPEC_PROMPTS; p++) {
+    pthread_mutex_lock(&c[p].lock);
+    while (!c[p].done) pthread_cond_wait(&c[p].cond, &c[p].lock);
+    pthread_mutex_unlock(&c[p].lock);
+    WT_ASSERT_INT_EQ(c[p].n, N_GEN);
+    memcpy(out[p], c[p].tokens, sizeof(int32_t) * N_GEN);
+    free(prompts[p]);
+  }
+  weir_engine_stats_get(e, st);
+  WT_ASSERT_INT_EQ(st->kv_blocks_used, 0);
+  weir_engine_destroy(e);
+  weir_config_free(&cfg);
+}
+
+/* Greedy decoding with the draft model gives exactly the tokens of decoding without it, for
+ * six prompts in one batch (one a prefix-cache hit), with a roomy KV pool and with one so
+ * small that sequences are preempted and recomputed; drafts are really made and accepted. */
+static void test_draft_model_greedy_identical(void) {
+  int32_t plain[N_SPEC_PROMPTS][N_GEN], spec[N_SPEC_PROMPTS][N_GEN];
+  weir_engine_stats s0, s1, s2;
+  spec_run(0, 512, plain, &s0);
+  spec_run(4, 512, spec, &s1);
+  for (int p = 0; p < N_SPEC_PROMPTS; p++)
+    CU_ASSERT_EQUAL(memcmp(plain[p], spec[p], sizeof plain[p]), 0);
+  printf("\n    draft model, k 4: drafted %llu, accepted %llu, steps %llu (without: %llu)",
+         (unsigned long long)s1.spec_draft_tokens, (unsigned long long)s1.spec_accepted_tokens,
+         (unsigned long long)s1.num_steps, (unsigned long long)s0.num_steps);
+  CU_ASSERT(s1.spec_draft_tokens > 0);
+  /* 59% when written; a draft KV that missed a position (the last of a fully accepted run,
+   * once) brought it to 17-33%, depending on what the stale slot held. */
+  CU_ASSERT(s1.spec_accepted_tokens * 2 > s1.spec_draft_tokens);
+  CU_ASSERT(s1.num_steps < s0.num_steps);
+  CU_ASSERT(s1.prefix_hits_tokens > 0);
+  /* 12 blocks of 16 tokens cannot hold five sequences of up to 55 tokens at once, so the
+   * scheduler preempts and recomputes. */
+  spec_run(4, 12, spec, &s2);
+  for (int p = 0; p < N_SPEC_PROMPTS; p++)
+    CU_ASSERT_EQUAL(memcmp(plain[p], spec[p], sizeof plain[p]), 0);
+  printf("; small pool: %llu preemptions", (unsigned long long)s2.num_preemptions);
+  CU_ASSERT(s2.num_preemptions > 0);
+}
+
+/* A draft model that cannot draft for the target is refused at start, saying why (through
+ * the real binary, whose exit status and message an operator sees). */
+static void test_draft_model_refused(void) {
+  char *dir = wt_mkdtemp();
+  CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+  struct {
+    const char *what, *mkmodel, *expect;
+  } cases[] = {{"missing", NULL, "missing.gguf"},
+               {"vocab512", "--preset tiny --seed 1", "vocabulary of 512 tokens"},
+               {"vocab4096", "--preset tiny --vocab 4096 --seed 1", "must share the target's"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *path = wt_strf("%s/%s.gguf", dir, cases[i].what);
+    char *out = NULL;
+    if (cases[i].mkmodel) {
+      char *argv[16] = {WT_WEIR, "mkmodel"};
+      int n = 2;
+      char *opts = strdup(cases[i].mkmodel);
+      for (char *t = strtok(opts, " "); t && n < 12; t = strtok(NULL, " ")) argv[n++] = t;
+      argv[n++] = "--out";
+      argv[n++] = path;
+      argv[n] = NULL;
+      WT_ASSERT_INT_EQ(wt_run(argv, &out, 60000), 0);
+      free(out);
+      free(opts);
+    }
+    char *draft_opt = wt_strf("drafter.model=%s", path);
+    char *argv[] = {WT_WEIR, "generate", "--model", TARGET, "--set", "plugins.dirs=[\"" WT_PLUGIN_DIR "\"]",
+                    "--set", "drafter.name=draft_model", "--set", draft_opt, "--prompt", "x",
+                    "-n", "2", NULL};
+    WT_ASSERT_INT_EQ(wt_run(argv, &out, 60000), 1);
+    if (!out || !strstr(out, cases[i].expect))
+      printf("\n    %s: the output does not say \"%s\": %s", cases[i].what, cases[i].expect,
+             out ? out : "(none)");
+    CU_ASSERT(out && strstr(out, cases[i].expect));
+    free(out);
+    free(draft_opt);
+    free(path);
+  }
+  wt_rmtree(dir);
+  free(dir);
+}
+
+/* The second generated token of n seeded requests (seeds 1..n) at temperature 1, max 3
+ * tokens: with k >= 1 that token is always a drafted position (the first comes from the
+ * prompt's step, which drafts nothing). counts [vocab]. */
+static void second_tokens(int k, int break_residual, int n, int32_t *counts, int32_t vocab) {
+  weir_config cfg;
+  weir_engine_opts o = {.spec_break_residual = break_residual};
+  weir_engine *e = draft_engine(&cfg, k, 2048, &o);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+  const char *text = "And it came to pass";
+  int32_t *prompt = NULL, np = 0;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_tokenize(e, text, strlen(text), 1, &prompt, &np), 0);
+  enum { WAVE = 200 };
+  collect *c = calloc(WAVE, sizeof *c);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+  for (int base = 0; base < n; base += WAVE) {
+    const int m = n - base < WAVE ? n - base : WAVE;
+    for (int i = 0; i < m; i++) {
+      c[i] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+      weir_gen_request q = {.prompt = prompt, .num_prompt = np, .max_tokens = 3,
+                            .ignore_eos = 1, .has_seed = 1, .seed = (uint64_t)(base + i + 1)};
+      q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 1,
+                                          .top_p = 1, .repetition_penalty = 1,
+                                          .num_logprobs = -1};
+      CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[i], NULL), 0);
+    }
+    for (int i = 0; i < m; i++) {
+      pthread_mutex_lock(&c[i].lock);
+      while (!c[i].done) pthread_cond_wait(&c[i].cond, &c[i].lock);
+      pthread_mutex_unlock(&c[i].lock);
+      if (c[i].n >= 2 && c[i].tokens[1] >= 0 && c[i].tokens[1] < vocab) counts[c[i].tokens[1]]++;
+    }
+  }
+  weir_engine_stats st;
+  weir_engine_stats_get(e, &st);
+  if (k > 0) {
+    printf("\n    k %d%s: drafted %llu, accepted %llu", k, break_residual ? " (broken residual)" : "",
+           (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.spec_accepted_tokens);
+    CU_ASSERT(st.spec_draft_tokens >= (uint64_t)n);
+  }
+  free(c);
+  free(prompt);
+  weir_engine_destroy(e);
+  weir_config_free(&cfg);
+}
+
+/* Pearson's chi-square test of homogeneity of two samples of token counts: tokens with 10 or
+ * more draws in both together are bins of their own, the rest pooled. Returns the upper tail
+ * probability (Wilson-Hilferty approximation of the chi-square distribution). */
+static double homogeneity_p(const int32_t *a, const int32_t *b, int32_t vocab, int *bins) {
+  double na = 0, nb = 0;
+  for (int32_t v = 0; v < vocab; v++) na += a[v], nb += b[v];
+  double ra = 0, rb = 0, x2 = 0;
+  int nbins = 0;
+  for (int32_t v = 0; v <= vocab; v++) {
+    double oa, ob;
+    if (v < vocab) {
+      if (a[v] + b[v] < 10) {
+        ra += a[v], rb += b[v];
+        continue;
+      }
+      oa = a[v], ob = b[v];
+    } else {
+      if (ra + rb < 10) break;
+      oa = ra, ob = rb;
+    }
+    const double t = oa + ob, ea = t * na / (na + nb), eb = t * nb / (na + nb);
+    x2 += (oa - ea) * (oa - ea) / ea + (ob - eb) * (ob - eb) / eb;
+    nbins++;
+  }
+  *bins = nbins;
+  const double df = nbins - 1;
+  if (df < 1) return 1.0;
+  const double z = (pow(x2 / df, 1.0 / 3.0) - (1.0 - 2.0 / (9.0 * df))) / sqrt(2.0 / (9.0 * df));
+  return 0.5 * erfc(z / sqrt(2.0));
+}
+
+/* At temperature 1 the tokens speculative decoding with the draft model gives are drawn from
+ * the target's distribution: a chi-square test cannot tell 3000 seeded samples of a drafted
+ * position from 3000 without drafts, and it does tell them apart when the residual
+ * resampling at a rejection is broken on purpose (drawing from p instead of max(0, p - q)). */
+static void test_draft_model_distribution(void) {
+  enum { N = 3000, V = 4096 };
+  int32_t *plain = calloc(V, 4), *spec = calloc(V, 4), *broken = calloc(V, 4);
+  CU_ASSERT_FATAL(plain && spec && broken);
+  second_tokens(0, 0, N, plain, V);
+  second_tokens(2, 0, N, spec, V);
+  second_tokens(2, 1, N, broken, V);
+  int b1 = 0, b2 = 0;
+  const double p_ok = homogeneity_p(plain, spec, V, &b1);
+  const double p_bad = homogeneity_p(plain, broken, V, &b2);
+  printf("\n    chi-square p: speculative %.3g (%d bins), broken residual %.3g (%d bins)", p_ok,
+         b1, p_bad, b2);
+  CU_ASSERT(b1 >= 10);
+  CU_ASSERT(p_ok > 1e-3);
+  CU_ASSERT(p_bad < 1e-4);
+  free(plain);
+  free(spec);
+  free(broken);
+}
+
 int main(void) {
   static const wt_test tests[] = {
+      {"draft model: the distribution at temperature 1 (chi-square)", test_draft_model_distribution},
+      {"draft model: greedy identical, batched, preempted, prefix hits", test_draft_model_greedy_identical},
+      {"draft model: refused when it cannot draft for the target", test_draft_model_refused},
       {"trained target: greedy tokens and logits vs the reference", test_greedy_and_logits_vs_reference},
       {"int8 KV cache", test_int8_kv_cache},
       {NULL, NULL}};

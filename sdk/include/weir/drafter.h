@@ -3,7 +3,7 @@
  * A drafter proposes up to k next tokens for each sequence; the engine scores them with the
  * target model in one step and accepts by the rejection-sampling rule, so the output
  * distribution is the target's whatever the drafter proposes. Thread-safety as for device
- * plugins. Since 1.0. */
+ * plugins. Since 1.0; 1.3 added draft models (model_path). */
 #ifndef WEIR_DRAFTER_H
 #define WEIR_DRAFTER_H
 
@@ -31,6 +31,19 @@ typedef struct weir_drafter_ops {
 
   /* The sequence has finished; drop any state kept for it. Optional, 1.0. */
   void (*release_seq)(void *self, uint64_t seq_id);
+
+  /* Draft-model drafters. Optional, since 1.3. The path of a GGUF model the host is to run
+   * as the drafter (the plugin's own option), or NULL for none; asked once, after init; the
+   * string must live until fini. The host loads that model through the same device,
+   * attention and quant plugins as the target, refuses it when its tokenizer differs from
+   * the target's, keeps its KV in its own group of the shared paged pool (same block ids as
+   * the target's, so preemption, prefix caching and aborts cover it), and then drafts for
+   * every decode sequence itself, in one batched forward per drafted position: each draft
+   * token is drawn from the draft model's distribution under the request's own sampling
+   * parameters (the sampler's probs), and the target verifies it against that distribution,
+   * so any temperature stays exact. propose is then not called; a host older than 1.3 never
+   * asks and calls propose, so such a plugin should propose nothing there. */
+  const char *(*model_path)(void *self);
 } weir_drafter_ops;
 
 #ifdef __cplusplus
