@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding at one stream through `weir generate` on the trained pair: decode
-# tokens/s with no drafter, ngram, and the draft model at k = 4 and 2, greedy and at
-# temperature 0.8, on two prompts; ROUNDS rounds (default 3) with the configurations
+# tokens/s of 400 tokens with no drafter, ngram and the draft model (k = 4), each with the
+# adaptive policy (the default) and at a fixed length (drafter.adaptive = false), greedy and
+# at temperature 0.8, on two prompts; ROUNDS rounds (default 3) with the configurations
 # alternated inside each round. Prints one raw line per run, then the medians.
 #
 #   scripts/bench-speculative.sh [BUILD_DIR] [ROUNDS]
@@ -11,19 +12,19 @@ build=${1:-build}
 rounds=${2:-3}
 threads=${THREADS:-1}
 weir=("$build/bin/weir" generate --model models/kjv-target.gguf
-      --set "plugins.dirs=[\"$build/lib/weir/plugins\"]" -n 200 --threads "$threads" --ignore-eos)
+      --set "plugins.dirs=[\"$build/lib/weir/plugins\"]" -n 400 --threads "$threads" --ignore-eos)
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 for round in $(seq "$rounds"); do
   for prompt in "In the beginning" "And it came to pass"; do
     for temp in 0 0.8; do
-      for cfg in none ngram draft_model:4 draft_model:2; do
+      for cfg in none ngram ngram:fixed draft_model draft_model:fixed; do
         extra=()
         case $cfg in
-          ngram) extra=(--set drafter.name=ngram) ;;
-          draft_model:*) extra=(--set drafter.name=draft_model --set drafter.model=models/kjv-draft.gguf
-                                --set "drafter.num_speculative_tokens=${cfg#*:}") ;;
+          ngram*) extra=(--set drafter.name=ngram) ;;
+          draft_model*) extra=(--set drafter.name=draft_model --set drafter.model=models/kjv-draft.gguf) ;;
         esac
+        case $cfg in *:fixed) extra+=(--set drafter.adaptive=false) ;; esac
         out=$("${weir[@]}" --prompt "$prompt" --temperature "$temp" --seed "$round" "${extra[@]}" \
               2>/dev/null | tail -2)
         tg=$(echo "$out" | sed -n 's/.*generated: [0-9]* tokens in [0-9.]* s (\([0-9.]*\).*/\1/p')

@@ -91,6 +91,7 @@ static const key_spec k_keys[] = {
     {"drafter", "name", K_SEL_NAME, OFF(drafter), 0, 0, NULL, 1},
     {"drafter", "path", K_SEL_PATH, OFF(drafter)},
     {"drafter", "num_speculative_tokens", K_INT, OFF(num_speculative_tokens), 1, 64},
+    {"drafter", "adaptive", K_BOOL, OFF(spec_adaptive)},
     {"cache", "block_size", K_INT, OFF(block_size), 1, 1024},
     {"cache", "num_blocks", K_I64, OFF(num_blocks), 0, (int64_t)1 << 32},
     {"cache", "memory_bytes", K_BYTES, OFF(memory_bytes), MIB, 64 * TIB},
@@ -111,7 +112,8 @@ static const char *const k_core_device[] = {"name", "path", "threads", NULL};
 static const char *const k_core_attention[] = {"backend", "path", "kv_dtype", NULL};
 static const char *const k_core_quant[] = {"scheme", "path", "calibration_text", NULL};
 static const char *const k_core_sampler[] = {"name", "path", NULL};
-static const char *const k_core_drafter[] = {"name", "path", "num_speculative_tokens", NULL};
+static const char *const k_core_drafter[] = {"name", "path", "num_speculative_tokens",
+                                             "adaptive", NULL};
 
 const char *const *weir_config_core_keys(const char *section) {
   if (!section) return NULL;
@@ -227,6 +229,7 @@ void weir_config_defaults(weir_config *c) {
   c->sampler.name = strdup("default");
   c->drafter.name = strdup("");
   c->num_speculative_tokens = 4;
+  c->spec_adaptive = 1;
   c->block_size = WEIR_KV_DEFAULT_BLOCK_SIZE;
   c->num_blocks = 0;
   c->memory_bytes = 512 * MIB;

@@ -77,9 +77,11 @@ typedef struct weir_config {
   weir_plugin_sel quant;
   /* [sampler]  name = "default" */
   weir_plugin_sel sampler;
-  /* [drafter]  name = "" (none); num_speculative_tokens = 4 */
+  /* [drafter]  name = "" (none); num_speculative_tokens = 4; adaptive = true (the engine
+   * measures which speculation length pays at each batch size, spec_policy.h) */
   weir_plugin_sel drafter;
   int num_speculative_tokens;
+  int spec_adaptive;
   /* [cache] */
   int block_size;                /* WEIR_KV_DEFAULT_BLOCK_SIZE (16) */
   int64_t num_blocks;            /* 0 = from memory_bytes */

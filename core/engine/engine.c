@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
 #include "engine/engine_metrics.h"
+#include "engine/spec_policy.h"
 #include "grammar/grammar.h"
 #include "metrics/metrics.h"
 #include "model/calib.h"
@@ -57,6 +58,10 @@ typedef struct engine_req {
   int plp_sent;
   weir_sched_seq *seq;
   int32_t dslot; /* this step's draft-model slot (engine.c, run_draft), or -1 */
+  int32_t dkv;   /* leading positions whose draft-model KV is written (run_draft) */
+  int catch_up;  /* this step: would draft but its catch-up did not fit (reserve_drafts) */
+  double acceptance; /* moving average of this request's checked drafts (spec_policy.h) */
+  int no_spec;   /* weir_gen_request.no_speculation */
   int32_t num_output;
   double t_arrival, t_sched, t_first, deadline;
   struct engine_req *next; /* incoming queue / live list link */
@@ -106,7 +111,12 @@ struct weir_engine {
   weir_threadpool *mask_pool;
   int mask_threads;
   int32_t spec_k;                  /* drafts per sequence and step */
+  int32_t kv_block_size;           /* the pool's tokens per block */
   int spec_break_residual;         /* weir_engine_opts: tests only */
+  weir_spec_policy spec;           /* which speculation length pays (spec_policy.h) */
+  int32_t step_n, step_k;          /* this step's decode sequences and chosen length */
+  int64_t step_tokens;             /* output tokens this step delivered */
+  int64_t step_drafts;             /* drafts this step verified */
 
   /* Step scratch (engine thread only). */
   int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
@@ -276,6 +286,7 @@ static int req_on_token(weir_engine *e, engine_req *r, const weir_sample_result 
   const double t = now_s();
   if (r->t_first == 0) r->t_first = t;
   r->num_output++;
+  e->step_tokens++;
   const int can_stop = r->num_output > r->min_tokens;
   if (can_stop && ((!r->ignore_eos && is_in(e->eog_ids, e->num_eog, tok)) ||
                    is_in(r->stop_ids, r->num_stop_ids, tok))) {
@@ -569,6 +580,12 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
         draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, weir_rng_uniform(r->rng), 0);
   e->spec_drafted += (uint64_t)nd;
   e->spec_accepted += (uint64_t)accepted;
+  e->step_drafts += nd;
+  for (int32_t j = 0; j < nd && j < e->em.spec_positions; j++) {
+    weir_metric_add(e->em.spec_pos_draft[j], 1);
+    if (j < accepted) weir_metric_add(e->em.spec_pos_accepted[j], 1);
+  }
+  r->acceptance = weir_spec_acceptance_update(r->acceptance, nd, accepted);
   toks[accepted] = token;
   int done = 0;
   if (r->matcher) {
@@ -587,6 +604,8 @@ static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits
     req_finish(e, r, WEIR_FINISH_ERROR, rc, "could not record the tokens", NULL, 0);
     return;
   }
+  /* The draft's KV past the rejected drafts is rolled back with the target's. */
+  if (r->dkv > s->num_computed) r->dkv = s->num_computed;
   for (int32_t j = 0; j <= accepted; j++) {
     weir_sample_result res = {.token = toks[j]};
     if (req_on_token(e, r, &res)) return;
@@ -603,21 +622,44 @@ static int32_t draft_room(const weir_engine *e, const engine_req *r, int32_t wan
   return want < room ? want : room;
 }
 
-/* Whether request r decodes this step with room for drafts (not scoring logprobs). */
+/* Whether request r decodes this step with room for drafts (not scoring logprobs, not
+ * opted out). */
 static int can_draft(const engine_req *r) {
   const weir_sched_seq *s = r->seq;
   return s && s->state == WEIR_SEQ_RUNNING && s->num_drafts == 0 &&
-         s->num_computed == s->num_tokens - 1 && r->sampling.num_logprobs < 0;
+         s->num_computed == s->num_tokens - 1 && r->sampling.num_logprobs < 0 && !r->no_spec;
+}
+
+/* The speculation length of this step (spec_policy.h), from the sequences in decode. */
+static int32_t choose_k(weir_engine *e) {
+  int32_t n = 0;
+  for (engine_req *r = e->live; r; r = r->live_next)
+    if (r->seq && r->seq->state == WEIR_SEQ_RUNNING && r->seq->num_computed >= r->seq->num_prompt)
+      n++;
+  e->step_n = n;
+  e->step_k = n > 0 ? weir_spec_choose(&e->spec, n) : 0;
+  return e->step_k;
 }
 
 /* With a draft model: every decode sequence gets spec_k placeholder drafts, so that the step
  * schedules (and the KV manager allocates) their positions; run_draft then writes the draft
  * model's tokens over them before the target runs. Constrained requests are not drafted for
  * (their drafts would need a mask per drafted position). */
-static void reserve_drafts(weir_engine *e) {
+static void reserve_drafts(weir_engine *e, int32_t k) {
+  /* The draft's pass 0 catches each drafting sequence up from its KV's end: at most a
+   * step's tokens in all (the rest catch up without drafting, run_draft). */
+  int64_t budget = e->max_tokens_step;
   for (engine_req *r = e->live; r; r = r->live_next) {
+    r->catch_up = 0;
     if (!can_draft(r) || r->matcher) continue;
-    int32_t nd = draft_room(e, r, e->spec_k);
+    const int64_t catch_up = (int64_t)r->seq->num_computed - r->dkv + 1;
+    if (catch_up > budget) {
+      r->catch_up = 1; /* run_draft advances it with what room is left */
+      continue;
+    }
+    int32_t nd = draft_room(e, r, weir_spec_seq_len(k, r->acceptance));
+    if (nd <= 0) continue;
+    budget -= catch_up;
     if (nd <= 0) continue;
     for (int32_t j = 0; j < nd; j++) e->dtokens[j] = r->seq->tokens[r->seq->num_tokens - 1];
     weir_sched_add_drafts(e->sched, r->seq, e->dtokens, nd);
@@ -626,8 +668,10 @@ static void reserve_drafts(weir_engine *e) {
 
 /* Asks the drafter for up to spec_k tokens for every running sequence in decode. */
 static void propose_drafts(weir_engine *e) {
+  const int32_t k = choose_k(e);
+  if (k <= 0) return;
   if (e->draft) {
-    reserve_drafts(e);
+    reserve_drafts(e, k);
     return;
   }
   int32_t n = 0;
@@ -645,6 +689,8 @@ static void propose_drafts(weir_engine *e) {
   for (int32_t i = 0; i < n; i++) {
     engine_req *r = e->dreqs[i];
     int32_t nd = draft_room(e, r, e->dcounts[i]);
+    const int32_t want = weir_spec_seq_len(k, r->acceptance);
+    if (want < nd) nd = want;
     if (r->matcher && nd > 0) {
       /* Only drafts the constraint allows: the longest allowed prefix, the matcher left as
        * it was. */
@@ -673,38 +719,63 @@ static void propose_drafts(weir_engine *e) {
  * placeholders (or earlier drafts) in place, verified as deterministic drafts, which is still
  * exact: drafts only ever change speed. */
 static void run_draft(weir_engine *e, const weir_sched_out *out) {
-  const int32_t S = e->max_seqs_step, V = e->vocab;
-  int32_t nt = 0, nds = 0, maxd = 0;
+  const int32_t S = e->max_seqs_step, V = e->vocab, bs = e->kv_block_size;
+  const size_t bts = (size_t)out->max_blocks_per_seq;
+  int32_t nt = 0, ns = 0, nds = 0;
+  int64_t room = e->max_tokens_step;
   e->d_qsl[0] = 0;
-  for (int32_t i = 0; i < out->num_items; i++) {
-    const weir_sched_item *it = &out->items[i];
-    engine_req *r = it->seq->user;
-    r->dslot = -1;
-    const int32_t q0 = e->a_qsl[i], keep = e->a_qsl[i + 1] - q0 - it->num_drafts;
-    memcpy(e->d_ids + nt, e->a_ids + q0, sizeof(int32_t) * (size_t)keep);
-    memcpy(e->d_pos + nt, e->a_pos + q0, sizeof(int32_t) * (size_t)keep);
-    memcpy(e->d_slots + nt, e->a_slots + q0, sizeof(int32_t) * (size_t)keep);
-    nt += keep;
-    e->d_qsl[i + 1] = nt;
-    e->d_ctx[i] = e->a_ctx[i] - it->num_drafts;
-    if (it->num_drafts > 0) {
-      e->d_rows[nds] = nt - 1;
-      e->d_item[nds++] = i;
-      if (it->num_drafts > maxd) maxd = it->num_drafts;
+  /* Pass 0: the drafting items (then the rest catching up, as room allows), each from the
+   * end of its draft KV through its last real token. Drafting items come first so that a
+   * logits row k is draft slot k. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t i = 0; i < out->num_items; i++) {
+      const weir_sched_item *it = &out->items[i];
+      engine_req *r = it->seq->user;
+      if (pass == 0) r->dslot = -1;
+      const int drafting = it->num_drafts > 0;
+      /* Only decode items that draft or wait to (a prefill chunk's draft KV, and that of a
+       * sequence not drafting, is caught up once it drafts). */
+      const int wanted = pass == 0 ? drafting : !drafting && r->catch_up;
+      if (!wanted || it->start < it->seq->num_prompt || it->num_new_tokens - it->num_drafts != 1)
+        continue;
+      if (r->dkv > it->start) r->dkv = it->start;
+      int32_t from = r->dkv, to = it->start + 1; /* positions [from, to) */
+      if (to - from > room) {
+        if (drafting) { /* reserve_drafts budgeted this: only a failure gets here */
+          r->dkv = from;
+          continue;
+        }
+        to = from + (int32_t)room;
+      }
+      if (to <= from) continue;
+      const int32_t *table = e->a_bt + (size_t)i * bts;
+      for (int32_t p = from; p < to; p++, nt++) {
+        e->d_ids[nt] = it->seq->tokens[p];
+        e->d_pos[nt] = p;
+        e->d_slots[nt] = table[p / bs] * bs + p % bs;
+      }
+      room -= to - from;
+      memcpy(e->d_bt + (size_t)ns * bts, table, sizeof(int32_t) * bts);
+      e->d_ctx[ns] = to;
+      e->d_qsl[++ns] = nt;
+      r->dkv = to;
+      if (drafting) {
+        e->d_rows[nds] = nt - 1;
+        e->d_item[nds++] = i;
+      }
     }
-  }
+  if (ns == 0) return;
   weir_llama_batch b = {.num_tokens = nt,
                         .tokens = e->d_ids,
                         .positions = e->d_pos,
-                        .num_seqs = out->num_items,
+                        .num_seqs = ns,
                         .query_start_loc = e->d_qsl,
                         .context_lens = e->d_ctx,
-                        .block_tables = e->a_bt,
+                        .block_tables = e->d_bt,
                         .max_blocks_per_seq = out->max_blocks_per_seq,
                         .slot_mapping = e->d_slots,
                         .num_logit_rows = nds,
                         .logit_rows = e->d_rows};
-  const size_t bts = (size_t)out->max_blocks_per_seq;
   for (int32_t j = 0;; j++) {
     float *logits = NULL;
     int rc = weir_llama_forward(e->draft, &b, &logits);
@@ -717,8 +788,12 @@ static void run_draft(weir_engine *e, const weir_sched_out *out) {
     if (rc != WEIR_OK) {
       weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "draft model: %s; this step verifies what it has",
                weir_strerror(rc));
-      for (int32_t i = 0; i < out->num_items; i++)
-        ((engine_req *)out->items[i].seq->user)->dslot = -1;
+      /* Whatever this forward wrote is unknown: those sequences catch up from scratch. */
+      for (int32_t i = 0; i < out->num_items; i++) {
+        engine_req *r = out->items[i].seq->user;
+        r->dslot = -1;
+        r->dkv = 0;
+      }
       return;
     }
     if (b.num_logit_rows == 0) return; /* the last pass only fed the last drafts */
@@ -752,6 +827,7 @@ static void run_draft(weir_engine *e, const weir_sched_out *out) {
       e->d_ctx[m] = e->a_pos[at] + 1;
       e->d_qsl[m + 1] = m + 1;
       memcpy(e->d_bt + (size_t)m * bts, e->a_bt + (size_t)i * bts, sizeof(int32_t) * bts);
+      r->dkv = e->a_pos[at] + 1; /* written by the next pass (or reset if it fails) */
       if (j + 1 < it->num_drafts) {
         e->d_item[nl] = i; /* nl <= k: entries still to be read are not overwritten */
         e->d_rows[nl++] = m;
@@ -776,8 +852,17 @@ static void run_draft(weir_engine *e, const weir_sched_out *out) {
 static int run_step(weir_engine *e) {
   weir_sched_out out;
   memset(&out, 0, sizeof out);
-  if (e->drafter) propose_drafts(e);
+  const double t_step = now_s();
+  e->step_tokens = e->step_drafts = 0;
+  e->step_n = e->step_k = 0;
+  if (e->drafter) {
+    propose_drafts(e);
+    if (!e->draft) weir_metric_add(e->em.spec_seconds, now_s() - t_step);
+  }
   int rc = weir_sched_step(e->sched, &out);
+  /* A preempted sequence's blocks are gone, its draft KV with them. */
+  for (int32_t i = 0; i < out.num_preempted; i++)
+    ((engine_req *)out.preempted[i]->user)->dkv = 0;
   /* Sequences the scheduler failed are finished there and still owe their final event,
    * whether or not the step as a whole succeeded. */
   for (int32_t i = 0; i < out.num_failed; i++) {
@@ -815,7 +900,11 @@ static int run_step(weir_engine *e) {
     engine_req *r = out.items[i].seq->user;
     if (r->t_sched == 0) r->t_sched = t;
   }
-  if (e->draft) run_draft(e, &out);
+  if (e->draft) {
+    const double t_draft = now_s();
+    run_draft(e, &out);
+    weir_metric_add(e->em.spec_seconds, now_s() - t_draft);
+  }
   weir_llama_batch b = {.num_tokens = out.num_tokens,
                         .tokens = e->a_ids,
                         .positions = e->a_pos,
@@ -864,6 +953,20 @@ static int run_step(weir_engine *e) {
     row += it->num_logits;
   }
   sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
+  /* What this speculation length achieved, on steps of decode alone (a prefill's cost would
+   * count against whichever length ran beside it). */
+  if (e->drafter) {
+    weir_metric_record(e->em.spec_step_drafts, (double)e->step_drafts);
+    weir_metric_record(e->em.spec_len, (double)e->step_k);
+  }
+  if (e->drafter && out.num_items == e->step_n) {
+    int pure = 1;
+    for (int32_t i = 0; i < out.num_items && pure; i++) {
+      const weir_sched_item *it = &out.items[i];
+      pure = it->num_new_tokens - it->num_drafts == 1 && it->num_prompt_logits == 0;
+    }
+    if (pure) weir_spec_observe(&e->spec, e->step_n, e->step_k, e->step_tokens, now_s() - t_step);
+  }
   return 1;
 }
 
@@ -998,6 +1101,9 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   r->min_tokens = q->min_tokens;
   r->ignore_eos = q->ignore_eos;
   r->priority = q->priority;
+  r->no_spec = q->no_speculation;
+  /* A prior for the acceptance of a request's drafts until its own are checked. */
+  r->acceptance = 0.7;
   r->num_prompt = q->num_prompt;
   r->prompt = malloc(sizeof(int32_t) * (size_t)q->num_prompt);
   if (!r->prompt) goto fail_req;
@@ -1406,6 +1512,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     e->own_metrics = 1;
   }
   rc = weir__engine_metrics_init(e->metrics, &e->em);
+  if (rc == WEIR_OK)
+    rc = weir__engine_metrics_spec_init(e->metrics, &e->em, cfg->num_speculative_tokens);
   if (rc != WEIR_OK) goto fail;
 
   rc = weir_gguf_open(cfg->model_path, &e->gguf, err, sizeof err);
@@ -1435,6 +1543,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     e->drafter = e->plugins.drafter->ops;
     e->drafter_self = e->plugins.drafter->self;
     e->spec_k = cfg->num_speculative_tokens;
+    weir_spec_policy_init(&e->spec, e->spec_k, cfg->spec_adaptive);
   }
 
   /* The configuration owns these defaults (weir_config_defaults) and their ranges. */
@@ -1483,6 +1592,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
                            sizeof err);
   if (rc != WEIR_OK) goto fail;
   e->kv = weir_kv_pool_cache(e->pool);
+  e->kv_block_size = weir_kv_pool_geometry(e->pool)->block_size;
   e->ctx_len = weir_kv_pool_geometry(e->pool)->max_model_len;
   weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
                         .max_num_seqs = e->max_seqs_step,
@@ -1594,6 +1704,25 @@ fail:
   return rc;
 }
 
+/* What the speculation policy measured, one line per batch-size bucket it saw: the
+ * operator's view of where drafting pays on this machine. */
+static void log_spec_policy(const weir_engine *e) {
+  if (!e->drafter || !e->spec.adaptive) return;
+  for (int b = 0; b < WEIR_SPEC_BUCKETS; b++) {
+    char line[512];
+    size_t off = 0;
+    for (int32_t i = 0; i < e->spec.num_arms && off < sizeof line; i++) {
+      const weir_spec_arm *a = &e->spec.arms[b][i];
+      if (a->trials)
+        off += (size_t)snprintf(line + off, sizeof line - off, " k=%d %.0f tok/s (%u steps);",
+                                a->k, a->tps, a->trials);
+    }
+    if (off)
+      weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "speculation, %d-%d sequences:%s", 1 << b,
+               (2 << b) - 1, line);
+  }
+}
+
 void weir_engine_destroy(weir_engine *e) {
   if (!e) return;
   if (e->thread_started) {
@@ -1603,6 +1732,7 @@ void weir_engine_destroy(weir_engine *e) {
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
   }
+  log_spec_policy(e);
   /* Requests submitted after the thread saw `stopping` never reached it. */
   for (engine_req *r = e->incoming_head, *n; r; r = n) {
     n = r->next;

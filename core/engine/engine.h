@@ -68,6 +68,8 @@ typedef struct weir_gen_request {
    * before the first output token's (weir_gen_event.prompt_logprobs). The prompt skips the prefix cache and is computed at
    * most WEIR_ENGINE_PROMPT_LOGIT_ROWS tokens per step. */
   int prompt_logprobs;
+  /* 1: never draft for this request (speculative decoding stays on for the others). */
+  int no_speculation;
 } weir_gen_request;
 
 /* Logits rows per step set aside for prompt logprobs (bounded by max_num_batched_tokens): at

@@ -57,6 +57,39 @@ int weir__engine_metrics_init(weir_metrics *m, weir__engine_metrics *x) {
   return rc;
 }
 
+int weir__engine_metrics_spec_init(weir_metrics *m, weir__engine_metrics *x,
+                                   int32_t positions) {
+  static const double drafts_buckets[] = {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  int rc = weir_metrics_register(
+      m, "spec_decode_draft_tokens_per_step", "Draft tokens verified per engine step.",
+      WEIR_METRIC_HISTOGRAM, drafts_buckets, (int)(sizeof drafts_buckets / sizeof *drafts_buckets),
+      NULL, &x->spec_step_drafts);
+  if (rc == WEIR_OK)
+    rc = weir_metrics_register(m, "spec_decode_draft_seconds_total",
+                               "Seconds the engine spent drafting (drafter or draft model).",
+                               WEIR_METRIC_COUNTER, NULL, 0, NULL, &x->spec_seconds);
+  if (rc == WEIR_OK)
+    rc = weir_metrics_register(m, "spec_decode_length",
+                               "Drafts per sequence the speculation policy chose for the last "
+                               "step (0: none).",
+                               WEIR_METRIC_GAUGE, NULL, 0, NULL, &x->spec_len);
+  if (positions > 64) positions = 64;
+  x->spec_positions = 0;
+  for (int32_t j = 0; j < positions && rc == WEIR_OK; j++) {
+    char labels[32];
+    snprintf(labels, sizeof labels, "position=\"%d\"", j + 1);
+    rc = weir_metrics_register(m, "spec_decode_num_draft_tokens_per_pos_total",
+                               "Draft tokens verified, by position in the draft (1 = first).",
+                               WEIR_METRIC_COUNTER, NULL, 0, labels, &x->spec_pos_draft[j]);
+    if (rc == WEIR_OK)
+      rc = weir_metrics_register(m, "spec_decode_num_accepted_tokens_per_pos_total",
+                                 "Draft tokens accepted, by position in the draft.",
+                                 WEIR_METRIC_COUNTER, NULL, 0, labels, &x->spec_pos_accepted[j]);
+    if (rc == WEIR_OK) x->spec_positions = j + 1;
+  }
+  return rc;
+}
+
 int weir_engine_register_metrics(weir_metrics *m) {
   weir__engine_metrics tmp;
   return weir__engine_metrics_init(m, &tmp);

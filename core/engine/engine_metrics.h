@@ -17,6 +17,11 @@ typedef struct weir__engine_metrics {
   weir_metric *queue, *prefill, *decode;
   weir_metric *preemptions, *prefix_queries, *prefix_hits, *spec_draft, *spec_accepted;
   weir_metric *running, *waiting, *paused, *kv_usage;
+  /* Speculation: drafted and accepted tokens by position (1-based, [0, spec_positions)),
+   * drafts per step, seconds spent drafting, the length the policy chose last. */
+  weir_metric *spec_pos_draft[64], *spec_pos_accepted[64];
+  int32_t spec_positions;
+  weir_metric *spec_step_drafts, *spec_seconds, *spec_len;
   /* The engine's totals when last published: counters grow by the difference. */
   weir_engine_stats last;
 } weir__engine_metrics;
@@ -24,6 +29,10 @@ typedef struct weir__engine_metrics {
 /* Registers (or finds, when already registered) every family in m and fills out.
  * WEIR_E_NOMEM. */
 int weir__engine_metrics_init(weir_metrics *m, weir__engine_metrics *out);
+/* The speculation families, with a series per draft position 1..positions (at most 64).
+ * WEIR_E_NOMEM. */
+int weir__engine_metrics_spec_init(weir_metrics *m, weir__engine_metrics *out,
+                                   int32_t positions);
 /* A request ended (engine thread): its outcome, its tokens and its times. */
 void weir__engine_metrics_finished(const weir__engine_metrics *em, weir_finish_reason why,
                                    int32_t prompt_tokens, int32_t output_tokens,

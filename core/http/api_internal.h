@@ -108,6 +108,7 @@ typedef struct params {
   int logprobs;            /* -1 unless asked */
   int chat_logprobs, top_logprobs;
   int echo, ignore_eos, min_tokens, stream, include_usage, has_stream_options, priority;
+  int no_speculation; /* "speculative": false */
   /* Tool calling (chat): as given; checked by weir__api_tools_check. */
   const cJSON *tools, *tool_choice;
   int parallel_tool_calls, has_parallel_tool_calls;

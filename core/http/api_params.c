@@ -207,6 +207,10 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
       if (weir__api_want_bool(e, it, k, &p->echo)) return -1;
     } else if (!strcmp(k, "ignore_eos")) {
       if (weir__api_want_bool(e, it, k, &p->ignore_eos)) return -1;
+    } else if (!strcmp(k, "speculative")) {
+      int on = 1;
+      if (weir__api_want_bool(e, it, k, &on)) return -1;
+      p->no_speculation = !on;
     } else if (!strcmp(k, "min_tokens")) {
       if (want_int(e, it, k, 0, 1e9, &p->min_tokens)) return -1;
     } else if (!strcmp(k, "stream")) {
@@ -957,6 +961,7 @@ int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat,
   g->sampling.num_logit_bias = p->num_bias;
   g->min_tokens = p->min_tokens;
   g->ignore_eos = p->ignore_eos;
+  g->no_speculation = p->no_speculation;
   g->stop_token_ids = p->stop_ids;
   g->num_stop_token_ids = p->num_stop_ids;
   g->stop = p->stop;

@@ -274,7 +274,9 @@ static weir_engine *draft_engine(weir_config *cfg, int k, int64_t num_blocks,
                            {"cache.num_blocks", mem},
                            {"drafter.name", k > 0 ? "draft_model" : ""},
                            {"drafter.model", DRAFT},
-                           {"drafter.num_speculative_tokens", k > 0 ? kk : "1"}};
+                           {"drafter.num_speculative_tokens", k > 0 ? kk : "1"},
+                           /* a fixed length: these tests check exactness, not the policy */
+                           {"drafter.adaptive", "false"}};
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
     if (k > 0 || i < 3) {
       int rc = weir_config_set(cfg, sets[i][0], sets[i][1], err, sizeof err);

@@ -1,0 +1,105 @@
+/* Adaptive speculation (spec_policy.h). */
+#include "engine/spec_policy.h"
+
+#include <math.h>
+#include <string.h>
+
+/* An arm's rate is the ratio of its tokens and seconds summed over its steps, each step's
+ * weight fading by this factor per later step of the same arm: about the last 30 steps
+ * count. A ratio of sums, not a mean of per-step rates: a step's tokens vary from 1 to k + 1
+ * with the acceptance, and single steps are short enough for the OS to skew their time. */
+#define TPS_DECAY 0.97
+/* Weight of a checked draft in a request's acceptance average. */
+#define ACCEPT_WEIGHT 0.1
+
+void weir_spec_policy_init(weir_spec_policy *p, int32_t kmax, int adaptive) {
+  memset(p, 0, sizeof *p);
+  p->kmax = kmax < 1 ? 1 : kmax;
+  p->adaptive = adaptive;
+  int32_t ks[WEIR_SPEC_MAX_ARMS];
+  int32_t n = 0;
+  ks[n++] = 0;
+  for (int32_t k = 1; k < p->kmax && n < WEIR_SPEC_MAX_ARMS - 1; k *= 2) ks[n++] = k;
+  ks[n++] = p->kmax;
+  p->num_arms = n;
+  for (int b = 0; b < WEIR_SPEC_BUCKETS; b++)
+    for (int32_t i = 0; i < n; i++) p->arms[b][i].k = ks[i];
+}
+
+int weir_spec_bucket(int32_t n) {
+  int b = 0;
+  while (n > 1 && b < WEIR_SPEC_BUCKETS - 1) {
+    n >>= 1;
+    b++;
+  }
+  return b;
+}
+
+static int32_t arm_of(const weir_spec_policy *p, int32_t k) {
+  for (int32_t i = 0; i < p->num_arms; i++)
+    if (p->arms[0][i].k == k) return i;
+  return -1;
+}
+
+int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
+  if (!p->adaptive) return p->kmax;
+  if (n < 1) n = 1;
+  const int b = weir_spec_bucket(n);
+  weir_spec_arm *a = p->arms[b];
+  weir_spec_bucket_state *st = &p->state[b];
+  if (st->left > 0) {
+    st->left--;
+    return a[st->cur].k;
+  }
+  /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others). */
+  int32_t next = -1;
+  if (a[0].trials < WEIR_SPEC_MIN_TRIALS) next = 0;
+  else if (a[p->num_arms - 1].trials < WEIR_SPEC_MIN_TRIALS) next = p->num_arms - 1;
+  for (int32_t i = 1; next < 0 && i < p->num_arms - 1; i++)
+    if (a[i].trials < WEIR_SPEC_MIN_TRIALS) next = i;
+  if (next < 0) {
+    int32_t best = 0, least = 0;
+    for (int32_t i = 1; i < p->num_arms; i++) {
+      if (a[i].tps > a[best].tps) best = i;
+      if (a[i].trials < a[least].trials) least = i;
+    }
+    next = st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1 && least != best ? least : best;
+  }
+  st->runs++;
+  if (next != st->cur) st->fresh = 1;
+  st->cur = next;
+  st->left = WEIR_SPEC_RUN - 1;
+  return a[next].k;
+}
+
+void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens,
+                       double seconds) {
+  if (!p->adaptive || n < 1 || tokens <= 0 || !(seconds > 0)) return;
+  const int32_t i = arm_of(p, k);
+  if (i < 0) return;
+  const int b = weir_spec_bucket(n);
+  if (p->state[b].fresh) { /* the step right after a change of length */
+    p->state[b].fresh = 0;
+    return;
+  }
+  weir_spec_arm *a = &p->arms[b][i];
+  a->tokens = a->tokens * TPS_DECAY + (double)tokens;
+  a->seconds = a->seconds * TPS_DECAY + seconds;
+  a->tps = a->tokens / a->seconds;
+  a->trials++;
+}
+
+int32_t weir_spec_seq_len(int32_t k, double a) {
+  if (k <= 0) return 0;
+  if (!(a > 0)) return 1;
+  if (a >= 1) return k;
+  /* The largest j with a^j >= WEIR_SPEC_MIN_REACH. */
+  const int32_t j = (int32_t)floor(log(WEIR_SPEC_MIN_REACH) / log(a) + 1e-9);
+  return j < 1 ? 1 : j > k ? k : j;
+}
+
+double weir_spec_acceptance_update(double a, int32_t drafted, int32_t accepted) {
+  const int32_t checked = accepted < drafted ? accepted + 1 : drafted;
+  for (int32_t j = 0; j < checked; j++) a += ACCEPT_WEIGHT * ((j < accepted ? 1.0 : 0.0) - a);
+  return a;
+}

@@ -1,0 +1,82 @@
+/* Adaptive speculation: how many tokens to draft, per step and per sequence.
+ *
+ * Whether drafting pays depends on the machine, the models and the batch: verifying k + 1
+ * tokens costs about one token's step where decode is memory-bound (large models, GPUs) and
+ * k + 1 steps where it is compute-bound (a small model on a CPU), and batching makes any
+ * target compute-bound as it grows. So the policy does not model costs; it measures them.
+ * For each batch-size bucket (1, 2-3, 4-7, ... sequences in decode) it keeps the output
+ * tokens per second that pure decode steps achieved with each speculation length ("arm":
+ * 0, 1, 2, 4, ... up to k), runs the best arm, and keeps measuring the others, so the
+ * crossover where speculation stops paying is found at run time and followed when the load
+ * or the text changes. An arm runs WEIR_SPEC_RUN steps in a row and the first step after a
+ * change is not counted: a lone step of one length between steps of another is not what
+ * that length gives (the draft model's weights evict the target's from the caches, and the
+ * draft's KV must catch up after steps without drafts). One run in WEIR_SPEC_EXPLORE goes
+ * to the arm measured least.
+ *
+ * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
+ * draft j is worth making while a^j >= WEIR_SPEC_MIN_REACH, the chance that the target gets
+ * as far as checking it.
+ *
+ * Plain data, no locks: the engine thread owns it. */
+#ifndef WEIR_ENGINE_SPEC_POLICY_H
+#define WEIR_ENGINE_SPEC_POLICY_H
+
+#include <stdint.h>
+
+#define WEIR_SPEC_BUCKETS 10  /* batch sizes 1, 2-3, 4-7, ..., 512 and more */
+#define WEIR_SPEC_MAX_ARMS 8  /* 0, 1, 2, 4, 8, 16, 32, 64 */
+#define WEIR_SPEC_EXPLORE 16  /* one run in this many (per bucket) tries another arm */
+#define WEIR_SPEC_RUN 6       /* steps an arm runs once chosen */
+#define WEIR_SPEC_MIN_TRIALS 4 /* measured steps before an arm's rate is trusted */
+#define WEIR_SPEC_MIN_REACH 0.25
+
+typedef struct weir_spec_arm {
+  int32_t k;       /* drafts per sequence */
+  double tps;      /* output tokens per second of pure decode steps: tokens / seconds */
+  double tokens, seconds; /* their sums over the arm's steps, older steps fading */
+  uint32_t trials; /* steps measured */
+} weir_spec_arm;
+
+typedef struct weir_spec_bucket_state {
+  int32_t cur;   /* the arm running */
+  int32_t left;  /* steps left in its run */
+  int fresh;     /* 1: the next observation is the first after a change (not counted) */
+  uint32_t runs; /* runs begun */
+} weir_spec_bucket_state;
+
+typedef struct weir_spec_policy {
+  int32_t kmax;
+  int adaptive; /* 0: always kmax */
+  int32_t num_arms;
+  weir_spec_arm arms[WEIR_SPEC_BUCKETS][WEIR_SPEC_MAX_ARMS];
+  weir_spec_bucket_state state[WEIR_SPEC_BUCKETS];
+} weir_spec_policy;
+
+/* kmax >= 1. adaptive 0 makes weir_spec_choose answer kmax always. */
+void weir_spec_policy_init(weir_spec_policy *p, int32_t kmax, int adaptive);
+
+/* The bucket of a step with n sequences in decode (n >= 1). */
+int weir_spec_bucket(int32_t n);
+
+/* The speculation length for a step with n decode sequences: the arm running in n's bucket
+ * until its run ends; then an arm measured fewer than WEIR_SPEC_MIN_TRIALS steps (0, then
+ * the longest, then the rest), one run in WEIR_SPEC_EXPLORE the arm measured least, else the
+ * arm with the most tokens per second. Returns the arm's k (0: no drafts). */
+int32_t weir_spec_choose(weir_spec_policy *p, int32_t n);
+
+/* Records a pure decode step with n sequences run at length k (as chosen): `tokens` output
+ * tokens in `seconds`. Steps with a prefill, or at a k that is no arm, are not recorded. */
+void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens,
+                       double seconds);
+
+/* The drafts for one sequence: k cut to where its acceptance a (0..1) gives each draft a
+ * chance of at least WEIR_SPEC_MIN_REACH of being checked; at least 1 when k >= 1. */
+int32_t weir_spec_seq_len(int32_t k, double a);
+
+/* Moving average of a sequence's acceptance after a verified step with `drafted` drafts of
+ * which `accepted` were: every checked draft counts (the accepted ones as 1, the first
+ * rejected as 0; the ones after it were never checked). */
+double weir_spec_acceptance_update(double a, int32_t drafted, int32_t accepted);
+
+#endif

@@ -1,0 +1,140 @@
+/* The adaptive speculation policy (core/engine/spec_policy.h) as a pure function of what it
+ * has measured: arms, exploration, the choice of the fastest length per batch-size bucket
+ * (so the crossover where speculation stops paying is found, not assumed), the per-request
+ * cut by acceptance, and the acceptance average. */
+#include <math.h>
+#include <stdint.h>
+
+#include "engine/spec_policy.h"
+#include "testutil.h"
+
+static void test_arms_and_buckets(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  WT_ASSERT_INT_EQ(p.num_arms, 4); /* 0, 1, 2, 4 */
+  WT_ASSERT_INT_EQ(p.arms[0][0].k, 0);
+  WT_ASSERT_INT_EQ(p.arms[0][3].k, 4);
+  weir_spec_policy_init(&p, 64, 1);
+  WT_ASSERT_INT_EQ(p.num_arms, 8); /* 0, 1, 2, 4, 8, 16, 32, 64 */
+  WT_ASSERT_INT_EQ(p.arms[3][7].k, 64);
+  weir_spec_policy_init(&p, 5, 1);
+  WT_ASSERT_INT_EQ(p.arms[0][p.num_arms - 1].k, 5);
+  WT_ASSERT_INT_EQ(weir_spec_bucket(1), 0);
+  WT_ASSERT_INT_EQ(weir_spec_bucket(2), 1);
+  WT_ASSERT_INT_EQ(weir_spec_bucket(3), 1);
+  WT_ASSERT_INT_EQ(weir_spec_bucket(16), 4);
+  WT_ASSERT_INT_EQ(weir_spec_bucket(100000), WEIR_SPEC_BUCKETS - 1);
+  /* Not adaptive: always the configured length. */
+  weir_spec_policy_init(&p, 4, 0);
+  for (int i = 0; i < 50; i++) WT_ASSERT_INT_EQ(weir_spec_choose(&p, 1 + i), 4);
+}
+
+/* A simulated machine: a step of n sequences at length k delivers n * tokens(k) tokens in
+ * cost(n, k) seconds. The policy must settle on the fastest arm of each bucket. */
+typedef struct sim {
+  double fixed, per_token, accept; /* step overhead, cost per verified token, acceptance */
+} sim;
+
+static double sim_tokens(const sim *m, int32_t k) {
+  return k == 0 ? 1.0 : (1.0 - pow(m->accept, k + 1)) / (1.0 - m->accept);
+}
+
+static double sim_seconds(const sim *m, int32_t n, int32_t k) {
+  return m->fixed + m->per_token * n * (k + 1) + (k > 0 ? 0.1 * m->fixed * k : 0);
+}
+
+/* Runs 400 steps; the arm chosen most is returned. slack: steps beyond exploration that may
+ * go elsewhere (while old measurements fade after a change). */
+static int32_t settle(weir_spec_policy *p, const sim *m, int32_t n, int32_t slack) {
+  int32_t counts[65] = {0};
+  for (int i = 0; i < 400; i++) {
+    int32_t k = weir_spec_choose(p, n);
+    CU_ASSERT(k >= 0 && k <= 64);
+    counts[k]++;
+    weir_spec_observe(p, n, k, (int64_t)llround(n * sim_tokens(m, k) * 1000),
+                      sim_seconds(m, n, k) * 1000);
+  }
+  int32_t best = 0;
+  for (int32_t k = 1; k <= 64; k++)
+    if (counts[k] > counts[best]) best = k;
+  /* Exploration keeps the others measured, at one step in WEIR_SPEC_EXPLORE. */
+  if (counts[best] < 400 - 400 / WEIR_SPEC_EXPLORE - (WEIR_SPEC_MIN_TRIALS + 2) * p->num_arms - slack)
+    printf("\n    best k %d chosen %d times of 400", best, counts[best]);
+  CU_ASSERT(counts[best] >= 400 - 400 / WEIR_SPEC_EXPLORE - (WEIR_SPEC_MIN_TRIALS + 2) * p->num_arms - slack);
+  return best;
+}
+
+static void test_finds_the_crossover(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  /* Memory-bound decode: a step costs its overhead whatever its tokens; drafts pay. */
+  sim gpu = {.fixed = 10e-3, .per_token = 0.05e-3, .accept = 0.7};
+  WT_ASSERT_INT_EQ(settle(&p, &gpu, 1, 0), 4);
+  /* Many sequences make the same machine compute-bound: speculation stops paying. */
+  WT_ASSERT_INT_EQ(settle(&p, &gpu, 512, 0), 0);
+  /* Compute-bound at one sequence (the development CPU's trained target): never. */
+  weir_spec_policy_init(&p, 4, 1);
+  sim cpu = {.fixed = 0.05e-3, .per_token = 0.35e-3, .accept = 0.65};
+  WT_ASSERT_INT_EQ(settle(&p, &cpu, 1, 0), 0);
+  /* Near-certain drafts on the same CPU (ngram in a loop): long drafts pay after all. */
+  sim loop = {.fixed = 0.2e-3, .per_token = 0.18e-3, .accept = 0.97};
+  weir_spec_policy_init(&p, 4, 1);
+  WT_ASSERT_INT_EQ(settle(&p, &loop, 1, 0), 4);
+  /* The measurements follow a change: the text stops being predictable (the old rates
+   * fade over about 30 steps of each arm). */
+  loop.accept = 0.05;
+  int32_t k = settle(&p, &loop, 1, 100);
+  WT_ASSERT_INT_EQ(k, 0);
+}
+
+/* An arm runs WEIR_SPEC_RUN steps once chosen, and the first step after a change of length
+ * is not counted (caches and the draft's KV are still those of the previous length). */
+static void test_runs_and_transitions(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  int32_t first = weir_spec_choose(&p, 1);
+  WT_ASSERT_INT_EQ(first, 0);
+  for (int i = 1; i < WEIR_SPEC_RUN; i++) WT_ASSERT_INT_EQ(weir_spec_choose(&p, 1), 0);
+  weir_spec_observe(&p, 1, 0, 10, 1.0);
+  WT_ASSERT_INT_EQ(p.arms[0][0].trials, 1); /* no change from the start: counted */
+  for (int i = 0; i < WEIR_SPEC_MIN_TRIALS; i++) weir_spec_observe(&p, 1, 0, 10, 1.0);
+  WT_ASSERT_INT_EQ(weir_spec_choose(&p, 1), 4); /* next run: the longest, unmeasured */
+  weir_spec_observe(&p, 1, 4, 30, 1.0);
+  WT_ASSERT_INT_EQ(p.arms[0][3].trials, 0); /* the transition step */
+  weir_spec_observe(&p, 1, 4, 30, 1.0);
+  WT_ASSERT_INT_EQ(p.arms[0][3].trials, 1);
+  CU_ASSERT(fabs(p.arms[0][3].tps - 30.0) < 1e-9);
+  /* Another bucket keeps its own run. */
+  WT_ASSERT_INT_EQ(weir_spec_choose(&p, 64), 0);
+}
+
+static void test_per_request_length(void) {
+  WT_ASSERT_INT_EQ(weir_spec_seq_len(0, 0.9), 0);
+  WT_ASSERT_INT_EQ(weir_spec_seq_len(4, 1.0), 4);
+  WT_ASSERT_INT_EQ(weir_spec_seq_len(4, 0.0), 1);
+  WT_ASSERT_INT_EQ(weir_spec_seq_len(4, 0.05), 1);
+  /* 0.7^3 = 0.343 >= 0.25 > 0.7^4 */
+  WT_ASSERT_INT_EQ(weir_spec_seq_len(4, 0.7), 3);
+  WT_ASSERT_INT_EQ(weir_spec_seq_len(8, 0.5), 2);
+  WT_ASSERT_INT_EQ(weir_spec_seq_len(64, 0.99), 64);
+  /* The average: accepted drafts pull up, the first rejection down, the rest do not count. */
+  double a = 0.5;
+  a = weir_spec_acceptance_update(a, 4, 4);
+  CU_ASSERT(a > 0.5);
+  double b = weir_spec_acceptance_update(0.5, 4, 0);
+  CU_ASSERT(fabs(b - 0.45) < 1e-12); /* one checked draft, rejected */
+  double c = weir_spec_acceptance_update(0.5, 4, 2);
+  CU_ASSERT(fabs(c - ((0.5 + 0.1 * 0.5) * 0.9 + 0.1 * 1.0) * 0.9) < 1e-12);
+  double d = 0.7;
+  for (int i = 0; i < 200; i++) d = weir_spec_acceptance_update(d, 2, 0);
+  CU_ASSERT(d < 0.01);
+}
+
+int main(void) {
+  static const wt_test tests[] = {{"arms and buckets", test_arms_and_buckets},
+                                  {"finds the crossover", test_finds_the_crossover},
+                                  {"runs and transitions", test_runs_and_transitions},
+                                  {"per-request length and acceptance", test_per_request_length},
+                                  {NULL, NULL}};
+  return wt_run_suite("spec_policy", tests);
+}
