@@ -718,6 +718,22 @@ static void propose_drafts(weir_engine *e) {
  * is written over its placeholder in the batch and the sequence. Anything failing leaves the
  * placeholders (or earlier drafts) in place, verified as deterministic drafts, which is still
  * exact: drafts only ever change speed. */
+/* The draft model's batch over the d_* arrays: nt tokens of ns sequences, nl logit rows. */
+static weir_llama_batch draft_batch(const weir_engine *e, const weir_sched_out *out,
+                                    int32_t nt, int32_t ns, int32_t nl) {
+  return (weir_llama_batch){.num_tokens = nt,
+                            .tokens = e->d_ids,
+                            .positions = e->d_pos,
+                            .num_seqs = ns,
+                            .query_start_loc = e->d_qsl,
+                            .context_lens = e->d_ctx,
+                            .block_tables = e->d_bt,
+                            .max_blocks_per_seq = out->max_blocks_per_seq,
+                            .slot_mapping = e->d_slots,
+                            .num_logit_rows = nl,
+                            .logit_rows = e->d_rows};
+}
+
 static void run_draft(weir_engine *e, const weir_sched_out *out) {
   const int32_t S = e->max_seqs_step, V = e->vocab, bs = e->kv_block_size;
   const size_t bts = (size_t)out->max_blocks_per_seq;
@@ -765,17 +781,7 @@ static void run_draft(weir_engine *e, const weir_sched_out *out) {
       }
     }
   if (ns == 0) return;
-  weir_llama_batch b = {.num_tokens = nt,
-                        .tokens = e->d_ids,
-                        .positions = e->d_pos,
-                        .num_seqs = ns,
-                        .query_start_loc = e->d_qsl,
-                        .context_lens = e->d_ctx,
-                        .block_tables = e->d_bt,
-                        .max_blocks_per_seq = out->max_blocks_per_seq,
-                        .slot_mapping = e->d_slots,
-                        .num_logit_rows = nds,
-                        .logit_rows = e->d_rows};
+  weir_llama_batch b = draft_batch(e, out, nt, ns, nds);
   for (int32_t j = 0;; j++) {
     float *logits = NULL;
     int rc = weir_llama_forward(e->draft, &b, &logits);
@@ -834,17 +840,7 @@ static void run_draft(weir_engine *e, const weir_sched_out *out) {
       }
       m++;
     }
-    b = (weir_llama_batch){.num_tokens = m,
-                           .tokens = e->d_ids,
-                           .positions = e->d_pos,
-                           .num_seqs = m,
-                           .query_start_loc = e->d_qsl,
-                           .context_lens = e->d_ctx,
-                           .block_tables = e->d_bt,
-                           .max_blocks_per_seq = out->max_blocks_per_seq,
-                           .slot_mapping = e->d_slots,
-                           .num_logit_rows = nl,
-                           .logit_rows = e->d_rows};
+    b = draft_batch(e, out, m, m, nl);
   }
 }
 
@@ -1332,16 +1328,26 @@ static int collect_eog(weir_engine *e) {
   return WEIR_OK;
 }
 
+/* One step's batch arrays for T tokens of S sequences (the target's, and the draft's). Returns
+ * whether every one was allocated (the caller frees what was, on both paths). */
+static int alloc_batch(size_t T, size_t S, size_t bt_stride, int32_t **ids, int32_t **pos,
+                       int32_t **slots, int32_t **qsl, int32_t **ctx, int32_t **bt) {
+  *ids = malloc(T * 4);
+  *pos = malloc(T * 4);
+  *slots = malloc(T * 4);
+  *qsl = malloc((S + 1) * 4);
+  *ctx = malloc(S * 4);
+  *bt = malloc(S * bt_stride * 4);
+  return *ids && *pos && *slots && *qsl && *ctx && *bt;
+}
+
 static int alloc_scratch(weir_engine *e) {
   const size_t T = (size_t)e->max_tokens_step, S = (size_t)e->max_seqs_step;
   const size_t R = (size_t)e->max_rows;
   e->bt_stride = weir_kv_pool_geometry(e->pool)->max_blocks_per_seq;
-  e->a_ids = malloc(T * 4);
-  e->a_pos = malloc(T * 4);
-  e->a_slots = malloc(T * 4);
-  e->a_qsl = malloc((S + 1) * 4);
-  e->a_ctx = malloc(S * 4);
-  e->a_bt = malloc(S * (size_t)e->bt_stride * 4);
+  if (!alloc_batch(T, S, (size_t)e->bt_stride, &e->a_ids, &e->a_pos, &e->a_slots, &e->a_qsl,
+                   &e->a_ctx, &e->a_bt))
+    return WEIR_E_NOMEM;
   e->a_rows = malloc(R * 4);
   e->rows = calloc(R, sizeof *e->rows);
   e->results = calloc(R, sizeof *e->results);
@@ -1364,20 +1370,14 @@ static int alloc_scratch(weir_engine *e) {
   }
   if (e->draft) {
     e->qbuf = malloc((size_t)e->spec_k * S * (size_t)e->vocab * sizeof(float));
-    e->d_ids = malloc(T * 4);
-    e->d_pos = malloc(T * 4);
-    e->d_slots = malloc(T * 4);
-    e->d_qsl = malloc((S + 1) * 4);
-    e->d_ctx = malloc(S * 4);
-    e->d_bt = malloc(S * (size_t)e->bt_stride * 4);
+    const int ok = alloc_batch(T, S, (size_t)e->bt_stride, &e->d_ids, &e->d_pos, &e->d_slots,
+                               &e->d_qsl, &e->d_ctx, &e->d_bt);
     e->d_rows = malloc(S * 4);
     e->d_item = malloc(S * 4);
-    if (!e->qbuf || !e->d_ids || !e->d_pos || !e->d_slots || !e->d_qsl || !e->d_ctx ||
-        !e->d_bt || !e->d_rows || !e->d_item)
+    if (!ok || !e->qbuf || !e->d_rows || !e->d_item)
       return WEIR_E_NOMEM;
   }
-  if (!e->a_ids || !e->a_pos || !e->a_slots || !e->a_qsl || !e->a_ctx || !e->a_bt ||
-      !e->a_rows || !e->rows || !e->results || !e->row_req || !e->suppress)
+  if (!e->a_rows || !e->rows || !e->results || !e->row_req || !e->suppress)
     return WEIR_E_NOMEM;
   return WEIR_OK;
 }
