@@ -58,12 +58,21 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
   for (int32_t i = 1; next < 0 && i < p->num_arms - 1; i++)
     if (a[i].trials < WEIR_SPEC_MIN_TRIALS) next = i;
   if (next < 0) {
-    int32_t best = 0, least = 0;
-    for (int32_t i = 1; i < p->num_arms; i++) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < p->num_arms; i++)
       if (a[i].tps > a[best].tps) best = i;
-      if (a[i].trials < a[least].trials) least = i;
-    }
-    next = st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1 && least != best ? least : best;
+    /* Exploring costs: a run at a slower length, and for the draft model a catch-up of its
+     * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; the
+     * ones far behind only one in WEIR_SPEC_EXPLORE^2, enough to notice a change. */
+    int32_t least = -1;
+    const int far_turn = st->runs % (WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE) ==
+                         WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE - 1;
+    if (st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
+      for (int32_t i = 0; i < p->num_arms; i++)
+        if (i != best && (far_turn || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) &&
+            (least < 0 || a[i].trials < a[least].trials))
+          least = i;
+    next = least >= 0 ? least : best;
   }
   st->runs++;
   if (next != st->cur) st->fresh = 1;

@@ -12,7 +12,8 @@
  * change is not counted: a lone step of one length between steps of another is not what
  * that length gives (the draft model's weights evict the target's from the caches, and the
  * draft's KV must catch up after steps without drafts). One run in WEIR_SPEC_EXPLORE goes
- * to the arm measured least.
+ * to the arm measured least among those within WEIR_SPEC_NEAR of the best, and one run in
+ * WEIR_SPEC_EXPLORE^2 to the arm measured least of all.
  *
  * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
  * draft j is worth making while a^j >= WEIR_SPEC_MIN_REACH, the chance that the target gets
@@ -28,6 +29,7 @@
 #define WEIR_SPEC_MAX_ARMS 8  /* 0, 1, 2, 4, 8, 16, 32, 64 */
 #define WEIR_SPEC_EXPLORE 16  /* one run in this many (per bucket) tries another arm */
 #define WEIR_SPEC_RUN 6       /* steps an arm runs once chosen */
+#define WEIR_SPEC_NEAR 0.75   /* arms this close to the best are explored often */
 #define WEIR_SPEC_MIN_TRIALS 4 /* measured steps before an arm's rate is trusted */
 #define WEIR_SPEC_MIN_REACH 0.25
 
