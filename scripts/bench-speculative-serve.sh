@@ -3,7 +3,9 @@
 # (A) against the draft model (B), with the adaptive policy and at a fixed length, at 1, 4
 # and 16 concurrent streams, greedy and at temperature 0.8; weir bench alternates the two
 # servers round by round (ABAB, ROUNDS per side) and reports whether a difference exceeds the
-# run-to-run spread. Output: one weir bench report per case, and OUT/*.json.
+# run-to-run spread. Each round first sends as many warm-up requests as it measures (not
+# counted): the adaptive policy learns per server, so this measures a server in service, not
+# one learning from scratch. Output: one weir bench report per case, and OUT/*.json.
 #
 #   scripts/bench-speculative-serve.sh [BUILD_DIR] [OUT_DIR] [ROUNDS]
 set -euo pipefail
@@ -43,9 +45,10 @@ for temp in 0 0.8; do
       n=$((c * 4 > 8 ? c * 4 : 8))
       echo "## temperature $temp, concurrency $c: none vs $b"
       "$weir" bench --a-config "$out/none.toml" --b-config "$out/$b.toml" --label-a none \
-        --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" \
+        --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" --warmup "$n" \
         --dataset jsonl --file "$out/prompts.jsonl" --output-len 128 --ignore-eos \
-        --temperature "$temp" --quiet --json "$out/t$temp-c$c-$b.json" 2>&1 | tail -25
+        --temperature "$temp" --quiet --json "$out/t$temp-c$c-$b.json" 2>&1 | tail -25 ||
+        echo "(weir bench failed: $?)"
     done
   done
 done
