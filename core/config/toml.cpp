@@ -57,6 +57,25 @@ bool add_item(weir_toml_node *parent, weir_toml_node *child) {
   return true;
 }
 
+// toml++ refuses inline tables and arrays nested deeper than 256 when it parses, but dotted
+// keys (`a.b.c... = 1`) nest tables without that cap, and weir prints a plugin option's
+// nested tables inline: such a file loaded and its printed form did not (found by fuzz_toml).
+// No configuration needs more than a few levels; 64 keeps the printed form far below 256.
+constexpr int kMaxDepth = 64;
+
+// The first node nested deeper than kMaxDepth tables or arrays, or nullptr.
+const toml::node *too_deep(const toml::node &n, int depth) {
+  if (depth > kMaxDepth) return &n;
+  if (const toml::table *t = n.as_table()) {
+    for (auto &&[k, v] : *t)
+      if (const toml::node *d = too_deep(v, depth + 1)) return d;
+  } else if (const toml::array *a = n.as_array()) {
+    for (auto &&v : *a)
+      if (const toml::node *d = too_deep(v, depth + 1)) return d;
+  }
+  return nullptr;
+}
+
 weir_toml_node *convert(const toml::node &src) {
   weir_toml_node *n = nullptr;
   if (const toml::table *t = src.as_table()) {
@@ -257,6 +276,12 @@ int parse_common(std::string_view text, const char *source, weir_toml_node **out
        * control byte: the message stays one printable line. */
       for (char *c = err; c && *c; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+      return WEIR_E_FORMAT;
+    }
+    if (const toml::node *d = too_deep(r.table(), 0)) {
+      std::snprintf(err, errlen, "%s:%u:%u: nested more than %d tables or arrays deep", source,
+                    (unsigned)d->source().begin.line, (unsigned)d->source().begin.column,
+                    kMaxDepth);
       return WEIR_E_FORMAT;
     }
     weir_toml_node *root = convert(r.table());

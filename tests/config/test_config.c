@@ -145,6 +145,18 @@ static void test_syntax_errors(void) {
   expect_error("kvt= 001_0[\"\"\"ua$1_\xd6\xa0\xcf\xa2", WEIR_E_FORMAT, "outside a string");
   expect_error("[server]\nport = 1{a='\xcb\xa0'}\n", WEIR_E_FORMAT, "outside a string");
   expect_error("[server]\nport=1=\"\xcb\xa0\"\n", WEIR_E_FORMAT, "outside a string");
+  /* Dotted keys nest tables past what the printed (inline) form can load: refused. */
+  {
+    char deep[1024] = "[attention]\nq";
+    for (int i = 0; i < 80; i++) strcat(deep, ".k");
+    strcat(deep, " = 1\n");
+    expect_error(deep, WEIR_E_FORMAT, "nested more than 64");
+    char fine[256] = "[attention]\nq";
+    for (int i = 0; i < 10; i++) strcat(fine, ".k");
+    strcat(fine, " = 1\n");
+    WT_ASSERT_INT_EQ(load_text(fine, &c, err, sizeof err), 0);
+    weir_config_free(&c);
+  }
   /* A string glued to '=' is still a string. */
   WT_ASSERT_INT_EQ(load_text("[server]\napi_key=\"\xcb\xa0\"\n", &c, err, sizeof err), 0);
   if (c.api_key) CU_ASSERT_STRING_EQUAL(c.api_key, "\xcb\xa0");
