@@ -8,12 +8,19 @@
 # one learning from scratch. Output: one weir bench report per case, and OUT/*.json.
 #
 #   scripts/bench-speculative-serve.sh [BUILD_DIR] [OUT_DIR] [ROUNDS]
+#
+# VARIANTS="draft" runs the adaptive policy only (default: "draft draft-fixed"); THREADS sets
+# the server's device threads (default 1); PER_STREAM and MIN_REQS size a round (below).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
 out=${2:-$(mktemp -d)}
 rounds=${3:-3}
 threads=${THREADS:-1}
+# Requests per round: PER_STREAM per stream, at least MIN_REQS (rounds of a few seconds: a
+# shorter round is mostly the policy's learning and the machine's noise).
+per_stream=${PER_STREAM:-8}
+min_reqs=${MIN_REQS:-32}
 weir=$build/bin/weir
 mkdir -p "$out"
 # Prompts in the model's register (King James phrases), one per line, cycled.
@@ -41,8 +48,8 @@ base > "$out/none.toml"
 { cat "$out/draft.toml"; echo "adaptive = false"; } > "$out/draft-fixed.toml"
 for temp in 0 0.8; do
   for c in 1 4 16; do
-    for b in draft draft-fixed; do
-      n=$((c * 4 > 8 ? c * 4 : 8))
+    for b in ${VARIANTS:-draft draft-fixed}; do
+      n=$((c * per_stream > min_reqs ? c * per_stream : min_reqs))
       echo "## temperature $temp, concurrency $c: none vs $b"
       "$weir" bench --a-config "$out/none.toml" --b-config "$out/$b.toml" --label-a none \
         --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" --warmup "$n" \

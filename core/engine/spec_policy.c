@@ -23,7 +23,11 @@ void weir_spec_policy_init(weir_spec_policy *p, int32_t kmax, int adaptive) {
   ks[n++] = p->kmax;
   p->num_arms = n;
   for (int b = 0; b < WEIR_SPEC_BUCKETS; b++)
-    for (int32_t i = 0; i < n; i++) p->arms[b][i].k = ks[i];
+    for (int32_t i = 0; i < n; i++) {
+      p->arms[b][i].k = ks[i];
+      p->arms[b][i].far_gap = WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE;
+      p->arms[b][i].next_far = WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE;
+    }
 }
 
 int weir_spec_bucket(int32_t n) {
@@ -41,6 +45,31 @@ static int32_t arm_of(const weir_spec_policy *p, int32_t k) {
   return -1;
 }
 
+static int32_t best_arm(const weir_spec_policy *p, const weir_spec_arm *a) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < p->num_arms; i++)
+    if (a[i].tps > a[best].tps) best = i;
+  return best;
+}
+
+static int measured(const weir_spec_arm *a) {
+  return a->trials >= WEIR_SPEC_MIN_TRIALS || a->deferred;
+}
+
+/* Whether bucket b may skip learning arm i: the nearest smaller bucket that has measured
+ * every arm runs best without drafts and has arm i far behind (spec_policy.h). */
+static int defer_to_smaller(const weir_spec_policy *p, int b, int32_t i) {
+  if (i == 0) return 0;
+  for (int s = b - 1; s >= 0; s--) {
+    const weir_spec_arm *a = p->arms[s];
+    int settled = 1;
+    for (int32_t j = 0; j < p->num_arms && settled; j++) settled = measured(&a[j]);
+    if (!settled) continue;
+    return best_arm(p, a) == 0 && a[i].tps < WEIR_SPEC_NEAR * a[0].tps;
+  }
+  return 0;
+}
+
 int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
   if (!p->adaptive) return p->kmax;
   if (n < 1) n = 1;
@@ -51,31 +80,56 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     st->left--;
     return a[st->cur].k;
   }
-  /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others). */
+  /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others),
+   * except those a smaller bucket has shown not to pay. */
   int32_t next = -1;
-  if (a[0].trials < WEIR_SPEC_MIN_TRIALS) next = 0;
-  else if (a[p->num_arms - 1].trials < WEIR_SPEC_MIN_TRIALS) next = p->num_arms - 1;
-  for (int32_t i = 1; next < 0 && i < p->num_arms - 1; i++)
-    if (a[i].trials < WEIR_SPEC_MIN_TRIALS) next = i;
+  const int32_t last = p->num_arms - 1;
+  for (int32_t o = 0; next < 0 && o < p->num_arms; o++) {
+    const int32_t i = o == 0 ? 0 : o == 1 ? last : o - 1;
+    if (measured(&a[i])) continue;
+    if (defer_to_smaller(p, b, i)) {
+      a[i].deferred = 1;
+      a[i].next_far = st->runs + a[i].far_gap;
+      continue;
+    }
+    next = i;
+  }
   if (next < 0) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < p->num_arms; i++)
-      if (a[i].tps > a[best].tps) best = i;
+    const int32_t best = best_arm(p, a);
+    if (best != st->best) { /* a new leader: every arm is judged against it afresh */
+      st->best = best;
+      for (int32_t i = 0; i < p->num_arms; i++) {
+        a[i].far_gap = WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE;
+        if (a[i].next_far > st->runs + a[i].far_gap) a[i].next_far = st->runs + a[i].far_gap;
+      }
+    }
     /* Exploring costs: a run at a slower length, and for the draft model a catch-up of its
-     * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; the
-     * ones far behind only one in WEIR_SPEC_EXPLORE^2, enough to notice a change. */
-    int32_t least = -1;
-    const int far_turn = st->runs % (WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE) ==
-                         WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE - 1;
+     * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; one
+     * far behind when its gap has passed, the gap doubling each time it stays far. */
+    int32_t pick = -1;
     if (st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
       for (int32_t i = 0; i < p->num_arms; i++)
-        if (i != best && (far_turn || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) &&
-            (least < 0 || a[i].trials < a[least].trials))
-          least = i;
-    next = least >= 0 ? least : best;
+        if (i != best && a[i].tps >= WEIR_SPEC_NEAR * a[best].tps &&
+            (pick < 0 || a[i].trials < a[pick].trials))
+          pick = i;
+    for (int32_t i = 0; i < p->num_arms; i++) {
+      if (i == best || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) {
+        a[i].far_gap = WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE; /* near: back to the short gap */
+        continue;
+      }
+      if (pick < 0 && st->runs >= a[i].next_far) pick = i;
+    }
+    if (pick >= 0 && a[pick].tps < WEIR_SPEC_NEAR * a[best].tps) {
+      /* Doubled now, reset above if this run brings the arm near again. */
+      if (a[pick].far_gap < WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE * WEIR_SPEC_FAR_BACKOFF)
+        a[pick].far_gap *= 2;
+      a[pick].next_far = st->runs + a[pick].far_gap;
+      /* What it measured hundreds of runs ago is stale: this run's steps are its rate. */
+      a[pick].tokens = a[pick].seconds = a[pick].tps = 0;
+    }
+    next = pick >= 0 ? pick : best;
   }
   st->runs++;
-  if (next != st->cur) st->fresh = 1;
   st->cur = next;
   st->left = WEIR_SPEC_RUN - 1;
   return a[next].k;
@@ -87,10 +141,6 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
   const int32_t i = arm_of(p, k);
   if (i < 0) return;
   const int b = weir_spec_bucket(n);
-  if (p->state[b].fresh) { /* the step right after a change of length */
-    p->state[b].fresh = 0;
-    return;
-  }
   weir_spec_arm *a = &p->arms[b][i];
   a->tokens = a->tokens * TPS_DECAY + (double)tokens;
   a->seconds = a->seconds * TPS_DECAY + seconds;

@@ -8,12 +8,28 @@
  * tokens per second that pure decode steps achieved with each speculation length ("arm":
  * 0, 1, 2, 4, ... up to k), runs the best arm, and keeps measuring the others, so the
  * crossover where speculation stops paying is found at run time and followed when the load
- * or the text changes. An arm runs WEIR_SPEC_RUN steps in a row and the first step after a
- * change is not counted: a lone step of one length between steps of another is not what
- * that length gives (the draft model's weights evict the target's from the caches, and the
- * draft's KV must catch up after steps without drafts). One run in WEIR_SPEC_EXPLORE goes
- * to the arm measured least among those within WEIR_SPEC_NEAR of the best, and one run in
- * WEIR_SPEC_EXPLORE^2 to the arm measured least of all.
+ * or the text changes. An arm runs WEIR_SPEC_RUN steps in a row, and its rate counts the
+ * step that switched to it: switching costs (after steps without drafts the draft model's
+ * KV must catch up every sequence's tokens since, and its weights evict the target's from
+ * the caches), and a length whose run does not repay that cost is not worth switching to.
+ * The cost grows with the batch and with the time since drafting stopped, which is what
+ * keeps exploration from taxing a large batch that runs without drafts. One run in
+ * WEIR_SPEC_EXPLORE goes
+ * to the arm measured least among those within WEIR_SPEC_NEAR of the best.
+ *
+ * Exploring an arm far behind the best costs the most (a run at a slow length, and for the
+ * draft model a catch-up of every sequence's draft KV), so such an arm is tried again only
+ * after WEIR_SPEC_EXPLORE^2 runs, and each try that leaves it far behind doubles that gap, up
+ * to WEIR_SPEC_FAR_BACKOFF times: enough to notice that the text or the load changed,
+ * rare enough to cost nothing in steady service. Such a run forgets the arm's old rate (it
+ * is hundreds of runs stale), and a change of the leading arm resets every gap.
+ *
+ * Buckets inform each other in one direction. Verifying drafts costs more per sequence as
+ * the batch grows, so a length that loses to no drafts at some batch size loses at every
+ * larger one: a bucket whose nearest smaller bucket has settled (every arm measured) on no
+ * drafts, with a length far behind, does not spend runs learning that length; it only
+ * reaches it by far exploration. This is the measured crossover: the batch size past which
+ * the engine stops drafting, found at the first bucket where drafting lost.
  *
  * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
  * draft j is worth making while a^j >= WEIR_SPEC_MIN_REACH, the chance that the target gets
@@ -32,19 +48,23 @@
 #define WEIR_SPEC_NEAR 0.75   /* arms this close to the best are explored often */
 #define WEIR_SPEC_MIN_TRIALS 4 /* measured steps before an arm's rate is trusted */
 #define WEIR_SPEC_MIN_REACH 0.25
+#define WEIR_SPEC_FAR_BACKOFF 16 /* a far arm's exploration gap grows to EXPLORE^2 times this */
 
 typedef struct weir_spec_arm {
   int32_t k;       /* drafts per sequence */
   double tps;      /* output tokens per second of pure decode steps: tokens / seconds */
   double tokens, seconds; /* their sums over the arm's steps, older steps fading */
   uint32_t trials; /* steps measured */
+  uint32_t far_gap;  /* runs between explorations while far behind the best */
+  uint32_t next_far; /* the bucket's run count from which it may be explored again */
+  int deferred;      /* 1: not learned here, a smaller bucket found it far behind no drafts */
 } weir_spec_arm;
 
 typedef struct weir_spec_bucket_state {
   int32_t cur;   /* the arm running */
   int32_t left;  /* steps left in its run */
-  int fresh;     /* 1: the next observation is the first after a change (not counted) */
   uint32_t runs; /* runs begun */
+  int32_t best;  /* the arm that led when the last run began */
 } weir_spec_bucket_state;
 
 typedef struct weir_spec_policy {
@@ -63,8 +83,9 @@ int weir_spec_bucket(int32_t n);
 
 /* The speculation length for a step with n decode sequences: the arm running in n's bucket
  * until its run ends; then an arm measured fewer than WEIR_SPEC_MIN_TRIALS steps (0, then
- * the longest, then the rest), one run in WEIR_SPEC_EXPLORE the arm measured least, else the
- * arm with the most tokens per second. Returns the arm's k (0: no drafts). */
+ * the longest, then the rest; not one deferred by a smaller bucket), one run in
+ * WEIR_SPEC_EXPLORE the least measured arm near the best, a far arm whose gap has passed,
+ * else the arm with the most tokens per second. Returns the arm's k (0: no drafts). */
 int32_t weir_spec_choose(weir_spec_policy *p, int32_t n);
 
 /* Records a pure decode step with n sequences run at length k (as chosen): `tokens` output

@@ -4,6 +4,7 @@
  * cut by acceptance, and the acceptance average. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/spec_policy.h"
 #include "testutil.h"
@@ -87,25 +88,107 @@ static void test_finds_the_crossover(void) {
   WT_ASSERT_INT_EQ(k, 0);
 }
 
-/* An arm runs WEIR_SPEC_RUN steps once chosen, and the first step after a change of length
- * is not counted (caches and the draft's KV are still those of the previous length). */
+/* An arm runs WEIR_SPEC_RUN steps once chosen, and the step that switched to it counts in
+ * its rate: a slow first step (the draft's KV catching up) is the price of that length. */
 static void test_runs_and_transitions(void) {
   weir_spec_policy p;
   weir_spec_policy_init(&p, 4, 1);
   int32_t first = weir_spec_choose(&p, 1);
   WT_ASSERT_INT_EQ(first, 0);
   for (int i = 1; i < WEIR_SPEC_RUN; i++) WT_ASSERT_INT_EQ(weir_spec_choose(&p, 1), 0);
-  weir_spec_observe(&p, 1, 0, 10, 1.0);
-  WT_ASSERT_INT_EQ(p.arms[0][0].trials, 1); /* no change from the start: counted */
   for (int i = 0; i < WEIR_SPEC_MIN_TRIALS; i++) weir_spec_observe(&p, 1, 0, 10, 1.0);
+  WT_ASSERT_INT_EQ(p.arms[0][0].trials, WEIR_SPEC_MIN_TRIALS);
   WT_ASSERT_INT_EQ(weir_spec_choose(&p, 1), 4); /* next run: the longest, unmeasured */
-  weir_spec_observe(&p, 1, 4, 30, 1.0);
-  WT_ASSERT_INT_EQ(p.arms[0][3].trials, 0); /* the transition step */
-  weir_spec_observe(&p, 1, 4, 30, 1.0);
+  weir_spec_observe(&p, 1, 4, 30, 5.0);         /* the switch: a catch-up */
   WT_ASSERT_INT_EQ(p.arms[0][3].trials, 1);
-  CU_ASSERT(fabs(p.arms[0][3].tps - 30.0) < 1e-9);
+  weir_spec_observe(&p, 1, 4, 30, 1.0);
+  WT_ASSERT_INT_EQ(p.arms[0][3].trials, 2);
+  CU_ASSERT(fabs(p.arms[0][3].tps - (30 * 0.97 + 30) / (5.0 * 0.97 + 1.0)) < 1e-9);
   /* Another bucket keeps its own run. */
   WT_ASSERT_INT_EQ(weir_spec_choose(&p, 64), 0);
+}
+
+/* A length within WEIR_SPEC_NEAR of the best per step would be explored one run in
+ * WEIR_SPEC_EXPLORE; counted with the catch-up its switch costs, it is far behind and tried
+ * only at the backed-off far gaps. */
+static void test_switch_cost_counts(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 2, 1); /* arms 0, 1, 2 */
+  int32_t counts[65] = {0};
+  int32_t prev = 0;
+  const int steps = 6000;
+  for (int i = 0; i < steps; i++) {
+    const int32_t k = weir_spec_choose(&p, 8);
+    counts[k]++;
+    /* Drafting runs at 0.9x per step, and its first step after k = 0 costs 20 steps more. */
+    const double secs = (k == 0 ? 1.0 : 1.0 / 0.9) + (k && !prev ? 20.0 : 0.0);
+    weir_spec_observe(&p, 8, k, 8, secs * 1e-3);
+    prev = k;
+  }
+  /* Learning (one run each), then far runs at 256 and 768 of the 1000: about 18 steps each. */
+  if (counts[1] + counts[2] > 60) printf("\n    k=0 %d, k=1 %d, k=2 %d", counts[0], counts[1],
+                                         counts[2]);
+  CU_ASSERT(counts[1] + counts[2] <= 60);
+}
+
+/* Steps of n sequences on machine m; counts[k] gets the steps run at each length. */
+static void drive(weir_spec_policy *p, const sim *m, int32_t n, int steps, int32_t counts[65]) {
+  for (int i = 0; i < steps; i++) {
+    int32_t k = weir_spec_choose(p, n);
+    counts[k]++;
+    weir_spec_observe(p, n, k, (int64_t)llround(n * sim_tokens(m, k) * 1000),
+                      sim_seconds(m, n, k) * 1000);
+  }
+}
+
+/* A length far behind no drafts at one batch size is not learned at a larger one: drafting
+ * stops at the measured crossover, without a learning run per bucket. */
+static void test_larger_buckets_defer(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  sim cpu = {.fixed = 0.05e-3, .per_token = 0.35e-3, .accept = 0.65};
+  WT_ASSERT_INT_EQ(settle(&p, &cpu, 1, 0), 0);
+  /* At one sequence k = 1 runs at 87% of k = 0 (near), k = 2 at 74% and k = 4 at 55% (far). */
+  int32_t counts[65] = {0};
+  drive(&p, &cpu, 16, 6 * 200, counts); /* 200 runs: before any far exploration is due */
+  CU_ASSERT(counts[1] > 0);             /* learned: near at the smaller bucket */
+  WT_ASSERT_INT_EQ(counts[2], 0);
+  WT_ASSERT_INT_EQ(counts[4], 0);
+  CU_ASSERT(p.arms[4][3].deferred && p.arms[4][2].deferred && !p.arms[4][1].deferred);
+  /* Without the smaller bucket's verdict, a bucket learns every arm. */
+  weir_spec_policy_init(&p, 4, 1);
+  memset(counts, 0, sizeof(int32_t) * 65);
+  drive(&p, &cpu, 16, 6 * 200, counts);
+  CU_ASSERT(counts[2] > 0 && counts[4] > 0);
+  /* Where drafting pays at one sequence, larger buckets learn for themselves. */
+  weir_spec_policy_init(&p, 4, 1);
+  sim gpu = {.fixed = 10e-3, .per_token = 0.05e-3, .accept = 0.7};
+  WT_ASSERT_INT_EQ(settle(&p, &gpu, 1, 0), 4);
+  memset(counts, 0, sizeof(int32_t) * 65);
+  drive(&p, &gpu, 16, 6 * 20, counts);
+  CU_ASSERT(counts[1] > 0 && counts[2] > 0);
+}
+
+/* A far arm is explored again after EXPLORE^2 runs, then at doubling gaps; a change of the
+ * machine is still found (through the near arms, one step of length at a time). */
+static void test_far_exploration_backs_off(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  sim cpu = {.fixed = 0.05e-3, .per_token = 0.35e-3, .accept = 0.65};
+  const int32_t runs = 5000;
+  int32_t counts[65] = {0};
+  drive(&p, &cpu, 1, WEIR_SPEC_RUN * runs, counts);
+  /* k = 4: one learning run, then runs 256, 768, 1792, 3840 (gaps 512, 1024, 2048). */
+  const int32_t k4_runs = counts[4] / WEIR_SPEC_RUN;
+  if (k4_runs != 5) printf("\n    k=4 ran %d runs of %d", k4_runs, runs);
+  WT_ASSERT_INT_EQ(k4_runs, 5);
+  /* The near arm keeps its one run in WEIR_SPEC_EXPLORE. */
+  CU_ASSERT(counts[1] >= WEIR_SPEC_RUN * (runs / WEIR_SPEC_EXPLORE - 2));
+  /* The drafts become near-certain: the policy climbs to the longest length, one near arm
+   * at a time as each one's faded rate overtakes the best's. */
+  sim loop = {.fixed = 0.2e-3, .per_token = 0.18e-3, .accept = 0.97};
+  drive(&p, &loop, 1, WEIR_SPEC_RUN * 2000, counts);
+  WT_ASSERT_INT_EQ(settle(&p, &loop, 1, 0), 4);
 }
 
 static void test_per_request_length(void) {
@@ -134,6 +217,9 @@ int main(void) {
   static const wt_test tests[] = {{"arms and buckets", test_arms_and_buckets},
                                   {"finds the crossover", test_finds_the_crossover},
                                   {"runs and transitions", test_runs_and_transitions},
+                                  {"the switch counts", test_switch_cost_counts},
+                                  {"larger buckets defer", test_larger_buckets_defer},
+                                  {"far exploration backs off", test_far_exploration_backs_off},
                                   {"per-request length and acceptance", test_per_request_length},
                                   {NULL, NULL}};
   return wt_run_suite("spec_policy", tests);
