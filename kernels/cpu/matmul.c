@@ -14,6 +14,9 @@
 /* Bytes of one slice of a block of W rows the GEMM keeps in L2. */
 #define W_BLOCK_BYTES (256 * 1024)
 
+/* GEMV: rows this far ahead are prefetched into L2 (enough misses in flight for one core). */
+#define PF_ROWS 16
+
 /* Column slice of the GEMM path (a multiple of 16). */
 #define K_BLOCK 1024
 
@@ -97,12 +100,17 @@ WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE float dot1_avx2(const void *w, int64_
 
 /* GEMV: 4 rows x 1 token, two accumulators per row (8 independent FMA chains). */
 WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE void gemv4_avx2(const void *w, int64_t r, int64_t cols,
-                                                      const float *x, float *y, int f16) {
+                                                      const float *x, float *y, int f16, int pf) {
   __m256 acc[4][2];
   for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const int64_t row_bytes = cols * (f16 ? 2 : 4);
+  const char *far = pf ? (const char *)w + (size_t)(r + PF_ROWS) * (size_t)row_bytes : NULL;
   int64_t k = 0;
   for (; k + 16 <= cols; k += 16) {
     __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+    if (pf && (k * (f16 ? 2 : 4)) % 64 == 0) /* a line of each row PF_ROWS on, per line */
+      for (int i = 0; i < 4; i++)
+        _mm_prefetch(far + i * row_bytes + k * (f16 ? 2 : 4), _MM_HINT_T1);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
       acc[i][0] = _mm256_fmadd_ps(ld_w8(w, (r + i) * cols + k, f16), x0, acc[i][0]);
@@ -179,7 +187,7 @@ WEIR_TARGET_AVX2 static WEIR_ALWAYS_INLINE void rows_avx2_impl(const weir_matmul
   if (n == 1) {
     float tmp[4];
     for (int64_t r = r0; r < rg_end; r += 4) {
-      gemv4_avx2(a->w, r, cols, a->x, tmp, f16);
+      gemv4_avx2(a->w, r, cols, a->x, tmp, f16, r + PF_ROWS + 4 <= rows);
       for (int i = 0; i < 4; i++) a->y[r + i] = tmp[i];
     }
   } else {
@@ -252,12 +260,18 @@ WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE float dot1_avx512(const void *w, in
 }
 
 WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void gemv4_avx512(const void *w, int64_t r, int64_t cols,
-                                                          const float *x, float *y, int f16) {
+                                                          const float *x, float *y, int f16,
+                                                          int pf) {
   __m512 acc[4][2];
   for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const int64_t row_bytes = cols * (f16 ? 2 : 4);
+  const char *far = pf ? (const char *)w + (size_t)(r + PF_ROWS) * (size_t)row_bytes : NULL;
   int64_t k = 0;
   for (; k + 32 <= cols; k += 32) {
     __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+    if (pf) /* one 64-byte line of each of the 4 rows PF_ROWS on, per 64 bytes of a row */
+      for (int i = 0; i < 4; i++)
+        _mm_prefetch(far + i * row_bytes + k * (f16 ? 2 : 4), _MM_HINT_T1);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
       acc[i][0] = _mm512_fmadd_ps(ld_w16(w, (r + i) * cols + k, f16), x0, acc[i][0]);
@@ -348,7 +362,7 @@ WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void rows_avx512_impl(const weir_ma
   if (n == 1) {
     float tmp[4];
     for (int64_t r = r0; r < rg_end; r += 4) {
-      gemv4_avx512(a->w, r, cols, a->x, tmp, f16);
+      gemv4_avx512(a->w, r, cols, a->x, tmp, f16, r + PF_ROWS + 4 <= rows);
       for (int i = 0; i < 4; i++) a->y[r + i] = tmp[i];
     }
   } else {

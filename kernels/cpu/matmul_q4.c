@@ -250,9 +250,14 @@ static inline int64_t token_block(int64_t kp, int64_t nt) {
 }
 
 #if WEIR_X86
-/* Bytes ahead of the current nibbles that are prefetched: a quad is one linear stream, so a
- * fixed distance works for any row length (one quad ahead overflowed L1 for long rows). */
-#define PF_DIST 2048
+/* Software prefetch of the nibbles, a quad being one linear stream: far ahead into L2, so
+ * enough misses are in flight for one core to approach its DRAM bandwidth, and near ahead
+ * into L1, so the loads find their lines there. One level alone is slower on the development
+ * machine (AMD EPYC, Zen 4), 1-thread decode of the 1.1B shape: 31 tok/s at 2 KiB into L1,
+ * 35 at 16 KiB into L1, 32 at 16 KiB into L2; 40 with 32 KiB into L2 and 4 KiB into L1
+ * (docs/perf/quant.md). */
+#define PF_FAR 32768
+#define PF_NEAR 4096
 
 /* The scales at the end of the next quad: the forward prefetch reaches them only after most of
  * that quad's nibbles, so without this every quad would start on demand misses. */
@@ -308,8 +313,10 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
     for (int i = 0; i < 4; i++) {
       const uint8_t *nb = quad + c * 512 + i * 128;
       if (pf) {
-        _mm_prefetch((const char *)(nb + PF_DIST), _MM_HINT_T0);
-        _mm_prefetch((const char *)(nb + PF_DIST + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nb + PF_FAR), _MM_HINT_T1);
+        _mm_prefetch((const char *)(nb + PF_FAR + 64), _MM_HINT_T1);
+        _mm_prefetch((const char *)(nb + PF_NEAR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nb + PF_NEAR + 64), _MM_HINT_T0);
       }
       const __m256i v0 = _mm256_loadu_si256((const __m256i *)nb);
       const __m256i v1 = _mm256_loadu_si256((const __m256i *)(nb + 32));
@@ -381,7 +388,10 @@ WEIR_TARGET_AVX2 static void tile_avx2(const weir_q4_matmul_args *a, int64_t qd,
       }                                                                                        \
       _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                    \
         const uint8_t *nb = quad + c * 512 + i * 128 + h * 64;                                 \
-        if (pf) _mm_prefetch((const char *)(nb + PF_DIST), _MM_HINT_T0);                       \
+        if (pf) {                                                                              \
+          _mm_prefetch((const char *)(nb + PF_FAR), _MM_HINT_T1);                              \
+          _mm_prefetch((const char *)(nb + PF_NEAR), _MM_HINT_T0);                             \
+        }                                                                                      \
         const __m512i v = _mm512_loadu_si512((const void *)nb);                                \
         const __m512i lo = _mm512_and_si512(v, mask);                                          \
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);                    \
