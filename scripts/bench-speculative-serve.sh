@@ -4,13 +4,16 @@
 # and 16 concurrent streams, greedy and at temperature 0.8; weir bench alternates the two
 # servers round by round (ABAB, ROUNDS per side) and reports whether a difference exceeds the
 # run-to-run spread. Each round first sends as many warm-up requests as it measures (not
-# counted): the adaptive policy learns per server, so this measures a server in service, not
-# one learning from scratch. Output: one weir bench report per case, and OUT/*.json.
+# counted). Output: one weir bench report per case, and OUT/*.json.
 #
 #   scripts/bench-speculative-serve.sh [BUILD_DIR] [OUT_DIR] [ROUNDS]
 #
-# VARIANTS="draft" runs the adaptive policy only (default: "draft draft-fixed"); THREADS sets
-# the server's device threads (default 1); PER_STREAM and MIN_REQS size a round (below).
+# By default weir bench starts a fresh server for every round, so each round measures a
+# server that has only just learned (the policy learns per server, inside the warm-up).
+# IN_SERVICE=1 starts one long-lived server per configuration instead and sends every case to
+# them in turn: a server in service, which keeps what its policy learned. VARIANTS="draft"
+# runs the adaptive policy only (default: "draft draft-fixed"); THREADS sets the server's
+# device threads (default 1); PER_STREAM and MIN_REQS size a round (below).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -46,12 +49,42 @@ base > "$out/none.toml"
 { base; printf '[drafter]\nname = "draft_model"\nmodel = "%s"\n' "$here/models/kjv-draft.gguf"; } \
   > "$out/draft.toml"
 { cat "$out/draft.toml"; echo "adaptive = false"; } > "$out/draft-fixed.toml"
+# IN_SERVICE=1: one long-lived server per configuration, started here and serving every
+# case in turn (the policy keeps what it learned across cases, as a server in service does);
+# otherwise weir bench starts a fresh server for every round (each round pays the policy's
+# learning inside its warm-up).
+pids=()
+trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait' EXIT
+target() { # target LABEL: the weir bench arguments that name configuration LABEL
+  if [ "${IN_SERVICE:-0}" = 1 ]; then echo "http://127.0.0.1:${port[$1]}"; else echo "$out/$1.toml"; fi
+}
+declare -A port
+if [ "${IN_SERVICE:-0}" = 1 ]; then
+  p=18600
+  for cfg in none ${VARIANTS:-draft draft-fixed}; do
+    port[$cfg]=$p
+    "$weir" serve --config "$out/$cfg.toml" --port "$p" > "$out/serve-$cfg.log" 2>&1 &
+    pids+=($!)
+    p=$((p + 1))
+  done
+  for cfg in "${!port[@]}"; do
+    for _ in $(seq 100); do
+      curl -sf "http://127.0.0.1:${port[$cfg]}/health" > /dev/null && break
+      sleep 0.1
+    done
+  done
+fi
+ab() { # ab A B: the weir bench target options
+  if [ "${IN_SERVICE:-0}" = 1 ]; then echo "--a $(target "$1") --b $(target "$2")"
+  else echo "--a-config $(target "$1") --b-config $(target "$2")"; fi
+}
 for temp in 0 0.8; do
   for c in 1 4 16; do
     for b in ${VARIANTS:-draft draft-fixed}; do
       n=$((c * per_stream > min_reqs ? c * per_stream : min_reqs))
       echo "## temperature $temp, concurrency $c: none vs $b"
-      "$weir" bench --a-config "$out/none.toml" --b-config "$out/$b.toml" --label-a none \
+      # shellcheck disable=SC2046
+      "$weir" bench $(ab none "$b") --label-a none \
         --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" --warmup "$n" \
         --dataset jsonl --file "$out/prompts.jsonl" --output-len 128 --ignore-eos \
         --temperature "$temp" --quiet --json "$out/t$temp-c$c-$b.json" 2>&1 | tail -25 ||
@@ -59,3 +92,10 @@ for temp in 0 0.8; do
     done
   done
 done
+if [ "${IN_SERVICE:-0}" = 1 ]; then
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  wait
+  pids=()
+  echo "## what the adaptive policy measured (each server's table at stop)"
+  grep -ah "speculation, " "$out"/serve-*.log | cut -d' ' -f4- || true
+fi
