@@ -56,10 +56,18 @@ static int measured(const weir_spec_arm *a) {
   return a->trials >= WEIR_SPEC_MIN_TRIALS || a->deferred;
 }
 
-/* Whether bucket b may skip learning arm i: the nearest smaller bucket that has measured
- * every arm runs best without drafts and has arm i far behind (spec_policy.h). */
-static int defer_to_smaller(const weir_spec_policy *p, int b, int32_t i) {
+/* Whether bucket b may skip learning arm i (spec_policy.h): the longest arm, measured here,
+ * is far behind no drafts (the per-request cut makes it every shorter length for the
+ * requests whose drafts fail, so the lengths between are not learned either); or the nearest
+ * smaller bucket that has measured every arm runs best without drafts and has arm i far
+ * behind. */
+static int defer_arm(const weir_spec_policy *p, int b, int32_t i) {
   if (i == 0) return 0;
+  const weir_spec_arm *here = p->arms[b];
+  const int32_t last = p->num_arms - 1;
+  if (i != last && here[0].trials >= WEIR_SPEC_MIN_TRIALS &&
+      here[last].trials >= WEIR_SPEC_MIN_TRIALS && here[last].tps < WEIR_SPEC_NEAR * here[0].tps)
+    return 1;
   for (int s = b - 1; s >= 0; s--) {
     const weir_spec_arm *a = p->arms[s];
     int settled = 1;
@@ -87,7 +95,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
   for (int32_t o = 0; next < 0 && o < p->num_arms; o++) {
     const int32_t i = o == 0 ? 0 : o == 1 ? last : o - 1;
     if (measured(&a[i])) continue;
-    if (defer_to_smaller(p, b, i)) {
+    if (defer_arm(p, b, i)) {
       a[i].deferred = 1;
       a[i].next_far = st->runs + a[i].far_gap;
       continue;

@@ -24,6 +24,11 @@
  * rare enough to cost nothing in steady service. Such a run forgets the arm's old rate (it
  * is hundreds of runs stale), and a change of the leading arm resets every gap.
  *
+ * Learning itself is cut short where drafting loses: when the longest arm, learned right after
+ * no drafts, is far behind, the lengths between are not learned (the per-request cut by
+ * acceptance already shortens the longest arm's drafts wherever they fail, so it stands for
+ * them); they are reached by far exploration only.
+ *
  * Buckets inform each other in one direction. Verifying drafts costs more per sequence as
  * the batch grows, so a length that loses to no drafts at some batch size loses at every
  * larger one: a bucket whose nearest smaller bucket has settled (every arm measured) on no
