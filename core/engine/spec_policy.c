@@ -111,6 +111,15 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
         if (a[i].next_far > st->runs + a[i].far_gap) a[i].next_far = st->runs + a[i].far_gap;
       }
     }
+    /* The lengths that stood behind the longest are learned again once it comes near. */
+    if (a[last].trials >= WEIR_SPEC_MIN_TRIALS && a[last].tps >= WEIR_SPEC_NEAR * a[best].tps)
+      for (int32_t i = 1; i <= last; i++)
+        if (a[i].deferred) {
+          a[i].deferred = 0;
+          if (i == last) continue;
+          a[i].trials = 0;
+          a[i].tokens = a[i].seconds = a[i].tps = 0;
+        }
     /* Exploring costs: a run at a slower length, and for the draft model a catch-up of its
      * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; one
      * far behind when its gap has passed, the gap doubling each time it stays far. */
@@ -125,7 +134,8 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
         a[i].far_gap = WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE; /* near: back to the short gap */
         continue;
       }
-      if (pick < 0 && st->runs >= a[i].next_far) pick = i;
+      /* A deferred length stands behind the longest: only the longest is tried far. */
+      if (pick < 0 && st->runs >= a[i].next_far && (!a[i].deferred || i == last)) pick = i;
     }
     if (pick >= 0 && a[pick].tps < WEIR_SPEC_NEAR * a[best].tps) {
       /* Doubled now, reset above if this run brings the arm near again. */

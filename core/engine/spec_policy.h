@@ -27,13 +27,14 @@
  * Learning itself is cut short where drafting loses: when the longest arm, learned right after
  * no drafts, is far behind, the lengths between are not learned (the per-request cut by
  * acceptance already shortens the longest arm's drafts wherever they fail, so it stands for
- * them); they are reached by far exploration only.
+ * them); only the longest is tried far, and the others are learned again once it comes
+ * within WEIR_SPEC_NEAR of the best.
  *
  * Buckets inform each other in one direction. Verifying drafts costs more per sequence as
  * the batch grows, so a length that loses to no drafts at some batch size loses at every
  * larger one: a bucket whose nearest smaller bucket has settled (every arm measured) on no
- * drafts, with a length far behind, does not spend runs learning that length; it only
- * reaches it by far exploration. This is the measured crossover: the batch size past which
+ * drafts, with a length far behind, does not spend runs learning that length (the longest
+ * is still tried far, as above). This is the measured crossover: the batch size past which
  * the engine stops drafting, found at the first bucket where drafting lost.
  *
  * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
