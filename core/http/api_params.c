@@ -11,7 +11,25 @@
 #include <string.h>
 
 #include "http/api_internal.h"
+#include "util/utf8.h"
 #include "weir/status.h"
+
+/* Makes s (NUL-terminated, in a buffer of `size` bytes) valid UTF-8: what a message echoes
+ * from a request (a key, a value) may hold any bytes, and every byte a response carries must
+ * be valid UTF-8. Invalid bytes become U+FFFD, cut to the buffer on a character boundary. */
+static void clean_utf8(char *s, size_t size) {
+  const size_t n = strlen(s);
+  if (weir_utf8_valid(s, n)) return;
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  if (weir_utf8_sanitize((const unsigned char *)s, n, 1, &buf, &len, &cap, NULL) == 0) {
+    snprintf(s, size, "%.*s", (int)len, buf);
+  } else {
+    for (size_t i = 0; i < n; i++) /* out of memory: ASCII is valid anywhere */
+      if ((unsigned char)s[i] >= 0x80) s[i] = '?';
+  }
+  free(buf);
+}
 
 int weir__api_fail(api_error *e, int status, const char *param, const char *code,
                    const char *fmt, ...) {
@@ -26,7 +44,9 @@ int weir__api_fail(api_error *e, int status, const char *param, const char *code
   va_start(ap, fmt);
   vsnprintf(e->message, sizeof e->message, fmt, ap);
   va_end(ap);
-  /* A cut name must not end in half a character. */
+  /* Echoed request bytes are made valid; a cut name must not end in half a character. */
+  clean_utf8(e->param, sizeof e->param);
+  clean_utf8(e->message, sizeof e->message);
   weir_utf8_trim(e->param);
   weir_utf8_trim(e->message);
   return -1;

@@ -414,6 +414,16 @@ static void test_utf8_everywhere(void) {
   hc_response_free(&r);
   /* An unknown parameter named with invalid bytes, and one whose name is long enough to be
    * cut in the message: still whole characters. */
+  /* A logit_bias key with invalid bytes is echoed in the 400's message (found by
+   * fuzz_json_completions; its input is in the corpus, where the harness aborts on any
+   * invalid byte reaching the transport). */
+  static const char biaskey[] = "{\"prompt\":\"a\",\"logit_bias\":{\"1\xff\xfe\":1}}";
+  WT_ASSERT_INT_EQ(post_raw(g_main.port, "/v1/completions", biaskey, sizeof biaskey - 1, &r), 0);
+  WT_ASSERT_INT_EQ(r.status, 400);
+  CU_ASSERT(utf8_ok(r.body, r.body_len));
+  WT_ASSERT_STR_CONTAINS(r.body, "logit_bias");
+  WT_ASSERT_STR_CONTAINS(r.body, "1\xef\xbf\xbd");
+  hc_response_free(&r);
   static const char badkey[] = "{\"prompt\":\"a\",\"\xc0\xafx\":1}";
   WT_ASSERT_INT_EQ(post_raw(g_main.port, "/v1/completions", badkey, sizeof badkey - 1, &r), 0);
   WT_ASSERT_INT_EQ(r.status, 400);
