@@ -181,6 +181,8 @@ typedef enum { T_RAW, T_Q4, T_F32 } tkind;
 typedef struct planned {
   const weir_gguf_tensor *src;
   tkind kind;
+  const char *name; /* the name written: src->name, or output.weight for a tied model's
+                       calibrated output projection (whose source is token_embd.weight) */
 } planned;
 
 static size_t kv_value_len(const weir_gguf_kv *kv) {
@@ -290,7 +292,7 @@ static int make_block(qz *z, int l, block_out *b) {
 /* Writes one tensor: converted from what was computed, or the source bytes. */
 static int write_tensor(qz *z, weir_gguf_writer *w, const planned *p, const block_out *b,
                         const q4_out *embd, const q4_out *output, const float *out_norm) {
-  const char *name = p->src->name;
+  const char *name = p->name;
   if (p->kind == T_RAW) return put(w, p->src->t.data, (size_t)p->src->nbytes, z);
   if (!strcmp(name, "token_embd.weight")) return put(w, embd->data, embd->bytes, z);
   if (!strcmp(name, "output.weight")) return put(w, output->data, output->bytes, z);
@@ -354,8 +356,16 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
   if ((rc = export_site(z, -1, WEIR_LLAMA_SITE_OUTPUT, embd_name, 1, 0, &embd)) ||
       (rc = load_vec(z, "output_norm.weight", z->hp.n_embd, &out_norm)))
     goto out;
-  if (z->hp.has_output) {
-    if ((rc = export_site(z, -1, WEIR_LLAMA_SITE_OUTPUT, out_name, 1, 1, &output))) goto out;
+  /* A tied output projection is calibrated as its own tensor when there are samples (as at
+   * load, llama.c): the file gets an output.weight and is no longer tied. */
+  int64_t n_out_samples = 0;
+  const int untie = !z->hp.has_output && z->calib &&
+                    weir_calib_samples(z->calib, -1, WEIR_LLAMA_SITE_OUTPUT, &n_out_samples) &&
+                    n_out_samples > 0;
+  if (z->hp.has_output || untie) {
+    if ((rc = export_site(z, -1, WEIR_LLAMA_SITE_OUTPUT, untie ? embd_name : out_name, 1, 1,
+                          &output)))
+      goto out;
     for (int64_t k = 0; k < z->hp.n_embd; k++) out_norm[k] /= output.scale[k];
   }
 
@@ -383,12 +393,15 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
   /* Tensors: the ones outside the blocks in file order, then block by block (each block is
    * computed whole before its tensors are written, in file order). */
   const int64_t nt = weir_gguf_tensor_count(g);
-  plan = calloc((size_t)nt, sizeof *plan);
+  plan = calloc((size_t)nt + 1, sizeof *plan);
   if (!plan) goto nomem;
   int64_t np = 0;
   for (int64_t i = 0; i < nt; i++) {
     const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
-    if (block_of(t->name, z->hp.n_layer) < 0) plan[np++] = (planned){t, kind_of(t->name)};
+    if (block_of(t->name, z->hp.n_layer) >= 0) continue;
+    plan[np++] = (planned){t, kind_of(t->name), t->name};
+    if (untie && !strcmp(t->name, "token_embd.weight"))
+      plan[np++] = (planned){t, T_Q4, "output.weight"};
   }
   int64_t *first = calloc((size_t)z->hp.n_layer + 1, sizeof(int64_t));
   if (!first) goto nomem;
@@ -396,7 +409,8 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
     first[l] = np;
     for (int64_t i = 0; i < nt; i++) {
       const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
-      if (block_of(t->name, z->hp.n_layer) == l) plan[np++] = (planned){t, kind_of(t->name)};
+      if (block_of(t->name, z->hp.n_layer) == l)
+        plan[np++] = (planned){t, kind_of(t->name), t->name};
     }
   }
   first[z->hp.n_layer] = np;
@@ -404,8 +418,9 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
     const weir_gguf_tensor *t = plan[i].src;
     weir_dtype dt = plan[i].kind == T_Q4 && t->t.dtype != WEIR_DTYPE_Q8_0 ? WEIR_DTYPE_Q4_1
                     : plan[i].kind == T_F32 ? WEIR_DTYPE_F32 : t->t.dtype;
-    if ((rc = weir_gguf_add_tensor(w, t->name, dt, t->t.ndim, t->t.ne, NULL)) < 0) {
-      snprintf(z->err, ERRLEN, "declaring %s in the output: %s", t->name, weir_strerror(rc));
+    if ((rc = weir_gguf_add_tensor(w, plan[i].name, dt, t->t.ndim, t->t.ne, NULL)) < 0) {
+      snprintf(z->err, ERRLEN, "declaring %s in the output: %s", plan[i].name,
+               weir_strerror(rc));
       free(first);
       goto out;
     }

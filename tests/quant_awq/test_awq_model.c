@@ -218,6 +218,69 @@ static void test_export_round_trip(void) {
   free(dst_rtn);
 }
 
+/* A tied output projection (no output.weight): with calibration it is packed a second time
+ * from token_embd.weight with the final norm's samples, in memory and in the quantized file,
+ * which gets its own output.weight; without calibration the file stays tied. */
+static void test_tied_output(void) {
+  char *src = make_model("tied", "--dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
+                                 "--vocab 384 --ctx 512 --type f16 --seed 7 --tied");
+  char *dst = wt_strf("%s/tied-awq.gguf", g_dir), *dst_rtn = wt_strf("%s/tied-rtn.gguf", g_dir);
+  int rc;
+  char *out = run_weir(&rc, "quantize --model %s --calibration %s --set quant.group_size=64 "
+                       "--out %s", src, g_text, dst);
+  if (rc) fprintf(stderr, "\n%s\n", out);
+  WT_ASSERT_INT_EQ(rc, 0);
+  WT_ASSERT_STR_CONTAINS(out, "token_embd.weight: alpha"); /* the output site's search */
+  free(out);
+  out = run_weir(&rc, "quantize --model %s --set quant.calibration=false --set "
+                 "quant.group_size=64 --out %s", src, dst_rtn);
+  WT_ASSERT_INT_EQ(rc, 0);
+  free(out);
+  weir_gguf *gs = NULL, *gd = NULL, *gr = NULL;
+  char err[512];
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(src, &gs, err, sizeof err), 0);
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(dst, &gd, err, sizeof err), 0);
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(dst_rtn, &gr, err, sizeof err), 0);
+  CU_ASSERT_PTR_NULL(weir_gguf_find_tensor(gs, "output.weight"));
+  CU_ASSERT_PTR_NULL(weir_gguf_find_tensor(gr, "output.weight"));
+  WT_ASSERT_INT_EQ(weir_gguf_tensor_count(gd), weir_gguf_tensor_count(gs) + 1);
+  const weir_gguf_tensor *o = weir_gguf_find_tensor(gd, "output.weight");
+  const weir_gguf_tensor *e = weir_gguf_find_tensor(gd, "token_embd.weight");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+  CU_ASSERT_EQUAL(o->t.dtype, WEIR_DTYPE_Q4_1);
+  for (int d = 0; d < 4; d++) CU_ASSERT_EQUAL(o->t.ne[d], e->t.ne[d]);
+  /* the two copies differ: the output one was calibrated */
+  CU_ASSERT(memcmp(o->t.data, e->t.data, (size_t)e->nbytes) != 0);
+  weir_gguf_close(gs);
+  weir_gguf_close(gd);
+  weir_gguf_close(gr);
+
+  const char *awq[] = {"quant.scheme=awq_int4", "quant.group_size=64", NULL};
+  char *ct_set = wt_strf("quant.calibration_text=%s", g_text);
+  awq[2] = ct_set;
+  int32_t vocab = 0;
+  float *a = logits_of(src, awq, 3, 40, &vocab);
+  float *b = logits_of(dst, awq, 3, 40, &vocab);
+  const char *rtn[] = {"quant.scheme=awq_int4", "quant.group_size=64", "quant.calibration=false"};
+  float *c = logits_of(src, rtn, 3, 40, &vocab);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+  double d = rel_diff(b, a, (size_t)40 * vocab);
+  printf("\n    tied model: untied export vs in-memory: relative logit difference %.3g (bound "
+         "1e-5)", d);
+  CU_ASSERT(d <= 1e-5);
+  CU_ASSERT(rel_diff(a, c, (size_t)40 * vocab) > 1e-4);
+  free(a);
+  free(b);
+  free(c);
+  free(ct_set);
+  free(src);
+  free(dst);
+  free(dst_rtn);
+}
+
 /* Patches the dtype of one tensor in a GGUF header to an unknown number. */
 static int patch_dtype(const char *path, const char *tensor, uint32_t type) {
   size_t len = 0;
@@ -316,6 +379,7 @@ int main(void) {
     free(t);
   }
   static const wt_test tests[] = {{"export_round_trip", test_export_round_trip},
+                                  {"tied_output", test_tied_output},
                                   {"errors", test_errors},
                                   {NULL, NULL}};
   int rc = wt_run_suite("quant_awq_model", tests);

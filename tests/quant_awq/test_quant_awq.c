@@ -66,6 +66,7 @@ typedef struct opts {
   int64_t group;    /* -1: default */
   int calibration;  /* -1: default */
   int clip;         /* -1: default */
+  int gptq_off;     /* 1: gptq = false; 0: the default (on) */
 } opts;
 
 /* Loads quant/awq_int4 for isa (NULL: native) with the options o sets, the declared defaults
@@ -79,6 +80,7 @@ static int awq_load(wt_plugin *l, const char *isa, opts o, int *rc_out) {
   if ((v = wt_plugin_option(l->desc, ov, "calibration")) && o.calibration >= 0)
     v->b = o.calibration;
   if ((v = wt_plugin_option(l->desc, ov, "clip_search")) && o.clip >= 0) v->b = o.clip;
+  if ((v = wt_plugin_option(l->desc, ov, "gptq")) && o.gptq_off == 1) v->b = 0;
   return wt_plugin_init(l, &g_host, ov, rc_out);
 }
 
@@ -314,20 +316,22 @@ static void test_q4_group_runs(void) {
 
 /* ---- AWQ -------------------------------------------------------------------------------------- */
 
-/* Activations with `n_out` planted outlier channels (50x the rest) and weights of ordinary
- * spread; returns the squared output error against double precision for the plugin packed
- * with or without calibration, on held-out tokens. */
-static double outlier_error(int calibration, const float *wsrc, int64_t rows, int64_t cols,
-                            const float *cal, int64_t ncal, const float *test, int64_t ntest,
-                            double *alpha_out) {
+/* The squared output error against double precision, on held-out tokens, of a weight packed
+ * with options o (and the calibration samples when o.calibration is not 0); with alpha_out,
+ * the exponent the scale search logged. */
+static double output_error(opts o, const float *wsrc, int64_t rows, int64_t cols,
+                           const float *cal, int64_t ncal, const float *test, int64_t ntest,
+                           double *alpha_out) {
+  const int calibration = o.calibration != 0;
   wt_plugin l;
   double err = -1;
   void *w = NULL;
   float *y = malloc(sizeof(float) * (size_t)(rows * ntest));
-  if (awq_load(&l, NULL, (opts){128, calibration, 0}, NULL) != 0) goto out;
+  if (awq_load(&l, NULL, o, NULL) != 0) goto out;
   weir_tensor tt = {.data = (void *)wsrc, .dtype = WEIR_DTYPE_F32, .ndim = 2,
                     .ne = {cols, rows, 1, 1}};
-  if (pack1(&l, &tt, "outlier.weight", cal, ncal, &w) != WEIR_OK) {
+  if (pack1(&l, &tt, "outlier.weight", calibration ? cal : NULL, calibration ? ncal : 0, &w) !=
+      WEIR_OK) {
     CU_FAIL("pack");
     goto out;
   }
@@ -352,6 +356,15 @@ out:
   return err;
 }
 
+/* Activations with `n_out` planted outlier channels (50x the rest) and weights of ordinary
+ * spread: the scale search alone (no error compensation), with or without calibration. */
+static double outlier_error(int calibration, const float *wsrc, int64_t rows, int64_t cols,
+                            const float *cal, int64_t ncal, const float *test, int64_t ntest,
+                            double *alpha_out) {
+  return output_error((opts){128, calibration, 0, 1}, wsrc, rows, cols, cal, ncal, test, ntest,
+                      alpha_out);
+}
+
 static void test_planted_outliers(void) {
   const int64_t rows = 192, cols = 512, ncal = 64, ntest = 32;
   float *w = malloc(sizeof(float) * rows * cols);
@@ -374,6 +387,57 @@ static void test_planted_outliers(void) {
   CU_ASSERT(e_awq < 0.5 * e_rtn); /* clearly below */
   CU_ASSERT(alpha > 0);
   free(w);
+  free(cal);
+  free(test);
+}
+
+/* Error-compensating rounding (gptq, the default with calibration): activations that share
+ * a few directions (as a layer's inputs do) leave round-to-nearest's errors correlated, and
+ * compensating them on the samples must cut the output error on held-out tokens well below
+ * RTN's, at every group size and with and without the scale search. Non-finite samples are
+ * refused with a status, not packed. */
+static void test_gptq(void) {
+  const int64_t rows = 64, cols = 256, ncal = 512, ntest = 64, nlat = 12;
+  float *w = malloc(sizeof(float) * rows * cols), *lat = malloc(sizeof(float) * nlat * cols);
+  float *cal = malloc(sizeof(float) * ncal * cols), *test = malloc(sizeof(float) * ntest * cols);
+  for (int64_t i = 0; i < rows * cols; i++) w[i] = wt_frand(-1, 1);
+  for (int64_t i = 0; i < nlat * cols; i++) lat[i] = wt_frand(-1, 1);
+  for (int64_t t = 0; t < ncal + ntest; t++) {
+    float z[12];
+    for (int j = 0; j < nlat; j++) z[j] = wt_frand(-1, 1);
+    float *x = t < ncal ? cal + t * cols : test + (t - ncal) * cols;
+    for (int64_t k = 0; k < cols; k++) {
+      float v = 0.1f * wt_frand(-1, 1);
+      for (int j = 0; j < nlat; j++) v += z[j] * lat[j * cols + k];
+      x[k] = v;
+    }
+  }
+  static const int64_t groups[] = {32, 128};
+  for (int gi = 0; gi < 2; gi++) {
+    const int64_t g = groups[gi];
+    double e_rtn = output_error((opts){g, 0, 0, 0}, w, rows, cols, cal, ncal, test, ntest, NULL);
+    double e_awq = output_error((opts){g, 1, 0, 1}, w, rows, cols, cal, ncal, test, ntest, NULL);
+    double e_gptq = output_error((opts){g, 1, 0, 0}, w, rows, cols, cal, ncal, test, ntest, NULL);
+    printf("\n    correlated inputs, group %lld: output error RTN %.4g, scale search %.4g, "
+           "with gptq %.4g (%.3f of RTN)",
+           (long long)g, e_rtn, e_awq, e_gptq, e_gptq / e_rtn);
+    CU_ASSERT(e_rtn > 0 && e_gptq >= 0);
+    CU_ASSERT(e_gptq < 0.5 * e_rtn);
+    CU_ASSERT(e_gptq < e_awq);
+  }
+  /* A NaN in the samples: the factor cannot be made, the pack fails cleanly. */
+  cal[7 * cols + 3] = NAN;
+  wt_plugin l;
+  if (awq_load(&l, NULL, (opts){32, 1, 0, 0}, NULL) == 0) {
+    weir_tensor tt = {.data = w, .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {cols, rows, 1, 1}};
+    void *h = NULL;
+    CU_ASSERT_NOT_EQUAL(pack1(&l, &tt, "nan.weight", cal, ncal, &h), WEIR_OK);
+    CU_ASSERT_PTR_NULL(h);
+    WT_ASSERT_STR_CONTAINS(wt_last_error, "nan.weight");
+    wt_plugin_unload(&l);
+  }
+  free(w);
+  free(lat);
   free(cal);
   free(test);
 }
@@ -604,6 +668,7 @@ int main(void) {
   static const wt_test tests[] = {{"paths", test_paths},
                                   {"q4_group_runs", test_q4_group_runs},
                                   {"planted_outliers", test_planted_outliers},
+                                  {"gptq", test_gptq},
                                   {"export_round_trip", test_export_round_trip},
                                   {"group_and_abi", test_group_and_abi},
                                   {"refusals", test_refusals},

@@ -16,7 +16,21 @@ typedef struct awq_plugin {
   int64_t search_rows;    /* output rows the alpha search evaluates per group of weights */
   int clip;               /* 1: search a clipping ratio per row and group */
   int64_t clip_samples;   /* samples the clipping search multiplies */
+  int gptq;               /* 1: error-compensating rounding (awq_gptq.c) with calibration */
+  double gptq_damp;       /* its damping, a fraction of the mean diagonal of H */
 } awq_plugin;
+
+/* The options of both plugins (CPU and CUDA), in this order: same keys, defaults, ranges. */
+enum {
+  AWQ_OPT_GROUP, AWQ_OPT_CALIB, AWQ_OPT_CALIB_SAMPLES, AWQ_OPT_SEARCH_SAMPLES,
+  AWQ_OPT_SEARCH_ROWS, AWQ_OPT_CLIP, AWQ_OPT_CLIP_SAMPLES, AWQ_OPT_GPTQ, AWQ_OPT_GPTQ_DAMP,
+  AWQ_OPT_COUNT
+};
+extern const weir_option_desc awq_options[AWQ_OPT_COUNT];
+
+/* Fills p: host, then the declared defaults, then the values in args (when it carries them
+ * all). Does not check group_size: the caller refuses what its kernels cannot run. */
+void awq_plugin_set(awq_plugin *p, const weir_host *host, const weir_plugin_args *args);
 
 /* The grid of the scale exponent: alpha = i / AWQ_GRID, i = 0..AWQ_GRID (step 0.05). */
 #define AWQ_GRID 20
@@ -39,6 +53,22 @@ typedef struct awq_search_result {
 int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *args, int n,
                      float *s, awq_search_result *res);
 
+/* What a group of weights reading one input is packed with when calibrating: the input scale
+ * s, and the clipping search's samples (xc, nc; gptq off) or the error-compensation factor
+ * gt (gptq on), as awq_src takes them. Owned; awq_prep_free frees. */
+typedef struct awq_prep {
+  float *s, *xc, *gt;
+  int64_t nc;
+  awq_search_result res;
+} awq_prep;
+
+/* For n float weights with calibration samples (args[0]'s): the scale search, then the gptq
+ * factor or the clipping samples per p. Returns a status (awq_search_scale's or
+ * awq_gptq_factor's); on failure *pp holds nothing. */
+int awq_prepare(const awq_plugin *p, const weir_quant_pack_args *const *args, int n,
+                int64_t cols, awq_prep *pp);
+void awq_prep_free(awq_prep *pp);
+
 /* A float source (F32, F16, BF16, or Q8_0 dequantized) to quantize row by row. */
 typedef struct awq_src {
   const weir_tensor *t;
@@ -49,6 +79,9 @@ typedef struct awq_src {
    * group), [nc][n] floats at xc + g0 * nc, n = the group's width. */
   const float *xc;
   int64_t nc;
+  /* The error-compensation factor of awq_gptq_factor, or NULL (round to nearest). When set,
+   * it takes the place of the clipping search. */
+  const float *gt;
 } awq_src;
 
 /* Rows per awq_quantize_rows call at most: their clipping errors share one GEMM per group and
@@ -63,5 +96,22 @@ typedef struct awq_src {
  * scales). Thread-safe. */
 int awq_quantize_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16_t *d,
                       uint16_t *m);
+
+/* Row r of src times s into row[cols] as f32. WEIR_E_NOTSUP for a type it cannot read. */
+int awq_load_scaled_row(const awq_src *src, int64_t r, float *row);
+
+/* The factor of the error-compensating rounding (awq_gptq.c) for weights whose input has the
+ * calibration samples x [ns][cols] (divided by s when s is not NULL): H = X^T X + damp *
+ * mean(diag H) I is factored, and *gt receives G (cols x cols floats, malloc'd, the caller
+ * frees) in the layout awq_gptq_rows reads, for p->group. Returns WEIR_OK, WEIR_E_NOMEM,
+ * WEIR_E_INVAL (no samples) or WEIR_E_RANGE (H stayed indefinite with 10^4 times the damping:
+ * non-finite samples). Uses the host's threads; call it from the host thread. */
+int awq_gptq_factor(const awq_plugin *p, const float *x, int64_t ns, int64_t cols,
+                    const float *s, double damp, float **gt);
+
+/* Quantizes rows [r0, r0 + nr) of src times s (src->gt set) with error compensation: output
+ * as for awq_quantize_rows. Thread-safe (the GEMM inside runs on the calling thread). */
+int awq_gptq_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16_t *d,
+                  uint16_t *m);
 
 #endif

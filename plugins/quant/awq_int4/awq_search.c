@@ -199,7 +199,7 @@ out:
 
 /* ---- row quantization, with the optional clipping search ---------------------------------- */
 
-static int load_scaled_row(const awq_src *src, int64_t r, float *row) {
+int awq_load_scaled_row(const awq_src *src, int64_t r, float *row) {
   if (weir_dequant_row_f32(src->t->dtype, (const uint8_t *)src->t->data + (size_t)r * src->stride,
                            row, src->cols) != 0)
     return WEIR_E_NOTSUP;
@@ -213,6 +213,7 @@ static int load_scaled_row(const awq_src *src, int64_t r, float *row) {
  * sum of squared outputs. */
 int awq_quantize_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16_t *d,
                       uint16_t *m) {
+  if (src->gt) return awq_gptq_rows(src, r0, nr, q, d, m);
   const int64_t cols = src->cols, group = src->group, nc = src->nc;
   const int64_t ngr = (cols + group - 1) / group;
   int rc = WEIR_OK;
@@ -224,7 +225,7 @@ int awq_quantize_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, ui
     goto out;
   }
   for (int64_t i = 0; i < nr; i++)
-    if ((rc = load_scaled_row(src, r0 + i, rows + i * cols)) != WEIR_OK) goto out;
+    if ((rc = awq_load_scaled_row(src, r0 + i, rows + i * cols)) != WEIR_OK) goto out;
   for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += group, gi++) {
     const int64_t n = cols - g0 < group ? cols - g0 : group;
     float lo[AWQ_ROWS], hi[AWQ_ROWS];

@@ -36,60 +36,13 @@ typedef struct awq_weight {
   size_t bytes;
 } awq_weight;
 
-enum {
-  OPT_GROUP, OPT_CALIB, OPT_CALIB_SAMPLES, OPT_SEARCH_SAMPLES, OPT_SEARCH_ROWS, OPT_CLIP,
-  OPT_CLIP_SAMPLES, OPT_COUNT_
-};
-
-static const weir_option_desc k_options[] = {
-    [OPT_GROUP] = {.key = "group_size", .type = WEIR_OPT_INT, .def_int = 128, .min = 32,
-                   .max = 128,
-                   .help = "input columns per 4-bit scale and offset: 32, 64 or 128 (Q4_0/Q4_1 "
-                           "sources keep their blocks of 32 unless whole groups share them)"},
-    [OPT_CALIB] = {.key = "calibration", .type = WEIR_OPT_BOOL, .def_bool = 1,
-                   .help = "ask for a calibration pass and search activation-aware scales "
-                           "(false: plain round-to-nearest, the RTN baseline)"},
-    [OPT_CALIB_SAMPLES] = {.key = "calibration_samples", .type = WEIR_OPT_INT, .def_int = 512,
-                           .min = 8, .max = 1 << 20,
-                           .help = "activation samples (tokens) per layer to ask for"},
-    [OPT_SEARCH_SAMPLES] = {.key = "search_samples", .type = WEIR_OPT_INT, .def_int = 128,
-                            .min = 1, .max = 1 << 20,
-                            .help = "samples the scale search evaluates (evenly spaced subset)"},
-    [OPT_SEARCH_ROWS] = {.key = "search_rows", .type = WEIR_OPT_INT, .def_int = 1024, .min = 1,
-                         .max = 1 << 30,
-                         .help = "output rows the scale search evaluates per group of weights"},
-    [OPT_CLIP] = {.key = "clip_search", .type = WEIR_OPT_BOOL, .def_bool = 1,
-                  .help = "with calibration: also search a clipping ratio (1 to 0.5) per row "
-                          "and group"},
-    [OPT_CLIP_SAMPLES] = {.key = "clip_samples", .type = WEIR_OPT_INT, .def_int = 32, .min = 1,
-                          .max = 1 << 20,
-                          .help = "samples the clipping search evaluates"},
-};
-
 #define LOG(p, lvl, ...) \
   do { if ((p)->host->log) (p)->host->log((p)->host->ctx, (lvl), __VA_ARGS__); } while (0)
 
 static int awq_init(const weir_host *host, const weir_plugin_args *args, void **self) {
   awq_plugin *p = calloc(1, sizeof *p);
   if (!p) return WEIR_E_NOMEM;
-  p->host = host;
-  p->group = 128;
-  p->calibration = 1;
-  p->calib_samples = 512;
-  p->search_samples = 128;
-  p->search_rows = 1024;
-  p->clip = 1;
-  p->clip_samples = 32;
-  if (args && args->options && args->num_options >= OPT_COUNT_) {
-    const weir_option_value *o = args->options;
-    p->group = o[OPT_GROUP].i;
-    p->calibration = o[OPT_CALIB].b != 0;
-    p->calib_samples = o[OPT_CALIB_SAMPLES].i;
-    p->search_samples = o[OPT_SEARCH_SAMPLES].i;
-    p->search_rows = o[OPT_SEARCH_ROWS].i;
-    p->clip = o[OPT_CLIP].b != 0;
-    p->clip_samples = o[OPT_CLIP_SAMPLES].i;
-  }
+  awq_plugin_set(p, host, args);
   if (p->group != 32 && p->group != 64 && p->group != 128) {
     LOG(p, WEIR_LOG_ERROR, "awq_int4: group_size must be 32, 64 or 128, not %lld",
         (long long)p->group);
@@ -98,7 +51,8 @@ static int awq_init(const weir_host *host, const weir_plugin_args *args, void **
   }
   LOG(p, WEIR_LOG_INFO, "awq_int4: group_size %lld, calibration %s%s, kernels %s",
       (long long)p->group, p->calibration ? "on" : "off (RTN)",
-      p->calibration && p->clip ? " with clipping search" : "",
+      !p->calibration ? "" : p->gptq ? " with error-compensating rounding"
+                           : p->clip ? " with clipping search" : "",
       weir_q8_isa_name(weir_q8_isa_current()));
   *self = p;
   return WEIR_OK;
@@ -156,6 +110,7 @@ typedef struct pack_job {
   const float *s;   /* [cols] or NULL */
   const float *xc;  /* [nc][cols] clipping samples divided by s, or NULL */
   int64_t nc;
+  const float *gt;  /* error-compensation factor (awq_gptq_factor), or NULL */
   int failed;       /* WEIR_OK or a status */
 } pack_job;
 
@@ -203,7 +158,7 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
     goto out;
   }
   const awq_src src = {.t = j->t, .stride = j->stride, .cols = cols, .group = l->group,
-                       .s = j->s, .xc = j->xc, .nc = j->nc};
+                       .s = j->s, .xc = j->xc, .nc = j->nc, .gt = j->gt};
   for (int64_t r = begin; r < end; r += AWQ_ROWS) {
     const int64_t nr = end - r < AWQ_ROWS ? end - r : AWQ_ROWS;
     int rc = awq_quantize_rows(&src, r, nr, q, d, m);
@@ -258,9 +213,10 @@ static void weight_free(awq_plugin *p, awq_weight *w) {
   p->host->free(p->host->ctx, w);
 }
 
-/* Packs one weight; s (cols floats, copied) may be NULL. xc: clipping samples or NULL. */
+/* Packs one weight; s (cols floats, copied) may be NULL. xc: clipping samples or NULL; gt:
+ * error-compensation factor or NULL. */
 static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s,
-                    const float *xc, int64_t nc, awq_weight **out) {
+                    const float *xc, int64_t nc, const float *gt, awq_weight **out) {
   const weir_host *h = p->host;
   const weir_tensor *t = a->src;
   const char *name = a->name ? a->name : "?";
@@ -303,9 +259,10 @@ static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s
       w->inv_scale[k] = 1.0f / s[k];
     }
   }
-  pack_job j = {.p = p, .t = t, .stride = src_stride(t), .w = w, .s = s, .xc = xc, .nc = nc};
-  int64_t work = rows * cols * (xc ? nc * (AWQ_CLIP_STEPS + 1) : 1);
-  weir_cpu_for_rows(h, rows, xc ? AWQ_ROWS : 16, work, 1 << 18, pack_chunk, &j);
+  pack_job j = {.p = p, .t = t, .stride = src_stride(t), .w = w, .s = s, .xc = xc, .nc = nc,
+                .gt = is_float(t->dtype) ? gt : NULL};
+  int64_t work = rows * cols * (j.gt ? cols : xc ? nc * (AWQ_CLIP_STEPS + 1) : 1);
+  weir_cpu_for_rows(h, rows, xc || j.gt ? AWQ_ROWS : 16, work, 1 << 18, pack_chunk, &j);
   if (j.failed != WEIR_OK) {
     rc = j.failed;
     if (rc == WEIR_E_RANGE)
@@ -343,58 +300,45 @@ static int awq_pack_group(void *self, const weir_quant_pack_args *const *args, i
   }
   const weir_quant_pack_args *a0 = args[0];
   const int awq = p->calibration && floats && a0->act_samples && a0->num_samples > 0;
-  float *s = NULL, *xc = NULL;
-  int64_t nc = 0;
+  awq_prep pp = {0};
   if (awq) {
-    awq_search_result res;
-    s = malloc(sizeof(float) * (size_t)cols);
-    if (!s) return WEIR_E_NOMEM;
-    rc = awq_search_scale(p, args, n, s, &res);
-    if (rc != WEIR_OK) goto out;
+    rc = awq_prepare(p, args, n, cols, &pp);
     char names[256];
     size_t off = 0;
     names[0] = 0;
     for (int i = 0; i < n && off < sizeof names; i++)
       off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
                               args[i]->name ? args[i]->name : "?");
+    if (rc != WEIR_OK) {
+      LOG(p, WEIR_LOG_ERROR, "awq_int4: %s: calibration failed: %s", names,
+          rc == WEIR_E_NOMEM ? "out of memory"
+          : rc == WEIR_E_RANGE ? "the samples are not finite (the error-compensation factor "
+                                 "cannot be made)"
+                               : "bad samples or channel classes");
+      return rc;
+    }
     char where[40] = "";
     if (WEIR_QUANT_ARGS_HAS(a0, num_layers) && a0->num_layers > 0 && a0->layer >= 0)
       snprintf(where, sizeof where, " (block %d of %d)", a0->layer + 1, a0->num_layers);
     LOG(p, WEIR_LOG_INFO, "awq_int4: %s%s: alpha %.2f, output error %.3g of RTN's "
-        "(%lld rows x %lld samples)", names, where, res.alpha,
-        res.err_rtn > 0 ? res.err_best / res.err_rtn : 1.0, (long long)res.rows,
-        (long long)res.samples);
-    if (p->clip) {
-      nc = a0->num_samples < p->clip_samples ? a0->num_samples : p->clip_samples;
-      xc = malloc(sizeof(float) * (size_t)(nc * cols));
-      if (!xc) {
-        rc = WEIR_E_NOMEM;
-        goto out;
-      }
-      /* Per group, [nc][n] contiguous (the GEMM's activations): group gi at gi * nc * group. */
-      for (int64_t t = 0; t < nc; t++) {
-        const float *x = a0->act_samples + (t * a0->num_samples / nc) * cols;
-        for (int64_t g0 = 0; g0 < cols; g0 += p->group) {
-          const int64_t gn = cols - g0 < p->group ? cols - g0 : p->group;
-          for (int64_t k = 0; k < gn; k++) xc[g0 * nc + t * gn + k] = x[g0 + k] / s[g0 + k];
-        }
-      }
-    }
+        "(%lld rows x %lld samples)", names, where, pp.res.alpha,
+        pp.res.err_rtn > 0 ? pp.res.err_best / pp.res.err_rtn : 1.0, (long long)pp.res.rows,
+        (long long)pp.res.samples);
   } else if (p->calibration && a0->act_samples && !floats) {
     LOG(p, WEIR_LOG_INFO, "awq_int4: %s: block-quantized source carried over as is (no scale "
         "search)",
         a0->name ? a0->name : "?");
   }
   rc = WEIR_OK;
-  for (int i = 0; i < n && rc == WEIR_OK; i++) rc = pack_one(p, args[i], s, xc, nc, &out[i]);
+  for (int i = 0; i < n && rc == WEIR_OK; i++)
+    rc = pack_one(p, args[i], pp.s, pp.xc, pp.nc, pp.gt, &out[i]);
   if (rc != WEIR_OK) {
     for (int i = 0; i < n; i++) weight_free(p, out[i]);
     goto out;
   }
   for (int i = 0; i < n; i++) weights[i] = out[i];
 out:
-  free(s);
-  free(xc);
+  awq_prep_free(&pp);
   return rc;
 }
 
@@ -628,8 +572,8 @@ static const weir_plugin_desc k_desc = {
                    "int8 activations, AVX2/AVX-512/VNNI kernels",
     .devices = WEIR_DEVICE_CPU,
     .dtypes = WEIR_DEQUANTIZE_DTYPES,
-    .options = k_options,
-    .num_options = OPT_COUNT_,
+    .options = awq_options,
+    .num_options = AWQ_OPT_COUNT,
     .init = awq_init,
     .fini = awq_fini,
     .ops = &k_ops,

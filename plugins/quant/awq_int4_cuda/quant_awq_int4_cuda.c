@@ -1,7 +1,8 @@
 /* The awq_int4 quantization scheme on CUDA (weir_quant_awq_int4_cuda.so).
  *
- * Packing is the CPU plugin's, on the host: the same options, the same AWQ scale search and
- * clipping search (plugins/quant/awq_int4/awq_search.c, compiled in) and the same rounding, so
+ * Packing is the CPU plugin's, on the host: the same options, the same AWQ scale search,
+ * clipping search and error-compensating rounding (plugins/quant/awq_int4/awq_search.c,
+ * awq_gptq.c and awq_common.c, compiled in) and the same rounding, so
  * a model quantizes to the same 4-bit values on either device; Q4_0 / Q4_1 blocks are carried
  * over exactly and Q8_0 tensors stay int8 (the int8 scheme's kernels). The GPU keeps the
  * nibbles in GGUF block order with f16 d (and m) per group and the inverse scale per input
@@ -20,33 +21,6 @@
 #include "weir_cuda_quant.h"
 
 #define GEMV_MAX_TOKENS 8
-
-enum {
-  OPT_GROUP, OPT_CALIB, OPT_CALIB_SAMPLES, OPT_SEARCH_SAMPLES, OPT_SEARCH_ROWS, OPT_CLIP,
-  OPT_CLIP_SAMPLES, OPT_COUNT_
-};
-
-/* The CPU plugin's option table (same keys, defaults and ranges). */
-static const weir_option_desc k_options[] = {
-    [OPT_GROUP] = {.key = "group_size", .type = WEIR_OPT_INT, .def_int = 128, .min = 32,
-                   .max = 128, .help = "input columns per 4-bit scale and offset: 32, 64 or 128"},
-    [OPT_CALIB] = {.key = "calibration", .type = WEIR_OPT_BOOL, .def_bool = 1,
-                   .help = "ask for a calibration pass and search activation-aware scales "
-                           "(false: round-to-nearest)"},
-    [OPT_CALIB_SAMPLES] = {.key = "calibration_samples", .type = WEIR_OPT_INT, .def_int = 512,
-                           .min = 8, .max = 1 << 20,
-                           .help = "activation samples (tokens) per layer to ask for"},
-    [OPT_SEARCH_SAMPLES] = {.key = "search_samples", .type = WEIR_OPT_INT, .def_int = 128,
-                            .min = 1, .max = 1 << 20,
-                            .help = "samples the scale search evaluates"},
-    [OPT_SEARCH_ROWS] = {.key = "search_rows", .type = WEIR_OPT_INT, .def_int = 1024, .min = 1,
-                         .max = 1 << 30,
-                         .help = "output rows the scale search evaluates per group of weights"},
-    [OPT_CLIP] = {.key = "clip_search", .type = WEIR_OPT_BOOL, .def_bool = 1,
-                  .help = "with calibration: also search a clipping ratio per row and group"},
-    [OPT_CLIP_SAMPLES] = {.key = "clip_samples", .type = WEIR_OPT_INT, .def_int = 32, .min = 1,
-                          .max = 1 << 20, .help = "samples the clipping search evaluates"},
-};
 
 typedef struct awq_cuda {
   weir_cuda_qctx q;  /* first: the plugin's self */
@@ -84,24 +58,7 @@ static int a_init(const weir_host *host, const weir_plugin_args *args, void **se
     return rc;
   }
   awq_plugin *p = &a->p;
-  p->host = host;
-  p->group = 128;
-  p->calibration = 1;
-  p->calib_samples = 512;
-  p->search_samples = 128;
-  p->search_rows = 1024;
-  p->clip = 1;
-  p->clip_samples = 32;
-  if (args && args->options && args->num_options >= OPT_COUNT_) {
-    const weir_option_value *o = args->options;
-    p->group = o[OPT_GROUP].i;
-    p->calibration = o[OPT_CALIB].b != 0;
-    p->calib_samples = o[OPT_CALIB_SAMPLES].i;
-    p->search_samples = o[OPT_SEARCH_SAMPLES].i;
-    p->search_rows = o[OPT_SEARCH_ROWS].i;
-    p->clip = o[OPT_CLIP].b != 0;
-    p->clip_samples = o[OPT_CLIP_SAMPLES].i;
-  }
+  awq_plugin_set(p, host, args);
   if (p->group != 32 && p->group != 64 && p->group != 128) {
     WEIR_CUDA_QLOG(&a->q, WEIR_LOG_ERROR,
                    "awq_int4 (cuda): group_size must be 32, 64 or 128, not %lld",
@@ -222,7 +179,7 @@ static int upload(awq_cuda *a, void **dst, const void *src, size_t n) {
 }
 
 static int pack_one(awq_cuda *a, const weir_quant_pack_args *args, const float *s,
-                    const float *xc, int64_t nc, cweight **out) {
+                    const float *xc, int64_t nc, const float *gt, cweight **out) {
   const weir_host *h = HOST(a);
   const weir_tensor *t = args->src;
   const char *name = args->name ? args->name : "?";
@@ -284,7 +241,7 @@ static int pack_one(awq_cuda *a, const weir_quant_pack_args *args, const float *
     goto fail;
   }
   awq_src src = {.t = t, .stride = stride_of(t), .cols = cols, .group = w->group, .s = s,
-                 .xc = xc, .nc = nc};
+                 .xc = xc, .nc = nc, .gt = gt};
   stage sg = {.src = is_float(t->dtype) ? &src : NULL,
               .t = is_float(t->dtype) ? NULL : t, .rows = rows, .cols = cols, .kp = w->kp,
               .group = w->group, .ng = ng, .nib = nib, .d = d, .m = m};
@@ -356,41 +313,26 @@ static int a_pack_group(void *self, const weir_quant_pack_args *const *args, int
     if (!is_float(args[i]->src->dtype)) floats = 0;
   }
   const weir_quant_pack_args *a0 = args[0];
-  float *s = NULL, *xc = NULL;
-  int64_t nc = 0;
+  awq_prep pp = {0};
   if (a->p.calibration && floats && a0->act_samples && a0->num_samples > 0) {
-    awq_search_result res;
-    s = malloc(sizeof(float) * (size_t)cols);
-    if (!s) return WEIR_E_NOMEM;
-    if ((rc = awq_search_scale(&a->p, args, n, s, &res)) != WEIR_OK) goto out;
-    WEIR_CUDA_QLOG(&a->q, WEIR_LOG_INFO, "awq_int4 (cuda): %s%s: alpha %.2f, output error %.3g "
-                   "of RTN's", a0->name ? a0->name : "?", n > 1 ? " (+ shared)" : "", res.alpha,
-                   res.err_rtn > 0 ? res.err_best / res.err_rtn : 1.0);
-    if (a->p.clip) {
-      nc = a0->num_samples < a->p.clip_samples ? a0->num_samples : a->p.clip_samples;
-      xc = malloc(sizeof(float) * (size_t)(nc * cols));
-      if (!xc) {
-        rc = WEIR_E_NOMEM;
-        goto out;
-      }
-      for (int64_t t = 0; t < nc; t++) {
-        const float *x = a0->act_samples + (t * a0->num_samples / nc) * cols;
-        for (int64_t g0 = 0; g0 < cols; g0 += a->p.group) {
-          const int64_t gn = cols - g0 < a->p.group ? cols - g0 : a->p.group;
-          for (int64_t k = 0; k < gn; k++) xc[g0 * nc + t * gn + k] = x[g0 + k] / s[g0 + k];
-        }
-      }
+    if ((rc = awq_prepare(&a->p, args, n, cols, &pp)) != WEIR_OK) {
+      WEIR_CUDA_QLOG(&a->q, WEIR_LOG_ERROR, "awq_int4 (cuda): %s: calibration failed (%s)",
+                     a0->name ? a0->name : "?", weir_strerror(rc));
+      return rc;
     }
+    WEIR_CUDA_QLOG(&a->q, WEIR_LOG_INFO, "awq_int4 (cuda): %s%s: alpha %.2f, output error %.3g "
+                   "of RTN's", a0->name ? a0->name : "?", n > 1 ? " (+ shared)" : "",
+                   pp.res.alpha, pp.res.err_rtn > 0 ? pp.res.err_best / pp.res.err_rtn : 1.0);
   }
-  for (int i = 0; i < n && rc == WEIR_OK; i++) rc = pack_one(a, args[i], s, xc, nc, &out[i]);
+  for (int i = 0; i < n && rc == WEIR_OK; i++)
+    rc = pack_one(a, args[i], pp.s, pp.xc, pp.nc, pp.gt, &out[i]);
   if (rc != WEIR_OK) {
     for (int i = 0; i < n; i++) a_release(a, out[i]);
     goto out;
   }
   for (int i = 0; i < n; i++) weights[i] = out[i];
 out:
-  free(s);
-  free(xc);
+  awq_prep_free(&pp);
   return rc;
 }
 
@@ -462,8 +404,8 @@ static const weir_plugin_desc k_desc = {
                    "cuBLAS for prefill",
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = WEIR_DEQUANTIZE_DTYPES,
-    .options = k_options,
-    .num_options = OPT_COUNT_,
+    .options = awq_options,
+    .num_options = AWQ_OPT_COUNT,
     .init = a_init,
     .fini = a_fini,
     .ops = &k_ops,
