@@ -26,9 +26,10 @@
 
 /* The ISA the plugin under test was loaded for (printed with a failure). */
 static const char *wt_isa_name = "native";
-/* The last INFO line (the kernel path a plugin reports) and the last ERROR line it logged. */
+/* The last INFO line (the kernel path a plugin reports), WARN line and ERROR line it logged. */
 static char wt_last_info[1024];
 static char wt_last_error[1024];
+static char wt_last_warn[1024];
 
 /* Host log callback: keeps the last INFO and ERROR lines for the tests to check (the suites
  * provoke many errors on purpose), and prints warnings, which no test expects. */
@@ -41,9 +42,8 @@ static inline void wt_plugin_log(void *ctx, weir_log_level level, const char *fm
   } else if (level >= WEIR_LOG_ERROR) {
     vsnprintf(wt_last_error, sizeof wt_last_error, fmt, ap);
   } else if (level == WEIR_LOG_WARN) {
-    fprintf(stderr, "[plugin] ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(wt_last_warn, sizeof wt_last_warn, fmt, ap);
+    fprintf(stderr, "[plugin] %s\n", wt_last_warn);
   }
   va_end(ap);
 }

@@ -425,6 +425,25 @@ static void test_gptq(void) {
     CU_ASSERT(e_gptq < 0.5 * e_rtn);
     CU_ASSERT(e_gptq < e_awq);
   }
+  /* Wider than AWQ_GPTQ_MAX_COLS inputs: packed, rounded to nearest, and said so. */
+  {
+    const int64_t wc = 32800, wr = 2, wn = 4;
+    float *ww = malloc(sizeof(float) * wr * wc), *wx = malloc(sizeof(float) * wn * wc);
+    for (int64_t i = 0; i < wr * wc; i++) ww[i] = wt_frand(-1, 1);
+    for (int64_t i = 0; i < wn * wc; i++) wx[i] = wt_frand(-1, 1);
+    wt_plugin lw;
+    if (awq_load(&lw, NULL, (opts){32, 1, 0, 0}, NULL) == 0) {
+      weir_tensor tw = {.data = ww, .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {wc, wr, 1, 1}};
+      void *h = NULL;
+      wt_last_warn[0] = 0;
+      CU_ASSERT_EQUAL(pack1(&lw, &tw, "wide.weight", wx, wn, &h), WEIR_OK);
+      WT_ASSERT_STR_CONTAINS(wt_last_warn, "wide.weight: 32800 inputs");
+      if (h) qops(&lw)->release(lw.self, h);
+      wt_plugin_unload(&lw);
+    }
+    free(ww);
+    free(wx);
+  }
   /* A NaN in the samples: the factor cannot be made, the pack fails cleanly. */
   cal[7 * cols + 3] = NAN;
   wt_plugin l;

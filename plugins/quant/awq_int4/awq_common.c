@@ -82,7 +82,8 @@ int awq_prepare(const awq_plugin *p, const weir_quant_pack_args *const *args, in
   if (p->gptq) {
     rc = awq_gptq_factor(p, a0->act_samples, a0->num_samples, cols, pp->s, p->gptq_damp,
                          &pp->gt);
-    if (rc != WEIR_OK) goto fail;
+    if (rc == WEIR_E_NOTSUP) pp->gptq_skipped = 1;
+    else if (rc != WEIR_OK) goto fail;
   } else if (p->clip) {
     const int64_t nc = a0->num_samples < p->clip_samples ? a0->num_samples : p->clip_samples;
     rc = WEIR_E_NOMEM;

@@ -145,6 +145,7 @@ int awq_gptq_factor(const awq_plugin *p, const float *x, int64_t ns, int64_t col
   const int64_t n = cols;
   *gt_out = NULL;
   if (ns < 1 || n < 1) return WEIR_E_INVAL;
+  if (n > AWQ_GPTQ_MAX_COLS) return WEIR_E_NOTSUP; /* n^2 floats twice: 8 GiB at the limit */
   float *xr = malloc(sizeof(float) * (size_t)(n * ns));
   float *a = malloc(sizeof(float) * (size_t)(n * n));
   float *gt = NULL;

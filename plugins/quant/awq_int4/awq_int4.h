@@ -60,6 +60,7 @@ typedef struct awq_prep {
   float *s, *xc, *gt;
   int64_t nc;
   awq_search_result res;
+  int gptq_skipped; /* 1: gptq was on but the input is too wide (AWQ_GPTQ_MAX_COLS) */
 } awq_prep;
 
 /* For n float weights with calibration samples (args[0]'s): the scale search, then the gptq
@@ -100,12 +101,16 @@ int awq_quantize_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, ui
 /* Row r of src times s into row[cols] as f32. WEIR_E_NOTSUP for a type it cannot read. */
 int awq_load_scaled_row(const awq_src *src, int64_t r, float *row);
 
+/* Inputs beyond which a weight is not error-compensated (rounded to nearest after the scale
+ * search instead): the factor takes 2 n^2 floats. */
+#define AWQ_GPTQ_MAX_COLS 32768
+
 /* The factor of the error-compensating rounding (awq_gptq.c) for weights whose input has the
  * calibration samples x [ns][cols] (divided by s when s is not NULL): H = X^T X + damp *
  * mean(diag H) I is factored, and *gt receives G (cols x cols floats, malloc'd, the caller
  * frees) in the layout awq_gptq_rows reads, for p->group. Returns WEIR_OK, WEIR_E_NOMEM,
- * WEIR_E_INVAL (no samples) or WEIR_E_RANGE (H stayed indefinite with 10^4 times the damping:
- * non-finite samples). Uses the host's threads; call it from the host thread. */
+ * WEIR_E_INVAL (no samples), WEIR_E_NOTSUP (more than AWQ_GPTQ_MAX_COLS inputs) or
+ * WEIR_E_RANGE (H stayed indefinite with 10^4 times the damping: non-finite samples). Uses the host's threads; call it from the host thread. */
 int awq_gptq_factor(const awq_plugin *p, const float *x, int64_t ns, int64_t cols,
                     const float *s, double damp, float **gt);
 

@@ -324,6 +324,9 @@ static int awq_pack_group(void *self, const weir_quant_pack_args *const *args, i
         "(%lld rows x %lld samples)", names, where, pp.res.alpha,
         pp.res.err_rtn > 0 ? pp.res.err_best / pp.res.err_rtn : 1.0, (long long)pp.res.rows,
         (long long)pp.res.samples);
+    if (pp.gptq_skipped)
+      LOG(p, WEIR_LOG_WARN, "awq_int4: %s: %lld inputs, more than the %d error compensation "
+          "takes: rounded to nearest", names, (long long)cols, AWQ_GPTQ_MAX_COLS);
   } else if (p->calibration && a0->act_samples && !floats) {
     LOG(p, WEIR_LOG_INFO, "awq_int4: %s: block-quantized source carried over as is (no scale "
         "search)",
