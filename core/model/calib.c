@@ -376,9 +376,9 @@ int weir_calib_pack_group(const weir_quant_ops *q, void *qself, const weir_gguf 
                                      .num_samples = samples ? num_samples : 0,
                                      .channel_class = cls, .layer = layer,
                                      .num_layers = hp->n_layer};
-    /* attn_output's and ffn_down's scales are folded into f16-scaled rows on export. */
-    if (site == WEIR_LLAMA_SITE_ATTN_OUT || site == WEIR_LLAMA_SITE_FFN_MID)
-      args[i].flags = WEIR_QUANT_PACK_SCALE_POW2;
+    /* attn_output's and ffn_down's scales are folded into f16-scaled rows on export, the
+     * others' into norm gains: exact only for powers of two. */
+    args[i].flags = WEIR_QUANT_PACK_SCALE_POW2;
     pargs[i] = &args[i];
   }
   int failed_at = 0;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "awq_int4.h"
+#include "cpu_isa.h"
 #include "convert.h"
 #include "matmul.h"
 #include "weight_mem.h"
@@ -30,7 +31,7 @@
 /* Columns per Cholesky panel. */
 #define CHOL_B 64
 
-/* Eight floats as one value (two SSE registers, or one AVX register in the haswell clone);
+/* Eight floats as one value (two SSE registers, or one AVX register in the AVX2 build);
  * macros rather than functions, since passing such a value changes with the ISA. */
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));
@@ -60,38 +61,57 @@ static void panel_chunk(void *arg, int64_t begin, int64_t end, int thread) {
 }
 
 /* Trailing update of rows i in [j1 + begin, j1 + end): a[i][j] -= p[i] . p[j], j1 <= j <= i.
- * Four columns at a time share the loads of p[i]. */
-__attribute__((target_clones("arch=haswell", "default")))
-static void trail_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+ * Four columns at a time share the loads of p[i]. Compiled twice: for any x86-64 and with
+ * AVX2 + FMA (chosen by weir_cpu_isa(), so WEIR_CPU_ISA=scalar picks the first). */
+#define TRAIL_BODY \
+  const int64_t n = jb->n, j1 = jb->j1; \
+  const float *p = jb->p; \
+  for (int64_t i = j1 + begin; i < j1 + end; i++) { \
+    float *ai = jb->a + i * n; \
+    const float *pi = p + i * CHOL_B; \
+    int64_t j = j1; \
+    for (; j + 4 <= i + 1; j += 4) { \
+      const float *p0 = p + j * CHOL_B; \
+      v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}; \
+      for (int k = 0; k < CHOL_B; k += 8) { \
+        const v8 x = ld8(pi + k); \
+        s0 += x * ld8(p0 + k); \
+        s1 += x * ld8(p0 + CHOL_B + k); \
+        s2 += x * ld8(p0 + 2 * CHOL_B + k); \
+        s3 += x * ld8(p0 + 3 * CHOL_B + k); \
+      } \
+      ai[j] -= hsum8(s0); \
+      ai[j + 1] -= hsum8(s1); \
+      ai[j + 2] -= hsum8(s2); \
+      ai[j + 3] -= hsum8(s3); \
+    } \
+    for (; j <= i; j++) { \
+      v8 s0 = {0}; \
+      for (int k = 0; k < CHOL_B; k += 8) s0 += ld8(pi + k) * ld8(p + j * CHOL_B + k); \
+      ai[j] -= hsum8(s0); \
+    } \
+  }
+
+static void trail_chunk_base(void *arg, int64_t begin, int64_t end, int thread) {
   (void)thread;
   const chol_job *jb = arg;
-  const int64_t n = jb->n, j1 = jb->j1;
-  const float *p = jb->p;
-  for (int64_t i = j1 + begin; i < j1 + end; i++) {
-    float *ai = jb->a + i * n;
-    const float *pi = p + i * CHOL_B;
-    int64_t j = j1;
-    for (; j + 4 <= i + 1; j += 4) {
-      const float *p0 = p + j * CHOL_B;
-      v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-      for (int k = 0; k < CHOL_B; k += 8) {
-        const v8 x = ld8(pi + k);
-        s0 += x * ld8(p0 + k);
-        s1 += x * ld8(p0 + CHOL_B + k);
-        s2 += x * ld8(p0 + 2 * CHOL_B + k);
-        s3 += x * ld8(p0 + 3 * CHOL_B + k);
-      }
-      ai[j] -= hsum8(s0);
-      ai[j + 1] -= hsum8(s1);
-      ai[j + 2] -= hsum8(s2);
-      ai[j + 3] -= hsum8(s3);
-    }
-    for (; j <= i; j++) {
-      v8 s0 = {0};
-      for (int k = 0; k < CHOL_B; k += 8) s0 += ld8(pi + k) * ld8(p + j * CHOL_B + k);
-      ai[j] -= hsum8(s0);
-    }
-  }
+  TRAIL_BODY
+}
+
+#if defined(__x86_64__)
+WEIR_TARGET_AVX2 static void trail_chunk_avx2(void *arg, int64_t begin, int64_t end,
+                                              int thread) {
+  (void)thread;
+  const chol_job *jb = arg;
+  TRAIL_BODY
+}
+#endif
+
+static weir_parallel_fn trail_fn(void) {
+#if defined(__x86_64__)
+  if (weir_cpu_isa() >= WEIR_CPU_ISA_AVX2) return trail_chunk_avx2;
+#endif
+  return trail_chunk_base;
 }
 
 static void run(const weir_host *h, int64_t n, int64_t grain, weir_parallel_fn fn, void *arg) {
@@ -133,7 +153,7 @@ static int cholesky(const weir_host *h, float *a, int64_t n) {
       memcpy(pi, a + i * n + j0, sizeof(float) * (size_t)(j1 - j0));
       memset(pi + (j1 - j0), 0, sizeof(float) * (size_t)(CHOL_B - (j1 - j0)));
     }
-    run(h, n - j1, 16, trail_chunk, &jb);
+    run(h, n - j1, 16, trail_fn(), &jb);
   }
   free(p);
   return rc;
@@ -220,7 +240,8 @@ int awq_gptq_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16
   float *cur = malloc(sizeof(float) * (size_t)(nr * cols));
   float *a = malloc(sizeof(float) * (size_t)(nr * group));
   float *y = malloc(sizeof(float) * (size_t)(nr * cols));
-  if (!w0 || !cur || !a || !y || group > 128) {
+  float *gg = malloc(sizeof(float) * (size_t)(group * group));
+  if (!w0 || !cur || !a || !y || !gg || group > 128) {
     rc = WEIR_E_NOMEM;
     goto out;
   }
@@ -230,6 +251,10 @@ int awq_gptq_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16
   for (int64_t g0 = 0, gi = 0; g0 < cols; g0 += group, gi++) {
     const int64_t gw = cols - g0 < group ? cols - g0 : group, g1 = g0 + gw;
     const float *blk = src->gt + g0 * cols;
+    /* The group's own block, G[k][j] for k, j in the group, row by row: the moves inside the
+     * group read it along j. */
+    for (int64_t kk = 0; kk < gw; kk++)
+      for (int64_t jj = 0; jj < gw; jj++) gg[kk * gw + jj] = blk[(g0 + jj) * gw + kk];
     for (int64_t i = 0; i < nr; i++) {
       float *ci = cur + i * cols;
       uint8_t *qi = q + i * cols;
@@ -249,7 +274,8 @@ int awq_gptq_rows(const awq_src *src, int64_t r0, int64_t nr, uint8_t *q, uint16
         qi[k] = (uint8_t)r;
         const float ak = w0[i * cols + k] - (df * r + mf);
         a[i * group + (k - g0)] = ak;
-        for (int64_t j = k + 1; j < g1; j++) ci[j] += ak * blk[j * gw + (k - g0)];
+        const float *gk = gg + (k - g0) * gw;
+        for (int64_t j = k + 1; j < g1; j++) ci[j] += ak * gk[j - g0];
       }
     }
     if (g1 == cols) break;
@@ -266,5 +292,6 @@ out:
   free(cur);
   free(a);
   free(y);
+  free(gg);
   return rc;
 }

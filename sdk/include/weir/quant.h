@@ -55,9 +55,10 @@ typedef struct weir_quant_pack_args {
 } weir_quant_pack_args;
 
 /* pack args flags (1.1). SCALE_POW2: an input scale must be a power of two. The host sets it
- * where an exported model folds the scale into the rows of the weight before (attn_v for
- * attn_output, ffn_up for ffn_down), whose blocks keep f16 scales: dividing those by a power
- * of two is exact, so the exported model computes what the packed one does. */
+ * where an exported model folds the scale into what produces the input: the rows of the
+ * weight before (attn_v for attn_output, ffn_up for ffn_down), whose blocks keep f16 scales,
+ * and (hosts of 1.3) the norm gains before q/k/v, gate/up and the output layer. Dividing
+ * by a power of two is exact, so the exported model computes what the packed one does. */
 #define WEIR_QUANT_PACK_SCALE_POW2 1u
 
 /* What export_weight() fills. The caller owns every buffer. Since 1.1. */
