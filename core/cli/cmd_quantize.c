@@ -358,10 +358,10 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
     goto out;
   /* A tied output projection is calibrated as its own tensor when there are samples (as at
    * load, llama.c): the file gets an output.weight and is no longer tied. */
-  int64_t n_out_samples = 0;
-  const int untie = !z->hp.has_output && z->calib &&
-                    weir_calib_samples(z->calib, -1, WEIR_LLAMA_SITE_OUTPUT, &n_out_samples) &&
-                    n_out_samples > 0;
+  int64_t n_out = 0;
+  const float *out_samples =
+      z->calib ? weir_calib_samples(z->calib, -1, WEIR_LLAMA_SITE_OUTPUT, &n_out) : NULL;
+  const int untie = weir_calib_untie_output(g, &z->hp, out_samples, n_out);
   if (z->hp.has_output || untie) {
     if ((rc = export_site(z, -1, WEIR_LLAMA_SITE_OUTPUT, untie ? embd_name : out_name, 1, 1,
                           &output)))

@@ -284,6 +284,14 @@ out:
   return WEIR_OK;
 }
 
+int weir_calib_untie_output(const weir_gguf *g, const weir_llama_hparams *hp,
+                            const float *samples, int64_t n) {
+  if (hp->has_output || !samples || n <= 0) return 0;
+  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, "token_embd.weight");
+  return t && (t->t.dtype == WEIR_DTYPE_F32 || t->t.dtype == WEIR_DTYPE_F16 ||
+               t->t.dtype == WEIR_DTYPE_BF16);
+}
+
 int weir_calib_is_linear_weight(const char *name) {
   static const char *const k_suffixes[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
                                            ".attn_output.weight", ".ffn_gate.weight",

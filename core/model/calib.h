@@ -72,6 +72,13 @@ int weir_calib_pack_group(const weir_quant_ops *q, void *qself, const weir_gguf 
                           const char *const *suffixes, int n, const float *samples,
                           int64_t num_samples, void **out, char *err, size_t errlen);
 
+/* 1 when the output projection of g is tied to token_embd.weight (no output.weight), that
+ * tensor is a float type (F32, F16, BF16: one a quant scheme calibrates) and the pass left
+ * output-layer samples (n > 0): the loader and `weir quantize` then pack the output layer as
+ * its own, calibrated copy. */
+int weir_calib_untie_output(const weir_gguf *g, const weir_llama_hparams *hp,
+                            const float *samples, int64_t n);
+
 /* 1 for the tensor names of the graph's linear layers that take calibration samples:
  * blk.N.attn_{q,k,v,output}.weight, blk.N.ffn_{gate,up,down}.weight, output.weight. */
 int weir_calib_is_linear_weight(const char *name);

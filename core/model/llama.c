@@ -250,13 +250,14 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
   m->max_blocks_per_seq = weir_kv_pool_geometry(kv)->max_blocks_per_seq;
 
   TRY(pack_weight(m, g, "token_embd.weight", &m->tok_embd, err, errlen));
-  int64_t n_out_samples = 0;
+  int64_t n_out = 0;
+  const float *out_samples =
+      m->opts.samples ? m->opts.samples(m->opts.samples_user, -1, WEIR_LLAMA_SITE_OUTPUT, &n_out)
+                      : NULL;
   if (m->hp.has_output) {
     const char *out_name[1] = {"output.weight"};
     TRY(pack_site(m, g, -1, WEIR_LLAMA_SITE_OUTPUT, out_name, 1, &m->output, err, errlen));
-  } else if (m->opts.samples &&
-             m->opts.samples(m->opts.samples_user, -1, WEIR_LLAMA_SITE_OUTPUT, &n_out_samples) &&
-             n_out_samples > 0) {
+  } else if (weir_calib_untie_output(g, &m->hp, out_samples, n_out)) {
     /* A tied output projection with calibration samples: packed a second time, calibrated
      * on the final norm's output. The embedding lookup keeps the uncalibrated copy: its
      * "activations" are one-hot rows, for which rounding each weight to nearest is best. */
