@@ -135,6 +135,22 @@ static double rel_diff(const float *a, const float *b, size_t n) {
   return mb > 0 ? md / mb : md;
 }
 
+/* The logits of src calibrated in memory (awq_int4, group 64, g_text) against those of its
+ * export dst loaded as it is: returns their relative difference (INFINITY when either could
+ * not run) and src's logits in *mem (the caller frees). */
+static double export_vs_memory(const char *src, const char *dst, float **mem, int32_t *vocab) {
+  const char *awq[] = {"quant.scheme=awq_int4", "quant.group_size=64", NULL};
+  char *ct_set = wt_strf("quant.calibration_text=%s", g_text);
+  awq[2] = ct_set;
+  float *a = logits_of(src, awq, 3, 40, vocab);
+  float *b = logits_of(dst, awq, 3, 40, vocab);
+  double e = a && b ? rel_diff(b, a, (size_t)40 * *vocab) : INFINITY;
+  free(b);
+  free(ct_set);
+  *mem = a;
+  return e;
+}
+
 static void test_export_round_trip(void) {
   char *src = make_model("gqa", "--dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
                                 "--vocab 384 --ctx 512 --type f16 --seed 5");
@@ -188,15 +204,10 @@ static void test_export_round_trip(void) {
 
   /* Logits: in-memory calibrated vs the folded export (loaded losslessly: Q4_1 runs of two
    * blocks are groups of 64 again). */
-  const char *awq[] = {"quant.scheme=awq_int4", "quant.group_size=64", NULL};
-  char *ct_set = wt_strf("quant.calibration_text=%s", g_text);
-  awq[2] = ct_set;
   int32_t vocab = 0;
-  float *a = logits_of(src, awq, 3, 40, &vocab);
-  float *b = logits_of(dst, awq, 3, 40, &vocab);
+  float *a = NULL;
+  double e = export_vs_memory(src, dst, &a, &vocab);
   CU_ASSERT_PTR_NOT_NULL_FATAL(a);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
-  double e = rel_diff(b, a, (size_t)40 * vocab);
   printf("\n    folded export vs in-memory AWQ: relative logit difference %.3g (bound 1e-5)", e);
   CU_ASSERT(e <= 1e-5);
   /* without calibration nothing is folded: the same numbers exactly */
@@ -209,10 +220,8 @@ static void test_export_round_trip(void) {
   /* and calibration changed something */
   CU_ASSERT(rel_diff(a, c, (size_t)40 * vocab) > 1e-4);
   free(a);
-  free(b);
   free(c);
   free(d);
-  free(ct_set);
   free(src);
   free(dst);
   free(dst_rtn);
@@ -256,26 +265,19 @@ static void test_tied_output(void) {
   weir_gguf_close(gd);
   weir_gguf_close(gr);
 
-  const char *awq[] = {"quant.scheme=awq_int4", "quant.group_size=64", NULL};
-  char *ct_set = wt_strf("quant.calibration_text=%s", g_text);
-  awq[2] = ct_set;
   int32_t vocab = 0;
-  float *a = logits_of(src, awq, 3, 40, &vocab);
-  float *b = logits_of(dst, awq, 3, 40, &vocab);
+  float *a = NULL;
+  double d = export_vs_memory(src, dst, &a, &vocab);
   const char *rtn[] = {"quant.scheme=awq_int4", "quant.group_size=64", "quant.calibration=false"};
   float *c = logits_of(src, rtn, 3, 40, &vocab);
   CU_ASSERT_PTR_NOT_NULL_FATAL(a);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
   CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-  double d = rel_diff(b, a, (size_t)40 * vocab);
   printf("\n    tied model: untied export vs in-memory: relative logit difference %.3g (bound "
          "1e-5)", d);
   CU_ASSERT(d <= 1e-5);
   CU_ASSERT(rel_diff(a, c, (size_t)40 * vocab) > 1e-4);
   free(a);
-  free(b);
   free(c);
-  free(ct_set);
   free(src);
   free(dst);
   free(dst_rtn);
