@@ -135,11 +135,24 @@ uint32_t weir__rx_empty(void) { return 1; }
 uint32_t weir__rx_class(weir__gb *b, const weir__bset *s) {
   if (b->status) return 0;
   if (!(s->w[0] | s->w[1] | s->w[2] | s->w[3])) return 0;
-  /* Interned: the determinizer partitions bytes by class, so fewer classes is faster. The
-   * linear search is over distinct byte sets, a few hundred at most in practice. */
-  uint32_t c;
-  for (c = 0; c < b->n_classes; c++)
-    if (!memcmp(&b->classes[c], s, sizeof *s)) break;
+  /* Interned: the determinizer partitions bytes by class, so fewer classes is faster. A
+   * one-byte set (every byte of a literal) is found in a table: a linear search per byte made
+   * a long literal (a schema's property name) cost its length times the number of classes.
+   * Other sets are searched linearly, a few hundred at most in practice. */
+  const int words = (s->w[0] != 0) + (s->w[1] != 0) + (s->w[2] != 0) + (s->w[3] != 0);
+  int single = -1;
+  for (int i = 0; words == 1 && i < 4; i++)
+    if (s->w[i] && !(s->w[i] & (s->w[i] - 1))) single = i * 64 + __builtin_ctzll(s->w[i]);
+  uint32_t c = b->n_classes;
+  if (single >= 0) {
+    if (b->byte_class[single]) c = b->byte_class[single] - 1;
+  } else {
+    for (c = 0; c < b->n_classes; c++) {
+      const weir__bset *k = &b->classes[c];
+      if (k->w[0] == s->w[0] && k->w[1] == s->w[1] && k->w[2] == s->w[2] && k->w[3] == s->w[3])
+        break;
+    }
+  }
   if (c == b->n_classes) {
     if (b->n_classes == b->cap_classes) {
       uint32_t cap = b->cap_classes ? b->cap_classes * 2 : 32;
@@ -148,6 +161,7 @@ uint32_t weir__rx_class(weir__gb *b, const weir__bset *s) {
       b->classes = p;
       b->cap_classes = cap;
     }
+    if (single >= 0) b->byte_class[single] = b->n_classes + 1;
     b->classes[b->n_classes++] = *s;
   }
   return new_node(b, (weir__rx){.kind = WEIR__RX_CLASS, .a = c});

@@ -62,6 +62,7 @@ typedef struct weir__gb {
   uint32_t n_kids, cap_kids;
   weir__bset *classes;
   uint32_t n_classes, cap_classes;
+  uint32_t byte_class[256]; /* 1 + the index of the class {c}, 0 until it is interned */
   weir__gb_rdef *rules;
   uint32_t n_rules, cap_rules;
   weir_grammar_limits limits;

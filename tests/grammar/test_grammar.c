@@ -662,12 +662,47 @@ static void test_cache_threads(void) {
   weir_constraint_cache_free(cache);
 }
 
+/* Byte classes are interned: the same byte set is one class whichever way it was made (a
+ * literal's byte, a one-byte range, a set), so the determinizer partitions no more than it
+ * must. Bytes 0 and 255 are the table's edges. */
+static void test_class_interning(void) {
+  weir_grammar_limits lim;
+  weir_grammar_limits_default(&lim);
+  weir__gb b;
+  WT_ASSERT_INT_EQ(weir__gb_init(&b, &lim), 0);
+  const uint32_t a1 = weir__rx_byte(&b, 'a'), a2 = weir__rx_range(&b, 'a', 'a');
+  weir__bset ab = {{0}};
+  weir__bset_add(&ab, 'a');
+  weir__bset_add(&ab, 'b');
+  const uint32_t ab1 = weir__rx_class(&b, &ab), ab2 = weir__rx_range(&b, 'a', 'b');
+  const uint32_t z1 = weir__rx_byte(&b, 0), z2 = weir__rx_range(&b, 0, 0);
+  const uint32_t f1 = weir__rx_byte(&b, 255), f2 = weir__rx_range(&b, 255, 255);
+  const uint32_t lit = weir__rx_lit(&b, "abba", 4);
+  WT_ASSERT_INT_EQ(b.status, 0);
+  CU_ASSERT_EQUAL(b.nodes[a1].a, b.nodes[a2].a);
+  CU_ASSERT_EQUAL(b.nodes[ab1].a, b.nodes[ab2].a);
+  CU_ASSERT_NOT_EQUAL(b.nodes[a1].a, b.nodes[ab1].a);
+  CU_ASSERT_EQUAL(b.nodes[z1].a, b.nodes[z2].a);
+  CU_ASSERT_EQUAL(b.nodes[f1].a, b.nodes[f2].a);
+  CU_ASSERT_NOT_EQUAL(b.nodes[z1].a, b.nodes[f1].a);
+  /* {a}, {a,b}, {0}, {255} and now {b}: five distinct sets, five classes. */
+  WT_ASSERT_INT_EQ(b.n_classes, 5);
+  CU_ASSERT_EQUAL(b.nodes[lit].kind, WEIR__RX_SEQ);
+  for (uint32_t c = 0; c < b.n_classes; c++) {
+    int bits = 0;
+    for (int w = 0; w < 4; w++) bits += __builtin_popcountll(b.classes[c].w[w]);
+    CU_ASSERT(bits == 1 || bits == 2);
+  }
+  weir__gb_free(&b);
+}
+
 static void test_setup(void) { g_small = small_vocab(); }
 static void test_teardown(void) { weir_grammar_vocab_release(g_small); }
 
 int main(void) {
   static const wt_test tests[] = {
       {"a small vocabulary", test_setup},
+      {"byte classes are interned", test_class_interning},
       {"compile errors name the problem and where", test_compile_errors},
       {"limits: depth, subschemas, text size, automaton size", test_limits},
       {"exact acceptance at the edges of each construct", test_acceptance},
