@@ -95,7 +95,7 @@ static void *h_device_handle(void *ctx, const char *name) {
 /* Where the plugins are: $WEIR_CUDA_PLUGIN_DIR, else the build tree's layout relative to this
  * executable (tests/bin/../../lib/weir/plugins, so a build tree copied elsewhere still works),
  * else the folder CMake compiled in. */
-static const char *plugin_dir(void) {
+const char *ch_plugin_dir(void) {
   static char dir[1100];
   const char *e = getenv("WEIR_CUDA_PLUGIN_DIR");
   if (e && *e) return e;
@@ -116,7 +116,7 @@ static const char *plugin_dir(void) {
 static int load(ch_plugin *p, const char *file, int is_device) {
   memset(p, 0, sizeof *p);
   char path[2200];
-  snprintf(path, sizeof path, "%s/%s", plugin_dir(), file);
+  snprintf(path, sizeof path, "%s/%s", ch_plugin_dir(), file);
   p->ctx = calloc(1, sizeof *p->ctx);
   if (!p->ctx) return WEIR_E_NOMEM;
   snprintf(p->ctx->name, sizeof p->ctx->name, "%s", file);

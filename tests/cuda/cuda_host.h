@@ -35,6 +35,10 @@ extern ch_plugin ch_dev;
 
 /* Loads plugin file `file` (e.g. "weir_attention_cuda_paged.so") from the build tree and
  * initialises it with default options. */
+/* The folder the plugins are loaded from: $WEIR_CUDA_PLUGIN_DIR, else tests/bin/../../lib/weir/
+ * plugins beside this executable (a build tree or gpu-check's bundle copied elsewhere), else
+ * the build tree CMake compiled in. A static buffer: not thread-safe. */
+const char *ch_plugin_dir(void);
 int ch_plugin_open(ch_plugin *p, const char *file);
 void ch_plugin_close(ch_plugin *p);
 void ch_device_close(void);

@@ -283,8 +283,11 @@ static void test_prefill(void) {
 }
 
 static void test_unsupported(void) {
+  /* int8 KV: K and V rows of one byte per element, then an f32 scale per row of each. */
   weir_attn_shape sh = {.struct_size = sizeof sh, .n_layers = 1, .n_heads = 8, .n_kv_heads = 2,
                         .head_dim = 64, .block_size = 16, .kv_dtype = WEIR_DTYPE_I8};
+  CU_ASSERT_EQUAL(A->block_bytes(attn.self, &sh), 2 * 2 * 16 * 64 + 8 * 2 * 16);
+  sh.head_dim = 40; /* int8 rows are read 16 bytes at a time */
   CU_ASSERT_EQUAL(A->block_bytes(attn.self, &sh), 0);
   sh.kv_dtype = WEIR_DTYPE_F16;
   sh.head_dim = 60; /* not a multiple of 8 halves */

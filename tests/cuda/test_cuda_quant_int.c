@@ -47,7 +47,7 @@ static weir_host g_cpu_host = {.struct_size = sizeof(weir_host), .abi_minor = WE
 
 static int cpu_open(cpu_plugin *c, const char *file) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/%s", WEIR_CUDA_PLUGIN_DIR, file);
+  snprintf(path, sizeof path, "%s/%s", ch_plugin_dir(), file);
   c->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!c->dl) return -1;
   weir_plugin_entry_fn e = (weir_plugin_entry_fn)dlsym(c->dl, WEIR_PLUGIN_ENTRY_SYMBOL);
@@ -57,6 +57,7 @@ static int cpu_open(cpu_plugin *c, const char *file) {
   memset(ov, 0, sizeof ov);
   for (int i = 0; i < c->desc->num_options && i < 16; i++) {
     ov[i].i = c->desc->options[i].def_int;
+    ov[i].f = c->desc->options[i].def_float;
     ov[i].b = c->desc->options[i].def_bool;
     ov[i].s = "";
     if (!strcmp(c->desc->options[i].key, "group_size") && !strcmp(c->desc->name, "int8"))

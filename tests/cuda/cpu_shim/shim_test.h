@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
 // Uniform in [lo, hi) from xorshift64 over the caller's state: a fixed seed per suite gives the
@@ -38,5 +40,23 @@ static inline double shim_rel_err(const std::vector<float> &out, const std::vect
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
+
+#ifdef WEIR_SHIM_PLUGIN_DIR
+// The folder the CPU plugins are loaded from: tests/bin/../../lib/weir/plugins beside this
+// executable when `probe` is there (a build tree or gpu-check's bundle copied elsewhere), else
+// the build tree CMake compiled in.
+static inline std::string shim_plugin_dir(const char *probe) {
+  std::string dir = WEIR_SHIM_PLUGIN_DIR;
+  char exe[1024];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    std::string e(exe);
+    std::string alt = e.substr(0, e.rfind('/')) + "/../../lib/weir/plugins";
+    if (access((alt + "/" + probe).c_str(), R_OK) == 0) dir = alt;
+  }
+  return dir;
+}
+#endif
 
 #endif

@@ -69,7 +69,7 @@ struct cpu_plugin {
 };
 
 static bool load_cpu(const char *file, cpu_plugin *out, int64_t group) {
-  std::string dir = WEIR_SHIM_PLUGIN_DIR;
+  std::string dir = shim_plugin_dir(file);
   void *dl = dlopen((dir + "/" + file).c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     printf("FAIL cannot load %s: %s\n", file, dlerror());
@@ -87,6 +87,7 @@ static bool load_cpu(const char *file, cpu_plugin *out, int64_t group) {
   std::vector<weir_option_value> ov(d->num_options);
   for (int i = 0; i < d->num_options; ++i) {
     ov[i].i = d->options[i].def_int;
+    ov[i].f = d->options[i].def_float;
     ov[i].b = d->options[i].def_bool;
     ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
     if (!strcmp(d->options[i].key, "group_size")) ov[i].i = group;

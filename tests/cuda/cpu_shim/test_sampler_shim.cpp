@@ -48,15 +48,7 @@ static const weir_sampler_ops *cpu_ops;
 static void *cpu_self;
 
 static bool load_cpu_sampler() {
-  std::string dir = WEIR_SHIM_PLUGIN_DIR;
-  char exe[1024];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = 0;
-    std::string e(exe);
-    std::string alt = e.substr(0, e.rfind('/')) + "/../../lib/weir/plugins";
-    if (access((alt + "/weir_sampler_default.so").c_str(), R_OK) == 0) dir = alt;
-  }
+  std::string dir = shim_plugin_dir("weir_sampler_default.so");
   void *dl = dlopen((dir + "/weir_sampler_default.so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!dl) {
     printf("FAIL cannot load the CPU sampler: %s\n", dlerror());
