@@ -100,6 +100,7 @@ static const key_spec k_keys[] = {
     {"scheduler", "max_num_batched_tokens", K_INT, OFF(max_num_batched_tokens), 1, 1 << 24},
     {"scheduler", "max_waiting", K_INT, OFF(max_waiting), 0, 1 << 24},
     {"scheduler", "policy", K_STR, OFF(policy), 0, 0, k_policies},
+    {"scheduler", "step_graph_max_batch", K_INT, OFF(step_graph_max_batch), 0, 1 << 16},
     {"plugins", "dirs", K_DIRS, OFF(plugin_dirs)},
 };
 #define NUM_KEYS (sizeof k_keys / sizeof k_keys[0])
@@ -238,6 +239,7 @@ void weir_config_defaults(weir_config *c) {
   c->max_num_batched_tokens = 2048;
   c->max_waiting = 1024;
   c->policy = strdup("fcfs");
+  c->step_graph_max_batch = 256;
   c->toml = weir_toml_new_table();
 }
 

@@ -92,6 +92,9 @@ typedef struct weir_config {
   int max_num_batched_tokens;    /* 2048 */
   int max_waiting;               /* 1024: beyond it submit answers 429 */
   char *policy;                  /* "fcfs" | "priority" */
+  int step_graph_max_batch;      /* 256: decode steps of up to this many sequences replay a
+                                    recorded step graph where the device records them
+                                    (docs/cuda.md); 0 = never */
   /* [plugins] */
   char **plugin_dirs;            /* extra search dirs, then WEIR_PLUGIN_PATH (':'-list),
                                     then <exe dir>/../lib/weir/plugins */

@@ -352,6 +352,15 @@ static void publish_stats(weir_engine *e) {
   e->stats.num_steps = ss.num_steps;
   e->stats.spec_draft_tokens = e->spec_drafted;
   e->stats.spec_accepted_tokens = e->spec_accepted;
+  weir_llama_graph_stats gs = {0};
+  if (e->model) weir_llama_graph_stats_get(e->model, &gs);
+  e->stats.graph_steps = gs.replayed;
+  e->stats.graph_padding = gs.padded;
+  if (e->draft) {
+    weir_llama_graph_stats_get(e->draft, &gs);
+    e->stats.graph_steps += gs.replayed;
+    e->stats.graph_padding += gs.padded;
+  }
   weir_engine_stats snap = e->stats;
   pthread_mutex_unlock(&e->lock);
   weir__engine_metrics_publish(&e->em, &snap);
@@ -1597,7 +1606,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
                         .max_num_seqs = e->max_seqs_step,
                         .max_logit_rows = e->max_rows,
-                        .progress = progress};
+                        .progress = progress,
+                        .step_graph_max_batch = cfg->step_graph_max_batch};
   char what[96];
   snprintf(what, sizeof what, "loading %s", e->model_name);
   weir_progress_begin(progress, what, (uint64_t)hp.n_layer + 1, "layers", 0);
@@ -1610,7 +1620,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     /* The draft's pass 0 carries at most the target's tokens; later passes one per item. */
     weir_llama_opts dmo = {.max_num_tokens = e->max_tokens_step,
                            .max_num_seqs = e->max_seqs_step,
-                           .max_logit_rows = e->max_seqs_step};
+                           .max_logit_rows = e->max_seqs_step,
+                           .step_graph_max_batch = cfg->step_graph_max_batch};
     rc = weir_llama_create(e->dgguf, &e->plugins, &dmo, e->pool, 1, &e->draft, err, sizeof err);
     if (rc != WEIR_OK) goto fail;
     weir_log(WEIR_LOG_INFO, LOG_COMPONENT,

@@ -139,6 +139,8 @@ typedef struct weir_engine_stats {
   uint64_t spec_draft_tokens;     /* speculative tokens proposed and verified */
   uint64_t spec_accepted_tokens;  /* of which accepted */
   int32_t num_paused;       /* weir_engine_pause: out of the batch, not counted above */
+  uint64_t graph_steps;     /* model steps replayed from a recorded step graph */
+  uint64_t graph_padding;   /* padding sequences those padded decode steps computed */
 } weir_engine_stats;
 
 struct weir_metrics;

@@ -24,6 +24,12 @@ int weir__engine_metrics_init(weir_metrics *m, weir__engine_metrics *x) {
        WEIR_METRIC_COUNTER, &x->generation_tokens},
       {"num_preemptions_total", "Sequences preempted because KV blocks ran out.",
        WEIR_METRIC_COUNTER, &x->preemptions},
+      {"step_graph_replays_total",
+       "Model steps (target and draft) replayed from a recorded step graph.",
+       WEIR_METRIC_COUNTER, &x->graph_steps},
+      {"step_graph_padding_total",
+       "Padding sequences computed to fit decode steps to a recorded graph's batch size.",
+       WEIR_METRIC_COUNTER, &x->graph_padding},
       {"prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
        WEIR_METRIC_COUNTER, &x->prefix_queries},
       {"prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
@@ -125,5 +131,7 @@ void weir__engine_metrics_publish(weir__engine_metrics *em, const weir_engine_st
   grow(em->prefix_hits, st->prefix_hits_tokens, em->last.prefix_hits_tokens);
   grow(em->spec_draft, st->spec_draft_tokens, em->last.spec_draft_tokens);
   grow(em->spec_accepted, st->spec_accepted_tokens, em->last.spec_accepted_tokens);
+  grow(em->graph_steps, st->graph_steps, em->last.graph_steps);
+  grow(em->graph_padding, st->graph_padding, em->last.graph_padding);
   em->last = *st;
 }

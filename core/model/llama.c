@@ -15,6 +15,15 @@
 #include "weir/numeric.h"
 #include "weir/quant.h"
 
+/* Decode batch sizes a step graph is recorded for, up to step_graph_max_batch: a step of S
+ * sequences runs as the next size's graph. Powers of two, with the halves between them from
+ * 16 on, keep the padding under a third of a step beyond 16 sequences. */
+static const int32_t k_graph_sizes[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256,
+                                        384, 512, 768, 1024};
+#define MAX_GRAPH_SIZES ((int)(sizeof k_graph_sizes / sizeof k_graph_sizes[0]) + 1)
+
+enum { GRAPH_NONE = 0, GRAPH_WARM, GRAPH_READY, GRAPH_BROKEN };
+
 typedef struct llama_layer {
   float *attn_norm, *ffn_norm;       /* device f32 [dim] */
   float *bq, *bk, *bv;               /* device f32 biases (qwen2) or NULL */
@@ -51,6 +60,17 @@ struct weir_llama {
   /* Calibration tap (weir_llama_set_tap), or NULL. */
   weir_llama_tap_fn tap;
   void *tap_user;
+
+  /* Step graphs: the padded decode batch sizes, each's state, and host arrays that hold a
+   * batch padded to one of them (block tables at the pool's full stride, so that every
+   * pointer and size a recorded step uses is the same at replay). */
+  int num_graph_sizes;
+  int32_t graph_size[MAX_GRAPH_SIZES];
+  uint8_t graph_state[MAX_GRAPH_SIZES];
+  uint64_t graph_key_base;
+  unsigned attn_abi_minor, quant_abi_minor; /* what the plugins were built against */
+  int32_t *pad; /* one allocation: tokens, positions, qsl, ctx, slots, rows, block tables */
+  weir_llama_graph_stats graph_stats;
 };
 
 #define TAP(layer, site, x, rows, dim) \
@@ -198,6 +218,37 @@ out:
   return rc;
 }
 
+/* Decides the step-graph batch sizes and allocates the padding arrays; graphs stay off when
+ * the options or the device plugin say so. */
+static int graphs_setup(weir_llama *m) {
+  const weir_device_ops *d = m->dev;
+  int32_t g = m->opts.step_graph_max_batch;
+  if (g <= 0 || !WEIR_HAS_FIELD(d, weir_device_ops, graph_reset) || !d->graph_begin ||
+      !d->graph_end || !d->graph_launch || !d->graph_reset)
+    return WEIR_OK;
+  /* A replay reuses the recorded pointers: only plugins that promise (ABI 1.4) to keep the
+   * device memory of their step operations until fini may take part. */
+  if (m->attn_abi_minor < 4 || m->quant_abi_minor < 4) {
+    weir_log(WEIR_LOG_INFO, "model",
+             "step graphs off: the attention or quant plugin predates ABI 1.4 (built for "
+             "1.%u / 1.%u)", m->attn_abi_minor, m->quant_abi_minor);
+    return WEIR_OK;
+  }
+  if (g > m->opts.max_num_seqs) g = m->opts.max_num_seqs;
+  if (g > m->opts.max_num_tokens) g = m->opts.max_num_tokens;
+  if (g > m->opts.max_logit_rows) g = m->opts.max_logit_rows;
+  for (int i = 0; i < MAX_GRAPH_SIZES - 1 && k_graph_sizes[i] < g; i++)
+    m->graph_size[m->num_graph_sizes++] = k_graph_sizes[i];
+  m->graph_size[m->num_graph_sizes++] = g;
+  const size_t n = 6 * (size_t)g + 1 + (size_t)g * (size_t)m->max_blocks_per_seq;
+  m->pad = calloc(n, sizeof(int32_t));
+  if (!m->pad) return WEIR_E_NOMEM;
+  /* Keys are per model: a draft model shares the device and records its own graphs. */
+  static uint64_t next_base;
+  m->graph_key_base = __atomic_add_fetch(&next_base, (uint64_t)1 << 32, __ATOMIC_RELAXED);
+  return WEIR_OK;
+}
+
 void weir_llama_attn_shape(const weir_llama_hparams *hp, weir_attn_shape *out) {
   *out = (weir_attn_shape){.struct_size = sizeof *out,
                            .n_layers = hp->n_layer,
@@ -225,6 +276,8 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
   m->quant_self = plugins->quant->self;
   m->attn = plugins->attention->ops;
   m->attn_self = plugins->attention->self;
+  m->attn_abi_minor = plugins->attention->desc->abi_minor;
+  m->quant_abi_minor = plugins->quant->desc->abi_minor;
 
   TRY(weir_gguf_llama_hparams(g, &m->hp, err, errlen));
   TRY(weir_gguf_llama_check(g, &m->hp, err, errlen));
@@ -282,6 +335,10 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
              opts->max_num_tokens, weir_strerror(rc));
     goto out;
   }
+  if ((rc = graphs_setup(m)) != WEIR_OK) {
+    snprintf(err, errlen, "allocating step-graph buffers: %s", weir_strerror(rc));
+    goto out;
+  }
 
   *out = m;
   return WEIR_OK;
@@ -293,6 +350,10 @@ out:
 
 void weir_llama_destroy(weir_llama *m) {
   if (!m) return;
+  /* The recorded graphs point into this model's buffers. Dropping them drops another model's
+   * on the same device too; that one records its graphs again (graph_launch: NOTFOUND). */
+  if (m->graph_stats.recorded) m->dev->graph_reset(m->dev_self);
+  free(m->pad);
   if (m->layers) {
     for (int l = 0; l < m->hp.n_layer; l++) {
       llama_layer *L = &m->layers[l];
@@ -323,11 +384,27 @@ static int upload(weir_llama *m, void *dst, const void *src, size_t bytes) {
   return bytes ? m->dev->copy_h2d(m->dev_self, dst, src, bytes) : WEIR_OK;
 }
 
-int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits) {
+/* Copies a step's inputs into the fixed device buffers. */
+static int upload_batch(weir_llama *m, const weir_llama_batch *b) {
+  const size_t T = (size_t)b->num_tokens, S = (size_t)b->num_seqs;
+  int rc;
+  TRY(upload(m, m->d_tokens, b->tokens, T * 4));
+  TRY(upload(m, m->d_positions, b->positions, T * 4));
+  TRY(upload(m, m->d_qsl, b->query_start_loc, (S + 1) * 4));
+  TRY(upload(m, m->d_ctx, b->context_lens, S * 4));
+  /* Block tables are copied densely at this step's row stride. */
+  TRY(upload(m, m->d_block_tables, b->block_tables, S * (size_t)b->max_blocks_per_seq * 4));
+  TRY(upload(m, m->d_slots, b->slot_mapping, T * 4));
+  TRY(upload(m, m->d_rows, b->logit_rows, (size_t)b->num_logit_rows * 4));
+out:
+  return rc;
+}
+
+/* Issues the step's operations on inputs already uploaded. plan_ctx > 0 stands in for the
+ * batch's longest context in the attention plan: a recorded step passes the longest context
+ * the pool holds, so its split of the KV range serves every later context length. */
+static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
   const int64_t T = b->num_tokens, R = b->num_logit_rows, S = b->num_seqs;
-  if (T <= 0 || T > m->opts.max_num_tokens || S <= 0 || S > m->opts.max_num_seqs || R < 0 ||
-      R > m->opts.max_logit_rows || b->max_blocks_per_seq > m->max_blocks_per_seq)
-    return WEIR_E_RANGE;
   const weir_device_ops *d = m->dev;
   void *ds = m->dev_self;
   const weir_llama_hparams *hp = &m->hp;
@@ -336,21 +413,13 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
   const float freq_scale = hp->rope_scale > 0 ? 1.0f / hp->rope_scale : 1.0f;
   int rc;
 
-  /* Block tables are copied densely at this step's row stride. */
-  TRY(upload(m, m->d_tokens, b->tokens, (size_t)T * 4));
-  TRY(upload(m, m->d_positions, b->positions, (size_t)T * 4));
-  TRY(upload(m, m->d_qsl, b->query_start_loc, (size_t)(S + 1) * 4));
-  TRY(upload(m, m->d_ctx, b->context_lens, (size_t)S * 4));
-  TRY(upload(m, m->d_block_tables, b->block_tables, (size_t)S * (size_t)b->max_blocks_per_seq * 4));
-  TRY(upload(m, m->d_slots, b->slot_mapping, (size_t)T * 4));
-  TRY(upload(m, m->d_rows, b->logit_rows, (size_t)R * 4));
-
   int32_t max_q = 0, max_ctx = 0;
   for (int64_t s = 0; s < S; s++) {
     int32_t ql = b->query_start_loc[s + 1] - b->query_start_loc[s];
     if (ql > max_q) max_q = ql;
     if (b->context_lens[s] > max_ctx) max_ctx = b->context_lens[s];
   }
+  if (plan_ctx > max_ctx) max_ctx = plan_ctx;
   weir_attn_batch ab = {.struct_size = sizeof ab,
                         .num_seqs = (int32_t)S,
                         .num_tokens = (int32_t)T,
@@ -404,9 +473,128 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
     TAP(-1, WEIR_LLAMA_SITE_OUTPUT, m->sel, R, dim);
     TRY(m->quant->matmul(m->quant_self, m->output, m->sel, m->logits, R));
   }
+out:
+  return rc;
+}
+
+
+/* The padded batch size index for a plain decode step (one new token and one logit row per
+ * sequence, in order), or -1 when this step runs without a graph. */
+static int graph_index(const weir_llama *m, const weir_llama_batch *b) {
+  if (!m->num_graph_sizes || m->tap || b->num_tokens != b->num_seqs ||
+      b->num_logit_rows != b->num_seqs || b->num_seqs > m->graph_size[m->num_graph_sizes - 1])
+    return -1;
+  for (int32_t s = 0; s < b->num_seqs; s++)
+    if (b->query_start_loc[s] != s || b->logit_rows[s] != s) return -1;
+  if (b->query_start_loc[b->num_seqs] != b->num_seqs) return -1;
+  int i = 0;
+  while (m->graph_size[i] < b->num_seqs) i++;
+  return i;
+}
+
+/* b padded to n sequences in m->pad: a padding sequence reads one key of block 0 (any
+ * block: its output row is thrown away) and writes no KV (slot -1). */
+static weir_llama_batch pad_batch(weir_llama *m, const weir_llama_batch *b, int32_t n) {
+  const int32_t S = b->num_seqs, W = m->max_blocks_per_seq;
+  int32_t *tok = m->pad, *pos = tok + n, *qsl = pos + n, *ctx = qsl + n + 1, *slots = ctx + n;
+  int32_t *rows = slots + n, *bt = rows + n;
+  memcpy(tok, b->tokens, sizeof(int32_t) * (size_t)S);
+  memcpy(pos, b->positions, sizeof(int32_t) * (size_t)S);
+  memcpy(ctx, b->context_lens, sizeof(int32_t) * (size_t)S);
+  memcpy(slots, b->slot_mapping, sizeof(int32_t) * (size_t)S);
+  for (int32_t s = 0; s < S; s++)
+    memcpy(bt + (size_t)s * W, b->block_tables + (size_t)s * b->max_blocks_per_seq,
+           sizeof(int32_t) * (size_t)b->max_blocks_per_seq);
+  for (int32_t s = S; s < n; s++) {
+    tok[s] = 0;
+    pos[s] = 0;
+    ctx[s] = 1;
+    slots[s] = -1;
+    memset(bt + (size_t)s * W, 0, sizeof(int32_t) * (size_t)W);
+  }
+  for (int32_t s = 0; s <= n; s++) qsl[s] = s;
+  for (int32_t s = 0; s < n; s++) rows[s] = s;
+  return (weir_llama_batch){.num_tokens = n,
+                            .tokens = tok,
+                            .positions = pos,
+                            .num_seqs = n,
+                            .query_start_loc = qsl,
+                            .context_lens = ctx,
+                            .block_tables = bt,
+                            .max_blocks_per_seq = W,
+                            .slot_mapping = slots,
+                            .num_logit_rows = n,
+                            .logit_rows = rows};
+}
+
+/* Runs a padded decode step (inputs uploaded) from graph i: the first step of a size runs as
+ * plain launches (plugins size their workspaces), the second records the graph and launches
+ * it, later ones only launch. A size whose recording fails runs without a graph from then on. */
+static int graph_step(weir_llama *m, int i, const weir_llama_batch *pb) {
+  const weir_device_ops *d = m->dev;
+  void *ds = m->dev_self;
+  const uint64_t key = m->graph_key_base + (uint64_t)i;
+  const int32_t plan_ctx = m->max_blocks_per_seq * m->shape->block_size;
+  int rc;
+  switch (m->graph_state[i]) {
+  case GRAPH_READY:
+    rc = d->graph_launch(ds, key);
+    if (rc != WEIR_E_NOTFOUND) break;
+    /* The device dropped its graphs (another model's destroy): record this one again. */
+    m->graph_state[i] = GRAPH_WARM;
+    /* fall through */
+  case GRAPH_WARM: {
+    rc = d->graph_begin(ds, key);
+    if (rc == WEIR_OK) {
+      int crc = compute(m, pb, plan_ctx);
+      rc = d->graph_end(ds, key);
+      if (rc == WEIR_OK) rc = crc;
+    }
+    if (rc == WEIR_OK) {
+      m->graph_state[i] = GRAPH_READY;
+      m->graph_stats.recorded++;
+      rc = d->graph_launch(ds, key);
+      break;
+    }
+    weir_log(WEIR_LOG_WARN, "model",
+             "recording the decode step of %d sequences as a graph failed (%s): that batch "
+             "size runs without one", (int)m->graph_size[i], weir_strerror(rc));
+    m->graph_state[i] = GRAPH_BROKEN;
+    return compute(m, pb, plan_ctx);
+  }
+  case GRAPH_NONE:
+    m->graph_state[i] = GRAPH_WARM;
+    return compute(m, pb, plan_ctx);
+  default:
+    return compute(m, pb, plan_ctx);
+  }
+  if (rc == WEIR_OK) m->graph_stats.replayed++;
+  return rc;
+}
+
+int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits) {
+  const int64_t T = b->num_tokens, R = b->num_logit_rows, S = b->num_seqs;
+  if (T <= 0 || T > m->opts.max_num_tokens || S <= 0 || S > m->opts.max_num_seqs || R < 0 ||
+      R > m->opts.max_logit_rows || b->max_blocks_per_seq > m->max_blocks_per_seq)
+    return WEIR_E_RANGE;
+  int rc;
+  const int gi = graph_index(m, b);
+  if (gi < 0) {
+    TRY(upload_batch(m, b));
+    TRY(compute(m, b, 0));
+  } else {
+    const weir_llama_batch pb = pad_batch(m, b, m->graph_size[gi]);
+    TRY(upload_batch(m, &pb));
+    TRY(graph_step(m, gi, &pb));
+    m->graph_stats.padded += (uint64_t)(m->graph_size[gi] - S);
+  }
   *logits = m->logits;
 out:
   return rc;
+}
+
+void weir_llama_graph_stats_get(const weir_llama *m, weir_llama_graph_stats *out) {
+  *out = m->graph_stats;
 }
 
 void weir_llama_set_tap(weir_llama *m, weir_llama_tap_fn fn, void *user) {

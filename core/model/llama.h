@@ -52,6 +52,10 @@ typedef struct weir_llama_opts {
   /* Optional: calibration samples for the quant plugin (core/model/calib.h), or NULL. */
   weir_llama_samples_fn samples;
   void *samples_user;
+  /* Step graphs (docs/cuda.md): decode steps of up to this many sequences are padded up to
+   * the next recorded batch size and replayed from a graph the device recorded, when the
+   * device plugin records graphs. 0 = every step runs as plain launches. */
+  int32_t step_graph_max_batch;
 } weir_llama_opts;
 
 /* The attention shape of a model with these hyperparameters (n_layers, heads, head_dim,
@@ -96,7 +100,16 @@ size_t weir_llama_weight_bytes(const weir_llama *m);
  * the model, valid until the next forward (a sampler may overwrite it). */
 int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits);
 
-/* Installs (or with fn NULL removes) the calibration tap, see weir_llama_tap_fn. */
+/* Step graphs recorded and steps replayed from them since creation. */
+typedef struct weir_llama_graph_stats {
+  uint64_t recorded;  /* graphs recorded (one per padded batch size, again after a reset) */
+  uint64_t replayed;  /* steps that ran as one graph launch */
+  uint64_t padded;    /* padding sequences padded decode steps computed and threw away */
+} weir_llama_graph_stats;
+void weir_llama_graph_stats_get(const weir_llama *m, weir_llama_graph_stats *out);
+
+/* Installs (or with fn NULL removes) the calibration tap, see weir_llama_tap_fn. While a
+ * tap is installed no step runs from a graph (the tap reads activations between launches). */
 void weir_llama_set_tap(weir_llama *m, weir_llama_tap_fn fn, void *user);
 
 #endif

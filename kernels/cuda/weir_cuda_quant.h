@@ -22,10 +22,8 @@ typedef struct weir_cuda_qctx {
   int device_id;
   cublasHandle_t cublas;
   int own_cublas;
-  void *wh;             /* f16 dequantized weight for the GEMM */
-  size_t wh_size;
-  void *xh;             /* f16 activations for the GEMM */
-  size_t xh_size;
+  weir_cuda_scratch wh; /* f16 dequantized weight for the GEMM */
+  weir_cuda_scratch xh; /* f16 activations for the GEMM */
   int *bad_id;          /* host-mapped flag the embed kernels raise for an id out of range */
   int *bad_id_dev;
 } weir_cuda_qctx;
@@ -39,8 +37,10 @@ static inline int weir_cuda_qfail(weir_cuda_qctx *q, cudaError_t e, const char *
 
 static inline void weir_cuda_qctx_fini(weir_cuda_qctx *q) {
   if (q->own_cublas && q->cublas) cublasDestroy(q->cublas);
-  if (q->wh) q->host->device_free(q->host->ctx, q->wh);
-  if (q->xh) q->host->device_free(q->host->ctx, q->xh);
+  if (q->host) {
+    weir_cuda_scratch_free(q->host, &q->wh);
+    weir_cuda_scratch_free(q->host, &q->xh);
+  }
   if (q->bad_id) cudaFreeHost(q->bad_id);
   memset(q, 0, sizeof *q);
 }
@@ -108,18 +108,6 @@ static inline void weir_cuda_qctx_delete(void *self) {
   h->free(h->ctx, q);
 }
 
-/* Makes *buf (of *size bytes) at least `need` bytes; keeps it otherwise. */
-static inline int weir_cuda_qreserve(weir_cuda_qctx *q, void **buf, size_t *size, size_t need) {
-  if (need <= *size) return WEIR_OK;
-  void *nb = NULL;
-  int rc = q->host->device_alloc(q->host->ctx, need, &nb);
-  if (rc != WEIR_OK) return rc;
-  if (*buf) q->host->device_free(q->host->ctx, *buf);
-  *buf = nb;
-  *size = need;
-  return WEIR_OK;
-}
-
 /* A 1-D or 2-D source tensor of a type the device packing kernels read (F32, F16, BF16, Q8_0,
  * Q4_0, Q4_1): its shape and the byte stride between its rows. Logs and returns
  * WEIR_E_NOTSUP for anything else. */
@@ -155,20 +143,20 @@ static inline int weir_cuda_qcheck_ids(weir_cuda_qctx *q, int64_t rows) {
   return WEIR_E_RANGE;
 }
 
-/* y [n][out] f32 = x [n][in] f32 times W^T, with W f16 [out][in] on the device (q->wh for the
+/* y [n][out] f32 = x [n][in] f32 times W^T, with W f16 [out][in] on the device (q->wh.p for the
  * schemes that dequantize into it): x goes to f16 and cuBLAS runs the GEMM on tensor cores
  * with f32 accumulation. */
 static inline int weir_cuda_qgemm(weir_cuda_qctx *q, const void *w16, const float *x, float *y,
                                   int64_t n, int64_t in, int64_t out) {
   if (n > 0x7fffffff || in > 0x7fffffff || out > 0x7fffffff) return WEIR_E_RANGE;
-  int rc = weir_cuda_qreserve(q, &q->xh, &q->xh_size, (size_t)n * (size_t)in * 2);
+  int rc = weir_cuda_scratch_reserve(q->host, &q->xh, (size_t)n * (size_t)in * 2);
   if (rc != WEIR_OK) return rc;
-  cudaError_t e = weir_cuda_f32_to_f16(q->stream, q->xh, x, n * in);
+  cudaError_t e = weir_cuda_f32_to_f16(q->stream, q->xh.p, x, n * in);
   if (e != cudaSuccess) return weir_cuda_qfail(q, e, "f32_to_f16");
   /* Row-major Y[n][out] = X[n][in] W[out][in]^T is, column-major, Y(out x n) = W^T X. */
   const float alpha = 1.0f, beta = 0.0f;
   cublasStatus_t s = cublasGemmEx(q->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in,
-                                  &alpha, w16, CUDA_R_16F, (int)in, q->xh, CUDA_R_16F, (int)in,
+                                  &alpha, w16, CUDA_R_16F, (int)in, q->xh.p, CUDA_R_16F, (int)in,
                                   &beta, y, CUDA_R_32F, (int)out, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) {

@@ -1146,6 +1146,8 @@ static void test_metrics_and_log(void) {
       "# TYPE weir_generation_tokens_total counter",
       "# TYPE weir_request_success_total counter",
       "# TYPE weir_num_preemptions_total counter",
+      "# TYPE weir_step_graph_replays_total counter",
+      "# TYPE weir_step_graph_padding_total counter",
       "# TYPE weir_prefix_cache_queries_total counter",
       "# TYPE weir_prefix_cache_hits_total counter",
       "# TYPE weir_http_requests_total counter",

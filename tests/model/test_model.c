@@ -27,6 +27,7 @@
 #include "util/progress.h"
 #include "reference.h"
 #include "testutil.h"
+#include "wt_model.h"
 
 static char *g_dir;
 /* Extra config settings ("key=value") for the fixtures, e.g. another quant scheme. */
@@ -47,15 +48,7 @@ static char *make_model(const char *name, const char *args) {
   return path;
 }
 
-typedef struct model_fixture {
-  weir_config cfg;
-  weir_plugin_set plugins;
-  weir_gguf *gguf;
-  weir_llama *model;
-  weir_kv_pool *pool;
-  weir_kv_cache *kv;
-  int32_t block_size;
-} model_fixture;
+typedef wt_model model_fixture;
 
 static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
                          weir_dtype kv_dtype) {
@@ -109,13 +102,7 @@ static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
   f->cfg.num_plugin_dirs = 0;
 }
 
-static void fixture_close(model_fixture *f) {
-  weir_llama_destroy(f->model);
-  weir_kv_pool_destroy(f->pool);
-  weir_plugin_set_unload(&f->plugins);
-  weir_gguf_close(f->gguf);
-  weir_config_free(&f->cfg);
-}
+static void fixture_close(model_fixture *f) { wt_model_close(f); }
 
 typedef struct seq_run {
   weir_kv_seq *kv;

@@ -14,8 +14,7 @@ typedef struct cuda_attn {
   int device_id;
   int num_sms;
   size_t max_smem;
-  void *ws;            /* split-KV workspace, grown on demand through host->device_alloc */
-  size_t ws_size;
+  weir_cuda_scratch ws; /* split-KV workspace (kept while a step graph may replay it) */
   int32_t *pairs;      /* device copy of copy_blocks' src and dst lists */
   int32_t pairs_cap;
 } cuda_attn;
@@ -30,7 +29,7 @@ static int fail(cuda_attn *a, cudaError_t e, const char *what) {
 static void attn_fini(void *self) {
   cuda_attn *a = self;
   if (!a) return;
-  if (a->ws) a->host->device_free(a->host->ctx, a->ws);
+  weir_cuda_scratch_free(a->host, &a->ws);
   if (a->pairs) a->host->device_free(a->host->ctx, a->pairs);
   a->host->free(a->host->ctx, a);
 }
@@ -123,20 +122,10 @@ static int attn_forward(void *self, const weir_attn_shape *shape, const weir_att
         shape->n_heads, shape->n_kv_heads, shape->head_dim);
     return WEIR_E_NOTSUP;
   }
-  if (plan.workspace_bytes > a->ws_size) {
-    /* Grown with headroom so that a slowly growing batch does not reallocate every step.
-     * Freeing the old one at once is safe: later work on the stream cannot overtake
-     * earlier work that still reads it. */
-    size_t want = plan.workspace_bytes + plan.workspace_bytes / 2;
-    void *nws = NULL;
-    int rc = a->host->device_alloc(a->host->ctx, want, &nws);
-    if (rc != WEIR_OK) return rc;
-    if (a->ws) a->host->device_free(a->host->ctx, a->ws);
-    a->ws = nws;
-    a->ws_size = want;
-  }
+  int rc = weir_cuda_scratch_reserve(a->host, &a->ws, plan.workspace_bytes);
+  if (rc != WEIR_OK) return rc;
   if ((e = weir_cuda_kv_write(a->stream, &p, k, v)) != cudaSuccess) return fail(a, e, "kv_write");
-  if ((e = weir_cuda_attention(a->stream, &p, &plan, q, out, a->ws)) != cudaSuccess)
+  if ((e = weir_cuda_attention(a->stream, &p, &plan, q, out, a->ws.p)) != cudaSuccess)
     return fail(a, e, "attention");
   return WEIR_OK;
 }

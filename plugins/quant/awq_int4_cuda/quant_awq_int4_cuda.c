@@ -359,15 +359,14 @@ static int a_matmul(void *self, const void *weight, const float *x, float *y, in
                                      w->kp, w->rows, (int32_t)w->group, (int32_t)n_tokens);
     return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(&a->q, e, "gemv");
   }
-  int rc = weir_cuda_qreserve(&a->q, &a->q.wh, &a->q.wh_size,
-                              (size_t)w->rows * (size_t)w->cols * 2);
+  int rc = weir_cuda_scratch_reserve(a->q.host, &a->q.wh, (size_t)w->rows * (size_t)w->cols * 2);
   if (rc != WEIR_OK) return rc;
-  e = w->is_q8 ? weir_cuda_dequant_q8_f16(a->q.stream, a->q.wh, w->q8, w->d8, w->rows, w->cols,
+  e = w->is_q8 ? weir_cuda_dequant_q8_f16(a->q.stream, a->q.wh.p, w->q8, w->d8, w->rows, w->cols,
                                           w->kp)
-               : weir_cuda_dequant_q4_f16(a->q.stream, a->q.wh, w->nib, w->d, w->m, w->inv_s,
+               : weir_cuda_dequant_q4_f16(a->q.stream, a->q.wh.p, w->nib, w->d, w->m, w->inv_s,
                                           w->rows, w->cols, w->kp, (int32_t)w->group);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "dequant");
-  return weir_cuda_qgemm(&a->q, a->q.wh, x, y, n_tokens, w->cols, w->rows);
+  return weir_cuda_qgemm(&a->q, a->q.wh.p, x, y, n_tokens, w->cols, w->rows);
 }
 
 static int a_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {

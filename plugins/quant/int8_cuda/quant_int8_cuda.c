@@ -104,11 +104,11 @@ static int q_matmul(void *self, const void *weight, const float *x, float *y, in
     e = weir_cuda_gemv_q8(q->stream, w->q, w->d, x, y, w->cols, w->kp, w->rows, (int32_t)n_tokens);
     return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(q, e, "gemv");
   }
-  int rc = weir_cuda_qreserve(q, &q->wh, &q->wh_size, (size_t)w->rows * (size_t)w->cols * 2);
+  int rc = weir_cuda_scratch_reserve(q->host, &q->wh, (size_t)w->rows * (size_t)w->cols * 2);
   if (rc != WEIR_OK) return rc;
-  e = weir_cuda_dequant_q8_f16(q->stream, q->wh, w->q, w->d, w->rows, w->cols, w->kp);
+  e = weir_cuda_dequant_q8_f16(q->stream, q->wh.p, w->q, w->d, w->rows, w->cols, w->kp);
   if (e != cudaSuccess) return weir_cuda_qfail(q, e, "dequant");
-  return weir_cuda_qgemm(q, q->wh, x, y, n_tokens, w->cols, w->rows);
+  return weir_cuda_qgemm(q, q->wh.p, x, y, n_tokens, w->cols, w->rows);
 }
 
 static int q_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {

@@ -82,9 +82,15 @@ typedef struct weir_device_ops {
    * pointer and size an operation uses must stay the same at replay (inputs are copied into
    * fixed device buffers before graph_launch). graph_launch returns WEIR_E_NOTFOUND when no
    * graph is kept for `key`; graph_reset drops every kept graph. All four NULL when the
-   * device cannot record. The host's engine does not call them yet (docs/cuda.md): a device
-   * plugin that implements them is exercised only by direct callers such as benchmarks.
-   * Optional, 1.0. */
+   * device cannot record. Optional, 1.0.
+   *
+   * The host's engine (since 1.4) records each decode step of up to
+   * scheduler.step_graph_max_batch sequences, padded to one of a few batch sizes, once a
+   * step of that size has run un-recorded, and replays it from then on (docs/cuda.md). A
+   * replay uses every pointer the recording saw, so it does so only when the attention and
+   * quant plugins were built against ABI 1.4 or later: such a plugin keeps any device memory
+   * its step operations use valid until fini (scratch grows by allocating a larger buffer and
+   * keeping the old one, never by freeing it while the instance lives). */
   int (*graph_begin)(void *self, uint64_t key);
   int (*graph_end)(void *self, uint64_t key);
   int (*graph_launch)(void *self, uint64_t key);
