@@ -39,6 +39,7 @@ static layer *L;
 static void *tok_embd, *out_w;
 static float *out_norm;
 static size_t weight_bytes_per_token; /* every matmul weight, read once per decode step */
+static double n_params;                /* their parameters (the LM head's once) */
 
 /* Activations for up to max_tokens tokens. */
 static float *x, *h, *q, *k, *v, *att, *g, *u, *hl, *logits;
@@ -100,6 +101,8 @@ static void build_model(int max_tokens, int max_seqs, int max_ctx) {
   tok_embd = pack_random(S.dim, S.vocab);
   out_w = pack_random(S.dim, S.vocab);
   weight_bytes_per_token += QNT->weight_bytes(P_quant.self, out_w);
+  n_params = (double)S.layers * (2.0 * S.dim * S.dim + 2.0 * S.dim * kvd + 3.0 * S.dim * S.ffn) +
+             (double)S.vocab * S.dim;
   out_norm = dev_vec(S.dim, 0.9f, 1.1f);
   free(rand_f16);
 
@@ -287,9 +290,41 @@ static double copy_bandwidth(void) {
   return 2.0 * (double)n * 10 / best; /* read + write */
 }
 
+/* Median time of a prefill of n prompts of len tokens each (after two warm-ups): ms,
+ * tokens/s, and TFLOP/s counting 2 flops per weight per token plus causal attention's
+ * 2 * 2 * len/2 * dim per layer per token. */
+static void time_prefill(int n, int len, double *ms, double *tps, double *tflops) {
+  batch pb;
+  batch_make(&pb, n, len, len);
+  weir_sample_result *res = calloc((size_t)n, sizeof *res);
+  weir_sampling_row *rows = calloc((size_t)n, sizeof *rows);
+  for (int i = 0; i < 2; i++) {
+    forward(&pb);
+    sample(&pb, res, rows);
+  }
+  double pt[10];
+  for (int i = 0; i < 10; i++) {
+    double s0 = ch_now();
+    forward(&pb);
+    sample(&pb, res, rows);
+    pt[i] = ch_now() - s0;
+  }
+  qsort(pt, 10, sizeof pt[0], cmp_d);
+  const double tokens = (double)n * len;
+  const double flops = 2.0 * (double)n_params * tokens +
+                       4.0 * S.layers * tokens * len / 2.0 * S.dim;
+  *ms = pt[5] * 1e3;
+  *tps = tokens / pt[5];
+  *tflops = flops / pt[5] / 1e12;
+  free(res);
+  free(rows);
+  batch_free(&pb);
+}
+
 int main(int argc, char **argv) {
   S = (shape){.dim = 2048, .layers = 22, .heads = 32, .kv_heads = 4, .ffn = 5632, .vocab = 32000};
-  int steps = 50, ctx = 256, prefill = 512, use_graph = 1;
+  int steps = 50, ctx = 256, prefill = 512, use_graph = 1, prefill_batch = 8;
+  const char *quant = "fp16";
   int batches[8] = {1, 8, 32, 64}, nb = 4;
   const char *json = NULL;
   for (int i = 1; i < argc; i++) {
@@ -300,22 +335,29 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--layers") && val) S.layers = atoi(argv[++i]);
     else if (!strcmp(a, "--json") && val) json = argv[++i];
     else if (!strcmp(a, "--no-graph")) use_graph = 0;
+    else if (!strcmp(a, "--quant") && val) quant = argv[++i];
+    else if (!strcmp(a, "--prefill-batch") && val) prefill_batch = atoi(argv[++i]);
     else if (!strcmp(a, "--batches") && val) {
       nb = 0;
       for (char *tok = strtok(argv[++i], ","); tok && nb < 8; tok = strtok(NULL, ","))
         batches[nb++] = atoi(tok);
     } else {
       fprintf(stderr, "usage: weir_cuda_bench [--steps N] [--ctx N] [--prefill N] [--layers N]"
-                      " [--batches 1,8,32,64] [--no-graph] [--json FILE]\n");
+                      " [--batches 1,8,32,64] [--no-graph] [--quant fp16|int8|awq_int4]"
+                      " [--prefill-batch N] [--json FILE]\n");
       return 2;
     }
   }
-  if (steps < 1 || ctx < 2 || prefill < 1 || nb < 1) return 2;
+  if (steps < 1 || ctx < 2 || prefill < 1 || nb < 1 || prefill_batch < 1 ||
+      strlen(quant) > 32)
+    return 2;
   HD = S.dim / S.heads;
+  char quant_file[64];
+  snprintf(quant_file, sizeof quant_file, "weir_quant_%s_cuda.so", quant);
   ch_device_open_or_skip();
   ch_seed_from_env(12345);
   if (ch_plugin_open(&P_attn, "weir_attention_cuda_paged.so") != WEIR_OK ||
-      ch_plugin_open(&P_quant, "weir_quant_fp16_cuda.so") != WEIR_OK ||
+      ch_plugin_open(&P_quant, quant_file) != WEIR_OK ||
       ch_plugin_open(&P_samp, "weir_sampler_default_cuda.so") != WEIR_OK) {
     fprintf(stderr, "a CUDA plugin failed to load\n");
     return 1;
@@ -326,13 +368,14 @@ int main(int argc, char **argv) {
   for (int i = 0; i < nb; i++)
     if (batches[i] > max_b) max_b = batches[i];
   const int max_ctx = (ctx > prefill ? ctx : prefill) + 16;
-  const int max_tokens = max_b > prefill ? max_b : prefill;
+  if (max_b < prefill_batch) max_b = prefill_batch; /* sequences of the prefill batch */
+  const int max_tokens = max_b > prefill * prefill_batch ? max_b : prefill * prefill_batch;
   double t0 = ch_now();
   build_model(max_tokens, max_b, max_ctx);
-  printf("model: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, f16 weights %.2f GB "
+  printf("model: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s weights %.2f GB "
          "(built in %.1f s)\n",
-         S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, weight_bytes_per_token / 1e9,
-         ch_now() - t0);
+         S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant,
+         weight_bytes_per_token / 1e9, ch_now() - t0);
 
   const double bw = copy_bandwidth();
   const double kv_bytes = (double)S.layers * ctx * 2.0 * S.kv_heads * HD * 2.0;
@@ -342,11 +385,11 @@ int main(int argc, char **argv) {
   FILE *jf = json ? fopen(json, "w") : NULL;
   if (jf)
     fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": {\"dim\": %d, \"layers\": %d, "
-                "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"dtype\": "
-                "\"f16\"},\n  \"d2d_copy_GBps\": %.1f,\n  \"decode_ctx\": %d,\n"
+                "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"quant\": "
+                "\"%s\"},\n  \"d2d_copy_GBps\": %.1f,\n  \"decode_ctx\": %d,\n"
                 "  \"bytes_per_token\": %.0f,\n  \"roofline_tokens_per_s\": %.1f,\n"
                 "  \"decode\": [",
-            info.name, S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, bw / 1e9, ctx,
+            info.name, S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant, bw / 1e9, ctx,
             bytes_tok, roofline);
 
   printf("device: %s\n", info.name);
@@ -375,36 +418,20 @@ int main(int argc, char **argv) {
     batch_free(&b);
   }
 
-  /* Prefill: one prompt, no cached prefix. */
-  batch pb;
-  batch_make(&pb, 1, prefill, prefill);
-  weir_sample_result res;
-  weir_sampling_row row;
-  for (int i = 0; i < 2; i++) {
-    forward(&pb);
-    sample(&pb, &res, &row);
-  }
-  double *pt = calloc(10, sizeof *pt);
-  for (int i = 0; i < 10; i++) {
-    double s0 = ch_now();
-    forward(&pb);
-    sample(&pb, &res, &row);
-    pt[i] = ch_now() - s0;
-  }
-  qsort(pt, 10, sizeof *pt, cmp_d);
-  const double ptps = prefill / pt[5];
-  /* 2 flops per weight per token, plus attention's 4 * ctx/2 * dim per layer per token. */
-  const double pflops = 2.0 * (double)weight_bytes_per_token / 2.0 * prefill +
-                        4.0 * S.layers * (double)prefill * prefill / 2.0 * S.dim;
-  printf("\nprefill %d tokens: %.2f ms, %.0f tokens/s, %.1f TFLOP/s\n", prefill, pt[5] * 1e3,
-         ptps, pflops / pt[5] / 1e12);
+  /* Prefill: one prompt, then a batch of them, no cached prefix. */
+  double ptps1, ptf1, ptpsb, ptfb, pms1, pmsb;
+  time_prefill(1, prefill, &pms1, &ptps1, &ptf1);
+  time_prefill(prefill_batch, prefill, &pmsb, &ptpsb, &ptfb);
+  printf("\nprefill %d tokens: %.2f ms, %.0f tokens/s, %.1f TFLOP/s\n", prefill, pms1, ptps1,
+         ptf1);
+  printf("prefill %d x %d tokens: %.2f ms, %.0f tokens/s, %.1f TFLOP/s\n", prefill_batch,
+         prefill, pmsb, ptpsb, ptfb);
   if (jf) {
     fprintf(jf, "\n  ],\n  \"prefill\": {\"tokens\": %d, \"ms\": %.3f, \"tokens_per_s\": %.1f, "
-                "\"tflops\": %.2f}\n}\n",
-            prefill, pt[5] * 1e3, ptps, pflops / pt[5] / 1e12);
+                "\"tflops\": %.2f},\n  \"prefill_batch\": {\"prompts\": %d, \"tokens\": %d, "
+                "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"tflops\": %.2f}\n}\n",
+            prefill, pms1, ptps1, ptf1, prefill_batch, prefill, pmsb, ptpsb, ptfb);
     fclose(jf);
   }
-  free(pt);
-  batch_free(&pb);
   return 0;
 }
