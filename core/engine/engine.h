@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/chat_template.h" /* weir_chat_message, weir_chat_request */
+#include "template/chat_template.h" /* weir_chat_message, weir_chat_request */
 #include "weir/sampler.h"
 
 struct weir_config;
@@ -219,7 +219,7 @@ int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len)
 
 /* Renders chat messages with the model's own template (or the configured built-in),
  * ending with the assistant's turn opener when add_generation_prompt. *out is malloc'd.
- * weir_chat_message and weir_chat_request are in model/chat_template.h. */
+ * weir_chat_message and weir_chat_request are in template/chat_template.h. */
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,
                             int add_generation_prompt, char **out);
 /* The same for a full request (OpenAI-style messages, tools, template arguments), with the

@@ -266,7 +266,7 @@ static void stream_with_tools(weir__api_job *job, api_choice *ch, const weir_gen
   size_t safe = ch->content_sent;
   if (job->tool_mode == WEIR_TOOLS_AUTO && ch->text.p) {
     int in_call = 0;
-    size_t upto = weir__tool_stream_safe(ch->text.p, ch->text.len, ch->content_sent, &in_call);
+    size_t upto = weir_tool_stream_safe(ch->text.p, ch->text.len, ch->content_sent, &in_call);
     if (upto > safe) safe = upto;
   }
   if (safe > ch->content_sent || lp)

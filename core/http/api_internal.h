@@ -9,7 +9,7 @@
 
 #include "grammar/grammar.h"
 #include "http/api.h"
-#include "http/tool_calls.h"
+#include "template/tool_calls.h"
 
 #define MAX_N 16
 #define MAX_CHOICES 256
@@ -69,7 +69,7 @@ struct weir__api_job {
   cJSON *resp_echo;     /* responses: the request's fields a Response echoes (owned) */
   int resp_seq;         /* responses streaming: the next event's sequence_number */
   char resp_msg_id[48]; /* responses streaming: the message item, once opened */
-  weir__tool_mode tool_mode; /* chat with tools: how replies are read for calls */
+  weir_tool_mode tool_mode; /* chat with tools: how replies are read for calls */
   char *tool_named;     /* WEIR_TOOLS_NAMED: the function (owned) */
   int parallel_tool_calls;
 };
@@ -125,7 +125,7 @@ typedef struct prompt_list {
 
 /* What a chat request's tools ask for (api_tools.c). Borrows from the request document. */
 typedef struct api_tools {
-  weir__tool_mode mode;
+  weir_tool_mode mode;
   const char *named;  /* WEIR_TOOLS_NAMED: tool_choice's function */
   int parallel;       /* parallel_tool_calls (default true) */
   const cJSON *tools; /* the request's tools, NULL when it gives none */
@@ -220,7 +220,7 @@ void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const cha
 void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finish_reason f);
 /* A finished reply read for calls (tool_calls.h; with tools off, all content); with
  * parallel_tool_calls false only the first call is kept. 0 or WEIR_E_NOMEM. */
-int weir__api_read_calls(const weir__api_job *job, const api_choice *ch, weir__tool_output *o);
+int weir__api_read_calls(const weir__api_job *job, const api_choice *ch, weir_tool_output *o);
 /* The whole non-streaming response of a finished job. */
 void weir__api_respond_full(weir__api_job *job);
 /* A JSON string for text that may hold invalid UTF-8 (repaired); NULL on OOM. */

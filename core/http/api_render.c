@@ -256,8 +256,8 @@ void weir__api_stream_choice_chunk(weir__api_job *job, api_choice *ch, const cha
 
 /* ---- tool calls ------------------------------------------------------------------------- */
 
-int weir__api_read_calls(const weir__api_job *job, const api_choice *ch, weir__tool_output *o) {
-  int rc = weir__tool_parse(ch->text.p ? ch->text.p : "", ch->text.len, job->tool_mode,
+int weir__api_read_calls(const weir__api_job *job, const api_choice *ch, weir_tool_output *o) {
+  int rc = weir_tool_parse(ch->text.p ? ch->text.p : "", ch->text.len, job->tool_mode,
                             job->tool_named, o);
   if (rc == 0 && !job->parallel_tool_calls && o->num_calls > 1) {
     for (int i = 1; i < o->num_calls; i++) {
@@ -270,7 +270,7 @@ int weir__api_read_calls(const weir__api_job *job, const api_choice *ch, weir__t
 }
 
 /* OpenAI's tool_calls array; with_index for stream deltas. */
-static cJSON *tool_calls_json(const weir__tool_output *o, int with_index) {
+static cJSON *tool_calls_json(const weir_tool_output *o, int with_index) {
   cJSON *arr = cJSON_CreateArray();
   for (int i = 0; arr && i < o->num_calls; i++) {
     cJSON *c = cJSON_CreateObject();
@@ -301,7 +301,7 @@ static const char *tool_finish(weir_finish_reason f) {
 
 void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finish_reason f) {
   const char *finish = weir__api_finish_name(f);
-  weir__tool_output o;
+  weir_tool_output o;
   if (weir__api_read_calls(job, ch, &o) != 0) {
     weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, finish, 0);
     return;
@@ -311,7 +311,7 @@ void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finis
     weir__api_stream_choice_chunk(job, ch, held ? ch->text.p + ch->content_sent : NULL, held,
                                   NULL, finish, 0);
     ch->content_sent = ch->text.len;
-    weir__tool_output_free(&o);
+    weir_tool_output_free(&o);
     return;
   }
   cJSON *root = chunk_base(job);
@@ -329,7 +329,7 @@ void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finis
   sse_send(job->r, root);
   ch->content_sent = ch->text.len;
   weir__api_stream_choice_chunk(job, ch, NULL, 0, NULL, tool_finish(f), 0);
-  weir__tool_output_free(&o);
+  weir_tool_output_free(&o);
 }
 
 void weir__api_stream_finish(weir__api_job *job) {
@@ -400,7 +400,7 @@ void weir__api_respond_full(weir__api_job *job) {
     if (job->chat) {
       cJSON *msg = cJSON_AddObjectToObject(c, "message");
       cJSON_AddStringToObject(msg, "role", "assistant");
-      weir__tool_output calls = {0};
+      weir_tool_output calls = {0};
       if (job->tool_mode != WEIR_TOOLS_OFF && weir__api_read_calls(job, ch, &calls) == 0 &&
           calls.num_calls > 0) {
         if (calls.content[0])
@@ -413,7 +413,7 @@ void weir__api_respond_full(weir__api_job *job) {
       } else {
         cJSON_AddItemToObject(msg, "content", weir__api_json_text(text.p, text.len));
       }
-      weir__tool_output_free(&calls);
+      weir_tool_output_free(&calls);
     } else {
       cJSON_AddItemToObject(c, "text", weir__api_json_text(text.p, text.len));
     }

@@ -381,7 +381,7 @@ static cJSON *message_item(const char *id, const char *status, const char *text,
   return m;
 }
 
-static cJSON *call_item(const weir__tool_call *c, const char *status, int with_args) {
+static cJSON *call_item(const weir_tool_call *c, const char *status, int with_args) {
   char id[48], call_id[48];
   item_id(id, sizeof id, "fc");
   item_id(call_id, sizeof call_id, "call");
@@ -408,7 +408,7 @@ void weir__api_resp_respond_full(weir__api_job *job) {
                              ch->error ? ch->error : weir_strerror(ch->status));
     return;
   }
-  weir__tool_output reply;
+  weir_tool_output reply;
   cJSON *o = response_base(job, "completed");
   if (!o || weir__api_read_calls(job, ch, &reply) != 0) {
     cJSON_Delete(o);
@@ -424,7 +424,7 @@ void weir__api_resp_respond_full(weir__api_job *job) {
                                               strlen(reply.content), 1));
   for (int i = 0; i < reply.num_calls; i++)
     cJSON_AddItemToArray(output, call_item(&reply.calls[i], "completed", 1));
-  weir__tool_output_free(&reply);
+  weir_tool_output_free(&reply);
   response_finish(job, o);
   weir__api_respond_json(r, 200, o);
   cJSON_Delete(o);
@@ -504,7 +504,7 @@ void weir__api_resp_stream_event(weir__api_job *job, api_choice *ch, const weir_
   size_t safe = ch->text.len;
   if (job->tool_mode == WEIR_TOOLS_AUTO && ch->text.p) {
     int in_call = 0;
-    safe = weir__tool_stream_safe(ch->text.p, ch->text.len, ch->content_sent, &in_call);
+    safe = weir_tool_stream_safe(ch->text.p, ch->text.len, ch->content_sent, &in_call);
   } else if (job->tool_mode != WEIR_TOOLS_OFF) {
     safe = 0; /* a forced call is held whole */
   }
@@ -531,7 +531,7 @@ void weir__api_resp_stream_finish(weir__api_job *job) {
     weir__http_stream_end(job->r);
     return;
   }
-  weir__tool_output reply;
+  weir_tool_output reply;
   if (weir__api_read_calls(job, ch, &reply) != 0) memset(&reply, 0, sizeof reply);
   cJSON *final = response_base(job, "completed");
   cJSON *output = final ? cJSON_GetObjectItemCaseSensitive(final, "output") : NULL;
@@ -602,7 +602,7 @@ void weir__api_resp_stream_finish(weir__api_job *job) {
     if (output && item) cJSON_AddItemToArray(output, item);
     else cJSON_Delete(item);
   }
-  weir__tool_output_free(&reply);
+  weir_tool_output_free(&reply);
   if (final) response_finish(job, final);
   send_with(job, ch->finish == WEIR_FINISH_LENGTH ? "response.incomplete" : "response.completed",
             "response", final);

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/llama.h"
 #include "weir/quant.h"
 

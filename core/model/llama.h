@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "kv/kv_pool.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "weir/kv.h"
 
 struct weir_plugin_set;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "util/err.h"
 #include "model/tokenizer.h"
 #include "weir/status.h"

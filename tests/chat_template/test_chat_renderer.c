@@ -1,4 +1,4 @@
-/* The chat renderer (core/model/chat_template.h): the model's own Jinja template run on the
+/* The chat renderer (core/template/chat_template.h): the model's own Jinja template run on the
  * plain messages of today's callers and on OpenAI-style requests (tools, tool calls, template
  * arguments) as cJSON, byte-equal to Jinja2's rendering (tests/jinja/fixtures/chat.json);
  * the template's own error messages; named alternates such as tool_use; the built-in
@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat_template.h"
-#include "model/gguf.h"
-#include "model/gguf_write.h"
-#include "model/jinja.h"
+#include "template/chat_template.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
+#include "template/jinja.h"
 #include "testutil.h"
 #include "weir/status.h"
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat_template.h"
+#include "template/chat_template.h"
 #include "testutil.h"
 #include "weir/status.h"
 

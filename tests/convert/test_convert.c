@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/dequant.h"
-#include "model/gguf.h"
+#include "format/quantize_row.h"
+#include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "reference.h"
 #include "testutil.h"

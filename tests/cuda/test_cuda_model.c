@@ -18,7 +18,7 @@
 #include "config/config.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/llama.h"
 #include "plugin/loader.h"
 #include "testutil.h"

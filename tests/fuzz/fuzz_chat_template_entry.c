@@ -1,4 +1,4 @@
-/* The built-in chat templates (core/model/chat_template.c): arbitrary conversations in every
+/* The built-in chat templates (core/template/chat_template.c): arbitrary conversations in every
  * family. The Jinja engine has its own target; this one covers the C renderers and the
  * family detection.
  *
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "fuzz_targets.h"
-#include "model/chat_template.h"
+#include "template/chat_template.h"
 #include "weir/status.h"
 
 static const char *const k_roles[] = {"system", "user", "assistant", "tool"};

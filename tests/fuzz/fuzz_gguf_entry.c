@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 /* Folds bytes into a value the optimiser cannot drop, so every read really happens. */
 static volatile uint64_t g_sink;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja.h"
+#include "template/jinja.h"
 #include "weir/status.h"
 
 static const char k_context[] =

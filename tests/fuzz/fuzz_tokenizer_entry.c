@@ -15,7 +15,7 @@
 
 #include "fixtures.h"
 #include "fuzz_targets.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "util/utf8.h"
 #include "weir/status.h"

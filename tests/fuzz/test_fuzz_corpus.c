@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "fuzz_gguf_entry.h"
-#include "model/gguf_write.h"
+#include "format/gguf_write.h"
 #include "testutil.h"
 
 static char *g_dir;

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/dequant.h"
-#include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "format/quantize_row.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "testutil.h"
 #include "weir/status.h"
 

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "grammar/internal.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "weir/sampler.h"
 
 double gw_now(void) {

@@ -1,15 +1,15 @@
-/* core/http/tool_calls.c: reading tool calls out of a reply in each format (Hermes/Qwen,
+/* core/template/tool_calls.c: reading tool calls out of a reply in each format (Hermes/Qwen,
  * Mistral, Llama 3 with and without <|python_tag|>, the forced shapes), what stays content,
  * malformed calls left as text, and how much of a stream may go out before a call begins. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/tool_calls.h"
+#include "template/tool_calls.h"
 #include "testutil.h"
 
 typedef struct call_case {
   const char *text;
-  weir__tool_mode mode;
+  weir_tool_mode mode;
   const char *named;
   const char *content;     /* expected content */
   int num_calls;
@@ -67,8 +67,8 @@ static const call_case k_cases[] = {
 static void test_parse(void) {
   for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
     const call_case *c = &k_cases[i];
-    weir__tool_output o;
-    WT_ASSERT_INT_EQ(weir__tool_parse(c->text, strlen(c->text), c->mode, c->named, &o), 0);
+    weir_tool_output o;
+    WT_ASSERT_INT_EQ(weir_tool_parse(c->text, strlen(c->text), c->mode, c->named, &o), 0);
     int ok = o.content && !strcmp(o.content, c->content) && o.num_calls == c->num_calls;
     for (int k = 0; ok && k < c->num_calls; k++)
       ok = !strcmp(o.calls[k].name, c->names[k]) && !strcmp(o.calls[k].arguments, c->arguments[k]);
@@ -80,7 +80,7 @@ static void test_parse(void) {
       fputc('\n', stderr);
     }
     CU_ASSERT(ok);
-    weir__tool_output_free(&o);
+    weir_tool_output_free(&o);
   }
 }
 
@@ -91,11 +91,11 @@ static void test_too_many_calls(void) {
   size_t len = 0;
   for (int i = 0; i <= WEIR_MAX_TOOL_CALLS; i++)
     len += (size_t)sprintf(text + len, "<tool_call>{\"name\":\"f\"}</tool_call>");
-  weir__tool_output o;
-  WT_ASSERT_INT_EQ(weir__tool_parse(text, len, WEIR_TOOLS_AUTO, NULL, &o), 0);
+  weir_tool_output o;
+  WT_ASSERT_INT_EQ(weir_tool_parse(text, len, WEIR_TOOLS_AUTO, NULL, &o), 0);
   WT_ASSERT_INT_EQ(o.num_calls, 0);
   CU_ASSERT(o.content && strlen(o.content) == len);
-  weir__tool_output_free(&o);
+  weir_tool_output_free(&o);
   free(text);
 }
 
@@ -119,7 +119,7 @@ static void test_stream_safe(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int in_call = -1;
-    size_t got = weir__tool_stream_safe(cases[i].text, strlen(cases[i].text), cases[i].from,
+    size_t got = weir_tool_stream_safe(cases[i].text, strlen(cases[i].text), cases[i].from,
                                         &in_call);
     if (got != cases[i].want || in_call != cases[i].in_call)
       fprintf(stderr, "\n  [%s] from %zu: %zu (in_call %d), want %zu (%d)\n", cases[i].text,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Jinja2 reference renderings for weir's template engine (core/model/jinja*.c).
+"""Jinja2 reference renderings for weir's template engine (core/template/jinja*.c).
 
 Renders, with Debian's python3-jinja2 set up exactly as Hugging Face transformers sets up
 its chat-template environment (ImmutableSandboxedEnvironment(trim_blocks=True,

@@ -1,4 +1,4 @@
-/* The Jinja engine (core/model/jinja*.c) against Jinja2: the language cases and the chat
+/* The Jinja engine (core/template/jinja*.c) against Jinja2: the language cases and the chat
  * templates of tests/jinja/fixtures/ (rendered by python3-jinja2 through
  * tests/jinja/gen_fixtures.py), hostile templates that must end with an error, the limits,
  * error messages and the context API.
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja.h"
+#include "template/jinja.h"
 #include "testutil.h"
 #include "weir/status.h"
 

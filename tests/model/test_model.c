@@ -20,7 +20,7 @@
 #include "kv/kv_pool.h"
 #include "grammar/grammar.h"
 #include "metrics/metrics.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"

@@ -14,7 +14,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "kv/kv_pool.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"

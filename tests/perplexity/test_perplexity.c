@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "reference.h"
 #include "testutil.h"

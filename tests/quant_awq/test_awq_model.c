@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "kv/kv_pool.h"
 #include "model/calib.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"

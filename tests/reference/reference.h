@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #ifdef __cplusplus
 extern "C" {

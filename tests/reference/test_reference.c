@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/dequant.h"
-#include "model/gguf_write.h"
+#include "format/quantize_row.h"
+#include "format/gguf_write.h"
 #include "reference.h"
 #include "testutil.h"
 #include "weir/status.h"

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "fixtures.h"
-#include "model/chat_template.h"
-#include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "template/chat_template.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "model/tokenizer.h"
 #include "testutil.h"
 #include "weir/status.h"

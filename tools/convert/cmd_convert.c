@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "model/dequant.h"
-#include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "format/quantize_row.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "model/tokenizer.h"
 #include "weir/status.h"
 

@@ -10,8 +10,8 @@
 
 #include "cli/cli.h"
 #include "mkmodel/mkmodel.h"
-#include "model/dequant.h"
-#include "model/gguf_write.h"
+#include "format/quantize_row.h"
+#include "format/gguf_write.h"
 #include "util/opt.h"
 #include "util/progress.h"
 #include "weir/status.h"

@@ -13,38 +13,38 @@
  * Pure functions over bytes: no server state, thread-safe. Text that does not parse as a
  * call stays content (a model that writes a malformed call gets its text back, not an
  * error). */
-#ifndef WEIR_HTTP_TOOL_CALLS_H
-#define WEIR_HTTP_TOOL_CALLS_H
+#ifndef WEIR_TEMPLATE_TOOL_CALLS_H
+#define WEIR_TEMPLATE_TOOL_CALLS_H
 
 #include <stddef.h>
 
-typedef enum weir__tool_mode {
+typedef enum weir_tool_mode {
   WEIR_TOOLS_OFF = 0,  /* no tools, or tool_choice "none": the text is content */
   WEIR_TOOLS_AUTO,     /* the model may call: look for the formats above */
   WEIR_TOOLS_REQUIRED, /* the output is the forced array */
   WEIR_TOOLS_NAMED,    /* the output is the named function's arguments */
-} weir__tool_mode;
+} weir_tool_mode;
 
-typedef struct weir__tool_call {
+typedef struct weir_tool_call {
   char *name;      /* malloc'd */
   char *arguments; /* malloc'd JSON text, as OpenAI's `function.arguments` string */
-} weir__tool_call;
+} weir_tool_call;
 
-typedef struct weir__tool_output {
+typedef struct weir_tool_output {
   char *content;         /* malloc'd text outside the calls, trimmed; "" when none */
-  weir__tool_call *calls; /* malloc'd [num_calls] */
+  weir_tool_call *calls; /* malloc'd [num_calls] */
   int num_calls;
-} weir__tool_output;
+} weir_tool_output;
 
 /* At most this many calls are taken from one reply; more stay content. */
 #define WEIR_MAX_TOOL_CALLS 64
 
 /* Parses a finished reply. `named` is the function's name in WEIR_TOOLS_NAMED mode (else
- * unused). On success out owns its strings (weir__tool_output_free); num_calls 0 means the
+ * unused). On success out owns its strings (weir_tool_output_free); num_calls 0 means the
  * whole text is content. WEIR_E_NOMEM. */
-int weir__tool_parse(const char *text, size_t len, weir__tool_mode mode, const char *named,
-                     weir__tool_output *out);
-void weir__tool_output_free(weir__tool_output *o);
+int weir_tool_parse(const char *text, size_t len, weir_tool_mode mode, const char *named,
+                     weir_tool_output *out);
+void weir_tool_output_free(weir_tool_output *o);
 
 /* Streaming in WEIR_TOOLS_AUTO mode: how many leading bytes of the reply so far (text, len)
  * can be sent as content now, given that `from` bytes were sent before (markers are looked
@@ -52,6 +52,6 @@ void weir__tool_output_free(weir__tool_output *o);
  * before the first call marker, less a tail that could be the start of one; a reply whose
  * first non-blank character is '{' is held whole (it may be a Llama 3 JSON call). *in_call
  * is set once a marker has been seen (nothing after it is content). */
-size_t weir__tool_stream_safe(const char *text, size_t len, size_t from, int *in_call);
+size_t weir_tool_stream_safe(const char *text, size_t len, size_t from, int *in_call);
 
 #endif

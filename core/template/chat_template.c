@@ -1,9 +1,9 @@
 /* The chat renderer (chat_template.h): the model's own Jinja template run by the engine of
  * jinja.h, and the built-in renderers, each of which writes what its family's reference
  * Jinja template renders (docs/chat-templates.md). */
-#include "model/chat_template.h"
-#include "model/gguf.h"
-#include "model/jinja.h"
+#include "template/chat_template.h"
+#include "format/gguf.h"
+#include "template/jinja.h"
 #include "util/buf.h"
 #include "util/err.h"
 

@@ -3,8 +3,8 @@
  * files. The other direction, and the scalar half-float conversions, are the SDK's
  * (weir/numeric.h), included here. Plain C, no SIMD: not for hot loops. Pure and
  * thread-safe. */
-#ifndef WEIR_MODEL_DEQUANT_H
-#define WEIR_MODEL_DEQUANT_H
+#ifndef WEIR_FORMAT_QUANTIZE_ROW_H
+#define WEIR_FORMAT_QUANTIZE_ROW_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -11,13 +11,13 @@
  * Errors: WEIR_E_INVAL (bad argument: bad alignment, a dtype with a row not a multiple of its
  * block, non-positive dims), WEIR_E_EXISTS (duplicate key or tensor name), WEIR_E_NOMEM,
  * WEIR_E_IO (with err naming the file). Not thread-safe: one writer per thread. */
-#ifndef WEIR_MODEL_GGUF_WRITE_H
-#define WEIR_MODEL_GGUF_WRITE_H
+#ifndef WEIR_FORMAT_GGUF_WRITE_H
+#define WEIR_FORMAT_GGUF_WRITE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #ifdef __cplusplus
 extern "C" {

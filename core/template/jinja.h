@@ -23,8 +23,8 @@
  * Thread-safety. A parsed template is immutable: any number of threads may render it at
  * once, each with its own context. A context may be read by several renders at once once
  * it is filled; filling it is not thread-safe. */
-#ifndef WEIR_MODEL_JINJA_H
-#define WEIR_MODEL_JINJA_H
+#ifndef WEIR_TEMPLATE_JINJA_H
+#define WEIR_TEMPLATE_JINJA_H
 
 #include <stddef.h>
 #include <stdint.h>

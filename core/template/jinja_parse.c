@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/jinja_internal.h"
+#include "template/jinja_internal.h"
 #include "util/utf8.h"
 #include "weir/status.h"
 

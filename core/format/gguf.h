@@ -23,8 +23,8 @@
  *
  * Thread-safety: open/close are not concurrent with other calls on the same handle; every
  * other function is read-only and may be called from any number of threads at once. */
-#ifndef WEIR_MODEL_GGUF_H
-#define WEIR_MODEL_GGUF_H
+#ifndef WEIR_FORMAT_GGUF_H
+#define WEIR_FORMAT_GGUF_H
 
 #include <stddef.h>
 #include <stdint.h>

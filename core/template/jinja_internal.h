@@ -1,18 +1,18 @@
 /* The Jinja engine's shared internals: arenas, the value model, the syntax tree, the render
- * state (core/model/jinja*.c only; the interface is jinja.h).
+ * state (core/template/jinja*.c only; the interface is jinja.h).
  *
  * Memory. Everything a template, a context or a render creates lives in that object's arena
  * and is freed with it at once: values are never freed one by one, so they can be shared
  * freely (a list holds the very strings of the context). A render's arena is capped by
  * weir_jinja_limits.max_memory. Values are immutable once built, except a namespace's
  * attributes (Jinja's `set ns.x = ...`). */
-#ifndef WEIR_MODEL_JINJA_INTERNAL_H
-#define WEIR_MODEL_JINJA_INTERNAL_H
+#ifndef WEIR_TEMPLATE_JINJA_INTERNAL_H
+#define WEIR_TEMPLATE_JINJA_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/jinja.h"
+#include "template/jinja.h"
 #include "util/buf.h"
 
 /* Link names. These functions are shared by the jinja*.c files alone, so their symbols carry

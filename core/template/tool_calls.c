@@ -1,5 +1,5 @@
 /* Tool calls in generated text (see tool_calls.h). */
-#include "http/tool_calls.h"
+#include "template/tool_calls.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ static char *dup_trimmed(const char *s, size_t n) {
   return dup_n(b, (size_t)(e - b));
 }
 
-void weir__tool_output_free(weir__tool_output *o) {
+void weir_tool_output_free(weir_tool_output *o) {
   for (int i = 0; i < o->num_calls; i++) {
     free(o->calls[i].name);
     free(o->calls[i].arguments);
@@ -48,12 +48,12 @@ void weir__tool_output_free(weir__tool_output *o) {
 
 /* Appends a call. arguments: borrowed text (copied). 0, NOT_CALL when the list is full, or
  * WEIR_E_NOMEM. */
-static int add_call(weir__tool_output *o, const char *name, const char *args, size_t args_len) {
+static int add_call(weir_tool_output *o, const char *name, const char *args, size_t args_len) {
   if (o->num_calls == WEIR_MAX_TOOL_CALLS) return NOT_CALL;
-  weir__tool_call *grown = realloc(o->calls, sizeof *grown * (size_t)(o->num_calls + 1));
+  weir_tool_call *grown = realloc(o->calls, sizeof *grown * (size_t)(o->num_calls + 1));
   if (!grown) return WEIR_E_NOMEM;
   o->calls = grown;
-  weir__tool_call *c = &o->calls[o->num_calls];
+  weir_tool_call *c = &o->calls[o->num_calls];
   c->name = strdup(name);
   c->arguments = dup_n(args, args_len);
   if (!c->name || !c->arguments) {
@@ -68,7 +68,7 @@ static int add_call(weir__tool_output *o, const char *name, const char *args, si
 /* One call object: a string "name" and its arguments under "arguments" or "parameters" (an
  * object printed compactly; a string taken as it is; absent: {}). 0, NOT_CALL when it is
  * not a call, WEIR_E_NOMEM. */
-static int take_call(weir__tool_output *o, const cJSON *v) {
+static int take_call(weir_tool_output *o, const cJSON *v) {
   const cJSON *name = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "name") : NULL;
   if (!cJSON_IsString(name) || !name->valuestring[0]) return NOT_CALL;
   const cJSON *args = cJSON_GetObjectItemCaseSensitive(v, "arguments");
@@ -93,7 +93,7 @@ static cJSON *parse_value(const char *p, const char *end, const char **next) {
 }
 
 /* Calls as a JSON array of call objects, or one call object. */
-static int take_list_or_one(weir__tool_output *o, const cJSON *v) {
+static int take_list_or_one(weir_tool_output *o, const cJSON *v) {
   if (!cJSON_IsArray(v)) return take_call(o, v);
   if (!v->child) return NOT_CALL;
   for (const cJSON *c = v->child; c; c = c->next) {
@@ -104,7 +104,7 @@ static int take_list_or_one(weir__tool_output *o, const cJSON *v) {
 }
 
 /* Call objects separated by ';' (Llama 3's JSON calls), up to `end` with nothing else. */
-static int take_objects(weir__tool_output *o, const char *p, const char *end) {
+static int take_objects(weir_tool_output *o, const char *p, const char *end) {
   for (;;) {
     const char *next;
     cJSON *v = parse_value(p, end, &next);
@@ -121,7 +121,7 @@ static int take_objects(weir__tool_output *o, const char *p, const char *end) {
 
 /* Hermes: every <tool_call> ... </tool_call> from `first` on (an unclosed last one runs to the
  * end: a reply cut by max_tokens or a stop string). */
-static int take_hermes(weir__tool_output *o, const char *first, const char *end) {
+static int take_hermes(weir_tool_output *o, const char *first, const char *end) {
   const size_t ol = sizeof k_hermes_open - 1, cl = sizeof k_hermes_close - 1;
   for (const char *at = first; at;) {
     const char *body = at + ol;
@@ -152,7 +152,7 @@ static int first_marker(const char *text, size_t len, const char **at) {
   return best;
 }
 
-static int parse_auto(const char *text, size_t len, weir__tool_output *o) {
+static int parse_auto(const char *text, size_t len, weir_tool_output *o) {
   const char *end = text + len, *at;
   int which = first_marker(text, len, &at);
   int rc;
@@ -177,8 +177,8 @@ static int parse_auto(const char *text, size_t len, weir__tool_output *o) {
   return o->content ? 0 : WEIR_E_NOMEM;
 }
 
-int weir__tool_parse(const char *text, size_t len, weir__tool_mode mode, const char *named,
-                     weir__tool_output *out) {
+int weir_tool_parse(const char *text, size_t len, weir_tool_mode mode, const char *named,
+                     weir_tool_output *out) {
   memset(out, 0, sizeof *out);
   const char *end = text + len;
   int rc = NOT_CALL;
@@ -200,13 +200,13 @@ int weir__tool_parse(const char *text, size_t len, weir__tool_mode mode, const c
   }
   if (rc == 0) return 0;
   /* Not calls after all: the whole reply is content. */
-  weir__tool_output_free(out);
+  weir_tool_output_free(out);
   if (rc == WEIR_E_NOMEM) return rc;
   out->content = dup_n(text, len);
   return out->content ? 0 : WEIR_E_NOMEM;
 }
 
-size_t weir__tool_stream_safe(const char *text, size_t len, size_t from, int *in_call) {
+size_t weir_tool_stream_safe(const char *text, size_t len, size_t from, int *in_call) {
   *in_call = 0;
   const char *p = skip_blank(text, text + len);
   if (p == text + len || *p == '{' || from > len) return 0;

@@ -9,8 +9,8 @@
  *
  * Errors: 0 or a negative weir_status. Thread-safety: a renderer is immutable once created
  * and may render from any number of threads at once; the other functions are pure. */
-#ifndef WEIR_MODEL_CHAT_TEMPLATE_H
-#define WEIR_MODEL_CHAT_TEMPLATE_H
+#ifndef WEIR_TEMPLATE_CHAT_TEMPLATE_H
+#define WEIR_TEMPLATE_CHAT_TEMPLATE_H
 
 #include <stddef.h>
 

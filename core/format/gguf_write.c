@@ -1,6 +1,6 @@
 /* GGUF writer. Metadata is encoded into one growing buffer as it is added, so writing the
  * header is a single copy; tensor data is streamed after it. */
-#include "model/gguf_write.h"
+#include "format/gguf_write.h"
 #include "util/err.h"
 
 #include <errno.h>

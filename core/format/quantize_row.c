@@ -2,7 +2,7 @@
  * definitions: Q8_0 stores d = max|x|/127 and q = round(x/d); Q4_0 stores d = max/-8 where
  * max is the value of largest magnitude (sign kept) and q = clamp(round(x/d) + 8, 0, 15);
  * Q4_1 stores d = (max-min)/15, m = min and q = round((x-m)/d). */
-#include "model/dequant.h"
+#include "format/quantize_row.h"
 
 #include <math.h>
 #include <string.h>

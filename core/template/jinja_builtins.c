@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/jinja_internal.h"
+#include "template/jinja_internal.h"
 #include "util/utf8.h"
 #include "weir/status.h"
 

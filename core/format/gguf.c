@@ -2,7 +2,7 @@
  * Layout (little-endian): magic u32, version u32, n_tensors u64, n_kv u64, n_kv key/values
  * (string key, u32 type, value), n_tensors infos (string name, u32 n_dims, u64 ne[n_dims],
  * u32 type, u64 offset), padding to the alignment, then the data section. */
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "util/err.h"
 
 #include <errno.h>
