@@ -16,7 +16,22 @@ typedef enum weir_dtype {
   WEIR_DTYPE_F16 = 1,
   WEIR_DTYPE_Q4_0 = 2,   /* blocks of 32: f16 scale d, 16 bytes of nibbles; x = (q - 8) * d */
   WEIR_DTYPE_Q4_1 = 3,   /* blocks of 32: f16 d, f16 m, 16 bytes of nibbles; x = q * d + m */
+  WEIR_DTYPE_Q5_0 = 6,   /* blocks of 32: f16 d, 4 bytes of high bits, 16 bytes of nibbles;
+                          * x = (q - 16) * d. Since 1.5. */
+  WEIR_DTYPE_Q5_1 = 7,   /* blocks of 32: f16 d, f16 m, 4 bytes of high bits, 16 bytes of
+                          * nibbles; x = q * d + m. Since 1.5. */
   WEIR_DTYPE_Q8_0 = 8,   /* blocks of 32: f16 scale d, 32 int8; x = q * d */
+  /* The K-quants: super-blocks of 256 in sub-blocks of 16 or 32, each sub-block with its own
+   * quantized scale (and min). Layouts in the structs below. Since 1.5. */
+  WEIR_DTYPE_Q2_K = 10,
+  WEIR_DTYPE_Q3_K = 11,
+  WEIR_DTYPE_Q4_K = 12,
+  WEIR_DTYPE_Q5_K = 13,
+  WEIR_DTYPE_Q6_K = 14,
+  WEIR_DTYPE_Q8_K = 15,  /* activations only (f32 d, 256 int8, 16 int16 block sums) */
+  /* Non-linear 4-bit: a fixed 16-entry codebook indexed by nibbles. Since 1.5. */
+  WEIR_DTYPE_IQ4_NL = 20, /* blocks of 32: f16 d, 16 bytes of nibbles; x = d * kvalues[q] */
+  WEIR_DTYPE_IQ4_XS = 23, /* super-blocks of 256: f16 d, 6-bit sub-block scales, nibbles */
   WEIR_DTYPE_I8 = 24,
   WEIR_DTYPE_I16 = 25,
   WEIR_DTYPE_I32 = 26,
@@ -53,10 +68,68 @@ typedef struct weir_tensor {
   size_t nb[WEIR_MAX_DIMS];  /* 1.0 */
 } weir_tensor;
 
+/* Block layouts of the K-quant and IQ4 types, byte for byte as GGUF stores them (f16 fields
+ * as their uint16_t bits). QK_K = 256 elements per super-block. Since 1.5.
+ *
+ * Q2_K: 16 sub-blocks of 16. scales[i] low nibble = 4-bit scale, high nibble = 4-bit min;
+ *   x = d * sc * q - dmin * m, q the 2-bit value (qs: 2 bits each; for each half of 128
+ *   elements, 32 bytes whose 4 bit pairs hold elements l, l+32, l+64, l+96).
+ * Q3_K: 16 sub-blocks of 16 with 6-bit signed scales (packed in 12 bytes, minus 32);
+ *   x = d * sc * (q - 4 * !hbit), q the low 2 bits from qs, hbit from hmask.
+ * Q4_K: 8 sub-blocks of 32 with 6-bit scale and min (packed in 12 bytes);
+ *   x = d * sc * q - dmin * m, q a nibble.
+ * Q5_K: as Q4_K with a fifth bit per element in qh.
+ * Q6_K: 16 sub-blocks of 16 with int8 scales; x = d * sc * (q - 32), q 6 bits (ql + qh).
+ * IQ4_XS: 8 sub-blocks of 32 with 6-bit scales (4 low bits in scales_l, 2 high bits in
+ *   scales_h), minus 32; x = d * (sc - 32) * kvalues[q]. */
+#define WEIR_QK_K 256
+typedef struct weir_block_q2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;
+} weir_block_q2_K;
+typedef struct weir_block_q3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+} weir_block_q3_K;
+typedef struct weir_block_q4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+} weir_block_q4_K;
+typedef struct weir_block_q5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+} weir_block_q5_K;
+typedef struct weir_block_q6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+} weir_block_q6_K;
+typedef struct weir_block_q8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];
+} weir_block_q8_K;
+typedef struct weir_block_iq4_xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+} weir_block_iq4_xs;
+
 /* Elements per quantization block of a dtype (1 for plain types). */
 static inline int64_t weir_dtype_block_elems(weir_dtype t) {
   switch (t) {
-  case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q8_0: return 32;
+  case WEIR_DTYPE_Q4_0: case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q8_0:
+  case WEIR_DTYPE_Q5_0: case WEIR_DTYPE_Q5_1: case WEIR_DTYPE_IQ4_NL: return 32;
+  case WEIR_DTYPE_Q2_K: case WEIR_DTYPE_Q3_K: case WEIR_DTYPE_Q4_K: case WEIR_DTYPE_Q5_K:
+  case WEIR_DTYPE_Q6_K: case WEIR_DTYPE_Q8_K: case WEIR_DTYPE_IQ4_XS: return WEIR_QK_K;
   default: return 1;
   }
 }
@@ -71,6 +144,16 @@ static inline size_t weir_dtype_block_bytes(weir_dtype t) {
   case WEIR_DTYPE_Q4_0: return 18;
   case WEIR_DTYPE_Q4_1: return 20;
   case WEIR_DTYPE_Q8_0: return 34;
+  case WEIR_DTYPE_Q5_0: return 22;
+  case WEIR_DTYPE_Q5_1: return 24;
+  case WEIR_DTYPE_IQ4_NL: return 18;
+  case WEIR_DTYPE_Q2_K: return sizeof(weir_block_q2_K);
+  case WEIR_DTYPE_Q3_K: return sizeof(weir_block_q3_K);
+  case WEIR_DTYPE_Q4_K: return sizeof(weir_block_q4_K);
+  case WEIR_DTYPE_Q5_K: return sizeof(weir_block_q5_K);
+  case WEIR_DTYPE_Q6_K: return sizeof(weir_block_q6_K);
+  case WEIR_DTYPE_Q8_K: return sizeof(weir_block_q8_K);
+  case WEIR_DTYPE_IQ4_XS: return sizeof(weir_block_iq4_xs);
   default: return 0;
   }
 }
@@ -91,6 +174,16 @@ static inline const char *weir_dtype_name(weir_dtype t) {
   case WEIR_DTYPE_Q4_0: return "q4_0";
   case WEIR_DTYPE_Q4_1: return "q4_1";
   case WEIR_DTYPE_Q8_0: return "q8_0";
+  case WEIR_DTYPE_Q5_0: return "q5_0";
+  case WEIR_DTYPE_Q5_1: return "q5_1";
+  case WEIR_DTYPE_Q2_K: return "q2_K";
+  case WEIR_DTYPE_Q3_K: return "q3_K";
+  case WEIR_DTYPE_Q4_K: return "q4_K";
+  case WEIR_DTYPE_Q5_K: return "q5_K";
+  case WEIR_DTYPE_Q6_K: return "q6_K";
+  case WEIR_DTYPE_Q8_K: return "q8_K";
+  case WEIR_DTYPE_IQ4_NL: return "iq4_nl";
+  case WEIR_DTYPE_IQ4_XS: return "iq4_xs";
   case WEIR_DTYPE_I8: return "i8";
   case WEIR_DTYPE_I16: return "i16";
   case WEIR_DTYPE_I32: return "i32";
