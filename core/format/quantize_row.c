@@ -22,6 +22,7 @@
 #include "format/quantize_row.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "weir/status.h"
@@ -31,6 +32,18 @@ static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 /* ---- Searches over one group of values ---- */
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Round to nearest (ties to even) without a libm call: adding 1.5 * 2^23 leaves the integer
+ * in the low mantissa bits. Exact for |v| < 2^22; larger values saturate, which the callers'
+ * clamps to a few hundred levels make harmless. The searches below round millions of
+ * candidates, so lrintf's call dominated them. */
+static inline int nearest_int(float v) {
+  if (!(fabsf(v) < 4194303.0f)) return v > 0 ? 4194303 : -4194303; /* NaN cannot reach here */
+  float t = v + 12582912.0f;
+  int32_t i;
+  memcpy(&i, &t, 4);
+  return (int)(i & 0x007fffff) - 0x00400000;
+}
 
 /* Symmetric: x ~ s * l with l in [-nmax, nmax - 1]. Writes l and returns s. */
 static float fit_sym(const float *x, int n, int nmax, int *l) {
@@ -51,17 +64,17 @@ static float fit_sym(const float *x, int n, int nmax, int *l) {
     float iscale = -((float)nmax + 0.1f * (float)step) / max;
     double sxl = 0, sll = 0;
     for (int i = 0; i < n; i++) {
-      tmp[i] = clampi((int)lrintf(iscale * x[i]), -nmax, nmax - 1);
+      tmp[i] = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
       sxl += (double)x[i] * tmp[i];
       sll += (double)tmp[i] * tmp[i];
     }
     if (sll == 0) continue;
-    float s = (float)(sxl / sll);
-    double err = 0;
-    for (int i = 0; i < n; i++) err += ((double)x[i] - s * tmp[i]) * ((double)x[i] - s * tmp[i]);
+    /* With the least-squares s = sxl / sll, the squared error is sum x^2 - sxl^2 / sll: the
+     * candidate that maximises sxl^2 / sll wins, no second pass needed. */
+    double err = -sxl * sxl / sll;
     if (err < best_err) {
       best_err = (float)err;
-      best_s = s;
+      best_s = (float)(sxl / sll);
       memcpy(l, tmp, (size_t)n * sizeof *l);
     }
   }
@@ -83,13 +96,13 @@ static float fit_affine(const float *x, int n, int nmax, int nonpos_min, int *l,
     return 0;
   }
   float best_err = INFINITY, best_s = (hi - lo) / (float)nmax, best_m = lo;
-  for (int i = 0; i < n; i++) l[i] = clampi((int)lrintf((x[i] - lo) / best_s), 0, nmax);
+  for (int i = 0; i < n; i++) l[i] = clampi(nearest_int((x[i] - lo) / best_s), 0, nmax);
   int tmp[32];
   for (int step = -6; step <= 8; step++) {
     float iscale = ((float)nmax + 0.1f * (float)step) / (hi - lo);
     double sl = 0, sll = 0, sx = 0, sxl = 0;
     for (int i = 0; i < n; i++) {
-      tmp[i] = clampi((int)lrintf(iscale * (x[i] - lo)), 0, nmax);
+      tmp[i] = clampi(nearest_int(iscale * (x[i] - lo)), 0, nmax);
       sl += tmp[i];
       sll += (double)tmp[i] * tmp[i];
       sx += x[i];
@@ -105,11 +118,8 @@ static float fit_affine(const float *x, int n, int nmax, int nonpos_min, int *l,
       s = sll > 0 ? sxl / sll : 0;
     }
     if (s <= 0) continue;
-    double err = 0;
-    for (int i = 0; i < n; i++) {
-      double e = x[i] - (s * tmp[i] + m);
-      err += e * e;
-    }
+    /* sum (x - s l - m)^2 expanded, without the candidate-independent sum x^2. */
+    double err = s * s * sll + n * m * m - 2 * s * sxl - 2 * m * sx + 2 * s * m * sl;
     if (err < best_err) {
       best_err = (float)err;
       best_s = (float)s;
@@ -121,22 +131,35 @@ static float fit_affine(const float *x, int n, int nmax, int nonpos_min, int *l,
   return best_s;
 }
 
-/* The codebook entry nearest to v (codebook ascending). */
-static int iq4_nearest(float v) {
-  int best = 0;
-  float bd = fabsf(v - (float)weir_iq4_kvalues[0]);
-  for (int k = 1; k < 16; k++) {
-    float dd = fabsf(v - (float)weir_iq4_kvalues[k]);
-    if (dd < bd) {
-      bd = dd;
-      best = k;
-    }
+/* The codebook entry nearest to v: the number of midpoints between neighbouring entries
+ * (the codebook is ascending) at or below v; a tie goes to the upper entry. Every midpoint is
+ * a multiple of 0.5, so the count is constant on each half-unit step [j/2, (j+1)/2): a table
+ * over those steps answers in one lookup (the searches ask millions of times). */
+static const float k_iq4_cuts[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f,
+                                     -4.5f,   7.0f,   19.0f,  31.5f,  45.5f,  61.0f,  79.0f,
+                                     101.0f};
+enum { IQ4_TAB_HALF = 256 }; /* the table covers v in [-128, 128) */
+static uint8_t g_iq4_tab[2 * IQ4_TAB_HALF];
+static pthread_once_t g_iq4_once = PTHREAD_ONCE_INIT;
+
+static void iq4_tab_init(void) {
+  for (int j = 0; j < 2 * IQ4_TAB_HALF; j++) {
+    float v = (float)(j - IQ4_TAB_HALF) * 0.5f; /* the step's lower end */
+    int k = 0;
+    for (int i = 0; i < 15; i++) k += v >= k_iq4_cuts[i];
+    g_iq4_tab[j] = (uint8_t)k;
   }
-  return best;
+}
+
+static inline int iq4_nearest(float v) {
+  if (!(v >= -128.0f)) return 0; /* below the first midpoint (or NaN, which cannot occur) */
+  if (v >= 127.5f) return 15;
+  return g_iq4_tab[(int)floorf(2.0f * v) + IQ4_TAB_HALF];
 }
 
 /* IQ4: x ~ s * kvalues[l]. Writes l and returns s. */
 static float fit_iq4(const float *x, int n, int *l) {
+  pthread_once(&g_iq4_once, iq4_tab_init);
   float amax = 0, max = 0;
   for (int i = 0; i < n; i++)
     if (fabsf(x[i]) > amax) {
@@ -149,27 +172,22 @@ static float fit_iq4(const float *x, int n, int *l) {
   }
   float best_err = INFINITY, best_s = 0;
   int tmp[32];
-  for (int step = -10; step <= 10; step++) {
+  for (int step = -6; step <= 6; step++) {
     /* Candidates map max onto the far negative end (-127) or the positive end (113), each a
      * little inside or outside. */
     for (int end = 0; end < 2; end++) {
-      float target = end ? 113.0f + 2.0f * (float)step : -127.0f + 2.0f * (float)step;
-      float s0 = max / target;
+      float target = end ? 113.0f + 3.0f * (float)step : -127.0f + 3.0f * (float)step;
+      float is0 = target / max;
       double sxk = 0, skk = 0;
       for (int i = 0; i < n; i++) {
-        tmp[i] = iq4_nearest(x[i] / s0);
+        tmp[i] = iq4_nearest(x[i] * is0);
         sxk += (double)x[i] * weir_iq4_kvalues[tmp[i]];
         skk += (double)weir_iq4_kvalues[tmp[i]] * weir_iq4_kvalues[tmp[i]];
       }
-      float s = (float)(sxk / skk);
-      double err = 0;
-      for (int i = 0; i < n; i++) {
-        double e = x[i] - (double)s * weir_iq4_kvalues[tmp[i]];
-        err += e * e;
-      }
+      double err = -sxk * sxk / skk; /* as in fit_sym */
       if (err < best_err) {
         best_err = (float)err;
-        best_s = s;
+        best_s = (float)(sxk / skk);
         memcpy(l, tmp, (size_t)n * sizeof *l);
       }
     }
@@ -191,18 +209,20 @@ static uint16_t quant_scales(const float *v, int n, int lo, int hi, int *q) {
   if (amax > 0) d = lo < 0 && max < 0 ? max / (float)lo : amax / (float)hi;
   uint16_t dh = weir_f32_to_f16(d);
   float df = weir_f16_to_f32(dh);
-  for (int i = 0; i < n; i++) q[i] = df > 0 ? clampi((int)lrintf(v[i] / df), lo, hi) : 0;
+  for (int i = 0; i < n; i++) q[i] = df > 0 ? clampi(nearest_int(v[i] / df), lo, hi) : 0;
   return dh;
 }
 
 /* Levels for x given the stored scale and offset: l = clamp(round((x - mn) / s), lo, hi). */
 static void relevel(const float *x, int n, float s, float mn, int lo, int hi, int *l) {
   float is = s != 0 ? 1.0f / s : 0;
-  for (int i = 0; i < n; i++) l[i] = clampi((int)lrintf((x[i] - mn) * is), lo, hi);
+  for (int i = 0; i < n; i++) l[i] = clampi(nearest_int((x[i] - mn) * is), lo, hi);
 }
 
 static void relevel_iq4(const float *x, int n, float s, int *l) {
-  for (int i = 0; i < n; i++) l[i] = iq4_nearest(s != 0 ? x[i] / s : 0);
+  pthread_once(&g_iq4_once, iq4_tab_init);
+  float is = s != 0 ? 1.0f / s : 0;
+  for (int i = 0; i < n; i++) l[i] = iq4_nearest(x[i] * is);
 }
 
 /* Packs the 6-bit scales and mins of Q4_K / Q5_K into their 12 bytes (see weir_k4_scale_min). */

@@ -62,6 +62,8 @@ int weir_fuzz_gguf(const uint8_t *data, size_t size) {
     if (weir_gguf_find_tensor(g, t->name) != t) g_sink += 1000;
     const uint8_t *p = t->t.data;
     if (t->nbytes) g_sink += p[0] + p[t->nbytes - 1]; /* both ends lie in the buffer */
+    /* Reads every block's scales: stays inside the tensor for every block type. */
+    g_sink += (uint64_t)(weir_gguf_check_scales(g, t, err, sizeof err) != 0);
   }
   weir_llama_hparams hp;
   if (weir_gguf_llama_hparams(g, &hp, err, sizeof err) == 0)

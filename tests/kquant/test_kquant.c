@@ -2,18 +2,23 @@
  * ones alongside: weir_dequantize_row (sdk/include/weir/numeric.h) against an independent
  * numpy reading of the same bytes (tests/kquant/kquant_ref.py, written from the format
  * description) on random blocks; hand-packed blocks whose values are worked out from the
- * layout by hand; the finite-scale check; and weir_quantize_row's round trip into every type
- * with an error bound per type. */
+ * layout by hand; the finite-scale check; weir_quantize_row's round trip into every type
+ * with an error bound per type; the names `weir plugins` prints; and `weir quantize` on a
+ * K-quant input. */
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "format/gguf.h"
 #include "format/quantize_row.h"
+#include "plugin/loader.h"
 #include "testutil.h"
 #include "weir/numeric.h"
+#include "weir/quant.h"
 #include "weir/status.h"
 
 static char *g_dir;
@@ -316,6 +321,96 @@ static void test_quantize_edges(void) {
   }
 }
 
+/* `weir plugins` prints a plugin's dtypes mask through weir_plugin_dtypes_str: the 1.5 types
+ * have names there. */
+static void test_plugin_dtypes_names(void) {
+  char buf[256];
+  weir_plugin_dtypes_str(WEIR_DEQUANTIZE_KQUANT_DTYPES, buf, sizeof buf);
+  WT_ASSERT_STR_CONTAINS(buf, "q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs");
+  weir_plugin_dtypes_str(WEIR_DEQUANTIZE_DTYPES, buf, sizeof buf);
+  CU_ASSERT(strstr(buf, "q4_K") == NULL); /* the 1.2 mask is unchanged */
+  WT_ASSERT_STR_CONTAINS(buf, "q4_1");
+}
+
+static char *run_weir(int *rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *run_weir(int *rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char args[4096];
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  char *cmd = wt_strf("%s %s 2>&1", WT_WEIR, args);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  char *out = NULL;
+  *rc = wt_run(argv, &out, 120000);
+  free(cmd);
+  return out ? out : strdup("");
+}
+
+/* weir quantize takes a K-quant mix as input (widened to f16 first, the temporary removed)
+ * and writes Q4_1 weights close to the input's; another output --type is refused. */
+static void test_quantize_cli_kquant_input(void) {
+  char *src = wt_strf("%s/km.gguf", g_dir), *dst = wt_strf("%s/kq.gguf", g_dir);
+  int rc;
+  char *out = run_weir(&rc, "mkmodel --dim 256 --ffn 512 --layers 2 --heads 4 --kv-heads 2 "
+                            "--vocab 512 --type q4_k_m --seed 9 --out %s", src);
+  if (rc) fprintf(stderr, "\n%s\n", out);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  free(out);
+  out = run_weir(&rc, "quantize --model %s --set quant.calibration=false --threads 2 --out %s",
+                 src, dst);
+  if (rc) fprintf(stderr, "\n%s\n", out);
+  WT_ASSERT_INT_EQ(rc, 0);
+  WT_ASSERT_STR_CONTAINS(out, "16 matrices of");
+  WT_ASSERT_STR_CONTAINS(out, "dequantized to f16 first");
+  WT_ASSERT_STR_CONTAINS(out, "weir quantize: wrote");
+  free(out);
+  char *tmp = wt_strf("%s.src.tmp", dst);
+  CU_ASSERT(access(tmp, F_OK) != 0); /* the widened copy is gone */
+  free(tmp);
+  weir_gguf *gs = NULL, *gd = NULL;
+  char err[512];
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(src, &gs, err, sizeof err), 0);
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(dst, &gd, err, sizeof err), 0);
+  float *a = malloc(512 * 512 * 4), *b = malloc(512 * 512 * 4);
+  int checked = 0;
+  for (int64_t i = 0; i < weir_gguf_tensor_count(gs); i++) {
+    const weir_gguf_tensor *ts = weir_gguf_tensor_at(gs, i);
+    const weir_gguf_tensor *td = weir_gguf_find_tensor(gd, ts->name);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(td);
+    if (ts->t.ndim < 2) continue;
+    WT_ASSERT_INT_EQ(td->t.dtype, WEIR_DTYPE_Q4_1);
+    CU_ASSERT_FATAL(ts->nelements <= 512 * 512);
+    WT_ASSERT_INT_EQ(weir_dequantize_row(ts->t.dtype, ts->t.data, a, ts->nelements), WEIR_OK);
+    WT_ASSERT_INT_EQ(weir_dequantize_row(td->t.dtype, td->t.data, b, td->nelements), WEIR_OK);
+    double se = 0, sx = 0;
+    for (int64_t k = 0; k < ts->nelements; k++) {
+      se += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+      sx += (double)a[k] * a[k];
+    }
+    /* Q4_1 in groups of 128 on top of the source's rounding: about 0.1 of the RMS weight. */
+    if (sqrt(se / sx) > 0.15)
+      fprintf(stderr, "\n  %s: relative RMS change %.3f", ts->name, sqrt(se / sx));
+    CU_ASSERT(sqrt(se / sx) <= 0.15);
+    checked++;
+  }
+  WT_ASSERT_INT_EQ(checked, 16); /* token_embd, output, 2 x 7 linears */
+  free(a);
+  free(b);
+  weir_gguf_close(gs);
+  weir_gguf_close(gd);
+  char *dst2 = wt_strf("%s/kq2.gguf", g_dir);
+  out = run_weir(&rc, "quantize --model %s --type q4_K --out %s", src, dst2);
+  WT_ASSERT_INT_EQ(rc, 2);
+  WT_ASSERT_STR_CONTAINS(out, "--type q4_K: the scheme exports groups");
+  WT_ASSERT_STR_CONTAINS(out, "q4_1 is the only output type");
+  CU_ASSERT(access(dst2, F_OK) != 0);
+  free(out);
+  free(dst2);
+  free(src);
+  free(dst);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {
@@ -324,6 +419,8 @@ int main(void) {
       {"scales_finite", test_scales_finite},
       {"quantize_roundtrip", test_quantize_roundtrip},
       {"quantize_edges", test_quantize_edges},
+      {"plugin_dtypes_names", test_plugin_dtypes_names},
+      {"quantize_cli_kquant_input", test_quantize_cli_kquant_input},
       {NULL, NULL}};
   int rc = wt_run_suite("kquant", tests);
   wt_rmtree(g_dir);
