@@ -411,6 +411,76 @@ static void test_quantize_cli_kquant_input(void) {
   free(dst);
 }
 
+/* Against the peer, when WEIR_LLAMA_QUANTIZE names llama.cpp's llama-quantize (CI has none, so
+ * the suite skips it): the trained target quantized by llama.cpp into each type is read by
+ * weir (graph check included), every matrix dequantizes close to the f16 source (a misread
+ * layout would be off by the whole weight), and weir's own quantizer into the same type on
+ * the same tensors is at most 5% worse in squared error. */
+static void test_llama_quantize_files(void) {
+  const char *lq = getenv("WEIR_LLAMA_QUANTIZE");
+  if (!lq || access(lq, X_OK) != 0) {
+    fprintf(stderr, "\n  (skipped: set WEIR_LLAMA_QUANTIZE to llama.cpp's llama-quantize)\n");
+    return;
+  }
+  static const struct {
+    const char *ftype;
+    double rel; /* bound on the file's RMS error over the RMS weight, all matrices */
+  } cases[] = {{"Q2_K", 0.2},   {"Q3_K_M", 0.1}, {"Q4_K_M", 0.055}, {"Q5_K_M", 0.03},
+               {"Q6_K", 0.02},  {"Q5_0", 0.035}, {"Q5_1", 0.035},  {"IQ4_NL", 0.06},
+               {"IQ4_XS", 0.06}};
+  char *model = wt_strf("%s/models/kjv-target.gguf", WT_SOURCE_DIR);
+  weir_gguf *src = NULL;
+  char err[512];
+  CU_ASSERT_EQUAL_FATAL(weir_gguf_open(model, &src, err, sizeof err), 0);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char *path = wt_strf("%s/peer-%s.gguf", g_dir, cases[c].ftype), *log = NULL;
+    char *argv[] = {(char *)lq, model, path, (char *)cases[c].ftype, NULL};
+    int rc = wt_run(argv, &log, 300000);
+    if (rc) fprintf(stderr, "\n%s\n", log);
+    WT_ASSERT_INT_EQ(rc, 0);
+    free(log);
+    weir_gguf *g = NULL;
+    rc = weir_gguf_open(path, &g, err, sizeof err);
+    weir_llama_hparams hp;
+    if (rc == 0) rc = weir_gguf_llama_hparams(g, &hp, err, sizeof err);
+    if (rc == 0) rc = weir_gguf_llama_check(g, &hp, err, sizeof err);
+    if (rc) fprintf(stderr, "\n  %s: %s\n", cases[c].ftype, err);
+    WT_ASSERT_INT_EQ(rc, 0);
+    double se_file = 0, se_weir = 0, sx = 0;
+    for (int64_t i = 0; g && i < weir_gguf_tensor_count(g); i++) {
+      const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
+      const weir_gguf_tensor *s0 = weir_gguf_find_tensor(src, t->name);
+      if (t->t.ndim < 2 || !s0) continue;
+      int64_t n = t->nelements;
+      float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *w = malloc((size_t)n * 4);
+      uint8_t *q = malloc((size_t)n * 4);
+      WT_ASSERT_INT_EQ(weir_dequantize_row(s0->t.dtype, s0->t.data, a, n), WEIR_OK);
+      WT_ASSERT_INT_EQ(weir_dequantize_row(t->t.dtype, t->t.data, b, n), WEIR_OK);
+      WT_ASSERT_INT_EQ(weir_quantize_row(t->t.dtype, a, q, n), 0);
+      WT_ASSERT_INT_EQ(weir_dequantize_row(t->t.dtype, q, w, n), WEIR_OK);
+      for (int64_t k = 0; k < n; k++) {
+        se_file += ((double)b[k] - a[k]) * ((double)b[k] - a[k]);
+        se_weir += ((double)w[k] - a[k]) * ((double)w[k] - a[k]);
+        sx += (double)a[k] * a[k];
+      }
+      free(a);
+      free(b);
+      free(w);
+      free(q);
+    }
+    double rel = sqrt(se_file / sx), ratio = se_weir / se_file;
+    fprintf(stderr, "\n  %s: llama.cpp's file %.4f RMS error over RMS weight, weir's quantizer %.4f",
+            cases[c].ftype, rel, sqrt(se_weir / sx));
+    CU_ASSERT(sx > 0);
+    CU_ASSERT(rel <= cases[c].rel);
+    CU_ASSERT(ratio <= 1.05);
+    weir_gguf_close(g);
+    free(path);
+  }
+  weir_gguf_close(src);
+  free(model);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {
@@ -421,6 +491,7 @@ int main(void) {
       {"quantize_edges", test_quantize_edges},
       {"plugin_dtypes_names", test_plugin_dtypes_names},
       {"quantize_cli_kquant_input", test_quantize_cli_kquant_input},
+      {"llama_quantize_files", test_llama_quantize_files},
       {NULL, NULL}};
   int rc = wt_run_suite("kquant", tests);
   wt_rmtree(g_dir);
