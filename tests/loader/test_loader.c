@@ -340,8 +340,8 @@ static void base_config(weir_config *c) {
   char err[512];
   weir_config_defaults(c);
   const char *sets[][2] = {{"plugins.dirs", "[\"" WT_BAD_PLUGIN_DIR "\"]"},
-                           {"attention.backend", "testattn"},
-                           {"quant.scheme", "testquant"},
+                           {"attention.name", "testattn"},
+                           {"quant.name", "testquant"},
                            {"sampler.name", "good"},
                            {"device.threads", "2"}};
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
@@ -417,8 +417,8 @@ static void test_env_path(void) {
   char err[1024];
   weir_plugin_set s;
   weir_config_defaults(&c);
-  weir_config_set(&c, "attention.backend", "testattn", err, sizeof err);
-  weir_config_set(&c, "quant.scheme", "testquant", err, sizeof err);
+  weir_config_set(&c, "attention.name", "testattn", err, sizeof err);
+  weir_config_set(&c, "quant.name", "testquant", err, sizeof err);
   weir_config_set(&c, "sampler.name", "good", err, sizeof err);
   setenv("WEIR_PLUGIN_PATH", "/nonexistent/dir:" WT_BAD_PLUGIN_DIR, 1);
   WT_ASSERT_INT_EQ(weir_plugin_set_check(&c, &s, err, sizeof err), 0);
