@@ -858,6 +858,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   int ncompat = req->kind == WEIR_PLUGIN_DEVICE ? 0 : device_compat(req->device_plugin, compat, 4);
   unsigned dev = weir_config_device_kind(req->device_name);
   for (int i = 0; i < ncompat && !dev; i++) dev = weir_config_device_kind(compat[i]);
+  if (!req->device_name || !*req->device_name) dev = WEIR_DEVICE_CPU; /* none asked: the host */
   int fits = !req->device_name || !*req->device_name || runs_on(d, req->device_name) ||
              (req->kind == WEIR_PLUGIN_DEVICE && !strcmp(d->name, req->device_name));
   for (int i = 0; i < ncompat && !fits; i++) fits = runs_on(d, compat[i]);
@@ -901,7 +902,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
     goto close;
   }
   weir_plugin_args args = {.struct_size = sizeof args,
-                           .device = dev ? (weir_device_kind)dev : WEIR_DEVICE_CPU,
+                           .device = (weir_device_kind)dev, /* 0: a device of its own */
                            .options = p->options,
                            .num_options = p->options ? d->num_options : 0,
                            .device_name = req->device_name};

@@ -191,13 +191,21 @@ static const weir_device_ops k_ops = {
     .get_rows = sim_get_rows,
 };
 
-/* The device it provides, then the device whose plugins run on its memory. */
-static const char *const k_device_names[] = {"sim", "cpu", NULL};
+/* The device it provides, then the device whose plugins run on its memory. Built a second
+ * time as "simalone" (SIM_ALONE), a device that runs no other device's plugins: the loader
+ * must refuse the CPU plugins on it. */
+#ifdef SIM_ALONE
+#define SIM_NAME "simalone"
+static const char *const k_device_names[] = {SIM_NAME, NULL};
+#else
+#define SIM_NAME "sim"
+static const char *const k_device_names[] = {SIM_NAME, "cpu", NULL};
+#endif
 
 static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_DEVICE,
-    .name = "sim",
+    .name = SIM_NAME,
     .version = "1.0.0",
     .description = "test device: host memory, plain C ops, counts its calls",
     .devices = 0, /* no ABI 1.0 bit: known by name only */

@@ -7,7 +7,9 @@
  *     called) with the CPU attention, quant and sampler plugins (it declares that plugins
  *     for "cpu" run on its memory), and gives the same greedy text as device cpu;
  *   - `weir config check` accepts it, and an unknown device is refused by the loader with the
- *     devices its search path provides, sim among them. */
+ *     devices its search path provides, sim among them;
+ *   - on "simalone", a device that runs no other device's plugins, the CPU plugins are
+ *     refused with what they run on and what was asked. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +134,12 @@ static void test_config_check(void) {
   WT_ASSERT_STR_CONTAINS(out, "weir_device_rocm.so");
   WT_ASSERT_STR_CONTAINS(out, "provide: ");
   WT_ASSERT_STR_CONTAINS(out, "sim");
+  free(out);
+  /* a device that declares no other device's plugins: the CPU attention plugin is refused
+   * on it, naming what it runs on and what was asked */
+  out = config_check("simalone", &rc);
+  WT_ASSERT_INT_EQ(rc, 1);
+  WT_ASSERT_STR_CONTAINS(out, "attention plugin 'cpu_paged' runs on cpu, expected simalone");
   free(out);
 }
 
