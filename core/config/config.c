@@ -145,7 +145,6 @@ int weir_config_is_core_key(const char *section, const char *key) {
   return find_key(section, key) != NULL || renamed_to(section, key, NULL) != NULL;
 }
 
-
 int weir_config_parse_kv_dtype(const char *s, weir_dtype *out) {
   static const weir_dtype v[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16, WEIR_DTYPE_I8,
                                  WEIR_DTYPE_FP8_E4M3};

@@ -359,10 +359,15 @@ static void devices_found(const weir_plugin_dirs *dirs, char *buf, size_t len) {
   size_t off = 0;
   buf[0] = 0;
   if (weir_plugin_scan(dirs, &f, &n) == WEIR_OK)
-    for (int i = 0; i < n && off < len; i++)
-      if (f[i].desc && !f[i].error && f[i].desc->kind == WEIR_PLUGIN_DEVICE &&
-          !strstr(buf, f[i].desc->name))
+    for (int i = 0; i < n && off < len; i++) {
+      if (!f[i].desc || f[i].error || f[i].desc->kind != WEIR_PLUGIN_DEVICE) continue;
+      int seen = 0; /* the same device in two directories is named once */
+      for (int j = 0; j < i && !seen; j++)
+        seen = f[j].desc && !f[j].error && f[j].desc->kind == WEIR_PLUGIN_DEVICE &&
+               !strcmp(f[j].desc->name, f[i].desc->name);
+      if (!seen)
         off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? ", " : "", f[i].desc->name);
+    }
   weir_plugin_scan_free(f, n);
   if (!buf[0]) snprintf(buf, len, "none");
 }

@@ -132,8 +132,7 @@ static void test_config_check(void) {
   WT_ASSERT_INT_EQ(rc, 1);
   WT_ASSERT_STR_CONTAINS(out, "no device 'rocm'");
   WT_ASSERT_STR_CONTAINS(out, "weir_device_rocm.so");
-  WT_ASSERT_STR_CONTAINS(out, "provide: ");
-  WT_ASSERT_STR_CONTAINS(out, "sim");
+  WT_ASSERT_STR_CONTAINS(out, "provide: sim, simalone, cpu");
   free(out);
   /* a device that declares no other device's plugins: the CPU attention plugin is refused
    * on it, naming what it runs on and what was asked */
