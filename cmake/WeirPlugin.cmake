@@ -11,6 +11,9 @@ function(weir_add_plugin kind name)
     C_VISIBILITY_PRESET hidden CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   target_link_libraries(${file} PRIVATE weir_sdk ${P_LIBS})
+  # One version scheme for every plugin weir ships: weir's own version (docs/plugin-guide.md,
+  # "Ship"), so a CPU plugin and its CUDA twin always say the same.
+  target_compile_definitions(${file} PRIVATE WEIR_PLUGIN_VERSION="${PROJECT_VERSION}")
   if(NOT P_OUTPUT_DIR)
     set(P_OUTPUT_DIR ${WEIR_PLUGIN_OUTPUT_DIR})
     install(TARGETS ${file} LIBRARY DESTINATION ${WEIR_PLUGIN_INSTALL_DIR})

@@ -32,8 +32,8 @@ static int matches(const weir_plugin_desc *d, const char *want) {
 }
 
 static void print_header(const weir_plugin_found *f) {
-  char dev[64], dt[256];
-  weir_plugin_devices_str(f->desc->devices, dev, sizeof dev);
+  char dev[256], dt[256];
+  weir_plugin_devices_str(f->desc, dev, sizeof dev);
   weir_plugin_dtypes_str(f->desc->dtypes, dt, sizeof dt);
   printf("%s %s %s\n", weir_plugin_kind_name(f->desc->kind), f->desc->name,
          f->desc->version ? f->desc->version : "?");

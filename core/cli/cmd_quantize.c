@@ -51,7 +51,8 @@ static void usage(FILE *f) {
           "awq_int4 loads it without loss.\n"
           "  --scheme NAME       the quant scheme (default awq_int4; needs export_weight)\n"
           "  --calibration FILE  the calibration text (quant.calibration_text; default\n"
-          "                      heldout.txt beside the model)\n"
+          "                      heldout.txt beside the model if there is one, else the\n"
+          "                      generic text weir ships, share/weir/calibration.txt)\n"
           "  --out FILE          the output file\n"
           "  --type q4_1         the output weight type; q4_1 is the only one (the scheme's\n"
           "                      per-group f16 scale and min do not fit the K-quants)\n"
@@ -606,7 +607,7 @@ int weir__cmd_quantize(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8)) model_given = 1;
   /* awq_int4 unless told otherwise; the flags below can change it. */
-  if (weir_config_set(&cfg, "quant.scheme", "awq_int4", err, sizeof err) != WEIR_OK) goto bad;
+  if (weir_config_set(&cfg, "quant.name", "awq_int4", err, sizeof err) != WEIR_OK) goto bad;
   if (weir_config_from_args(&argc, argv, &cfg, err, sizeof err) != 0) goto bad;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -625,7 +626,7 @@ int weir__cmd_quantize(int argc, char **argv) {
       out = v;
       i++;
     } else if (!strcmp(a, "--scheme")) {
-      if (weir_config_set(&cfg, "quant.scheme", v, err, sizeof err) != WEIR_OK) goto bad;
+      if (weir_config_set(&cfg, "quant.name", v, err, sizeof err) != WEIR_OK) goto bad;
       i++;
     } else if (!strcmp(a, "--type")) {
       /* The export is Q4_1 (f16 d and m per group); a K-quant would round it a second time. */

@@ -43,7 +43,6 @@ typedef struct key_spec {
 static const char *const k_templates[] = {"auto", "chatml", "llama2", "llama3", "mistral",
                                           "zephyr", "gemma", "phi3", NULL};
 static const char *const k_policies[] = {"fcfs", "priority", NULL};
-static const char *const k_devices[] = {"cpu", "cuda", NULL};
 static const char *const k_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const k_formats[] = {"text", "json", NULL};
 static const char *const k_kv_dtypes[] = {"f32", "f16", "bf16", "int8", "fp8", NULL};
@@ -77,13 +76,15 @@ static const key_spec k_keys[] = {
     {"model", "path", K_STR, OFF(model_path)},
     {"model", "chat_template", K_STR, OFF(chat_template), 0, 0, k_templates},
     {"model", "max_model_len", K_I32, OFF(max_model_len), 0, 1 << 24},
-    {"device", "name", K_SEL_NAME, OFF(device), 0, 0, k_devices},
+    /* Any plugin name: the loader checks that a device plugin of that name exists (and lists
+     * the ones it finds when none does), so a new device needs no edit here. */
+    {"device", "name", K_SEL_NAME, OFF(device)},
     {"device", "path", K_SEL_PATH, OFF(device)},
     {"device", "threads", K_INT, OFF(threads), 0, 4096},
-    {"attention", "backend", K_SEL_NAME, OFF(attention)},
+    {"attention", "name", K_SEL_NAME, OFF(attention)},
     {"attention", "path", K_SEL_PATH, OFF(attention)},
     {"attention", "kv_dtype", K_KV_DTYPE, OFF(kv_dtype), 0, 0, k_kv_dtypes},
-    {"quant", "scheme", K_SEL_NAME, OFF(quant)},
+    {"quant", "name", K_SEL_NAME, OFF(quant)},
     {"quant", "path", K_SEL_PATH, OFF(quant)},
     {"quant", "calibration_text", K_OPT_STR, OFF(calibration_text)},
     {"sampler", "name", K_SEL_NAME, OFF(sampler)},
@@ -109,24 +110,40 @@ static const char *const k_sections[] = {"server", "log", "model", "device", "at
                                          "quant", "sampler", "drafter", "cache", "scheduler",
                                          "plugins", NULL};
 
-static const char *const k_core_device[] = {"name", "path", "threads", NULL};
-static const char *const k_core_attention[] = {"backend", "path", "kv_dtype", NULL};
-static const char *const k_core_quant[] = {"scheme", "path", "calibration_text", NULL};
-static const char *const k_core_sampler[] = {"name", "path", NULL};
-static const char *const k_core_drafter[] = {"name", "path", "num_speculative_tokens",
-                                             "adaptive", NULL};
+/* Keys that were renamed: still read, with a warning (once per process and key) naming the
+ * new key. The selecting key is `name` in every plugin table since the plugin selectors were
+ * unified; `backend` and `scheme` were their names before. */
+static const struct {
+  const char *section, *old_key, *new_key;
+} k_renamed[] = {
+    {"attention", "backend", "name"},
+    {"quant", "scheme", "name"},
+};
+#define NUM_RENAMED (sizeof k_renamed / sizeof k_renamed[0])
+static int g_renamed_warned[NUM_RENAMED];
 
-const char *const *weir_config_core_keys(const char *section) {
-  if (!section) return NULL;
-  if (!strcmp(section, "device")) return k_core_device;
-  if (!strcmp(section, "attention")) return k_core_attention;
-  if (!strcmp(section, "quant")) return k_core_quant;
-  if (!strcmp(section, "sampler")) return k_core_sampler;
-  if (!strcmp(section, "drafter")) return k_core_drafter;
+/* The new name of a renamed key, or NULL; *idx (may be NULL) its index in k_renamed. */
+static const char *renamed_to(const char *section, const char *key, size_t *idx) {
+  for (size_t i = 0; i < NUM_RENAMED; i++)
+    if (!strcmp(k_renamed[i].section, section) && !strcmp(k_renamed[i].old_key, key)) {
+      if (idx) *idx = i;
+      return k_renamed[i].new_key;
+    }
   return NULL;
 }
 
-static int is_plugin_section(const char *section) { return weir_config_core_keys(section) != NULL; }
+static const key_spec *find_key(const char *section, const char *key);
+
+/* A plugin-selecting table is one whose section has a selecting key (K_SEL_NAME). */
+static int is_plugin_section(const char *section) {
+  const key_spec *k = section ? find_key(section, "name") : NULL;
+  return k && k->type == K_SEL_NAME;
+}
+
+int weir_config_is_core_key(const char *section, const char *key) {
+  if (!section || !key || !is_plugin_section(section)) return 0;
+  return find_key(section, key) != NULL || renamed_to(section, key, NULL) != NULL;
+}
 
 int weir_config_parse_kv_dtype(const char *s, weir_dtype *out) {
   static const weir_dtype v[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16, WEIR_DTYPE_I8,
@@ -144,6 +161,7 @@ static const char *kv_dtype_name(weir_dtype t) {
 }
 
 unsigned weir_config_device_kind(const char *name) {
+  /* The two devices of ABI 1.0's bit mask; any other device is known by name only. */
   if (!name) return 0;
   if (!strcmp(name, "cpu")) return WEIR_DEVICE_CPU;
   if (!strcmp(name, "cuda")) return WEIR_DEVICE_CUDA;
@@ -557,6 +575,23 @@ static int apply_key(weir_config *c, const key_spec *k, const weir_toml_node *v,
 static int apply_entry(weir_config *c, const char *section, const weir_toml_node *v,
                        const char *src, char *err, size_t errlen) {
   const key_spec *k = find_key(section, v->key);
+  size_t ri;
+  const char *now = k ? NULL : renamed_to(section, v->key, &ri);
+  if (now) {
+    if (!g_renamed_warned[ri]) {
+      g_renamed_warned[ri] = 1;
+      weir_log(WEIR_LOG_WARN, "config", "%s%s%s.%s is deprecated: write %s.%s (it means the "
+               "same; the old key still works for now)", src ? src : "", src ? ": " : "",
+               section, v->key, section, now);
+    }
+    k = find_key(section, now);
+  }
+  key_spec as_written; /* messages name the key as the user wrote it */
+  if (k && now) {
+    as_written = *k;
+    as_written.key = v->key;
+    k = &as_written;
+  }
   if (k) {
     int rc = apply_key(c, k, v, src, err, errlen);
     if (rc == WEIR_E_NOMEM) errf(err, errlen, src, v, "out of memory");
@@ -597,6 +632,13 @@ static int apply_doc(weir_config *c, const weir_toml_node *doc, const char *src,
       return t->type == WEIR_TOML_TABLE || !known ? WEIR_E_NOTFOUND : WEIR_E_INVAL;
     }
     for (int j = 0; j < t->num_items; j++) {
+      const char *now = renamed_to(t->key, t->items[j]->key, NULL);
+      if (now && weir_toml_get(t, now)) {
+        errf(err, errlen, src, t->items[j], "%s.%s and %s.%s are the same key (%s is its old "
+             "name); expected one of them; fix: keep %s.%s", t->key, t->items[j]->key, t->key,
+             now, t->items[j]->key, t->key, now);
+        return WEIR_E_INVAL;
+      }
       int rc = apply_entry(c, t->key, t->items[j], src, err, errlen);
       if (rc != WEIR_OK) return rc;
     }
@@ -798,8 +840,8 @@ static const char *flag_key(int id) {
   case F_API_KEY: return "server.api_key";
   case F_DEVICE: return "device.name";
   case F_THREADS: return "device.threads";
-  case F_ATTENTION: return "attention.backend";
-  case F_QUANT: return "quant.scheme";
+  case F_ATTENTION: return "attention.name";
+  case F_QUANT: return "quant.name";
   case F_SAMPLER: return "sampler.name";
   case F_KV_DTYPE: return "attention.kv_dtype";
   case F_LOG_LEVEL: return "log.level";
@@ -1067,7 +1109,7 @@ void weir_config_write_ex(const weir_config *c, FILE *f,
     }
     const weir_toml_node *t = weir_toml_get(c->toml, sec);
     for (int i = 0; t && i < t->num_items; i++) {
-      if (find_key(sec, t->items[i]->key)) continue;
+      if (weir_config_is_core_key(sec, t->items[i]->key)) continue;
       weir_toml_write_key(f, t->items[i]->key);
       fputs(" = ", f);
       weir_toml_write_value(f, t->items[i]);

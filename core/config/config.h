@@ -28,8 +28,8 @@
 struct weir_toml_node;
 
 typedef struct weir_plugin_sel {
-  char *name;   /* the selecting key's value: device.name, attention.backend,
-                   quant.scheme, sampler.name, drafter.name ("" = none for drafter) */
+  char *name;   /* the selecting key's value: `name` in every plugin table (device.name,
+                   attention.name, ...; "" = none for drafter) */
   char *path;   /* explicit .so path or NULL */
   struct weir_toml_node *table; /* the TOML table that selected it (for plugin options);
                                    NULL when the file has no such table */
@@ -70,10 +70,10 @@ typedef struct weir_config {
   /* [device]  name = "cpu"; threads = 0 (0 = all cores) */
   weir_plugin_sel device;
   int threads;
-  /* [attention]  backend = "cpu_paged"; kv_dtype = "f16" */
+  /* [attention]  name = "cpu_paged"; kv_dtype = "f16" */
   weir_plugin_sel attention;
   weir_dtype kv_dtype;
-  /* [quant]  scheme = "fp16" */
+  /* [quant]  name = "fp16" */
   weir_plugin_sel quant;
   /* [sampler]  name = "default" */
   weir_plugin_sel sampler;
@@ -206,13 +206,16 @@ void weir_config_write_ex(const weir_config *c, FILE *f,
 /* Applies [log] level and format to the process logger (weir_log_configure, stderr). */
 void weir_config_apply_log(const weir_config *c);
 
-/* The core's own keys in a plugin-selecting table (NULL-terminated); every other key in
- * that table is an option of the plugin. `section` is "device", "attention", ... */
-const char *const *weir_config_core_keys(const char *section);
+/* 1 when `key` is one of the core's own keys of the plugin-selecting table `section`
+ * ("device", "attention", ...): its selecting `name`, `path` and the like, or a renamed key
+ * still read (attention.backend, quant.scheme); every other key in that table is an option
+ * of the plugin. 0 for any key of another section. */
+int weir_config_is_core_key(const char *section, const char *key);
 
 /* Parses a KV dtype name (f32, f16, bf16, int8, fp8); WEIR_E_INVAL for another. */
 int weir_config_parse_kv_dtype(const char *s, weir_dtype *out);
-/* The device kind bit for a device name ("cpu", "cuda"); 0 when unknown. */
+/* The ABI 1.0 device bit of a device name: WEIR_DEVICE_CPU for "cpu", WEIR_DEVICE_CUDA for
+ * "cuda", 0 for any other device (known by name only, since ABI 1.5). */
 unsigned weir_config_device_kind(const char *name);
 
 #endif

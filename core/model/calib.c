@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <limits.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,18 +93,40 @@ static void tap(void *user, int layer, weir_llama_site site, const float *x, int
   c->count[s] += take;
 }
 
+#ifndef WEIR_DATA_REL_DIR
+#define WEIR_DATA_REL_DIR "../share/weir"
+#endif
+
+/* The generic text weir ships (share/weir/calibration.txt), found beside the binary as the
+ * plugins are: <dir of the binary>/../share/weir, in the build tree as in the install tree. */
+static void shipped_text_path(char *buf, size_t len) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
+  if (!slash) {
+    snprintf(buf, len, "%s/calibration.txt", WEIR_DATA_REL_DIR);
+    return;
+  }
+  *slash = 0;
+  char path[PATH_MAX + 64], real[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s/calibration.txt", exe, WEIR_DATA_REL_DIR);
+  snprintf(buf, len, "%s", realpath(path, real) ? real : path); /* no "bin/.." in messages */
+}
+
 const char *weir_calib_text_path(const weir_config *cfg, char *buf, size_t len) {
   if (cfg->calibration_text && cfg->calibration_text[0]) {
     snprintf(buf, len, "%s", cfg->calibration_text);
     return buf;
   }
+  /* The held-out split of the model's own training text, when it lies beside the model
+   * (the trained demo pair's), else the generic text weir ships. */
   char *copy = strdup(cfg->model_path ? cfg->model_path : ".");
-  if (!copy) {
-    snprintf(buf, len, "heldout.txt");
-    return buf;
+  if (copy) {
+    snprintf(buf, len, "%s/heldout.txt", dirname(copy));
+    free(copy);
+    if (access(buf, R_OK) == 0) return buf;
   }
-  snprintf(buf, len, "%s/heldout.txt", dirname(copy));
-  free(copy);
+  shipped_text_path(buf, len);
   return buf;
 }
 
@@ -325,6 +349,16 @@ int weir_calib_prepare(const weir_config *cfg, const weir_gguf *g, const weir_to
   if (want <= 0) return WEIR_OK;
   char path[4096];
   weir_calib_text_path(cfg, path, sizeof path);
+  size_t pl = strlen(path);
+  if (cfg->calibration_text && cfg->calibration_text[0])
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration text: %s (quant.calibration_text)", path);
+  else if (pl >= 12 && !strcmp(path + pl - 12, "/heldout.txt"))
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration text: %s (heldout.txt beside the model; "
+             "quant.calibration_text is not set)", path);
+  else
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration text: %s, the generic text weir ships "
+             "(quant.calibration_text is not set and no heldout.txt lies beside the model; set "
+             "it to text like what the model will serve for a better calibration)", path);
   int rc = weir_calib_run(cfg, g, tok, path, want, out, err, errlen);
   if (rc == WEIR_OK)
     weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration: %lld tokens in %.1f s",

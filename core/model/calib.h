@@ -8,8 +8,10 @@
  * site, plus the output layer's input. weir_llama_create then hands each site's samples to the
  * plugin's pack_group together with the weights that read that input.
  *
- * The text is quant.calibration_text, or by default heldout.txt next to the model file (the
- * held-out split shipped with the trained model). It is tokenized whole (BOS per window when
+ * The text is quant.calibration_text; when that is not set, heldout.txt next to the model
+ * file (the held-out split of the trained demo model's text) when there is one, else the
+ * generic text weir ships (share/weir/calibration.txt, installed with weir and found at
+ * <dir of the binary>/../share/weir/); the load log says which. It is tokenized whole (BOS per window when
  * the tokenizer has one) and run in windows of min(512, context length) tokens until the
  * plugin's sample count is reached or the text ends.
  *
@@ -51,8 +53,9 @@ int weir_calib_run(const struct weir_config *cfg, const weir_gguf *g,
                    const struct weir_tokenizer *tok, const char *text_path, int64_t max_tokens,
                    weir_calib **out, char *err, size_t errlen);
 
-/* The text the pass reads for this config and model: quant.calibration_text or the default
- * (heldout.txt beside the model). Writes it into buf; returns buf. */
+/* The text the pass reads for this config and model: quant.calibration_text, else
+ * heldout.txt beside the model when it exists, else the shipped generic text. Writes it into
+ * buf; returns buf. */
 const char *weir_calib_text_path(const struct weir_config *cfg, char *buf, size_t len);
 
 /* A weir_llama_samples_fn over a weir_calib (user = the weir_calib, which may be NULL). */

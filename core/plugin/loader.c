@@ -242,6 +242,23 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
     rc = WEIR_E_ABI;
     goto close;
   }
+  /* Device names (1.5): at most 16, each [a-z0-9_]+ or "*", NULL-terminated. */
+  for (int i = 0; d->device_names; i++) {
+    const char *nm = i < 16 ? d->device_names[i] : "";
+    if (!nm) break;
+    int ok = *nm && (!strcmp(nm, "*") || strspn(nm, "abcdefghijklmnopqrstuvwxyz0123456789_") ==
+                                              strlen(nm));
+    if (!ok || (d->kind == WEIR_PLUGIN_DEVICE && i == 0 && strcmp(nm, d->name) != 0)) {
+      weir_set_err(err, errlen, "%s: %s plugin '%s': device_names[%d] is %s%s%s, expected %s; "
+                    "fix: correct weir_plugin_desc.device_names", path,
+                    weir_plugin_kind_name(d->kind), d->name, i, i < 16 ? "\"" : "",
+                    i < 16 ? nm : "past 16 entries without the NULL end", i < 16 ? "\"" : "",
+                    !ok ? "a device name ([a-z0-9_]+, or \"*\") and at most 16 of them"
+                        : "the device plugin's own name first");
+      rc = WEIR_E_ABI;
+      goto close;
+    }
+  }
   const char *missing = !d->init ? "init" : !d->fini ? "fini" : !d->ops ? "ops" : NULL;
   if (missing) {
     weir_set_err(err, errlen, "%s: %s plugin '%s' has no %s callback, which is mandatory; fix: set "
@@ -296,11 +313,63 @@ close:
 
 /* ---- formatting --------------------------------------------------------------------------- */
 
-void weir_plugin_devices_str(uint32_t devices, char *buf, size_t len) {
-  snprintf(buf, len, "%s%s%s", devices & WEIR_DEVICE_CPU ? "cpu" : "",
-           (devices & WEIR_DEVICE_CPU) && (devices & WEIR_DEVICE_CUDA) ? ", " : "",
-           devices & WEIR_DEVICE_CUDA ? "cuda" : "");
+void weir_plugin_devices_str(const weir_plugin_desc *d, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = 0;
+  if (d->device_names) {
+    for (int i = 0; d->device_names[i] && off < len; i++)
+      off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? ", " : "",
+                              !strcmp(d->device_names[i], "*") ? "any" : d->device_names[i]);
+  } else {
+    snprintf(buf, len, "%s%s%s", d->devices & WEIR_DEVICE_CPU ? "cpu" : "",
+             (d->devices & WEIR_DEVICE_CPU) && (d->devices & WEIR_DEVICE_CUDA) ? ", " : "",
+             d->devices & WEIR_DEVICE_CUDA ? "cuda" : "");
+  }
   if (!buf[0]) snprintf(buf, len, "-");
+}
+
+/* ---- devices by name (ABI 1.5) ------------------------------------------------------------ */
+
+/* 1 when the plugin runs on the device called `name`: by its declared names (1.5), else by
+ * the 1.0 bit of the name (cpu, cuda). */
+static int runs_on(const weir_plugin_desc *d, const char *name) {
+  if (!name || !*name) return 0;
+  if (d->device_names) {
+    for (int i = 0; d->device_names[i]; i++)
+      if (!strcmp(d->device_names[i], name) || !strcmp(d->device_names[i], "*")) return 1;
+    return 0;
+  }
+  return (d->devices & weir_config_device_kind(name)) != 0;
+}
+
+/* The further names of the device plugin: devices whose plugins run on its memory (up to
+ * `max`; the device_names after the first). */
+static int device_compat(const weir_plugin *device, const char **out, int max) {
+  int n = 0;
+  const char *const *v = device && device->desc ? device->desc->device_names : NULL;
+  for (int i = 1; v && v[0] && v[i] && n < max; i++)
+    if (strcmp(v[i], "*") != 0) out[n++] = v[i];
+  return n;
+}
+
+/* "cpu, cuda, sim": the devices the device plugins in the search path provide. */
+static void devices_found(const weir_plugin_dirs *dirs, char *buf, size_t len) {
+  weir_plugin_found *f = NULL;
+  int n = 0;
+  size_t off = 0;
+  buf[0] = 0;
+  if (weir_plugin_scan(dirs, &f, &n) == WEIR_OK)
+    for (int i = 0; i < n && off < len; i++) {
+      if (!f[i].desc || f[i].error || f[i].desc->kind != WEIR_PLUGIN_DEVICE) continue;
+      int seen = 0; /* the same device in two directories is named once */
+      for (int j = 0; j < i && !seen; j++)
+        seen = f[j].desc && !f[j].error && f[j].desc->kind == WEIR_PLUGIN_DEVICE &&
+               !strcmp(f[j].desc->name, f[i].desc->name);
+      if (!seen)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? ", " : "", f[i].desc->name);
+    }
+  weir_plugin_scan_free(f, n);
+  if (!buf[0]) snprintf(buf, len, "none");
 }
 
 static const char *dtype_label(int t) {
@@ -406,10 +475,7 @@ void weir_plugin_write_options(const weir_plugin *p, FILE *f) {
 /* ---- options ------------------------------------------------------------------------------ */
 
 static int is_core_key(const char *section, const char *key) {
-  const char *const *k = weir_config_core_keys(section);
-  for (int i = 0; k && k[i]; i++)
-    if (!strcmp(k[i], key)) return 1;
-  return 0;
+  return weir_config_is_core_key(section, key);
 }
 
 /* Validates `table` against the plugin's option table and resolves one value per declared
@@ -684,12 +750,20 @@ static int pick_variant(const weir_plugin_request *req, candidate *c, int n, cha
 
 static int find_file(const weir_plugin_request *req, char **out, char *err, size_t errlen) {
   const char *kind = weir_plugin_kind_name(req->kind);
-  char names[2][256];
+  char names[6][256];
   int num_names = 0;
-  /* A device plugin's name already is the device: no _<device> variant for it. */
-  if (req->device_name && *req->device_name && req->kind != WEIR_PLUGIN_DEVICE)
+  /* A device plugin's name already is the device: no _<device> variant for it. Otherwise
+   * the device's own build, then one for a device whose plugins run on it (ABI 1.5), then
+   * the plain file. */
+  if (req->device_name && *req->device_name && req->kind != WEIR_PLUGIN_DEVICE) {
+    const char *compat[4];
+    int nc = device_compat(req->device_plugin, compat, 4);
     snprintf(names[num_names++], sizeof names[0], "weir_%s_%s_%s", kind, req->name,
              req->device_name);
+    for (int i = 0; i < nc; i++)
+      snprintf(names[num_names++], sizeof names[0], "weir_%s_%s_%s", kind, req->name,
+               compat[i]);
+  }
   snprintf(names[num_names++], sizeof names[0], "weir_%s_%s", kind, req->name);
   for (int k = 0; k < num_names; k++) {
     candidate *c = NULL;
@@ -706,13 +780,26 @@ static int find_file(const weir_plugin_request *req, char **out, char *err, size
     free(c);
     if (n > 0) return rc;
   }
-  char dirs[1024];
+  char dirs[1024], looked[1024];
   dirs_str(req->dirs, dirs, sizeof dirs);
-  weir_set_err(err, errlen, "no %s plugin '%s': looked for %s.so%s%s%s in %s; fix: check the "
+  size_t off = 0;
+  looked[0] = 0;
+  for (int k = 0; k < num_names && off < sizeof looked; k++)
+    off += (size_t)snprintf(looked + off, sizeof looked - off, "%s%s.so",
+                            k == 0 ? "" : k + 1 < num_names ? ", " : " and ", names[k]);
+  if (req->kind == WEIR_PLUGIN_DEVICE) {
+    /* The devices are whatever device plugins are installed: name the ones there are. */
+    char found[512];
+    devices_found(req->dirs, found, sizeof found);
+    weir_set_err(err, errlen, "no device '%s': looked for %s in %s; the device plugins found "
+                  "provide: %s; fix: set device.name to one of them, or add the directory of "
+                  "the device's plugin with plugins.dirs, --plugin-dir or WEIR_PLUGIN_PATH",
+                  req->name, looked, dirs, found);
+    return WEIR_E_NOTFOUND;
+  }
+  weir_set_err(err, errlen, "no %s plugin '%s': looked for %s in %s; fix: check the "
          "name (`weir plugins` lists what is installed), or add its directory with "
-         "plugins.dirs, --plugin-dir or WEIR_PLUGIN_PATH", kind, req->name, names[0],
-         num_names > 1 ? " and " : "", num_names > 1 ? names[1] : "", num_names > 1 ? ".so" : "",
-         dirs);
+         "plugins.dirs, --plugin-dir or WEIR_PLUGIN_PATH", kind, req->name, looked, dirs);
   return WEIR_E_NOTFOUND;
 }
 
@@ -770,10 +857,19 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
       goto close;
     }
   }
+  /* The device by name (ABI 1.5): the plugin runs on it, or on a device whose plugins the
+   * device plugin declares it runs (a simulator in host memory runs the cpu plugins). */
+  const char *compat[4];
+  int ncompat = req->kind == WEIR_PLUGIN_DEVICE ? 0 : device_compat(req->device_plugin, compat, 4);
   unsigned dev = weir_config_device_kind(req->device_name);
-  if (dev && !(d->devices & dev)) {
-    char have[64];
-    weir_plugin_devices_str(d->devices, have, sizeof have);
+  for (int i = 0; i < ncompat && !dev; i++) dev = weir_config_device_kind(compat[i]);
+  if (!req->device_name || !*req->device_name) dev = WEIR_DEVICE_CPU; /* none asked: the host */
+  int fits = !req->device_name || !*req->device_name || runs_on(d, req->device_name) ||
+             (req->kind == WEIR_PLUGIN_DEVICE && !strcmp(d->name, req->device_name));
+  for (int i = 0; i < ncompat && !fits; i++) fits = runs_on(d, compat[i]);
+  if (!fits) {
+    char have[256];
+    weir_plugin_devices_str(d, have, sizeof have);
     weir_set_err(err, errlen, "%s: %s plugin '%s' runs on %s, expected %s (device.name = \"%s\"); "
            "fix: choose a %s plugin built for %s, or set device.name to a device it supports",
            p->path, kind, d->name, have, req->device_name, req->device_name, kind,
@@ -811,9 +907,10 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
     goto close;
   }
   weir_plugin_args args = {.struct_size = sizeof args,
-                           .device = dev ? (weir_device_kind)dev : WEIR_DEVICE_CPU,
+                           .device = (weir_device_kind)dev, /* 0: a device of its own */
                            .options = p->options,
-                           .num_options = p->options ? d->num_options : 0};
+                           .num_options = p->options ? d->num_options : 0,
+                           .device_name = req->device_name};
   void *self = NULL;
   rc = d->init(&p->host->host, &args, &self);
   if (rc != WEIR_OK) {

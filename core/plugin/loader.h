@@ -95,10 +95,11 @@ typedef struct weir_plugin_request {
   const char *path;            /* explicit file, or NULL to search `dirs` */
   const weir_plugin_dirs *dirs;
   /* The TOML table that selected it, or NULL; `section` names it in messages and decides
-   * which keys are the core's (weir_config_core_keys) rather than plugin options. */
+   * which keys are the core's (weir_config_is_core_key) rather than plugin options. */
   const struct weir_toml_node *table;
   const char *section;
-  const char *device_name;     /* "cpu", "cuda": the device the instance runs on */
+  const char *device_name;     /* "cpu", "cuda", "sim": the device the instance runs on, by
+                                  the name of its device plugin */
   int check_dtype;             /* 1: desc->dtypes must contain `dtype` (attention KV) */
   weir_dtype dtype;
   weir_metrics *metrics;       /* NULL: the process registry */
@@ -138,8 +139,9 @@ void weir_plugin_scan_free(weir_plugin_found *f, int count);
 int weir_plugin_probe(const char *path, void **dl, weir_plugin_desc *desc, int *score,
                       char *err, size_t errlen);
 
-/* Formats desc->devices ("cpu, cuda") and desc->dtypes ("f16, bf16"; "-" when none). */
-void weir_plugin_devices_str(uint32_t devices, char *buf, size_t len);
+/* Formats the devices a plugin runs on ("cpu, cuda": its device_names since ABI 1.5, "any"
+ * for "*", else its devices bits) and desc->dtypes ("f16, bf16"; "-" when none). */
+void weir_plugin_devices_str(const weir_plugin_desc *d, char *buf, size_t len);
 void weir_plugin_dtypes_str(uint64_t dtypes, char *buf, size_t len);
 /* Prints the declared option table: key, type, default, range or choices, help. */
 void weir_plugin_print_options(const weir_plugin_desc *d, FILE *f);

@@ -17,17 +17,23 @@
 #include <time.h>
 #include <unistd.h>
 
-int wt_run_suite(const char *suite, const wt_test *tests) {
+int wt_run_suite_ex(const char *suite, const wt_test *tests, int (*init)(void),
+                    int (*cleanup)(void)) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 2;
-  CU_pSuite s = CU_add_suite(suite, NULL, NULL);
+  CU_pSuite s = CU_add_suite(suite, init, cleanup);
   if (!s) return 2;
   for (const wt_test *t = tests; t->name; t++)
     if (!CU_add_test(s, t->name, t->fn)) return 2;
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed() +
+                    CU_get_number_of_suites_failed();
   CU_cleanup_registry();
   return failed ? 1 : 0;
+}
+
+int wt_run_suite(const char *suite, const wt_test *tests) {
+  return wt_run_suite_ex(suite, tests, NULL, NULL);
 }
 
 char *wt_mkdtemp(void) {

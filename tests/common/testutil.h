@@ -38,6 +38,11 @@ typedef struct wt_test {
 /* Runs one suite of tests (NULL-terminated array) and returns the process exit code:
  * 0 when every assertion passed. Prints CUnit's summary. */
 int wt_run_suite(const char *suite, const wt_test *tests);
+/* As wt_run_suite, with CUnit's suite init and cleanup (either may be NULL): set-up and
+ * tear-down that assert nothing belong there, not in the list of tests. A failing init or
+ * cleanup (non-zero) fails the suite. */
+int wt_run_suite_ex(const char *suite, const wt_test *tests, int (*init)(void),
+                    int (*cleanup)(void));
 
 /* A fresh directory under $TMPDIR (or /tmp) removed by wt_rmtree. Returns a malloc'd path. */
 char *wt_mkdtemp(void);

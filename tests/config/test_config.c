@@ -188,8 +188,11 @@ static void test_semantic_errors(void) {
   expect_error("[log]\nrequests = \"yes\"\n", WEIR_E_INVAL, "log.requests: expected true or false");
   expect_error("[model]\nchat_template = \"vicuna\"\n", WEIR_E_INVAL,
                "model.chat_template: \"vicuna\" is not one of auto, chatml");
-  expect_error("[device]\nname = \"tpu\"\n", WEIR_E_INVAL,
-               "device.name: \"tpu\" is not one of cpu, cuda");
+  /* device.name is any plugin name (the loader says whether such a device plugin exists) */
+  expect_error("[device]\nname = \"T-P-U\"\n", WEIR_E_INVAL,
+               "device.name: \"T-P-U\" is not a plugin name");
+  expect_error("[attention]\nname = \"Bad-Name\"\n", WEIR_E_INVAL,
+               "attention.name: \"Bad-Name\" is not a plugin name");
   expect_error("[attention]\nbackend = \"Bad-Name\"\n", WEIR_E_INVAL,
                "attention.backend: \"Bad-Name\" is not a plugin name");
   expect_error("[cache]\nmemory_bytes = \"lots\"\n", WEIR_E_INVAL,
@@ -239,6 +242,68 @@ static void test_set(void) {
   WT_ASSERT_INT_EQ(weir_config_set(&c, "port", "1", err, sizeof err), WEIR_E_INVAL);
   WT_ASSERT_STR_CONTAINS(err, "section.key");
   weir_config_free(&c);
+}
+
+/* One selector key, `name`, in every plugin table; the old attention.backend and
+ * quant.scheme still select (a warning logged once per process, naming the new key), are never
+ * taken for plugin options, and cannot be combined with `name` in one table. Any device name
+ * passes the config (the loader decides); the core keys are listed once. */
+static void test_selector_names(void) {
+  weir_config c;
+  char err[512];
+  weir_config_defaults(&c);
+  const char *now = "[attention]\nname = \"a1\"\n[quant]\nname = \"q1\"\n[device]\nname = \"rocm\"\n";
+  WT_ASSERT_INT_EQ(weir_config_load_string(now, strlen(now), NULL, &c, err, sizeof err), 0);
+  CU_ASSERT_STRING_EQUAL(c.attention.name, "a1");
+  CU_ASSERT_STRING_EQUAL(c.quant.name, "q1");
+  CU_ASSERT_STRING_EQUAL(c.device.name, "rocm");
+  WT_ASSERT_INT_EQ(weir_config_device_kind("rocm"), 0);
+  WT_ASSERT_INT_EQ(weir_config_device_kind("cuda"), WEIR_DEVICE_CUDA);
+  const char *old = "[attention]\nbackend = \"a2\"\n[quant]\nscheme = \"q2\"\n";
+  WT_ASSERT_INT_EQ(weir_config_load_string(old, strlen(old), NULL, &c, err, sizeof err), 0);
+  CU_ASSERT_STRING_EQUAL(c.attention.name, "a2");
+  CU_ASSERT_STRING_EQUAL(c.quant.name, "q2");
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "quant.scheme", "q3", err, sizeof err), 0);
+  CU_ASSERT_STRING_EQUAL(c.quant.name, "q3");
+  /* core keys, old names included, and nothing else */
+  CU_ASSERT(weir_config_is_core_key("attention", "name"));
+  CU_ASSERT(weir_config_is_core_key("attention", "backend"));
+  CU_ASSERT(weir_config_is_core_key("attention", "kv_dtype"));
+  CU_ASSERT(weir_config_is_core_key("quant", "scheme"));
+  CU_ASSERT(weir_config_is_core_key("quant", "calibration_text"));
+  CU_ASSERT(weir_config_is_core_key("device", "threads"));
+  CU_ASSERT(!weir_config_is_core_key("quant", "group_size"));
+  CU_ASSERT(!weir_config_is_core_key("sampler", "backend"));
+  CU_ASSERT(!weir_config_is_core_key("server", "port"));
+  /* printed with the new key; the old one is not echoed as a plugin option */
+  char *printed = config_text(&c);
+  WT_ASSERT_STR_CONTAINS(printed, "[quant]\nname = \"q3\"");
+  CU_ASSERT(strstr(printed, "scheme") == NULL);
+  CU_ASSERT(strstr(printed, "backend") == NULL);
+  free(printed);
+  /* a bad value is reported under the key as written */
+  WT_ASSERT_INT_EQ(weir_config_set(&c, "attention.backend", "\"Bad-Name\"", err, sizeof err),
+                   WEIR_E_INVAL);
+  WT_ASSERT_STR_CONTAINS(err, "attention.backend: \"Bad-Name\" is not a plugin name");
+  /* both spellings in one table */
+  const char *both = "[quant]\nscheme = \"q4\"\nname = \"q5\"\n";
+  WT_ASSERT_INT_EQ(weir_config_load_string(both, strlen(both), NULL, &c, err, sizeof err),
+                   WEIR_E_INVAL);
+  WT_ASSERT_STR_CONTAINS(err, "quant.scheme and quant.name are the same key");
+  CU_ASSERT_STRING_EQUAL(c.quant.name, "q3");
+  weir_config_free(&c);
+  /* the warning, through the binary: once per key however often it is used */
+  char *f = write_tmp("old.toml", "[attention]\nbackend = \"cpu_paged\"\n");
+  char *out = NULL;
+  char *argv[] = {WT_WEIR, "config", "check", f, "--set", "attention.backend=cpu_paged", NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv, &out, 20000), 0);
+  const char *w = "attention.backend is deprecated: write attention.name";
+  char *first = out ? strstr(out, w) : NULL;
+  CU_ASSERT(first != NULL);
+  CU_ASSERT(first && strstr(first + 1, w) == NULL);
+  WT_ASSERT_STR_CONTAINS(out, "[attention]\nname = \"cpu_paged\"");
+  free(out);
+  free(f);
 }
 
 static void test_from_args(void) {
@@ -443,8 +508,8 @@ static void test_check_cli(void) {
   free(out);
   /* Plugin options are checked against the real plugin (here the loader test plugins). */
   char *cfg = wt_strf(
-      "[device]\npath = \"%s/weir_device_cpu.so\"\n[attention]\nbackend = \"testattn\"\n"
-      "[quant]\nscheme = \"testquant\"\n[sampler]\nname = \"good\"\nbias = 500\n"
+      "[device]\npath = \"%s/weir_device_cpu.so\"\n[attention]\nname = \"testattn\"\n"
+      "[quant]\nname = \"testquant\"\n[sampler]\nname = \"good\"\nbias = 500\n"
       "[plugins]\ndirs = [\"%s\"]\n", WT_BAD_PLUGIN_DIR, WT_BAD_PLUGIN_DIR);
   char *f = write_tmp("p.toml", cfg);
   char *argv2[] = {WT_WEIR, "config", "check", f, NULL};
@@ -553,6 +618,7 @@ int main(void) {
       {"syntax errors give file:line:column", test_syntax_errors},
       {"semantic errors name the key and the allowed values", test_semantic_errors},
       {"weir_config_set", test_set},
+      {"one selector key, old keys deprecated", test_selector_names},
       {"command-line flags", test_from_args},
       {"etc/server.toml documents every key with its default", test_shipped_server_toml},
       {"etc/examples/*.toml parse", test_shipped_examples},

@@ -51,7 +51,7 @@ static int fixture_open(fixture *f, const char *device, int32_t graph_max, char 
   weir_config_defaults(&f->cfg);
   const int cuda = !strcmp(device, "cuda");
   if (weir_config_set(&f->cfg, "device.name", device, err, errlen) ||
-      weir_config_set(&f->cfg, "attention.backend", cuda ? "cuda_paged" : "cpu_paged", err,
+      weir_config_set(&f->cfg, "attention.name", cuda ? "cuda_paged" : "cpu_paged", err,
                       errlen))
     return -1;
   static char *dirs[1];
@@ -324,7 +324,7 @@ int main(void) {
   memset(&probe, 0, sizeof probe);
   weir_config_defaults(&probe.cfg);
   weir_config_set(&probe.cfg, "device.name", "cuda", err, sizeof err);
-  weir_config_set(&probe.cfg, "attention.backend", "cuda_paged", err, sizeof err);
+  weir_config_set(&probe.cfg, "attention.name", "cuda_paged", err, sizeof err);
   static char *dirs[1];
   dirs[0] = (char *)plugin_dir();
   probe.cfg.plugin_dirs = dirs;

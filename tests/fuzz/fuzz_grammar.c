@@ -1,5 +1,5 @@
 /* libFuzzer target for the constraint compilers and the matcher (-DWEIR_FUZZ=ON, clang). Run:
- *   build/tests/fuzz/fuzz_grammar -dict=tests/fuzz/fuzz_grammar.dict CORPUS_DIR
+ *   build/tests/fuzz/fuzz_grammar -dict=tests/fuzz/dict/grammar.dict CORPUS_DIR
  * Seed a corpus with: build/tests/bin/test_fuzz_grammar_corpus --write-corpus CORPUS_DIR */
 #include <stddef.h>
 #include <stdint.h>

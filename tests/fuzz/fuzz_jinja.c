@@ -1,6 +1,6 @@
 /* libFuzzer target for the Jinja engine (built with -DWEIR_FUZZ=ON and clang): template bytes
  * parsed, then rendered against a fixed conversation. Run:
- *   build/tests/fuzz/fuzz_jinja -dict=tests/fuzz/fuzz_jinja.dict CORPUS_DIR tests/fuzz/fuzz_jinja_corpus
+ *   build/tests/fuzz/fuzz_jinja -dict=tests/fuzz/dict/jinja.dict CORPUS_DIR tests/fuzz/corpus/jinja
  * Seed a corpus with: build/tests/bin/test_fuzz_jinja_corpus --write-corpus CORPUS_DIR */
 #include <stddef.h>
 #include <stdint.h>

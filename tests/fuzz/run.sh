@@ -7,7 +7,7 @@
 #   tests/fuzz/run.sh http merge                      # fold new coverage into the corpus
 #
 # Targets: gguf http json_completions json_chat json_tokenize json_detokenize toml tokenizer
-# chat_template. The run starts from the committed corpus (tests/fuzz/corpus/TARGET) plus a
+# chat_template jinja grammar. The run starts from the committed corpus (tests/fuzz/corpus/TARGET) plus a
 # work corpus in build-fuzz/fuzz-corpus/TARGET, uses tests/fuzz/dict/TARGET.dict, writes
 # crashes into build-fuzz/fuzz-artifacts/, and prints libFuzzer's final statistics (execs,
 # seconds). `merge` adds to the committed corpus only the work-corpus inputs that reach new

@@ -1,5 +1,5 @@
 /* Runs the Jinja fuzz entry over a deterministic corpus: the seeds in
- * tests/fuzz/fuzz_jinja_corpus/, every chat template of tests/jinja/templates/ and every
+ * tests/fuzz/corpus/jinja/, every chat template of tests/jinja/templates/ and every
  * language case of tests/jinja/fixtures/lang.json, each whole, truncated at many lengths and
  * mutated many times (bytes flipped, tag delimiters spliced in). With --write-corpus DIR it
  * writes those seeds for libFuzzer instead. */
@@ -41,13 +41,19 @@ static void add_file(const char *path, const char *name, const char *data, size_
   free(seed_name);
 }
 
-static void add_dir(const char *dir, const char *prefix) {
-  wt_for_each_file(dir, add_file, (void *)prefix);
+/* The number of files added; a missing directory fails the suite (a corpus that silently
+ * went away would leave nothing replayed). */
+static int add_dir(const char *dir, const char *prefix) {
+  int n = wt_for_each_file(dir, add_file, (void *)prefix);
+  if (n <= 0) fprintf(stderr, "\n  %s: no inputs (expected the committed ones)\n", dir);
+  return n;
 }
 
+static int g_dir_counts[2];
+
 static void build_seeds(void) {
-  add_dir(WT_SOURCE_DIR "/tests/fuzz/fuzz_jinja_corpus", "seed-");
-  add_dir(WT_SOURCE_DIR "/tests/jinja/templates", "tpl-");
+  g_dir_counts[0] = add_dir(WT_SOURCE_DIR "/tests/fuzz/corpus/jinja", "seed-");
+  g_dir_counts[1] = add_dir(WT_SOURCE_DIR "/tests/jinja/templates", "tpl-");
   size_t len;
   char *data = wt_read_file(WT_SOURCE_DIR "/tests/jinja/fixtures/lang.json", &len);
   cJSON *j = data ? cJSON_ParseWithLength(data, len) : NULL;
@@ -78,6 +84,7 @@ static void test_corpus(void) {
   static const char *const splices[] = {"{{", "}}", "{%", "%}", "{#", "#}", "-", "(", ")", "[", "]",
                                         "'", "\"", "|", ".", "\\", "\n", "\xff", "\xc3", "{% endfor %}",
                                         "{% for x in messages %}", "{{ loop.index }}", "*", "~"};
+  CU_ASSERT(g_dir_counts[0] > 0 && g_dir_counts[1] > 0);
   CU_ASSERT_FATAL(g_n >= 100);
   for (int s = 0; s < g_n; s++) {
     const seed *sd = &g_seeds[s];

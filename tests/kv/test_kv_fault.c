@@ -4,8 +4,8 @@
  * operation must then succeed once memory is back.
  *
  * The test replaces malloc, calloc, realloc and free with counting wrappers around glibc's
- * allocator. Sanitizer builds interpose the allocator themselves, so there the suite only
- * checks that it was built and skips. */
+ * allocator. Sanitizer builds interpose the allocator themselves, so there the suite exits 77
+ * and ctest reports it skipped. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,9 +239,11 @@ int main(void) {
   return wt_run_suite("kv_fault", tests);
 }
 #else
-static void test_skipped(void) { fprintf(stderr, "\n  skipped: sanitizer build\n"); }
+/* Nothing is tested here: exit 77, which ctest reports as "Not Run (skipped)"
+ * (SKIP_RETURN_CODE in tests/kv/CMakeLists.txt), never as a pass. */
 int main(void) {
-  static const wt_test tests[] = {{"skipped_under_sanitizers", test_skipped}, {NULL, NULL}};
-  return wt_run_suite("kv_fault", tests);
+  fprintf(stderr, "kv_fault: skipped: the sanitizer interposes the allocator this suite "
+          "replaces\n");
+  return 77;
 }
 #endif

@@ -178,6 +178,29 @@ static void test_callback_refusals(void) {
                 "weir_plugin_score returned -1", "fix:"));
 }
 
+/* Devices by name (ABI 1.5): names are checked, a named device is matched by name (its 1.0
+ * bits are not read), "*" runs anywhere. */
+static void test_device_names(void) {
+  refused(WEIR_PLUGIN_SAMPLER, "baddevnames", NULL, WEIR_E_ABI,
+          FRAGS("weir_sampler_baddevnames.so", "device_names[0] is \"Bad-Name\"",
+                "fix: correct weir_plugin_desc.device_names"));
+  refused(WEIR_PLUGIN_SAMPLER, "onlysim", NULL, WEIR_E_NOTSUP,
+          FRAGS("weir_sampler_onlysim.so", "runs on sim, expected cpu"));
+  weir_plugin *p = NULL;
+  char err[1024];
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "onlysim", NULL, "sim", &p, err, sizeof err), 0);
+  weir_plugin_unload(p);
+  p = NULL;
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "anydev", NULL, "rocm", &p, err, sizeof err), 0);
+  weir_plugin_unload(p);
+  p = NULL;
+  /* a 1.0-style plugin (bits only, cpu and cuda) on a device known by name only */
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "good", NULL, "rocm", &p, err, sizeof err),
+                   WEIR_E_NOTSUP);
+  WT_ASSERT_STR_CONTAINS(err, "runs on cpu, cuda, expected rocm");
+  weir_plugin_unload(p);
+}
+
 /* A plugin built against ABI 1.0 (a descriptor and an ops table that end before the 1.1
  * fields) loads; the host reads the missing fields as NULL, never the bytes past the plugin's
  * struct_size (which here hold values that would abort or show if read). */
@@ -340,8 +363,8 @@ static void base_config(weir_config *c) {
   char err[512];
   weir_config_defaults(c);
   const char *sets[][2] = {{"plugins.dirs", "[\"" WT_BAD_PLUGIN_DIR "\"]"},
-                           {"attention.backend", "testattn"},
-                           {"quant.scheme", "testquant"},
+                           {"attention.name", "testattn"},
+                           {"quant.name", "testquant"},
                            {"sampler.name", "good"},
                            {"device.threads", "2"}};
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
@@ -417,8 +440,8 @@ static void test_env_path(void) {
   char err[1024];
   weir_plugin_set s;
   weir_config_defaults(&c);
-  weir_config_set(&c, "attention.backend", "testattn", err, sizeof err);
-  weir_config_set(&c, "quant.scheme", "testquant", err, sizeof err);
+  weir_config_set(&c, "attention.name", "testattn", err, sizeof err);
+  weir_config_set(&c, "quant.name", "testquant", err, sizeof err);
   weir_config_set(&c, "sampler.name", "good", err, sizeof err);
   setenv("WEIR_PLUGIN_PATH", "/nonexistent/dir:" WT_BAD_PLUGIN_DIR, 1);
   WT_ASSERT_INT_EQ(weir_plugin_set_check(&c, &s, err, sizeof err), 0);
@@ -552,6 +575,7 @@ int main(void) {
       {"option errors: type, range, choice, unknown key", test_option_errors},
       {"ABI refusals: major, minor, signature, size, entry", test_abi_refusals},
       {"callback refusals: init, ops, struct_size, init failure, score", test_callback_refusals},
+      {"devices by name (ABI 1.5)", test_device_names},
       {"a plugin built against ABI 1.0 loads, missing fields NULL", test_older_plugin},
       {"build variants: the best score that can run", test_variants},
       {"kind, device and dtype refusals", test_kind_device_dtype},

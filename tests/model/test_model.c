@@ -313,8 +313,8 @@ static void test_awq_int4_vs_reference(void) {
   if (rc) fprintf(stderr, "\n%s\n", out ? out : "");
   CU_ASSERT_EQUAL_FATAL(rc, 0);
   free(out);
-  const char *awq[] = {"quant.scheme=awq_int4", ct};
-  const char *rtn[] = {"quant.scheme=awq_int4", "quant.calibration=false"};
+  const char *awq[] = {"quant.name=awq_int4", ct};
+  const char *rtn[] = {"quant.name=awq_int4", "quant.calibration=false"};
   g_sets = awq;
   g_num_sets = 2;
   CHECK_ERR("awq_int4 calibrated vs its q4_1",

@@ -219,6 +219,13 @@ static const weir_sampler_ops k_ops = {2, g_sample, NULL};
 static const weir_sampler_ops k_ops = {sizeof k_ops, g_sample, NULL};
 #endif
 
+#if defined(VARIANT_BAD_DEVNAMES)
+static const char *const k_devnames[] = {"Bad-Name", NULL};
+#elif defined(VARIANT_ONLY_SIM)
+static const char *const k_devnames[] = {"sim", NULL};
+#elif defined(VARIANT_ANY_DEV)
+static const char *const k_devnames[] = {"*", NULL};
+#endif
 static const weir_plugin_desc k_desc = {
 #if defined(VARIANT_SMALL_DESC)
     16,
@@ -257,6 +264,14 @@ static const weir_plugin_desc k_desc = {
     "bad",
 #else
     NULL,
+#endif
+    /* device_names (1.5): a bad name, one device by name only, any device */
+#if defined(VARIANT_BAD_DEVNAMES)
+    k_devnames,
+#elif defined(VARIANT_ONLY_SIM)
+    k_devnames,
+#elif defined(VARIANT_ANY_DEV)
+    k_devnames,
 #endif
 };
 

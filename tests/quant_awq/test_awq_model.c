@@ -12,11 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "kv/kv_pool.h"
 #include "model/calib.h"
 #include "format/gguf.h"
+#include "hclient.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
@@ -51,7 +53,7 @@ static char *make_model(const char *name, const char *args) {
   return path;
 }
 
-/* Logits of `n` fixed tokens through a model loaded with quant.scheme = scheme and the given
+/* Logits of `n` fixed tokens through a model loaded with quant.name = scheme and the given
  * extra settings ("key=value" pairs), calibrating when the plugin asks. */
 static float *logits_of(const char *path, const char *const *sets, int nsets, int32_t n,
                         int32_t *vocab_out) {
@@ -139,7 +141,7 @@ static double rel_diff(const float *a, const float *b, size_t n) {
  * export dst loaded as it is: returns their relative difference (INFINITY when either could
  * not run) and src's logits in *mem (the caller frees). */
 static double export_vs_memory(const char *src, const char *dst, float **mem, int32_t *vocab) {
-  const char *awq[] = {"quant.scheme=awq_int4", "quant.group_size=64", NULL};
+  const char *awq[] = {"quant.name=awq_int4", "quant.group_size=64", NULL};
   char *ct_set = wt_strf("quant.calibration_text=%s", g_text);
   awq[2] = ct_set;
   float *a = logits_of(src, awq, 3, 40, vocab);
@@ -211,7 +213,7 @@ static void test_export_round_trip(void) {
   printf("\n    folded export vs in-memory AWQ: relative logit difference %.3g (bound 1e-5)", e);
   CU_ASSERT(e <= 1e-5);
   /* without calibration nothing is folded: the same numbers exactly */
-  const char *rtn[] = {"quant.scheme=awq_int4", "quant.group_size=64", "quant.calibration=false"};
+  const char *rtn[] = {"quant.name=awq_int4", "quant.group_size=64", "quant.calibration=false"};
   float *c = logits_of(src, rtn, 3, 40, &vocab);
   float *d = logits_of(dst_rtn, rtn, 3, 40, &vocab);
   CU_ASSERT_PTR_NOT_NULL_FATAL(c);
@@ -268,7 +270,7 @@ static void test_tied_output(void) {
   int32_t vocab = 0;
   float *a = NULL;
   double d = export_vs_memory(src, dst, &a, &vocab);
-  const char *rtn[] = {"quant.scheme=awq_int4", "quant.group_size=64", "quant.calibration=false"};
+  const char *rtn[] = {"quant.name=awq_int4", "quant.group_size=64", "quant.calibration=false"};
   float *c = logits_of(src, rtn, 3, 40, &vocab);
   CU_ASSERT_PTR_NOT_NULL_FATAL(a);
   CU_ASSERT_PTR_NOT_NULL_FATAL(c);
@@ -316,11 +318,15 @@ static void test_errors(void) {
   WT_ASSERT_STR_CONTAINS(out, "nonexistent.txt: No such file or directory");
   WT_ASSERT_STR_CONTAINS(out, "quant.calibration = false");
   free(out);
-  /* the default text (heldout.txt beside the model) is missing too */
-  out = run_weir(&rc, "quantize --model %s --out %s", src, dst);
-  WT_ASSERT_INT_EQ(rc, 1);
-  WT_ASSERT_STR_CONTAINS(out, "/heldout.txt");
+  /* with no text set and no heldout.txt beside the model, the shipped generic text:
+   * quantize works out of the box and says which text it used */
+  char *dst_ok = wt_strf("%s/err-out-default-text.gguf", g_dir);
+  out = run_weir(&rc, "quantize --model %s --out %s", src, dst_ok);
+  WT_ASSERT_INT_EQ(rc, 0);
+  WT_ASSERT_STR_CONTAINS(out, "/share/weir/calibration.txt, the generic text weir ships");
   free(out);
+  unlink(dst_ok);
+  free(dst_ok);
   char *shortt = wt_strf("%s/short.txt", g_dir);
   wt_write_file(shortt, "In the", 6);
   out = run_weir(&rc, "quantize --model %s --calibration %s --out %s", src, shortt, dst);
@@ -360,6 +366,50 @@ static void test_errors(void) {
   free(dst);
 }
 
+/* AWQ out of the box (issue 27): an f16 model in a fresh folder (no heldout.txt beside it)
+ * and no quant.calibration_text: `weir generate --quant awq_int4` and `weir serve --quant
+ * awq_int4` calibrate on the generic text weir ships, say so at load, and answer. */
+static void test_shipped_calibration_text(void) {
+  char *src = make_model("fresh", "--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 "
+                                  "--vocab 384 --ctx 256 --type f16 --seed 11");
+  const char *said = "/share/weir/calibration.txt, the generic text weir ships";
+  int rc;
+  char *out = run_weir(&rc, "generate --model %s --quant awq_int4 --set quant.group_size=64 "
+                       "--threads 2 --prompt hello -n 6 --ignore-eos", src);
+  if (rc) fprintf(stderr, "\n%s\n", out);
+  WT_ASSERT_INT_EQ(rc, 0);
+  WT_ASSERT_STR_CONTAINS(out, said);
+  WT_ASSERT_STR_CONTAINS(out, "generated: 6 tokens");
+  free(out);
+  /* the real server */
+  char *log = wt_strf("%s/serve-awq.log", g_dir);
+  hc_server s;
+  s.port = wt_free_port();
+  char port[16];
+  snprintf(port, sizeof port, "%d", s.port);
+  const char *args[] = {"--model", src, "--quant", "awq_int4", "--set", "quant.group_size=64",
+                        "--threads", "2", "--set", "cache.memory_bytes=16777216", "--port",
+                        port, NULL};
+  rc = hc_server_start(&s, args, log, 120000);
+  char *text = wt_read_file(log, NULL);
+  if (rc) fprintf(stderr, "\n  server did not start; log:\n%s\n", text ? text : "");
+  WT_ASSERT_INT_EQ(rc, 0);
+  WT_ASSERT_STR_CONTAINS(text, said);
+  free(text);
+  if (rc == 0) {
+    hc_response r;
+    WT_ASSERT_INT_EQ(hc_request(s.port, "POST", "/v1/completions", NULL,
+                                "{\"prompt\":\"hello\",\"max_tokens\":4,\"temperature\":0}", &r),
+                     0);
+    WT_ASSERT_INT_EQ(r.status, 200);
+    WT_ASSERT_STR_CONTAINS(r.body, "\"completion_tokens\":4");
+    hc_response_free(&r);
+    hc_server_stop(&s, 15, 30000);
+  }
+  free(log);
+  free(src);
+}
+
 int main(void) {
   weir_log_configure(WEIR_LOG_WARN, WEIR_LOG_TEXT, NULL);
   g_dir = wt_mkdtemp();
@@ -383,6 +433,7 @@ int main(void) {
   static const wt_test tests[] = {{"export_round_trip", test_export_round_trip},
                                   {"tied_output", test_tied_output},
                                   {"errors", test_errors},
+                                  {"shipped calibration text", test_shipped_calibration_text},
                                   {NULL, NULL}};
   int rc = wt_run_suite("quant_awq_model", tests);
   wt_rmtree(g_dir);

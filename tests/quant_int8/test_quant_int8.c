@@ -216,7 +216,7 @@ static void test_end_to_end(void) {
   free(out);
   out = NULL;
   /* an option through the config key, too */
-  char *gen2[] = {WT_WEIR, "generate", "--model", model, "--set", "quant.scheme=\"int8\"",
+  char *gen2[] = {WT_WEIR, "generate", "--model", model, "--set", "quant.name=\"int8\"",
                   "--set", "quant.group_size=0", "--prompt", "hi", "-n", "8", "--ignore-eos",
                   "--set", "cache.memory_bytes=16777216", NULL};
   rc = wt_run(gen2, &out, 60000);

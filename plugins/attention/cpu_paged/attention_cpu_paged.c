@@ -302,7 +302,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_ATTENTION,
     .name = "cpu_paged",
-    .version = "1.0.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "paged causal GQA attention on the CPU, online softmax, f32/f16/int8 KV",
     .devices = WEIR_DEVICE_CPU,
     .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |

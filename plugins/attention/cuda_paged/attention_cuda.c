@@ -182,7 +182,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_ATTENTION,
     .name = "cuda_paged",
-    .version = "0.1.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "paged attention on NVIDIA GPUs: GQA-aware tiles, split-KV decode; "
                    "f32/f16/bf16/int8 KV",
     .devices = WEIR_DEVICE_CUDA,

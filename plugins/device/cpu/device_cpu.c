@@ -281,11 +281,14 @@ static const weir_device_ops k_ops = {
     .get_rows = cpu_get_rows,
 };
 
+/* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */
+static const char *const k_device_names[] = {"cpu", NULL};
+
 static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_DEVICE,
     .name = "cpu",
-    .version = "1.0.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "host CPU: aligned host memory, SIMD elementwise ops (scalar/AVX2/AVX-512)",
     .devices = WEIR_DEVICE_CPU,
     .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32),
@@ -294,6 +297,7 @@ static const weir_plugin_desc k_desc = {
     .init = cpu_init,
     .fini = cpu_fini,
     .ops = &k_ops,
+    .device_names = k_device_names,
 };
 
 WEIR_PLUGIN_EXPORT(k_desc)

@@ -460,11 +460,14 @@ static const weir_device_ops k_ops = {
     .graph_reset = dev_graph_reset,
 };
 
+/* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */
+static const char *const k_device_names[] = {"cuda", NULL};
+
 static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_DEVICE,
     .name = "cuda",
-    .version = "0.1.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "NVIDIA GPU through the CUDA runtime: pooled memory, one stream, f32 ops",
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32),
@@ -473,6 +476,7 @@ static const weir_plugin_desc k_desc = {
     .init = dev_init,
     .fini = dev_fini,
     .ops = &k_ops,
+    .device_names = k_device_names,
 };
 
 WEIR_PLUGIN_EXPORT(k_desc)

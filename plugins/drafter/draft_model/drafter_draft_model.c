@@ -65,7 +65,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_DRAFTER,
     .name = "draft_model",
-    .version = "1.0.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "drafts with a smaller model of the same tokenizer, run by the host on the "
                    "shared KV pool",
     .devices = WEIR_DEVICE_CPU | WEIR_DEVICE_CUDA,

@@ -87,7 +87,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_DRAFTER,
     .name = "ngram",
-    .version = "1.0.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "prompt-lookup drafts: continues the latest earlier occurrence of the "
                    "history's last n tokens",
     .devices = WEIR_DEVICE_CPU | WEIR_DEVICE_CUDA,

@@ -570,7 +570,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "awq_int4",
-    .version = "1.0.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "activation-aware 4-bit weights (groups of 32-128, f16 scale and offset); "
                    "int8 activations, AVX2/AVX-512/VNNI kernels",
     .devices = WEIR_DEVICE_CPU,

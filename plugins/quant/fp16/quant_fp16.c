@@ -184,7 +184,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "fp16",
-    .version = "1.0.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "f16 weights (f32 kept as-is), F16C/AVX-512 GEMV and blocked GEMM",
     .devices = WEIR_DEVICE_CPU,
     .dtypes = WEIR_DEQUANTIZE_DTYPES,

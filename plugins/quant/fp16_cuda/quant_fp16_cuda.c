@@ -142,7 +142,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "fp16",
-    .version = "0.1.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "half-precision weights on NVIDIA GPUs: GEMV for decode, cuBLAS for prefill",
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = WEIR_DEQUANTIZE_DTYPES,

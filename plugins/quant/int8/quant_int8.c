@@ -281,7 +281,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "int8",
-    .version = "1.0.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "symmetric int8 weights, f32 scales per group; int8 activations, "
                    "AVX2/AVX-512/VNNI kernels",
     .devices = WEIR_DEVICE_CPU,

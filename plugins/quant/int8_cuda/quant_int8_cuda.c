@@ -136,7 +136,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_QUANT,
     .name = "int8",
-    .version = "0.1.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "int8 weights (f32 scale per 32) on NVIDIA GPUs: GEMV for decode, "
                    "dequant + cuBLAS for prefill",
     .devices = WEIR_DEVICE_CUDA,

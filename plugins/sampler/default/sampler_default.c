@@ -451,7 +451,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_SAMPLER,
     .name = "default",
-    .version = "1.2.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "logit bias, allowed-token masks, penalties, greedy, temperature, top-k, "
                    "top-p, min-p; xoshiro256** draws",
     .devices = WEIR_DEVICE_CPU,

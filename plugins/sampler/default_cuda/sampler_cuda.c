@@ -305,7 +305,7 @@ static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_SAMPLER,
     .name = "default",
-    .version = "0.2.0",
+    .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "the default sampler on NVIDIA GPUs: only token ids and logprobs leave the device",
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = 0,

@@ -207,6 +207,11 @@ typedef struct weir_plugin_args {
   weir_device_kind device;          /* the device this instance runs on. Since 1.0. */
   const weir_option_value *options; /* one per desc->options entry, in order. Since 1.0. */
   int num_options;                  /* Since 1.0. */
+  /* The name of the device this instance runs on (device.name: "cpu", "cuda", "sim", ...),
+   * borrowed for init. `device` above then holds the bit of the device's memory: its own
+   * bit for cpu and cuda, WEIR_DEVICE_CPU for a device whose plugin declares that plugins for
+   * "cpu" run on it (host memory), else 0. Check WEIR_HAS_FIELD before reading. Since 1.5. */
+  const char *device_name;
 } weir_plugin_args;
 
 typedef struct weir_plugin_desc {
@@ -238,6 +243,18 @@ typedef struct weir_plugin_desc {
   /* The build variant this file is, e.g. "avx512" or "generic" (see WEIR_PLUGIN_SCORE_SYMBOL);
    * shown by `weir plugins` and in the load log. NULL for none. 1.1 */
   const char *variant;
+
+  /* ---- Since 1.5 ------------------------------------------------------------------------ */
+  /* The devices it runs on, by name: a NULL-terminated list such as {"rocm", NULL}, or NULL
+   * to use the `devices` bits (what every plugin before 1.5 has). When set, the host reads
+   * these names and ignores `devices`; "*" means any device (a drafter that sees only token
+   * ids). A device plugin lists first the device it provides, which is its own name; any
+   * further names are devices whose plugins run on its memory unchanged: a simulator that
+   * keeps tensors in host memory lists {"sim", "cpu", NULL}, and then the CPU attention,
+   * quant and sampler plugins load on device.name = "sim". For another kind, the host looks
+   * for weir_<kind>_<name>_<device>.so first, then _<each further name of the device
+   * plugin>.so, then weir_<kind>_<name>.so. Names are [a-z0-9_]+. Since 1.5. */
+  const char *const *device_names;
 } weir_plugin_desc;
 
 /* The fields every descriptor fills the same way, first in its initializer:

@@ -45,7 +45,12 @@ typedef enum weir_dtype {
 /* Bit for a dtype in a 64-bit capability mask (FP8_E4M3 maps to bit 63). */
 #define WEIR_DTYPE_BIT(t) ((uint64_t)1 << ((t) >= 63 ? 63 : (t)))
 
-/* Devices, as a bit mask in plugin capabilities. */
+/* Devices, as a bit mask in plugin capabilities (ABI 1.0). The list is closed: since 1.5 a
+ * device is known by its name, the name of its device plugin ("cpu", "cuda", "rocm", "sim"),
+ * which any .so may bring without a change to weir; plugins declare the device names they
+ * run on in weir_plugin_desc.device_names. The bits stay for plugins built before 1.5 (the
+ * host reads a plugin's bits only when it declares no names) and for weir_plugin_args.device,
+ * which holds the bit of the device's memory (see weir_plugin_desc.device_names). */
 typedef enum weir_device_kind {
   WEIR_DEVICE_CPU = 1u << 0,
   WEIR_DEVICE_CUDA = 1u << 1,

@@ -1,6 +1,6 @@
 /* Runs the grammar fuzz entry over a deterministic corpus on every build: seed constraints of
  * every front end (valid and invalid), each truncated at every length and mutated thousands of
- * times, plus any reproducer files checked in under tests/fuzz/fuzz_grammar_corpus/. With
+ * times, plus any reproducer files checked in under tests/fuzz/corpus/grammar/. With
  * --write-corpus DIR it writes the seeds for libFuzzer instead. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,10 +128,12 @@ static void replay_grammar(const char *path, const char *name, const char *data,
 }
 
 static void test_checked_in_reproducers(void) {
-  char *dir = wt_strf("%s/tests/fuzz/fuzz_grammar_corpus", WT_SOURCE_DIR);
+  char *dir = wt_strf("%s/tests/fuzz/corpus/grammar", WT_SOURCE_DIR);
   int bad = 0;
-  wt_for_each_file(dir, replay_grammar, &bad); /* the directory is optional */
+  int n = wt_for_each_file(dir, replay_grammar, &bad);
+  if (n < 4) fprintf(stderr, "\n  %s: %d inputs, expected the 4 committed ones\n", dir, n);
   free(dir);
+  CU_ASSERT(n >= 4);
   WT_ASSERT_INT_EQ(bad, 0);
 }
 

@@ -1,7 +1,9 @@
 /* Runs the GGUF fuzz entry over a deterministic corpus: valid files from the writer (every
  * metadata type, every tensor type, a complete small Llama graph), each truncated at every
- * length and mutated many times, plus any reproducer files checked in under
- * tests/fuzz/corpus/gguf/. With --write-corpus DIR it writes the seeds for libFuzzer instead. */
+ * length and mutated many times, plus the committed corpus tests/fuzz/corpus/gguf/ (the seeds
+ * as `test_fuzz_gguf_corpus --write-corpus tests/fuzz/corpus/gguf` writes them, and any
+ * reproducer added since); a missing or short corpus fails the suite. With --write-corpus DIR
+ * it writes the seeds for libFuzzer instead. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,9 +207,13 @@ static void replay_gguf(const char *path, const char *name, const char *data, si
   CU_ASSERT(rc >= 0);
 }
 
-static void test_checked_in_reproducers(void) {
+static void test_committed_corpus(void) {
   char *dir = wt_strf("%s/tests/fuzz/corpus/gguf", WT_SOURCE_DIR);
-  wt_for_each_file(dir, replay_gguf, NULL); /* the directory is optional */
+  int n = wt_for_each_file(dir, replay_gguf, NULL);
+  if (n < g_n_seeds)
+    fprintf(stderr, "\n  %s: %d inputs, expected at least the %d seeds (write them with "
+            "test_fuzz_gguf_corpus --write-corpus %s)\n", dir, n, g_n_seeds, dir);
+  CU_ASSERT(n >= g_n_seeds);
   free(dir);
 }
 
@@ -226,7 +232,7 @@ int main(int argc, char **argv) {
     static const wt_test tests[] = {{"seeds_open", test_seeds_open},
                                     {"truncations", test_truncations},
                                     {"mutations", test_mutations},
-                                    {"checked_in_reproducers", test_checked_in_reproducers},
+                                    {"committed_corpus", test_committed_corpus},
                                     {NULL, NULL}};
     rc = wt_run_suite("fuzz_gguf_corpus", tests);
   }
