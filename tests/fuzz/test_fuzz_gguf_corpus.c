@@ -88,20 +88,6 @@ static void build_seeds(void) {
   }
   add_seed(w, "tensors.gguf", 1);
 
-  /* Every block type of SDK 1.5, four rows each (scales from the byte pattern: some NaN; the
-   * last tensor ends on the alignment, so every truncation cuts data). */
-  weir_gguf_writer_new(&w);
-  const weir_dtype ktypes[] = {WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_1, WEIR_DTYPE_IQ4_NL,
-                               WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q4_K,
-                               WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_IQ4_XS};
-  for (size_t i = 0; i < sizeof ktypes / sizeof ktypes[0]; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "k%zu", i);
-    int64_t ne[2] = {256, 4};
-    weir_gguf_add_tensor(w, name, ktypes[i], 2, ne, bytes);
-  }
-  add_seed(w, "ktensors.gguf", 1);
-
   /* A complete two-layer Llama graph with a tokenizer (the paths the engine takes). */
   weir_gguf_writer_new(&w);
   weir_gguf_add_str(w, "general.architecture", "qwen2");
@@ -140,6 +126,20 @@ static void build_seeds(void) {
 #undef T1
 #undef T2
   add_seed(w, "model.gguf", 1);
+
+  /* Every block type of SDK 1.5, four rows each (scales from the byte pattern: some NaN; the
+   * last tensor ends on the alignment, so every truncation cuts data). */
+  weir_gguf_writer_new(&w);
+  const weir_dtype ktypes[] = {WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_1, WEIR_DTYPE_IQ4_NL,
+                               WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q4_K,
+                               WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_IQ4_XS};
+  for (size_t i = 0; i < sizeof ktypes / sizeof ktypes[0]; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "k%zu", i);
+    int64_t ne[2] = {256, 4};
+    weir_gguf_add_tensor(w, name, ktypes[i], 2, ne, bytes);
+  }
+  add_seed(w, "ktensors.gguf", 1);
 }
 
 static void test_seeds_open(void) {
