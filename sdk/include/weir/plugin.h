@@ -219,10 +219,12 @@ typedef struct weir_host {
    * matmul, ...), in words a user can act on ("group_size must be 32, 64 or 128, not 48").
    * The host copies the formatted message (at most 511 bytes kept) and, after that call
    * returns a negative status, puts it into the error it reports: the loader's refusal of a
-   * failing init, `weir serve`'s and `weir config check`'s message, the model loader's error
-   * for a failed pack. The last message set wins; the host clears it once read. Call it from
-   * the thread the host called (not from inside a parallel_for body), only when about to
-   * return a failure. Logged by the host at debug level. Thread-safe. Since 1.5. */
+   * failing init (what `weir serve` and every command that loads plugins print), the model
+   * loader's error for a failed pack. The last message set wins; the host clears it once
+   * read. Call it from the thread the host called (not from inside a parallel_for body),
+   * only when about to return a failure; a matmul or forward failure is not yet reported
+   * with it by the engine (logged at debug level, as every message is). `fmt` and its
+   * arguments are borrowed for the call. Thread-safe. Since 1.5. */
   void (*set_error)(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 } weir_host;
 
