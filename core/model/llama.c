@@ -38,6 +38,7 @@ struct weir_llama {
   void *dev_self;
   const weir_quant_ops *quant;
   void *quant_self;
+  const weir_plugin *quant_plugin; /* for the message of a failed pack (set_error) */
   const weir_attention_ops *attn;
   void *attn_self;
   const weir_attn_shape *shape; /* the pool's, for kv_group */
@@ -137,6 +138,7 @@ static int pack_weight(weir_llama *m, const weir_gguf *g, const char *name, void
     snprintf(err, errlen, "%s: the quant plugin could not pack %s (%s, %lld x %lld): %s",
              weir_gguf_path(g), name, weir_dtype_name(t->t.dtype), (long long)t->t.ne[1],
              (long long)t->t.ne[0], weir_strerror(rc));
+    weir_plugin_append_error(m->quant_plugin, err, errlen);
     return rc;
   }
   m->weight_bytes += m->quant->weight_bytes(m->quant_self, *out);
@@ -152,6 +154,7 @@ static int pack_site(weir_llama *m, const weir_gguf *g, int layer, weir_llama_si
       m->opts.samples ? m->opts.samples(m->opts.samples_user, layer, site, &ns) : NULL;
   int rc = weir_calib_pack_group(m->quant, m->quant_self, g, &m->hp, layer, site, suffixes, n,
                                  samples, ns, out, err, errlen);
+  if (rc != WEIR_OK) weir_plugin_append_error(m->quant_plugin, err, errlen);
   for (int i = 0; rc == WEIR_OK && i < n; i++)
     m->weight_bytes += m->quant->weight_bytes(m->quant_self, out[i]);
   return rc;
@@ -274,6 +277,7 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
   m->dev_self = plugins->device->self;
   m->quant = plugins->quant->ops;
   m->quant_self = plugins->quant->self;
+  m->quant_plugin = plugins->quant;
   m->attn = plugins->attention->ops;
   m->attn_self = plugins->attention->self;
   m->attn_abi_minor = plugins->attention->desc->abi_minor;

@@ -172,12 +172,101 @@ static void *h_device_handle(void *ctx, const char *name) {
   return ops->native_handle(h->device->self, name);
 }
 
+static const char *opt_type_word(weir_option_type t) {
+  switch (t) {
+  case WEIR_OPT_BOOL: return "bool";
+  case WEIR_OPT_INT: return "int";
+  case WEIR_OPT_FLOAT: return "float";
+  case WEIR_OPT_STRING: return "string";
+  default: return "unknown type";
+  }
+}
+
+static void h_set_error(void *ctx, const char *fmt, ...) {
+  weir__plugin_host *h = HOST(ctx);
+  char msg[sizeof h->error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt ? fmt : "", ap);
+  va_end(ap);
+  weir_log(WEIR_LOG_DEBUG, h->component, "error set: %s", msg);
+  pthread_mutex_lock(&h->err_lock);
+  memcpy(h->error, msg, sizeof msg);
+  h->has_error = 1;
+  pthread_mutex_unlock(&h->err_lock);
+}
+
+/* A lookup that cannot succeed is the plugin author's mistake, so it is logged as an error
+ * and becomes the instance's error message: init then fails with it, naming the key. */
+static int option_fail(weir__plugin_host *h, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int option_fail(weir__plugin_host *h, int rc, const char *fmt, ...) {
+  char msg[sizeof h->error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  weir_log(WEIR_LOG_ERROR, h->component, "%s", msg);
+  h_set_error(h, "%s", msg);
+  return rc;
+}
+
+static int h_option(void *ctx, const char *key, weir_option_type type, weir_option_value *out) {
+  weir__plugin_host *h = HOST(ctx);
+  if (!key || !out)
+    return option_fail(h, WEIR_E_INVAL, "plugin '%s' read an option with a NULL %s; fix: pass "
+                       "the key and a value to fill", h->name, key ? "value pointer" : "key");
+  for (int i = 0; i < h->num_opts; i++) {
+    const weir_option_desc *o = &h->opt_desc[i];
+    if (!o->key || strcmp(o->key, key) != 0) continue;
+    if (o->type != type)
+      return option_fail(h, WEIR_E_INVAL, "plugin '%s' read option '%s' as %s, but declares it "
+                         "as %s; fix: read it with the declared type", h->name, key,
+                         opt_type_word(type), opt_type_word(o->type));
+    *out = h->opt_vals[i];
+    return WEIR_OK;
+  }
+  char keys[384];
+  size_t off = 0;
+  keys[0] = 0;
+  for (int i = 0; i < h->num_opts && off < sizeof keys; i++)
+    off += (size_t)snprintf(keys + off, sizeof keys - off, "%s%s", i ? ", " : "",
+                            h->opt_desc[i].key ? h->opt_desc[i].key : "?");
+  return option_fail(h, WEIR_E_NOTFOUND, "plugin '%s' read option '%s', which it does not "
+                     "declare (it declares %s%s); fix: add it to weir_plugin_desc.options or "
+                     "correct the key", h->name, key, h->num_opts ? "" : "none",
+                     h->num_opts ? keys : "");
+}
+
+void weir__plugin_host_set_options(weir__plugin_host *h, const weir_option_desc *desc,
+                                   const weir_option_value *vals, int n) {
+  h->opt_desc = desc;
+  h->opt_vals = vals;
+  h->num_opts = desc && vals && n > 0 ? n : 0;
+}
+
+int weir__plugin_host_take_error(weir__plugin_host *h, char *buf, size_t len) {
+  if (!h) return 0;
+  pthread_mutex_lock(&h->err_lock);
+  int had = h->has_error;
+  if (had && buf && len) snprintf(buf, len, "%s", h->error);
+  h->has_error = 0;
+  h->error[0] = 0;
+  pthread_mutex_unlock(&h->err_lock);
+  return had;
+}
+
 weir__plugin_host *weir__plugin_host_create(const char *name, weir_plugin_kind kind,
                                             weir_metrics *metrics, const weir_plugin *device,
                                             weir_threadpool *pool) {
   weir__plugin_host *h = calloc(1, sizeof *h);
   if (!h) return NULL;
   if (pthread_mutex_init(&h->dev_lock, NULL) != 0) {
+    free(h);
+    return NULL;
+  }
+  if (pthread_mutex_init(&h->err_lock, NULL) != 0) {
+    pthread_mutex_destroy(&h->dev_lock);
     free(h);
     return NULL;
   }
@@ -201,12 +290,15 @@ weir__plugin_host *weir__plugin_host_create(const char *name, weir_plugin_kind k
   t->metric_register = h_metric_register;
   t->metric_record = h_metric_record;
   t->device_handle = h_device_handle;
+  t->option = h_option;
+  t->set_error = h_set_error;
   return h;
 }
 
 void weir__plugin_host_destroy(weir__plugin_host *h) {
   if (!h) return;
   pthread_mutex_destroy(&h->dev_lock);
+  pthread_mutex_destroy(&h->err_lock);
   free(h->dev_tab);
   free(h);
 }

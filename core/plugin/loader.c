@@ -906,6 +906,7 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
     weir_set_err(err, errlen, "%s: out of memory", p->path);
     goto close;
   }
+  weir__plugin_host_set_options(p->host, d->options, p->options, d->num_options);
   weir_plugin_args args = {.struct_size = sizeof args,
                            .device = (weir_device_kind)dev, /* 0: a device of its own */
                            .options = p->options,
@@ -914,9 +915,15 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
   void *self = NULL;
   rc = d->init(&p->host->host, &args, &self);
   if (rc != WEIR_OK) {
-    weir_set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
-           "expected 0; fix: see the plugin's own log line above for the cause", p->path,
-           kind, d->name, rc, weir_strerror(rc));
+    char why[512];
+    if (weir__plugin_host_take_error(p->host, why, sizeof why))
+      weir_set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: %s (init returned %d, "
+                   "%s); fix: correct [%s] as the message says (weir plugins --help %s)",
+                   p->path, kind, d->name, why, rc, weir_strerror(rc), sec, d->name);
+    else
+      weir_set_err(err, errlen, "%s: %s plugin '%s' failed to initialise: init returned %d (%s); "
+                   "expected 0; fix: see the plugin's own log line above for the cause", p->path,
+                   kind, d->name, rc, weir_strerror(rc));
     rc = WEIR_E_PLUGIN;
     goto free_host;
   }
@@ -956,6 +963,20 @@ void weir_plugin_unload(weir_plugin *p) {
   if (p->dl) dlclose(p->dl);
   free(p->path);
   free(p);
+}
+
+int weir_plugin_take_error(const weir_plugin *p, char *buf, size_t len) {
+  if (buf && len) buf[0] = 0;
+  return p && p->host ? weir__plugin_host_take_error(p->host, buf, len) : 0;
+}
+
+int weir_plugin_append_error(const weir_plugin *p, char *err, size_t errlen) {
+  char why[512];
+  if (!err || !errlen || !weir_plugin_take_error(p, why, sizeof why)) return 0;
+  size_t used = strlen(err);
+  if (used + 1 < errlen)
+    snprintf(err + used, errlen - used, "%s%s", used ? ": " : "", why);
+  return 1;
 }
 
 void weir_plugin_memory(const weir_plugin *p, int64_t *host_bytes, int64_t *device_bytes) {

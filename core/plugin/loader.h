@@ -15,7 +15,7 @@
  * newer ABI minor, a foreign build signature, another kind, a missing mandatory callback, a
  * negative weir_plugin_score ("cannot run on this machine"), a device or KV dtype it does
  * not support, a bad option (wrong type, out of range, not a choice, unknown key), a failing
- * init.
+ * init (with the message the plugin gave through host->set_error, when it gave one).
  *
  * Thread-safety: loading and unloading are not thread-safe (start-up and shut-down); a loaded
  * plugin's host table is thread-safe as weir_host documents. */
@@ -116,6 +116,15 @@ int weir_plugin_load(const weir_plugin_request *req, weir_plugin **out, char *er
                      size_t errlen);
 /* Calls fini (when init ran), closes the file, frees p. Accepts NULL. */
 void weir_plugin_unload(weir_plugin *p);
+
+/* The message the instance gave with host->set_error for its last failing call (ABI 1.5):
+ * copies it into buf (may be NULL to just clear it), clears it, and returns 1; returns 0
+ * (buf "") when none is pending. Read it right after a call returned a negative status.
+ * Thread-safe. */
+int weir_plugin_take_error(const weir_plugin *p, char *buf, size_t len);
+/* Appends the pending message to the error string err as ": <message>" (or sets it when
+ * err is empty) and clears it; returns 1 when there was one. */
+int weir_plugin_append_error(const weir_plugin *p, char *err, size_t errlen);
 
 /* Bytes currently allocated through an instance's host->alloc and host->device_alloc. */
 void weir_plugin_memory(const weir_plugin *p, int64_t *host_bytes, int64_t *device_bytes);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "weir/weir.h"
+#include "wt_options.h"
 
 static inline double wt_now(void) {
   struct timespec ts;
@@ -47,6 +48,7 @@ typedef struct wt_bench_plugin {
   const weir_plugin_desc *desc;
   const weir_quant_ops *ops;
   void *self;
+  weir_host host; /* the caller's, with option and set_error (wt_options.h) */
 } wt_bench_plugin;
 
 /* Loads DIR/weir_quant_NAME.so on the CPU with its default options, group_size set to
@@ -69,13 +71,21 @@ static inline int wt_bench_load(wt_bench_plugin *p, const char *dir, const char 
   memset(opts, 0, sizeof opts);
   for (int i = 0; i < p->desc->num_options && i < 16; i++) {
     opts[i].i = p->desc->options[i].def_int;
+    opts[i].f = p->desc->options[i].def_float;
     opts[i].b = p->desc->options[i].def_bool;
     opts[i].s = p->desc->options[i].def_string ? p->desc->options[i].def_string : "";
     if (!strcmp(p->desc->options[i].key, "group_size") && group >= 0) opts[i].i = group;
   }
   weir_plugin_args args = {.struct_size = sizeof args, .device = WEIR_DEVICE_CPU,
                            .options = opts, .num_options = p->desc->num_options};
-  return p->desc->init(host, &args, &p->self) == WEIR_OK ? 0 : -1;
+  p->host = *host;
+  wt_options_host(&p->host);
+  wt_options_use(p->desc, opts);
+  if (p->desc->init(&p->host, &args, &p->self) != WEIR_OK) {
+    fprintf(stderr, "%s: init failed: %s\n", path, wt_options_error);
+    return -1;
+  }
+  return 0;
 }
 
 static inline void wt_bench_unload(wt_bench_plugin *p) {

@@ -20,6 +20,7 @@
 
 #include "testutil.h"
 #include "weir/weir.h"
+#include "wt_options.h"
 #include "wt_isa.h"
 #include "wt_pool.h"
 #include "wt_rand.h"
@@ -46,6 +47,11 @@ static inline void wt_plugin_log(void *ctx, weir_log_level level, const char *fm
     fprintf(stderr, "[plugin] %s\n", wt_last_warn);
   }
   va_end(ap);
+}
+
+/* set_error messages (ABI 1.5) are kept as the last ERROR line too. */
+static inline void wt_plugin_error(const char *msg) {
+  snprintf(wt_last_error, sizeof wt_last_error, "%s", msg);
 }
 
 /* ---- tolerance checks ------------------------------------------------------------------------ */
@@ -158,6 +164,7 @@ static inline int wt_plugin_init(wt_plugin *p, const weir_host *host,
   }
   weir_plugin_args args = {.struct_size = sizeof args, .device = WEIR_DEVICE_CPU,
                            .options = opts, .num_options = d->num_options};
+  wt_options_use(d, opts); /* what host->option reads (wt_plugin_main set it) */
   wt_last_info[0] = 0;
   int rc = d->init(host, &args, &p->self);
   if (rc_out) *rc_out = rc;
@@ -203,7 +210,11 @@ static inline int wt_plugin_main(const char *suite, const wt_test *tests, weir_h
           (unsigned long long)wt_seed, (unsigned long long)wt_seed);
   wt_pool *pool = wt_pool_create(3);
   *host = wt_pool_host(pool);
-  if (capture_log) host->log = wt_plugin_log;
+  wt_options_host(host);
+  if (capture_log) {
+    host->log = wt_plugin_log;
+    wt_options_error_hook = wt_plugin_error;
+  }
   int rc = wt_run_suite(suite, tests);
   wt_pool_destroy(pool);
   unsetenv("WEIR_CPU_ISA");

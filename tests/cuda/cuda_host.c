@@ -12,6 +12,8 @@
 
 #include <CUnit/Basic.h>
 
+#include "wt_options.h"
+
 #ifndef WEIR_CUDA_PLUGIN_DIR
 #error "WEIR_CUDA_PLUGIN_DIR must name the build tree's plugin folder"
 #endif
@@ -33,6 +35,15 @@ static void h_log(void *ctx, weir_log_level level, const char *fmt, ...) {
   if (level >= WEIR_LOG_WARN) snprintf(c->last_error, sizeof c->last_error, "%s", line);
   if (getenv("WEIR_TEST_VERBOSE") || level >= WEIR_LOG_WARN)
     fprintf(stderr, "[%s] %s\n", c->name, line);
+}
+
+/* ABI 1.5: the reason a call fails, kept as the plugin's last error. */
+static void h_set_error(void *ctx, const char *fmt, ...) {
+  ch_ctx *c = ctx;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+  va_end(ap);
 }
 
 static void *h_alloc(void *ctx, size_t size, size_t align) {
@@ -146,6 +157,8 @@ static int load(ch_plugin *p, const char *file, int is_device) {
   h->metric_register = h_metric_register;
   h->metric_record = h_metric_record;
   h->device_handle = is_device ? NULL : h_device_handle;
+  h->option = wt_options_option; /* by key, from the options below (wt_options.h) */
+  h->set_error = h_set_error;
 
   /* Default options, as the host resolves them when the TOML table sets none. */
   weir_option_value *opts = calloc((size_t)p->desc->num_options + 1, sizeof *opts);
@@ -161,6 +174,7 @@ static int load(ch_plugin *p, const char *file, int is_device) {
                            .device = WEIR_DEVICE_CUDA,
                            .options = opts,
                            .num_options = p->desc->num_options};
+  wt_options_use(p->desc, opts);
   int rc = p->desc->init(h, &args, &p->self);
   /* The options must outlive the instance; a test process keeps them to the end. */
   return rc;

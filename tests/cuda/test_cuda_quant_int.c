@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda_host.h"
+#include "wt_options.h"
 
 static ch_plugin g_gpu;
 #define GQ ((const weir_quant_ops *)g_gpu.ops)
@@ -43,7 +44,9 @@ static void h_free(void *ctx, void *p) {
   free(p);
 }
 static weir_host g_cpu_host = {.struct_size = sizeof(weir_host), .abi_minor = WEIR_ABI_MINOR,
-                               .log = h_log, .alloc = h_alloc, .free = h_free};
+                               .log = h_log, .alloc = h_alloc, .free = h_free,
+                               .option = wt_options_option,
+                               .set_error = wt_options_set_error};
 
 static int cpu_open(cpu_plugin *c, const char *file) {
   char path[1024];
@@ -65,6 +68,7 @@ static int cpu_open(cpu_plugin *c, const char *file) {
   }
   weir_plugin_args a = {.struct_size = sizeof a, .device = WEIR_DEVICE_CPU, .options = ov,
                         .num_options = c->desc->num_options};
+  wt_options_use(c->desc, ov);
   return c->desc->init(&g_cpu_host, &a, &c->self);
 }
 

@@ -167,9 +167,10 @@ static void test_callback_refusals(void) {
   refused(WEIR_PLUGIN_SAMPLER, "smallops", NULL, WEIR_E_ABI,
           FRAGS("weir_sampler_smallops.so", "weir_sampler_ops.struct_size is 2, too small",
                 "sample", "fix: set struct_size = sizeof(weir_sampler_ops)"));
+  /* The reason the plugin gave with host->set_error is in the refusal itself. */
   refused(WEIR_PLUGIN_SAMPLER, "initfail", NULL, WEIR_E_PLUGIN,
-          FRAGS("weir_sampler_initfail.so", "failed to initialise", "device error",
-                "expected 0", "fix:"));
+          FRAGS("weir_sampler_initfail.so", "failed to initialise",
+                "initfail: refusing on purpose (the test's reason)", "device error", "fix:"));
   refused(WEIR_PLUGIN_SAMPLER, "pathopt", NULL, WEIR_E_ABI,
           FRAGS("weir_sampler_pathopt.so", "declares an option 'path'", "[sampler]",
                 "fix: rename the option"));
@@ -228,6 +229,96 @@ static void test_older_plugin(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
   CU_ASSERT(WEIR_HAS_FIELD(p->desc, weir_plugin_desc, variant));
   CU_ASSERT(WEIR_HAS_FIELD((const weir_sampler_ops *)p->ops, weir_sampler_ops, probs));
+  weir_plugin_unload(p);
+}
+
+/* The token the sampler picks from `logits` (4 of them). */
+static int32_t sample4(const weir_plugin *p, const float *logits) {
+  float l[4];
+  memcpy(l, logits, sizeof l);
+  weir_sample_result r = {.token = -1};
+  WT_ASSERT_INT_EQ(((const weir_sampler_ops *)p->ops)->sample(p->self, NULL, 1, l, 4, &r), 0);
+  return r.token;
+}
+
+/* ABI 1.5: plugins read their options by key. "reordered" declares the same options as
+ * "good" in another order; both read them by name, so one table gives both the same values
+ * (and the same behaviour), though position i holds another option in each. A key the plugin
+ * does not declare, or a declared key read with another type, fails init with a message
+ * naming it. */
+static void test_options_by_name(void) {
+  const char *toml = "bias_token = 1\nbias = -10\nmode = \"argmin\"\ncount = false\n";
+  const float logits[4] = {1, 5, 3, 2};
+  weir_plugin *good = NULL, *re = NULL;
+  char err[2048];
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "good", toml, "cpu", &good, err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "reordered", toml, "cpu", &re, err, sizeof err), 0);
+  if (!good || !re) {
+    fprintf(stderr, "\n%s\n", err);
+    goto out;
+  }
+  /* The tables really differ in order: position 0 is bias_token in one, count in the other. */
+  WT_ASSERT_STR_CONTAINS(good->desc->options[0].key, "bias_token");
+  WT_ASSERT_STR_CONTAINS(re->desc->options[0].key, "count");
+  WT_ASSERT_STR_CONTAINS(re->desc->options[3].key, "bias_token");
+  /* bias -10 on token 1 makes it the smallest: argmin picks 1 in both (0 without the bias,
+   * 1 under argmax). */
+  WT_ASSERT_INT_EQ(sample4(good, logits), 1);
+  WT_ASSERT_INT_EQ(sample4(re, logits), 1);
+  weir_plugin_unload(re);
+  re = NULL;
+  /* Another value of each reaches "reordered" by name: argmax, +10 on token 2. */
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "reordered",
+                        "bias_token = 2\nbias = 10\nmode = \"argmax\"\n", "cpu", &re, err,
+                        sizeof err), 0);
+  if (re) WT_ASSERT_INT_EQ(sample4(re, logits), 2);
+  /* Defaults too: no bias, argmax picks 1. */
+  weir_plugin_unload(re);
+  re = NULL;
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "reordered", NULL, "cpu", &re, err, sizeof err), 0);
+  if (re) WT_ASSERT_INT_EQ(sample4(re, logits), 1);
+out:
+  weir_plugin_unload(good);
+  weir_plugin_unload(re);
+  /* Reading a key it does not declare (a typo) fails init, naming the key and what is
+   * declared. */
+  refused(WEIR_PLUGIN_SAMPLER, "undeclared", NULL, WEIR_E_PLUGIN,
+          FRAGS("weir_sampler_undeclared.so", "failed to initialise",
+                "plugin 'undeclared' read option 'bias_tokn', which it does not declare",
+                "it declares bias_token, bias, mode, count", "not found"));
+  refused(WEIR_PLUGIN_SAMPLER, "wrongtype", NULL, WEIR_E_PLUGIN,
+          FRAGS("weir_sampler_wrongtype.so", "failed to initialise",
+                "plugin 'wrongtype' read option 'bias' as int, but declares it as float"));
+}
+
+/* The message a failing call gives with host->set_error is the host's to read once:
+ * weir_plugin_take_error hands it over and clears it. */
+static void test_take_error(void) {
+  weir_plugin *p = NULL;
+  char err[1024], why[512];
+  WT_ASSERT_INT_EQ(load(WEIR_PLUGIN_SAMPLER, "good", NULL, "cpu", &p, err, sizeof err), 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+  WT_ASSERT_INT_EQ(weir_plugin_take_error(p, why, sizeof why), 0);
+  WT_ASSERT_INT_EQ(why[0], 0);
+  const weir_host *h = &p->host->host;
+  CU_ASSERT(WEIR_HAS_FIELD(h, weir_host, set_error));
+  h->set_error(h->ctx, "tensor %s: %d is too wide", "blk.0.ffn_up.weight", 70000);
+  WT_ASSERT_INT_EQ(weir_plugin_take_error(p, why, sizeof why), 1);
+  WT_ASSERT_STR_CONTAINS(why, "tensor blk.0.ffn_up.weight: 70000 is too wide");
+  WT_ASSERT_INT_EQ(weir_plugin_take_error(p, why, sizeof why), 0);
+  /* Appended to an error string the host already has. */
+  h->set_error(h->ctx, "the reason");
+  snprintf(err, sizeof err, "packing x failed");
+  WT_ASSERT_INT_EQ(weir_plugin_append_error(p, err, sizeof err), 1);
+  WT_ASSERT_STR_CONTAINS(err, "packing x failed: the reason");
+  /* The option lookup by key, straight through the host table. */
+  weir_option_value v;
+  WT_ASSERT_INT_EQ(h->option(h->ctx, "mode", WEIR_OPT_STRING, &v), WEIR_OK);
+  WT_ASSERT_STR_CONTAINS(v.s, "argmax");
+  WT_ASSERT_INT_EQ(h->option(h->ctx, "nosuch", WEIR_OPT_INT, &v), WEIR_E_NOTFOUND);
+  WT_ASSERT_INT_EQ(weir_plugin_take_error(p, why, sizeof why), 1);
+  WT_ASSERT_STR_CONTAINS(why, "read option 'nosuch', which it does not declare");
+  WT_ASSERT_INT_EQ(h->option(h->ctx, "mode", WEIR_OPT_INT, &v), WEIR_E_INVAL);
   weir_plugin_unload(p);
 }
 
@@ -565,6 +656,90 @@ static void test_real_plugins(void) {
   weir_config_free(&c);
 }
 
+/* Loads a shipped plugin from the build's plugin directory; WEIR_OK or the loader's status
+ * with its message in err. */
+static int load_shipped(weir_plugin_kind kind, const char *name, const char *toml,
+                        weir_plugin **out, char *err, size_t errlen) {
+  static char *dir_list[1] = {WT_PLUGIN_DIR};
+  weir_plugin_dirs dirs = {.dirs = dir_list, .num = 1};
+  weir_toml_node *t = parse_table(toml);
+  weir_plugin_request req = {.kind = kind, .name = name, .dirs = &dirs, .table = t,
+                             .section = weir_plugin_kind_name(kind), .device_name = "cpu"};
+  err[0] = 0;
+  int rc = weir_plugin_load(&req, out, err, errlen);
+  weir_toml_free(t);
+  return rc;
+}
+
+/* The shipped plugins say why they fail (host->set_error), and the user reads it: in the
+ * loader's refusal for a bad option combination, and after a failing pack. */
+static void test_real_plugin_errors(void) {
+  char *path = wt_strf("%s/weir_quant_int8.so", WT_PLUGIN_DIR);
+  int have = access(path, R_OK) == 0;
+  free(path);
+  if (!have) {
+    fprintf(stderr, "\n  (skipped: the shipped plugins were not built)\n");
+    return;
+  }
+  weir_plugin *p = NULL;
+  char err[2048], why[512];
+  /* 48 is in the declared range [0, 128] but no group size the kernels run. */
+  WT_ASSERT_INT_EQ(load_shipped(WEIR_PLUGIN_QUANT, "int8", "group_size = 48\n", &p, err,
+                                sizeof err), WEIR_E_PLUGIN);
+  CU_ASSERT_PTR_NULL(p);
+  WT_ASSERT_STR_CONTAINS(err, "weir_quant_int8.so: quant plugin 'int8' failed to initialise");
+  WT_ASSERT_STR_CONTAINS(err, "int8: group_size must be 0, 32, 64 or 128, not 48");
+  WT_ASSERT_STR_CONTAINS(err, "invalid argument");
+  WT_ASSERT_INT_EQ(load_shipped(WEIR_PLUGIN_QUANT, "awq_int4", "group_size = 96\n", &p, err,
+                                sizeof err), WEIR_E_PLUGIN);
+  WT_ASSERT_STR_CONTAINS(err, "awq_int4: group_size must be 32, 64 or 128, not 96");
+  WT_ASSERT_INT_EQ(load_shipped(WEIR_PLUGIN_DRAFTER, "ngram", "min_ngram = 4\nmax_ngram = 2\n",
+                                &p, err, sizeof err), WEIR_E_PLUGIN);
+  WT_ASSERT_STR_CONTAINS(err, "min_ngram (4) is larger than max_ngram (2)");
+  WT_ASSERT_INT_EQ(load_shipped(WEIR_PLUGIN_DRAFTER, "draft_model", NULL, &p, err, sizeof err),
+                   WEIR_E_PLUGIN);
+  WT_ASSERT_STR_CONTAINS(err, "option \"model\" is required");
+  /* A pack that fails says why: a dtype the CPU fp16 scheme cannot read, a 3-D tensor. */
+  WT_ASSERT_INT_EQ(load_shipped(WEIR_PLUGIN_QUANT, "fp16", NULL, &p, err, sizeof err), WEIR_OK);
+  if (!p) {
+    fprintf(stderr, "\n%s\n", err);
+    return;
+  }
+  const weir_quant_ops *q = p->ops;
+  uint8_t data[4096] = {0};
+  weir_tensor t = {.data = data, .dtype = WEIR_DTYPE_Q5_0, .ndim = 2, .ne = {32, 4, 1, 1}};
+  weir_quant_pack_args a = {.struct_size = sizeof a, .src = &t, .name = "blk.0.attn_q.weight"};
+  void *w = NULL;
+  WT_ASSERT_INT_EQ(q->pack(p->self, &a, &w), WEIR_E_NOTSUP);
+  CU_ASSERT_PTR_NULL(w);
+  WT_ASSERT_INT_EQ(weir_plugin_take_error(p, why, sizeof why), 1);
+  WT_ASSERT_STR_CONTAINS(why, "fp16: tensor blk.0.attn_q.weight has unsupported dtype q5_0");
+  weir_tensor t3 = {.data = data, .dtype = WEIR_DTYPE_F32, .ndim = 3, .ne = {8, 4, 2, 1}};
+  a.src = &t3;
+  WT_ASSERT_INT_EQ(q->pack(p->self, &a, &w), WEIR_E_NOTSUP);
+  WT_ASSERT_INT_EQ(weir_plugin_take_error(p, why, sizeof why), 1);
+  WT_ASSERT_STR_CONTAINS(why, "fp16: tensor blk.0.attn_q.weight is not a matrix (3 dims)");
+  /* A good pack leaves no message behind. */
+  weir_tensor t2 = {.data = data, .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {8, 4, 1, 1}};
+  a.src = &t2;
+  WT_ASSERT_INT_EQ(q->pack(p->self, &a, &w), WEIR_OK);
+  WT_ASSERT_INT_EQ(weir_plugin_take_error(p, why, sizeof why), 0);
+  if (w) q->release(p->self, w);
+  weir_plugin_unload(p);
+  /* What a user sees: `weir generate` with the bad combination prints the plugin's reason. */
+  char *model = wt_strf("%s/models/kjv-target.gguf", WT_SOURCE_DIR);
+  char *argv[] = {WT_WEIR, "generate", "-m", model, "--plugin-dir", WT_PLUGIN_DIR, "--quant",
+                  "int8", "--set", "quant.group_size=48", "--prompt", "x", "-n", "1", NULL};
+  char *out = NULL;
+  if (access(model, R_OK) == 0) {
+    CU_ASSERT(wt_run(argv, &out, 60000) != 0);
+    WT_ASSERT_STR_CONTAINS(out, "quant plugin 'int8' failed to initialise: int8: group_size "
+                                "must be 0, 32, 64 or 128, not 48");
+    free(out);
+  }
+  free(model);
+}
+
 int main(void) {
   unsetenv("WEIR_PLUGIN_PATH");
   g_dirs.dirs = g_dir_list;
@@ -577,6 +752,9 @@ int main(void) {
       {"callback refusals: init, ops, struct_size, init failure, score", test_callback_refusals},
       {"devices by name (ABI 1.5)", test_device_names},
       {"a plugin built against ABI 1.0 loads, missing fields NULL", test_older_plugin},
+      {"options by name: table order does not matter, undeclared key fails",
+       test_options_by_name},
+      {"set_error: the host takes the message once", test_take_error},
       {"build variants: the best score that can run", test_variants},
       {"kind, device and dtype refusals", test_kind_device_dtype},
       {"files: not found, not loadable, name, device variant, duplicate, path",
@@ -586,6 +764,7 @@ int main(void) {
       {"scan lists good and broken files", test_scan},
       {"weir plugins and --help NAME", test_cli},
       {"the shipped CPU plugins load and sample", test_real_plugins},
+      {"the shipped plugins' failures carry their message", test_real_plugin_errors},
       {NULL, NULL}};
   return wt_run_suite("loader", tests);
 }

@@ -30,10 +30,13 @@ static const weir_option_desc k_options[] = {
 };
 
 static int sim_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  const char *tf;
+  int rc = weir_option_string(host, "trace_file", &tf); /* by key (ABI 1.5) */
+  if (rc != WEIR_OK) return rc;
   sim *s = calloc(1, sizeof *s);
   if (!s) return WEIR_E_NOMEM;
   s->host = host;
-  const char *tf = args->num_options >= 1 && args->options[0].s ? args->options[0].s : "";
+  if (!tf) tf = "";
   if (*tf && !(s->trace_file = strdup(tf))) {
     free(s);
     return WEIR_E_NOMEM;

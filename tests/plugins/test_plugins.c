@@ -112,20 +112,28 @@ WEIR_PLUGIN_EXPORT(k_desc)
 #else
 /* Options of every type, so the tests can exercise each validation rule. */
 static const char *const k_modes[] = {"argmax", "argmin", NULL};
-static const weir_option_desc k_options[] = {
 #if defined(VARIANT_CORE_KEY_OPT)
-    {.key = "path", .type = WEIR_OPT_INT, /* collides with the core's sampler.path */
+#define OPT_BIAS_TOKEN {.key = "path", .type = WEIR_OPT_INT, /* the core's sampler.path */ \
+                        .help = "token whose logit gets `bias`", .def_int = -1, .min = -1, \
+                        .max = 1000000}
 #else
-    {.key = "bias_token", .type = WEIR_OPT_INT,
+#define OPT_BIAS_TOKEN {.key = "bias_token", .type = WEIR_OPT_INT, \
+                        .help = "token whose logit gets `bias`", .def_int = -1, .min = -1, \
+                        .max = 1000000}
 #endif
-     .help = "token whose logit gets `bias`",
-     .def_int = -1, .min = -1, .max = 1000000},
-    {.key = "bias", .type = WEIR_OPT_FLOAT, .help = "added to bias_token's logit",
-     .def_float = 0.0, .min = -100, .max = 100},
-    {.key = "mode", .type = WEIR_OPT_STRING, .help = "argmax or argmin",
-     .def_string = "argmax", .choices = k_modes},
-    {.key = "count", .type = WEIR_OPT_BOOL, .help = "count samples in a metric",
-     .def_bool = 1},
+#define OPT_BIAS {.key = "bias", .type = WEIR_OPT_FLOAT, .help = "added to bias_token's logit", \
+                  .def_float = 0.0, .min = -100, .max = 100}
+#define OPT_MODE {.key = "mode", .type = WEIR_OPT_STRING, .help = "argmax or argmin", \
+                  .def_string = "argmax", .choices = k_modes}
+#define OPT_COUNT {.key = "count", .type = WEIR_OPT_BOOL, .help = "count samples in a metric", \
+                   .def_bool = 1}
+static const weir_option_desc k_options[] = {
+#if defined(VARIANT_REORDERED)
+    /* The same options in another order: a plugin reading by key must not notice. */
+    OPT_COUNT, OPT_MODE, OPT_BIAS, OPT_BIAS_TOKEN,
+#else
+    OPT_BIAS_TOKEN, OPT_BIAS, OPT_MODE, OPT_COUNT,
+#endif
 };
 
 typedef struct good {
@@ -139,19 +147,49 @@ typedef struct good {
 
 __attribute__((unused)) static int g_init(const weir_host *h, const weir_plugin_args *a, void **self) {
 #if defined(VARIANT_INIT_FAIL)
-  h->log(h->ctx, WEIR_LOG_ERROR, "initfail: refusing on purpose");
+  /* The reason reaches the loader's refusal through set_error (ABI 1.5). */
+  h->set_error(h->ctx, "initfail: refusing on purpose (%s)", "the test's reason");
   (void)a; (void)self;
   return WEIR_E_DEVICE;
 #else
+  int64_t bias_token;
+  double bias;
+  const char *mode;
+  int count;
+#if defined(VARIANT_OLD_DESC)
+  /* As a plugin built before ABI 1.5 reads them: by position, which still works. */
   if (a->num_options != 4) return WEIR_E_INVAL;
+  bias_token = a->options[0].i;
+  bias = a->options[1].f;
+  mode = a->options[2].s;
+  count = a->options[3].b;
+#else
+  (void)a;
+  int rc;
+#if defined(VARIANT_UNDECLARED)
+  if ((rc = weir_option_int(h, "bias_tokn", &bias_token)) != WEIR_OK) return rc; /* a typo */
+#else
+  if ((rc = weir_option_int(h, "bias_token", &bias_token)) != WEIR_OK) return rc;
+#endif
+#if defined(VARIANT_WRONG_TYPE)
+  int64_t bias_int; /* "bias" is declared a float */
+  if ((rc = weir_option_int(h, "bias", &bias_int)) != WEIR_OK) return rc;
+  bias = (double)bias_int;
+#else
+  if ((rc = weir_option_float(h, "bias", &bias)) != WEIR_OK) return rc;
+#endif
+  if ((rc = weir_option_string(h, "mode", &mode)) != WEIR_OK ||
+      (rc = weir_option_bool(h, "count", &count)) != WEIR_OK)
+    return rc;
+#endif
   good *g = h->alloc(h->ctx, sizeof *g, 64);
   if (!g) return WEIR_E_NOMEM;
   memset(g, 0, sizeof *g);
   g->h = h;
-  g->bias_token = a->options[0].i;
-  g->bias = a->options[1].f;
-  g->argmin = !strcmp(a->options[2].s, "argmin");
-  if (a->options[3].b) {
+  g->bias_token = bias_token;
+  g->bias = bias;
+  g->argmin = !strcmp(mode, "argmin");
+  if (count) {
     weir_metric_desc md = {"test_samples_total", "rows sampled by the test sampler",
                            WEIR_METRIC_COUNTER, NULL, 0};
     if (h->metric_register(h->ctx, &md, &g->samples) != WEIR_OK) g->samples = NULL;

@@ -37,12 +37,14 @@ static const weir_option_desc k_options[] = {
 };
 
 static int ap_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  (void)args;
+  int64_t tile;
+  int rc = weir_option_int(host, "query_tile", &tile);
+  if (rc != WEIR_OK) return rc;
   attn_cpu *a = calloc(1, sizeof(*a));
   if (!a) return WEIR_E_NOMEM;
   a->host = host;
-  a->query_tile = DEFAULT_QUERY_TILE;
-  if (args && args->options && args->num_options >= 1 && args->options[0].i > 0)
-    a->query_tile = (int32_t)args->options[0].i;
+  a->query_tile = (int32_t)tile; /* the declared range [1, 4096] holds */
   *self = a;
   return WEIR_OK;
 }

@@ -9,14 +9,11 @@
 #include "add.h"
 #include "cpu_isa.h"
 #include "get_rows.h"
+#include "parallel.h"
 #include "rms_norm.h"
 #include "rope.h"
 #include "swiglu.h"
 #include "weir/device.h"
-
-/* Elements below which an operation runs on the calling thread: splitting smaller work
- * costs more in wake-ups than it saves. */
-#define DEFAULT_PARALLEL_MIN 32768
 
 typedef struct device_cpu {
   const weir_host *host;
@@ -26,8 +23,9 @@ typedef struct device_cpu {
 static const weir_option_desc k_options[] = {
     {.key = "parallel_min",
      .type = WEIR_OPT_INT,
-     .help = "elements below which an elementwise op runs on one thread",
-     .def_int = DEFAULT_PARALLEL_MIN,
+     .help = "elements below which an elementwise op runs on one thread (the CPU quant "
+             "plugins scale it for their matmul and pack)",
+     .def_int = WEIR_CPU_PARALLEL_MIN,
      .min = 1,
      .max = 1e12},
 };
@@ -35,10 +33,13 @@ static const weir_option_desc k_options[] = {
 static int cpu_init(const weir_host *host, const weir_plugin_args *args, void **self) {
   device_cpu *d = calloc(1, sizeof(*d));
   if (!d) return WEIR_E_NOMEM;
+  (void)args;
   d->host = host;
-  d->parallel_min = DEFAULT_PARALLEL_MIN;
-  if (args && args->options && args->num_options >= 1 && args->options[0].i > 0)
-    d->parallel_min = args->options[0].i;
+  int rc = weir_option_int(host, "parallel_min", &d->parallel_min);
+  if (rc != WEIR_OK) {
+    free(d);
+    return rc;
+  }
   *self = d;
   return WEIR_OK;
 }
@@ -263,6 +264,13 @@ static int cpu_get_rows(void *self, float *out, const float *x, const int32_t *r
   return a.failed ? WEIR_E_RANGE : WEIR_OK;
 }
 
+/* "cpu.parallel_min" (const int64_t *): the one threshold the other CPU plugins of this
+ * device read through host->device_handle (kernels/cpu/parallel.h). */
+static void *cpu_native_handle(void *self, const char *name) {
+  device_cpu *d = self;
+  return name && !strcmp(name, WEIR_CPU_PARALLEL_MIN_HANDLE) ? &d->parallel_min : NULL;
+}
+
 static const weir_device_ops k_ops = {
     .struct_size = sizeof(weir_device_ops),
     .info = cpu_info,
@@ -279,6 +287,7 @@ static const weir_device_ops k_ops = {
     .add = cpu_add,
     .add_bias = cpu_add_bias,
     .get_rows = cpu_get_rows,
+    .native_handle = cpu_native_handle,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

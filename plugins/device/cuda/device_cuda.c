@@ -51,24 +51,36 @@ typedef struct cuda_dev {
   int capturing;
 } cuda_dev;
 
-enum { OPT_DEVICE_ID, OPT_POOL_CHUNK_MB, OPT_RESERVE_MB, OPT_STAGING_MB, OPT_COUNT };
-
-static const weir_option_desc k_options[OPT_COUNT] = {
-    [OPT_DEVICE_ID] = {.key = "device_id", .type = WEIR_OPT_INT,
+static const weir_option_desc k_options[] = {
+    {.key = "device_id", .type = WEIR_OPT_INT,
                        .help = "CUDA device ordinal to run on", .def_int = 0, .min = 0,
                        .max = 255},
-    [OPT_POOL_CHUNK_MB] = {.key = "pool_chunk_mb", .type = WEIR_OPT_INT,
+    {.key = "pool_chunk_mb", .type = WEIR_OPT_INT,
                            .help = "device memory the pool takes from the driver at a time (MiB)",
                            .def_int = 256, .min = 2, .max = 1 << 20},
-    [OPT_RESERVE_MB] = {.key = "reserve_mb", .type = WEIR_OPT_INT,
+    {.key = "reserve_mb", .type = WEIR_OPT_INT,
                         .help = "device memory reserved into the pool at start-up (MiB, 0: none)",
                         .def_int = 0, .min = 0, .max = 1 << 22},
-    [OPT_STAGING_MB] = {.key = "staging_mb", .type = WEIR_OPT_INT,
+    {.key = "staging_mb", .type = WEIR_OPT_INT,
                         .help = "pinned host staging buffer for host-to-device copies (MiB)",
                         .def_int = 16, .min = 1, .max = 4096},
 };
 
+/* The options as init reads them, by key. */
+typedef struct cuda_settings {
+  int64_t device_id, pool_chunk_mb, reserve_mb, staging_mb;
+} cuda_settings;
+
+static const weir_option_bind k_binds[] = {
+    WEIR_OPTION_BIND_INT(cuda_settings, device_id, "device_id"),
+    WEIR_OPTION_BIND_INT(cuda_settings, pool_chunk_mb, "pool_chunk_mb"),
+    WEIR_OPTION_BIND_INT(cuda_settings, reserve_mb, "reserve_mb"),
+    WEIR_OPTION_BIND_INT(cuda_settings, staging_mb, "staging_mb"),
+};
+
 #define LOG(d, lvl, ...) (d)->host->log((d)->host->ctx, (lvl), __VA_ARGS__)
+/* Why init fails, for the loader's refusal (host->set_error). */
+#define INIT_ERROR(d, ...) (d)->host->set_error((d)->host->ctx, __VA_ARGS__)
 
 /* Logs a failed CUDA call and returns its weir status. */
 static int fail(cuda_dev *d, cudaError_t e, const char *what) {
@@ -131,25 +143,28 @@ static int dev_init(const weir_host *host, const weir_plugin_args *args, void **
     host->free(host->ctx, d);
     goto fail;
   }
-  const weir_option_value *o = args->options;
-  d->device_id = args->num_options > OPT_DEVICE_ID ? (int)o[OPT_DEVICE_ID].i : 0;
-  size_t chunk_mb = args->num_options > OPT_POOL_CHUNK_MB ? (size_t)o[OPT_POOL_CHUNK_MB].i : 256;
-  size_t reserve_mb = args->num_options > OPT_RESERVE_MB ? (size_t)o[OPT_RESERVE_MB].i : 0;
-  size_t staging_mb = args->num_options > OPT_STAGING_MB ? (size_t)o[OPT_STAGING_MB].i : 16;
+  (void)args;
+  cuda_settings set;
+  if ((rc = weir_options_read(host, k_binds, (int)(sizeof k_binds / sizeof k_binds[0]), &set)) !=
+      WEIR_OK)
+    goto free_dev;
+  d->device_id = (int)set.device_id;
+  size_t chunk_mb = (size_t)set.pool_chunk_mb, reserve_mb = (size_t)set.reserve_mb;
+  size_t staging_mb = (size_t)set.staging_mb;
 
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
     if (e != cudaSuccess)
-      LOG(d, WEIR_LOG_ERROR, "cuda: no CUDA device: cudaGetDeviceCount failed: %s (%s)",
+      INIT_ERROR(d, "cuda: no CUDA device: cudaGetDeviceCount failed: %s (%s)",
           cudaGetErrorString(e), cudaGetErrorName(e));
     else
-      LOG(d, WEIR_LOG_ERROR, "cuda: no CUDA device: cudaGetDeviceCount found 0 devices");
+      INIT_ERROR(d, "cuda: no CUDA device: cudaGetDeviceCount found 0 devices");
     rc = WEIR_E_DEVICE;
     goto free_dev;
   }
   if (d->device_id >= count) {
-    LOG(d, WEIR_LOG_ERROR, "cuda: device_id %d out of range: this machine has %d device(s)",
+    INIT_ERROR(d, "cuda: device_id %d out of range: this machine has %d device(s)",
         d->device_id, count);
     rc = WEIR_E_DEVICE;
     goto free_dev;
@@ -174,7 +189,7 @@ static int dev_init(const weir_host *host, const weir_plugin_args *args, void **
   if (rc != WEIR_OK) goto free_dev;
   d->pool_ready = 1;
   if (reserve_mb > 0 && (rc = weir__pool_reserve(&d->pool, reserve_mb << 20)) != WEIR_OK) {
-    LOG(d, WEIR_LOG_ERROR, "cuda: cannot reserve %zu MiB of device memory", reserve_mb);
+    INIT_ERROR(d, "cuda: cannot reserve %zu MiB of device memory (reserve_mb)", reserve_mb);
     goto free_dev;
   }
   d->h2d_size = staging_mb << 20;
@@ -472,7 +487,7 @@ static const weir_plugin_desc k_desc = {
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = WEIR_DTYPE_BIT(WEIR_DTYPE_F32),
     .options = k_options,
-    .num_options = OPT_COUNT,
+    .num_options = (int)(sizeof k_options / sizeof k_options[0]),
     .init = dev_init,
     .fini = dev_fini,
     .ops = &k_ops,

@@ -24,12 +24,13 @@ static const weir_option_desc k_options[] = {
 };
 
 static int dm_init(const weir_host *host, const weir_plugin_args *args, void **self) {
-  if (args->num_options < 1) return WEIR_E_INVAL;
-  const char *model = args->options[0].s;
+  (void)args;
+  const char *model;
+  int rc = weir_option_string(host, "model", &model);
+  if (rc != WEIR_OK) return rc;
   if (!model || !model[0]) {
-    host->log(host->ctx, WEIR_LOG_ERROR,
-              "option \"model\" is required: the draft model's GGUF file ([drafter] model = "
-              "\"draft.gguf\")");
+    host->set_error(host->ctx, "option \"model\" is required: the draft model's GGUF file "
+                    "([drafter] model = \"draft.gguf\")");
     return WEIR_E_INVAL;
   }
   draft_model_drafter *d = calloc(1, sizeof *d);

@@ -28,18 +28,23 @@ static const weir_option_desc k_options[] = {
 };
 
 static int ngram_init(const weir_host *host, const weir_plugin_args *args, void **self) {
-  if (args->num_options < 3) return WEIR_E_INVAL;
-  int64_t mx = args->options[0].i, mn = args->options[1].i;
+  (void)args;
+  int64_t mx, mn, hist;
+  int rc;
+  if ((rc = weir_option_int(host, "max_ngram", &mx)) != WEIR_OK ||
+      (rc = weir_option_int(host, "min_ngram", &mn)) != WEIR_OK ||
+      (rc = weir_option_int(host, "max_history", &hist)) != WEIR_OK)
+    return rc;
   if (mn > mx) {
-    host->log(host->ctx, WEIR_LOG_ERROR, "min_ngram (%lld) is larger than max_ngram (%lld)",
-              (long long)mn, (long long)mx);
+    host->set_error(host->ctx, "min_ngram (%lld) is larger than max_ngram (%lld); fix: set "
+                    "min_ngram <= max_ngram", (long long)mn, (long long)mx);
     return WEIR_E_INVAL;
   }
   ngram_drafter *d = calloc(1, sizeof *d);
   if (!d) return WEIR_E_NOMEM;
   d->max_ngram = (int32_t)mx;
   d->min_ngram = (int32_t)mn;
-  d->max_history = (int32_t)args->options[2].i;
+  d->max_history = (int32_t)hist;
   *self = d;
   return WEIR_OK;
 }

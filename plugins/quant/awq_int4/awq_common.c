@@ -7,61 +7,59 @@
 
 #include "awq_int4.h"
 
-const weir_option_desc awq_options[AWQ_OPT_COUNT] = {
-    [AWQ_OPT_GROUP] = {.key = "group_size", .type = WEIR_OPT_INT, .def_int = 128, .min = 32,
-                   .max = 128,
-                   .help = "input columns per 4-bit scale and offset: 32, 64 or 128 (Q4_0/Q4_1 "
-                           "sources keep their blocks of 32 unless whole groups share them)"},
-    [AWQ_OPT_CALIB] = {.key = "calibration", .type = WEIR_OPT_BOOL, .def_bool = 1,
-                   .help = "ask for a calibration pass and search activation-aware scales "
-                           "(false: plain round-to-nearest, the RTN baseline)"},
-    [AWQ_OPT_CALIB_SAMPLES] = {.key = "calibration_samples", .type = WEIR_OPT_INT, .def_int = 512,
-                           .min = 8, .max = 1 << 20,
-                           .help = "activation samples (tokens) per layer to ask for"},
-    [AWQ_OPT_SEARCH_SAMPLES] = {.key = "search_samples", .type = WEIR_OPT_INT, .def_int = 128,
-                            .min = 1, .max = 1 << 20,
-                            .help = "samples the scale search evaluates (evenly spaced subset)"},
-    [AWQ_OPT_SEARCH_ROWS] = {.key = "search_rows", .type = WEIR_OPT_INT, .def_int = 1024, .min = 1,
-                         .max = 1 << 30,
-                         .help = "output rows the scale search evaluates per group of weights"},
-    [AWQ_OPT_CLIP] = {.key = "clip_search", .type = WEIR_OPT_BOOL, .def_bool = 1,
-                  .help = "with calibration and gptq = false: also search a clipping ratio "
-                          "(1 to 0.5) per row and group"},
-    [AWQ_OPT_CLIP_SAMPLES] = {.key = "clip_samples", .type = WEIR_OPT_INT, .def_int = 32, .min = 1,
-                          .max = 1 << 20,
-                          .help = "samples the clipping search evaluates"},
-    [AWQ_OPT_GPTQ] = {.key = "gptq", .type = WEIR_OPT_BOOL, .def_bool = 1,
-                  .help = "with calibration: round with error compensation on the samples "
-                          "(GPTQ) after the scale search, instead of to nearest"},
-    [AWQ_OPT_GPTQ_DAMP] = {.key = "gptq_damp", .type = WEIR_OPT_FLOAT, .def_float = 0.01,
-                       .min = 0.0, .max = 10.0,
-                       .help = "damping of the error compensation, a fraction of the samples' "
-                               "mean squared activation"},
+const weir_option_desc awq_options[] = {
+    {.key = "group_size", .type = WEIR_OPT_INT, .def_int = 128, .min = 32,
+     .max = 128,
+     .help = "input columns per 4-bit scale and offset: 32, 64 or 128 (Q4_0/Q4_1 "
+             "sources keep their blocks of 32 unless whole groups share them)"},
+    {.key = "calibration", .type = WEIR_OPT_BOOL, .def_bool = 1,
+     .help = "ask for a calibration pass and search activation-aware scales "
+             "(false: plain round-to-nearest, the RTN baseline)"},
+    {.key = "calibration_samples", .type = WEIR_OPT_INT, .def_int = 512,
+     .min = 8, .max = 1 << 20,
+     .help = "activation samples (tokens) per layer to ask for"},
+    {.key = "search_samples", .type = WEIR_OPT_INT, .def_int = 128,
+     .min = 1, .max = 1 << 20,
+     .help = "samples the scale search evaluates (evenly spaced subset)"},
+    {.key = "search_rows", .type = WEIR_OPT_INT, .def_int = 1024, .min = 1,
+     .max = 1 << 30,
+     .help = "output rows the scale search evaluates per group of weights"},
+    {.key = "clip_search", .type = WEIR_OPT_BOOL, .def_bool = 1,
+     .help = "with calibration and gptq = false: also search a clipping ratio "
+             "(1 to 0.5) per row and group"},
+    {.key = "clip_samples", .type = WEIR_OPT_INT, .def_int = 32, .min = 1,
+     .max = 1 << 20,
+     .help = "samples the clipping search evaluates"},
+    {.key = "gptq", .type = WEIR_OPT_BOOL, .def_bool = 1,
+     .help = "with calibration: round with error compensation on the samples "
+             "(GPTQ) after the scale search, instead of to nearest"},
+    {.key = "gptq_damp", .type = WEIR_OPT_FLOAT, .def_float = 0.01,
+     .min = 0.0, .max = 10.0,
+     .help = "damping of the error compensation, a fraction of the samples' "
+             "mean squared activation"},
 };
 
-void awq_plugin_set(awq_plugin *p, const weir_host *host, const weir_plugin_args *args) {
+_Static_assert(sizeof awq_options / sizeof awq_options[0] == AWQ_NUM_OPTIONS,
+               "AWQ_NUM_OPTIONS must count awq_options");
+
+/* Where each option lands in awq_plugin: read by key, so the table above may be reordered
+ * freely. */
+static const weir_option_bind k_binds[] = {
+    WEIR_OPTION_BIND_INT(awq_plugin, group, "group_size"),
+    WEIR_OPTION_BIND_BOOL(awq_plugin, calibration, "calibration"),
+    WEIR_OPTION_BIND_INT(awq_plugin, calib_samples, "calibration_samples"),
+    WEIR_OPTION_BIND_INT(awq_plugin, search_samples, "search_samples"),
+    WEIR_OPTION_BIND_INT(awq_plugin, search_rows, "search_rows"),
+    WEIR_OPTION_BIND_BOOL(awq_plugin, clip, "clip_search"),
+    WEIR_OPTION_BIND_INT(awq_plugin, clip_samples, "clip_samples"),
+    WEIR_OPTION_BIND_BOOL(awq_plugin, gptq, "gptq"),
+    WEIR_OPTION_BIND_FLOAT(awq_plugin, gptq_damp, "gptq_damp"),
+};
+
+int awq_plugin_set(awq_plugin *p, const weir_host *host) {
   memset(p, 0, sizeof *p);
-  p->host = host;
-  p->group = awq_options[AWQ_OPT_GROUP].def_int;
-  p->calibration = awq_options[AWQ_OPT_CALIB].def_bool;
-  p->calib_samples = awq_options[AWQ_OPT_CALIB_SAMPLES].def_int;
-  p->search_samples = awq_options[AWQ_OPT_SEARCH_SAMPLES].def_int;
-  p->search_rows = awq_options[AWQ_OPT_SEARCH_ROWS].def_int;
-  p->clip = awq_options[AWQ_OPT_CLIP].def_bool;
-  p->clip_samples = awq_options[AWQ_OPT_CLIP_SAMPLES].def_int;
-  p->gptq = awq_options[AWQ_OPT_GPTQ].def_bool;
-  p->gptq_damp = awq_options[AWQ_OPT_GPTQ_DAMP].def_float;
-  if (!args || !args->options || args->num_options < AWQ_OPT_COUNT) return;
-  const weir_option_value *o = args->options;
-  p->group = o[AWQ_OPT_GROUP].i;
-  p->calibration = o[AWQ_OPT_CALIB].b != 0;
-  p->calib_samples = o[AWQ_OPT_CALIB_SAMPLES].i;
-  p->search_samples = o[AWQ_OPT_SEARCH_SAMPLES].i;
-  p->search_rows = o[AWQ_OPT_SEARCH_ROWS].i;
-  p->clip = o[AWQ_OPT_CLIP].b != 0;
-  p->clip_samples = o[AWQ_OPT_CLIP_SAMPLES].i;
-  p->gptq = o[AWQ_OPT_GPTQ].b != 0;
-  p->gptq_damp = o[AWQ_OPT_GPTQ_DAMP].f;
+  weir_cpu_quant_init(&p->base, host, "awq_int4");
+  return weir_options_read(host, k_binds, (int)(sizeof k_binds / sizeof k_binds[0]), p);
 }
 
 void awq_prep_free(awq_prep *pp) {

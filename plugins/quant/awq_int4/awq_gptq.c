@@ -26,7 +26,7 @@
 #include "cpu_isa.h"
 #include "convert.h"
 #include "matmul.h"
-#include "weight_mem.h"
+#include "quant_common.h"
 
 /* Columns per Cholesky panel. */
 #define CHOL_B 64
@@ -161,7 +161,7 @@ static int cholesky(const weir_host *h, float *a, int64_t n) {
 
 int awq_gptq_factor(const awq_plugin *p, const float *x, int64_t ns, int64_t cols,
                     const float *s, double damp, float **gt_out) {
-  const weir_host *h = p->host;
+  const weir_host *h = p->base.host;
   const int64_t n = cols;
   *gt_out = NULL;
   if (ns < 1 || n < 1) return WEIR_E_INVAL;

@@ -5,10 +5,11 @@
 #include <stdint.h>
 
 #include "matmul_q4.h"
+#include "quant_common.h"
 #include "weir/quant.h"
 
 typedef struct awq_plugin {
-  const weir_host *host;
+  weir_cpu_quant base;    /* host, "awq_int4", the device's parallel_min */
   int64_t group;          /* 32, 64 or 128 */
   int calibration;        /* 0: round-to-nearest only (no calibration pass is asked for) */
   int64_t calib_samples;  /* what calibration_samples() answers */
@@ -20,17 +21,15 @@ typedef struct awq_plugin {
   double gptq_damp;       /* its damping, a fraction of the mean diagonal of H */
 } awq_plugin;
 
-/* The options of both plugins (CPU and CUDA), in this order: same keys, defaults, ranges. */
-enum {
-  AWQ_OPT_GROUP, AWQ_OPT_CALIB, AWQ_OPT_CALIB_SAMPLES, AWQ_OPT_SEARCH_SAMPLES,
-  AWQ_OPT_SEARCH_ROWS, AWQ_OPT_CLIP, AWQ_OPT_CLIP_SAMPLES, AWQ_OPT_GPTQ, AWQ_OPT_GPTQ_DAMP,
-  AWQ_OPT_COUNT
-};
-extern const weir_option_desc awq_options[AWQ_OPT_COUNT];
+/* The options of both plugins (CPU and CUDA): same keys, defaults, ranges. */
+#define AWQ_NUM_OPTIONS 9
+extern const weir_option_desc awq_options[AWQ_NUM_OPTIONS];
 
-/* Fills p: host, then the declared defaults, then the values in args (when it carries them
- * all). Does not check group_size: the caller refuses what its kernels cannot run. */
-void awq_plugin_set(awq_plugin *p, const weir_host *host, const weir_plugin_args *args);
+/* Fills p: its base for `host` (scheme "awq_int4"), then every option read by key
+ * (weir_options_read). Returns a status: an option the table does not declare fails (the
+ * host says which). Does not check group_size: the caller refuses what its kernels cannot
+ * run. */
+int awq_plugin_set(awq_plugin *p, const weir_host *host);
 
 /* The grid of the scale exponent: alpha = i / AWQ_GRID, i = 0..AWQ_GRID (step 0.05). */
 #define AWQ_GRID 20

@@ -77,7 +77,7 @@ static size_t src_stride(const weir_tensor *t) {
 
 int awq_search_scale(const awq_plugin *p, const weir_quant_pack_args *const *args, int n,
                      float *s, awq_search_result *res) {
-  const weir_host *h = p->host;
+  const weir_host *h = p->base.host;
   const int64_t cols = args[0]->src->ne[0];
   const float *xall = args[0]->act_samples;
   const int64_t nall = args[0]->num_samples;

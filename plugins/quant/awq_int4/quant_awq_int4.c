@@ -22,32 +22,35 @@
 #include "awq_int4.h"
 #include "convert.h"
 #include "dequant.h"
-#include "weight_mem.h"
 
 typedef struct awq_weight {
+  weir_cpu_qweight base; /* rows, cols, and the packed bytes (data) */
   weir_q4_layout l;   /* 4-bit weights; for int8 ones only rows and cols are set */
   int is_q8;          /* 1: an exact Q8_0 carry-over: data = [rows][kp8] q + 128 (stored
                          order of matmul_q8.h), then [rows][kp8 / 32] f32 d + pad */
   int64_t kp8;
-  uint8_t *data;
-  int from_device_alloc;
   float *scale;     /* [cols] s, or NULL */
   float *inv_scale; /* [cols] 1 / s, or NULL */
-  size_t bytes;
 } awq_weight;
 
+/* The packed bytes. */
+#define WDATA(w) ((uint8_t *)(w)->base.data)
+
 #define LOG(p, lvl, ...) \
-  do { if ((p)->host->log) (p)->host->log((p)->host->ctx, (lvl), __VA_ARGS__); } while (0)
+  do { if ((p)->base.host->log) (p)->base.host->log((p)->base.host->ctx, (lvl), __VA_ARGS__); } while (0)
+/* Says why the call fails (host->set_error) and evaluates to rc. */
+#define FAIL(p, rc, ...) weir_cpu_quant_fail(&(p)->base, (rc), __VA_ARGS__)
 
 static int awq_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  (void)args;
   awq_plugin *p = calloc(1, sizeof *p);
   if (!p) return WEIR_E_NOMEM;
-  awq_plugin_set(p, host, args);
+  int rc = awq_plugin_set(p, host);
+  if (rc != WEIR_OK) goto free_p;
   if (p->group != 32 && p->group != 64 && p->group != 128) {
-    LOG(p, WEIR_LOG_ERROR, "awq_int4: group_size must be 32, 64 or 128, not %lld",
-        (long long)p->group);
-    free(p);
-    return WEIR_E_INVAL;
+    rc = FAIL(p, WEIR_E_INVAL, "group_size must be 32, 64 or 128, not %lld",
+              (long long)p->group);
+    goto free_p;
   }
   LOG(p, WEIR_LOG_INFO, "awq_int4: group_size %lld, calibration %s%s, kernels %s",
       (long long)p->group, p->calibration ? "on" : "off (RTN)",
@@ -56,6 +59,9 @@ static int awq_init(const weir_host *host, const weir_plugin_args *args, void **
       weir_q8_isa_name(weir_q8_isa_current()));
   *self = p;
   return WEIR_OK;
+free_p:
+  free(p);
+  return rc;
 }
 
 static void awq_fini(void *self) { free(self); }
@@ -85,7 +91,7 @@ static int is_float(weir_dtype t) {
 static int check_source(awq_plugin *p, const weir_quant_pack_args *a, int64_t *rows,
                         int64_t *cols) {
   size_t stride;
-  return weir_cpu_weight_source(p->host, "awq_int4", a, rows, cols, &stride);
+  return weir_cpu_weight_source(&p->base, a, rows, cols, &stride);
 }
 
 /* For a Q4_0/Q4_1 source: 1 when every run of group/32 blocks in each row has the same d (and
@@ -153,7 +159,7 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   if (is_q4(j->t->dtype)) {
     for (int64_t r = begin; r < end; r++) {
       pack_q4_row(j, r, q, d, m);
-      weir_q4_store_row(l, j->w->data, r, q, d, m);
+      weir_q4_store_row(l, WDATA(j->w), r, q, d, m);
     }
     goto out;
   }
@@ -165,7 +171,7 @@ static void pack_chunk(void *arg, int64_t begin, int64_t end, int thread) {
     if (rc != WEIR_OK) set_failed(j, rc);
     if (rc == WEIR_E_NOMEM || rc == WEIR_E_NOTSUP) break;
     for (int64_t i = 0; i < nr; i++)
-      weir_q4_store_row(l, j->w->data, r + i, q + i * cols, d + i * ngr, m + i * ngr);
+      weir_q4_store_row(l, WDATA(j->w), r + i, q + i * cols, d + i * ngr, m + i * ngr);
   }
 out:
   free(q);
@@ -182,42 +188,38 @@ static int pack_q8(awq_plugin *p, const weir_tensor *t, int64_t rows, int64_t co
   w->l.cols = cols;
   w->kp8 = weir_q8_padded_cols(cols, 32);
   const int64_t nb = w->kp8 / 32;
-  const size_t qbytes = ((size_t)rows * (size_t)w->kp8 + 63) & ~(size_t)63;
-  w->bytes = qbytes + ((size_t)rows * (size_t)nb + WEIR_Q8_SCALE_PAD) * sizeof(float);
-  w->data = weir_cpu_weight_alloc(p->host, w->bytes, &w->from_device_alloc);
-  if (!w->data) return WEIR_E_NOMEM;
-  float *d = (float *)(void *)(w->data + qbytes);
-  int8_t nat[WEIR_Q8_ROW_ALIGN];
+  const size_t qbytes = weir_cpu_q8_qbytes(rows, w->kp8);
+  w->base.bytes = weir_cpu_q8_bytes(rows, w->kp8, nb);
+  w->base.data = weir_cpu_weight_alloc(p->base.host, w->base.bytes, &w->base.from_device);
+  if (!w->base.data) return WEIR_E_NOMEM;
+  float *d = (float *)(void *)(WDATA(w) + qbytes);
   const size_t stride = src_stride(t);
-  for (int64_t r = 0; r < rows; r++) {
-    const uint8_t *src = (const uint8_t *)t->data + (size_t)r * stride;
-    uint8_t *q = w->data + (size_t)r * (size_t)w->kp8;
-    for (int64_t c = 0; c < w->kp8; c += WEIR_Q8_ROW_ALIGN) {
-      memset(nat, 0, sizeof nat);
-      for (int64_t b = c / 32; b < (c + WEIR_Q8_ROW_ALIGN) / 32 && b < cols / 32; b++)
-        memcpy(nat + (b * 32 - c), src + b * 34 + 2, 32);
-      weir_q8_interleave(nat, q + c, WEIR_Q8_ROW_ALIGN, 0x80);
-    }
-    for (int64_t b = 0; b < nb; b++)
-      d[r * nb + b] = b < cols / 32 ? weir_f16_to_f32((uint16_t)(src[b * 34] | src[b * 34 + 1] << 8)) : 0.0f;
-  }
+  for (int64_t r = 0; r < rows; r++)
+    weir_cpu_q8_from_q8_0_row((const uint8_t *)t->data + (size_t)r * stride, cols, w->kp8,
+                              WDATA(w) + (size_t)r * (size_t)w->kp8, d + r * nb);
   memset(d + rows * nb, 0, WEIR_Q8_SCALE_PAD * sizeof(float));
   return WEIR_OK;
 }
 
+static weir_cpu_q8_mat q8_mat(const awq_weight *w) {
+  return (weir_cpu_q8_mat){
+      .q = WDATA(w),
+      .d = (const float *)(const void *)(WDATA(w) + weir_cpu_q8_qbytes(w->l.rows, w->kp8)),
+      .rows = w->l.rows, .cols = w->l.cols, .kp = w->kp8, .group = 32};
+}
+
 static void weight_free(awq_plugin *p, awq_weight *w) {
   if (!w) return;
-  weir_cpu_weight_free(p->host, w->data, w->from_device_alloc);
-  p->host->free(p->host->ctx, w->scale);
-  p->host->free(p->host->ctx, w->inv_scale);
-  p->host->free(p->host->ctx, w);
+  p->base.host->free(p->base.host->ctx, w->scale);
+  p->base.host->free(p->base.host->ctx, w->inv_scale);
+  weir_cpu_quant_release(&p->base, w);
 }
 
 /* Packs one weight; s (cols floats, copied) may be NULL. xc: clipping samples or NULL; gt:
  * error-compensation factor or NULL. */
 static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s,
                     const float *xc, int64_t nc, const float *gt, awq_weight **out) {
-  const weir_host *h = p->host;
+  const weir_host *h = p->base.host;
   const weir_tensor *t = a->src;
   const char *name = a->name ? a->name : "?";
   int64_t rows, cols;
@@ -226,8 +228,10 @@ static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s
   int64_t group = p->group;
   if (is_q4(t->dtype) && !q4_runs_share(t, rows, cols, group)) group = 32;
   awq_weight *w = h->alloc(h->ctx, sizeof *w, 0);
-  if (!w) return WEIR_E_NOMEM;
+  if (!w) return FAIL(p, WEIR_E_NOMEM, "out of memory packing %s", name);
   memset(w, 0, sizeof *w);
+  w->base.rows = rows;
+  w->base.cols = cols;
   if (t->dtype == WEIR_DTYPE_Q8_0) {
     rc = pack_q8(p, t, rows, cols, w);
     if (rc != WEIR_OK) goto fail;
@@ -236,17 +240,18 @@ static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s
   }
   if (weir_q4_layout_init(&w->l, rows, cols, group, t->dtype == WEIR_DTYPE_Q4_0) != 0) {
     h->free(h->ctx, w);
-    return WEIR_E_NOTSUP;
+    return FAIL(p, WEIR_E_NOTSUP, "tensor %s (%lld x %lld) has no 4-bit layout with groups of "
+                "%lld", name, (long long)rows, (long long)cols, (long long)group);
   }
-  w->bytes = w->l.bytes;
-  w->data = weir_cpu_weight_alloc(h, w->bytes, &w->from_device_alloc);
-  if (!w->data) {
+  w->base.bytes = w->l.bytes;
+  w->base.data = weir_cpu_weight_alloc(h, w->base.bytes, &w->base.from_device);
+  if (!w->base.data) {
     rc = WEIR_E_NOMEM;
     goto fail;
   }
   /* Padding rows of the last quad, its alignment bytes and the tail read past the end hold
    * zeros; every real row's bytes are written by store_row. */
-  memset(w->data + (size_t)(w->l.nq - 1) * w->l.quad_bytes, 0, w->l.quad_bytes + WEIR_Q4_TAIL_PAD);
+  memset(WDATA(w) + (size_t)(w->l.nq - 1) * w->l.quad_bytes, 0, w->l.quad_bytes + WEIR_Q4_TAIL_PAD);
   if (s) {
     w->scale = h->alloc(h->ctx, sizeof(float) * (size_t)cols, 0);
     w->inv_scale = h->alloc(h->ctx, sizeof(float) * (size_t)cols, 0);
@@ -262,17 +267,19 @@ static int pack_one(awq_plugin *p, const weir_quant_pack_args *a, const float *s
   pack_job j = {.p = p, .t = t, .stride = src_stride(t), .w = w, .s = s, .xc = xc, .nc = nc,
                 .gt = is_float(t->dtype) ? gt : NULL};
   int64_t work = rows * cols * (j.gt ? cols : xc ? nc * (AWQ_CLIP_STEPS + 1) : 1);
-  weir_cpu_for_rows(h, rows, xc || j.gt ? AWQ_ROWS : 16, work, 1 << 18, pack_chunk, &j);
+  weir_cpu_quant_for_pack(&p->base, rows, xc || j.gt ? AWQ_ROWS : 16, work, pack_chunk, &j);
   if (j.failed != WEIR_OK) {
     rc = j.failed;
     if (rc == WEIR_E_RANGE)
-      LOG(p, WEIR_LOG_ERROR, "awq_int4: tensor %s holds Inf/NaN or values beyond the f16 range "
+      FAIL(p, 0, "tensor %s holds Inf/NaN or values beyond the f16 range "
           "of the 4-bit scales", name);
     goto fail;
   }
   *out = w;
   return WEIR_OK;
 fail:
+  if (rc == WEIR_E_NOMEM) FAIL(p, rc, "out of memory packing %s (%lld x %lld)", name,
+                               (long long)rows, (long long)cols);
   weight_free(p, w);
   return rc;
 }
@@ -290,7 +297,7 @@ static int awq_pack_group(void *self, const weir_quant_pack_args *const *args, i
     if (!args[i]) return WEIR_E_INVAL;
     if ((rc = check_source(p, args[i], &rows, &c)) != WEIR_OK) return rc;
     if (i && c != cols) {
-      LOG(p, WEIR_LOG_ERROR, "awq_int4: %s and %s share an input but have %lld and %lld inputs",
+      FAIL(p, 0, "%s and %s share an input but have %lld and %lld inputs",
           args[0]->name ? args[0]->name : "?", args[i]->name ? args[i]->name : "?",
           (long long)cols, (long long)c);
       return WEIR_E_INVAL;
@@ -310,7 +317,7 @@ static int awq_pack_group(void *self, const weir_quant_pack_args *const *args, i
       off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", i ? ", " : "",
                               args[i]->name ? args[i]->name : "?");
     if (rc != WEIR_OK) {
-      LOG(p, WEIR_LOG_ERROR, "awq_int4: %s: calibration failed: %s", names,
+      FAIL(p, 0, "%s: calibration failed: %s", names,
           rc == WEIR_E_NOMEM ? "out of memory"
           : rc == WEIR_E_RANGE ? "the samples are not finite (the error-compensation factor "
                                  "cannot be made)"
@@ -354,8 +361,7 @@ static void awq_release(void *self, void *weight) { weight_free(self, weight); }
 
 static size_t awq_weight_bytes(void *self, const void *weight) {
   (void)self;
-  const awq_weight *w = weight;
-  return w ? w->bytes : 0;
+  return weir_cpu_quant_weight_bytes(weight);
 }
 
 /* ---- matmul -------------------------------------------------------------------------------- */
@@ -377,100 +383,41 @@ static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
                      j->xsg + t * l->ngp, j->tmp + (int64_t)thread * l->cols);
 }
 
-typedef struct act8_job {
-  const float *x;
-  int64_t cols, kp;
-  int8_t *xq;
-  float *xd;
-} act8_job;
-
-static void act8_chunk(void *arg, int64_t begin, int64_t end, int thread) {
-  (void)thread;
-  act8_job *j = arg;
-  for (int64_t t = begin; t < end; t++)
-    weir_q8_quantize_act(j->x + t * j->cols, j->cols, j->kp, j->xq + t * j->kp,
-                         j->xd + t * (j->kp / WEIR_Q8_BLOCK));
-}
-
-/* An int8 weight (a Q8_0 carry-over): the int8 plugin's path. */
-static int matmul_q8(awq_plugin *p, const awq_weight *w, const float *x, float *y,
-                     int64_t n_tokens) {
-  const weir_host *h = p->host;
-  const int64_t kp = w->kp8, nb = kp / WEIR_Q8_BLOCK, rows = w->l.rows;
-  const size_t qb = ((size_t)n_tokens * (size_t)kp + 63) & ~(size_t)63;
-  const size_t need = qb + ((size_t)n_tokens * (size_t)nb + WEIR_Q8_SCALE_PAD) * sizeof(float);
-  void *buf = NULL;
-  if (posix_memalign(&buf, 64, need) != 0) return WEIR_E_NOMEM;
-  memset((uint8_t *)buf + need - WEIR_Q8_SCALE_PAD * sizeof(float), 0,
-         WEIR_Q8_SCALE_PAD * sizeof(float));
-  const int threads = weir_cpu_host_threads(h);
-  act8_job aj = {.x = x, .cols = w->l.cols, .kp = kp, .xq = buf,
-                 .xd = (float *)(void *)((uint8_t *)buf + qb)};
-  if (threads > 1 && n_tokens >= 2 * threads && n_tokens * kp >= (1 << 16))
-    h->parallel_for(h->ctx, n_tokens, 1, act8_chunk, &aj);
-  else
-    act8_chunk(&aj, 0, n_tokens, 0);
-  const size_t qbytes = ((size_t)rows * (size_t)kp + 63) & ~(size_t)63;
-  weir_q8_matmul_args a = {.wq = w->data, .wd = (const float *)(const void *)(w->data + qbytes),
-                           .rows = rows, .kp = kp, .group = 32, .xq = aj.xq, .xd = aj.xd,
-                           .n_tokens = n_tokens, .y = y};
-  if (threads <= 1 || rows < 8 || rows * kp * n_tokens < (1 << 16)) {
-    weir_q8_matmul_rows(&a, 0, rows);
-  } else {
-    int64_t grain = (rows / ((int64_t)threads * 4) + 3) / 4 * 4;
-    if (grain < 16) grain = 16;
-    h->parallel_for(h->ctx, rows, grain, weir_q8_matmul_chunk, &a);
-  }
-  free(buf);
-  return WEIR_OK;
-}
-
 /* Activations of up to this many bytes live on the stack (decode of the 1.1B shape needs
  * about 32 KiB for the FFN's down projection). */
 #define STACK_ACT_BYTES 49152
 
 static int awq_matmul(void *self, const void *weight, const float *x, float *y, int64_t n_tokens) {
   awq_plugin *p = self;
-  const weir_host *h = p->host;
   const awq_weight *w = weight;
   if (n_tokens == 0) return WEIR_OK;
   if (!w || !x || !y || n_tokens < 0) return WEIR_E_INVAL;
-  if (w->is_q8) return matmul_q8(p, w, x, y, n_tokens);
+  if (w->is_q8) { /* a Q8_0 carry-over: the int8 plugin's path */
+    weir_cpu_q8_mat m = q8_mat(w);
+    return weir_cpu_q8_matmul(&p->base, &m, x, y, n_tokens);
+  }
   const weir_q4_layout *l = &w->l;
   const int64_t kp = l->kp, nl = kp / WEIR_Q4_CHUNK * WEIR_Q4_LANES;
-  const int threads = weir_cpu_host_threads(h);
+  const int threads = weir_cpu_host_threads(p->base.host);
   const size_t nt = (size_t)n_tokens;
   const size_t qb = (nt * (size_t)kp + 63) & ~(size_t)63;
   const size_t nf = nt * (size_t)(kp / 32) + nt * (size_t)nl + nt * (size_t)l->ngp +
                     (w->inv_scale ? (size_t)threads * (size_t)l->cols : 0);
   const size_t need = qb + nf * sizeof(float);
   _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
-  void *heap = NULL;
-  uint8_t *buf = stack_buf;
-  if (need > sizeof stack_buf) {
-    if (posix_memalign(&heap, 64, need) != 0) return WEIR_E_NOMEM;
-    buf = heap;
-  }
+  void *heap;
+  uint8_t *buf = weir_cpu_scratch(stack_buf, sizeof stack_buf, need, &heap);
+  if (!buf) return WEIR_E_NOMEM;
   float *f = (float *)(void *)(buf + qb);
   act_job aj = {.w = w, .x = x, .xq = (int8_t *)buf, .xd = f};
   aj.xdp = aj.xd + nt * (size_t)(kp / 32);
   aj.xsg = aj.xdp + nt * (size_t)nl;
   aj.tmp = aj.xsg + nt * (size_t)l->ngp;
-  if (threads > 1 && n_tokens >= 2 * threads && n_tokens * kp >= (1 << 16))
-    h->parallel_for(h->ctx, n_tokens, 1, act_chunk, &aj);
-  else
-    act_chunk(&aj, 0, n_tokens, 0);
-
-  weir_q4_matmul_args a = {.l = l, .w = w->data, .xq = aj.xq, .xdp = aj.xdp, .xsg = aj.xsg,
+  weir_cpu_quant_for_tokens(&p->base, n_tokens, kp, act_chunk, &aj);
+  weir_q4_matmul_args a = {.l = l, .w = WDATA(w), .xq = aj.xq, .xdp = aj.xdp, .xsg = aj.xsg,
                            .n_tokens = n_tokens, .y = y};
-  if (threads <= 1 || l->nq < 2 || l->rows * kp * n_tokens < (1 << 16)) {
-    weir_q4_matmul_quads(&a, 0, l->nq);
-  } else {
-    /* Four chunks per thread even out uneven cores. */
-    int64_t grain = l->nq / ((int64_t)threads * 4);
-    if (grain < 2) grain = 2;
-    h->parallel_for(h->ctx, l->nq, grain, weir_q4_matmul_chunk, &a);
-  }
+  weir_cpu_quant_for_units(&p->base, l->nq, 2, l->rows * kp * n_tokens, 1, 2,
+                           weir_q4_matmul_chunk, &a);
   free(heap);
   return WEIR_OK;
 }
@@ -478,23 +425,16 @@ static int awq_matmul(void *self, const void *weight, const float *x, float *y, 
 static int awq_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
   (void)self;
   const awq_weight *w = weight;
-  if (n == 0) return WEIR_OK;
-  if (!w || !ids || !out || n < 0) return WEIR_E_INVAL;
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= w->l.rows) return WEIR_E_RANGE;
+  int rc = weir_cpu_quant_embed_check(weight, ids, out, n);
+  if (rc != WEIR_OK || n == 0) return rc;
   for (int64_t i = 0; i < n; i++) {
     float *o = out + i * w->l.cols;
     if (w->is_q8) {
-      const size_t qbytes = ((size_t)w->l.rows * (size_t)w->kp8 + 63) & ~(size_t)63;
-      const uint8_t *q = w->data + (size_t)ids[i] * (size_t)w->kp8;
-      const float *d = (const float *)(const void *)(w->data + qbytes) + ids[i] * (w->kp8 / 32);
-      for (int64_t k = 0; k < w->l.cols; k++) {
-        int64_t c = k / WEIR_Q8_ROW_ALIGN * WEIR_Q8_ROW_ALIGN;
-        o[k] = (float)(q[c + weir_q8_stored_pos((int)(k - c))] - 128) * d[k / 32];
-      }
+      weir_cpu_q8_mat m = q8_mat(w);
+      weir_cpu_q8_dequant_row(&m, ids[i], o);
       continue;
     }
-    weir_q4_dequant_row(&w->l, w->data, ids[i], o);
+    weir_q4_dequant_row(&w->l, WDATA(w), ids[i], o);
     if (w->inv_scale)
       for (int64_t k = 0; k < w->l.cols; k++) o[k] *= w->inv_scale[k];
   }
@@ -510,7 +450,7 @@ static int awq_export(void *self, const void *weight, weir_quant_export *ex) {
   const weir_q4_layout *l = &w->l;
   if (ex->dtype != WEIR_DTYPE_Q4_1) return WEIR_E_NOTSUP;
   if (w->is_q8) {
-    LOG(p, WEIR_LOG_ERROR, "awq_int4: an int8 weight (a Q8_0 source kept as it is) has no "
+    FAIL(p, 0, "an int8 weight (a Q8_0 source kept as it is) has no "
         "Q4_1 form; write the source tensor instead");
     return WEIR_E_NOTSUP;
   }
@@ -525,13 +465,13 @@ static int awq_export(void *self, const void *weight, weir_quant_export *ex) {
     goto out;
   }
   for (int64_t r = 0; r < l->rows; r++) {
-    weir_q4_load_row(l, w->data, r, q, d, m);
+    weir_q4_load_row(l, WDATA(w), r, q, d, m);
     uint8_t *row = (uint8_t *)ex->data + (size_t)r * rb;
     for (int64_t b = 0; b < l->cols / 32; b++) {
       const int64_t g = b * 32 / l->group;
       /* A Q4_0 source's m = -8 d is exact in f16 unless it overflows. */
       if (l->sym && weir_f16_to_f32(m[g]) != -8.0f * weir_f16_to_f32(d[g])) {
-        LOG(p, WEIR_LOG_ERROR, "awq_int4: row %lld: -8 d of a Q4_0 block does not fit f16",
+        FAIL(p, 0, "row %lld: -8 d of a Q4_0 block does not fit f16",
             (long long)r);
         rc = WEIR_E_RANGE;
         goto out;
@@ -576,7 +516,7 @@ static const weir_plugin_desc k_desc = {
     .devices = WEIR_DEVICE_CPU,
     .dtypes = WEIR_DEQUANTIZE_DTYPES,
     .options = awq_options,
-    .num_options = AWQ_OPT_COUNT,
+    .num_options = AWQ_NUM_OPTIONS,
     .init = awq_init,
     .fini = awq_fini,
     .ops = &k_ops,

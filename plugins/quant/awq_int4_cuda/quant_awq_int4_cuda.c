@@ -57,12 +57,15 @@ static int a_init(const weir_host *host, const weir_plugin_args *args, void **se
     host->free(host->ctx, a);
     return rc;
   }
+  (void)args;
   awq_plugin *p = &a->p;
-  awq_plugin_set(p, host, args);
+  if ((rc = awq_plugin_set(p, host)) != WEIR_OK) {
+    a_fini(a);
+    return rc;
+  }
   if (p->group != 32 && p->group != 64 && p->group != 128) {
-    WEIR_CUDA_QLOG(&a->q, WEIR_LOG_ERROR,
-                   "awq_int4 (cuda): group_size must be 32, 64 or 128, not %lld",
-                   (long long)p->group);
+    host->set_error(host->ctx, "awq_int4 (cuda): group_size must be 32, 64 or 128, not %lld",
+                    (long long)p->group);
     a_fini(a);
     return WEIR_E_INVAL;
   }
@@ -404,7 +407,7 @@ static const weir_plugin_desc k_desc = {
     .devices = WEIR_DEVICE_CUDA,
     .dtypes = WEIR_DEQUANTIZE_DTYPES,
     .options = awq_options,
-    .num_options = AWQ_OPT_COUNT,
+    .num_options = AWQ_NUM_OPTIONS,
     .init = a_init,
     .fini = a_fini,
     .ops = &k_ops,

@@ -27,10 +27,14 @@ typedef struct f16_weight {
 } f16_weight;
 
 static int q_init(const weir_host *host, const weir_plugin_args *args, void **self) {
-  weir_cuda_qctx *q;
-  int rc = weir_cuda_qctx_new(host, "fp16 (cuda)", &q);
+  (void)args;
+  weir_option_value keep;
+  int rc = weir_option_get(host, "keep_f32", WEIR_OPT_BOOL, &keep);
   if (rc != WEIR_OK) return rc;
-  if (args->num_options > 0 && args->options[0].is_set && args->options[0].b)
+  weir_cuda_qctx *q;
+  rc = weir_cuda_qctx_new(host, "fp16 (cuda)", &q);
+  if (rc != WEIR_OK) return rc;
+  if (keep.is_set && keep.b)
     WEIR_CUDA_QLOG(q, WEIR_LOG_WARN,
                    "fp16 (cuda): keep_f32 is ignored on CUDA; weights are stored in f16");
   *self = q;

@@ -29,12 +29,16 @@ typedef struct q8_weight {
 } q8_weight;
 
 static int q_init(const weir_host *host, const weir_plugin_args *args, void **self) {
-  weir_cuda_qctx *q;
-  int rc = weir_cuda_qctx_new(host, "int8 (cuda)", &q);
+  (void)args;
+  weir_option_value group;
+  int rc = weir_option_get(host, "group_size", WEIR_OPT_INT, &group);
   if (rc != WEIR_OK) return rc;
-  if (args->num_options > 0 && args->options[0].is_set && args->options[0].i != 32)
+  weir_cuda_qctx *q;
+  rc = weir_cuda_qctx_new(host, "int8 (cuda)", &q);
+  if (rc != WEIR_OK) return rc;
+  if (group.is_set && group.i != 32)
     WEIR_CUDA_QLOG(q, WEIR_LOG_WARN, "int8 (cuda): group_size %lld is CPU only; CUDA uses 32",
-                   (long long)args->options[0].i);
+                   (long long)group.i);
   *self = q;
   return WEIR_OK;
 }

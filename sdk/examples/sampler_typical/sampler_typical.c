@@ -44,12 +44,24 @@ typedef struct typical {
 } typical;
 
 static int ty_init(const weir_host *host, const weir_plugin_args *args, void **self) {
+  (void)args;
+  /* Options by key (ABI 1.5): the host checks each key against k_options and its type, so
+   * reordering the table cannot swap the values. */
+  double typical_p;
+  int64_t min_keep;
+  int rc;
+  if ((rc = weir_option_float(host, "typical_p", &typical_p)) != WEIR_OK ||
+      (rc = weir_option_int(host, "min_keep", &min_keep)) != WEIR_OK)
+    return rc;
   typical *t = host->alloc(host->ctx, sizeof *t, 0);
-  if (!t) return WEIR_E_NOMEM;
+  if (!t) {
+    host->set_error(host->ctx, "typical: out of memory for the instance");
+    return WEIR_E_NOMEM;
+  }
   memset(t, 0, sizeof *t);
   t->host = host;
-  t->typical_p = args->num_options > 0 ? args->options[0].f : 0.95;
-  t->min_keep = args->num_options > 1 ? (int32_t)args->options[1].i : 1;
+  t->typical_p = typical_p;
+  t->min_keep = (int32_t)min_keep;
   *self = t;
   return WEIR_OK;
 }

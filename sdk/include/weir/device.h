@@ -71,7 +71,9 @@ typedef struct weir_device_ops {
 
   /* A native handle by name, for the host's weir_host.device_handle to forward to:
    * "cuda.stream" (cudaStream_t), "cublas" (cublasHandle_t), "cublaslt" (cublasLtHandle_t),
-   * "cuda.device" (int *). NULL when unknown. Owned by the device instance, valid until fini.
+   * "cuda.device" (int *); the CPU device (since 1.5) "cpu.parallel_min" (const int64_t *:
+   * its option parallel_min, the element count below which work stays on one thread, which
+   * the CPU quant plugins scale for their own thresholds). NULL when unknown. Owned by the device instance, valid until fini.
    * Thread-safe. Optional, 1.0. */
   void *(*native_handle)(void *self, const char *name);
 

@@ -15,8 +15,8 @@
  * table into structs of its own size, the fields the plugin's struct_size does not cover
  * reading as 0 / NULL (not implemented), so host code never reads past a plugin's struct.
  * Structs without a struct_size (weir_option_desc, weir_option_value, weir_metric_desc,
- * weir_tensor) are frozen at their 1.0 layout: they are laid out in arrays or embedded, so they
- * never grow; a need for more is met by a new struct.
+ * weir_tensor; weir_option_bind since 1.5) are frozen at their first layout: they are laid
+ * out in arrays or embedded, so they never grow; a need for more is met by a new struct.
  *
  * Build signature. WEIR_BUILD_SIGNATURE encodes facts an ABI number does not catch (pointer
  * size, byte order, the SDK's struct layout revision); the loader refuses a plugin whose
@@ -93,7 +93,9 @@ typedef enum weir_log_level {
 /* ---- Options ---------------------------------------------------------------------------
  * A plugin declares its options as a table; the host validates the TOML table that selected
  * the plugin against it (types, ranges, unknown keys) before init, fills defaults, and hands
- * init one resolved value per declared option, in declaration order. */
+ * init one resolved value per declared option, in declaration order. Since 1.5 a plugin reads
+ * them by key (weir_host.option and the helpers after weir_host), so the table's order
+ * carries no meaning. */
 
 typedef enum weir_option_type {
   WEIR_OPT_BOOL = 1,
@@ -193,10 +195,128 @@ typedef struct weir_host {
   void (*metric_record)(void *ctx, weir_metric *m, double v);
 
   /* A native handle of the instance's device by name: "cuda.stream" (cudaStream_t),
-   * "cublas" (cublasHandle_t), "cublaslt" (cublasLtHandle_t), "cuda.device" (int *).
+   * "cublas" (cublasHandle_t), "cublaslt" (cublasLtHandle_t), "cuda.device" (int *),
+   * "cpu.parallel_min" (const int64_t *, the CPU device's threshold; since 1.5).
    * NULL when the device has no such handle. Since 1.0. */
   void *(*device_handle)(void *ctx, const char *name);
+
+  /* ---- Since 1.5 (a 1.5 plugin loads only in a 1.5 host or newer, so these are set; the
+   * SDK helpers below still test WEIR_HAS_FIELD and NULL) --------------------------------- */
+
+  /* Reads this instance's option `key` by name: the key is looked up in the plugin's own
+   * declaration (weir_plugin_desc.options), so reordering that table never swaps values,
+   * and `type` must be the declared type. On success fills *out (the member matching
+   * `type`, and is_set) and returns WEIR_OK; out->s belongs to the host and lives until fini.
+   * Fails loudly on a programmer's error: WEIR_E_NOTFOUND when the plugin declares no option
+   * `key`, WEIR_E_INVAL when it declares it with another type (or out/key is NULL); either
+   * way the host logs an error naming the key and what is declared, and records it as the
+   * instance's error message (set_error), so an init that returns the status is refused
+   * with that message. Thread-safe; valid from init until fini. Use the typed helpers
+   * weir_option_int / _float / _bool / _string or a weir_option_bind table. Since 1.5. */
+  int (*option)(void *ctx, const char *key, weir_option_type type, weir_option_value *out);
+
+  /* Gives the reason for the failure of the call the plugin is about to fail (init, pack,
+   * matmul, ...), in words a user can act on ("group_size must be 32, 64 or 128, not 48").
+   * The host copies the formatted message (at most 511 bytes kept) and, after that call
+   * returns a negative status, puts it into the error it reports: the loader's refusal of a
+   * failing init (what `weir serve` and every command that loads plugins print), the model
+   * loader's error for a failed pack. The last message set wins; the host clears it once
+   * read. Call it from the thread the host called (not from inside a parallel_for body),
+   * only when about to return a failure; a matmul or forward failure is not yet reported
+   * with it by the engine (logged at debug level, as every message is). `fmt` and its
+   * arguments are borrowed for the call. Thread-safe. Since 1.5. */
+  void (*set_error)(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 } weir_host;
+
+/* ---- Options by name (since 1.5) --------------------------------------------------------
+ * A plugin reads its options by key through the host, never by position in
+ * weir_plugin_args.options:
+ *   int64_t group;
+ *   if ((rc = weir_option_int(host, "group_size", &group)) != WEIR_OK) return rc;
+ * An undeclared key or a wrong type fails loudly (see weir_host.option). */
+
+/* weir_host.option, tested for presence: WEIR_E_NOTSUP in a host without it. Since 1.5. */
+static inline int weir_option_get(const weir_host *h, const char *key, weir_option_type type,
+                                  weir_option_value *out) {
+  if (!h || !WEIR_HAS_FIELD(h, weir_host, option) || !h->option) return WEIR_E_NOTSUP;
+  return h->option(h->ctx, key, type, out);
+}
+
+/* Typed reads of one option: *out is written only on WEIR_OK. Since 1.5. */
+static inline int weir_option_int(const weir_host *h, const char *key, int64_t *out) {
+  weir_option_value v;
+  int rc = weir_option_get(h, key, WEIR_OPT_INT, &v);
+  if (rc == WEIR_OK) *out = v.i;
+  return rc;
+}
+static inline int weir_option_float(const weir_host *h, const char *key, double *out) {
+  weir_option_value v;
+  int rc = weir_option_get(h, key, WEIR_OPT_FLOAT, &v);
+  if (rc == WEIR_OK) *out = v.f;
+  return rc;
+}
+static inline int weir_option_bool(const weir_host *h, const char *key, int *out) {
+  weir_option_value v;
+  int rc = weir_option_get(h, key, WEIR_OPT_BOOL, &v);
+  if (rc == WEIR_OK) *out = v.b != 0;
+  return rc;
+}
+/* *out belongs to the host and lives until fini. */
+static inline int weir_option_string(const weir_host *h, const char *key, const char **out) {
+  weir_option_value v;
+  int rc = weir_option_get(h, key, WEIR_OPT_STRING, &v);
+  if (rc == WEIR_OK) *out = v.s;
+  return rc;
+}
+
+/* One binding of an option key to a field of the plugin's own settings struct: where
+ * weir_options_read stores the key's value. Laid out in arrays, so frozen (no struct_size).
+ * Build entries with the WEIR_OPTION_BIND_* macros, which check at compile time (in C) that
+ * the field has the type the option needs: int64_t for INT, double for FLOAT, int for BOOL,
+ * const char * for STRING. Since 1.5. */
+typedef struct weir_option_bind {
+  const char *key;       /* a key the plugin declares. 1.5 */
+  weir_option_type type; /* its declared type. 1.5 */
+  size_t offset;         /* offsetof the field in the settings struct. 1.5 */
+} weir_option_bind;
+
+#if defined(__cplusplus) || !defined(__GNUC__)
+#define WEIR_OPTION_FIELD_CHECK_(st, field, T) 0
+#else
+#define WEIR_OPTION_FIELD_CHECK_(st, field, T) \
+  (0 * sizeof(char[__builtin_types_compatible_p(__typeof__(((st *)0)->field), T) ? 1 : -1]))
+#endif
+#define WEIR_OPTION_BIND_(st, field, key, type, T) \
+  {(key), (type), offsetof(st, field) + WEIR_OPTION_FIELD_CHECK_(st, field, T)}
+#define WEIR_OPTION_BIND_INT(st, field, key) \
+  WEIR_OPTION_BIND_(st, field, key, WEIR_OPT_INT, int64_t)
+#define WEIR_OPTION_BIND_FLOAT(st, field, key) \
+  WEIR_OPTION_BIND_(st, field, key, WEIR_OPT_FLOAT, double)
+#define WEIR_OPTION_BIND_BOOL(st, field, key) \
+  WEIR_OPTION_BIND_(st, field, key, WEIR_OPT_BOOL, int)
+#define WEIR_OPTION_BIND_STRING(st, field, key) \
+  WEIR_OPTION_BIND_(st, field, key, WEIR_OPT_STRING, const char *)
+
+/* Reads every bound option into the struct at `settings` by key (weir_host.option each).
+ * Returns WEIR_OK, or the first failure (an undeclared key, a wrong type: logged and set as
+ * the instance's error by the host); fields already read stay written. Since 1.5. */
+static inline int weir_options_read(const weir_host *h, const weir_option_bind *binds, int n,
+                                    void *settings) {
+  for (int i = 0; i < n; i++) {
+    weir_option_value v;
+    int rc = weir_option_get(h, binds[i].key, binds[i].type, &v);
+    if (rc != WEIR_OK) return rc;
+    char *f = (char *)settings + binds[i].offset;
+    switch (binds[i].type) {
+    case WEIR_OPT_INT: *(int64_t *)(void *)f = v.i; break;
+    case WEIR_OPT_FLOAT: *(double *)(void *)f = v.f; break;
+    case WEIR_OPT_BOOL: *(int *)(void *)f = v.b != 0; break;
+    case WEIR_OPT_STRING: *(const char **)(void *)f = v.s; break;
+    default: return WEIR_E_INVAL;
+    }
+  }
+  return WEIR_OK;
+}
 
 /* ---- Descriptor ------------------------------------------------------------------------- */
 
@@ -205,7 +325,10 @@ typedef struct weir_host {
 typedef struct weir_plugin_args {
   uint32_t struct_size;             /* Since 1.0. */
   weir_device_kind device;          /* the device this instance runs on. Since 1.0. */
-  const weir_option_value *options; /* one per desc->options entry, in order. Since 1.0. */
+  /* One per desc->options entry, in order. Since 1.0. Read them by key instead (since 1.5,
+   * weir_option_int etc. or weir_options_read): an index silently reads another option
+   * when the declaration table is reordered. */
+  const weir_option_value *options;
   int num_options;                  /* Since 1.0. */
   /* The name of the device this instance runs on (device.name: "cpu", "cuda", "sim", ...),
    * borrowed for init. `device` above then holds the bit of the device's memory: its own
@@ -231,8 +354,9 @@ typedef struct weir_plugin_desc {
   int num_options;                 /* 1.0 */
 
   /* Creates an instance. On success stores an opaque instance pointer in *self and returns
-   * WEIR_OK; on failure returns a negative status, logs why through host->log, and has
-   * released everything it took. `host` stays valid until fini returns. Mandatory. 1.0 */
+   * WEIR_OK; on failure returns a negative status, says why (host->set_error since 1.5, which
+   * the loader puts into its refusal; host->log before), and has released everything it
+   * took. `host` stays valid until fini returns. Mandatory. 1.0 */
   int (*init)(const weir_host *host, const weir_plugin_args *args, void **self);
   /* Destroys an instance; never fails. Mandatory. 1.0 */
   void (*fini)(void *self);

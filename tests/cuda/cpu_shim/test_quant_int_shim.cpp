@@ -27,6 +27,7 @@
 #include "weir/quant.h"
 #include "shim_test.h"
 #include "weir_cuda_kernels.h"
+#include "wt_options.h"
 
 static int g_failures = 0;
 static uint64_t g_rng = 0xA11CE5EEDull;
@@ -84,6 +85,7 @@ static bool load_cpu(const char *file, cpu_plugin *out, int64_t group) {
   host.log = h_log;
   host.alloc = h_alloc;
   host.free = h_free;
+  wt_options_host(&host); /* options by key (ABI 1.5) */
   std::vector<weir_option_value> ov(d->num_options);
   for (int i = 0; i < d->num_options; ++i) {
     ov[i].i = d->options[i].def_int;
@@ -93,8 +95,9 @@ static bool load_cpu(const char *file, cpu_plugin *out, int64_t group) {
     if (!strcmp(d->options[i].key, "group_size")) ov[i].i = group;
   }
   weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
+  wt_options_use(d, ov.data());
   if (d->init(&host, &args, &out->self) != WEIR_OK) {
-    printf("FAIL init %s\n", file);
+    printf("FAIL init %s: %s\n", file, wt_options_error);
     ++g_failures;
     return false;
   }
