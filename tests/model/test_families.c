@@ -8,14 +8,21 @@
  *  - each family's special part matters: the same weights without it (the reference run on
  *    the file with that part switched off) differ from the engine by far more than the bound,
  *    so an engine that dropped the part would fail the comparison above;
+ *  - a 3,000-token sliding-window sequence through the real engine with a pool far smaller
+ *    than the sequence (its blocks bounded by the window), with preemption forced by three
+ *    such sequences at once, gives the same greedy tokens as each run alone in a pool that
+ *    holds everything;
  *  - files weir cannot run exactly are refused at load, with the key, tensor or plugin named:
  *    MoE architectures, an unknown tensor, an unimplemented key, a sliding-window model with
  *    an attention plugin lacking forward_layer. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config/config.h"
+#include "engine/engine.h"
 #include "format/gguf.h"
 #include "format/gguf_write.h"
 #include "kv/kv_cache.h"
@@ -408,6 +415,116 @@ static void test_rope_table(void) {
   CU_ASSERT(fabs(ms - (0.1 * log(8.0) + 1.0)) < 1e-6);
 }
 
+/* ---- the engine: a long sliding-window sequence, bounded memory, preemption ---- */
+
+typedef struct collect {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int32_t tokens[64];
+  int32_t n;
+  int done;
+  weir_finish_reason finish;
+} collect;
+
+static void on_event(void *user, const weir_gen_event *ev) {
+  collect *c = user;
+  pthread_mutex_lock(&c->lock);
+  for (int32_t i = 0; i < ev->num_tokens && c->n < 64; i++) c->tokens[c->n++] = ev->tokens[i];
+  if (ev->finish != WEIR_FINISH_NONE) {
+    c->finish = ev->finish;
+    c->done = 1;
+    pthread_cond_broadcast(&c->cond);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+enum { LONG_PROMPT = 3000, LONG_GEN = 24, NSEQ = 3 };
+
+/* Runs NSEQ greedy requests (prompt k: LONG_PROMPT tokens from seed k) on an engine with a
+ * num_blocks-block pool; all at once when `together`, else one after another. */
+static void run_long(const char *model, int64_t num_blocks, int together,
+                     int32_t out[NSEQ][LONG_GEN], weir_engine_stats *st) {
+  static char *dirs[1] = {WT_PLUGIN_DIR};
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  free(cfg.model_path);
+  cfg.model_path = strdup(model);
+  cfg.plugin_dirs = dirs;
+  cfg.num_plugin_dirs = 1;
+  cfg.num_blocks = num_blocks;
+  cfg.block_size = 16;
+  cfg.max_model_len = 4096;
+  cfg.max_num_batched_tokens = 256;
+  cfg.prefix_caching = 0;
+  weir_engine *e = NULL;
+  int rc = weir_engine_create(&cfg, &e);
+  CU_ASSERT_EQUAL_FATAL(rc, 0);
+  static int32_t prompt[NSEQ][LONG_PROMPT];
+  for (int k = 0; k < NSEQ; k++) {
+    unsigned seed = 77u + (unsigned)k;
+    for (int i = 0; i < LONG_PROMPT; i++) {
+      seed = seed * 1103515245u + 12345u;
+      prompt[k][i] = 3 + (int32_t)((seed >> 8) % 390u);
+    }
+  }
+  collect c[NSEQ];
+  for (int k = 0; k < NSEQ; k++) {
+    c[k] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    weir_gen_request q = {.prompt = prompt[k], .num_prompt = LONG_PROMPT,
+                          .max_tokens = LONG_GEN, .ignore_eos = 1, .has_seed = 1, .seed = 1};
+    q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                        .top_p = 1, .repetition_penalty = 1,
+                                        .num_logprobs = -1};
+    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[k], NULL), 0);
+    if (!together || k == NSEQ - 1)
+      for (int j = together ? 0 : k; j <= k; j++) {
+        /* Bounded: a cache that failed to free blocks would stall, not finish. */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 120;
+        pthread_mutex_lock(&c[j].lock);
+        int wrc = 0;
+        while (!c[j].done && wrc == 0)
+          wrc = pthread_cond_timedwait(&c[j].cond, &c[j].lock, &until);
+        pthread_mutex_unlock(&c[j].lock);
+        CU_ASSERT_FATAL(c[j].done);
+      }
+  }
+  for (int k = 0; k < NSEQ; k++) {
+    WT_ASSERT_INT_EQ(c[k].finish, WEIR_FINISH_LENGTH);
+    WT_ASSERT_INT_EQ(c[k].n, LONG_GEN);
+    memcpy(out[k], c[k].tokens, sizeof(int32_t) * LONG_GEN);
+  }
+  weir_engine_stats_get(e, st);
+  WT_ASSERT_INT_EQ(st->kv_blocks_used, 0);
+  weir_engine_destroy(e);
+  cfg.plugin_dirs = NULL;
+  cfg.num_plugin_dirs = 0;
+  weir_config_free(&cfg);
+}
+
+static void test_long_window_preemption(void) {
+  /* Every layer slides over 64 tokens: the KV pool frees what slid out. */
+  char *p = make_model("long_swa", "--arch mistral --dim 64 --heads 4 --kv-heads 1 --ffn 128 "
+                                   "--layers 2 --vocab 400 --ctx 4096 --type f32 --swa 64 "
+                                   "--seed 5");
+  int32_t alone[NSEQ][LONG_GEN], squeezed[NSEQ][LONG_GEN];
+  weir_engine_stats st_alone, st_squeezed;
+  /* Alone: a pool that holds all three whole sequences (3 x 190 blocks). */
+  run_long(p, 3 * (LONG_PROMPT + LONG_GEN) / 16 + 8, 0, alone, &st_alone);
+  WT_ASSERT_INT_EQ((int)st_alone.num_preemptions, 0);
+  /* Together in 24 blocks (384 tokens): one 3,024-token sequence needs 190 blocks without
+   * the window; with it each holds at most (64 + 256) / 16 + 2 = 22, so three at once do
+   * not fit and the scheduler preempts and recomputes. */
+  run_long(p, 24, 1, squeezed, &st_squeezed);
+  printf("\n    24-block pool: %llu preemptions; tokens %s",
+         (unsigned long long)st_squeezed.num_preemptions,
+         memcmp(alone, squeezed, sizeof alone) == 0 ? "identical" : "DIFFER");
+  CU_ASSERT(st_squeezed.num_preemptions > 0);
+  CU_ASSERT_EQUAL(memcmp(alone, squeezed, sizeof alone), 0);
+  free(p);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {{"rope_table", test_rope_table},
@@ -420,6 +537,7 @@ int main(void) {
                                   {"phi3_vs_reference", test_phi3},
                                   {"refusals", test_refusals},
                                   {"old_attention_plugin", test_old_attention_plugin},
+                                  {"long_window_preemption", test_long_window_preemption},
                                   {NULL, NULL}};
   int rc = wt_run_suite("families", tests);
   wt_rmtree(g_dir);
