@@ -1203,8 +1203,12 @@ int weir_gguf_llama_check(const weir_gguf *g, const weir_llama_hparams *hp, char
       known = strcmp(tn, globals[k]) == 0;
     int layer = -1, off = 0;
     if (!known && sscanf(tn, "blk.%d.%n", &layer, &off) == 1 && off > 0 && layer >= 0 &&
-        layer < hp->n_layer)
+        layer < hp->n_layer) {
       for (int p = 0; p < np && !known; p++) known = strcmp(tn + off, parts[p].suffix) == 0;
+      /* Old converters stored RoPE's cached frequencies per layer; they are the plain
+       * base^(-2i/n) ones the graph computes itself, so they change nothing. */
+      if (!known) known = strcmp(tn + off, "attn_rot_embd") == 0;
+    }
     if (!known) {
       weir_set_err(err, errlen, "%s: tensor '%s' is not part of weir's %s graph; running "
                    "without it would change the model's math", g->path, tn, hp->arch_name);

@@ -353,6 +353,10 @@ static void test_refusals(void) {
   p = refusal_model("extra_tensor", "llama", NULL, "blk.0.attn_q_norm.weight");
   expect_refusal(p, "blk.0.attn_q_norm.weight", NULL);
   free(p);
+  /* old converters' per-layer RoPE frequencies change nothing: accepted */
+  p = refusal_model("rot_embd", "llama", NULL, "blk.0.attn_rot_embd");
+  CU_ASSERT_EQUAL(check_file(p, err, sizeof err), 0);
+  free(p);
   p = refusal_model("output_bias", "llama", NULL, "output.bias");
   expect_refusal(p, "output.bias", NULL);
   free(p);
