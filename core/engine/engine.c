@@ -1595,6 +1595,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
                             .memory_bytes = cfg->memory_bytes,
                             .max_model_len = weir_llama_max_model_len(&hp, cfg->max_model_len),
                             .prefix_caching = cfg->prefix_caching,
+                            /* blocks behind a sliding window are freed (one model only) */
+                            .sliding_window = draft_path ? 0 : weir_llama_kv_window(&hp),
                             .groups = shapes,
                             .num_groups = draft_path ? 2 : 1};
   rc = weir_kv_pool_create(&kp, e->plugins.device, e->plugins.attention, &e->pool, err,
@@ -1607,7 +1609,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
                         .max_num_seqs = e->max_seqs_step,
                         .max_logit_rows = e->max_rows,
                         .progress = progress,
-                        .step_graph_max_batch = cfg->step_graph_max_batch};
+                        .step_graph_max_batch = cfg->step_graph_max_batch,
+                        .max_model_len = e->ctx_len};
   char what[96];
   snprintf(what, sizeof what, "loading %s", e->model_name);
   weir_progress_begin(progress, what, (uint64_t)hp.n_layer + 1, "layers", 0);
@@ -1621,7 +1624,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     weir_llama_opts dmo = {.max_num_tokens = e->max_tokens_step,
                            .max_num_seqs = e->max_seqs_step,
                            .max_logit_rows = e->max_seqs_step,
-                           .step_graph_max_batch = cfg->step_graph_max_batch};
+                           .step_graph_max_batch = cfg->step_graph_max_batch,
+                           .max_model_len = e->ctx_len};
     rc = weir_llama_create(e->dgguf, &e->plugins, &dmo, e->pool, 1, &e->draft, err, sizeof err);
     if (rc != WEIR_OK) goto fail;
     weir_log(WEIR_LOG_INFO, LOG_COMPONENT,

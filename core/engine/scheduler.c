@@ -89,8 +89,9 @@ static int queue_remove(weir_sched_seq **q, int32_t *n, const weir_sched_seq *se
   return 0;
 }
 
+/* Blocks a sequence of `tokens` tokens holds at most (fewer with a sliding window). */
 static int64_t blocks_for(const weir_sched *s, int64_t tokens) {
-  return (tokens + s->block_size - 1) / s->block_size;
+  return weir_kv_cache_blocks_needed(s->kv, tokens);
 }
 
 static int seq_reserve_tokens(weir_sched_seq *seq, int64_t need) {

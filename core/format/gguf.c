@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -884,14 +885,32 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
             rc == WEIR_E_NOTFOUND ? "missing" : "not a string");
     return rc == WEIR_E_NOTFOUND ? rc : WEIR_E_FORMAT;
   }
-  if (arch.len == 5 && memcmp(arch.ptr, "llama", 5) == 0) hp.arch = WEIR_ARCH_LLAMA;
-  else if (arch.len == 7 && memcmp(arch.ptr, "mistral", 7) == 0) hp.arch = WEIR_ARCH_MISTRAL;
-  else if (arch.len == 5 && memcmp(arch.ptr, "qwen2", 5) == 0) hp.arch = WEIR_ARCH_QWEN2;
-  else {
+  static const struct {
+    const char *name;
+    weir_arch arch;
+  } archs[] = {{"llama", WEIR_ARCH_LLAMA},   {"mistral", WEIR_ARCH_MISTRAL},
+               {"qwen2", WEIR_ARCH_QWEN2},   {"qwen3", WEIR_ARCH_QWEN3},
+               {"gemma2", WEIR_ARCH_GEMMA2}, {"gemma3", WEIR_ARCH_GEMMA3},
+               {"phi3", WEIR_ARCH_PHI3}};
+  static const char *const moe[] = {"mixtral", "qwen2moe", "qwen3moe", "deepseek2"};
+  size_t ai = 0;
+  while (ai < sizeof archs / sizeof archs[0] &&
+         !(arch.len == strlen(archs[ai].name) && memcmp(arch.ptr, archs[ai].name, arch.len) == 0))
+    ai++;
+  if (ai == sizeof archs / sizeof archs[0]) {
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
+      if (arch.len == strlen(moe[i]) && memcmp(arch.ptr, moe[i], arch.len) == 0) {
+        weir_set_err(err, errlen, "%s: architecture '%s' (mixture of experts) is not supported "
+                     "yet", g->path, moe[i]);
+        return WEIR_E_NOTSUP;
+      }
     weir_set_err(err, errlen, "%s: architecture '%.*s' is not supported (weir runs llama, mistral, "
-            "qwen2)", g->path, (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+            "qwen2, qwen3, gemma2, gemma3, phi3)", g->path, (int)(arch.len > 64 ? 64 : arch.len),
+            arch.ptr);
     return WEIR_E_NOTSUP;
   }
+  hp.arch = archs[ai].arch;
+  const int gemma = hp.arch == WEIR_ARCH_GEMMA2 || hp.arch == WEIR_ARCH_GEMMA3;
   memcpy(hp.arch_name, arch.ptr, arch.len);
   const char *a = hp.arch_name;
   if ((rc = hp_get_i32(g, a, "context_length", &hp.n_ctx_train, 1, err, errlen)) ||
@@ -903,7 +922,18 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   hp.n_head_kv = hp.n_head;
   if ((rc = hp_get_i32(g, a, "attention.head_count_kv", &hp.n_head_kv, 0, err, errlen)))
     return rc;
-  if (hp.n_embd % hp.n_head != 0) {
+  /* The head size: attention.key_length when the file has it (qwen3 and gemma heads are not
+   * n_embd / n_head), else n_embd / n_head. V heads must be as wide as K heads. */
+  int32_t key_len = 0, val_len = 0;
+  if ((rc = hp_get_i32(g, a, "attention.key_length", &key_len, 0, err, errlen)) ||
+      (rc = hp_get_i32(g, a, "attention.value_length", &val_len, 0, err, errlen)))
+    return rc;
+  if (val_len && val_len != (key_len ? key_len : hp.n_embd / hp.n_head)) {
+    weir_set_err(err, errlen, "%s: %s.attention.value_length %d differs from the key length: "
+                 "weir does not implement V heads of another width", g->path, a, val_len);
+    return WEIR_E_NOTSUP;
+  }
+  if (!key_len && hp.n_embd % hp.n_head != 0) {
     weir_set_err(err, errlen, "%s: embedding_length %d is not a multiple of head_count %d", g->path,
             hp.n_embd, hp.n_head);
     return WEIR_E_FORMAT;
@@ -913,10 +943,15 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
             hp.n_head, hp.n_head_kv);
     return WEIR_E_FORMAT;
   }
-  hp.head_dim = hp.n_embd / hp.n_head;
+  hp.head_dim = key_len ? key_len : hp.n_embd / hp.n_head;
+  if (hp.head_dim > 4096 || (int64_t)hp.head_dim * hp.n_head > (int64_t)1 << 24) {
+    weir_set_err(err, errlen, "%s: attention.key_length %d is implausibly large", g->path,
+                 hp.head_dim);
+    return WEIR_E_FORMAT;
+  }
   hp.n_rot = hp.head_dim;
   if ((rc = hp_get_i32(g, a, "rope.dimension_count", &hp.n_rot, 0, err, errlen))) return rc;
-  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0 || hp.n_rot > WEIR_MAX_ROT) {
     weir_set_err(err, errlen, "%s: rope.dimension_count %d must be even and at most the head "
             "size %d", g->path, hp.n_rot, hp.head_dim);
     return WEIR_E_FORMAT;
@@ -928,26 +963,111 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
       (rc = hp_get_f32(g, a, "rope.scaling.factor", &hp.rope_scale, err, errlen)) ||
       (rc = hp_get_f32(g, a, "attention.layer_norm_rms_epsilon", &hp.rms_eps, err, errlen)))
     return rc;
-  /* Only linear position scaling is implemented; refusing the others beats running a
-   * long-context model with silently wrong positions. */
+  /* Linear and YaRN position scaling are implemented (and rope_freqs / LongRoPE factor
+   * tensors, below); refusing the others beats running a long-context model with silently
+   * wrong positions. */
   weir_gguf_str stype = {"", 0};
-  char skey[64];
+  char skey[96];
   snprintf(skey, sizeof skey, "%s.rope.scaling.type", a);
   int has_type = weir_gguf_get_str(g, skey, &stype) == 0;
   int is_none = stype.len == 4 && memcmp(stype.ptr, "none", 4) == 0;
   int is_linear = stype.len == 6 && memcmp(stype.ptr, "linear", 6) == 0;
-  if (has_type && !is_none && !is_linear) {
-    weir_set_err(err, errlen, "%s: rope scaling '%.*s' is not supported (weir does linear)",
-            g->path, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+  int is_yarn = stype.len == 4 && memcmp(stype.ptr, "yarn", 4) == 0;
+  if (has_type && !is_none && !is_linear && !is_yarn) {
+    weir_set_err(err, errlen, "%s: %s '%.*s' is not supported (weir does linear and yarn)",
+            g->path, skey, (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
     return WEIR_E_NOTSUP;
   }
   if (is_none) hp.rope_scale = 1.0f;
+  hp.rope_yarn = is_yarn;
+  hp.n_ctx_orig = hp.n_ctx_train;
+  hp.rope_attn_factor = 1.0f;
+  hp.yarn_ext_factor = is_yarn ? 1.0f : 0.0f;
+  hp.yarn_beta_fast = 32.0f;
+  hp.yarn_beta_slow = 1.0f;
+  if ((rc = hp_get_i32(g, a, "rope.scaling.original_context_length", &hp.n_ctx_orig, 0, err,
+                       errlen)) ||
+      (rc = hp_get_f32(g, a, "rope.scaling.attn_factor", &hp.rope_attn_factor, err, errlen)) ||
+      (rc = hp_get_f32(g, a, "rope.scaling.yarn_beta_fast", &hp.yarn_beta_fast, err, errlen)) ||
+      (rc = hp_get_f32(g, a, "rope.scaling.yarn_beta_slow", &hp.yarn_beta_slow, err, errlen)))
+    return rc;
+  snprintf(skey, sizeof skey, "%s.rope.scaling.yarn_ext_factor", a);
+  if (weir_gguf_get_f32(g, skey, &hp.yarn_ext_factor) == 0 &&
+      !(hp.yarn_ext_factor >= 0.0f && hp.yarn_ext_factor <= 1.0f)) {
+    weir_set_err(err, errlen, "%s: %s must lie in [0, 1]", g->path, skey);
+    return WEIR_E_FORMAT;
+  }
+  if (is_yarn && !(hp.rope_scale >= 1.0f)) {
+    weir_set_err(err, errlen, "%s: yarn scaling needs rope.scaling.factor >= 1", g->path);
+    return WEIR_E_FORMAT;
+  }
+  /* Keys that change the math in ways weir does not implement: refused by name. */
+  static const char *const unimplemented[] = {
+      "rope.scaling.yarn_log_multiplier", "attention.max_alibi_bias", "attention.clamp_kqv",
+      "attention.layer_norm_epsilon", "logit_scale", "residual_scale", "embedding_scale",
+      "attention.sliding_window_pattern", "expert_count", "attention.q_lora_rank"};
+  for (size_t i = 0; i < sizeof unimplemented / sizeof unimplemented[0]; i++) {
+    snprintf(skey, sizeof skey, "%s.%s", a, unimplemented[i]);
+    if (weir_gguf_find_key(g, skey)) {
+      weir_set_err(err, errlen, "%s: key '%s' changes the model's math in a way weir does not "
+                   "implement", g->path, skey);
+      return WEIR_E_NOTSUP;
+    }
+  }
   if (hp.rms_eps >= 1.0f) {
     weir_set_err(err, errlen, "%s: layer_norm_rms_epsilon %g is implausibly large", g->path,
             (double)hp.rms_eps);
     return WEIR_E_FORMAT;
   }
-  hp.rope_style = hp.arch == WEIR_ARCH_QWEN2 ? WEIR_ROPE_NEOX : WEIR_ROPE_NORM;
+  hp.rope_style = hp.arch == WEIR_ARCH_LLAMA || hp.arch == WEIR_ARCH_MISTRAL ? WEIR_ROPE_NORM
+                                                                            : WEIR_ROPE_NEOX;
+
+  /* The families' own hyperparameters, with the published defaults where a key is optional
+   * (docs/models.md). */
+  hp.rope_freq_base_swa = hp.rope_freq_base;
+  hp.attn_scale = 1.0f / sqrtf((float)hp.head_dim);
+  hp.embd_scale = 1.0f;
+  if (hp.arch == WEIR_ARCH_GEMMA2) {
+    hp.n_swa = 4096;
+    hp.swa_period = 2;
+    hp.attn_softcap = 50.0f;
+    hp.final_softcap = 30.0f;
+  } else if (hp.arch == WEIR_ARCH_GEMMA3) {
+    hp.swa_period = 6;
+    hp.rope_freq_base_swa = 10000.0f;
+    hp.rope_scale_global_only = 1;
+    hp.has_qk_norm = 1;
+  } else if (hp.arch == WEIR_ARCH_QWEN3) {
+    hp.has_qk_norm = 1;
+  } else if (hp.arch == WEIR_ARCH_PHI3) {
+    hp.fused_gate_up = 1;
+    hp.fused_qkv = weir_gguf_find_tensor(g, "blk.0.attn_qkv.weight") != NULL;
+  }
+  if (gemma) {
+    hp.has_post_norms = 1;
+    hp.ffn_gelu = 1;
+    hp.embd_scale = sqrtf((float)hp.n_embd);
+    /* The 27B models scale queries by 1/sqrt(n_embd / n_head) instead of 1/sqrt(head_dim)
+     * (query_pre_attn_scalar in their configs); they are told apart by depth. */
+    if ((hp.arch == WEIR_ARCH_GEMMA2 && hp.n_layer == 46) ||
+        (hp.arch == WEIR_ARCH_GEMMA3 && hp.n_layer == 62))
+      hp.attn_scale = 1.0f / sqrtf((float)hp.n_embd / (float)hp.n_head);
+  }
+  if ((rc = hp_get_i32(g, a, "attention.sliding_window", &hp.n_swa, hp.arch == WEIR_ARCH_GEMMA3,
+                       err, errlen)) ||
+      (rc = hp_get_f32(g, a, "rope.freq_base_swa", &hp.rope_freq_base_swa, err, errlen)) ||
+      (rc = hp_get_f32(g, a, "attention.scale", &hp.attn_scale, err, errlen)) ||
+      (rc = hp_get_f32(g, a, "attn_logit_softcapping", &hp.attn_softcap, err, errlen)) ||
+      (rc = hp_get_f32(g, a, "final_logit_softcapping", &hp.final_softcap, err, errlen)))
+    return rc;
+  hp.has_rope_freqs = weir_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+  hp.has_longrope = weir_gguf_find_tensor(g, "rope_factors_long.weight") != NULL ||
+                    weir_gguf_find_tensor(g, "rope_factors_short.weight") != NULL;
+  if (hp.has_rope_freqs + hp.has_longrope + hp.rope_yarn > 1) {
+    weir_set_err(err, errlen, "%s: more than one RoPE frequency scaling (rope_freqs, LongRoPE "
+                 "factors, yarn): weir applies one", g->path);
+    return WEIR_E_NOTSUP;
+  }
 
   weir_gguf_arr toks;
   const weir_gguf_tensor *emb = weir_gguf_find_tensor(g, "token_embd.weight");
@@ -985,6 +1105,12 @@ int weir_gguf_check_scales(const weir_gguf *g, const weir_gguf_tensor *t, char *
   return WEIR_E_FORMAT;
 }
 
+int weir_llama_layer_slides(const weir_llama_hparams *hp, int l) {
+  if (hp->n_swa <= 0) return 0;
+  if (hp->swa_period <= 0) return 1;
+  return l % hp->swa_period < hp->swa_period - 1;
+}
+
 static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64_t ne1,
                         int is_vector, char *err, size_t errlen) {
   const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
@@ -1017,45 +1143,98 @@ static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64
   return weir_gguf_check_scales(g, t, err, errlen);
 }
 
+/* The per-layer tensors of hp's graph: suffix, shape kind, and whether it is a vector. */
+typedef struct layer_part {
+  const char *suffix;
+  int64_t ne0, ne1; /* ne1 0: a vector */
+} layer_part;
+
+static int layer_parts(const weir_llama_hparams *hp, layer_part *p) {
+  const int64_t e = hp->n_embd, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+  const int64_t qd = (int64_t)hp->n_head * hp->head_dim, ff = hp->n_ff;
+  int n = 0;
+  p[n++] = (layer_part){"attn_norm.weight", e, 0};
+  if (hp->fused_qkv) {
+    p[n++] = (layer_part){"attn_qkv.weight", e, qd + 2 * kv};
+  } else {
+    p[n++] = (layer_part){"attn_q.weight", e, qd};
+    p[n++] = (layer_part){"attn_k.weight", e, kv};
+    p[n++] = (layer_part){"attn_v.weight", e, kv};
+  }
+  if (hp->has_qkv_bias || hp->arch == WEIR_ARCH_QWEN2) {
+    p[n++] = (layer_part){"attn_q.bias", qd, 0};
+    p[n++] = (layer_part){"attn_k.bias", kv, 0};
+    p[n++] = (layer_part){"attn_v.bias", kv, 0};
+  }
+  if (hp->has_qk_norm) {
+    p[n++] = (layer_part){"attn_q_norm.weight", hp->head_dim, 0};
+    p[n++] = (layer_part){"attn_k_norm.weight", hp->head_dim, 0};
+  }
+  p[n++] = (layer_part){"attn_output.weight", qd, e};
+  if (hp->has_post_norms) {
+    p[n++] = (layer_part){"post_attention_norm.weight", e, 0};
+    p[n++] = (layer_part){"post_ffw_norm.weight", e, 0};
+  }
+  p[n++] = (layer_part){"ffn_norm.weight", e, 0};
+  if (hp->fused_gate_up) {
+    p[n++] = (layer_part){"ffn_up.weight", e, 2 * ff};
+  } else {
+    p[n++] = (layer_part){"ffn_gate.weight", e, ff};
+    p[n++] = (layer_part){"ffn_up.weight", e, ff};
+  }
+  p[n++] = (layer_part){"ffn_down.weight", ff, e};
+  return n;
+}
+
 int weir_gguf_llama_check(const weir_gguf *g, const weir_llama_hparams *hp, char *err,
                           size_t errlen) {
   int rc;
   char name[96];
   if (!g || !hp) return WEIR_E_INVAL;
-  int64_t e = hp->n_embd, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+  int64_t e = hp->n_embd;
   if ((rc = check_tensor(g, "token_embd.weight", e, hp->n_vocab, 0, err, errlen)) ||
       (rc = check_tensor(g, "output_norm.weight", e, 0, 1, err, errlen)))
     return rc;
   if (hp->has_output && (rc = check_tensor(g, "output.weight", e, hp->n_vocab, 0, err, errlen)))
     return rc;
-  static const struct {
-    const char *suffix;
-    int rows_kind; /* 0: n_embd x n_embd, 1: kv, 2: ffn up/gate, 3: ffn down, 4: norm */
-  } parts[] = {
-      {"attn_norm.weight", 4}, {"attn_q.weight", 0}, {"attn_k.weight", 1},
-      {"attn_v.weight", 1},    {"attn_output.weight", 0}, {"ffn_norm.weight", 4},
-      {"ffn_gate.weight", 2},  {"ffn_up.weight", 2}, {"ffn_down.weight", 3},
-  };
+  if (hp->has_rope_freqs &&
+      (rc = check_tensor(g, "rope_freqs.weight", hp->n_rot / 2, 0, 1, err, errlen)))
+    return rc;
+  if (hp->has_longrope &&
+      ((rc = check_tensor(g, "rope_factors_long.weight", hp->n_rot / 2, 0, 1, err, errlen)) ||
+       (rc = check_tensor(g, "rope_factors_short.weight", hp->n_rot / 2, 0, 1, err, errlen))))
+    return rc;
+  layer_part parts[24];
+  const int np = layer_parts(hp, parts);
   for (int l = 0; l < hp->n_layer; l++) {
-    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+    for (int p = 0; p < np; p++) {
       weir_gguf_blk_name(name, sizeof name, l, parts[p].suffix);
-      switch (parts[p].rows_kind) {
-      case 0: rc = check_tensor(g, name, e, e, 0, err, errlen); break;
-      case 1: rc = check_tensor(g, name, e, kv, 0, err, errlen); break;
-      case 2: rc = check_tensor(g, name, e, hp->n_ff, 0, err, errlen); break;
-      case 3: rc = check_tensor(g, name, hp->n_ff, e, 0, err, errlen); break;
-      default: rc = check_tensor(g, name, e, 0, 1, err, errlen); break;
-      }
+      rc = check_tensor(g, name, parts[p].ne0, parts[p].ne1, parts[p].ne1 == 0, err, errlen);
       if (rc) return rc;
     }
-    if (hp->has_qkv_bias || hp->arch == WEIR_ARCH_QWEN2) {
-      if ((rc = check_tensor(g, weir_gguf_blk_name(name, sizeof name, l, "attn_q.bias"), e, 0,
-                             1, err, errlen)) ||
-          (rc = check_tensor(g, weir_gguf_blk_name(name, sizeof name, l, "attn_k.bias"), kv, 0,
-                             1, err, errlen)) ||
-          (rc = check_tensor(g, weir_gguf_blk_name(name, sizeof name, l, "attn_v.bias"), kv, 0,
-                             1, err, errlen)))
-        return rc;
+  }
+  /* Every tensor of the file must be one the graph uses: an unknown one (a bias, a norm, an
+   * expert router of another variant) would change the math if weir ignored it. */
+  static const char *const globals[] = {"token_embd.weight", "output_norm.weight",
+                                        "output.weight", "rope_freqs.weight",
+                                        "rope_factors_long.weight", "rope_factors_short.weight"};
+  for (int64_t i = 0; i < weir_gguf_tensor_count(g); i++) {
+    const char *tn = weir_gguf_tensor_at(g, i)->name;
+    int known = 0;
+    for (size_t k = 0; k < sizeof globals / sizeof globals[0] && !known; k++)
+      known = strcmp(tn, globals[k]) == 0;
+    int layer = -1, off = 0;
+    if (!known && sscanf(tn, "blk.%d.%n", &layer, &off) == 1 && off > 0 && layer >= 0 &&
+        layer < hp->n_layer) {
+      for (int p = 0; p < np && !known; p++) known = strcmp(tn + off, parts[p].suffix) == 0;
+      /* Old converters stored RoPE's cached frequencies per layer; they are the plain
+       * base^(-2i/n) ones the graph computes itself, so they change nothing. */
+      if (!known) known = strcmp(tn + off, "attn_rot_embd") == 0;
+    }
+    if (!known) {
+      weir_set_err(err, errlen, "%s: tensor '%s' is not part of weir's %s graph; running "
+                   "without it would change the model's math", g->path, tn, hp->arch_name);
+      return WEIR_E_NOTSUP;
     }
   }
   return 0;

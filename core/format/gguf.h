@@ -173,13 +173,20 @@ const weir_gguf_tensor *weir_gguf_find_tensor(const weir_gguf *g, const char *na
  * below 1, a row that is not a block multiple) or the size overflows 64 bits. */
 uint64_t weir_gguf_tensor_bytes(weir_dtype dtype, int ndim, const int64_t *ne);
 
-/* ---- The Llama-family architectures (llama, mistral, qwen2) ---- */
+/* ---- The Llama-family architectures (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3) ---- */
 
 typedef enum weir_arch {
   WEIR_ARCH_LLAMA = 0,
   WEIR_ARCH_MISTRAL = 1,
   WEIR_ARCH_QWEN2 = 2,
+  WEIR_ARCH_QWEN3 = 3,  /* per-head RMSNorm on Q and K */
+  WEIR_ARCH_GEMMA2 = 4, /* post-norms, GELU gating, soft-caps, alternating sliding window */
+  WEIR_ARCH_GEMMA3 = 5, /* post-norms, Q/K norms, GELU gating, 5 local : 1 global layers */
+  WEIR_ARCH_PHI3 = 6,   /* fused QKV and gate/up, LongRoPE factors */
 } weir_arch;
+
+/* The most rotary dimensions a file may declare (rope factor tables are [n_rot / 2]). */
+#define WEIR_MAX_ROT 1024
 
 /* RoPE styles: weir_rope_style from the SDK (weir/device.h): WEIR_ROPE_NORM rotates
  * (x[2i], x[2i+1]) (llama, mistral); WEIR_ROPE_NEOX rotates (x[i], x[i + n_rot/2]) (qwen2). */
@@ -203,12 +210,46 @@ typedef struct weir_llama_hparams {
   weir_rope_style rope_style; /* NEOX for qwen2, NORM otherwise */
   int has_output;           /* 1: output.weight exists; 0: tied to token_embd.weight */
   int has_qkv_bias;         /* 1: blk.N.attn_{q,k,v}.bias exist (qwen2) */
+
+  /* Model families (docs/models.md lists each architecture's keys). head_dim above comes
+   * from <arch>.attention.key_length when present (qwen3, gemma), so n_head * head_dim may
+   * differ from n_embd. */
+  int32_t n_swa;            /* <arch>.attention.sliding_window: the window of the sliding-
+                               window layers (0: none) */
+  int32_t swa_period;       /* which layers slide: 0 all; else layer l slides when
+                               l % swa_period < swa_period - 1 (gemma2 2, gemma3 6) */
+  float rope_freq_base_swa; /* RoPE base of sliding-window layers (gemma3
+                               rope.freq_base_swa, default 10000; else rope_freq_base) */
+  int rope_scale_global_only; /* gemma3: linear scaling applies to global layers only */
+  float attn_scale;         /* score scale: <arch>.attention.scale, else 1/sqrt(head_dim)
+                               (gemma 27B: 1/sqrt(n_embd / n_head)) */
+  float attn_softcap;       /* <arch>.attn_logit_softcapping (gemma2 default 50); 0 none */
+  float final_softcap;      /* <arch>.final_logit_softcapping (gemma2 default 30); 0 none */
+  float embd_scale;         /* input embedding scale: sqrt(n_embd) for gemma, else 1 */
+  int has_qk_norm;          /* blk.N.attn_q_norm / attn_k_norm [head_dim] (qwen3, gemma3) */
+  int has_post_norms;       /* blk.N.post_attention_norm / post_ffw_norm (gemma2, gemma3) */
+  int ffn_gelu;             /* FFN gate activation GELU (tanh form) instead of SiLU (gemma) */
+  int fused_qkv;            /* blk.N.attn_qkv [n_embd, q + 2 kv] (phi3) */
+  int fused_gate_up;        /* blk.N.ffn_up [n_embd, 2 n_ff]: gate rows, then up rows (phi3) */
+  /* RoPE frequency scaling beyond linear: rope_freqs.weight (llama3), YaRN, LongRoPE. */
+  int has_rope_freqs;       /* rope_freqs.weight [n_rot / 2]: angle divided per dimension */
+  int has_longrope;         /* rope_factors_long/short.weight [n_rot / 2] (phi3) */
+  int rope_yarn;            /* rope.scaling.type = yarn */
+  int32_t n_ctx_orig;       /* rope.scaling.original_context_length (default n_ctx_train) */
+  float rope_attn_factor;   /* rope.scaling.attn_factor (default 1): scales cos and sin */
+  float yarn_ext_factor;    /* rope.scaling.yarn_ext_factor (default 1 with yarn) */
+  float yarn_beta_fast;     /* rope.scaling.yarn_beta_fast (default 32) */
+  float yarn_beta_slow;     /* rope.scaling.yarn_beta_slow (default 1) */
 } weir_llama_hparams;
 
-/* Reads the hyperparameters of a llama/mistral/qwen2 file. Checks they are consistent
- * (positive, n_embd % n_head == 0, n_head % n_head_kv == 0, n_rot even and <= head_dim).
- * WEIR_E_NOTSUP for another architecture, WEIR_E_NOTFOUND for a missing required key
- * (named in err), WEIR_E_FORMAT for inconsistent values. */
+/* 1 when layer l of hp attends over a sliding window of hp->n_swa tokens. */
+int weir_llama_layer_slides(const weir_llama_hparams *hp, int l);
+
+/* Reads the hyperparameters of a file of one of the architectures above. Checks they are
+ * consistent (positive, n_head % n_head_kv == 0, n_rot even and <= head_dim). WEIR_E_NOTSUP
+ * for another architecture (MoE ones get "not supported yet") or for a key that changes the
+ * math in a way weir does not implement (named in err), WEIR_E_NOTFOUND for a missing
+ * required key (named in err), WEIR_E_FORMAT for inconsistent values. */
 int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *err,
                             size_t errlen);
 
@@ -219,10 +260,12 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
  * output.weight {n_embd, n_vocab} (unless tied), and per layer blk.N.attn_norm.weight
  * {n_embd}, attn_q {n_embd, n_embd}, attn_k/attn_v {n_embd, n_head_kv*head_dim},
  * attn_output {n_embd, n_embd}, ffn_norm {n_embd}, ffn_gate/ffn_up {n_embd, n_ff},
- * ffn_down {n_ff, n_embd}; qwen2 also attn_{q,k,v}.bias. WEIR_E_NOTFOUND for a missing
- * tensor, WEIR_E_FORMAT for a wrong shape or a non-finite scale, WEIR_E_NOTSUP for an
- * unsupported dtype. Reads 2-4 bytes of every block of the matrices (so it touches every
- * page of the weights, which loading reads next anyway). */
+ * ffn_down {n_ff, n_embd}; qwen2 also attn_{q,k,v}.bias; and each family's own tensors
+ * (docs/models.md). Any other tensor in the file is refused by name (WEIR_E_NOTSUP): weir
+ * never ignores a tensor that would change the math. WEIR_E_NOTFOUND for a missing tensor,
+ * WEIR_E_FORMAT for a wrong shape or a non-finite scale, WEIR_E_NOTSUP for an unsupported
+ * dtype. Reads 2-4 bytes of every block of the matrices (so it touches every page of the
+ * weights, which loading reads next anyway). */
 int weir_gguf_llama_check(const weir_gguf *g, const weir_llama_hparams *hp, char *err,
                           size_t errlen);
 

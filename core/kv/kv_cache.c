@@ -23,6 +23,7 @@ struct weir_kv_seq {
   int32_t cap;        /* capacity of blocks[] and hashes[] */
   int32_t num_hashed; /* leading full blocks already hashed (and offered for registration) */
   int32_t len;        /* tokens holding slots */
+  int32_t num_released; /* leading blocks released out of the sliding window (entries -1) */
   weir_kv_seq *prev, *next; /* the pool's list of live sequences */
 };
 
@@ -30,6 +31,7 @@ struct weir_kv_cache {
   int32_t num_blocks;
   int32_t block_size;
   int prefix;
+  int32_t window;      /* sliding window of every layer, 0 none */
   kv_block *blocks;
   int32_t *free_stack; /* free blocks; the top is at num_free - 1 */
   int32_t num_free;
@@ -180,7 +182,7 @@ static void block_release(weir_kv_cache *kv, int32_t b) {
 int weir_kv_cache_create(const weir_kv_cache_params *p, weir_kv_cache **out) {
   int rc = WEIR_E_NOMEM;
   weir_kv_cache *kv = NULL;
-  if (!p || !out || p->num_blocks <= 0 || p->block_size <= 0 ||
+  if (!p || !out || p->num_blocks <= 0 || p->block_size <= 0 || p->sliding_window < 0 ||
       (int64_t)p->num_blocks * p->block_size > INT32_MAX)
     return WEIR_E_INVAL;
   *out = NULL;
@@ -189,6 +191,7 @@ int weir_kv_cache_create(const weir_kv_cache_params *p, weir_kv_cache **out) {
   kv->num_blocks = p->num_blocks;
   kv->block_size = p->block_size;
   kv->prefix = p->prefix_caching != 0;
+  kv->window = p->sliding_window;
   kv->lru_head = kv->lru_tail = -1;
   kv->blocks = calloc((size_t)p->num_blocks, sizeof(*kv->blocks));
   kv->free_stack = malloc((size_t)p->num_blocks * sizeof(*kv->free_stack));
@@ -300,8 +303,19 @@ int weir_kv_cache_check(const weir_kv_cache *kv, char *why, size_t whylen) {
                       s->num_blocks, s->num_hashed);
       goto out;
     }
+    if (s->num_released < 0 || s->num_released > s->num_blocks) {
+      rc = check_fail(why, whylen, "sequence with %d blocks has %d released", s->num_blocks,
+                      s->num_released);
+      goto out;
+    }
     for (int32_t i = 0; i < s->num_blocks; i++) {
       int32_t b = s->blocks[i];
+      if ((i < s->num_released) != (b == -1)) {
+        rc = check_fail(why, whylen, "block %d of a sequence with %d released is %d", i,
+                        s->num_released, b);
+        goto out;
+      }
+      if (b == -1) continue;
       if (b < 0 || b >= nb) {
         rc = check_fail(why, whylen, "block id %d out of range", b);
         goto out;
@@ -457,8 +471,9 @@ int weir_kv_seq_fork(weir_kv_cache *kv, const weir_kv_seq *parent, weir_kv_seq *
   }
   s->num_blocks = parent->num_blocks;
   s->num_hashed = parent->num_hashed;
+  s->num_released = parent->num_released;
   s->len = parent->len;
-  for (int32_t i = 0; i < s->num_blocks; i++) block_ref(kv, s->blocks[i]);
+  for (int32_t i = s->num_released; i < s->num_blocks; i++) block_ref(kv, s->blocks[i]);
   seq_link(kv, s);
   *out = s;
   return WEIR_OK;
@@ -471,7 +486,8 @@ void weir_kv_seq_free(weir_kv_cache *kv, weir_kv_seq *seq) {
   if (!seq) return;
   /* The last block first: it reaches the LRU first and so is evicted before the blocks
    * its hash chain depends on. */
-  for (int32_t i = seq->num_blocks - 1; i >= 0; i--) block_release(kv, seq->blocks[i]);
+  for (int32_t i = seq->num_blocks - 1; i >= seq->num_released; i--)
+    block_release(kv, seq->blocks[i]);
   seq_unlink(kv, seq);
   seq_release_memory(seq);
 }
@@ -484,8 +500,22 @@ const int32_t *weir_kv_seq_block_table(const weir_kv_seq *seq, int32_t *num_bloc
 }
 
 int32_t weir_kv_seq_slot(const weir_kv_cache *kv, const weir_kv_seq *seq, int32_t pos) {
-  if (pos < 0 || pos >= seq->len) return -1;
+  if (pos < 0 || pos >= seq->len || pos / kv->block_size < seq->num_released) return -1;
   return seq->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+}
+
+int32_t weir_kv_seq_released(const weir_kv_seq *seq) { return seq->num_released; }
+
+int32_t weir_kv_seq_release_before(weir_kv_cache *kv, weir_kv_seq *seq, int32_t pos) {
+  int32_t upto = pos / kv->block_size; /* blocks [0, upto) end at or before pos */
+  if (upto > seq->num_blocks) upto = seq->num_blocks;
+  int32_t n = 0;
+  for (int32_t i = seq->num_released; i < upto; i++, n++) {
+    block_release(kv, seq->blocks[i]);
+    seq->blocks[i] = -1;
+  }
+  if (upto > seq->num_released) seq->num_released = upto;
+  return n;
 }
 
 int weir_kv_seq_match_prefix(weir_kv_cache *kv, weir_kv_seq *seq, const int32_t *tokens,
@@ -526,14 +556,36 @@ int weir_kv_seq_match_prefix(weir_kv_cache *kv, weir_kv_seq *seq, const int32_t 
 
 /* Whether writing at the sequence's end needs a private copy of its last block first. */
 static int last_block_shared(const weir_kv_cache *kv, const weir_kv_seq *s) {
-  if (s->len % kv->block_size == 0) return 0;
+  if (s->len % kv->block_size == 0 || s->num_blocks <= s->num_released) return 0;
   const kv_block *blk = &kv->blocks[s->blocks[s->num_blocks - 1]];
   return blk->ref - blk->pin > 1;
 }
 
+/* Blocks of seq an append would release first (they slid out of the window). */
+static int32_t releasable(const weir_kv_cache *kv, const weir_kv_seq *seq) {
+  if (kv->window <= 0 || seq->len - kv->window + 1 <= 0) return 0;
+  int32_t upto = (seq->len - kv->window + 1) / kv->block_size;
+  if (upto > seq->num_blocks) upto = seq->num_blocks;
+  int32_t n = 0;
+  /* Only blocks this sequence alone holds come back to the pool. */
+  for (int32_t i = seq->num_released; i < upto; i++)
+    if (kv->blocks[seq->blocks[i]].ref == 1) n++;
+  return n;
+}
+
+int64_t weir_kv_cache_blocks_needed(const weir_kv_cache *kv, int64_t tokens) {
+  int64_t n = (tokens + kv->block_size - 1) / kv->block_size;
+  if (kv->window > 0) {
+    /* the window's blocks (which may straddle one more), plus the one being written */
+    int64_t w = (kv->window + kv->block_size - 1) / kv->block_size + 2;
+    if (w < n) n = w;
+  }
+  return n;
+}
+
 int64_t weir_kv_seq_append_capacity(const weir_kv_cache *kv, const weir_kv_seq *seq) {
   int64_t bs = kv->block_size;
-  int64_t avail = kv->num_free + kv->num_cached;
+  int64_t avail = kv->num_free + kv->num_cached + releasable(kv, seq);
   int64_t room = (int64_t)seq->num_blocks * bs - seq->len;
   if (room > 0 && last_block_shared(kv, seq)) {
     /* The partial block must be copied first: the copy costs one block. */
@@ -548,6 +600,12 @@ int weir_kv_seq_append(weir_kv_cache *kv, weir_kv_seq *seq, int32_t n, int32_t *
   int rc;
   if (!kv || !seq || n <= 0 || (int64_t)seq->len + n > INT32_MAX) return WEIR_E_INVAL;
   int32_t bs = kv->block_size;
+  /* A sliding window: the first new token (at len) sees positions from len - window + 1 on;
+   * the blocks wholly before that go back to the pool first, so they can serve this very
+   * append. (Releasing changes state before a possible NOSPACE below; that is harmless:
+   * nothing will read those blocks again, whatever happens to this append.) */
+  if (kv->window > 0 && seq->len - kv->window + 1 > 0)
+    weir_kv_seq_release_before(kv, seq, seq->len - kv->window + 1);
   int64_t new_len = (int64_t)seq->len + n;
   int64_t want_blocks = (new_len + bs - 1) / bs;
   int64_t new_blocks = want_blocks - seq->num_blocks;
@@ -602,6 +660,7 @@ void weir_kv_seq_truncate(weir_kv_cache *kv, weir_kv_seq *seq, int32_t new_len) 
   if (new_len >= seq->len) return;
   int32_t bs = kv->block_size;
   int32_t keep = (new_len + bs - 1) / bs;
+  if (keep < seq->num_released) keep = seq->num_released; /* those are gone already */
   for (int32_t i = seq->num_blocks - 1; i >= keep; i--) block_release(kv, seq->blocks[i]);
   seq->num_blocks = keep;
   if (seq->num_hashed > new_len / bs) seq->num_hashed = new_len / bs;
@@ -620,6 +679,7 @@ int weir_kv_seq_register(weir_kv_cache *kv, weir_kv_seq *seq, const int32_t *tok
     uint64_t h = weir_kv_block_hash(parent, t, bs);
     seq->hashes[i] = h;
     int32_t b = seq->blocks[i];
+    if (b < 0) continue; /* released out of the window before it was registered */
     kv_block *blk = &kv->blocks[b];
     /* Already registered (found by a prefix hit or shared by a fork), or another block
      * already holds this content: the cache keeps one copy. */

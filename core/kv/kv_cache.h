@@ -41,6 +41,13 @@ typedef struct weir_kv_cache_params {
   int32_t num_blocks;  /* > 0 */
   int32_t block_size;  /* tokens per block, > 0 (the pool passes its geometry's) */
   int prefix_caching;  /* nonzero: register full blocks and reuse them across sequences */
+  /* > 0: every layer of every model in the pool attends over a sliding window of this many
+   * tokens, so a token at position p is never read by a query at position >= p + window.
+   * weir_kv_seq_append then releases, before it allocates, the blocks of the sequence that
+   * lie wholly before the window of the first token it appends: a long sequence holds about
+   * window / block_size + 1 blocks plus those of the tokens appended. Their table entries
+   * become -1 (attention plugins skip them, weir_attn_layer_params). 0: never. */
+  int32_t sliding_window;
 } weir_kv_cache_params;
 
 /* One copy-on-write order: copy block src to block dst in every layer (attention
@@ -90,6 +97,11 @@ void weir_kv_cache_copies_done(weir_kv_cache *kv);
  * O(num_blocks + total table length): for tests and debug builds. */
 int weir_kv_cache_check(const weir_kv_cache *kv, char *why, size_t whylen);
 
+/* The most blocks a sequence of `tokens` tokens holds at once, appended one at a time:
+ * ceil(tokens / block_size), or with a sliding window at most the window's blocks plus two.
+ * The scheduler's test of whether a sequence can ever fit the pool. */
+int64_t weir_kv_cache_blocks_needed(const weir_kv_cache *kv, int64_t tokens);
+
 /* ---- Sequences ------------------------------------------------------------------------- */
 
 /* Creates an empty sequence (length 0, no blocks). WEIR_E_NOMEM. Owned by the pool: free it
@@ -109,10 +121,18 @@ void weir_kv_seq_free(weir_kv_cache *kv, weir_kv_seq *seq);
 /* Tokens whose slots the sequence holds (its KV length). */
 int32_t weir_kv_seq_len(const weir_kv_seq *seq);
 /* The block table: *num_blocks entries, valid until the next call that changes this
- * sequence. Never NULL when *num_blocks > 0. */
+ * sequence. Never NULL when *num_blocks > 0. With a sliding window the leading entries of
+ * released blocks are -1 (weir_kv_seq_released). */
 const int32_t *weir_kv_seq_block_table(const weir_kv_seq *seq, int32_t *num_blocks);
-/* Slot of position pos (0 <= pos < len), or -1 when out of range. */
+/* Slot of position pos (0 <= pos < len), or -1 when out of range or released. */
 int32_t weir_kv_seq_slot(const weir_kv_cache *kv, const weir_kv_seq *seq, int32_t pos);
+/* Leading blocks of the sequence released because they slid out of the window. */
+int32_t weir_kv_seq_released(const weir_kv_seq *seq);
+/* Releases the blocks of seq lying wholly before position pos (their table entries become
+ * -1; a registered one stays in the prefix cache). The caller promises no query will read
+ * a position below pos again. Returns the number released. weir_kv_seq_append calls it by
+ * itself when the pool has a sliding window. */
+int32_t weir_kv_seq_release_before(weir_kv_cache *kv, weir_kv_seq *seq, int32_t pos);
 
 /* Prefix-cache lookup for an EMPTY sequence about to be prefilled with tokens[0..n): takes
  * references on the longest chain of cached full blocks matching the tokens, never covering
@@ -124,8 +144,9 @@ int weir_kv_seq_match_prefix(weir_kv_cache *kv, weir_kv_seq *seq, const int32_t 
                              int32_t n, int32_t *num_cached);
 
 /* Tokens that weir_kv_seq_append could add to seq right now without evicting a referenced
- * block (room in its last block plus every allocatable block, less a block for
- * copy-on-write when the last block is shared). */
+ * block (room in its last block plus every allocatable block, plus the blocks the append
+ * would release out of a sliding window, less a block for copy-on-write when the last block
+ * is shared). */
 int64_t weir_kv_seq_append_capacity(const weir_kv_cache *kv, const weir_kv_seq *seq);
 
 /* Grows seq by n >= 1 tokens at positions [len, len + n): allocates the blocks they need
@@ -140,7 +161,8 @@ int weir_kv_seq_append(weir_kv_cache *kv, weir_kv_seq *seq, int32_t n, int32_t *
                        weir_kv_copy *copy, int32_t *num_copies);
 
 /* Shrinks seq to new_len <= len tokens (rolling back rejected speculative tokens, undoing a
- * failed step): releases the blocks past the new end. A registered block that becomes the
+ * failed step): releases the blocks past the new end. (With a sliding window, new_len should
+ * not reach into the released blocks: those positions have no KV any more.) A registered block that becomes the
  * partial last block is made private before it is written again (unregistered when only
  * this sequence holds it, copied otherwise), so cached content never changes. new_len
  * greater than len is ignored. */

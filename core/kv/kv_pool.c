@@ -133,7 +133,8 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
   }
   weir_kv_cache_params kp = {.num_blocks = (int32_t)nb,
                              .block_size = bs,
-                             .prefix_caching = p->prefix_caching};
+                             .prefix_caching = p->prefix_caching,
+                             .sliding_window = p->sliding_window};
   rc = weir_kv_cache_create(&kp, &pool->cache);
   if (rc != WEIR_OK) {
     weir_set_err(err, errlen, "creating the KV cache bookkeeping: %s", weir_strerror(rc));

@@ -49,6 +49,10 @@ typedef struct weir_kv_pool_params {
   int64_t memory_bytes;   /* else: as many blocks as fit in this many bytes */
   int32_t max_model_len;  /* > 0: the longest sequence, which sets the block-table stride */
   int prefix_caching;     /* nonzero: the bookkeeping's prefix cache is on */
+  /* > 0: every layer of every group slides over this many tokens, and blocks that slid out
+   * of every window are released (weir_kv_cache_params.sliding_window); 0: never. For one
+   * model, weir_llama_kv_window gives it. */
+  int32_t sliding_window;
   /* The models keeping KV here, [num_groups] (1..WEIR_KV_POOL_MAX_GROUPS): n_layers,
    * n_heads, n_kv_heads, head_dim and scale of each; the pool fills in block_size and
    * kv_dtype. Copied. */

@@ -27,6 +27,10 @@ enum { GRAPH_NONE = 0, GRAPH_WARM, GRAPH_READY, GRAPH_BROKEN };
 typedef struct llama_layer {
   float *attn_norm, *ffn_norm;       /* device f32 [dim] */
   float *bq, *bk, *bv;               /* device f32 biases (qwen2) or NULL */
+  float *q_norm, *k_norm;            /* device f32 [head_dim] (qwen3, gemma3) or NULL */
+  float *post_attn_norm, *post_ffn_norm; /* device f32 [dim] (gemma) or NULL */
+  weir_attn_layer_params ap;         /* window, soft-cap, scale (forward_layer) */
+  int slides;                        /* a sliding-window layer (its own RoPE base) */
   void *wq, *wk, *wv, *wo;           /* quant plugin handles */
   void *w_gate, *w_up, *w_down;
 } llama_layer;
@@ -52,6 +56,12 @@ struct weir_llama {
   size_t weight_bytes;
 
   int32_t max_blocks_per_seq; /* the pool's block-table stride */
+
+  /* Model families. RoPE by a frequency table (rope_freqs device op) when the file scales
+   * frequencies beyond linear: one table for global layers, one for sliding ones. */
+  float *inv_freq, *inv_freq_swa; /* device f32 [n_rot / 2], or NULL: plain rope */
+  float rope_mscale;
+  int layer_params;               /* some layer needs forward_layer (window or soft-cap) */
 
   /* Activations, device f32, sized for max_num_tokens rows. */
   float *x, *h, *q, *k, *v, *o, *gate, *up, *sel, *logits;
@@ -160,33 +170,86 @@ static int pack_site(weir_llama *m, const weir_gguf *g, int layer, weir_llama_si
   return rc;
 }
 
+/* Packs rows [row0, row0 + rows) of a fused weight (phi3's attn_qkv, ffn_up) as a matrix of
+ * its own: GGUF rows are contiguous, so the slice is a view of the same bytes. */
+static int pack_rows(weir_llama *m, const weir_gguf *g, const char *name, int64_t row0,
+                     int64_t rows, void **out, char *err, size_t errlen) {
+  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
+  if (!t || t->t.ndim != 2 || row0 + rows > t->t.ne[1]) {
+    snprintf(err, errlen, "%s: tensor %s is missing or too small", weir_gguf_path(g), name);
+    return WEIR_E_FORMAT;
+  }
+  weir_tensor view = t->t;
+  view.data = (uint8_t *)t->t.data + t->t.nb[1] * (size_t)row0;
+  view.ne[1] = rows;
+  for (int d = 2; d < WEIR_MAX_DIMS; d++) view.nb[d] = view.nb[1] * (size_t)rows;
+  weir_quant_pack_args args = {.struct_size = sizeof args, .src = &view, .name = name};
+  int rc = m->quant->pack(m->quant_self, &args, out);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "%s: the quant plugin could not pack rows %lld..%lld of %s: %s",
+             weir_gguf_path(g), (long long)row0, (long long)(row0 + rows), name,
+             weir_strerror(rc));
+    return rc;
+  }
+  m->weight_bytes += m->quant->weight_bytes(m->quant_self, *out);
+  return WEIR_OK;
+}
+
 static int load_layer(weir_llama *m, const weir_gguf *g, int l, char *err, size_t errlen) {
   llama_layer *L = &m->layers[l];
+  const weir_llama_hparams *hp = &m->hp;
   char nm[96];
   int rc;
-  const int64_t dim = m->hp.n_embd, kv_dim = (int64_t)m->hp.n_head_kv * m->hp.head_dim;
+  const int64_t dim = hp->n_embd, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+  const int64_t qd = (int64_t)hp->n_head * hp->head_dim;
 #define BLK(suffix) weir_gguf_blk_name(nm, sizeof nm, l, suffix)
   TRY(upload_vector(m, g, BLK("attn_norm.weight"), dim, &L->attn_norm, err, errlen));
   TRY(upload_vector(m, g, BLK("ffn_norm.weight"), dim, &L->ffn_norm, err, errlen));
-  if (m->hp.has_qkv_bias) {
-    TRY(upload_vector(m, g, BLK("attn_q.bias"), dim, &L->bq, err, errlen));
+  if (hp->has_qkv_bias) {
+    TRY(upload_vector(m, g, BLK("attn_q.bias"), qd, &L->bq, err, errlen));
     TRY(upload_vector(m, g, BLK("attn_k.bias"), kv_dim, &L->bk, err, errlen));
     TRY(upload_vector(m, g, BLK("attn_v.bias"), kv_dim, &L->bv, err, errlen));
   }
+  if (hp->has_qk_norm) {
+    TRY(upload_vector(m, g, BLK("attn_q_norm.weight"), hp->head_dim, &L->q_norm, err, errlen));
+    TRY(upload_vector(m, g, BLK("attn_k_norm.weight"), hp->head_dim, &L->k_norm, err, errlen));
+  }
+  if (hp->has_post_norms) {
+    TRY(upload_vector(m, g, BLK("post_attention_norm.weight"), dim, &L->post_attn_norm, err,
+                      errlen));
+    TRY(upload_vector(m, g, BLK("post_ffw_norm.weight"), dim, &L->post_ffn_norm, err, errlen));
+  }
+  L->slides = weir_llama_layer_slides(hp, l);
+  L->ap = (weir_attn_layer_params){.struct_size = sizeof L->ap,
+                                   .window = L->slides ? hp->n_swa : 0,
+                                   .softcap = hp->attn_softcap,
+                                   .scale = hp->attn_scale};
+  if (L->ap.window > 0 || L->ap.softcap > 0.0f) m->layer_params = 1;
   /* Weights that read the same input are packed together (an activation-aware scheme gives
    * them one input scale), each with the calibration samples of its input when there are. */
   const char *qkv[3] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
   const char *gate_up[2] = {"ffn_gate.weight", "ffn_up.weight"};
   void *out_qkv[3] = {0}, *out_gu[2] = {0};
-  TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_ATTN_IN, qkv, 3, out_qkv, err, errlen));
-  L->wq = out_qkv[0];
-  L->wk = out_qkv[1];
-  L->wv = out_qkv[2];
+  if (hp->fused_qkv) {
+    TRY(pack_rows(m, g, BLK("attn_qkv.weight"), 0, qd, &L->wq, err, errlen));
+    TRY(pack_rows(m, g, BLK("attn_qkv.weight"), qd, kv_dim, &L->wk, err, errlen));
+    TRY(pack_rows(m, g, BLK("attn_qkv.weight"), qd + kv_dim, kv_dim, &L->wv, err, errlen));
+  } else {
+    TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_ATTN_IN, qkv, 3, out_qkv, err, errlen));
+    L->wq = out_qkv[0];
+    L->wk = out_qkv[1];
+    L->wv = out_qkv[2];
+  }
   const char *o[1] = {"attn_output.weight"};
   TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_ATTN_OUT, o, 1, &L->wo, err, errlen));
-  TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_FFN_IN, gate_up, 2, out_gu, err, errlen));
-  L->w_gate = out_gu[0];
-  L->w_up = out_gu[1];
+  if (hp->fused_gate_up) {
+    TRY(pack_rows(m, g, BLK("ffn_up.weight"), 0, hp->n_ff, &L->w_gate, err, errlen));
+    TRY(pack_rows(m, g, BLK("ffn_up.weight"), hp->n_ff, hp->n_ff, &L->w_up, err, errlen));
+  } else {
+    TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_FFN_IN, gate_up, 2, out_gu, err, errlen));
+    L->w_gate = out_gu[0];
+    L->w_up = out_gu[1];
+  }
   const char *down[1] = {"ffn_down.weight"};
   TRY(pack_site(m, g, l, WEIR_LLAMA_SITE_FFN_MID, down, 1, &L->w_down, err, errlen));
 #undef BLK
@@ -258,7 +321,146 @@ void weir_llama_attn_shape(const weir_llama_hparams *hp, weir_attn_shape *out) {
                            .n_heads = hp->n_head,
                            .n_kv_heads = hp->n_head_kv,
                            .head_dim = hp->head_dim,
-                           .scale = 1.0f / sqrtf((float)hp->head_dim)};
+                           .scale = hp->attn_scale > 0.0f ? hp->attn_scale
+                                                          : 1.0f / sqrtf((float)hp->head_dim)};
+}
+
+/* The angle per position of RoPE pair i (i < n_rot / 2) for a global (swa 0) or sliding
+ * layer, with every frequency scaling of the file folded in, and the factor the rotated values
+ * are multiplied by. Sources: linear scaling divides positions by rope.scaling.factor; Llama
+ * 3.1's rope_freqs and Phi-3's LongRoPE factors divide pair i's frequency by factor[i]
+ * (Meta's llama3 reference apply_scaling; HF transformers Phi3 LongRoPE); YaRN blends the
+ * interpolated and the original frequency by a ramp over the dimensions between the
+ * correction dims of beta_fast and beta_slow, and scales by 0.1 ln(factor) + 1 (Peng et al.,
+ * "YaRN", 2023, and HF transformers _compute_yarn_parameters). In double; stored as f32. */
+void weir_llama_rope_table(const weir_llama_hparams *hp, int swa, const float *factors,
+                           float *inv_freq, float *mscale) {
+  const int half = hp->n_rot / 2;
+  const double base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
+  const double fscale = (swa && hp->rope_scale_global_only) || !(hp->rope_scale > 0.0f)
+                            ? 1.0
+                            : 1.0 / hp->rope_scale;
+  const int yarn = hp->rope_yarn && hp->yarn_ext_factor > 0.0f && fscale < 1.0;
+  double low = 0, high = 0;
+  if (yarn) {
+    const double nd = hp->n_rot, octx = hp->n_ctx_orig, lb = 2.0 * log(base);
+    low = floor(nd * log(octx / (hp->yarn_beta_fast * 2.0 * 3.14159265358979323846)) / lb);
+    high = ceil(nd * log(octx / (hp->yarn_beta_slow * 2.0 * 3.14159265358979323846)) / lb);
+    if (low < 0) low = 0;
+    if (high > nd - 1) high = nd - 1;
+  }
+  for (int i = 0; i < half; i++) {
+    double extrap = pow(base, -2.0 * i / hp->n_rot);
+    if (factors) extrap /= factors[i];
+    double interp = fscale * extrap, f = interp;
+    if (yarn) {
+      double y = ((double)i - low) / (high - low > 0.001 ? high - low : 0.001);
+      double mix = (1.0 - (y < 0 ? 0 : y > 1 ? 1 : y)) * hp->yarn_ext_factor;
+      f = interp * (1.0 - mix) + extrap * mix;
+    }
+    inv_freq[i] = (float)f;
+  }
+  double ms = hp->rope_attn_factor > 0.0f ? hp->rope_attn_factor : 1.0;
+  if (yarn) ms *= 1.0 + 0.1 * log(1.0 / fscale);
+  *mscale = (float)ms;
+}
+
+/* Whether the layers' RoPE needs the frequency table (rope_freqs op) rather than plain rope. */
+static int rope_needs_table(const weir_llama_hparams *hp) {
+  return hp->has_rope_freqs || hp->has_longrope || hp->rope_yarn ||
+         (hp->rope_attn_factor > 0.0f && hp->rope_attn_factor != 1.0f);
+}
+
+/* Uploads the RoPE frequency tables (global, and sliding when the model has such layers). */
+static int setup_rope(weir_llama *m, const weir_gguf *g, char *err, size_t errlen) {
+  const weir_llama_hparams *hp = &m->hp;
+  m->rope_mscale = 1.0f;
+  if (!rope_needs_table(hp)) return WEIR_OK;
+  const int half = hp->n_rot / 2;
+  float factors[WEIR_MAX_ROT / 2], table[WEIR_MAX_ROT / 2];
+  const float *fp = NULL;
+  const char *fname = NULL;
+  if (hp->has_rope_freqs) fname = "rope_freqs.weight";
+  /* LongRoPE: the long factors serve contexts beyond the original one (HF Phi-3 picks them
+   * per sequence length; weir per model, by its longest sequence). */
+  if (hp->has_longrope)
+    fname = weir_llama_max_model_len(hp, m->opts.max_model_len) > hp->n_ctx_orig
+                ? "rope_factors_long.weight"
+                : "rope_factors_short.weight";
+  if (fname) {
+    const weir_gguf_tensor *t = weir_gguf_find_tensor(g, fname);
+    if (!t || t->nelements != half ||
+        weir_dequantize_row(t->t.dtype, t->t.data, factors, half) != WEIR_OK) {
+      snprintf(err, errlen, "%s: tensor %s must hold %d factors", weir_gguf_path(g), fname, half);
+      return WEIR_E_FORMAT;
+    }
+    for (int i = 0; i < half; i++)
+      if (!(factors[i] > 0.0f) || factors[i] > 1e30f) {
+        snprintf(err, errlen, "%s: %s[%d] = %g is not a positive factor", weir_gguf_path(g),
+                 fname, i, (double)factors[i]);
+        return WEIR_E_FORMAT;
+      }
+    fp = factors;
+  }
+  int rc;
+  for (int swa = 0; swa < 2; swa++) {
+    if (swa && hp->n_swa <= 0) break;
+    float ms;
+    weir_llama_rope_table(hp, swa, fp, table, &ms);
+    if (!swa) m->rope_mscale = ms;
+    float **dst = swa ? &m->inv_freq_swa : &m->inv_freq;
+    if ((rc = dev_alloc(m, sizeof(float) * (size_t)half, (void **)dst)) != WEIR_OK ||
+        (rc = m->dev->copy_h2d(m->dev_self, *dst, table, sizeof(float) * (size_t)half)) !=
+            WEIR_OK ||
+        (rc = m->dev->synchronize(m->dev_self)) != WEIR_OK) {
+      snprintf(err, errlen, "uploading the RoPE frequency table: %s", weir_strerror(rc));
+      return rc;
+    }
+  }
+  return WEIR_OK;
+}
+
+/* Refuses, naming the plugin and what is missing, a model whose graph needs an operation
+ * (ABI 1.5) the loaded plugins do not implement. */
+static int check_plugin_ops(weir_llama *m, const weir_plugin_set *plugins, char *err,
+                            size_t errlen) {
+  const weir_llama_hparams *hp = &m->hp;
+  const weir_device_ops *d = m->dev;
+  struct {
+    int needed, present;
+    const char *op, *why;
+  } need[] = {
+      {rope_needs_table(hp), d->rope_freqs != NULL, "rope_freqs",
+       "its RoPE frequency scaling (rope_freqs, LongRoPE or yarn)"},
+      {hp->ffn_gelu, d->geglu != NULL, "geglu", "its GELU-gated feed-forward"},
+      {hp->embd_scale != 1.0f, d->scale != NULL, "scale", "its embedding scaling"},
+      {hp->final_softcap > 0.0f, d->softcap != NULL, "softcap", "its final logit soft-cap"},
+  };
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+    if (need[i].needed && !need[i].present) {
+      snprintf(err, errlen, "the %s model needs the device operation %s (ABI 1.5) for %s; "
+               "device plugin '%s' (built for ABI 1.%u) does not implement it", hp->arch_name,
+               need[i].op, need[i].why, plugins->device->desc->name,
+               (unsigned)plugins->device->desc->abi_minor);
+      return WEIR_E_NOTSUP;
+    }
+  if (m->layer_params && !m->attn->forward_layer) {
+    snprintf(err, errlen, "the %s model needs %s%s%s in attention; attention plugin '%s' "
+             "(built for ABI 1.%u) does not implement forward_layer (ABI 1.5)", hp->arch_name,
+             hp->n_swa > 0 ? "a sliding window" : "",
+             hp->n_swa > 0 && hp->attn_softcap > 0.0f ? " and " : "",
+             hp->attn_softcap > 0.0f ? "logit soft-capping" : "", plugins->attention->desc->name,
+             m->attn_abi_minor);
+    return WEIR_E_NOTSUP;
+  }
+  return WEIR_OK;
+}
+
+int32_t weir_llama_kv_window(const weir_llama_hparams *hp) {
+  if (hp->n_swa <= 0) return 0;
+  for (int l = 0; l < hp->n_layer; l++)
+    if (!weir_llama_layer_slides(hp, l)) return 0;
+  return hp->n_swa;
 }
 
 int32_t weir_llama_max_model_len(const weir_llama_hparams *hp, int32_t requested) {
@@ -328,10 +530,18 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
     goto out;
   }
   if (opts->progress) weir_progress_update(opts->progress, 1);
+  if ((m->hp.fused_qkv || m->hp.fused_gate_up) && m->opts.samples) {
+    snprintf(err, errlen, "%s: calibrating a model with fused weights (%s) is not supported",
+             weir_gguf_path(g), m->hp.arch_name);
+    rc = WEIR_E_NOTSUP;
+    goto out;
+  }
   for (int l = 0; l < m->hp.n_layer; l++) {
     TRY(load_layer(m, g, l, err, errlen));
     if (opts->progress) weir_progress_update(opts->progress, (uint64_t)l + 2);
   }
+  TRY(check_plugin_ops(m, plugins, err, errlen));
+  TRY(setup_rope(m, g, err, errlen));
 
   rc = alloc_buffers(m);
   if (rc != WEIR_OK) {
@@ -369,12 +579,17 @@ void weir_llama_destroy(weir_llama *m) {
       dev_free(m, L->bq);
       dev_free(m, L->bk);
       dev_free(m, L->bv);
+      dev_free(m, L->q_norm);
+      dev_free(m, L->k_norm);
+      dev_free(m, L->post_attn_norm);
+      dev_free(m, L->post_ffn_norm);
     }
     free(m->layers);
   }
   if (m->output && m->output != m->tok_embd) m->quant->release(m->quant_self, m->output);
   if (m->tok_embd) m->quant->release(m->quant_self, m->tok_embd);
-  void *bufs[] = {m->out_norm, m->x, m->h, m->q, m->k, m->v, m->o, m->gate, m->up,
+  void *bufs[] = {m->inv_freq, m->inv_freq_swa, m->out_norm, m->x, m->h, m->q, m->k, m->v,
+                  m->o, m->gate, m->up,
                   m->sel, m->logits, m->d_tokens, m->d_positions, m->d_qsl, m->d_ctx,
                   m->d_block_tables, m->d_slots, m->d_rows};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev_free(m, bufs[i]);
@@ -440,6 +655,7 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
                         .slot_mapping_host = b->slot_mapping};
 
   TRY(m->quant->embed(m->quant_self, m->tok_embd, m->d_tokens, m->x, T));
+  if (hp->embd_scale != 1.0f) TRY(d->scale(ds, m->x, hp->embd_scale, T * dim));
   for (int l = 0; l < hp->n_layer; l++) {
     const llama_layer *L = &m->layers[l];
     TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
@@ -452,23 +668,44 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
       TRY(d->add_bias(ds, m->k, L->bk, T, kvd));
       TRY(d->add_bias(ds, m->v, L->bv, T, kvd));
     }
-    TRY(d->rope(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot,
-                hp->rope_freq_base, freq_scale, hp->rope_style));
-    TRY(d->rope(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot,
-                hp->rope_freq_base, freq_scale, hp->rope_style));
+    if (L->q_norm) { /* per-head RMSNorm of Q and K (qwen3, gemma3): rows of head_dim */
+      TRY(d->rms_norm(ds, m->q, m->q, L->q_norm, T * hp->n_head, hp->head_dim, hp->rms_eps));
+      TRY(d->rms_norm(ds, m->k, m->k, L->k_norm, T * hp->n_head_kv, hp->head_dim, hp->rms_eps));
+    }
+    const float *inv_freq = L->slides ? m->inv_freq_swa : m->inv_freq;
+    if (inv_freq) {
+      TRY(d->rope_freqs(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot,
+                        inv_freq, m->rope_mscale, hp->rope_style));
+      TRY(d->rope_freqs(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                        inv_freq, m->rope_mscale, hp->rope_style));
+    } else {
+      const float base = L->slides ? hp->rope_freq_base_swa : hp->rope_freq_base;
+      const float fs = L->slides && hp->rope_scale_global_only ? 1.0f : freq_scale;
+      TRY(d->rope(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot, base, fs,
+                  hp->rope_style));
+      TRY(d->rope(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot, base, fs,
+                  hp->rope_style));
+    }
     weir_kv_view kv;
     TRY(weir_kv_pool_view(m->kv, m->kv_group, l, &kv));
-    TRY(m->attn->forward(m->attn_self, m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
+    if (m->layer_params)
+      TRY(m->attn->forward_layer(m->attn_self, m->shape, &L->ap, &ab, &kv, m->q, m->k, m->v,
+                                 m->o));
+    else
+      TRY(m->attn->forward(m->attn_self, m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
     TAP(l, WEIR_LLAMA_SITE_ATTN_OUT, m->o, T, qd);
     TRY(m->quant->matmul(m->quant_self, L->wo, m->o, m->h, T));
+    if (L->post_attn_norm) TRY(d->rms_norm(ds, m->h, m->h, L->post_attn_norm, T, dim, hp->rms_eps));
     TRY(d->add(ds, m->x, m->x, m->h, T * dim));
     TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
     TAP(l, WEIR_LLAMA_SITE_FFN_IN, m->h, T, dim);
     TRY(m->quant->matmul(m->quant_self, L->w_gate, m->h, m->gate, T));
     TRY(m->quant->matmul(m->quant_self, L->w_up, m->h, m->up, T));
-    TRY(d->swiglu(ds, m->gate, m->gate, m->up, T * ff));
+    if (hp->ffn_gelu) TRY(d->geglu(ds, m->gate, m->gate, m->up, T * ff));
+    else TRY(d->swiglu(ds, m->gate, m->gate, m->up, T * ff));
     TAP(l, WEIR_LLAMA_SITE_FFN_MID, m->gate, T, ff);
     TRY(m->quant->matmul(m->quant_self, L->w_down, m->gate, m->h, T));
+    if (L->post_ffn_norm) TRY(d->rms_norm(ds, m->h, m->h, L->post_ffn_norm, T, dim, hp->rms_eps));
     TRY(d->add(ds, m->x, m->x, m->h, T * dim));
   }
   if (R > 0) {
@@ -476,6 +713,8 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
     TRY(d->rms_norm(ds, m->sel, m->sel, m->out_norm, R, dim, hp->rms_eps));
     TAP(-1, WEIR_LLAMA_SITE_OUTPUT, m->sel, R, dim);
     TRY(m->quant->matmul(m->quant_self, m->output, m->sel, m->logits, R));
+    if (hp->final_softcap > 0.0f)
+      TRY(d->softcap(ds, m->logits, hp->final_softcap, R * (int64_t)hp->n_vocab));
   }
 out:
   return rc;

@@ -1,4 +1,5 @@
-/* The Llama-family transformer graph (llama, mistral, qwen2) over a ragged batch.
+/* The Llama-family transformer graph (llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)
+ * over a ragged batch.
  *
  * The graph is core's; every computation in it goes through plugins: the quant plugin packs
  * and multiplies the linear weights and looks up embeddings, the device plugin runs the
@@ -56,11 +57,24 @@ typedef struct weir_llama_opts {
    * the next recorded batch size and replayed from a graph the device recorded, when the
    * device plugin records graphs. 0 = every step runs as plain launches. */
   int32_t step_graph_max_batch;
+  /* The longest sequence the model will serve (model.max_model_len), 0 = the file's context
+   * length: picks Phi-3's LongRoPE factor set (long beyond the original context). */
+  int32_t max_model_len;
 } weir_llama_opts;
 
 /* The attention shape of a model with these hyperparameters (n_layers, heads, head_dim,
  * scale), for the KV pool to size its blocks: block_size and kv_dtype are the pool's. */
 void weir_llama_attn_shape(const weir_llama_hparams *hp, weir_attn_shape *out);
+/* The RoPE angle per position of each pair i < n_rot / 2 (inv_freq) of a global (swa 0) or
+ * sliding-window layer, with the file's frequency scaling folded in (linear, yarn; factors:
+ * rope_freqs or LongRoPE factors [n_rot / 2], or NULL), and the factor the rotated values are
+ * multiplied by (mscale). For tests and the rope_freqs device op. */
+void weir_llama_rope_table(const weir_llama_hparams *hp, int swa, const float *factors,
+                           float *inv_freq, float *mscale);
+/* The window the KV pool may free blocks behind for this model (weir_kv_pool_params.
+ * sliding_window): hp->n_swa when every layer slides, else 0 (a global layer reads the whole
+ * context). */
+int32_t weir_llama_kv_window(const weir_llama_hparams *hp);
 /* The longest sequence the model serves: `requested` when > 0 (model.max_model_len), else
  * the file's context length. */
 int32_t weir_llama_max_model_len(const weir_llama_hparams *hp, int32_t requested);

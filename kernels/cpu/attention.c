@@ -437,7 +437,12 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
 
   const int32_t last_pos = a->first_pos + a->q_len - 1;
   const int32_t n_blocks = last_pos / bs + 1;
-  for (int32_t b = 0; b < n_blocks; b++) {
+  /* A sliding window: query i sees positions from lo_pos(i) = first_pos + i - window + 1 on,
+   * so blocks wholly before the first query's window are skipped, never read. */
+  const int32_t win = a->window > 0 ? a->window : 0;
+  const int32_t first_lo = win && a->first_pos - win + 1 > 0 ? a->first_pos - win + 1 : 0;
+  const float cap = a->softcap > 0.0f ? a->softcap : 0.0f, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+  for (int32_t b = first_lo / bs; b < n_blocks; b++) {
     const uint8_t *blk = a->kv_base + (size_t)a->block_table[b] * a->block_bytes;
     const int32_t tok0 = b * bs;
     const int32_t ntok = last_pos + 1 - tok0 < bs ? last_pos + 1 - tok0 : bs;
@@ -489,20 +494,27 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
     for (int32_t i = i_first; i < a->q_len; i++) {
       const int32_t pos = a->first_pos + i;
       const int32_t nvalid = pos - tok0 + 1 < ntok ? pos - tok0 + 1 : ntok;
+      /* Keys [lo, nvalid) of this block are in the query's window. */
+      const int32_t lo = win && pos - win + 1 - tok0 > 0 ? pos - win + 1 - tok0 : 0;
+      if (lo >= nvalid) continue;
+      const int32_t nk = nvalid - lo;
+      const float *ktw = kt + lo, *vw = vrow + (size_t)lo * vstride;
       for (int32_t g = 0; g < a->n_group;) {
         /* Four heads of the group at once when the ISA has the 4-row kernels: they see
          * the same keys (same query position), so K and V loads are shared. */
         const int32_t r0 = i * a->n_group + g;
         const int nr = ops.scores4 && a->n_group - g >= 4 ? 4 : 1;
         if (nr == 4)
-          ops.scores4(qs + (size_t)r0 * hdp, hdp, kt, (int32_t)bsp, hd, nvalid, s, bsp);
+          ops.scores4(qs + (size_t)r0 * hdp, hdp, ktw, (int32_t)bsp, hd, nk, s, bsp);
         else
-          ops.scores(qs + (size_t)r0 * hdp, kt, (int32_t)bsp, hd, nvalid, s);
+          ops.scores(qs + (size_t)r0 * hdp, ktw, (int32_t)bsp, hd, nk, s);
         for (int k = 0; k < nr; k++) {
           const int32_t r = r0 + k;
           float *sr = s + (size_t)k * bsp;
+          if (cap > 0.0f)
+            for (int32_t o = 0; o < nk; o++) sr[o] = cap * tanhf(sr[o] * inv_cap);
           float bm = -INFINITY;
-          for (int32_t o = 0; o < nvalid; o++)
+          for (int32_t o = 0; o < nk; o++)
             if (sr[o] > bm) bm = sr[o];
           if (bm > mrow[r]) {
             /* New running max: rescale what was accumulated under the old one. */
@@ -513,12 +525,12 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
             }
             mrow[r] = bm;
           }
-          lrow[r] += ops.exp_sum(sr, nvalid, mrow[r]);
+          lrow[r] += ops.exp_sum(sr, nk, mrow[r]);
         }
         if (nr == 4)
-          ops.pv4(acc + (size_t)r0 * hdp, hdp, s, bsp, vrow, (int32_t)vstride, nvalid, hd);
+          ops.pv4(acc + (size_t)r0 * hdp, hdp, s, bsp, vw, (int32_t)vstride, nk, hd);
         else
-          ops.pv(acc + (size_t)r0 * hdp, s, vrow, (int32_t)vstride, nvalid, hd);
+          ops.pv(acc + (size_t)r0 * hdp, s, vw, (int32_t)vstride, nk, hd);
         g += nr;
       }
     }

@@ -5,7 +5,10 @@
  * block table once, converting each needed K/V block of that KV head to f32 a single time
  * for every query row of the task, and keeps an online softmax (running max m, running sum
  * l, f32 accumulator) per row: acc = sum_j exp(s_j - m) v_j, out = acc / l with
- * s_j = scale * q . k_j, over the positions j <= the query's position (causal).
+ * s_j = scale * q . k_j, over the positions j <= the query's position (causal). With a
+ * sliding window W only positions j > pos - W count, and blocks wholly before the first
+ * query's window are not read (their block-table entries may be stale); with a soft-cap c
+ * each s_j becomes c * tanh(s_j / c) first.
  *
  * The kernel knows nothing of the pool's overall layout beyond what the args give: block b
  * of the sequence starts at kv_base + block_table[b] * block_bytes; within it this KV
@@ -42,6 +45,8 @@ typedef struct weir_attn_cpu_args {
   int kv_i8;         /* 1: the cache holds int8 rows with one f32 scale per row */
   size_t k_scale_offset, v_scale_offset; /* bytes, int8 only, see above */
   float scale;
+  int32_t window;    /* > 0: sliding window (see above); 0: whole causal context */
+  float softcap;     /* > 0: logit soft-cap; 0: none */
   float *scratch;    /* weir_attn_cpu_scratch_floats() floats, 64-byte aligned is best */
 } weir_attn_cpu_args;
 

@@ -227,12 +227,19 @@ __global__ void __launch_bounds__(kThreads)
     sm_l[r] = 0.0f;
   }
 
-  // The tile's keys: [0, last_key]; this split takes its share of those blocks.
+  // The tile's keys: [first_key, last_key]; this split takes its share of those blocks. With
+  // a sliding window the blocks wholly before the first query's window are never read (the
+  // host may have freed them: their block-table entries are stale).
   const int last_key = first_pos + ntok - 1;
   const int nblocks = last_key / bs + 1;
-  const int per = (nblocks + num_splits - 1) / num_splits;
-  const int b_begin = split * per;
+  const int win = p.window > 0 ? p.window : 0;
+  const int first_key = win ? max(0, first_pos - win + 1) : 0;
+  const int b_first = first_key / bs;
+  const int per = (nblocks - b_first + num_splits - 1) / num_splits;
+  const int b_begin = b_first + split * per;
   const int b_end = min(nblocks, b_begin + per);
+  const float cap = p.softcap > 0.0f ? p.softcap : 0.0f;
+  const float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
   const int32_t *btab = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
   __syncthreads();
 
@@ -249,7 +256,8 @@ __global__ void __launch_bounds__(kThreads)
       const int r = e / bs, t = e % bs;
       const int key = b * bs + t;
       float sc = -INFINITY;
-      if (key <= first_pos + r / G) {
+      const int qpos = first_pos + r / G;
+      if (key <= qpos && (win == 0 || key > qpos - win)) {
         const float4 *a = reinterpret_cast<const float4 *>(sq + r * hd);
         const float4 *c = reinterpret_cast<const float4 *>(sk + t * kr);
         float acc = 0.0f;
@@ -257,7 +265,7 @@ __global__ void __launch_bounds__(kThreads)
           const float4 x = a[d], y = c[d];
           acc += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
         }
-        sc = acc;
+        sc = cap > 0.0f ? cap * tanhf(acc * inv_cap) : acc;
       }
       ss[e] = sc;
     }
@@ -457,7 +465,12 @@ extern "C" cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, 
   plan->smem_bytes = smem;
   plan->num_splits = 1;
   const long ctas = (long)p->num_seqs * plan->tiles_per_seq * p->n_kv_heads;
-  const int max_blocks = (p->max_context_len + p->block_size - 1) / p->block_size;
+  int max_blocks = (p->max_context_len + p->block_size - 1) / p->block_size;
+  // A window bounds the blocks a tile reads, whatever the context.
+  if (p->window > 0) {
+    const int in_window = (p->window + mql + p->block_size - 2) / p->block_size + 1;
+    if (in_window < max_blocks) max_blocks = in_window;
+  }
   // Split the KV range only when the grid cannot fill the GPU twice over and each split
   // still gets a few blocks (below that the reduction costs more than it saves).
   if (plan->tiles_per_seq == 1 && ctas > 0 && ctas < 2L * num_sms && max_blocks >= 8) {

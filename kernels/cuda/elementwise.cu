@@ -106,6 +106,53 @@ __global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ p
   }
 }
 
+// RoPE with a frequency per pair (ABI 1.5 rope_freqs): angle pos * inv_freq[i], rotated
+// values times mscale.
+__global__ void rope_freqs_kernel(float *__restrict__ x, const int32_t *__restrict__ pos,
+                                  int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+                                  int32_t rot_dim, const float *__restrict__ inv_freq,
+                                  float mscale, int neox) {
+  const int32_t half = rot_dim / 2;
+  const int64_t total = n_tokens * n_heads * (int64_t)half;
+  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int32_t i = (int32_t)(idx % half);
+    const int64_t th = idx / half;
+    const int64_t t = th / n_heads;
+    float *hp = x + th * head_dim;
+    float s, c;
+    sincosf((float)pos[t] * inv_freq[i], &s, &c);
+    c *= mscale;
+    s *= mscale;
+    const int32_t a = neox ? i : 2 * i;
+    const int32_t b = neox ? i + half : 2 * i + 1;
+    const float x0 = hp[a], x1 = hp[b];
+    hp[a] = x0 * c - x1 * s;
+    hp[b] = x0 * s + x1 * c;
+  }
+}
+
+// GELU (tanh form) gating, as Gemma's FFN: out = gelu(gate) * up.
+__global__ void geglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+__global__ void scale_kernel(float *x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] *= s;
+}
+
+__global__ void softcap_kernel(float *x, float cap, float inv_cap, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = cap * tanhf(x[i] * inv_cap);
+}
+
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -174,6 +221,40 @@ extern "C" cudaError_t weir_cuda_rope(cudaStream_t stream, float *x, const int32
   WEIR_LAUNCH(rope_kernel, grid_for(total, 256), 256, 0, stream)(x, positions, n_tokens, n_heads,
                                                         head_dim, rot_dim, log2f(freq_base),
                                                         freq_scale, style == 2);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_rope_freqs(cudaStream_t stream, float *x,
+                                            const int32_t *positions, int64_t n_tokens,
+                                            int32_t n_heads, int32_t head_dim, int32_t rot_dim,
+                                            const float *inv_freq, float mscale, int style) {
+  if (rot_dim <= 0 || rot_dim > head_dim || rot_dim % 2 != 0 || !inv_freq)
+    return cudaErrorInvalidValue;
+  if (style != 0 && style != 2) return cudaErrorInvalidValue;
+  const int64_t total = n_tokens * n_heads * (int64_t)(rot_dim / 2);
+  if (total <= 0) return cudaSuccess;
+  WEIR_LAUNCH(rope_freqs_kernel, grid_for(total, 256), 256, 0, stream)(
+      x, positions, n_tokens, n_heads, head_dim, rot_dim, inv_freq, mscale, style == 2);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_geglu(cudaStream_t stream, float *out, const float *gate,
+                                       const float *up, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  WEIR_LAUNCH(geglu_kernel, grid_for(n, 256), 256, 0, stream)(out, gate, up, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_scale(cudaStream_t stream, float *x, float s, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  WEIR_LAUNCH(scale_kernel, grid_for(n, 256), 256, 0, stream)(x, s, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_softcap(cudaStream_t stream, float *x, float cap, int64_t n) {
+  if (!(cap > 0.0f)) return cudaErrorInvalidValue;
+  if (n <= 0) return cudaSuccess;
+  WEIR_LAUNCH(softcap_kernel, grid_for(n, 256), 256, 0, stream)(x, cap, 1.0f / cap, n);
   return cudaGetLastError();
 }
 

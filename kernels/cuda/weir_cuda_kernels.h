@@ -34,6 +34,14 @@ cudaError_t weir_cuda_rope(cudaStream_t stream, float *x, const int32_t *positio
                            float freq_base, float freq_scale, int style);
 cudaError_t weir_cuda_swiglu(cudaStream_t stream, float *out, const float *gate,
                              const float *up, int64_t n);
+/* ABI 1.5 model-family operations (weir_device_ops rope_freqs, geglu, scale, softcap). */
+cudaError_t weir_cuda_rope_freqs(cudaStream_t stream, float *x, const int32_t *positions,
+                                 int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+                                 int32_t rot_dim, const float *inv_freq, float mscale, int style);
+cudaError_t weir_cuda_geglu(cudaStream_t stream, float *out, const float *gate,
+                            const float *up, int64_t n);
+cudaError_t weir_cuda_scale(cudaStream_t stream, float *x, float s, int64_t n);
+cudaError_t weir_cuda_softcap(cudaStream_t stream, float *x, float cap, int64_t n);
 cudaError_t weir_cuda_add(cudaStream_t stream, float *out, const float *a, const float *b,
                           int64_t n);
 cudaError_t weir_cuda_add_bias(cudaStream_t stream, float *x, const float *bias, int64_t rows,
@@ -61,6 +69,12 @@ typedef struct weir_cuda_attn_params {
   void *kv_base;                  /* this layer's first block */
   size_t block_bytes;
   int32_t num_blocks;
+  /* A layer's parameters (SDK weir_attn_layer_params): window > 0 lets the query at
+   * position p see keys at positions > p - window only, and no block wholly before the
+   * window of a tile's first query is read; softcap > 0 maps each scaled score s to
+   * softcap * tanh(s / softcap). 0 = off. */
+  int32_t window;
+  float softcap;
 } weir_cuda_attn_params;
 
 /* Bytes of one block of one layer; 0 for an unsupported dtype or shape. */

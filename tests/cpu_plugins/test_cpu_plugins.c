@@ -5,6 +5,7 @@
  * inputs (the seed is printed; WT_SEED=... reruns one), and the device, attention and quant
  * plugins for every ISA level this CPU runs (the plugin is reloaded with WEIR_CPU_ISA set). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,21 +173,29 @@ static double kv_round(const float *row, int e, int mode) {
   return (double)((float)qi * (amax / 127.0f));
 }
 
+/* The layer parameters the next run_step and ref_attn use (forward_layer), or NULL (plain
+ * forward). */
+static const weir_attn_layer_params *g_lp;
+
 static void ref_attn(const hist *h, int p, int qh, int mode, double *out) {
   int kh = qh / (A_HEADS / A_KV);
   double scale = 1.0 / sqrt((double)A_HD), m = -INFINITY;
+  int j0 = 0;
+  if (g_lp && g_lp->scale > 0) scale = g_lp->scale;
+  if (g_lp && g_lp->window > 0 && p - g_lp->window + 1 > 0) j0 = p - g_lp->window + 1;
   (void)A_MAXHD;
   double *s = malloc(sizeof(double) * (size_t)(p + 1));
-  for (int j = 0; j <= p; j++) {
+  for (int j = j0; j <= p; j++) {
     double d = 0;
     const float *krow = h->k + j * A_KD + kh * A_HD;
     for (int e = 0; e < A_HD; e++) d += h->q[p * A_QD + qh * A_HD + e] * kv_round(krow, e, mode);
     s[j] = d * scale;
+    if (g_lp && g_lp->softcap > 0) s[j] = g_lp->softcap * tanh(s[j] / g_lp->softcap);
     if (s[j] > m) m = s[j];
   }
   double z = 0;
   for (int e = 0; e < A_HD; e++) out[e] = 0;
-  for (int j = 0; j <= p; j++) {
+  for (int j = j0; j <= p; j++) {
     double pj = exp(s[j] - m);
     z += pj;
     const float *vrow = h->v + j * A_KD + kh * A_HD;
@@ -245,7 +254,8 @@ static int run_step(const weir_attention_ops *ops, void *self, const weir_attn_s
     b.slot_mapping_host = slots;
   }
   weir_kv_view view = layer_view(kp, layer);
-  int rc = ops->forward(self, shape, &b, &view, q, k, v, out);
+  int rc = g_lp ? ops->forward_layer(self, shape, g_lp, &b, &view, q, k, v, out)
+               : ops->forward(self, shape, &b, &view, q, k, v, out);
   free(q);
   free(k);
   free(v);
@@ -423,6 +433,117 @@ static void test_attention(void) {
     attention_case(k_isas[lvl], WEIR_DTYPE_I8, 6, 2, 40, 4);
     attention_case(k_isas[lvl], WEIR_DTYPE_I8, 8, 1, 36, 5);
     attention_case(k_isas[lvl], WEIR_DTYPE_I8, 10, 2, 64, 16);
+  }
+}
+
+/* forward_layer (ABI 1.5): sliding window, soft-cap and scale, against the reference, for
+ * a prefix then a ragged step (chunked prefill crossing block edges) in which the blocks
+ * wholly before each sequence's window carry a block id outside the pool: the plugin must
+ * neither read nor check them (the host frees such blocks). */
+static void layer_params_case(const char *isa, weir_dtype kv_dtype, int heads, int kv_heads,
+                              int head_dim, int block_size, const weir_attn_layer_params *lp) {
+  wt_plugin l;
+  A_HEADS = heads;
+  A_KV = kv_heads;
+  A_HD = head_dim;
+  A_BS = block_size;
+  hist h[A_SEQS] = {{.ctx = 2, .q_len = 1}, {.ctx = 40, .q_len = 9}, {.ctx = 30, .q_len = 1}};
+  kvpool kp = {0};
+  float *out = NULL, *tmp = NULL;
+  double ref[A_MAXHD], full[A_MAXHD];
+  for (int s = 0; s < A_SEQS; s++) {
+    h[s].q = malloc((size_t)h[s].ctx * A_QD * 4);
+    h[s].k = malloc((size_t)h[s].ctx * A_KD * 4);
+    h[s].v = malloc((size_t)h[s].ctx * A_KD * 4);
+    fill(h[s].q, h[s].ctx * A_QD, -2, 2);
+    fill(h[s].k, h[s].ctx * A_KD, -2, 2);
+    fill(h[s].v, h[s].ctx * A_KD, -1, 1);
+  }
+  if (wt_plugin_load(&l, &g_host, "attention", "cpu_paged", isa, NULL) != 0) goto fail;
+  const weir_attention_ops *ops = l.desc->ops;
+  CU_ASSERT_FATAL(ops->struct_size >= offsetof(weir_attention_ops, forward_layer) +
+                                          sizeof ops->forward_layer && ops->forward_layer);
+  weir_attn_shape shape = {.struct_size = sizeof shape, .n_layers = A_LAYERS, .n_heads = A_HEADS,
+                           .n_kv_heads = A_KV, .head_dim = A_HD, .block_size = A_BS,
+                           .kv_dtype = kv_dtype, .scale = (float)(1.0 / sqrt(A_HD))};
+  kp.block_bytes = ops->block_bytes(l.self, &shape);
+  kp.mem = malloc(kp.block_bytes * A_NB * A_LAYERS);
+  memset(kp.mem, 0xff, kp.block_bytes * A_NB * A_LAYERS);
+  for (int s = 0; s < A_SEQS; s++)
+    for (int j = 0; j < 16; j++) kp.tables[s][j] = A_NB - 1 - (s * 16 + j);
+  const int seqs[A_SEQS] = {0, 1, 2};
+  int prefix[A_SEQS], endp[A_SEQS], zero[A_SEQS] = {0, 0, 0}, nt = 0;
+  for (int s = 0; s < A_SEQS; s++) {
+    prefix[s] = h[s].ctx - h[s].q_len;
+    endp[s] = h[s].ctx;
+    nt += h[s].q_len;
+  }
+  out = malloc((size_t)nt * A_QD * 4);
+  tmp = malloc(sizeof(float) * 64 * A_QD);
+  g_lp = lp;
+  /* the cached prefixes, each sequence alone */
+  for (int s = 0; s < A_SEQS; s++)
+    if (prefix[s] > 0)
+      CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, &kp, 1, h, &seqs[s], 1, &zero[s], &prefix[s],
+                               tmp), WEIR_OK);
+  /* blocks wholly before each sequence's first new query's window: stale ids */
+  int stale = 0;
+  for (int s = 0; lp->window > 0 && s < A_SEQS; s++) {
+    int lo = prefix[s] - lp->window + 1;
+    for (int j = 0; lo > 0 && j < lo / A_BS; j++, stale++) kp.tables[s][j] = A_NB + 7 + j;
+  }
+  CU_ASSERT(lp->window == 0 || stale > 0);
+  CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, &kp, 1, h, seqs, A_SEQS, prefix, endp, out),
+                  WEIR_OK);
+  const int mode = kv_dtype == WEIR_DTYPE_F16 ? 1 : 0;
+  int differs = 0;
+  for (int s = 0, row = 0; s < A_SEQS; s++)
+    for (int p = prefix[s]; p < endp[s]; p++, row++)
+      for (int qh = 0; qh < A_HEADS; qh++) {
+        g_lp = lp;
+        ref_attn(&h[s], p, qh, mode, ref);
+        g_lp = NULL;
+        ref_attn(&h[s], p, qh, mode, full);
+        for (int e = 0; e < A_HD; e++) {
+          WT_CHECK_CLOSE(out[row * A_QD + qh * A_HD + e], ref[e], 2e-5, "layer params vs ref");
+          if (fabs(ref[e] - full[e]) > 1e-3) differs = 1;
+        }
+      }
+  /* the parameters change the result (the test would catch a plugin ignoring them) */
+  CU_ASSERT(differs);
+  /* bad parameters */
+  {
+    weir_attn_layer_params bad = *lp;
+    bad.window = -1;
+    g_lp = &bad;
+    CU_ASSERT_EQUAL(run_step(ops, l.self, &shape, &kp, 1, h, seqs, A_SEQS, prefix, endp, out),
+                    WEIR_E_INVAL);
+  }
+fail:
+  g_lp = NULL;
+  for (int s = 0; s < A_SEQS; s++) {
+    free(h[s].q);
+    free(h[s].k);
+    free(h[s].v);
+  }
+  free(kp.mem);
+  free(out);
+  free(tmp);
+  wt_plugin_unload(&l);
+}
+
+static void test_attention_layer_params(void) {
+  const weir_attn_layer_params win5 = {.struct_size = sizeof win5, .window = 5};
+  const weir_attn_layer_params win1 = {.struct_size = sizeof win1, .window = 1};
+  const weir_attn_layer_params cap = {.struct_size = sizeof cap, .softcap = 1.5f, .scale = 0.4f};
+  const weir_attn_layer_params all = {.struct_size = sizeof all, .window = 11, .softcap = 2.0f,
+                                      .scale = 0.3f};
+  FOR_EACH_ISA(lvl) {
+    layer_params_case(k_isas[lvl], WEIR_DTYPE_F32, 6, 2, 40, 4, &win5);
+    layer_params_case(k_isas[lvl], WEIR_DTYPE_F32, 8, 1, 36, 5, &win1);
+    layer_params_case(k_isas[lvl], WEIR_DTYPE_F16, 10, 2, 64, 16, &cap);
+    layer_params_case(k_isas[lvl], WEIR_DTYPE_F32, 8, 2, 32, 4, &all);
+    layer_params_case(k_isas[lvl], WEIR_DTYPE_F16, 3, 3, 24, 5, &all);
   }
 }
 
@@ -972,6 +1093,7 @@ static void test_sampler(void) {
 int main(void) {
   static const wt_test tests[] = {{"device", test_device},
                                   {"attention", test_attention},
+                                  {"attention_layer_params", test_attention_layer_params},
                                   {"quant", test_quant},
                                   {"sampler", test_sampler},
                                   {"alloc_failures", test_alloc_failures},

@@ -6,6 +6,8 @@
  *    1, 5, 12 at a time: exact and padded sizes), with the device's graphs dropped midway as
  *    a draft model's destroy would: the same tokens, logits within GRAPH_BOUND, and the graph
  *    run really replayed steps (and recorded again after the drop).
+ *  - the model families (gemma2, gemma3, qwen3, phi3 with LongRoPE, llama3 rope_freqs, YaRN)
+ *    CUDA against CPU the same way, with windows shorter than the run.
  * The model is $WEIR_TEST_CUDA_MODEL (gpu-check passes the 1.1B shape with f16 weights), else
  * a small one made here with the real `weir mkmodel`. Plugins: $WEIR_CUDA_PLUGIN_DIR, else the
  * build tree. Exits 77 (skipped) when the CUDA device plugin finds no GPU. */
@@ -183,7 +185,7 @@ static void random_prompt(seq *q, int32_t n, int32_t vocab, unsigned seed) {
   q->computed = 0;
 }
 
-static void test_cuda_vs_cpu(void) {
+static void cuda_vs_cpu(void) {
   fixture g, c;
   open_or_fail(&g, "cuda", 0);
   open_or_fail(&c, "cpu", 0);
@@ -222,6 +224,40 @@ static void test_cuda_vs_cpu(void) {
   free(lc);
   fixture_close(&c);
   fixture_close(&g);
+}
+
+static void test_cuda_vs_cpu(void) { cuda_vs_cpu(); }
+
+/* The model families (docs/models.md) the same way: their ABI 1.5 parts (sliding windows
+ * shorter than the 97-token run, soft-caps, GELU, Q/K norms, RoPE tables) through
+ * cuda_paged's forward_layer and the CUDA device's family operations, against the CPU. */
+static void test_families_cuda_vs_cpu(void) {
+  static const char *const fams[][2] = {
+      {"gemma2", "--arch gemma2 --head-dim 64 --swa 24 --tied"},
+      {"gemma3", "--arch gemma3 --head-dim 64 --swa 24 --tied --layers 6"},
+      {"qwen3", "--arch qwen3 --head-dim 64"},
+      {"phi3", "--arch phi3 --longrope --orig-ctx 32 --swa 40"},
+      {"llama3", "--rope-freqs --orig-ctx 32 --rope-base 500000"},
+      {"yarn", "--yarn 4 --orig-ctx 32"},
+  };
+  char *saved = g_model;
+  for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+    g_model = wt_strf("%s/%s.gguf", g_dir, fams[i][0]);
+    char *cmd = wt_strf("%s mkmodel --dim 256 --layers 4 --heads 8 --kv-heads 2 --ffn 704 "
+                        "--vocab 2048 --type f16 %s --out %s",
+                        WT_WEIR, fams[i][1], g_model);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    char *out = NULL;
+    int rc = wt_run(argv, &out, 120000);
+    if (rc) fprintf(stderr, "mkmodel failed (%d): %s\n%s\n", rc, cmd, out ? out : "");
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    free(out);
+    free(cmd);
+    printf("\n  %s:", fams[i][0]);
+    cuda_vs_cpu();
+    free(g_model);
+  }
+  g_model = saved;
 }
 
 enum { NS = 13, CYCLES = 6 };
@@ -342,6 +378,7 @@ int main(void) {
   printf("model: %s\n", g_model);
   static const wt_test tests[] = {{"cuda vs cpu, 64 greedy steps", test_cuda_vs_cpu},
                                   {"step graphs vs plain launches", test_graphs_vs_none},
+                                  {"model families cuda vs cpu", test_families_cuda_vs_cpu},
                                   {NULL, NULL}};
   rc = wt_run_suite("cuda_model", tests);
   wt_rmtree(g_dir);

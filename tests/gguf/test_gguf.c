@@ -454,7 +454,8 @@ static const bad_hparams k_bad_hparams[] = {
     {"gpt2.gguf", "gpt2", 0, 0, NULL, WEIR_E_NOTSUP, "architecture 'gpt2' is not supported"},
     {"badheads.gguf", "llama", 30, 4, NULL, WEIR_E_FORMAT,
      "embedding_length 30 is not a multiple of head_count 4"},
-    {"yarn.gguf", "llama", 32, 4, "yarn", WEIR_E_NOTSUP, "rope scaling 'yarn' is not supported"},
+    {"longrope.gguf", "llama", 32, 4, "longrope", WEIR_E_NOTSUP,
+     "llama.rope.scaling.type 'longrope' is not supported"},
 };
 
 /* Writes c's metadata (one block, 16 context, 8 ffn; a scaling factor of 4 with a rope
@@ -1051,6 +1052,93 @@ static void test_mkmodel_variants(void) {
   }
 }
 
+/* `--arch` for each family: its tensors pass the graph check, its own tokenizer style and
+ * template by default, its keys; and the family presets (one layer, a small vocabulary). */
+static void test_mkmodel_families(void) {
+  static const struct {
+    const char *args, *arch, *tok, *marker;
+    int head_dim, n_swa, qk_norm, post_norms, fused, rope_freqs, longrope, yarn;
+  } cases[] = {
+      {"--arch qwen3 --head-dim 32", "qwen3", "gpt2", "<|im_start|>", 32, 0, 1, 0, 0, 0, 0, 0},
+      {"--arch gemma2 --head-dim 24", "gemma2", "llama", "<start_of_turn>", 24, 4096, 0, 1, 0,
+       0, 0, 0},
+      {"--arch gemma3 --swa 64", "gemma3", "llama", "<start_of_turn>", 16, 64, 1, 1, 0, 0, 0, 0},
+      {"--arch phi3 --longrope --orig-ctx 512", "phi3", "llama", "<|end|>", 16, 0, 0, 0, 1, 0,
+       1, 0},
+      {"--rope-freqs --tokenizer gpt2 --chat-template llama3", "llama", "gpt2",
+       "<|start_header_id|>", 16, 0, 0, 0, 0, 1, 0, 0},
+      {"--arch mistral --yarn 4 --swa 128", "mistral", "llama", "<|im_start|>", 16, 128, 0, 0, 0,
+       0, 0, 1},
+      {"--preset gemma3-1b --layers 1 --vocab 700 --type q8_0", "gemma3", "llama",
+       "<start_of_turn>", 256, 512, 1, 1, 0, 0, 0, 0},
+      {"--preset qwen3-0.6b --layers 1 --vocab 700 --type q8_0", "qwen3", "gpt2", "<|im_start|>",
+       128, 0, 1, 0, 0, 0, 0, 0},
+      {"--preset llama3.2-1b --layers 1 --vocab 700 --type q8_0", "llama", "gpt2",
+       "<|start_header_id|>", 64, 0, 0, 0, 0, 1, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *path = wt_strf("%s/fam%zu.gguf", g_dir, i), *out = NULL;
+    const int preset = strncmp(cases[i].args, "--preset", 8) == 0;
+    char *cmd = preset ? wt_strf("%s mkmodel %s --out %s", WT_WEIR, cases[i].args, path)
+                       : wt_strf("%s mkmodel %s --dim 64 --heads 4 --kv-heads 2 --ffn 96 "
+                                 "--vocab 700 --layers 2 --ctx 4096 --type f32 --out %s",
+                                 WT_WEIR, cases[i].args, path);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    int rc = wt_run(argv, &out, 120000);
+    if (rc) fprintf(stderr, "\n  %s: %s\n", cmd, out);
+    WT_ASSERT_INT_EQ(rc, 0);
+    free(out);
+    free(cmd);
+    weir_gguf *g = open_ok(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    weir_llama_hparams hp;
+    char err[512];
+    rc = weir_gguf_llama_hparams(g, &hp, err, sizeof err);
+    if (rc) fprintf(stderr, "\n  %s\n", err);
+    WT_ASSERT_INT_EQ(rc, 0);
+    CU_ASSERT_STRING_EQUAL(hp.arch_name, cases[i].arch);
+    WT_ASSERT_INT_EQ(hp.head_dim, cases[i].head_dim);
+    WT_ASSERT_INT_EQ(hp.n_swa, cases[i].n_swa);
+    WT_ASSERT_INT_EQ(hp.has_qk_norm, cases[i].qk_norm);
+    WT_ASSERT_INT_EQ(hp.has_post_norms, cases[i].post_norms);
+    WT_ASSERT_INT_EQ(hp.fused_qkv, cases[i].fused);
+    WT_ASSERT_INT_EQ(hp.fused_gate_up, cases[i].fused);
+    WT_ASSERT_INT_EQ(hp.has_rope_freqs, cases[i].rope_freqs);
+    WT_ASSERT_INT_EQ(hp.has_longrope, cases[i].longrope);
+    WT_ASSERT_INT_EQ(hp.rope_yarn, cases[i].yarn);
+    rc = weir_gguf_llama_check(g, &hp, err, sizeof err);
+    if (rc) fprintf(stderr, "\n  %s\n", err);
+    WT_ASSERT_INT_EQ(rc, 0);
+    check_str_key(g, "tokenizer.ggml.model", cases[i].tok);
+    weir_gguf_str s;
+    WT_ASSERT_INT_EQ(weir_gguf_get_str(g, "tokenizer.chat_template", &s), 0);
+    char *tpl = strndup(s.ptr, s.len);
+    WT_ASSERT_STR_CONTAINS(tpl, cases[i].marker);
+    free(tpl);
+    if (cases[i].rope_freqs) {
+      /* llama3 factors: 1 for the fastest pair, 32 for the slowest */
+      const weir_gguf_tensor *t = weir_gguf_find_tensor(g, "rope_freqs.weight");
+      const float *f = t->t.data;
+      CU_ASSERT_EQUAL(f[0], 1.0f);
+      CU_ASSERT_EQUAL(f[hp.n_rot / 2 - 1], 32.0f);
+    }
+    weir_gguf_close(g);
+    free(path);
+  }
+  /* usage errors of the family flags */
+  char *path = wt_strf("%s/bad.gguf", g_dir), *out = NULL;
+  const char *b1[] = {"--arch", "gemma4", "--out", path, NULL};
+  WT_ASSERT_INT_EQ(run_mkmodel(b1, &out), 2);
+  free(out);
+  const char *b2[] = {"--longrope", "--out", path, NULL};
+  WT_ASSERT_INT_EQ(run_mkmodel(b2, &out), 2);
+  free(out);
+  const char *b3[] = {"--rope-freqs", "--yarn", "4", "--out", path, NULL};
+  WT_ASSERT_INT_EQ(run_mkmodel(b3, &out), 2);
+  free(out);
+  free(path);
+}
+
 /* A second, independent reader (tests/gguf/gguf_check.py, written from the format
  * description) reads mkmodel's files the way weir does: same keys, same tensors at the same
  * offsets, and a tokenizer whose merges and pieces are consistent. */
@@ -1244,7 +1332,7 @@ static void test_mkmodel_kquant_types(void) {
   char *path = wt_strf("%s/kq_bad.gguf", g_dir);
   const char *bad_args[] = {"--type", "q4_k", "--out", path, NULL}; /* tiny: dim 64 */
   WT_ASSERT_INT_EQ(run_mkmodel(bad_args, &out), 2);
-  WT_ASSERT_STR_CONTAINS(out, "--dim and --ffn must be multiples of 256");
+  WT_ASSERT_STR_CONTAINS(out, "--dim, --ffn and heads x head size must be multiples of 256");
   free(out);
   const char *bad_type[] = {"--type", "iq2_xxs", "--out", path, NULL};
   WT_ASSERT_INT_EQ(run_mkmodel(bad_type, &out), 2);
@@ -1312,6 +1400,7 @@ int main(void) {
       {"random_mutations", test_random_mutations},
       {"mkmodel_tiny", test_mkmodel_tiny},
       {"mkmodel_variants", test_mkmodel_variants},
+      {"mkmodel_families", test_mkmodel_families},
       {"mkmodel_usage_errors", test_mkmodel_usage_errors},
       {"mkmodel_kquant_types", test_mkmodel_kquant_types},
       {"independent_reader", test_independent_reader},

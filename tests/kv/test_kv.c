@@ -640,8 +640,108 @@ static void test_randomized(void) {
   weir_kv_cache_destroy(kv);
 }
 
+/* ---- Sliding window -------------------------------------------------------------------- */
+
+/* A pool whose layers all slide over 20 tokens, in 4-token blocks: a 300-token sequence
+ * grown one token at a time, then in 16-token chunks, holds at most the window's blocks
+ * plus two; the released entries read -1 and their slots -1; the rest keep their slots;
+ * registration, fork and free still keep every invariant. */
+static void test_sliding_window_frees_blocks(void) {
+  enum { W = 20, BS = 4, N = 300 };
+  weir_kv_cache_params p = {.num_blocks = 16, .block_size = BS, .prefix_caching = 1,
+                            .sliding_window = W};
+  weir_kv_cache *kv = NULL;
+  WT_ASSERT_INT_EQ(weir_kv_cache_create(&p, &kv), WEIR_OK);
+  /* The scheduler's bound: a whole sequence needs no more than this. */
+  WT_ASSERT_INT_EQ(weir_kv_cache_blocks_needed(kv, N), (W + BS - 1) / BS + 2);
+  WT_ASSERT_INT_EQ(weir_kv_cache_blocks_needed(kv, 8), 2);
+  int32_t toks[N];
+  fill_seq(toks, N, 100);
+  for (int chunk = 1; chunk <= 16; chunk += 15) {
+    weir_kv_seq *s = seq_new(kv);
+    int32_t max_used = 0;
+    for (int32_t len = 0; len < N; len += chunk) {
+      int32_t n = len + chunk <= N ? chunk : N - len;
+      WT_ASSERT_INT_EQ(append(kv, s, n, NULL, NULL), WEIR_OK);
+      WT_ASSERT_INT_EQ(weir_kv_seq_register(kv, s, toks, len + n), WEIR_OK);
+      weir_kv_stats st = stats(kv);
+      if (st.used_blocks > max_used) max_used = st.used_blocks;
+      /* Everything the first new token (at len) may still read holds a slot. */
+      for (int32_t q = len - W + 1 > 0 ? len - W + 1 : 0; q < len + n; q++)
+        CU_ASSERT(weir_kv_seq_slot(kv, s, q) >= 0);
+      assert_ok(kv);
+    }
+    printf("\n    chunk %d: at most %d blocks in use for %d tokens (window %d)", chunk, max_used,
+           N, W);
+    CU_ASSERT(max_used <= (W + chunk + BS - 1) / BS + 1);
+    CU_ASSERT(max_used < N / BS);
+    int32_t nb = 0;
+    const int32_t *t = weir_kv_seq_block_table(s, &nb);
+    WT_ASSERT_INT_EQ(nb, N / BS);
+    int32_t rel = weir_kv_seq_released(s);
+    CU_ASSERT(rel >= (N - W - chunk) / BS - 1);
+    for (int32_t i = 0; i < rel; i++) WT_ASSERT_INT_EQ(t[i], -1);
+    WT_ASSERT_INT_EQ(weir_kv_seq_slot(kv, s, 0), -1);
+    /* a fork shares only the live blocks */
+    weir_kv_seq *f = NULL;
+    WT_ASSERT_INT_EQ(weir_kv_seq_fork(kv, s, &f), WEIR_OK);
+    WT_ASSERT_INT_EQ(weir_kv_seq_released(f), rel);
+    assert_ok(kv);
+    weir_kv_seq_free(kv, f);
+    weir_kv_seq_free(kv, s);
+    assert_ok(kv);
+    WT_ASSERT_INT_EQ(stats(kv).used_blocks, 0);
+  }
+  /* Released full blocks stay in the prefix cache: a new sequence with the same tokens finds
+   * the chain (its KV is still there until evicted). */
+  weir_kv_cache_params p3 = {.num_blocks = 64, .block_size = BS, .prefix_caching = 1,
+                             .sliding_window = 8};
+  weir_kv_cache *big = NULL;
+  WT_ASSERT_INT_EQ(weir_kv_cache_create(&p3, &big), WEIR_OK);
+  weir_kv_seq *s = seq_new(big);
+  WT_ASSERT_INT_EQ(append(big, s, 24, NULL, NULL), WEIR_OK);
+  WT_ASSERT_INT_EQ(weir_kv_seq_register(big, s, toks, 24), WEIR_OK);
+  WT_ASSERT_INT_EQ(append(big, s, 4, NULL, NULL), WEIR_OK); /* releases blocks 0..3 */
+  WT_ASSERT_INT_EQ(weir_kv_seq_released(s), 4);
+  WT_ASSERT_INT_EQ(weir_kv_seq_register(big, s, toks, 28), WEIR_OK);
+  weir_kv_seq *s2 = seq_new(big);
+  int32_t cached = 0;
+  WT_ASSERT_INT_EQ(weir_kv_seq_match_prefix(big, s2, toks, 9, &cached), WEIR_OK);
+  WT_ASSERT_INT_EQ(cached, 8);
+  assert_ok(big);
+  weir_kv_seq_free(big, s2);
+  weir_kv_seq_free(big, s);
+  assert_ok(big);
+  weir_kv_cache_destroy(big);
+  /* Without a window nothing is released. */
+  weir_kv_cache *plain = mk(80, BS, 0);
+  s = seq_new(plain);
+  for (int32_t len = 0; len < N; len += 16)
+    WT_ASSERT_INT_EQ(append(plain, s, 16 < N - len ? 16 : N - len, NULL, NULL), WEIR_OK);
+  WT_ASSERT_INT_EQ(weir_kv_seq_released(s), 0);
+  WT_ASSERT_INT_EQ(stats(plain).used_blocks, N / BS);
+  weir_kv_cache_destroy(plain);
+  /* The append capacity counts the blocks an append would release. */
+  weir_kv_cache_params p2 = {.num_blocks = 8, .block_size = BS, .sliding_window = W};
+  weir_kv_cache *small = NULL;
+  WT_ASSERT_INT_EQ(weir_kv_cache_create(&p2, &small), WEIR_OK);
+  s = seq_new(small);
+  WT_ASSERT_INT_EQ(append(small, s, 32, NULL, NULL), WEIR_OK); /* all 8 blocks */
+  WT_ASSERT_INT_EQ(weir_kv_cache_num_allocatable(small), 0);
+  /* first new token at 32 sees 13..32: blocks 0..2 (tokens 0..11) go back */
+  CU_ASSERT(weir_kv_seq_append_capacity(small, s) == 3 * BS);
+  WT_ASSERT_INT_EQ(append(small, s, 12, NULL, NULL), WEIR_OK);
+  assert_ok(small);
+  weir_kv_cache_destroy(small);
+  weir_kv_cache_params bad = {.num_blocks = 8, .block_size = BS, .sliding_window = -1};
+  weir_kv_cache *none = NULL;
+  WT_ASSERT_INT_EQ(weir_kv_cache_create(&bad, &none), WEIR_E_INVAL);
+  weir_kv_cache_destroy(kv);
+}
+
 int main(void) {
   static const wt_test tests[] = {
+      {"sliding_window_frees_blocks", test_sliding_window_frees_blocks},
       {"params", test_params},
       {"alloc_free_slots", test_alloc_free_slots},
       {"exhaustion_changes_nothing", test_exhaustion_changes_nothing},

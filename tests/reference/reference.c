@@ -166,55 +166,181 @@ void weir_ref_model_free(weir_ref_model *m) {
 
 const weir_llama_hparams *weir_ref_model_hparams(const weir_ref_model *m) { return &m->hp; }
 
+/* ---- the model families ----
+ * Each formula's source:
+ *  - Llama / Mistral: Touvron et al. 2023 and Meta's llama reference model.py (RMSNorm,
+ *    RoPE on adjacent pairs, SwiGLU). Llama 3.1's rope_freqs: Meta's llama3 apply_scaling
+ *    divides the frequency of pair i by a factor (the GGUF stores the factors).
+ *  - Qwen2 / Qwen3: HF transformers modeling_qwen2.py / modeling_qwen3.py (rotate_half RoPE
+ *    = NEOX pairs; Qwen3Attention applies q_norm / k_norm, RMSNorms over head_dim, per head
+ *    before RoPE).
+ *  - Gemma 2: HF transformers modeling_gemma2.py: embeddings times sqrt(hidden_size);
+ *    Gemma2RMSNorm is x * (1 + w) (llama.cpp's converter stores 1 + w in the GGUF, so the
+ *    file's weight multiplies directly); post_attention_layernorm and
+ *    post_feedforward_layernorm on the sublayer outputs before the residual add; MLP
+ *    down(gelu_pytorch_tanh(gate) * up); scores scaled by query_pre_attn_scalar^-0.5 then
+ *    soft-capped: tanh(s / cap) * cap with attn_logit_softcapping; final logits soft-capped
+ *    by final_logit_softcapping; sliding window on even layers (layer_idx % 2 == 0), a key
+ *    j visible to query i when i - j < sliding_window.
+ *  - Gemma 3: HF transformers modeling_gemma3.py: as Gemma 2 plus q_norm / k_norm, no
+ *    soft-caps, layer l sliding unless (l + 1) % 6 == 0, sliding layers' RoPE with
+ *    rope_local_base_freq (10000) and no scaling.
+ *  - Phi-3: HF transformers modeling_phi3.py: qkv_proj rows are q, k, v; gate_up_proj rows
+ *    are gate then up, out = down(silu(gate) * up); LongRoPE divides pair i's frequency by
+ *    long_factor[i] (sequences past original_max_position_embeddings) or short_factor[i] and
+ *    scales cos and sin by the attention factor.
+ *  - YaRN: Peng et al. 2023 and HF modeling_rope_utils._compute_yarn_parameters: correction
+ *    dims d(b) = n_rot ln(L_orig / (2 pi b)) / (2 ln base) for beta_fast and beta_slow, a
+ *    linear ramp between them, inv_freq = interp (1 - mix) + extrap mix with mix = (1 -
+ *    ramp) ext_factor, cos and sin times 0.1 ln(factor) + 1. */
+
+/* Whether layer l slides, from the architecture's published layer pattern. */
+static int ref_layer_slides(const weir_llama_hparams *hp, int l) {
+  if (hp->n_swa <= 0) return 0;
+  if (hp->arch == WEIR_ARCH_GEMMA2) return l % 2 == 0;
+  if (hp->arch == WEIR_ARCH_GEMMA3) return (l + 1) % 6 != 0;
+  return 1;
+}
+
+/* The angle per position of pair i, and the rotation's magnitude factor. */
+static void ref_rope_freqs(const weir_ref_model *m, int swa, int max_len, double *inv,
+                           double *mscale) {
+  const weir_llama_hparams *hp = &m->hp;
+  const int half = hp->n_rot / 2;
+  double base = hp->rope_freq_base, factor = hp->rope_scale > 0 ? hp->rope_scale : 1.0;
+  if (swa && hp->arch == WEIR_ARCH_GEMMA3) {
+    base = hp->rope_freq_base_swa;
+    factor = 1.0;
+  }
+  double fac[WEIR_MAX_ROT / 2];
+  for (int i = 0; i < half; i++) fac[i] = 1.0;
+  const weir_gguf_tensor *t = weir_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+  if (!t && (weir_gguf_find_tensor(m->gguf, "rope_factors_long.weight")))
+    t = weir_gguf_find_tensor(m->gguf, max_len > hp->n_ctx_orig ? "rope_factors_long.weight"
+                                                                : "rope_factors_short.weight");
+  if (t) weir_ref_dequant(t->t.dtype, t->t.data, fac, half);
+  double low = 0, high = 0;
+  const int yarn = hp->rope_yarn && factor > 1.0 && hp->yarn_ext_factor > 0;
+  if (yarn) {
+    const double pi = 3.14159265358979323846;
+    low = floor(hp->n_rot * log(hp->n_ctx_orig / (hp->yarn_beta_fast * 2 * pi)) /
+                (2 * log(base)));
+    high = ceil(hp->n_rot * log(hp->n_ctx_orig / (hp->yarn_beta_slow * 2 * pi)) /
+                (2 * log(base)));
+    low = low < 0 ? 0 : low;
+    high = high > hp->n_rot - 1 ? hp->n_rot - 1 : high;
+  }
+  for (int i = 0; i < half; i++) {
+    double extrap = 1.0 / (pow(base, 2.0 * i / hp->n_rot) * fac[i]);
+    double interp = extrap / factor;
+    if (yarn) {
+      double ramp = ((double)i - low) / fmax(high - low, 0.001);
+      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+      double mix = (1 - ramp) * hp->yarn_ext_factor;
+      inv[i] = interp * (1 - mix) + extrap * mix;
+    } else {
+      inv[i] = interp;
+    }
+  }
+  *mscale = hp->rope_attn_factor > 0 ? hp->rope_attn_factor : 1.0;
+  if (yarn) *mscale *= 0.1 * log(factor) + 1.0;
+}
+
+static void ref_rope_inv(double *x, int n_rot, int pos, const double *inv, double mscale,
+                         int style) {
+  int half = n_rot / 2;
+  for (int i = 0; i < half; i++) {
+    double theta = pos * inv[i], c = cos(theta) * mscale, s = sin(theta) * mscale;
+    int a = style == WEIR_ROPE_NEOX ? i : 2 * i;
+    int b = style == WEIR_ROPE_NEOX ? i + half : 2 * i + 1;
+    double x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
+static double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+
+/* Rows [row0, row0 + out) of weight w, applied to n inputs. */
+static int matmul_rows(const weir_gguf_tensor *w, int64_t row0, int64_t out, const double *x,
+                       int n, double *y) {
+  weir_gguf_tensor v = *w;
+  v.t.data = (uint8_t *)w->t.data + w->t.nb[1] * (size_t)row0;
+  v.t.ne[1] = out;
+  return matmul(&v, x, n, y);
+}
+
 int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *logits) {
+  return weir_ref_forward_len(m, tokens, n, 0, logits);
+}
+
+int weir_ref_forward_len(weir_ref_model *m, const int32_t *tokens, int n, int max_len,
+                         double *logits) {
   const weir_llama_hparams *hp = &m->hp;
   const int E = hp->n_embd, H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim;
-  const int KV = HKV * D, F = hp->n_ff, V = hp->n_vocab;
+  const int QD = H * D, KV = HKV * D, F = hp->n_ff, V = hp->n_vocab;
   const size_t N = (size_t)n;
+  const int gemma = hp->arch == WEIR_ARCH_GEMMA2 || hp->arch == WEIR_ARCH_GEMMA3;
   int rc = 0;
   if (n < 1) return WEIR_E_INVAL;
+  if (max_len <= 0) max_len = hp->n_ctx_train;
   for (int t = 0; t < n; t++)
     if (tokens[t] < 0 || tokens[t] >= V) return WEIR_E_INVAL;
 
+  const int W = E > QD ? E : QD;
   double *x = calloc(N * (size_t)E, sizeof(double));     /* the residual stream */
-  double *h = calloc(N * (size_t)E, sizeof(double));     /* normed input of a sublayer */
-  double *q = calloc(N * (size_t)E, sizeof(double));
+  double *h = calloc(N * (size_t)W, sizeof(double));     /* normed input of a sublayer */
+  double *q = calloc(N * (size_t)QD, sizeof(double));
   double *k = calloc(N * (size_t)KV, sizeof(double));
   double *v = calloc(N * (size_t)KV, sizeof(double));
-  double *att = calloc(N * (size_t)E, sizeof(double));
+  double *att = calloc(N * (size_t)QD, sizeof(double));
   double *o = calloc(N * (size_t)E, sizeof(double));
   double *g = calloc(N * (size_t)F, sizeof(double));
   double *u = calloc(N * (size_t)F, sizeof(double));
-  double *w = calloc((size_t)(E > KV ? E : KV), sizeof(double)); /* a norm weight or bias */
+  double *w = calloc((size_t)(W > KV ? W : KV), sizeof(double)); /* a norm weight or bias */
+  double *w2 = calloc((size_t)D, sizeof(double));
   double *p = calloc(N, sizeof(double));                          /* attention weights */
-  if (!x || !h || !q || !k || !v || !att || !o || !g || !u || !w || !p) {
+  double inv[2][WEIR_MAX_ROT / 2], msc[2];
+  if (!x || !h || !q || !k || !v || !att || !o || !g || !u || !w || !w2 || !p) {
     rc = WEIR_E_NOMEM;
     goto free_buffers;
   }
+  ref_rope_freqs(m, 0, max_len, inv[0], &msc[0]);
+  ref_rope_freqs(m, 1, max_len, inv[1], &msc[1]);
 
-  /* Embedding: row tokens[t] of token_embd (ne = {E, V}). */
+  /* Embedding: row tokens[t] of token_embd (ne = {E, V}); Gemma scales it by sqrt(E). */
   const weir_gguf_tensor *emb = weir_gguf_find_tensor(m->gguf, "token_embd.weight");
   for (int t = 0; t < n; t++)
     if ((rc = weir_ref_dequant(emb->t.dtype,
                                (const uint8_t *)emb->t.data + emb->t.nb[1] * (size_t)tokens[t],
                                x + (size_t)t * E, E)))
       goto free_buffers;
+  if (gemma)
+    for (size_t i = 0; i < N * (size_t)E; i++) x[i] *= sqrt((double)E);
 
-  const double scale = 1.0 / sqrt((double)D);
+  const double scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0 / sqrt((double)D);
   for (int l = 0; l < hp->n_layer; l++) {
+    const int swa = ref_layer_slides(hp, l);
     /* Attention block. */
     if ((rc = vec(blk(m, l, "attn_norm.weight"), w))) goto free_buffers;
     for (int t = 0; t < n; t++)
       weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
-    if ((rc = matmul(blk(m, l, "attn_q.weight"), h, n, q)) ||
-        (rc = matmul(blk(m, l, "attn_k.weight"), h, n, k)) ||
-        (rc = matmul(blk(m, l, "attn_v.weight"), h, n, v)))
+    const weir_gguf_tensor *qkv = blk(m, l, "attn_qkv.weight");
+    if (qkv) {
+      if ((rc = matmul_rows(qkv, 0, QD, h, n, q)) || (rc = matmul_rows(qkv, QD, KV, h, n, k)) ||
+          (rc = matmul_rows(qkv, QD + KV, KV, h, n, v)))
+        goto free_buffers;
+    } else if ((rc = matmul(blk(m, l, "attn_q.weight"), h, n, q)) ||
+               (rc = matmul(blk(m, l, "attn_k.weight"), h, n, k)) ||
+               (rc = matmul(blk(m, l, "attn_v.weight"), h, n, v)))
       goto free_buffers;
     const weir_gguf_tensor *bq = blk(m, l, "attn_q.bias"), *bk = blk(m, l, "attn_k.bias"),
                            *bv = blk(m, l, "attn_v.bias");
     if (bq) {
       if ((rc = vec(bq, w))) goto free_buffers;
-      for (int t = 0; t < n; t++) for (int i = 0; i < E; i++) q[(size_t)t * E + i] += w[i];
+      for (int t = 0; t < n; t++) for (int i = 0; i < QD; i++) q[(size_t)t * QD + i] += w[i];
     }
     if (bk) {
       if ((rc = vec(bk, w))) goto free_buffers;
@@ -224,48 +350,82 @@ int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *lo
       if ((rc = vec(bv, w))) goto free_buffers;
       for (int t = 0; t < n; t++) for (int i = 0; i < KV; i++) v[(size_t)t * KV + i] += w[i];
     }
+    const weir_gguf_tensor *qn = blk(m, l, "attn_q_norm.weight"),
+                           *kn = blk(m, l, "attn_k_norm.weight");
+    if (qn && kn) {
+      if ((rc = vec(qn, w)) || (rc = vec(kn, w2))) goto free_buffers;
+      for (int t = 0; t < n; t++) {
+        for (int hd = 0; hd < H; hd++) {
+          double *r = q + (size_t)t * QD + (size_t)hd * D;
+          weir_ref_rmsnorm(r, w, D, hp->rms_eps, r);
+        }
+        for (int hd = 0; hd < HKV; hd++) {
+          double *r = k + (size_t)t * KV + (size_t)hd * D;
+          weir_ref_rmsnorm(r, w2, D, hp->rms_eps, r);
+        }
+      }
+    }
     for (int t = 0; t < n; t++) {
       for (int hd = 0; hd < H; hd++)
-        weir_ref_rope(q + (size_t)t * E + (size_t)hd * D, hp->n_rot, t, hp->rope_freq_base,
-                      hp->rope_scale, hp->rope_style);
+        ref_rope_inv(q + (size_t)t * QD + (size_t)hd * D, hp->n_rot, t, inv[swa], msc[swa],
+                     hp->rope_style);
       for (int hd = 0; hd < HKV; hd++)
-        weir_ref_rope(k + (size_t)t * KV + (size_t)hd * D, hp->n_rot, t, hp->rope_freq_base,
-                      hp->rope_scale, hp->rope_style);
+        ref_rope_inv(k + (size_t)t * KV + (size_t)hd * D, hp->n_rot, t, inv[swa], msc[swa],
+                     hp->rope_style);
     }
-    /* Causal softmax attention; query head hd reads KV head hd / (H / HKV). */
+    /* Causal softmax attention; query head hd reads KV head hd / (H / HKV); a sliding layer
+     * sees keys s with t - s < window; scores soft-capped when the model says so. */
     for (int t = 0; t < n; t++) {
+      const int s0 = swa && t - hp->n_swa + 1 > 0 ? t - hp->n_swa + 1 : 0;
       for (int hd = 0; hd < H; hd++) {
         int kh = hd / (H / HKV);
-        const double *qv = q + (size_t)t * E + (size_t)hd * D;
+        const double *qv = q + (size_t)t * QD + (size_t)hd * D;
         double mx = -INFINITY, sum = 0;
-        for (int s = 0; s <= t; s++) {
+        for (int s = s0; s <= t; s++) {
           const double *kv = k + (size_t)s * KV + (size_t)kh * D;
           double dot = 0;
           for (int i = 0; i < D; i++) dot += qv[i] * kv[i];
           p[s] = dot * scale;
+          if (hp->attn_softcap > 0) p[s] = tanh(p[s] / hp->attn_softcap) * hp->attn_softcap;
           if (p[s] > mx) mx = p[s];
         }
-        for (int s = 0; s <= t; s++) sum += (p[s] = exp(p[s] - mx));
-        double *out = att + (size_t)t * E + (size_t)hd * D;
+        for (int s = s0; s <= t; s++) sum += (p[s] = exp(p[s] - mx));
+        double *out = att + (size_t)t * QD + (size_t)hd * D;
         for (int i = 0; i < D; i++) out[i] = 0;
-        for (int s = 0; s <= t; s++) {
+        for (int s = s0; s <= t; s++) {
           const double *vv = v + (size_t)s * KV + (size_t)kh * D;
           for (int i = 0; i < D; i++) out[i] += p[s] / sum * vv[i];
         }
       }
     }
     if ((rc = matmul(blk(m, l, "attn_output.weight"), att, n, o))) goto free_buffers;
+    const weir_gguf_tensor *pan = blk(m, l, "post_attention_norm.weight");
+    if (pan) {
+      if ((rc = vec(pan, w))) goto free_buffers;
+      for (int t = 0; t < n; t++)
+        weir_ref_rmsnorm(o + (size_t)t * E, w, E, hp->rms_eps, o + (size_t)t * E);
+    }
     for (size_t i = 0; i < N * (size_t)E; i++) x[i] += o[i];
 
-    /* Feed-forward block: down(silu(gate(h)) * up(h)). */
+    /* Feed-forward block: down(act(gate(h)) * up(h)). */
     if ((rc = vec(blk(m, l, "ffn_norm.weight"), w))) goto free_buffers;
     for (int t = 0; t < n; t++)
       weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
-    if ((rc = matmul(blk(m, l, "ffn_gate.weight"), h, n, g)) ||
-        (rc = matmul(blk(m, l, "ffn_up.weight"), h, n, u)))
+    const weir_gguf_tensor *gate = blk(m, l, "ffn_gate.weight");
+    if (!gate) { /* phi3: ffn_up holds gate rows then up rows */
+      const weir_gguf_tensor *gu = blk(m, l, "ffn_up.weight");
+      if ((rc = matmul_rows(gu, 0, F, h, n, g)) || (rc = matmul_rows(gu, F, F, h, n, u)))
+        goto free_buffers;
+    } else if ((rc = matmul(gate, h, n, g)) || (rc = matmul(blk(m, l, "ffn_up.weight"), h, n, u)))
       goto free_buffers;
-    for (size_t i = 0; i < N * (size_t)F; i++) g[i] = silu(g[i]) * u[i];
+    for (size_t i = 0; i < N * (size_t)F; i++) g[i] = (gemma ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
     if ((rc = matmul(blk(m, l, "ffn_down.weight"), g, n, o))) goto free_buffers;
+    const weir_gguf_tensor *pfn = blk(m, l, "post_ffw_norm.weight");
+    if (pfn) {
+      if ((rc = vec(pfn, w))) goto free_buffers;
+      for (int t = 0; t < n; t++)
+        weir_ref_rmsnorm(o + (size_t)t * E, w, E, hp->rms_eps, o + (size_t)t * E);
+    }
     for (size_t i = 0; i < N * (size_t)E; i++) x[i] += o[i];
   }
 
@@ -275,6 +435,9 @@ int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *lo
   const weir_gguf_tensor *out = hp->has_output ? weir_gguf_find_tensor(m->gguf, "output.weight")
                                                : emb;
   rc = matmul(out, h, n, logits);
+  if (rc == 0 && hp->final_softcap > 0)
+    for (size_t i = 0; i < N * (size_t)V; i++)
+      logits[i] = tanh(logits[i] / hp->final_softcap) * hp->final_softcap;
 
 free_buffers:
   free(x);
@@ -287,6 +450,7 @@ free_buffers:
   free(g);
   free(u);
   free(w);
+  free(w2);
   free(p);
   return rc;
 }

@@ -1,5 +1,6 @@
-/* A deliberately plain double-precision reference of the Llama-family forward pass, for
- * checking the engine's logits. It shares no kernel with the engine: its dequantization
+/* A deliberately plain double-precision reference of the Llama-family forward pass (llama,
+ * mistral, qwen2, qwen3, gemma2, gemma3, phi3; the source of every formula is cited in
+ * reference.c), for checking the engine's logits. It shares no kernel with the engine: its dequantization
  * (F32, F16, BF16, Q8_0, Q4_0, Q4_1), embedding, RMSNorm, RoPE (NORM and NEOX), grouped-query
  * causal attention over the whole sequence (no KV cache), SwiGLU, optional QKV bias and tied
  * or separate output are written here from the definitions. It uses core only to read the
@@ -30,6 +31,10 @@ const weir_llama_hparams *weir_ref_model_hparams(const weir_ref_model *m);
 /* Runs tokens[0..n) at positions 0..n-1 and writes logits[n][n_vocab] (row i: the logits
  * after token i). WEIR_E_INVAL for n < 1 or a token outside the vocabulary, WEIR_E_NOMEM. */
 int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *logits);
+/* The same for a model that serves sequences of up to max_len tokens (0: the file's context
+ * length), which picks Phi-3's LongRoPE factor set. */
+int weir_ref_forward_len(weir_ref_model *m, const int32_t *tokens, int n, int max_len,
+                         double *logits);
 
 /* The building blocks, exposed for their own tests. */
 /* Converts n elements (a multiple of the block size) of a GGUF tensor type into doubles;

@@ -23,6 +23,12 @@ typedef struct mk_opts {
   double rope_base, rms_eps;
   int tied;
   unsigned long long seed;
+  /* Model families: head size (0: dim / heads), sliding window (-1: the arch's default, 0:
+   * none), llama3 rope_freqs, YaRN factor (0: none), LongRoPE factors (phi3), original
+   * context of the scaled RoPE (0: ctx / 4). */
+  long head_dim, swa, orig_ctx;
+  int rope_freqs, longrope;
+  double yarn;
 } mk_opts;
 
 static void usage(FILE *f) {
@@ -34,8 +40,20 @@ static void usage(FILE *f) {
         "                              ctx 2048, f16, llama tokenizer, chatml\n"
         "                        1.1b: dim 2048, 22 layers, 32 heads, 4 KV heads, ffn 5632,\n"
         "                              vocab 32000, ctx 2048, f16, llama tokenizer, chatml\n"
-        "  --arch llama|mistral|qwen2   architecture (qwen2 adds QKV biases, NEOX RoPE)\n"
+        "                        gemma3-1b, qwen3-0.6b, llama3.2-1b: those models' shapes,\n"
+        "                              tokenizers and templates (f16, random weights)\n"
+        "  --arch llama|mistral|qwen2|qwen3|gemma2|gemma3|phi3   architecture (qwen2 adds QKV\n"
+        "                        biases; qwen3 Q/K norms; gemma2/3 post-norms, GELU, soft-caps,\n"
+        "                        sliding windows; phi3 fused QKV and gate/up; docs/models.md)\n"
         "  --dim N  --layers N  --heads N  --kv-heads N  --ffn N  --vocab N  --ctx N\n"
+        "  --head-dim N          head size (default dim / heads; written as key_length)\n"
+        "  --swa N               sliding window (gemma2 4096, gemma3 512 by default; 0 none;\n"
+        "                        other archs: every layer slides)\n"
+        "  --rope-freqs          llama3 frequency factors (rope_freqs.weight: factor 32, low 1,\n"
+        "                        high 4 over --orig-ctx)\n"
+        "  --yarn X              YaRN scaling by X over --orig-ctx\n"
+        "  --longrope            phi3 rope_factors_long/short over --orig-ctx\n"
+        "  --orig-ctx N          original context of the scaled RoPE (default ctx / 4)\n"
         "  --rope-base X         RoPE frequency base (default 10000; qwen2 1000000)\n"
         "  --rms-eps X           RMSNorm epsilon (default 1e-5; qwen2 1e-6)\n"
         "  --type T              weight type (norms and biases stay f32): one type for every\n"
@@ -45,8 +63,9 @@ static void usage(FILE *f) {
         "                        q6_k; attn_v and ffn_down of even layers q4_k / q6_k / q6_k);\n"
         "                        the 256-element types need --dim and --ffn multiples of 256\n"
         "  --tied                no output.weight: the output reuses token_embd.weight\n"
-        "  --tokenizer llama|gpt2         SentencePiece-style or byte-level BPE\n"
+        "  --tokenizer llama|gpt2         SentencePiece-style or byte-level BPE (qwen3: gpt2)\n"
         "  --chat-template chatml|llama2|llama3|mistral|zephyr|gemma|phi3|none\n"
+        "                        (default chatml; gemma2/gemma3: gemma; phi3: phi3)\n"
         "  --seed N              weight seed (default 1)\n"
         "  --name S              general.name (default weir-<preset or custom>)\n"
         "  --out FILE            output path (written to FILE.tmp, then renamed)\n",
@@ -61,7 +80,21 @@ static int preset_apply(const char *name, mk_opts *o) {
   o->ctx = 2048;
   o->seed = 1;
   o->tied = 0;
-  if (strcmp(name, "tiny") == 0) {
+  o->swa = -1;
+  if (strcmp(name, "gemma3-1b") == 0) {
+    o->arch = "gemma3", o->chat_template = "gemma", o->tied = 1;
+    o->dim = 1152, o->layers = 26, o->heads = 4, o->kv_heads = 1, o->head_dim = 256;
+    o->ffn = 6912, o->vocab = 262144, o->ctx = 32768, o->swa = 512, o->rope_base = 1000000;
+    o->rms_eps = 1e-6;
+  } else if (strcmp(name, "qwen3-0.6b") == 0) {
+    o->arch = "qwen3", o->tokenizer = "gpt2", o->tied = 1;
+    o->dim = 1024, o->layers = 28, o->heads = 16, o->kv_heads = 8, o->head_dim = 128;
+    o->ffn = 3072, o->vocab = 151936, o->ctx = 40960, o->rope_base = 1000000, o->rms_eps = 1e-6;
+  } else if (strcmp(name, "llama3.2-1b") == 0) {
+    o->tokenizer = "gpt2", o->chat_template = "llama3", o->tied = 1, o->rope_freqs = 1;
+    o->dim = 2048, o->layers = 16, o->heads = 32, o->kv_heads = 8, o->ffn = 8192;
+    o->vocab = 128256, o->ctx = 131072, o->orig_ctx = 8192, o->rope_base = 500000;
+  } else if (strcmp(name, "tiny") == 0) {
     o->dim = 64, o->layers = 2, o->heads = 4, o->kv_heads = 2, o->ffn = 192, o->vocab = 512;
   } else if (strcmp(name, "1.1b") == 0) {
     o->dim = 2048, o->layers = 22, o->heads = 32, o->kv_heads = 4, o->ffn = 5632;
@@ -98,7 +131,7 @@ static inline float gauss(uint64_t *state) {
 
 /* ---- tensor plan ---- */
 
-typedef enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT } init_kind;
+typedef enum init_kind { INIT_NORMAL, INIT_NORM_WEIGHT, INIT_FIXED } init_kind;
 
 typedef struct plan_tensor {
   char name[64];
@@ -107,6 +140,7 @@ typedef struct plan_tensor {
   int64_t ne[2];
   init_kind init;
   float std;
+  const float *fixed; /* INIT_FIXED: the values (a vector) */
 } plan_tensor;
 
 static int plan_add(plan_tensor *p, int *n, const char *name, weir_dtype dt, int64_t ne0,
@@ -136,7 +170,9 @@ static int gen_tensor(weir_gguf_writer *w, const plan_tensor *t, uint64_t seed, 
     for (int64_t r = 0; r < nr; r++) {
       uint64_t st = mix64(th + (uint64_t)(r0 + r) * 0xd1b54a32d192ed03ull);
       float *row = fbuf + r * cols;
-      if (t->init == INIT_NORM_WEIGHT)
+      if (t->init == INIT_FIXED)
+        for (int64_t c = 0; c < cols; c++) row[c] = t->fixed[c];
+      else if (t->init == INIT_NORM_WEIGHT)
         for (int64_t c = 0; c < cols; c++) row[c] = 1.0f + t->std * gauss(&st);
       else
         for (int64_t c = 0; c < cols; c++) row[c] = t->std * gauss(&st);
@@ -230,6 +266,7 @@ static int write_model(const mk_opts *o, char *err) {
   uint8_t *qbuf = NULL;
   char *tmp = NULL;
   const weir__chat_template *tpl = weir__chat_template_find(o->chat_template);
+  float *factors = NULL;
   int specials_n = 0;
   memset(&voc, 0, sizeof voc);
   const weir_dtype wt = ty->base, out_t = ty->out;
@@ -241,9 +278,40 @@ static int write_model(const mk_opts *o, char *err) {
 
   /* Metadata, in the order and with the names llama.cpp's converter uses. */
   const char *a = o->arch;
-  int qwen = strcmp(a, "qwen2") == 0;
+  int qwen = strcmp(a, "qwen2") == 0, qwen3 = strcmp(a, "qwen3") == 0;
+  int gemma2 = strcmp(a, "gemma2") == 0, gemma3 = strcmp(a, "gemma3") == 0;
+  int gemma = gemma2 || gemma3, phi3 = strcmp(a, "phi3") == 0;
   char key[128];
-  long head_dim = o->dim / o->heads;
+  long head_dim = o->head_dim ? o->head_dim : o->dim / o->heads;
+  long qd = o->heads * head_dim;
+  long swa = o->swa >= 0 ? o->swa : gemma2 ? 4096 : gemma3 ? 512 : 0;
+  long orig_ctx = o->orig_ctx ? o->orig_ctx : (o->ctx / 4 > 0 ? o->ctx / 4 : 1);
+  /* RoPE factor tables (rope_freqs, LongRoPE), head_dim / 2 each. */
+  factors = calloc((size_t)head_dim, sizeof *factors);
+  if (!factors) {
+    rc = WEIR_E_NOMEM;
+    goto free_all;
+  }
+  if (o->rope_freqs) {
+    /* Meta's llama3 scaling (factor 32, low 1, high 4): wavelengths past orig/low are
+     * interpolated by the factor, those under orig/high kept, a smooth blend between. */
+    const double fac = 32, lo = 1, hi = 4, pi = 3.14159265358979323846;
+    for (long i = 0; i < head_dim / 2; i++) {
+      double freq = pow(o->rope_base, -2.0 * (double)i / (double)head_dim), wl = 2 * pi / freq;
+      if (wl < orig_ctx / hi) factors[i] = 1.0f;
+      else if (wl > orig_ctx / lo) factors[i] = (float)fac;
+      else {
+        double smooth = (orig_ctx / wl - lo) / (hi - lo);
+        factors[i] = (float)(1.0 / ((1 - smooth) / fac + smooth));
+      }
+    }
+  } else if (o->longrope) {
+    /* Growing with the dimension, as the published long factors do; short ones gentler. */
+    for (long i = 0; i < head_dim / 2; i++) {
+      factors[i] = (float)(1.0 + 0.35 * (double)i);
+      factors[head_dim / 2 + i] = (float)(1.0 + 0.05 * (double)i);
+    }
+  }
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
   if ((rc = weir_gguf_add_str(w, "general.architecture", a)) ||
       (rc = weir_gguf_add_str(w, "general.name", o->name)) ||
@@ -258,6 +326,28 @@ static int write_model(const mk_opts *o, char *err) {
       (rc = weir_gguf_add_f32(w, KEY("rope.freq_base"), (float)o->rope_base)) ||
       (rc = weir_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)o->rms_eps)) ||
       (rc = weir_gguf_add_u32(w, "general.file_type", ty->file_type)))
+    goto free_all;
+  if ((head_dim != o->dim / o->heads || qwen3 || gemma) &&
+      ((rc = weir_gguf_add_u32(w, KEY("attention.key_length"), (uint32_t)head_dim)) ||
+       (rc = weir_gguf_add_u32(w, KEY("attention.value_length"), (uint32_t)head_dim))))
+    goto free_all;
+  if (swa > 0 && (rc = weir_gguf_add_u32(w, KEY("attention.sliding_window"), (uint32_t)swa)))
+    goto free_all;
+  if (gemma2 && ((rc = weir_gguf_add_f32(w, KEY("attn_logit_softcapping"), 50.0f)) ||
+                 (rc = weir_gguf_add_f32(w, KEY("final_logit_softcapping"), 30.0f))))
+    goto free_all;
+  if (o->yarn > 0 &&
+      ((rc = weir_gguf_add_str(w, KEY("rope.scaling.type"), "yarn")) ||
+       (rc = weir_gguf_add_f32(w, KEY("rope.scaling.factor"), (float)o->yarn))))
+    goto free_all;
+  if ((o->yarn > 0 || o->longrope) &&
+      (rc = weir_gguf_add_u32(w, KEY("rope.scaling.original_context_length"),
+                              (uint32_t)orig_ctx)))
+    goto free_all;
+  if (o->longrope &&
+      (rc = weir_gguf_add_f32(w, KEY("rope.scaling.attn_factor"),
+                              (float)sqrt(1.0 + log((double)o->ctx / (double)orig_ctx) /
+                                                    log((double)orig_ctx)))))
     goto free_all;
 #undef KEY
   if (weir_dtype_block_elems(wt) > 1 &&
@@ -289,7 +379,7 @@ static int write_model(const mk_opts *o, char *err) {
    * residual-writing projections further by 1/sqrt(2 layers), embedding and output rows
    * N(0, 4/dim) so logits spread over a few units. */
   int n_plan = 0;
-  plan = calloc((size_t)(3 + o->layers * 12), sizeof *plan);
+  plan = calloc((size_t)(6 + o->layers * 16), sizeof *plan);
   if (!plan) {
     rc = WEIR_E_NOMEM;
     goto free_all;
@@ -301,25 +391,60 @@ static int write_model(const mk_opts *o, char *err) {
   plan_add(plan, &n_plan, "output_norm.weight", WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT, 0.1f);
   if (!o->tied)
     plan_add(plan, &n_plan, "output.weight", out_t, e, nv, INIT_NORMAL, 2.0f * s_in);
+  if (o->rope_freqs) {
+    plan_add(plan, &n_plan, "rope_freqs.weight", WEIR_DTYPE_F32, head_dim / 2, 0, INIT_FIXED, 0);
+    plan[n_plan - 1].fixed = factors;
+  }
+  if (o->longrope) {
+    plan_add(plan, &n_plan, "rope_factors_long.weight", WEIR_DTYPE_F32, head_dim / 2, 0,
+             INIT_FIXED, 0);
+    plan[n_plan - 1].fixed = factors;
+    plan_add(plan, &n_plan, "rope_factors_short.weight", WEIR_DTYPE_F32, head_dim / 2, 0,
+             INIT_FIXED, 0);
+    plan[n_plan - 1].fixed = factors + head_dim / 2;
+  }
+  /* Gemma multiplies embeddings by sqrt(dim): smaller rows keep the residual near unit. */
+  if (gemma) plan[0].std /= sqrtf((float)e);
   for (long l = 0; l < o->layers; l++) {
     char nm[64];
     const weir_dtype more = l % 2 == 0 ? ty->more : wt;
 #define BLK(s) (snprintf(nm, sizeof nm, "blk.%ld.%s", l, s), nm)
     plan_add(plan, &n_plan, BLK("attn_norm.weight"), WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT,
              0.1f);
-    plan_add(plan, &n_plan, BLK("attn_q.weight"), wt, e, e, INIT_NORMAL, s_in);
-    plan_add(plan, &n_plan, BLK("attn_k.weight"), wt, e, kv, INIT_NORMAL, s_in);
-    plan_add(plan, &n_plan, BLK("attn_v.weight"), more, e, kv, INIT_NORMAL, s_in);
+    if (phi3) {
+      plan_add(plan, &n_plan, BLK("attn_qkv.weight"), more, e, qd + 2 * kv, INIT_NORMAL, s_in);
+    } else {
+      plan_add(plan, &n_plan, BLK("attn_q.weight"), wt, e, qd, INIT_NORMAL, s_in);
+      plan_add(plan, &n_plan, BLK("attn_k.weight"), wt, e, kv, INIT_NORMAL, s_in);
+      plan_add(plan, &n_plan, BLK("attn_v.weight"), more, e, kv, INIT_NORMAL, s_in);
+    }
     if (qwen) {
-      plan_add(plan, &n_plan, BLK("attn_q.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.05f);
+      plan_add(plan, &n_plan, BLK("attn_q.bias"), WEIR_DTYPE_F32, qd, 0, INIT_NORMAL, 0.05f);
       plan_add(plan, &n_plan, BLK("attn_k.bias"), WEIR_DTYPE_F32, kv, 0, INIT_NORMAL, 0.05f);
       plan_add(plan, &n_plan, BLK("attn_v.bias"), WEIR_DTYPE_F32, kv, 0, INIT_NORMAL, 0.05f);
     }
-    plan_add(plan, &n_plan, BLK("attn_output.weight"), wt, e, e, INIT_NORMAL, s_in * s_res);
+    if (qwen3 || gemma3) {
+      plan_add(plan, &n_plan, BLK("attn_q_norm.weight"), WEIR_DTYPE_F32, head_dim, 0,
+               INIT_NORM_WEIGHT, 0.1f);
+      plan_add(plan, &n_plan, BLK("attn_k_norm.weight"), WEIR_DTYPE_F32, head_dim, 0,
+               INIT_NORM_WEIGHT, 0.1f);
+    }
+    plan_add(plan, &n_plan, BLK("attn_output.weight"), wt, qd, e, INIT_NORMAL,
+             (qd == e ? s_in : 1.0f / sqrtf((float)qd)) * s_res);
+    if (gemma) {
+      plan_add(plan, &n_plan, BLK("post_attention_norm.weight"), WEIR_DTYPE_F32, e, 0,
+               INIT_NORM_WEIGHT, 0.1f);
+      plan_add(plan, &n_plan, BLK("post_ffw_norm.weight"), WEIR_DTYPE_F32, e, 0,
+               INIT_NORM_WEIGHT, 0.1f);
+    }
     plan_add(plan, &n_plan, BLK("ffn_norm.weight"), WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT,
              0.1f);
-    plan_add(plan, &n_plan, BLK("ffn_gate.weight"), wt, e, ff, INIT_NORMAL, s_in);
-    plan_add(plan, &n_plan, BLK("ffn_up.weight"), wt, e, ff, INIT_NORMAL, s_in);
+    if (phi3) {
+      plan_add(plan, &n_plan, BLK("ffn_up.weight"), wt, e, 2 * ff, INIT_NORMAL, s_in);
+    } else {
+      plan_add(plan, &n_plan, BLK("ffn_gate.weight"), wt, e, ff, INIT_NORMAL, s_in);
+      plan_add(plan, &n_plan, BLK("ffn_up.weight"), wt, e, ff, INIT_NORMAL, s_in);
+    }
     plan_add(plan, &n_plan, BLK("ffn_down.weight"), more, ff, e, INIT_NORMAL, s_ff * s_res);
 #undef BLK
   }
@@ -336,7 +461,8 @@ static int write_model(const mk_opts *o, char *err) {
   }
 
   const int64_t max_elems = 1 << 20;
-  int64_t widest = o->dim > o->ffn ? o->dim : o->ffn;
+  int64_t widest = o->dim > 2 * o->ffn ? o->dim : 2 * o->ffn;
+  if (widest < qd + 2 * kv) widest = qd + 2 * kv;
   size_t fcap = (size_t)(widest > max_elems ? widest : max_elems);
   fbuf = malloc(fcap * sizeof *fbuf);
   qbuf = malloc(fcap * sizeof(float));
@@ -381,6 +507,7 @@ free_all:
   weir_gguf_writer_free(w);
   weir__vocab_free(&voc);
   free(plan);
+  free(factors);
   free(fbuf);
   free(qbuf);
   free(tmp);
@@ -389,7 +516,8 @@ free_all:
 
 int weir__cmd_mkmodel(int argc, char **argv) {
   enum { O_PRESET = 256, O_ARCH, O_DIM, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX,
-         O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT };
+         O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT, O_HEAD_DIM, O_SWA,
+         O_ROPE_FREQS, O_YARN, O_LONGROPE, O_ORIG_CTX };
   static const struct option longopts[] = {
       {"preset", required_argument, 0, O_PRESET}, {"arch", required_argument, 0, O_ARCH},
       {"dim", required_argument, 0, O_DIM},       {"layers", required_argument, 0, O_LAYERS},
@@ -400,7 +528,10 @@ int weir__cmd_mkmodel(int argc, char **argv) {
       {"tied", no_argument, 0, O_TIED},           {"tokenizer", required_argument, 0, O_TOK},
       {"chat-template", required_argument, 0, O_TPL},
       {"seed", required_argument, 0, O_SEED},     {"name", required_argument, 0, O_NAME},
-      {"out", required_argument, 0, O_OUT},       {0, 0, 0, 0}};
+      {"out", required_argument, 0, O_OUT},       {"head-dim", required_argument, 0, O_HEAD_DIM},
+      {"swa", required_argument, 0, O_SWA},       {"rope-freqs", no_argument, 0, O_ROPE_FREQS},
+      {"yarn", required_argument, 0, O_YARN},     {"longrope", no_argument, 0, O_LONGROPE},
+      {"orig-ctx", required_argument, 0, O_ORIG_CTX}, {0, 0, 0, 0}};
   mk_opts o;
   const char *preset = "tiny";
   char err[ERRLEN] = "";
@@ -411,11 +542,10 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   }
   memset(&o, 0, sizeof o);
   if (preset_apply(preset, &o) != 0) {
-    fprintf(stderr, "weir mkmodel: unknown preset '%s' (tiny or 1.1b)\n", preset);
+    fprintf(stderr, "weir mkmodel: unknown preset '%s' (tiny, 1.1b, gemma3-1b, qwen3-0.6b, "
+            "llama3.2-1b)\n", preset);
     return 2;
   }
-  o.rope_base = 0;
-  o.rms_eps = 0;
   char default_name[64];
   snprintf(default_name, sizeof default_name, "weir-%s", preset);
   o.name = default_name;
@@ -425,7 +555,7 @@ int weir__cmd_mkmodel(int argc, char **argv) {
     fprintf(stderr, "weir mkmodel: out of memory\n");
     return 1;
   }
-  int c, code = -1;
+  int c, code = -1, tok_given = 0, tpl_given = 0;
   long v = 0;
   while (code < 0 && (c = weir_opt_next(&op)) != WEIR_OPT_END) {
     char *arg = op.arg;
@@ -443,13 +573,19 @@ int weir__cmd_mkmodel(int argc, char **argv) {
     case O_EPS: if (parse_double("--rms-eps", arg, &o.rms_eps)) code = 2; break;
     case O_TYPE: o.type = arg; break;
     case O_TIED: o.tied = 1; break;
-    case O_TOK: o.tokenizer = arg; break;
-    case O_TPL: o.chat_template = arg; break;
+    case O_TOK: o.tokenizer = arg, tok_given = 1; break;
+    case O_TPL: o.chat_template = arg, tpl_given = 1; break;
     case O_SEED:
       if (parse_long("--seed", arg, 0, __LONG_MAX__, &v)) code = 2;
       o.seed = (unsigned long long)v;
       break;
     case O_NAME: o.name = arg; break;
+    case O_HEAD_DIM: if (parse_long("--head-dim", arg, 2, 4096, &o.head_dim)) code = 2; break;
+    case O_SWA: if (parse_long("--swa", arg, 0, 1 << 24, &o.swa)) code = 2; break;
+    case O_ROPE_FREQS: o.rope_freqs = 1; break;
+    case O_YARN: if (parse_double("--yarn", arg, &o.yarn)) code = 2; break;
+    case O_LONGROPE: o.longrope = 1; break;
+    case O_ORIG_CTX: if (parse_long("--orig-ctx", arg, 1, 1 << 24, &o.orig_ctx)) code = 2; break;
     case 'o': case O_OUT: o.out = arg; break;
     case 'h': usage(stdout); code = 0; break;
     case WEIR_OPT_VERSION: weir_opt_print_version(); code = 0; break;
@@ -463,11 +599,24 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   }
   weir_opt_fini(&op);
   if (code >= 0) return code;
+  /* Each family's own tokenizer style and template unless the flags say otherwise. */
+  if (!tok_given && !strcmp(o.arch, "qwen3")) o.tokenizer = "gpt2";
+  if (!tpl_given && (!strcmp(o.arch, "gemma2") || !strcmp(o.arch, "gemma3")))
+    o.chat_template = "gemma";
+  if (!tpl_given && !strcmp(o.arch, "phi3")) o.chat_template = "phi3";
   const mk_type *ty = NULL;
   const char *bad = NULL;
+  long head_size = o.head_dim ? o.head_dim : (o.heads ? o.dim / o.heads : 0);
   if (!o.out) bad = "--out FILE is required";
-  else if (strcmp(o.arch, "llama") && strcmp(o.arch, "mistral") && strcmp(o.arch, "qwen2"))
-    bad = "--arch must be llama, mistral or qwen2";
+  else if (strcmp(o.arch, "llama") && strcmp(o.arch, "mistral") && strcmp(o.arch, "qwen2") &&
+           strcmp(o.arch, "qwen3") && strcmp(o.arch, "gemma2") && strcmp(o.arch, "gemma3") &&
+           strcmp(o.arch, "phi3"))
+    bad = "--arch must be llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3";
+  else if (o.rope_freqs + o.longrope + (o.yarn > 0) > 1)
+    bad = "--rope-freqs, --yarn and --longrope exclude each other";
+  else if (o.longrope && strcmp(o.arch, "phi3"))
+    bad = "--longrope is for --arch phi3";
+  else if (o.yarn != 0 && o.yarn < 1) bad = "--yarn must be at least 1";
   else if (!(ty = find_type(o.type)))
     bad = "--type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "
           "q4_k, q5_k, q6_k, iq4_xs, q3_k_m, q4_k_m or q5_k_m";
@@ -475,21 +624,26 @@ int weir__cmd_mkmodel(int argc, char **argv) {
     bad = "--tokenizer must be llama or gpt2";
   else if (!weir__chat_template_find(o.chat_template))
     bad = "--chat-template must be chatml, llama2, llama3, mistral, zephyr, gemma, phi3 or none";
-  else if (o.dim % o.heads != 0) bad = "--dim must be a multiple of --heads";
+  else if (!o.head_dim && o.dim % o.heads != 0) bad = "--dim must be a multiple of --heads";
   else if (o.heads % o.kv_heads != 0) bad = "--heads must be a multiple of --kv-heads";
-  else if ((o.dim / o.heads) % 2 != 0) bad = "the head size (dim / heads) must be even";
-  else if (type_needs_256(ty) && (o.dim % WEIR_QK_K || o.ffn % WEIR_QK_K))
-    bad = "with a 256-element block type (q2_k..q6_k, iq4_xs and the mixes), --dim and --ffn "
-          "must be multiples of 256";
-  else if (weir_dtype_block_elems(ty->base) > 1 && (o.dim % 32 || o.ffn % 32))
-    bad = "with a block-quantized --type, --dim and --ffn must be multiples of 32";
+  else if (head_size % 2 != 0)
+    bad = "the head size (--head-dim or dim / heads) must be even";
+  else if (type_needs_256(ty) &&
+           (o.dim % WEIR_QK_K || o.ffn % WEIR_QK_K || (o.heads * head_size) % WEIR_QK_K))
+    bad = "with a 256-element block type (q2_k..q6_k, iq4_xs and the mixes), --dim, --ffn and "
+          "heads x head size must be multiples of 256";
+  else if (weir_dtype_block_elems(ty->base) > 1 &&
+           (o.dim % 32 || o.ffn % 32 || (o.heads * head_size) % 32))
+    bad = "with a block-quantized --type, --dim, --ffn and heads x head size must be multiples "
+          "of 32";
   if (bad) {
     fprintf(stderr, "weir mkmodel: %s\n", bad);
     return 2;
   }
-  int qwen = strcmp(o.arch, "qwen2") == 0;
-  if (o.rope_base == 0) o.rope_base = qwen ? 1000000.0 : 10000.0;
-  if (o.rms_eps == 0) o.rms_eps = qwen ? 1e-6 : 1e-5;
+  int big_base = !strcmp(o.arch, "qwen2") || !strcmp(o.arch, "qwen3") || !strcmp(o.arch, "gemma3");
+  int small_eps = big_base || !strcmp(o.arch, "gemma2");
+  if (o.rope_base == 0) o.rope_base = big_base ? 1000000.0 : 10000.0;
+  if (o.rms_eps == 0) o.rms_eps = small_eps ? 1e-6 : 1e-5;
   int rc = write_model(&o, err);
   if (rc) {
     fprintf(stderr, "weir mkmodel: %s\n", err);

@@ -12,7 +12,10 @@
  *
  * forward first stores the step's new K/V rows at their slots, then runs one kernel task per
  * (sequence, KV head, tile of query_tile new tokens) on the host's parallel_for: each task
- * walks the sequence's block table once for all the query heads of its group. */
+ * walks the sequence's block table once for all the query heads of its group.
+ *
+ * forward_layer (ABI 1.5) adds a layer's sliding window, soft-cap and scale (kernels/cpu/
+ * attention.h); with a window the blocks wholly before it are neither read nor checked. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +107,8 @@ typedef struct fwd_ctx {
   int32_t max_blocks;
   const float *q;
   float *out;
+  int32_t window;
+  float softcap, scale;
   const attn_task *tasks;
   size_t scratch_floats;
   int failed;
@@ -147,7 +152,9 @@ static void fwd_chunk(void *arg, int64_t begin, int64_t end, int thread) {
         .kv_i8 = s->kv_dtype == WEIR_DTYPE_I8,
         .k_scale_offset = s->kv_dtype == WEIR_DTYPE_I8 ? scale_offset(s, 0, t->kv_head) : 0,
         .v_scale_offset = s->kv_dtype == WEIR_DTYPE_I8 ? scale_offset(s, 1, t->kv_head) : 0,
-        .scale = s->scale,
+        .scale = c->scale,
+        .window = c->window,
+        .softcap = c->softcap,
         .scratch = scratch,
     };
     weir_attn_cpu_run(&ka);
@@ -182,9 +189,16 @@ static void store_kv(const weir_attn_shape *s, const weir_kv_view *kv, int32_t s
   }
 }
 
-static int ap_forward(void *self, const weir_attn_shape *s, const weir_attn_batch *b,
-                      const weir_kv_view *kv, const float *q, const float *k, const float *v,
-                      float *out) {
+/* The first block of a sequence of context ctx with ql new tokens that a layer with this
+ * window reads: blocks before it lie wholly outside every new query's window. */
+static int64_t first_block(int32_t ctx, int32_t ql, int32_t window, int32_t block_size) {
+  int64_t lo = window > 0 ? (int64_t)ctx - ql - window + 1 : 0;
+  return lo > 0 ? lo / block_size : 0;
+}
+
+static int forward_impl(void *self, const weir_attn_shape *s, const weir_attn_layer_params *lp,
+                        const weir_attn_batch *b, const weir_kv_view *kv, const float *q,
+                        const float *k, const float *v, float *out) {
   attn_cpu *a = self;
   const weir_host *h = a->host;
   int rc = WEIR_OK;
@@ -214,7 +228,7 @@ static int ap_forward(void *self, const weir_attn_shape *s, const weir_attn_batc
     if (ql < 1 || ctx[i] < ql) return WEIR_E_INVAL;
     int64_t nb = ((int64_t)ctx[i] + s->block_size - 1) / s->block_size;
     if (nb > b->max_blocks_per_seq) return WEIR_E_RANGE;
-    for (int64_t j = 0; j < nb; j++) {
+    for (int64_t j = first_block(ctx[i], ql, lp->window, s->block_size); j < nb; j++) {
       int32_t blk = tables[(size_t)i * (size_t)b->max_blocks_per_seq + (size_t)j];
       if (blk < 0 || blk >= kv->num_blocks) return WEIR_E_RANGE;
     }
@@ -260,6 +274,9 @@ static int ap_forward(void *self, const weir_attn_shape *s, const weir_attn_batc
                .max_blocks = b->max_blocks_per_seq,
                .q = q,
                .out = out,
+               .window = lp->window,
+               .softcap = lp->softcap,
+               .scale = lp->scale > 0.0f ? lp->scale : s->scale,
                .tasks = tasks,
                .scratch_floats = weir_attn_cpu_scratch_floats(
                    max_tile, s->n_heads / s->n_kv_heads, s->head_dim, s->block_size)};
@@ -273,6 +290,25 @@ static int ap_forward(void *self, const weir_attn_shape *s, const weir_attn_batc
   h->free(h->ctx, tasks);
 out_done:
   return rc;
+}
+
+static int ap_forward(void *self, const weir_attn_shape *s, const weir_attn_batch *b,
+                      const weir_kv_view *kv, const float *q, const float *k, const float *v,
+                      float *out) {
+  const weir_attn_layer_params plain = {.struct_size = sizeof plain};
+  return forward_impl(self, s, &plain, b, kv, q, k, v, out);
+}
+
+/* Fields beyond the host's struct_size count as zero (a host built against a later SDK may
+ * pass a larger struct; an earlier one cannot call this at all). */
+static int ap_forward_layer(void *self, const weir_attn_shape *s, const weir_attn_layer_params *lp,
+                            const weir_attn_batch *b, const weir_kv_view *kv, const float *q,
+                            const float *k, const float *v, float *out) {
+  if (!lp) return WEIR_E_INVAL;
+  weir_attn_layer_params p = {.struct_size = sizeof p};
+  memcpy(&p, lp, lp->struct_size < sizeof p ? lp->struct_size : sizeof p);
+  if (p.window < 0 || !(p.softcap >= 0.0f) || !(p.scale >= 0.0f)) return WEIR_E_INVAL;
+  return forward_impl(self, s, &p, b, kv, q, k, v, out);
 }
 
 static int ap_copy_blocks(void *self, const weir_attn_shape *s, const weir_kv_view *layer0,
@@ -298,6 +334,7 @@ static const weir_attention_ops k_ops = {
     .block_bytes = ap_block_bytes,
     .forward = ap_forward,
     .copy_blocks = ap_copy_blocks,
+    .forward_layer = ap_forward_layer,
 };
 
 static const weir_plugin_desc k_desc = {

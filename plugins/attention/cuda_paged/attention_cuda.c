@@ -86,7 +86,8 @@ static size_t attn_block_bytes(void *self, const weir_attn_shape *shape) {
                                     (int32_t)shape->kv_dtype);
 }
 
-static int attn_forward(void *self, const weir_attn_shape *shape, const weir_attn_batch *batch,
+static int forward_impl(void *self, const weir_attn_shape *shape,
+                        const weir_attn_layer_params *lp, const weir_attn_batch *batch,
                         const weir_kv_view *kv, const float *q, const float *k, const float *v,
                         float *out) {
   cuda_attn *a = self;
@@ -100,7 +101,7 @@ static int attn_forward(void *self, const weir_attn_shape *shape, const weir_att
       .head_dim = shape->head_dim,
       .block_size = shape->block_size,
       .kv_dtype = (int32_t)shape->kv_dtype,
-      .scale = shape->scale,
+      .scale = lp->scale > 0.0f ? lp->scale : shape->scale,
       .num_seqs = batch->num_seqs,
       .num_tokens = batch->num_tokens,
       .max_query_len = batch->max_query_len,
@@ -113,6 +114,8 @@ static int attn_forward(void *self, const weir_attn_shape *shape, const weir_att
       .kv_base = kv->base,
       .block_bytes = kv->block_bytes,
       .num_blocks = kv->num_blocks,
+      .window = lp->window,
+      .softcap = lp->softcap,
   };
   weir_cuda_attn_plan plan;
   cudaError_t e = weir_cuda_use_device(a->device_id);
@@ -128,6 +131,26 @@ static int attn_forward(void *self, const weir_attn_shape *shape, const weir_att
   if ((e = weir_cuda_attention(a->stream, &p, &plan, q, out, a->ws.p)) != cudaSuccess)
     return fail(a, e, "attention");
   return WEIR_OK;
+}
+
+static int attn_forward(void *self, const weir_attn_shape *shape, const weir_attn_batch *batch,
+                        const weir_kv_view *kv, const float *q, const float *k, const float *v,
+                        float *out) {
+  const weir_attn_layer_params plain = {.struct_size = sizeof plain};
+  return forward_impl(self, shape, &plain, batch, kv, q, k, v, out);
+}
+
+/* ABI 1.5: a layer's window, soft-cap and scale (kernels/cuda/attention.cu). Fields beyond
+ * the host's struct_size count as zero. */
+static int attn_forward_layer(void *self, const weir_attn_shape *shape,
+                              const weir_attn_layer_params *lp, const weir_attn_batch *batch,
+                              const weir_kv_view *kv, const float *q, const float *k,
+                              const float *v, float *out) {
+  if (!lp) return WEIR_E_INVAL;
+  weir_attn_layer_params p = {.struct_size = sizeof p};
+  memcpy(&p, lp, lp->struct_size < sizeof p ? lp->struct_size : sizeof p);
+  if (p.window < 0 || !(p.softcap >= 0.0f) || !(p.scale >= 0.0f)) return WEIR_E_INVAL;
+  return forward_impl(self, shape, &p, batch, kv, q, k, v, out);
 }
 
 /* src and dst may be host or device arrays: device pointers are used as they are, host
@@ -176,6 +199,7 @@ static const weir_attention_ops k_ops = {
     .block_bytes = attn_block_bytes,
     .forward = attn_forward,
     .copy_blocks = attn_copy_blocks,
+    .forward_layer = attn_forward_layer,
 };
 
 static const weir_plugin_desc k_desc = {

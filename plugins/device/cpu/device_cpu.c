@@ -11,6 +11,7 @@
 #include "get_rows.h"
 #include "parallel.h"
 #include "rms_norm.h"
+#include "families.h"
 #include "rope.h"
 #include "swiglu.h"
 #include "weir/device.h"
@@ -169,6 +170,7 @@ typedef struct ew_args {
   int failed;
 } ew_args;
 
+
 static void rms_chunk(void *arg, int64_t b, int64_t e, int t) {
   (void)t;
   ew_args *x = arg;
@@ -264,6 +266,71 @@ static int cpu_get_rows(void *self, float *out, const float *x, const int32_t *r
   return a.failed ? WEIR_E_RANGE : WEIR_OK;
 }
 
+/* ---- ABI 1.5: the model families' operations ---- */
+
+static void rope_freqs_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_rope_rows_freqs(x->out, x->idx, b, e, x->n_heads, x->head_dim, x->rot_dim, x->b,
+                       x->scale, x->style);
+}
+
+static int cpu_rope_freqs(void *self, float *x, const int32_t *positions, int64_t n_tokens,
+                          int32_t n_heads, int32_t head_dim, int32_t rot_dim,
+                          const float *inv_freq, float mscale, weir_rope_style style) {
+  if (n_tokens == 0) return WEIR_OK;
+  if (n_tokens < 0 || !x || !positions || !inv_freq || n_heads <= 0 || head_dim <= 0 ||
+      rot_dim < 0 || rot_dim > head_dim || rot_dim % 2 != 0 ||
+      (style != WEIR_ROPE_NORM && style != WEIR_ROPE_NEOX))
+    return WEIR_E_INVAL;
+  ew_args a = {.out = x, .idx = positions, .b = inv_freq, .n_heads = n_heads,
+               .head_dim = head_dim, .rot_dim = rot_dim, .scale = mscale, .style = (int)style};
+  run_par(self, n_tokens, (int64_t)n_heads * rot_dim + 8 * rot_dim, rope_freqs_chunk, &a);
+  return WEIR_OK;
+}
+
+static void geglu_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_geglu(x->out + b, x->a + b, x->b + b, e - b);
+}
+
+static int cpu_geglu(void *self, float *out, const float *gate, const float *up, int64_t n) {
+  if (n == 0) return WEIR_OK;
+  if (n < 0 || !out || !gate || !up) return WEIR_E_INVAL;
+  ew_args a = {.out = out, .a = gate, .b = up};
+  run_par(self, n, 4, geglu_chunk, &a);
+  return WEIR_OK;
+}
+
+static void scale_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_scale(x->out + b, x->scale, e - b);
+}
+
+static int cpu_scale(void *self, float *x, float s, int64_t n) {
+  if (n == 0) return WEIR_OK;
+  if (n < 0 || !x) return WEIR_E_INVAL;
+  ew_args a = {.out = x, .scale = s};
+  run_par(self, n, 1, scale_chunk, &a);
+  return WEIR_OK;
+}
+
+static void softcap_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_softcap(x->out + b, x->scale, e - b);
+}
+
+static int cpu_softcap(void *self, float *x, float cap, int64_t n) {
+  if (n == 0) return WEIR_OK;
+  if (n < 0 || !x || !(cap > 0.0f)) return WEIR_E_INVAL;
+  ew_args a = {.out = x, .scale = cap};
+  run_par(self, n, 4, softcap_chunk, &a);
+  return WEIR_OK;
+}
+
 /* "cpu.parallel_min" (const int64_t *): the one threshold the other CPU plugins of this
  * device read through host->device_handle (kernels/cpu/parallel.h). */
 static void *cpu_native_handle(void *self, const char *name) {
@@ -288,6 +355,10 @@ static const weir_device_ops k_ops = {
     .add_bias = cpu_add_bias,
     .get_rows = cpu_get_rows,
     .native_handle = cpu_native_handle,
+    .rope_freqs = cpu_rope_freqs,
+    .geglu = cpu_geglu,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

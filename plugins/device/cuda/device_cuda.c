@@ -341,6 +341,31 @@ static int dev_swiglu(void *self, float *out, const float *gate, const float *up
   LAUNCH(d, weir_cuda_swiglu(d->stream, out, gate, up, n), "swiglu");
 }
 
+static int dev_rope_freqs(void *self, float *x, const int32_t *positions, int64_t n_tokens,
+                          int32_t n_heads, int32_t head_dim, int32_t rot_dim,
+                          const float *inv_freq, float mscale, weir_rope_style style) {
+  cuda_dev *d = self;
+  LAUNCH(d,
+         weir_cuda_rope_freqs(d->stream, x, positions, n_tokens, n_heads, head_dim, rot_dim,
+                              inv_freq, mscale, (int)style),
+         "rope_freqs");
+}
+
+static int dev_geglu(void *self, float *out, const float *gate, const float *up, int64_t n) {
+  cuda_dev *d = self;
+  LAUNCH(d, weir_cuda_geglu(d->stream, out, gate, up, n), "geglu");
+}
+
+static int dev_scale(void *self, float *x, float s, int64_t n) {
+  cuda_dev *d = self;
+  LAUNCH(d, weir_cuda_scale(d->stream, x, s, n), "scale");
+}
+
+static int dev_softcap(void *self, float *x, float cap, int64_t n) {
+  cuda_dev *d = self;
+  LAUNCH(d, weir_cuda_softcap(d->stream, x, cap, n), "softcap");
+}
+
 static int dev_add(void *self, float *out, const float *a, const float *b, int64_t n) {
   cuda_dev *d = self;
   LAUNCH(d, weir_cuda_add(d->stream, out, a, b, n), "add");
@@ -473,6 +498,10 @@ static const weir_device_ops k_ops = {
     .graph_end = dev_graph_end,
     .graph_launch = dev_graph_launch,
     .graph_reset = dev_graph_reset,
+    .rope_freqs = dev_rope_freqs,
+    .geglu = dev_geglu,
+    .scale = dev_scale,
+    .softcap = dev_softcap,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

@@ -3,7 +3,13 @@
  * An attention plugin writes each new token's K and V into its slot of the paged pool and
  * computes causal scaled-dot-product attention of the new queries over each sequence's whole
  * context, with grouped-query heads (query head h reads KV head h / (n_heads / n_kv_heads)).
- * It alone knows the layout of a block's bytes. Thread-safety as for device plugins. 1.0. */
+ * It alone knows the layout of a block's bytes. Thread-safety as for device plugins. 1.0.
+ *
+ * Since 1.5 a layer may carry its own attention parameters (weir_attn_layer_params): a
+ * sliding window, a logit soft-cap and a score scale, which Gemma, Mistral-style and other
+ * families set per layer. A plugin that implements forward_layer serves them; the host
+ * refuses to run a model whose layers need them with a plugin that does not (forward_layer
+ * NULL, or a plugin built against ABI < 1.5), naming the plugin and the parameter. */
 #ifndef WEIR_ATTENTION_H
 #define WEIR_ATTENTION_H
 
@@ -12,6 +18,22 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The attention parameters of one layer, fixed for the life of a model. Zero in every field
+ * after struct_size means plain causal attention with shape->scale (what forward does).
+ * Since 1.5. */
+typedef struct weir_attn_layer_params {
+  uint32_t struct_size; /* 1.5 */
+  /* > 0: sliding window. The query at position p sees only the keys at positions j with
+   * p - window < j <= p (the `window` newest positions, its own included), as Mistral and
+   * Gemma define it. 0: the whole causal context. 1.5 */
+  int32_t window;
+  /* > 0: logit soft-capping. Each scaled score s becomes softcap * tanh(s / softcap) before
+   * the softmax (Gemma 2). 0: none. 1.5 */
+  float softcap;
+  /* > 0: this layer's score scale, in place of shape->scale. 0: shape->scale. 1.5 */
+  float scale;
+} weir_attn_layer_params;
 
 typedef struct weir_attention_ops {
   uint32_t struct_size; /* 1.0 */
@@ -32,6 +54,17 @@ typedef struct weir_attention_ops {
    * copies block_bytes per layer with the device's copy_d2d. Optional, 1.0. */
   int (*copy_blocks)(void *self, const weir_attn_shape *shape, const weir_kv_view *layer0,
                      const int32_t *src, const int32_t *dst, int32_t n);
+
+  /* forward with this layer's parameters (lp, borrowed for the call; lp->struct_size tells
+   * which fields the host filled, fields beyond it count as zero). With a window the plugin
+   * reads no block of a sequence that lies wholly before the window of the sequence's first
+   * new query: the host may have freed such blocks and reused them, and their block-table
+   * entries are then stale (any value). WEIR_E_INVAL for a negative window or soft-cap.
+   * NULL: not implemented (the host runs only models that need none of it). Optional, 1.5. */
+  int (*forward_layer)(void *self, const weir_attn_shape *shape,
+                       const weir_attn_layer_params *lp, const weir_attn_batch *batch,
+                       const weir_kv_view *kv, const float *q, const float *k, const float *v,
+                       float *out);
 } weir_attention_ops;
 
 #ifdef __cplusplus

@@ -97,6 +97,26 @@ typedef struct weir_device_ops {
   int (*graph_end)(void *self, uint64_t key);
   int (*graph_launch)(void *self, uint64_t key);
   void (*graph_reset)(void *self);
+
+  /* ---- Model families, since 1.5 (optional: NULL = not implemented; the host refuses a
+   * model whose graph needs one the plugin lacks, naming it) ------------------------------ */
+
+  /* RoPE with a frequency per pair: rotates in place the first rot_dim values of each head of
+   * x ([n_tokens][n_heads * head_dim]) by angle positions[token] * inv_freq[i] for pair i
+   * (inv_freq: device f32 [rot_dim / 2]) and multiplies the rotated values by mscale (values
+   * past rot_dim are left alone). The host folds every frequency scaling into inv_freq
+   * (linear, llama3 rope_freqs, YaRN, LongRoPE) and their attention factor into mscale.
+   * Optional, 1.5. */
+  int (*rope_freqs)(void *self, float *x, const int32_t *positions, int64_t n_tokens,
+                    int32_t n_heads, int32_t head_dim, int32_t rot_dim, const float *inv_freq,
+                    float mscale, weir_rope_style style);
+  /* out[i] = gelu(gate[i]) * up[i] for i < n, with GELU's tanh form 0.5 x (1 + tanh(
+   * sqrt(2/pi) (x + 0.044715 x^3))) (Gemma). out may equal gate or up. Optional, 1.5. */
+  int (*geglu)(void *self, float *out, const float *gate, const float *up, int64_t n);
+  /* x[i] *= s for i < n. Optional, 1.5. */
+  int (*scale)(void *self, float *x, float s, int64_t n);
+  /* x[i] = cap * tanh(x[i] / cap) for i < n, cap > 0 (logit soft-capping). Optional, 1.5. */
+  int (*softcap)(void *self, float *x, float cap, int64_t n);
 } weir_device_ops;
 
 #ifdef __cplusplus

@@ -46,6 +46,9 @@ struct Scenario {
   const char *name;
   int heads, kv_heads, hd, dt, num_sms;
   std::vector<int> ctx, qlen;
+  // ABI 1.5 layer parameters: sliding window, soft-cap, scale (0 = 1/sqrt(hd)).
+  int window = 0;
+  float softcap = 0.0f, scale = 0.0f;
 };
 
 // int8 (dt 24): what the cache holds for a row of n values, computed as the kernel and the
@@ -131,7 +134,19 @@ static void run(const Scenario &sc) {
           round_row_i8(&vall[s][(size_t)t * kvw + h * sc.hd], sc.hd);
         }
   for (auto &x : q) x = uniform(-1, 1);
-  const float scale = 1.0f / std::sqrt((float)sc.hd);
+  const float scale = sc.scale > 0.0f ? sc.scale : 1.0f / std::sqrt((float)sc.hd);
+  // With a window, the blocks wholly before a sequence's first new query's window get an id
+  // far outside the pool: the kernel must not read them (the host frees such blocks).
+  int stale = 0;
+  for (int s = 0; sc.window > 0 && s < S; ++s) {
+    const int lo = sc.ctx[s] - sc.qlen[s] - sc.window + 1;
+    for (int b = 0; lo > 0 && b < lo / bs; ++b, ++stale)
+      bt[(size_t)s * max_blocks + b] = 0x3fffffff;
+  }
+  if (sc.window > 0 && stale == 0) {
+    printf("FAIL %s: no block lies before the window\n", sc.name);
+    ++g_failures;
+  }
 
   std::vector<double> ref((size_t)T * qw, 0.0), w(max_ctx);
   for (int s = 0; s < S; ++s)
@@ -140,16 +155,18 @@ static void run(const Scenario &sc) {
       for (int h = 0; h < sc.heads; ++h) {
         const int kh = h / G;
         double mx = -INFINITY, sum = 0;
-        for (int t = 0; t <= pos; ++t) {
+        const int t0 = sc.window > 0 ? std::max(0, pos - sc.window + 1) : 0;
+        for (int t = t0; t <= pos; ++t) {
           double dot = 0;
           for (int d = 0; d < sc.hd; ++d)
             dot += (double)q[(size_t)row * qw + h * sc.hd + d] *
                    kall[s][(size_t)t * kvw + kh * sc.hd + d];
           w[t] = dot * scale;
+          if (sc.softcap > 0.0f) w[t] = sc.softcap * std::tanh(w[t] / sc.softcap);
           mx = std::max(mx, w[t]);
         }
-        for (int t = 0; t <= pos; ++t) sum += (w[t] = std::exp(w[t] - mx));
-        for (int t = 0; t <= pos; ++t)
+        for (int t = t0; t <= pos; ++t) sum += (w[t] = std::exp(w[t] - mx));
+        for (int t = t0; t <= pos; ++t)
           for (int d = 0; d < sc.hd; ++d)
             ref[(size_t)row * qw + h * sc.hd + d] +=
                 w[t] / sum * vall[s][(size_t)t * kvw + kh * sc.hd + d];
@@ -176,6 +193,8 @@ static void run(const Scenario &sc) {
   p.kv_base = pool.data();
   p.block_bytes = bb;
   p.num_blocks = pool_blocks;
+  p.window = sc.window;
+  p.softcap = sc.softcap;
   weir_cuda_attn_plan plan;
   if (weir_cuda_attn_plan_make(&p, sc.num_sms, 227 * 1024, &plan) != cudaSuccess) {
     printf("FAIL %s: no plan\n", sc.name);
@@ -237,6 +256,17 @@ int main() {
       {"chunked prefill f16 8/2 d64", 8, 2, 64, 1, 132, {150, 64}, {50, 30}},
       {"mixed f32 4/1 d96", 4, 1, 96, 0, 132, {40, 200, 9}, {40, 1, 4}},
       {"verify f16 16/4 d128", 16, 4, 128, 1, 132, {90, 33}, {5, 5}},
+      // ABI 1.5 layer parameters: windows shorter than the context (decode, chunked prefill
+      // across block edges, split-KV over the window's blocks), soft-cap and scale.
+      {"window 20 decode f16 8/2 d64", 8, 2, 64, 1, 132, {100, 37, 5}, {1, 1, 1}, 20},
+      {"window 7 chunked prefill f32 4/1 d64", 4, 1, 64, 0, 132, {90, 40}, {30, 20}, 7},
+      {"window 1 mixed f16 4/2 d64", 4, 2, 64, 1, 132, {50, 33}, {9, 1}, 1},
+      {"window 100 split-KV f16 4/1 d64", 4, 1, 64, 1, 16, {600, 300}, {1, 1}, 100},
+      {"window 40 int8 8/2 d64", 8, 2, 64, 24, 132, {130, 70}, {1, 12}, 40},
+      {"softcap 1.5 scale 0.3 prefill f16 8/2 d64", 8, 2, 64, 1, 132, {60, 17}, {60, 3}, 0,
+       1.5f, 0.3f},
+      {"window 33 softcap 2 split-KV bf16 8/2 d128", 8, 2, 128, 30, 16, {700}, {1}, 33, 2.0f,
+       0.0625f},
   };
   for (const auto &sc : s) run(sc);
   copy_blocks_check();

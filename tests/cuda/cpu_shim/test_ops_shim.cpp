@@ -121,6 +121,53 @@ static void small_ops() {
   check("get_rows", out, rref, 1e-9);
 }
 
+// ABI 1.5 model-family ops: RoPE by a per-pair frequency table with a magnitude factor
+// (values past rot untouched), GELU-tanh gating, scale, soft-cap.
+static void family_ops(int style, int heads, int hd, int rot) {
+  const int nt = 6;
+  std::vector<float> x((size_t)nt * heads * hd), inv(rot / 2);
+  for (auto &a : x) a = uni(-1, 1);
+  for (int i = 0; i < rot / 2; ++i) inv[i] = (float)(std::pow(500000.0, -2.0 * i / rot) / (1 + i % 5));
+  std::vector<int32_t> pos(nt);
+  for (auto &p : pos) p = (int32_t)uni(0, 3000);
+  const float ms = 1.19f;
+  std::vector<double> ref(x.begin(), x.end());
+  for (int t = 0; t < nt; ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < rot / 2; ++i) {
+        const size_t base = ((size_t)t * heads + h) * hd;
+        const double th = (double)pos[t] * inv[i];
+        const int a = style == 2 ? i : 2 * i, b = style == 2 ? i + rot / 2 : 2 * i + 1;
+        ref[base + a] = (x[base + a] * std::cos(th) - x[base + b] * std::sin(th)) * ms;
+        ref[base + b] = (x[base + a] * std::sin(th) + x[base + b] * std::cos(th)) * ms;
+      }
+  weir_cuda_rope_freqs(nullptr, x.data(), pos.data(), nt, heads, hd, rot, inv.data(), ms, style);
+  char name[64];
+  snprintf(name, sizeof name, "rope_freqs style %d rot %d/%d", style, rot, hd);
+  check(name, x, ref, 1e-4);
+
+  const size_t n = 777;
+  std::vector<float> g(n), u(n), y(n);
+  for (auto &a : g) a = uni(-6, 6);
+  for (auto &a : u) a = uni(-2, 2);
+  std::vector<double> r(n);
+  auto out = poisoned(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double v = g[i];
+    r[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (v + 0.044715 * v * v * v))) * u[i];
+  }
+  weir_cuda_geglu(nullptr, out.data(), g.data(), u.data(), (int64_t)n);
+  check("geglu", out, r, 1e-6);
+  y = g;
+  for (size_t i = 0; i < n; ++i) r[i] = (double)g[i] * 33.94;
+  weir_cuda_scale(nullptr, y.data(), 33.94f, (int64_t)n);
+  check("scale", y, r, 1e-6);
+  y = g;
+  for (size_t i = 0; i < n; ++i) r[i] = 2.5 * std::tanh(g[i] / 2.5);
+  weir_cuda_softcap(nullptr, y.data(), 2.5f, (int64_t)n);
+  check("softcap", y, r, 1e-6);
+}
+
 // GGUF encodings of w (rows of `in`), and the f16 values the packed weight must hold.
 static std::vector<unsigned char> encode(const std::vector<float> &w, int in, int outr, int type,
                                          std::vector<float> &expect) {
@@ -288,6 +335,9 @@ int main() {
   rope(0, 1, 64, 32);
   rope(2, 2, 80, 40);
   small_ops();
+  family_ops(0, 2, 64, 64);
+  family_ops(2, 3, 128, 128);
+  family_ops(2, 2, 80, 40);
   pack_gemv_embed();
   if (g_failures) printf("%d failure(s)\n", g_failures);
   return g_failures ? 1 : 0;
