@@ -1,5 +1,5 @@
-/* The calibration pass and grouped packing (see calib.h). */
-#include "model/calib.h"
+/* The calibration pass (see calib.h); the grouped packing it feeds is model/llama_pack.c. */
+#include "runtime/calib.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -12,8 +12,10 @@
 
 #include "config/config.h"
 #include "kv/kv_pool.h"
+#include "model/llama_pack.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
+#include "runtime/runtime.h"
 #include "util/buf.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -130,24 +132,24 @@ const char *weir_calib_text_path(const weir_config *cfg, char *buf, size_t len) 
   return buf;
 }
 
-/* The calibration plugins: CPU device with the same thread count, cpu_paged with an f32 KV
- * cache, fp16 keeping F32 weights in f32 (F16/BF16 sources are exact in it), no drafter;
- * the plugin directories of the serving config. */
-static int load_calib_plugins(const weir_config *cfg, weir_plugin_set *ps, char *err,
-                              size_t errlen) {
-  weir_config c2;
-  weir_config_defaults(&c2);
-  c2.threads = cfg->threads;
-  c2.kv_dtype = WEIR_DTYPE_F32;
-  char **dirs = c2.plugin_dirs;
-  int ndirs = c2.num_plugin_dirs;
-  c2.plugin_dirs = cfg->plugin_dirs; /* borrowed, put back before the free */
-  c2.num_plugin_dirs = cfg->num_plugin_dirs;
-  int rc = weir_plugin_set_load_ex(&c2, NULL, ps, err, errlen);
-  c2.plugin_dirs = dirs;
-  c2.num_plugin_dirs = ndirs;
-  weir_config_free(&c2);
-  return rc;
+/* The calibration plugins' configuration: CPU device with the same thread count, cpu_paged
+ * with an f32 KV cache, fp16 keeping F32 weights in f32 (F16/BF16 sources are exact in it), no
+ * drafter, the default block size; the plugin directories of the serving config, borrowed
+ * (calib_config_free gives them back before the free). */
+static void calib_config(const weir_config *cfg, weir_config *c2, char ***dirs, int *ndirs) {
+  weir_config_defaults(c2);
+  c2->threads = cfg->threads;
+  c2->kv_dtype = WEIR_DTYPE_F32;
+  *dirs = c2->plugin_dirs;
+  *ndirs = c2->num_plugin_dirs;
+  c2->plugin_dirs = cfg->plugin_dirs;
+  c2->num_plugin_dirs = cfg->num_plugin_dirs;
+}
+
+static void calib_config_free(weir_config *c2, char **dirs, int ndirs) {
+  c2->plugin_dirs = dirs;
+  c2->num_plugin_dirs = ndirs;
+  weir_config_free(c2);
 }
 
 int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokenizer *tok,
@@ -159,11 +161,16 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   int32_t *ids = NULL;
   size_t n_ids = 0;
   weir_calib *c = NULL;
-  weir_llama *model = NULL;
-  weir_kv_pool *pool = NULL;
-  weir_plugin_set ps;
-  memset(&ps, 0, sizeof ps);
-  int32_t *pos = NULL, *rows = NULL, *bt = NULL, *toks = NULL;
+  weir_runtime rt;
+  memset(&rt, 0, sizeof rt);
+  weir_step_batch batch;
+  memset(&batch, 0, sizeof batch);
+  weir_kv_seq *seq = NULL;
+  int32_t *toks = NULL;
+  weir_config c2;
+  char **own_dirs = NULL;
+  int own_ndirs = 0;
+  calib_config(cfg, &c2, &own_dirs, &own_ndirs);
   const double t0 = now_s();
 
   char *text = weir_read_file(text_path, &text_len);
@@ -171,24 +178,25 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
     weir_set_err(err, errlen, "calibration text %s: %s (set quant.calibration_text = FILE, "
                   "or turn calibration off: quant.calibration = false)",
                   text_path, strerror(errno ? errno : EIO));
-    return WEIR_E_IO;
+    rc = WEIR_E_IO;
+    goto out;
   }
   rc = weir_tokenizer_encode(tok, text, text_len, 0, &ids, &n_ids);
   free(text);
   if (rc != WEIR_OK) {
     weir_set_err(err, errlen, "calibration text %s: cannot tokenize it: %s", text_path,
                   weir_strerror(rc));
-    return rc;
+    goto out;
   }
   if ((int64_t)n_ids < CALIB_MIN_TOKENS) {
     weir_set_err(err, errlen, "calibration text %s holds %zu tokens; at least %d are needed",
                   text_path, n_ids, CALIB_MIN_TOKENS);
-    free(ids);
-    return WEIR_E_INVAL;
+    rc = WEIR_E_INVAL;
+    goto out;
   }
 
-  weir_llama_hparams hp;
-  if ((rc = weir_gguf_llama_hparams(g, &hp, err, errlen)) != WEIR_OK) goto out;
+  if ((rc = weir_runtime_borrow(&rt, g, tok, err, errlen)) != WEIR_OK) goto out;
+  const weir_llama_hparams hp = rt.hp[0];
   const int32_t bos = weir_tokenizer_bos(tok);
   int32_t window = hp.n_ctx_train < CALIB_WINDOW ? hp.n_ctx_train : CALIB_WINDOW;
   if (window < 2) window = 2;
@@ -233,29 +241,23 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
     }
   }
 
-  if ((rc = load_calib_plugins(cfg, &ps, err, errlen)) != WEIR_OK) goto out;
-  c->dev = ps.device->ops;
-  c->dev_self = ps.device->self;
-  const int32_t nblocks = (window + 15) / 16;
-  weir_attn_shape shape;
-  weir_llama_attn_shape(&hp, &shape);
-  weir_kv_pool_params kp = {.block_size = 16, .kv_dtype = WEIR_DTYPE_F32, .num_blocks = nblocks,
-                            .max_model_len = window, .groups = &shape, .num_groups = 1};
-  if ((rc = weir_kv_pool_create(&kp, ps.device, ps.attention, &pool, err, errlen)) != WEIR_OK)
-    goto out;
+  /* The runtime: one window's KV (a single sequence), the model without samples. */
+  if ((rc = weir_runtime_load_plugins(&rt, &c2, NULL, err, errlen)) != WEIR_OK) goto out;
+  c->dev = rt.plugins.device->ops;
+  c->dev_self = rt.plugins.device->self;
+  const weir_runtime_pool_opts po = {.max_model_len = window, .full_seqs = 1};
+  if ((rc = weir_runtime_create_pool(&rt, &c2, &po, err, errlen)) != WEIR_OK) goto out;
   weir_llama_opts mo = {.max_num_tokens = window, .max_num_seqs = 1, .max_logit_rows = window};
-  if ((rc = weir_llama_create(g, &ps, &mo, pool, 0, &model, err, errlen)) != WEIR_OK) goto out;
-  weir_llama_set_tap(model, tap, c);
-  pos = malloc(sizeof(int32_t) * (size_t)window);
-  rows = malloc(sizeof(int32_t) * (size_t)window);
-  toks = malloc(sizeof(int32_t) * (size_t)window);
-  bt = malloc(sizeof(int32_t) * (size_t)nblocks);
-  if (!pos || !rows || !toks || !bt) {
+  if ((rc = weir_runtime_load_model(&rt, 0, &c2, &mo, 0, err, errlen)) != WEIR_OK) goto out;
+  weir_llama_set_tap(rt.model[0], tap, c);
+  weir_kv_cache *kv = weir_kv_pool_cache(rt.pool);
+  if ((rc = weir_step_batch_init(&batch, window, 1, window,
+                                 weir_kv_pool_geometry(rt.pool)->max_blocks_per_seq)) !=
+          WEIR_OK ||
+      !(toks = malloc(sizeof(int32_t) * (size_t)window))) {
     rc = WEIR_E_NOMEM;
     goto out;
   }
-  for (int32_t i = 0; i < window; i++) pos[i] = rows[i] = i;
-  for (int32_t i = 0; i < nblocks; i++) bt[i] = i;
   weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration: %lld tokens of %s (%zu in the text), "
            "windows of %d, %zu MiB of samples", (long long)total, text_path, n_ids, window,
            bytes >> 20);
@@ -266,13 +268,19 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
     int32_t T = 0;
     if (bos >= 0) toks[T++] = bos;
     while (T < window && off < n_ids && done + T < total) toks[T++] = ids[off++];
-    int32_t qsl[2] = {0, T}, ctx[1] = {T};
-    weir_llama_batch b = {.num_tokens = T, .tokens = toks, .positions = pos, .num_seqs = 1,
-                          .query_start_loc = qsl, .context_lens = ctx, .block_tables = bt,
-                          .max_blocks_per_seq = nblocks, .slot_mapping = pos,
-                          .num_logit_rows = T, .logit_rows = rows};
+    /* Each window is a sequence of its own: the cache hands out its blocks and slots. */
+    weir_step_batch_reset(&batch, 0);
+    rc = weir_kv_seq_create(kv, &seq);
+    if (rc == WEIR_OK) rc = weir_kv_seq_append(kv, seq, T, NULL, NULL, NULL);
+    if (rc == WEIR_OK) rc = weir_step_batch_add(&batch, kv, seq, toks, 0, T);
+    if (rc == WEIR_OK) rc = weir_step_batch_add_rows(&batch, 0, T);
     float *logits = NULL;
-    rc = weir_llama_forward(model, &b, &logits);
+    if (rc == WEIR_OK) {
+      const weir_llama_batch b = weir_step_batch_view(&batch);
+      rc = weir_llama_forward(rt.model[0], &b, &logits);
+    }
+    weir_kv_seq_free(kv, seq);
+    seq = NULL;
     if (rc == WEIR_OK && c->failed) rc = c->failed;
     if (rc != WEIR_OK) {
       weir_set_err(err, errlen, "calibration: the forward pass failed: %s", weir_strerror(rc));
@@ -290,14 +298,11 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   c->seconds = now_s() - t0;
   rc = WEIR_OK;
 out:
-  weir_llama_destroy(model);
-  weir_kv_pool_destroy(pool);
-  weir_plugin_set_unload(&ps);
+  weir_step_batch_free(&batch);
+  weir_runtime_close(&rt);
+  calib_config_free(&c2, own_dirs, own_ndirs);
   free(ids);
-  free(pos);
-  free(rows);
   free(toks);
-  free(bt);
   if (rc != WEIR_OK) {
     weir_calib_free(c);
     return rc;
@@ -306,28 +311,6 @@ out:
   c->dev_self = NULL;
   *out = c;
   return WEIR_OK;
-}
-
-int weir_calib_untie_output(const weir_gguf *g, const weir_llama_hparams *hp,
-                            const float *samples, int64_t n) {
-  if (hp->has_output || !samples || n <= 0) return 0;
-  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, "token_embd.weight");
-  return t && (t->t.dtype == WEIR_DTYPE_F32 || t->t.dtype == WEIR_DTYPE_F16 ||
-               t->t.dtype == WEIR_DTYPE_BF16);
-}
-
-int weir_calib_is_linear_weight(const char *name) {
-  static const char *const k_suffixes[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight",
-                                           ".attn_output.weight", ".ffn_gate.weight",
-                                           ".ffn_up.weight", ".ffn_down.weight"};
-  if (!strcmp(name, "output.weight")) return 1;
-  if (strncmp(name, "blk.", 4) != 0) return 0;
-  size_t n = strlen(name);
-  for (size_t i = 0; i < sizeof k_suffixes / sizeof k_suffixes[0]; i++) {
-    size_t m = strlen(k_suffixes[i]);
-    if (n > m && !strcmp(name + n - m, k_suffixes[i])) return 1;
-  }
-  return 0;
 }
 
 int weir_calib_prepare(const weir_config *cfg, const weir_gguf *g, const weir_tokenizer *tok,
@@ -341,7 +324,7 @@ int weir_calib_prepare(const weir_config *cfg, const weir_gguf *g, const weir_to
   uint64_t asked = 0;
   for (int64_t i = 0; i < weir_gguf_tensor_count(g); i++) {
     const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
-    if (!weir_calib_is_linear_weight(t->name) || (asked & WEIR_DTYPE_BIT(t->t.dtype))) continue;
+    if (!weir_llama_is_linear_weight(t->name) || (asked & WEIR_DTYPE_BIT(t->t.dtype))) continue;
     asked |= WEIR_DTYPE_BIT(t->t.dtype);
     int64_t n = q->calibration_samples(plugins->quant->self, t->t.dtype);
     if (n > want) want = n;
@@ -382,69 +365,3 @@ int weir_calib_llama_create(const weir_config *cfg, const weir_gguf *g, const we
   return rc;
 }
 
-int32_t *weir_calib_o_classes(const weir_llama_hparams *hp) {
-  if (hp->n_head_kv <= 0 || hp->n_head == hp->n_head_kv) return NULL;
-  const int64_t hd = hp->head_dim, n = (int64_t)hp->n_head * hd;
-  const int group = hp->n_head / hp->n_head_kv;
-  int32_t *cls = malloc(sizeof(int32_t) * (size_t)n);
-  if (!cls) return NULL;
-  for (int64_t c = 0; c < n; c++) cls[c] = (int32_t)((c / hd) / group * hd + c % hd);
-  return cls;
-}
-
-int weir_calib_pack_group(const weir_quant_ops *q, void *qself, const weir_gguf *g,
-                          const weir_llama_hparams *hp, int layer, weir_llama_site site,
-                          const char *const *suffixes, int n, const float *samples,
-                          int64_t num_samples, void **out, char *err, size_t errlen) {
-  enum { MAX_GROUP = 4 };
-  char names[MAX_GROUP][96];
-  weir_quant_pack_args args[MAX_GROUP];
-  const weir_quant_pack_args *pargs[MAX_GROUP];
-  void *w[MAX_GROUP] = {0};
-  int rc = WEIR_OK;
-  if (n < 1 || n > MAX_GROUP) return WEIR_E_INVAL;
-  int32_t *cls = site == WEIR_LLAMA_SITE_ATTN_OUT && samples ? weir_calib_o_classes(hp) : NULL;
-  for (int i = 0; i < n; i++) {
-    if (layer >= 0) weir_gguf_blk_name(names[i], sizeof names[i], layer, suffixes[i]);
-    else snprintf(names[i], sizeof names[i], "%s", suffixes[i]);
-    const weir_gguf_tensor *t = weir_gguf_find_tensor(g, names[i]);
-    if (!t) {
-      weir_set_err(err, errlen, "%s: tensor %s is missing", weir_gguf_path(g), names[i]);
-      rc = WEIR_E_NOTFOUND;
-      goto out;
-    }
-    args[i] = (weir_quant_pack_args){.struct_size = sizeof args[i], .src = &t->t,
-                                     .name = names[i], .act_samples = samples,
-                                     .num_samples = samples ? num_samples : 0,
-                                     .channel_class = cls, .layer = layer,
-                                     .num_layers = hp->n_layer};
-    /* attn_output's and ffn_down's scales are folded into f16-scaled rows on export, the
-     * others' into norm gains: exact only for powers of two. */
-    args[i].flags = WEIR_QUANT_PACK_SCALE_POW2;
-    pargs[i] = &args[i];
-  }
-  int failed_at = 0;
-  if (WEIR_QUANT_HAS_OP(q, pack_group)) {
-    rc = q->pack_group(qself, pargs, n, w);
-  } else {
-    for (int i = 0; i < n && rc == WEIR_OK; i++) {
-      rc = q->pack(qself, pargs[i], &w[i]);
-      failed_at = i;
-    }
-    if (rc != WEIR_OK)
-      for (int i = 0; i < n; i++)
-        if (w[i]) q->release(qself, w[i]);
-  }
-  if (rc != WEIR_OK) {
-    const weir_tensor *t = args[failed_at].src;
-    weir_set_err(err, errlen, "%s: the quant plugin could not pack %s%s (%s, %lld x %lld): %s",
-                  weir_gguf_path(g), names[0], n > 1 ? " and the weights sharing its input" : "",
-                  weir_dtype_name(t->dtype), (long long)t->ne[1], (long long)t->ne[0],
-                  weir_strerror(rc));
-    goto out;
-  }
-  for (int i = 0; i < n; i++) out[i] = w[i];
-out:
-  free(cls);
-  return rc;
-}
