@@ -152,21 +152,101 @@ static void calib_config_free(weir_config *c2, char **dirs, int ndirs) {
   weir_config_free(c2);
 }
 
+/* The sample arrays for `total` tokens of a model of shape hp. *bytes receives their size. */
+static int calib_new(const weir_llama_hparams *hp, int64_t total, weir_calib **out,
+                     size_t *bytes, char *err, size_t errlen) {
+  weir_calib *c = calloc(1, sizeof *c);
+  *out = c;
+  *bytes = 0;
+  if (!c) return WEIR_E_NOMEM;
+  c->n_layer = hp->n_layer;
+  c->dims[WEIR_LLAMA_SITE_ATTN_IN] = hp->n_embd;
+  c->dims[WEIR_LLAMA_SITE_ATTN_OUT] = (int64_t)hp->n_head * hp->head_dim;
+  c->dims[WEIR_LLAMA_SITE_FFN_IN] = hp->n_embd;
+  c->dims[WEIR_LLAMA_SITE_FFN_MID] = hp->n_ff;
+  c->dims[WEIR_LLAMA_SITE_OUTPUT] = hp->n_embd;
+  c->cap = total;
+  c->data = calloc((size_t)hp->n_layer * 4 + 1, sizeof(float *));
+  c->count = calloc((size_t)hp->n_layer * 4 + 1, sizeof(int64_t));
+  if (!c->data || !c->count) return WEIR_E_NOMEM;
+  for (int i = 0; i < hp->n_layer * 4 + 1; i++) {
+    int64_t dim = i == hp->n_layer * 4 ? c->dims[WEIR_LLAMA_SITE_OUTPUT] : c->dims[i % 4];
+    size_t sz = sizeof(float) * (size_t)total * (size_t)dim;
+    c->data[i] = malloc(sz);
+    *bytes += sz;
+    if (!c->data[i]) {
+      weir_set_err(err, errlen, "calibration: no memory for %lld tokens of samples (%zu MiB so "
+                    "far); lower awq_int4's calibration_samples", (long long)total, *bytes >> 20);
+      return WEIR_E_NOMEM;
+    }
+  }
+  return WEIR_OK;
+}
+
+/* Runs the model (whose tap records into c) over the text's windows until `total` tokens:
+ * each window a KV sequence of its own, whose blocks and slots the cache hands out. */
+static int calib_windows(weir_calib *c, weir_runtime *rt, const int32_t *ids, size_t n_ids,
+                         int32_t window, int64_t total, double t0, char *err, size_t errlen) {
+  const int32_t bos = weir_tokenizer_bos(rt->tok);
+  weir_kv_cache *kv = weir_kv_pool_cache(rt->pool);
+  weir_step_batch batch;
+  int32_t *toks = malloc(sizeof(int32_t) * (size_t)window);
+  int rc = weir_step_batch_init(&batch, window, 1, window,
+                                weir_kv_pool_geometry(rt->pool)->max_blocks_per_seq);
+  if (rc != WEIR_OK || !toks) {
+    rc = WEIR_E_NOMEM;
+    goto out;
+  }
+  size_t off = 0;
+  int64_t done = 0, windows = 0;
+  double last_note = now_s();
+  while (done < total && off < n_ids) {
+    int32_t T = 0;
+    if (bos >= 0) toks[T++] = bos;
+    while (T < window && off < n_ids && done + T < total) toks[T++] = ids[off++];
+    weir_kv_seq *seq = NULL;
+    weir_step_batch_reset(&batch, 0);
+    rc = weir_kv_seq_create(kv, &seq);
+    if (rc == WEIR_OK) rc = weir_kv_seq_append(kv, seq, T, NULL, NULL, NULL);
+    if (rc == WEIR_OK) rc = weir_step_batch_add(&batch, kv, seq, toks, 0, T);
+    if (rc == WEIR_OK) rc = weir_step_batch_add_rows(&batch, 0, T);
+    float *logits = NULL;
+    if (rc == WEIR_OK) {
+      const weir_llama_batch b = weir_step_batch_view(&batch);
+      rc = weir_llama_forward(rt->model[0], &b, &logits);
+    }
+    weir_kv_seq_free(kv, seq);
+    if (rc == WEIR_OK && c->failed) rc = c->failed;
+    if (rc != WEIR_OK) {
+      weir_set_err(err, errlen, "calibration: the forward pass failed: %s", weir_strerror(rc));
+      goto out;
+    }
+    done += T;
+    windows++;
+    if (now_s() - last_note > 2.0 || done >= total) {
+      weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration: %lld/%lld tokens (%lld windows, "
+               "%.1f s)", (long long)done, (long long)total, (long long)windows, now_s() - t0);
+      last_note = now_s();
+    }
+  }
+  c->tokens = done;
+out:
+  weir_step_batch_free(&batch);
+  free(toks);
+  return rc;
+}
+
 int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokenizer *tok,
                    const char *text_path, int64_t max_tokens, weir_calib **out, char *err,
                    size_t errlen) {
   *out = NULL;
   int rc;
-  size_t text_len = 0;
+  size_t text_len = 0, bytes = 0;
   int32_t *ids = NULL;
   size_t n_ids = 0;
   weir_calib *c = NULL;
   weir_runtime rt;
   memset(&rt, 0, sizeof rt);
-  weir_step_batch batch;
-  memset(&batch, 0, sizeof batch);
-  weir_kv_seq *seq = NULL;
-  int32_t *toks = NULL;
   weir_config c2;
   char **own_dirs = NULL;
   int own_ndirs = 0;
@@ -196,9 +276,9 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   }
 
   if ((rc = weir_runtime_borrow(&rt, g, tok, err, errlen)) != WEIR_OK) goto out;
-  const weir_llama_hparams hp = rt.hp[0];
+  const weir_llama_hparams *hp = &rt.hp[0];
   const int32_t bos = weir_tokenizer_bos(tok);
-  int32_t window = hp.n_ctx_train < CALIB_WINDOW ? hp.n_ctx_train : CALIB_WINDOW;
+  int32_t window = hp->n_ctx_train < CALIB_WINDOW ? hp->n_ctx_train : CALIB_WINDOW;
   if (window < 2) window = 2;
   /* Tokens the pass will run: windows of the text, each led by BOS when there is one. */
   const int64_t per_window = window - (bos >= 0 ? 1 : 0);
@@ -208,101 +288,27 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
     total += n + (bos >= 0 ? 1 : 0);
   }
   if (total > max_tokens) total = max_tokens;
-
-  c = calloc(1, sizeof *c);
-  if (!c) {
-    rc = WEIR_E_NOMEM;
-    goto out;
-  }
-  c->n_layer = hp.n_layer;
-  c->dims[WEIR_LLAMA_SITE_ATTN_IN] = hp.n_embd;
-  c->dims[WEIR_LLAMA_SITE_ATTN_OUT] = (int64_t)hp.n_head * hp.head_dim;
-  c->dims[WEIR_LLAMA_SITE_FFN_IN] = hp.n_embd;
-  c->dims[WEIR_LLAMA_SITE_FFN_MID] = hp.n_ff;
-  c->dims[WEIR_LLAMA_SITE_OUTPUT] = hp.n_embd;
-  c->cap = total;
-  c->data = calloc((size_t)hp.n_layer * 4 + 1, sizeof(float *));
-  c->count = calloc((size_t)hp.n_layer * 4 + 1, sizeof(int64_t));
-  if (!c->data || !c->count) {
-    rc = WEIR_E_NOMEM;
-    goto out;
-  }
-  size_t bytes = 0;
-  for (int i = 0; i < hp.n_layer * 4 + 1; i++) {
-    int64_t dim = i == hp.n_layer * 4 ? c->dims[WEIR_LLAMA_SITE_OUTPUT] : c->dims[i % 4];
-    size_t sz = sizeof(float) * (size_t)total * (size_t)dim;
-    c->data[i] = malloc(sz);
-    bytes += sz;
-    if (!c->data[i]) {
-      weir_set_err(err, errlen, "calibration: no memory for %lld tokens of samples (%zu MiB so "
-                    "far); lower awq_int4's calibration_samples", (long long)total, bytes >> 20);
-      rc = WEIR_E_NOMEM;
-      goto out;
-    }
-  }
+  if ((rc = calib_new(hp, total, &c, &bytes, err, errlen)) != WEIR_OK) goto out;
 
   /* The runtime: one window's KV (a single sequence), the model without samples. */
-  if ((rc = weir_runtime_load_plugins(&rt, &c2, NULL, err, errlen)) != WEIR_OK) goto out;
+  const weir_runtime_pool_opts po = {.max_model_len = window, .full_seqs = 1};
+  weir_llama_opts mo = {.max_num_tokens = window, .max_num_seqs = 1, .max_logit_rows = window};
+  if ((rc = weir_runtime_load_plugins(&rt, &c2, NULL, err, errlen)) != WEIR_OK ||
+      (rc = weir_runtime_create_pool(&rt, &c2, &po, err, errlen)) != WEIR_OK ||
+      (rc = weir_runtime_load_model(&rt, 0, &c2, &mo, 0, err, errlen)) != WEIR_OK)
+    goto out;
   c->dev = rt.plugins.device->ops;
   c->dev_self = rt.plugins.device->self;
-  const weir_runtime_pool_opts po = {.max_model_len = window, .full_seqs = 1};
-  if ((rc = weir_runtime_create_pool(&rt, &c2, &po, err, errlen)) != WEIR_OK) goto out;
-  weir_llama_opts mo = {.max_num_tokens = window, .max_num_seqs = 1, .max_logit_rows = window};
-  if ((rc = weir_runtime_load_model(&rt, 0, &c2, &mo, 0, err, errlen)) != WEIR_OK) goto out;
   weir_llama_set_tap(rt.model[0], tap, c);
-  weir_kv_cache *kv = weir_kv_pool_cache(rt.pool);
-  if ((rc = weir_step_batch_init(&batch, window, 1, window,
-                                 weir_kv_pool_geometry(rt.pool)->max_blocks_per_seq)) !=
-          WEIR_OK ||
-      !(toks = malloc(sizeof(int32_t) * (size_t)window))) {
-    rc = WEIR_E_NOMEM;
-    goto out;
-  }
   weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration: %lld tokens of %s (%zu in the text), "
            "windows of %d, %zu MiB of samples", (long long)total, text_path, n_ids, window,
            bytes >> 20);
-  size_t off = 0;
-  int64_t done = 0, windows = 0;
-  double last_note = now_s();
-  while (done < total && off < n_ids) {
-    int32_t T = 0;
-    if (bos >= 0) toks[T++] = bos;
-    while (T < window && off < n_ids && done + T < total) toks[T++] = ids[off++];
-    /* Each window is a sequence of its own: the cache hands out its blocks and slots. */
-    weir_step_batch_reset(&batch, 0);
-    rc = weir_kv_seq_create(kv, &seq);
-    if (rc == WEIR_OK) rc = weir_kv_seq_append(kv, seq, T, NULL, NULL, NULL);
-    if (rc == WEIR_OK) rc = weir_step_batch_add(&batch, kv, seq, toks, 0, T);
-    if (rc == WEIR_OK) rc = weir_step_batch_add_rows(&batch, 0, T);
-    float *logits = NULL;
-    if (rc == WEIR_OK) {
-      const weir_llama_batch b = weir_step_batch_view(&batch);
-      rc = weir_llama_forward(rt.model[0], &b, &logits);
-    }
-    weir_kv_seq_free(kv, seq);
-    seq = NULL;
-    if (rc == WEIR_OK && c->failed) rc = c->failed;
-    if (rc != WEIR_OK) {
-      weir_set_err(err, errlen, "calibration: the forward pass failed: %s", weir_strerror(rc));
-      goto out;
-    }
-    done += T;
-    windows++;
-    if (now_s() - last_note > 2.0 || done >= total) {
-      weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "calibration: %lld/%lld tokens (%lld windows, "
-               "%.1f s)", (long long)done, (long long)total, (long long)windows, now_s() - t0);
-      last_note = now_s();
-    }
-  }
-  c->tokens = done;
+  rc = calib_windows(c, &rt, ids, n_ids, window, total, t0, err, errlen);
   c->seconds = now_s() - t0;
-  rc = WEIR_OK;
 out:
-  weir_step_batch_free(&batch);
   weir_runtime_close(&rt);
   calib_config_free(&c2, own_dirs, own_ndirs);
   free(ids);
-  free(toks);
   if (rc != WEIR_OK) {
     weir_calib_free(c);
     return rc;
