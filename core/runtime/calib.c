@@ -295,7 +295,10 @@ int weir_calib_run(const weir_config *cfg, const weir_gguf *g, const weir_tokeni
   weir_llama_opts mo = {.max_num_tokens = window, .max_num_seqs = 1, .max_logit_rows = window};
   if ((rc = weir_runtime_load_plugins(&rt, &c2, NULL, err, errlen)) != WEIR_OK ||
       (rc = weir_runtime_create_pool(&rt, &c2, &po, err, errlen)) != WEIR_OK ||
-      (rc = weir_runtime_load_model(&rt, 0, &c2, &mo, 0, err, errlen)) != WEIR_OK)
+      /* The model itself without samples (weir_runtime_load_model would calibrate): the
+       * runtime owns it all the same and closes it. */
+      (rc = weir_llama_create(g, &rt.plugins, &mo, rt.pool, 0, &rt.model[0], err, errlen)) !=
+          WEIR_OK)
     goto out;
   c->dev = rt.plugins.device->ops;
   c->dev_self = rt.plugins.device->self;

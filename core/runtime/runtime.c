@@ -6,7 +6,6 @@
 
 #include "config/config.h"
 #include "model/tokenizer.h"
-#include "runtime/calib.h"
 #include "util/err.h"
 
 int weir_runtime_open(weir_runtime *rt, const char *path, char *err, size_t errlen) {
@@ -134,27 +133,6 @@ int weir_runtime_create_pool(weir_runtime *rt, const weir_config *cfg,
   }
   return weir_kv_pool_create(&kp, rt->plugins.device, rt->plugins.attention, &rt->pool, err,
                              errlen);
-}
-
-int weir_runtime_load_model(weir_runtime *rt, int32_t i, const weir_config *cfg,
-                            const weir_llama_opts *opts, int calibrate, char *err,
-                            size_t errlen) {
-  if (i < 0 || i >= rt->num_models || !rt->pool || rt->model[i] || opts->samples) {
-    weir_set_err(err, errlen, "internal: model %d cannot be loaded now", (int)i);
-    return WEIR_E_INVAL;
-  }
-  weir_calib *calib = NULL;
-  if (calibrate) {
-    int rc = weir_calib_prepare(cfg, rt->gguf[i], rt->tok, &rt->plugins, &calib, err, errlen);
-    if (rc != WEIR_OK) return rc;
-  }
-  weir_llama_opts o = *opts;
-  o.samples = calib ? weir_calib_samples : NULL;
-  o.samples_user = calib;
-  int rc = weir_llama_create(rt->gguf[i], &rt->plugins, &o, rt->pool, i, &rt->model[i], err,
-                             errlen);
-  weir_calib_free(calib);
-  return rc;
 }
 
 void weir_runtime_close(weir_runtime *rt) {
