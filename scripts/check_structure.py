@@ -6,8 +6,8 @@
   check_structure.py selftest        proves both checks fail on a broken tree
 
 layers: every #include "dir/file.h" of core/ and tools/ points at the same layer or a lower
-one (util < config < metrics < plugin < format < kv < model < template < grammar < engine <
-http < cli, tools/ being part of cli); no header include circle; core/ includes no CUDA header; the SDK includes only
+one (util < config < metrics < plugin < format < kv < model < runtime < template < grammar <
+engine < http < cli, tools/ being part of cli); no header include circle; core/ includes no CUDA header; the SDK includes only
 itself and the C library; plugins/ and kernels/ include no core header.
 
 names: every global symbol the core library and the weir binary define starts with weir_
@@ -23,8 +23,8 @@ import subprocess
 import sys
 import tempfile
 
-LAYERS = ["util", "config", "metrics", "plugin", "format", "kv", "model", "template", "grammar",
-          "engine", "http", "cli"]
+LAYERS = ["util", "config", "metrics", "plugin", "format", "kv", "model", "runtime", "template",
+          "grammar", "engine", "http", "cli"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 SOURCE_EXT = (".c", ".h", ".cpp", ".cu", ".cuh")

@@ -18,14 +18,12 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "util/buf.h"
 #include "config/config.h"
 #include "kv/kv_pool.h"
-#include "model/calib.h"
-#include "format/gguf.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
-#include "plugin/loader.h"
+#include "runtime/runtime.h"
+#include "util/buf.h"
 #include "util/log.h"
 #include "weir/device.h"
 
@@ -116,7 +114,16 @@ static void score(ppl_acc *acc, const float *logits, const int32_t *ids, long w0
   }
 }
 
-int weir__cmd_perplexity(int argc, char **argv) {
+/* What the command line asks for, and the window arithmetic that follows from the text. */
+typedef struct ppl_args {
+  const char *file, *draft_path;
+  int json;
+  long ctx, stride, chunks, batch;
+  long windows, first, scored; /* windows scored; per window: first scored row, rows scored */
+} ppl_args;
+
+/* Parses the options after the configuration's. Returns 0, or the exit code (0 for --help). */
+static int parse_args(int argc, char **argv, ppl_args *a, int *exit_code) {
   enum { O_FILE = 256, O_CTX, O_STRIDE, O_CHUNKS, O_BATCH, O_JSON, O_DRAFT, O_HELP };
   static const struct option longopts[] = {
       {"file", required_argument, 0, O_FILE},     {"ctx", required_argument, 0, O_CTX},
@@ -124,183 +131,243 @@ int weir__cmd_perplexity(int argc, char **argv) {
       {"batch", required_argument, 0, O_BATCH},   {"json", no_argument, 0, O_JSON},
       {"draft", required_argument, 0, O_DRAFT},   {"help", no_argument, 0, O_HELP},
       {0, 0, 0, 0}};
-  weir_config cfg;
-  weir_config_defaults(&cfg);
-  char err[1024] = "";
-  int ret = 2, json = 0;
-  long ctx = 0, stride = 0, chunks = 0, batch = 0;
-  const char *file = NULL, *draft_path = NULL;
-  char *text = NULL;
-  int32_t *ids = NULL, *tokens = NULL, *positions = NULL, *qsl = NULL, *ctx_lens = NULL,
-          *tables = NULL, *slots = NULL, *rows = NULL;
-  float *logits_host = NULL, *draft_logits = NULL;
-  weir_gguf *g = NULL, *dg = NULL;
-  weir_llama *draft = NULL;
-  int32_t *top = NULL;
-  weir_tokenizer *tok = NULL;
-  weir_plugin_set plugins = {0};
-  weir_llama *model = NULL;
-  weir_kv_pool *pool = NULL;
-
-  if (weir_config_from_args(&argc, argv, &cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "weir perplexity: %s\n", err);
-    goto out;
-  }
-  if (weir__check_long_options("perplexity", argc, argv, longopts) != 0) goto out;
+  *exit_code = 2;
+  if (weir__check_long_options("perplexity", argc, argv, longopts) != 0) return -1;
   optind = 0; /* glibc: full re-initialisation, the dispatcher may have used getopt */
   opterr = 1;
   int c;
   while ((c = getopt_long(argc, argv, "hf:c:", longopts, NULL)) != -1) {
     switch (c) {
-    case 'f': case O_FILE: file = optarg; break;
-    case 'c': case O_CTX: if ((ctx = parse_pos("--ctx", optarg, 1 << 20)) < 0) goto out; break;
-    case O_STRIDE: if ((stride = parse_pos("--stride", optarg, 1 << 20)) < 0) goto out; break;
-    case O_CHUNKS: if ((chunks = parse_pos("--chunks", optarg, 1L << 30)) < 0) goto out; break;
-    case O_BATCH: if ((batch = parse_pos("--batch", optarg, 4096)) < 0) goto out; break;
-    case O_JSON: json = 1; break;
-    case O_DRAFT: draft_path = optarg; break;
-    case 'h': case O_HELP: usage(stdout); ret = 0; goto out;
-    default: usage(stderr); goto out;
+    case 'f': case O_FILE: a->file = optarg; break;
+    case 'c': case O_CTX: if ((a->ctx = parse_pos("--ctx", optarg, 1 << 20)) < 0) return -1; break;
+    case O_STRIDE:
+      if ((a->stride = parse_pos("--stride", optarg, 1 << 20)) < 0) return -1;
+      break;
+    case O_CHUNKS:
+      if ((a->chunks = parse_pos("--chunks", optarg, 1L << 30)) < 0) return -1;
+      break;
+    case O_BATCH: if ((a->batch = parse_pos("--batch", optarg, 4096)) < 0) return -1; break;
+    case O_JSON: a->json = 1; break;
+    case O_DRAFT: a->draft_path = optarg; break;
+    case 'h': case O_HELP: usage(stdout); *exit_code = 0; return -1;
+    default: usage(stderr); return -1;
     }
   }
   if (optind < argc) {
     fprintf(stderr, "weir perplexity: unexpected argument '%s'\n", argv[optind]);
-    goto out;
+    return -1;
   }
-  if (!file) {
+  if (!a->file) {
     fprintf(stderr, "weir perplexity: --file FILE is required\n\n");
     usage(stderr);
-    goto out;
+    return -1;
   }
-  if (ctx && ctx < 4) {
+  if (a->ctx && a->ctx < 4) {
     fprintf(stderr, "weir perplexity: --ctx must be at least 4\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* The windows of a text of n_ids tokens for a model of model_ctx: fills ctx (default: 512 or
+ * the model's context), stride, windows, batch, first and scored. Returns 0, or 2 (usage). */
+static int plan_windows(ppl_args *a, size_t n_ids, long model_ctx) {
+  if (!a->ctx) a->ctx = model_ctx < 512 ? model_ctx : 512;
+  if (a->ctx > model_ctx) {
+    fprintf(stderr, "weir perplexity: --ctx %ld exceeds the model's context of %ld tokens "
+            "(model.max_model_len raises it)\n", a->ctx, model_ctx);
+    return 2;
+  }
+  if (!a->stride) a->stride = a->ctx;
+  if ((size_t)a->ctx > n_ids) {
+    fprintf(stderr, "weir perplexity: %s has %zu tokens; --ctx %ld needs at least that many\n",
+            a->file, n_ids, a->ctx);
+    return 2;
+  }
+  a->windows = (long)((n_ids - (size_t)a->ctx) / (size_t)a->stride) + 1;
+  if (a->chunks && a->chunks < a->windows) a->windows = a->chunks;
+  if (!a->batch) a->batch = 2048 / a->ctx > 0 ? 2048 / a->ctx : 1;
+  if (a->batch > a->windows) a->batch = a->windows;
+  a->first = a->ctx / 2;
+  a->scored = a->ctx - 1 - a->first;
+  return 0;
+}
+
+/* The runtime: plugins, the model (and the draft), a pool of exactly one pass's windows.
+ * Returns 0, or the exit code. */
+static int assemble(weir_runtime *rt, const weir_config *cfg, const ppl_args *a) {
+  char err[1024] = "";
+  if (weir_runtime_load_plugins(rt, cfg, NULL, err, sizeof err) != 0) {
+    fprintf(stderr, "weir perplexity: could not load the plugins the configuration names: %s\n",
+            err);
+    return 1;
+  }
+  /* The draft reads the same token ids, so it must share the vocabulary; both models keep
+   * their KV in one pool (a group each), as a drafter serving beside its target does. */
+  if (a->draft_path && weir_runtime_open_draft(rt, a->draft_path, err, sizeof err) != 0) {
+    if (rt->draft_vocab_differs) {
+      fprintf(stderr, "weir perplexity: --draft %s does not share the model's vocabulary: %s\n",
+              a->draft_path, err);
+      return 2;
+    }
+    fprintf(stderr, "weir perplexity: --draft: %s\n", err);
+    return 1;
+  }
+  const weir_runtime_pool_opts po = {.max_model_len = (int32_t)a->ctx,
+                                     .full_seqs = (int32_t)a->batch};
+  weir_llama_opts mo = {.max_num_tokens = (int32_t)(a->batch * a->ctx),
+                        .max_num_seqs = (int32_t)a->batch,
+                        .max_logit_rows = (int32_t)(a->batch * a->scored)};
+  /* (calibrated first when the quant scheme is activation-aware, as the engine does) */
+  if (weir_runtime_create_pool(rt, cfg, &po, err, sizeof err) != 0 ||
+      weir_runtime_load_model(rt, 0, cfg, &mo, 1, err, sizeof err) != 0) {
+    fprintf(stderr, "weir perplexity: %s\n", err);
+    return 1;
+  }
+  const int32_t n_vocab = weir_llama_hparams_get(rt->model[0])->n_vocab;
+  if (weir_tokenizer_n_tokens(rt->tok) > n_vocab) {
+    fprintf(stderr, "weir perplexity: the tokenizer has %d tokens but the model %d rows\n",
+            weir_tokenizer_n_tokens(rt->tok), n_vocab);
+    return 1;
+  }
+  if (rt->num_models > 1 && weir_runtime_load_model(rt, 1, cfg, &mo, 1, err, sizeof err) != 0) {
+    fprintf(stderr, "weir perplexity: --draft: %s\n", err);
+    return 1;
+  }
+  return 0;
+}
+
+/* One pass over windows [w0, w0 + nw): each window a KV sequence of its own (the cache
+ * hands out its blocks and slots), BOS first, the second half's rows asked for. The
+ * sequences are freed again before returning. */
+static int build_pass(weir_runtime *rt, weir_step_batch *b, weir_kv_seq **seqs,
+                      const int32_t *ids, long w0, int32_t nw, const ppl_args *a) {
+  weir_kv_cache *kv = weir_kv_pool_cache(rt->pool);
+  const int32_t bos = weir_tokenizer_bos(rt->tok), ctx = (int32_t)a->ctx;
+  int rc = WEIR_OK;
+  weir_step_batch_reset(b, 0);
+  for (int32_t s = 0; s < nw && rc == WEIR_OK; s++) {
+    const int32_t *src = ids + (size_t)(w0 + s) * (size_t)a->stride;
+    const int32_t at = b->num_tokens;
+    rc = weir_kv_seq_create(kv, &seqs[s]);
+    if (rc == WEIR_OK) rc = weir_kv_seq_append(kv, seqs[s], ctx, NULL, NULL, NULL);
+    if (rc == WEIR_OK) rc = weir_step_batch_add(b, kv, seqs[s], src, 0, ctx);
+    if (rc == WEIR_OK && bos >= 0) b->tokens[at] = bos;
+    if (rc == WEIR_OK) rc = weir_step_batch_add_rows(b, at + (int32_t)a->first,
+                                                     (int32_t)a->scored);
+  }
+  return rc;
+}
+
+/* Runs the model (and the draft) over a pass and copies their logits rows to the host. */
+static int run_pass(weir_runtime *rt, const weir_step_batch *b, float *logits_host,
+                    float *draft_logits, int32_t n_vocab, int tty) {
+  const weir_device_ops *dev = rt->plugins.device->ops;
+  const weir_llama_batch lb = weir_step_batch_view(b);
+  const size_t bytes = (size_t)b->num_rows * (size_t)n_vocab * sizeof(float);
+  float *logits = NULL;
+  int rc = weir_llama_forward(rt->model[0], &lb, &logits);
+  if (rc == WEIR_OK) rc = dev->copy_d2h(rt->plugins.device->self, logits_host, logits, bytes);
+  if (rc != WEIR_OK) {
+    fprintf(stderr, "%sweir perplexity: the forward pass failed: %s\n", tty ? "\n" : "",
+            weir_strerror(rc));
+    return rc;
+  }
+  if (!draft_logits) return WEIR_OK;
+  rc = weir_llama_forward(rt->model[1], &lb, &logits);
+  if (rc == WEIR_OK) rc = dev->copy_d2h(rt->plugins.device->self, draft_logits, logits, bytes);
+  if (rc != WEIR_OK)
+    fprintf(stderr, "%sweir perplexity: the draft's forward pass failed: %s\n", tty ? "\n" : "",
+            weir_strerror(rc));
+  return rc;
+}
+
+static void print_result(const ppl_args *a, const ppl_acc *acc, const ppl_acc *dacc,
+                         int64_t agree, int with_draft, size_t n_ids, const char *quant,
+                         double secs) {
+  double ppl, pe, dppl = 0, dpe = 0;
+  acc_result(acc, &ppl, &pe);
+  if (with_draft) acc_result(dacc, &dppl, &dpe);
+  /* Agreement is a proportion: its standard error is sqrt(p (1 - p) / n). */
+  const double agr = acc->n ? (double)agree / (double)acc->n : 0;
+  const double agr_err = acc->n > 1 ? sqrt(agr * (1 - agr) / (double)(acc->n - 1)) : 0;
+  if (a->json) {
+    printf("{\"perplexity\": %.9g, \"stderr\": %.9g, \"tokens_scored\": %lld, \"windows\": %ld, "
+           "\"ctx\": %ld, \"stride\": %ld, \"file_tokens\": %zu, \"quant\": \"%s\", "
+           "\"seconds\": %.3f",
+           ppl, pe, (long long)acc->n, a->windows, a->ctx, a->stride, n_ids, quant, secs);
+    if (with_draft)
+      printf(", \"draft_perplexity\": %.9g, \"draft_stderr\": %.9g, \"draft_top1_agreement\": "
+             "%.9g, \"draft_top1_agreement_stderr\": %.9g", dppl, dpe, agr, agr_err);
+    printf("}\n");
+  } else {
+    printf("perplexity: %.4f +/- %.4f (%lld tokens scored in %ld windows of %ld, stride %ld; "
+           "%.1f s, %.0f tokens/s)\n",
+           ppl, pe, (long long)acc->n, a->windows, a->ctx, a->stride, secs,
+           (double)a->windows * (double)a->ctx / secs);
+    if (with_draft)
+      printf("draft perplexity: %.4f +/- %.4f; draft top-1 agreement with the model: %.4f "
+             "+/- %.4f\n", dppl, dpe, agr, agr_err);
+  }
+}
+
+int weir__cmd_perplexity(int argc, char **argv) {
+  weir_config cfg;
+  weir_config_defaults(&cfg);
+  char err[1024] = "";
+  int ret = 2;
+  ppl_args a = {0};
+  char *text = NULL;
+  int32_t *ids = NULL, *top = NULL;
+  float *logits_host = NULL, *draft_logits = NULL;
+  weir_kv_seq **seqs = NULL;
+  weir_runtime rt;
+  memset(&rt, 0, sizeof rt);
+  weir_step_batch batch;
+  memset(&batch, 0, sizeof batch);
+
+  if (weir_config_from_args(&argc, argv, &cfg, err, sizeof err) != 0) {
+    fprintf(stderr, "weir perplexity: %s\n", err);
     goto out;
   }
+  if (parse_args(argc, argv, &a, &ret) != 0) goto out;
   weir_log_configure(cfg.log_level, cfg.log_format, NULL);
 
   ret = 1;
   size_t text_len = 0;
-  if (!(text = weir_read_file(file, &text_len))) {
-    fprintf(stderr, "weir perplexity: cannot read %s\n", file);
+  if (!(text = weir_read_file(a.file, &text_len))) {
+    fprintf(stderr, "weir perplexity: cannot read %s\n", a.file);
     goto out;
   }
-  if (weir_gguf_open(cfg.model_path, &g, err, sizeof err) != 0 ||
-      weir_tokenizer_from_gguf(g, &tok, err, sizeof err) != 0) {
+  if (weir_runtime_open(&rt, cfg.model_path, err, sizeof err) != 0) {
     fprintf(stderr, "weir perplexity: %s\n", err);
     goto out;
   }
   size_t n_ids = 0;
-  int rc = weir_tokenizer_encode(tok, text, text_len, WEIR_ENCODE_ADD_SPECIAL, &ids, &n_ids);
+  int rc = weir_tokenizer_encode(rt.tok, text, text_len, WEIR_ENCODE_ADD_SPECIAL, &ids, &n_ids);
   if (rc != 0) {
-    fprintf(stderr, "weir perplexity: cannot tokenize %s: %s\n", file, weir_strerror(rc));
+    fprintf(stderr, "weir perplexity: cannot tokenize %s: %s\n", a.file, weir_strerror(rc));
     goto out;
   }
-  weir_llama_hparams hp;
-  if (weir_gguf_llama_hparams(g, &hp, err, sizeof err) != 0) {
-    fprintf(stderr, "weir perplexity: %s\n", err);
+  const long model_ctx = cfg.max_model_len > 0 ? cfg.max_model_len : rt.hp[0].n_ctx_train;
+  if ((ret = plan_windows(&a, n_ids, model_ctx)) != 0 || (ret = assemble(&rt, &cfg, &a)) != 0)
     goto out;
-  }
-  const long model_ctx = cfg.max_model_len > 0 ? cfg.max_model_len : hp.n_ctx_train;
-  if (!ctx) ctx = model_ctx < 512 ? model_ctx : 512;
-  if (ctx > model_ctx) {
-    fprintf(stderr, "weir perplexity: --ctx %ld exceeds the model's context of %ld tokens "
-            "(model.max_model_len raises it)\n", ctx, model_ctx);
-    ret = 2;
-    goto out;
-  }
-  if (!stride) stride = ctx;
-  if ((size_t)ctx > n_ids) {
-    fprintf(stderr, "weir perplexity: %s has %zu tokens; --ctx %ld needs at least that many\n",
-            file, n_ids, ctx);
-    ret = 2;
-    goto out;
-  }
-  long windows = (long)((n_ids - (size_t)ctx) / (size_t)stride) + 1;
-  if (chunks && chunks < windows) windows = chunks;
-  if (!batch) batch = 2048 / ctx > 0 ? 2048 / ctx : 1;
-  if (batch > windows) batch = windows;
-  const long first = ctx / 2, scored = ctx - 1 - first;
-  const int32_t block = cfg.block_size > 0 ? cfg.block_size : 16;
-  const int32_t bps = (int32_t)((ctx + block - 1) / block);
-
-  if (weir_plugin_set_load(&cfg, NULL, &plugins) != 0) {
-    fprintf(stderr, "weir perplexity: could not load the plugins the configuration names\n");
-    goto out;
-  }
-  /* The draft reads the same token ids, so it must share the vocabulary; both models keep
-   * their KV in one pool (a group each), as a drafter serving beside its target does. */
-  weir_llama_hparams dhp;
-  if (draft_path && (weir_gguf_open(draft_path, &dg, err, sizeof err) != 0 ||
-                     weir_gguf_llama_hparams(dg, &dhp, err, sizeof err) != 0 ||
-                     weir_gguf_llama_check(dg, &dhp, err, sizeof err) != 0)) {
-    fprintf(stderr, "weir perplexity: --draft: %s\n", err);
-    goto out;
-  }
-  weir_attn_shape shapes[2];
-  weir_llama_attn_shape(&hp, &shapes[0]);
-  if (dg) weir_llama_attn_shape(&dhp, &shapes[1]);
-  weir_kv_pool_params kp = {.block_size = block,
-                            .kv_dtype = cfg.kv_dtype,
-                            .num_blocks = (int64_t)batch * bps,
-                            .max_model_len = (int32_t)ctx,
-                            .groups = shapes,
-                            .num_groups = dg ? 2 : 1};
-  if (weir_kv_pool_create(&kp, plugins.device, plugins.attention, &pool, err, sizeof err) != 0) {
-    fprintf(stderr, "weir perplexity: %s\n", err);
-    goto out;
-  }
-  weir_llama_opts mo = {.max_num_tokens = (int32_t)(batch * ctx),
-                        .max_num_seqs = (int32_t)batch,
-                        .max_logit_rows = (int32_t)(batch * scored)};
-  /* (calibrated first when the quant scheme is activation-aware, as the engine does) */
-  if (weir_calib_llama_create(&cfg, g, tok, &plugins, &mo, pool, 0, &model, err, sizeof err) !=
-      0) {
-    fprintf(stderr, "weir perplexity: %s\n", err);
-    goto out;
-  }
-  const int32_t n_vocab = weir_llama_hparams_get(model)->n_vocab;
-  if (weir_tokenizer_n_tokens(tok) > n_vocab) {
-    fprintf(stderr, "weir perplexity: the tokenizer has %d tokens but the model %d rows\n",
-            weir_tokenizer_n_tokens(tok), n_vocab);
-    goto out;
-  }
-  if (dg) {
-    if (weir_calib_llama_create(&cfg, dg, tok, &plugins, &mo, pool, 1, &draft, err,
-                                sizeof err) != 0) {
-      fprintf(stderr, "weir perplexity: --draft: %s\n", err);
-      goto out;
-    }
-    weir_gguf_arr a, b;
-    if (weir_llama_hparams_get(draft)->n_vocab != n_vocab ||
-        weir_gguf_get_arr(g, "tokenizer.ggml.tokens", &a) != 0 ||
-        weir_gguf_get_arr(dg, "tokenizer.ggml.tokens", &b) != 0 || a.end - a.data != b.end - b.data ||
-        memcmp(a.data, b.data, (size_t)(a.end - a.data)) != 0) {
-      fprintf(stderr, "weir perplexity: --draft %s does not share the model's vocabulary\n",
-              draft_path);
-      ret = 2;
-      goto out;
-    }
-  }
-  const size_t T = (size_t)(batch * ctx), R = (size_t)(batch * scored);
-  tokens = malloc(T * 4);
-  positions = malloc(T * 4);
-  slots = malloc(T * 4);
-  qsl = malloc((size_t)(batch + 1) * 4);
-  ctx_lens = malloc((size_t)batch * 4);
-  tables = malloc((size_t)batch * (size_t)bps * 4);
-  rows = malloc(R * 4);
+  ret = 1;
+  const int32_t n_vocab = rt.hp[0].n_vocab;
+  const int with_draft = rt.num_models > 1;
+  const size_t R = (size_t)(a.batch * a.scored);
+  rc = weir_step_batch_init(&batch, (int32_t)(a.batch * a.ctx), (int32_t)a.batch, (int32_t)R,
+                            weir_kv_pool_geometry(rt.pool)->max_blocks_per_seq);
+  seqs = calloc((size_t)a.batch, sizeof *seqs);
   logits_host = malloc(R * (size_t)n_vocab * sizeof(float));
-  if (draft) {
+  if (with_draft) {
     draft_logits = malloc(R * (size_t)n_vocab * sizeof(float));
     top = malloc(R * sizeof(int32_t));
   }
-  if (!tokens || !positions || !slots || !qsl || !ctx_lens || !tables || !rows || !logits_host ||
-      (draft && (!draft_logits || !top))) {
+  if (rc != WEIR_OK || !seqs || !logits_host || (with_draft && (!draft_logits || !top))) {
     fprintf(stderr, "weir perplexity: out of memory\n");
     goto out;
   }
-  const weir_device_ops *dev = plugins.device->ops;
-  const int32_t bos = weir_tokenizer_bos(tok);
   const int tty = isatty(STDERR_FILENO);
   ppl_acc acc = {0}, dacc = {0};
   int64_t agree = 0;
@@ -309,118 +376,50 @@ int weir__cmd_perplexity(int argc, char **argv) {
 
   weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
            "%s: %zu tokens, %ld windows of %ld (stride %ld), %ld scored per window, %ld per "
-           "pass, quant %s", file, n_ids, windows, ctx, stride, scored, batch, cfg.quant.name);
-  for (long w0 = 0; w0 < windows; w0 += batch) {
-    const int32_t nw = (int32_t)(windows - w0 < batch ? windows - w0 : batch);
-    qsl[0] = 0;
+           "pass, quant %s", a.file, n_ids, a.windows, a.ctx, a.stride, a.scored, a.batch,
+           cfg.quant.name);
+  weir_kv_cache *kv = weir_kv_pool_cache(rt.pool);
+  for (long w0 = 0; w0 < a.windows; w0 += a.batch) {
+    const int32_t nw = (int32_t)(a.windows - w0 < a.batch ? a.windows - w0 : a.batch);
+    rc = build_pass(&rt, &batch, seqs, ids, w0, nw, &a);
+    if (rc == WEIR_OK) rc = run_pass(&rt, &batch, logits_host, draft_logits, n_vocab, tty);
+    else fprintf(stderr, "weir perplexity: %s\n", weir_strerror(rc));
     for (int32_t s = 0; s < nw; s++) {
-      const int32_t *src = ids + (size_t)(w0 + s) * (size_t)stride;
-      for (int32_t b = 0; b < bps; b++) tables[(size_t)s * (size_t)bps + (size_t)b] = s * bps + b;
-      for (long p = 0; p < ctx; p++) {
-        size_t i = (size_t)s * (size_t)ctx + (size_t)p;
-        tokens[i] = p == 0 && bos >= 0 ? bos : src[p];
-        positions[i] = (int32_t)p;
-        slots[i] = (s * bps + (int32_t)(p / block)) * block + (int32_t)(p % block);
-      }
-      for (long r = 0; r < scored; r++)
-        rows[(size_t)s * (size_t)scored + (size_t)r] = (int32_t)((long)s * ctx + first + r);
-      qsl[s + 1] = (int32_t)((s + 1) * ctx);
-      ctx_lens[s] = (int32_t)ctx;
+      weir_kv_seq_free(kv, seqs[s]);
+      seqs[s] = NULL;
     }
-    weir_llama_batch b = {.num_tokens = (int32_t)(nw * ctx),
-                          .tokens = tokens,
-                          .positions = positions,
-                          .num_seqs = nw,
-                          .query_start_loc = qsl,
-                          .context_lens = ctx_lens,
-                          .block_tables = tables,
-                          .max_blocks_per_seq = bps,
-                          .slot_mapping = slots,
-                          .num_logit_rows = (int32_t)(nw * scored),
-                          .logit_rows = rows};
-    float *logits = NULL;
-    rc = weir_llama_forward(model, &b, &logits);
-    if (rc == WEIR_OK)
-      rc = dev->copy_d2h(plugins.device->self, logits_host, logits,
-                         (size_t)(nw * scored) * (size_t)n_vocab * sizeof(float));
-    if (rc != WEIR_OK) {
-      fprintf(stderr, "%sweir perplexity: the forward pass failed: %s\n", tty ? "\n" : "",
-              weir_strerror(rc));
-      goto out;
-    }
-    score(&acc, logits_host, ids, w0, nw, stride, first, scored, n_vocab, NULL, NULL);
-    if (draft) {
-      rc = weir_llama_forward(draft, &b, &logits);
-      if (rc == WEIR_OK)
-        rc = dev->copy_d2h(plugins.device->self, draft_logits, logits,
-                           (size_t)(nw * scored) * (size_t)n_vocab * sizeof(float));
-      if (rc != WEIR_OK) {
-        fprintf(stderr, "%sweir perplexity: the draft's forward pass failed: %s\n",
-                tty ? "\n" : "", weir_strerror(rc));
-        goto out;
-      }
-      for (size_t r = 0; r < (size_t)(nw * scored); r++)
+    if (rc != WEIR_OK) goto out;
+    score(&acc, logits_host, ids, w0, nw, a.stride, a.first, a.scored, n_vocab, NULL, NULL);
+    if (with_draft) {
+      for (size_t r = 0; r < (size_t)(nw * a.scored); r++)
         top[r] = argmax(logits_host + r * (size_t)n_vocab, n_vocab);
-      score(&dacc, draft_logits, ids, w0, nw, stride, first, scored, n_vocab, top, &agree);
+      score(&dacc, draft_logits, ids, w0, nw, a.stride, a.first, a.scored, n_vocab, top,
+            &agree);
     }
     double ppl, pe, t = now_s();
     acc_result(&acc, &ppl, &pe);
     long done = w0 + nw;
     if (tty) {
       fprintf(stderr, "\r[%ld/%ld windows] perplexity %.4f +/- %.4f, %.0f tokens/s   ", done,
-              windows, ppl, pe, (double)done * (double)ctx / (t - t0));
-      if (done == windows) fputc('\n', stderr);
-    } else if (t - last_report >= 10 || done == windows) {
+              a.windows, ppl, pe, (double)done * (double)a.ctx / (t - t0));
+      if (done == a.windows) fputc('\n', stderr);
+    } else if (t - last_report >= 10 || done == a.windows) {
       weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "%ld/%ld windows: perplexity %.4f +/- %.4f", done,
-               windows, ppl, pe);
+               a.windows, ppl, pe);
       last_report = t;
     }
   }
-  double ppl, pe, dppl = 0, dpe = 0, secs = now_s() - t0;
-  acc_result(&acc, &ppl, &pe);
-  if (draft) acc_result(&dacc, &dppl, &dpe);
-  /* Agreement is a proportion: its standard error is sqrt(p (1 - p) / n). */
-  const double agr = acc.n ? (double)agree / (double)acc.n : 0;
-  const double agr_err = acc.n > 1 ? sqrt(agr * (1 - agr) / (double)(acc.n - 1)) : 0;
-  if (json) {
-    printf("{\"perplexity\": %.9g, \"stderr\": %.9g, \"tokens_scored\": %lld, \"windows\": %ld, "
-           "\"ctx\": %ld, \"stride\": %ld, \"file_tokens\": %zu, \"quant\": \"%s\", "
-           "\"seconds\": %.3f",
-           ppl, pe, (long long)acc.n, windows, ctx, stride, n_ids, cfg.quant.name, secs);
-    if (draft)
-      printf(", \"draft_perplexity\": %.9g, \"draft_stderr\": %.9g, \"draft_top1_agreement\": "
-             "%.9g, \"draft_top1_agreement_stderr\": %.9g", dppl, dpe, agr, agr_err);
-    printf("}\n");
-  } else {
-    printf("perplexity: %.4f +/- %.4f (%lld tokens scored in %ld windows of %ld, stride %ld; "
-           "%.1f s, %.0f tokens/s)\n",
-           ppl, pe, (long long)acc.n, windows, ctx, stride, secs,
-           (double)windows * (double)ctx / secs);
-    if (draft)
-      printf("draft perplexity: %.4f +/- %.4f; draft top-1 agreement with the model: %.4f "
-             "+/- %.4f\n", dppl, dpe, agr, agr_err);
-  }
+  print_result(&a, &acc, &dacc, agree, with_draft, n_ids, cfg.quant.name, now_s() - t0);
   ret = 0;
 
 out:
-  weir_llama_destroy(draft);
-  weir_llama_destroy(model);
-  weir_kv_pool_destroy(pool);
-  weir_gguf_close(dg);
+  weir_step_batch_free(&batch);
+  weir_runtime_close(&rt);
+  free(seqs);
   free(draft_logits);
   free(top);
-  weir_plugin_set_unload(&plugins);
-  weir_tokenizer_free(tok);
-  weir_gguf_close(g);
   free(text);
   free(ids);
-  free(tokens);
-  free(positions);
-  free(slots);
-  free(qsl);
-  free(ctx_lens);
-  free(tables);
-  free(rows);
   free(logits_host);
   weir_config_free(&cfg);
   return ret;

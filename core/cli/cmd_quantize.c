@@ -31,7 +31,8 @@
 
 #include "cli/cli.h"
 #include "config/config.h"
-#include "model/calib.h"
+#include "model/llama_pack.h"
+#include "runtime/calib.h"
 #include "format/quantize_row.h"
 #include "format/gguf.h"
 #include "format/gguf_write.h"
@@ -87,13 +88,13 @@ static void q4_free(q4_out *o) {
   memset(o, 0, sizeof *o);
 }
 
-/* Packs the weights of one input site and exports each as Q4_1 (see calib.h for suffixes). */
+/* Packs the weights of one input site and exports each as Q4_1 (see llama_pack.h for suffixes). */
 static int export_site(qz *z, int layer, weir_llama_site site, const char *const *suffixes,
                        int n, int with_samples, q4_out *out) {
   void *w[4] = {0};
   int64_t ns = 0;
   const float *samples = with_samples ? weir_calib_samples(z->calib, layer, site, &ns) : NULL;
-  int rc = weir_calib_pack_group(z->q, z->qs, z->g, &z->hp, layer, site, suffixes, n, samples,
+  int rc = weir_llama_pack_group(z->q, z->qs, z->g, &z->hp, layer, site, suffixes, n, samples,
                                  ns, w, z->err, ERRLEN);
   if (rc != WEIR_OK) return rc;
   for (int i = 0; i < n && rc == WEIR_OK; i++) {
@@ -220,7 +221,7 @@ static int is_our_key(const char *k) {
 }
 
 static tkind kind_of(const char *name) {
-  if (weir_calib_is_linear_weight(name) || !strcmp(name, "token_embd.weight")) return T_Q4;
+  if (weir_llama_is_linear_weight(name) || !strcmp(name, "token_embd.weight")) return T_Q4;
   size_t n = strlen(name);
   static const char *const f32s[] = {"attn_norm.weight", "ffn_norm.weight", "attn_v.bias"};
   if (!strcmp(name, "output_norm.weight")) return T_F32;
@@ -473,7 +474,7 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
   int64_t n_out = 0;
   const float *out_samples =
       z->calib ? weir_calib_samples(z->calib, -1, WEIR_LLAMA_SITE_OUTPUT, &n_out) : NULL;
-  const int untie = weir_calib_untie_output(g, &z->hp, out_samples, n_out);
+  const int untie = weir_llama_untie_output(g, &z->hp, out_samples, n_out);
   if (z->hp.has_output || untie) {
     if ((rc = export_site(z, -1, WEIR_LLAMA_SITE_OUTPUT, untie ? embd_name : out_name, 1, 1,
                           &output)))

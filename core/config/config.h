@@ -105,7 +105,7 @@ typedef struct weir_config {
    * Never NULL after weir_config_defaults succeeded. */
   struct weir_toml_node *toml;
   /* [quant] calibration_text: the text an activation-aware scheme (awq_int4) calibrates on;
-   * NULL = heldout.txt beside the model file (core/model/calib.h). */
+   * NULL = heldout.txt beside the model file (core/runtime/calib.h). */
   char *calibration_text;
 } weir_config;
 

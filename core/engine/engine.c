@@ -1,5 +1,8 @@
-/* The engine thread: admits requests, runs scheduler steps through the model, samples, and
- * turns tokens into events. See engine.h for the threading contract. */
+/* The engine's life cycle and queues: creation (the runtime assembly, the scheduler, the
+ * step scratch), the engine thread's loop over its queues (submissions, aborts, pause and
+ * resume, deadlines), the public API, and shutdown. A step itself is engine_step.c;
+ * speculation engine_spec.c; a request on the engine thread engine_req.c (engine_internal.h).
+ * See engine.h for the threading contract. */
 #include "engine/engine.h"
 
 #include <errno.h>
@@ -11,360 +14,14 @@
 #include <time.h>
 
 #include "config/config.h"
-#include "engine/scheduler.h"
-#include "engine/stop.h"
-#include "kv/kv_cache.h"
-#include "kv/kv_pool.h"
-#include "engine/engine_metrics.h"
-#include "engine/spec_policy.h"
-#include "grammar/grammar.h"
+#include "engine/engine_internal.h"
 #include "metrics/metrics.h"
-#include "model/calib.h"
 #include "template/chat_template.h"
-#include "format/gguf.h"
-#include "model/llama.h"
-#include "model/tokenizer.h"
-#include "plugin/loader.h"
-#include "plugin/sampling.h"
 #include "util/log.h"
 #include "util/progress.h"
-#include "weir/drafter.h"
 #include "weir/rng.h"
-#include "weir/sampler.h"
 
-#define LOG_COMPONENT "engine"
-
-typedef struct engine_req {
-  uint64_t id;
-  weir_gen_event_cb cb;
-  void *user;
-  weir_sampling_params sampling;
-  uint64_t rng[4]; /* weir/rng.h: the sampler's and verification's draws */
-  int32_t max_tokens, min_tokens;
-  int ignore_eos;
-  int32_t *stop_ids;
-  int32_t num_stop_ids;
-  int32_t *bias_tokens; /* the request's logit bias, owned copies (sampling points at them) */
-  float *bias_values;
-  int32_t priority;
-  int32_t *prompt;
-  int32_t num_prompt;
-  weir_stop_matcher stop;
-  weir_detok detok;
-  weir_matcher *matcher; /* structured output: the constraint's state, or NULL */
-  /* Prompt logprobs: entry p scores prompt token p + 1, filled as the prefill chunks run and
-   * delivered with the first output token; NULL when not asked. */
-  weir_sample_result *plp;
-  int plp_sent;
-  weir_sched_seq *seq;
-  int32_t dslot; /* this step's draft-model slot (engine.c, run_draft), or -1 */
-  int32_t dkv;   /* leading positions whose draft-model KV is written (run_draft) */
-  int catch_up;  /* this step: would draft but its catch-up did not fit (reserve_drafts) */
-  double acceptance; /* moving average of this request's checked drafts (spec_policy.h) */
-  int no_spec;   /* weir_gen_request.no_speculation */
-  int32_t num_output;
-  double t_arrival, t_sched, t_first, deadline;
-  struct engine_req *next; /* incoming queue / live list link */
-  struct engine_req *live_prev, *live_next;
-} engine_req;
-
-struct weir_engine {
-  /* Immutable after create. */
-  weir_plugin_set plugins;
-  weir_gguf *gguf;
-  weir_tokenizer *tok;
-  weir_llama *model;
-  weir_kv_pool *pool;
-  weir_kv_cache *kv; /* the pool's bookkeeping */
-  weir_sched *sched;
-  weir_metrics *metrics;
-  int own_metrics;
-  weir__engine_metrics em; /* engine thread records; registered at create */
-  weir_chat_renderer *chat;
-  char *model_name;   /* == model_names[0] */
-  char **model_names; /* the served name, then the configured aliases */
-  int32_t num_model_names;
-  int32_t vocab, ctx_len, max_waiting;
-  int64_t default_timeout_ms;
-  int32_t *eog_ids; /* tokens that end generation: EOS and end-of-turn markers */
-  int32_t num_eog;
-  const weir_sampler_ops *sampler;
-  void *sampler_self;
-  /* Every sampler call goes through here: the host applies the 1.1 parameters (masks, logit
-   * bias) a sampler does not declare in its caps (plugin/sampling.h). Engine thread. */
-  weir_sampler_call scall;
-  const weir_drafter_ops *drafter; /* NULL: no speculative decoding */
-  void *drafter_self;
-  /* Structured output: the vocabulary as byte strings and the compiled constraints by text
-   * (thread-safe; weir_engine_constraint), and per step the masks of constrained rows. */
-  weir_grammar_vocab *gvocab;
-  weir_constraint_cache *gcache;
-  uint32_t *masks;                 /* [mask rows][mask_words], mask rows = max(max_seqs_step,
-                                    * spec_k + 1): a step's constrained rows, or the rows of
-                                    * one verified item */
-  size_t mask_words;
-  weir_sampling_params *row_params; /* [mask rows]: a constrained row's params + its mask */
-  weir_matcher **cms;              /* [max_seqs_step] scratch */
-  /* The masks of a step's constrained rows are computed in parallel on this pool (made at
-   * the first step with two or more; device.threads threads, the engine thread included),
-   * while the device plugin's own threads are idle between forward passes. */
-  weir_threadpool *mask_pool;
-  int mask_threads;
-  int32_t spec_k;                  /* drafts per sequence and step */
-  int32_t kv_block_size;           /* the pool's tokens per block */
-  int spec_break_residual;         /* weir_engine_opts: tests only */
-  weir_spec_policy spec;           /* which speculation length pays (spec_policy.h) */
-  int32_t step_n, step_k;          /* this step's decode sequences and chosen length */
-  int64_t step_tokens;             /* output tokens this step delivered */
-  int64_t step_drafts;             /* drafts this step verified */
-
-  /* Step scratch (engine thread only). */
-  int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
-  int32_t max_prompt_rows;         /* of max_rows: for prompt logprobs */
-  int32_t *a_ids, *a_pos, *a_slots, *a_qsl, *a_ctx, *a_bt, *a_rows;
-  weir_sampling_row *rows;
-  weir_sample_result *results;
-  engine_req **row_req;
-  int32_t *suppress;
-  weir_draft_seq *dseqs;           /* [max_seqs_step] */
-  engine_req **dreqs;
-  int32_t *dtokens, *dcounts;      /* [max_seqs_step][spec_k], [max_seqs_step] */
-  float *probs;                    /* [spec_k + 1][vocab]: verification distributions */
-  uint64_t spec_drafted, spec_accepted;
-  /* Draft model (a drafter with model_path, ABI 1.3): run here over KV group 1 of the pool,
-   * through the same plugins as the target. NULL without one. */
-  weir_gguf *dgguf;
-  weir_llama *draft;
-  /* A step's draft distributions: q of drafted position j for draft slot ds at
-   * qbuf[(j * max_seqs_step + ds) * vocab]. */
-  float *qbuf;
-  int32_t *d_ids, *d_pos, *d_slots, *d_qsl, *d_ctx, *d_bt, *d_rows, *d_item;
-
-  /* Shared with other threads, under lock. */
-  pthread_mutex_t lock;
-  pthread_cond_t wake;
-  engine_req *incoming_head, *incoming_tail;
-  int32_t num_incoming;
-  uint64_t *aborts;
-  int32_t num_aborts, cap_aborts;
-  struct flow_op {
-    uint64_t id;
-    int resume;
-  } *flow;                         /* weir_engine_pause / _resume, in call order */
-  int32_t num_flow, cap_flow;
-  int stopping;
-  weir_engine_stats stats;
-
-  engine_req *live; /* engine thread only: every admitted request */
-  atomic_uint_fast64_t next_id;
-  pthread_t thread;
-  int thread_started;
-};
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-const char *weir_finish_reason_name(weir_finish_reason r) {
-  switch (r) {
-  case WEIR_FINISH_NONE: return "none";
-  case WEIR_FINISH_STOP: return "stop";
-  case WEIR_FINISH_LENGTH: return "length";
-  case WEIR_FINISH_ABORT: return "abort";
-  case WEIR_FINISH_ERROR: return "error";
-  case WEIR_FINISH_TIMEOUT: return "timeout";
-  }
-  return "?";
-}
-
-/* ---- Request lifetime (engine thread) ---------------------------------------------------- */
-
-static void req_free(engine_req *r) {
-  if (!r) return;
-  weir_stop_free(&r->stop);
-  weir_matcher_free(r->matcher);
-  if (r->detok.tok) weir_detok_free(&r->detok);
-  free(r->stop_ids);
-  free(r->bias_tokens);
-  free(r->bias_values);
-  free(r->prompt);
-  free(r->plp);
-  free(r);
-}
-
-static void live_add(weir_engine *e, engine_req *r) {
-  r->live_prev = NULL;
-  r->live_next = e->live;
-  if (e->live) e->live->live_prev = r;
-  e->live = r;
-}
-
-static void live_remove(weir_engine *e, engine_req *r) {
-  if (r->live_prev) r->live_prev->live_next = r->live_next;
-  else e->live = r->live_next;
-  if (r->live_next) r->live_next->live_prev = r->live_prev;
-  r->live_prev = r->live_next = NULL;
-}
-
-static void fill_usage(const engine_req *r, weir_gen_event *ev) {
-  ev->request_id = r->id;
-  ev->prompt_tokens = r->num_prompt;
-  ev->cached_tokens = r->seq ? r->seq->num_cached_prompt : 0;
-  ev->completion_tokens = r->num_output;
-  ev->num_preemptions = r->seq ? r->seq->num_preemptions : 0;
-}
-
-static void publish_stats(weir_engine *e);
-
-/* Delivers the final event and releases everything the request holds (its KV blocks
- * included, in this same step). The stats are published before the event, so whoever sees
- * the request end also sees its blocks freed. */
-static void req_finish(weir_engine *e, engine_req *r, weir_finish_reason why, int status,
-                       const char *error, const char *tail, size_t tail_len) {
-  double t = now_s();
-  weir_gen_event ev = {0};
-  fill_usage(r, &ev);
-  ev.text = tail ? tail : "";
-  ev.text_len = tail ? tail_len : 0;
-  ev.finish = why;
-  ev.status = status;
-  ev.error = error;
-  ev.timing.e2e_s = t - r->t_arrival;
-  ev.timing.queue_s = r->t_sched > 0 ? r->t_sched - r->t_arrival : t - r->t_arrival;
-  ev.timing.ttft_s = r->t_first > 0 ? r->t_first - r->t_arrival : 0;
-  ev.timing.prefill_s = r->t_first > 0 && r->t_sched > 0 ? r->t_first - r->t_sched : 0;
-  ev.timing.decode_s = r->t_first > 0 ? t - r->t_first : 0;
-  if (r->seq) {
-    weir_sched_seq_free(e->sched, r->seq);
-    r->seq = NULL;
-  }
-  live_remove(e, r);
-  publish_stats(e);
-  weir__engine_metrics_finished(&e->em, why, r->num_prompt, r->num_output, &ev.timing);
-  r->cb(r->user, &ev);
-  req_free(r);
-}
-
-/* Ends a request whose text may still hold a stop-string prefix: releases it first. */
-static void req_finish_flush(weir_engine *e, engine_req *r, weir_finish_reason why) {
-  const char *t1, *t2;
-  size_t n1, n2;
-  weir_detok_flush(&r->detok, &t1, &n1);
-  const char *emit;
-  size_t emit_len;
-  int stopped = weir_stop_feed(&r->stop, t1, n1, &emit, &emit_len);
-  if (stopped == 1) {
-    req_finish(e, r, WEIR_FINISH_STOP, 0, NULL, emit, emit_len);
-    return;
-  }
-  /* The text handed out by feed stays valid across flush: copy it first. */
-  char *buf = malloc(emit_len + 1);
-  if (buf) memcpy(buf, emit, emit_len);
-  size_t n = buf ? emit_len : 0;
-  weir_stop_flush(&r->stop, &t2, &n2);
-  char *all = buf ? realloc(buf, n + n2 + 1) : NULL;
-  if (all) {
-    memcpy(all + n, t2, n2);
-    n += n2;
-  }
-  req_finish(e, r, why, 0, NULL, all ? all : "", all ? n : 0);
-  free(all ? all : buf);
-}
-
-static int is_in(const int32_t *ids, int32_t n, int32_t tok) {
-  for (int32_t i = 0; i < n; i++)
-    if (ids[i] == tok) return 1;
-  return 0;
-}
-
-/* Handles one sampled token: emits its text and decides whether the request ends. Returns 1
- * when the request was finished (and freed). */
-static int req_on_token(weir_engine *e, engine_req *r, const weir_sample_result *res) {
-  const int32_t tok = res->token;
-  const double t = now_s();
-  if (r->t_first == 0) r->t_first = t;
-  r->num_output++;
-  e->step_tokens++;
-  const int can_stop = r->num_output > r->min_tokens;
-  if (can_stop && ((!r->ignore_eos && is_in(e->eog_ids, e->num_eog, tok)) ||
-                   is_in(r->stop_ids, r->num_stop_ids, tok))) {
-    req_finish_flush(e, r, WEIR_FINISH_STOP);
-    return 1;
-  }
-  const char *piece;
-  size_t piece_len;
-  int rc = weir_detok_feed(&r->detok, tok, &piece, &piece_len);
-  if (rc != WEIR_OK) {
-    req_finish(e, r, WEIR_FINISH_ERROR, rc, "detokenization failed", NULL, 0);
-    return 1;
-  }
-  const char *emit;
-  size_t emit_len;
-  int stopped = weir_stop_feed(&r->stop, piece, piece_len, &emit, &emit_len);
-  if (stopped < 0) {
-    req_finish(e, r, WEIR_FINISH_ERROR, stopped, "out of memory", NULL, 0);
-    return 1;
-  }
-  weir_gen_event ev = {0};
-  fill_usage(r, &ev);
-  ev.tokens = &res->token;
-  ev.num_tokens = 1;
-  ev.logprobs = r->sampling.num_logprobs >= 0 ? res : NULL;
-  if (stopped == 1) {
-    /* The token that completed a stop string ends the request; its text before the stop
-     * string goes out with the final event. */
-    req_finish(e, r, WEIR_FINISH_STOP, 0, NULL, emit, emit_len);
-    return 1;
-  }
-  ev.text = emit;
-  ev.text_len = emit_len;
-  const int at_length = r->num_output >= r->max_tokens ||
-                        (r->seq && r->seq->num_tokens + 1 > e->ctx_len);
-  if (at_length) {
-    /* Deliver this token's event, then the final one with the held-back tail. */
-    r->cb(r->user, &ev);
-    req_finish_flush(e, r, WEIR_FINISH_LENGTH);
-    return 1;
-  }
-  r->cb(r->user, &ev);
-  return 0;
-}
-
-/* ---- The step ---------------------------------------------------------------------------- */
-
-static void publish_stats(weir_engine *e) {
-  weir_kv_stats ks;
-  weir_sched_stats ss;
-  weir_kv_cache_stats(e->kv, &ks);
-  weir_sched_stats_get(e->sched, &ss);
-  pthread_mutex_lock(&e->lock);
-  e->stats.num_running = ss.num_running;
-  e->stats.num_waiting = ss.num_waiting + e->num_incoming;
-  e->stats.num_paused = ss.num_paused;
-  e->stats.kv_blocks_total = ks.num_blocks;
-  e->stats.kv_blocks_used = ks.used_blocks;
-  e->stats.kv_blocks_cached = ks.cached_blocks;
-  e->stats.prefix_queries_tokens = ks.prefix_queries_tokens;
-  e->stats.prefix_hits_tokens = ks.prefix_hits_tokens;
-  e->stats.num_preemptions = ss.num_preemptions;
-  e->stats.num_steps = ss.num_steps;
-  e->stats.spec_draft_tokens = e->spec_drafted;
-  e->stats.spec_accepted_tokens = e->spec_accepted;
-  weir_llama_graph_stats gs = {0};
-  if (e->model) weir_llama_graph_stats_get(e->model, &gs);
-  e->stats.graph_steps = gs.replayed;
-  e->stats.graph_padding = gs.padded;
-  if (e->draft) {
-    weir_llama_graph_stats_get(e->draft, &gs);
-    e->stats.graph_steps += gs.replayed;
-    e->stats.graph_padding += gs.padded;
-  }
-  weir_engine_stats snap = e->stats;
-  pthread_mutex_unlock(&e->lock);
-  weir__engine_metrics_publish(&e->em, &snap);
-}
+/* ---- The engine thread: its queues ------------------------------------------------------- */
 
 static void admit(weir_engine *e, engine_req *r) {
   weir_sched_seq_params p = {.id = r->id,
@@ -374,11 +31,11 @@ static void admit(weir_engine *e, engine_req *r) {
                              .max_tokens = r->max_tokens,
                              .prompt_logits = r->plp != NULL,
                              .user = r};
-  live_add(e, r);
+  weir__engine_live_add(e, r);
   int rc = weir_sched_add(e->sched, &p, &r->seq);
   if (rc != WEIR_OK) {
     r->seq = NULL;
-    req_finish(e, r, WEIR_FINISH_ERROR, rc,
+    weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc,
                rc == WEIR_E_NOSPACE ? "the prompt does not fit in the KV cache"
                                     : "could not queue the request",
                NULL, 0);
@@ -391,597 +48,13 @@ static engine_req *find_live(weir_engine *e, uint64_t id) {
   return NULL;
 }
 
-static void fail_step(weir_engine *e, weir_sched_out *out, int rc) {
-  weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "step failed: %s; ending its %d requests",
-           weir_strerror(rc), out->num_items);
-  weir_sched_undo_step(e->sched, out);
-  for (int32_t i = 0; i < out->num_items; i++) {
-    engine_req *r = out->items[i].seq->user;
-    req_finish(e, r, WEIR_FINISH_ERROR, rc, "the model step failed", NULL, 0);
-  }
-}
-
-/* Draws an index from non-negative weights; `fallback` when they sum to zero. */
-static int32_t draw_from(const float *w, int32_t n, double u, int32_t fallback) {
-  double sum = 0;
-  for (int32_t i = 0; i < n; i++) sum += w[i];
-  if (!(sum > 0)) return fallback;
-  double target = u * sum, acc = 0;
-  int32_t last = fallback;
-  for (int32_t i = 0; i < n; i++) {
-    if (w[i] <= 0) continue;
-    acc += w[i];
-    last = i;
-    if (acc > target) return i;
-  }
-  return last;
-}
-
-/* Row k of the suppression scratch: room for every end-of-generation token and the most stop
- * token ids a request may give. */
-static int32_t *suppress_row(weir_engine *e, int32_t k) {
-  return e->suppress + (size_t)k * (size_t)(e->num_eog + WEIR_MAX_STOP_TOKEN_IDS);
-}
-
-/* The sampling row of request r as if `extra` more output tokens (accepted drafts) had been
- * appended; `sup` receives the tokens to suppress (EOS and stop ids before min_tokens). */
-static weir_sampling_row make_row(weir_engine *e, engine_req *r, int32_t extra, int32_t *sup) {
-  const weir_sched_seq *s = r->seq;
-  int32_t nsup = 0;
-  if (r->num_output + extra < r->min_tokens) {
-    if (!r->ignore_eos)
-      for (int32_t k = 0; k < e->num_eog; k++) sup[nsup++] = e->eog_ids[k];
-    for (int32_t k = 0; k < r->num_stop_ids; k++) sup[nsup++] = r->stop_ids[k];
-  }
-  const int32_t num_out = s->num_tokens - s->num_drafts - s->num_prompt + extra;
-  return (weir_sampling_row){.params = &r->sampling,
-                             .rng_state = r->rng,
-                             .prompt_tokens = s->tokens,
-                             .num_prompt_tokens = s->num_prompt,
-                             .output_tokens = s->tokens + s->num_prompt,
-                             .num_output_tokens = num_out,
-                             .suppress_tokens = sup,
-                             .num_suppress_tokens = nsup};
-}
-
-/* Samples rows [0, nrows) of e->rows from `logits` (consecutive rows), records each token and
- * emits its event. */
-static void sample_segment(weir_engine *e, float *logits, int32_t nrows) {
-  if (nrows == 0) return;
-  /* Constrained rows sample under their matcher's mask: the masks of all of them at once,
-   * then each row's params copied with `allowed` pointing at its mask. */
-  int32_t nc = 0;
-  for (int32_t k = 0; k < nrows; k++)
-    if (e->row_req[k]->matcher) e->cms[nc++] = e->row_req[k]->matcher;
-  int rc = WEIR_OK;
-  if (nc > 0) {
-    if (nc > 1 && !e->mask_pool && e->mask_threads != 1 &&
-        weir_threadpool_create(e->mask_threads, &e->mask_pool) != WEIR_OK)
-      e->mask_threads = 1; /* no pool: the masks are computed here, one after another */
-    rc = weir_matchers_fill_masks(e->cms, nc, e->masks, e->mask_words, e->mask_pool);
-    for (int32_t k = 0, c = 0; rc == WEIR_OK && k < nrows; k++) {
-      if (!e->row_req[k]->matcher) continue;
-      e->row_params[c] = e->row_req[k]->sampling;
-      e->row_params[c].allowed = e->masks + (size_t)c * e->mask_words;
-      e->rows[k].params = &e->row_params[c++];
-    }
-  }
-  if (rc == WEIR_OK)
-    rc = weir_sampler_call_sample(&e->scall, e->rows, nrows, logits, e->vocab, e->results);
-  for (int32_t k = 0; k < nrows; k++) {
-    engine_req *r = e->row_req[k];
-    const int32_t tok = e->results[k].token;
-    if (rc == WEIR_OK && r->matcher && weir_matcher_accept_token(r->matcher, tok) != WEIR_OK) {
-      /* Only a sampler that ignores `allowed` gets here. */
-      req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_INTERNAL,
-                 "the sampler produced a token the output constraint does not allow", NULL, 0);
-      continue;
-    }
-    if (rc == WEIR_OK) rc = weir_sched_commit(e->sched, r->seq, 0, &e->results[k].token, 1);
-    if (rc != WEIR_OK) {
-      req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
-      continue;
-    }
-    /* A constrained output ends when its grammar is complete and nothing can extend it, or
-     * when the constraint accepted an end-of-sequence token. */
-    const int done = r->matcher && (weir_matcher_is_ended(r->matcher) ||
-                                    (weir_matcher_is_complete(r->matcher) &&
-                                     !weir_matcher_can_continue(r->matcher)));
-    if (!req_on_token(e, r, &e->results[k]) && done) req_finish_flush(e, r, WEIR_FINISH_STOP);
-  }
-}
-
-/* Prompt logprobs of one item's prompt rows (weir_sched_item.num_prompt_logits), into its
- * request's plp; the chunk that scores the last prompt token delivers them all in one event,
- * once (a chunk recomputed after a preemption scores the same positions again, with the same
- * result). Returns 1 when the request ended (scoring failed), else 0. */
-static int score_prompt(weir_engine *e, const weir_sched_item *it, const float *logits) {
-  engine_req *r = it->seq->user;
-  if (!r->plp) return 0;
-  const int32_t top = r->sampling.num_logprobs > 0 ? r->sampling.num_logprobs : 0;
-  int rc = weir_sampler_call_score(&e->scall, logits, it->num_prompt_logits, e->vocab,
-                                   it->seq->tokens + it->start + 1, top, r->plp + it->start);
-  if (rc != WEIR_OK) {
-    req_finish(e, r, WEIR_FINISH_ERROR, rc, "scoring the prompt failed", NULL, 0);
-    return 1;
-  }
-  if (!r->plp_sent && it->start + it->num_prompt_logits == r->num_prompt - 1) {
-    weir_gen_event ev = {0};
-    fill_usage(r, &ev);
-    ev.text = "";
-    ev.prompt_logprobs = r->plp;
-    ev.num_prompt_logprobs = r->num_prompt - 1;
-    r->plp_sent = 1;
-    r->cb(r->user, &ev);
-  }
-  return 0;
-}
-
-/* Speculative verification of one item: the target distributions p of its 1 + n rows, then
- * the rejection rule. Draft j, drawn from the drafter's distribution q (one-hot for a
- * deterministic drafter such as ngram; the draft model's for a draft model), is accepted with
- * probability min(1, p(x) / q(x)); at the first rejection the token is drawn from the
- * normalised residual max(0, p - q); when every draft is accepted a bonus token is drawn from
- * the last row. The output distribution is the target's whatever q is, and greedy output is
- * identical to decoding without drafts. */
-/* The draft model's distribution of request r's drafted position j in this step, or NULL
- * (a deterministic drafter: q is one-hot on the draft). */
-static const float *draft_q(const weir_engine *e, const engine_req *r, int32_t j) {
-  if (!e->draft || r->dslot < 0) return NULL;
-  return e->qbuf + ((size_t)j * (size_t)e->max_seqs_step + (size_t)r->dslot) * (size_t)e->vocab;
-}
-
-static void verify_item(weir_engine *e, const weir_sched_item *it, float *logits) {
-  weir_sched_seq *s = it->seq;
-  engine_req *r = s->user;
-  const int32_t nd = it->num_drafts, nr = nd + 1;
-  int32_t *toks = e->dtokens; /* scratch: accepted drafts then the drawn token */
-  memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
-  for (int32_t j = 0; j < nr; j++)
-    e->rows[j] = make_row(e, r, j, suppress_row(e, j));
-  int rc = WEIR_OK;
-  if (r->matcher) {
-    /* Row j samples under the constraint as it stands after drafts 0..j-1 (all allowed:
-     * propose_drafts kept only those); the matcher is then put back. */
-    int32_t stepped = 0;
-    for (int32_t j = 0; j < nr && rc == WEIR_OK; j++) {
-      uint32_t *mask = e->masks + (size_t)j * e->mask_words;
-      rc = weir_matcher_fill_mask(r->matcher, mask);
-      e->row_params[j] = r->sampling;
-      e->row_params[j].allowed = mask;
-      e->rows[j].params = &e->row_params[j];
-      if (rc == WEIR_OK && j < nd) {
-        rc = weir_matcher_accept_token(r->matcher, toks[j]);
-        if (rc == WEIR_OK) stepped++;
-      }
-    }
-    if (stepped > 0) weir_matcher_rollback(r->matcher, stepped);
-    if (rc != WEIR_OK) {
-      req_finish(e, r, WEIR_FINISH_ERROR, rc, "the output constraint failed", NULL, 0);
-      return;
-    }
-  }
-  rc = weir_sampler_call_probs(&e->scall, e->rows, nr, logits, e->vocab, e->probs);
-  if (rc != WEIR_OK) {
-    req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
-    return;
-  }
-  int32_t accepted = 0, token = -1;
-  for (int32_t j = 0; j < nd; j++) {
-    float *row = e->probs + (size_t)j * (size_t)e->vocab;
-    const float *q = draft_q(e, r, j);
-    const int32_t x = toks[j];
-    const double qx = q ? (double)q[x] : 1.0;
-    if (qx > 0 && weir_rng_uniform(r->rng) * qx < (double)row[x]) {
-      accepted++;
-      continue;
-    }
-    if (q && !e->spec_break_residual) {
-      for (int32_t v = 0; v < e->vocab; v++) row[v] = row[v] > q[v] ? row[v] - q[v] : 0.0f;
-    } else if (!q) {
-      row[x] = 0;
-    }
-    token = draw_from(row, e->vocab, weir_rng_uniform(r->rng), x);
-    break;
-  }
-  if (token < 0)
-    token =
-        draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab, weir_rng_uniform(r->rng), 0);
-  e->spec_drafted += (uint64_t)nd;
-  e->spec_accepted += (uint64_t)accepted;
-  e->step_drafts += nd;
-  for (int32_t j = 0; j < nd && j < e->em.spec_positions; j++) {
-    weir_metric_add(e->em.spec_pos_draft[j], 1);
-    if (j < accepted) weir_metric_add(e->em.spec_pos_accepted[j], 1);
-  }
-  r->acceptance = weir_spec_acceptance_update(r->acceptance, nd, accepted);
-  toks[accepted] = token;
-  int done = 0;
-  if (r->matcher) {
-    for (int32_t j = 0; j <= accepted && rc == WEIR_OK; j++)
-      rc = weir_matcher_accept_token(r->matcher, toks[j]);
-    if (rc != WEIR_OK) {
-      req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_INTERNAL,
-                 "a verified token is not allowed by the output constraint", NULL, 0);
-      return;
-    }
-    done = weir_matcher_is_ended(r->matcher) ||
-           (weir_matcher_is_complete(r->matcher) && !weir_matcher_can_continue(r->matcher));
-  }
-  rc = weir_sched_commit(e->sched, s, accepted, &token, 1);
-  if (rc != WEIR_OK) {
-    req_finish(e, r, WEIR_FINISH_ERROR, rc, "could not record the tokens", NULL, 0);
-    return;
-  }
-  /* The draft's KV past the rejected drafts is rolled back with the target's. */
-  if (r->dkv > s->num_computed) r->dkv = s->num_computed;
-  for (int32_t j = 0; j <= accepted; j++) {
-    weir_sample_result res = {.token = toks[j]};
-    if (req_on_token(e, r, &res)) return;
-  }
-  if (done) req_finish_flush(e, r, WEIR_FINISH_STOP);
-}
-
-/* The drafts a step may add to request r: within max_tokens and the context, as the step
- * yields accepted drafts + 1 tokens. */
-static int32_t draft_room(const weir_engine *e, const engine_req *r, int32_t want) {
-  int32_t room = r->max_tokens - r->num_output - 1;
-  int32_t ctx_room = e->ctx_len - r->seq->num_tokens - 1;
-  if (ctx_room < room) room = ctx_room;
-  return want < room ? want : room;
-}
-
-/* Whether request r decodes this step with room for drafts (not scoring logprobs, not
- * opted out). */
-static int can_draft(const engine_req *r) {
-  const weir_sched_seq *s = r->seq;
-  return s && s->state == WEIR_SEQ_RUNNING && s->num_drafts == 0 &&
-         s->num_computed == s->num_tokens - 1 && r->sampling.num_logprobs < 0 && !r->no_spec;
-}
-
-/* The speculation length of this step (spec_policy.h), from the sequences in decode. */
-static int32_t choose_k(weir_engine *e) {
-  int32_t n = 0;
-  for (engine_req *r = e->live; r; r = r->live_next)
-    if (r->seq && r->seq->state == WEIR_SEQ_RUNNING && r->seq->num_computed >= r->seq->num_prompt)
-      n++;
-  e->step_n = n;
-  e->step_k = n > 0 ? weir_spec_choose(&e->spec, n) : 0;
-  return e->step_k;
-}
-
-/* With a draft model: every decode sequence gets spec_k placeholder drafts, so that the step
- * schedules (and the KV manager allocates) their positions; run_draft then writes the draft
- * model's tokens over them before the target runs. Constrained requests are not drafted for
- * (their drafts would need a mask per drafted position). */
-static void reserve_drafts(weir_engine *e, int32_t k) {
-  /* The draft's pass 0 catches each drafting sequence up from its KV's end: at most a
-   * step's tokens in all (the rest catch up without drafting, run_draft). */
-  int64_t budget = e->max_tokens_step;
-  for (engine_req *r = e->live; r; r = r->live_next) {
-    r->catch_up = 0;
-    if (!can_draft(r) || r->matcher) continue;
-    const int64_t catch_up = (int64_t)r->seq->num_computed - r->dkv + 1;
-    if (catch_up > budget) {
-      r->catch_up = 1; /* run_draft advances it with what room is left */
-      continue;
-    }
-    int32_t nd = draft_room(e, r, weir_spec_seq_len(k, r->acceptance));
-    if (nd <= 0) continue;
-    budget -= catch_up;
-    if (nd <= 0) continue;
-    for (int32_t j = 0; j < nd; j++) e->dtokens[j] = r->seq->tokens[r->seq->num_tokens - 1];
-    weir_sched_add_drafts(e->sched, r->seq, e->dtokens, nd);
-  }
-}
-
-/* Asks the drafter for up to spec_k tokens for every running sequence in decode. */
-static void propose_drafts(weir_engine *e) {
-  const int32_t k = choose_k(e);
-  if (k <= 0) return;
-  if (e->draft) {
-    reserve_drafts(e, k);
-    return;
-  }
-  int32_t n = 0;
-  for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
-    weir_sched_seq *s = r->seq;
-    if (!can_draft(r)) continue;
-    e->dseqs[n] =
-        (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
-    e->dreqs[n++] = r;
-  }
-  if (n == 0) return;
-  int rc = e->drafter->propose(e->drafter_self, e->dseqs, n, e->spec_k, e->dtokens, e->dcounts,
-                               NULL);
-  if (rc != WEIR_OK) return; /* drafts are an optimisation: decode without them */
-  for (int32_t i = 0; i < n; i++) {
-    engine_req *r = e->dreqs[i];
-    int32_t nd = draft_room(e, r, e->dcounts[i]);
-    const int32_t want = weir_spec_seq_len(k, r->acceptance);
-    if (want < nd) nd = want;
-    if (r->matcher && nd > 0) {
-      /* Only drafts the constraint allows: the longest allowed prefix, the matcher left as
-       * it was. */
-      const int32_t *d = e->dtokens + (size_t)i * (size_t)e->spec_k;
-      int32_t ok = 0;
-      while (ok < nd && weir_matcher_accept_token(r->matcher, d[ok]) == WEIR_OK) ok++;
-      if (ok > 0) weir_matcher_rollback(r->matcher, ok);
-      nd = ok;
-    }
-    if (nd > 0)
-      weir_sched_add_drafts(e->sched, r->seq, e->dtokens + (size_t)i * (size_t)e->spec_k, nd);
-  }
-}
-
-/* The draft model's part of a step, between the batch's arrays and the target's forward.
- *
- * Pass 0 runs the draft model over every item's tokens but the placeholder drafts, at the
- * target's own positions and slots (KV group 1 of the same blocks): so the draft's KV always
- * covers exactly what the target's does, and prefix-cache hits, copies and preemption treat
- * both alike. Its logits at the last real token of each item with placeholders give q for
- * the first draft; pass j feeds draft j of those items (one token each, at the placeholder's
- * slot) for draft j + 1, and a last pass feeds the last drafts (no logits), so that the
- * draft's KV covers every position the target computes. Every draft is drawn with the request's generator from q, which is
- * the request's own sampling distribution (the sampler's probs) over the draft's logits, and
- * is written over its placeholder in the batch and the sequence. Anything failing leaves the
- * placeholders (or earlier drafts) in place, verified as deterministic drafts, which is still
- * exact: drafts only ever change speed. */
-/* The draft model's batch over the d_* arrays: nt tokens of ns sequences, nl logit rows. */
-static weir_llama_batch draft_batch(const weir_engine *e, const weir_sched_out *out,
-                                    int32_t nt, int32_t ns, int32_t nl) {
-  return (weir_llama_batch){.num_tokens = nt,
-                            .tokens = e->d_ids,
-                            .positions = e->d_pos,
-                            .num_seqs = ns,
-                            .query_start_loc = e->d_qsl,
-                            .context_lens = e->d_ctx,
-                            .block_tables = e->d_bt,
-                            .max_blocks_per_seq = out->max_blocks_per_seq,
-                            .slot_mapping = e->d_slots,
-                            .num_logit_rows = nl,
-                            .logit_rows = e->d_rows};
-}
-
-static void run_draft(weir_engine *e, const weir_sched_out *out) {
-  const int32_t S = e->max_seqs_step, V = e->vocab, bs = e->kv_block_size;
-  const size_t bts = (size_t)out->max_blocks_per_seq;
-  int32_t nt = 0, ns = 0, nds = 0;
-  int64_t room = e->max_tokens_step;
-  e->d_qsl[0] = 0;
-  /* Pass 0: the drafting items (then the rest catching up, as room allows), each from the
-   * end of its draft KV through its last real token. Drafting items come first so that a
-   * logits row k is draft slot k. */
-  for (int pass = 0; pass < 2; pass++)
-    for (int32_t i = 0; i < out->num_items; i++) {
-      const weir_sched_item *it = &out->items[i];
-      engine_req *r = it->seq->user;
-      if (pass == 0) r->dslot = -1;
-      const int drafting = it->num_drafts > 0;
-      /* Only decode items that draft or wait to (a prefill chunk's draft KV, and that of a
-       * sequence not drafting, is caught up once it drafts). */
-      const int wanted = pass == 0 ? drafting : !drafting && r->catch_up;
-      if (!wanted || it->start < it->seq->num_prompt || it->num_new_tokens - it->num_drafts != 1)
-        continue;
-      if (r->dkv > it->start) r->dkv = it->start;
-      int32_t from = r->dkv, to = it->start + 1; /* positions [from, to) */
-      if (to - from > room) {
-        if (drafting) { /* reserve_drafts budgeted this: only a failure gets here */
-          r->dkv = from;
-          continue;
-        }
-        to = from + (int32_t)room;
-      }
-      if (to <= from) continue;
-      const int32_t *table = e->a_bt + (size_t)i * bts;
-      for (int32_t p = from; p < to; p++, nt++) {
-        e->d_ids[nt] = it->seq->tokens[p];
-        e->d_pos[nt] = p;
-        e->d_slots[nt] = table[p / bs] * bs + p % bs;
-      }
-      room -= to - from;
-      memcpy(e->d_bt + (size_t)ns * bts, table, sizeof(int32_t) * bts);
-      e->d_ctx[ns] = to;
-      e->d_qsl[++ns] = nt;
-      r->dkv = to;
-      if (drafting) {
-        e->d_rows[nds] = nt - 1;
-        e->d_item[nds++] = i;
-      }
-    }
-  if (ns == 0) return;
-  weir_llama_batch b = draft_batch(e, out, nt, ns, nds);
-  for (int32_t j = 0;; j++) {
-    float *logits = NULL;
-    int rc = weir_llama_forward(e->draft, &b, &logits);
-    if (rc == WEIR_OK && b.num_logit_rows > 0) {
-      for (int32_t k = 0; k < b.num_logit_rows; k++)
-        e->rows[k] = make_row(e, out->items[e->d_item[k]].seq->user, j, suppress_row(e, k));
-      rc = weir_sampler_call_probs(&e->scall, e->rows, b.num_logit_rows, logits, V,
-                                   e->qbuf + (size_t)j * (size_t)S * (size_t)V);
-    }
-    if (rc != WEIR_OK) {
-      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "draft model: %s; this step verifies what it has",
-               weir_strerror(rc));
-      /* Whatever this forward wrote is unknown: those sequences catch up from scratch. */
-      for (int32_t i = 0; i < out->num_items; i++) {
-        engine_req *r = out->items[i].seq->user;
-        r->dslot = -1;
-        r->dkv = 0;
-      }
-      return;
-    }
-    if (b.num_logit_rows == 0) return; /* the last pass only fed the last drafts */
-    /* Row k of this pass belongs to draft slot dslot >= k (later passes carry fewer items, in
-     * the same order): move each row to its slot, last first, so none is overwritten. */
-    float *qj = e->qbuf + (size_t)j * (size_t)S * (size_t)V;
-    for (int32_t k = b.num_logit_rows - 1; k >= 0; k--) {
-      engine_req *r = out->items[e->d_item[k]].seq->user;
-      if (j == 0) r->dslot = k;
-      if (r->dslot != k)
-        memcpy(qj + (size_t)r->dslot * (size_t)V, qj + (size_t)k * (size_t)V,
-               sizeof(float) * (size_t)V);
-    }
-    /* Draw draft j + 1 of every item with logits in this pass. Pass j + 1 feeds each of them
-     * to the draft, the last draft included (without logits): the draft's KV then covers
-     * every position the target computes, so when all drafts are accepted the next step
-     * finds the draft's KV complete. */
-    int32_t m = 0, nl = 0;
-    for (int32_t k = 0; k < b.num_logit_rows; k++) {
-      const int32_t i = e->d_item[k];
-      const weir_sched_item *it = &out->items[i];
-      engine_req *r = it->seq->user;
-      const float *q = qj + (size_t)r->dslot * (size_t)V;
-      const int32_t at = e->a_qsl[i] + 1 + j;
-      const int32_t tok = draw_from(q, V, weir_rng_uniform(r->rng), e->a_ids[at]);
-      e->a_ids[at] = tok;
-      it->seq->tokens[it->start + 1 + j] = tok;
-      e->d_ids[m] = tok;
-      e->d_pos[m] = e->a_pos[at];
-      e->d_slots[m] = e->a_slots[at];
-      e->d_ctx[m] = e->a_pos[at] + 1;
-      e->d_qsl[m + 1] = m + 1;
-      memcpy(e->d_bt + (size_t)m * bts, e->a_bt + (size_t)i * bts, sizeof(int32_t) * bts);
-      r->dkv = e->a_pos[at] + 1; /* written by the next pass (or reset if it fails) */
-      if (j + 1 < it->num_drafts) {
-        e->d_item[nl] = i; /* nl <= k: entries still to be read are not overwritten */
-        e->d_rows[nl++] = m;
-      }
-      m++;
-    }
-    b = draft_batch(e, out, m, m, nl);
-  }
-}
-
-/* Runs one scheduler step. Returns 1 when work was done, 0 when idle. */
-static int run_step(weir_engine *e) {
-  weir_sched_out out;
-  memset(&out, 0, sizeof out);
-  const double t_step = now_s();
-  e->step_tokens = e->step_drafts = 0;
-  e->step_n = e->step_k = 0;
-  if (e->drafter) {
-    propose_drafts(e);
-    if (!e->draft) weir_metric_add(e->em.spec_seconds, now_s() - t_step);
-  }
-  int rc = weir_sched_step(e->sched, &out);
-  /* A preempted sequence's blocks are gone, its draft KV with them. */
-  for (int32_t i = 0; i < out.num_preempted; i++)
-    ((engine_req *)out.preempted[i]->user)->dkv = 0;
-  /* Sequences the scheduler failed are finished there and still owe their final event,
-   * whether or not the step as a whole succeeded. */
-  for (int32_t i = 0; i < out.num_failed; i++) {
-    engine_req *r = out.failed[i]->user;
-    req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_NOSPACE,
-               "the request does not fit in the KV cache", NULL, 0);
-  }
-  if (rc != WEIR_OK) {
-    weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "scheduler: %s", weir_strerror(rc));
-    return 0;
-  }
-  if (out.num_items == 0) return out.num_failed > 0;
-
-  rc = weir_kv_pool_copy(e->pool, out.copies, out.num_copies);
-  if (rc != WEIR_OK) {
-    fail_step(e, &out, rc);
-    return 1;
-  }
-
-  weir_sched_batch_arrays a = {.input_ids = e->a_ids,
-                               .positions = e->a_pos,
-                               .slot_mapping = e->a_slots,
-                               .query_start_loc = e->a_qsl,
-                               .context_lens = e->a_ctx,
-                               .block_tables = e->a_bt,
-                               .block_table_stride = out.max_blocks_per_seq,
-                               .logits_rows = e->a_rows};
-  rc = weir_sched_fill_batch(e->sched, &out, &a);
-  if (rc != WEIR_OK) {
-    fail_step(e, &out, rc);
-    return 1;
-  }
-  const double t = now_s();
-  for (int32_t i = 0; i < out.num_items; i++) {
-    engine_req *r = out.items[i].seq->user;
-    if (r->t_sched == 0) r->t_sched = t;
-  }
-  if (e->draft) {
-    const double t_draft = now_s();
-    run_draft(e, &out);
-    weir_metric_add(e->em.spec_seconds, now_s() - t_draft);
-  }
-  weir_llama_batch b = {.num_tokens = out.num_tokens,
-                        .tokens = e->a_ids,
-                        .positions = e->a_pos,
-                        .num_seqs = out.num_items,
-                        .query_start_loc = e->a_qsl,
-                        .context_lens = e->a_ctx,
-                        .block_tables = e->a_bt,
-                        .max_blocks_per_seq = out.max_blocks_per_seq,
-                        .slot_mapping = e->a_slots,
-                        .num_logit_rows = out.num_logits,
-                        .logit_rows = e->a_rows};
-  float *logits = NULL;
-  rc = weir_llama_forward(e->model, &b, &logits);
-  if (rc != WEIR_OK) {
-    fail_step(e, &out, rc);
-    return 1;
-  }
-
-  /* Logits rows come in item order, num_logits per item. Items without drafts are sampled
-   * together, a run of consecutive ones per sampler call; items with drafts are verified one
-   * by one. */
-  int32_t row = 0, seg_start = 0, nrows = 0;
-  for (int32_t i = 0; i < out.num_items; i++) {
-    const weir_sched_item *it = &out.items[i];
-    if (it->num_logits == 0) continue;
-    engine_req *r = it->seq->user;
-    if (it->num_prompt_logits > 0) {
-      /* Prompt rows first; the final chunk's last row then starts a new segment. */
-      sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
-      nrows = 0;
-      const int ended = score_prompt(e, it, logits + (size_t)row * (size_t)e->vocab);
-      row += it->num_prompt_logits;
-      if (ended) row += it->num_logits - it->num_prompt_logits;
-      if (ended || it->num_logits == it->num_prompt_logits) continue;
-    }
-    if (it->num_drafts == 0) {
-      if (nrows == 0) seg_start = row;
-      e->rows[nrows] = make_row(e, r, 0, suppress_row(e, nrows));
-      e->row_req[nrows++] = r;
-      row += 1;
-      continue;
-    }
-    sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
-    nrows = 0;
-    verify_item(e, it, logits + (size_t)row * (size_t)e->vocab);
-    row += it->num_logits;
-  }
-  sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
-  /* What this speculation length achieved, on steps of decode alone (a prefill's cost would
-   * count against whichever length ran beside it). */
-  if (e->drafter) {
-    weir_metric_record(e->em.spec_step_drafts, (double)e->step_drafts);
-    weir_metric_record(e->em.spec_len, (double)e->step_k);
-  }
-  if (e->drafter && out.num_items == e->step_n) {
-    int pure = 1;
-    for (int32_t i = 0; i < out.num_items && pure; i++) {
-      const weir_sched_item *it = &out.items[i];
-      pure = it->num_new_tokens - it->num_drafts == 1 && it->num_prompt_logits == 0;
-    }
-    if (pure) weir_spec_observe(&e->spec, e->step_n, e->step_k, e->step_tokens, now_s() - t_step);
-  }
-  return 1;
-}
-
 /* Whether a step could do anything: paused requests alone give the thread nothing to do
  * but watch their deadlines. */
 static int has_work(const weir_engine *e) {
   return weir_sched_num_running(e->sched) + weir_sched_num_waiting(e->sched) > 0;
 }
 
-static void apply_flow(weir_engine *e, const struct flow_op *ops, int32_t n) {
+static void apply_flow(weir_engine *e, const struct weir__engine_flow_op *ops, int32_t n) {
   for (int32_t i = 0; i < n; i++) {
     engine_req *r = find_live(e, ops[i].id);
     if (!r || !r->seq) continue;
@@ -1027,7 +100,7 @@ static void *engine_main(void *arg) {
               sizeof(uint64_t) * (size_t)(e->num_aborts - naborts));
       e->num_aborts -= naborts;
     }
-    struct flow_op flow[256];
+    struct weir__engine_flow_op flow[256];
     int32_t nflow = e->num_flow < 256 ? e->num_flow : 256;
     if (nflow > 0) {
       memcpy(flow, e->flow, sizeof *flow * (size_t)nflow);
@@ -1045,20 +118,21 @@ static void *engine_main(void *arg) {
     apply_flow(e, flow, nflow);
     for (int32_t i = 0; i < naborts; i++) {
       engine_req *r = find_live(e, abort_ids[i]);
-      if (r) req_finish_flush(e, r, WEIR_FINISH_ABORT);
+      if (r) weir__engine_req_finish_flush(e, r, WEIR_FINISH_ABORT);
     }
     if (stopping) {
-      while (e->live) req_finish_flush(e, e->live, WEIR_FINISH_ABORT);
-      publish_stats(e);
+      while (e->live) weir__engine_req_finish_flush(e, e->live, WEIR_FINISH_ABORT);
+      weir__engine_publish_stats(e);
       break;
     }
-    const double t = now_s();
+    const double t = weir__engine_now();
     for (engine_req *r = e->live, *next; r; r = next) {
       next = r->live_next;
-      if (r->deadline > 0 && t > r->deadline) req_finish_flush(e, r, WEIR_FINISH_TIMEOUT);
+      if (r->deadline > 0 && t > r->deadline)
+        weir__engine_req_finish_flush(e, r, WEIR_FINISH_TIMEOUT);
     }
-    if (e->live && has_work(e)) run_step(e);
-    publish_stats(e);
+    if (e->live && has_work(e)) weir__engine_run_step(e);
+    weir__engine_publish_stats(e);
   }
   return NULL;
 }
@@ -1137,7 +211,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
   uint64_t seed = q->has_seed ? q->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)r;
   weir_rng_seed(r->rng, seed);
-  r->t_arrival = now_s();
+  r->t_arrival = weir__engine_now();
   int64_t timeout = q->timeout_ms > 0 ? q->timeout_ms : e->default_timeout_ms;
   r->deadline = timeout > 0 ? r->t_arrival + (double)timeout / 1000.0 : 0;
 
@@ -1167,7 +241,7 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
   return WEIR_OK;
 
 fail_req:
-  req_free(r);
+  weir__engine_req_free(r);
   return rc;
 }
 
@@ -1194,7 +268,7 @@ static void queue_flow(weir_engine *e, uint64_t id, int resume) {
   pthread_mutex_lock(&e->lock);
   if (e->num_flow == e->cap_flow) {
     int32_t cap = e->cap_flow ? e->cap_flow * 2 : 64;
-    struct flow_op *nf = realloc(e->flow, sizeof *nf * (size_t)cap);
+    struct weir__engine_flow_op *nf = realloc(e->flow, sizeof *nf * (size_t)cap);
     if (!nf) {
       pthread_mutex_unlock(&e->lock);
       weir_log(WEIR_LOG_ERROR, LOG_COMPONENT, "out of memory queueing %s of %llu",
@@ -1204,7 +278,7 @@ static void queue_flow(weir_engine *e, uint64_t id, int resume) {
     e->flow = nf;
     e->cap_flow = cap;
   }
-  e->flow[e->num_flow++] = (struct flow_op){id, resume};
+  e->flow[e->num_flow++] = (struct weir__engine_flow_op){id, resume};
   pthread_cond_signal(&e->wake);
   pthread_mutex_unlock(&e->lock);
 }
@@ -1300,7 +374,7 @@ static int resolve_model_names(weir_engine *e, const weir_config *cfg) {
   weir_gguf_str gname = {0};
   if (cfg->served_model_name && cfg->served_model_name[0]) {
     e->model_names[0] = strdup(cfg->served_model_name);
-  } else if (weir_gguf_get_str(e->gguf, "general.name", &gname) == WEIR_OK && gname.len > 0 &&
+  } else if (weir_gguf_get_str(e->rt.gguf[0], "general.name", &gname) == WEIR_OK && gname.len > 0 &&
              !memchr(gname.ptr, 0, (size_t)gname.len)) {
     e->model_names[0] = strndup(gname.ptr, (size_t)gname.len);
   } else {
@@ -1330,34 +404,21 @@ static int collect_eog(weir_engine *e) {
   if (eos >= 0) e->eog_ids[e->num_eog++] = eos;
   for (size_t i = 0; i < sizeof markers / sizeof markers[0]; i++) {
     int32_t id = weir_tokenizer_find(e->tok, markers[i], strlen(markers[i]));
-    if (id >= 0 && !is_in(e->eog_ids, e->num_eog, id) &&
+    if (id >= 0 && !weir__engine_is_in(e->eog_ids, e->num_eog, id) &&
         weir_tokenizer_token_type(e->tok, id) == WEIR_TOKEN_CONTROL)
       e->eog_ids[e->num_eog++] = id;
   }
   return WEIR_OK;
 }
 
-/* One step's batch arrays for T tokens of S sequences (the target's, and the draft's). Returns
- * whether every one was allocated (the caller frees what was, on both paths). */
-static int alloc_batch(size_t T, size_t S, size_t bt_stride, int32_t **ids, int32_t **pos,
-                       int32_t **slots, int32_t **qsl, int32_t **ctx, int32_t **bt) {
-  *ids = malloc(T * 4);
-  *pos = malloc(T * 4);
-  *slots = malloc(T * 4);
-  *qsl = malloc((S + 1) * 4);
-  *ctx = malloc(S * 4);
-  *bt = malloc(S * bt_stride * 4);
-  return *ids && *pos && *slots && *qsl && *ctx && *bt;
-}
-
 static int alloc_scratch(weir_engine *e) {
-  const size_t T = (size_t)e->max_tokens_step, S = (size_t)e->max_seqs_step;
-  const size_t R = (size_t)e->max_rows;
+  const size_t S = (size_t)e->max_seqs_step, R = (size_t)e->max_rows;
   e->bt_stride = weir_kv_pool_geometry(e->pool)->max_blocks_per_seq;
-  if (!alloc_batch(T, S, (size_t)e->bt_stride, &e->a_ids, &e->a_pos, &e->a_slots, &e->a_qsl,
-                   &e->a_ctx, &e->a_bt))
+  /* The target's batch arrays (the scheduler fills them), and the draft's: a step's tokens in
+   * pass 0, one logits row per sequence. */
+  if (weir_step_batch_init(&e->tb, e->max_tokens_step, e->max_seqs_step, e->max_rows,
+                           e->bt_stride) != WEIR_OK)
     return WEIR_E_NOMEM;
-  e->a_rows = malloc(R * 4);
   e->rows = calloc(R, sizeof *e->rows);
   e->results = calloc(R, sizeof *e->results);
   e->row_req = calloc(R, sizeof *e->row_req);
@@ -1379,39 +440,25 @@ static int alloc_scratch(weir_engine *e) {
   }
   if (e->draft) {
     e->qbuf = malloc((size_t)e->spec_k * S * (size_t)e->vocab * sizeof(float));
-    const int ok = alloc_batch(T, S, (size_t)e->bt_stride, &e->d_ids, &e->d_pos, &e->d_slots,
-                               &e->d_qsl, &e->d_ctx, &e->d_bt);
-    e->d_rows = malloc(S * 4);
+    const int rc = weir_step_batch_init(&e->db, e->max_tokens_step, e->max_seqs_step,
+                                        e->max_seqs_step, e->bt_stride);
     e->d_item = malloc(S * 4);
-    if (!ok || !e->qbuf || !e->d_rows || !e->d_item)
-      return WEIR_E_NOMEM;
+    if (rc != WEIR_OK || !e->qbuf || !e->d_item) return WEIR_E_NOMEM;
   }
-  if (!e->a_rows || !e->rows || !e->results || !e->row_req || !e->suppress)
+  if (!e->rows || !e->results || !e->row_req || !e->suppress)
     return WEIR_E_NOMEM;
   return WEIR_OK;
 }
 
 static void engine_free(weir_engine *e) {
   weir_sched_destroy(e->sched);
-  weir_llama_destroy(e->model);
-  weir_llama_destroy(e->draft);
-  weir_gguf_close(e->dgguf);
-  weir_kv_pool_destroy(e->pool);
-  weir_plugin_set_unload(&e->plugins);
-  weir_tokenizer_free(e->tok);
-  weir_gguf_close(e->gguf);
+  weir_runtime_close(&e->rt); /* models, pool, plugins, GGUF files, tokenizer */
   if (e->own_metrics) weir_metrics_destroy(e->metrics);
   for (int32_t i = 0; i < e->num_model_names; i++) free(e->model_names[i]);
   free(e->model_names);
   weir_chat_renderer_free(e->chat);
   free(e->eog_ids);
-  free(e->a_ids);
-  free(e->a_pos);
-  free(e->a_slots);
-  free(e->a_qsl);
-  free(e->a_ctx);
-  free(e->a_bt);
-  free(e->a_rows);
+  weir_step_batch_free(&e->tb);
   free(e->rows);
   free(e->results);
   free(e->row_req);
@@ -1429,13 +476,7 @@ static void engine_free(weir_engine *e) {
   free(e->dcounts);
   free(e->probs);
   free(e->qbuf);
-  free(e->d_ids);
-  free(e->d_pos);
-  free(e->d_slots);
-  free(e->d_qsl);
-  free(e->d_ctx);
-  free(e->d_bt);
-  free(e->d_rows);
+  weir_step_batch_free(&e->db);
   free(e->d_item);
   free(e->aborts);
   free(e->flow);
@@ -1444,51 +485,6 @@ static void engine_free(weir_engine *e) {
   free(e);
 }
 
-/* Opens the draft model a drafter names (ABI 1.3 model_path) and checks it can draft for the
- * target: a Llama-family GGUF with the target's vocabulary, token for token. */
-static int open_draft(weir_engine *e, const char *path, const weir_llama_hparams *thp,
-                      weir_llama_hparams *dhp, char *err, size_t errlen) {
-  int rc = weir_gguf_open(path, &e->dgguf, err, errlen);
-  if (rc == WEIR_OK) rc = weir_gguf_llama_hparams(e->dgguf, dhp, err, errlen);
-  if (rc == WEIR_OK) rc = weir_gguf_llama_check(e->dgguf, dhp, err, errlen);
-  if (rc != WEIR_OK) {
-    char why[768];
-    snprintf(why, sizeof why, "%s", err);
-    snprintf(err, errlen, "draft model %s: %s", path, why);
-    return rc;
-  }
-  weir_tokenizer *dt = NULL;
-  rc = weir_tokenizer_from_gguf(e->dgguf, &dt, err, errlen);
-  if (rc != WEIR_OK) return rc;
-  const int32_t tn = weir_tokenizer_n_tokens(e->tok), dn = weir_tokenizer_n_tokens(dt);
-  if (dhp->n_vocab != thp->n_vocab || tn != dn) {
-    snprintf(err, errlen, "draft model %s has a vocabulary of %d tokens (%d logit rows); the "
-             "target has %d (%d): a draft must share the target's tokenizer", path, dn,
-             dhp->n_vocab, tn, thp->n_vocab);
-    rc = WEIR_E_INVAL;
-  }
-  for (int32_t id = 0; rc == WEIR_OK && id < tn; id++) {
-    weir_tok_str a, b;
-    if (weir_tokenizer_token_text(e->tok, id, &a) != WEIR_OK ||
-        weir_tokenizer_token_text(dt, id, &b) != WEIR_OK || a.len != b.len ||
-        memcmp(a.ptr, b.ptr, a.len) != 0) {
-      weir_tok_str ta = {0}, tb = {0};
-      weir_tokenizer_token_text(e->tok, id, &ta);
-      weir_tokenizer_token_text(dt, id, &tb);
-      snprintf(err, errlen, "draft model %s: token %d is \"%.*s\" in the draft but \"%.*s\" "
-               "in the target: a draft must share the target's tokenizer", path, id,
-               (int)(tb.len > 64 ? 64 : tb.len), tb.ptr ? tb.ptr : "",
-               (int)(ta.len > 64 ? 64 : ta.len), ta.ptr ? ta.ptr : "");
-      rc = WEIR_E_INVAL;
-    }
-  }
-  if (rc == WEIR_OK && weir_tokenizer_get_type(dt) != weir_tokenizer_get_type(e->tok)) {
-    snprintf(err, errlen, "draft model %s: its tokenizer model differs from the target's", path);
-    rc = WEIR_E_INVAL;
-  }
-  weir_tokenizer_free(dt);
-  return rc;
-}
 
 int weir_engine_create(const weir_config *cfg, weir_engine **out) {
   return weir_engine_create_opts(cfg, NULL, out);
@@ -1497,6 +493,146 @@ int weir_engine_create(const weir_config *cfg, weir_engine **out) {
 int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_engine **out) {
   weir_engine_opts o = {.metrics = metrics};
   return weir_engine_create_opts(cfg, &o, out);
+}
+
+/* The plugins' sampler and, with num_speculative_tokens > 0, the drafter. */
+static int setup_sampling(weir_engine *e, const weir_config *cfg, char *err, size_t errlen) {
+  const weir_plugin_set *ps = &e->rt.plugins;
+  e->sampler = ps->sampler->ops;
+  e->sampler_self = ps->sampler->self;
+  weir_sampler_call_init(&e->scall, ps->sampler, ps->device);
+  if (!ps->drafter || cfg->num_speculative_tokens <= 0) return WEIR_OK;
+  if (!e->sampler->probs) {
+    snprintf(err, errlen, "speculative decoding needs a sampler with probs(); sampler \"%s\" "
+             "has none", ps->sampler->desc->name);
+    return WEIR_E_NOTSUP;
+  }
+  e->drafter = ps->drafter->ops;
+  e->drafter_self = ps->drafter->self;
+  e->spec_k = cfg->num_speculative_tokens;
+  weir_spec_policy_init(&e->spec, e->spec_k, cfg->spec_adaptive);
+  return WEIR_OK;
+}
+
+/* A step's limits: tokens, sequences, logits rows. */
+static int set_step_limits(weir_engine *e, const weir_config *cfg, char *err, size_t errlen) {
+  /* The configuration owns these defaults (weir_config_defaults) and their ranges. */
+  if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0) {
+    snprintf(err, errlen, "scheduler.max_num_seqs (%d) and max_num_batched_tokens (%d) "
+             "must be positive", cfg->max_num_seqs, cfg->max_num_batched_tokens);
+    return WEIR_E_INVAL;
+  }
+  e->max_seqs_step = cfg->max_num_seqs;
+  e->max_tokens_step = cfg->max_num_batched_tokens;
+  if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
+  e->max_rows =
+      e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
+  /* Rows for prompt logprobs come on top: a prompt is scored this many tokens per step. */
+  e->max_prompt_rows = WEIR_ENGINE_PROMPT_LOGIT_ROWS < e->max_tokens_step
+                           ? WEIR_ENGINE_PROMPT_LOGIT_ROWS
+                           : e->max_tokens_step;
+  e->max_rows += e->max_prompt_rows;
+  if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;
+  return WEIR_OK;
+}
+
+/* The models and the KV pool they share (the runtime assembly, after the plugins): the pool
+ * first, from the models' attention shapes, since it owns the geometry (block size, block
+ * count, table stride) that the models and the scheduler then take from it; the target
+ * calibrated first when its quant scheme is activation-aware; the draft model a drafter names
+ * (ABI 1.3 model_path) in the pool's group 1. */
+static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *progress,
+                       char *err, size_t errlen) {
+  weir_runtime *rt = &e->rt;
+  const weir_llama_hparams *hp = &rt->hp[0];
+  const char *draft_path = e->drafter && e->drafter->model_path
+                               ? e->drafter->model_path(e->drafter_self) : NULL;
+  int rc = draft_path ? weir_runtime_open_draft(rt, draft_path, err, errlen) : WEIR_OK;
+  const weir_runtime_pool_opts po = {
+      .max_model_len = weir_llama_max_model_len(hp, cfg->max_model_len),
+      .prefix_caching = cfg->prefix_caching};
+  if (rc == WEIR_OK) rc = weir_runtime_create_pool(rt, cfg, &po, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  e->pool = rt->pool;
+  e->kv = weir_kv_pool_cache(e->pool);
+  e->ctx_len = weir_kv_pool_geometry(e->pool)->max_model_len;
+  weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
+                        .max_num_seqs = e->max_seqs_step,
+                        .max_logit_rows = e->max_rows,
+                        .progress = progress,
+                        .step_graph_max_batch = cfg->step_graph_max_batch,
+                        .max_model_len = e->ctx_len};
+  char what[96];
+  snprintf(what, sizeof what, "loading %s", e->model_name);
+  weir_progress_begin(progress, what, (uint64_t)hp->n_layer + 1, "layers", 0);
+  rc = weir_runtime_load_model(rt, 0, cfg, &mo, 1, err, errlen);
+  weir_progress_end(progress, rc == WEIR_OK);
+  if (rc != WEIR_OK) return rc;
+  e->model = rt->model[0];
+  if (!draft_path) return WEIR_OK;
+  /* The draft's pass 0 carries at most the target's tokens; later passes one per item. */
+  weir_llama_opts dmo = {.max_num_tokens = e->max_tokens_step,
+                         .max_num_seqs = e->max_seqs_step,
+                         .max_logit_rows = e->max_seqs_step,
+                         .step_graph_max_batch = cfg->step_graph_max_batch,
+                         .max_model_len = e->ctx_len};
+  rc = weir_runtime_load_model(rt, 1, cfg, &dmo, 0, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  e->draft = rt->model[1];
+  weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+           "draft model %s: %d layers, dim %d; drafts %d tokens per sequence and step",
+           draft_path, rt->hp[1].n_layer, rt->hp[1].n_embd, e->spec_k);
+  return WEIR_OK;
+}
+
+/* The chat template: a configured built-in, else the model's own Jinja template, else the
+ * built-in detected from it (ChatML when none matches). A note on the choice is logged. */
+static int load_chat_template(weir_engine *e, const weir_config *cfg, char *err,
+                              size_t errlen) {
+  weir_tok_str bos = {"", 0}, eos = {"", 0};
+  int32_t b = weir_tokenizer_bos(e->tok), s = weir_tokenizer_eos(e->tok);
+  if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
+  if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
+  char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
+  int rc = bos_s && eos_s ? weir_chat_renderer_from_gguf(e->rt.gguf[0], cfg->chat_template,
+                                                         bos_s, eos_s, &e->chat, err, errlen)
+                          : WEIR_E_NOMEM;
+  free(bos_s);
+  free(eos_s);
+  if (rc != WEIR_OK) return rc;
+  if (weir_chat_renderer_note(e->chat)[0])
+    weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path,
+             weir_chat_renderer_note(e->chat));
+  else if (err[0])
+    weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, err);
+  err[0] = '\0';
+  return WEIR_OK;
+}
+
+/* The scheduler over the pool's bookkeeping, the end-of-generation tokens, the step scratch
+ * and the structured-output index of the vocabulary. */
+static int setup_steps(weir_engine *e, const weir_config *cfg, char *err, size_t errlen) {
+  weir_sched_config sc = {.max_num_seqs = e->max_seqs_step,
+                          .max_num_batched_tokens = e->max_tokens_step,
+                          .watermark_blocks = -1,
+                          .max_prompt_logits = e->max_prompt_rows};
+  int rc = weir_sched_policy_parse(cfg->policy, &sc.policy);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "scheduler.policy: \"%s\" is not one of fcfs, priority", cfg->policy);
+    return rc;
+  }
+  if ((rc = weir_sched_create(&sc, e->kv, &e->sched)) != WEIR_OK ||
+      (rc = collect_eog(e)) != WEIR_OK || (rc = alloc_scratch(e)) != WEIR_OK)
+    return rc;
+  /* Structured output: the vocabulary's byte strings once; up to 64 compiled constraints
+   * (and their token classes, 256 MiB in all) kept by text. */
+  e->mask_threads = cfg->threads; /* 0: one per core */
+  rc = weir_grammar_vocab_from_tokenizer(e->tok, e->eog_ids, e->num_eog, &e->gvocab);
+  if (rc == WEIR_OK)
+    rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);
+  if (rc != WEIR_OK)
+    snprintf(err, errlen, "could not index the vocabulary for structured output");
+  return rc;
 }
 
 int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts,
@@ -1525,169 +661,35 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     rc = weir__engine_metrics_spec_init(e->metrics, &e->em, cfg->num_speculative_tokens);
   if (rc != WEIR_OK) goto fail;
 
-  rc = weir_gguf_open(cfg->model_path, &e->gguf, err, sizeof err);
-  if (rc != WEIR_OK) goto fail;
-  rc = resolve_model_names(e, cfg);
-  if (rc != WEIR_OK) goto fail;
-  /* Every metric of a replica says which model it serves (docs/metrics.md). */
-  rc = weir_metrics_set_label(e->metrics, "model_name", e->model_name);
-  if (rc != WEIR_OK) goto fail;
-  rc = weir_tokenizer_from_gguf(e->gguf, &e->tok, err, sizeof err);
-  if (rc != WEIR_OK) goto fail;
-  rc = weir_plugin_set_load(cfg, e->metrics, &e->plugins);
+  /* The model's file first: it names the model, and every metric of a replica says which
+   * model it serves (docs/metrics.md), plugin metrics included. */
+  if ((rc = weir_runtime_open(&e->rt, cfg->model_path, err, sizeof err)) != WEIR_OK) goto fail;
+  e->tok = e->rt.tok;
+  if ((rc = resolve_model_names(e, cfg)) != WEIR_OK ||
+      (rc = weir_metrics_set_label(e->metrics, "model_name", e->model_name)) != WEIR_OK)
+    goto fail;
+  rc = weir_runtime_load_plugins(&e->rt, cfg, e->metrics, err, sizeof err);
   if (rc != WEIR_OK) {
-    snprintf(err, sizeof err, "could not load the plugins the configuration names (see above)");
+    char why[768];
+    snprintf(why, sizeof why, "%s", err);
+    snprintf(err, sizeof err, "could not load the plugins the configuration names: %s", why);
     goto fail;
   }
-  e->sampler = e->plugins.sampler->ops;
-  e->sampler_self = e->plugins.sampler->self;
-  weir_sampler_call_init(&e->scall, e->plugins.sampler, e->plugins.device);
-  if (e->plugins.drafter && cfg->num_speculative_tokens > 0) {
-    if (!e->sampler->probs) {
-      snprintf(err, sizeof err, "speculative decoding needs a sampler with probs(); sampler "
-               "\"%s\" has none", e->plugins.sampler->desc->name);
-      rc = WEIR_E_NOTSUP;
-      goto fail;
-    }
-    e->drafter = e->plugins.drafter->ops;
-    e->drafter_self = e->plugins.drafter->self;
-    e->spec_k = cfg->num_speculative_tokens;
-    weir_spec_policy_init(&e->spec, e->spec_k, cfg->spec_adaptive);
-  }
-
-  /* The configuration owns these defaults (weir_config_defaults) and their ranges. */
-  if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0) {
-    snprintf(err, sizeof err, "scheduler.max_num_seqs (%d) and max_num_batched_tokens (%d) "
-             "must be positive", cfg->max_num_seqs, cfg->max_num_batched_tokens);
-    rc = WEIR_E_INVAL;
+  if ((rc = setup_sampling(e, cfg, err, sizeof err)) != WEIR_OK ||
+      (rc = set_step_limits(e, cfg, err, sizeof err)) != WEIR_OK ||
+      (rc = load_models(e, cfg, progress, err, sizeof err)) != WEIR_OK)
     goto fail;
-  }
-  e->max_seqs_step = cfg->max_num_seqs;
-  e->max_tokens_step = cfg->max_num_batched_tokens;
-  if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
-  e->max_rows =
-      e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
-  /* Rows for prompt logprobs come on top: a prompt is scored this many tokens per step. */
-  e->max_prompt_rows = WEIR_ENGINE_PROMPT_LOGIT_ROWS < e->max_tokens_step
-                           ? WEIR_ENGINE_PROMPT_LOGIT_ROWS
-                           : e->max_tokens_step;
-  e->max_rows += e->max_prompt_rows;
-  if (e->max_rows > e->max_tokens_step) e->max_rows = e->max_tokens_step;
-  /* The KV pool first, from the model's attention shape: it owns the geometry (block size,
-   * block count, table stride) that the model and the scheduler then take from it. */
-  weir_llama_hparams hp;
-  rc = weir_gguf_llama_hparams(e->gguf, &hp, err, sizeof err);
-  if (rc == WEIR_OK) rc = weir_gguf_llama_check(e->gguf, &hp, err, sizeof err);
-  if (rc != WEIR_OK) goto fail;
-  weir_attn_shape shapes[2];
-  weir_llama_hparams dhp;
-  weir_llama_attn_shape(&hp, &shapes[0]);
-  const char *draft_path = e->drafter && e->drafter->model_path
-                               ? e->drafter->model_path(e->drafter_self) : NULL;
-  if (draft_path) {
-    rc = open_draft(e, draft_path, &hp, &dhp, err, sizeof err);
-    if (rc != WEIR_OK) goto fail;
-    weir_llama_attn_shape(&dhp, &shapes[1]);
-  }
-  weir_kv_pool_params kp = {.block_size = cfg->block_size,
-                            .kv_dtype = cfg->kv_dtype,
-                            .num_blocks = cfg->num_blocks,
-                            .memory_bytes = cfg->memory_bytes,
-                            .max_model_len = weir_llama_max_model_len(&hp, cfg->max_model_len),
-                            .prefix_caching = cfg->prefix_caching,
-                            /* blocks behind a sliding window are freed (one model only) */
-                            .sliding_window = draft_path ? 0 : weir_llama_kv_window(&hp),
-                            .groups = shapes,
-                            .num_groups = draft_path ? 2 : 1};
-  rc = weir_kv_pool_create(&kp, e->plugins.device, e->plugins.attention, &e->pool, err,
-                           sizeof err);
-  if (rc != WEIR_OK) goto fail;
-  e->kv = weir_kv_pool_cache(e->pool);
-  e->kv_block_size = weir_kv_pool_geometry(e->pool)->block_size;
-  e->ctx_len = weir_kv_pool_geometry(e->pool)->max_model_len;
-  weir_llama_opts mo = {.max_num_tokens = e->max_tokens_step,
-                        .max_num_seqs = e->max_seqs_step,
-                        .max_logit_rows = e->max_rows,
-                        .progress = progress,
-                        .step_graph_max_batch = cfg->step_graph_max_batch,
-                        .max_model_len = e->ctx_len};
-  char what[96];
-  snprintf(what, sizeof what, "loading %s", e->model_name);
-  weir_progress_begin(progress, what, (uint64_t)hp.n_layer + 1, "layers", 0);
-  /* (with a calibration pass first when the quant scheme is activation-aware) */
-  rc = weir_calib_llama_create(cfg, e->gguf, e->tok, &e->plugins, &mo, e->pool, 0, &e->model,
-                               err, sizeof err);
-  weir_progress_end(progress, rc == WEIR_OK);
-  if (rc != WEIR_OK) goto fail;
-  if (draft_path) {
-    /* The draft's pass 0 carries at most the target's tokens; later passes one per item. */
-    weir_llama_opts dmo = {.max_num_tokens = e->max_tokens_step,
-                           .max_num_seqs = e->max_seqs_step,
-                           .max_logit_rows = e->max_seqs_step,
-                           .step_graph_max_batch = cfg->step_graph_max_batch,
-                           .max_model_len = e->ctx_len};
-    rc = weir_llama_create(e->dgguf, &e->plugins, &dmo, e->pool, 1, &e->draft, err, sizeof err);
-    if (rc != WEIR_OK) goto fail;
-    weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
-             "draft model %s: %d layers, dim %d; drafts %d tokens per sequence and step",
-             draft_path, dhp.n_layer, dhp.n_embd, e->spec_k);
-  }
-  e->vocab = hp.n_vocab;
+  const weir_llama_hparams *hp = &e->rt.hp[0];
+  e->vocab = hp->n_vocab;
   if (weir_tokenizer_n_tokens(e->tok) > e->vocab) {
     snprintf(err, sizeof err, "%s: the tokenizer has %d tokens but the model only %d rows",
              cfg->model_path, weir_tokenizer_n_tokens(e->tok), e->vocab);
     rc = WEIR_E_FORMAT;
     goto fail;
   }
-
-  weir_sched_config sc = {.max_num_seqs = e->max_seqs_step,
-                          .max_num_batched_tokens = e->max_tokens_step,
-                          .watermark_blocks = -1,
-                          .max_prompt_logits = e->max_prompt_rows};
-  rc = weir_sched_policy_parse(cfg->policy, &sc.policy);
-  if (rc != WEIR_OK) {
-    snprintf(err, sizeof err, "scheduler.policy: \"%s\" is not one of fcfs, priority", cfg->policy);
+  if ((rc = setup_steps(e, cfg, err, sizeof err)) != WEIR_OK ||
+      (rc = load_chat_template(e, cfg, err, sizeof err)) != WEIR_OK)
     goto fail;
-  }
-  rc = weir_sched_create(&sc, e->kv, &e->sched);
-  if (rc != WEIR_OK) goto fail;
-
-  rc = collect_eog(e);
-  if (rc != WEIR_OK) goto fail;
-  rc = alloc_scratch(e);
-  if (rc != WEIR_OK) goto fail;
-  /* Structured output: the vocabulary's byte strings once; up to 64 compiled constraints
-   * (and their token classes, 256 MiB in all) kept by text. */
-  e->mask_threads = cfg->threads; /* 0: one per core */
-  rc = weir_grammar_vocab_from_tokenizer(e->tok, e->eog_ids, e->num_eog, &e->gvocab);
-  if (rc == WEIR_OK)
-    rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);
-  if (rc != WEIR_OK) {
-    snprintf(err, sizeof err, "could not index the vocabulary for structured output");
-    goto fail;
-  }
-
-  /* The chat template: a configured built-in, else the model's own Jinja template, else
-   * the built-in detected from it (ChatML when none matches). */
-  {
-    weir_tok_str bos = {"", 0}, eos = {"", 0};
-    int32_t b = weir_tokenizer_bos(e->tok), s = weir_tokenizer_eos(e->tok);
-    if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
-    if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
-    char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
-    rc = bos_s && eos_s ? weir_chat_renderer_from_gguf(e->gguf, cfg->chat_template, bos_s, eos_s,
-                                                       &e->chat, err, sizeof err)
-                        : WEIR_E_NOMEM;
-    free(bos_s);
-    free(eos_s);
-    if (rc != WEIR_OK) goto fail;
-    if (weir_chat_renderer_note(e->chat)[0])
-      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path,
-               weir_chat_renderer_note(e->chat));
-    else if (err[0])
-      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "%s: %s", cfg->model_path, err);
-    err[0] = '\0';
-  }
 
   e->max_waiting = cfg->max_waiting;
   e->default_timeout_ms = cfg->request_timeout_ms;
@@ -1697,7 +699,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
            "model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, context %d; weights "
            "%.1f MiB; KV cache %d blocks of %d tokens (%.1f MiB, %s)",
-           e->model_name, hp.arch_name, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv,
+           e->model_name, hp->arch_name, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv,
            e->vocab, e->ctx_len, (double)weir_llama_weight_bytes(e->model) / 1048576.0,
            ks.num_blocks, ks.block_size,
            (double)weir_kv_pool_geometry(e->pool)->bytes / 1048576.0,
@@ -1719,24 +721,6 @@ fail:
   return rc;
 }
 
-/* What the speculation policy measured, one line per batch-size bucket it saw: the
- * operator's view of where drafting pays on this machine. */
-static void log_spec_policy(const weir_engine *e) {
-  if (!e->drafter || !e->spec.adaptive) return;
-  for (int b = 0; b < WEIR_SPEC_BUCKETS; b++) {
-    char line[512];
-    size_t off = 0;
-    for (int32_t i = 0; i < e->spec.num_arms && off < sizeof line; i++) {
-      const weir_spec_arm *a = &e->spec.arms[b][i];
-      if (a->trials)
-        off += (size_t)snprintf(line + off, sizeof line - off, " k=%d %.0f tok/s (%u steps);",
-                                a->k, a->tps, a->trials);
-    }
-    if (off)
-      weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "speculation, %d-%d sequences:%s", 1 << b,
-               (2 << b) - 1, line);
-  }
-}
 
 void weir_engine_destroy(weir_engine *e) {
   if (!e) return;
@@ -1747,7 +731,7 @@ void weir_engine_destroy(weir_engine *e) {
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
   }
-  log_spec_policy(e);
+  weir__engine_spec_log(e);
   /* Requests submitted after the thread saw `stopping` never reached it. */
   for (engine_req *r = e->incoming_head, *n; r; r = n) {
     n = r->next;
@@ -1755,7 +739,8 @@ void weir_engine_destroy(weir_engine *e) {
     ev.prompt_tokens = r->num_prompt;
     weir__engine_metrics_finished(&e->em, WEIR_FINISH_ABORT, r->num_prompt, 0, &ev.timing);
     r->cb(r->user, &ev);
-    req_free(r);
+    weir__engine_req_free(r);
   }
   engine_free(e);
 }
+

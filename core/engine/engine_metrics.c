@@ -5,6 +5,20 @@
 
 #include "weir/status.h"
 
+/* The API's finish_reason strings, which are also the reason label of the request counters:
+ * defined here so that the metrics need nothing from the rest of the engine. */
+const char *weir_finish_reason_name(weir_finish_reason r) {
+  switch (r) {
+  case WEIR_FINISH_NONE: return "none";
+  case WEIR_FINISH_STOP: return "stop";
+  case WEIR_FINISH_LENGTH: return "length";
+  case WEIR_FINISH_ABORT: return "abort";
+  case WEIR_FINISH_ERROR: return "error";
+  case WEIR_FINISH_TIMEOUT: return "timeout";
+  }
+  return "?";
+}
+
 int weir__engine_metrics_init(weir_metrics *m, weir__engine_metrics *x) {
   memset(x, 0, sizeof *x);
   const struct {

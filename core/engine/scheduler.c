@@ -712,13 +712,18 @@ int weir_sched_fill_batch(const weir_sched *s, const weir_sched_out *out,
                           const weir_sched_batch_arrays *a) {
   if (!s || !out || !a) return WEIR_E_INVAL;
   if (a->block_tables && a->block_table_stride < out->max_blocks_per_seq) return WEIR_E_INVAL;
-  int32_t bs = s->block_size;
   int32_t row = 0, lrow = 0;
   for (int32_t k = 0; k < out->num_items; k++) {
     const weir_sched_item *it = &out->items[k];
     const weir_sched_seq *seq = it->seq;
     int32_t nb = 0;
     const int32_t *table = weir_kv_seq_block_table(seq->kv, &nb);
+    /* The KV cache maps positions to slots (the step appended every new token's). */
+    if (a->slot_mapping) {
+      int rc = weir_kv_seq_slots(s->kv, seq->kv, it->start, it->num_new_tokens,
+                                 a->slot_mapping + row);
+      if (rc != WEIR_OK) return rc;
+    }
     if (a->query_start_loc) a->query_start_loc[k] = row;
     if (a->context_lens) a->context_lens[k] = it->start + it->num_new_tokens;
     if (a->block_tables) {
@@ -730,7 +735,6 @@ int weir_sched_fill_batch(const weir_sched *s, const weir_sched_out *out,
       int32_t pos = it->start + j;
       if (a->input_ids) a->input_ids[row] = seq->tokens[pos];
       if (a->positions) a->positions[row] = pos;
-      if (a->slot_mapping) a->slot_mapping[row] = table[pos / bs] * bs + pos % bs;
       if (a->logits_rows && j >= it->num_new_tokens - it->num_logits)
         a->logits_rows[lrow++] = row;
     }

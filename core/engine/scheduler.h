@@ -1,7 +1,7 @@
 /* The continuous-batching scheduler: which tokens of which sequences run in the next step.
  *
  * Pure logic over the KV cache's bookkeeping (core/kv/kv_cache.h): no model, no device, no
- * threads. The engine (core/engine/engine.c) drives it, one step at a time, making exactly
+ * threads. The engine (core/engine/engine_step.c) drives it, one step at a time, making exactly
  * these calls:
  *
  *   weir_sched_add(...)                     each admitted request (the engine bounds its own

@@ -499,9 +499,24 @@ const int32_t *weir_kv_seq_block_table(const weir_kv_seq *seq, int32_t *num_bloc
   return seq->blocks;
 }
 
+/* The one slot formula: where position pos of a sequence with this block table lives. */
+static int32_t slot_of(const int32_t *blocks, int32_t bs, int32_t pos) {
+  return blocks[pos / bs] * bs + pos % bs;
+}
+
 int32_t weir_kv_seq_slot(const weir_kv_cache *kv, const weir_kv_seq *seq, int32_t pos) {
   if (pos < 0 || pos >= seq->len || pos / kv->block_size < seq->num_released) return -1;
-  return seq->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+  return slot_of(seq->blocks, kv->block_size, pos);
+}
+
+int weir_kv_seq_slots(const weir_kv_cache *kv, const weir_kv_seq *seq, int32_t start,
+                      int32_t n, int32_t *slots) {
+  if (!kv || !seq || start < 0 || n < 0 || (n > 0 && !slots)) return WEIR_E_INVAL;
+  if ((int64_t)start + n > seq->len) return WEIR_E_RANGE;
+  /* A position in a block that slid out of the window has no slot any more. */
+  if (n > 0 && start / kv->block_size < seq->num_released) return WEIR_E_RANGE;
+  for (int32_t i = 0; i < n; i++) slots[i] = slot_of(seq->blocks, kv->block_size, start + i);
+  return WEIR_OK;
 }
 
 int32_t weir_kv_seq_released(const weir_kv_seq *seq) { return seq->num_released; }
@@ -645,12 +660,8 @@ int weir_kv_seq_append(weir_kv_cache *kv, weir_kv_seq *seq, int32_t n, int32_t *
   }
   for (int64_t i = seq->num_blocks; i < want_blocks; i++) seq->blocks[i] = block_alloc(kv);
   seq->num_blocks = (int32_t)want_blocks;
-  if (slots) {
-    for (int32_t i = 0; i < n; i++) {
-      int32_t pos = seq->len + i;
-      slots[i] = seq->blocks[pos / bs] * bs + pos % bs;
-    }
-  }
+  if (slots)
+    for (int32_t i = 0; i < n; i++) slots[i] = slot_of(seq->blocks, bs, seq->len + i);
   seq->len = (int32_t)new_len;
   return WEIR_OK;
 }

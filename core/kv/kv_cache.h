@@ -133,6 +133,12 @@ int32_t weir_kv_seq_released(const weir_kv_seq *seq);
  * a position below pos again. Returns the number released. weir_kv_seq_append calls it by
  * itself when the pool has a sliding window. */
 int32_t weir_kv_seq_release_before(weir_kv_cache *kv, weir_kv_seq *seq, int32_t pos);
+/* The slots of positions [start, start + n) into slots[0..n): the slot mapping of a batch.
+ * The cache alone computes slots (the scheduler, the engine's draft passes, calibration and
+ * `weir perplexity` all ask it). WEIR_E_INVAL for a bad argument, WEIR_E_RANGE when the
+ * positions reach past the sequence's length or into a block released by a sliding window. */
+int weir_kv_seq_slots(const weir_kv_cache *kv, const weir_kv_seq *seq, int32_t start,
+                      int32_t n, int32_t *slots);
 
 /* Prefix-cache lookup for an EMPTY sequence about to be prefilled with tokens[0..n): takes
  * references on the longest chain of cached full blocks matching the tokens, never covering

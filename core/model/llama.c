@@ -1,6 +1,6 @@
 #include "model/llama.h"
 
-#include "model/calib.h"
+#include "model/llama_pack.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -156,13 +156,13 @@ static int pack_weight(weir_llama *m, const weir_gguf *g, const char *name, void
 }
 
 /* Packs the weights of one input site of block `layer` (suffixes of blk.N.) through
- * weir_calib_pack_group, with that site's samples when the options carry some. */
+ * weir_llama_pack_group, with that site's samples when the options carry some. */
 static int pack_site(weir_llama *m, const weir_gguf *g, int layer, weir_llama_site site,
                      const char *const *suffixes, int n, void **out, char *err, size_t errlen) {
   int64_t ns = 0;
   const float *samples =
       m->opts.samples ? m->opts.samples(m->opts.samples_user, layer, site, &ns) : NULL;
-  int rc = weir_calib_pack_group(m->quant, m->quant_self, g, &m->hp, layer, site, suffixes, n,
+  int rc = weir_llama_pack_group(m->quant, m->quant_self, g, &m->hp, layer, site, suffixes, n,
                                  samples, ns, out, err, errlen);
   if (rc != WEIR_OK) weir_plugin_append_error(m->quant_plugin, err, errlen);
   for (int i = 0; rc == WEIR_OK && i < n; i++)
@@ -516,7 +516,7 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
   if (m->hp.has_output) {
     const char *out_name[1] = {"output.weight"};
     TRY(pack_site(m, g, -1, WEIR_LLAMA_SITE_OUTPUT, out_name, 1, &m->output, err, errlen));
-  } else if (weir_calib_untie_output(g, &m->hp, out_samples, n_out)) {
+  } else if (weir_llama_untie_output(g, &m->hp, out_samples, n_out)) {
     /* A tied output projection with calibration samples: packed a second time, calibrated
      * on the final norm's output. The embedding lookup keeps the uncalibrated copy: its
      * "activations" are one-hot rows, for which rounding each weight to nearest is best. */

@@ -50,7 +50,7 @@ typedef struct weir_llama_opts {
   /* Optional: a task the caller began with n_layer + 1 units; creation reports 1 when the
    * embeddings are packed and one more per layer. */
   struct weir_progress *progress;
-  /* Optional: calibration samples for the quant plugin (core/model/calib.h), or NULL. */
+  /* Optional: calibration samples for the quant plugin (core/runtime/calib.h), or NULL. */
   weir_llama_samples_fn samples;
   void *samples_user;
   /* Step graphs (docs/cuda.md): decode steps of up to this many sequences are padded up to

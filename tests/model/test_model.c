@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
-#include "model/calib.h"
+#include "runtime/calib.h"
 #include "kv/kv_pool.h"
 #include "grammar/grammar.h"
 #include "metrics/metrics.h"

@@ -16,7 +16,7 @@
 
 #include "config/config.h"
 #include "kv/kv_pool.h"
-#include "model/calib.h"
+#include "runtime/calib.h"
 #include "format/gguf.h"
 #include "hclient.h"
 #include "model/llama.h"

@@ -1,11 +1,15 @@
 /* drafter/draft_model: speculative drafts from a smaller model of the same tokenizer.
  *
- * The plugin names the draft model (its `model` option) through model_path (ABI 1.3); the
- * host loads it through the same device, attention and quant plugins as the target, keeps
- * its KV in the shared paged pool, and drafts for all decode sequences in one batched
- * forward per drafted position (docs/engine.md, "Draft models"). Drafts are drawn from the
- * draft model's distribution under each request's own sampling parameters and verified
- * against it, so every temperature stays exact.
+ * This plugin does no drafting: the engine does. The plugin is a name for a file. Its one job
+ * is model_path (ABI 1.3), which hands the host the draft model's GGUF (its `model` option);
+ * the engine then checks the file (the target's vocabulary, token for token), loads it
+ * through the same device, attention and quant plugins as the target, keeps its KV in the
+ * shared paged pool, runs its forward passes — one batched pass per drafted position for all
+ * decode sequences — and draws the drafts from the draft model's distribution under each
+ * request's own sampling parameters, verifying them against it, so every temperature stays
+ * exact (core/engine/engine_spec.c; docs/engine.md, "Draft models"). That is the cheaper
+ * design: drafting here would need the model graph, the KV pool and the packed weights
+ * behind the ABI, where the engine already has them.
  *
  * Stateless; thread-safe. A host older than 1.3 never asks for the model and calls propose,
  * which proposes nothing: the server then decodes without speculation. */
@@ -67,8 +71,8 @@ static const weir_plugin_desc k_desc = {
     .kind = WEIR_PLUGIN_DRAFTER,
     .name = "draft_model",
     .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
-    .description = "drafts with a smaller model of the same tokenizer, run by the host on the "
-                   "shared KV pool",
+    .description = "names a draft model (same tokenizer) that the engine runs on the shared "
+                   "KV pool; the plugin itself drafts nothing",
     .devices = WEIR_DEVICE_CPU | WEIR_DEVICE_CUDA,
     .dtypes = 0,
     .options = k_options,

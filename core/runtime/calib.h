@@ -1,9 +1,10 @@
 /* Calibration for activation-aware quantization (awq_int4; docs/quant-awq.md).
  *
  * When the quant plugin asks for activation samples for the source type of one of the model's
- * linear weights (weir_quant_ops.calibration_samples > 0, SDK 1.1), core runs the model once in full precision over a calibration text before the real
- * load, on the CPU plugins (device cpu, attention cpu_paged with an f32 KV cache, quant fp16
- * keeping F32 sources in f32), and records through the model's tap (weir_llama_set_tap) the
+ * linear weights (weir_quant_ops.calibration_samples > 0, SDK 1.1), core runs the model
+ * once in full precision over a calibration text before the real load, on the CPU plugins
+ * (device cpu, attention cpu_paged with an f32 KV cache, quant fp16 keeping F32 sources in
+ * f32), and records through the model's tap (weir_llama_set_tap) the
  * input of every linear layer for each token: one [tokens][dim] f32 array per block and input
  * site, plus the output layer's input. weir_llama_create then hands each site's samples to the
  * plugin's pack_group together with the weights that read that input.
@@ -15,17 +16,20 @@
  * the tokenizer has one) and run in windows of min(512, context length) tokens until the
  * plugin's sample count is reached or the text ends.
  *
+ * The pass assembles its own runtime (runtime.h) over the caller's GGUF and tokenizer: the
+ * calibration plugins, a KV pool of one window, the model without samples; each window is a
+ * KV sequence whose slots the cache maps.
+ *
  * Memory: tokens x (n_layer x (3 n_embd + n_ff) + n_embd) floats, about 1 MiB per token for
  * the 1.1B shape. Not thread-safe; a weir_calib is read-only once made. */
-#ifndef WEIR_MODEL_CALIB_H
-#define WEIR_MODEL_CALIB_H
+#ifndef WEIR_RUNTIME_CALIB_H
+#define WEIR_RUNTIME_CALIB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "format/gguf.h"
 #include "model/llama.h"
-#include "weir/quant.h"
 
 struct weir_config;
 struct weir_tokenizer;
@@ -64,30 +68,5 @@ const float *weir_calib_samples(void *user, int layer, weir_llama_site site, int
 int64_t weir_calib_num_tokens(const weir_calib *c);
 double weir_calib_seconds(const weir_calib *c);
 void weir_calib_free(weir_calib *c);
-
-/* Packs the n weights named by `suffixes` (blk.<layer>.<suffix>, or the plain name when layer
- * is -1) that all read the input of `site`, with its samples (may be NULL): through the 1.1
- * pack_group when the plugin has it, else one pack() each. For attn_output under grouped-query
- * attention it adds the channel classes (query heads sharing a KV head share a scale). On
- * success out[i] holds each handle; on failure none is kept and err says why. */
-int weir_calib_pack_group(const weir_quant_ops *q, void *qself, const weir_gguf *g,
-                          const weir_llama_hparams *hp, int layer, weir_llama_site site,
-                          const char *const *suffixes, int n, const float *samples,
-                          int64_t num_samples, void **out, char *err, size_t errlen);
-
-/* 1 when the output projection of g is tied to token_embd.weight (no output.weight), that
- * tensor is a float type (F32, F16, BF16: one a quant scheme calibrates) and the pass left
- * output-layer samples (n > 0): the loader and `weir quantize` then pack the output layer as
- * its own, calibrated copy. */
-int weir_calib_untie_output(const weir_gguf *g, const weir_llama_hparams *hp,
-                            const float *samples, int64_t n);
-
-/* 1 for the tensor names of the graph's linear layers that take calibration samples:
- * blk.N.attn_{q,k,v,output}.weight, blk.N.ffn_{gate,up,down}.weight, output.weight. */
-int weir_calib_is_linear_weight(const char *name);
-
-/* attn_output's input channel classes for hp ([n_head * head_dim], malloc'd), or NULL when
- * every channel is its own class (no GQA) or out of memory. */
-int32_t *weir_calib_o_classes(const weir_llama_hparams *hp);
 
 #endif

@@ -1,0 +1,203 @@
+/* What the engine's files share (internal to core/engine): the engine and request structs
+ * and the functions one file calls in another. The files, each calling only those below it:
+ *
+ *   engine_req.c    a request on the engine thread: its events, its end (blocks freed in the
+ *                   same step), its sampling row; the published stats
+ *   engine_spec.c   speculation: proposing drafts (a drafter plugin, or the draft model run
+ *                   here: engine_spec.c's run_draft), verifying them by the rejection rule,
+ *                   the speculation policy's log
+ *   engine_step.c   one step: schedule, copy blocks, fill the batch, draft, forward, sample
+ *                   or verify, commit
+ *   engine.c        life cycle (create, destroy), the thread's loop over its queues
+ *                   (submissions, aborts, pause/resume), and the public API
+ *
+ * Everything here is for the engine thread unless a field says "under lock". */
+#ifndef WEIR_ENGINE_INTERNAL_H
+#define WEIR_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/engine_metrics.h"
+#include "engine/scheduler.h"
+#include "engine/spec_policy.h"
+#include "engine/stop.h"
+#include "grammar/grammar.h"
+#include "model/tokenizer.h"
+#include "plugin/sampling.h"
+#include "runtime/runtime.h"
+#include "weir/drafter.h"
+#include "weir/sampler.h"
+
+#define LOG_COMPONENT "engine"
+
+typedef struct engine_req {
+  uint64_t id;
+  weir_gen_event_cb cb;
+  void *user;
+  weir_sampling_params sampling;
+  uint64_t rng[4]; /* weir/rng.h: the sampler's and verification's draws */
+  int32_t max_tokens, min_tokens;
+  int ignore_eos;
+  int32_t *stop_ids;
+  int32_t num_stop_ids;
+  int32_t *bias_tokens; /* the request's logit bias, owned copies (sampling points at them) */
+  float *bias_values;
+  int32_t priority;
+  int32_t *prompt;
+  int32_t num_prompt;
+  weir_stop_matcher stop;
+  weir_detok detok;
+  weir_matcher *matcher; /* structured output: the constraint's state, or NULL */
+  /* Prompt logprobs: entry p scores prompt token p + 1, filled as the prefill chunks run and
+   * delivered with the first output token; NULL when not asked. */
+  weir_sample_result *plp;
+  int plp_sent;
+  weir_sched_seq *seq;
+  int32_t dslot; /* this step's draft-model slot (engine_spec.c), or -1 */
+  int32_t dkv;   /* leading positions whose draft-model KV is written (run_draft) */
+  int catch_up;  /* this step: would draft but its catch-up did not fit (reserve_drafts) */
+  double acceptance; /* moving average of this request's checked drafts (spec_policy.h) */
+  int no_spec;   /* weir_gen_request.no_speculation */
+  int32_t num_output;
+  double t_arrival, t_sched, t_first, deadline;
+  struct engine_req *next; /* incoming queue / live list link */
+  struct engine_req *live_prev, *live_next;
+} engine_req;
+
+struct weir_engine {
+  /* Immutable after create. */
+  weir_runtime rt;    /* plugins, target (model 0) and draft (model 1), the KV pool */
+  weir_tokenizer *tok; /* rt's: the target's tokenizer */
+  weir_llama *model;  /* rt.model[0] */
+  weir_kv_pool *pool; /* rt.pool */
+  weir_kv_cache *kv;  /* the pool's bookkeeping */
+  weir_sched *sched;
+  weir_metrics *metrics;
+  int own_metrics;
+  weir__engine_metrics em; /* engine thread records; registered at create */
+  weir_chat_renderer *chat;
+  char *model_name;   /* == model_names[0] */
+  char **model_names; /* the served name, then the configured aliases */
+  int32_t num_model_names;
+  int32_t vocab, ctx_len, max_waiting;
+  int64_t default_timeout_ms;
+  int32_t *eog_ids; /* tokens that end generation: EOS and end-of-turn markers */
+  int32_t num_eog;
+  const weir_sampler_ops *sampler;
+  void *sampler_self;
+  /* Every sampler call goes through here: the host applies the 1.1 parameters (masks, logit
+   * bias) a sampler does not declare in its caps (plugin/sampling.h). Engine thread. */
+  weir_sampler_call scall;
+  const weir_drafter_ops *drafter; /* NULL: no speculative decoding */
+  void *drafter_self;
+  /* Structured output: the vocabulary as byte strings and the compiled constraints by text
+   * (thread-safe; weir_engine_constraint), and per step the masks of constrained rows. */
+  weir_grammar_vocab *gvocab;
+  weir_constraint_cache *gcache;
+  uint32_t *masks;                 /* [mask rows][mask_words], mask rows = max(max_seqs_step,
+                                    * spec_k + 1): a step's constrained rows, or the rows of
+                                    * one verified item */
+  size_t mask_words;
+  weir_sampling_params *row_params; /* [mask rows]: a constrained row's params + its mask */
+  weir_matcher **cms;              /* [max_seqs_step] scratch */
+  /* The masks of a step's constrained rows are computed in parallel on this pool (made at
+   * the first step with two or more; device.threads threads, the engine thread included),
+   * while the device plugin's own threads are idle between forward passes. */
+  weir_threadpool *mask_pool;
+  int mask_threads;
+  int32_t spec_k;                  /* drafts per sequence and step */
+  int spec_break_residual;         /* weir_engine_opts: tests only */
+  weir_spec_policy spec;           /* which speculation length pays (spec_policy.h) */
+  int32_t step_n, step_k;          /* this step's decode sequences and chosen length */
+  int64_t step_tokens;             /* output tokens this step delivered */
+  int64_t step_drafts;             /* drafts this step verified */
+
+  /* Step scratch (engine thread only). */
+  int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
+  int32_t max_prompt_rows;         /* of max_rows: for prompt logprobs */
+  weir_step_batch tb;              /* the target's batch: the scheduler fills its arrays */
+  weir_sampling_row *rows;
+  weir_sample_result *results;
+  engine_req **row_req;
+  int32_t *suppress;
+  weir_draft_seq *dseqs;           /* [max_seqs_step] */
+  engine_req **dreqs;
+  int32_t *dtokens, *dcounts;      /* [max_seqs_step][spec_k], [max_seqs_step] */
+  float *probs;                    /* [spec_k + 1][vocab]: verification distributions */
+  uint64_t spec_drafted, spec_accepted;
+  /* Draft model (a drafter with model_path, ABI 1.3): run here over KV group 1 of the pool,
+   * through the same plugins as the target (rt.model[1]). NULL without one. */
+  weir_llama *draft;
+  /* A step's draft distributions: q of drafted position j for draft slot ds at
+   * qbuf[(j * max_seqs_step + ds) * vocab]. */
+  float *qbuf;
+  weir_step_batch db;              /* the draft model's batch of one pass */
+  int32_t *d_item;                 /* [max_seqs_step]: the step item of each draft logit row */
+
+  /* Shared with other threads, under lock. */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  engine_req *incoming_head, *incoming_tail;
+  int32_t num_incoming;
+  uint64_t *aborts;
+  int32_t num_aborts, cap_aborts;
+  struct weir__engine_flow_op {
+    uint64_t id;
+    int resume;
+  } *flow;                         /* weir_engine_pause / _resume, in call order */
+  int32_t num_flow, cap_flow;
+  int stopping;
+  weir_engine_stats stats;
+
+  engine_req *live; /* engine thread only: every admitted request */
+  atomic_uint_fast64_t next_id;
+  pthread_t thread;
+  int thread_started;
+};
+
+/* ---- engine_req.c ------------------------------------------------------------------------ */
+
+double weir__engine_now(void);
+/* Frees a request that never reached the scheduler, or whose sequence is gone. */
+void weir__engine_req_free(engine_req *r);
+void weir__engine_live_add(weir_engine *e, engine_req *r);
+void weir__engine_fill_usage(const engine_req *r, weir_gen_event *ev);
+/* Delivers the final event and releases everything the request holds, its KV blocks
+ * included, in this same step; the stats are published first. */
+void weir__engine_req_finish(weir_engine *e, engine_req *r, weir_finish_reason why, int status,
+                             const char *error, const char *tail, size_t tail_len);
+/* The same for a request whose text may still hold a stop-string prefix: released first. */
+void weir__engine_req_finish_flush(weir_engine *e, engine_req *r, weir_finish_reason why);
+/* One sampled token: its text, and whether the request ends. 1 when it ended (and is freed). */
+int weir__engine_req_on_token(weir_engine *e, engine_req *r, const weir_sample_result *res);
+int weir__engine_is_in(const int32_t *ids, int32_t n, int32_t tok);
+void weir__engine_publish_stats(weir_engine *e);
+/* An index drawn from non-negative weights; `fallback` when they sum to zero. */
+int32_t weir__engine_draw_from(const float *w, int32_t n, double u, int32_t fallback);
+/* Row k of the suppression scratch. */
+int32_t *weir__engine_suppress_row(weir_engine *e, int32_t k);
+/* Request r's sampling row as if `extra` accepted drafts had been appended. */
+weir_sampling_row weir__engine_make_row(weir_engine *e, engine_req *r, int32_t extra,
+                                        int32_t *sup);
+
+/* ---- engine_spec.c ----------------------------------------------------------------------- */
+
+/* Before a step: drafts for the running sequences in decode (the drafter's, or placeholders
+ * the draft model fills in run_draft). */
+void weir__engine_propose_drafts(weir_engine *e);
+/* The draft model's passes of a step, after its batch is filled and before the target runs. */
+void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out);
+/* Verifies one item's drafts against the target's logits rows [1 + num_drafts][vocab]. */
+void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *logits);
+/* Logs what the speculation policy measured (at shutdown). */
+void weir__engine_spec_log(const weir_engine *e);
+
+/* ---- engine_step.c ----------------------------------------------------------------------- */
+
+/* Runs one scheduler step. Returns 1 when work was done, 0 when idle. */
+int weir__engine_run_step(weir_engine *e);
+
+#endif

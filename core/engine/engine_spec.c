@@ -1,0 +1,340 @@
+/* Speculative decoding (engine_internal.h): drafts from the drafter plugin or from the draft
+ * model the engine runs itself, and their verification by the rejection rule; the policy that
+ * picks the speculation length is spec_policy.c. */
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "util/log.h"
+#include "weir/rng.h"
+
+/* The draft model's distribution of request r's drafted position j in this step, or NULL
+ * (a deterministic drafter: q is one-hot on the draft). */
+static const float *draft_q(const weir_engine *e, const engine_req *r, int32_t j) {
+  if (!e->draft || r->dslot < 0) return NULL;
+  return e->qbuf + ((size_t)j * (size_t)e->max_seqs_step + (size_t)r->dslot) * (size_t)e->vocab;
+}
+
+/* Speculative verification of one item: the target distributions p of its 1 + n rows, then
+ * the rejection rule. Draft j, drawn from the drafter's distribution q (one-hot for a
+ * deterministic drafter such as ngram; the draft model's for a draft model), is accepted with
+ * probability min(1, p(x) / q(x)); at the first rejection the token is drawn from the
+ * normalised residual max(0, p - q); when every draft is accepted a bonus token is drawn from
+ * the last row. The output distribution is the target's whatever q is, and greedy output is
+ * identical to decoding without drafts. */
+void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *logits) {
+  weir_sched_seq *s = it->seq;
+  engine_req *r = s->user;
+  const int32_t nd = it->num_drafts, nr = nd + 1;
+  int32_t *toks = e->dtokens; /* scratch: accepted drafts then the drawn token */
+  memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
+  for (int32_t j = 0; j < nr; j++)
+    e->rows[j] = weir__engine_make_row(e, r, j, weir__engine_suppress_row(e, j));
+  int rc = WEIR_OK;
+  if (r->matcher) {
+    /* Row j samples under the constraint as it stands after drafts 0..j-1 (all allowed:
+     * propose_drafts kept only those); the matcher is then put back. */
+    int32_t stepped = 0;
+    for (int32_t j = 0; j < nr && rc == WEIR_OK; j++) {
+      uint32_t *mask = e->masks + (size_t)j * e->mask_words;
+      rc = weir_matcher_fill_mask(r->matcher, mask);
+      e->row_params[j] = r->sampling;
+      e->row_params[j].allowed = mask;
+      e->rows[j].params = &e->row_params[j];
+      if (rc == WEIR_OK && j < nd) {
+        rc = weir_matcher_accept_token(r->matcher, toks[j]);
+        if (rc == WEIR_OK) stepped++;
+      }
+    }
+    if (stepped > 0) weir_matcher_rollback(r->matcher, stepped);
+    if (rc != WEIR_OK) {
+      weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc, "the output constraint failed", NULL, 0);
+      return;
+    }
+  }
+  rc = weir_sampler_call_probs(&e->scall, e->rows, nr, logits, e->vocab, e->probs);
+  if (rc != WEIR_OK) {
+    weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
+    return;
+  }
+  int32_t accepted = 0, token = -1;
+  for (int32_t j = 0; j < nd; j++) {
+    float *row = e->probs + (size_t)j * (size_t)e->vocab;
+    const float *q = draft_q(e, r, j);
+    const int32_t x = toks[j];
+    const double qx = q ? (double)q[x] : 1.0;
+    if (qx > 0 && weir_rng_uniform(r->rng) * qx < (double)row[x]) {
+      accepted++;
+      continue;
+    }
+    if (q && !e->spec_break_residual) {
+      for (int32_t v = 0; v < e->vocab; v++) row[v] = row[v] > q[v] ? row[v] - q[v] : 0.0f;
+    } else if (!q) {
+      row[x] = 0;
+    }
+    token = weir__engine_draw_from(row, e->vocab, weir_rng_uniform(r->rng), x);
+    break;
+  }
+  if (token < 0)
+    token = weir__engine_draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab,
+                                   weir_rng_uniform(r->rng), 0);
+  e->spec_drafted += (uint64_t)nd;
+  e->spec_accepted += (uint64_t)accepted;
+  e->step_drafts += nd;
+  for (int32_t j = 0; j < nd && j < e->em.spec_positions; j++) {
+    weir_metric_add(e->em.spec_pos_draft[j], 1);
+    if (j < accepted) weir_metric_add(e->em.spec_pos_accepted[j], 1);
+  }
+  r->acceptance = weir_spec_acceptance_update(r->acceptance, nd, accepted);
+  toks[accepted] = token;
+  int done = 0;
+  if (r->matcher) {
+    for (int32_t j = 0; j <= accepted && rc == WEIR_OK; j++)
+      rc = weir_matcher_accept_token(r->matcher, toks[j]);
+    if (rc != WEIR_OK) {
+      weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_INTERNAL,
+                              "a verified token is not allowed by the output constraint", NULL, 0);
+      return;
+    }
+    done = weir_matcher_is_ended(r->matcher) ||
+           (weir_matcher_is_complete(r->matcher) && !weir_matcher_can_continue(r->matcher));
+  }
+  rc = weir_sched_commit(e->sched, s, accepted, &token, 1);
+  if (rc != WEIR_OK) {
+    weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc, "could not record the tokens", NULL, 0);
+    return;
+  }
+  /* The draft's KV past the rejected drafts is rolled back with the target's. */
+  if (r->dkv > s->num_computed) r->dkv = s->num_computed;
+  for (int32_t j = 0; j <= accepted; j++) {
+    weir_sample_result res = {.token = toks[j]};
+    if (weir__engine_req_on_token(e, r, &res)) return;
+  }
+  if (done) weir__engine_req_finish_flush(e, r, WEIR_FINISH_STOP);
+}
+
+/* The drafts a step may add to request r: within max_tokens and the context, as the step
+ * yields accepted drafts + 1 tokens. */
+static int32_t draft_room(const weir_engine *e, const engine_req *r, int32_t want) {
+  int32_t room = r->max_tokens - r->num_output - 1;
+  int32_t ctx_room = e->ctx_len - r->seq->num_tokens - 1;
+  if (ctx_room < room) room = ctx_room;
+  return want < room ? want : room;
+}
+
+/* Whether request r decodes this step with room for drafts (not scoring logprobs, not
+ * opted out). */
+static int can_draft(const engine_req *r) {
+  const weir_sched_seq *s = r->seq;
+  return s && s->state == WEIR_SEQ_RUNNING && s->num_drafts == 0 &&
+         s->num_computed == s->num_tokens - 1 && r->sampling.num_logprobs < 0 && !r->no_spec;
+}
+
+/* The speculation length of this step (spec_policy.h), from the sequences in decode. */
+static int32_t choose_k(weir_engine *e) {
+  int32_t n = 0;
+  for (engine_req *r = e->live; r; r = r->live_next)
+    if (r->seq && r->seq->state == WEIR_SEQ_RUNNING && r->seq->num_computed >= r->seq->num_prompt)
+      n++;
+  e->step_n = n;
+  e->step_k = n > 0 ? weir_spec_choose(&e->spec, n) : 0;
+  return e->step_k;
+}
+
+/* With a draft model: every decode sequence gets spec_k placeholder drafts, so that the step
+ * schedules (and the KV manager allocates) their positions; run_draft then writes the draft
+ * model's tokens over them before the target runs. Constrained requests are not drafted for
+ * (their drafts would need a mask per drafted position). */
+static void reserve_drafts(weir_engine *e, int32_t k) {
+  /* The draft's pass 0 catches each drafting sequence up from its KV's end: at most a
+   * step's tokens in all (the rest catch up without drafting, run_draft). */
+  int64_t budget = e->max_tokens_step;
+  for (engine_req *r = e->live; r; r = r->live_next) {
+    r->catch_up = 0;
+    if (!can_draft(r) || r->matcher) continue;
+    const int64_t catch_up = (int64_t)r->seq->num_computed - r->dkv + 1;
+    if (catch_up > budget) {
+      r->catch_up = 1; /* run_draft advances it with what room is left */
+      continue;
+    }
+    int32_t nd = draft_room(e, r, weir_spec_seq_len(k, r->acceptance));
+    if (nd <= 0) continue;
+    budget -= catch_up;
+    if (nd <= 0) continue;
+    for (int32_t j = 0; j < nd; j++) e->dtokens[j] = r->seq->tokens[r->seq->num_tokens - 1];
+    weir_sched_add_drafts(e->sched, r->seq, e->dtokens, nd);
+  }
+}
+
+/* Asks the drafter for up to spec_k tokens for every running sequence in decode. */
+void weir__engine_propose_drafts(weir_engine *e) {
+  const int32_t k = choose_k(e);
+  if (k <= 0) return;
+  if (e->draft) {
+    reserve_drafts(e, k);
+    return;
+  }
+  int32_t n = 0;
+  for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
+    weir_sched_seq *s = r->seq;
+    if (!can_draft(r)) continue;
+    e->dseqs[n] =
+        (weir_draft_seq){.seq_id = r->id, .tokens = s->tokens, .num_tokens = s->num_tokens};
+    e->dreqs[n++] = r;
+  }
+  if (n == 0) return;
+  int rc = e->drafter->propose(e->drafter_self, e->dseqs, n, e->spec_k, e->dtokens, e->dcounts,
+                               NULL);
+  if (rc != WEIR_OK) return; /* drafts are an optimisation: decode without them */
+  for (int32_t i = 0; i < n; i++) {
+    engine_req *r = e->dreqs[i];
+    int32_t nd = draft_room(e, r, e->dcounts[i]);
+    const int32_t want = weir_spec_seq_len(k, r->acceptance);
+    if (want < nd) nd = want;
+    if (r->matcher && nd > 0) {
+      /* Only drafts the constraint allows: the longest allowed prefix, the matcher left as
+       * it was. */
+      const int32_t *d = e->dtokens + (size_t)i * (size_t)e->spec_k;
+      int32_t ok = 0;
+      while (ok < nd && weir_matcher_accept_token(r->matcher, d[ok]) == WEIR_OK) ok++;
+      if (ok > 0) weir_matcher_rollback(r->matcher, ok);
+      nd = ok;
+    }
+    if (nd > 0)
+      weir_sched_add_drafts(e->sched, r->seq, e->dtokens + (size_t)i * (size_t)e->spec_k, nd);
+  }
+}
+
+/* The draft model's part of a step, between the batch's arrays and the target's forward.
+ *
+ * Pass 0 runs the draft model over every item's tokens but the placeholder drafts, at the
+ * target's own positions and slots (KV group 1 of the same blocks): so the draft's KV always
+ * covers exactly what the target's does, and prefix-cache hits, copies and preemption treat
+ * both alike. Its logits at the last real token of each item with placeholders give q for
+ * the first draft; pass j feeds draft j of those items (one token each, at the placeholder's
+ * slot) for draft j + 1, and a last pass feeds the last drafts (no logits), so that the
+ * draft's KV covers every position the target computes. Every draft is drawn with the
+ * request's generator from q, which is the request's own sampling distribution (the sampler's
+ * probs) over the draft's logits, and is written over its placeholder in the batch and the
+ * sequence. Anything failing leaves the placeholders (or earlier drafts) in place, verified as
+ * deterministic drafts, which is still exact: drafts only ever change speed.
+ *
+ * The draft's batch takes each sequence's block table and slots from the KV cache
+ * (weir_step_batch_add), the same the scheduler gave the target's. */
+void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
+  const int32_t S = e->max_seqs_step, V = e->vocab;
+  weir_step_batch *db = &e->db, *tb = &e->tb;
+  int32_t nds = 0;
+  int64_t room = e->max_tokens_step;
+  weir_step_batch_reset(db, out->max_blocks_per_seq);
+  /* Pass 0: the drafting items (then the rest catching up, as room allows), each from the
+   * end of its draft KV through its last real token. Drafting items come first so that a
+   * logits row k is draft slot k. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t i = 0; i < out->num_items; i++) {
+      const weir_sched_item *it = &out->items[i];
+      engine_req *r = it->seq->user;
+      if (pass == 0) r->dslot = -1;
+      const int drafting = it->num_drafts > 0;
+      /* Only decode items that draft or wait to (a prefill chunk's draft KV, and that of a
+       * sequence not drafting, is caught up once it drafts). */
+      const int wanted = pass == 0 ? drafting : !drafting && r->catch_up;
+      if (!wanted || it->start < it->seq->num_prompt || it->num_new_tokens - it->num_drafts != 1)
+        continue;
+      if (r->dkv > it->start) r->dkv = it->start;
+      int32_t from = r->dkv, to = it->start + 1; /* positions [from, to) */
+      if (to - from > room) {
+        if (drafting) { /* reserve_drafts budgeted this: only a failure gets here */
+          r->dkv = from;
+          continue;
+        }
+        to = from + (int32_t)room;
+      }
+      if (to <= from ||
+          weir_step_batch_add(db, e->kv, it->seq->kv, it->seq->tokens + from, from, to - from) !=
+              WEIR_OK)
+        continue;
+      room -= to - from;
+      r->dkv = to;
+      if (drafting && weir_step_batch_add_rows(db, db->num_tokens - 1, 1) == WEIR_OK)
+        e->d_item[nds++] = i;
+    }
+  if (db->num_seqs == 0) return;
+  int rc = WEIR_OK;
+  for (int32_t j = 0;; j++) {
+    float *logits = NULL;
+    const weir_llama_batch b = weir_step_batch_view(db);
+    const int32_t nrows = b.num_logit_rows;
+    if (rc == WEIR_OK) rc = weir_llama_forward(e->draft, &b, &logits);
+    if (rc == WEIR_OK && nrows > 0) {
+      for (int32_t k = 0; k < nrows; k++)
+        e->rows[k] = weir__engine_make_row(e, out->items[e->d_item[k]].seq->user, j,
+                                           weir__engine_suppress_row(e, k));
+      rc = weir_sampler_call_probs(&e->scall, e->rows, nrows, logits, V,
+                                   e->qbuf + (size_t)j * (size_t)S * (size_t)V);
+    }
+    if (rc != WEIR_OK) {
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "draft model: %s; this step verifies what it has",
+               weir_strerror(rc));
+      /* Whatever this forward wrote is unknown: those sequences catch up from scratch. */
+      for (int32_t i = 0; i < out->num_items; i++) {
+        engine_req *r = out->items[i].seq->user;
+        r->dslot = -1;
+        r->dkv = 0;
+      }
+      return;
+    }
+    if (nrows == 0) return; /* the last pass only fed the last drafts */
+    /* Row k of this pass belongs to draft slot dslot >= k (later passes carry fewer items, in
+     * the same order): move each row to its slot, last first, so none is overwritten. */
+    float *qj = e->qbuf + (size_t)j * (size_t)S * (size_t)V;
+    for (int32_t k = nrows - 1; k >= 0; k--) {
+      engine_req *r = out->items[e->d_item[k]].seq->user;
+      if (j == 0) r->dslot = k;
+      if (r->dslot != k)
+        memcpy(qj + (size_t)r->dslot * (size_t)V, qj + (size_t)k * (size_t)V,
+               sizeof(float) * (size_t)V);
+    }
+    /* Draw draft j + 1 of every item with logits in this pass. Pass j + 1 feeds each of them
+     * to the draft, the last draft included (without logits): the draft's KV then covers
+     * every position the target computes, so when all drafts are accepted the next step
+     * finds the draft's KV complete. The next pass's batch is built over this one's arrays:
+     * only d_item is read while it is, and entry nl <= k is written after entry k was read. */
+    weir_step_batch_reset(db, out->max_blocks_per_seq);
+    int32_t nl = 0;
+    for (int32_t k = 0; k < nrows && rc == WEIR_OK; k++) {
+      const int32_t i = e->d_item[k];
+      const weir_sched_item *it = &out->items[i];
+      engine_req *r = it->seq->user;
+      const float *q = qj + (size_t)r->dslot * (size_t)V;
+      const int32_t at = tb->query_start_loc[i] + 1 + j, pos = tb->positions[at];
+      const int32_t tok = weir__engine_draw_from(q, V, weir_rng_uniform(r->rng), tb->tokens[at]);
+      tb->tokens[at] = tok;
+      it->seq->tokens[it->start + 1 + j] = tok;
+      rc = weir_step_batch_add(db, e->kv, it->seq->kv, &tok, pos, 1);
+      r->dkv = pos + 1; /* written by the next pass (or reset if it fails) */
+      if (rc == WEIR_OK && j + 1 < it->num_drafts) {
+        e->d_item[nl++] = i;
+        rc = weir_step_batch_add_rows(db, db->num_tokens - 1, 1);
+      }
+    }
+  }
+}
+
+/* What the speculation policy measured, one line per batch-size bucket it saw: the
+ * operator's view of where drafting pays on this machine. */
+void weir__engine_spec_log(const weir_engine *e) {
+  if (!e->drafter || !e->spec.adaptive) return;
+  for (int b = 0; b < WEIR_SPEC_BUCKETS; b++) {
+    char line[512];
+    size_t off = 0;
+    for (int32_t i = 0; i < e->spec.num_arms && off < sizeof line; i++) {
+      const weir_spec_arm *a = &e->spec.arms[b][i];
+      if (a->trials)
+        off += (size_t)snprintf(line + off, sizeof line - off, " k=%d %.0f tok/s (%u steps);",
+                                a->k, a->tps, a->trials);
+    }
+    if (off)
+      weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "speculation, %d-%d sequences:%s", 1 << b,
+               (2 << b) - 1, line);
+  }
+}
