@@ -19,7 +19,7 @@ static void usage(FILE *f) {
           "WEIR_PLUGIN_PATH, then the plugins shipped next to the binary): kind, name,\n"
           "version, devices, dtypes, file and options. Files that cannot be used are listed\n"
           "with the reason. --help NAME prints the option table of the plugin NAME (or\n"
-          "KIND/NAME, e.g. attention/cpu_paged).\n");
+          "KIND/NAME, e.g. attention/paged).\n");
 }
 
 /* "kind/name", "kind.name" or "name". */

@@ -242,7 +242,7 @@ void weir_config_defaults(weir_config *c) {
   c->max_model_len = 0;
   c->device.name = strdup("cpu");
   c->threads = 0;
-  c->attention.name = strdup("cpu_paged");
+  c->attention.name = strdup("paged");
   c->kv_dtype = WEIR_DTYPE_F16;
   c->quant.name = strdup("fp16");
   c->sampler.name = strdup("default");
@@ -570,6 +570,26 @@ static int apply_key(weir_config *c, const key_spec *k, const weir_toml_node *v,
   return WEIR_E_INTERNAL;
 }
 
+/* The attention plugins were cpu_paged and cuda_paged before they became one plugin, paged,
+ * with a CUDA twin the loader picks for device.name = "cuda": the old names still select it,
+ * with a warning (once per process). */
+static int g_attention_renamed_warned;
+static int rename_attention(weir_config *c, const char *src) {
+  const char *n = c->attention.name;
+  if (!n || (strcmp(n, "cpu_paged") && strcmp(n, "cuda_paged"))) return WEIR_OK;
+  if (!g_attention_renamed_warned) {
+    g_attention_renamed_warned = 1;
+    weir_log(WEIR_LOG_WARN, "config", "%s%sattention.name = \"%s\" is deprecated: write \"paged\" "
+             "(one plugin on every device: the loader takes its CUDA twin for device.name = "
+             "\"cuda\")", src ? src : "", src ? ": " : "", n);
+  }
+  char *p = strdup("paged");
+  if (!p) return WEIR_E_NOMEM;
+  free(c->attention.name);
+  c->attention.name = p;
+  return WEIR_OK;
+}
+
 /* Applies one entry of a section. Plugin options are accepted here and checked by the
  * loader against the plugin's option table. */
 static int apply_entry(weir_config *c, const char *section, const weir_toml_node *v,
@@ -595,6 +615,8 @@ static int apply_entry(weir_config *c, const char *section, const weir_toml_node
   if (k) {
     int rc = apply_key(c, k, v, src, err, errlen);
     if (rc == WEIR_E_NOMEM) errf(err, errlen, src, v, "out of memory");
+    if (rc == WEIR_OK && !strcmp(section, "attention") && !strcmp(now ? now : k->key, "name"))
+      rc = rename_attention(c, src);
     return rc;
   }
   if (is_plugin_section(section)) {

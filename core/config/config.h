@@ -70,7 +70,7 @@ typedef struct weir_config {
   /* [device]  name = "cpu"; threads = 0 (0 = all cores) */
   weir_plugin_sel device;
   int threads;
-  /* [attention]  name = "cpu_paged"; kv_dtype = "f16" */
+  /* [attention]  name = "paged"; kv_dtype = "f16" */
   weir_plugin_sel attention;
   weir_dtype kv_dtype;
   /* [quant]  name = "fp16" */

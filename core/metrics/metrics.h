@@ -25,7 +25,7 @@ int weir_metrics_create(weir_metrics **out);
 void weir_metrics_destroy(weir_metrics *m);
 
 /* Registers a metric. `name` is without the weir_ prefix; `labels` is NULL or a fixed label
- * set in exposition syntax without braces (`plugin="cpu_paged"`). Registering the same name
+ * set in exposition syntax without braces (`plugin="paged"`). Registering the same name
  * and labels twice returns the first metric. buckets: ascending upper bounds (NULL: latency
  * buckets); copied. Returns WEIR_E_INVAL for a bad name, WEIR_E_NOMEM. */
 int weir_metrics_register(weir_metrics *m, const char *name, const char *help,

@@ -132,7 +132,7 @@ const char *weir_calib_text_path(const weir_config *cfg, char *buf, size_t len) 
   return buf;
 }
 
-/* The calibration plugins' configuration: CPU device with the same thread count, cpu_paged
+/* The calibration plugins' configuration: CPU device with the same thread count, paged
  * with an f32 KV cache, fp16 keeping F32 weights in f32 (F16/BF16 sources are exact in it), no
  * drafter, the default block size; the plugin directories of the serving config, borrowed
  * (calib_config_free gives them back before the free). */

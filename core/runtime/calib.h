@@ -3,7 +3,7 @@
  * When the quant plugin asks for activation samples for the source type of one of the model's
  * linear weights (weir_quant_ops.calibration_samples > 0, SDK 1.1), core runs the model
  * once in full precision over a calibration text before the real load, on the CPU plugins
- * (device cpu, attention cpu_paged with an f32 KV cache, quant fp16 keeping F32 sources in
+ * (device cpu, attention paged with an f32 KV cache, quant fp16 keeping F32 sources in
  * f32), and records through the model's tap (weir_llama_set_tap) the
  * input of every linear layer for each token: one [tokens][dim] f32 array per block and input
  * site, plus the output layer's input. weir_llama_create then hands each site's samples to the

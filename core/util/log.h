@@ -20,7 +20,7 @@ weir_log_level weir_log_min_level(void);
 /* Parses "debug", "info", "warn", "error"; returns 0 on success, WEIR_E_INVAL otherwise. */
 int weir_log_level_parse(const char *s, weir_log_level *out);
 
-/* Logs one line. `component` names the subsystem or plugin ("loader", "plugin:cpu_paged"). */
+/* Logs one line. `component` names the subsystem or plugin ("loader", "plugin:paged"). */
 void weir_log(weir_log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void weir_logv(weir_log_level level, const char *component, const char *fmt, va_list ap);

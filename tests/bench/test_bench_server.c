@@ -180,7 +180,7 @@ static void test_ab_two_configs(void) {
 
 static int write_config(const char *path, const char *model, const char *drafter) {
   char *t = wt_strf("[server]\nhost = \"127.0.0.1\"\n\n[model]\npath = \"%s\"\n\n"
-                    "[attention]\nname = \"cpu_paged\"\n\n"
+                    "[attention]\nname = \"paged\"\n\n"
                     "[device]\nname = \"cpu\"\nthreads = 1\n\n[drafter]\nname = \"%s\"\n",
                     model, drafter);
   int rc = wt_write_file(path, t, strlen(t));

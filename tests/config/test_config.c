@@ -58,7 +58,7 @@ static void test_defaults(void) {
   WT_ASSERT_INT_EQ(c.max_body_bytes, 1 << 20);
   WT_ASSERT_INT_EQ(c.default_max_tokens, 256);
   WT_ASSERT_INT_EQ(c.log_level, WEIR_LOG_INFO);
-  CU_ASSERT_STRING_EQUAL(c.attention.name, "cpu_paged");
+  CU_ASSERT_STRING_EQUAL(c.attention.name, "paged");
   WT_ASSERT_INT_EQ(c.kv_dtype, WEIR_DTYPE_F16);
   CU_ASSERT_STRING_EQUAL(c.drafter.name, "");
   WT_ASSERT_INT_EQ(c.memory_bytes, 512LL << 20);
@@ -101,7 +101,7 @@ static void test_good_file(void) {
   if (c.num_plugin_dirs == 2) CU_ASSERT_STRING_EQUAL(c.plugin_dirs[1], "/b");
   /* Unset keys keep their defaults; the plugin option stays in the selecting table. */
   WT_ASSERT_INT_EQ(c.max_num_seqs, 64);
-  CU_ASSERT_STRING_EQUAL(c.attention.name, "cpu_paged");
+  CU_ASSERT_STRING_EQUAL(c.attention.name, "paged");
   weir_toml_node *qt = weir_toml_get(c.attention.table, "query_tile");
   CU_ASSERT_PTR_NOT_NULL(qt);
   if (qt) WT_ASSERT_INT_EQ(qt->i, 8);
@@ -293,17 +293,35 @@ static void test_selector_names(void) {
   CU_ASSERT_STRING_EQUAL(c.quant.name, "q3");
   weir_config_free(&c);
   /* the warning, through the binary: once per key however often it is used */
-  char *f = write_tmp("old.toml", "[attention]\nbackend = \"cpu_paged\"\n");
+  char *f = write_tmp("old.toml", "[attention]\nbackend = \"paged\"\n");
   char *out = NULL;
-  char *argv[] = {WT_WEIR, "config", "check", f, "--set", "attention.backend=cpu_paged", NULL};
+  char *argv[] = {WT_WEIR, "config", "check", f, "--set", "attention.backend=paged", NULL};
   WT_ASSERT_INT_EQ(wt_run(argv, &out, 20000), 0);
   const char *w = "attention.backend is deprecated: write attention.name";
   char *first = out ? strstr(out, w) : NULL;
   CU_ASSERT(first != NULL);
   CU_ASSERT(first && strstr(first + 1, w) == NULL);
-  WT_ASSERT_STR_CONTAINS(out, "[attention]\nname = \"cpu_paged\"");
+  WT_ASSERT_STR_CONTAINS(out, "[attention]\nname = \"paged\"");
   free(out);
   free(f);
+  /* the attention plugins' old names select the one paged plugin, with a warning */
+  const char *old_names[] = {"cpu_paged", "cuda_paged"};
+  for (int i = 0; i < 2; i++) {
+    weir_config a;
+    memset(&a, 0, sizeof a);
+    char e2[256] = "";
+    WT_ASSERT_INT_EQ(weir_config_set(&a, "attention.name", old_names[i], e2, sizeof e2), 0);
+    CU_ASSERT_STRING_EQUAL(a.attention.name, "paged");
+    weir_config_free(&a);
+  }
+  char *f2 = write_tmp("alias.toml", "[attention]\nname = \"cuda_paged\"\n");
+  char *argv2[] = {WT_WEIR, "config", "check", f2, NULL};
+  out = NULL;
+  WT_ASSERT_INT_EQ(wt_run(argv2, &out, 20000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "attention.name = \"cuda_paged\" is deprecated: write \"paged\"");
+  WT_ASSERT_STR_CONTAINS(out, "[attention]\nname = \"paged\"");
+  free(out);
+  free(f2);
 }
 
 static void test_from_args(void) {

@@ -1,4 +1,4 @@
-/* The four CPU plugins (device cpu, attention cpu_paged, quant fp16, sampler default),
+/* The four CPU plugins (device cpu, attention paged, quant fp16, sampler default),
  * loaded with dlopen from the build's plugin directory through weir_plugin_entry and driven
  * with a minimal host table built here (its parallel_for runs on three pthreads). Each is
  * checked against a plain double-precision reference written in this file, on fresh random
@@ -282,7 +282,7 @@ static void attention_case(const char *isa, weir_dtype kv_dtype, int heads, int 
     fill(h[s].k, h[s].ctx * A_KD, -2, 2);
     fill(h[s].v, h[s].ctx * A_KD, -1, 1);
   }
-  if (wt_plugin_load(&l, &g_host, "attention", "cpu_paged", isa, NULL) != 0) goto fail;
+  if (wt_plugin_load(&l, &g_host, "attention", "paged", isa, NULL) != 0) goto fail;
   const weir_attention_ops *ops = l.desc->ops;
   weir_attn_shape shape = {.struct_size = sizeof shape, .n_layers = A_LAYERS, .n_heads = A_HEADS,
                            .n_kv_heads = A_KV, .head_dim = A_HD, .block_size = A_BS,
@@ -459,7 +459,7 @@ static void layer_params_case(const char *isa, weir_dtype kv_dtype, int heads, i
     fill(h[s].k, h[s].ctx * A_KD, -2, 2);
     fill(h[s].v, h[s].ctx * A_KD, -1, 1);
   }
-  if (wt_plugin_load(&l, &g_host, "attention", "cpu_paged", isa, NULL) != 0) goto fail;
+  if (wt_plugin_load(&l, &g_host, "attention", "paged", isa, NULL) != 0) goto fail;
   const weir_attention_ops *ops = l.desc->ops;
   CU_ASSERT_FATAL(ops->struct_size >= offsetof(weir_attention_ops, forward_layer) +
                                           sizeof ops->forward_layer && ops->forward_layer);
@@ -1002,7 +1002,7 @@ static void test_alloc_failures(void) {
   g_host.device_alloc = failing_dev_alloc;
   wt_plugin q, a, sm;
   int have_q = wt_plugin_load(&q, &g_host, "quant", "fp16", NULL, NULL) == 0;
-  int have_a = wt_plugin_load(&a, &g_host, "attention", "cpu_paged", NULL, NULL) == 0;
+  int have_a = wt_plugin_load(&a, &g_host, "attention", "paged", NULL, NULL) == 0;
   int have_s = wt_plugin_load(&sm, &g_host, "sampler", "default", NULL, NULL) == 0;
   if (!have_q || !have_a || !have_s) goto out;
   /* quant pack */

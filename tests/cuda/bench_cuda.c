@@ -356,7 +356,7 @@ int main(int argc, char **argv) {
   snprintf(quant_file, sizeof quant_file, "weir_quant_%s_cuda.so", quant);
   ch_device_open_or_skip();
   ch_seed_from_env(12345);
-  if (ch_plugin_open(&P_attn, "weir_attention_cuda_paged.so") != WEIR_OK ||
+  if (ch_plugin_open(&P_attn, "weir_attention_paged_cuda.so") != WEIR_OK ||
       ch_plugin_open(&P_quant, quant_file) != WEIR_OK ||
       ch_plugin_open(&P_samp, "weir_sampler_default_cuda.so") != WEIR_OK) {
     fprintf(stderr, "a CUDA plugin failed to load\n");

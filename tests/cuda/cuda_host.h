@@ -33,7 +33,7 @@ int ch_device_open(char *why, size_t why_len);
 extern ch_plugin ch_dev;
 #define CH_DEV ((const weir_device_ops *)ch_dev.ops)
 
-/* Loads plugin file `file` (e.g. "weir_attention_cuda_paged.so") from the build tree and
+/* Loads plugin file `file` (e.g. "weir_attention_paged_cuda.so") from the build tree and
  * initialises it with default options. */
 /* The folder the plugins are loaded from: $WEIR_CUDA_PLUGIN_DIR, else tests/bin/../../lib/weir/
  * plugins beside this executable (a build tree or gpu-check's bundle copied elsewhere), else

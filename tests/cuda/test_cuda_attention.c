@@ -1,4 +1,4 @@
-/* The cuda_paged attention plugin against a double-precision CPU reference: decode batches
+/* The paged attention plugin against a double-precision CPU reference: decode batches
  * (GQA), long contexts that take the split-KV path, prefill over a cached prefix (chunked
  * prefill), a mixed batch, every KV dtype, and copy_blocks. Block tables are random
  * permutations of the pool, outputs are NaN-poisoned first. Skips (77) without a GPU. */
@@ -325,9 +325,9 @@ static void test_copy_blocks(void) {
 int main(void) {
   ch_device_open_or_skip();
   ch_seed_from_env(0xa77e0002u);
-  int rc = ch_plugin_open(&attn, "weir_attention_cuda_paged.so");
+  int rc = ch_plugin_open(&attn, "weir_attention_paged_cuda.so");
   if (rc != WEIR_OK) {
-    fprintf(stderr, "cuda_paged failed to load: %s: %s\n", weir_strerror(rc), ch_last_error(&attn));
+    fprintf(stderr, "paged failed to load: %s: %s\n", weir_strerror(rc), ch_last_error(&attn));
     return 1;
   }
   static const ch_test tests[] = {

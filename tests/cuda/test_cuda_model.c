@@ -53,7 +53,7 @@ static int fixture_open(fixture *f, const char *device, int32_t graph_max, char 
   weir_config_defaults(&f->cfg);
   const int cuda = !strcmp(device, "cuda");
   if (weir_config_set(&f->cfg, "device.name", device, err, errlen) ||
-      weir_config_set(&f->cfg, "attention.name", cuda ? "cuda_paged" : "cpu_paged", err,
+      weir_config_set(&f->cfg, "attention.name", cuda ? "paged" : "paged", err,
                       errlen))
     return -1;
   static char *dirs[1];
@@ -230,7 +230,7 @@ static void test_cuda_vs_cpu(void) { cuda_vs_cpu(); }
 
 /* The model families (docs/models.md) the same way: their ABI 1.5 parts (sliding windows
  * shorter than the 97-token run, soft-caps, GELU, Q/K norms, RoPE tables) through
- * cuda_paged's forward_layer and the CUDA device's family operations, against the CPU. */
+ * paged's forward_layer and the CUDA device's family operations, against the CPU. */
 static void test_families_cuda_vs_cpu(void) {
   static const char *const fams[][2] = {
       {"gemma2", "--arch gemma2 --head-dim 64 --swa 24 --tied"},
@@ -360,7 +360,7 @@ int main(void) {
   memset(&probe, 0, sizeof probe);
   weir_config_defaults(&probe.cfg);
   weir_config_set(&probe.cfg, "device.name", "cuda", err, sizeof err);
-  weir_config_set(&probe.cfg, "attention.name", "cuda_paged", err, sizeof err);
+  weir_config_set(&probe.cfg, "attention.name", "paged", err, sizeof err);
   static char *dirs[1];
   dirs[0] = (char *)plugin_dir();
   probe.cfg.plugin_dirs = dirs;

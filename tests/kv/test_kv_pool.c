@@ -228,7 +228,7 @@ static void test_copies_device_fallback(void) {
 static void test_refusals(void) {
   load_plugins();
   weir_attn_shape s = shape_of(2, 4, 2, 16);
-  weir_kv_pool_params p = {.kv_dtype = WEIR_DTYPE_BF16, /* cpu_paged keeps f32 or f16 */
+  weir_kv_pool_params p = {.kv_dtype = WEIR_DTYPE_BF16, /* paged keeps f32 or f16 */
                            .memory_bytes = 1 << 20,
                            .max_model_len = 64,
                            .groups = &s,
@@ -238,7 +238,7 @@ static void test_refusals(void) {
   WT_ASSERT_INT_EQ(weir_kv_pool_create(&p, g_set.device, g_set.attention, &pool, err, sizeof err),
                    WEIR_E_NOTSUP);
   CU_ASSERT(pool == NULL);
-  WT_ASSERT_STR_CONTAINS(err, "cpu_paged");
+  WT_ASSERT_STR_CONTAINS(err, "paged");
   WT_ASSERT_STR_CONTAINS(err, "bf16");
   p.kv_dtype = WEIR_DTYPE_F16;
   p.memory_bytes = 10;

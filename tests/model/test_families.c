@@ -382,7 +382,7 @@ static void test_old_attention_plugin(void) {
   printf("\n    refused: %s", err);
   CU_ASSERT_EQUAL(rc, WEIR_E_NOTSUP);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "forward_layer"));
-  CU_ASSERT_PTR_NOT_NULL(strstr(err, "cpu_paged"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "paged"));
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "sliding window"));
   wt_model_close(&f);
   err[0] = 0;

@@ -138,7 +138,7 @@ static void test_config_check(void) {
    * on it, naming what it runs on and what was asked */
   out = config_check("simalone", &rc);
   WT_ASSERT_INT_EQ(rc, 1);
-  WT_ASSERT_STR_CONTAINS(out, "attention plugin 'cpu_paged' runs on cpu, expected simalone");
+  WT_ASSERT_STR_CONTAINS(out, "attention plugin 'paged' runs on cpu, expected simalone");
   free(out);
 }
 

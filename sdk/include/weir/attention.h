@@ -1,4 +1,4 @@
-/* weir SDK: attention plugins (cpu_paged, cuda_paged, ...).
+/* weir SDK: attention plugins (paged, paged, ...).
  *
  * An attention plugin writes each new token's K and V into its slot of the paged pool and
  * computes causal scaled-dot-product attention of the new queries over each sequence's whole

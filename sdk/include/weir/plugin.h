@@ -343,7 +343,7 @@ typedef struct weir_plugin_desc {
   uint16_t abi_minor;          /* WEIR_ABI_MINOR the plugin was built with. 1.0 */
   const char *build_signature; /* WEIR_BUILD_SIGNATURE. 1.0 */
   weir_plugin_kind kind;       /* 1.0 */
-  const char *name;            /* e.g. "cpu_paged"; [a-z0-9_]+, unique per kind. 1.0 */
+  const char *name;            /* e.g. "paged"; [a-z0-9_]+, unique per kind. 1.0 */
   const char *version;         /* the plugin's own version, e.g. "1.2.0". 1.0 */
   const char *description;     /* one line. 1.0 */
   uint32_t devices;            /* weir_device_kind bits it runs on. 1.0 */

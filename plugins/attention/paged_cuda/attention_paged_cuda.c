@@ -1,4 +1,5 @@
-/* The cuda_paged attention plugin: paged KV cache in f16, bf16 or f32 on an NVIDIA GPU.
+/* The paged attention plugin on CUDA (weir_attention_paged_cuda.so): paged KV cache in f16,
+ * bf16 or f32 on an NVIDIA GPU.
  * Block layout, kernels and launch planning are in kernels/cuda/attention.cu; this file binds
  * them to the SDK. See docs/cuda.md. */
 #include <cuda_runtime_api.h>
@@ -22,7 +23,7 @@ typedef struct cuda_attn {
 #define LOG(a, lvl, ...) (a)->host->log((a)->host->ctx, (lvl), __VA_ARGS__)
 
 static int fail(cuda_attn *a, cudaError_t e, const char *what) {
-  LOG(a, WEIR_LOG_ERROR, "cuda_paged: %s failed: %s", what, cudaGetErrorString(e));
+  LOG(a, WEIR_LOG_ERROR, "paged (cuda): %s failed: %s", what, cudaGetErrorString(e));
   return weir_cuda_status(e);
 }
 
@@ -42,7 +43,7 @@ static int attn_init(const weir_host *host, const weir_plugin_args *args, void *
   memset(a, 0, sizeof *a);
   a->host = host;
   if (!host->device_alloc) {
-    LOG(a, WEIR_LOG_ERROR, "cuda_paged: the host offers no device allocator");
+    LOG(a, WEIR_LOG_ERROR, "paged (cuda): the host offers no device allocator");
     rc = WEIR_E_NOTSUP;
     goto free_attn;
   }
@@ -53,7 +54,7 @@ static int attn_init(const weir_host *host, const weir_plugin_args *args, void *
     if (dev) a->device_id = *dev;
   }
   if (!a->stream)
-    LOG(a, WEIR_LOG_WARN, "cuda_paged: no shared CUDA stream from the host; using the legacy "
+    LOG(a, WEIR_LOG_WARN, "paged (cuda): no shared CUDA stream from the host; using the legacy "
                           "default stream");
   cudaError_t e;
   int v = 0;
@@ -121,7 +122,7 @@ static int forward_impl(void *self, const weir_attn_shape *shape,
   cudaError_t e = weir_cuda_use_device(a->device_id);
   if (e != cudaSuccess) return fail(a, e, "cudaSetDevice");
   if (weir_cuda_attn_plan_make(&p, a->num_sms, a->max_smem, &plan) != cudaSuccess) {
-    LOG(a, WEIR_LOG_ERROR, "cuda_paged: cannot serve %d heads / %d KV heads of dim %d",
+    LOG(a, WEIR_LOG_ERROR, "paged (cuda): cannot serve %d heads / %d KV heads of dim %d",
         shape->n_heads, shape->n_kv_heads, shape->head_dim);
     return WEIR_E_NOTSUP;
   }
@@ -205,7 +206,7 @@ static const weir_attention_ops k_ops = {
 static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_ATTENTION,
-    .name = "cuda_paged",
+    .name = "paged",
     .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "paged attention on NVIDIA GPUs: GQA-aware tiles, split-KV decode; "
                    "f32/f16/bf16/int8 KV",

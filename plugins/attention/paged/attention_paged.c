@@ -1,4 +1,4 @@
-/* cpu_paged: paged attention on the CPU.
+/* paged: paged attention on the CPU (its CUDA twin is plugins/attention/paged_cuda).
  *
  * Block layout (one block of one layer; E = 4 bytes for f32, 2 for f16, 1 for int8):
  *     K[n_kv_heads][block_size][head_dim]   then   V[n_kv_heads][block_size][head_dim]
@@ -340,7 +340,7 @@ static const weir_attention_ops k_ops = {
 static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
     .kind = WEIR_PLUGIN_ATTENTION,
-    .name = "cpu_paged",
+    .name = "paged",
     .version = WEIR_PLUGIN_VERSION, /* weir's own (cmake/WeirPlugin.cmake) */
     .description = "paged causal GQA attention on the CPU, online softmax, f32/f16/int8 KV",
     .devices = WEIR_DEVICE_CPU,
