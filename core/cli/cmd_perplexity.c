@@ -23,6 +23,7 @@
 #include "kv/kv_pool.h"
 #include "model/calib.h"
 #include "format/gguf.h"
+#include "format/quant_auto.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
@@ -188,6 +189,13 @@ int weir__cmd_perplexity(int argc, char **argv) {
       weir_tokenizer_from_gguf(g, &tok, err, sizeof err) != 0) {
     fprintf(stderr, "weir perplexity: %s\n", err);
     goto out;
+  }
+  if (!(cfg.quant.path && *cfg.quant.path) && cfg.quant.name &&
+      !strcmp(cfg.quant.name, "auto")) { /* the model's weight types pick it (quant_auto.h) */
+    char *q = strdup(weir_gguf_quant_auto(g));
+    if (!q) goto out;
+    free(cfg.quant.name);
+    cfg.quant.name = q;
   }
   size_t n_ids = 0;
   int rc = weir_tokenizer_encode(tok, text, text_len, WEIR_ENCODE_ADD_SPECIAL, &ids, &n_ids);

@@ -22,6 +22,7 @@
 #include "model/calib.h"
 #include "template/chat_template.h"
 #include "format/gguf.h"
+#include "format/quant_auto.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "plugin/loader.h"
@@ -1534,7 +1535,14 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   if (rc != WEIR_OK) goto fail;
   rc = weir_tokenizer_from_gguf(e->gguf, &e->tok, err, sizeof err);
   if (rc != WEIR_OK) goto fail;
-  rc = weir_plugin_set_load(cfg, e->metrics, &e->plugins);
+  {
+    /* quant.scheme "auto" picks its plugin from the model's weight types (quant_auto.h); the
+     * copy only borrows cfg's strings for the call. */
+    weir_config qc = *cfg;
+    if (!(cfg->quant.path && *cfg->quant.path))
+      qc.quant.name = (char *)weir_gguf_quant_resolve(e->gguf, cfg->quant.name);
+    rc = weir_plugin_set_load(&qc, e->metrics, &e->plugins);
+  }
   if (rc != WEIR_OK) {
     snprintf(err, sizeof err, "could not load the plugins the configuration names (see above)");
     goto fail;
@@ -1616,6 +1624,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
                                err, sizeof err);
   weir_progress_end(progress, rc == WEIR_OK);
   if (rc != WEIR_OK) goto fail;
+  weir_gguf_drop_pages(e->gguf); /* the plugins hold the packed weights now */
   if (draft_path) {
     /* The draft's pass 0 carries at most the target's tokens; later passes one per item. */
     weir_llama_opts dmo = {.max_num_tokens = e->max_tokens_step,
