@@ -293,9 +293,96 @@ fail:
   wt_plugin_unload(&l);
 }
 
+/* The final "perplexity: X" line of weir perplexity's output, or -1. */
+static double ppl_of(const char *out) {
+  const char *p = out ? strstr(out, "\nperplexity: ") : NULL;
+  double v = -1;
+  if (!p || sscanf(p + 13, "%lf", &v) != 1) return -1;
+  return v;
+}
+
+/* What weir generate printed between its last log line and the "prompt:" figures (cut in
+ * place: out is modified), or NULL. */
+static const char *generated_text(char *out) {
+  char *e = out ? strstr(out, "[engine] model") : NULL;
+  char *nl = e ? strchr(e, '\n') : NULL;
+  char *end = nl ? strstr(nl, "\nprompt: ") : NULL;
+  if (!end) return NULL;
+  *end = 0;
+  return nl + 1;
+}
+
+/* Mixed block types through the real binary: `weir mkmodel --type q4_k_m` (Q4_K with Q6_K
+ * output, attn_v and ffn_down) runs with no quant flag (auto picks gguf); a plugin asked for
+ * a type it does not run fails with the tensor and its type named; a Q8_0 model scores the
+ * same perplexity under gguf as under int8, which carries Q8_0 blocks over exactly too. */
+static void test_end_to_end(void) {
+  char *dir = wt_mkdtemp();
+  char *mixed = wt_strf("%s/mixed.gguf", dir), *q8 = wt_strf("%s/q8.gguf", dir);
+  char *out = NULL;
+  char *mk[] = {WT_WEIR, "mkmodel", "--preset", "tiny", "--dim", "256", "--ffn", "512",
+                "--heads", "4", "--kv-heads", "2", "--type", "q4_k_m", "--out", mixed, NULL};
+  WT_ASSERT_INT_EQ(wt_run(mk, &out, 60000), 0);
+  free(out);
+  out = NULL;
+  char *gen[] = {WT_WEIR, "generate", "--model", mixed, "--threads", "2", "--prompt", "hi",
+                 "-n", "8", "--ignore-eos", "--set", "cache.memory_bytes=16777216",
+                 "--set", "log.level=\"info\"", NULL};
+  WT_ASSERT_INT_EQ(wt_run(gen, &out, 60000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "generated: 8 tokens");
+  WT_ASSERT_STR_CONTAINS(out, "[plugin:gguf]");
+  free(out);
+  out = NULL;
+  /* the same greedy tokens on the scalar kernels as on the SIMD ones */
+  char *gen_s[] = {WT_WEIR, "generate", "--model", mixed, "--prompt", "In the beginning",
+                   "-n", "16", "--ignore-eos", "--set", "cache.memory_bytes=16777216", NULL};
+  char *a = NULL, *b = NULL;
+  WT_ASSERT_INT_EQ(wt_run(gen_s, &a, 60000), 0);
+  setenv("WEIR_CPU_ISA", "scalar", 1);
+  WT_ASSERT_INT_EQ(wt_run(gen_s, &b, 60000), 0);
+  unsetenv("WEIR_CPU_ISA");
+  const char *ta = generated_text(a), *tb = generated_text(b);
+  CU_ASSERT(ta && tb && strlen(ta) > 0 && !strcmp(ta, tb));
+  free(a);
+  free(b);
+  /* int8 does not run K-quants: a one-line error naming the tensor and its type */
+  char *bad[] = {WT_WEIR, "generate", "--model", mixed, "--quant", "int8", "--prompt", "hi",
+                 "-n", "2", "--set", "cache.memory_bytes=16777216", NULL};
+  CU_ASSERT_NOT_EQUAL(wt_run(bad, &out, 60000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "q4_K");
+  WT_ASSERT_STR_CONTAINS(out, ".weight");
+  free(out);
+  out = NULL;
+
+  char *mk8[] = {WT_WEIR, "mkmodel", "--preset", "tiny", "--type", "q8_0", "--out", q8, NULL};
+  WT_ASSERT_INT_EQ(wt_run(mk8, &out, 60000), 0);
+  free(out);
+  out = NULL;
+  double ppl[2];
+  static const char *const schemes[] = {"gguf", "int8"};
+  for (int i = 0; i < 2; i++) {
+    char *pp[] = {WT_WEIR, "perplexity", "--model", q8, "--quant", (char *)schemes[i],
+                  "--ctx", "128", "--file",
+                  WEIR_TEST_SOURCE_DIR "/tests/perplexity/fixtures/heldout-sample.txt", NULL};
+    WT_ASSERT_INT_EQ(wt_run(pp, &out, 120000), 0);
+    ppl[i] = ppl_of(out);
+    if (ppl[i] <= 0) fprintf(stderr, "\n  no perplexity in:\n%s\n", out ? out : "");
+    free(out);
+    out = NULL;
+  }
+  CU_ASSERT(ppl[0] > 1 && ppl[1] > 1);
+  CU_ASSERT(fabs(ppl[0] - ppl[1]) <= 0.005 * ppl[1]);
+  fprintf(stderr, "\n  q8_0 perplexity: gguf %.4f, int8 %.4f\n", ppl[0], ppl[1]);
+  wt_rmtree(dir);
+  free(mixed);
+  free(q8);
+  free(dir);
+}
+
 int main(void) {
   static const wt_test tests[] = {{"paths", test_paths},
                                   {"refusals", test_refusals},
+                                  {"end_to_end", test_end_to_end},
                                   {NULL, NULL}};
   return wt_plugin_main("quant_gguf", tests, &g_host, 1);
 }
