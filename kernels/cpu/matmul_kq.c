@@ -600,6 +600,91 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_u_vnni(weir_dtype type, con
   }
 }
 
+/* The (sw, mw) of full tile `tile` as vectors, computed in registers from the packed fields
+ * (the same values as tile_scales_c: every product is the one f32 multiplication). */
+WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_scales_simd(weir_dtype type,
+                                                                 const uint8_t *row,
+                                                                 int64_t tile, __m512 *sw,
+                                                                 __m512 *mw) {
+  const size_t bb = weir_dtype_block_bytes(type);
+  if (weir_dtype_block_elems(type) == 32) {
+    const uint8_t *p = row + (size_t)tile * 8 * bb;
+    _Alignas(16) uint16_t dh[8], mh[8];
+    for (int b = 0; b < 8; b++) dh[b] = rd16(p + (size_t)b * bb);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512 d = _mm512_permutexvar_ps(
+        dup, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh))));
+    *sw = d;
+    switch (type) {
+    case WEIR_DTYPE_Q4_0: *mw = _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); break;
+    case WEIR_DTYPE_Q5_0: *mw = _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); break;
+    case WEIR_DTYPE_Q4_1:
+    case WEIR_DTYPE_Q5_1:
+      for (int b = 0; b < 8; b++) mh[b] = rd16(p + (size_t)b * bb + 2);
+      *mw = _mm512_permutexvar_ps(
+          dup, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)mh))));
+      break;
+    default: *mw = _mm512_mul_ps(d, _mm512_set1_ps(-128.0f)); break;
+    }
+    return;
+  }
+  const uint8_t *p = row + (size_t)tile * bb;
+  switch (type) {
+  case WEIR_DTYPE_Q4_K:
+  case WEIR_DTYPE_Q5_K: {
+    uint32_t w0 = rd32(p + 4), w1 = rd32(p + 8), w2 = rd32(p + 12);
+    uint32_t sc_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    __m128i sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_lo | (uint64_t)sc_hi << 32));
+    __m128i mn = _mm_cvtsi64_si128((long long)((uint64_t)m_lo | (uint64_t)m_hi << 32));
+    sc = _mm_unpacklo_epi8(sc, sc);
+    mn = _mm_unpacklo_epi8(mn, mn);
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 2))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
+    break;
+  }
+  case WEIR_DTYPE_Q6_K:
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 208))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                            _mm_loadu_si128((const __m128i *)(p + 192)))));
+    *mw = _mm512_mul_ps(*sw, _mm512_set1_ps(-32.0f));
+    break;
+  case WEIR_DTYPE_Q2_K: {
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 80))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 82))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
+    break;
+  }
+  case WEIR_DTYPE_Q3_K: {
+    uint32_t a0 = rd32(p + 96), a1 = rd32(p + 100), t = rd32(p + 104);
+    const uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+    __m128i v = _mm_setr_epi32((int)((a0 & k4) | ((t & k2) << 4)),
+                               (int)((a1 & k4) | (((t >> 2) & k2) << 4)),
+                               (int)(((a0 >> 4) & k4) | (((t >> 4) & k2) << 4)),
+                               (int)(((a1 >> 4) & k4) | (((t >> 6) & k2) << 4)));
+    v = _mm_sub_epi8(v, _mm_set1_epi8(32));
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 108))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
+    *mw = _mm512_mul_ps(*sw, _mm512_set1_ps(-4.0f));
+    break;
+  }
+  default: {
+    _Alignas(64) float a[16], b[16];
+    tile_scales_vnni(type, row, tile, 8, a, b);
+    *sw = _mm512_load_ps(a);
+    *mw = _mm512_load_ps(b);
+    break;
+  }
+  }
+}
+
 /* NT tokens from t0 against rows [r0, r1): every tile decoded once per row and token block. */
 WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_args *a,
                                                            weir_dtype type, int64_t r0,
@@ -621,16 +706,18 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
     for (int tt = 0; tt < NT; tt++) acc[tt] = _mm512_setzero_ps();
     for (int64_t tile = 0; tile < tiles; tile++) {
       __m512i u[4];
+      __m512 vsw, vmw;
       if (tile < full) {
         tile_u_vnni(type, row, tile, u);
-        tile_scales_vnni(type, row, tile, 8, sw, mw);
+        tile_scales_simd(type, row, tile, &vsw, &vmw);
       } else {
         int nblk = is32 ? tile_blocks(nb, tile) : 8;
         tile_u_c(type, row, tile, nblk, ub);
         tile_scales_vnni(type, row, tile, nblk, sw, mw);
         for (int c = 0; c < 4; c++) u[c] = _mm512_load_si512(ub + 64 * c);
+        vsw = _mm512_load_ps(sw);
+        vmw = _mm512_load_ps(mw);
       }
-      const __m512 vsw = _mm512_load_ps(sw), vmw = _mm512_load_ps(mw);
 #pragma GCC unroll 8
       for (int tt = 0; tt < NT; tt++) {
         const int64_t t = t0 + tt;
