@@ -685,6 +685,78 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_scales_simd(weir_dtype type
   }
 }
 
+/* The K-types' integer path: per 16 columns an integer scale sc (d * sc = sw) in 16 int16
+ * lanes, the super-block scale d and the offset term mw. Their u stay below 64, so
+ * vpmaddubsw cannot saturate and vpdpwssd applies sc while it accumulates in int32 (at most
+ * 256 * 127 * 63 * 127 in magnitude). */
+static int kq_int_path(weir_dtype t) {
+  return t == WEIR_DTYPE_Q2_K || t == WEIR_DTYPE_Q3_K || t == WEIR_DTYPE_Q4_K ||
+         t == WEIR_DTYPE_Q5_K || t == WEIR_DTYPE_Q6_K;
+}
+
+WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_kscales(weir_dtype type, const uint8_t *row,
+                                                             int64_t tile, __m512i *sc16,
+                                                             float *d, __m512 *mw) {
+  const uint8_t *p = row + (size_t)tile * weir_dtype_block_bytes(type);
+  __m256i s16;
+  switch (type) {
+  case WEIR_DTYPE_Q4_K:
+  case WEIR_DTYPE_Q5_K: {
+    uint32_t w0 = rd32(p + 4), w1 = rd32(p + 8), w2 = rd32(p + 12);
+    uint32_t sc_lo = w0 & 0x3f3f3f3fu, m_lo = w1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+    uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+    __m128i sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_lo | (uint64_t)sc_hi << 32));
+    __m128i mn = _mm_cvtsi64_si128((long long)((uint64_t)m_lo | (uint64_t)m_hi << 32));
+    s16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
+    *d = _cvtsh_ss(rd16(p));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 2))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(mn, mn))));
+    break;
+  }
+  case WEIR_DTYPE_Q6_K:
+    s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
+    *d = _cvtsh_ss(rd16(p + 208));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-32.0f * *d),
+                        _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(s16)));
+    break;
+  case WEIR_DTYPE_Q2_K: {
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    s16 = _mm256_cvtepu8_epi16(_mm_and_si128(b, _mm_set1_epi8(0x0F)));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+    *d = _cvtsh_ss(rd16(p + 80));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 82))),
+                        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
+    break;
+  }
+  default: { /* Q3_K */
+    uint32_t a0 = rd32(p + 96), a1 = rd32(p + 100), t = rd32(p + 104);
+    const uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+    __m128i v = _mm_setr_epi32((int)((a0 & k4) | ((t & k2) << 4)),
+                               (int)((a1 & k4) | (((t >> 2) & k2) << 4)),
+                               (int)(((a0 >> 4) & k4) | (((t >> 4) & k2) << 4)),
+                               (int)(((a1 >> 4) & k4) | (((t >> 6) & k2) << 4)));
+    s16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(v, _mm_set1_epi8(32)));
+    *d = _cvtsh_ss(rd16(p + 108));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-4.0f * *d),
+                        _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(s16)));
+    break;
+  }
+  }
+  /* int16 lane k of chunk c holds columns 64c + 2k, 2k + 1: group 4c + k / 8 */
+  const __m512i z = _mm512_castsi256_si512(s16);
+  for (int c = 0; c < 4; c++) {
+    const __m512i idx = _mm512_add_epi16(
+        _mm512_set1_epi16((short)(4 * c)),
+        _mm512_srli_epi16(_mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006,
+                                            0x00090008, 0x000b000a, 0x000d000c, 0x000f000e,
+                                            0x00110010, 0x00130012, 0x00150014, 0x00170016,
+                                            0x00190018, 0x001b001a, 0x001d001c, 0x001f001e),
+                          3));
+    sc16[c] = _mm512_permutexvar_epi16(idx, z);
+  }
+}
+
 /* NT tokens from t0 against rows [r0, r1): every tile decoded once per row and token block. */
 WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_args *a,
                                                            weir_dtype type, int64_t r0,
@@ -704,6 +776,33 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int tt = 0; tt < NT; tt++) acc[tt] = _mm512_setzero_ps();
+    if (kq_int_path(type)) {
+      for (int64_t tile = 0; tile < tiles; tile++) {
+        __m512i u[4], sc[4];
+        float dw;
+        __m512 vmw;
+        tile_u_vnni(type, row, tile, u);
+        tile_kscales(type, row, tile, sc, &dw, &vmw);
+#pragma GCC unroll 8
+        for (int tt = 0; tt < NT; tt++) {
+          const int64_t t = t0 + tt;
+          const int8_t *xq = a->act.q + t * kp + tile * WEIR_KQ_TILE;
+          const int64_t o = (t * tiles + tile) * 16;
+          __m512i ai = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; c++)
+            ai = _mm512_dpwssd_epi32(
+                ai, _mm512_maddubs_epi16(u[c], _mm512_loadu_si512(xq + 64 * c)), sc[c]);
+          __m512 ac = _mm512_fmadd_ps(vmw, _mm512_loadu_ps(a->act.s16 + o), acc[tt]);
+          acc[tt] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai),
+                                    _mm512_set1_ps(dw * a->act.d16[o]), ac);
+        }
+      }
+#pragma GCC unroll 8
+      for (int tt = 0; tt < NT; tt++)
+        a->y[(t0 + tt) * a->rows + r] = _mm512_reduce_add_ps(acc[tt]);
+      continue;
+    }
     for (int64_t tile = 0; tile < tiles; tile++) {
       __m512i u[4];
       __m512 vsw, vmw;
