@@ -11,8 +11,13 @@
 #     is also a fraction of the memory roofline measured in the same run;
 #   - resident memory: VmRSS of `weir serve` once loaded, next to the file size.
 # Prints every raw run, then a Markdown table of medians.
+# With MODE=fidelity instead: the trained target (models/kjv-target.gguf, F16) quantized by
+# llama-quantize into each of FTYPES; weir perplexity against llama-perplexity on the held-out
+# text HELDOUT (same windows: ctx 512, stride 512, second half scored), and 64 greedy tokens
+# from three prompts, weir generate against llama-server at temperature 0.
 # Usage: LLAMA_BIN=/path/to/llama.cpp/build/bin scripts/bench-gguf-types.sh [build] [models]
-#        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it.
+#        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it;
+#        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -23,6 +28,39 @@ THREADS=${THREADS:-"1 2"}
 REPS=${REPS:-3}
 weir=$build/bin/weir
 mkdir -p "$models"
+
+if [ "${MODE:-speed}" = fidelity ]; then
+  : "${HELDOUT:?set HELDOUT to the held-out text}"
+  FTYPES=${FTYPES:-"Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q5_0 Q5_1 IQ4_NL IQ4_XS Q8_0"}
+  target=${TARGET:-$here/models/kjv-target.gguf}
+  prompts=("In the beginning" "And the LORD said unto Moses" "Blessed are the")
+  echo "| type | weir perplexity | llama.cpp perplexity | difference | greedy 64 tokens, 3 prompts |"
+  echo "|---|---|---|---|---|"
+  for t in $FTYPES; do
+    m=$models/kjv-$t.gguf
+    [ -f "$m" ] || "$LLAMA_BIN/llama-quantize" "$target" "$m" "$t" 2 >/dev/null 2>&1
+    wp=$("$weir" perplexity --model "$m" --threads "${FTHREADS:-1}" --ctx 512 --file "$HELDOUT" 2>&1 | tail -1 |
+         sed -E 's/^perplexity: ([0-9.]+).*/\1/')
+    lp=$("$LLAMA_BIN/llama-perplexity" -m "$m" -f "$HELDOUT" -c 512 -b 512 -t "${FTHREADS:-1}" 2>&1 |
+         sed -n -E 's/.*PPL = ([0-9.]+).*/\1/p')
+    port=$((20000 + RANDOM % 20000))
+    "$LLAMA_BIN/llama-server" -m "$m" --port "$port" -t 1 -c 1024 >/dev/null 2>&1 &
+    spid=$!
+    for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.5; done
+    same=0
+    for p in "${prompts[@]}"; do
+      w=$("$weir" generate --model "$m" --threads 1 --prompt "$p" -n 64 --ignore-eos 2>/dev/null | sed '$d')
+      l=$(curl -s "http://127.0.0.1:$port/completion" -d "{\"prompt\": \"$p\", \"n_predict\": 64, \"temperature\": 0, \"cache_prompt\": false, \"ignore_eos\": true}" |
+          python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin)["content"])')
+      if [ "$w" = "$l" ]; then same=$((same + 1)); else printf 'differs: %s %s\n  weir:  %s\n  llama: %s\n' "$t" "$p" "$w" "$l" >&2; fi
+    done
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    echo "| $t | $wp | $lp | $(awk -v a="$wp" -v b="$lp" 'BEGIN{printf "%+.3f%%", 100 * (a - b) / b}') | $same / 3 identical |"
+  done
+  exit 0
+fi
+
 src=$models/llama-1.1b-f16.gguf
 [ -f "$src" ] || "$weir" mkmodel --preset 1.1b --type f16 --seed 1 --out "$src" >&2
 for t in $TYPES; do
@@ -94,7 +132,9 @@ for t in $TYPES; do
     # Bytes a decode step reads: the packed weights but the embedding table (one row of it).
     wbytes=$(awk -v m="$wmib" 'BEGIN{printf "%.0f", m * 1048576 * (1 - 65536000 / 1099956224)}')
     roof=$(awk -v bw="$mbw" -v w="$wbytes" 'BEGIN{printf "%.2f", bw * 1e9 / w}')
-    rows+=("| $t | $th | $mpp | $mlpp | $(awk -v a="$mpp" -v b="$mlpp" 'BEGIN{printf "%.2fx", a / b}') | $md1 | $md512 | $(awk -v a="$md512" -v b="$md1" 'BEGIN{printf "%.0f%%", 100 * a / b}') | $mltg | $(awk -v a="$md512" -v b="$mltg" 'BEGIN{printf "%.2fx", a / b}') | $mbw | $(awk -v tg="$md512" -v r="$roof" 'BEGIN{printf "%.0f%%", 100 * tg / r}') |")
+    row="| $t | $th | $mpp | $mlpp | $(awk -v a="$mpp" -v b="$mlpp" 'BEGIN{printf "%.2fx", a / b}') | $md1 | $md512 | $(awk -v a="$md512" -v b="$md1" 'BEGIN{printf "%.0f%%", 100 * a / b}') | $mltg | $(awk -v a="$md512" -v b="$mltg" 'BEGIN{printf "%.2fx", a / b}') | $mbw | $(awk -v tg="$md512" -v r="$roof" 'BEGIN{printf "%.0f%%", 100 * tg / r}') |"
+    echo "row: $row"
+    rows+=("$row")
   done
 done
 echo
