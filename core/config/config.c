@@ -244,7 +244,7 @@ void weir_config_defaults(weir_config *c) {
   c->threads = 0;
   c->attention.name = strdup("paged");
   c->kv_dtype = WEIR_DTYPE_F16;
-  c->quant.name = strdup("fp16");
+  c->quant.name = strdup("auto"); /* gguf for block-quantized models, else fp16 */
   c->sampler.name = strdup("default");
   c->drafter.name = strdup("");
   c->num_speculative_tokens = 4;

@@ -1239,3 +1239,11 @@ int weir_gguf_llama_check(const weir_gguf *g, const weir_llama_hparams *hp, char
   }
   return 0;
 }
+
+void weir_gguf_drop_pages(const weir_gguf *g) {
+  if (!g || !g->mapped || !g->base || g->data_offset >= g->size) return;
+  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t b = ((uintptr_t)g->base + g->data_offset) & ~(pg - 1);
+  uintptr_t e = (uintptr_t)g->base + g->size;
+  (void)madvise((void *)b, e - b, MADV_DONTNEED); /* only a hint; failure changes nothing */
+}

@@ -123,6 +123,11 @@ uint32_t weir_gguf_alignment(const weir_gguf *g);   /* general.alignment or 32 *
 uint64_t weir_gguf_data_offset(const weir_gguf *g); /* start of the tensor data section */
 uint64_t weir_gguf_file_size(const weir_gguf *g);
 const void *weir_gguf_base(const weir_gguf *g);     /* start of the mapping */
+/* Drops this process's resident copy of the tensor data of a file opened with weir_gguf_open
+ * (MADV_DONTNEED: the mapping stays valid and re-reads the file if touched again), so that
+ * once the weights are packed into a plugin's memory the file does not count twice in the
+ * resident set. A buffer given to weir_gguf_open_buffer is left alone. */
+void weir_gguf_drop_pages(const weir_gguf *g);
 
 /* Metadata: count, by index (file order), by name (NULL when absent). */
 int64_t weir_gguf_kv_count(const weir_gguf *g);

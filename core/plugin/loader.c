@@ -1019,9 +1019,14 @@ static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_s
     int has_path = sel->path && *sel->path;
     if (order[i].kind == WEIR_PLUGIN_DRAFTER && !has_path && (!sel->name || !*sel->name))
       continue; /* no drafter configured */
+    /* quant.scheme "auto" is resolved against the model by those who open it (engine,
+     * perplexity: format/quant_auto.h); without a model it means fp16. */
+    const char *name = sel->name;
+    if (order[i].kind == WEIR_PLUGIN_QUANT && !has_path && name && !strcmp(name, "auto"))
+      name = "fp16";
     weir_plugin_request req = {
         .kind = order[i].kind,
-        .name = sel->name,
+        .name = name,
         .path = sel->path,
         .dirs = &dirs,
         .table = sel->table,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "format/quant_auto.h"
 #include "model/tokenizer.h"
 #include "util/err.h"
 
@@ -38,7 +39,12 @@ int weir_runtime_borrow(weir_runtime *rt, const weir_gguf *g, const weir_tokeniz
 int weir_runtime_load_plugins(weir_runtime *rt, const weir_config *cfg, weir_metrics *metrics,
                               char *err, size_t errlen) {
   if (rt->plugins_loaded) return WEIR_E_INVAL;
-  int rc = weir_plugin_set_load_ex(cfg, metrics, &rt->plugins, err, errlen);
+  /* quant.name "auto" picks its plugin from the opened model's weight types
+   * (format/quant_auto.h); the copy only borrows cfg's strings for the call. */
+  weir_config qc = *cfg;
+  if (rt->gguf[0] && !(cfg->quant.path && *cfg->quant.path))
+    qc.quant.name = (char *)weir_gguf_quant_resolve(rt->gguf[0], cfg->quant.name);
+  int rc = weir_plugin_set_load_ex(&qc, metrics, &rt->plugins, err, errlen);
   if (rc == WEIR_OK) rt->plugins_loaded = 1;
   return rc;
 }

@@ -380,6 +380,49 @@ WEIR_TARGET_AVX2 static void pv4_avx2(float *acc, size_t lda, const float *p, si
 }
 #endif
 
+#if WEIR_X86
+/* K rows of a block (f16, `stride` bytes apart) transposed into kt[d][o] (row stride ldk)
+ * 16 tokens x 16 dimensions at a time: 16 row loads, a 16x16 transpose in registers (unpack,
+ * shuffle within 128-bit lanes, then across lanes) and 16 row stores, where the scalar scatter
+ * costs one store per value. Rows past ntok up to the next 16 are written as zeros (kt's
+ * padding must stay finite). Needs hd % 16 == 0 and ldk >= ntok rounded up to 16. */
+WEIR_TARGET_AVX512 static void kt_f16_avx512(const uint8_t *k0, size_t stride, int32_t ntok,
+                                             int32_t hd, float *kt, size_t ldk) {
+  for (int32_t o0 = 0; o0 < ntok; o0 += 16) {
+    const int32_t n = ntok - o0 < 16 ? ntok - o0 : 16;
+    for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = i < n ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                           (const __m256i *)(k0 + (size_t)(o0 + i) * stride + 2 * (size_t)d0)))
+                     : _mm512_setzero_ps();
+      for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      /* r[4i + j], 128-bit lane L: rows 4i..4i+3 of column 4L + j */
+      for (int i = 0; i < 4; i++) {
+        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+      }
+      for (int j = 0; j < 4; j++) {
+        __m512 s0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44);
+        __m512 s1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE);
+        __m512 s2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44);
+        __m512 s3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+        float *col = kt + (size_t)d0 * ldk + o0;
+        _mm512_storeu_ps(col + (size_t)j * ldk, _mm512_shuffle_f32x4(s0, s2, 0x88));
+        _mm512_storeu_ps(col + (size_t)(4 + j) * ldk, _mm512_shuffle_f32x4(s0, s2, 0xDD));
+        _mm512_storeu_ps(col + (size_t)(8 + j) * ldk, _mm512_shuffle_f32x4(s1, s3, 0x88));
+        _mm512_storeu_ps(col + (size_t)(12 + j) * ldk, _mm512_shuffle_f32x4(s1, s3, 0xDD));
+      }
+    }
+  }
+}
+#endif
+
 static vec_ops pick_ops(void) {
   switch (weir_cpu_isa()) {
 #if WEIR_X86
@@ -450,7 +493,14 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
     const float *vrow;
     size_t vstride;
     float *tmp = s; /* one converted K row at a time; s is free until the scores */
-    for (int32_t o = 0; o < ntok; o++) {
+    int k_done = 0;
+#if WEIR_X86
+    if (a->kv_f16 && !a->kv_i8 && hd % 16 == 0 && weir_cpu_isa() == WEIR_CPU_ISA_AVX512) {
+      kt_f16_avx512(blk + a->k_offset, a->token_stride, ntok, hd, kt, bsp);
+      k_done = 1;
+    }
+#endif
+    for (int32_t o = 0; o < ntok && !k_done; o++) {
       const uint8_t *kp = blk + a->k_offset + o * a->token_stride;
       const float *krow = (const float *)kp;
       if (a->kv_i8) {

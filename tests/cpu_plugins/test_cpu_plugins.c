@@ -430,6 +430,10 @@ static void test_attention(void) {
     attention_case(k_isas[lvl], WEIR_DTYPE_F32, 10, 2, 64, 16);
     attention_case(k_isas[lvl], WEIR_DTYPE_F16, 8, 1, 36, 5);
     attention_case(k_isas[lvl], WEIR_DTYPE_F16, 3, 3, 24, 16);
+    /* head_dim a multiple of 16: the AVX-512 path transposes f16 K 16 x 16 in registers (a
+     * block of 20 tokens: one whole group of 16 and a part) */
+    attention_case(k_isas[lvl], WEIR_DTYPE_F16, 8, 2, 64, 16);
+    attention_case(k_isas[lvl], WEIR_DTYPE_F16, 4, 1, 32, 20);
     attention_case(k_isas[lvl], WEIR_DTYPE_I8, 6, 2, 40, 4);
     attention_case(k_isas[lvl], WEIR_DTYPE_I8, 8, 1, 36, 5);
     attention_case(k_isas[lvl], WEIR_DTYPE_I8, 10, 2, 64, 16);

@@ -1522,7 +1522,8 @@ static void test_sigterm_drains(void) {
 static void test_drain_timeout_aborts(void) {
   NEED_SERVER();
   hc_server s = {0};
-  const char *extra[] = {"server.drain_timeout_ms=150", "scheduler.max_num_seqs=1", NULL};
+  /* A short deadline: a tiny model writes 2000 tokens in a few hundred ms on a fast core. */
+  const char *extra[] = {"server.drain_timeout_ms=10", "scheduler.max_num_seqs=1", NULL};
   if (start_server_model(&s, "drain-timeout", g_long_model, extra) != 0) {
     CU_FAIL("drain-timeout server did not start");
     return;

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# GGUF block types on the CPU (issue 29), side by side with llama.cpp in the same run:
+# the 1.1B Llama shape (`weir mkmodel --preset 1.1b --type f16`) quantized by llama.cpp's own
+# llama-quantize into each type, 1 and 2 threads, the runs alternated (weir, llama.cpp, weir,
+# ...) REPS times each:
+#   - weir `generate`: prefill of a 512-token prompt, decode of 64 tokens after it (context
+#     512..575) and decode of 64 tokens after a 1-token prompt (context 1..64);
+#   - llama.cpp `llama-bench -p 512 -n 64`: pp512 and tg64 (its decode starts at an empty
+#     context: this version has no depth option);
+#   - the machine's read bandwidth (weir_membw) right before each pair, so every decode figure
+#     is also a fraction of the memory roofline measured in the same run;
+#   - resident memory: VmRSS of `weir serve` once loaded, next to the file size.
+# Prints every raw run, then a Markdown table of medians.
+# With MODE=fidelity instead: the trained target (models/kjv-target.gguf, F16) quantized by
+# llama-quantize into each of FTYPES; weir perplexity against llama-perplexity on the held-out
+# text HELDOUT (same windows: ctx 512, stride 512, second half scored), and 64 greedy tokens
+# from three prompts, weir generate against llama-server at temperature 0.
+# Usage: LLAMA_BIN=/path/to/llama.cpp/build/bin scripts/bench-gguf-types.sh [build] [models]
+#        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it;
+#        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build}
+models=${2:-$here/models}
+: "${LLAMA_BIN:?set LLAMA_BIN to the directory holding llama-bench and llama-quantize}"
+TYPES=${TYPES:-"Q4_K_M Q5_K_M Q6_K Q8_0"}
+THREADS=${THREADS:-"1 2"}
+REPS=${REPS:-3}
+weir=$build/bin/weir
+mkdir -p "$models"
+
+if [ "${MODE:-speed}" = fidelity ]; then
+  : "${HELDOUT:?set HELDOUT to the held-out text}"
+  FTYPES=${FTYPES:-"Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K Q5_0 Q5_1 IQ4_NL IQ4_XS Q8_0"}
+  target=${TARGET:-$here/models/kjv-target.gguf}
+  prompts=("In the beginning" "And the LORD said unto Moses" "Blessed are the")
+  echo "| type | weir perplexity | llama.cpp perplexity | difference | greedy 64 tokens, 3 prompts |"
+  echo "|---|---|---|---|---|"
+  for t in $FTYPES; do
+    m=$models/kjv-$t.gguf
+    [ -f "$m" ] || "$LLAMA_BIN/llama-quantize" "$target" "$m" "$t" 2 >/dev/null 2>&1
+    wp=$("$weir" perplexity --model "$m" --threads "${FTHREADS:-1}" --ctx 512 --file "$HELDOUT" 2>&1 | tail -1 |
+         sed -E 's/^perplexity: ([0-9.]+).*/\1/')
+    lp=$("$LLAMA_BIN/llama-perplexity" -m "$m" -f "$HELDOUT" -c 512 -b 512 -t "${FTHREADS:-1}" 2>&1 |
+         sed -n -E 's/.*PPL = ([0-9.]+).*/\1/p')
+    port=$((20000 + RANDOM % 20000))
+    "$LLAMA_BIN/llama-server" -m "$m" --port "$port" -t 1 -c 1024 >/dev/null 2>&1 &
+    spid=$!
+    for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.5; done
+    same=0
+    for p in "${prompts[@]}"; do
+      w=$("$weir" generate --model "$m" --threads 1 --prompt "$p" -n 64 --ignore-eos 2>/dev/null | sed '$d')
+      l=$(curl -s "http://127.0.0.1:$port/completion" -d "{\"prompt\": \"$p\", \"n_predict\": 64, \"temperature\": 0, \"cache_prompt\": false, \"ignore_eos\": true}" |
+          python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin)["content"])')
+      if [ "$w" = "$l" ]; then same=$((same + 1)); else printf 'differs: %s %s\n  weir:  %s\n  llama: %s\n' "$t" "$p" "$w" "$l" >&2; fi
+    done
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    echo "| $t | $wp | $lp | $(awk -v a="$wp" -v b="$lp" 'BEGIN{printf "%+.3f%%", 100 * (a - b) / b}') | $same / 3 identical |"
+  done
+  exit 0
+fi
+
+src=$models/llama-1.1b-f16.gguf
+[ -f "$src" ] || "$weir" mkmodel --preset 1.1b --type f16 --seed 1 --out "$src" >&2
+for t in $TYPES; do
+  m=$models/llama-1.1b-$t.gguf
+  [ -f "$m" ] || "$LLAMA_BIN/llama-quantize" "$src" "$m" "$t" >/dev/null 2>&1
+done
+
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+echo "weir: $("$weir" version) ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "llama.cpp: $("$LLAMA_BIN/llama-bench" --version 2>&1 | head -1 || true)"
+echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+
+# weir generate: prints "prefill decode weights_mib" for a prompt of $3 tokens.
+weir_run() {
+  local m=$1 th=$2 prompt=$3 rep=$4 out line
+  out=$("$weir" generate --model "$m" --threads "$th" --random-prompt "$prompt" -n 64 \
+        --ignore-eos --quiet --seed "$rep" --set cache.memory_bytes=268435456 2>&1)
+  line=$(echo "$out" | tail -1)
+  echo "$(echo "$line" | sed -E 's/.*prompt: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \
+       "$(echo "$line" | sed -E 's/.*generated: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \
+       "$(echo "$out" | sed -n -E 's/.*; weights ([0-9.]+) MiB;.*/\1/p' | head -1)"
+}
+# llama-bench: prints "pp512 tg64" (tokens/s).
+llama_run() {
+  local m=$1 th=$2
+  "$LLAMA_BIN/llama-bench" -m "$m" -t "$th" -p 512 -n 64 -r 1 -o csv 2>/dev/null |
+    awk -F, 'NR==1 {for (i = 1; i <= NF; i++) if ($i ~ /avg_ts/) c = i; next}
+             {gsub(/"/, "", $0); v[NR] = $c} END {printf "%s %s\n", v[2], v[3]}'
+}
+bw_run() { "$build/bin/weir_membw" 1024 "$1" | sed -E 's/.*: ([0-9.]+) GB.*/\1/'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+# VmRSS (MiB) of `weir serve` with the model loaded and a 16 MiB KV cache.
+rss_run() {
+  local m=$1 port=$((20000 + RANDOM % 20000)) pid rss=""
+  "$weir" serve --model "$m" --threads 1 --port "$port" --set cache.memory_bytes=16777216 \
+    >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
+      rss=$(awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
+      break
+    fi
+    sleep 0.5
+  done
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  echo "${rss:-?}"
+}
+
+rows=()
+for t in $TYPES; do
+  m=$models/llama-1.1b-$t.gguf
+  fmib=$(awk -v b="$(stat -c %s "$m")" 'BEGIN {printf "%.1f", b / 1048576}')
+  rss=$(rss_run "$m")
+  echo "memory: $t file ${fmib} MiB, weir serve VmRSS ${rss} MiB (KV cache 16 MiB)"
+  for th in $THREADS; do
+    pp=(); d512=(); d1=(); lpp=(); ltg=(); bws=(); wmib=0
+    for rep in $(seq 1 "$REPS"); do
+      bw=$(bw_run "$th")
+      read -r p dd w < <(weir_run "$m" "$th" 512 "$rep")
+      read -r _ d1v _ < <(weir_run "$m" "$th" 1 "$rep")
+      read -r lp lt < <(llama_run "$m" "$th")
+      echo "run: $t ${th}t rep $rep: bw $bw GB/s | weir prefill $p decode@512 $dd decode@1 $d1v | llama.cpp pp512 $lp tg64 $lt | load $(cut -d' ' -f1 /proc/loadavg)"
+      pp+=("$p"); d512+=("$dd"); d1+=("$d1v"); lpp+=("$lp"); ltg+=("$lt"); bws+=("$bw"); wmib=$w
+    done
+    mpp=$(median "${pp[@]}"); md512=$(median "${d512[@]}"); md1=$(median "${d1[@]}")
+    mlpp=$(median "${lpp[@]}"); mltg=$(median "${ltg[@]}"); mbw=$(median "${bws[@]}")
+    # Bytes a decode step reads: the packed weights but the embedding table (one row of it).
+    wbytes=$(awk -v m="$wmib" 'BEGIN{printf "%.0f", m * 1048576 * (1 - 65536000 / 1099956224)}')
+    roof=$(awk -v bw="$mbw" -v w="$wbytes" 'BEGIN{printf "%.2f", bw * 1e9 / w}')
+    row="| $t | $th | $mpp | $mlpp | $(awk -v a="$mpp" -v b="$mlpp" 'BEGIN{printf "%.2fx", a / b}') | $md1 | $md512 | $(awk -v a="$md512" -v b="$md1" 'BEGIN{printf "%.0f%%", 100 * a / b}') | $mltg | $(awk -v a="$md512" -v b="$mltg" 'BEGIN{printf "%.2fx", a / b}') | $mbw | $(awk -v tg="$md512" -v r="$roof" 'BEGIN{printf "%.0f%%", 100 * tg / r}') |"
+    echo "row: $row"
+    rows+=("$row")
+  done
+done
+echo
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| type | threads | weir prefill 512 | llama.cpp pp512 | prefill ratio | weir decode @1 | weir decode @512 | @512 / @1 | llama.cpp tg64 (@0) | decode ratio (@512 vs @0) | read bandwidth GB/s | weir @512 of roofline |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"

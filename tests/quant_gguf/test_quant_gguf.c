@@ -1,0 +1,388 @@
+/* quant/gguf, loaded with dlopen from the build's plugin directory and driven with a minimal
+ * host table (parallel_for on three pthreads). For each block type it runs (Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q8_0, IQ4_NL, Q2_K..Q6_K, IQ4_XS) and F32/F16/BF16, on every kernel path this CPU has
+ * (scalar, AVX2, AVX-512 VNNI; the plugin is reloaded with WEIR_CPU_ISA set and the path it
+ * logs is checked), on random blocks (random bits, random finite scales) and edge shapes (one
+ * row, a row of one block, a last tile of fewer than eight 32-blocks):
+ *   - embed() returns the SDK's scalar dequantization (weir_dequantize_row) of each row;
+ *   - matmul (1, 2, 3, 9 and 17 tokens: every token-block tail of the tiled path) against the
+ *     dequantized weights times the activations quantized here as matmul_kq.h documents, in
+ *     double (tight), and times the raw activations (within half an activation step);
+ *   - refusals: a type it does not run, rows that are not whole blocks, an Inf/NaN scale;
+ *   - end to end: a model mixing block types through `weir generate` with no quant flag.
+ * Inputs are random (seed printed; WT_SEED=... reruns one). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "weir/numeric.h"
+#include "weir/weir.h"
+#include "wt_isa.h"
+#include "wt_plugin.h"
+#include "wt_pool.h"
+#include "wt_rand.h"
+
+static weir_host g_host;
+
+/* 1 when err <= tol, else a failure at this line (and 0). */
+#define CHK(err, tol, what) wt_check_le_at((err), (tol), (what), __FILE__, __LINE__)
+
+static const weir_dtype k_block_types[] = {
+    WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1, WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_1,
+    WEIR_DTYPE_Q8_0, WEIR_DTYPE_IQ4_NL, WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q3_K,
+    WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_IQ4_XS};
+#define NUM_BLOCK_TYPES ((int)(sizeof k_block_types / sizeof k_block_types[0]))
+
+/* Offsets of a block's f16 scale fields (-1: none). */
+static void scale_fields(weir_dtype t, int *a, int *b) {
+  *a = 0;
+  *b = -1;
+  switch (t) {
+  case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q5_1: case WEIR_DTYPE_Q4_K: case WEIR_DTYPE_Q5_K:
+    *b = 2; break;
+  case WEIR_DTYPE_Q2_K: *a = 80; *b = 82; break;
+  case WEIR_DTYPE_Q3_K: *a = 108; break;
+  case WEIR_DTYPE_Q6_K: *a = 208; break;
+  default: break;
+  }
+}
+
+static uint16_t rand_scale(void) {
+  float v = wt_frand(0.001f, 0.05f) * ((wt_rnd() & 1) ? 1.0f : -1.0f);
+  return weir_f32_to_f16(v);
+}
+
+/* rows x cols of type t: random bits with random finite f16 scales. Caller frees. */
+static uint8_t *rand_blocks(weir_dtype t, int64_t rows, int64_t cols) {
+  size_t rb = weir_dtype_row_bytes(t, cols), n = rb * (size_t)rows;
+  uint8_t *p = malloc(n);
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)wt_rnd();
+  if (t == WEIR_DTYPE_F32) {
+    for (size_t i = 0; i < n / 4; i++) ((float *)p)[i] = wt_frand(-0.1f, 0.1f);
+  } else if (t == WEIR_DTYPE_F16 || t == WEIR_DTYPE_BF16) {
+    for (size_t i = 0; i < n / 2; i++) {
+      float v = wt_frand(-0.1f, 0.1f);
+      uint16_t h = t == WEIR_DTYPE_F16 ? weir_f32_to_f16(v) : weir_f32_to_bf16(v);
+      memcpy(p + 2 * i, &h, 2);
+    }
+  } else {
+    int fa, fb;
+    scale_fields(t, &fa, &fb);
+    size_t bb = weir_dtype_block_bytes(t);
+    for (size_t b = 0; b < n / bb; b++) {
+      uint16_t h = rand_scale();
+      memcpy(p + b * bb + fa, &h, 2);
+      if (fb >= 0) {
+        h = rand_scale();
+        memcpy(p + b * bb + fb, &h, 2);
+      }
+    }
+  }
+  return p;
+}
+
+/* The activations as matmul_kq.h documents: per block of 256 columns (K-types, IQ4_XS) or
+ * 32, d = max|x| / 127, q = round-to-nearest-even(x * (127 / max|x|)) within +-127. */
+static void quant_acts(weir_dtype t, const float *x, int64_t cols, double *xdeq, double *step) {
+  int64_t blk = weir_dtype_block_elems(t) == 32 ? 32 : 256;
+  for (int64_t b0 = 0; b0 < cols; b0 += blk) {
+    int64_t e = b0 + blk < cols ? b0 + blk : cols;
+    float amax = 0;
+    for (int64_t k = b0; k < e; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+    for (int64_t k = b0; k < e; k++) {
+      float v = nearbyintf(x[k] * id);
+      v = v > 127 ? 127 : v < -127 ? -127 : v;
+      xdeq[k] = (double)v * d;
+      step[k] = (double)amax / 127.0;
+    }
+  }
+}
+
+static void check_shape(wt_plugin *l, weir_dtype t, int64_t rows, int64_t cols) {
+  const weir_quant_ops *ops = l->desc->ops;
+  char what[96];
+  snprintf(what, sizeof what, "%s %lldx%lld (%s)", weir_dtype_name(t), (long long)rows,
+           (long long)cols, wt_isa_name);
+  uint8_t *src = rand_blocks(t, rows, cols);
+  size_t rb = weir_dtype_row_bytes(t, cols);
+  float *ref = malloc(sizeof(float) * rows * cols), *emb = malloc(sizeof(float) * rows * cols);
+  int32_t *ids = malloc(sizeof(int32_t) * rows);
+  enum { MAXT = 17 };
+  float *x = malloc(sizeof(float) * MAXT * cols), *y = malloc(sizeof(float) * MAXT * rows);
+  double *xdeq = malloc(sizeof(double) * MAXT * cols), *xstep = malloc(sizeof(double) * MAXT * cols);
+  void *w = NULL;
+  for (int64_t r = 0; r < rows; r++)
+    WT_ASSERT_INT_EQ(weir_dequantize_row(t, src + r * rb, ref + r * cols, cols), WEIR_OK);
+  int rc = wt_quant_pack(ops, l->self, t, src, rows, cols, &w);
+  WT_ASSERT_INT_EQ(rc, WEIR_OK);
+  if (rc != WEIR_OK) goto out;
+  /* The packed weight is the file's bytes (BF16 widened to F32) plus 64 spare bytes. */
+  WT_ASSERT_INT_EQ(ops->weight_bytes(l->self, w),
+                   (t == WEIR_DTYPE_BF16 ? (size_t)cols * 4 : rb) * (size_t)rows + 64);
+
+  for (int64_t r = 0; r < rows; r++) ids[r] = (int32_t)(rows - 1 - r);
+  WT_ASSERT_INT_EQ(ops->embed(l->self, w, ids, emb, rows), WEIR_OK);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *got = emb + (rows - 1 - r) * cols, *want = ref + r * cols;
+    double amax = 0;
+    for (int64_t k = 0; k < cols; k++) amax = fmax(amax, fabs(want[k]));
+    for (int64_t k = 0; k < cols; k++)
+      if (!CHK(fabs((double)got[k] - want[k]), 1e-6 * amax, what)) goto out;
+  }
+
+  for (int64_t i = 0; i < MAXT * cols; i++)
+    x[i] = wt_frand(-1, 1) * ((wt_rnd() & 31) == 0 ? 10.0f : 1.0f);
+  for (int64_t tk = 0; tk < MAXT; tk++)
+    quant_acts(t, x + tk * cols, cols, xdeq + tk * cols, xstep + tk * cols);
+  static const int64_t toks[] = {1, 2, 3, 9, 17};
+  for (int ti = 0; ti < 5; ti++) {
+    int64_t n = toks[ti];
+    for (int64_t i = 0; i < n * rows; i++) y[i] = NAN;
+    WT_ASSERT_INT_EQ(ops->matmul(l->self, w, x, y, n), WEIR_OK);
+    for (int64_t tk = 0; tk < n; tk++)
+      for (int64_t r = 0; r < rows; r++) {
+        const float *wr = ref + r * cols;
+        const double *xd = xdeq + tk * cols, *xs = xstep + tk * cols;
+        const float *xr = x + tk * cols;
+        double tight = 0, mag = 0, raw = 0, bound = 0;
+        for (int64_t k = 0; k < cols; k++) {
+          tight += wr[k] * xd[k];
+          mag += fabs(wr[k] * xd[k]);
+          raw += wr[k] * (double)xr[k];
+          bound += 0.5 * xs[k] * fabs(wr[k]) * (1 + 1e-5);
+        }
+        double got = y[tk * rows + r];
+        int quant = t != WEIR_DTYPE_F32 && t != WEIR_DTYPE_F16 && t != WEIR_DTYPE_BF16;
+        /* Float weights multiply the raw activations (f32 accumulation). */
+        if (!quant) {
+          if (!CHK(fabs(got - raw), 2e-5 * (mag + 1e-3) + 1e-6, what)) goto out;
+          continue;
+        }
+        if (!CHK(fabs(got - tight), 2e-5 * mag + 1e-6, what) ||
+            !CHK(fabs(got - raw), bound + 2e-5 * mag + 1e-6, what))
+          goto out;
+      }
+  }
+  wt_check_quant_embed_range(ops, l->self, w, rows, emb);
+out:
+  if (w) ops->release(l->self, w);
+  free(src);
+  free(ref);
+  free(emb);
+  free(ids);
+  free(x);
+  free(y);
+  free(xdeq);
+  free(xstep);
+}
+
+/* Kernel paths: WEIR_CPU_ISA value, the path the plugin must report, the wt_isa.h level. */
+static const struct {
+  const char *env, *path;
+  int level;
+} k_paths[] = {{"scalar", "scalar", 0}, {"avx2", "avx2", 1}, {"avx512vnni", "avx512vnni", 3}};
+
+static void test_paths(void) {
+  int ran = 0;
+  for (size_t pi = 0; pi < sizeof k_paths / sizeof k_paths[0]; pi++) {
+    if (!wt_isa_available(k_paths[pi].level)) continue;
+    wt_plugin l;
+    if (wt_plugin_load(&l, &g_host, "quant", "gguf", k_paths[pi].env, NULL) != 0) {
+      wt_plugin_unload(&l);
+      continue;
+    }
+    wt_check_kernel_path(k_paths[pi].path);
+    ran++;
+    for (int i = 0; i < NUM_BLOCK_TYPES; i++) {
+      weir_dtype t = k_block_types[i];
+      CU_ASSERT(l.desc->dtypes & WEIR_DTYPE_BIT(t));
+      int64_t be = weir_dtype_block_elems(t);
+      check_shape(&l, t, 1, be);     /* one block */
+      check_shape(&l, t, 7, 512);    /* two whole tiles */
+      check_shape(&l, t, 33, 768);   /* threaded rows */
+      if (be == 32) {
+        check_shape(&l, t, 5, 96);   /* a tile of three blocks */
+        check_shape(&l, t, 3, 288);  /* a whole tile and one block */
+      }
+    }
+    /* long rows: the prefill path's row blocks and the activation pool */
+    check_shape(&l, WEIR_DTYPE_Q4_K, 70, 2816);
+    check_shape(&l, WEIR_DTYPE_Q6_K, 9, 5632);
+    static const weir_dtype floats[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16};
+    for (int i = 0; i < 3; i++) {
+      check_shape(&l, floats[i], 37, 96);
+      check_shape(&l, floats[i], 6, 320);
+    }
+    wt_plugin_unload(&l);
+  }
+  CU_ASSERT(ran >= 1);
+}
+
+static void test_refusals(void) {
+  wt_plugin l;
+  if (wt_plugin_load(&l, &g_host, "quant", "gguf", NULL, NULL) != 0) goto fail;
+  const weir_quant_ops *ops = l.desc->ops;
+  void *w = NULL;
+  uint8_t buf[4096] = {0};
+  /* a type it does not run: named in the message */
+  weir_tensor tt = {.data = buf, .dtype = WEIR_DTYPE_Q8_K, .ndim = 2, .ne = {256, 1, 1, 1}};
+  weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &tt, .name = "blk.0.attn_q.weight"};
+  wt_last_error[0] = 0;
+  CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
+  CU_ASSERT_PTR_NULL(w);
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "blk.0.attn_q.weight");
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "q8_K");
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "q4_K");
+  tt.dtype = WEIR_DTYPE_I8;
+  CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
+  /* rows that are not whole blocks */
+  tt.dtype = WEIR_DTYPE_Q4_K;
+  tt.ne[0] = 100;
+  wt_last_error[0] = 0;
+  CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
+  WT_ASSERT_STR_CONTAINS(wt_last_error, "whole blocks");
+  tt.dtype = WEIR_DTYPE_Q5_0;
+  tt.ne[0] = 48;
+  CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
+  /* a 3-d weight */
+  tt.ndim = 3;
+  tt.ne[0] = 256;
+  tt.ne[2] = 2;
+  tt.dtype = WEIR_DTYPE_Q4_K;
+  CU_ASSERT_EQUAL(ops->pack(l.self, &pa, &w), WEIR_E_NOTSUP);
+  /* Inf and NaN block scales */
+  static const weir_dtype types[] = {WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q5_1,
+                                     WEIR_DTYPE_Q2_K};
+  static const uint16_t bad[] = {0x7c00, 0x7e00, 0xfc00, 0x7c01};
+  for (int i = 0; i < 4; i++) {
+    uint8_t *src = rand_blocks(types[i], 3, 512);
+    int fa, fb;
+    scale_fields(types[i], &fa, &fb);
+    size_t off = weir_dtype_row_bytes(types[i], 512) * 2 + weir_dtype_block_bytes(types[i]) +
+                 (size_t)(fb >= 0 && (i & 1) ? fb : fa);
+    memcpy(src + off, &bad[i], 2);
+    wt_last_error[0] = 0;
+    CU_ASSERT_EQUAL(wt_quant_pack(ops, l.self, types[i], src, 3, 512, &w), WEIR_E_INVAL);
+    CU_ASSERT_PTR_NULL(w);
+    WT_ASSERT_STR_CONTAINS(wt_last_error, "test.weight");
+    WT_ASSERT_STR_CONTAINS(wt_last_error, "row 2");
+    free(src);
+  }
+  ops->release(l.self, NULL);
+  CU_ASSERT_EQUAL(ops->matmul(l.self, NULL, NULL, NULL, 0), WEIR_OK);
+  float xx[256] = {0}, yy[8];
+  CU_ASSERT_EQUAL(ops->matmul(l.self, NULL, xx, yy, 1), WEIR_E_INVAL);
+  /* Non-finite activations give NaN (never a wrong finite number). */
+  {
+    uint8_t *src = rand_blocks(WEIR_DTYPE_Q4_K, 2, 256);
+    CU_ASSERT_EQUAL(wt_quant_pack(ops, l.self, WEIR_DTYPE_Q4_K, src, 2, 256, &w), WEIR_OK);
+    for (int i = 0; i < 256; i++) xx[i] = 1.0f;
+    xx[17] = INFINITY;
+    CU_ASSERT_EQUAL(ops->matmul(l.self, w, xx, yy, 1), WEIR_OK);
+    CU_ASSERT(isnan(yy[0]) && isnan(yy[1]));
+    xx[17] = NAN;
+    CU_ASSERT_EQUAL(ops->matmul(l.self, w, xx, yy, 1), WEIR_OK);
+    CU_ASSERT(isnan(yy[0]));
+    ops->release(l.self, w);
+    free(src);
+  }
+fail:
+  wt_plugin_unload(&l);
+}
+
+/* The final "perplexity: X" line of weir perplexity's output, or -1. */
+static double ppl_of(const char *out) {
+  const char *p = out ? strstr(out, "\nperplexity: ") : NULL;
+  double v = -1;
+  if (!p || sscanf(p + 13, "%lf", &v) != 1) return -1;
+  return v;
+}
+
+/* What weir generate printed between its last log line and the "prompt:" figures (cut in
+ * place: out is modified), or NULL. */
+static const char *generated_text(char *out) {
+  char *e = out ? strstr(out, "[engine] model") : NULL;
+  char *nl = e ? strchr(e, '\n') : NULL;
+  char *end = nl ? strstr(nl, "\nprompt: ") : NULL;
+  if (!end) return NULL;
+  *end = 0;
+  return nl + 1;
+}
+
+/* Mixed block types through the real binary: `weir mkmodel --type q4_k_m` (Q4_K with Q6_K
+ * output, attn_v and ffn_down) runs with no quant flag (auto picks gguf); a plugin asked for
+ * a type it does not run fails with the tensor and its type named; a Q8_0 model scores the
+ * same perplexity under gguf as under int8, which carries Q8_0 blocks over exactly too. */
+static void test_end_to_end(void) {
+  char *dir = wt_mkdtemp();
+  char *mixed = wt_strf("%s/mixed.gguf", dir), *q8 = wt_strf("%s/q8.gguf", dir);
+  char *out = NULL;
+  char *mk[] = {WT_WEIR, "mkmodel", "--preset", "tiny", "--dim", "256", "--ffn", "512",
+                "--heads", "4", "--kv-heads", "2", "--type", "q4_k_m", "--out", mixed, NULL};
+  WT_ASSERT_INT_EQ(wt_run(mk, &out, 60000), 0);
+  free(out);
+  out = NULL;
+  char *gen[] = {WT_WEIR, "generate", "--model", mixed, "--threads", "2", "--prompt", "hi",
+                 "-n", "8", "--ignore-eos", "--set", "cache.memory_bytes=16777216",
+                 "--set", "log.level=\"info\"", NULL};
+  WT_ASSERT_INT_EQ(wt_run(gen, &out, 60000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "generated: 8 tokens");
+  WT_ASSERT_STR_CONTAINS(out, "[plugin:gguf]");
+  free(out);
+  out = NULL;
+  /* the same greedy tokens on the scalar kernels as on the SIMD ones */
+  char *gen_s[] = {WT_WEIR, "generate", "--model", mixed, "--prompt", "In the beginning",
+                   "-n", "16", "--ignore-eos", "--set", "cache.memory_bytes=16777216", NULL};
+  char *a = NULL, *b = NULL;
+  WT_ASSERT_INT_EQ(wt_run(gen_s, &a, 60000), 0);
+  setenv("WEIR_CPU_ISA", "scalar", 1);
+  WT_ASSERT_INT_EQ(wt_run(gen_s, &b, 60000), 0);
+  unsetenv("WEIR_CPU_ISA");
+  const char *ta = generated_text(a), *tb = generated_text(b);
+  CU_ASSERT(ta && tb && strlen(ta) > 0 && !strcmp(ta, tb));
+  free(a);
+  free(b);
+  /* int8 does not run K-quants: a one-line error naming the tensor and its type */
+  char *bad[] = {WT_WEIR, "generate", "--model", mixed, "--quant", "int8", "--prompt", "hi",
+                 "-n", "2", "--set", "cache.memory_bytes=16777216", NULL};
+  CU_ASSERT_NOT_EQUAL(wt_run(bad, &out, 60000), 0);
+  WT_ASSERT_STR_CONTAINS(out, "q4_K");
+  WT_ASSERT_STR_CONTAINS(out, ".weight");
+  free(out);
+  out = NULL;
+
+  char *mk8[] = {WT_WEIR, "mkmodel", "--preset", "tiny", "--type", "q8_0", "--out", q8, NULL};
+  WT_ASSERT_INT_EQ(wt_run(mk8, &out, 60000), 0);
+  free(out);
+  out = NULL;
+  double ppl[2];
+  static const char *const schemes[] = {"gguf", "int8"};
+  for (int i = 0; i < 2; i++) {
+    char *pp[] = {WT_WEIR, "perplexity", "--model", q8, "--quant", (char *)schemes[i],
+                  "--ctx", "128", "--file",
+                  WEIR_TEST_SOURCE_DIR "/tests/perplexity/fixtures/heldout-sample.txt", NULL};
+    WT_ASSERT_INT_EQ(wt_run(pp, &out, 120000), 0);
+    ppl[i] = ppl_of(out);
+    if (ppl[i] <= 0) fprintf(stderr, "\n  no perplexity in:\n%s\n", out ? out : "");
+    free(out);
+    out = NULL;
+  }
+  CU_ASSERT(ppl[0] > 1 && ppl[1] > 1);
+  CU_ASSERT(fabs(ppl[0] - ppl[1]) <= 0.005 * ppl[1]);
+  fprintf(stderr, "\n  q8_0 perplexity: gguf %.4f, int8 %.4f\n", ppl[0], ppl[1]);
+  wt_rmtree(dir);
+  free(mixed);
+  free(q8);
+  free(dir);
+}
+
+int main(void) {
+  static const wt_test tests[] = {{"paths", test_paths},
+                                  {"refusals", test_refusals},
+                                  {"end_to_end", test_end_to_end},
+                                  {NULL, NULL}};
+  return wt_plugin_main("quant_gguf", tests, &g_host, 1);
+}
