@@ -13,12 +13,20 @@
  * (their f16 scales take power-of-two folds exactly). Norms are written as F32; every other
  * tensor and every metadata key is copied as it is,
  * plus general.file_type = 3 (mostly Q4_1) and weir.quantize.* keys. The file is written to
- * OUT.tmp and renamed. */
+ * OUT.tmp and renamed.
+ *
+ * Inputs: any file weir reads. Matrices in a block type the scheme's plugin does not take
+ * (the K-quants, Q5_0/Q5_1 and IQ4 types of SDK 1.5 for awq_int4) are first dequantized to
+ * F16 into OUT.src.tmp (weir_dequantize_row; exact up to one f16 rounding per weight), which
+ * then stands in for the input and is removed at the end. Output: Q4_1 only (--type q4_1):
+ * the scheme exports groups with an f16 scale and min each, which the K-quants' 4- to 6-bit
+ * sub-block scales cannot hold, so another --type is refused rather than rounded twice. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -36,7 +44,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: weir quantize --model IN.gguf --out OUT.gguf [--scheme awq_int4]\n"
-          "                     [--calibration FILE] [config overrides]\n"
+          "                     [--calibration FILE] [--type q4_1] [config overrides]\n"
           "Packs the model with the quant scheme (calibrating it when the scheme asks for it)\n"
           "and writes a standard GGUF with Q4_1 weights, the activation scales folded into\n"
           "the preceding norms and projections; llama.cpp and other GGUF tools load it, and\n"
@@ -45,6 +53,10 @@ static void usage(FILE *f) {
           "  --calibration FILE  the calibration text (quant.calibration_text; default\n"
           "                      heldout.txt beside the model)\n"
           "  --out FILE          the output file\n"
+          "  --type q4_1         the output weight type; q4_1 is the only one (the scheme's\n"
+          "                      per-group f16 scale and min do not fit the K-quants)\n"
+          "Inputs may hold any weight type weir reads; matrices the scheme does not take\n"
+          "(q2_K..q6_K, q5_0, q5_1, iq4_nl, iq4_xs) are widened to f16 first, in OUT.src.tmp.\n"
           "Config overrides as for `weir serve`: --threads N, --plugin-dir DIR,\n"
           "--set quant.group_size=32, --set quant.calibration=false, ...\n");
 }
@@ -319,6 +331,81 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* ---- inputs the scheme does not take ------------------------------------------------------ */
+
+/* Whether tensor t must be widened for a plugin that takes the dtypes in mask: a matrix in a
+ * block type weir_dequantize_row reads but the plugin does not. */
+static int needs_widening(const weir_gguf_tensor *t, uint64_t mask) {
+  return t->t.ndim >= 2 && weir_dtype_block_elems(t->t.dtype) > 1 &&
+         !(mask & WEIR_DTYPE_BIT(t->t.dtype)) &&
+         (WEIR_DEQUANTIZE_KQUANT_DTYPES & WEIR_DTYPE_BIT(t->t.dtype));
+}
+
+/* Writes a copy of g to path with every tensor needs_widening() selects as F16 (dequantized
+ * row by row), everything else byte for byte. *n_widened counts the tensors converted. */
+static int write_widened(const weir_gguf *g, uint64_t mask, const char *path, int64_t *n_widened,
+                         char *err) {
+  weir_gguf_writer *w = NULL;
+  float *row = NULL;
+  uint16_t *half = NULL;
+  int rc = weir_gguf_writer_new(&w);
+  if (rc) goto fail;
+  if (weir_gguf_find_key(g, "general.alignment") &&
+      (rc = weir_gguf_writer_set_alignment(w, weir_gguf_alignment(g))))
+    goto fail;
+  for (int64_t i = 0; i < weir_gguf_kv_count(g); i++) {
+    const weir_gguf_kv *kv = weir_gguf_kv_at(g, i);
+    if (!strcmp(kv->key, "general.alignment")) continue;
+    if ((rc = weir_gguf_add_raw(w, kv->key, (uint32_t)kv->type, kv->value, kv_value_len(kv))))
+      goto fail;
+  }
+  int64_t widest = 0;
+  *n_widened = 0;
+  for (int64_t i = 0; i < weir_gguf_tensor_count(g); i++) {
+    const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
+    int wide = needs_widening(t, mask);
+    if (wide && t->t.ne[0] > widest) widest = t->t.ne[0];
+    *n_widened += wide;
+    if ((rc = weir_gguf_add_tensor(w, t->name, wide ? WEIR_DTYPE_F16 : t->t.dtype, t->t.ndim,
+                                   t->t.ne, NULL)) < 0)
+      goto fail;
+    rc = WEIR_OK;
+  }
+  row = malloc(sizeof *row * (size_t)(widest > 0 ? widest : 1));
+  half = malloc(sizeof *half * (size_t)(widest > 0 ? widest : 1));
+  if (!row || !half) {
+    rc = WEIR_E_NOMEM;
+    goto fail;
+  }
+  if ((rc = weir_gguf_writer_begin(w, path, err, ERRLEN))) goto fail_quiet;
+  for (int64_t i = 0; i < weir_gguf_tensor_count(g) && rc == WEIR_OK; i++) {
+    const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
+    if (!needs_widening(t, mask)) {
+      rc = weir_gguf_writer_put(w, t->t.data, (size_t)t->nbytes);
+      continue;
+    }
+    const int64_t cols = t->t.ne[0], rows = t->nelements / cols;
+    for (int64_t r = 0; r < rows && rc == WEIR_OK; r++) {
+      rc = weir_dequantize_row(t->t.dtype, (const uint8_t *)t->t.data + (size_t)r * t->t.nb[1],
+                               row, cols);
+      for (int64_t k = 0; k < cols && rc == WEIR_OK; k++) half[k] = weir_f32_to_f16(row[k]);
+      if (rc == WEIR_OK) rc = weir_gguf_writer_put(w, half, sizeof *half * (size_t)cols);
+    }
+  }
+  if (rc == WEIR_OK) rc = weir_gguf_writer_end(w, err, ERRLEN);
+  else snprintf(err, ERRLEN, "writing %s: %s", path, weir_strerror(rc));
+  if (rc != WEIR_OK) remove(path);
+  goto out;
+fail:
+  snprintf(err, ERRLEN, "widening %s to f16: %s", weir_gguf_path(g), weir_strerror(rc));
+fail_quiet:
+out:
+  free(row);
+  free(half);
+  weir_gguf_writer_free(w);
+  return rc;
+}
+
 static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
   int rc;
   weir_gguf *g = NULL;
@@ -330,14 +417,13 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
   q4_out embd = {0}, output = {0};
   float *out_norm = NULL;
   block_out blk = {0};
-  char *tmp = NULL;
+  char *tmp = NULL, *src_tmp = NULL;
   const double t0 = now_s();
 
   if ((rc = weir_gguf_open(cfg->model_path, &g, z->err, ERRLEN))) goto out;
   z->g = g;
   if ((rc = weir_gguf_llama_hparams(g, &z->hp, z->err, ERRLEN)) ||
-      (rc = weir_gguf_llama_check(g, &z->hp, z->err, ERRLEN)) ||
-      (rc = weir_tokenizer_from_gguf(g, &tok, z->err, ERRLEN)))
+      (rc = weir_gguf_llama_check(g, &z->hp, z->err, ERRLEN)))
     goto out;
   if ((rc = weir_plugin_set_load_ex(cfg, NULL, &ps, z->err, ERRLEN))) goto out;
   z->q = ps.quant->ops;
@@ -348,6 +434,31 @@ static int quantize(const weir_config *cfg, const char *out_path, qz *z) {
     rc = WEIR_E_NOTSUP;
     goto out;
   }
+  /* Matrices the scheme does not take are widened to f16 first; the copy replaces the input
+   * (before the tokenizer, which keeps views into the file). */
+  int widen = 0;
+  for (int64_t i = 0; i < weir_gguf_tensor_count(g) && !widen; i++)
+    widen = needs_widening(weir_gguf_tensor_at(g, i), ps.quant->desc->dtypes);
+  if (widen) {
+    size_t ol = strlen(out_path) + 9;
+    if (!(src_tmp = malloc(ol))) goto nomem;
+    snprintf(src_tmp, ol, "%s.src.tmp", out_path);
+    int64_t nw = 0;
+    if ((rc = write_widened(g, ps.quant->desc->dtypes, src_tmp, &nw, z->err))) {
+      free(src_tmp);
+      src_tmp = NULL;
+      goto out;
+    }
+    fprintf(stderr, "weir quantize: %lld matrices of %s are in types %s does not take; "
+            "dequantized to f16 first (%s)\n", (long long)nw, cfg->model_path,
+            ps.quant->desc->name, src_tmp);
+    weir_gguf_close(g);
+    g = NULL;
+    z->g = NULL;
+    if ((rc = weir_gguf_open(src_tmp, &g, z->err, ERRLEN))) goto out;
+    z->g = g;
+  }
+  if ((rc = weir_tokenizer_from_gguf(g, &tok, z->err, ERRLEN))) goto out;
   if ((rc = weir_calib_prepare(cfg, g, tok, &ps, &z->calib, z->err, ERRLEN))) goto out;
 
   /* Token embedding, output projection and its norm first: the norm needs the output's
@@ -480,6 +591,8 @@ out:
   weir_plugin_set_unload(&ps);
   weir_tokenizer_free(tok);
   weir_gguf_close(g);
+  if (src_tmp) remove(src_tmp);
+  free(src_tmp);
   return rc;
 }
 
@@ -502,7 +615,9 @@ int weir__cmd_quantize(int argc, char **argv) {
       ret = 0;
       goto done;
     }
-    if ((!strcmp(a, "--out") || !strcmp(a, "--scheme") || !strcmp(a, "--calibration")) && !v) {
+    if ((!strcmp(a, "--out") || !strcmp(a, "--scheme") || !strcmp(a, "--calibration") ||
+         !strcmp(a, "--type")) &&
+        !v) {
       fprintf(stderr, "weir quantize: %s needs a value\n", a);
       goto done;
     }
@@ -511,6 +626,17 @@ int weir__cmd_quantize(int argc, char **argv) {
       i++;
     } else if (!strcmp(a, "--scheme")) {
       if (weir_config_set(&cfg, "quant.scheme", v, err, sizeof err) != WEIR_OK) goto bad;
+      i++;
+    } else if (!strcmp(a, "--type")) {
+      /* The export is Q4_1 (f16 d and m per group); a K-quant would round it a second time. */
+      if (strcasecmp(v, "q4_1") != 0) {
+        fprintf(stderr, "weir quantize: --type %s: the scheme exports groups with an f16 scale "
+                "and min each, written as q4_1; q2_K..q6_K keep 4- to 6-bit sub-block scales "
+                "that cannot hold them, and the other types would round the weights a second "
+                "time, so q4_1 is the only output type (K-quant files: llama-quantize, or "
+                "`weir mkmodel --type` for random weights)\n", v);
+        goto done;
+      }
       i++;
     } else if (!strcmp(a, "--calibration")) {
       if (weir_config_set(&cfg, "quant.calibration_text", v, err, sizeof err) != WEIR_OK)

@@ -4,6 +4,7 @@
  * u32 type, u64 offset), padding to the alignment, then the data section. */
 #include "format/gguf.h"
 #include "util/err.h"
+#include "weir/numeric.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -271,13 +272,19 @@ static const char *ggml_type_label(uint32_t t) {
 static bool dtype_readable(uint32_t t) {
   switch (t) {
   case WEIR_DTYPE_F32: case WEIR_DTYPE_F16: case WEIR_DTYPE_BF16: case WEIR_DTYPE_Q4_0:
-  case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q8_0: case WEIR_DTYPE_I8: case WEIR_DTYPE_I16:
-  case WEIR_DTYPE_I32: case WEIR_DTYPE_I64: case WEIR_DTYPE_F64:
+  case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q8_0: case WEIR_DTYPE_Q5_0: case WEIR_DTYPE_Q5_1:
+  case WEIR_DTYPE_Q2_K: case WEIR_DTYPE_Q3_K: case WEIR_DTYPE_Q4_K: case WEIR_DTYPE_Q5_K:
+  case WEIR_DTYPE_Q6_K: case WEIR_DTYPE_IQ4_NL: case WEIR_DTYPE_IQ4_XS: case WEIR_DTYPE_I8:
+  case WEIR_DTYPE_I16: case WEIR_DTYPE_I32: case WEIR_DTYPE_I64: case WEIR_DTYPE_F64:
     return true;
   default:
     return false;
   }
 }
+
+/* The weight types, for messages that say what weir reads. */
+#define WEIR_GGUF_WEIGHT_TYPES                                                                 \
+  "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs"
 
 static int cmp_by_offset(const void *a, const void *b) {
   const weir_gguf_tensor *x = *(weir_gguf_tensor *const *)a, *y = *(weir_gguf_tensor *const *)b;
@@ -404,8 +411,8 @@ static int parse(weir_gguf *g, char *err, size_t errlen) {
     if ((rc = get_u32(&c, &type, ti->name))) return rc;
     if (!dtype_readable(type)) {
       c.pos -= 4;
-      return cfail(&c, "tensor '%s' has type %u (%s), which weir does not read", ti->name,
-                   type, ggml_type_label(type));
+      return cfail(&c, "tensor '%s' has type %u (%s), which weir does not read (weights: "
+                       WEIR_GGUF_WEIGHT_TYPES ")", ti->name, type, ggml_type_label(type));
     }
     ti->t.dtype = (weir_dtype)type;
     int64_t be = weir_dtype_block_elems(ti->t.dtype);
@@ -964,6 +971,20 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
   return 0;
 }
 
+int weir_gguf_check_scales(const weir_gguf *g, const weir_gguf_tensor *t, char *err,
+                           size_t errlen) {
+  int64_t be = weir_dtype_block_elems(t->t.dtype);
+  if (be <= 1) return 0;
+  int64_t nblocks = (int64_t)(t->nbytes / weir_dtype_block_bytes(t->t.dtype));
+  int64_t bad = weir_quant_scales_finite(t->t.dtype, t->t.data, nblocks);
+  if (bad < 0) return 0;
+  int64_t per_row = t->t.ne[0] / be;
+  weir_set_err(err, errlen, "%s: tensor '%s' (%s): block %lld of row %lld has a NaN or infinite "
+               "scale (weir reads finite f16 scales only)", g->path, t->name,
+               weir_dtype_name(t->t.dtype), (long long)(bad % per_row), (long long)(bad / per_row));
+  return WEIR_E_FORMAT;
+}
+
 static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64_t ne1,
                         int is_vector, char *err, size_t errlen) {
   const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
@@ -986,13 +1007,14 @@ static int check_tensor(const weir_gguf *g, const char *name, int64_t ne0, int64
   }
   weir_dtype d = t->t.dtype;
   int ok = d == WEIR_DTYPE_F32 || d == WEIR_DTYPE_F16 || d == WEIR_DTYPE_BF16;
-  if (!is_vector) ok = ok || d == WEIR_DTYPE_Q8_0 || d == WEIR_DTYPE_Q4_0 || d == WEIR_DTYPE_Q4_1;
+  if (!is_vector) ok = ok || weir_dtype_block_elems(d) > 1;
   if (!ok) {
-    weir_set_err(err, errlen, "%s: tensor '%s' has type %s, which weir cannot use there", g->path,
-            name, weir_dtype_name(d));
+    weir_set_err(err, errlen, "%s: tensor '%s' has type %s, which weir cannot use there (%s)",
+                 g->path, name, weir_dtype_name(d),
+                 is_vector ? "vectors: f32, f16, bf16" : "matrices: " WEIR_GGUF_WEIGHT_TYPES);
     return WEIR_E_NOTSUP;
   }
-  return 0;
+  return weir_gguf_check_scales(g, t, err, errlen);
 }
 
 int weir_gguf_llama_check(const weir_gguf *g, const weir_llama_hparams *hp, char *err,

@@ -213,15 +213,24 @@ int weir_gguf_llama_hparams(const weir_gguf *g, weir_llama_hparams *out, char *e
                             size_t errlen);
 
 /* Checks that every tensor the Llama graph needs exists with the expected shape and a
- * dtype weir supports (F32, F16, BF16, Q8_0, Q4_0, Q4_1; norms and biases must be F32, F16
- * or BF16): token_embd.weight {n_embd, n_vocab}, output_norm.weight {n_embd},
+ * dtype weir supports (matrices: F32, F16, BF16 or any block type the reader accepts, Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS, mixed freely; norms and biases must be
+ * F32, F16 or BF16) with finite scales (weir_gguf_check_scales): token_embd.weight {n_embd, n_vocab}, output_norm.weight {n_embd},
  * output.weight {n_embd, n_vocab} (unless tied), and per layer blk.N.attn_norm.weight
  * {n_embd}, attn_q {n_embd, n_embd}, attn_k/attn_v {n_embd, n_head_kv*head_dim},
  * attn_output {n_embd, n_embd}, ffn_norm {n_embd}, ffn_gate/ffn_up {n_embd, n_ff},
  * ffn_down {n_ff, n_embd}; qwen2 also attn_{q,k,v}.bias. WEIR_E_NOTFOUND for a missing
- * tensor, WEIR_E_FORMAT for a wrong shape, WEIR_E_NOTSUP for an unsupported dtype. */
+ * tensor, WEIR_E_FORMAT for a wrong shape or a non-finite scale, WEIR_E_NOTSUP for an
+ * unsupported dtype. Reads 2-4 bytes of every block of the matrices (so it touches every
+ * page of the weights, which loading reads next anyway). */
 int weir_gguf_llama_check(const weir_gguf *g, const weir_llama_hparams *hp, char *err,
                           size_t errlen);
+
+/* Checks that every block of a block-quantized tensor has finite f16 scales (d, and dmin or m
+ * where the type has them; weir_quant_scales_finite). 0 for plain types and clean tensors;
+ * WEIR_E_FORMAT with a one-line message naming the file, tensor, type, block and row. */
+int weir_gguf_check_scales(const weir_gguf *g, const weir_gguf_tensor *t, char *err,
+                           size_t errlen);
 
 /* Convenience: the name of the per-layer tensor "blk.<layer>.<suffix>" into buf. */
 const char *weir_gguf_blk_name(char *buf, size_t buflen, int layer, const char *suffix);

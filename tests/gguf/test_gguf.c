@@ -749,7 +749,12 @@ static void test_tensor_errors(void) {
                 WEIR_E_FORMAT, "element count overflows");
   EXPECT_MUTANT(put_u64(b + a + 12, 1ull << 56), WEIR_E_FORMAT, "byte size overflows");
   EXPECT_MUTANT(put_u64(b + a + 12, 1ull << 30), WEIR_E_FORMAT, "beyond the end of the file");
-  EXPECT_MUTANT(put_u32(b + a + 20, 12), WEIR_E_FORMAT, "type 12 (q4_K), which weir does not read");
+  EXPECT_MUTANT(put_u32(b + a + 20, 16), WEIR_E_FORMAT,
+                "type 16 (iq2_xxs), which weir does not read (weights: f32, f16, bf16, q8_0, "
+                "q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs)");
+  /* tensor.aaa is {64, 4}: as q4_K its row of 64 is not a whole super-block. */
+  EXPECT_MUTANT(put_u32(b + a + 20, 12), WEIR_E_FORMAT,
+                "row of 64 elements is not a multiple of the q4_K block of 256");
   EXPECT_MUTANT(put_u32(b + a + 20, 1000), WEIR_E_FORMAT, "type 1000 (unknown)");
   EXPECT_MUTANT(put_u64(b + a + 24, 1ull << 40), WEIR_E_FORMAT, "beyond the end of the file");
   EXPECT_MUTANT(put_u64(b + a + 24, 16), WEIR_E_FORMAT,
@@ -1099,13 +1104,167 @@ static void test_independent_reader(void) {
   }
 }
 
+/* Every --type of mkmodel (the 1.5 block types and the K-quant mixes) written, read back by
+ * the reader with the type the mix puts on each tensor, passing the graph check, and each
+ * matrix dequantized close to the same seed's f32 weights (relative RMS error under the
+ * type's bound). The second reader checks one K-quant file's layout; a NaN scale patched into
+ * a file is refused by the graph check with one line naming tensor, type, block and row. */
+static double rel_bound(weir_dtype t) {
+  /* RMS error over RMS value on normal weights, about 1.2x what weir_quantize_row reaches
+   * (tests/kquant has the same table on its own data). */
+  switch (t) {
+  case WEIR_DTYPE_Q5_0: return 0.045;
+  case WEIR_DTYPE_Q5_1: return 0.04;
+  case WEIR_DTYPE_Q4_1: return 0.09;
+  case WEIR_DTYPE_IQ4_NL: case WEIR_DTYPE_IQ4_XS: return 0.08;
+  case WEIR_DTYPE_Q2_K: return 0.30;
+  case WEIR_DTYPE_Q3_K: return 0.16;
+  case WEIR_DTYPE_Q4_K: return 0.078;
+  case WEIR_DTYPE_Q5_K: return 0.04;
+  case WEIR_DTYPE_Q6_K: return 0.02;
+  default: return 0;
+  }
+}
+
+static void test_mkmodel_kquant_types(void) {
+  static const struct {
+    const char *type;
+    weir_dtype base, out, more; /* more: attn_v / ffn_down of even layers */
+  } cases[] = {
+      {"q5_0", WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_0},
+      {"q5_1", WEIR_DTYPE_Q5_1, WEIR_DTYPE_Q5_1, WEIR_DTYPE_Q5_1},
+      {"q4_1", WEIR_DTYPE_Q4_1, WEIR_DTYPE_Q4_1, WEIR_DTYPE_Q4_1},
+      {"iq4_nl", WEIR_DTYPE_IQ4_NL, WEIR_DTYPE_IQ4_NL, WEIR_DTYPE_IQ4_NL},
+      {"q2_k", WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q2_K},
+      {"q3_k", WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q3_K},
+      {"q4_k", WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q4_K},
+      {"q5_k", WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q5_K},
+      {"q6_k", WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K},
+      {"iq4_xs", WEIR_DTYPE_IQ4_XS, WEIR_DTYPE_IQ4_XS, WEIR_DTYPE_IQ4_XS},
+      {"q3_k_m", WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q4_K},
+      {"Q4_K_M", WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K},
+      {"q5_k_m", WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K},
+  };
+  const char *shape[] = {"--dim", "256", "--ffn", "512", "--layers", "2", "--heads", "4",
+                         "--kv-heads", "2", "--vocab", "512", "--seed", "3"};
+  char *ref_path = wt_strf("%s/kq_f32.gguf", g_dir), *out = NULL;
+  const char *ra[20] = {0};
+  memcpy(ra, shape, sizeof shape);
+  ra[14] = "--type", ra[15] = "f32", ra[16] = "--out", ra[17] = ref_path;
+  CU_ASSERT_EQUAL_FATAL(run_mkmodel(ra, &out), 0);
+  free(out);
+  weir_gguf *ref = open_ok(ref_path);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
+  float *want = malloc(512 * 512 * 4), *got = malloc(512 * 512 * 4);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char *path = wt_strf("%s/kq_%s.gguf", g_dir, cases[c].type);
+    const char *a[20] = {0};
+    memcpy(a, shape, sizeof shape);
+    a[14] = "--type", a[15] = cases[c].type, a[16] = "--out", a[17] = path;
+    int rc = run_mkmodel(a, &out);
+    if (rc) fprintf(stderr, "\n%s\n", out);
+    WT_ASSERT_INT_EQ(rc, 0);
+    free(out);
+    weir_gguf *g = open_ok(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    weir_llama_hparams hp;
+    char err[512] = "";
+    rc = weir_gguf_llama_hparams(g, &hp, err, sizeof err);
+    if (rc == 0) rc = weir_gguf_llama_check(g, &hp, err, sizeof err);
+    if (rc) fprintf(stderr, "\n  %s: %s\n", cases[c].type, err);
+    WT_ASSERT_INT_EQ(rc, 0);
+    for (int64_t i = 0; i < weir_gguf_tensor_count(g); i++) {
+      const weir_gguf_tensor *t = weir_gguf_tensor_at(g, i);
+      const weir_gguf_tensor *r = weir_gguf_find_tensor(ref, t->name);
+      CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+      if (t->t.ndim == 1) {
+        WT_ASSERT_INT_EQ(t->t.dtype, WEIR_DTYPE_F32); /* norms stay f32 */
+        continue;
+      }
+      weir_dtype expect = cases[c].base;
+      if (!strcmp(t->name, "output.weight")) expect = cases[c].out;
+      else if (!strcmp(t->name, "blk.0.attn_v.weight") || !strcmp(t->name, "blk.0.ffn_down.weight"))
+        expect = cases[c].more;
+      if ((int)t->t.dtype != (int)expect)
+        fprintf(stderr, "\n  %s: %s is %s, expected %s", cases[c].type, t->name,
+                weir_dtype_name(t->t.dtype), weir_dtype_name(expect));
+      WT_ASSERT_INT_EQ(t->t.dtype, expect);
+      int64_t n = t->nelements;
+      CU_ASSERT_FATAL(n <= 512 * 512);
+      WT_ASSERT_INT_EQ(weir_dequantize_row(t->t.dtype, t->t.data, got, n), WEIR_OK);
+      memcpy(want, r->t.data, (size_t)n * 4);
+      double se = 0, sx = 0;
+      for (int64_t k = 0; k < n; k++) {
+        se += ((double)got[k] - want[k]) * ((double)got[k] - want[k]);
+        sx += (double)want[k] * want[k];
+      }
+      double rel = sqrt(se / sx), bound = rel_bound(t->t.dtype);
+      if (rel > bound)
+        fprintf(stderr, "\n  %s: %s relative RMS error %.4f > %.3f", cases[c].type, t->name,
+                rel, bound);
+      CU_ASSERT(rel <= bound);
+    }
+    if (!strcmp(cases[c].type, "Q4_K_M")) {
+      /* The second reader agrees on the layout of a mixed K-quant file. */
+      if (access("/usr/bin/python3", X_OK) == 0) {
+        char *script = wt_strf("%s/tests/gguf/gguf_check.py", WT_SOURCE_DIR);
+        char *argv[] = {(char *)"/usr/bin/python3", script, path, NULL};
+        rc = wt_run(argv, &out, 60000);
+        if (rc) fprintf(stderr, "\n%s\n", out);
+        WT_ASSERT_INT_EQ(rc, 0);
+        WT_ASSERT_STR_CONTAINS(out, "\nOK\n");
+        free(out);
+        free(script);
+      }
+      /* A NaN d in block 1 of row 2 of blk.1.ffn_down.weight (q4_K, rows of 512 = 2 blocks). */
+      const weir_gguf_tensor *t = weir_gguf_find_tensor(g, "blk.1.ffn_down.weight");
+      CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+      WT_ASSERT_INT_EQ(t->t.dtype, WEIR_DTYPE_Q4_K);
+      uint64_t at = weir_gguf_data_offset(g) + t->offset + 2 * t->t.nb[1] + sizeof(weir_block_q4_K);
+      size_t len = 0;
+      uint8_t *bytes = (uint8_t *)wt_read_file(path, &len);
+      CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
+      bytes[at] = 0x00, bytes[at + 1] = 0x7e; /* f16 NaN, little-endian */
+      weir_gguf *bad = NULL;
+      rc = weir_gguf_open_buffer(bytes, len, "nan.gguf", &bad, err, sizeof err);
+      WT_ASSERT_INT_EQ(rc, 0); /* the reader itself does not read tensor data */
+      if (bad) {
+        rc = weir_gguf_llama_check(bad, &hp, err, sizeof err);
+        WT_ASSERT_INT_EQ(rc, WEIR_E_FORMAT);
+        WT_ASSERT_STR_CONTAINS(err, "tensor 'blk.1.ffn_down.weight' (q4_K): block 1 of row 2 "
+                                    "has a NaN or infinite scale");
+        weir_gguf_close(bad);
+      }
+      free(bytes);
+    }
+    weir_gguf_close(g);
+    free(path);
+  }
+  /* Shapes the 256-element types cannot take are refused before anything is written. */
+  char *path = wt_strf("%s/kq_bad.gguf", g_dir);
+  const char *bad_args[] = {"--type", "q4_k", "--out", path, NULL}; /* tiny: dim 64 */
+  WT_ASSERT_INT_EQ(run_mkmodel(bad_args, &out), 2);
+  WT_ASSERT_STR_CONTAINS(out, "--dim and --ffn must be multiples of 256");
+  free(out);
+  const char *bad_type[] = {"--type", "iq2_xxs", "--out", path, NULL};
+  WT_ASSERT_INT_EQ(run_mkmodel(bad_type, &out), 2);
+  WT_ASSERT_STR_CONTAINS(out, "--type must be");
+  free(out);
+  CU_ASSERT(access(path, F_OK) != 0);
+  free(path);
+  free(want);
+  free(got);
+  weir_gguf_close(ref);
+  free(ref_path);
+}
+
 static void test_mkmodel_usage_errors(void) {
   char *path = wt_strf("%s/never.gguf", g_dir), *out = NULL;
   const char *a1[] = {"--preset", "tiny", NULL};
   WT_ASSERT_INT_EQ(run_mkmodel(a1, &out), 2);
   WT_ASSERT_STR_CONTAINS(out, "--out FILE is required");
   free(out);
-  const char *a2[] = {"--out", path, "--type", "q5_1", NULL};
+  const char *a2[] = {"--out", path, "--type", "iq2_xxs", NULL};
   WT_ASSERT_INT_EQ(run_mkmodel(a2, &out), 2);
   WT_ASSERT_STR_CONTAINS(out, "--type must be");
   free(out);
@@ -1154,6 +1313,7 @@ int main(void) {
       {"mkmodel_tiny", test_mkmodel_tiny},
       {"mkmodel_variants", test_mkmodel_variants},
       {"mkmodel_usage_errors", test_mkmodel_usage_errors},
+      {"mkmodel_kquant_types", test_mkmodel_kquant_types},
       {"independent_reader", test_independent_reader},
       {NULL, NULL}};
   int rc = wt_run_suite("gguf", tests);

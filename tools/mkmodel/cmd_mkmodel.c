@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -37,8 +38,12 @@ static void usage(FILE *f) {
         "  --dim N  --layers N  --heads N  --kv-heads N  --ffn N  --vocab N  --ctx N\n"
         "  --rope-base X         RoPE frequency base (default 10000; qwen2 1000000)\n"
         "  --rms-eps X           RMSNorm epsilon (default 1e-5; qwen2 1e-6)\n"
-        "  --type f32|f16|bf16|q8_0|q4_0   weight type (norms and biases stay f32;\n"
-        "                        with q4_0 the output matrix is q8_0)\n"
+        "  --type T              weight type (norms and biases stay f32): one type for every\n"
+        "                        matrix, f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl\n"
+        "                        q2_k q3_k q4_k q5_k q6_k iq4_xs (with q4_0 the output\n"
+        "                        matrix is q8_0), or a mix: q3_k_m, q4_k_m, q5_k_m (output\n"
+        "                        q6_k; attn_v and ffn_down of even layers q4_k / q6_k / q6_k);\n"
+        "                        the 256-element types need --dim and --ffn multiples of 256\n"
         "  --tied                no output.weight: the output reuses token_embd.weight\n"
         "  --tokenizer llama|gpt2         SentencePiece-style or byte-level BPE\n"
         "  --chat-template chatml|llama2|llama3|mistral|zephyr|gemma|phi3|none\n"
@@ -144,28 +149,48 @@ static int gen_tensor(weir_gguf_writer *w, const plan_tensor *t, uint64_t seed, 
   return 0;
 }
 
-static int parse_dtype(const char *s, weir_dtype *out) {
-  static const struct { const char *n; weir_dtype t; } m[] = {
-      {"f32", WEIR_DTYPE_F32},   {"f16", WEIR_DTYPE_F16},   {"bf16", WEIR_DTYPE_BF16},
-      {"q8_0", WEIR_DTYPE_Q8_0}, {"q4_0", WEIR_DTYPE_Q4_0},
-  };
-  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
-    if (strcmp(s, m[i].n) == 0) {
-      *out = m[i].t;
-      return 0;
-    }
-  return -1;
+/* A --type: the type of most matrices (base), of token_embd, of output.weight, and of
+ * attn_v / ffn_down in the layers that get more bits (even layers: half of them, spread
+ * over the depth), with llama.cpp's general.file_type number for the mix. */
+typedef struct mk_type {
+  const char *name;
+  weir_dtype base, embd, out, more;
+  uint32_t file_type; /* LLAMA_FTYPE numbering */
+} mk_type;
+
+static const mk_type k_types[] = {
+    {"f32", WEIR_DTYPE_F32, WEIR_DTYPE_F32, WEIR_DTYPE_F32, WEIR_DTYPE_F32, 0},
+    {"f16", WEIR_DTYPE_F16, WEIR_DTYPE_F16, WEIR_DTYPE_F16, WEIR_DTYPE_F16, 1},
+    {"bf16", WEIR_DTYPE_BF16, WEIR_DTYPE_BF16, WEIR_DTYPE_BF16, WEIR_DTYPE_BF16, 32},
+    {"q8_0", WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q8_0, 7},
+    {"q4_0", WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, 2},
+    {"q4_1", WEIR_DTYPE_Q4_1, WEIR_DTYPE_Q4_1, WEIR_DTYPE_Q4_1, WEIR_DTYPE_Q4_1, 3},
+    {"q5_0", WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_0, 8},
+    {"q5_1", WEIR_DTYPE_Q5_1, WEIR_DTYPE_Q5_1, WEIR_DTYPE_Q5_1, WEIR_DTYPE_Q5_1, 9},
+    {"iq4_nl", WEIR_DTYPE_IQ4_NL, WEIR_DTYPE_IQ4_NL, WEIR_DTYPE_IQ4_NL, WEIR_DTYPE_IQ4_NL, 25},
+    {"q2_k", WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q2_K, 10},
+    {"q3_k", WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q3_K, 11},
+    {"q4_k", WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q4_K, 14},
+    {"q5_k", WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q5_K, 16},
+    {"q6_k", WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K, 18},
+    {"iq4_xs", WEIR_DTYPE_IQ4_XS, WEIR_DTYPE_IQ4_XS, WEIR_DTYPE_IQ4_XS, WEIR_DTYPE_IQ4_XS, 30},
+    {"q3_k_m", WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q4_K, 12},
+    {"q4_k_m", WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K, 15},
+    {"q5_k_m", WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q6_K, 17},
+};
+
+/* The --type named s (case-insensitive, so q4_K_M works too), or NULL. */
+static const mk_type *find_type(const char *s) {
+  for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
+    if (strcasecmp(s, k_types[i].name) == 0) return &k_types[i];
+  return NULL;
 }
 
-static uint32_t file_type_of(weir_dtype t) {
-  switch (t) { /* llama.cpp's LLAMA_FTYPE numbering */
-  case WEIR_DTYPE_F32: return 0;
-  case WEIR_DTYPE_F16: return 1;
-  case WEIR_DTYPE_Q4_0: return 2;
-  case WEIR_DTYPE_Q8_0: return 7;
-  case WEIR_DTYPE_BF16: return 32;
-  default: return 0;
-  }
+/* Whether any matrix of the type uses 256-element super-blocks. */
+static int type_needs_256(const mk_type *t) {
+  return weir_dtype_block_elems(t->base) == WEIR_QK_K ||
+         weir_dtype_block_elems(t->out) == WEIR_QK_K ||
+         weir_dtype_block_elems(t->more) == WEIR_QK_K;
 }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -196,7 +221,7 @@ static int parse_double(const char *flag, const char *s, double *out) {
 #define ERRLEN 512
 
 static int write_model(const mk_opts *o, char *err) {
-  weir_dtype wt = WEIR_DTYPE_F16, out_t;
+  const mk_type *ty = find_type(o->type);
   int rc = 0;
   weir_gguf_writer *w = NULL;
   weir__vocab voc;
@@ -207,8 +232,7 @@ static int write_model(const mk_opts *o, char *err) {
   const weir__chat_template *tpl = weir__chat_template_find(o->chat_template);
   int specials_n = 0;
   memset(&voc, 0, sizeof voc);
-  parse_dtype(o->type, &wt);
-  out_t = wt == WEIR_DTYPE_Q4_0 ? WEIR_DTYPE_Q8_0 : wt;
+  const weir_dtype wt = ty->base, out_t = ty->out;
   while (tpl->specials[specials_n]) specials_n++;
   rc = weir__vocab_build(o->tokenizer, tpl->specials, specials_n, tpl->bos, tpl->eos,
                          (int32_t)o->vocab, &voc, err, ERRLEN);
@@ -233,7 +257,7 @@ static int write_model(const mk_opts *o, char *err) {
       (rc = weir_gguf_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads)) ||
       (rc = weir_gguf_add_f32(w, KEY("rope.freq_base"), (float)o->rope_base)) ||
       (rc = weir_gguf_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)o->rms_eps)) ||
-      (rc = weir_gguf_add_u32(w, "general.file_type", file_type_of(wt))))
+      (rc = weir_gguf_add_u32(w, "general.file_type", ty->file_type)))
     goto free_all;
 #undef KEY
   if (weir_dtype_block_elems(wt) > 1 &&
@@ -273,18 +297,19 @@ static int write_model(const mk_opts *o, char *err) {
   int64_t e = o->dim, kv = o->kv_heads * head_dim, ff = o->ffn, nv = o->vocab;
   float s_in = 1.0f / sqrtf((float)e), s_ff = 1.0f / sqrtf((float)ff);
   float s_res = 1.0f / sqrtf(2.0f * (float)o->layers);
-  plan_add(plan, &n_plan, "token_embd.weight", wt, e, nv, INIT_NORMAL, 2.0f * s_in);
+  plan_add(plan, &n_plan, "token_embd.weight", ty->embd, e, nv, INIT_NORMAL, 2.0f * s_in);
   plan_add(plan, &n_plan, "output_norm.weight", WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT, 0.1f);
   if (!o->tied)
     plan_add(plan, &n_plan, "output.weight", out_t, e, nv, INIT_NORMAL, 2.0f * s_in);
   for (long l = 0; l < o->layers; l++) {
     char nm[64];
+    const weir_dtype more = l % 2 == 0 ? ty->more : wt;
 #define BLK(s) (snprintf(nm, sizeof nm, "blk.%ld.%s", l, s), nm)
     plan_add(plan, &n_plan, BLK("attn_norm.weight"), WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT,
              0.1f);
     plan_add(plan, &n_plan, BLK("attn_q.weight"), wt, e, e, INIT_NORMAL, s_in);
     plan_add(plan, &n_plan, BLK("attn_k.weight"), wt, e, kv, INIT_NORMAL, s_in);
-    plan_add(plan, &n_plan, BLK("attn_v.weight"), wt, e, kv, INIT_NORMAL, s_in);
+    plan_add(plan, &n_plan, BLK("attn_v.weight"), more, e, kv, INIT_NORMAL, s_in);
     if (qwen) {
       plan_add(plan, &n_plan, BLK("attn_q.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.05f);
       plan_add(plan, &n_plan, BLK("attn_k.bias"), WEIR_DTYPE_F32, kv, 0, INIT_NORMAL, 0.05f);
@@ -295,7 +320,7 @@ static int write_model(const mk_opts *o, char *err) {
              0.1f);
     plan_add(plan, &n_plan, BLK("ffn_gate.weight"), wt, e, ff, INIT_NORMAL, s_in);
     plan_add(plan, &n_plan, BLK("ffn_up.weight"), wt, e, ff, INIT_NORMAL, s_in);
-    plan_add(plan, &n_plan, BLK("ffn_down.weight"), wt, ff, e, INIT_NORMAL, s_ff * s_res);
+    plan_add(plan, &n_plan, BLK("ffn_down.weight"), more, ff, e, INIT_NORMAL, s_ff * s_res);
 #undef BLK
   }
   uint64_t params = 0;
@@ -438,12 +463,14 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   }
   weir_opt_fini(&op);
   if (code >= 0) return code;
-  weir_dtype dt;
+  const mk_type *ty = NULL;
   const char *bad = NULL;
   if (!o.out) bad = "--out FILE is required";
   else if (strcmp(o.arch, "llama") && strcmp(o.arch, "mistral") && strcmp(o.arch, "qwen2"))
     bad = "--arch must be llama, mistral or qwen2";
-  else if (parse_dtype(o.type, &dt) != 0) bad = "--type must be f32, f16, bf16, q8_0 or q4_0";
+  else if (!(ty = find_type(o.type)))
+    bad = "--type must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, "
+          "q4_k, q5_k, q6_k, iq4_xs, q3_k_m, q4_k_m or q5_k_m";
   else if (strcmp(o.tokenizer, "llama") && strcmp(o.tokenizer, "gpt2"))
     bad = "--tokenizer must be llama or gpt2";
   else if (!weir__chat_template_find(o.chat_template))
@@ -451,7 +478,10 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   else if (o.dim % o.heads != 0) bad = "--dim must be a multiple of --heads";
   else if (o.heads % o.kv_heads != 0) bad = "--heads must be a multiple of --kv-heads";
   else if ((o.dim / o.heads) % 2 != 0) bad = "the head size (dim / heads) must be even";
-  else if (weir_dtype_block_elems(dt) > 1 && (o.dim % 32 || o.ffn % 32))
+  else if (type_needs_256(ty) && (o.dim % WEIR_QK_K || o.ffn % WEIR_QK_K))
+    bad = "with a 256-element block type (q2_k..q6_k, iq4_xs and the mixes), --dim and --ffn "
+          "must be multiples of 256";
+  else if (weir_dtype_block_elems(ty->base) > 1 && (o.dim % 32 || o.ffn % 32))
     bad = "with a block-quantized --type, --dim and --ffn must be multiples of 32";
   if (bad) {
     fprintf(stderr, "weir mkmodel: %s\n", bad);

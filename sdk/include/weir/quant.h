@@ -21,12 +21,27 @@
 extern "C" {
 #endif
 
-/* The GGUF source types numeric.h's weir_dequantize_row reads, as a weir_plugin_desc.dtypes
- * mask: what a quant plugin that packs through it accepts. Since 1.2. */
+/* The GGUF source types numeric.h's weir_dequantize_row read at 1.2, as a
+ * weir_plugin_desc.dtypes mask: what a quant plugin that packs through it accepts. Frozen at
+ * its 1.2 value (see WEIR_DEQUANTIZE_KQUANT_DTYPES for the types added in 1.5). Since 1.2. */
 #define WEIR_DEQUANTIZE_DTYPES                                                                \
   (WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |                          \
    WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |                        \
    WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1))
+
+/* The GGUF source types weir_dequantize_row reads since 1.5: Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL,
+ * IQ4_XS. Kept apart from WEIR_DEQUANTIZE_DTYPES on purpose: that mask is compiled into
+ * plugins whose pack paths (SIMD row converters, CUDA device converters) know only the 1.2
+ * types, and widening it would make them claim types they then fail to pack. A plugin ORs
+ * this in once its pack path reads these types (through weir_dequantize_row or natively),
+ * and says in its docs whether the load is exact (f16/f32 targets: exact up to the f16
+ * rounding of each product d * sc * q) or lossy (a re-quantization). Since 1.5. */
+#define WEIR_DEQUANTIZE_KQUANT_DTYPES                                                         \
+  (WEIR_DTYPE_BIT(WEIR_DTYPE_Q5_0) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q5_1) |                        \
+   WEIR_DTYPE_BIT(WEIR_DTYPE_Q2_K) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q3_K) |                        \
+   WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_K) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q5_K) |                        \
+   WEIR_DTYPE_BIT(WEIR_DTYPE_Q6_K) | WEIR_DTYPE_BIT(WEIR_DTYPE_IQ4_NL) |                      \
+   WEIR_DTYPE_BIT(WEIR_DTYPE_IQ4_XS))
 
 /* What pack() receives. Borrowed for the call. */
 typedef struct weir_quant_pack_args {
