@@ -211,8 +211,10 @@ bool rows_ok(int32_t dtype, const void *w, size_t row_bytes, int64_t cols) {
   const int64_t be = weir_cuda_gguf_block_elems(dtype);
   const size_t bb = weir_cuda_gguf_block_bytes(dtype);
   if (be == 0 || cols <= 0 || cols % be != 0) return false;
-  if (row_bytes < (size_t)(cols / be) * bb || row_bytes % 2 != 0) return false;
-  return (reinterpret_cast<uintptr_t>(w) & 1) == 0;
+  // The alignment quant_gguf.cuh's wide loads rely on (block_align).
+  const size_t align = bb % 16 == 0 ? 16 : bb % 4 == 0 ? 4 : 2;
+  if (row_bytes < (size_t)(cols / be) * bb || row_bytes % align != 0) return false;
+  return reinterpret_cast<uintptr_t>(w) % align == 0;
 }
 
 } // namespace

@@ -34,12 +34,46 @@ enum {
 __device__ const signed char kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                1,    13,   25,  38,  53,  69,  89,  113};
 
+// The CPU shim defines WEIR_GGUF_CHECK_ALIGN to prove that every wide load is aligned (x86
+// would not fault on a misaligned one; a GPU does).
+#ifndef WEIR_GGUF_CHECK_ALIGN
+#define WEIR_GGUF_CHECK_ALIGN(p, a) ((void)0)
+#endif
+
 __device__ __forceinline__ unsigned ld16(const unsigned char *p) {
+  WEIR_GGUF_CHECK_ALIGN(p, 2);
   return *reinterpret_cast<const unsigned short *>(p);
 }
 // 4 bytes at a 2-byte aligned address.
 __device__ __forceinline__ unsigned ld32(const unsigned char *p) {
   return ld16(p) | (ld16(p + 2) << 16);
+}
+
+// The alignment every block of a B-byte type keeps when rows of whole blocks lie back to back
+// from a 16-byte aligned base (the launchers check the base and the row stride): 16 for Q4_K
+// and Q5_K, 4 for Q4_1, Q5_1, Q2_K and IQ4_XS, 2 for the rest. Wider loads where it allows.
+template <int B> constexpr int block_align() { return B % 16 == 0 ? 16 : B % 4 == 0 ? 4 : 2; }
+
+// A word at p, which is 4-byte aligned when B % 4 == 0 (else 2-byte aligned).
+template <int B> __device__ __forceinline__ unsigned ldw(const unsigned char *p) {
+  if (B % 4 == 0) {
+    WEIR_GGUF_CHECK_ALIGN(p, 4);
+    return *reinterpret_cast<const unsigned *>(p);
+  }
+  return ld32(p);
+}
+
+// 32 bytes at p as 8 words: two 16-byte loads when B % 16 == 0 (p then 16-byte aligned).
+template <int B> __device__ __forceinline__ void ld8w(const unsigned char *p, unsigned u[8]) {
+  if (B % 16 == 0) {
+    WEIR_GGUF_CHECK_ALIGN(p, 16);
+    const uint4 a = *reinterpret_cast<const uint4 *>(p);
+    const uint4 b = *reinterpret_cast<const uint4 *>(p + 16);
+    u[0] = a.x, u[1] = a.y, u[2] = a.z, u[3] = a.w, u[4] = b.x, u[5] = b.y, u[6] = b.z, u[7] = b.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u[i] = ldw<B>(p + 4 * i);
+  }
 }
 
 // Signed int8x4 dot product plus c: dp4a on sm_61+, the same sum elsewhere (the CPU shim).
@@ -119,7 +153,7 @@ template <> struct Block<kQ4_1> {
     o[0] = o[1] = ld_half(b + 2);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const unsigned q = ld32(b + 4 + 4 * i);
+      const unsigned q = ldw<kBytes>(b + 4 + 4 * i);
       v[i] = (int)(q & 0x0F0F0F0Fu);
       v[4 + i] = (int)((q >> 4) & 0x0F0F0F0Fu);
     }
@@ -127,12 +161,13 @@ template <> struct Block<kQ4_1> {
 };
 
 // The nibbles and fifth bits of a Q5 block: qh bit j is element j's bit 4.
+template <int B>
 __device__ __forceinline__ void q5_values(const unsigned char *qh_p, const unsigned char *qs,
                                           int v[8]) {
-  const unsigned qh = ld32(qh_p);
+  const unsigned qh = ldw<B>(qh_p);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const unsigned q = ld32(qs + 4 * i);
+    const unsigned q = ldw<B>(qs + 4 * i);
     v[i] = (int)((q & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (4 * i)) & 15u));
     v[4 + i] = (int)(((q >> 4) & 0x0F0F0F0Fu) | spread4_to_bit4((qh >> (16 + 4 * i)) & 15u));
   }
@@ -146,7 +181,7 @@ template <> struct Block<kQ5_0> {
     const float d = ld_half(b);
     a[0] = a[1] = d;
     o[0] = o[1] = -16.0f * d;
-    q5_values(b + 2, b + 6, v);
+    q5_values<kBytes>(b + 2, b + 6, v);
   }
 };
 
@@ -157,7 +192,7 @@ template <> struct Block<kQ5_1> {
   __device__ static void decode(const unsigned char *b, int, int v[8], float a[2], float o[2]) {
     a[0] = a[1] = ld_half(b);
     o[0] = o[1] = ld_half(b + 2);
-    q5_values(b + 4, b + 8, v);
+    q5_values<kBytes>(b + 4, b + 8, v);
   }
 };
 
@@ -188,7 +223,7 @@ template <> struct Block<kQ2_K> {
     const unsigned char *qs = b + 16 + 32 * (c >> 2);
     const int shift = 2 * (c & 3);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = (int)((ld32(qs + 4 * i) >> shift) & 0x03030303u);
+    for (int i = 0; i < 8; ++i) v[i] = (int)((ldw<kBytes>(qs + 4 * i) >> shift) & 0x03030303u);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int s = b[2 * c + h];
@@ -235,10 +270,11 @@ template <> struct Block<kQ4_K> {
     scale_min_k4(b + 4, c, &sc, &m);
     a[0] = a[1] = ld_half(b) * (float)sc;
     o[0] = o[1] = -ld_half(b + 2) * (float)m;
-    const unsigned char *qs = b + 16 + 32 * (c >> 1);
     const int shift = 4 * (c & 1);
+    unsigned u[8];
+    ld8w<kBytes>(b + 16 + 32 * (c >> 1), u);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = (int)((ld32(qs + 4 * i) >> shift) & 0x0F0F0F0Fu);
+    for (int i = 0; i < 8; ++i) v[i] = (int)((u[i] >> shift) & 0x0F0F0F0Fu);
   }
 };
 
@@ -252,12 +288,13 @@ template <> struct Block<kQ5_K> {
     scale_min_k4(b + 4, c, &sc, &m);
     a[0] = a[1] = ld_half(b) * (float)sc;
     o[0] = o[1] = -ld_half(b + 2) * (float)m;
-    const unsigned char *qs = b + 48 + 32 * (c >> 1);
     const int shift = 4 * (c & 1);
+    unsigned u[8], h[8];
+    ld8w<kBytes>(b + 48 + 32 * (c >> 1), u);
+    ld8w<kBytes>(b + 16, h);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      v[i] = (int)(((ld32(qs + 4 * i) >> shift) & 0x0F0F0F0Fu) |
-                   (((ld32(b + 16 + 4 * i) >> c) & 0x01010101u) << 4));
+      v[i] = (int)(((u[i] >> shift) & 0x0F0F0F0Fu) | (((h[i] >> c) & 0x01010101u) << 4));
   }
 };
 
@@ -299,7 +336,7 @@ template <> struct Block<kIQ4_XS> {
     const unsigned char *qs = b + 8 + 16 * c;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const unsigned q = ld32(qs + 4 * i);
+      const unsigned q = ldw<kBytes>(qs + 4 * i);
       v[i] = iq4_lookup4(q & 0x0F0F0F0Fu);
       v[4 + i] = iq4_lookup4((q >> 4) & 0x0F0F0F0Fu);
     }

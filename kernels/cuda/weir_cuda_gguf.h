@@ -2,8 +2,11 @@
  *
  * Weights: rows of GGUF blocks exactly as the file stores them (dtype Q4_0 2, Q4_1 3, Q5_0 6,
  * Q5_1 7, Q8_0 8, Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14, IQ4_NL 20, IQ4_XS 23), row r at
- * w + r * row_bytes in device memory; w and row_bytes even, row_bytes at least the row's
- * block bytes, cols a multiple of the type's block (32, or 256 for the K-quants and IQ4_XS).
+ * w + r * row_bytes in device memory; row_bytes at least the row's block bytes, cols a
+ * multiple of the type's block (32, or 256 for the K-quants and IQ4_XS). w and row_bytes are
+ * multiples of 16 for Q4_K and Q5_K (their blocks are 144 and 176 bytes), of 4 for Q4_1,
+ * Q5_1, Q2_K and IQ4_XS, of 2 for the rest: rows of whole blocks back to back from a 16-byte
+ * aligned allocation always are.
  * Activations: a matmul first quantizes x [n_tokens][cols] f32 into `act` (device, 256-byte
  * aligned, weir_cuda_gguf_act_bytes): int8 [n_tokens][cols], then per 32 values f32 {d, d *
  * sum(q)} with x ~ q d (d = max|x| / 127; a block holding Inf/NaN gets d = NaN).

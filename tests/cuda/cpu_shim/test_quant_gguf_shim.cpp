@@ -13,7 +13,8 @@
 //    dot products are exact) and times the f32 activations (2e-2: activation rounding);
 //    shapes with a row count that is not a multiple of the CTA's 8 warps, more chunks per row
 //    than a warp has lanes, and a padded row stride;
-//  - the launchers refuse a bad shape, an odd stride, or a type they do not read.
+//  - the launchers refuse a bad shape, a stride or address that breaks the type's block
+//    alignment, or a type they do not read; every wide load checks its alignment on the shim.
 // On a GPU machine cuda_quant_gguf checks the plugin on the device.
 #include <algorithm>
 #include <cmath>
@@ -212,6 +213,10 @@ static void test_refusals() {
                 cudaErrorInvalidValue && // activations-only type
             weir_cuda_gguf_matmul(0, WEIR_DTYPE_Q4_0, w.data() + 1, 18, act.p, y.data(), 32, 1, 1) ==
                 cudaErrorInvalidValue && // odd address
+            weir_cuda_gguf_matmul(0, WEIR_DTYPE_Q4_K, w.data(), 148, act.p, y.data(), 256, 1,
+                                  1) == cudaErrorInvalidValue && // Q4_K rows 16-byte aligned
+            weir_cuda_gguf_matmul(0, WEIR_DTYPE_Q2_K, w.data() + 2, 84, act.p, y.data(), 256, 1,
+                                  1) == cudaErrorInvalidValue && // Q2_K rows 4-byte aligned
             weir_cuda_gguf_quantize_act(0, y.data(), act.p, 1, 48) == cudaErrorInvalidValue &&
             weir_cuda_gguf_quantize_act(0, y.data(), act.p + 1, 1, 32) == cudaErrorInvalidValue &&
             weir_cuda_gguf_embed(0, WEIR_DTYPE_IQ4_XS, w.data(), 136, &id, y.data(), 1, 1, 100,
@@ -231,8 +236,8 @@ int main(void) {
     const int64_t be = weir_dtype_block_elems((weir_dtype)t);
     // 33 (resp. 40) chunks per row: more than a warp's 32 lanes; 13 rows: not a multiple of 8.
     test_type(t, 13, be == 32 ? 33 * 32 : 5 * 256, 0);
-    // A second odd shape with a padded stride.
-    test_type(t, 5, be == 32 ? 3 * 32 : 256, 6);
+    // A second odd shape with a padded stride (16: keeps every type's block alignment).
+    test_type(t, 5, be == 32 ? 3 * 32 : 256, 16);
   }
   test_nan_activation();
   test_refusals();
