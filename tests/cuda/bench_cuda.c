@@ -1,5 +1,6 @@
 /* weir_cuda_bench: end-to-end speed of the CUDA plugins on a Llama-shaped model with random
- * f16 weights (TinyLlama 1.1B's shape by default), driven exactly as the engine drives them:
+ * f16 weights, or random GGUF blocks of --wtype for the gguf scheme (TinyLlama 1.1B's shape by
+ * default), driven exactly as the engine drives them:
  * embed, per layer RMSNorm / Q K V / RoPE / paged attention / O / residual / RMSNorm / gate up /
  * SwiGLU / down / residual, final norm, LM head, greedy sampling on the device.
  *
@@ -60,13 +61,81 @@ static int32_t num_blocks, max_blocks_per_seq;
 
 static uint16_t *rand_f16;
 
-static void *pack_random(int64_t in, int64_t out) {
+/* --wtype: the GGUF source type of the weights (default f16); "q4_K_M" approximates that mix
+ * (Q6_K for attn_v, ffn_down and the output head, Q4_K elsewhere). Block types need a scheme
+ * that takes them (gguf). */
+static weir_dtype W_TYPE = WEIR_DTYPE_F16, W_TYPE_HI = WEIR_DTYPE_F16;
+static unsigned char *rand_blocks; /* random blocks with finite small f16 scales */
+
+/* Byte offsets of the f16 scale fields of one block (at most 2). */
+static int half_fields(weir_dtype t, int off[2]) {
+  switch (t) {
+  case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q5_1: case WEIR_DTYPE_Q4_K: case WEIR_DTYPE_Q5_K:
+    off[0] = 0, off[1] = 2;
+    return 2;
+  case WEIR_DTYPE_Q2_K: off[0] = 80, off[1] = 82; return 2;
+  case WEIR_DTYPE_Q3_K: off[0] = 108; return 1;
+  case WEIR_DTYPE_Q6_K: off[0] = 208; return 1;
+  default: off[0] = 0; return 1;
+  }
+}
+
+static void fill_blocks(weir_dtype t, size_t bytes) {
+  const size_t bb = weir_dtype_block_bytes(t);
+  for (size_t i = 0; i < bytes; i++) rand_blocks[i] = (unsigned char)ch_rand_u32();
+  int off[2];
+  const int nf = half_fields(t, off);
+  for (size_t b = 0; b + bb <= bytes; b += bb)
+    for (int f = 0; f < nf; f++) {
+      const uint16_t hv = ch_f32_to_f16(ch_uniform(-1e-4f, 1e-4f));
+      memcpy(rand_blocks + b + off[f], &hv, 2);
+    }
+}
+
+static void *pack_random_as(int64_t in, int64_t out, weir_dtype type) {
   weir_tensor t = {.data = rand_f16, .dtype = WEIR_DTYPE_F16, .ndim = 2, .ne = {in, out, 1, 1},
                    .nb = {2, (size_t)in * 2, 0, 0}};
+  if (type != WEIR_DTYPE_F16) {
+    t.data = rand_blocks;
+    t.dtype = type;
+    t.nb[0] = 0;
+    t.nb[1] = weir_dtype_row_bytes(type, in);
+    if (t.nb[1] == 0) {
+      fprintf(stderr, "a row of %lld does not hold whole %s blocks\n", (long long)in,
+              weir_dtype_name(type));
+      exit(1);
+    }
+    fill_blocks(type, t.nb[1] * (size_t)out);
+  }
   weir_quant_pack_args a = {.struct_size = sizeof a, .src = &t, .name = "bench"};
   void *w = NULL;
   CHECK(QNT->pack(P_quant.self, &a, &w));
   return w;
+}
+
+static void *pack_random(int64_t in, int64_t out) { return pack_random_as(in, out, W_TYPE); }
+static void *pack_random_hi(int64_t in, int64_t out) {
+  return pack_random_as(in, out, W_TYPE_HI);
+}
+
+/* The --wtype names. */
+static int parse_wtype(const char *s) {
+  static const weir_dtype kt[] = {WEIR_DTYPE_F16,  WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0,
+                                 WEIR_DTYPE_Q4_1, WEIR_DTYPE_Q5_0, WEIR_DTYPE_Q5_1,
+                                 WEIR_DTYPE_Q2_K, WEIR_DTYPE_Q3_K, WEIR_DTYPE_Q4_K,
+                                 WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K, WEIR_DTYPE_IQ4_NL,
+                                 WEIR_DTYPE_IQ4_XS};
+  if (!strcmp(s, "q4_K_M")) {
+    W_TYPE = WEIR_DTYPE_Q4_K;
+    W_TYPE_HI = WEIR_DTYPE_Q6_K;
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof kt / sizeof kt[0]; i++)
+    if (!strcmp(s, weir_dtype_name(kt[i]))) {
+      W_TYPE = W_TYPE_HI = kt[i];
+      return 0;
+    }
+  return -1;
 }
 
 static float *dev_vec(int64_t n, float lo, float hi) {
@@ -82,6 +151,7 @@ static void build_model(int max_tokens, int max_seqs, int max_ctx) {
   const int64_t big = (int64_t)S.vocab * S.dim > (int64_t)S.ffn * S.dim
                           ? (int64_t)S.vocab * S.dim : (int64_t)S.ffn * S.dim;
   rand_f16 = malloc((size_t)big * 2);
+  rand_blocks = malloc((size_t)big * 2); /* every block type is under 2 bytes per element */
   for (int64_t i = 0; i < big; i++) rand_f16[i] = ch_f32_to_f16(ch_uniform(-0.02f, 0.02f));
   const int kvd = S.kv_heads * HD;
   L = calloc((size_t)S.layers, sizeof *L);
@@ -90,21 +160,22 @@ static void build_model(int max_tokens, int max_seqs, int max_ctx) {
     L[l].ffn_norm = dev_vec(S.dim, 0.9f, 1.1f);
     L[l].wq = pack_random(S.dim, S.dim);
     L[l].wk = pack_random(S.dim, kvd);
-    L[l].wv = pack_random(S.dim, kvd);
+    L[l].wv = pack_random_hi(S.dim, kvd);
     L[l].wo = pack_random(S.dim, S.dim);
     L[l].wg = pack_random(S.dim, S.ffn);
     L[l].wu = pack_random(S.dim, S.ffn);
-    L[l].wd = pack_random(S.ffn, S.dim);
+    L[l].wd = pack_random_hi(S.ffn, S.dim);
     void *ws[] = {L[l].wq, L[l].wk, L[l].wv, L[l].wo, L[l].wg, L[l].wu, L[l].wd};
     for (int i = 0; i < 7; i++) weight_bytes_per_token += QNT->weight_bytes(P_quant.self, ws[i]);
   }
   tok_embd = pack_random(S.dim, S.vocab);
-  out_w = pack_random(S.dim, S.vocab);
+  out_w = pack_random_hi(S.dim, S.vocab);
   weight_bytes_per_token += QNT->weight_bytes(P_quant.self, out_w);
   n_params = (double)S.layers * (2.0 * S.dim * S.dim + 2.0 * S.dim * kvd + 3.0 * S.dim * S.ffn) +
              (double)S.vocab * S.dim;
   out_norm = dev_vec(S.dim, 0.9f, 1.1f);
   free(rand_f16);
+  free(rand_blocks);
 
   const size_t T = (size_t)max_tokens;
   x = ch_dalloc(T * S.dim * 4);
@@ -324,7 +395,7 @@ static void time_prefill(int n, int len, double *ms, double *tps, double *tflops
 int main(int argc, char **argv) {
   S = (shape){.dim = 2048, .layers = 22, .heads = 32, .kv_heads = 4, .ffn = 5632, .vocab = 32000};
   int steps = 50, ctx = 256, prefill = 512, use_graph = 1, prefill_batch = 8;
-  const char *quant = "fp16";
+  const char *quant = "fp16", *wtype = "f16";
   int batches[8] = {1, 8, 32, 64}, nb = 4;
   const char *json = NULL;
   for (int i = 1; i < argc; i++) {
@@ -336,6 +407,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--json") && val) json = argv[++i];
     else if (!strcmp(a, "--no-graph")) use_graph = 0;
     else if (!strcmp(a, "--quant") && val) quant = argv[++i];
+    else if (!strcmp(a, "--wtype") && val && parse_wtype(argv[i + 1]) == 0) wtype = argv[++i];
     else if (!strcmp(a, "--prefill-batch") && val) prefill_batch = atoi(argv[++i]);
     else if (!strcmp(a, "--batches") && val) {
       nb = 0;
@@ -343,8 +415,9 @@ int main(int argc, char **argv) {
         batches[nb++] = atoi(tok);
     } else {
       fprintf(stderr, "usage: weir_cuda_bench [--steps N] [--ctx N] [--prefill N] [--layers N]"
-                      " [--batches 1,8,32,64] [--no-graph] [--quant fp16|int8|awq_int4]"
-                      " [--prefill-batch N] [--json FILE]\n");
+                      " [--batches 1,8,32,64] [--no-graph] [--quant fp16|int8|awq_int4|gguf]"
+                      " [--wtype f16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_K|q3_K|q4_K|q5_K|q6_K|"
+                      "iq4_nl|iq4_xs|q4_K_M] [--prefill-batch N] [--json FILE]\n");
       return 2;
     }
   }
@@ -372,9 +445,9 @@ int main(int argc, char **argv) {
   const int max_tokens = max_b > prefill * prefill_batch ? max_b : prefill * prefill_batch;
   double t0 = ch_now();
   build_model(max_tokens, max_b, max_ctx);
-  printf("model: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s weights %.2f GB "
+  printf("model: dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s weights from %s %.2f GB "
          "(built in %.1f s)\n",
-         S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant,
+         S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant, wtype,
          weight_bytes_per_token / 1e9, ch_now() - t0);
 
   const double bw = copy_bandwidth();
@@ -386,10 +459,11 @@ int main(int argc, char **argv) {
   if (jf)
     fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": {\"dim\": %d, \"layers\": %d, "
                 "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"quant\": "
-                "\"%s\"},\n  \"d2d_copy_GBps\": %.1f,\n  \"decode_ctx\": %d,\n"
+                "\"%s\", \"wtype\": \"%s\"},\n  \"d2d_copy_GBps\": %.1f,\n  \"decode_ctx\": %d,\n"
                 "  \"bytes_per_token\": %.0f,\n  \"roofline_tokens_per_s\": %.1f,\n"
                 "  \"decode\": [",
-            info.name, S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant, bw / 1e9, ctx,
+            info.name, S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant, wtype,
+            bw / 1e9, ctx,
             bytes_tok, roofline);
 
   printf("device: %s\n", info.name);
