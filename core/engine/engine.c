@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_pool.h"
 #include "engine/engine_metrics.h"
+#include "engine/service.h"
 #include "engine/spec_policy.h"
 #include "grammar/grammar.h"
 #include "metrics/metrics.h"
@@ -99,6 +100,7 @@ struct weir_engine {
    * (thread-safe; weir_engine_constraint), and per step the masks of constrained rows. */
   weir_grammar_vocab *gvocab;
   weir_constraint_cache *gcache;
+  weir_service service; /* HTTP's handle on the above (service.h); filled at load */
   uint32_t *masks;                 /* [mask rows][mask_words], mask rows = max(max_seqs_step,
                                     * spec_k + 1): a step's constrained rows, or the rows of
                                     * one verified item */
@@ -428,10 +430,15 @@ static int32_t *suppress_row(weir_engine *e, int32_t k) {
 static weir_sampling_row make_row(weir_engine *e, engine_req *r, int32_t extra, int32_t *sup) {
   const weir_sched_seq *s = r->seq;
   int32_t nsup = 0;
-  if (r->num_output + extra < r->min_tokens) {
-    if (!r->ignore_eos)
+  /* ignore_eos under a constraint: no end token while the constraint can still continue, so
+   * the output goes on to max_tokens or to where the constraint forces its end (issue 28;
+   * without this the constraint's own EOS ended it). */
+  const int eos_off = r->ignore_eos && r->matcher && weir_matcher_can_continue(r->matcher);
+  if (r->num_output + extra < r->min_tokens || eos_off) {
+    if (!r->ignore_eos || eos_off)
       for (int32_t k = 0; k < e->num_eog; k++) sup[nsup++] = e->eog_ids[k];
-    for (int32_t k = 0; k < r->num_stop_ids; k++) sup[nsup++] = r->stop_ids[k];
+    if (r->num_output + extra < r->min_tokens)
+      for (int32_t k = 0; k < r->num_stop_ids; k++) sup[nsup++] = r->stop_ids[k];
   }
   const int32_t num_out = s->num_tokens - s->num_drafts - s->num_prompt + extra;
   return (weir_sampling_row){.params = &r->sampling,
@@ -1281,6 +1288,8 @@ int weir_engine_constraint(weir_engine *e, const weir_constraint_spec *spec,
   return weir_constraint_cache_get(e->gcache, spec, out, err, errlen);
 }
 
+const weir_service *weir_engine_service(const weir_engine *e) { return &e->service; }
+
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out) {
   pthread_mutex_lock(&e->lock);
   *out = e->stats;
@@ -1685,6 +1694,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     err[0] = '\0';
   }
 
+  e->service = (weir_service){.tok = e->tok, .chat = e->chat, .gcache = e->gcache,
+                              .vocab_size = e->vocab, .context_length = e->ctx_len};
   e->max_waiting = cfg->max_waiting;
   e->default_timeout_ms = cfg->request_timeout_ms;
   weir_kv_stats ks;
