@@ -4,6 +4,8 @@
  * parsing is api_params.c's, rendering api_render.c's. Loop thread only unless a comment
  * says otherwise. docs/http-api.md describes the behaviour; keep the two in step. */
 #include <ctype.h>
+#include <malloc.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -611,11 +613,30 @@ static void work_post(weir__api_work *w) {
 static int tokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
 static int detokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
 
+/* A large compile leaves its working memory (automata, sets: up to hundreds of MB) freed
+ * but held by the allocator; it is given back to the system after such a compile, at most
+ * once a second (malloc_trim walks the heap). */
+#define WEIR__TRIM_MIN_TEXT (64 * 1024)
+static _Atomic uint64_t g_last_trim_ns;
+
+static void trim_after_compile(size_t text_len) {
+  if (text_len < WEIR__TRIM_MIN_TEXT) return;
+  uint64_t now = uv_hrtime(), last = atomic_load(&g_last_trim_ns);
+  if (now - last < 1000000000ull || !atomic_compare_exchange_strong(&g_last_trim_ns, &last, now))
+    return;
+  malloc_trim(0);
+}
+
 /* Compile pool: the constraint, then back to the loop. */
 static void compile_run(void *arg, int cancelled) {
   weir__api_work *w = arg;
-  if (!cancelled) weir__api_gen_compile(w->s->svc, w->a);
-  else weir__api_fail(&w->e, 503, NULL, NULL, "The server is shutting down"), w->failed = 1;
+  if (!cancelled) {
+    weir__api_gen_compile(w->s->svc, w->a);
+    trim_after_compile(w->a->spec.len);
+  } else {
+    weir__api_fail(&w->e, 503, NULL, NULL, "The server is shutting down");
+    w->failed = 1;
+  }
   work_post(w);
 }
 
