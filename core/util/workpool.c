@@ -15,7 +15,7 @@
 #include "weir/status.h"
 
 #define WORKPOOL_IDLE_S 5
-#define WORKPOOL_NICE 10
+#define WORKPOOL_NICE 19
 
 typedef struct wjob {
   struct wjob *next;

@@ -7,7 +7,7 @@
  * stop after a few seconds idle. When a thread frees up, the clients with waiting jobs are
  * served round robin, so one client's queue of expensive jobs never holds back another's
  * cheap one beyond the per_client share it may take. Threads run at a lower CPU priority
- * (nice +10) than the loop and the engine, so preparing requests does not slow the tokens
+ * (nice +19) than the loop and the engine, so preparing requests does not slow the tokens
  * of those already running.
  *
  * Thread-safety: submit may be called from any thread; create and destroy from one. */
