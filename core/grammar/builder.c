@@ -89,7 +89,7 @@ int weir__gb_init(weir__gb *b, const weir_grammar_limits *limits) {
   b->n_nodes = 2;
   if (b->limits.max_compile_ms) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     b->deadline_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
                      (uint64_t)b->limits.max_compile_ms * 1000000ull;
   }
@@ -99,7 +99,7 @@ int weir__gb_init(weir__gb *b, const weir_grammar_limits *limits) {
 int weir__gb_over_time(weir__gb *b) {
   if (!b->deadline_ns || (++b->ticks & 1023)) return 0;
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   if ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec < b->deadline_ns) return 0;
   weir__gb_fail(b, WEIR_E_INVAL, WEIR__GB_TIME_MSG, b->limits.max_compile_ms);
   return 1;

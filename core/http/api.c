@@ -771,7 +771,9 @@ static void work_done(weir__api_work *w) {
     abandon(job);
     return;
   }
-  if (job->s->state != WEIR__READY) {
+  /* Prepared before the signal: it runs like the requests already running, until the drain
+   * deadline aborts what is left. */
+  if (job->s->state == WEIR__STOPPING || job->s->state == WEIR__LOADING || job->s->aborted_all) {
     weir__api_fail(&e, 503, NULL, NULL, "The server is shutting down");
     weir__api_respond_error(detach(job), &e);
     work_free(w);

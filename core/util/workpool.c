@@ -66,6 +66,15 @@ static wclient *pick(weir_workpool *p) {
   return NULL;
 }
 
+static int spawn(weir_workpool *p);
+
+/* 1 when some client has a job waiting that could start now. */
+static int has_runnable(const weir_workpool *p) {
+  for (const wclient *c = p->clients; c; c = c->next)
+    if (c->head && c->running < p->per_client) return 1;
+  return 0;
+}
+
 static void client_drop_if_done(weir_workpool *p, wclient *c) {
   if (c->running || c->head) return;
   wclient **pp = &p->clients;
@@ -100,6 +109,9 @@ static void *worker(void *arg) {
     c->running++;
     p->running++;
     p->queued--;
+    /* Work-conserving: another job that could start now gets a thread of its own rather
+     * than waiting for this one (a job queued behind its client's share finds none idle). */
+    if (p->idle == 0 && p->threads < p->max_threads && has_runnable(p)) (void)spawn(p);
     pthread_mutex_unlock(&p->mu);
     j->fn(j->arg, 0);
     free(j);
