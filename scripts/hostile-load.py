@@ -7,7 +7,9 @@ time.
                             [--seconds 20] [--scenarios idle,bodies,grammars,sockets,nonreaders]
                             [--rounds 2] [--json FILE]
 
-Starts its own `weir serve` (server.max_connections raised for the idle sockets), then for
+Starts its own `weir serve` (server.max_connections 1,400 for the idle sockets; 256 KiB of
+unsent output per connection before its streams are paused, so that the non-readers pause
+within their 480 tokens), then for
 each scenario in turn, alternating with an unloaded baseline run (A B A B ...) so that the
 ratios stay fair on a shared machine:
 
@@ -154,19 +156,37 @@ def grammars(run, i):
 
 
 def sockets(run, held):
-    for _ in range(1100):
+    # 1,100 silent sockets, held: the server closes each after server.header_timeout_ms (its
+    # defence), and each closed one is opened again at once, so 1,100 stay open.
+    import select
+    while len(held) < 1100:
         try:
             held.append(conn(run.port, "127.0.0.50", timeout=5))
         except OSError:
             run.count("connect-failed")
+            break
     while run.live():
-        time.sleep(0.1)
+        # poll, not select: the descriptors pass FD_SETSIZE (1,024)
+        pl = select.poll()
+        by_fd = {s.fileno(): s for s in held}
+        for fd in by_fd:
+            pl.register(fd, select.POLLIN)
+        for fd, _ in pl.poll(200):
+            s = by_fd[fd]
+            held.remove(s)
+            s.close()
+            try:
+                held.append(conn(run.port, "127.0.0.50", timeout=5))
+                run.count("reopened")
+            except OSError:
+                run.count("connect-failed")
 
 
 def nonreaders(run, held):
-    body = json.dumps({"prompt": "flood", "max_tokens": 400, "ignore_eos": True,
+    body = json.dumps({"prompt": "flood", "max_tokens": 480, "ignore_eos": True,
                        "logprobs": 20, "stream": True}).encode()
     while run.live():
+        # (runs are shorter than the 30 s stall timeout: the 16 stay open throughout)
         while len(held) < 16 and run.live():
             s = conn(run.port, "127.0.0.70", timeout=5, rcvbuf=4096)
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
@@ -217,6 +237,7 @@ def main():
     log = open(os.path.join("/tmp", "hostile-load-%d.log" % port), "w")
     srv = subprocess.Popen([a.weir, "serve", "--model", a.model, "--port", str(port), "--host",
                             "127.0.0.1", "--set", "server.max_connections=1400",
+                            "--set", "server.max_pending_output_bytes=262144",
                             "--set", "log.requests=false"], stdout=log, stderr=log)
     try:
         for _ in range(300):

@@ -580,6 +580,7 @@ struct weir__api_work {
   uint64_t client;
   int kind;
   weir_buf body;      /* taken from the request */
+  size_t body_len;    /* its length, for trim_after_large_work */
   api_gen *a;         /* generation: the parsed request (then compiled) */
   cJSON *resp_echo;   /* /v1/responses: the fields its Response repeats */
   cJSON *reply;       /* tokenize / detokenize: the 200's body */
@@ -613,13 +614,14 @@ static void work_post(weir__api_work *w) {
 static int tokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
 static int detokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
 
-/* A large compile leaves its working memory (automata, sets: up to hundreds of MB) freed
- * but held by the allocator; it is given back to the system after such a compile, at most
- * once a second (malloc_trim walks the heap). */
+/* A large body or compile leaves its working memory (JSON trees, token arrays, automata:
+ * up to hundreds of MB) freed but held by the allocator, in the arena of the pool thread
+ * that used it; it is given back to the system after such work, at most once a second
+ * (malloc_trim walks every arena). */
 #define WEIR__TRIM_MIN_TEXT (64 * 1024)
 static _Atomic uint64_t g_last_trim_ns;
 
-static void trim_after_compile(size_t text_len) {
+static void trim_after_large_work(size_t text_len) {
   if (text_len < WEIR__TRIM_MIN_TEXT) return;
   uint64_t now = uv_hrtime(), last = atomic_load(&g_last_trim_ns);
   if (now - last < 1000000000ull || !atomic_compare_exchange_strong(&g_last_trim_ns, &last, now))
@@ -632,7 +634,7 @@ static void compile_run(void *arg, int cancelled) {
   weir__api_work *w = arg;
   if (!cancelled) {
     weir__api_gen_compile(w->s->svc, w->a);
-    trim_after_compile(w->a->spec.len);
+    trim_after_large_work(w->a->spec.len);
   } else {
     weir__api_fail(&w->e, 503, NULL, NULL, "The server is shutting down");
     w->failed = 1;
@@ -695,10 +697,12 @@ static void prep_run(void *arg, int cancelled) {
     break;
   }
   cJSON_Delete(root);
+  trim_after_large_work(w->body_len);
   work_post(w);
   return;
 failed:
   cJSON_Delete(root);
+  trim_after_large_work(w->body_len);
   w->failed = 1;
   work_post(w);
 }
@@ -723,6 +727,7 @@ static void queue_work(weir__http_req *r, int kind) {
   w->kind = kind;
   w->client = weir__http_client_key(r);
   w->body = r->body; /* taken: the request keeps no copy */
+  w->body_len = r->body.len;
   memset(&r->body, 0, sizeof r->body);
   int rc = weir_workpool_submit(s->prep_pool, w->client, prep_run, w);
   if (rc != WEIR_OK) {

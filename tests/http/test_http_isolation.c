@@ -474,6 +474,79 @@ static void test_invalid_utf8_repaired(void) {
   hc_response_free(&b);
 }
 
+
+/* ---- a model's chat template, hostile ---------------------------------------------------- */
+
+/* Copies the model at src to dst with its chat template (the tiny preset's ChatML Jinja text)
+ * replaced by `tpl`, padded with a Jinja comment to the same length: GGUF strings carry
+ * their length, so the file stays valid. 0 on success. */
+static int patch_template(const char *src, const char *dst, const char *tpl) {
+  size_t n = 0;
+  char *buf = wt_read_file(src, &n);
+  static const char head[] = "{%- for message in messages -%}";
+  char *at = buf ? memmem(buf, n, head, sizeof head - 1) : NULL;
+  if (!at || at - buf < 8) {
+    free(buf);
+    return -1;
+  }
+  uint64_t len;
+  memcpy(&len, at - 8, 8); /* little-endian length before the string */
+  size_t tl = strlen(tpl);
+  if (len < tl + 5 || (size_t)(at - buf) + len > n) {
+    free(buf);
+    return -1;
+  }
+  memcpy(at, tpl, tl);
+  memcpy(at + tl, "{#", 2);
+  memset(at + tl + 2, ' ', len - tl - 4);
+  memcpy(at + len - 2, "#}", 2);
+  FILE *f = fopen(dst, "wb");
+  int rc = f && fwrite(buf, 1, n, f) == n ? 0 : -1;
+  if (f) fclose(f);
+  free(buf);
+  return rc;
+}
+
+/* `{{ '%.999999999f' % 1.0 }}` in a model's own template took 14-18 s and 4.9 GB per chat
+ * request; now the render refuses it at once with a 400 naming the precision, and the
+ * INT64_MIN slice step renders (Jinja2 gives 'c'). */
+static void test_hostile_template_in_model(void) {
+  NEED_SERVER();
+  static const char *const tpls[] = {
+      "{{ '%.999999999f' % 1.0 }}", "{{ '%999999999d' % 1 }}", "{{ '%.999999999e' % 1.0 }}",
+      "{{ messages[0].content[::-9223372036854775807 - 1] }}"};
+  for (size_t i = 0; i < sizeof tpls / sizeof tpls[0]; i++) {
+    char *path = wt_strf("%s/tpl%zu.gguf", g_dir, i);
+    WT_ASSERT_INT_EQ(patch_template(g_model, path, tpls[i]), 0);
+    hc_server s;
+    char *name = wt_strf("tpl%zu", i);
+    if (hc_start_test_server(&s, g_dir, name, path, NULL) != 0) {
+      CU_FAIL("server with the patched template did not start");
+      free(name);
+      free(path);
+      continue;
+    }
+    hc_response r;
+    double t0 = now_ms();
+    int st = post_from(s.port, 1, "/v1/chat/completions",
+                       "{\"messages\":[{\"role\":\"user\",\"content\":\"abc\"}],\"max_tokens\":1}",
+                       &r);
+    double took = now_ms() - t0;
+    if (i < 3) {
+      WT_ASSERT_INT_EQ(st, 400);
+      CU_ASSERT(strstr(r.body ? r.body : "", i == 1 ? "width" : "precision") != NULL);
+      CU_ASSERT(took < 2000.0 * SLOW);
+    } else {
+      WT_ASSERT_INT_EQ(st, 200);
+    }
+    hc_response_free(&r);
+    WT_ASSERT_INT_EQ(hc_alive_status(s.port), 200);
+    WT_ASSERT_INT_EQ(hc_server_stop(&s, SIGTERM, 20000), 0);
+    free(name);
+    free(path);
+  }
+}
+
 int main(void) {
   static const wt_test tests[] = {
       {"health_under_big_bodies", test_health_under_big_bodies},
@@ -486,6 +559,7 @@ int main(void) {
       {"chunk_extensions_limited", test_chunk_extensions_limited},
       {"auth_edges", test_auth_edges},
       {"invalid_utf8_repaired", test_invalid_utf8_repaired},
+      {"hostile_template_in_model", test_hostile_template_in_model},
       {NULL, NULL},
   };
   signal(SIGPIPE, SIG_IGN);
