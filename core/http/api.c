@@ -615,17 +615,23 @@ static int tokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_e
 static int detokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
 
 /* A large body or compile leaves its working memory (JSON trees, token arrays, automata:
- * up to hundreds of MB) freed but held by the allocator, in the arena of the pool thread
- * that used it; it is given back to the system after such work, at most once a second
- * (malloc_trim walks every arena). */
+ * up to hundreds of MB) freed but held by the allocator, in the arenas of the pool threads
+ * that used it. It is given back to the system (malloc_trim walks every arena) when the last
+ * large piece of work in flight ends, and otherwise at most once a second. */
 #define WEIR__TRIM_MIN_TEXT (64 * 1024)
 static _Atomic uint64_t g_last_trim_ns;
+static atomic_int g_large_inflight;
+
+static void large_work_begin(size_t text_len) {
+  if (text_len >= WEIR__TRIM_MIN_TEXT) atomic_fetch_add(&g_large_inflight, 1);
+}
 
 static void trim_after_large_work(size_t text_len) {
   if (text_len < WEIR__TRIM_MIN_TEXT) return;
-  uint64_t now = uv_hrtime(), last = atomic_load(&g_last_trim_ns);
-  if (now - last < 1000000000ull || !atomic_compare_exchange_strong(&g_last_trim_ns, &last, now))
-    return;
+  const int last = atomic_fetch_sub(&g_large_inflight, 1) == 1;
+  uint64_t now = uv_hrtime(), prev = atomic_load(&g_last_trim_ns);
+  if (!last && now - prev < 1000000000ull) return;
+  atomic_store(&g_last_trim_ns, now);
   malloc_trim(0);
 }
 
@@ -633,6 +639,7 @@ static void trim_after_large_work(size_t text_len) {
 static void compile_run(void *arg, int cancelled) {
   weir__api_work *w = arg;
   if (!cancelled) {
+    large_work_begin(w->a->spec.len);
     weir__api_gen_compile(w->s->svc, w->a);
     trim_after_large_work(w->a->spec.len);
   } else {
@@ -649,8 +656,11 @@ static void prep_run(void *arg, int cancelled) {
   cJSON *root = NULL;
   if (cancelled) {
     weir__api_fail(&w->e, 503, NULL, NULL, "The server is shutting down");
-    goto failed;
+    w->failed = 1;
+    work_post(w);
+    return;
   }
+  large_work_begin(w->body_len);
   root = weir__api_parse_body(&w->body, &w->e);
   weir_buf_free(&w->body);
   if (!root) goto failed;
@@ -686,6 +696,8 @@ static void prep_run(void *arg, int cancelled) {
       }
     }
     if (w->a->spec.kind) {
+      trim_after_large_work(w->body_len);
+      w->body_len = 0; /* counted: the paths below must not count it again */
       int rc = weir_workpool_submit(s->compile_pool, w->client, compile_run, w);
       if (rc == WEIR_OK) return;
       weir__api_fail(&w->e, rc == WEIR_E_BUSY ? 429 : 500, NULL,

@@ -1,6 +1,7 @@
 /* The server's life cycle: bind, load the engine on a worker thread while /health answers
  * 503, serve, drain on a signal, shut down in an order where no engine callback can reach a
  * closed handle. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -232,6 +233,11 @@ int weir_http_serve(const weir_config *cfg) {
   weir__http_server *s = calloc(1, sizeof *s);
   if (!s) goto close_loop;
   raise_fd_limit(cfg);
+  /* Two malloc arenas, not one per thread: the work pools' threads parse, template and
+   * tokenize bodies of up to server.max_body_bytes, and glibc's per-thread arenas keep what
+   * they freed at the top of their heaps, where malloc_trim does not reach (8 threads held
+   * about 170 MB after a burst of 0.9 MB bodies; with two arenas RSS returns to idle). */
+  mallopt(M_ARENA_MAX, 2);
   if (weir__serve_setup(s, &loop, cfg, metrics) != WEIR_OK) {
     weir_log(WEIR_LOG_ERROR, "http", "cannot register metrics");
     goto free_server;
