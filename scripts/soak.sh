@@ -3,11 +3,14 @@
 # `weir bench` for DURATION seconds while a second client mixes in what production brings:
 # checked requests with known answers, clients that disconnect mid-stream, clients that stop
 # reading (some long enough for the stall timeout), malformed and hostile requests, and idle
-# connections. Every SAMPLE seconds it records the server's RSS, open file descriptors, KV
+# connections; and the hostile clients of issue 28 (0.9 MB chat bodies, 20,000-way constraint
+# compiles, each from its own loopback address, and a batch of 200 idle sockets held at a
+# time). Every SAMPLE seconds it records the server's RSS, open file descriptors, KV
 # blocks in use and running requests. It fails when any of them trends up after the warm-up
 # (last quarter against first quarter; RSS must grow less than 1%), when a request is lost or
 # answered wrongly, when memory or descriptors are not back to idle at the end, or when the
-# server does not exit cleanly.
+# server does not exit cleanly, or when RSS, once the load stops, is not back within 5% of
+# its value at the end of the warm-up.
 #
 #   scripts/soak.sh [DURATION_S=1800] [--out DIR] [--sample S] [--warmup S] [--concurrency N]
 #
@@ -44,7 +47,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 # RSS as they are first written, and the prefix cache keeps them all in use soon. The stall timeout is short so that the soak sees it act.
 "$weir" serve --model "$model" --port "$port" --host 127.0.0.1 \
   --set cache.memory_bytes=16MiB --set server.stall_timeout_ms=4000 \
-  --set server.max_connections=256 --set log.requests=false >"$out/server.log" 2>&1 &
+  --set server.max_connections=512 --set log.requests=false >"$out/server.log" 2>&1 &
 pid=$!
 cleanup() { kill "$pid" 2>/dev/null || true; }
 trap cleanup EXIT
@@ -69,7 +72,8 @@ port, duration, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 long_tokens = min(1500, int(sys.argv[4]) - 16)
 end = time.time() + duration
 stats = {k: 0 for k in ["checked", "wrong", "lost", "disconnects", "stalled_readers",
-                        "paused_readers", "malformed", "malformed_5xx", "idle", "errors"]}
+                        "paused_readers", "malformed", "malformed_5xx", "idle", "errors",
+                        "big_bodies", "big_grammars", "idle_batches"]}
 examples = {}
 lock = threading.Lock()
 def bump(k, n=1, example=None):
@@ -190,6 +194,54 @@ def idle():
     s.close()
     bump("idle")
 
+def request_from(host, body, path):
+    # The hostile clients come from their own loopback addresses, as distinct clients do.
+    s = socket.socket()
+    s.settimeout(300)
+    s.bind((host, 0))
+    s.connect(("127.0.0.1", port))
+    b = body.encode()
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: soak\r\nContent-Type: "
+              b"application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+    return read_all(s)
+
+BIG_TEXT = ("lorem ipsum dolor sit amet " * 34000)[:900000]
+def big_body():
+    # far past the context: always the context-length 400, after templating and tokenizing
+    k = random.randrange(1 << 30)
+    r = request_from("127.0.0.%d" % random.randint(10, 17),
+                     json.dumps({"messages": [{"role": "user", "content": "%d %s" % (k, BIG_TEXT)}],
+                                 "max_tokens": 2}), "/v1/chat/completions")
+    bump("big_bodies")
+    if not r.startswith(b"HTTP/1.1 400") or b"context_length_exceeded" not in r:
+        bump("lost", example="big body: %r" % r[:300])
+
+def big_grammar():
+    # a fresh 60,000-way choice (the cache never answers); the answer must be one of them
+    k = random.randrange(1 << 30)
+    choices = ["c%dx%d" % (k, j) for j in range(20000)]
+    r = request_from("127.0.0.%d" % random.randint(30, 35),
+                     json.dumps({"prompt": "a", "max_tokens": 8, "guided_choice": choices}),
+                     "/v1/completions")
+    bump("big_grammars")
+    try:
+        t = text_of(r)
+    except Exception:
+        t = None
+    pre = "c%dx" % k
+    if t is None or not (pre.startswith(t) or (t.startswith(pre) and t[len(pre):].isdigit())):
+        bump("lost", example="big grammar: %r" % r[:300])
+
+def idle_batch():
+    held = []
+    try:
+        for _ in range(200):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+        time.sleep(random.uniform(1, 4))
+    finally:
+        for s in held: s.close()
+    bump("idle_batches")
+
 def worker(fn_weights, ref):
     fns, weights = zip(*fn_weights)
     while time.time() < end:
@@ -202,7 +254,9 @@ def worker(fn_weights, ref):
 ref = {}
 jobs = [(checked, 5), (disconnect, 2), (lambda: non_reader(random.uniform(0.5, 2)), 1),
         (lambda: non_reader(6), 0.3), (malformed, 3), (idle, 1)]
+hostile = [(big_body, 2), (big_grammar, 1), (idle_batch, 0.5)]
 ths = [threading.Thread(target=worker, args=(jobs, ref)) for _ in range(6)]
+ths += [threading.Thread(target=worker, args=(hostile, ref)) for _ in range(2)]
 for t in ths: t.start()
 for t in ths: t.join()
 json.dump({"counts": stats, "examples": examples}, open(out, "w"), indent=1)
@@ -264,6 +318,13 @@ if lost: fail.append("%d requests lost (bench failed %d, checked %d)" % (lost, r
 if clients["wrong"]: fail.append("%d wrong answers" % clients["wrong"])
 if clients["malformed_5xx"]: fail.append("%d malformed requests answered 5xx" % clients["malformed_5xx"])
 t, rss, fds, kv, running = idle.split(",")
+# After the load stops, memory is given back: RSS within 5% of its value when the warm-up
+# ended (the KV pool and the prefix cache are touched by then; hostile bodies and compiles
+# must leave nothing behind).
+rss_base = float(after[0]["rss_kib"]) if after else 0
+if rss_base and float(rss) > rss_base * 1.05:
+    fail.append("RSS not back after the load: %.1f MiB idle, %.1f MiB at the end of the warm-up"
+                % (float(rss) / 1024, rss_base / 1024))
 if int(kv) != 0 or int(running) != 0: fail.append("not idle at the end: %s blocks, %s running" % (kv, running))
 if code != 0: fail.append("server exit status %d" % code)
 summary = ["duration %s s, warm-up %.0f s, %d samples after warm-up" % (duration, warmup, len(after)),
@@ -272,6 +333,8 @@ summary = ["duration %s s, warm-up %.0f s, %d samples after warm-up" % (duration
            "clients: " + ", ".join("%s %d" % kv for kv in clients.items()),
            "RSS peak after warm-up %.1f MiB; at the end (idle) %.1f MiB, %s fds, %s KV blocks, %s running"
            % (rss_peak / 1024, float(rss) / 1024, fds, kv, running),
+           "RSS at the end of the warm-up %.1f MiB; idle after the load %.1f MiB (%+.1f%%)"
+           % (rss_base / 1024, float(rss) / 1024, (float(rss) / rss_base - 1) * 100 if rss_base else 0),
            "server exit status %d" % code] + ["example of %s: %s" % kv for kv in clients_all["examples"].items()] + [""] + lines + ["", "RESULT: " + ("FAIL: " + "; ".join(fail) if fail else "PASS")]
 open(out + "/summary.md", "w").write("\n".join(summary) + "\n")
 print("\n".join(summary))

@@ -348,6 +348,8 @@ void weir_engine_info_get(weir_engine *e, weir_engine_info *out) {
   out->chat_template_name = weir_chat_renderer_name(e->chat);
 }
 
+const weir_service *weir_engine_service(const weir_engine *e) { return &e->service; }
+
 int weir_engine_constraint(weir_engine *e, const weir_constraint_spec *spec,
                            weir_constraint **out, char *err, size_t errlen) {
   *out = NULL;
@@ -691,6 +693,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
       (rc = load_chat_template(e, cfg, err, sizeof err)) != WEIR_OK)
     goto fail;
 
+  e->service = (weir_service){.tok = e->tok, .chat = e->chat, .gcache = e->gcache,
+                              .vocab_size = e->vocab, .context_length = e->ctx_len};
   e->max_waiting = cfg->max_waiting;
   e->default_timeout_ms = cfg->request_timeout_ms;
   weir_kv_stats ks;

@@ -228,6 +228,10 @@ int weir_engine_render_chat_ex(weir_engine *e, const weir_chat_request *req, cha
                                char *err, size_t errlen);
 
 void weir_engine_info_get(weir_engine *e, weir_engine_info *out);
+/* The service handle (engine/service.h): tokenizer, chat template, constraint cache and
+ * limits, for callers outside the step loop. Valid until weir_engine_destroy; thread-safe. */
+struct weir_service;
+const struct weir_service *weir_engine_service(const weir_engine *e);
 void weir_engine_stats_get(weir_engine *e, weir_engine_stats *out);
 
 struct weir_constraint;

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/engine_metrics.h"
 #include "engine/scheduler.h"
+#include "engine/service.h"
 #include "engine/spec_policy.h"
 #include "engine/stop.h"
 #include "grammar/grammar.h"
@@ -97,6 +98,7 @@ struct weir_engine {
    * (thread-safe; weir_engine_constraint), and per step the masks of constrained rows. */
   weir_grammar_vocab *gvocab;
   weir_constraint_cache *gcache;
+  weir_service service; /* HTTP's handle on the above (service.h); filled at load */
   uint32_t *masks;                 /* [mask rows][mask_words], mask rows = max(max_seqs_step,
                                     * spec_k + 1): a step's constrained rows, or the rows of
                                     * one verified item */

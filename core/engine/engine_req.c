@@ -222,10 +222,15 @@ weir_sampling_row weir__engine_make_row(weir_engine *e, engine_req *r, int32_t e
                                         int32_t *sup) {
   const weir_sched_seq *s = r->seq;
   int32_t nsup = 0;
-  if (r->num_output + extra < r->min_tokens) {
-    if (!r->ignore_eos)
+  /* ignore_eos under a constraint: no end token while the constraint can still continue, so
+   * the output goes on to max_tokens or to where the constraint forces its end (without this
+   * the constraint's own EOS ended it). */
+  const int eos_off = r->ignore_eos && r->matcher && weir_matcher_can_continue(r->matcher);
+  if (r->num_output + extra < r->min_tokens || eos_off) {
+    if (!r->ignore_eos || eos_off)
       for (int32_t k = 0; k < e->num_eog; k++) sup[nsup++] = e->eog_ids[k];
-    for (int32_t k = 0; k < r->num_stop_ids; k++) sup[nsup++] = r->stop_ids[k];
+    if (r->num_output + extra < r->min_tokens)
+      for (int32_t k = 0; k < r->num_stop_ids; k++) sup[nsup++] = r->stop_ids[k];
   }
   const int32_t num_out = s->num_tokens - s->num_drafts - s->num_prompt + extra;
   return (weir_sampling_row){.params = &r->sampling,

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "grammar/internal.h"
 #include "weir/status.h"
@@ -86,7 +87,22 @@ int weir__gb_init(weir__gb *b, const weir_grammar_limits *limits) {
   b->nodes[0] = (weir__rx){.kind = WEIR__RX_NONE};
   b->nodes[1] = (weir__rx){.kind = WEIR__RX_EMPTY};
   b->n_nodes = 2;
+  if (b->limits.max_compile_ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    b->deadline_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+                     (uint64_t)b->limits.max_compile_ms * 1000000ull;
+  }
   return 0;
+}
+
+int weir__gb_over_time(weir__gb *b) {
+  if (!b->deadline_ns || (++b->ticks & 1023)) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  if ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec < b->deadline_ns) return 0;
+  weir__gb_fail(b, WEIR_E_INVAL, WEIR__GB_TIME_MSG, b->limits.max_compile_ms);
+  return 1;
 }
 
 void weir__gb_free(weir__gb *b) {
@@ -115,7 +131,7 @@ uint32_t weir__gb_fail(weir__gb *b, int status, const char *fmt, ...) {
 static uint32_t nomem(weir__gb *b) { return weir__gb_fail(b, WEIR_E_NOMEM, "out of memory"); }
 
 static uint32_t new_node(weir__gb *b, weir__rx n) {
-  if (b->status) return 0;
+  if (b->status || weir__gb_over_time(b)) return 0;
   if (b->n_nodes == b->cap_nodes) {
     if (b->n_nodes >= b->limits.max_nfa_states)
       return weir__gb_fail(b, WEIR_E_INVAL, "the constraint is too large (over %u expression "

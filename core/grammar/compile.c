@@ -32,6 +32,7 @@ void weir_grammar_limits_default(weir_grammar_limits *l) {
   l->max_repeat = 10000;
   l->max_nfa_states = 2000000;
   l->max_dfa_states = 200000;
+  l->max_compile_ms = 10000;
 }
 
 /* ---- rule graph ----------------------------------------------------------------------------- */
@@ -489,7 +490,7 @@ static uint32_t closure(det *d, const uint32_t *seeds, uint32_t n) {
 
 /* Subset construction of m (start state 0, final state 1) over byte partitions and rule
  * symbols. WEIR_E_NOMEM, or WEIR_E_RANGE when it would exceed max_states. */
-static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa *out) {
+static int determinize(weir__gb *b, const nfa *m, uint32_t max_states, dfa *out) {
   int rc = WEIR_E_NOMEM;
   memset(out, 0, sizeof *out);
   det d = {.m = m};
@@ -571,6 +572,10 @@ static int determinize(const weir__gb *b, const nfa *m, uint32_t max_states, dfa
   if (set_lookup(&t, d.out, cn, &id) < 0) goto free_all;
   size_t trans_cap = 0;
   for (uint32_t i = 0; i < t.n; i++) {
+    if (weir__gb_over_time(b)) {
+      rc = WEIR_E_TIMEOUT;
+      goto free_all;
+    }
     /* Grow the per-state arrays to cover every state made so far. */
     if ((size_t)t.n * n_part > trans_cap) {
       size_t cap = trans_cap ? trans_cap : 256 * (size_t)n_part;
@@ -965,6 +970,11 @@ static int compile_once(weir__gb *b, uint32_t start, uint64_t inline_max, weir_g
     if (m.failed == 1) goto free_all;
     const uint32_t budget = b->limits.max_dfa_states - total_states;
     rc = m.failed == 2 ? WEIR_E_RANGE : determinize(b, &m, budget, &dfas[k]);
+    if (rc == WEIR_E_TIMEOUT) {
+      snprintf(err, errlen, WEIR__GB_TIME_MSG, b->limits.max_compile_ms);
+      rc = WEIR_E_INVAL;
+      goto free_all;
+    }
     if (rc == WEIR_E_RANGE && !c.inlined_here) {
       /* Too large by itself: less inlining elsewhere would not shrink this rule. */
       snprintf(err, errlen, "the constraint is too large: over %u automaton states; simplify "

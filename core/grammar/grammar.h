@@ -50,6 +50,12 @@ typedef struct weir_grammar_limits {
   uint32_t max_repeat;       /* the largest finite bound of {m,n}, minLength, maxItems... (10000) */
   uint32_t max_nfa_states;   /* automaton states before determinization (2,000,000) */
   uint32_t max_dfa_states;   /* positions of the compiled grammar (200,000) */
+  /* CPU time one compile may take (10,000 ms; 0: none), of the thread that compiles: a
+   * loaded machine or a low-priority thread does not make a constraint fail. Checked as
+   * expression nodes and automaton states are made: a constraint within the size limits that
+   * is still slow to compile is refused, so that no compile holds a worker without end
+   * (issue 28). */
+  uint32_t max_compile_ms;
 } weir_grammar_limits;
 
 void weir_grammar_limits_default(weir_grammar_limits *l);

@@ -66,6 +66,8 @@ typedef struct weir__gb {
   weir__gb_rdef *rules;
   uint32_t n_rules, cap_rules;
   weir_grammar_limits limits;
+  uint64_t deadline_ns; /* CLOCK_THREAD_CPUTIME_ID; 0: none (limits.max_compile_ms) */
+  uint32_t ticks;       /* work since the clock was last read */
   int status;      /* first error (0: none) */
   char err[256];   /* its message */
 } weir__gb;
@@ -76,6 +78,12 @@ void weir__gb_free(weir__gb *b);
 uint32_t weir__gb_fail(weir__gb *b, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline int weir__gb_failed(const weir__gb *b) { return b->status != 0; }
+/* 1 once the compile has used its CPU time (the clock is read every 1,024 calls). Records
+ * the error in b when it can. A builder is used by the thread that created it. */
+int weir__gb_over_time(weir__gb *b);
+/* The message for a compile over its time budget. */
+#define WEIR__GB_TIME_MSG "the constraint took more than %u ms of CPU time to compile; simplify it"
+
 
 uint32_t weir__rx_none(void);
 uint32_t weir__rx_empty(void);

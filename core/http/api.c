@@ -4,6 +4,8 @@
  * parsing is api_params.c's, rendering api_render.c's. Loop thread only unless a comment
  * says otherwise. docs/http-api.md describes the behaviour; keep the two in step. */
 #include <ctype.h>
+#include <malloc.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,12 +433,17 @@ static void engine_cb(void *user, const weir_gen_event *ev) {
   on_engine_event(((weir__engine_user *)user)->srv, user, ev);
 }
 
+static void work_done_all(weir__api_work *w);
+
 void weir__api_on_async(uv_async_t *a) {
   weir__http_server *s = a->data;
   pthread_mutex_lock(&s->ev_lock);
   weir__queued_event *qe = s->ev_head;
   s->ev_head = s->ev_tail = NULL;
+  weir__api_work *w = s->work_head;
+  s->work_head = s->work_tail = NULL;
   pthread_mutex_unlock(&s->ev_lock);
+  work_done_all(w);
   while (qe) {
     weir__queued_event *n = qe->next;
     on_event(s, qe);
@@ -555,97 +562,274 @@ static void abandon(weir__api_job *job) {
   if (!pending) job_free(job);
 }
 
-/* A constraint compiled on libuv's worker threads, so that a large schema does not stall the
- * loop (and /health with it). */
-typedef struct compile_work {
-  uv_work_t w;
+/* ---- request preparation off the loop ---------------------------------------------------
+ *
+ * Everything a request body costs in proportion to its size or its content runs on the work
+ * pools, never on the loop (issue 28): the JSON parse, the chat template, tokenizing, and
+ * the constraint compile. The loop only takes the body from the request, queues the work
+ * and, when it comes back (weir__api_on_async), answers or submits. A job exists from the
+ * start so that a client that leaves meanwhile is seen (client_gone sets job->r NULL), and
+ * so that a drain waits for the work. */
+
+enum { W_COMPLETIONS, W_CHAT, W_RESPONSES, W_TOKENIZE, W_DETOKENIZE };
+
+struct weir__api_work {
+  struct weir__api_work *next;
+  weir__http_server *s;
   weir__api_job *job;
-  api_gen *a;
-} compile_work;
+  uint64_t client;
+  int kind;
+  weir_buf body;      /* taken from the request */
+  size_t body_len;    /* its length, for trim_after_large_work */
+  api_gen *a;         /* generation: the parsed request (then compiled) */
+  cJSON *resp_echo;   /* /v1/responses: the fields its Response repeats */
+  cJSON *reply;       /* tokenize / detokenize: the 200's body */
+  int failed;
+  api_error e;
+};
 
-static void compile_run(uv_work_t *w) {
-  compile_work *cw = w->data;
-  weir__api_gen_compile(cw->job->s->engine, cw->a);
+static void work_free(weir__api_work *w) {
+  weir_buf_free(&w->body);
+  if (w->a) {
+    weir__api_gen_free(w->a);
+    free(w->a);
+  }
+  cJSON_Delete(w->resp_echo);
+  cJSON_Delete(w->reply);
+  free(w);
 }
 
-static void compile_done(uv_work_t *w, int status) {
-  compile_work *cw = w->data;
-  weir__api_job *job = cw->job;
-  api_gen *a = cw->a;
-  free(cw);
-  api_error e = {0};
-  if (status != 0 || !job->r) {
-    /* The client left while it compiled (or the work was cancelled). */
-    weir__api_gen_free(a);
-    free(a);
-    abandon(job);
-    return;
-  }
-  if (weir__api_gen_compiled(a, &e)) {
-    weir__api_respond_error(detach(job), &e);
-    weir__api_gen_free(a);
-    free(a);
-    abandon(job);
-    return;
-  }
-  submit_choices(job, a);
+/* Back to the loop: queued under ev_lock, handled in weir__api_on_async. Any thread. */
+static void work_post(weir__api_work *w) {
+  weir__http_server *s = w->s;
+  w->next = NULL;
+  pthread_mutex_lock(&s->ev_lock);
+  if (s->work_tail) s->work_tail->next = w;
+  else s->work_head = w;
+  s->work_tail = w;
+  pthread_mutex_unlock(&s->ev_lock);
+  uv_async_send(&s->async);
 }
 
-static void start_job(weir__http_req *r, int chat, api_gen *a, cJSON *resp_echo);
+static int tokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
+static int detokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
 
-static void handle_generate(weir__http_req *r, int chat) {
-  api_error e = {0};
-  api_gen *a = malloc(sizeof *a);
-  if (!a) {
-    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-    weir__api_respond_error(r, &e);
-    return;
-  }
-  if (weir__api_parse_generation(r, chat, a, &e)) {
-    weir__api_respond_error(r, &e);
-    free(a);
-    return;
-  }
-  start_job(r, chat, a, NULL);
+/* A large body or compile leaves its working memory (JSON trees, token arrays, automata:
+ * up to hundreds of MB) freed but held by the allocator, in the arenas of the pool threads
+ * that used it. It is given back to the system (malloc_trim walks every arena) when the last
+ * large piece of work in flight ends, and otherwise at most once a second. */
+#define WEIR__TRIM_MIN_TEXT (64 * 1024)
+static _Atomic uint64_t g_last_trim_ns;
+static atomic_int g_large_inflight;
+
+static void large_work_begin(size_t text_len) {
+  if (text_len >= WEIR__TRIM_MIN_TEXT) atomic_fetch_add(&g_large_inflight, 1);
 }
 
-/* /v1/responses: the body becomes the chat request it means (api_responses.c). */
-static void handle_responses(weir__http_req *r) {
-  api_error e = {0};
-  cJSON *echo = NULL, *chat = NULL;
-  api_gen *a = NULL;
-  cJSON *body = weir__api_parse_body_object(r, &e);
-  if (!body || !(chat = weir__api_responses_to_chat(body, &echo, &e))) goto fail;
-  if (!(a = malloc(sizeof *a))) {
-    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-    goto fail;
+static void trim_after_large_work(size_t text_len) {
+  if (text_len < WEIR__TRIM_MIN_TEXT) return;
+  const int last = atomic_fetch_sub(&g_large_inflight, 1) == 1;
+  uint64_t now = uv_hrtime(), prev = atomic_load(&g_last_trim_ns);
+  if (!last && now - prev < 1000000000ull) return;
+  atomic_store(&g_last_trim_ns, now);
+  malloc_trim(0);
+}
+
+/* Compile pool: the constraint, then back to the loop. */
+static void compile_run(void *arg, int cancelled) {
+  weir__api_work *w = arg;
+  if (!cancelled) {
+    large_work_begin(w->a->spec.len);
+    weir__api_gen_compile(w->s->svc, w->a);
+    trim_after_large_work(w->a->spec.len);
+  } else {
+    weir__api_fail(&w->e, 503, NULL, NULL, "The server is shutting down");
+    w->failed = 1;
   }
-  int rc = weir__api_parse_generation_root(r->srv, chat, 1, a, &e);
-  chat = NULL; /* a owns it now */
-  if (rc) goto fail;
-  cJSON_Delete(body);
-  start_job(r, 1, a, echo);
+  work_post(w);
+}
+
+/* Prep pool: parse, template, tokenize; then the compile pool or back to the loop. */
+static void prep_run(void *arg, int cancelled) {
+  weir__api_work *w = arg;
+  weir__http_server *s = w->s;
+  cJSON *root = NULL;
+  if (cancelled) {
+    weir__api_fail(&w->e, 503, NULL, NULL, "The server is shutting down");
+    w->failed = 1;
+    work_post(w);
+    return;
+  }
+  large_work_begin(w->body_len);
+  root = weir__api_parse_body(&w->body, &w->e);
+  weir_buf_free(&w->body);
+  if (!root) goto failed;
+  switch (w->kind) {
+  case W_TOKENIZE:
+  case W_DETOKENIZE: {
+    /* both take root */
+    int rc = w->kind == W_TOKENIZE ? tokenize_body(s, root, &w->reply, &w->e)
+                                   : detokenize_body(s, root, &w->reply, &w->e);
+    root = NULL;
+    if (rc) goto failed;
+    break;
+  }
+  case W_RESPONSES: {
+    cJSON *chat = weir__api_responses_to_chat(root, &w->resp_echo, &w->e);
+    if (!chat) goto failed;
+    cJSON_Delete(root);
+    root = chat;
+  } /* fall through */
+  case W_COMPLETIONS:
+  case W_CHAT:
+    if (!(w->a = malloc(sizeof *w->a))) {
+      weir__api_fail(&w->e, 500, NULL, NULL, "out of memory");
+      goto failed;
+    }
+    {
+      int rc = weir__api_parse_generation_root(s, root, w->kind != W_COMPLETIONS, w->a, &w->e);
+      root = NULL; /* w->a owns it, or it was freed */
+      if (rc) {
+        free(w->a);
+        w->a = NULL;
+        goto failed;
+      }
+    }
+    if (w->a->spec.kind) {
+      trim_after_large_work(w->body_len);
+      w->body_len = 0; /* counted: the paths below must not count it again */
+      int rc = weir_workpool_submit(s->compile_pool, w->client, compile_run, w);
+      if (rc == WEIR_OK) return;
+      weir__api_fail(&w->e, rc == WEIR_E_BUSY ? 429 : 500, NULL,
+                     rc == WEIR_E_BUSY ? "rate_limit_exceeded" : NULL,
+                     rc == WEIR_E_BUSY ? "Too many constraints are waiting to compile. Retry "
+                                         "later." : "could not start compiling the constraint");
+      goto failed;
+    }
+    break;
+  }
+  cJSON_Delete(root);
+  trim_after_large_work(w->body_len);
+  work_post(w);
   return;
-fail:
-  weir__api_respond_error(r, &e);
-  free(a);
-  cJSON_Delete(chat);
-  cJSON_Delete(echo);
-  cJSON_Delete(body);
+failed:
+  cJSON_Delete(root);
+  trim_after_large_work(w->body_len);
+  w->failed = 1;
+  work_post(w);
 }
 
-/* A parsed generation request becomes a job (resp_echo: a /v1/responses request, taken). */
-static void start_job(weir__http_req *r, int chat, api_gen *a, cJSON *resp_echo) {
+static weir__api_job *job_new(weir__http_req *r);
+static void start_job(weir__api_job *job, api_gen *a, cJSON *resp_echo, int chat);
+
+/* Queues a request's preparation; the request is answered when it comes back. */
+static void queue_work(weir__http_req *r, int kind) {
   weir__http_server *s = r->srv;
+  api_error e = {0};
+  weir__api_work *w = calloc(1, sizeof *w);
+  weir__api_job *job = w ? job_new(r) : NULL;
+  if (!job) {
+    free(w);
+    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+    weir__api_respond_error(r, &e);
+    return;
+  }
+  w->s = s;
+  w->job = job;
+  w->kind = kind;
+  w->client = weir__http_client_key(r);
+  w->body = r->body; /* taken: the request keeps no copy */
+  w->body_len = r->body.len;
+  memset(&r->body, 0, sizeof r->body);
+  int rc = weir_workpool_submit(s->prep_pool, w->client, prep_run, w);
+  if (rc != WEIR_OK) {
+    if (rc == WEIR_E_BUSY)
+      weir__api_fail(&e, 429, NULL, "rate_limit_exceeded",
+                     "Too many requests are waiting to be prepared. Retry later.");
+    else
+      weir__api_fail(&e, 500, NULL, NULL, "could not queue the request: %s", weir_strerror(rc));
+    weir__api_respond_error(detach(job), &e);
+    work_free(w);
+    abandon(job);
+  }
+}
+
+static void work_done(weir__api_work *w);
+
+/* On the loop: the finished work handed back since the last wake-up, in order. */
+static void work_done_all(weir__api_work *w) {
+  while (w) {
+    weir__api_work *n = w->next;
+    work_done(w);
+    w = n;
+  }
+}
+
+/* On the loop: a request's preparation is back. */
+static void work_done(weir__api_work *w) {
+  weir__api_job *job = w->job;
+  if (!job->r) {
+    /* The client left meanwhile (or the server is closing). */
+    work_free(w);
+    abandon(job);
+    return;
+  }
+  api_error e = w->e;
+  if (!w->failed && w->a && w->a->spec.kind && weir__api_gen_compiled(w->a, &e)) w->failed = 1;
+  if (w->failed) {
+    weir__api_respond_error(detach(job), &e);
+    work_free(w);
+    abandon(job);
+    return;
+  }
+  if (w->kind == W_TOKENIZE || w->kind == W_DETOKENIZE) {
+    weir__api_respond_json(detach(job), 200, w->reply);
+    work_free(w);
+    abandon(job);
+    return;
+  }
+  /* Prepared before the signal: it runs like the requests already running, until the drain
+   * deadline aborts what is left. */
+  if (job->s->state == WEIR__STOPPING || job->s->state == WEIR__LOADING || job->s->aborted_all) {
+    weir__api_fail(&e, 503, NULL, NULL, "The server is shutting down");
+    weir__api_respond_error(detach(job), &e);
+    work_free(w);
+    abandon(job);
+    return;
+  }
+  api_gen *a = w->a;
+  cJSON *echo = w->resp_echo;
+  const int chat = w->kind != W_COMPLETIONS;
+  w->a = NULL;
+  w->resp_echo = NULL;
+  work_free(w);
+  start_job(job, a, echo, chat);
+}
+
+/* A job for a request whose preparation is queued: linked, counted, knowing its request. */
+static weir__api_job *job_new(weir__http_req *r) {
+  weir__http_server *s = r->srv;
+  weir__api_job *job = calloc(1, sizeof *job);
+  if (!job) return NULL;
+  job->s = s;
+  job->arrival_ns = r->arrival_ns;
+  s->num_jobs++;
+  job->next = s->jobs;
+  if (s->jobs) s->jobs->prev = job;
+  s->jobs = job;
+  /* The request and the job know each other from here on: a client that leaves while the
+   * request is prepared is seen (client_gone) and the job freed when the work ends. */
+  job->r = r;
+  r->job = job;
+  return job;
+}
+
+/* A prepared generation request starts (resp_echo: a /v1/responses request, taken). */
+static void start_job(weir__api_job *job, api_gen *a, cJSON *resp_echo, int chat) {
+  weir__http_server *s = job->s;
   api_error e = {0};
   const params *pp = &a->p;
   const prompt_list *pl = &a->pl;
-  weir__api_job *job = calloc(1, sizeof *job);
-  if (!job) {
-    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-    goto fail_request;
-  }
-  job->s = s;
   job->chat = chat;
   job->stream = pp->stream;
   job->include_usage = pp->include_usage;
@@ -654,35 +838,22 @@ static void start_job(weir__http_req *r, int chat, api_gen *a, cJSON *resp_echo)
   job->created = (int64_t)time(NULL);
   job->num_prompts = pl->count;
   job->n = pp->n;
-  job->num_choices = pl->count * pp->n;
-  job->arrival_ns = r->arrival_ns;
   weir__api_make_id(job->id, sizeof job->id, resp_echo ? "resp" : chat ? "chatcmpl" : "cmpl");
   if (resp_echo) job->id[4] = '_';
   job->responses = resp_echo != NULL;
   job->resp_echo = resp_echo;
-  resp_echo = NULL;
   job->tool_mode = a->tools.mode;
   job->parallel_tool_calls = a->tools.parallel;
   if (a->tools.named && !(job->tool_named = strdup(a->tools.named))) {
-    free(job);
     weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-    goto fail_request;
+    goto fail_job;
   }
-  job->choices = calloc((size_t)job->num_choices, sizeof *job->choices);
+  job->choices = calloc((size_t)(pl->count * pp->n), sizeof *job->choices);
   if (!job->choices) {
-    free(job->tool_named);
-    free(job);
     weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-    goto fail_request;
+    goto fail_job;
   }
-  s->num_jobs++;
-  job->next = s->jobs;
-  if (s->jobs) s->jobs->prev = job;
-  s->jobs = job;
-  /* The request and the job know each other from here on: a client that leaves while the
-   * constraint compiles is seen (client_gone) and the job freed when the work ends. */
-  job->r = r;
-  r->job = job;
+  job->num_choices = pl->count * pp->n;
   if (job->echo) {
     /* Text prompts echo exactly what was sent (no BOS); token prompts echo their text. With
      * logprobs, each prompt token's place in that text too. */
@@ -705,8 +876,8 @@ static void start_job(weir__http_req *r, int chat, api_gen *a, cJSON *resp_echo)
         job->echo_text[i] = strdup(item->valuestring);
         len = job->echo_text[i] ? strlen(job->echo_text[i]) : 0;
         item = item->next;
-      } else if (weir_engine_detokenize(s->engine, pl->ids[i], pl->lens[i], &job->echo_text[i],
-                                        &len) != WEIR_OK) {
+      } else if (weir_service_detokenize(s->svc, pl->ids[i], pl->lens[i], &job->echo_text[i],
+                                         &len) != WEIR_OK) {
         job->echo_text[i] = NULL;
       }
       job->echo_len[i] = len;
@@ -718,135 +889,103 @@ static void start_job(weir__http_req *r, int chat, api_gen *a, cJSON *resp_echo)
       job->first_token[i] = pl->ids[i][0];
       job->prompt_offsets[i] = malloc(sizeof(size_t) * (size_t)pl->lens[i]);
       if (!job->prompt_offsets[i] ||
-          weir_engine_detokenize_offsets(s->engine, pl->ids[i], pl->lens[i], from_text,
-                                         job->prompt_offsets[i]) != WEIR_OK) {
+          weir_service_detokenize_offsets(s->svc, pl->ids[i], pl->lens[i], from_text,
+                                          job->prompt_offsets[i]) != WEIR_OK) {
         weir__api_fail(&e, 500, NULL, NULL, "could not place the prompt's tokens in its text");
         goto fail_job;
       }
     }
-  }
-  if (a->spec.kind) {
-    compile_work *cw = calloc(1, sizeof *cw);
-    if (!cw) {
-      weir__api_fail(&e, 500, NULL, NULL, "out of memory");
-      goto fail_job;
-    }
-    cw->w.data = cw;
-    cw->job = job;
-    cw->a = a;
-    if (uv_queue_work(s->loop, &cw->w, compile_run, compile_done) != 0) {
-      free(cw);
-      weir__api_fail(&e, 500, NULL, NULL, "could not start compiling the constraint");
-      goto fail_job;
-    }
-    return;
   }
   submit_choices(job, a);
   return;
 
 fail_job:
   fail_job(job, a, &e);
-  return;
-fail_request:
-  weir__api_respond_error(r, &e);
-  weir__api_gen_free(a);
-  free(a);
-  cJSON_Delete(resp_echo); /* NULL once the job holds it */
 }
 
 /* ---- other endpoints -------------------------------------------------------------------- */
 
-static void handle_tokenize(weir__http_req *r) {
-  weir__http_server *s = r->srv;
-  api_error e = {0};
+/* /tokenize and /detokenize on a work thread: the body into the 200's JSON (*reply), or -1
+ * with e filled. Both take root (deleted here). */
+static int tokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e) {
   int32_t *ids = NULL, n = 0;
-  cJSON *out = NULL;
-  cJSON *root = weir__api_parse_body_object(r, &e);
-  if (!root) goto fail_request;
+  int ret = -1;
   const cJSON *text = NULL;
   int add_special = 1;
   for (const cJSON *it = root->child; it; it = it->next) {
     if (!strcmp(it->string, "prompt") || !strcmp(it->string, "text")) {
       if (!cJSON_IsString(it)) {
-        weir__api_fail(&e, 400, it->string, "invalid_type", "'%s' must be a string", it->string);
-        goto fail_request;
+        weir__api_fail(e, 400, it->string, "invalid_type", "'%s' must be a string", it->string);
+        goto free_all;
       }
       text = it;
     } else if (!strcmp(it->string, "add_special_tokens")) {
-      if (weir__api_want_bool(&e, it, it->string, &add_special)) goto fail_request;
-    } else if (other_key(s, it, &e)) {
-      goto fail_request;
+      if (weir__api_want_bool(e, it, it->string, &add_special)) goto free_all;
+    } else if (other_key(s, it, e)) {
+      goto free_all;
     }
   }
   if (!text) {
-    weir__api_fail(&e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
-    goto fail_request;
+    weir__api_fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+    goto free_all;
   }
-  int rc = weir_engine_tokenize(s->engine, text->valuestring, strlen(text->valuestring),
-                                add_special, &ids, &n);
+  int rc = weir_service_tokenize(s->svc, text->valuestring, strlen(text->valuestring),
+                                 add_special, &ids, &n);
   if (rc != WEIR_OK) {
-    weir__api_fail(&e, 500, NULL, NULL, "tokenization failed: %s", weir_strerror(rc));
-    goto fail_request;
+    weir__api_fail(e, 500, NULL, NULL, "tokenization failed: %s", weir_strerror(rc));
+    goto free_all;
   }
-  out = cJSON_CreateObject();
+  cJSON *out = cJSON_CreateObject();
   cJSON *arr = out ? cJSON_AddArrayToObject(out, "tokens") : NULL;
   for (int32_t i = 0; arr && i < n; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
   if (out) {
     cJSON_AddNumberToObject(out, "count", n);
     cJSON_AddNumberToObject(out, "max_model_len", s->info.context_length);
   }
-  weir__api_respond_json(r, 200, out);
-  goto free_all;
-fail_request:
-  weir__api_respond_error(r, &e);
+  *reply = out;
+  ret = 0;
 free_all:
-  cJSON_Delete(out);
   cJSON_Delete(root);
   free(ids);
+  return ret;
 }
 
-static void handle_detokenize(weir__http_req *r) {
-  weir__http_server *s = r->srv;
-  api_error e = {0};
+static int detokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e) {
   prompt_list pl = {0};
   char *text = NULL;
   size_t len = 0;
-  cJSON *out = NULL;
-  cJSON *root = weir__api_parse_body_object(r, &e);
-  if (!root) goto fail_request;
+  int ret = -1;
   const cJSON *tokens = NULL;
   for (const cJSON *it = root->child; it; it = it->next) {
     if (!strcmp(it->string, "tokens")) {
       tokens = it;
-    } else if (other_key(s, it, &e)) {
-      goto fail_request;
+    } else if (other_key(s, it, e)) {
+      goto free_all;
     }
   }
   if (!tokens) {
-    weir__api_fail(&e, 400, "tokens", "missing_required_parameter", "'tokens' is required");
-    goto fail_request;
+    weir__api_fail(e, 400, "tokens", "missing_required_parameter", "'tokens' is required");
+    goto free_all;
   }
   if (!cJSON_IsArray(tokens)) {
-    weir__api_fail(&e, 400, "tokens", "invalid_type", "'tokens' must be a list of token ids");
-    goto fail_request;
+    weir__api_fail(e, 400, "tokens", "invalid_type", "'tokens' must be a list of token ids");
+    goto free_all;
   }
-  if (weir__api_ids_from_array(s, tokens, "tokens", &pl, &e)) goto fail_request;
-  int rc = weir_engine_detokenize(s->engine, pl.ids[0], pl.lens[0], &text, &len);
+  if (weir__api_ids_from_array(s, tokens, "tokens", &pl, e)) goto free_all;
+  int rc = weir_service_detokenize(s->svc, pl.ids[0], pl.lens[0], &text, &len);
   if (rc != WEIR_OK) {
-    weir__api_fail(&e, 500, NULL, NULL, "detokenization failed: %s", weir_strerror(rc));
-    goto fail_request;
+    weir__api_fail(e, 500, NULL, NULL, "detokenization failed: %s", weir_strerror(rc));
+    goto free_all;
   }
-  out = cJSON_CreateObject();
+  cJSON *out = cJSON_CreateObject();
   if (out) cJSON_AddItemToObject(out, "prompt", weir__api_json_text(text, len));
-  weir__api_respond_json(r, 200, out);
-  goto free_all;
-fail_request:
-  weir__api_respond_error(r, &e);
+  *reply = out;
+  ret = 0;
 free_all:
-  cJSON_Delete(out);
   cJSON_Delete(root);
   weir__api_prompts_free(&pl);
   free(text);
+  return ret;
 }
 
 static cJSON *model_object(weir__http_server *s) {
@@ -982,6 +1121,14 @@ static void dispatch(weir__http_req *r) {
     model_id = path + sizeof models_prefix - 1;
   }
   int method = r->method == HTTP_HEAD ? HTTP_GET : r->method;
+  /* With an API key set, a client without it learns nothing, not even which paths exist or
+   * which methods they take: 401 comes before 404 and 405 (the open routes excepted). */
+  if ((!path_known || route->method != method) && !(path_known && route->open) &&
+      !authorized(r)) {
+    weir__http_respond_error(r, 401, "authentication_error", NULL, "invalid_api_key",
+                             "Missing or incorrect API key: send 'Authorization: Bearer <key>'");
+    return;
+  }
   if (!path_known) {
     weir__http_respond_error(r, 404, "invalid_request_error", NULL, "not_found",
                              "Invalid URL (%s %s)", llhttp_method_name(r->method), path);
@@ -1032,11 +1179,11 @@ static void dispatch(weir__http_req *r) {
   switch (route->id) {
   case R_MODELS: handle_models(r); break;
   case R_MODEL: handle_model(r, model_id); break;
-  case R_COMPLETIONS: handle_generate(r, 0); break;
-  case R_CHAT: handle_generate(r, 1); break;
-  case R_RESPONSES: handle_responses(r); break;
-  case R_TOKENIZE: handle_tokenize(r); break;
-  case R_DETOKENIZE: handle_detokenize(r); break;
+  case R_COMPLETIONS: queue_work(r, W_COMPLETIONS); break;
+  case R_CHAT: queue_work(r, W_CHAT); break;
+  case R_RESPONSES: queue_work(r, W_RESPONSES); break;
+  case R_TOKENIZE: queue_work(r, W_TOKENIZE); break;
+  case R_DETOKENIZE: queue_work(r, W_DETOKENIZE); break;
   default: weir__http_respond_error(r, 500, "server_error", NULL, NULL, "no handler"); break;
   }
 }

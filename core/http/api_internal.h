@@ -1,7 +1,7 @@
 /* What the API layer's three files share: api.c (routing, jobs, engine events),
  * api_params.c (request bodies into engine requests: every parameter, limit and default of a
  * request is decided there) and api_render.c (engine output as OpenAI's JSON and SSE).
- * Loop thread only. */
+ * Loop thread only, except what says it is thread-safe (the prep and compile pools run it). */
 #ifndef WEIR_HTTP_API_INTERNAL_H
 #define WEIR_HTTP_API_INTERNAL_H
 
@@ -151,15 +151,15 @@ typedef struct api_gen {
   int compile_rc;
   char compile_why[512];
 } api_gen;
-/* 0, or -1 with e filled (nothing held). On success the caller frees with
- * weir__api_gen_free. */
-int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_error *e);
-/* The same from a parsed body, which `out` takes over (freed with it, or here on failure). */
+/* A generation request from its parsed body, which `out` takes over (freed with it, or here
+ * on failure): 0, or -1 with e filled (nothing held). On success the caller frees with
+ * weir__api_gen_free. Thread-safe: reads only the server's fixed state (config, model info,
+ * service handle); runs on the prep pool. */
 int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat, api_gen *out,
                                     api_error *e);
-/* Compiles a's constraint for the engine, or finds it in the engine's cache. Thread-safe
- * (runs on libuv's worker threads); touches only a. */
-void weir__api_gen_compile(weir_engine *engine, api_gen *a);
+/* Compiles a's constraint for the model, or finds it in the cache. Thread-safe (runs on the
+ * compile pool's threads); touches only a. */
+void weir__api_gen_compile(const weir_service *svc, api_gen *a);
 /* After weir__api_gen_compile: 0, or -1 with e holding the 400 (or 500) to answer. */
 int weir__api_gen_compiled(const api_gen *a, api_error *e);
 /* Points a->g at choice j of prompt pi. */
@@ -171,9 +171,10 @@ int weir__api_want_bool(api_error *e, const cJSON *v, const char *name, int *out
 /* The 400 for a parameter weir does not know or does not implement. */
 int weir__api_unsupported(api_error *e, const char *name);
 void weir__api_prompts_free(prompt_list *pl);
-/* The request body as a JSON object (invalid UTF-8 repaired, no duplicate key, no NUL in a
- * string), or NULL with e filled. The caller deletes it. */
-cJSON *weir__api_parse_body_object(weir__http_req *r, api_error *e);
+/* A request body (taken from its request) as a JSON object: invalid UTF-8 repaired in place,
+ * no duplicate key, no NUL in a string; or NULL with e filled. The caller deletes it.
+ * Thread-safe. */
+cJSON *weir__api_parse_body(weir_buf *body, api_error *e);
 /* A JSON array of token ids checked against the vocabulary, into a malloc'd array. */
 int weir__api_ids_from_array(weir__http_server *s, const cJSON *arr, const char *param,
     prompt_list *pl, api_error *e);

@@ -355,7 +355,7 @@ static int prompts_add(prompt_list *pl, int32_t *ids, int32_t n, api_error *e) {
 static int tokenize_into(weir__http_server *s, const char *text, size_t len, int add_special,
                          prompt_list *pl, api_error *e) {
   int32_t *ids = NULL, n = 0;
-  int rc = weir_engine_tokenize(s->engine, text, len, add_special, &ids, &n);
+  int rc = weir_service_tokenize(s->svc, text, len, add_special, &ids, &n);
   if (rc != WEIR_OK) {
     free(ids);
     return weir__api_fail(e, 500, NULL, NULL, "tokenization failed: %s", weir_strerror(rc));
@@ -509,7 +509,7 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_to
    * Face's apply_chat_template gives them; a failure is the template's own message. */
   weir_chat_request req = {.messages = msgs, .tools = tools->tools, .add_generation_prompt = 1};
   char why[512] = "";
-  int r = weir_engine_render_chat_ex(s->engine, &req, &rendered, why, sizeof why);
+  int r = weir_service_render_chat(s->svc, &req, &rendered, why, sizeof why);
   if (r != WEIR_OK) {
     weir__api_fail(e, r == WEIR_E_INVAL ? 400 : 500, "messages", NULL,
                    "the chat template could not render these messages: %s",
@@ -729,26 +729,26 @@ static int find_duplicate_key(const cJSON *node, json_path *where) {
  * U+FFFD first (so that no invalid byte reaches a prompt, a stop string, an echo or an
  * error message); then a string holding NUL and a duplicated key are refused with 400
  * naming where they are. */
-cJSON *weir__api_parse_body_object(weir__http_req *r, api_error *e) {
-  if (r->body.len && !weir_utf8_valid(r->body.p, r->body.len)) {
+cJSON *weir__api_parse_body(weir_buf *rb, api_error *e) {
+  if (rb->len && !weir_utf8_valid(rb->p, rb->len)) {
     weir_buf fixed = {0};
-    if (weir_buf_append_utf8(&fixed, r->body.p, r->body.len), fixed.oom) {
+    if (weir_buf_append_utf8(&fixed, rb->p, rb->len), fixed.oom) {
       weir_buf_free(&fixed);
       weir__api_fail(e, 500, NULL, NULL, "out of memory");
       return NULL;
     }
-    weir_buf_free(&r->body);
-    r->body = fixed;
+    weir_buf_free(rb);
+    *rb = fixed;
   }
-  const char *body = r->body.p ? r->body.p : "";
+  const char *body = rb->p ? rb->p : "";
   const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, r->body.len, &end, 0);
+  cJSON *root = cJSON_ParseWithLengthOpts(body, rb->len, &end, 0);
   if (!root) {
     weir__api_fail(e, 400, NULL, "invalid_json", "The request body is not valid JSON");
     return NULL;
   }
-  while (end && end < body + r->body.len && isspace((unsigned char)*end)) end++;
-  if (end != body + r->body.len) {
+  while (end && end < body + rb->len && isspace((unsigned char)*end)) end++;
+  if (end != body + rb->len) {
     weir__api_fail(e, 400, NULL, "invalid_json", "The request body has data after the JSON value");
     goto fail;
   }
@@ -757,7 +757,7 @@ cJSON *weir__api_parse_body_object(weir__http_req *r, api_error *e) {
     goto fail;
   }
   json_path where;
-  if (find_nul_string(body, r->body.len, &where)) {
+  if (find_nul_string(body, rb->len, &where)) {
     weir__api_fail(e, 400, where.s, "invalid_value",
          "'%s' holds a NUL character (\\u0000), which this server does not accept", where.s);
     goto fail;
@@ -870,15 +870,6 @@ static int constraint_spec(const params *p, weir_constraint_spec *spec, char **o
   return 0;
 }
 
-int weir__api_parse_generation(weir__http_req *r, int chat, api_gen *out, api_error *e) {
-  cJSON *root = weir__api_parse_body_object(r, e);
-  if (!root) {
-    memset(out, 0, sizeof *out);
-    return -1;
-  }
-  return weir__api_parse_generation_root(r->srv, root, chat, out, e);
-}
-
 int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat, api_gen *out,
                                     api_error *e) {
   memset(out, 0, sizeof *out);
@@ -894,6 +885,16 @@ int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat,
     weir__api_fail(e, 400, "n", "invalid_value",
                    "%d prompts x n=%d exceeds %d choices per request", pl->count, p->n,
                    MAX_CHOICES);
+    goto fail;
+  }
+  /* Each choice waits in the scheduler's queue as its own request: more choices than the
+   * queue holds can never be queued, however idle the server is. That is the request's
+   * fault (400), not a load to retry (429). */
+  if (s->cfg->max_waiting > 0 && pl->count * p->n > s->cfg->max_waiting) {
+    weir__api_fail(e, 400, "n", "invalid_value",
+                   "%d prompt(s) x n=%d = %d choices can never be queued: this server queues at "
+                   "most %d requests (scheduler.max_waiting)",
+                   pl->count, p->n, pl->count * p->n, s->cfg->max_waiting);
     goto fail;
   }
   const int32_t ctx = s->info.context_length;
@@ -1003,8 +1004,8 @@ void weir__api_gen_choice(api_gen *a, int pi, int j) {
   a->g.seed = a->p.seed + (uint64_t)j;
 }
 
-void weir__api_gen_compile(weir_engine *engine, api_gen *a) {
-  a->compile_rc = weir_engine_constraint(engine, &a->spec, &a->constraint, a->compile_why,
+void weir__api_gen_compile(const weir_service *svc, api_gen *a) {
+  a->compile_rc = weir_service_constraint(svc, &a->spec, &a->constraint, a->compile_why,
                                          sizeof a->compile_why);
   a->g.constraint = a->constraint;
 }

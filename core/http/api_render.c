@@ -29,7 +29,7 @@ void weir__api_respond_json(weir__http_req *r, int status, cJSON *root) {
 static char *token_display(weir__http_server *s, int32_t id, size_t *raw_len, char **raw) {
   char *t = NULL;
   size_t n = 0;
-  if (weir_engine_token_text(s->engine, id, &t, &n) != WEIR_OK || !t) {
+  if (weir_service_token_text(s->svc, id, &t, &n) != WEIR_OK || !t) {
     free(t);
     t = strdup("");
     n = 0;

@@ -15,14 +15,26 @@
 
 #include "config/config.h"
 #include "engine/engine.h"
+#include "engine/service.h"
 #include "metrics/metrics.h"
 #include "util/buf.h"
 #include "util/utf8.h"
+#include "util/workpool.h"
 
 typedef struct weir__http_server weir__http_server;
 typedef struct weir__http_conn weir__http_conn;
 typedef struct weir__http_req weir__http_req;
 typedef struct weir__api_job weir__api_job;
+typedef struct weir__api_work weir__api_work;
+
+/* The work pools (util/workpool.h): threads, jobs one client may run at once, jobs waiting
+ * before 429. Preparing a request is quick for a normal body; compiles can take seconds. */
+#define WEIR__PREP_THREADS 16
+#define WEIR__PREP_PER_CLIENT 4
+#define WEIR__PREP_QUEUE 4096
+#define WEIR__COMPILE_THREADS 8
+#define WEIR__COMPILE_PER_CLIENT 2
+#define WEIR__COMPILE_QUEUE 1024
 
 typedef enum weir__server_state {
   WEIR__LOADING = 0,  /* the engine is being created: /health 503 "loading" */
@@ -104,6 +116,14 @@ struct weir__http_server {
   weir_metrics *metrics;
   weir__http_metrics m;
   weir_engine *engine;        /* NULL until loaded */
+  /* The model's service handle (engine/service.h): tokenizer, chat template, constraint
+   * cache; valid with engine. Used from the work pools' threads too (read-only). */
+  const weir_service *svc;
+  /* Request preparation (body parse, chat template, tokenizing) and constraint compiles run
+   * on these pools, never on the loop (issue 28); their results come back through
+   * `async` as weir__api_work items on work_head (under ev_lock). */
+  weir_workpool *prep_pool, *compile_pool;
+  weir__api_work *work_head, *work_tail;
   weir_engine_info info;      /* valid once READY */
   char *model_name;
   char *bos_text;             /* the BOS token's text, or NULL */
@@ -138,6 +158,8 @@ struct weir__http_server {
   int num_jobs;               /* generation jobs not yet freed (client gone or not) */
   weir__api_job *jobs;        /* the same jobs, doubly linked (api.c) */
   int aborted_all;
+  int drain_grace;            /* the drain deadline passed: aborted requests finish sending */
+  int force_close;            /* a second signal or the grace is over: close everything now */
 };
 
 /* server.c */
@@ -147,8 +169,12 @@ size_t weir__http_split_bufs(char *base, size_t len, uv_buf_t *bufs, size_t max_
 int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
                            weir_metrics *metrics, const weir__http_handlers *handlers);
 int weir__http_server_listen(weir__http_server *s);
-/* Closes the listener and every connection (after their pending writes). */
-void weir__http_server_close(weir__http_server *s);
+/* Closes the listener and every connection: after their pending writes, or with `force`
+ * at once (unsent output is dropped: the drain deadline passed, or a second signal). */
+void weir__http_server_close(weir__http_server *s, int force);
+/* The client a request counts against in the work pools' fairness: a hash of the peer's IP
+ * address (not its port: one client, many connections). 0 for in-process connections. */
+uint64_t weir__http_client_key(const weir__http_req *r);
 /* Counts a response in weir_http_requests_total{code}. */
 void weir__http_count_response(weir__http_server *s, int status);
 

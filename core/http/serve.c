@@ -1,6 +1,7 @@
 /* The server's life cycle: bind, load the engine on a worker thread while /health answers
  * 503, serve, drain on a signal, shut down in an order where no engine callback can reach a
  * closed handle. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -12,19 +13,49 @@
 #include "util/log.h"
 #include "weir/status.h"
 
+/* After the drain deadline has aborted what still ran, the aborted requests get this long to
+ * send their last bytes (finish_reason "abort", 503s) before every connection still open is
+ * closed at once: a client that never reads cannot hold the exit longer (issue 28). */
+#define WEIR__DRAIN_GRACE_MS 1000
+
+/* Stops serving. Connections close after their pending writes, unless a second signal came
+ * (force_close), when they close at once. The drain timer, if it runs, stays armed,
+ * unreferenced so that it does not keep the loop alive: if it fires first, it closes what
+ * is still open. */
 static void begin_stop(weir__http_server *s) {
   if (s->state == WEIR__STOPPING) return;
   s->state = WEIR__STOPPING;
-  uv_timer_stop(&s->drain_timer);
-  weir__http_server_close(s);
+  weir__http_server_close(s, s->force_close);
   /* The signal watchers stay installed (unreferenced, so the loop can end) until the engine
    * is gone: a repeated SIGTERM during the last steps must not kill the process. */
   uv_unref((uv_handle_t *)&s->sigint);
   uv_unref((uv_handle_t *)&s->sigterm);
-  uv_close((uv_handle_t *)&s->drain_timer, NULL);
+  if (s->force_close || !uv_is_active((uv_handle_t *)&s->drain_timer)) {
+    uv_timer_stop(&s->drain_timer);
+    if (!uv_is_closing((uv_handle_t *)&s->drain_timer))
+      uv_close((uv_handle_t *)&s->drain_timer, NULL);
+  } else {
+    uv_unref((uv_handle_t *)&s->drain_timer);
+  }
   /* The async handle stays open while the engine may still call back: it is closed after
    * the last job is gone (see job_finished). */
   if (s->num_jobs == 0) uv_close((uv_handle_t *)&s->async, NULL);
+}
+
+/* Nothing more is waited for: requests are aborted and every connection closes now (their
+ * unsent output is dropped). Requests still being prepared or compiled end when their work
+ * does, each bounded by its budget. */
+static void force_stop(weir__http_server *s) {
+  s->force_close = 1;
+  weir__api_abort_all(s);
+  if (s->state == WEIR__STOPPING) {
+    weir__http_server_close(s, 1);
+    uv_timer_stop(&s->drain_timer);
+    if (!uv_is_closing((uv_handle_t *)&s->drain_timer))
+      uv_close((uv_handle_t *)&s->drain_timer, NULL);
+  } else if (!s->loading) {
+    begin_stop(s);
+  }
 }
 
 static void job_finished(weir__http_server *s) {
@@ -39,27 +70,38 @@ static void job_finished(weir__http_server *s) {
 
 static void on_drain_timeout(uv_timer_t *t) {
   weir__http_server *s = t->data;
-  weir_log(WEIR_LOG_WARN, "http", "drain timeout: aborting %d request(s) still running",
-           s->num_jobs);
-  weir__api_abort_all(s);
+  if (!s->drain_grace) {
+    weir_log(WEIR_LOG_WARN, "http", "drain timeout: aborting %d request(s) still running",
+             s->num_jobs);
+    s->drain_grace = 1;
+    weir__api_abort_all(s);
+    uv_timer_start(&s->drain_timer, on_drain_timeout, WEIR__DRAIN_GRACE_MS, 0);
+    return;
+  }
+  weir_log(WEIR_LOG_WARN, "http", "drain grace over: closing %d connection(s) still open",
+           s->num_conns);
+  force_stop(s);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
   weir__http_server *s = h->data;
-  if (s->state == WEIR__DRAINING) {
-    /* A second signal: stop waiting. */
-    weir_log(WEIR_LOG_WARN, "http", "second signal: aborting in-flight requests");
-    weir__api_abort_all(s);
+  if (s->state == WEIR__DRAINING || s->state == WEIR__STOPPING) {
+    /* A second signal: stop waiting for anything. */
+    weir_log(WEIR_LOG_WARN, "http", "second signal: aborting in-flight requests, closing "
+             "connections");
+    force_stop(s);
     return;
   }
-  if (s->state == WEIR__STOPPING) return;
   weir_log(WEIR_LOG_INFO, "http", "%s: draining (up to %lld ms)",
            signum == SIGINT ? "SIGINT" : "SIGTERM", (long long)s->cfg->drain_timeout_ms);
   s->state = WEIR__DRAINING;
-  if (s->cfg->drain_timeout_ms > 0)
+  if (s->cfg->drain_timeout_ms > 0) {
     uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)s->cfg->drain_timeout_ms, 0);
-  else
+  } else {
+    s->drain_grace = 1;
     weir__api_abort_all(s);
+    uv_timer_start(&s->drain_timer, on_drain_timeout, WEIR__DRAIN_GRACE_MS, 0);
+  }
   job_finished(s);
 }
 
@@ -74,13 +116,14 @@ static void load_work(uv_work_t *w) {
 
 int weir__serve_attach_engine(weir__http_server *s, weir_engine *engine) {
   s->engine = engine;
+  s->svc = weir_engine_service(engine);
   weir_engine_info_get(s->engine, &s->info);
   /* The engine resolved the served name (server.served_model_name, general.name, file name). */
   s->model_name = strdup(s->info.model_name ? s->info.model_name : "weir");
   if (s->info.bos_id >= 0) {
     char *t = NULL;
     size_t n = 0;
-    if (weir_engine_token_text(s->engine, s->info.bos_id, &t, &n) == WEIR_OK && t && n > 0)
+    if (weir_service_token_text(s->svc, s->info.bos_id, &t, &n) == WEIR_OK && t && n > 0)
       s->bos_text = t;
     else
       free(t);
@@ -126,12 +169,25 @@ int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *
   if (weir__api_metrics_register(s) != WEIR_OK) return WEIR_E_NOMEM;
   uv_async_init(loop, &s->async, weir__api_on_async);
   s->async.data = s;
+  /* Request preparation and constraint compiles, off the loop (issue 28): up to
+   * WEIR__PREP_THREADS bodies parsed, templated and tokenized at once, at most
+   * WEIR__PREP_PER_CLIENT of them for one client; compiles likewise. */
+  if (weir_workpool_create("weir-prep", WEIR__PREP_THREADS, WEIR__PREP_PER_CLIENT,
+                           WEIR__PREP_QUEUE, &s->prep_pool) != WEIR_OK ||
+      weir_workpool_create("weir-compile", WEIR__COMPILE_THREADS, WEIR__COMPILE_PER_CLIENT,
+                           WEIR__COMPILE_QUEUE, &s->compile_pool) != WEIR_OK)
+    return WEIR_E_NOMEM;
   return WEIR_OK;
 }
 
 void weir__serve_detach(weir__http_server *s) {
-  uv_close((uv_handle_t *)&s->async, NULL);
+  if (!uv_is_closing((uv_handle_t *)&s->async)) uv_close((uv_handle_t *)&s->async, NULL);
   uv_run(s->loop, UV_RUN_DEFAULT);
+  /* Every job is gone (so no work is queued or running): the pools end before the engine
+   * whose tokenizer they use. */
+  weir_workpool_destroy(s->compile_pool);
+  weir_workpool_destroy(s->prep_pool);
+  s->compile_pool = s->prep_pool = NULL;
   if (s->engine) weir_engine_destroy(s->engine);
   s->engine = NULL;
   while (s->ev_head) {
@@ -177,6 +233,11 @@ int weir_http_serve(const weir_config *cfg) {
   weir__http_server *s = calloc(1, sizeof *s);
   if (!s) goto close_loop;
   raise_fd_limit(cfg);
+  /* Two malloc arenas, not one per thread: the work pools' threads parse, template and
+   * tokenize bodies of up to server.max_body_bytes, and glibc's per-thread arenas keep what
+   * they freed at the top of their heaps, where malloc_trim does not reach (8 threads held
+   * about 170 MB after a burst of 0.9 MB bodies; with two arenas RSS returns to idle). */
+  mallopt(M_ARENA_MAX, 2);
   if (weir__serve_setup(s, &loop, cfg, metrics) != WEIR_OK) {
     weir_log(WEIR_LOG_ERROR, "http", "cannot register metrics");
     goto free_server;
@@ -204,7 +265,11 @@ int weir_http_serve(const weir_config *cfg) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   code = s->exit_code;
-  /* No job is left, so the engine holds none of our requests and will not call back. */
+  /* No job is left, so no work is queued or running and the engine holds none of our
+   * requests: the pools end first (they use the engine's tokenizer), then the engine. */
+  weir_workpool_destroy(s->compile_pool);
+  weir_workpool_destroy(s->prep_pool);
+  s->compile_pool = s->prep_pool = NULL;
   if (s->engine) weir_engine_destroy(s->engine);
   while (s->ev_head) {
     weir__queued_event *n = s->ev_head->next;
@@ -213,9 +278,12 @@ int weir_http_serve(const weir_config *cfg) {
   }
   uv_close((uv_handle_t *)&s->sigint, NULL);
   uv_close((uv_handle_t *)&s->sigterm, NULL);
+  if (!uv_is_closing((uv_handle_t *)&s->drain_timer)) uv_close((uv_handle_t *)&s->drain_timer, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   weir_log(WEIR_LOG_INFO, "http", "stopped");
 free_server:
+  weir_workpool_destroy(s->compile_pool); /* NULL unless set-up failed */
+  weir_workpool_destroy(s->prep_pool);
   pthread_mutex_destroy(&s->ev_lock);
   free(s->model_name);
   free(s->bos_text);

@@ -60,7 +60,14 @@ struct weir__http_conn {
   weir__http_req *parsing;    /* the request whose bytes are arriving */
   weir__http_req *head, *tail; /* complete requests, answered in this order */
   int queued;
-  size_t header_bytes;
+  /* The request line and header section of the message being parsed, counted whole (names,
+   * values, separators, whitespace, line ends), across reads: hdr_bytes from earlier reads
+   * plus, in this read, from hdr_from on. */
+  size_t hdr_bytes;
+  const char *hdr_from;
+  int in_headers;
+  int auth_headers;           /* Authorization headers seen (more than one: 400) */
+  size_t ext_bytes;           /* chunk extension bytes of this message */
   int host_headers;           /* Host headers in the request being parsed */
   weir_buf field, value;     /* the header being parsed */
   int in_value;
@@ -411,6 +418,19 @@ static const char *status_text(int status) {
   }
 }
 
+uint64_t weir__http_client_key(const weir__http_req *r) {
+  const weir__http_conn *c = r->conn;
+  if (!c || c->mem) return 0;
+  struct sockaddr_storage ss;
+  int len = (int)sizeof ss;
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0) return 0;
+  if (ss.ss_family == AF_INET)
+    return weir_workpool_key(&((const struct sockaddr_in *)&ss)->sin_addr, 4);
+  if (ss.ss_family == AF_INET6)
+    return weir_workpool_key(&((const struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+  return 0;
+}
+
 void weir__http_count_response(weir__http_server *s, int status) {
   char labels[32];
   snprintf(labels, sizeof labels, "code=\"%d\"", status);
@@ -600,9 +620,18 @@ static int parse_fail(weir__http_conn *c, int status, const char *message) {
   return -1;
 }
 
-static int count_header_bytes(weir__http_conn *c, size_t n) {
-  c->header_bytes += n;
-  if (c->header_bytes > (uint64_t)c->srv->cfg->max_header_bytes)
+/* The header section so far, up to at + len, against server.max_header_bytes. The request
+ * line and every header line count whole, so that many short lines (`A:`) cannot pass a
+ * limit meant for bytes (issue 28). */
+static int count_header_bytes(weir__http_conn *c, const char *at, size_t len) {
+  if (!c->hdr_from) {
+    /* The first piece of this message in this read: the request line began with the
+     * method and a space just before the URL (on_url is the first data callback). */
+    size_t ml = strlen(llhttp_method_name(llhttp_get_method(&c->parser))) + 1;
+    c->hdr_from = at;
+    c->hdr_bytes += ml;
+  }
+  if (c->hdr_bytes + (size_t)(at + len - c->hdr_from) > (uint64_t)c->srv->cfg->max_header_bytes)
     return parse_fail(c, 431, "request headers are larger than server.max_header_bytes");
   return 0;
 }
@@ -614,7 +643,11 @@ static int on_message_begin(llhttp_t *p) {
   if (!c->parsing) return parse_fail(c, 500, "out of memory");
   c->parsing->conn = c;
   c->parsing->srv = c->srv;
-  c->header_bytes = 0;
+  c->hdr_bytes = 0;
+  c->hdr_from = NULL;
+  c->in_headers = 1;
+  c->auth_headers = 0;
+  c->ext_bytes = 0;
   c->host_headers = 0;
   c->in_value = 0;
   c->field.len = c->value.len = 0;
@@ -624,7 +657,7 @@ static int on_message_begin(llhttp_t *p) {
 
 static int on_url(llhttp_t *p, const char *at, size_t len) {
   weir__http_conn *c = pconn(p);
-  if (count_header_bytes(c, len)) return -1;
+  if (count_header_bytes(c, at, len)) return -1;
   weir_buf_append(&c->parsing->url, at, len);
   return c->parsing->url.oom ? parse_fail(c, 500, "out of memory") : 0;
 }
@@ -635,7 +668,10 @@ static void header_done(weir__http_conn *c) {
   weir_buf *dst = NULL;
   const char *name = c->field.p ? c->field.p : "";
   if (!strcasecmp(name, "content-type")) dst = &r->content_type;
-  else if (!strcasecmp(name, "authorization")) dst = &r->authorization;
+  else if (!strcasecmp(name, "authorization")) {
+    dst = &r->authorization;
+    c->auth_headers++;
+  }
   else if (!strcasecmp(name, "host")) c->host_headers++;
   else if (!strcasecmp(name, "expect"))
     r->expect_continue = c->value.p && !strcasecmp(c->value.p, "100-continue");
@@ -652,7 +688,7 @@ static void header_done(weir__http_conn *c) {
 
 static int on_header_field(llhttp_t *p, const char *at, size_t len) {
   weir__http_conn *c = pconn(p);
-  if (count_header_bytes(c, len)) return -1;
+  if (count_header_bytes(c, at, len)) return -1;
   header_done(c);
   weir_buf_append(&c->field, at, len);
   return c->field.oom ? parse_fail(c, 500, "out of memory") : 0;
@@ -660,7 +696,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len) {
 
 static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   weir__http_conn *c = pconn(p);
-  if (count_header_bytes(c, len)) return -1;
+  if (count_header_bytes(c, at, len)) return -1;
   c->in_value = 1;
   weir_buf_append(&c->value, at, len);
   return c->value.oom ? parse_fail(c, 500, "out of memory") : 0;
@@ -669,8 +705,12 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len) {
 static int on_headers_complete(llhttp_t *p) {
   weir__http_conn *c = pconn(p);
   header_done(c);
+  c->in_headers = 0;
   weir__http_req *r = c->parsing;
   r->method = llhttp_get_method(p);
+  /* Two credentials: which one is meant is ambiguous (and a proxy may have checked the
+   * other one), so neither is used. */
+  if (c->auth_headers > 1) return parse_fail(c, 400, "more than one Authorization header");
   r->http_minor = llhttp_get_http_major(p) > 1 ? 1 : llhttp_get_http_minor(p);
   if (llhttp_get_http_major(p) != 1) return parse_fail(c, 505, "only HTTP/1.x is supported");
   /* RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host header, 1.0 at most one. */
@@ -697,6 +737,17 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
     return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
   weir_buf_append(&r->body, at, len);
   return r->body.oom ? parse_fail(c, 500, "out of memory") : 0;
+}
+
+/* Chunk extensions (`1;name=value`) are read and ignored, but their bytes count: together
+ * at most server.max_header_bytes per message. */
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t len) {
+  (void)at;
+  weir__http_conn *c = pconn(p);
+  c->ext_bytes += len;
+  if (c->ext_bytes > (uint64_t)c->srv->cfg->max_header_bytes)
+    return parse_fail(c, 400, "chunk extensions are larger than server.max_header_bytes");
+  return 0;
 }
 
 static int on_message_complete(llhttp_t *p) {
@@ -753,7 +804,20 @@ static int queue_error(weir__http_conn *c, int status, const char *message) {
  * did not look at are kept in c->in, to be parsed once the queue has drained. */
 static void conn_parse(weir__http_conn *c, const char *data, size_t len) {
   if (c->closing || c->lingering || c->no_more_requests || !len) return;
+  /* A header section continued from an earlier read counts from this read's start. */
+  if (c->in_headers && c->hdr_from) c->hdr_from = data;
   llhttp_errno_t err = llhttp_execute(&c->parser, data, len);
+  if (err == HPE_OK && c->in_headers && c->hdr_from) {
+    /* The read ended inside the header section: all of the rest is header bytes, those
+     * after the last name or value too (whitespace that no callback reports). */
+    c->hdr_bytes += (size_t)(data + len - c->hdr_from);
+    c->hdr_from = data + len; /* rebased at the next read */
+    if (c->hdr_bytes > (uint64_t)c->srv->cfg->max_header_bytes) {
+      c->no_more_requests = 1;
+      queue_error(c, 431, "request headers are larger than server.max_header_bytes");
+      return;
+    }
+  }
   if (err == HPE_PAUSED) {
     const char *pos = llhttp_get_error_pos(&c->parser);
     size_t used = pos && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
@@ -951,6 +1015,8 @@ int weir__http_server_init(weir__http_server *s, uv_loop_t *loop, const weir_con
   s->parser_settings.on_header_value = on_header_value;
   s->parser_settings.on_headers_complete = on_headers_complete;
   s->parser_settings.on_body = on_body;
+  s->parser_settings.on_chunk_extension_name = on_chunk_extension;
+  s->parser_settings.on_chunk_extension_value = on_chunk_extension;
   s->parser_settings.on_message_complete = on_message_complete;
   return WEIR_OK;
 }
@@ -978,14 +1044,14 @@ int weir__http_server_listen(weir__http_server *s) {
   return WEIR_OK;
 }
 
-void weir__http_server_close(weir__http_server *s) {
+void weir__http_server_close(weir__http_server *s, int force) {
   if (s->listener_open) {
     s->listener_open = 0;
     uv_close((uv_handle_t *)&s->listener, NULL);
   }
   for (weir__http_conn *c = s->conns, *n; c; c = n) {
     n = c->next;
-    if (c->pending_writes > 0) {
+    if (c->pending_writes > 0 && !force) {
       c->no_more_requests = 1;
       c->close_after_writes = 1;
       idle_remove(c);

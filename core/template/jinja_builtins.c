@@ -306,7 +306,7 @@ static int g_range(R *r, jv self, const jcall *a, jv *out) {
   if (step == 0) return jr_fail(r, WEIR_E_INVAL, "range() arg 3 must not be zero");
   int64_t count = 0;
   if (step > 0 && stop > start) count = (int64_t)(((uint64_t)stop - (uint64_t)start - 1) / (uint64_t)step + 1);
-  if (step < 0 && start > stop) count = (int64_t)(((uint64_t)start - (uint64_t)stop - 1) / (uint64_t)(-step) + 1);
+  if (step < 0 && start > stop) count = (int64_t)(((uint64_t)start - (uint64_t)stop - 1) / ((uint64_t)0 - (uint64_t)step) + 1);
   /* Jinja's sandbox refuses ranges over 100,000 items (MAX_RANGE) */
   if (count > 100000)
     return jr_fail(r, WEIR_E_RANGE, "Range too big. The sandbox blocks ranges larger than "
@@ -388,6 +388,167 @@ int jb_global(const char *name, jv *out) {
 
 /* ---- %-formatting and str.format ---- */
 
+/* One %-conversion's flags, width and precision (Python's printf-style formatting). */
+typedef struct fmt_spec {
+  int left, plus, space, alt, zero;
+  int64_t width; /* 0: none */
+  int64_t prec;  /* -1: none */
+} fmt_spec;
+
+/* Parses the flags, width and precision after '%' up to the conversion character, which *pp
+ * then points at. A width or precision that could not fit the output budget is refused
+ * here (WEIR_E_RANGE), before anything is formatted: Python would build the string, but a
+ * render cannot hold it anyway. '*' is not supported (Jinja2's sandbox allows it, no chat
+ * template uses it). */
+static int parse_fmt_spec(R *r, const char **pp, const char *e, fmt_spec *fs) {
+  const char *p = *pp;
+  memset(fs, 0, sizeof *fs);
+  fs->prec = -1;
+  for (; p < e && strchr("-+ #0", *p); p++) {
+    if (*p == '-') fs->left = 1;
+    else if (*p == '+') fs->plus = 1;
+    else if (*p == ' ') fs->space = 1;
+    else if (*p == '#') fs->alt = 1;
+    else fs->zero = 1;
+  }
+  const int64_t lim = (int64_t)r->lim->max_output;
+  for (; p < e && *p >= '0' && *p <= '9'; p++) {
+    fs->width = fs->width * 10 + (*p - '0');
+    if (fs->width > lim)
+      return jr_fail(r, WEIR_E_RANGE, "format width is larger than the output limit (%zu bytes)",
+                     r->lim->max_output);
+  }
+  if (p < e && *p == '.') {
+    p++;
+    fs->prec = 0;
+    for (; p < e && *p >= '0' && *p <= '9'; p++) {
+      fs->prec = fs->prec * 10 + (*p - '0');
+      if (fs->prec > lim)
+        return jr_fail(r, WEIR_E_RANGE,
+                       "format precision is larger than the output limit (%zu bytes)",
+                       r->lim->max_output);
+    }
+  }
+  if (p < e && *p == '*') return jr_fail(r, WEIR_E_INVAL, "format: '*' width is not supported");
+  if (p >= e) return jr_fail(r, WEIR_E_INVAL, "incomplete format");
+  *pp = p;
+  return 0;
+}
+
+/* Appends n copies of c, in chunks. */
+static int put_fill(R *r, jbuf *b, char c, size_t n) {
+  char chunk[256];
+  memset(chunk, c, sizeof chunk);
+  while (n) {
+    size_t k = n < sizeof chunk ? n : sizeof chunk;
+    if (bput(r, b, chunk, k)) return -1;
+    n -= k;
+  }
+  return 0;
+}
+
+/* Appends body (its first `pre` bytes a sign or a 0x prefix; `ncp` code points wide in all)
+ * padded to the spec's width: spaces on the left, spaces on the right with '-', or zeros
+ * after the sign and prefix with '0'. `extra` zeros go on the end of the body (digits past
+ * what snprintf was asked for); `ins` says they go before an exponent instead. */
+static int put_padded(R *r, jbuf *b, const fmt_spec *fs, const char *body, size_t len,
+                      size_t pre, size_t ncp, size_t extra) {
+  size_t width = (size_t)fs->width, shown = ncp + extra;
+  size_t pad = width > shown ? width - shown : 0;
+  if (jr_steps(r, (shown + pad) / 64)) return -1;
+  if (pad && !fs->left && !fs->zero && put_fill(r, b, ' ', pad)) return -1;
+  if (bput(r, b, body, pre)) return -1;
+  if (pad && !fs->left && fs->zero && put_fill(r, b, '0', pad)) return -1;
+  /* extra zeros: before an exponent ('e', 'E') when there is one, else at the end */
+  const char *ex = NULL;
+  for (size_t i = pre; extra && i < len; i++)
+    if (body[i] == 'e' || body[i] == 'E') {
+      ex = body + i;
+      break;
+    }
+  size_t head = ex ? (size_t)(ex - body) : len;
+  if (bput(r, b, body + pre, head - pre) || put_fill(r, b, '0', extra) ||
+      bput(r, b, body + head, len - head))
+    return -1;
+  if (pad && fs->left && put_fill(r, b, ' ', pad)) return -1;
+  return 0;
+}
+
+/* %d %i %u %x %X %o, as Python: precision is a minimum digit count, '#' adds 0x / 0X / 0o. */
+static int fmt_int(R *r, jbuf *b, const fmt_spec *fs, char conv, int64_t iv) {
+  char body[96];
+  size_t n = 0;
+  uint64_t mag = iv < 0 ? (uint64_t)0 - (uint64_t)iv : (uint64_t)iv;
+  if (iv < 0) body[n++] = '-';
+  else if (fs->plus) body[n++] = '+';
+  else if (fs->space) body[n++] = ' ';
+  if (fs->alt && (conv == 'x' || conv == 'X' || conv == 'o')) {
+    body[n++] = '0';
+    body[n++] = conv == 'o' ? 'o' : conv;
+  }
+  size_t pre = n;
+  unsigned base = conv == 'x' || conv == 'X' ? 16 : conv == 'o' ? 8 : 10;
+  const char *dig = conv == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
+  char rev[72];
+  size_t nd = 0;
+  do {
+    rev[nd++] = dig[mag % base];
+    mag /= base;
+  } while (mag);
+  size_t lead = fs->prec > (int64_t)nd ? (size_t)fs->prec - nd : 0;
+  /* the leading zeros of the precision: written as a fill between prefix and digits */
+  if (lead) {
+    size_t width = (size_t)fs->width, shown = pre + lead + nd;
+    size_t pad = width > shown ? width - shown : 0;
+    if (jr_steps(r, (shown + pad) / 64)) return -1;
+    if (pad && !fs->left && !fs->zero && put_fill(r, b, ' ', pad)) return -1;
+    if (bput(r, b, body, pre)) return -1;
+    if (pad && !fs->left && fs->zero && put_fill(r, b, '0', pad)) return -1;
+    if (put_fill(r, b, '0', lead)) return -1;
+    while (nd) {
+      char c = rev[--nd];
+      if (bput(r, b, &c, 1)) return -1;
+    }
+    if (pad && fs->left && put_fill(r, b, ' ', pad)) return -1;
+    return 0;
+  }
+  while (nd) body[n++] = rev[--nd];
+  return put_padded(r, b, fs, body, n, pre, n, 0);
+}
+
+/* The most digits after the point a double's exact decimal value has (2^-1074), and the
+ * most significant digits it has (767): past these every digit is 0, so snprintf is asked
+ * for at most FMT_EXACT_DIGITS and the rest are appended as zeros. That keeps libc's work
+ * small whatever the precision, and the output is still exact. */
+#define FMT_EXACT_DIGITS 1100
+
+/* %f %F %e %E %g %G, as Python. */
+static int fmt_float(R *r, jbuf *b, const fmt_spec *fs, char conv, double dv) {
+  int64_t prec = fs->prec < 0 ? 6 : fs->prec;
+  int64_t asked = prec > FMT_EXACT_DIGITS ? FMT_EXACT_DIGITS : prec;
+  size_t extra = 0;
+  /* %g drops trailing zeros unless '#': past the exact digits it adds nothing */
+  if (isfinite(dv) && prec > asked && (fs->alt || (conv != 'g' && conv != 'G')))
+    extra = (size_t)(prec - asked);
+  char spec[16];
+  size_t sl = 0;
+  spec[sl++] = '%';
+  if (fs->plus) spec[sl++] = '+';
+  else if (fs->space) spec[sl++] = ' ';
+  if (fs->alt) spec[sl++] = '#';
+  spec[sl++] = '.';
+  spec[sl++] = '*';
+  spec[sl++] = conv;
+  spec[sl] = '\0';
+  /* 309 integer digits + the point + FMT_EXACT_DIGITS + sign and exponent */
+  char num[FMT_EXACT_DIGITS + 340];
+  int n = snprintf(num, sizeof num, spec, (int)asked, dv);
+  if (n < 0 || (size_t)n >= sizeof num) return jr_fail(r, WEIR_E_INTERNAL, "float format failed");
+  size_t pre = (num[0] == '-' || num[0] == '+' || num[0] == ' ') ? 1 : 0;
+  return put_padded(r, b, fs, num, (size_t)n, pre, (size_t)n, extra);
+}
+
+
 int jb_format_percent(R *r, jstr *fmt, jv args, jv *out);
 int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
   jbuf b = {0};
@@ -439,16 +600,13 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
       v = args;
       used_single = 1;
     }
-    char spec[32];
-    size_t sl = 0;
-    spec[sl++] = '%';
-    while (p < e && strchr("-+ #0123456789.", *p) && sl < sizeof spec - 3) spec[sl++] = *p++;
-    if (p >= e) {
-      jr_fail(r, WEIR_E_INVAL, "incomplete format");
-      goto fail;
-    }
+    /* The conversion spec: flags, width and precision are parsed here, not handed to
+     * snprintf, so that a template cannot ask libc for a billion-digit number: a width or a
+     * precision that cannot fit the output budget is refused before any work, and what is
+     * formatted is padded here in chunks (issue 28). */
+    fmt_spec fs;
+    if (parse_fmt_spec(r, &p, e, &fs)) goto fail;
     char conv = *p++;
-    char num[512];
     switch (conv) {
     case 's':
     case 'r': {
@@ -458,52 +616,38 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
         goto fail;
       }
       /* flags, width and precision count code points, as Python's do */
-      spec[sl] = '\0';
-      int left = strchr(spec, '-') != NULL;
-      const char *w = spec + 1;
-      while (*w == '-' || *w == '+' || *w == ' ' || *w == '#' || *w == '0') w++;
-      long width = strtol(w, NULL, 10);
-      const char *dot = strchr(spec, '.');
-      long prec = dot ? strtol(dot + 1, NULL, 10) : -1;
-      size_t n = t.len, ncp = 0, cut = t.len;
+      size_t ncp = 0, cut = t.len;
       for (size_t bi = 0; bi < t.len; bi++)
         if (((unsigned char)t.p[bi] & 0xC0) != 0x80) {
-          if (prec >= 0 && (long)ncp == prec) {
+          if (fs.prec >= 0 && (int64_t)ncp == fs.prec) {
             cut = bi;
             break;
           }
           ncp++;
         }
-      n = cut;
-      int rc = 0;
-      if (width > 4096) width = 4096;
-      for (long pi = (long)ncp; !left && pi < width && !rc; pi++) rc = bput(r, &b, " ", 1);
-      if (!rc) rc = bput(r, &b, t.p ? t.p : "", n);
-      for (long pi = (long)ncp; left && pi < width && !rc; pi++) rc = bput(r, &b, " ", 1);
+      fs.zero = 0; /* Python pads %s with spaces whatever the 0 flag says */
+      int rc = put_padded(r, &b, &fs, t.p ? t.p : "", cut, 0, ncp, 0);
       free(t.p);
       if (rc) goto fail;
       break;
     }
     case 'd':
     case 'i':
+    case 'u':
     case 'x':
     case 'X':
     case 'o': {
       int64_t iv;
       if (v.t == JV_INT) iv = v.i;
       else if (v.t == JV_BOOL) iv = v.b;
-      else if (v.t == JV_FLOAT && (conv == 'd' || conv == 'i') && isfinite(v.f) && fabs(v.f) < 9.2e18)
+      else if (v.t == JV_FLOAT && (conv == 'd' || conv == 'i' || conv == 'u') && isfinite(v.f) &&
+               fabs(v.f) < 9.2e18)
         iv = (int64_t)v.f; /* %d truncates a float; %x and %o refuse one */
       else {
         jr_fail(r, WEIR_E_INVAL, "%%%c format: a number is required, not %s", conv, jv_type_name(v));
         goto fail;
       }
-      spec[sl++] = 'l';
-      spec[sl++] = 'l';
-      spec[sl++] = conv == 'i' ? 'd' : conv;
-      spec[sl] = '\0';
-      snprintf(num, sizeof num, spec, (long long)iv);
-      if (bput(r, &b, num, strlen(num))) goto fail;
+      if (fmt_int(r, &b, &fs, conv, iv)) goto fail;
       break;
     }
     case 'f':
@@ -520,10 +664,7 @@ int jb_format_percent(R *r, jstr *fmt, jv args, jv *out) {
         jr_fail(r, WEIR_E_INVAL, "must be real number, not %s", jv_type_name(v));
         goto fail;
       }
-      spec[sl++] = conv;
-      spec[sl] = '\0';
-      snprintf(num, sizeof num, spec, dv);
-      if (bput(r, &b, num, strlen(num))) goto fail;
+      if (fmt_float(r, &b, &fs, conv, dv)) goto fail;
       break;
     }
     default:
@@ -1733,6 +1874,8 @@ static int f_batch(R *r, jv v, const jcall *a, jv *out) {
   jv fill;
   int has_fill = arg(a, 1, "fill_with", &fill) && fill.t != JV_NONE;
   size_t nb = (l->n + (size_t)size - 1) / (size_t)size;
+  /* a fill pads the last row to linecount items: charge what is built, not what is read */
+  if (jr_steps(r, (has_fill ? (uint64_t)nb * (uint64_t)size : l->n) / 8)) return -1;
   jlist *res = jl_new(&r->ar, nb);
   if (!res) return oom(r);
   for (size_t b = 0; b < nb; b++) {

@@ -43,7 +43,8 @@ int jr_raise(R *r, const char *msg, size_t len) {
 }
 
 int jr_steps(R *r, uint64_t n) {
-  r->steps += n + 0;
+  /* saturating: a charge computed from a hostile size must not wrap the counter */
+  r->steps = n > UINT64_MAX - r->steps ? UINT64_MAX : r->steps + n;
   if (r->steps > r->lim->max_steps)
     return jr_fail(r, WEIR_E_RANGE, "the template ran for more than %llu steps (an endless loop "
                    "or recursion?)", (unsigned long long)r->lim->max_steps);
@@ -276,9 +277,12 @@ static int do_slice(R *r, jv obj, const jv *start, const jv *stop, const jv *ste
   int64_t n = obj.t == JV_LIST ? (int64_t)obj.l->n : (int64_t)js_ncp(obj.s);
   int64_t lo, hi;
   slice_indices(n, start, stop, step, &lo, &hi);
+  /* The step's magnitude in unsigned arithmetic: -step is undefined for INT64_MIN, and
+   * hi - lo + step - 1 overflows for a step near INT64_MAX. lo and hi lie in [-1, n]. */
   int64_t count = 0;
-  if (step > 0 && hi > lo) count = (hi - lo + step - 1) / step;
-  if (step < 0 && lo > hi) count = (lo - hi + (-step) - 1) / (-step);
+  uint64_t mag = step > 0 ? (uint64_t)step : (uint64_t)0 - (uint64_t)step;
+  if (step > 0 && hi > lo) count = (int64_t)((uint64_t)(hi - lo - 1) / mag + 1);
+  if (step < 0 && lo > hi) count = (int64_t)((uint64_t)(lo - hi - 1) / mag + 1);
   if (jr_steps(r, (uint64_t)count / 8)) return -1;
   if (obj.t == JV_LIST) {
     jlist *l = jl_new(&r->ar, (size_t)count);

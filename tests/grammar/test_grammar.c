@@ -202,6 +202,27 @@ static void test_limits(void) {
   WT_ASSERT_INT_EQ(weir_grammar_compile(&spec, &g, err, sizeof err), 0);
   CU_ASSERT(weir_grammar_num_positions(g) > 8192);
   weir_grammar_release(g);
+  /* The CPU-time budget: 30,000 choices take well over 1 ms to compile, so with a 1 ms budget
+   * they are refused, naming the budget; with the default (10 s) they compile. */
+  size_t cap = 30000 * 12 + 8;
+  char *many = malloc(cap);
+  n = 0;
+  many[n++] = '[';
+  for (int i = 0; i < 30000; i++) n += (size_t)snprintf(many + n, cap - n, "%s\"w%dz\"", i ? "," : "", i);
+  many[n++] = ']';
+  many[n] = 0;
+  weir_grammar_limits_default(&lim);
+  CU_ASSERT_EQUAL(lim.max_compile_ms, 10000);
+  lim.max_compile_ms = 1;
+  spec = (weir_constraint_spec){.kind = WEIR_CONSTRAINT_CHOICE, .text = many, .len = n,
+                                .limits = &lim};
+  WT_ASSERT_INT_EQ(weir_grammar_compile(&spec, &g, err, sizeof err), WEIR_E_INVAL);
+  WT_ASSERT_STR_CONTAINS(err, "took more than 1 ms of CPU time to compile");
+  CU_ASSERT_PTR_NULL(g);
+  spec.limits = NULL;
+  WT_ASSERT_INT_EQ(weir_grammar_compile(&spec, &g, err, sizeof err), 0);
+  weir_grammar_release(g);
+  free(many);
 }
 
 /* ---- exact acceptance -------------------------------------------------------------------- */

@@ -264,6 +264,31 @@ static void test_hostile_templates(void) {
   /* integer overflow is an error, not undefined behaviour */
   expect_fail("{{ 9223372036854775807 + 1 }}", NULL, WEIR_E_RANGE, "overflow");
   expect_fail("{{ 2 ** 64 }}", NULL, WEIR_E_RANGE, "overflow");
+  /* %-formatting: a width or precision past the output budget is refused before libc
+   * formats anything (issue 28: these took 14-18 s and 4.9 GB in snprintf) */
+  expect_fail("{{ '%.999999999f' % 1.0 }}", NULL, WEIR_E_RANGE, "precision");
+  expect_fail("{{ '%999999999d' % 1 }}", NULL, WEIR_E_RANGE, "width");
+  expect_fail("{{ '%.999999999e' % 1.0 }}", NULL, WEIR_E_RANGE, "precision");
+  expect_fail("{{ '%.999999999g' % 1.0 }}", NULL, WEIR_E_RANGE, "precision");
+  expect_fail("{{ '%#999999999.3G' % 1.0 }}", NULL, WEIR_E_RANGE, "width");
+  expect_fail("{{ '%.99999999999999999999999d' % 1 }}", NULL, WEIR_E_RANGE, "precision");
+  expect_fail("{{ '%999999999s' % 'x' }}", NULL, WEIR_E_RANGE, "width");
+  expect_fail("{{ '%(a)999999999s' % {'a': 1} }}", NULL, WEIR_E_RANGE, "width");
+  /* within the spec's limit but past the output budget once repeated */
+  expect_fail("{% for i in range(100) %}{{ '%.8000000f' % 1.0 }}{% endfor %}", NULL, WEIR_E_RANGE, NULL);
+  expect_fail("{{ '%*d' % (5, 1) }}", NULL, WEIR_E_INVAL, "not supported");
+  /* a precision up to the budget is exact and quick: digits past a double's exact
+   * expansion are zeros (fixtures compare the shorter ones against Jinja2) */
+  expect("{{ ('%.4000000f' % 0.5)|length }}", NULL, "4000002");
+  expect("{{ ('%#.3000000g' % 0.25)[-3:] }}", NULL, "000");
+  /* slices and ranges with a step of INT64_MIN or INT64_MAX: no undefined negation */
+  expect("{{ 'abc'[::-9223372036854775807 - 1] }}", NULL, "c");
+  expect("{{ [1, 2, 3][::-9223372036854775807 - 1] }}", NULL, "[3]");
+  expect("{{ 'abc'[::9223372036854775807] }}", NULL, "a");
+  expect("{{ range(5, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}", NULL,
+         "[5, -9223372036854775803]");
+  /* batch with a fill pads rows to linecount: charged to the step budget */
+  expect_fail("{{ [1]|batch(4000000000, 'x')|length }}", NULL, WEIR_E_RANGE, NULL);
   /* deep nesting in the source: a parse error, not a stack overflow */
   char *deep = malloc(64000);
   size_t o = 0;

@@ -11,6 +11,11 @@
 #include "util/buf.h"
 #include "util/log.h"
 #include "util/progress.h"
+#include "util/workpool.h"
+#include "weir/status.h"
+
+#include <stdatomic.h>
+#include <time.h>
 
 /* weir_read_file: an empty file, one larger than its read chunk with a NUL inside, a missing
  * one. */
@@ -175,8 +180,95 @@ static void test_progress_threads(void) {
   CU_ASSERT(max_seen > 0.1);
 }
 
+
+/* ---- the fair work pool (util/workpool.h) ---- */
+
+static double wp_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+typedef struct wp_job {
+  int sleep_ms;
+  double started;
+  int cancelled;
+  atomic_int *done;
+} wp_job;
+
+static void wp_run(void *arg, int cancelled) {
+  wp_job *j = arg;
+  j->started = wp_now_ms();
+  j->cancelled = cancelled;
+  if (!cancelled) usleep((useconds_t)j->sleep_ms * 1000);
+  atomic_fetch_add(j->done, 1);
+}
+
+static void test_workpool_fair(void) {
+  weir_workpool *p;
+  WT_ASSERT_INT_EQ(weir_workpool_create("wp-test", 2, 1, 0, &p), WEIR_OK);
+  atomic_int done = 0;
+  /* client 1 queues four 150 ms jobs (one runs at a time: per_client 1) */
+  wp_job a[4], b = {.sleep_ms = 1, .done = &done};
+  for (int i = 0; i < 4; i++) {
+    a[i] = (wp_job){.sleep_ms = 150, .done = &done};
+    WT_ASSERT_INT_EQ(weir_workpool_submit(p, 1, wp_run, &a[i]), WEIR_OK);
+  }
+  int running = -1, queued = -1;
+  for (int k = 0; k < 2000; k++) {
+    weir_workpool_counts(p, &running, &queued);
+    if (running == 1) break;
+    usleep(1000);
+  }
+  CU_ASSERT_EQUAL(running, 1);
+  CU_ASSERT_EQUAL(queued, 3);
+  /* client 2's cheap job starts at once beside them, not after them */
+  double t0 = wp_now_ms();
+  WT_ASSERT_INT_EQ(weir_workpool_submit(p, 2, wp_run, &b), WEIR_OK);
+  while (atomic_load(&done) < 5) usleep(1000);
+  CU_ASSERT(b.started - t0 < 140.0); /* before client 1's running job could end */
+  CU_ASSERT(b.started < a[1].started);
+  /* client 1's jobs ran one after another, in order */
+  for (int i = 1; i < 4; i++) CU_ASSERT(a[i].started >= a[i - 1].started + 140.0);
+  weir_workpool_destroy(p);
+}
+
+static void test_workpool_bounds(void) {
+  weir_workpool *p;
+  WT_ASSERT_INT_EQ(weir_workpool_create("wp-test", 1, 1, 3, &p), WEIR_OK);
+  atomic_int done = 0;
+  wp_job j[6];
+  int ok = 0, busy = 0;
+  for (int i = 0; i < 6; i++) {
+    j[i] = (wp_job){.sleep_ms = 200, .done = &done};
+    int rc = weir_workpool_submit(p, 7, wp_run, &j[i]);
+    if (rc == WEIR_OK) ok++;
+    else if (rc == WEIR_E_BUSY) busy++;
+    for (int k = 0; i == 0 && k < 2000; k++) { /* the first starts before the next is queued */
+      int running = 0;
+      weir_workpool_counts(p, &running, NULL);
+      if (running == 1) break;
+      usleep(1000);
+    }
+  }
+  /* one running and three waiting; the other two refused */
+  CU_ASSERT_EQUAL(ok, 4);
+  CU_ASSERT_EQUAL(busy, 2);
+  /* destroy waits for the running one and cancels the waiting ones: every accepted job's
+   * function runs exactly once */
+  weir_workpool_destroy(p);
+  CU_ASSERT_EQUAL(atomic_load(&done), 4);
+  int cancelled = 0;
+  for (int i = 0; i < 4; i++) cancelled += j[i].cancelled;
+  CU_ASSERT_EQUAL(cancelled, 3);
+  CU_ASSERT_EQUAL(weir_workpool_key("abc", 3), weir_workpool_key("abc", 3));
+  CU_ASSERT(weir_workpool_key("abc", 3) != weir_workpool_key("abd", 3));
+}
+
 int main(void) {
   static const wt_test tests[] = {{"buf", test_buf},
+                                  {"workpool: a client's queue does not hold back another's", test_workpool_fair},
+                                  {"workpool: bounded queue, cancel on destroy", test_workpool_bounds},
                                   {"read_file", test_read_file},
                                   {"progress logs begin, periodic lines, end", test_progress_log},
                                   {"progress is silent above info", test_progress_quiet},

@@ -1,0 +1,62 @@
+/* The service handle (service.h): thin calls into the tokenizer, the chat renderer and the
+ * constraint cache, with the argument checks a caller from the network needs. */
+#include "engine/service.h"
+
+#include "grammar/grammar.h"
+#include "model/tokenizer.h"
+#include "weir/status.h"
+
+int weir_service_tokenize(const weir_service *sv, const char *text, size_t len, int add_special,
+                          int32_t **ids, int32_t *n) {
+  size_t count = 0;
+  int flags = add_special ? (WEIR_ENCODE_ADD_SPECIAL | WEIR_ENCODE_PARSE_SPECIAL) : 0;
+  int rc = weir_tokenizer_encode(sv->tok, text, len, flags, ids, &count);
+  if (rc == WEIR_OK) *n = (int32_t)count;
+  return rc;
+}
+
+static int ids_valid(const weir_service *sv, const int32_t *ids, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= sv->vocab_size) return 0;
+  return 1;
+}
+
+int weir_service_detokenize(const weir_service *sv, const int32_t *ids, int32_t n, char **text,
+                            size_t *len) {
+  if (!ids_valid(sv, ids, n)) return WEIR_E_RANGE;
+  return weir_tokenizer_decode(sv->tok, ids, (size_t)n, 0, text, len);
+}
+
+int weir_service_detokenize_offsets(const weir_service *sv, const int32_t *ids, int32_t n,
+                                    int skip_special, size_t *offsets) {
+  if (!ids_valid(sv, ids, n)) return WEIR_E_RANGE;
+  weir_detok d;
+  weir_detok_init(&d, sv->tok, skip_special ? WEIR_DECODE_SKIP_SPECIAL : 0);
+  size_t at = 0;
+  int rc = WEIR_OK;
+  for (int32_t i = 0; i < n && rc == WEIR_OK; i++) {
+    const char *piece;
+    size_t len = 0;
+    offsets[i] = at;
+    rc = weir_detok_feed(&d, ids[i], &piece, &len);
+    at += len;
+  }
+  weir_detok_free(&d);
+  return rc;
+}
+
+int weir_service_token_text(const weir_service *sv, int32_t id, char **text, size_t *len) {
+  return weir_tokenizer_decode(sv->tok, &id, 1, WEIR_DECODE_KEEP_PREFIX_SPACE, text, len);
+}
+
+int weir_service_render_chat(const weir_service *sv, const weir_chat_request *req, char **out,
+                             char *err, size_t errlen) {
+  return weir_chat_renderer_render(sv->chat, req, out, err, errlen);
+}
+
+int weir_service_constraint(const weir_service *sv, const struct weir_constraint_spec *spec,
+                            struct weir_constraint **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (!sv || !spec) return WEIR_E_INVAL;
+  return weir_constraint_cache_get(sv->gcache, spec, out, err, errlen);
+}
