@@ -286,43 +286,25 @@ static void queue_flow(weir_engine *e, uint64_t id, int resume) {
 void weir_engine_pause(weir_engine *e, uint64_t id) { queue_flow(e, id, 0); }
 void weir_engine_resume(weir_engine *e, uint64_t id) { queue_flow(e, id, 1); }
 
+/* The tokenizer calls are the service handle's (service.h), which HTTP uses directly; these
+ * stay for the engine's other callers. */
 int weir_engine_tokenize(weir_engine *e, const char *text, size_t len, int add_special,
                          int32_t **ids, int32_t *n) {
-  size_t count = 0;
-  int flags = add_special ? (WEIR_ENCODE_ADD_SPECIAL | WEIR_ENCODE_PARSE_SPECIAL) : 0;
-  int rc = weir_tokenizer_encode(e->tok, text, len, flags, ids, &count);
-  if (rc == WEIR_OK) *n = (int32_t)count;
-  return rc;
+  return weir_service_tokenize(&e->service, text, len, add_special, ids, n);
 }
 
 int weir_engine_detokenize(weir_engine *e, const int32_t *ids, int32_t n, char **text,
                            size_t *len) {
-  for (int32_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= e->vocab) return WEIR_E_RANGE;
-  return weir_tokenizer_decode(e->tok, ids, (size_t)n, 0, text, len);
+  return weir_service_detokenize(&e->service, ids, n, text, len);
 }
 
 int weir_engine_detokenize_offsets(weir_engine *e, const int32_t *ids, int32_t n,
                                    int skip_special, size_t *offsets) {
-  for (int32_t i = 0; i < n; i++)
-    if (ids[i] < 0 || ids[i] >= e->vocab) return WEIR_E_RANGE;
-  weir_detok d;
-  weir_detok_init(&d, e->tok, skip_special ? WEIR_DECODE_SKIP_SPECIAL : 0);
-  size_t at = 0;
-  int rc = WEIR_OK;
-  for (int32_t i = 0; i < n && rc == WEIR_OK; i++) {
-    const char *piece;
-    size_t len = 0;
-    offsets[i] = at;
-    rc = weir_detok_feed(&d, ids[i], &piece, &len);
-    at += len;
-  }
-  weir_detok_free(&d);
-  return rc;
+  return weir_service_detokenize_offsets(&e->service, ids, n, skip_special, offsets);
 }
 
 int weir_engine_token_text(weir_engine *e, int32_t id, char **text, size_t *len) {
-  return weir_tokenizer_decode(e->tok, &id, 1, WEIR_DECODE_KEEP_PREFIX_SPACE, text, len);
+  return weir_service_token_text(&e->service, id, text, len);
 }
 
 int weir_engine_render_chat(weir_engine *e, const weir_chat_message *msgs, int32_t n,

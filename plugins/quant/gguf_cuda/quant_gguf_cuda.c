@@ -265,15 +265,8 @@ static const weir_quant_ops k_ops = {
     .embed = g_embed,
 };
 
-#define GGUF_CUDA_DTYPES                                                                      \
-  (WEIR_DTYPE_BIT(WEIR_DTYPE_F32) | WEIR_DTYPE_BIT(WEIR_DTYPE_F16) |                          \
-   WEIR_DTYPE_BIT(WEIR_DTYPE_BF16) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_0) |                        \
-   WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_1) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q5_0) |                        \
-   WEIR_DTYPE_BIT(WEIR_DTYPE_Q5_1) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q8_0) |                        \
-   WEIR_DTYPE_BIT(WEIR_DTYPE_Q2_K) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q3_K) |                        \
-   WEIR_DTYPE_BIT(WEIR_DTYPE_Q4_K) | WEIR_DTYPE_BIT(WEIR_DTYPE_Q5_K) |                        \
-   WEIR_DTYPE_BIT(WEIR_DTYPE_Q6_K) | WEIR_DTYPE_BIT(WEIR_DTYPE_IQ4_NL) |                      \
-   WEIR_DTYPE_BIT(WEIR_DTYPE_IQ4_XS))
+/* Every GGUF weight type the SDK reads (weir/quant.h): the 1.2 types and those of 1.5. */
+#define GGUF_CUDA_DTYPES (WEIR_DEQUANTIZE_DTYPES | WEIR_DEQUANTIZE_KQUANT_DTYPES)
 
 static const weir_plugin_desc k_desc = {
     WEIR_PLUGIN_DESC_HEADER,
