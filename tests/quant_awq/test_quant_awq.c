@@ -238,7 +238,10 @@ static void check_shape(wt_plugin *l, weir_dtype t, int64_t rows, int64_t cols, 
 
   static const int64_t toks[] = {1, 2, 3, 7, 64};
   const int ntoks = (int)(sizeof toks / sizeof toks[0]);
-  if (!wt_check_quant_matmul_at(ops, l->self, w, rows, cols, toks, ntoks, wq, ref, wbound, 4e-6,
+  /* rel 8e-6: an asymmetric group's zero-point term m * sum(x) is accumulated apart from
+   * d * sum(q x), and the two can cancel, so the f32 rounding is relative to their size, up
+   * to twice the products' own (one seed in thousands passed 4e-6: WT_SEED=4203339832). */
+  if (!wt_check_quant_matmul_at(ops, l->self, w, rows, cols, toks, ntoks, wq, ref, wbound, 8e-6,
                                 what, __FILE__, __LINE__))
     goto fail;
   wt_check_quant_embed_range(ops, l->self, w, rows, emb);
