@@ -8,6 +8,7 @@ build=${1:-$here/build}
 pkgs=(
   build-essential cmake ninja-build pkg-config git
   libuv1-dev node-llhttp libtomlplusplus-dev libcjson-dev libcunit1-dev
+  libhiredis-dev redis-server
   clang libclang-rt-14-dev
   python3 python3-numpy python3-jinja2 python3-yaml python3-jsonschema sentencepiece curl
   nginx-light nodejs

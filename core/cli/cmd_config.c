@@ -21,6 +21,7 @@ static void usage(FILE *f) {
 
 static void write_plugin_options(void *arg, const char *section, FILE *f) {
   const weir_plugin_set *s = arg;
+  if (!strcmp(section, "cache")) return; /* the response cache loads with `weir serve` */
   const weir_plugin *p = !strcmp(section, "device")      ? s->device
                          : !strcmp(section, "attention") ? s->attention
                          : !strcmp(section, "quant")     ? s->quant

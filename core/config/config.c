@@ -97,6 +97,10 @@ static const key_spec k_keys[] = {
     {"cache", "num_blocks", K_I64, OFF(num_blocks), 0, (int64_t)1 << 32},
     {"cache", "memory_bytes", K_BYTES, OFF(memory_bytes), MIB, 64 * TIB},
     {"cache", "prefix_caching", K_BOOL, OFF(prefix_caching)},
+    {"cache", "name", K_SEL_NAME, OFF(response_cache), 0, 0, NULL, 1},
+    {"cache", "path", K_SEL_PATH, OFF(response_cache)},
+    {"cache", "ttl_s", K_I64, OFF(response_cache_ttl_s), 1, 366 * 86400},
+    {"cache", "nondeterministic", K_BOOL, OFF(response_cache_nondeterministic)},
     {"scheduler", "max_num_seqs", K_INT, OFF(max_num_seqs), 1, 1 << 16},
     {"scheduler", "max_num_batched_tokens", K_INT, OFF(max_num_batched_tokens), 1, 1 << 24},
     {"scheduler", "max_waiting", K_INT, OFF(max_waiting), 0, 1 << 24},
@@ -209,7 +213,8 @@ void weir_config_free(weir_config *c) {
   free(c->model_path);
   free(c->chat_template);
   free(c->policy);
-  weir_plugin_sel *sels[] = {&c->device, &c->attention, &c->quant, &c->sampler, &c->drafter};
+  weir_plugin_sel *sels[] = {&c->device, &c->attention, &c->quant, &c->sampler, &c->drafter,
+                             &c->response_cache};
   for (size_t i = 0; i < sizeof sels / sizeof sels[0]; i++) {
     free(sels[i]->name);
     free(sels[i]->path);
@@ -253,6 +258,8 @@ void weir_config_defaults(weir_config *c) {
   c->num_blocks = 0;
   c->memory_bytes = 512 * MIB;
   c->prefix_caching = 1;
+  c->response_cache.name = strdup("off");
+  c->response_cache_ttl_s = 3600;
   c->max_num_seqs = 64;
   c->max_num_batched_tokens = 2048;
   c->max_waiting = 1024;
@@ -265,7 +272,7 @@ void weir_config_defaults(weir_config *c) {
 static int config_complete(const weir_config *c) {
   return c->host && c->model_path && c->chat_template && c->device.name &&
          c->attention.name && c->quant.name && c->sampler.name && c->drafter.name &&
-         c->policy && c->toml;
+         c->response_cache.name && c->policy && c->toml;
 }
 
 /* Points each plugin selection at its table in c->toml (or NULL). */
@@ -275,6 +282,7 @@ static void resolve_tables(weir_config *c) {
   c->quant.table = weir_toml_get(c->toml, "quant");
   c->sampler.table = weir_toml_get(c->toml, "sampler");
   c->drafter.table = weir_toml_get(c->toml, "drafter");
+  c->response_cache.table = weir_toml_get(c->toml, "cache");
 }
 
 static int dup_opt(char **dst, const char *src) {
@@ -297,10 +305,10 @@ static int config_clone(const weir_config *src, weir_config *dst) {
   bad |= dup_opt(&dst->chat_template, src->chat_template);
   bad |= dup_opt(&dst->policy, src->policy);
   const weir_plugin_sel *ss[] = {&src->device, &src->attention, &src->quant, &src->sampler,
-                                 &src->drafter};
+                                 &src->drafter, &src->response_cache};
   weir_plugin_sel *ds[] = {&dst->device, &dst->attention, &dst->quant, &dst->sampler,
-                           &dst->drafter};
-  for (int i = 0; i < 5; i++) {
+                           &dst->drafter, &dst->response_cache};
+  for (int i = 0; i < 6; i++) {
     bad |= dup_opt(&ds[i]->name, ss[i]->name);
     bad |= dup_opt(&ds[i]->path, ss[i]->path);
   }

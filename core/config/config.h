@@ -107,6 +107,13 @@ typedef struct weir_config {
   /* [quant] calibration_text: the text an activation-aware scheme (awq_int4) calibrates on;
    * NULL = heldout.txt beside the model file (core/runtime/calib.h). */
   char *calibration_text;
+  /* [cache] name / path: the response-cache plugin (docs/response-cache.md): "off" (or "")
+   * for none, "memory", "redis", or any cache plugin by name; its other keys besides the KV
+   * cache's and those below are the plugin's options. */
+  weir_plugin_sel response_cache;
+  int64_t response_cache_ttl_s;  /* 3600: how long an answer is kept unless a request says */
+  int response_cache_nondeterministic; /* 0: only temperature-0 or seeded requests are
+                                          stored and served */
 } weir_config;
 
 /* Fills c with the built-in defaults (the values in the comments above). Never fails for

@@ -56,6 +56,7 @@ void weir__api_make_id(char *out, size_t cap, const char *prefix) {
 
 static void choice_release(api_choice *ch) {
   weir_buf_free(&ch->text);
+  weir_buf_free(&ch->rec);
   cJSON_Delete(ch->lp_tokens);
   cJSON_Delete(ch->lp_values);
   cJSON_Delete(ch->lp_top);
@@ -79,6 +80,7 @@ static void job_free(weir__api_job *job) {
     for (int i = 0; i < job->num_prompts; i++) free(job->prompt_offsets[i]);
   free(job->prompt_offsets);
   free(job->tool_named);
+  weir__rcache_ctx_free(&job->cache);
   cJSON_Delete(job->resp_echo);
   if (job->prev) job->prev->next = job->next;
   else s->jobs = job->next;
@@ -278,6 +280,24 @@ static void stream_with_tools(weir__api_job *job, api_choice *ch, const weir_gen
   if (finish) weir__api_stream_tool_finish(job, ch, ev->finish);
 }
 
+/* A finished job's answer into the response cache, when every choice ended normally (stop or
+ * length: an aborted, failed or timed-out answer is not one to repeat). */
+static void store_answer(weir__api_job *job) {
+  const weir_buf *recs[MAX_CHOICES];
+  uint32_t counts[MAX_CHOICES];
+  if (job->num_choices > MAX_CHOICES) return;
+  for (int i = 0; i < job->num_choices; i++) {
+    const api_choice *ch = &job->choices[i];
+    if ((ch->finish != WEIR_FINISH_STOP && ch->finish != WEIR_FINISH_LENGTH) || ch->rec.oom ||
+        !ch->rec_events)
+      return;
+    recs[i] = &ch->rec;
+    counts[i] = ch->rec_events;
+  }
+  weir__rcache_store(job->s, job->cache.key, job->cache.ttl_ms, recs, counts,
+                     job->num_choices);
+}
+
 static void on_event(weir__http_server *s, weir__queued_event *qe) {
   api_choice *ch = (api_choice *)qe->user;
   weir__api_job *job = ch->job;
@@ -289,6 +309,8 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
   if (ev->completion_tokens > ch->completion_tokens) ch->completion_tokens = ev->completion_tokens;
   ch->num_preemptions = ev->num_preemptions;
   if (ev->num_tokens > 0) record_token_timing(job, ch, qe->time_ns, ev->num_tokens);
+  if (job->cache.may_store && ev->finish != WEIR_FINISH_ERROR)
+    weir__rcache_record(&ch->rec, &ch->rec_events, ev);
   const char *finish = ev->finish != WEIR_FINISH_NONE ? weir__api_finish_name(ev->finish) : NULL;
 
   if (job->r && job->stream) {
@@ -351,6 +373,7 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
   }
   free(qe);
   if (job->num_finished < job->num_choices) return;
+  if (job->cache.may_store && !job->client_gone) store_answer(job);
   if (job->r) {
     weir__http_req *r = job->r;
     r->job = NULL;
@@ -492,11 +515,29 @@ static void fail_job(weir__api_job *job, api_gen *a, const api_error *e) {
 /* Queues one engine request per prompt and choice, then starts the stream; takes a (freed
  * here). On a failure the request is answered with the error and what was queued is aborted
  * (the job is freed when their final events arrive). */
+static void stream_begin(weir__api_job *job, weir__http_req *r);
+static void replay_answer(weir__api_job *job);
+
 static void submit_choices(weir__api_job *job, api_gen *a) {
   weir__http_server *s = job->s;
   weir__http_req *r = job->r;
   api_error e = {0};
   const int n = a->p.n;
+  if (job->cache.hit) {
+    /* A hit: the recorded engine events go through the same rendering as live ones. */
+    for (int i = 0; i < job->num_choices; i++) {
+      api_choice *ch = &job->choices[i];
+      ch->u.srv = s;
+      ch->job = job;
+      ch->index = i;
+      ch->prompt_index = i / n;
+    }
+    weir__api_gen_free(a);
+    free(a);
+    stream_begin(job, r);
+    replay_answer(job);
+    return;
+  }
   for (int pi = 0; pi < a->pl.count; pi++) {
     for (int j = 0; j < n; j++) {
       api_choice *ch = &job->choices[pi * n + j];
@@ -520,6 +561,15 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
   }
   weir__api_gen_free(a);
   free(a);
+  stream_begin(job, r);
+  return;
+
+fail_job:
+  fail_job(job, a, &e);
+}
+
+/* A streamed reply's head: the SSE headers and the first chunks (chat's role, the echo). */
+static void stream_begin(weir__api_job *job, weir__http_req *r) {
   if (job->stream && job->responses) {
     weir__http_stream_start(r, "text/event-stream");
     weir__api_resp_stream_start(job);
@@ -538,10 +588,48 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
       }
     }
   }
-  return;
+}
 
-fail_job:
-  fail_job(job, a, &e);
+/* Replays a hit's recorded events, choice by choice, through on_event: the same chunks,
+ * usage and finish reasons as the live answer had. The last event frees the job. */
+static void replay_answer(weir__api_job *job) {
+  weir__http_server *s = job->s;
+  char *data = job->cache.hit;
+  const uint8_t *p = weir__rcache_choices(data), *end = (const uint8_t *)data + job->cache.hit_len;
+  const int num_choices = job->num_choices;
+  job->cache.hit = NULL; /* owned here: the job is gone after the last event */
+  for (int i = 0; i < num_choices; i++) {
+    api_choice *ch = &job->choices[i];
+    uint32_t ne = 0;
+    weir__rcache_choice(&p, end, &ne); /* checked on the prep pool */
+    for (uint32_t k = 0; k < ne; k++) {
+      weir_gen_event ev;
+      weir__rcache_next_event(&p, end, &ev);
+      weir__queued_event *qe = malloc(sizeof *qe + ev.text_len + 1);
+      if (!qe) {
+        weir_log(WEIR_LOG_ERROR, "http", "out of memory replaying a cached answer");
+        api_error e = {0};
+        weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+        weir__http_req *r = detach(job);
+        if (r && r->streaming) weir__http_stream_end(r);
+        else if (r) weir__api_respond_error(r, &e);
+        abandon(job);
+        free(data);
+        return;
+      }
+      char *text = (char *)(qe + 1);
+      if (ev.text_len) memcpy(text, ev.text, ev.text_len);
+      text[ev.text_len] = '\0';
+      qe->next = NULL;
+      qe->user = ch;
+      qe->time_ns = uv_hrtime();
+      qe->ev = ev;
+      qe->ev.text = text;
+      qe->ev.tokens = NULL;
+      on_event(s, qe);
+    }
+  }
+  free(data);
 }
 
 /* Ends a job whose response is already out (or whose client is gone): choices not queued
@@ -571,7 +659,7 @@ static void abandon(weir__api_job *job) {
  * start so that a client that leaves meanwhile is seen (client_gone sets job->r NULL), and
  * so that a drain waits for the work. */
 
-enum { W_COMPLETIONS, W_CHAT, W_RESPONSES, W_TOKENIZE, W_DETOKENIZE };
+enum { W_COMPLETIONS, W_CHAT, W_RESPONSES, W_TOKENIZE, W_DETOKENIZE, W_CACHE_CLEAR };
 
 struct weir__api_work {
   struct weir__api_work *next;
@@ -586,10 +674,15 @@ struct weir__api_work {
   cJSON *reply;       /* tokenize / detokenize: the 200's body */
   int failed;
   api_error e;
+  char *auth;         /* the request's Authorization header (owned), for the cache's scope */
+  int cache_control;  /* its Cache-Control directives */
+  api_cache_ctx cache; /* generation: the response cache's decision (moved to the job) */
 };
 
 static void work_free(weir__api_work *w) {
   weir_buf_free(&w->body);
+  free(w->auth);
+  weir__rcache_ctx_free(&w->cache);
   if (w->a) {
     weir__api_gen_free(w->a);
     free(w->a);
@@ -613,6 +706,8 @@ static void work_post(weir__api_work *w) {
 
 static int tokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
 static int detokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
+static int cache_clear_body(weir__http_server *s, cJSON *root, const char *auth, cJSON **reply,
+                            api_error *e);
 
 /* A large body or compile leaves its working memory (JSON trees, token arrays, automata:
  * up to hundreds of MB) freed but held by the allocator, in the arenas of the pool threads
@@ -674,6 +769,12 @@ static void prep_run(void *arg, int cancelled) {
     if (rc) goto failed;
     break;
   }
+  case W_CACHE_CLEAR: {
+    int rc = cache_clear_body(s, root, w->auth, &w->reply, &w->e);
+    root = NULL;
+    if (rc) goto failed;
+    break;
+  }
   case W_RESPONSES: {
     cJSON *chat = weir__api_responses_to_chat(root, &w->resp_echo, &w->e);
     if (!chat) goto failed;
@@ -695,7 +796,9 @@ static void prep_run(void *arg, int cancelled) {
         goto failed;
       }
     }
-    if (w->a->spec.kind) {
+    /* The response cache, before anything is queued: a hit needs no compile either. */
+    weir__rcache_lookup(s, w->a, w->auth, w->cache_control, &w->cache);
+    if (w->a->spec.kind && !w->cache.hit) {
       trim_after_large_work(w->body_len);
       w->body_len = 0; /* counted: the paths below must not count it again */
       int rc = weir_workpool_submit(s->compile_pool, w->client, compile_run, w);
@@ -738,6 +841,14 @@ static void queue_work(weir__http_req *r, int kind) {
   w->job = job;
   w->kind = kind;
   w->client = weir__http_client_key(r);
+  w->cache_control = r->cache_control;
+  if (r->authorization.p && !(w->auth = strdup(r->authorization.p))) {
+    weir__api_fail(&e, 500, NULL, NULL, "out of memory");
+    weir__api_respond_error(detach(job), &e);
+    free(w);
+    abandon(job);
+    return;
+  }
   w->body = r->body; /* taken: the request keeps no copy */
   w->body_len = r->body.len;
   memset(&r->body, 0, sizeof r->body);
@@ -775,14 +886,16 @@ static void work_done(weir__api_work *w) {
     return;
   }
   api_error e = w->e;
-  if (!w->failed && w->a && w->a->spec.kind && weir__api_gen_compiled(w->a, &e)) w->failed = 1;
+  if (!w->failed && w->a && w->a->spec.kind && !w->cache.hit &&
+      weir__api_gen_compiled(w->a, &e))
+    w->failed = 1;
   if (w->failed) {
     weir__api_respond_error(detach(job), &e);
     work_free(w);
     abandon(job);
     return;
   }
-  if (w->kind == W_TOKENIZE || w->kind == W_DETOKENIZE) {
+  if (w->kind == W_TOKENIZE || w->kind == W_DETOKENIZE || w->kind == W_CACHE_CLEAR) {
     weir__api_respond_json(detach(job), 200, w->reply);
     work_free(w);
     abandon(job);
@@ -802,6 +915,9 @@ static void work_done(weir__api_work *w) {
   const int chat = w->kind != W_COMPLETIONS;
   w->a = NULL;
   w->resp_echo = NULL;
+  job->cache = w->cache; /* moved: the job frees the hit */
+  memset(&w->cache, 0, sizeof w->cache);
+  job->r->cache_status = job->cache.status;
   work_free(w);
   start_job(job, a, echo, chat);
 }
@@ -988,6 +1104,61 @@ free_all:
   return ret;
 }
 
+/* POST /admin/cache/clear on a work thread (docs/response-cache.md): {} clears the caller's
+ * own scope (its API key, every user), {"user": U} one user of it, {"api_key": K} (with
+ * "user") another key's scope (knowing the key is the permission), {"all": true} every
+ * entry. Takes root. */
+static int cache_clear_body(weir__http_server *s, cJSON *root, const char *auth, cJSON **reply,
+                            api_error *e) {
+  int ret = -1, all = 0;
+  const char *user = NULL, *key = NULL;
+  char prefix[WEIR__RCACHE_KEY_CAP], other[WEIR__RCACHE_KEY_CAP + 8];
+  for (const cJSON *it = root->child; it; it = it->next) {
+    if (!strcmp(it->string, "all")) {
+      if (weir__api_want_bool(e, it, it->string, &all)) goto free_root;
+    } else if (!strcmp(it->string, "user") || !strcmp(it->string, "api_key")) {
+      if (!cJSON_IsString(it)) {
+        weir__api_fail(e, 400, it->string, "invalid_type", "'%s' must be a string", it->string);
+        goto free_root;
+      }
+      if (!strcmp(it->string, "user")) user = it->valuestring;
+      else key = it->valuestring;
+    } else {
+      weir__api_fail(e, 400, it->string, "unknown_parameter",
+                     "Unrecognized request argument supplied: %s", it->string);
+      goto free_root;
+    }
+  }
+  if (!s->rcache) {
+    weir__api_fail(e, 400, NULL, "cache_disabled",
+                   "No response cache is configured ([cache] name is \"off\")");
+    goto free_root;
+  }
+  if (key) snprintf(other, sizeof other, "Bearer %s", key);
+  prefix[0] = '\0';
+  if (!all && weir__rcache_scope_prefix(key ? other : auth, user, user != NULL, prefix,
+                                        sizeof prefix)) {
+    weir__api_fail(e, 500, NULL, NULL, "scope too long");
+    goto free_root;
+  }
+  int64_t removed = 0;
+  int rc = weir__rcache_clear(s, prefix, &removed);
+  if (rc != WEIR_OK) {
+    weir__api_fail(e, 503, NULL, NULL, "The cache backend failed: %s", weir_strerror(rc));
+    goto free_root;
+  }
+  cJSON *out = cJSON_CreateObject();
+  if (out) {
+    cJSON_AddNumberToObject(out, "cleared", (double)removed);
+    cJSON_AddStringToObject(out, "scope", all ? "all" : user ? "user" : "api_key");
+  }
+  *reply = out;
+  ret = 0;
+free_root:
+  cJSON_Delete(root);
+  return ret;
+}
+
 static cJSON *model_object(weir__http_server *s) {
   cJSON *m = cJSON_CreateObject();
   if (!m) return NULL;
@@ -1051,7 +1222,7 @@ static void handle_version(weir__http_req *r) {
 /* ---- routing ---------------------------------------------------------------------------- */
 
 enum { R_HEALTH, R_METRICS, R_VERSION, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES,
-       R_TOKENIZE, R_DETOKENIZE };
+       R_TOKENIZE, R_DETOKENIZE, R_CACHE_CLEAR };
 
 static const struct route {
   const char *path;
@@ -1068,6 +1239,7 @@ static const struct route {
     {"/v1/responses", HTTP_POST, R_RESPONSES, 0},
     {"/tokenize", HTTP_POST, R_TOKENIZE, 0},
     {"/detokenize", HTTP_POST, R_DETOKENIZE, 0},
+    {"/admin/cache/clear", HTTP_POST, R_CACHE_CLEAR, 0},
 };
 
 /* Compares in time independent of where the first difference is. */
@@ -1184,6 +1356,7 @@ static void dispatch(weir__http_req *r) {
   case R_RESPONSES: queue_work(r, W_RESPONSES); break;
   case R_TOKENIZE: queue_work(r, W_TOKENIZE); break;
   case R_DETOKENIZE: queue_work(r, W_DETOKENIZE); break;
+  case R_CACHE_CLEAR: queue_work(r, W_CACHE_CLEAR); break;
   default: weir__http_respond_error(r, 500, "server_error", NULL, NULL, "no handler"); break;
   }
 }

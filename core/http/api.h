@@ -32,6 +32,11 @@ int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *
 int weir__serve_attach_engine(weir__http_server *s, weir_engine *engine);
 void weir__serve_detach(weir__http_server *s);
 
+/* api_cache.c: loads the response-cache plugin [cache] names (nothing for "off"): 0, or a
+ * status with err filled; close unloads it (after the work pools are gone). */
+int weir__rcache_open(weir__http_server *s, char *err, size_t errlen);
+void weir__rcache_close(weir__http_server *s);
+
 /* api.c */
 int weir__api_metrics_register(weir__http_server *s);
 /* The transport's handlers (dispatch, client gone, flow control). */

@@ -20,6 +20,51 @@
  * take server.default_max_tokens. */
 #define WEIR_API_COMPLETIONS_MAX_TOKENS 16
 
+/* ---- api_cache.c: the response cache's host side (docs/response-cache.md) ---- */
+
+#define WEIR__RCACHE_KEY_CAP 192
+/* Cache-Control request directives (weir__http_req.cache_control). */
+#define WEIR__CC_NO_STORE 1 /* the answer is not stored */
+#define WEIR__CC_NO_CACHE 2 /* a stored answer is not served */
+
+/* What the cache decided for one request: made on the prep pool, then owned by its job. */
+typedef struct api_cache_ctx {
+  const char *status;   /* x-weir-cache: "miss", "hit-exact"; NULL when no cache is set up */
+  int may_store;        /* the answer is recorded and stored when it completes */
+  int num_choices;
+  int64_t ttl_ms;
+  char key[WEIR__RCACHE_KEY_CAP]; /* "weir:v1:<key scope>:<user scope>:<answer hash>" */
+  char *hit;            /* a hit: the recorded answer (malloc'd, checked), else NULL */
+  size_t hit_len;
+} api_cache_ctx;
+
+/* Prep pool: decides whether a prepared request may be served or stored, builds its key and,
+ * when it may be served, looks it up (a hit fills c->hit). A backend failure is counted and
+ * logged and leaves a miss. auth: the Authorization header or NULL; cc: WEIR__CC_* bits. */
+struct api_gen;
+void weir__rcache_lookup(weir__http_server *s, const struct api_gen *a, const char *auth,
+                         int cc, api_cache_ctx *c);
+void weir__rcache_ctx_free(api_cache_ctx *c);
+/* The key prefix of a scope: "weir:v1:<key scope>:" or, with_user, also "<user scope>:".
+ * 0, or -1 when cap is too small. */
+int weir__rcache_scope_prefix(const char *auth, const char *user, int with_user, char *out,
+                              size_t cap);
+/* Loop: appends one engine event to a choice's recording. */
+void weir__rcache_record(weir_buf *rec, uint32_t *num_events, const weir_gen_event *ev);
+/* Loop: stores a completed answer (its choices' recordings) on the prep pool. */
+void weir__rcache_store(weir__http_server *s, const char *key, int64_t ttl_ms,
+                        const weir_buf *const *recs, const uint32_t *num_events,
+                        int num_choices);
+/* A recorded answer: 0 when data is one of num_choices choices, well formed; else -1. */
+int weir__rcache_check(const char *data, size_t len, int num_choices);
+/* Walking a checked recording: the first choice, then per choice its event count and its
+ * events. */
+const uint8_t *weir__rcache_choices(const char *data);
+int weir__rcache_choice(const uint8_t **p, const uint8_t *end, uint32_t *num_events);
+int weir__rcache_next_event(const uint8_t **p, const uint8_t *end, weir_gen_event *ev);
+/* Prep pool: removes every entry under a key prefix (weir__rcache_scope_prefix; "" for all). */
+int weir__rcache_clear(weir__http_server *s, const char *prefix, int64_t *removed);
+
 typedef struct api_choice {
   weir__engine_user u; /* first: the engine callback's user pointer */
   weir__api_job *job;
@@ -41,6 +86,8 @@ typedef struct api_choice {
   int sent_first;       /* streaming: the first chunk (role / echo) is out */
   size_t content_sent;  /* streaming with tools: bytes of `text` already sent as content */
   int prompt_lp_done;   /* echo with logprobs: the prompt's entries are out / recorded */
+  weir_buf rec;         /* response cache: the engine events so far, recorded */
+  uint32_t rec_events;
 } api_choice;
 
 struct weir__api_job {
@@ -72,6 +119,7 @@ struct weir__api_job {
   weir_tool_mode tool_mode; /* chat with tools: how replies are read for calls */
   char *tool_named;     /* WEIR_TOOLS_NAMED: the function (owned) */
   int parallel_tool_calls;
+  api_cache_ctx cache;  /* the response cache's decision (status NULL: no cache) */
 };
 
 typedef struct api_error {
@@ -114,6 +162,11 @@ typedef struct params {
   int parallel_tool_calls, has_parallel_tool_calls;
   /* Structured output (docs/structured-output.md): at most one of these is given. */
   const cJSON *response_format, *guided_json, *guided_regex, *guided_choice, *guided_grammar;
+  /* Response cache (docs/response-cache.md): `user` scopes entries; `cache.mode` is -1 when
+   * not given, else 0 off, 1 exact, 2 semantic; `cache.ttl` 0 when not given. */
+  const char *user;
+  int cache_mode;
+  int64_t cache_ttl_s;
 } params;
 
 typedef struct prompt_list {
@@ -133,7 +186,8 @@ typedef struct api_tools {
 
 /* A generation request (completions or chat) parsed and checked against the model and the
  * server's limits. Owns the JSON document that p's pointers point into. */
-typedef struct api_gen {
+typedef struct api_gen api_gen;
+struct api_gen {
   cJSON *root;
   params p;
   prompt_list pl;
@@ -150,7 +204,7 @@ typedef struct api_gen {
   weir_constraint *constraint;
   int compile_rc;
   char compile_why[512];
-} api_gen;
+};
 /* A generation request from its parsed body, which `out` takes over (freed with it, or here
  * on failure): 0, or -1 with e filled (nothing held). On success the caller frees with
  * weir__api_gen_free. Thread-safe: reads only the server's fixed state (config, model info,

@@ -69,6 +69,35 @@ static const char *const k_unsupported[] = {
     "suffix", "best_of", "audio", "modalities", "prediction",
     "store", "metadata", "service_tier", "reasoning_effort", "web_search_options", NULL};
 
+/* weir's own `cache` object (docs/response-cache.md): {"mode": "off" | "exact" |
+ * "semantic", "ttl": seconds}. */
+static int parse_cache(api_error *e, const cJSON *it, params *p) {
+  if (!cJSON_IsObject(it))
+    return weir__api_fail(e, 400, "cache", "invalid_type", "'cache' must be an object");
+  for (const cJSON *x = it->child; x; x = x->next) {
+    if (!strcmp(x->string, "mode")) {
+      static const char *const modes[] = {"off", "exact", "semantic"};
+      p->cache_mode = -1;
+      for (int i = 0; i < 3 && cJSON_IsString(x); i++)
+        if (!strcmp(x->valuestring, modes[i])) p->cache_mode = i;
+      if (p->cache_mode < 0)
+        return weir__api_fail(e, 400, "cache.mode", "invalid_value",
+                              "'cache.mode' must be one of off, exact, semantic");
+    } else if (!strcmp(x->string, "ttl")) {
+      if (!json_is_int(x, 1, 366.0 * 86400))
+        return weir__api_fail(e, 400, "cache.ttl", "invalid_value",
+                              "'cache.ttl' must be an integer number of seconds in [1, 31622400]");
+      p->cache_ttl_s = (int64_t)x->valuedouble;
+    } else {
+      char name[96];
+      snprintf(name, sizeof name, "cache.%s", x->string);
+      return weir__api_fail(e, 400, name, "unknown_parameter",
+                            "Unrecognized request argument supplied: %s", name);
+    }
+  }
+  return 0;
+}
+
 int weir__api_unsupported(api_error *e, const char *name) {
   for (int i = 0; k_unsupported[i]; i++)
     if (!strcmp(k_unsupported[i], name))
@@ -117,6 +146,7 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
   p->repetition = 1.0;
   p->top_k = -1;
   p->n = 1;
+  p->cache_mode = -1;
   p->logprobs = -1;
   int have_best_of = 0, have_top_logprobs = 0, have_max_tokens = 0, have_max_completion = 0;
   int max_completion_tokens = 0;
@@ -253,6 +283,9 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
     } else if (!strcmp(k, "user")) {
       if (!cJSON_IsString(it))
         return weir__api_fail(e, 400, k, "invalid_type", "'user' must be a string");
+      p->user = it->valuestring;
+    } else if (!strcmp(k, "cache")) {
+      if (parse_cache(e, it, p)) return -1;
     } else if (!strcmp(k, "priority")) {
       if (want_int(e, it, k, -1e6, 1e6, &p->priority)) return -1;
     } else if (!strcmp(k, "best_of") && chat) {

@@ -255,9 +255,9 @@ cJSON *weir__api_responses_to_chat(const cJSON *body, cJSON **echo, api_error *e
       cJSON_AddItemToObject(*echo, k, cJSON_Duplicate(it, 0));
     } else if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p") ||
                !strcmp(k, "stream") || !strcmp(k, "parallel_tool_calls") ||
-               !strcmp(k, "user")) {
-      cJSON_AddItemToObject(chat, k, cJSON_Duplicate(it, 0));
-      if (strcmp(k, "stream") && strcmp(k, "user") && strcmp(k, "model"))
+               !strcmp(k, "user") || !strcmp(k, "cache")) {
+      cJSON_AddItemToObject(chat, k, cJSON_Duplicate(it, 1));
+      if (strcmp(k, "stream") && strcmp(k, "user") && strcmp(k, "model") && strcmp(k, "cache"))
         cJSON_AddItemToObject(*echo, k, cJSON_Duplicate(it, 0));
     } else if (!strcmp(k, "tools")) {
       if (chat_tools(it, chat, e)) goto fail;

@@ -26,6 +26,7 @@ typedef struct weir__http_conn weir__http_conn;
 typedef struct weir__http_req weir__http_req;
 typedef struct weir__api_job weir__api_job;
 typedef struct weir__api_work weir__api_work;
+typedef struct weir__rcache weir__rcache;
 
 /* The work pools (util/workpool.h): threads, jobs one client may run at once, jobs waiting
  * before 429. Preparing a request is quick for a normal body; compiles can take seconds. */
@@ -68,6 +69,8 @@ struct weir__http_req {
   int chunked;                /* streaming with Transfer-Encoding: chunked (HTTP/1.1) */
   int done;                   /* the response is complete */
   weir__api_job *job;         /* generation in flight for this request, or NULL */
+  int cache_control;          /* Cache-Control directives: WEIR__CC_* bits (api_internal.h) */
+  const char *cache_status;   /* static text for an "x-weir-cache" response header, or NULL */
 };
 
 /* Responses. Each call makes its own uv_write with its own buffer. They do nothing when the
@@ -157,6 +160,7 @@ struct weir__http_server {
   int loading;                /* the load work is still running */
   int num_jobs;               /* generation jobs not yet freed (client gone or not) */
   weir__api_job *jobs;        /* the same jobs, doubly linked (api.c) */
+  weir__rcache *rcache;       /* the response cache (api_cache.c), or NULL */
   int aborted_all;
   int drain_grace;            /* the drain deadline passed: aborted requests finish sending */
   int force_close;            /* a second signal or the grace is over: close everything now */

@@ -249,7 +249,12 @@ int weir_http_serve(const weir_config *cfg) {
   /* A client that disconnects while we write must not kill the process. */
   signal(SIGPIPE, SIG_IGN);
 
-  if (weir__http_server_listen(s) != WEIR_OK) {
+  char cerr[512] = "";
+  if (weir__rcache_open(s, cerr, sizeof cerr) != WEIR_OK) {
+    weir_log(WEIR_LOG_ERROR, "http", "response cache: %s", cerr);
+    s->exit_code = 1;
+    begin_stop(s);
+  } else if (weir__http_server_listen(s) != WEIR_OK) {
     s->exit_code = 1;
     begin_stop(s);
   } else {
@@ -271,6 +276,7 @@ int weir_http_serve(const weir_config *cfg) {
   weir_workpool_destroy(s->prep_pool);
   s->compile_pool = s->prep_pool = NULL;
   if (s->engine) weir_engine_destroy(s->engine);
+  weir__rcache_close(s); /* after the pools: no store is running */
   while (s->ev_head) {
     weir__queued_event *n = s->ev_head->next;
     free(s->ev_head);
@@ -284,6 +290,7 @@ int weir_http_serve(const weir_config *cfg) {
 free_server:
   weir_workpool_destroy(s->compile_pool); /* NULL unless set-up failed */
   weir_workpool_destroy(s->prep_pool);
+  weir__rcache_close(s);
   pthread_mutex_destroy(&s->ev_lock);
   free(s->model_name);
   free(s->bos_text);

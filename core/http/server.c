@@ -516,10 +516,11 @@ void weir__http_respond(weir__http_req *r, int status, const char *content_type,
   weir_buf h = {0};
   weir_buf_printf(&h,
                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                   "Connection: %s\r\n%s%s\r\n",
+                   "Connection: %s\r\n%s%s%s%s%s\r\n",
                    status, status_text(status), content_type ? content_type : "text/plain",
                    len, resp_closes(r) ? "close" : "keep-alive", retry,
-                   extra_headers ? extra_headers : "");
+                   extra_headers ? extra_headers : "", r->cache_status ? "x-weir-cache: " : "",
+                   r->cache_status ? r->cache_status : "", r->cache_status ? "\r\n" : "");
   if (h.oom) conn_close_soon(c);
   else conn_write(c, h.p, h.len, body, r->method == HTTP_HEAD ? 0 : len);
   weir_buf_free(&h);
@@ -572,9 +573,11 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
   weir_buf_printf(&h,
                    "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n"
                    /* a buffering proxy (nginx) passes each event on at once */
-                   "X-Accel-Buffering: no\r\n%sConnection: %s\r\n\r\n",
+                   "X-Accel-Buffering: no\r\n%sConnection: %s\r\n%s%s%s\r\n",
                    content_type, r->chunked ? "Transfer-Encoding: chunked\r\n" : "",
-                   resp_closes(r) ? "close" : "keep-alive");
+                   resp_closes(r) ? "close" : "keep-alive",
+                   r->cache_status ? "x-weir-cache: " : "", r->cache_status ? r->cache_status : "",
+                   r->cache_status ? "\r\n" : "");
   if (h.oom) conn_close_soon(c);
   else conn_write(c, h.p, h.len, NULL, 0);
   weir_buf_free(&h);
@@ -673,6 +676,17 @@ static void header_done(weir__http_conn *c) {
     c->auth_headers++;
   }
   else if (!strcasecmp(name, "host")) c->host_headers++;
+  else if (!strcasecmp(name, "cache-control") && c->value.p) {
+    /* Directives are case-insensitive tokens in a comma-separated list (RFC 9111 5.2). */
+    const char *v = c->value.p;
+    while (*v) {
+      while (*v == ' ' || *v == '\t' || *v == ',') v++;
+      size_t n = strcspn(v, ", \t");
+      if (n == 8 && !strncasecmp(v, "no-store", 8)) r->cache_control |= 1;
+      else if (n == 8 && !strncasecmp(v, "no-cache", 8)) r->cache_control |= 2;
+      v += n;
+    }
+  }
   else if (!strcasecmp(name, "expect"))
     r->expect_continue = c->value.p && !strcasecmp(c->value.p, "100-continue");
   if (dst) {

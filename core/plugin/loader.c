@@ -117,6 +117,8 @@ static const op_field k_quant_ops[] = {OPF(weir_quant_ops, pack), OPF(weir_quant
                                        {NULL, 0}};
 static const op_field k_sampler_ops[] = {OPF(weir_sampler_ops, sample), {NULL, 0}};
 static const op_field k_drafter_ops[] = {OPF(weir_drafter_ops, propose), {NULL, 0}};
+static const op_field k_cache_ops[] = {OPF(weir_cache_ops, get), OPF(weir_cache_ops, put),
+                                      OPF(weir_cache_ops, clear), {NULL, 0}};
 
 static const op_field *mandatory_ops(weir_plugin_kind k, const char **type) {
   switch (k) {
@@ -125,11 +127,12 @@ static const op_field *mandatory_ops(weir_plugin_kind k, const char **type) {
   case WEIR_PLUGIN_QUANT: *type = "weir_quant_ops"; return k_quant_ops;
   case WEIR_PLUGIN_SAMPLER: *type = "weir_sampler_ops"; return k_sampler_ops;
   case WEIR_PLUGIN_DRAFTER: *type = "weir_drafter_ops"; return k_drafter_ops;
+  case WEIR_PLUGIN_CACHE: *type = "weir_cache_ops"; return k_cache_ops;
   default: *type = "?"; return NULL;
   }
 }
 
-static int valid_kind(int k) { return k >= WEIR_PLUGIN_DEVICE && k <= WEIR_PLUGIN_DRAFTER; }
+static int valid_kind(int k) { return k >= WEIR_PLUGIN_DEVICE && k <= WEIR_PLUGIN_CACHE; }
 
 /* The host's size of a kind's vtable. */
 static size_t ops_size(weir_plugin_kind k) {
@@ -139,6 +142,7 @@ static size_t ops_size(weir_plugin_kind k) {
   case WEIR_PLUGIN_QUANT: return sizeof(weir_quant_ops);
   case WEIR_PLUGIN_SAMPLER: return sizeof(weir_sampler_ops);
   case WEIR_PLUGIN_DRAFTER: return sizeof(weir_drafter_ops);
+  case WEIR_PLUGIN_CACHE: return sizeof(weir_cache_ops);
   default: return 0;
   }
 }
@@ -232,7 +236,7 @@ int weir_plugin_probe(const char *path, void **dl_out, weir_plugin_desc *desc_ou
   }
   if (!valid_kind((int)d->kind)) {
     weir_set_err(err, errlen, "%s: unknown plugin kind %d, expected 1..5 (device, attention, "
-           "quant, sampler, drafter); %s", path, (int)d->kind, k_rebuild);
+           "quant, sampler, drafter, cache); %s", path, (int)d->kind, k_rebuild);
     rc = WEIR_E_ABI;
     goto close;
   }

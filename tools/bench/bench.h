@@ -75,6 +75,9 @@ typedef struct weir_bench_workload {
   char *file;                          /* JSONL path (borrowed from argv) */
   weir_bench_jsonl_item *items;        /* loaded JSONL entries, owned */
   int num_items;
+  /* --repeat-rate: the fraction of measured requests that repeat an earlier request of the
+   * same run exactly (same prompt and max_tokens: a response-cache workload). 0: none. */
+  double repeat_rate;
 } weir_bench_workload;
 
 /* One generated request: exactly one of prompt_text, prompt_ids, messages_json is set. */

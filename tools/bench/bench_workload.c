@@ -165,6 +165,14 @@ static int append_ids(const weir_bench_workload *w, weir_bench_rng *r, int n, in
 int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t index,
                              weir_bench_prompt *out) {
   memset(out, 0, sizeof *out);
+  /* A repeat is request `index` replaced by a uniformly chosen earlier one (itself perhaps a
+   * repeat), decided by its own seeded draw: the same requests repeat on both A/B sides. */
+  if (w->repeat_rate > 0 && index > 0 && !phase) {
+    weir_bench_rng rr;
+    weir__bench_rng_seed(&rr, mix3(w->seed, 11, (uint64_t)index));
+    if (weir__bench_rng_unit(&rr) < w->repeat_rate)
+      return weir__bench_workload_get(w, phase, weir__bench_rng_range(&rr, 0, index - 1), out);
+  }
   weir_bench_rng r;
   weir__bench_rng_seed(&r, mix3(w->seed, (uint64_t)phase, (uint64_t)index));
   size_t len = 0, cap = 0;

@@ -65,6 +65,8 @@ static void usage(FILE *f) {
 "  --ignore-eos            ask the server to generate exactly max_tokens\n"
 "  --temperature T         sent when given\n"
 "  --seed N                workload seed (default 0)\n"
+"  --repeat-rate R         fraction of requests that repeat an earlier one exactly (0..1; a\n"
+"                          response-cache workload; use with --temperature 0)\n"
 "SLOs for goodput (a request is good when within every one given):\n"
 "  --slo-ttft-ms X  --slo-tpot-ms X  --slo-e2e-ms X\n"
 "A/B:\n"
@@ -84,7 +86,7 @@ enum {
   O_URL = 256, O_A, O_B, O_ACFG, O_BCFG, O_LA, O_LB, O_SERVE_ARG, O_SERVER_TIMEOUT, O_SERVER_LOG,
   O_ENDPOINT, O_MODEL, O_API_KEY, O_CONC, O_RATE, O_BURST, O_NUM, O_DUR, O_WARM, O_TIMEOUT,
   O_MAXTIME, O_DATASET, O_INLEN, O_INRANGE, O_OUTLEN, O_OUTRANGE, O_PFMT, O_VOCAB, O_NPREF,
-  O_PREFLEN, O_FILE, O_IGNORE_EOS, O_TEMP, O_SEED, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E, O_ROUNDS,
+  O_PREFLEN, O_FILE, O_IGNORE_EOS, O_TEMP, O_SEED, O_REPEAT, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E, O_ROUNDS,
   O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_REQS,
 };
 
@@ -100,7 +102,7 @@ static const struct option k_opts[] = {
     {"output-len", 1, 0, O_OUTLEN}, {"output-range", 1, 0, O_OUTRANGE},
     {"prompt-format", 1, 0, O_PFMT}, {"vocab", 1, 0, O_VOCAB}, {"num-prefixes", 1, 0, O_NPREF},
     {"prefix-len", 1, 0, O_PREFLEN}, {"file", 1, 0, O_FILE}, {"ignore-eos", 0, 0, O_IGNORE_EOS},
-    {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED}, {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
+    {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED}, {"repeat-rate", 1, 0, O_REPEAT}, {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
     {"slo-tpot-ms", 1, 0, O_SLO_TPOT}, {"slo-e2e-ms", 1, 0, O_SLO_E2E}, {"rounds", 1, 0, O_ROUNDS},
     {"alpha", 1, 0, O_ALPHA}, {"json", 1, 0, O_JSON}, {"svg", 1, 0, O_SVG}, {"quiet", 0, 0, O_QUIET},
     {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS}, {0, 0, 0, 0},
@@ -405,6 +407,7 @@ int weir__cmd_bench(int argc, char **argv) {
     case O_IGNORE_EOS: w.ignore_eos = 1; break;
     case O_TEMP: rc = parse_num("temperature", name, 0, 100, &w.temperature); break;
     case O_SEED: rc = parse_num("seed", name, 0, 9007199254740992.0, &v); w.seed = (uint64_t)v; break;
+    case O_REPEAT: rc = parse_num("repeat-rate", name, 0, 1, &w.repeat_rate); break;
     case O_SLO_TTFT: rc = parse_num("slo-ttft-ms", name, 1e-3, 1e9, &slo.ttft_ms); break;
     case O_SLO_TPOT: rc = parse_num("slo-tpot-ms", name, 1e-3, 1e9, &slo.tpot_ms); break;
     case O_SLO_E2E: rc = parse_num("slo-e2e-ms", name, 1e-3, 1e9, &slo.e2e_ms); break;

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define WEIR_ABI_MAJOR 1
-#define WEIR_ABI_MINOR 5
+#define WEIR_ABI_MINOR 6
 
 /* 1 when *ptr, a struct of `type` that begins with its own struct_size, is large enough to
  * hold `field`: the test a reader makes before touching a field added after the struct's
@@ -81,6 +81,7 @@ typedef enum weir_plugin_kind {
   WEIR_PLUGIN_QUANT = 3,
   WEIR_PLUGIN_SAMPLER = 4,
   WEIR_PLUGIN_DRAFTER = 5,
+  WEIR_PLUGIN_CACHE = 6, /* response cache (weir/cache.h). Since 1.6. */
 } weir_plugin_kind;
 
 typedef enum weir_log_level {
@@ -408,6 +409,7 @@ static inline const char *weir_plugin_kind_name(weir_plugin_kind k) {
   case WEIR_PLUGIN_QUANT: return "quant";
   case WEIR_PLUGIN_SAMPLER: return "sampler";
   case WEIR_PLUGIN_DRAFTER: return "drafter";
+  case WEIR_PLUGIN_CACHE: return "cache";
   default: return "?";
   }
 }

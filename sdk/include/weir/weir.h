@@ -12,4 +12,5 @@
 #include "weir/sampler.h"
 #include "weir/rng.h"
 #include "weir/drafter.h"
+#include "weir/cache.h"
 #endif

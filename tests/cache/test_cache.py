@@ -1,0 +1,351 @@
+#!/usr/bin/python3
+"""The response cache end to end (docs/response-cache.md) on the real `weir serve` with the
+trained model, with the memory plugin and with the redis plugin against a real redis-server
+started here on a free loopback port:
+  test_cache.py WEIR_BINARY PLUGIN_DIR MODEL WORK_DIR
+Checks, for each plugin: a repeated deterministic request is a hit (x-weir-cache) with the
+same answer and usage; streamed hits replay the same SSE chunks (deltas, finish_reason, usage,
+tool calls) for chat, completions and /v1/responses; a non-deterministic request is never
+served; every parameter that changes the answer changes the key; cache.mode off, Cache-Control
+no-store / no-cache, cache.ttl; scopes (API key, user) with a hostile client trying to read
+another key's entry; the admin clear; the metrics; bad `cache` objects are 400s. With Redis:
+two replicas share hits, and a Redis that goes down leaves the server answering (misses,
+counted) and the cache working again once Redis is back."""
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from weir_server import Server, expect, finish, free_port  # noqa: E402
+
+WEIR, PLUGINS, MODEL, WORK = sys.argv[1:5]
+os.makedirs(WORK, exist_ok=True)
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_verse", "description": "Look up a verse",
+    "parameters": {"type": "object", "properties": {
+        "book": {"type": "string", "enum": ["Genesis", "Exodus"]}}, "required": ["book"]}}}]
+
+
+def post(s, path, body, key=None, headers=None):
+    """(status, x-weir-cache header, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
+    h = {"Content-Type": "application/json"}
+    if key is not None:
+        h["Authorization"] = "Bearer " + key
+    h.update(headers or {})
+    c.request("POST", path, json.dumps(body), h)
+    r = c.getresponse()
+    data = r.read()
+    settle()
+    return r.status, r.getheader("x-weir-cache"), data
+
+
+def settle():
+    """An answer is stored just after it is sent (on a worker thread): a repeat sent at once
+    may arrive first and miss."""
+    time.sleep(0.05)
+
+
+def chat(content, **kw):
+    b = {"messages": [{"role": "user", "content": content}], "max_tokens": 12, "temperature": 0}
+    b.update(kw)
+    return b
+
+
+def sse(data):
+    """The data: payloads of an SSE stream, ids and timestamps removed (they differ per
+    answer by design)."""
+    out = []
+    for block in data.decode("utf-8").split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                p = line[6:]
+                if p == "[DONE]":
+                    out.append(p)
+                    continue
+                o = json.loads(p)
+                scrub(o)
+                out.append(o)
+    return out
+
+
+def scrub(o):
+    if isinstance(o, dict):
+        for k in list(o):
+            if k in ("id", "created", "created_at", "call_id", "item_id") or \
+               (k == "id" and isinstance(o[k], str)):
+                o[k] = "*"
+            else:
+                scrub(o[k])
+    elif isinstance(o, list):
+        for x in o:
+            scrub(x)
+
+
+def metric(s, name):
+    """Sum of a metric family's samples whose name and labels match the regex `name`."""
+    st, data = s.get("/metrics")
+    total = 0.0
+    for line in data.decode().splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"(\S+)\s+(\S+)$", line)
+        if m and re.fullmatch(name, m.group(1)):
+            total += float(m.group(2))
+    return total
+
+
+def twice(s, path, body, key="k1", headers=None):
+    a = post(s, path, body, key, headers)
+    b = post(s, path, body, key, headers)
+    return a, b
+
+
+def basics(s, tag):
+    body = chat("In the beginning " + tag)
+    (s1, h1, d1), (s2, h2, d2) = twice(s, "/v1/chat/completions", body)
+    expect(s1 == 200 and s2 == 200, "%s: status %s %s" % (tag, s1, s2))
+    expect(h1 == "miss" and h2 == "hit-exact", "%s: headers %s %s" % (tag, h1, h2))
+    r1, r2 = json.loads(d1), json.loads(d2)
+    expect(r1["choices"] == r2["choices"] and r1["usage"] == r2["usage"],
+           "%s: hit differs: %s vs %s" % (tag, r1, r2))
+    expect(r1["id"] != r2["id"], "%s: a hit gets its own id" % tag)
+    # Each parameter that changes the answer is in the key.
+    for change in ({"max_tokens": 11}, {"stop": ["and"]}, {"seed": 7}, {"top_k": 3},
+                   {"logit_bias": {"5": 2}}, {"frequency_penalty": 0.5}, {"n": 2},
+                   {"messages": [{"role": "user", "content": "In the beginning " + tag + "!"}]},
+                   {"response_format": {"type": "json_object"}}):
+        st, h, d = post(s, "/v1/chat/completions", dict(body, **change), "k1")
+        expect(st == 200 and h == "miss", "%s: %s served from the cache (%s %s)" %
+               (tag, change, st, h))
+    # Not deterministic: never stored or served; a fixed seed makes it deterministic.
+    hot = chat("And God said " + tag, temperature=1.0)
+    (_, h1, _), (_, h2, _) = twice(s, "/v1/chat/completions", hot)
+    expect(h1 == "miss" and h2 == "miss", "%s: temperature 1 served: %s %s" % (tag, h1, h2))
+    (_, h1, d1), (_, h2, d2) = twice(s, "/v1/chat/completions", dict(hot, seed=42))
+    expect(h1 == "miss" and h2 == "hit-exact" and
+           json.loads(d1)["choices"] == json.loads(d2)["choices"],
+           "%s: seeded: %s %s" % (tag, h1, h2))
+    # n > 1 with a seed: every choice comes back.
+    (_, h1, d1), (_, h2, d2) = twice(s, "/v1/chat/completions", dict(hot, seed=5, n=3))
+    expect(h2 == "hit-exact" and len(json.loads(d2)["choices"]) == 3 and
+           json.loads(d1)["choices"] == json.loads(d2)["choices"], "%s: n=3 hit" % tag)
+
+
+def control(s, tag):
+    # cache.mode off: neither served nor stored.
+    b = chat("Control off " + tag, cache={"mode": "off"})
+    (_, h1, _), (_, h2, _) = twice(s, "/v1/chat/completions", b)
+    expect(h1 == "miss" and h2 == "miss", "%s: mode off: %s %s" % (tag, h1, h2))
+    # no-store: not stored, so the next plain request misses.
+    b = chat("Control no-store " + tag)
+    _, h1, _ = post(s, "/v1/chat/completions", b, "k1", {"Cache-Control": "no-store"})
+    _, h2, _ = post(s, "/v1/chat/completions", b, "k1")
+    expect(h1 == "miss" and h2 == "miss", "%s: no-store stored: %s %s" % (tag, h1, h2))
+    # no-cache: a stored answer is not served (but the fresh one is stored).
+    _, h3, _ = post(s, "/v1/chat/completions", b, "k1", {"Cache-Control": "max-age=0, No-Cache"})
+    _, h4, _ = post(s, "/v1/chat/completions", b, "k1")
+    expect(h3 == "miss" and h4 == "hit-exact", "%s: no-cache: %s %s" % (tag, h3, h4))
+    # ttl: gone after it passes.
+    b = chat("Control ttl " + tag, cache={"ttl": 1})
+    post(s, "/v1/chat/completions", b, "k1")
+    _, h1, _ = post(s, "/v1/chat/completions", b, "k1")
+    time.sleep(2.2)
+    _, h2, _ = post(s, "/v1/chat/completions", b, "k1")
+    expect(h1 == "hit-exact" and h2 == "miss", "%s: ttl: %s %s" % (tag, h1, h2))
+    # Bad cache objects are 400s naming the parameter.
+    for bad, param in (({"mode": "maybe"}, "cache.mode"), ({"ttl": 0}, "cache.ttl"),
+                       ({"ttl": "1"}, "cache.ttl"), ({"size": 1}, "cache.size"), ([], "cache")):
+        st, _, d = post(s, "/v1/chat/completions", chat("x", cache=bad), "k1")
+        err = json.loads(d).get("error", {})
+        expect(st == 400 and err.get("param") == param, "%s: bad cache %s: %s %s" %
+               (tag, bad, st, d[:200]))
+    # Logprobs are never served from the cache.
+    b = chat("Control logprobs " + tag, logprobs=True)
+    (_, h1, _), (_, h2, _) = twice(s, "/v1/chat/completions", b)
+    expect(h2 == "miss", "%s: logprobs served from the cache" % tag)
+
+
+def streams(s, tag):
+    cases = [
+        ("/v1/chat/completions", chat("Stream chat " + tag, max_tokens=16, stream=True,
+                                      stream_options={"include_usage": True})),
+        ("/v1/completions", {"prompt": "Stream completion " + tag, "max_tokens": 16,
+                             "temperature": 0, "stream": True,
+                             "stream_options": {"include_usage": True}}),
+        ("/v1/responses", {"input": "Stream response " + tag, "max_output_tokens": 16,
+                           "temperature": 0, "stream": True}),
+        ("/v1/chat/completions", chat("Where is Genesis? " + tag, max_tokens=40, stream=True,
+                                      tools=TOOLS,
+                                      tool_choice={"type": "function",
+                                                   "function": {"name": "get_verse"}})),
+    ]
+    for path, body in cases:
+        (s1, h1, d1), (s2, h2, d2) = twice(s, path, body)
+        e1, e2 = sse(d1), sse(d2)
+        expect(s1 == 200 and s2 == 200 and h1 == "miss" and h2 == "hit-exact",
+               "%s %s: %s %s %s %s" % (tag, path, s1, s2, h1, h2))
+        expect(e1 == e2 and len(e1) > 3,
+               "%s %s: replay differs:\n%s\nvs\n%s" % (tag, path, e1, e2))
+        if path != "/v1/responses" and "tools" not in body:
+            # Token-sized deltas, not one blob.
+            deltas = [c for c in e2 if isinstance(c, dict) and c.get("choices")]
+            expect(len(deltas) >= 4, "%s %s: %d chunks" % (tag, path, len(deltas)))
+            # The non-streaming form of the same request is served from the same entry.
+            nb = dict(body)
+            nb.pop("stream")
+            nb.pop("stream_options", None)
+            st, h, d = post(s, path, nb, "k1")
+            expect(st == 200 and h == "hit-exact", "%s %s: non-streamed %s %s" %
+                   (tag, path, st, h))
+        if "tools" in body:
+            calls = [c for c in e2 if isinstance(c, dict) and c.get("choices") and
+                     c["choices"][0].get("delta", {}).get("tool_calls")]
+            expect(len(calls) >= 1, "%s: no tool_calls deltas in the replay" % tag)
+
+
+def scopes(s, tag):
+    """A hostile client (key "mallory") tries to get key "alice"'s answer."""
+    body = chat("Scope secret " + tag, user="u1")
+    st, h, d = post(s, "/v1/chat/completions", body, "alice")
+    expect(h == "miss", "%s: first alice %s" % (tag, h))
+    _, h, _ = post(s, "/v1/chat/completions", body, "alice")
+    expect(h == "hit-exact", "%s: alice's own hit %s" % (tag, h))
+    attempts = [
+        ("mallory", body, None), (None, body, None), ("", body, None),
+        ("alicf", body, None),
+        ("Alice", body, None), ("alice\t", dict(body, user="u2"), None),
+        ("mallory", dict(body, user="u1", cache={"mode": "exact"}), None),
+        ("mallory", body, {"Authorization": "Bearer alice, Bearer mallory"}),
+    ]
+    for key, b, hdr in attempts:
+        # no-store: the attempts leave no entry of their own, so any hit would be alice's.
+        st, h, d = post(s, "/v1/chat/completions", b, key,
+                        dict(hdr or {}, **{"Cache-Control": "no-store"}))
+        expect(h != "hit-exact", "%s: scope crossed with key %r headers %r" % (tag, key, hdr))
+    # Another user of the same key is another scope too.
+    _, h, _ = post(s, "/v1/chat/completions", dict(body, user="u2"), "alice",
+                   {"Cache-Control": "no-store"})
+    expect(h == "miss", "%s: user scope crossed" % tag)
+    # Mallory clearing "her" scope leaves alice's entry; clearing with alice's key removes it.
+    st, _, d = post(s, "/admin/cache/clear", {}, "mallory")
+    expect(st == 200, "%s: clear own %s %s" % (tag, st, d))
+    _, h, _ = post(s, "/v1/chat/completions", body, "alice")
+    expect(h == "hit-exact", "%s: another scope's clear removed alice's entry" % tag)
+    st, _, d = post(s, "/admin/cache/clear", {"user": "u1"}, "alice")
+    expect(st == 200 and json.loads(d)["cleared"] >= 1, "%s: clear alice/u1 %s" % (tag, d))
+    _, h, _ = post(s, "/v1/chat/completions", body, "alice")
+    expect(h == "miss", "%s: cleared entry served" % tag)
+    st, _, d = post(s, "/admin/cache/clear", {"all": True}, "alice")
+    expect(st == 200 and json.loads(d)["scope"] == "all", "%s: clear all %s" % (tag, d))
+    _, h, _ = post(s, "/v1/chat/completions", body, "alice")
+    expect(h == "miss", "%s: entry left after clear all" % tag)
+    st, _, d = post(s, "/admin/cache/clear", {"everything": 1}, "alice")
+    expect(st == 400, "%s: bad clear body %s" % (tag, st))
+
+
+def metrics(s, tag, plugin):
+    expect(metric(s, r'weir_response_cache_hits_total\{.*layer="exact".*') >= 5,
+           "%s: hits metric" % tag)
+    expect(metric(s, r"weir_response_cache_lookups_total.*") >
+           metric(s, r'weir_response_cache_hits_total.*'), "%s: lookups metric" % tag)
+    expect(metric(s, r"weir_response_cache_stores_total.*") >= 5, "%s: stores metric" % tag)
+    if plugin == "memory":
+        expect(metric(s, r'weir_cache_entries\{.*plugin="memory".*') >= 1 and
+               metric(s, r'weir_cache_bytes\{.*plugin="memory".*') > 0,
+               "%s: memory entries/bytes gauges" % tag)
+
+
+def start(log, extra):
+    return Server(WEIR, PLUGINS, MODEL, os.path.join(WORK, log), extra=extra)
+
+
+class Redis:
+    def __init__(self, port=None):
+        self.port = port or free_port()
+        self.proc = subprocess.Popen(
+            [shutil.which("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--daemonize", "no"],
+            stdout=open(os.path.join(WORK, "redis-%d.log" % self.port), "w"),
+            stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), 0.5) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def suite(plugin, extra, tag):
+    s = start("cache-%s.log" % tag, ["--set", "cache.name=" + plugin] + extra)
+    try:
+        basics(s, tag)
+        control(s, tag)
+        streams(s, tag)
+        scopes(s, tag)
+        metrics(s, tag, plugin)
+    finally:
+        s.stop()
+
+
+def redis_outage_and_replicas():
+    r = Redis()
+    opts = ["--set", "cache.name=redis", "--set", "cache.port=%d" % r.port,
+            "--set", "cache.retry_ms=200", "--set", "cache.timeout_ms=200"]
+    a = start("replica-a.log", opts)
+    b = start("replica-b.log", opts)
+    try:
+        body = chat("Shared between replicas")
+        _, h1, d1 = post(a, "/v1/chat/completions", body)
+        _, h2, d2 = post(b, "/v1/chat/completions", body)
+        expect(h1 == "miss" and h2 == "hit-exact" and
+               json.loads(d1)["choices"] == json.loads(d2)["choices"],
+               "replicas: %s %s" % (h1, h2))
+        # Redis goes down: answers go on (misses), errors are counted, never a 5xx.
+        r.stop()
+        for i in range(3):
+            st, h, _ = post(a, "/v1/chat/completions", body)
+            expect(st == 200 and h == "miss", "redis down: %s %s" % (st, h))
+            st, h, _ = post(a, "/v1/chat/completions", chat("While down %d" % i))
+            expect(st == 200, "redis down, new request: %s" % st)
+        expect(metric(a, r"weir_response_cache_backend_errors_total.*") >= 1 and
+               metric(a, r'weir_cache_redis_errors_total\{.*') >= 1,
+               "redis errors not counted")
+        st, _, _ = post(a, "/admin/cache/clear", {"all": True})
+        expect(st == 503, "clear with redis down: %s" % st)
+        # Back on the same port: the cache works again once retry_ms has passed.
+        r = Redis(r.port)
+        time.sleep(0.5)
+        post(a, "/v1/chat/completions", body)
+        time.sleep(0.3)
+        _, h, _ = post(b, "/v1/chat/completions", body)
+        expect(h == "hit-exact", "redis back: %s" % h)
+    finally:
+        a.stop()
+        b.stop()
+        r.stop()
+
+
+suite("memory", [], "memory")
+r = Redis()
+try:
+    suite("redis", ["--set", "cache.port=%d" % r.port], "redis")
+finally:
+    r.stop()
+redis_outage_and_replicas()
+finish("ok")
