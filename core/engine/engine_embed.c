@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "model/bert.h"
 #include "util/log.h"
 
 struct weir__engine_embed_job {
@@ -82,6 +83,8 @@ out_acc:
 }
 
 static int run_job(weir_engine *e, struct weir__engine_embed_job *j) {
+  if (e->embed_model)
+    return weir_bert_embed(e->embed_model, j->ids, j->n, j->out, j->err, j->errlen);
   return embed_llama(e, j->ids, j->n, j->out, j->err, j->errlen);
 }
 
@@ -145,8 +148,20 @@ int weir__engine_embed_setup(weir_engine *e, const weir_config *cfg, char *err, 
   em->pooling = p;
   em->max_inputs = cfg->embedding_max_inputs > 0 ? cfg->embedding_max_inputs : 2048;
   if (cfg->embedding_model && cfg->embedding_model[0]) {
-    snprintf(err, errlen, "embedding.model: dedicated embedding models are not built yet");
-    return WEIR_E_NOTSUP;
+    int rc = weir_bert_load(cfg->embedding_model, &e->rt.plugins, p, &e->embed_model, err,
+                            errlen);
+    if (rc != WEIR_OK) return rc;
+    em->tok = weir_bert_tokenizer(e->embed_model);
+    em->model_name = weir_bert_name(e->embed_model);
+    em->dim = weir_bert_dim(e->embed_model);
+    em->vocab_size = weir_bert_vocab(e->embed_model);
+    em->context_length = weir_bert_context(e->embed_model);
+    em->pooling = weir_bert_pooling(e->embed_model);
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+             "embedding model %s (%s): dim %d, context %d, %s pooling", cfg->embedding_model,
+             weir_bert_arch(e->embed_model), (int)em->dim, (int)em->context_length,
+             em->pooling);
+    return WEIR_OK;
   }
   if (!strcmp(p, "auto")) em->pooling = "mean";
   const int32_t dim = e->rt.hp[0].n_embd;
@@ -166,4 +181,6 @@ void weir__engine_embed_free(weir_engine *e) {
   weir_step_batch_free(&e->eb);
   free(e->embed_rows);
   e->embed_rows = NULL;
+  weir_bert_destroy(e->embed_model);
+  e->embed_model = NULL;
 }

@@ -144,6 +144,7 @@ struct weir_engine {
   int embed_pooling;               /* WEIR__EMBED_* */
   weir_step_batch eb;
   float *embed_rows;               /* [max_rows][n_embd] */
+  struct weir_bert *embed_model;   /* [embedding] model, or NULL: the served model embeds */
 
   /* Shared with other threads, under lock. */
   pthread_mutex_t lock;
