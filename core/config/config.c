@@ -43,6 +43,7 @@ typedef struct key_spec {
 static const char *const k_templates[] = {"auto", "chatml", "llama2", "llama3", "mistral",
                                           "zephyr", "gemma", "phi3", NULL};
 static const char *const k_policies[] = {"fcfs", "priority", NULL};
+static const char *const k_poolings[] = {"auto", "mean", "last", "cls", NULL};
 static const char *const k_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const k_formats[] = {"text", "json", NULL};
 static const char *const k_kv_dtypes[] = {"f32", "f16", "bf16", "int8", "fp8", NULL};
@@ -107,12 +108,15 @@ static const key_spec k_keys[] = {
     {"scheduler", "policy", K_STR, OFF(policy), 0, 0, k_policies},
     {"scheduler", "step_graph_max_batch", K_INT, OFF(step_graph_max_batch), 0, 1 << 16},
     {"plugins", "dirs", K_DIRS, OFF(plugin_dirs)},
+    {"embedding", "model", K_OPT_STR, OFF(embedding_model)},
+    {"embedding", "pooling", K_STR, OFF(embedding_pooling), 0, 0, k_poolings},
+    {"embedding", "max_inputs", K_INT, OFF(embedding_max_inputs), 1, 1 << 20},
 };
 #define NUM_KEYS (sizeof k_keys / sizeof k_keys[0])
 
 static const char *const k_sections[] = {"server", "log", "model", "device", "attention",
                                          "quant", "sampler", "drafter", "cache", "scheduler",
-                                         "plugins", NULL};
+                                         "plugins", "embedding", NULL};
 
 /* Keys that were renamed: still read, with a warning (once per process and key) naming the
  * new key. The selecting key is `name` in every plugin table since the plugin selectors were
@@ -213,6 +217,8 @@ void weir_config_free(weir_config *c) {
   free(c->model_path);
   free(c->chat_template);
   free(c->policy);
+  free(c->embedding_model);
+  free(c->embedding_pooling);
   weir_plugin_sel *sels[] = {&c->device, &c->attention, &c->quant, &c->sampler, &c->drafter,
                              &c->response_cache};
   for (size_t i = 0; i < sizeof sels / sizeof sels[0]; i++) {
@@ -265,6 +271,8 @@ void weir_config_defaults(weir_config *c) {
   c->max_waiting = 1024;
   c->policy = strdup("fcfs");
   c->step_graph_max_batch = 256;
+  c->embedding_pooling = strdup("auto");
+  c->embedding_max_inputs = 2048;
   c->toml = weir_toml_new_table();
 }
 
@@ -272,7 +280,7 @@ void weir_config_defaults(weir_config *c) {
 static int config_complete(const weir_config *c) {
   return c->host && c->model_path && c->chat_template && c->device.name &&
          c->attention.name && c->quant.name && c->sampler.name && c->drafter.name &&
-         c->response_cache.name && c->policy && c->toml;
+         c->response_cache.name && c->policy && c->embedding_pooling && c->toml;
 }
 
 /* Points each plugin selection at its table in c->toml (or NULL). */
@@ -304,6 +312,8 @@ static int config_clone(const weir_config *src, weir_config *dst) {
   bad |= dup_opt(&dst->model_path, src->model_path);
   bad |= dup_opt(&dst->chat_template, src->chat_template);
   bad |= dup_opt(&dst->policy, src->policy);
+  bad |= dup_opt(&dst->embedding_model, src->embedding_model);
+  bad |= dup_opt(&dst->embedding_pooling, src->embedding_pooling);
   const weir_plugin_sel *ss[] = {&src->device, &src->attention, &src->quant, &src->sampler,
                                  &src->drafter, &src->response_cache};
   weir_plugin_sel *ds[] = {&dst->device, &dst->attention, &dst->quant, &dst->sampler,

@@ -114,6 +114,15 @@ typedef struct weir_config {
   int64_t response_cache_ttl_s;  /* 3600: how long an answer is kept unless a request says */
   int response_cache_nondeterministic; /* 0: only temperature-0 or seeded requests are
                                           stored and served */
+  /* [embedding] (issue 33): where /v1/embeddings and the response cache's semantic layer get
+   * their vectors. model: NULL = the served model's pooled hidden states, else the path of a
+   * dedicated `bert` / `nomic-bert` GGUF loaded beside it. pooling: "auto" (default: the
+   * embedding model's own pooling_type, mean for the served model), "mean", "last" (the last
+   * token) or "cls" (the first token). max_inputs: 2048, the most inputs one
+   * /v1/embeddings request may carry. */
+  char *embedding_model;
+  char *embedding_pooling;
+  int embedding_max_inputs;
 } weir_config;
 
 /* Fills c with the built-in defaults (the values in the comments above). Never fails for

@@ -72,7 +72,7 @@ static void *engine_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&e->lock);
     while (!e->stopping && !e->incoming_head && e->num_aborts == 0 && e->num_flow == 0 &&
-           !(e->live && has_work(e))) {
+           !e->embed_head && !(e->live && has_work(e))) {
       if (!e->live) {
         pthread_cond_wait(&e->wake, &e->lock);
         continue;
@@ -120,6 +120,8 @@ static void *engine_main(void *arg) {
       engine_req *r = find_live(e, abort_ids[i]);
       if (r) weir__engine_req_finish_flush(e, r, WEIR_FINISH_ABORT);
     }
+    /* Embeddings between steps: never during one (engine_embed.c). */
+    weir__engine_embed_run(e, stopping);
     if (stopping) {
       while (e->live) weir__engine_req_finish_flush(e, e->live, WEIR_FINISH_ABORT);
       weir__engine_publish_stats(e);
@@ -435,6 +437,7 @@ static int alloc_scratch(weir_engine *e) {
 }
 
 static void engine_free(weir_engine *e) {
+  weir__engine_embed_free(e);
   weir_sched_destroy(e->sched);
   weir_runtime_close(&e->rt); /* models, pool, plugins, GGUF files, tokenizer */
   if (e->own_metrics) weir_metrics_destroy(e->metrics);
@@ -466,6 +469,7 @@ static void engine_free(weir_engine *e) {
   free(e->flow);
   pthread_mutex_destroy(&e->lock);
   pthread_cond_destroy(&e->wake);
+  pthread_cond_destroy(&e->embed_done);
   free(e);
 }
 
@@ -632,6 +636,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   e->spec_break_residual = opts ? opts->spec_break_residual : 0;
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->wake, NULL);
+  pthread_cond_init(&e->embed_done, NULL);
   atomic_init(&e->next_id, 1);
   if (metrics) {
     e->metrics = metrics;
@@ -677,6 +682,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
 
   e->service = (weir_service){.tok = e->tok, .chat = e->chat, .gcache = e->gcache,
                               .vocab_size = e->vocab, .context_length = e->ctx_len};
+  if ((rc = weir__engine_embed_setup(e, cfg, err, sizeof err)) != WEIR_OK) goto fail;
   e->max_waiting = cfg->max_waiting;
   e->default_timeout_ms = cfg->request_timeout_ms;
   weir_kv_stats ks;

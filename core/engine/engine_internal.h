@@ -139,6 +139,13 @@ struct weir_engine {
   weir_step_batch db;              /* the draft model's batch of one pass */
   int32_t *d_item;                 /* [max_seqs_step]: the step item of each draft logit row */
 
+  /* Embeddings (engine_embed.c): the pooling, the batch of an embedding's chunk and the host
+   * rows of its hidden states. Engine thread. */
+  int embed_pooling;               /* WEIR__EMBED_* */
+  weir_step_batch eb;
+  float *embed_rows;               /* [max_rows][n_embd] */
+  struct weir_bert *embed_model;   /* [embedding] model, or NULL: the served model embeds */
+
   /* Shared with other threads, under lock. */
   pthread_mutex_t lock;
   pthread_cond_t wake;
@@ -152,6 +159,8 @@ struct weir_engine {
   } *flow;                         /* weir_engine_pause / _resume, in call order */
   int32_t num_flow, cap_flow;
   int stopping;
+  struct weir__engine_embed_job *embed_head, *embed_tail; /* queued embeddings */
+  pthread_cond_t embed_done;       /* broadcast when queued embeddings finished */
   weir_engine_stats stats;
 
   engine_req *live; /* engine thread only: every admitted request */
@@ -196,6 +205,17 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out);
 void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *logits);
 /* Logs what the speculation policy measured (at shutdown). */
 void weir__engine_spec_log(const weir_engine *e);
+
+/* ---- engine_embed.c ---------------------------------------------------------------------- */
+
+enum { WEIR__EMBED_MEAN = 0, WEIR__EMBED_LAST = 1, WEIR__EMBED_CLS = 2 };
+struct weir_config;
+/* Fills e->service.embed and what the jobs need; after the models and the step limits. */
+int weir__engine_embed_setup(weir_engine *e, const struct weir_config *cfg, char *err,
+                             size_t errlen);
+void weir__engine_embed_free(weir_engine *e);
+/* Runs (or, stopping, cancels) every queued embedding and wakes their callers. */
+void weir__engine_embed_run(weir_engine *e, int stopping);
 
 /* ---- engine_step.c ----------------------------------------------------------------------- */
 

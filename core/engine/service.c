@@ -2,6 +2,10 @@
  * constraint cache, with the argument checks a caller from the network needs. */
 #include "engine/service.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "grammar/grammar.h"
 #include "model/tokenizer.h"
 #include "weir/status.h"
@@ -59,4 +63,73 @@ int weir_service_constraint(const weir_service *sv, const struct weir_constraint
   *out = NULL;
   if (!sv || !spec) return WEIR_E_INVAL;
   return weir_constraint_cache_get(sv->gcache, spec, out, err, errlen);
+}
+
+/* ---- Embeddings ------------------------------------------------------------------------- */
+
+int weir_service_embed_tokenize(const weir_service *sv, const char *text, size_t len,
+                                int32_t **ids, int32_t *n) {
+  *ids = NULL;
+  *n = 0;
+  if (!sv->embed.tok) return WEIR_E_NOTSUP;
+  size_t count = 0;
+  int rc = weir_tokenizer_encode(sv->embed.tok, text, len, WEIR_ENCODE_ADD_SPECIAL, ids, &count);
+  if (rc == WEIR_OK) *n = (int32_t)count;
+  return rc;
+}
+
+int weir_service_embed_tokens(const weir_service *sv, const int32_t *ids, int32_t n, float *out,
+                              size_t cap, size_t *dim, char *err, size_t errlen) {
+  const weir_service_embedder *em = &sv->embed;
+  if (dim) *dim = em->run ? (size_t)em->dim : 0;
+  if (!em->run) {
+    snprintf(err, errlen, "no embedding source is configured");
+    return WEIR_E_NOTSUP;
+  }
+  if (n <= 0) {
+    snprintf(err, errlen, "the input is empty: there is nothing to embed");
+    return WEIR_E_INVAL;
+  }
+  if (n > em->context_length) {
+    snprintf(err, errlen, "the input has %d tokens, more than the embedding model's context of "
+             "%d", (int)n, (int)em->context_length);
+    return WEIR_E_RANGE;
+  }
+  for (int32_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= em->vocab_size) {
+      snprintf(err, errlen, "token id %d is outside the embedding model's vocabulary [0, %d)",
+               (int)ids[i], (int)em->vocab_size);
+      return WEIR_E_RANGE;
+    }
+  if (cap < (size_t)em->dim) {
+    snprintf(err, errlen, "the output holds %zu floats, the vector %d", cap, (int)em->dim);
+    return WEIR_E_NOSPACE;
+  }
+  int rc = em->run(em->ctx, ids, n, out, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  double ss = 0;
+  for (int32_t i = 0; i < em->dim; i++) ss += (double)out[i] * out[i];
+  if (ss > 0) {
+    const double inv = 1.0 / sqrt(ss);
+    for (int32_t i = 0; i < em->dim; i++) out[i] = (float)(out[i] * inv);
+  }
+  return WEIR_OK;
+}
+
+int weir_service_embed(const weir_service *sv, const char *text, size_t len, float *out,
+                       size_t cap, size_t *dim, char *err, size_t errlen) {
+  int32_t *ids = NULL, n = 0;
+  if (dim) *dim = sv->embed.run ? (size_t)sv->embed.dim : 0;
+  if (len == 0) {
+    snprintf(err, errlen, "the input is empty: there is nothing to embed");
+    return WEIR_E_INVAL;
+  }
+  int rc = weir_service_embed_tokenize(sv, text, len, &ids, &n);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "could not tokenize the text: %s", weir_strerror(rc));
+    return rc;
+  }
+  rc = weir_service_embed_tokens(sv, ids, n, out, cap, dim, err, errlen);
+  free(ids);
+  return rc;
 }

@@ -659,7 +659,8 @@ static void abandon(weir__api_job *job) {
  * start so that a client that leaves meanwhile is seen (client_gone sets job->r NULL), and
  * so that a drain waits for the work. */
 
-enum { W_COMPLETIONS, W_CHAT, W_RESPONSES, W_TOKENIZE, W_DETOKENIZE, W_CACHE_CLEAR };
+enum { W_COMPLETIONS, W_CHAT, W_RESPONSES, W_TOKENIZE, W_DETOKENIZE, W_CACHE_CLEAR,
+       W_EMBEDDINGS };
 
 struct weir__api_work {
   struct weir__api_work *next;
@@ -671,7 +672,7 @@ struct weir__api_work {
   size_t body_len;    /* its length, for trim_after_large_work */
   api_gen *a;         /* generation: the parsed request (then compiled) */
   cJSON *resp_echo;   /* /v1/responses: the fields its Response repeats */
-  cJSON *reply;       /* tokenize / detokenize: the 200's body */
+  cJSON *reply;       /* tokenize / detokenize / embeddings: the 200's body */
   int failed;
   api_error e;
   char *auth;         /* the request's Authorization header (owned), for the cache's scope */
@@ -761,10 +762,12 @@ static void prep_run(void *arg, int cancelled) {
   if (!root) goto failed;
   switch (w->kind) {
   case W_TOKENIZE:
-  case W_DETOKENIZE: {
-    /* both take root */
-    int rc = w->kind == W_TOKENIZE ? tokenize_body(s, root, &w->reply, &w->e)
-                                   : detokenize_body(s, root, &w->reply, &w->e);
+  case W_DETOKENIZE:
+  case W_EMBEDDINGS: {
+    /* all take root */
+    int rc = w->kind == W_TOKENIZE     ? tokenize_body(s, root, &w->reply, &w->e)
+             : w->kind == W_DETOKENIZE ? detokenize_body(s, root, &w->reply, &w->e)
+                                       : weir__api_embeddings_body(s, root, &w->reply, &w->e);
     root = NULL;
     if (rc) goto failed;
     break;
@@ -895,7 +898,8 @@ static void work_done(weir__api_work *w) {
     abandon(job);
     return;
   }
-  if (w->kind == W_TOKENIZE || w->kind == W_DETOKENIZE || w->kind == W_CACHE_CLEAR) {
+  if (w->kind == W_TOKENIZE || w->kind == W_DETOKENIZE || w->kind == W_CACHE_CLEAR ||
+      w->kind == W_EMBEDDINGS) {
     weir__api_respond_json(detach(job), 200, w->reply);
     work_free(w);
     abandon(job);
@@ -1222,7 +1226,7 @@ static void handle_version(weir__http_req *r) {
 /* ---- routing ---------------------------------------------------------------------------- */
 
 enum { R_HEALTH, R_METRICS, R_VERSION, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES,
-       R_TOKENIZE, R_DETOKENIZE, R_CACHE_CLEAR };
+       R_TOKENIZE, R_DETOKENIZE, R_CACHE_CLEAR, R_EMBEDDINGS };
 
 static const struct route {
   const char *path;
@@ -1240,6 +1244,7 @@ static const struct route {
     {"/tokenize", HTTP_POST, R_TOKENIZE, 0},
     {"/detokenize", HTTP_POST, R_DETOKENIZE, 0},
     {"/admin/cache/clear", HTTP_POST, R_CACHE_CLEAR, 0},
+    {"/v1/embeddings", HTTP_POST, R_EMBEDDINGS, 0},
 };
 
 /* Compares in time independent of where the first difference is. */
@@ -1357,6 +1362,7 @@ static void dispatch(weir__http_req *r) {
   case R_TOKENIZE: queue_work(r, W_TOKENIZE); break;
   case R_DETOKENIZE: queue_work(r, W_DETOKENIZE); break;
   case R_CACHE_CLEAR: queue_work(r, W_CACHE_CLEAR); break;
+  case R_EMBEDDINGS: queue_work(r, W_EMBEDDINGS); break;
   default: weir__http_respond_error(r, 500, "server_error", NULL, NULL, "no handler"); break;
   }
 }

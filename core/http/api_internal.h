@@ -233,6 +233,12 @@ cJSON *weir__api_parse_body(weir_buf *body, api_error *e);
 int weir__api_ids_from_array(weir__http_server *s, const cJSON *arr, const char *param,
     prompt_list *pl, api_error *e);
 
+/* ---- api_embeddings.c ---- */
+
+/* A /v1/embeddings body (root, deleted here) into the 200's JSON (*reply), or -1 with e
+ * filled. Blocks while the engine computes the vectors: prep-pool threads only. */
+int weir__api_embeddings_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
+
 /* ---- api_tools.c ---- */
 
 /* tools, tool_choice and parallel_tool_calls of p, checked into t: 0, or -1 with e filled. */

@@ -81,6 +81,7 @@ struct weir_llama {
   uint64_t graph_key_base;
   unsigned attn_abi_minor, quant_abi_minor; /* what the plugins were built against */
   int32_t *pad; /* one allocation: tokens, positions, qsl, ctx, slots, rows, block tables */
+  int hidden_only; /* this step stops at the final norm (weir_llama_forward_hidden) */
   weir_llama_graph_stats graph_stats;
 };
 
@@ -711,6 +712,7 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
   if (R > 0) {
     TRY(d->get_rows(ds, m->sel, m->x, m->d_rows, R, dim));
     TRY(d->rms_norm(ds, m->sel, m->sel, m->out_norm, R, dim, hp->rms_eps));
+    if (m->hidden_only) goto out;
     TAP(-1, WEIR_LLAMA_SITE_OUTPUT, m->sel, R, dim);
     TRY(m->quant->matmul(m->quant_self, m->output, m->sel, m->logits, R));
     if (hp->final_softcap > 0.0f)
@@ -832,6 +834,24 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
     m->graph_stats.padded += (uint64_t)(m->graph_size[gi] - S);
   }
   *logits = m->logits;
+out:
+  return rc;
+}
+
+int weir_llama_forward_hidden(weir_llama *m, const weir_llama_batch *b, float *hidden) {
+  const int64_t T = b->num_tokens, R = b->num_logit_rows, S = b->num_seqs;
+  if (T <= 0 || T > m->opts.max_num_tokens || S <= 0 || S > m->opts.max_num_seqs || R <= 0 ||
+      R > m->opts.max_logit_rows || b->max_blocks_per_seq > m->max_blocks_per_seq)
+    return WEIR_E_RANGE;
+  int rc;
+  /* Never from a step graph: a recorded step ends with the LM head. */
+  TRY(upload_batch(m, b));
+  m->hidden_only = 1;
+  rc = compute(m, b, 0);
+  m->hidden_only = 0;
+  if (rc != WEIR_OK) goto out;
+  TRY(m->dev->synchronize(m->dev_self));
+  TRY(m->dev->copy_d2h(m->dev_self, hidden, m->sel, (size_t)R * (size_t)m->hp.n_embd * 4));
 out:
   return rc;
 }

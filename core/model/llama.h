@@ -114,6 +114,13 @@ size_t weir_llama_weight_bytes(const weir_llama *m);
  * the model, valid until the next forward (a sampler may overwrite it). */
 int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits);
 
+/* Runs one step like weir_llama_forward but stops at the final norm: on success the host
+ * array hidden (the caller's, [num_logit_rows][n_embd] f32) holds the output-normed hidden
+ * states of the rows logit_rows lists, the input the LM head would take. The K/V of the batch's tokens are written like any step's. Never replayed
+ * from a step graph. WEIR_E_RANGE for a batch beyond the model's sizes or without rows.
+ * Embeddings from the served model (/v1/embeddings, engine.c) run through here. */
+int weir_llama_forward_hidden(weir_llama *m, const weir_llama_batch *b, float *hidden);
+
 /* Step graphs recorded and steps replayed from them since creation. */
 typedef struct weir_llama_graph_stats {
   uint64_t recorded;  /* graphs recorded (one per padded batch size, again after a reset) */

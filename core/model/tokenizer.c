@@ -13,6 +13,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,7 @@ struct weir_tokenizer {
   int32_t bos, eos, unk, pad;
   int add_bos, add_eos, add_space_prefix;
   weir_pretokenizer pre;
+  size_t max_text_len;   /* the longest vocabulary string (bounds WordPiece's search) */
 };
 
 
@@ -159,7 +161,7 @@ static size_t make_piece(const weir_tokenizer *t, int32_t id, const int16_t *cp_
     memcpy(out, s, n);
     return n;
   }
-  if (t->type == WEIR_TOKENIZER_LLAMA) {
+  if (t->type != WEIR_TOKENIZER_GPT2) { /* llama and bert: ▁ is a space */
     unsigned b;
     if (type == WEIR_TOKEN_BYTE && is_byte_token(s, n, &b)) {
       out[0] = (char)b;
@@ -252,7 +254,8 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
   weir_tokenizer *t = NULL;
   if (out) *out = NULL;
   if (!spec || !out) return WEIR_E_INVAL;
-  if (spec->type != WEIR_TOKENIZER_LLAMA && spec->type != WEIR_TOKENIZER_GPT2) {
+  if (spec->type != WEIR_TOKENIZER_LLAMA && spec->type != WEIR_TOKENIZER_GPT2 &&
+      spec->type != WEIR_TOKENIZER_BERT) {
     weir_set_err(err, errlen, "unknown tokenizer type %d", (int)spec->type);
     return WEIR_E_INVAL;
   }
@@ -309,6 +312,7 @@ int weir_tokenizer_create(const weir_tokenizer_spec *spec, weir_tokenizer **out,
       goto fail;
     }
     total += spec->tokens[i].len;
+    if (spec->tokens[i].len > t->max_text_len) t->max_text_len = spec->tokens[i].len;
   }
   t->text_blob = malloc(total + 1);
   t->text_off = malloc(((size_t)n + 1) * sizeof *t->text_off);
@@ -788,6 +792,50 @@ static int gpt2_fragment(const weir_tokenizer *t, work *w, const char *text, siz
   return 0;
 }
 
+/* WordPiece (WEIR_TOKENIZER_BERT): the words of text, each as ▁word matched greedily
+ * longest-first against the vocabulary; unk for a word that cannot be covered. */
+static int wpm_fragment(const weir_tokenizer *t, const char *text, size_t len, ivec *out) {
+  const unsigned char *s = (const unsigned char *)text;
+  char *word = NULL;
+  int rc = 0;
+  size_t i = 0;
+  while (i < len) {
+    if (isspace(s[i])) {
+      i++;
+      continue;
+    }
+    size_t j = i + 1;
+    if (!ispunct(s[i]))
+      while (j < len && !isspace(s[j]) && !ispunct(s[j])) j++;
+    const size_t wl = j - i;
+    free(word);
+    if (!(word = malloc(wl + 3))) return WEIR_E_NOMEM;
+    memcpy(word, "\xE2\x96\x81", 3);
+    for (size_t k = 0; k < wl; k++) word[3 + k] = (char)tolower(s[i + k]);
+    const size_t n = wl + 3;
+    const size_t mark = out->n;
+    size_t at = 0;
+    while (at < n) {
+      int32_t id = -1;
+      /* No piece is longer than the longest token: a long word costs len x that, at most. */
+      size_t end = n - at > t->max_text_len ? at + t->max_text_len : n;
+      for (; end > at; end--)
+        if ((id = weir_tokenizer_find(t, word + at, end - at)) >= 0) break;
+      if (id < 0) break;
+      if ((rc = ivec_push(out, id))) goto done;
+      at = end;
+    }
+    if (at < n) {
+      out->n = mark;
+      if (t->unk >= 0 && (rc = ivec_push(out, t->unk))) goto done;
+    }
+    i = j;
+  }
+done:
+  free(word);
+  return rc ? WEIR_E_NOMEM : 0;
+}
+
 static uint32_t window_hash(const char *p) {
   uint32_t x;
   memcpy(&x, p, 4);
@@ -899,6 +947,8 @@ int weir_tokenizer_encode(const weir_tokenizer *t, const char *text, size_t len,
     if (f[i].len == 0) continue;
     if (t->type == WEIR_TOKENIZER_LLAMA)
       rc = spm_fragment(t, &w, text + f[i].start, f[i].len, prefix && want_prefix, &out);
+    else if (t->type == WEIR_TOKENIZER_BERT)
+      rc = wpm_fragment(t, text + f[i].start, f[i].len, &out);
     else
       rc = gpt2_fragment(t, &w, text + f[i].start, f[i].len, &out);
     if (rc) goto done;

@@ -27,6 +27,12 @@ typedef enum weir_tokenizer_type {
                                <0xXX> byte fallback (GGUF tokenizer.ggml.model "llama") */
   WEIR_TOKENIZER_GPT2 = 2,  /* byte-level BPE: merges by rank, GPT-2 pre-tokenizer
                                (GGUF tokenizer.ggml.model "gpt2") */
+  WEIR_TOKENIZER_BERT = 3,  /* WordPiece (GGUF tokenizer.ggml.model "bert"): ASCII letters
+                               lowercased, split at whitespace and ASCII punctuation, each
+                               word matched greedily longest-first as ▁word then its
+                               continuations; a word that cannot be matched is unk. Pieces
+                               are stored the GGUF way: ▁ for a word's start, continuations
+                               without "##". */
 } weir_tokenizer_type;
 
 /* The split a gpt2 tokenizer applies before merging (GGUF tokenizer.ggml.pre). */

@@ -88,10 +88,12 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
   if (model.len == 5 && memcmp(model.ptr, "llama", 5) == 0) {
     weir_tokenizer_spec_init(&spec, WEIR_TOKENIZER_LLAMA);
     spec.add_bos = 1;
+  } else if (model.len == 4 && memcmp(model.ptr, "bert", 4) == 0) {
+    weir_tokenizer_spec_init(&spec, WEIR_TOKENIZER_BERT);
   } else if (model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0) {
     weir_tokenizer_spec_init(&spec, WEIR_TOKENIZER_GPT2);
   } else {
-    weir_set_err(err, errlen, "%s: tokenizer.ggml.model \"%.*s\" is not supported (llama, gpt2)",
+    weir_set_err(err, errlen, "%s: tokenizer.ggml.model \"%.*s\" is not supported (llama, gpt2, bert)",
             path, (int)(model.len > 64 ? 64 : model.len), model.ptr);
     return WEIR_E_NOTSUP;
   }
@@ -199,6 +201,18 @@ int weir_tokenizer_from_gguf(const struct weir_gguf *g, weir_tokenizer **out, ch
       (rc = get_flag(g, "tokenizer.ggml.add_eos_token", &spec.add_eos, err, errlen)) ||
       (rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &spec.add_space_prefix, err, errlen)))
     goto fail;
+  if (spec.type == WEIR_TOKENIZER_BERT) {
+    /* WordPiece (GGUF's "bert"): [CLS] text [SEP] whenever special tokens are added, as the
+     * published BERT models are fed; [CLS] is the bos token, [SEP] the separator (the key's
+     * spelling is GGUF's), with BERT's uncased vocabulary positions as defaults. */
+    int32_t sep = -1;
+    if ((rc = get_id(g, "tokenizer.ggml.seperator_token_id", n, &sep, err, errlen))) goto fail;
+    if (spec.bos_id < 0 && n > 101) spec.bos_id = 101;
+    if (sep < 0 && n > 102) sep = 102;
+    if (spec.unk_id < 0 && n > 100) spec.unk_id = 100;
+    spec.eos_id = sep;
+    spec.add_bos = spec.add_eos = 1;
+  }
   /* A file that asks for BOS but names none: follow the request only when possible. */
   if (spec.add_bos && spec.bos_id < 0) spec.add_bos = 0;
   if (spec.add_eos && spec.eos_id < 0) spec.add_eos = 0;

@@ -276,8 +276,21 @@ int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *lo
   return weir_ref_forward_len(m, tokens, n, 0, logits);
 }
 
+static int forward(weir_ref_model *m, const int32_t *tokens, int n, int max_len,
+                   double *logits, double *hidden);
+
 int weir_ref_forward_len(weir_ref_model *m, const int32_t *tokens, int n, int max_len,
                          double *logits) {
+  return forward(m, tokens, n, max_len, logits, NULL);
+}
+
+int weir_ref_forward_hidden(weir_ref_model *m, const int32_t *tokens, int n, double *hidden) {
+  return forward(m, tokens, n, 0, NULL, hidden);
+}
+
+/* The forward pass; logits and hidden (the output-normed states) may each be NULL. */
+static int forward(weir_ref_model *m, const int32_t *tokens, int n, int max_len,
+                   double *logits, double *hidden) {
   const weir_llama_hparams *hp = &m->hp;
   const int E = hp->n_embd, H = hp->n_head, HKV = hp->n_head_kv, D = hp->head_dim;
   const int QD = H * D, KV = HKV * D, F = hp->n_ff, V = hp->n_vocab;
@@ -432,10 +445,11 @@ int weir_ref_forward_len(weir_ref_model *m, const int32_t *tokens, int n, int ma
   if ((rc = vec(weir_gguf_find_tensor(m->gguf, "output_norm.weight"), w))) goto free_buffers;
   for (int t = 0; t < n; t++)
     weir_ref_rmsnorm(x + (size_t)t * E, w, E, hp->rms_eps, h + (size_t)t * E);
+  if (hidden) memcpy(hidden, h, N * (size_t)E * sizeof(double));
   const weir_gguf_tensor *out = hp->has_output ? weir_gguf_find_tensor(m->gguf, "output.weight")
                                                : emb;
-  rc = matmul(out, h, n, logits);
-  if (rc == 0 && hp->final_softcap > 0)
+  if (logits) rc = matmul(out, h, n, logits);
+  if (logits && rc == 0 && hp->final_softcap > 0)
     for (size_t i = 0; i < N * (size_t)V; i++)
       logits[i] = tanh(logits[i] / hp->final_softcap) * hp->final_softcap;
 

@@ -36,6 +36,10 @@ int weir_ref_forward(weir_ref_model *m, const int32_t *tokens, int n, double *lo
 int weir_ref_forward_len(weir_ref_model *m, const int32_t *tokens, int n, int max_len,
                          double *logits);
 
+/* The same pass up to the final norm: hidden[n][n_embd] receives the output-normed hidden
+ * state of every token (the LM head's input), what an embedding pools (issue 33). */
+int weir_ref_forward_hidden(weir_ref_model *m, const int32_t *tokens, int n, double *hidden);
+
 /* The building blocks, exposed for their own tests. */
 /* Converts n elements (a multiple of the block size) of a GGUF tensor type into doubles;
  * WEIR_E_NOTSUP for another type. */

@@ -1,6 +1,7 @@
 /* `weir mkmodel`: writes a Llama-family GGUF with seeded random weights and a complete
  * tokenizer, streaming tensors to disk as they are generated so the 1.1B shape needs no more
  * memory than one chunk of rows. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +43,9 @@ static void usage(FILE *f) {
         "                              vocab 32000, ctx 2048, f16, llama tokenizer, chatml\n"
         "                        gemma3-1b, qwen3-0.6b, llama3.2-1b: those models' shapes,\n"
         "                              tokenizers and templates (f16, random weights)\n"
-        "  --arch llama|mistral|qwen2|qwen3|gemma2|gemma3|phi3   architecture (qwen2 adds QKV\n"
+        "  --arch llama|mistral|qwen2|qwen3|gemma2|gemma3|phi3|bert|nomic-bert   architecture\n"
+        "                        (bert, nomic-bert: an embedding model with a WordPiece\n"
+        "                        vocabulary, for [embedding] model; qwen2 adds QKV\n"
         "                        biases; qwen3 Q/K norms; gemma2/3 post-norms, GELU, soft-caps,\n"
         "                        sliding windows; phi3 fused QKV and gate/up; docs/models.md)\n"
         "  --dim N  --layers N  --heads N  --kv-heads N  --ffn N  --vocab N  --ctx N\n"
@@ -514,6 +517,228 @@ free_all:
   return rc;
 }
 
+/* ---- Encoders: bert and nomic-bert (issue 33) -------------------------------------------- */
+
+/* A WordPiece vocabulary of exactly n tokens, the GGUF way (▁ opens a word, continuations
+ * have no "##"): [PAD] 0, [unused*], [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103 as BERT's
+ * uncased vocabulary places them, then every ASCII punctuation mark, letter and digit as a
+ * word and as a continuation, then the corpus's words in order of first appearance. */
+static int wordpiece_vocab(int32_t n, char ***tokens_out, int32_t **types_out) {
+  char **tok = calloc((size_t)n, sizeof *tok);
+  int32_t *ty = calloc((size_t)n, sizeof *ty);
+  int32_t k = 0;
+  if (!tok || !ty) goto fail;
+#define PUSH(s, t)                                        \
+  do {                                                    \
+    if (k < n && !(tok[k] = strdup(s))) goto fail;        \
+    if (k < n) ty[k++] = (t);                             \
+  } while (0)
+  char buf[64];
+  PUSH("[PAD]", WEIR__TOK_CONTROL);
+  for (int i = 1; i < 100; i++) {
+    snprintf(buf, sizeof buf, "[unused%d]", i - 1);
+    PUSH(buf, WEIR__TOK_CONTROL);
+  }
+  PUSH("[UNK]", WEIR__TOK_UNKNOWN);
+  PUSH("[CLS]", WEIR__TOK_CONTROL);
+  PUSH("[SEP]", WEIR__TOK_CONTROL);
+  PUSH("[MASK]", WEIR__TOK_CONTROL);
+  for (int c = 33; c < 127; c++) {
+    if (isupper(c)) continue;
+    snprintf(buf, sizeof buf, "\xE2\x96\x81%c", c);
+    PUSH(buf, WEIR__TOK_NORMAL);
+    if (isalnum(c)) {
+      snprintf(buf, sizeof buf, "%c", c);
+      PUSH(buf, WEIR__TOK_NORMAL);
+    }
+  }
+  for (const char *p = weir__mkmodel_corpus; *p && k < n;) {
+    if (!isalnum((unsigned char)*p)) {
+      p++;
+      continue;
+    }
+    size_t len = 0;
+    while (isalnum((unsigned char)p[len]) && len < 40) len++;
+    memcpy(buf, "\xE2\x96\x81", 3);
+    for (size_t i = 0; i < len; i++) buf[3 + i] = (char)tolower((unsigned char)p[i]);
+    buf[3 + len] = '\0';
+    int seen = 0;
+    for (int32_t i = 104; i < k && !seen; i++) seen = !strcmp(tok[i], buf);
+    if (!seen) PUSH(buf, WEIR__TOK_NORMAL);
+    /* A word's tail as a continuation piece too, so words split into several pieces. */
+    if (len > 3) {
+      snprintf(buf, sizeof buf, "%.*s", (int)(len - 2), p + 2);
+      for (char *q = buf; *q; q++) *q = (char)tolower((unsigned char)*q);
+      seen = 0;
+      for (int32_t i = 104; i < k && !seen; i++) seen = !strcmp(tok[i], buf);
+      if (!seen) PUSH(buf, WEIR__TOK_NORMAL);
+    }
+    p += len;
+  }
+  for (int32_t i = 0; k < n; i++) {
+    snprintf(buf, sizeof buf, "[unused%d]", 99 + i);
+    PUSH(buf, WEIR__TOK_CONTROL);
+  }
+#undef PUSH
+  *tokens_out = tok;
+  *types_out = ty;
+  return 0;
+fail:
+  for (int32_t i = 0; tok && i < n; i++) free(tok[i]);
+  free(tok);
+  free(ty);
+  return WEIR_E_NOMEM;
+}
+
+/* `weir mkmodel --arch bert|nomic-bert`: an encoder with the tensor names and keys of GGUF
+ * (docs/models.md), random weights, and a WordPiece vocabulary. */
+static int write_encoder(const mk_opts *o, char *err) {
+  const mk_type *ty = find_type(o->type);
+  const int nomic = !strcmp(o->arch, "nomic-bert");
+  const char *a = o->arch;
+  char key[128], **tokens = NULL;
+  int32_t *types = NULL;
+  weir_gguf_writer *w = NULL;
+  plan_tensor *plan = NULL;
+  float *fbuf = NULL;
+  uint8_t *qbuf = NULL;
+  char *tmp = NULL;
+  int rc = wordpiece_vocab((int32_t)o->vocab, &tokens, &types);
+  if (rc || (rc = weir_gguf_writer_new(&w))) goto free_all;
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+  if ((rc = weir_gguf_add_str(w, "general.architecture", a)) ||
+      (rc = weir_gguf_add_str(w, "general.name", o->name)) ||
+      (rc = weir_gguf_add_u32(w, KEY("context_length"), (uint32_t)o->ctx)) ||
+      (rc = weir_gguf_add_u32(w, KEY("embedding_length"), (uint32_t)o->dim)) ||
+      (rc = weir_gguf_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->ffn)) ||
+      (rc = weir_gguf_add_u32(w, KEY("block_count"), (uint32_t)o->layers)) ||
+      (rc = weir_gguf_add_u32(w, KEY("attention.head_count"), (uint32_t)o->heads)) ||
+      (rc = weir_gguf_add_f32(w, KEY("attention.layer_norm_epsilon"), 1e-12f)) ||
+      (rc = weir_gguf_add_bool(w, KEY("attention.causal"), 0)) ||
+      (rc = weir_gguf_add_u32(w, KEY("pooling_type"), 1)) ||
+      (nomic && (rc = weir_gguf_add_f32(w, KEY("rope.freq_base"), (float)o->rope_base))) ||
+      (rc = weir_gguf_add_u32(w, "general.file_type", ty->file_type)) ||
+      (rc = weir_gguf_add_str(w, "tokenizer.ggml.model", "bert")) ||
+      (rc = weir_gguf_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tokens,
+                                  NULL, (uint64_t)o->vocab)) ||
+      (rc = weir_gguf_add_arr(w, "tokenizer.ggml.token_type", WEIR_GGUF_I32, types,
+                              (uint64_t)o->vocab)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.token_type_count", 2)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.bos_token_id", 101)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.cls_token_id", 101)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.seperator_token_id", 102)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.unknown_token_id", 100)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.padding_token_id", 0)) ||
+      (rc = weir_gguf_add_u32(w, "tokenizer.ggml.mask_token_id", 103)))
+    goto free_all;
+#undef KEY
+  if (weir_dtype_block_elems(ty->base) > 1 &&
+      (rc = weir_gguf_add_u32(w, "general.quantization_version", 2)))
+    goto free_all;
+  int n_plan = 0;
+  if (!(plan = calloc((size_t)(8 + o->layers * 20), sizeof *plan))) {
+    rc = WEIR_E_NOMEM;
+    goto free_all;
+  }
+  const int64_t e = o->dim, ff = o->ffn, nv = o->vocab;
+  const float s_in = 1.0f / sqrtf((float)e), s_ff = 1.0f / sqrtf((float)ff);
+  plan_add(plan, &n_plan, "token_embd.weight", ty->embd, e, nv, INIT_NORMAL, 1.0f);
+  if (!nomic)
+    plan_add(plan, &n_plan, "position_embd.weight", ty->embd, e, o->ctx, INIT_NORMAL, 0.5f);
+  plan_add(plan, &n_plan, "token_types.weight", WEIR_DTYPE_F32, e, 2, INIT_NORMAL, 0.5f);
+  plan_add(plan, &n_plan, "token_embd_norm.weight", WEIR_DTYPE_F32, e, 0, INIT_NORM_WEIGHT, 0.1f);
+  plan_add(plan, &n_plan, "token_embd_norm.bias", WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.1f);
+  for (long l = 0; l < o->layers; l++) {
+    char nm[64];
+#define BLK(s) (snprintf(nm, sizeof nm, "blk.%ld.%s", l, s), nm)
+    if (nomic) {
+      plan_add(plan, &n_plan, BLK("attn_qkv.weight"), ty->base, e, 3 * e, INIT_NORMAL, s_in);
+    } else {
+      plan_add(plan, &n_plan, BLK("attn_q.weight"), ty->base, e, e, INIT_NORMAL, s_in);
+      plan_add(plan, &n_plan, BLK("attn_q.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.1f);
+      plan_add(plan, &n_plan, BLK("attn_k.weight"), ty->base, e, e, INIT_NORMAL, s_in);
+      plan_add(plan, &n_plan, BLK("attn_k.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.1f);
+      plan_add(plan, &n_plan, BLK("attn_v.weight"), ty->base, e, e, INIT_NORMAL, s_in);
+      plan_add(plan, &n_plan, BLK("attn_v.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.1f);
+    }
+    plan_add(plan, &n_plan, BLK("attn_output.weight"), ty->base, e, e, INIT_NORMAL, s_in);
+    if (!nomic)
+      plan_add(plan, &n_plan, BLK("attn_output.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.1f);
+    plan_add(plan, &n_plan, BLK("attn_output_norm.weight"), WEIR_DTYPE_F32, e, 0,
+             INIT_NORM_WEIGHT, 0.1f);
+    plan_add(plan, &n_plan, BLK("attn_output_norm.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL,
+             0.1f);
+    plan_add(plan, &n_plan, BLK("ffn_up.weight"), ty->base, e, ff, INIT_NORMAL, s_in);
+    if (nomic)
+      plan_add(plan, &n_plan, BLK("ffn_gate.weight"), ty->base, e, ff, INIT_NORMAL, s_in);
+    else
+      plan_add(plan, &n_plan, BLK("ffn_up.bias"), WEIR_DTYPE_F32, ff, 0, INIT_NORMAL, 0.1f);
+    plan_add(plan, &n_plan, BLK("ffn_down.weight"), ty->base, ff, e, INIT_NORMAL, s_ff);
+    if (!nomic)
+      plan_add(plan, &n_plan, BLK("ffn_down.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL, 0.1f);
+    plan_add(plan, &n_plan, BLK("layer_output_norm.weight"), WEIR_DTYPE_F32, e, 0,
+             INIT_NORM_WEIGHT, 0.1f);
+    plan_add(plan, &n_plan, BLK("layer_output_norm.bias"), WEIR_DTYPE_F32, e, 0, INIT_NORMAL,
+             0.1f);
+#undef BLK
+  }
+  uint64_t params = 0;
+  for (int i = 0; i < n_plan; i++) {
+    int64_t ne[2] = {plan[i].ne[0], plan[i].ne[1]};
+    rc = weir_gguf_add_tensor(w, plan[i].name, plan[i].dtype, plan[i].ndim, ne, NULL);
+    if (rc < 0) {
+      snprintf(err, ERRLEN, "tensor %s: shape {%lld, %lld} does not suit type %s", plan[i].name,
+               (long long)ne[0], (long long)ne[1], weir_dtype_name(plan[i].dtype));
+      goto free_all;
+    }
+    params += (uint64_t)(ne[0] * ne[1]);
+  }
+  const int64_t max_elems = 1 << 20;
+  const int64_t widest = 3 * e > ff ? 3 * e : ff;
+  const size_t fcap = (size_t)(widest > max_elems ? widest : max_elems);
+  const size_t tl = strlen(o->out) + 5;
+  fbuf = malloc(fcap * sizeof *fbuf);
+  qbuf = malloc(fcap * sizeof(float));
+  tmp = malloc(tl);
+  if (!fbuf || !qbuf || !tmp) {
+    rc = WEIR_E_NOMEM;
+    goto free_all;
+  }
+  snprintf(tmp, tl, "%s.tmp", o->out);
+  if ((rc = weir_gguf_writer_begin(w, tmp, err, ERRLEN))) goto free_all;
+  for (int i = 0; i < n_plan && !rc; i++)
+    rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems);
+  if (rc) {
+    snprintf(err, ERRLEN, "%s: writing tensors failed: %s", tmp, strerror(errno));
+    goto remove_tmp;
+  }
+  if ((rc = weir_gguf_writer_end(w, err, ERRLEN))) goto remove_tmp;
+  if (rename(tmp, o->out) != 0) {
+    snprintf(err, ERRLEN, "cannot rename %s to %s: %s", tmp, o->out, strerror(errno));
+    rc = WEIR_E_IO;
+    goto remove_tmp;
+  }
+  printf("wrote %s: %s, %ld layers, dim %ld, %ld heads, ffn %ld, vocab %ld (WordPiece), ctx "
+         "%ld, %s, %.1fM parameters\n", o->out, a, o->layers, o->dim, o->heads, o->ffn,
+         o->vocab, o->ctx, o->type, (double)params / 1e6);
+  goto free_all;
+remove_tmp:
+  weir_gguf_writer_free(w);
+  w = NULL;
+  unlink(tmp);
+free_all:
+  if (rc && !err[0]) snprintf(err, ERRLEN, "%s", weir_strerror(rc));
+  weir_gguf_writer_free(w);
+  for (long i = 0; tokens && i < o->vocab; i++) free(tokens[i]);
+  free(tokens);
+  free(types);
+  free(plan);
+  free(fbuf);
+  free(qbuf);
+  free(tmp);
+  return rc;
+}
+
 int weir__cmd_mkmodel(int argc, char **argv) {
   enum { O_PRESET = 256, O_ARCH, O_DIM, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX,
          O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT, O_HEAD_DIM, O_SWA,
@@ -607,11 +832,17 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   const mk_type *ty = NULL;
   const char *bad = NULL;
   long head_size = o.head_dim ? o.head_dim : (o.heads ? o.dim / o.heads : 0);
+  const int encoder = !strcmp(o.arch, "bert") || !strcmp(o.arch, "nomic-bert");
   if (!o.out) bad = "--out FILE is required";
+  else if (encoder && o.vocab < 256)
+    bad = "--arch bert and nomic-bert need --vocab 256 or more (the WordPiece vocabulary's "
+          "special tokens, characters and words)";
+  else if (encoder) ;
   else if (strcmp(o.arch, "llama") && strcmp(o.arch, "mistral") && strcmp(o.arch, "qwen2") &&
            strcmp(o.arch, "qwen3") && strcmp(o.arch, "gemma2") && strcmp(o.arch, "gemma3") &&
            strcmp(o.arch, "phi3"))
-    bad = "--arch must be llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3";
+    bad = "--arch must be llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3, bert or "
+          "nomic-bert";
   else if (o.rope_freqs + o.longrope + (o.yarn > 0) > 1)
     bad = "--rope-freqs, --yarn and --longrope exclude each other";
   else if (o.longrope && strcmp(o.arch, "phi3"))
@@ -642,9 +873,11 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   }
   int big_base = !strcmp(o.arch, "qwen2") || !strcmp(o.arch, "qwen3") || !strcmp(o.arch, "gemma3");
   int small_eps = big_base || !strcmp(o.arch, "gemma2");
-  if (o.rope_base == 0) o.rope_base = big_base ? 1000000.0 : 10000.0;
+  if (o.rope_base == 0) o.rope_base = !strcmp(o.arch, "nomic-bert") ? 1000.0
+                                     : big_base                      ? 1000000.0
+                                                                     : 10000.0;
   if (o.rms_eps == 0) o.rms_eps = small_eps ? 1e-6 : 1e-5;
-  int rc = write_model(&o, err);
+  int rc = encoder ? write_encoder(&o, err) : write_model(&o, err);
   if (rc) {
     fprintf(stderr, "weir mkmodel: %s\n", err);
     return rc == WEIR_E_INVAL ? 2 : 1;

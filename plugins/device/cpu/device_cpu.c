@@ -8,6 +8,7 @@
 
 #include "add.h"
 #include "cpu_isa.h"
+#include "encoder.h"
 #include "get_rows.h"
 #include "parallel.h"
 #include "rms_norm.h"
@@ -331,6 +332,73 @@ static int cpu_softcap(void *self, float *x, float cap, int64_t n) {
   return WEIR_OK;
 }
 
+/* ---- Encoders (ABI 1.6) ---- */
+
+static void layer_norm_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_layer_norm_rows(x->out, x->a, x->b, x->c, b, e, x->dim, x->eps);
+}
+
+static int cpu_layer_norm(void *self, float *out, const float *x, const float *weight,
+                          const float *bias, int64_t rows, int64_t dim, float eps) {
+  if (rows == 0) return WEIR_OK;
+  if (rows < 0 || dim <= 0 || !out || !x || !weight) return WEIR_E_INVAL;
+  ew_args a = {.out = out, .a = x, .b = weight, .c = bias, .dim = dim, .eps = eps};
+  run_par(self, rows, dim, layer_norm_chunk, &a);
+  return WEIR_OK;
+}
+
+static void gelu_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  weir_gelu_erf(x->out + b, x->a + b, e - b);
+}
+
+static int cpu_gelu(void *self, float *out, const float *x, int64_t n) {
+  if (n == 0) return WEIR_OK;
+  if (n < 0 || !out || !x) return WEIR_E_INVAL;
+  ew_args a = {.out = out, .a = x};
+  run_par(self, n, 4, gelu_chunk, &a);
+  return WEIR_OK;
+}
+
+typedef struct attn_full_args {
+  float *out, *scores; /* scores: [threads][n] */
+  const float *q, *k, *v;
+  int64_t n;
+  int32_t n_heads, n_kv_heads, head_dim;
+  float scale;
+} attn_full_args;
+
+/* Items are (head, query token) pairs, head-major. */
+static void attn_full_chunk(void *arg, int64_t b, int64_t e, int t) {
+  attn_full_args *x = arg;
+  for (int64_t it = b; it < e; it++) {
+    const int32_t h = (int32_t)(it / x->n);
+    const int64_t i = it % x->n;
+    weir_attention_full_rows(x->out, x->q, x->k, x->v, x->n, x->n_heads, x->n_kv_heads,
+                             x->head_dim, x->scale, h, i, i + 1, x->scores + (int64_t)t * x->n);
+  }
+}
+
+static int cpu_attention_full(void *self, float *out, const float *q, const float *k,
+                              const float *v, int64_t n_tokens, int32_t n_heads,
+                              int32_t n_kv_heads, int32_t head_dim, float scale) {
+  if (n_tokens == 0) return WEIR_OK;
+  if (n_tokens < 0 || !out || !q || !k || !v || n_heads <= 0 || n_kv_heads <= 0 ||
+      head_dim <= 0 || n_heads % n_kv_heads != 0)
+    return WEIR_E_INVAL;
+  const int threads = threads_of(self);
+  attn_full_args a = {.out = out, .q = q, .k = k, .v = v, .n = n_tokens, .n_heads = n_heads,
+                      .n_kv_heads = n_kv_heads, .head_dim = head_dim, .scale = scale};
+  a.scores = malloc(sizeof(float) * (size_t)n_tokens * (size_t)threads);
+  if (!a.scores) return WEIR_E_NOMEM;
+  run_par(self, n_tokens * n_heads, n_tokens * head_dim * 2, attn_full_chunk, &a);
+  free(a.scores);
+  return WEIR_OK;
+}
+
 /* "cpu.parallel_min" (const int64_t *): the one threshold the other CPU plugins of this
  * device read through host->device_handle (kernels/cpu/parallel.h). */
 static void *cpu_native_handle(void *self, const char *name) {
@@ -358,6 +426,9 @@ static const weir_device_ops k_ops = {
     .rope_freqs = cpu_rope_freqs,
     .geglu = cpu_geglu,
     .scale = cpu_scale,
+    .layer_norm = cpu_layer_norm,
+    .gelu = cpu_gelu,
+    .attention_full = cpu_attention_full,
     .softcap = cpu_softcap,
 };
 

@@ -117,6 +117,27 @@ typedef struct weir_device_ops {
   int (*scale)(void *self, float *x, float s, int64_t n);
   /* x[i] = cap * tanh(x[i] / cap) for i < n, cap > 0 (logit soft-capping). Optional, 1.5. */
   int (*softcap)(void *self, float *x, float cap, int64_t n);
+
+  /* ---- Encoders (embedding models: bert, nomic-bert), since 1.6 (optional: NULL = not
+   * implemented; the host refuses an embedding model the device cannot run, naming the op)
+   * --------------------------------------------------------------------------------------- */
+
+  /* LayerNorm of each of `rows` rows of `dim`: out[r] = (x[r] - mean) / sqrt(var + eps) *
+   * weight + bias, with the mean and the (biased) variance of row r. bias may be NULL (no
+   * shift). out may equal x. Optional, 1.6. */
+  int (*layer_norm)(void *self, float *out, const float *x, const float *weight,
+                    const float *bias, int64_t rows, int64_t dim, float eps);
+  /* out[i] = gelu(x[i]) = 0.5 x (1 + erf(x / sqrt(2))) for i < n (the exact form, BERT's
+   * "gelu"). out may equal x. Optional, 1.6. */
+  int (*gelu)(void *self, float *out, const float *x, int64_t n);
+  /* Bidirectional (unmasked) attention within one sequence of n_tokens tokens, no KV cache:
+   * for each head h and token i, out[i][h] = sum_j softmax_j(scale * q[i][h] . k[j][g]) v[j][g]
+   * with g = h / (n_heads / n_kv_heads). q and out are [n_tokens][n_heads * head_dim], k and
+   * v [n_tokens][n_kv_heads * head_dim], all device f32; out must not alias q, k or v.
+   * Optional, 1.6. */
+  int (*attention_full)(void *self, float *out, const float *q, const float *k, const float *v,
+                        int64_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+                        float scale);
 } weir_device_ops;
 
 #ifdef __cplusplus
