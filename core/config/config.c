@@ -28,6 +28,7 @@ typedef enum key_type {
   K_SEL_NAME, /* weir_plugin_sel.name */
   K_SEL_PATH, /* weir_plugin_sel.path; "" means NULL */
   K_NAMES,    /* served_model_name + served_model_aliases: a string or an array of them */
+  K_PROB,     /* double in [0, 1]: a probability (an integer 0 or 1 is taken too) */
 } key_type;
 
 typedef struct key_spec {
@@ -102,6 +103,9 @@ static const key_spec k_keys[] = {
     {"cache", "path", K_SEL_PATH, OFF(response_cache)},
     {"cache", "ttl_s", K_I64, OFF(response_cache_ttl_s), 1, 366 * 86400},
     {"cache", "nondeterministic", K_BOOL, OFF(response_cache_nondeterministic)},
+    {"cache", "semantic", K_BOOL, OFF(response_cache_semantic)},
+    {"cache", "semantic_max_error", K_PROB, OFF(response_cache_semantic_max_error)},
+    {"cache", "semantic_explore", K_PROB, OFF(response_cache_semantic_explore)},
     {"scheduler", "max_num_seqs", K_INT, OFF(max_num_seqs), 1, 1 << 16},
     {"scheduler", "max_num_batched_tokens", K_INT, OFF(max_num_batched_tokens), 1, 1 << 24},
     {"scheduler", "max_waiting", K_INT, OFF(max_waiting), 0, 1 << 24},
@@ -266,6 +270,8 @@ void weir_config_defaults(weir_config *c) {
   c->prefix_caching = 1;
   c->response_cache.name = strdup("off");
   c->response_cache_ttl_s = 3600;
+  c->response_cache_semantic_max_error = 0.01;
+  c->response_cache_semantic_explore = 0.05;
   c->max_num_seqs = 64;
   c->max_num_batched_tokens = 2048;
   c->max_waiting = 1024;
@@ -514,6 +520,22 @@ static int apply_key(weir_config *c, const key_spec *k, const weir_toml_node *v,
     if (k->type == K_INT) *(int *)(base + k->off) = (int)x;
     else if (k->type == K_I32) *(int32_t *)(base + k->off) = (int32_t)x;
     else *(int64_t *)(base + k->off) = x;
+    return WEIR_OK;
+  }
+  case K_PROB: {
+    double x;
+    if (v->type == WEIR_TOML_FLOAT) x = v->f;
+    else if (v->type == WEIR_TOML_INT) x = (double)v->i;
+    else {
+      errf(err, errlen, src, v, "%s.%s: expected a number in [0, 1], found %s", sec, key,
+           weir_toml_type_name(v->type));
+      return WEIR_E_INVAL;
+    }
+    if (!(x >= 0 && x <= 1)) {
+      errf(err, errlen, src, v, "%s.%s: %g is out of range [0, 1]", sec, key, x);
+      return WEIR_E_RANGE;
+    }
+    *(double *)(base + k->off) = x;
     return WEIR_OK;
   }
   case K_NAMES: {
@@ -1094,6 +1116,7 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
   case K_I64:
   case K_BYTES: fprintf(f, "%" PRId64, *(const int64_t *)(base + k->off)); break;
   case K_BOOL: fputs(*(const int *)(base + k->off) ? "true" : "false", f); break;
+  case K_PROB: fprintf(f, "%.17g", *(const double *)(base + k->off)); break;
   case K_LEVEL: fprintf(f, "\"%s\"", k_levels[c->log_level <= WEIR_LOG_ERROR ? c->log_level : 1]); break;
   case K_FORMAT: fprintf(f, "\"%s\"", c->log_format == WEIR_LOG_JSON ? "json" : "text"); break;
   case K_KV_DTYPE: fprintf(f, "\"%s\"", kv_dtype_name(c->kv_dtype)); break;

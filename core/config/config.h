@@ -114,6 +114,11 @@ typedef struct weir_config {
   int64_t response_cache_ttl_s;  /* 3600: how long an answer is kept unless a request says */
   int response_cache_nondeterministic; /* 0: only temperature-0 or seeded requests are
                                           stored and served */
+  int response_cache_semantic;          /* 0: the semantic layer is off (requests may opt in
+                                           with cache.mode "semantic" only when it is on) */
+  double response_cache_semantic_max_error; /* 0.01: the wrong-hit rate bound */
+  double response_cache_semantic_explore;   /* 0.05: share of would-be hits answered live to
+                                               keep checking the decision */
   /* [embedding] (issue 33): where /v1/embeddings and the response cache's semantic layer get
    * their vectors. model: NULL = the served model's pooled hidden states, else the path of a
    * dedicated `bert` / `nomic-bert` GGUF loaded beside it. pooling: "auto" (default: the

@@ -294,8 +294,7 @@ static void store_answer(weir__api_job *job) {
     recs[i] = &ch->rec;
     counts[i] = ch->rec_events;
   }
-  weir__rcache_store(job->s, job->cache.key, job->cache.ttl_ms, recs, counts,
-                     job->num_choices);
+  weir__rcache_store(job->s, &job->cache, recs, counts, job->num_choices);
 }
 
 static void on_event(weir__http_server *s, weir__queued_event *qe) {

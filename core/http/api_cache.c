@@ -6,11 +6,13 @@
  * Threads: weir__rcache_open / _close at start-up and shut-down; weir__rcache_lookup,
  * _store and _clear run on the prep pool's threads (a plugin call may block on the network,
  * so never on the loop); the recording helpers run on the loop. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "http/api_internal.h"
+#include "http/semantic.h"
 #include "plugin/loader.h"
 #include "util/log.h"
 #include "util/sha256.h"
@@ -22,8 +24,23 @@ struct weir__rcache {
   const weir_cache_ops *ops;
   int64_t ttl_s;
   int nondeterministic;
-  weir_metric *lookups, *hit_exact, *misses, *bypass, *stores, *backend_errors, *bad_entries;
+  int semantic;
+  double max_error, explore;
+  weir_metric *lookups, *hit_exact, *hit_semantic, *misses, *bypass, *stores, *backend_errors,
+      *bad_entries;
+  /* Semantic layer: the pooled calibration (this replica's observations), its lock, the draw
+   * for exploring, and its metrics. */
+  pthread_mutex_t sem_lock;
+  weir__sem_calib calib;
+  uint64_t rng;
+  weir_metric *sem_similarity, *sem_bound, *sem_serve, *sem_refuse, *sem_explore, *sem_none,
+      *sem_right, *sem_wrong, *embed_errors;
 };
+
+static const double k_sim_buckets[] = {0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.97,
+                                       0.98, 0.99, 0.995, 0.999, 1.0};
+static const double k_bound_buckets[] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+                                         1.0};
 
 #define REC_MAGIC "WRC1"
 
@@ -36,32 +53,66 @@ int weir__rcache_open(weir__http_server *s, char *err, size_t errlen) {
   if (!c) return WEIR_E_NOMEM;
   c->ttl_s = cfg->response_cache_ttl_s;
   c->nondeterministic = cfg->response_cache_nondeterministic;
+  c->semantic = cfg->response_cache_semantic;
+  c->max_error = cfg->response_cache_semantic_max_error;
+  c->explore = cfg->response_cache_semantic_explore;
+  c->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)c;
+  pthread_mutex_init(&c->sem_lock, NULL);
   const struct {
     const char *name, *help, *labels;
     weir_metric_type type;
     weir_metric **out;
+    const double *buckets;
+    int num_buckets;
   } defs[] = {
-      {"response_cache_lookups_total", "Requests looked up in the response cache.", NULL,
-       WEIR_METRIC_COUNTER, &c->lookups},
       {"response_cache_hits_total", "Requests answered from the response cache, by layer.",
-       "layer=\"exact\"", WEIR_METRIC_COUNTER, &c->hit_exact},
+       "layer=\"semantic\"", WEIR_METRIC_COUNTER, &c->hit_semantic, NULL, 0},
+      {"response_cache_semantic_similarity",
+       "Similarity of a semantic lookup's nearest stored entry.", NULL, WEIR_METRIC_HISTOGRAM,
+       &c->sem_similarity, k_sim_buckets, (int)(sizeof k_sim_buckets / sizeof *k_sim_buckets)},
+      {"response_cache_semantic_error_bound",
+       "The upper bound on the wrong-hit rate each semantic decision compared with the "
+       "configured bound.", NULL, WEIR_METRIC_HISTOGRAM, &c->sem_bound, k_bound_buckets,
+       (int)(sizeof k_bound_buckets / sizeof *k_bound_buckets)},
+      {"response_cache_semantic_decisions_total", "Semantic decisions, by verdict.",
+       "verdict=\"serve\"", WEIR_METRIC_COUNTER, &c->sem_serve, NULL, 0},
+      {"response_cache_semantic_decisions_total", "Semantic decisions, by verdict.",
+       "verdict=\"refuse\"", WEIR_METRIC_COUNTER, &c->sem_refuse, NULL, 0},
+      {"response_cache_semantic_decisions_total", "Semantic decisions, by verdict.",
+       "verdict=\"explore\"", WEIR_METRIC_COUNTER, &c->sem_explore, NULL, 0},
+      {"response_cache_semantic_decisions_total", "Semantic decisions, by verdict.",
+       "verdict=\"no_candidate\"", WEIR_METRIC_COUNTER, &c->sem_none, NULL, 0},
+      {"response_cache_semantic_observations_total",
+       "Labelled semantic pairs: whether the nearest entry's answer was the live answer.",
+       "correct=\"true\"", WEIR_METRIC_COUNTER, &c->sem_right, NULL, 0},
+      {"response_cache_semantic_observations_total",
+       "Labelled semantic pairs: whether the nearest entry's answer was the live answer.",
+       "correct=\"false\"", WEIR_METRIC_COUNTER, &c->sem_wrong, NULL, 0},
+      {"response_cache_embed_errors_total",
+       "Semantic lookups whose embedding failed (answered by the exact layer alone).", NULL,
+       WEIR_METRIC_COUNTER, &c->embed_errors, NULL, 0},
+      {"response_cache_lookups_total", "Requests looked up in the response cache.", NULL,
+       WEIR_METRIC_COUNTER, &c->lookups, NULL, 0},
+      {"response_cache_hits_total", "Requests answered from the response cache, by layer.",
+       "layer=\"exact\"", WEIR_METRIC_COUNTER, &c->hit_exact, NULL, 0},
       {"response_cache_misses_total", "Lookups that found nothing servable.", NULL,
-       WEIR_METRIC_COUNTER, &c->misses},
+       WEIR_METRIC_COUNTER, &c->misses, NULL, 0},
       {"response_cache_bypass_total",
        "Requests the cache did not look up (cache.mode off, logprobs or echo, not "
-       "deterministic, Cache-Control).", NULL, WEIR_METRIC_COUNTER, &c->bypass},
+       "deterministic, Cache-Control).", NULL, WEIR_METRIC_COUNTER, &c->bypass, NULL, 0},
       {"response_cache_stores_total", "Answers written to the response cache.", NULL,
-       WEIR_METRIC_COUNTER, &c->stores},
+       WEIR_METRIC_COUNTER, &c->stores, NULL, 0},
       {"response_cache_backend_errors_total",
        "Cache calls that failed (backend down, timeout): the request went on without it.",
-       NULL, WEIR_METRIC_COUNTER, &c->backend_errors},
+       NULL, WEIR_METRIC_COUNTER, &c->backend_errors, NULL, 0},
       {"response_cache_bad_entries_total",
        "Entries found that did not parse or did not fit the request (served as a miss).",
-       NULL, WEIR_METRIC_COUNTER, &c->bad_entries},
+       NULL, WEIR_METRIC_COUNTER, &c->bad_entries, NULL, 0},
   };
   for (size_t i = 0; i < sizeof defs / sizeof defs[0] && rc == WEIR_OK; i++)
-    rc = weir_metrics_register(s->metrics, defs[i].name, defs[i].help, defs[i].type, NULL, 0,
-                               defs[i].labels, defs[i].out);
+    rc = weir_metrics_register(s->metrics, defs[i].name, defs[i].help, defs[i].type,
+                               defs[i].buckets, defs[i].num_buckets, defs[i].labels,
+                               defs[i].out);
   if (rc != WEIR_OK) {
     snprintf(err, errlen, "cannot register the response cache's metrics");
     goto free_c;
@@ -84,12 +135,13 @@ int weir__rcache_open(weir__http_server *s, char *err, size_t errlen) {
   if (rc != WEIR_OK) goto free_c;
   c->ops = c->plugin->ops;
   s->rcache = c;
-  weir_log(WEIR_LOG_INFO, "http", "response cache: %s (%s), ttl %llds, %s requests",
-           c->plugin->desc->name, c->plugin->path, (long long)c->ttl_s,
-           c->nondeterministic ? "all" : "deterministic");
+  weir_log(WEIR_LOG_INFO, "http", "response cache: %s (%s), ttl %llds, %s requests, "
+           "semantic layer %s", c->plugin->desc->name, c->plugin->path, (long long)c->ttl_s,
+           c->nondeterministic ? "all" : "deterministic", c->semantic ? "on" : "off");
   return WEIR_OK;
 
 free_c:
+  pthread_mutex_destroy(&c->sem_lock);
   free(c);
   return rc;
 }
@@ -97,6 +149,7 @@ free_c:
 void weir__rcache_close(weir__http_server *s) {
   if (!s->rcache) return;
   weir_plugin_unload(s->rcache->plugin);
+  pthread_mutex_destroy(&s->rcache->sem_lock);
   free(s->rcache);
   s->rcache = NULL;
 }
@@ -166,19 +219,24 @@ int weir__rcache_scope_prefix(const char *auth, const char *user, int with_user,
 /* Everything that changes the answer (docs/response-cache.md, "The key"): the model, every
  * prompt's tokens after the chat template and its output budget, n, every sampling parameter,
  * the seed, logit_bias, stops, tools and the structured-output constraint. */
-static void content_hash(const weir__http_server *s, const api_gen *a, char out[65]) {
+/* The semantic layer's variant (blanked non-NULL): the same parameters, but instead of the
+ * prompt tokens the request's messages (or prompt) with the user turn it embeds blanked, so
+ * that requests differing only in that turn share one bucket. */
+static void content_hash(const weir__http_server *s, const api_gen *a, const cJSON *blanked,
+                         char out[65]) {
   const params *p = &a->p;
   weir_sha256 h;
   uint8_t d[32];
   weir_sha256_init(&h);
-  h_str(&h, "weir-answer-v1");
+  h_str(&h, blanked ? "weir-semantic-v1" : "weir-answer-v1");
   h_str(&h, s->model_name);
   h_i64(&h, s->info.vocab_size);
   h_i64(&h, s->info.context_length);
   h_str(&h, s->info.chat_template_name);
   h_i64(&h, a->pl.count);
+  if (blanked) h_json(&h, blanked);
   for (int i = 0; i < a->pl.count; i++) {
-    h_bytes(&h, a->pl.ids[i], sizeof(int32_t) * (size_t)a->pl.lens[i]);
+    if (!blanked) h_bytes(&h, a->pl.ids[i], sizeof(int32_t) * (size_t)a->pl.lens[i]);
     h_i64(&h, a->pl.max_tokens[i]);
   }
   h_i64(&h, p->n);
@@ -216,6 +274,139 @@ static void content_hash(const weir__http_server *s, const api_gen *a, char out[
   weir_sha256_hex(d, out);
 }
 
+/* ---- the semantic layer (semantic.h decides) ---------------------------------------------- */
+
+/* The user turn a semantic lookup embeds (malloc'd): the last user message's text (its text
+ * parts joined by newlines), or a completions request's one prompt string; and in *blanked a
+ * copy of the messages (or prompt) with that turn emptied, for the bucket's key. NULL when
+ * there is none. */
+static char *user_turn(const params *p, cJSON **blanked) {
+  *blanked = NULL;
+  if (!p->messages) {
+    if (!cJSON_IsString(p->prompt)) return NULL;
+    *blanked = cJSON_CreateString("");
+    return *blanked ? strdup(p->prompt->valuestring) : NULL;
+  }
+  const cJSON *last = NULL;
+  int idx = -1, i = 0;
+  for (const cJSON *m = p->messages->child; m; m = m->next, i++) {
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (cJSON_IsString(role) && !strcmp(role->valuestring, "user")) {
+      last = m;
+      idx = i;
+    }
+  }
+  const cJSON *content = last ? cJSON_GetObjectItemCaseSensitive(last, "content") : NULL;
+  weir_buf t = {0};
+  if (cJSON_IsString(content)) {
+    weir_buf_append(&t, content->valuestring, strlen(content->valuestring));
+  } else if (cJSON_IsArray(content)) {
+    for (const cJSON *part = content->child; part; part = part->next) {
+      const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+      if (!cJSON_IsString(text)) continue;
+      if (t.len) weir_buf_append(&t, "\n", 1);
+      weir_buf_append(&t, text->valuestring, strlen(text->valuestring));
+    }
+  }
+  if (!t.p || t.oom || !t.len) goto free_t;
+  if (!(*blanked = cJSON_Duplicate(p->messages, 1))) goto free_t;
+  cJSON *m = cJSON_GetArrayItem(*blanked, idx);
+  if (!m || !cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(""))) {
+    cJSON_Delete(*blanked);
+    *blanked = NULL;
+    goto free_t;
+  }
+  return t.p;
+free_t:
+  weir_buf_free(&t);
+  return NULL;
+}
+
+static double next_unit(weir__rcache *rc) {
+  uint64_t z = (rc->rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (double)(z >> 11) / 9007199254740992.0;
+}
+
+/* After an exact miss of a request that opted in: embeds its user turn, finds the nearest
+ * entry of its bucket and asks semantic.h whether it may be served. A hit fills c->hit; a
+ * refusal or an exploration leaves the candidate in c for the store to label. Anything that
+ * fails (the embedding, the backend) leaves the exact layer's miss. */
+static void semantic_lookup(weir__http_server *s, const api_gen *a, api_cache_ctx *c) {
+  weir__rcache *rc = s->rcache;
+  cJSON *blanked = NULL;
+  char *text = user_turn(&a->p, &blanked);
+  weir__sem_bucket b = {0};
+  weir_buf v = {0};
+  const int32_t dim = s->svc->embed.dim;
+  if (!text || dim > WEIR__SEM_MAX_DIM) goto free_all;
+  float *vec = malloc(sizeof(float) * (size_t)dim);
+  size_t got = 0;
+  char err[256] = "";
+  if (!vec || weir_service_embed(s->svc, text, strlen(text), vec, (size_t)dim, &got, err,
+                                 sizeof err) != WEIR_OK || got != (size_t)dim) {
+    weir_metric_record(rc->embed_errors, 1);
+    weir_log(WEIR_LOG_DEBUG, "http", "response cache: embedding failed: %s", err);
+    free(vec);
+    goto free_all;
+  }
+  c->sem_vec = vec;
+  c->sem_dim = dim;
+  /* The bucket: this scope (key and user), "sem:", the parameters' hash. */
+  char hash[65];
+  const char *colon = strrchr(c->key, ':');
+  size_t plen = colon ? (size_t)(colon - c->key) + 1 : 0;
+  content_hash(s, a, blanked, hash);
+  snprintf(c->sem_key, sizeof c->sem_key, "%.*ssem:%s", (int)plen, c->key, hash);
+  int r = rc->ops->get(rc->plugin->self, c->sem_key, strlen(c->sem_key), sink_copy, &v);
+  if (r != WEIR_OK && r != WEIR_E_NOTFOUND) {
+    weir_metric_record(rc->backend_errors, 1);
+    goto free_all;
+  }
+  if (r == WEIR_OK && (v.oom || weir__sem_bucket_parse(v.p, v.len, dim, &b))) {
+    weir_metric_record(rc->bad_entries, 1);
+    goto free_all;
+  }
+  float sim = 0;
+  int idx = weir__sem_nearest(&b, vec, &sim);
+  if (idx < 0) {
+    weir_metric_record(rc->sem_none, 1);
+    goto free_all;
+  }
+  weir_metric_record(rc->sem_similarity, sim);
+  double ub = 1;
+  pthread_mutex_lock(&rc->sem_lock);
+  weir__sem_verdict verdict = weir__sem_decide(&rc->calib, &b.e[idx], sim, rc->max_error,
+                                               rc->explore, next_unit(rc), &ub);
+  pthread_mutex_unlock(&rc->sem_lock);
+  weir_metric_record(rc->sem_bound, ub);
+  if (verdict == WEIR__SEM_SERVE) {
+    weir_buf ans = {0};
+    r = rc->ops->get(rc->plugin->self, b.e[idx].key, strlen(b.e[idx].key), sink_copy, &ans);
+    if (r == WEIR_OK && !ans.oom && weir__rcache_check(ans.p, ans.len, c->num_choices) == 0) {
+      weir_metric_record(rc->sem_serve, 1);
+      weir_metric_record(rc->hit_semantic, 1);
+      c->hit = ans.p;
+      c->hit_len = ans.len;
+      c->status = "hit-semantic";
+      c->may_store = 0;
+      goto free_all;
+    }
+    weir_buf_free(&ans); /* its answer is gone (expired, evicted): answered live */
+    verdict = WEIR__SEM_REFUSE;
+  }
+  weir_metric_record(verdict == WEIR__SEM_EXPLORE ? rc->sem_explore : rc->sem_refuse, 1);
+  snprintf(c->cand_key, sizeof c->cand_key, "%s", b.e[idx].key);
+  c->cand_sim = sim;
+free_all:
+  weir__sem_bucket_free(&b);
+  weir_buf_free(&v);
+  cJSON_Delete(blanked);
+  free(text);
+}
+
 void weir__rcache_lookup(weir__http_server *s, const api_gen *a, const char *auth, int cc,
                          api_cache_ctx *c) {
   weir__rcache *rc = s->rcache;
@@ -238,7 +429,7 @@ void weir__rcache_lookup(weir__http_server *s, const api_gen *a, const char *aut
     c->may_store = 0;
     return;
   }
-  content_hash(s, a, hash);
+  content_hash(s, a, NULL, hash);
   strncat(c->key, hash, sizeof c->key - strlen(c->key) - 1);
   if (!may_serve) {
     weir_metric_record(rc->bypass, 1);
@@ -263,14 +454,18 @@ void weir__rcache_lookup(weir__http_server *s, const api_gen *a, const char *aut
     weir_metric_record(rc->backend_errors, 1);
     weir_log(WEIR_LOG_DEBUG, "http", "response cache lookup failed: %s", weir_strerror(r));
   }
-  weir_metric_record(rc->misses, 1);
   weir_buf_free(&v);
+  if (rc->semantic && p->cache_mode == 2 && c->may_store && s->svc->embed.dim > 0)
+    semantic_lookup(s, a, c);
+  if (!c->hit) weir_metric_record(rc->misses, 1);
 }
 
 void weir__rcache_ctx_free(api_cache_ctx *c) {
   free(c->hit);
   c->hit = NULL;
   c->hit_len = 0;
+  free(c->sem_vec);
+  c->sem_vec = NULL;
 }
 
 /* ---- the recorded answer ------------------------------------------------------------------
@@ -351,13 +546,97 @@ const uint8_t *weir__rcache_choices(const char *data) { return (const uint8_t *)
 
 /* ---- storing and clearing (prep pool) ---------------------------------------------------- */
 
+/* 1 when two checked recordings of num_choices choices say the same: per choice the same
+ * text and the same finish reason (event boundaries may differ: speculation groups tokens). */
+static int same_answer(const char *x, size_t xl, const char *y, size_t yl, int num_choices) {
+  const uint8_t *p = weir__rcache_choices(x), *pe = (const uint8_t *)x + xl;
+  const uint8_t *q = weir__rcache_choices(y), *qe = (const uint8_t *)y + yl;
+  weir_buf a = {0}, b = {0};
+  int same = 1;
+  for (int c = 0; c < num_choices && same; c++) {
+    uint32_t na = 0, nb = 0;
+    weir_gen_event ev;
+    weir_finish_reason fa = WEIR_FINISH_NONE, fb = WEIR_FINISH_NONE;
+    a.len = b.len = 0;
+    weir__rcache_choice(&p, pe, &na);
+    weir__rcache_choice(&q, qe, &nb);
+    for (uint32_t k = 0; k < na && !weir__rcache_next_event(&p, pe, &ev); k++) {
+      weir_buf_append(&a, ev.text, ev.text_len);
+      fa = ev.finish;
+    }
+    for (uint32_t k = 0; k < nb && !weir__rcache_next_event(&q, qe, &ev); k++) {
+      weir_buf_append(&b, ev.text, ev.text_len);
+      fb = ev.finish;
+    }
+    same = !a.oom && !b.oom && fa == fb && a.len == b.len && (!a.len || !memcmp(a.p, b.p, a.len));
+  }
+  weir_buf_free(&a);
+  weir_buf_free(&b);
+  return same;
+}
+
 typedef struct store_work {
   weir__rcache *rc;
   int64_t ttl_ms;
+  int num_choices;
   size_t len;
   char key[WEIR__RCACHE_KEY_CAP];
+  /* The semantic layer's part (vec NULL: none): see api_cache_ctx. */
+  char sem_key[WEIR__RCACHE_KEY_CAP], cand_key[WEIR__RCACHE_KEY_CAP];
+  float cand_sim;
+  int32_t dim;
+  float *vec;
   char value[];
 } store_work;
+
+/* What the semantic layer learns from a live answer: whether the candidate it was not served
+ * from had the same answer (an observation for that entry and for the pooled calibration),
+ * and, when it did not (or there was none), the new answer as a candidate of its own. A
+ * read-modify-write of the bucket: two replicas updating one bucket at once may lose one
+ * update (an observation or a candidate), never corrupt it. */
+static void semantic_learn(store_work *w) {
+  weir__rcache *rc = w->rc;
+  weir_buf v = {0}, cand = {0}, out = {0};
+  weir__sem_bucket b = {0};
+  int r = rc->ops->get(rc->plugin->self, w->sem_key, strlen(w->sem_key), sink_copy, &v);
+  if (r != WEIR_OK && r != WEIR_E_NOTFOUND) goto io_error;
+  if (v.oom || weir__sem_bucket_parse(r == WEIR_OK ? v.p : NULL, r == WEIR_OK ? v.len : 0,
+                                      w->dim, &b)) {
+    weir_metric_record(rc->bad_entries, 1);
+    b.dim = w->dim; /* start the bucket afresh */
+  }
+  int correct = -1;
+  if (w->cand_key[0]) {
+    r = rc->ops->get(rc->plugin->self, w->cand_key, strlen(w->cand_key), sink_copy, &cand);
+    if (r == WEIR_OK && !cand.oom && !weir__rcache_check(cand.p, cand.len, w->num_choices))
+      correct = same_answer(cand.p, cand.len, w->value, w->len, w->num_choices);
+    else if (r != WEIR_OK && r != WEIR_E_NOTFOUND)
+      goto io_error;
+  }
+  if (correct >= 0) {
+    weir__sem_entry *e = NULL;
+    for (int i = 0; i < b.num && !e; i++)
+      if (!strcmp(b.e[i].key, w->cand_key)) e = &b.e[i];
+    pthread_mutex_lock(&rc->sem_lock);
+    weir__sem_observe(&rc->calib, e, w->cand_sim, correct);
+    pthread_mutex_unlock(&rc->sem_lock);
+    weir_metric_record(correct ? rc->sem_right : rc->sem_wrong, 1);
+  }
+  if (correct != 1 && weir__sem_bucket_add(&b, w->key, w->vec)) goto free_all;
+  weir__sem_bucket_write(&b, &out);
+  if (out.oom) goto free_all;
+  r = rc->ops->put(rc->plugin->self, w->sem_key, strlen(w->sem_key), out.p, out.len,
+                   w->ttl_ms);
+  if (r == WEIR_E_IO) goto io_error;
+  goto free_all;
+io_error:
+  weir_metric_record(rc->backend_errors, 1);
+free_all:
+  weir__sem_bucket_free(&b);
+  weir_buf_free(&v);
+  weir_buf_free(&cand);
+  weir_buf_free(&out);
+}
 
 static void store_run(void *arg, int cancelled) {
   store_work *w = arg;
@@ -367,12 +646,14 @@ static void store_run(void *arg, int cancelled) {
     if (r == WEIR_OK) weir_metric_record(w->rc->stores, 1);
     else if (r == WEIR_E_IO) weir_metric_record(w->rc->backend_errors, 1);
     else weir_log(WEIR_LOG_DEBUG, "http", "response cache: not stored: %s", weir_strerror(r));
+    if (r == WEIR_OK && w->vec) semantic_learn(w);
   }
+  free(w->vec);
   free(w);
 }
 
-void weir__rcache_store(weir__http_server *s, const char *key, int64_t ttl_ms,
-                        const weir_buf *const *recs, const uint32_t *num_events, int num_choices) {
+void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *const *recs,
+                        const uint32_t *num_events, int num_choices) {
   weir_buf v = {0};
   weir_buf_append(&v, REC_MAGIC, 4);
   put_u32(&v, (uint32_t)num_choices);
@@ -383,11 +664,21 @@ void weir__rcache_store(weir__http_server *s, const char *key, int64_t ttl_ms,
   store_work *w = v.oom ? NULL : malloc(sizeof *w + v.len);
   if (!w) goto free_v;
   w->rc = s->rcache;
-  w->ttl_ms = ttl_ms;
+  w->ttl_ms = c->ttl_ms;
+  w->num_choices = num_choices;
   w->len = v.len;
-  snprintf(w->key, sizeof w->key, "%s", key);
+  snprintf(w->key, sizeof w->key, "%s", c->key);
+  snprintf(w->sem_key, sizeof w->sem_key, "%s", c->sem_key);
+  snprintf(w->cand_key, sizeof w->cand_key, "%s", c->cand_key);
+  w->cand_sim = c->cand_sim;
+  w->dim = c->sem_dim;
+  w->vec = c->sem_vec; /* taken */
+  c->sem_vec = NULL;
   memcpy(w->value, v.p, v.len);
-  if (weir_workpool_submit(s->prep_pool, 0, store_run, w) != WEIR_OK) free(w);
+  if (weir_workpool_submit(s->prep_pool, 0, store_run, w) != WEIR_OK) {
+    free(w->vec);
+    free(w);
+  }
 free_v:
   weir_buf_free(&v);
 }

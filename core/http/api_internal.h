@@ -36,6 +36,15 @@ typedef struct api_cache_ctx {
   char key[WEIR__RCACHE_KEY_CAP]; /* "weir:v1:<key scope>:<user scope>:<answer hash>" */
   char *hit;            /* a hit: the recorded answer (malloc'd, checked), else NULL */
   size_t hit_len;
+  /* The semantic layer (a request that opted in): its bucket's key, the user turn's vector
+   * (malloc'd, sem_dim floats) and the nearest candidate it was not served from ("" for
+   * none) with its similarity: after the live answer, that pair is labelled (same answer or
+   * not) and the answer added to the bucket. */
+  char sem_key[WEIR__RCACHE_KEY_CAP];
+  float *sem_vec;
+  int32_t sem_dim;
+  char cand_key[WEIR__RCACHE_KEY_CAP];
+  float cand_sim;
 } api_cache_ctx;
 
 /* Prep pool: decides whether a prepared request may be served or stored, builds its key and,
@@ -51,10 +60,10 @@ int weir__rcache_scope_prefix(const char *auth, const char *user, int with_user,
                               size_t cap);
 /* Loop: appends one engine event to a choice's recording. */
 void weir__rcache_record(weir_buf *rec, uint32_t *num_events, const weir_gen_event *ev);
-/* Loop: stores a completed answer (its choices' recordings) on the prep pool. */
-void weir__rcache_store(weir__http_server *s, const char *key, int64_t ttl_ms,
-                        const weir_buf *const *recs, const uint32_t *num_events,
-                        int num_choices);
+/* Loop: stores a completed answer (its choices' recordings) on the prep pool, with what the
+ * semantic layer learns from it (c->sem_vec is taken). */
+void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *const *recs,
+                        const uint32_t *num_events, int num_choices);
 /* A recorded answer: 0 when data is one of num_choices choices, well formed; else -1. */
 int weir__rcache_check(const char *data, size_t len, int num_choices);
 /* Walking a checked recording: the first choice, then per choice its event count and its
