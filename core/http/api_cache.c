@@ -455,7 +455,7 @@ void weir__rcache_lookup(weir__http_server *s, const api_gen *a, const char *aut
     weir_log(WEIR_LOG_DEBUG, "http", "response cache lookup failed: %s", weir_strerror(r));
   }
   weir_buf_free(&v);
-  if (rc->semantic && p->cache_mode == 2 && c->may_store && s->svc->embed.dim > 0)
+  if (rc->semantic && p->cache_mode == 2 && s->svc->embed.dim > 0)
     semantic_lookup(s, a, c);
   if (!c->hit) weir_metric_record(rc->misses, 1);
 }

@@ -263,6 +263,52 @@ def metrics(s, tag, plugin):
                "%s: memory entries/bytes gauges" % tag)
 
 
+def semantic():
+    """The semantic layer on the real server, its vectors from the served model (the
+    [embedding] default). With the default 1% bound and no evidence it refuses a paraphrase
+    (answers live) and learns from it; with the bound at 1 and no exploring, the same
+    paraphrase is served (hit-semantic) with the original's answer, streamed like it."""
+    q1 = "Who created the heaven and the earth?"
+    q2 = "Who made the heaven and the earth?"
+    sem = {"mode": "semantic"}
+    s = start("semantic-default.log", ["--set", "cache.name=memory", "--set", "cache.semantic=true"])
+    try:
+        _, h1, _ = post(s, "/v1/chat/completions", chat(q1, cache=sem))
+        _, h2, _ = post(s, "/v1/chat/completions", chat(q2, cache=sem))
+        expect(h1 == "miss" and h2 == "miss", "semantic default: %s %s" % (h1, h2))
+        refused = metric(s, r'weir_response_cache_semantic_decisions_total\{.*verdict="refuse".*')
+        labelled = metric(s, r"weir_response_cache_semantic_observations_total.*")
+        expect(refused >= 1 and labelled >= 1, "semantic: refused %s labelled %s" %
+               (refused, labelled))
+        # Not opted in: no semantic decision.
+        before = metric(s, r"weir_response_cache_semantic_decisions_total.*")
+        post(s, "/v1/chat/completions", chat("Who formed the heaven and the earth?"))
+        expect(metric(s, r"weir_response_cache_semantic_decisions_total.*") == before,
+               "semantic decision without opting in")
+        expect(metric(s, r"weir_response_cache_semantic_similarity_count.*") >= 1,
+               "similarity histogram")
+    finally:
+        s.stop()
+    s = start("semantic-open.log", ["--set", "cache.name=memory", "--set", "cache.semantic=true",
+                                    "--set", "cache.semantic_max_error=1",
+                                    "--set", "cache.semantic_explore=0"])
+    try:
+        _, h1, d1 = post(s, "/v1/chat/completions", chat(q1, cache=sem))
+        _, h2, d2 = post(s, "/v1/chat/completions", chat(q2, cache=sem))
+        expect(h1 == "miss" and h2 == "hit-semantic" and
+               json.loads(d1)["choices"] == json.loads(d2)["choices"],
+               "semantic open: %s %s" % (h1, h2))
+        st1, _, s1 = post(s, "/v1/chat/completions", chat(q1, cache=sem, stream=True))
+        st2, h3, s2 = post(s, "/v1/chat/completions", chat("Who made heaven and earth?",
+                                                           cache=sem, stream=True))
+        expect(h3 == "hit-semantic" and sse(s1) == sse(s2), "semantic stream: %s" % h3)
+        # Another API key never gets it, semantic or not.
+        _, h4, _ = post(s, "/v1/chat/completions", chat(q2, cache=sem), "other")
+        expect(h4 == "miss", "semantic scope crossed: %s" % h4)
+    finally:
+        s.stop()
+
+
 def start(log, extra):
     return Server(WEIR, PLUGINS, MODEL, os.path.join(WORK, log), extra=extra)
 
@@ -348,4 +394,5 @@ try:
 finally:
     r.stop()
 redis_outage_and_replicas()
+semantic()
 finish("ok")
