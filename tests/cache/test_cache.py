@@ -309,6 +309,63 @@ def semantic():
         s.stop()
 
 
+def behind_nginx():
+    """etc/examples/nginx (ports rewritten, nothing else) in front of two replicas that share
+    one Redis: the first answer is generated once, then every replica serves it as a hit."""
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx")
+                                      else None)
+    if not nginx:
+        print("behind_nginx: skipped: nginx is not installed")
+        return
+    r = Redis()
+    opts = ["--set", "cache.name=redis", "--set", "cache.port=%d" % r.port]
+    a = start("nginx-replica-a.log", opts)
+    b = start("nginx-replica-b.log", opts)
+    d = os.path.abspath(os.path.join(WORK, "nginx"))
+    os.makedirs(os.path.join(d, "logs"), exist_ok=True)
+    os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "etc",
+                       "examples", "nginx", "nginx.conf")
+    port = free_port()
+    conf = open(src).read().replace("127.0.0.1:8001 ", "127.0.0.1:%d " % a.port) \
+        .replace("127.0.0.1:8002 ", "127.0.0.1:%d " % b.port) \
+        .replace("listen 127.0.0.1:8000;", "listen 127.0.0.1:%d;" % port)
+    open(os.path.join(d, "nginx.conf"), "w").write(conf)
+    ng = subprocess.Popen([nginx, "-p", d, "-c", os.path.join(d, "nginx.conf"), "-g",
+                           "daemon off; master_process off;"],
+                          stdout=open(os.path.join(d, "nginx.out"), "w"), stderr=subprocess.STDOUT)
+
+    class Front:
+        pass
+    front = Front()
+    front.port = port
+    try:
+        for _ in range(100):
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        body = chat("Through the proxy")
+        heads = [post(front, "/v1/chat/completions", body, "k9")[1] for _ in range(8)]
+        expect(heads[0] == "miss" and heads[1:] == ["hit-exact"] * 7, "nginx: %s" % heads)
+        ha = metric(a, r'weir_response_cache_hits_total\{.*layer="exact".*')
+        hb = metric(b, r'weir_response_cache_hits_total\{.*layer="exact".*')
+        expect(ha >= 1 and hb >= 1 and ha + hb == 7, "nginx: hits per replica %s %s" % (ha, hb))
+        st, h, data = post(front, "/v1/chat/completions", dict(body, stream=True), "k9")
+        expect(st == 200 and h == "hit-exact" and sse(data)[-1] == "[DONE]",
+               "nginx: streamed hit %s %s" % (st, h))
+    finally:
+        ng.terminate()
+        ng.wait(10)
+        a.stop()
+        b.stop()
+        r.stop()
+
+
 def start(log, extra):
     return Server(WEIR, PLUGINS, MODEL, os.path.join(WORK, log), extra=extra)
 
@@ -394,5 +451,6 @@ try:
 finally:
     r.stop()
 redis_outage_and_replicas()
+behind_nginx()
 semantic()
 finish("ok")
