@@ -3,7 +3,8 @@
 # same measured pass against a server without the cache as the baseline.
 #   docs/perf/cache-logs/ttft_hits.sh BUILD_DIR OUT_DIR
 # For each server: a populating pass (500 distinct chat requests, temperature 0, 16 workers),
-# then the measured pass (the same seed: the same 500 requests, 64 in flight).
+# then the measured passes (the same seed: the same 500 requests): closed loop with 64 in
+# flight, and open loop at 500 requests/s with at most 64 in flight.
 set -eu
 build=${1:-build}; out=${2:-/tmp/cache-ttft}; mkdir -p "$out"
 weir="$build/bin/weir"; model=models/kjv-target.gguf
@@ -25,6 +26,10 @@ for mode in off memory redis; do
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 16 > "$out/populate-$mode.txt"
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 \
       --json "$out/hits-$mode.json" > "$out/hits-$mode.txt"
+  # Open loop: 500 requests/s arriving (Poisson), at most 64 in flight: the latency of one
+  # hit without the closed loop's queue of 64.
+  "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 --rate 500 \
+      --json "$out/open-$mode.json" > "$out/open-$mode.txt"
   curl -s "http://127.0.0.1:$port/metrics" | grep -E '^weir_response_cache_(hits|lookups|misses)' > "$out/metrics-$mode.txt" || true
   kill $spid; wait $spid || true
 done
