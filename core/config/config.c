@@ -1116,7 +1116,16 @@ static void write_key(const weir_config *c, const key_spec *k, FILE *f) {
   case K_I64:
   case K_BYTES: fprintf(f, "%" PRId64, *(const int64_t *)(base + k->off)); break;
   case K_BOOL: fputs(*(const int *)(base + k->off) ? "true" : "false", f); break;
-  case K_PROB: fprintf(f, "%.17g", *(const double *)(base + k->off)); break;
+  case K_PROB: {
+    /* The shortest form that reads back as the same double. */
+    const double x = *(const double *)(base + k->off);
+    char b[32];
+    snprintf(b, sizeof b, "%.15g", x);
+    if (strtod(b, NULL) != x) snprintf(b, sizeof b, "%.17g", x);
+    fputs(b, f);
+    if (!strpbrk(b, ".eEn")) fputs(".0", f); /* a TOML float, not an integer */
+    break;
+  }
   case K_LEVEL: fprintf(f, "\"%s\"", k_levels[c->log_level <= WEIR_LOG_ERROR ? c->log_level : 1]); break;
   case K_FORMAT: fprintf(f, "\"%s\"", c->log_format == WEIR_LOG_JSON ? "json" : "text"); break;
   case K_KV_DTYPE: fprintf(f, "\"%s\"", kv_dtype_name(c->kv_dtype)); break;
