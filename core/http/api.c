@@ -1115,7 +1115,7 @@ static int cache_clear_body(weir__http_server *s, cJSON *root, const char *auth,
                             api_error *e) {
   int ret = -1, all = 0;
   const char *user = NULL, *key = NULL;
-  char prefix[WEIR__RCACHE_KEY_CAP], other[WEIR__RCACHE_KEY_CAP + 8];
+  char prefix[WEIR__RCACHE_KEY_CAP], *other = NULL;
   for (const cJSON *it = root->child; it; it = it->next) {
     if (!strcmp(it->string, "all")) {
       if (weir__api_want_bool(e, it, it->string, &all)) goto free_root;
@@ -1137,7 +1137,15 @@ static int cache_clear_body(weir__http_server *s, cJSON *root, const char *auth,
                    "No response cache is configured ([cache] name is \"off\")");
     goto free_root;
   }
-  if (key) snprintf(other, sizeof other, "Bearer %s", key);
+  /* Another key's scope is made as a request presenting that key would make it. */
+  if (key) {
+    size_t n = strlen(key) + 8;
+    if (!(other = malloc(n))) {
+      weir__api_fail(e, 500, NULL, NULL, "out of memory");
+      goto free_root;
+    }
+    snprintf(other, n, "Bearer %s", key);
+  }
   prefix[0] = '\0';
   if (!all && weir__rcache_scope_prefix(key ? other : auth, user, user != NULL, prefix,
                                         sizeof prefix)) {
@@ -1158,6 +1166,7 @@ static int cache_clear_body(weir__http_server *s, cJSON *root, const char *auth,
   *reply = out;
   ret = 0;
 free_root:
+  free(other);
   cJSON_Delete(root);
   return ret;
 }
