@@ -990,6 +990,37 @@ void weir_plugin_memory(const weir_plugin *p, int64_t *host_bytes, int64_t *devi
 
 /* ---- the configured set ------------------------------------------------------------------- */
 
+/* [cache] is the KV cache's table and also selects the response-cache plugin, which the HTTP
+ * layer loads itself (docs/response-cache.md). Here its keys are checked all the same: with
+ * no plugin selected, a key that is not the core's is a mistake (a misspelt KV-cache key)
+ * and refused; with one selected and `check` (weir config check), the plugin is opened and
+ * its options validated without init. */
+static int check_response_cache(const weir_config *cfg, const weir_plugin_dirs *dirs, int check,
+                                char *err, size_t errlen) {
+  const weir_plugin_sel *sel = &cfg->response_cache;
+  const int off = (!sel->name || !*sel->name || !strcmp(sel->name, "off")) &&
+                  !(sel->path && *sel->path);
+  if (off) {
+    for (int i = 0; sel->table && i < sel->table->num_items; i++) {
+      const char *key = sel->table->items[i]->key;
+      if (weir_config_is_core_key("cache", key)) continue;
+      weir_set_err(err, errlen, "unknown key 'cache.%s': not a KV-cache key, and no response "
+                   "cache is selected to take it as an option (cache.name is \"off\"); fix: "
+                   "correct the key, or set cache.name", key);
+      return WEIR_E_NOTFOUND;
+    }
+    return WEIR_OK;
+  }
+  if (!check) return WEIR_OK;
+  weir_plugin_request req = {.kind = WEIR_PLUGIN_CACHE, .name = sel->name, .path = sel->path,
+                             .dirs = dirs, .table = sel->table, .section = "cache",
+                             .device_name = "cpu", .no_init = 1};
+  weir_plugin *p = NULL;
+  int rc = weir_plugin_load(&req, &p, err, errlen);
+  weir_plugin_unload(p);
+  return rc;
+}
+
 static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_set *out,
                     int no_init, char *err, size_t errlen) {
   int rc;
@@ -1001,6 +1032,7 @@ static int set_load(const weir_config *cfg, weir_metrics *metrics, weir_plugin_s
     weir_set_err(err, errlen, "out of memory");
     return rc;
   }
+  if ((rc = check_response_cache(cfg, &dirs, no_init, err, errlen)) != WEIR_OK) goto free_dirs;
   if ((rc = weir_threadpool_create(cfg->threads, &s.pool)) != WEIR_OK) {
     weir_set_err(err, errlen, "cannot start the CPU thread pool (device.threads = %d): %s",
            cfg->threads, weir_strerror(rc));

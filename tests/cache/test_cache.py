@@ -459,6 +459,29 @@ def redis_outage_and_replicas():
         r.stop()
 
 
+def config_checks():
+    """[cache] is also the KV cache's table: with no response cache selected, a key that is
+    not the core's is refused (a misspelt KV key must not pass as a plugin option); with one
+    selected, `weir config check` validates its options."""
+    toml = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "etc",
+                        "server.toml")
+    for args, want in ((["--set", "cache.block_sise=16"], "unknown key 'cache.block_sise'"),
+                       (["--set", "cache.name=memory", "--set", "cache.max_bytes=-1"],
+                        "cache.max_bytes: -1 is out of range"),
+                       (["--set", "cache.name=redis", "--set", "cache.colour=1"],
+                        "colour"),
+                       (["--set", "cache.semantic_max_error=2"], "out of range [0, 1]")):
+        p = subprocess.run([WEIR, "config", "check", toml, "--plugin-dir", PLUGINS] + args,
+                           capture_output=True, text=True)
+        expect(p.returncode == 1 and want in p.stderr + p.stdout,
+               "config check %s: %s %s" % (args, p.returncode, (p.stderr + p.stdout)[-300:]))
+    p = subprocess.run([WEIR, "config", "check", toml, "--plugin-dir", PLUGINS, "--set",
+                        "cache.name=redis", "--set", "cache.port=7777"],
+                       capture_output=True, text=True)
+    expect(p.returncode == 0, "config check redis: %s %s" % (p.returncode, p.stderr[-300:]))
+
+
+config_checks()
 suite("memory", [], "memory")
 r = Redis()
 try:
