@@ -802,6 +802,38 @@ static void test_usage_errors(void) {
   WT_ASSERT_STR_CONTAINS(out, "--rate");
   free(out);
 }
+/* --repeat-rate: about that share of the requests repeat an earlier one exactly, the same ones
+ * on every run; without it no request repeats (random prompts of 30 words never collide). */
+static void test_repeat_rate(void) {
+  char *a = dump("--num-requests", "400", "--seed", "3", "--input-len", "30", "--repeat-rate", "0.3", NULL);
+  char *b = dump("--num-requests", "400", "--seed", "3", "--input-len", "30", "--repeat-rate", "0.3", NULL);
+  char *c = dump("--num-requests", "400", "--seed", "3", "--input-len", "30", NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+  CU_ASSERT(strcmp(a, b) == 0);
+  char *texts[2] = {a, c};
+  int repeats[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    char *lines[400];
+    int n = 0;
+    for (char *line = strtok(texts[k], "\n"); line && n < 400; line = strtok(NULL, "\n")) {
+      for (int j = 0; j < n; j++)
+        if (!strcmp(lines[j], line)) {
+          repeats[k]++;
+          break;
+        }
+      lines[n++] = line;
+    }
+    WT_ASSERT_INT_EQ(n, 400);
+  }
+  fprintf(stderr, "\n  repeats: %d of 400 at --repeat-rate 0.3, %d without\n", repeats[0], repeats[1]);
+  CU_ASSERT(repeats[0] >= 90 && repeats[0] <= 150);
+  WT_ASSERT_INT_EQ(repeats[1], 0);
+  free(a);
+  free(b);
+  free(c);
+}
 
 int main(void) {
   g_dir = wt_mkdtemp();
@@ -816,6 +848,7 @@ int main(void) {
       {"json_schema", test_json_schema},
       {"ab_report_and_svg", test_ab_report_and_svg},
       {"workload_determinism", test_workload_determinism},
+      {"repeat_rate", test_repeat_rate},
       {"workload_tokens_and_prefixes", test_workload_tokens_and_prefixes},
       {"input_len_in_target_tokens", test_input_len_in_target_tokens},
       {"error_bodies", test_error_bodies},
