@@ -120,7 +120,16 @@ def twice(s, path, body, key="k1", headers=None):
 
 def basics(s, tag):
     body = chat("In the beginning " + tag)
-    (s1, h1, d1), (s2, h2, d2) = twice(s, "/v1/chat/completions", body)
+    s1, h1, d1 = post(s, "/v1/chat/completions", body, "k1")
+    # A hit never reaches the engine: no finished request, no prompt token, no prefix-cache
+    # lookup is counted for it.
+    engine = [metric(s, r"weir_request_success_total.*"), metric(s, r"weir_prompt_tokens_total.*"),
+              metric(s, r"weir_prefix_cache_queries_total.*")]
+    s2, h2, d2 = post(s, "/v1/chat/completions", body, "k1")
+    after = [metric(s, r"weir_request_success_total.*"), metric(s, r"weir_prompt_tokens_total.*"),
+             metric(s, r"weir_prefix_cache_queries_total.*")]
+    expect(engine == after and engine[0] >= 1, "%s: a hit reached the engine: %s %s" %
+           (tag, engine, after))
     expect(s1 == 200 and s2 == 200, "%s: status %s %s" % (tag, s1, s2))
     expect(h1 == "miss" and h2 == "hit-exact", "%s: headers %s %s" % (tag, h1, h2))
     r1, r2 = json.loads(d1), json.loads(d2)
