@@ -36,6 +36,11 @@ static int embed_llama(weir_engine *e, const int32_t *ids, int32_t n, float *out
   /* Mean pooling reads every token's row; last and cls one row of one chunk. */
   int32_t chunk = e->max_tokens_step;
   if (mean && chunk > e->max_rows) chunk = e->max_rows;
+  if (weir_kv_cache_blocks_needed(e->kv, n) > weir_kv_cache_num_blocks(e->kv)) {
+    snprintf(err, errlen, "an input of %d tokens does not fit in the KV cache (%d blocks)",
+             (int)n, (int)weir_kv_cache_num_blocks(e->kv));
+    return WEIR_E_RANGE;
+  }
   double *acc = calloc((size_t)dim, sizeof *acc);
   weir_kv_seq *seq = NULL;
   int rc = acc ? weir_kv_seq_create(e->kv, &seq) : WEIR_E_NOMEM;
