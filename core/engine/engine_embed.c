@@ -88,9 +88,16 @@ out_acc:
 }
 
 static int run_job(weir_engine *e, struct weir__engine_embed_job *j) {
-  if (e->embed_model)
-    return weir_bert_embed(e->embed_model, j->ids, j->n, j->out, j->err, j->errlen);
-  return embed_llama(e, j->ids, j->n, j->out, j->err, j->errlen);
+  const double t0 = weir__engine_now();
+  const int rc = e->embed_model
+                     ? weir_bert_embed(e->embed_model, j->ids, j->n, j->out, j->err, j->errlen)
+                     : embed_llama(e, j->ids, j->n, j->out, j->err, j->errlen);
+  weir_metric_add(e->em.embed_seconds, weir__engine_now() - t0);
+  if (rc == WEIR_OK) {
+    weir_metric_add(e->em.embed_inputs, 1);
+    weir_metric_add(e->em.embed_tokens, j->n);
+  }
+  return rc;
 }
 
 /* The caller's side (weir_service_embedder.run): queue, wake the engine, wait. */

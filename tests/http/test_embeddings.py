@@ -191,6 +191,24 @@ def encoder(weir, plugins, model, work):
         s.stop()
 
 
+def metric(s, name):
+    st, page = s.get("/metrics")
+    for line in page.decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def metrics(s):
+    """The embedding counters grow by what a request embedded."""
+    before = [metric(s, "weir_embedding_inputs_total"), metric(s, "weir_embedding_tokens_total")]
+    st, r = embed(s, {"input": [[5, 6, 7], [8, 9]]})
+    after = [metric(s, "weir_embedding_inputs_total"), metric(s, "weir_embedding_tokens_total")]
+    expect(st == 200 and None not in before + after and after[0] - before[0] == 2 and
+           after[1] - before[1] == 5, "embedding counters %s -> %s" % (before, after))
+    expect((metric(s, "weir_embedding_seconds_total") or 0) > 0, "embedding seconds")
+
+
 def main():
     weir, plugins, model, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
@@ -209,6 +227,7 @@ def main():
             b64(s, v0)
             beside_generation(s, v0)
         refusals(s)
+        metrics(s)
     finally:
         s.stop()
     encoder(weir, plugins, model, work)
