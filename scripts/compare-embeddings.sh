@@ -5,9 +5,11 @@
 #   LLAMA_BIN=/path/to/llama.cpp/build/bin scripts/compare-embeddings.sh
 #
 # LLAMA_BIN: the peer's binaries (never committed). WEIR: the weir binary (default
-# build/bin/weir). ARCHS: the encoders (default "bert nomic-bert"). TYPE: the weight type
-# (default f32). SHAPE: mkmodel's shape flags. weir serves the trained model of models/ and
-# loads the encoder as [embedding] model (mean pooling, as the file says); each text goes
+# build/bin/weir). ARCHS (default "bert nomic-bert llama-mean llama-last"): an encoder (bert,
+# nomic-bert) is loaded as [embedding] model beside the trained model of models/ (mean
+# pooling, as the file says); llama-mean and llama-last are a llama file served itself, its
+# pooled hidden states (embedding.pooling, the peer's --pooling; f32 KV cache). TYPE: the
+# weight type (default f32). SHAPE / LLAMA_SHAPE: mkmodel's shape flags. Each text goes
 # through POST /v1/embeddings and through llama-embedding (normalised, json). Prints, per
 # architecture, each text's token count and the cosine of the two vectors, then the minimum.
 # Runs one process at a time, two threads each.
@@ -15,9 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${LLAMA_BIN:?set LLAMA_BIN to the directory holding llama-embedding}"
 WEIR=${WEIR:-build/bin/weir}
-ARCHS=${ARCHS:-"bert nomic-bert"}
+ARCHS=${ARCHS:-"bert nomic-bert llama-mean llama-last"}
 TYPE=${TYPE:-f32}
 SHAPE=${SHAPE:-"--layers 4 --dim 128 --heads 4 --ffn 512 --vocab 1024 --ctx 512 --seed 7"}
+LLAMA_SHAPE=${LLAMA_SHAPE:-"--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --ctx 512 --seed 7"}
 dir=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"; }
@@ -34,10 +37,23 @@ EOF
 port=$((20000 + RANDOM % 20000))
 for a in $ARCHS; do
   m=$dir/$a.gguf
-  # shellcheck disable=SC2086
-  "$WEIR" mkmodel --arch "$a" $SHAPE --type "$TYPE" --out "$m" >/dev/null
-  "$WEIR" serve --model models/kjv-target.gguf --port "$port" --set device.threads=2 \
-    --set cache.memory_bytes=67108864 --set "embedding.model=\"$m\"" >"$dir/serve.log" 2>&1 &
+  case $a in
+    llama-mean | llama-last)
+      # The served model's own pooled hidden states: weir serves the file itself.
+      pool=${a#llama-}
+      # shellcheck disable=SC2086
+      "$WEIR" mkmodel --arch llama $LLAMA_SHAPE --type "$TYPE" --out "$m" >/dev/null
+      "$WEIR" serve --model "$m" --port "$port" --set device.threads=2 \
+        --set cache.memory_bytes=67108864 --set attention.kv_dtype=f32 \
+        --set "embedding.pooling=\"$pool\"" >"$dir/serve.log" 2>&1 &
+      peer_pool="--pooling $pool" ;;
+    *)
+      # shellcheck disable=SC2086
+      "$WEIR" mkmodel --arch "$a" $SHAPE --type "$TYPE" --out "$m" >/dev/null
+      "$WEIR" serve --model models/kjv-target.gguf --port "$port" --set device.threads=2 \
+        --set cache.memory_bytes=67108864 --set "embedding.model=\"$m\"" >"$dir/serve.log" 2>&1 &
+      peer_pool="" ;;
+  esac
   pid=$!
   for _ in $(seq 1 120); do
     curl -sf "localhost:$port/health" >/dev/null 2>&1 && break
@@ -50,7 +66,8 @@ for a in $ARCHS; do
       curl -sf "localhost:$port/v1/embeddings" -H 'Content-Type: application/json' -d @- \
         >>"$dir/weir.jsonl"
     echo >>"$dir/weir.jsonl"
-    "$LLAMA_BIN/llama-embedding" -m "$m" -c 512 -b 512 -ub 512 -t 2 -p "$t" \
+    # shellcheck disable=SC2086
+    "$LLAMA_BIN/llama-embedding" -m "$m" -c 512 -b 512 -ub 512 -t 2 -p "$t" $peer_pool \
       --embd-normalize 2 --embd-output-format json 2>/dev/null | tr -d '\n' >>"$dir/peer.jsonl"
     echo >>"$dir/peer.jsonl"
   done <"$dir/texts.txt"
