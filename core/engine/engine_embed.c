@@ -36,6 +36,11 @@ static int embed_llama(weir_engine *e, const int32_t *ids, int32_t n, float *out
   /* Mean pooling reads every token's row; last and cls one row of one chunk. */
   int32_t chunk = e->max_tokens_step;
   if (mean && chunk > e->max_rows) chunk = e->max_rows;
+  if (weir_kv_cache_blocks_needed(e->kv, n) > weir_kv_cache_num_blocks(e->kv)) {
+    snprintf(err, errlen, "an input of %d tokens does not fit in the KV cache (%d blocks)",
+             (int)n, (int)weir_kv_cache_num_blocks(e->kv));
+    return WEIR_E_RANGE;
+  }
   double *acc = calloc((size_t)dim, sizeof *acc);
   weir_kv_seq *seq = NULL;
   int rc = acc ? weir_kv_seq_create(e->kv, &seq) : WEIR_E_NOMEM;
@@ -83,9 +88,16 @@ out_acc:
 }
 
 static int run_job(weir_engine *e, struct weir__engine_embed_job *j) {
-  if (e->embed_model)
-    return weir_bert_embed(e->embed_model, j->ids, j->n, j->out, j->err, j->errlen);
-  return embed_llama(e, j->ids, j->n, j->out, j->err, j->errlen);
+  const double t0 = weir__engine_now();
+  const int rc = e->embed_model
+                     ? weir_bert_embed(e->embed_model, j->ids, j->n, j->out, j->err, j->errlen)
+                     : embed_llama(e, j->ids, j->n, j->out, j->err, j->errlen);
+  weir_metric_add(e->em.embed_seconds, weir__engine_now() - t0);
+  if (rc == WEIR_OK) {
+    weir_metric_add(e->em.embed_inputs, 1);
+    weir_metric_add(e->em.embed_tokens, j->n);
+  }
+  return rc;
 }
 
 /* The caller's side (weir_service_embedder.run): queue, wake the engine, wait. */

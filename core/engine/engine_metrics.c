@@ -62,6 +62,13 @@ int weir__engine_metrics_init(weir_metrics *m, weir__engine_metrics *x) {
        WEIR_METRIC_GAUGE, &x->paused},
       {"kv_cache_usage_perc", "Fraction (0..1) of KV-cache blocks used by running requests.",
        WEIR_METRIC_GAUGE, &x->kv_usage},
+      {"embedding_inputs_total", "Inputs embedded (/v1/embeddings and the response cache).",
+       WEIR_METRIC_COUNTER, &x->embed_inputs},
+      {"embedding_tokens_total", "Tokens of the inputs embedded.", WEIR_METRIC_COUNTER,
+       &x->embed_tokens},
+      {"embedding_seconds_total",
+       "Seconds the engine thread spent embedding, between generation steps.",
+       WEIR_METRIC_COUNTER, &x->embed_seconds},
   };
   int rc = WEIR_OK;
   for (size_t i = 0; i < sizeof defs / sizeof defs[0] && rc == WEIR_OK; i++)

@@ -18,6 +18,8 @@ typedef struct weir__engine_metrics {
   weir_metric *preemptions, *prefix_queries, *prefix_hits, *spec_draft, *spec_accepted;
   weir_metric *running, *waiting, *paused, *kv_usage;
   weir_metric *graph_steps, *graph_padding;
+  /* Embeddings (engine_embed.c): inputs embedded, their tokens, engine seconds spent. */
+  weir_metric *embed_inputs, *embed_tokens, *embed_seconds;
   /* Speculation: drafted and accepted tokens by position (1-based, [0, spec_positions)),
    * drafts per step, seconds spent drafting, the length the policy chose last. */
   weir_metric *spec_pos_draft[64], *spec_pos_accepted[64];

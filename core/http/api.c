@@ -854,7 +854,9 @@ static void queue_work(weir__http_req *r, int kind) {
   w->body = r->body; /* taken: the request keeps no copy */
   w->body_len = r->body.len;
   memset(&r->body, 0, sizeof r->body);
-  int rc = weir_workpool_submit(s->prep_pool, w->client, prep_run, w);
+  /* Embeddings wait for the engine: on their own pool, never holding a preparation thread. */
+  weir_workpool *pool = kind == W_EMBEDDINGS ? s->embed_pool : s->prep_pool;
+  int rc = weir_workpool_submit(pool, w->client, prep_run, w);
   if (rc != WEIR_OK) {
     if (rc == WEIR_E_BUSY)
       weir__api_fail(&e, 429, NULL, "rate_limit_exceeded",

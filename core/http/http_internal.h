@@ -36,6 +36,11 @@ typedef struct weir__rcache weir__rcache;
 #define WEIR__COMPILE_THREADS 8
 #define WEIR__COMPILE_PER_CLIENT 2
 #define WEIR__COMPILE_QUEUE 1024
+/* /v1/embeddings on a pool of its own: its threads wait while the engine embeds, so they never
+ * hold a preparation thread; one request per client at a time, the rest queued fairly. */
+#define WEIR__EMBED_THREADS 4
+#define WEIR__EMBED_PER_CLIENT 1
+#define WEIR__EMBED_QUEUE 1024
 
 typedef enum weir__server_state {
   WEIR__LOADING = 0,  /* the engine is being created: /health 503 "loading" */
@@ -125,7 +130,7 @@ struct weir__http_server {
   /* Request preparation (body parse, chat template, tokenizing) and constraint compiles run
    * on these pools, never on the loop (issue 28); their results come back through
    * `async` as weir__api_work items on work_head (under ev_lock). */
-  weir_workpool *prep_pool, *compile_pool;
+  weir_workpool *prep_pool, *compile_pool, *embed_pool;
   weir__api_work *work_head, *work_tail;
   weir_engine_info info;      /* valid once READY */
   char *model_name;

@@ -175,7 +175,9 @@ int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *
   if (weir_workpool_create("weir-prep", WEIR__PREP_THREADS, WEIR__PREP_PER_CLIENT,
                            WEIR__PREP_QUEUE, &s->prep_pool) != WEIR_OK ||
       weir_workpool_create("weir-compile", WEIR__COMPILE_THREADS, WEIR__COMPILE_PER_CLIENT,
-                           WEIR__COMPILE_QUEUE, &s->compile_pool) != WEIR_OK)
+                           WEIR__COMPILE_QUEUE, &s->compile_pool) != WEIR_OK ||
+      weir_workpool_create("weir-embed", WEIR__EMBED_THREADS, WEIR__EMBED_PER_CLIENT,
+                           WEIR__EMBED_QUEUE, &s->embed_pool) != WEIR_OK)
     return WEIR_E_NOMEM;
   return WEIR_OK;
 }
@@ -185,9 +187,10 @@ void weir__serve_detach(weir__http_server *s) {
   uv_run(s->loop, UV_RUN_DEFAULT);
   /* Every job is gone (so no work is queued or running): the pools end before the engine
    * whose tokenizer they use. */
+  weir_workpool_destroy(s->embed_pool);
   weir_workpool_destroy(s->compile_pool);
   weir_workpool_destroy(s->prep_pool);
-  s->compile_pool = s->prep_pool = NULL;
+  s->embed_pool = s->compile_pool = s->prep_pool = NULL;
   if (s->engine) weir_engine_destroy(s->engine);
   s->engine = NULL;
   while (s->ev_head) {
@@ -272,9 +275,10 @@ int weir_http_serve(const weir_config *cfg) {
   code = s->exit_code;
   /* No job is left, so no work is queued or running and the engine holds none of our
    * requests: the pools end first (they use the engine's tokenizer), then the engine. */
+  weir_workpool_destroy(s->embed_pool);
   weir_workpool_destroy(s->compile_pool);
   weir_workpool_destroy(s->prep_pool);
-  s->compile_pool = s->prep_pool = NULL;
+  s->embed_pool = s->compile_pool = s->prep_pool = NULL;
   if (s->engine) weir_engine_destroy(s->engine);
   weir__rcache_close(s); /* after the pools: no store is running */
   while (s->ev_head) {
@@ -288,7 +292,8 @@ int weir_http_serve(const weir_config *cfg) {
   uv_run(&loop, UV_RUN_DEFAULT);
   weir_log(WEIR_LOG_INFO, "http", "stopped");
 free_server:
-  weir_workpool_destroy(s->compile_pool); /* NULL unless set-up failed */
+  weir_workpool_destroy(s->embed_pool); /* NULL unless set-up failed */
+  weir_workpool_destroy(s->compile_pool);
   weir_workpool_destroy(s->prep_pool);
   weir__rcache_close(s);
   pthread_mutex_destroy(&s->ev_lock);

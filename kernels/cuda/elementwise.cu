@@ -11,6 +11,7 @@ namespace {
 constexpr int kNormThreads = 256;
 
 using weir_cuda::grid_for;
+using weir_cuda::warp_max;
 using weir_cuda::warp_sum;
 
 // Sum over the block; every thread gets the result. `red` holds one float per warp.
@@ -141,6 +142,80 @@ __global__ void geglu_kernel(float *out, const float *gate, const float *up, int
   }
 }
 
+// ---- Encoders (ABI 1.6: layer_norm, gelu, attention_full) ------------------------------
+
+// LayerNorm, one block per row: the mean, then the variance around it, then the affine map.
+__global__ void layer_norm_kernel(float *__restrict__ out, const float *__restrict__ x,
+                                  const float *__restrict__ w, const float *__restrict__ b,
+                                  int64_t dim, float eps) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const float *xr = x + row * dim;
+  float *orow = out + row * dim;
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+  const float mean = block_sum(s, red) / (float)dim;
+  float v = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float d = xr[i] - mean;
+    v += d * d;
+  }
+  const float inv = rsqrtf(block_sum(v, red) / (float)dim + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float y = (xr[i] - mean) * inv * w[i];
+    orow[i] = b ? y + b[i] : y;
+  }
+}
+
+// Exact GELU (erf form, BERT's).
+__global__ void gelu_kernel(float *out, const float *x, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = x[i];
+    out[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  }
+}
+
+constexpr int kAttnFullMaxHeadDim = 256;
+
+// Bidirectional attention, one warp per (query token, head): each lane runs an online softmax
+// over keys lane, lane + 32, ... (its running max, sum and weighted values), then the lanes
+// merge their partial results rescaled to the common max.
+__global__ void attention_full_kernel(float *__restrict__ out, const float *__restrict__ q,
+                                      const float *__restrict__ k, const float *__restrict__ v,
+                                      int64_t n, int32_t n_heads, int32_t n_kv_heads,
+                                      int32_t head_dim, float scale) {
+  const int64_t i = blockIdx.x / n_heads;
+  const int32_t h = (int32_t)(blockIdx.x % n_heads);
+  const int32_t g = h / (n_heads / n_kv_heads);
+  const int lane = threadIdx.x;
+  const int64_t qs = (int64_t)n_heads * head_dim, ks = (int64_t)n_kv_heads * head_dim;
+  const float *qi = q + i * qs + (int64_t)h * head_dim;
+  float acc[kAttnFullMaxHeadDim];
+  for (int32_t d = 0; d < head_dim; d++) acc[d] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j = lane; j < n; j += 32) {
+    const float *kj = k + j * ks + (int64_t)g * head_dim;
+    const float *vj = v + j * ks + (int64_t)g * head_dim;
+    float sc = 0.0f;
+    for (int32_t d = 0; d < head_dim; d++) sc += qi[d] * kj[d];
+    sc *= scale;
+    const float mn = fmaxf(m, sc);
+    const float corr = expf(m - mn), p = expf(sc - mn);
+    l = l * corr + p;
+    for (int32_t d = 0; d < head_dim; d++) acc[d] = acc[d] * corr + p * vj[d];
+    m = mn;
+  }
+  const float mt = warp_max(m);
+  const float f = l > 0.0f ? expf(m - mt) : 0.0f;
+  const float lt = warp_sum(l * f);
+  float *o = out + i * qs + (int64_t)h * head_dim;
+  for (int32_t d = 0; d < head_dim; d++) {
+    const float a = warp_sum(acc[d] * f);
+    if (lane == 0) o[d] = a / lt;
+  }
+}
+
 __global__ void scale_kernel(float *x, float s, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
@@ -242,6 +317,37 @@ extern "C" cudaError_t weir_cuda_geglu(cudaStream_t stream, float *out, const fl
                                        const float *up, int64_t n) {
   if (n <= 0) return cudaSuccess;
   WEIR_LAUNCH(geglu_kernel, grid_for(n, 256), 256, 0, stream)(out, gate, up, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_layer_norm(cudaStream_t stream, float *out, const float *x,
+                                            const float *weight, const float *bias,
+                                            int64_t rows, int64_t dim, float eps) {
+  if (rows <= 0) return cudaSuccess;
+  if (dim <= 0 || rows > 0x7fffffff) return cudaErrorInvalidValue;
+  WEIR_LAUNCH(layer_norm_kernel, (unsigned)rows, kNormThreads, 0, stream)(out, x, weight, bias,
+                                                                          dim, eps);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_gelu(cudaStream_t stream, float *out, const float *x,
+                                      int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  WEIR_LAUNCH(gelu_kernel, grid_for(n, 256), 256, 0, stream)(out, x, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_attention_full(cudaStream_t stream, float *out, const float *q,
+                                                const float *k, const float *v,
+                                                int64_t n_tokens, int32_t n_heads,
+                                                int32_t n_kv_heads, int32_t head_dim,
+                                                float scale) {
+  if (n_tokens <= 0) return cudaSuccess;
+  if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || head_dim <= 0 ||
+      head_dim > kAttnFullMaxHeadDim || n_tokens * n_heads > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  WEIR_LAUNCH(attention_full_kernel, (unsigned)(n_tokens * n_heads), 32, 0, stream)(
+      out, q, k, v, n_tokens, n_heads, n_kv_heads, head_dim, scale);
   return cudaGetLastError();
 }
 

@@ -42,6 +42,16 @@ cudaError_t weir_cuda_geglu(cudaStream_t stream, float *out, const float *gate,
                             const float *up, int64_t n);
 cudaError_t weir_cuda_scale(cudaStream_t stream, float *x, float s, int64_t n);
 cudaError_t weir_cuda_softcap(cudaStream_t stream, float *x, float cap, int64_t n);
+/* ABI 1.6 encoder operations (weir_device_ops layer_norm, gelu, attention_full; bias may be
+ * NULL; attention_full takes head_dim <= 256). */
+cudaError_t weir_cuda_layer_norm(cudaStream_t stream, float *out, const float *x,
+                                 const float *weight, const float *bias, int64_t rows,
+                                 int64_t dim, float eps);
+cudaError_t weir_cuda_gelu(cudaStream_t stream, float *out, const float *x, int64_t n);
+cudaError_t weir_cuda_attention_full(cudaStream_t stream, float *out, const float *q,
+                                     const float *k, const float *v, int64_t n_tokens,
+                                     int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+                                     float scale);
 cudaError_t weir_cuda_add(cudaStream_t stream, float *out, const float *a, const float *b,
                           int64_t n);
 cudaError_t weir_cuda_add_bias(cudaStream_t stream, float *x, const float *bias, int64_t rows,

@@ -3,7 +3,8 @@
 // the tool's result back, the model answers in text), the same call streamed through the
 // client's own delta accumulation, and a forced "required" call; on /v1/responses, text with
 // instructions, the same streamed through the client's event reader, and a function round
-// trip with function_call / function_call_output items. The model never learned tools, so the calls are
+// trip with function_call / function_call_output items; embeddings, base64 (the client's
+// default, decoded by the client) and float alike. The model never learned tools, so the calls are
 // forced by tool_choice (the server's constraint).
 //   node test_openai_tools.mjs WEIR_BINARY PLUGIN_DIR MODEL LOG
 import OpenAI from "openai";
@@ -112,6 +113,22 @@ try {
     expect(false, "previous_response_id accepted");
   } catch (e) {
     expect(e.status === 400 && e.param === "previous_response_id", "responses error " + e);
+  }
+  // /v1/embeddings through the client: it asks for base64 by default and decodes it itself,
+  // so equal vectors from both encodings prove the bytes are what OpenAI's clients expect.
+  const texts = ["In the beginning God created the heaven and the earth.", "Jesus wept."];
+  const e64 = await client.embeddings.create({ model: (await client.models.list()).data[0].id,
+                                               input: texts });
+  const ef = await client.embeddings.create({ input: texts, encoding_format: "float" });
+  const a = e64.data[0].embedding, b = ef.data[0].embedding;
+  expect(e64.data.length === 2 && Array.isArray(a) && a.length > 0 && a.length === b.length &&
+         a.every((x, i) => Math.abs(x - b[i]) < 1e-6) && e64.usage.prompt_tokens > 0,
+         "embeddings " + JSON.stringify(e64).slice(0, 300));
+  try {
+    await client.embeddings.create({ input: "" });
+    expect(false, "an empty embeddings input accepted");
+  } catch (e) {
+    expect(e.status === 400 && e.param === "input", "embeddings error " + e);
   }
 } finally {
   proc.kill();

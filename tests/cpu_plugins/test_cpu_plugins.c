@@ -130,6 +130,58 @@ static void device_case(const char *isa) {
   for (int i = 0; i < 3; i++) CU_ASSERT(memcmp(o + i * dim, x + idx[i] * dim, dim * 4) == 0);
   idx[1] = -1;
   CU_ASSERT_EQUAL(ops->get_rows(l.self, o, x, idx, 3, dim), WEIR_E_RANGE);
+  /* Encoder ops (ABI 1.6): layer_norm with and without bias, gelu, attention_full. */
+  fill(x, n, -2, 2);
+  fill(g, dim, -0.5f, 0.5f);
+  for (int with_bias = 0; with_bias <= 1; with_bias++) {
+    CU_ASSERT_EQUAL(ops->layer_norm(l.self, o, x, w, with_bias ? g : NULL, rows, dim, 1e-5f),
+                    WEIR_OK);
+    for (int64_t r = 0; r < rows; r++) {
+      double mean = 0, var = 0;
+      for (int64_t k = 0; k < dim; k++) mean += x[r * dim + k];
+      mean /= dim;
+      for (int64_t k = 0; k < dim; k++) var += (x[r * dim + k] - mean) * (x[r * dim + k] - mean);
+      const double inv = 1 / sqrt(var / dim + 1e-5);
+      for (int64_t k = 0; k < dim; k++)
+        WT_CHECK_CLOSE(o[r * dim + k], (x[r * dim + k] - mean) * inv * w[k] + (with_bias ? g[k] : 0),
+                       1e-5, "layer_norm");
+    }
+  }
+  CU_ASSERT_EQUAL(ops->gelu(l.self, o, x, n), WEIR_OK);
+  for (int64_t i = 0; i < n; i++)
+    WT_CHECK_CLOSE(o[i], 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0))), 1e-5, "gelu");
+  {
+    const int nt = 37, nh = 6, nkv = 2, hd = 16;
+    float *q = malloc(sizeof(float) * nt * nh * hd), *k = malloc(sizeof(float) * nt * nkv * hd);
+    float *v = malloc(sizeof(float) * nt * nkv * hd), *ao = malloc(sizeof(float) * nt * nh * hd);
+    fill(q, nt * nh * hd, -1, 1);
+    fill(k, nt * nkv * hd, -1, 1);
+    fill(v, nt * nkv * hd, -1, 1);
+    CU_ASSERT_EQUAL(ops->attention_full(l.self, ao, q, k, v, nt, nh, nkv, hd, 0.3f), WEIR_OK);
+    for (int h = 0; h < nh; h++)
+      for (int i = 0; i < nt; i++) {
+        const int gk = h / (nh / nkv);
+        double sc[37], mx = -1e300, sum = 0;
+        for (int j = 0; j < nt; j++) {
+          double d = 0;
+          for (int e = 0; e < hd; e++)
+            d += (double)q[(i * nh + h) * hd + e] * k[(j * nkv + gk) * hd + e];
+          sc[j] = 0.3 * d;
+          if (sc[j] > mx) mx = sc[j];
+        }
+        for (int j = 0; j < nt; j++) sum += (sc[j] = exp(sc[j] - mx));
+        for (int e = 0; e < hd; e++) {
+          double want = 0;
+          for (int j = 0; j < nt; j++) want += sc[j] / sum * v[(j * nkv + gk) * hd + e];
+          WT_CHECK_CLOSE(ao[(i * nh + h) * hd + e], want, 1e-5, "attention_full");
+        }
+      }
+    CU_ASSERT_EQUAL(ops->attention_full(l.self, ao, q, k, v, nt, 6, 4, hd, 0.3f), WEIR_E_INVAL);
+    free(q);
+    free(k);
+    free(v);
+    free(ao);
+  }
 fail:
   free(x);
   free(w);

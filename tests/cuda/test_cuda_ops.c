@@ -287,6 +287,91 @@ static void test_swiglu_add_bias(void) {
   free(ref);
 }
 
+/* ABI 1.6 encoder ops: LayerNorm (with and without bias, in place), exact GELU, and
+ * bidirectional attention over more keys than a warp has lanes, with grouped heads. */
+static void test_encoder_ops(void) {
+  const int64_t rows = 5, dim = 768;
+  const size_t n = (size_t)(rows * dim);
+  float *x = malloc(n * 4), *w = malloc((size_t)dim * 4), *b = malloc((size_t)dim * 4);
+  double *ref = malloc(n * sizeof *ref);
+  ch_fill_uniform(x, n, -3, 3);
+  ch_fill_uniform(w, (size_t)dim, 0.5f, 1.5f);
+  ch_fill_uniform(b, (size_t)dim, -1, 1);
+  float *dx = upload(x, n), *dw = upload(w, (size_t)dim), *db = upload(b, (size_t)dim);
+  float *dout = ch_dalloc(n * 4);
+  for (int with_bias = 0; with_bias <= 1; with_bias++) {
+    for (int64_t r = 0; r < rows; r++) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < dim; i++) mean += x[r * dim + i];
+      mean /= (double)dim;
+      for (int64_t i = 0; i < dim; i++) var += (x[r * dim + i] - mean) * (x[r * dim + i] - mean);
+      const double inv = 1 / sqrt(var / (double)dim + 1e-12);
+      for (int64_t i = 0; i < dim; i++)
+        ref[r * dim + i] = (x[r * dim + i] - mean) * inv * w[i] + (with_bias ? b[i] : 0);
+    }
+    ch_poison(dout, n * 4);
+    ASSERT_OK(D->layer_norm(S, dout, dx, dw, with_bias ? db : NULL, rows, dim, 1e-12f));
+    float *out = download(dout, n);
+    ASSERT_ERR_BELOW(ch_rel_err(out, ref, n), 1e-5, "layer_norm");
+    free(out);
+  }
+  for (size_t i = 0; i < n; i++) ref[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)));
+  ASSERT_OK(D->gelu(S, dx, dx, (int64_t)n)); /* in place */
+  float *out = download(dx, n);
+  ASSERT_ERR_BELOW(ch_rel_err(out, ref, n), 1e-6, "gelu");
+  free(out);
+
+  const int nt = 77, nh = 12, nkv = 4, hd = 64;
+  const size_t nq = (size_t)nt * nh * hd, nk = (size_t)nt * nkv * hd;
+  float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4);
+  double *aref = malloc(nq * sizeof *aref), *sc = malloc((size_t)nt * sizeof *sc);
+  ch_fill_uniform(q, nq, -1, 1);
+  ch_fill_uniform(k, nk, -1, 1);
+  ch_fill_uniform(v, nk, -1, 1);
+  for (int h = 0; h < nh; h++)
+    for (int i = 0; i < nt; i++) {
+      const int g = h / (nh / nkv);
+      double mx = -1e300, sum = 0;
+      for (int j = 0; j < nt; j++) {
+        double d = 0;
+        for (int e = 0; e < hd; e++)
+          d += (double)q[((size_t)i * nh + h) * hd + e] * k[((size_t)j * nkv + g) * hd + e];
+        sc[j] = d * 0.125;
+        if (sc[j] > mx) mx = sc[j];
+      }
+      for (int j = 0; j < nt; j++) sum += (sc[j] = exp(sc[j] - mx));
+      for (int e = 0; e < hd; e++) {
+        double a = 0;
+        for (int j = 0; j < nt; j++) a += sc[j] / sum * v[((size_t)j * nkv + g) * hd + e];
+        aref[((size_t)i * nh + h) * hd + e] = a;
+      }
+    }
+  float *dq = upload(q, nq), *dk = upload(k, nk), *dv = upload(v, nk), *dao = ch_dalloc(nq * 4);
+  ch_poison(dao, nq * 4);
+  ASSERT_OK(D->attention_full(S, dao, dq, dk, dv, nt, nh, nkv, hd, 0.125f));
+  out = download(dao, nq);
+  ASSERT_ERR_BELOW(ch_rel_err(out, aref, nq), 1e-5, "attention_full");
+  free(out);
+  CU_ASSERT_NOT_EQUAL(D->attention_full(S, dao, dq, dk, dv, nt, nh, 5, hd, 0.125f), WEIR_OK);
+  ch_dfree(dq);
+  ch_dfree(dk);
+  ch_dfree(dv);
+  ch_dfree(dao);
+  ch_dfree(dx);
+  ch_dfree(dw);
+  ch_dfree(db);
+  ch_dfree(dout);
+  free(q);
+  free(k);
+  free(v);
+  free(aref);
+  free(sc);
+  free(x);
+  free(w);
+  free(b);
+  free(ref);
+}
+
 static void test_get_rows(void) {
   const int64_t rows = 50, dim = 777, n = 13;
   float *x = malloc((size_t)(rows * dim) * 4);
@@ -365,6 +450,7 @@ int main(void) {
       {"rope", test_rope},
       {"swiglu, add, add_bias", test_swiglu_add_bias},
       {"get_rows", test_get_rows},
+      {"encoder ops (ABI 1.6)", test_encoder_ops},
       {"step graphs", test_graphs},
       {NULL, NULL},
   };

@@ -10,7 +10,9 @@ completion streams is the same as alone (and the completion finishes), and the r
 hostile client meets: 10,000 inputs, nested or mixed arrays, ids outside the vocabulary,
 fractional ids, empty strings and lists, an input beyond the context, unknown parameters,
 `dimensions` other than the model's, a bad encoding_format, an unknown model; the server
-still answers afterwards."""
+still answers afterwards. Then a second server with a `weir mkmodel --arch bert` embedding
+model: its name and width in the answer, WordPiece token counts, its vocabulary and context
+bounds."""
 import base64
 import http.client
 import json
@@ -155,6 +157,58 @@ def refusals(s):
     expect(st == 200, "completions after the refusals")
 
 
+def encoder(weir, plugins, model, work):
+    """A dedicated bert embedding model beside the served model: its name, width, WordPiece
+    token counts, vocabulary and context."""
+    import subprocess
+    path = os.path.join(work, "bert.gguf")
+    subprocess.run([weir, "mkmodel", "--arch", "bert", "--layers", "2", "--dim", "64", "--heads", "4",
+                    "--ffn", "128", "--vocab", "512", "--ctx", "128", "--type", "f32",
+                    "--name", "tiny-bert", "--out", path], check=True, stdout=subprocess.DEVNULL)
+    s = Server(weir, plugins, model, os.path.join(work, "embeddings-bert-server.log"),
+               extra=["--set", 'embedding.model="%s"' % path])
+    try:
+        st, r = embed(s, {"input": ["The river, the WEIR.", "the river , the weir ."], "model": "tiny-bert"})
+        expect(st == 200, "bert: %s %s" % (st, str(r)[:300]))
+        if st == 200:
+            expect(r["model"] == "tiny-bert", "bert model name %r" % r["model"])
+            expect(len(vec(r)) == 64, "bert width %d" % len(vec(r)))
+            # [CLS] the river , the weir . [SEP], twice
+            expect(r["usage"]["prompt_tokens"] == 16, "bert usage %s" % r["usage"])
+            expect(close(vec(r, 0), vec(r, 1)), "lowercasing and punctuation splitting")
+        st, r = embed(s, {"input": [101, 511, 102]})
+        expect(st == 200, "bert ids in its vocabulary: %s" % st)
+        st, r = embed(s, {"input": [101, 512, 102]})
+        expect(st == 400 and "outside the vocabulary [0, 512)" in r["error"]["message"],
+               "bert vocabulary bound: %s %s" % (st, str(r)[:200]))
+        st, r = embed(s, {"input": [7] * 129})
+        expect(st == 400 and "context" in r["error"]["message"], "bert context: %s" % st)
+        st, r = embed(s, {"input": "water " * 200})
+        expect(st == 400 and "context" in r["error"]["message"], "bert text context: %s" % st)
+        st, r = embed(s, {"input": "water", "dimensions": 64})
+        expect(st == 200, "dimensions = 64: %s" % st)
+    finally:
+        s.stop()
+
+
+def metric(s, name):
+    st, page = s.get("/metrics")
+    for line in page.decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def metrics(s):
+    """The embedding counters grow by what a request embedded."""
+    before = [metric(s, "weir_embedding_inputs_total"), metric(s, "weir_embedding_tokens_total")]
+    st, r = embed(s, {"input": [[5, 6, 7], [8, 9]]})
+    after = [metric(s, "weir_embedding_inputs_total"), metric(s, "weir_embedding_tokens_total")]
+    expect(st == 200 and None not in before + after and after[0] - before[0] == 2 and
+           after[1] - before[1] == 5, "embedding counters %s -> %s" % (before, after))
+    expect((metric(s, "weir_embedding_seconds_total") or 0) > 0, "embedding seconds")
+
+
 def main():
     weir, plugins, model, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
@@ -173,8 +227,10 @@ def main():
             b64(s, v0)
             beside_generation(s, v0)
         refusals(s)
+        metrics(s)
     finally:
         s.stop()
+    encoder(weir, plugins, model, work)
     finish("ok")
 
 

@@ -7,7 +7,11 @@
  *  - the service's checks: empty input, ids outside the vocabulary, an input longer than the
  *    context, a too-small output;
  *  - embeddings asked from many threads while the engine generates give the same vectors
- *    as alone, the generation the same tokens, and no KV block stays used. */
+ *    as alone, the generation the same tokens, and no KV block stays used;
+ *  - a dedicated embedding model ([embedding] model) of each architecture, bert and
+ *    nomic-bert (`weir mkmodel --arch`), through the engine against the reference's
+ *    (tests/reference/bert_ref.c) with mean, cls and last pooling; its WordPiece tokenizer
+ *    ([CLS] ... [SEP], lowercasing, punctuation split, unk for what it cannot cover). */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -293,6 +297,134 @@ static void test_beside_generation(void) {
   stop(e, &cfg);
 }
 
+/* ---- dedicated embedding models ---------------------------------------------------------- */
+
+static void encoder_case(const char *arch) {
+  char *args = wt_strf("--arch %s --layers 2 --dim 64 --heads 4 --ffn 128 --vocab 512 --ctx 128 "
+                       "--type f32 --seed 11", arch);
+  char *path = make_model(arch, args);
+  static const char *const poolings[] = {"mean", "cls", "last"};
+  for (int p = 0; p < 3; p++) {
+    weir_config cfg;
+    need_model();
+    static char *dirs[1] = {WT_PLUGIN_DIR};
+    weir_config_defaults(&cfg);
+    free(cfg.model_path);
+    cfg.model_path = strdup(g_model);
+    cfg.embedding_model = strdup(path);
+    free(cfg.embedding_pooling);
+    cfg.embedding_pooling = strdup(poolings[p]);
+    cfg.plugin_dirs = dirs;
+    cfg.num_plugin_dirs = 1;
+    cfg.threads = 2;
+    cfg.num_blocks = 64;
+    weir_engine *e = NULL;
+    CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+    const weir_service *sv = weir_engine_service(e);
+    WT_ASSERT_INT_EQ(sv->embed.dim, DIM);
+    WT_ASSERT_INT_EQ(sv->embed.context_length, 128);
+    CU_ASSERT_STRING_EQUAL(sv->embed.pooling, poolings[p]);
+    static const int lens[] = {1, 9, 128};
+    for (int k = 0; k < 3; k++) {
+      int32_t t[128];
+      tokens_of(t, lens[k], 50u + (unsigned)k);
+      float got[DIM];
+      double want[DIM];
+      size_t dim = 0;
+      char err[256] = "";
+      int rc = weir_service_embed_tokens(sv, t, lens[k], got, DIM, &dim, err, sizeof err);
+      if (rc) fprintf(stderr, "\n%s\n", err);
+      WT_ASSERT_INT_EQ(rc, 0);
+      WT_ASSERT_INT_EQ(weir_ref_bert_embed(path, t, lens[k], p, want), 0);
+      double cos = 0;
+      for (int i = 0; i < DIM; i++) cos += got[i] * want[i];
+      const double d = max_diff(got, want);
+      printf("\n    %s %s pooling, %3d tokens: max |diff| %.3g, cosine %.9f", arch, poolings[p],
+             lens[k], d, cos);
+      CU_ASSERT(d < 1e-3);
+      CU_ASSERT(cos > 0.99999);
+    }
+    /* Longer than the model's context: refused, not truncated. */
+    int32_t big[129] = {0};
+    float out[DIM];
+    size_t dim;
+    char err[256];
+    WT_ASSERT_INT_EQ(weir_service_embed_tokens(sv, big, 129, out, DIM, &dim, err, sizeof err),
+                     WEIR_E_RANGE);
+    weir_engine_destroy(e);
+    cfg.plugin_dirs = NULL;
+    cfg.num_plugin_dirs = 0;
+    weir_config_free(&cfg);
+  }
+  free(path);
+  free(args);
+}
+
+static void test_bert(void) { encoder_case("bert"); }
+static void test_nomic_bert(void) { encoder_case("nomic-bert"); }
+
+/* The WordPiece tokenizer of a mkmodel bert file, through the service. */
+static void test_wordpiece(void) {
+  char *path = make_model("wp", "--arch bert --layers 1 --dim 64 --heads 4 --ffn 128 --vocab 512 "
+                                "--ctx 128 --type f32 --seed 1");
+  weir_config cfg;
+  need_model();
+  static char *dirs[1] = {WT_PLUGIN_DIR};
+  weir_config_defaults(&cfg);
+  free(cfg.model_path);
+  cfg.model_path = strdup(g_model);
+  cfg.embedding_model = strdup(path);
+  cfg.plugin_dirs = dirs;
+  cfg.num_plugin_dirs = 1;
+  cfg.num_blocks = 64;
+  weir_engine *e = NULL;
+  CU_ASSERT_EQUAL_FATAL(weir_engine_create(&cfg, &e), 0);
+  const weir_service *sv = weir_engine_service(e);
+  int32_t *a = NULL, *b = NULL, *c = NULL, na = 0, nb = 0, nc = 0;
+  WT_ASSERT_INT_EQ(weir_service_embed_tokenize(sv, "The river, the WEIR.", 20, &a, &na), 0);
+  WT_ASSERT_INT_EQ(weir_service_embed_tokenize(sv, "the river , the weir .", 22, &b, &nb), 0);
+  /* [CLS] the river , the weir . [SEP]: lowercased, punctuation its own word. */
+  WT_ASSERT_INT_EQ(na, 8);
+  WT_ASSERT_INT_EQ(nb, na);
+  CU_ASSERT(na == nb && memcmp(a, b, sizeof(int32_t) * (size_t)na) == 0);
+  WT_ASSERT_INT_EQ(a[0], 101);
+  WT_ASSERT_INT_EQ(a[na - 1], 102);
+  for (int32_t i = 1; i < na - 1; i++) CU_ASSERT(a[i] != 100);
+  /* A character no piece covers makes its word unknown. */
+  WT_ASSERT_INT_EQ(weir_service_embed_tokenize(sv, "river \xC3\xA9t\xC3\xA9", 11, &c, &nc), 0);
+  WT_ASSERT_INT_EQ(nc, 4);
+  if (nc == 4) WT_ASSERT_INT_EQ(c[2], 100);
+  free(a);
+  free(b);
+  free(c);
+  weir_engine_destroy(e);
+  cfg.plugin_dirs = NULL;
+  cfg.num_plugin_dirs = 0;
+  weir_config_free(&cfg);
+  free(path);
+}
+
+/* An embedding model the device cannot run, or a file that is not one, is refused at start
+ * with the reason. */
+static void test_refusals(void) {
+  need_model();
+  weir_config cfg;
+  static char *dirs[1] = {WT_PLUGIN_DIR};
+  weir_config_defaults(&cfg);
+  free(cfg.model_path);
+  cfg.model_path = strdup(g_model);
+  cfg.embedding_model = strdup(g_model); /* a llama file */
+  cfg.plugin_dirs = dirs;
+  cfg.num_plugin_dirs = 1;
+  cfg.num_blocks = 64;
+  weir_engine *e = NULL;
+  WT_ASSERT_INT_EQ(weir_engine_create(&cfg, &e), WEIR_E_NOTSUP);
+  CU_ASSERT_PTR_NULL(e);
+  cfg.plugin_dirs = NULL;
+  cfg.num_plugin_dirs = 0;
+  weir_config_free(&cfg);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {{"mean_vs_reference", test_mean},
@@ -301,6 +433,10 @@ int main(void) {
                                   {"poolings_differ", test_poolings_differ},
                                   {"errors", test_errors},
                                   {"beside_generation", test_beside_generation},
+                                  {"bert_vs_reference", test_bert},
+                                  {"nomic_bert_vs_reference", test_nomic_bert},
+                                  {"wordpiece", test_wordpiece},
+                                  {"embedding_model_refusals", test_refusals},
                                   {NULL, NULL}};
   int rc = wt_run_suite("embed", tests);
   wt_rmtree(g_dir);

@@ -40,6 +40,11 @@ int weir_ref_forward_len(weir_ref_model *m, const int32_t *tokens, int n, int ma
  * state of every token (the LM head's input), what an embedding pools (issue 33). */
 int weir_ref_forward_hidden(weir_ref_model *m, const int32_t *tokens, int n, double *hidden);
 
+/* The encoder embedding models (bert_ref.c): the vector of ids[0..n) from the bert or
+ * nomic-bert GGUF at path, pooled (0 mean, 1 first token, 2 last token) and L2-normalised,
+ * into out[n_embd]. 0 or a negative weir_status. */
+int weir_ref_bert_embed(const char *path, const int32_t *ids, int n, int pooling, double *out);
+
 /* The building blocks, exposed for their own tests. */
 /* Converts n elements (a multiple of the block size) of a GGUF tensor type into doubles;
  * WEIR_E_NOTSUP for another type. */

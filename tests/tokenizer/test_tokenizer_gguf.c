@@ -65,7 +65,7 @@ static weir_gguf *write_and_open(const char *dir, const char *model, const weir_
   weir_gguf_writer *w;
   CU_ASSERT_FATAL(weir_gguf_writer_new(&w) == 0);
   if (!(faults & F_NO_MODEL))
-    weir_gguf_add_str(w, "tokenizer.ggml.model", faults & F_BAD_MODEL ? "bert" : model);
+    weir_gguf_add_str(w, "tokenizer.ggml.model", faults & F_BAD_MODEL ? "t5" : model);
   weir_gguf_add_arr_str(w, "tokenizer.ggml.tokens", v.toks, v.lens, (uint64_t)v.n);
   if (strcmp(model, "gpt2") == 0)
     weir_gguf_add_str(w, "tokenizer.ggml.pre", faults & F_PRE_QWEN2 ? "qwen2" : "gpt-2");
@@ -218,7 +218,7 @@ static void expect_refused(const char *model, int faults, int want_rc, const cha
 
 static void test_refusals(void) {
   expect_refused("llama", F_NO_MODEL, WEIR_E_NOTFOUND, "tokenizer.ggml.model is missing");
-  expect_refused("llama", F_BAD_MODEL, WEIR_E_NOTSUP, "\"bert\" is not supported");
+  expect_refused("llama", F_BAD_MODEL, WEIR_E_NOTSUP, "\"t5\" is not supported");
   expect_refused("llama", F_SHORT_SCORES, WEIR_E_FORMAT, "tokenizer.ggml.scores");
   expect_refused("llama", F_NO_SCORES, WEIR_E_NOTFOUND, "tokenizer.ggml.scores is missing");
   expect_refused("llama", F_BAD_TYPE, WEIR_E_FORMAT, "tokenizer.ggml.token_type[5] = 42");

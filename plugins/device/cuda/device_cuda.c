@@ -361,6 +361,27 @@ static int dev_scale(void *self, float *x, float s, int64_t n) {
   LAUNCH(d, weir_cuda_scale(d->stream, x, s, n), "scale");
 }
 
+static int dev_layer_norm(void *self, float *out, const float *x, const float *weight,
+                          const float *bias, int64_t rows, int64_t dim, float eps) {
+  cuda_dev *d = self;
+  LAUNCH(d, weir_cuda_layer_norm(d->stream, out, x, weight, bias, rows, dim, eps), "layer_norm");
+}
+
+static int dev_gelu(void *self, float *out, const float *x, int64_t n) {
+  cuda_dev *d = self;
+  LAUNCH(d, weir_cuda_gelu(d->stream, out, x, n), "gelu");
+}
+
+static int dev_attention_full(void *self, float *out, const float *q, const float *k,
+                              const float *v, int64_t n_tokens, int32_t n_heads,
+                              int32_t n_kv_heads, int32_t head_dim, float scale) {
+  cuda_dev *d = self;
+  LAUNCH(d,
+         weir_cuda_attention_full(d->stream, out, q, k, v, n_tokens, n_heads, n_kv_heads,
+                                  head_dim, scale),
+         "attention_full");
+}
+
 static int dev_softcap(void *self, float *x, float cap, int64_t n) {
   cuda_dev *d = self;
   LAUNCH(d, weir_cuda_softcap(d->stream, x, cap, n), "softcap");
@@ -502,6 +523,9 @@ static const weir_device_ops k_ops = {
     .geglu = dev_geglu,
     .scale = dev_scale,
     .softcap = dev_softcap,
+    .layer_norm = dev_layer_norm,
+    .gelu = dev_gelu,
+    .attention_full = dev_attention_full,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

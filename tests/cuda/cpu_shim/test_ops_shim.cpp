@@ -121,6 +121,67 @@ static void small_ops() {
   check("get_rows", out, rref, 1e-9);
 }
 
+// ABI 1.6 encoder ops: LayerNorm (with and without bias), exact GELU, bidirectional
+// attention with grouped heads (more keys than a warp's lanes, so lanes merge partials).
+static void encoder_ops() {
+  const int rows = 3, dim = 300;
+  const size_t n = (size_t)rows * dim;
+  std::vector<float> x(n), w(dim), b(dim);
+  for (auto &a : x) a = uni(-3, 3);
+  for (auto &a : w) a = uni(0.5, 1.5);
+  for (auto &a : b) a = uni(-1, 1);
+  for (int with_bias = 0; with_bias <= 1; ++with_bias) {
+    std::vector<double> ref(n);
+    for (int r = 0; r < rows; ++r) {
+      double mean = 0, var = 0;
+      for (int i = 0; i < dim; ++i) mean += x[(size_t)r * dim + i];
+      mean /= dim;
+      for (int i = 0; i < dim; ++i) var += std::pow(x[(size_t)r * dim + i] - mean, 2);
+      const double inv = 1 / std::sqrt(var / dim + 1e-5);
+      for (int i = 0; i < dim; ++i)
+        ref[(size_t)r * dim + i] = (x[(size_t)r * dim + i] - mean) * inv * w[i] + (with_bias ? b[i] : 0);
+    }
+    auto out = poisoned(n);
+    weir_cuda_layer_norm(nullptr, out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr,
+                         rows, dim, 1e-5f);
+    check(with_bias ? "layer_norm (bias)" : "layer_norm", out, ref, 1e-5);
+  }
+  {
+    std::vector<double> ref(n);
+    for (size_t i = 0; i < n; ++i) ref[i] = 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)));
+    auto out = poisoned(n);
+    weir_cuda_gelu(nullptr, out.data(), x.data(), (int64_t)n);
+    check("gelu", out, ref, 1e-6);
+  }
+  const int nt = 41, nh = 4, nkv = 2, hd = 16;
+  std::vector<float> q((size_t)nt * nh * hd), k((size_t)nt * nkv * hd), v((size_t)nt * nkv * hd);
+  for (auto &a : q) a = uni(-1, 1);
+  for (auto &a : k) a = uni(-1, 1);
+  for (auto &a : v) a = uni(-1, 1);
+  std::vector<double> ref((size_t)nt * nh * hd);
+  for (int h = 0; h < nh; ++h)
+    for (int i = 0; i < nt; ++i) {
+      const int g = h / (nh / nkv);
+      std::vector<double> sc(nt);
+      double mx = -1e300, sum = 0;
+      for (int j = 0; j < nt; ++j) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e) d += (double)q[((size_t)i * nh + h) * hd + e] * k[((size_t)j * nkv + g) * hd + e];
+        sc[j] = 0.25 * d;
+        mx = std::max(mx, sc[j]);
+      }
+      for (int j = 0; j < nt; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+      for (int e = 0; e < hd; ++e) {
+        double a = 0;
+        for (int j = 0; j < nt; ++j) a += sc[j] / sum * v[((size_t)j * nkv + g) * hd + e];
+        ref[((size_t)i * nh + h) * hd + e] = a;
+      }
+    }
+  auto out = poisoned(ref.size());
+  weir_cuda_attention_full(nullptr, out.data(), q.data(), k.data(), v.data(), nt, nh, nkv, hd, 0.25f);
+  check("attention_full", out, ref, 1e-5);
+}
+
 // ABI 1.5 model-family ops: RoPE by a per-pair frequency table with a magnitude factor
 // (values past rot untouched), GELU-tanh gating, scale, soft-cap.
 static void family_ops(int style, int heads, int hd, int rot) {
@@ -335,6 +396,7 @@ int main() {
   rope(0, 1, 64, 32);
   rope(2, 2, 80, 40);
   small_ops();
+  encoder_ops();
   family_ops(0, 2, 64, 64);
   family_ops(2, 3, 128, 128);
   family_ops(2, 2, 80, 40);
