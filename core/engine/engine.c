@@ -634,6 +634,9 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   weir_engine *e = calloc(1, sizeof *e);
   if (!e) return WEIR_E_NOMEM;
   e->spec_break_residual = opts ? opts->spec_break_residual : 0;
+  /* A developer's switch, not configuration: the step profile costs nothing when off. */
+  const char *prof_env = getenv("WEIR_STEP_PROFILE");
+  e->prof_on = prof_env && prof_env[0] && strcmp(prof_env, "0") != 0;
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->wake, NULL);
   pthread_cond_init(&e->embed_done, NULL);
@@ -724,6 +727,7 @@ void weir_engine_destroy(weir_engine *e) {
     pthread_join(e->thread, NULL);
   }
   weir__engine_spec_log(e);
+  weir__engine_prof_log(e);
   /* Requests submitted after the thread saw `stopping` never reached it. */
   for (engine_req *r = e->incoming_head, *n; r; r = n) {
     n = r->next;

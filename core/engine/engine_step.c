@@ -1,6 +1,7 @@
 /* One engine step (engine_internal.h): schedule, copy blocks, fill the batch, let the draft
  * model draft, run the target, then sample each row (or verify its drafts) and commit. */
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "metrics/metrics.h"
@@ -139,16 +140,27 @@ static void observe_spec(weir_engine *e, const weir_sched_out *out, double t_ste
                     weir__engine_now() - t_step);
 }
 
+/* The step profile's clock: the engine thread's CPU time, which a busy machine's preemption
+ * does not inflate (with device.threads = 1 it is all of a step's work). */
+static double prof_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int weir__engine_run_step(weir_engine *e) {
   weir_sched_out out;
   memset(&out, 0, sizeof out);
   const double t_step = weir__engine_now();
+  double t_prof[6] = {0};
+  if (e->prof_on) t_prof[5] = prof_now();
   e->step_tokens = e->step_drafts = 0;
   e->step_n = e->step_k = 0;
   if (e->drafter) {
     weir__engine_propose_drafts(e);
     if (!e->draft) weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_step);
   }
+  if (e->prof_on) t_prof[0] = prof_now();
   int rc = weir_sched_step(e->sched, &out);
   /* A preempted sequence's blocks are gone, its draft KV with them. */
   for (int32_t i = 0; i < out.num_preempted; i++)
@@ -196,11 +208,13 @@ int weir__engine_run_step(weir_engine *e) {
     engine_req *r = out.items[i].seq->user;
     if (r->t_sched == 0) r->t_sched = t;
   }
+  if (e->prof_on) t_prof[1] = prof_now();
   if (e->draft) {
     const double t_draft = weir__engine_now();
     weir__engine_run_draft(e, &out);
     weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_draft);
   }
+  if (e->prof_on) t_prof[2] = prof_now();
   const weir_llama_batch b = weir_step_batch_view(tb);
   float *logits = NULL;
   rc = weir_llama_forward(e->model, &b, &logits);
@@ -208,7 +222,38 @@ int weir__engine_run_step(weir_engine *e) {
     fail_step(e, &out, rc);
     return 1;
   }
+  if (e->prof_on) t_prof[3] = prof_now();
   sample_step(e, &out, logits);
   if (e->drafter) observe_spec(e, &out, t_step);
+  if (e->prof_on) {
+    t_prof[4] = prof_now();
+    const int32_t n = out.num_tokens < WEIR_PROF_TOKENS ? out.num_tokens : WEIR_PROF_TOKENS;
+    e->prof[n].steps++;
+    e->prof[n].tokens_out += (uint64_t)e->step_tokens;
+    e->prof[n].propose += t_prof[0] - t_prof[5];
+    e->prof[n].sched += t_prof[1] - t_prof[0];
+    e->prof[n].draft += t_prof[2] - t_prof[1];
+    e->prof[n].forward += t_prof[3] - t_prof[2];
+    e->prof[n].sample += t_prof[4] - t_prof[3];
+    e->prof[n].total += t_prof[4] - t_prof[5];
+  }
   return 1;
+}
+
+/* The step profile (WEIR_STEP_PROFILE): mean microseconds per phase for each step size. */
+void weir__engine_prof_log(const weir_engine *e) {
+  if (!e->prof_on) return;
+  for (int32_t n = 1; n <= WEIR_PROF_TOKENS; n++) {
+    const double c = (double)e->prof[n].steps;
+    if (c == 0) continue;
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+             "step profile (thread CPU time), %d%s tokens: %llu steps, %.2f tokens out/step; us/step: propose %.1f, "
+             "schedule+fill %.1f, draft model %.1f, forward %.1f, sample/verify+commit %.1f, "
+             "total %.1f",
+             n, n == WEIR_PROF_TOKENS ? "+" : "", (unsigned long long)e->prof[n].steps,
+             (double)e->prof[n].tokens_out / c, 1e6 * e->prof[n].propose / c,
+             1e6 * e->prof[n].sched / c, 1e6 * e->prof[n].draft / c,
+             1e6 * e->prof[n].forward / c, 1e6 * e->prof[n].sample / c,
+             1e6 * e->prof[n].total / c);
+  }
 }
