@@ -310,13 +310,21 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
       const int32_t tok = weir__engine_draw_from(q, V, weir_rng_uniform(r->rng), tb->tokens[at]);
       tb->tokens[at] = tok;
       it->seq->tokens[it->start + 1 + j] = tok;
+      if (j + 1 >= it->num_drafts) {
+        /* The last draft is not fed now: the next step's pass 0 feeds it with the token
+         * after it (one GEMM of two tokens costs about one of one), which saves a pass per
+         * step; until then the draft's KV ends before it. */
+        r->dkv = pos;
+        continue;
+      }
       rc = weir_step_batch_add(db, e->kv, it->seq->kv, &tok, pos, 1);
       r->dkv = pos + 1; /* written by the next pass (or reset if it fails) */
-      if (rc == WEIR_OK && j + 1 < it->num_drafts) {
+      if (rc == WEIR_OK) {
         e->d_item[nl++] = i;
         rc = weir_step_batch_add_rows(db, db->num_tokens - 1, 1);
       }
     }
+    if (rc == WEIR_OK && db->num_seqs == 0) return;
   }
 }
 
