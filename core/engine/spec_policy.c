@@ -148,6 +148,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     next = pick >= 0 ? pick : best;
   }
   st->runs++;
+  st->run_steps = 0;
   st->cur = next;
   st->left = WEIR_SPEC_RUN - 1;
   return a[next].k;
@@ -164,6 +165,16 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
   a->seconds = a->seconds * TPS_DECAY + seconds;
   a->tps = a->tokens / a->seconds;
   a->trials++;
+  /* A drafting run that loses badly ends now (spec_policy.h): measured steps of the arm
+   * running, no drafts measured, and this arm's rate far below theirs. */
+  weir_spec_bucket_state *st = &p->state[b];
+  const weir_spec_arm *a0 = &p->arms[b][0];
+  if (st->cur == i) st->run_steps++;
+  if (i != 0 && st->cur == i && st->left > 0 && a0->trials >= WEIR_SPEC_MIN_TRIALS &&
+      st->run_steps >= WEIR_SPEC_CUT_STEPS && a->tps < WEIR_SPEC_CUT * a0->tps) {
+    st->left = 0;
+    if (a->trials < WEIR_SPEC_MIN_TRIALS) a->trials = WEIR_SPEC_MIN_TRIALS;
+  }
 }
 
 int32_t weir_spec_seq_len(int32_t k, double a) {

@@ -169,6 +169,32 @@ static void drive(weir_spec_policy *p, const sim *m, int32_t n, int steps, int32
   }
 }
 
+/* Exploring is bounded from the first request: where drafting loses badly (the longest
+ * length at a third of no drafts' rate), its learning run and every far try end after
+ * WEIR_SPEC_CUT_STEPS steps, not WEIR_SPEC_RUN; over 3,000 steps drafting costs the learning
+ * run plus a few far tries, each that short. Where it loses mildly (55%) runs stay whole. */
+static void test_losing_runs_cut_short(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  sim bad = {.fixed = 0.01e-3, .per_token = 0.35e-3, .accept = 0.2};
+  int32_t counts[65] = {0};
+  drive(&p, &bad, 1, 2 * WEIR_SPEC_RUN, counts);
+  WT_ASSERT_INT_EQ(counts[4], WEIR_SPEC_CUT_STEPS);
+  WT_ASSERT_INT_EQ(counts[0], 2 * WEIR_SPEC_RUN - WEIR_SPEC_CUT_STEPS);
+  CU_ASSERT(p.arms[0][3].trials >= WEIR_SPEC_MIN_TRIALS); /* measured: not learned again */
+  drive(&p, &bad, 1, 3000 - 2 * WEIR_SPEC_RUN, counts);
+  WT_ASSERT_INT_EQ(counts[1] + counts[2], 0);
+  /* Far tries at runs 256, 768, 1792 (gaps doubling): about 500 runs of 6 steps. */
+  if (counts[4] > 4 * WEIR_SPEC_CUT_STEPS) printf("\n    k=4 ran %d steps", counts[4]);
+  CU_ASSERT(counts[4] <= 4 * WEIR_SPEC_CUT_STEPS);
+  /* A mild loss still runs whole: the cut is for lengths that lose badly. */
+  weir_spec_policy_init(&p, 4, 1);
+  sim mild = {.fixed = 0.05e-3, .per_token = 0.35e-3, .accept = 0.65};
+  memset(counts, 0, sizeof(int32_t) * 65);
+  drive(&p, &mild, 1, 2 * WEIR_SPEC_RUN, counts);
+  WT_ASSERT_INT_EQ(counts[4], WEIR_SPEC_RUN);
+}
+
 /* A length far behind no drafts at one batch size is not learned at a larger one: drafting
  * stops at the measured crossover, without a learning run per bucket. */
 static void test_larger_buckets_defer(void) {
@@ -248,6 +274,7 @@ int main(void) {
                                   {"runs and transitions", test_runs_and_transitions},
                                   {"the switch counts", test_switch_cost_counts},
                                   {"learning stops at the longest", test_learning_stops_at_the_longest},
+                                  {"losing runs cut short", test_losing_runs_cut_short},
                                   {"larger buckets defer", test_larger_buckets_defer},
                                   {"far exploration backs off", test_far_exploration_backs_off},
                                   {"per-request length and acceptance", test_per_request_length},
