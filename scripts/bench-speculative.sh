@@ -68,7 +68,7 @@ fi
 
 if [[ " $parts " == *" 2 "* ]]; then
   echo
-  echo "## 2. one stream through weir generate (raw: round|prompt|temperature|drafter|tok/s|acceptance)"
+  echo "## 2. one stream through weir generate (raw: round|prompt|temperature|drafter|tok/s|acceptance|tok per CPU s)"
   raw="$out/generate.txt"
   : > "$raw"
   for round in $(seq "$rounds"); do
@@ -78,38 +78,46 @@ if [[ " $parts " == *" 2 "* ]]; then
       for temp in 0 0.8; do
         for cfg in none ngram ngram:fixed draft_model draft_model:fixed; do
           # shellcheck disable=SC2046
-          res=$("${weir[@]}" -n "$n" --prompt "$text" --temperature "$temp" --seed "$round" \
-                $(cfg_args "$cfg") 2>/dev/null | tail -2)
+          res=$(WEIR_STEP_PROFILE=1 "${weir[@]}" -n "$n" --prompt "$text" --temperature "$temp" \
+                --seed "$round" $(cfg_args "$cfg") 2>&1 >/dev/null)
           tg=$(echo "$res" | sed -n 's/.*generated: [0-9]* tokens in [0-9.]* s (\([0-9.]*\).*/\1/p')
           acc=$(echo "$res" | sed -n 's/^speculative: .*(\([0-9.]*\))$/\1/p')
+          cpu=$(echo "$res" | sed -n 's/.*decode: .* ms, \([0-9]*\) tokens per CPU second.*/\1/p')
           label=$prompt; [ "$prompt" = COPY ] && label="copy (held-out passage twice)"
-          echo "$round|$label|$temp|$cfg|$tg|${acc:--}" | tee -a "$raw"
+          echo "$round|$label|$temp|$cfg|$tg|${acc:--}|$cpu" | tee -a "$raw"
         done
       done
     done
   done
   echo
-  echo "| prompt | temperature | none (tok/s) | ngram | ngram, fixed | draft model | draft model, fixed |"
+  echo "| prompt | temperature | none (tok/s wall / CPU) | ngram | ngram, fixed | draft model | draft model, fixed |"
   echo "|---|---|---|---|---|---|---|"
   /usr/bin/python3 - "$raw" <<'PY'
 import collections, statistics, sys
 runs, acc = collections.defaultdict(list), collections.defaultdict(list)
+cpu = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    _, p, t, c, tg, a = line.rstrip("\n").split("|")
+    _, p, t, c, tg, a, cs = line.rstrip("\n").split("|")
     if tg:
         runs[(p, t, c)].append(float(tg))
     if a != "-":
         acc[(p, t, c)].append(float(a))
+    if cs:
+        cpu[(p, t, c)].append(float(cs))
 cases = list(dict.fromkeys((p, t) for (p, t, _) in runs))
 for p, t in cases:
     base = statistics.median(runs[(p, t, "none")])
-    cells = [f"{base:.0f}"]
+    cbase = statistics.median(cpu[(p, t, "none")])
+    cells = [f"{base:.0f} / {cbase:.0f}"]
     for c in ["ngram", "ngram:fixed", "draft_model", "draft_model:fixed"]:
         med = statistics.median(runs[(p, t, c)])
+        cmed = statistics.median(cpu[(p, t, c)])
         a = statistics.median(acc[(p, t, c)]) if acc[(p, t, c)] else float("nan")
-        cells.append(f"{med / base:.2f}x ({a:.2f})")
+        cells.append(f"{med / base:.2f}x / **{cmed / cbase:.2f}x** ({a:.2f})")
     print(f"| {p} | {t} | " + " | ".join(cells) + " |")
-print("\n(cell: median decode tok/s over median no drafter, in parentheses the median acceptance)")
+print("\n(cell: median decode rate over no drafter's, wall-clock tokens/s / tokens per second of")
+print("engine-thread CPU time (WEIR_STEP_PROFILE; the figure a shared machine does not skew by")
+print("preemption); in parentheses the median acceptance)")
 PY
 fi
 

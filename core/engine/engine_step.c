@@ -126,6 +126,18 @@ static void sample_step(weir_engine *e, const weir_sched_out *out, float *logits
   sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
 }
 
+/* Whether every item of the step decodes (one token of its own, maybe drafts, no prompt). */
+static int decode_only(const weir_engine *e, const weir_sched_out *out) {
+  (void)e;
+  for (int32_t i = 0; i < out->num_items; i++) {
+    const weir_sched_item *it = &out->items[i];
+    if (it->num_new_tokens - it->num_drafts != 1 || it->num_prompt_logits != 0 ||
+        it->start < it->seq->num_prompt - 1)
+      return 0;
+  }
+  return 1;
+}
+
 /* What this speculation length achieved, on steps of decode alone (a prefill's cost would
  * count against whichever length ran beside it). */
 static void observe_spec(weir_engine *e, const weir_sched_out *out, double t_step) {
@@ -225,7 +237,7 @@ int weir__engine_run_step(weir_engine *e) {
   if (e->prof_on) t_prof[3] = prof_now();
   sample_step(e, &out, logits);
   if (e->drafter) observe_spec(e, &out, t_step);
-  if (e->prof_on) {
+  if (e->prof_on && decode_only(e, &out)) {
     t_prof[4] = prof_now();
     const int32_t n = out.num_tokens < WEIR_PROF_TOKENS ? out.num_tokens : WEIR_PROF_TOKENS;
     e->prof[n].steps++;
@@ -240,12 +252,17 @@ int weir__engine_run_step(weir_engine *e) {
   return 1;
 }
 
-/* The step profile (WEIR_STEP_PROFILE): mean microseconds per phase for each step size. */
+/* The step profile (WEIR_STEP_PROFILE): mean microseconds per phase for each step size of
+ * the decode steps (a step with a prompt chunk is not counted), then their tokens per second
+ * of engine-thread CPU time. */
 void weir__engine_prof_log(const weir_engine *e) {
   if (!e->prof_on) return;
+  double tokens = 0, secs = 0;
   for (int32_t n = 1; n <= WEIR_PROF_TOKENS; n++) {
     const double c = (double)e->prof[n].steps;
     if (c == 0) continue;
+    tokens += (double)e->prof[n].tokens_out;
+    secs += e->prof[n].total;
     weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
              "step profile (thread CPU time), %d%s tokens: %llu steps, %.2f tokens out/step; us/step: propose %.1f, "
              "schedule+fill %.1f, draft model %.1f, forward %.1f, sample/verify+commit %.1f, "
@@ -256,4 +273,8 @@ void weir__engine_prof_log(const weir_engine *e) {
              1e6 * e->prof[n].forward / c, 1e6 * e->prof[n].sample / c,
              1e6 * e->prof[n].total / c);
   }
+  if (secs > 0)
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+             "step profile (thread CPU time), decode: %.0f tokens in %.1f ms, %.0f tokens per "
+             "CPU second", tokens, secs * 1e3, tokens / secs);
 }
