@@ -68,7 +68,9 @@ if [ "${IN_SERVICE:-0}" = 1 ]; then
   p=18600
   for cfg in none ${VARIANTS:-draft draft-fixed}; do
     port[$cfg]=$p
-    "$weir" serve --config "$out/$cfg.toml" --port "$p" > "$out/serve-$cfg.log" 2>&1 &
+    # The step profile (docs/engine.md) logs each server's decode tokens per second of engine
+    # CPU time at stop: the figure a shared machine's preemption does not skew.
+    WEIR_STEP_PROFILE=1 "$weir" serve --config "$out/$cfg.toml" --port "$p" > "$out/serve-$cfg.log" 2>&1 &
     pids+=($!)
     p=$((p + 1))
   done
@@ -109,4 +111,8 @@ if [ "${IN_SERVICE:-0}" = 1 ]; then
   pids=()
   echo "## what the adaptive policy measured (each server's table at stop)"
   grep -ah "speculation, " "$out"/serve-*.log | cut -d' ' -f4- || true
+  echo "## decode tokens per second of engine-thread CPU time, every case together (step profile)"
+  for f in "$out"/serve-*.log; do
+    echo "$(basename "$f" .log | sed 's/^serve-//'): $(grep -ah 'decode: ' "$f" | sed 's/.*decode: //')"
+  done
 fi

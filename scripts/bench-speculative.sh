@@ -79,7 +79,7 @@ if [[ " $parts " == *" 2 "* ]]; then
         for cfg in none ngram ngram:fixed draft_model draft_model:fixed; do
           # shellcheck disable=SC2046
           res=$(WEIR_STEP_PROFILE=1 "${weir[@]}" -n "$n" --prompt "$text" --temperature "$temp" \
-                --seed "$round" $(cfg_args "$cfg") 2>&1 >/dev/null)
+                --seed "$round" $(cfg_args "$cfg") 2>&1)
           tg=$(echo "$res" | sed -n 's/.*generated: [0-9]* tokens in [0-9.]* s (\([0-9.]*\).*/\1/p')
           acc=$(echo "$res" | sed -n 's/^speculative: .*(\([0-9.]*\))$/\1/p')
           cpu=$(echo "$res" | sed -n 's/.*decode: .* ms, \([0-9]*\) tokens per CPU second.*/\1/p')
@@ -132,12 +132,18 @@ if [[ " $parts " == *" 3 "* ]]; then
     cp "$out/heldout.txt" "$out/serve-$name/heldout.txt"
     env THREADS="$threads" "$@" scripts/bench-speculative-serve.sh "$build" "$out/serve-$name" \
       "$srounds" > "$out/serve-$name/report.txt" 2>&1 || echo "(failed: see $out/serve-$name/report.txt)"
-    grep -E "^## |output_tokens_per_s|tpot_median_ms|sequences:" "$out/serve-$name/report.txt" || true
+    grep -E "^## |output_tokens_per_s|tpot_median_ms|sequences:|tokens per CPU second" \
+      "$out/serve-$name/report.txt" || true
   }
   echo
   echo "## 3. through weir serve + weir bench (A = no drafter, B = the drafter; B/A of per-round medians)"
   serve copy-ngram DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 OUTPUT_LEN=192
   serve kjv-draft VARIANTS="draft draft-fixed" STREAMS=1
+  # The speed goals once more on servers in service, one case each, for the servers' own
+  # decode tokens per CPU second (robust on a shared machine).
+  serve cpu-copy-ngram-t0 IN_SERVICE=1 DATASET=copy VARIANTS="ngram" STREAMS=1 TEMPS=0 OUTPUT_LEN=192
+  serve cpu-kjv-draft-t0 IN_SERVICE=1 VARIANTS="draft" STREAMS=1 TEMPS=0
+  serve cpu-kjv-draft-t0.8 IN_SERVICE=1 VARIANTS="draft" STREAMS=1 TEMPS=0.8
   for len in 128 64; do
     serve "fresh-$len" VARIANTS="draft ngram" OUTPUT_LEN="$len"
     serve "in-service-$len" IN_SERVICE=1 VARIANTS="draft ngram" OUTPUT_LEN="$len"

@@ -122,6 +122,8 @@ struct weir_engine {
    * step, summed per step size (tokens the target ran, 1..WEIR_PROF_TOKENS, larger steps in
    * the last), logged when the engine stops. Off: one branch per phase. Engine thread. */
   int prof_on;
+  int spec_cpu_clock; /* the policy times steps by this thread's CPU time (engine.c) */
+  int spec_warm;      /* the first drafting step ran (not shown to the policy) */
   struct {
     uint64_t steps, tokens_out;
     double propose, sched, draft, forward, sample, total;
