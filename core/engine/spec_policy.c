@@ -124,9 +124,12 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
      * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; one
      * far behind when its gap has passed, the gap doubling each time it stays far. */
     int32_t pick = -1;
+    /* No drafts is always near: it is the safe arm, it costs no switch, and its rate is
+     * often first measured in a request's slow first steps; a stale low rate for it must
+     * not keep drafting running where it loses. */
     if (st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
       for (int32_t i = 0; i < p->num_arms; i++)
-        if (i != best && a[i].tps >= WEIR_SPEC_NEAR * a[best].tps &&
+        if (i != best && (i == 0 || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) &&
             (pick < 0 || a[i].trials < a[pick].trials))
           pick = i;
     for (int32_t i = 0; i < p->num_arms; i++) {
