@@ -14,8 +14,9 @@
  * the caches), and a length whose run does not repay that cost is not worth switching to.
  * The cost grows with the batch and with the time since drafting stopped, which is what
  * keeps exploration from taxing a large batch that runs without drafts. One run in
- * WEIR_SPEC_EXPLORE goes
- * to the arm measured least among those within WEIR_SPEC_NEAR of the best.
+ * WEIR_SPEC_EXPLORE goes to the arm measured least among those within WEIR_SPEC_NEAR of the
+ * best and no drafts (always a candidate: the safe arm, with no switch cost, whose rate is
+ * often first measured in a request's slow first steps).
  *
  * Exploring an arm far behind the best costs the most (a run at a slow length, and for the
  * draft model a catch-up of every sequence's draft KV), so such an arm is tried again only
