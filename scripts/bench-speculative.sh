@@ -137,20 +137,43 @@ if [[ " $parts " == *" 3 "* ]]; then
   }
   echo
   echo "## 3. through weir serve + weir bench (A = no drafter, B = the drafter; B/A of per-round medians)"
-  serve copy-ngram DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 OUTPUT_LEN=192
-  serve kjv-draft VARIANTS="draft draft-fixed" STREAMS=1
-  # The speed goals once more on servers in service, one case each, for the servers' own
-  # decode tokens per CPU second (robust on a shared machine).
-  serve cpu-copy-ngram-t0 IN_SERVICE=1 DATASET=copy VARIANTS="ngram" STREAMS=1 TEMPS=0 OUTPUT_LEN=192
-  serve cpu-kjv-draft-t0 IN_SERVICE=1 VARIANTS="draft" STREAMS=1 TEMPS=0
-  serve cpu-kjv-draft-t0.8 IN_SERVICE=1 VARIANTS="draft" STREAMS=1 TEMPS=0.8
-  for len in 128 64; do
-    serve "fresh-$len" VARIANTS="draft ngram" OUTPUT_LEN="$len"
-    serve "in-service-$len" IN_SERVICE=1 VARIANTS="draft ngram" OUTPUT_LEN="$len"
+  # Servers in service, one case per set of servers: each server's step profile gives its
+  # decode tokens per CPU second, the figure a shared machine does not skew.
+  serve cpu-copy-ngram-t0 IN_SERVICE=1 DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 TEMPS=0 OUTPUT_LEN=192
+  for t in 0 0.8; do
+    serve "cpu-kjv-draft-t$t" IN_SERVICE=1 VARIANTS="draft draft-fixed" STREAMS=1 TEMPS=$t
   done
-  serve fresh-copy-64 DATASET=copy VARIANTS="draft ngram" OUTPUT_LEN=64
+  for len in 128 64; do
+    for c in 1 4 16; do
+      for t in 0 0.8; do
+        serve "cpu-guard-c$c-t$t-n$len" IN_SERVICE=1 VARIANTS="draft ngram" STREAMS=$c TEMPS=$t OUTPUT_LEN=$len
+      done
+    done
+  done
+  serve cpu-guard-copy-c1-t0.8 IN_SERVICE=1 DATASET=copy VARIANTS="draft ngram" STREAMS=1 TEMPS=0.8 OUTPUT_LEN=192
+  # Fresh servers every round (weir bench starts them; wall clock only).
+  serve fresh-copy-ngram DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 OUTPUT_LEN=192
+  serve fresh-kjv-draft VARIANTS="draft draft-fixed" STREAMS=1
+  for len in 128 64; do
+    serve "fresh-guard-$len" VARIANTS="draft ngram" OUTPUT_LEN="$len"
+  done
   echo
-  echo "| run | temperature | streams | drafter | none tok/s | drafter tok/s | B/A tok/s | B/A TPOT | p |"
+  echo "| servers in service | drafter | decode tokens per CPU second | over no drafter |"
+  echo "|---|---|---|---|"
+  /usr/bin/python3 - "$out" <<'PY'
+import glob, os, re, sys
+for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-cpu-*"))):
+    rates = {}
+    for line in open(os.path.join(d, "report.txt"), errors="replace"):
+        m = re.match(r"^([\w-]+): .* ms, (\d+) tokens per CPU second", line)
+        if m:
+            rates[m[1]] = float(m[2])
+    for cfg, r in sorted(rates.items()):
+        if cfg != "none" and rates.get("none"):
+            print(f"| {os.path.basename(d)[10:]} | {cfg} | {r:.0f} | **{r / rates['none']:.2f}x** |")
+PY
+  echo
+  echo "| run (wall clock) | temperature | streams | drafter | none tok/s | drafter tok/s | B/A tok/s | B/A TPOT | p |"
   echo "|---|---|---|---|---|---|---|---|---|"
   /usr/bin/python3 - "$out" <<'PY'
 import glob, json, os, re, sys
