@@ -212,10 +212,10 @@ void weir__engine_propose_drafts(weir_engine *e) {
  * both alike. Its logits at the last real token of each item with placeholders give q for
  * the first draft; pass j feeds draft j of those items (one token each, at the placeholder's
  * slot) for draft j + 1. The last draft is fed by the next step's pass 0, with the token the
- * target adds after it (its KV end says so), which saves a pass per step. Every draft is drawn with the
- * request's generator from q, which is the request's own sampling distribution (the sampler's
- * probs) over the draft's logits, and is written over its placeholder in the batch and the
- * sequence. Anything failing leaves the placeholders (or earlier drafts) in place, verified as
+ * target adds after it (its KV end says so), which saves a pass per step. Every draft is
+ * drawn with the request's generator from q, which is the request's own sampling
+ * distribution (the sampler's probs) over the draft's logits, and is written over its
+ * placeholder in the batch and the sequence. Anything failing leaves the placeholders (or earlier drafts) in place, verified as
  * deterministic drafts, which is still exact: drafts only ever change speed.
  *
  * The draft's batch takes each sequence's block table and slots from the KV cache

@@ -127,8 +127,7 @@ static void sample_step(weir_engine *e, const weir_sched_out *out, float *logits
 }
 
 /* Whether every item of the step decodes (one token of its own, maybe drafts, no prompt). */
-static int decode_only(const weir_engine *e, const weir_sched_out *out) {
-  (void)e;
+static int decode_only(const weir_sched_out *out) {
   for (int32_t i = 0; i < out->num_items; i++) {
     const weir_sched_item *it = &out->items[i];
     if (it->num_new_tokens - it->num_drafts != 1 || it->num_prompt_logits != 0 ||
@@ -170,8 +169,10 @@ int weir__engine_run_step(weir_engine *e) {
   weir_sched_out out;
   memset(&out, 0, sizeof out);
   const double t_step = weir__engine_now();
-  double t_prof[6] = {0};
-  if (e->prof_on || e->spec_cpu_clock) t_prof[5] = prof_now();
+  /* CPU time at the step's start (the policy's clock, spec_cpu_clock), then at the end of
+   * each phase (the step profile). */
+  const double cpu0 = e->prof_on || e->spec_cpu_clock ? prof_now() : 0;
+  double t_prof[5] = {0};
   e->step_tokens = e->step_drafts = 0;
   e->step_n = e->step_k = 0;
   if (e->drafter) {
@@ -244,18 +245,18 @@ int weir__engine_run_step(weir_engine *e) {
   sample_step(e, &out, logits);
   if (e->drafter)
     observe_spec(e, &out,
-                 e->spec_cpu_clock ? prof_now() - t_prof[5] : weir__engine_now() - t_step);
-  if (e->prof_on && decode_only(e, &out)) {
+                 e->spec_cpu_clock ? prof_now() - cpu0 : weir__engine_now() - t_step);
+  if (e->prof_on && decode_only(&out)) {
     t_prof[4] = prof_now();
     const int32_t n = out.num_tokens < WEIR_PROF_TOKENS ? out.num_tokens : WEIR_PROF_TOKENS;
     e->prof[n].steps++;
     e->prof[n].tokens_out += (uint64_t)e->step_tokens;
-    e->prof[n].propose += t_prof[0] - t_prof[5];
+    e->prof[n].propose += t_prof[0] - cpu0;
     e->prof[n].sched += t_prof[1] - t_prof[0];
     e->prof[n].draft += t_prof[2] - t_prof[1];
     e->prof[n].forward += t_prof[3] - t_prof[2];
     e->prof[n].sample += t_prof[4] - t_prof[3];
-    e->prof[n].total += t_prof[4] - t_prof[5];
+    e->prof[n].total += t_prof[4] - cpu0;
   }
   return 1;
 }
@@ -272,9 +273,9 @@ void weir__engine_prof_log(const weir_engine *e) {
     tokens += (double)e->prof[n].tokens_out;
     secs += e->prof[n].total;
     weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
-             "step profile (thread CPU time), %d%s tokens: %llu steps, %.2f tokens out/step; us/step: propose %.1f, "
-             "schedule+fill %.1f, draft model %.1f, forward %.1f, sample/verify+commit %.1f, "
-             "total %.1f",
+             "step profile (thread CPU time), %d%s tokens: %llu steps, %.2f tokens out/step; "
+             "us/step: propose %.1f, schedule+fill %.1f, draft model %.1f, forward %.1f, "
+             "sample/verify+commit %.1f, total %.1f",
              n, n == WEIR_PROF_TOKENS ? "+" : "", (unsigned long long)e->prof[n].steps,
              (double)e->prof[n].tokens_out / c, 1e6 * e->prof[n].propose / c,
              1e6 * e->prof[n].sched / c, 1e6 * e->prof[n].draft / c,

@@ -318,7 +318,7 @@ WEIR_TARGET_AVX512 static WEIR_ALWAYS_INLINE void gemm4x6_avx512(const weir_matm
    * weights outgrow L2, as the GEMV's do). */
   const int pf = r + 12 <= a->rows;
   const size_t row_bytes = (size_t)cols * (f16 ? 2 : 4);
-  const char *far = (const char *)a->w + (size_t)(r + 8) * row_bytes;
+  const char *far = pf ? (const char *)a->w + (size_t)(r + 8) * row_bytes : NULL;
   /* Plain loads in the loop (masked ones are slower on some cores); one masked tail. */
   for (; k + 16 <= k1; k += 16) {
     if (pf && ((k - k0) & 31) == 0)
