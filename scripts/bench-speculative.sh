@@ -8,10 +8,12 @@
 #      King James openings (400 tokens) and a copy-heavy prompt (a held-out passage twice and
 #      its first words; 192 tokens); ROUNDS rounds, the configurations alternated in each;
 #   3. through `weir serve` + `weir bench` (scripts/bench-speculative-serve.sh, A/B alternated
-#      round by round, SERVE_ROUNDS rounds): ngram on weir bench's copy dataset and the draft
-#      model on King James phrases at one stream (the speed goals), then the adaptive policy
-#      of both drafters at 1, 4 and 16 streams, greedy and 0.8, 128- and 64-token answers, on
-#      a fresh server every round and on servers in service (the never-loses goal).
+#      round by round, SERVE_ROUNDS rounds): first on servers in service, one case per set of
+#      servers, for each server's decode tokens per CPU second (its step profile): ngram on
+#      weir bench's copy dataset and the draft model on King James phrases at one stream (the
+#      speed goals), then both drafters' adaptive policy at 1, 4 and 16 streams, greedy and
+#      0.8, 128- and 64-token answers (the never-loses goal); then the same with a fresh
+#      server every round (wall clock only).
 #
 #   scripts/bench-speculative.sh [BUILD_DIR] [ROUNDS] [OUT_DIR]
 #
