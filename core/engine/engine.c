@@ -567,22 +567,6 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
   rc = weir_runtime_load_model(rt, 1, cfg, &dmo, 0, err, errlen);
   if (rc != WEIR_OK) return rc;
   e->draft = rt->model[1];
-  /* One warm-up forward (a token at position 0 that writes no KV, slot -1, and reads one key
-   * of block 0, as a padding row of a step graph does): the draft's first pass pays its
-   * workspaces and first touches, tens of milliseconds, which would otherwise fall on the
-   * first step that drafts and make the speculation policy judge drafting by them. */
-  {
-    int32_t zero = 0, one = 1, none = -1, qsl[2] = {0, 1};
-    int32_t bt[1] = {0};
-    const weir_llama_batch wb = {.num_tokens = 1, .tokens = &zero, .positions = &zero,
-                                 .num_seqs = 1, .query_start_loc = qsl, .context_lens = &one,
-                                 .block_tables = bt, .max_blocks_per_seq = 1,
-                                 .slot_mapping = &none, .num_logit_rows = 1,
-                                 .logit_rows = &zero};
-    float *wl = NULL;
-    if (weir_llama_forward(e->draft, &wb, &wl) != WEIR_OK)
-      weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "draft model: the warm-up pass failed");
-  }
   weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
            "draft model %s: %d layers, dim %d; drafts %d tokens per sequence and step",
            draft_path, rt->hp[1].n_layer, rt->hp[1].n_embd, e->spec_k);
