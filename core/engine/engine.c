@@ -615,6 +615,11 @@ static int setup_steps(weir_engine *e, const weir_config *cfg, char *err, size_t
   /* Structured output: the vocabulary's byte strings once; up to 64 compiled constraints
    * (and their token classes, 256 MiB in all) kept by text. */
   e->mask_threads = cfg->threads; /* 0: one per core */
+  /* On a CPU device with one thread the engine thread does all of a step's work, so the
+   * speculation policy times steps by that thread's CPU time: what each length costs, which
+   * preemption on a busy machine would otherwise blur into noise the policy chases. */
+  e->spec_cpu_clock = cfg->threads == 1 && e->rt.plugins.device &&
+                      e->rt.plugins.device->desc->devices == WEIR_DEVICE_CPU;
   rc = weir_grammar_vocab_from_tokenizer(e->tok, e->eog_ids, e->num_eog, &e->gvocab);
   if (rc == WEIR_OK)
     rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);
@@ -634,6 +639,9 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   weir_engine *e = calloc(1, sizeof *e);
   if (!e) return WEIR_E_NOMEM;
   e->spec_break_residual = opts ? opts->spec_break_residual : 0;
+  /* A developer's switch, not configuration: the step profile costs nothing when off. */
+  const char *prof_env = getenv("WEIR_STEP_PROFILE");
+  e->prof_on = prof_env && prof_env[0] && strcmp(prof_env, "0") != 0;
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->wake, NULL);
   pthread_cond_init(&e->embed_done, NULL);
@@ -724,6 +732,7 @@ void weir_engine_destroy(weir_engine *e) {
     pthread_join(e->thread, NULL);
   }
   weir__engine_spec_log(e);
+  weir__engine_prof_log(e);
   /* Requests submitted after the thread saw `stopping` never reached it. */
   for (engine_req *r = e->incoming_head, *n; r; r = n) {
     n = r->next;

@@ -68,6 +68,8 @@ typedef struct engine_req {
   struct engine_req *live_prev, *live_next;
 } engine_req;
 
+#define WEIR_PROF_TOKENS 16
+
 struct weir_engine {
   /* Immutable after create. */
   weir_runtime rt;    /* plugins, target (model 0) and draft (model 1), the KV pool */
@@ -116,6 +118,16 @@ struct weir_engine {
   int32_t step_n, step_k;          /* this step's decode sequences and chosen length */
   int64_t step_tokens;             /* output tokens this step delivered */
   int64_t step_drafts;             /* drafts this step verified */
+  /* WEIR_STEP_PROFILE=1 in the environment (read at create): the time of each phase of a
+   * step, summed per step size (tokens the target ran, 1..WEIR_PROF_TOKENS, larger steps in
+   * the last), logged when the engine stops. Off: one branch per phase. Engine thread. */
+  int prof_on;
+  int spec_cpu_clock; /* the policy times steps by this thread's CPU time (engine.c) */
+  int spec_warm;      /* the first drafting step ran (not shown to the policy) */
+  struct {
+    uint64_t steps, tokens_out;
+    double propose, sched, draft, forward, sample, total;
+  } prof[WEIR_PROF_TOKENS + 1];
 
   /* Step scratch (engine thread only). */
   int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
@@ -205,6 +217,7 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out);
 void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *logits);
 /* Logs what the speculation policy measured (at shutdown). */
 void weir__engine_spec_log(const weir_engine *e);
+void weir__engine_prof_log(const weir_engine *e);
 
 /* ---- engine_embed.c ---------------------------------------------------------------------- */
 

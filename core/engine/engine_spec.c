@@ -211,11 +211,11 @@ void weir__engine_propose_drafts(weir_engine *e) {
  * covers exactly what the target's does, and prefix-cache hits, copies and preemption treat
  * both alike. Its logits at the last real token of each item with placeholders give q for
  * the first draft; pass j feeds draft j of those items (one token each, at the placeholder's
- * slot) for draft j + 1, and a last pass feeds the last drafts (no logits), so that the
- * draft's KV covers every position the target computes. Every draft is drawn with the
- * request's generator from q, which is the request's own sampling distribution (the sampler's
- * probs) over the draft's logits, and is written over its placeholder in the batch and the
- * sequence. Anything failing leaves the placeholders (or earlier drafts) in place, verified as
+ * slot) for draft j + 1. The last draft is fed by the next step's pass 0, with the token the
+ * target adds after it (its KV end says so), which saves a pass per step. Every draft is
+ * drawn with the request's generator from q, which is the request's own sampling
+ * distribution (the sampler's probs) over the draft's logits, and is written over its
+ * placeholder in the batch and the sequence. Anything failing leaves the placeholders (or earlier drafts) in place, verified as
  * deterministic drafts, which is still exact: drafts only ever change speed.
  *
  * The draft's batch takes each sequence's block table and slots from the KV cache
@@ -283,7 +283,7 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
       }
       return;
     }
-    if (nrows == 0) return; /* the last pass only fed the last drafts */
+    if (nrows == 0) return; /* nothing left to draw */
     /* Row k of this pass belongs to draft slot dslot >= k (later passes carry fewer items, in
      * the same order): move each row to its slot, last first, so none is overwritten. */
     float *qj = e->qbuf + (size_t)j * (size_t)S * (size_t)V;
@@ -295,10 +295,9 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
                sizeof(float) * (size_t)V);
     }
     /* Draw draft j + 1 of every item with logits in this pass. Pass j + 1 feeds each of them
-     * to the draft, the last draft included (without logits): the draft's KV then covers
-     * every position the target computes, so when all drafts are accepted the next step
-     * finds the draft's KV complete. The next pass's batch is built over this one's arrays:
-     * only d_item is read while it is, and entry nl <= k is written after entry k was read. */
+     * to the draft but the last draft, which the next step's pass 0 feeds. The next pass's
+     * batch is built over this one's arrays: only d_item is read while it is, and entry
+     * nl <= k is written after entry k was read. */
     weir_step_batch_reset(db, out->max_blocks_per_seq);
     int32_t nl = 0;
     for (int32_t k = 0; k < nrows && rc == WEIR_OK; k++) {
@@ -310,13 +309,21 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
       const int32_t tok = weir__engine_draw_from(q, V, weir_rng_uniform(r->rng), tb->tokens[at]);
       tb->tokens[at] = tok;
       it->seq->tokens[it->start + 1 + j] = tok;
+      if (j + 1 >= it->num_drafts) {
+        /* The last draft is not fed now: the next step's pass 0 feeds it with the token
+         * after it (one GEMM of two tokens costs about one of one), which saves a pass per
+         * step; until then the draft's KV ends before it. */
+        r->dkv = pos;
+        continue;
+      }
       rc = weir_step_batch_add(db, e->kv, it->seq->kv, &tok, pos, 1);
       r->dkv = pos + 1; /* written by the next pass (or reset if it fails) */
-      if (rc == WEIR_OK && j + 1 < it->num_drafts) {
+      if (rc == WEIR_OK) {
         e->d_item[nl++] = i;
         rc = weir_step_batch_add_rows(db, db->num_tokens - 1, 1);
       }
     }
+    if (rc == WEIR_OK && db->num_seqs == 0) return;
   }
 }
 

@@ -1,6 +1,7 @@
 /* One engine step (engine_internal.h): schedule, copy blocks, fill the batch, let the draft
  * model draft, run the target, then sample each row (or verify its drafts) and commit. */
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "metrics/metrics.h"
@@ -125,9 +126,20 @@ static void sample_step(weir_engine *e, const weir_sched_out *out, float *logits
   sample_segment(e, logits + (size_t)seg_start * (size_t)e->vocab, nrows);
 }
 
+/* Whether every item of the step decodes (one token of its own, maybe drafts, no prompt). */
+static int decode_only(const weir_sched_out *out) {
+  for (int32_t i = 0; i < out->num_items; i++) {
+    const weir_sched_item *it = &out->items[i];
+    if (it->num_new_tokens - it->num_drafts != 1 || it->num_prompt_logits != 0 ||
+        it->start < it->seq->num_prompt - 1)
+      return 0;
+  }
+  return 1;
+}
+
 /* What this speculation length achieved, on steps of decode alone (a prefill's cost would
  * count against whichever length ran beside it). */
-static void observe_spec(weir_engine *e, const weir_sched_out *out, double t_step) {
+static void observe_spec(weir_engine *e, const weir_sched_out *out, double seconds) {
   weir_metric_record(e->em.spec_step_drafts, (double)e->step_drafts);
   weir_metric_record(e->em.spec_len, (double)e->step_k);
   if (out->num_items != e->step_n) return;
@@ -135,20 +147,39 @@ static void observe_spec(weir_engine *e, const weir_sched_out *out, double t_ste
     const weir_sched_item *it = &out->items[i];
     if (it->num_new_tokens - it->num_drafts != 1 || it->num_prompt_logits != 0) return;
   }
-  weir_spec_observe(&e->spec, e->step_n, e->step_k, e->step_tokens,
-                    weir__engine_now() - t_step);
+  /* The engine's first drafting step pays one-time costs (the first writes to the draft's
+   * KV group fault in its pages, tens of milliseconds, 10x a verification step): not what
+   * drafting costs, so the policy does not see it. */
+  if (e->step_k > 0 && !e->spec_warm) {
+    e->spec_warm = 1;
+    return;
+  }
+  weir_spec_observe(&e->spec, e->step_n, e->step_k, e->step_tokens, seconds);
+}
+
+/* The step profile's clock: the engine thread's CPU time, which a busy machine's preemption
+ * does not inflate (with device.threads = 1 it is all of a step's work). */
+static double prof_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int weir__engine_run_step(weir_engine *e) {
   weir_sched_out out;
   memset(&out, 0, sizeof out);
   const double t_step = weir__engine_now();
+  /* CPU time at the step's start (the policy's clock, spec_cpu_clock), then at the end of
+   * each phase (the step profile). */
+  const double cpu0 = e->prof_on || e->spec_cpu_clock ? prof_now() : 0;
+  double t_prof[5] = {0};
   e->step_tokens = e->step_drafts = 0;
   e->step_n = e->step_k = 0;
   if (e->drafter) {
     weir__engine_propose_drafts(e);
     if (!e->draft) weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_step);
   }
+  if (e->prof_on) t_prof[0] = prof_now();
   int rc = weir_sched_step(e->sched, &out);
   /* A preempted sequence's blocks are gone, its draft KV with them. */
   for (int32_t i = 0; i < out.num_preempted; i++)
@@ -196,11 +227,13 @@ int weir__engine_run_step(weir_engine *e) {
     engine_req *r = out.items[i].seq->user;
     if (r->t_sched == 0) r->t_sched = t;
   }
+  if (e->prof_on) t_prof[1] = prof_now();
   if (e->draft) {
     const double t_draft = weir__engine_now();
     weir__engine_run_draft(e, &out);
     weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_draft);
   }
+  if (e->prof_on) t_prof[2] = prof_now();
   const weir_llama_batch b = weir_step_batch_view(tb);
   float *logits = NULL;
   rc = weir_llama_forward(e->model, &b, &logits);
@@ -208,7 +241,49 @@ int weir__engine_run_step(weir_engine *e) {
     fail_step(e, &out, rc);
     return 1;
   }
+  if (e->prof_on) t_prof[3] = prof_now();
   sample_step(e, &out, logits);
-  if (e->drafter) observe_spec(e, &out, t_step);
+  if (e->drafter)
+    observe_spec(e, &out,
+                 e->spec_cpu_clock ? prof_now() - cpu0 : weir__engine_now() - t_step);
+  if (e->prof_on && decode_only(&out)) {
+    t_prof[4] = prof_now();
+    const int32_t n = out.num_tokens < WEIR_PROF_TOKENS ? out.num_tokens : WEIR_PROF_TOKENS;
+    e->prof[n].steps++;
+    e->prof[n].tokens_out += (uint64_t)e->step_tokens;
+    e->prof[n].propose += t_prof[0] - cpu0;
+    e->prof[n].sched += t_prof[1] - t_prof[0];
+    e->prof[n].draft += t_prof[2] - t_prof[1];
+    e->prof[n].forward += t_prof[3] - t_prof[2];
+    e->prof[n].sample += t_prof[4] - t_prof[3];
+    e->prof[n].total += t_prof[4] - cpu0;
+  }
   return 1;
+}
+
+/* The step profile (WEIR_STEP_PROFILE): mean microseconds per phase for each step size of
+ * the decode steps (a step with a prompt chunk is not counted), then their tokens per second
+ * of engine-thread CPU time. */
+void weir__engine_prof_log(const weir_engine *e) {
+  if (!e->prof_on) return;
+  double tokens = 0, secs = 0;
+  for (int32_t n = 1; n <= WEIR_PROF_TOKENS; n++) {
+    const double c = (double)e->prof[n].steps;
+    if (c == 0) continue;
+    tokens += (double)e->prof[n].tokens_out;
+    secs += e->prof[n].total;
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+             "step profile (thread CPU time), %d%s tokens: %llu steps, %.2f tokens out/step; "
+             "us/step: propose %.1f, schedule+fill %.1f, draft model %.1f, forward %.1f, "
+             "sample/verify+commit %.1f, total %.1f",
+             n, n == WEIR_PROF_TOKENS ? "+" : "", (unsigned long long)e->prof[n].steps,
+             (double)e->prof[n].tokens_out / c, 1e6 * e->prof[n].propose / c,
+             1e6 * e->prof[n].sched / c, 1e6 * e->prof[n].draft / c,
+             1e6 * e->prof[n].forward / c, 1e6 * e->prof[n].sample / c,
+             1e6 * e->prof[n].total / c);
+  }
+  if (secs > 0)
+    weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+             "step profile (thread CPU time), decode: %.0f tokens in %.1f ms, %.0f tokens per "
+             "CPU second", tokens, secs * 1e3, tokens / secs);
 }

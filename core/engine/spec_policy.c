@@ -124,9 +124,12 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
      * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; one
      * far behind when its gap has passed, the gap doubling each time it stays far. */
     int32_t pick = -1;
+    /* No drafts is always near: it is the safe arm, it costs no switch, and its rate is
+     * often first measured in a request's slow first steps; a stale low rate for it must
+     * not keep drafting running where it loses. */
     if (st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
       for (int32_t i = 0; i < p->num_arms; i++)
-        if (i != best && a[i].tps >= WEIR_SPEC_NEAR * a[best].tps &&
+        if (i != best && (i == 0 || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) &&
             (pick < 0 || a[i].trials < a[pick].trials))
           pick = i;
     for (int32_t i = 0; i < p->num_arms; i++) {
@@ -148,6 +151,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     next = pick >= 0 ? pick : best;
   }
   st->runs++;
+  st->run_steps = 0;
   st->cur = next;
   st->left = WEIR_SPEC_RUN - 1;
   return a[next].k;
@@ -164,6 +168,16 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
   a->seconds = a->seconds * TPS_DECAY + seconds;
   a->tps = a->tokens / a->seconds;
   a->trials++;
+  /* A drafting run that loses badly ends now (spec_policy.h): measured steps of the arm
+   * running, no drafts measured, and this arm's rate far below theirs. */
+  weir_spec_bucket_state *st = &p->state[b];
+  const weir_spec_arm *a0 = &p->arms[b][0];
+  if (st->cur == i) st->run_steps++;
+  if (i != 0 && st->cur == i && st->left > 0 && a0->trials >= WEIR_SPEC_MIN_TRIALS &&
+      st->run_steps >= WEIR_SPEC_CUT_STEPS && a->tps < WEIR_SPEC_CUT * a0->tps) {
+    st->left = 0;
+    if (a->trials < WEIR_SPEC_MIN_TRIALS) a->trials = WEIR_SPEC_MIN_TRIALS;
+  }
 }
 
 int32_t weir_spec_seq_len(int32_t k, double a) {

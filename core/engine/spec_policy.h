@@ -14,8 +14,9 @@
  * the caches), and a length whose run does not repay that cost is not worth switching to.
  * The cost grows with the batch and with the time since drafting stopped, which is what
  * keeps exploration from taxing a large batch that runs without drafts. One run in
- * WEIR_SPEC_EXPLORE goes
- * to the arm measured least among those within WEIR_SPEC_NEAR of the best.
+ * WEIR_SPEC_EXPLORE goes to the arm measured least among those within WEIR_SPEC_NEAR of the
+ * best and no drafts (always a candidate: the safe arm, with no switch cost, whose rate is
+ * often first measured in a request's slow first steps).
  *
  * Exploring an arm far behind the best costs the most (a run at a slow length, and for the
  * draft model a catch-up of every sequence's draft KV), so such an arm is tried again only
@@ -37,6 +38,11 @@
  * is still tried far, as above). This is the measured crossover: the batch size past which
  * the engine stops drafting, found at the first bucket where drafting lost.
  *
+ * Exploring is bounded from the first request: a drafting run (learning or exploring) that
+ * after WEIR_SPEC_CUT_STEPS steps, the switch included, delivers under WEIR_SPEC_CUT of what
+ * no drafts do ends there, and the arm counts as measured (its rate is that of those steps),
+ * so a length that loses badly costs two steps per try, not a run of WEIR_SPEC_RUN.
+ *
  * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
  * draft j is worth making while a^j >= WEIR_SPEC_MIN_REACH, the chance that the target gets
  * as far as checking it.
@@ -55,6 +61,8 @@
 #define WEIR_SPEC_MIN_TRIALS 4 /* measured steps before an arm's rate is trusted */
 #define WEIR_SPEC_MIN_REACH 0.25
 #define WEIR_SPEC_FAR_BACKOFF 16 /* a far arm's exploration gap grows to EXPLORE^2 times this */
+#define WEIR_SPEC_CUT_STEPS 2 /* a drafting run this many steps in ... */
+#define WEIR_SPEC_CUT 0.5     /* ... at under this fraction of no drafts' rate ends at once */
 
 typedef struct weir_spec_arm {
   int32_t k;       /* drafts per sequence */
@@ -71,6 +79,7 @@ typedef struct weir_spec_bucket_state {
   int32_t left;  /* steps left in its run */
   uint32_t runs; /* runs begun */
   int32_t best;  /* the arm that led when the last run began */
+  int32_t run_steps; /* steps of the current run measured so far */
 } weir_spec_bucket_state;
 
 typedef struct weir_spec_policy {

@@ -6,7 +6,10 @@
  * more tokens it is a register-blocked GEMM (4 rows x up to 6 tokens on AVX-512, 3 on AVX2,
  * a specialised micro-kernel per count) that keeps a group of W rows in cache while it
  * sweeps a block of tokens, so each W element is read from memory once per token block and
- * a small decode batch still reads W once.
+ * a small decode batch still reads W once. The GEMM prefetches the W rows two tiles ahead
+ * (short rows, as a small model's, defeat the hardware prefetcher), so a few tokens cost
+ * little more than one: 5 tokens 1.29x one on the trained 5.6M target
+ * (docs/perf/speculative.md).
  *
  * Threading: the work splits over output rows. weir_matmul_chunk has the signature of
  * weir_parallel_fn, so a plugin runs

@@ -695,6 +695,95 @@ static void test_workload_tokens_and_prefixes(void) {
   free(a2);
 }
 
+/* The copy dataset: every prompt is passage, blank line, the same passage, blank line, its
+ * first 8 words, the passage a run of consecutive words of the file (a 40-token prompt: 20
+ * words at one token per word); seeded; --copy-edits replaces words of the second copy only;
+ * a file too short, a missing file and --prompt-format tokens are refused. */
+static void test_workload_copy(void) {
+  char *tf = wt_strf("%s/text.txt", g_dir);
+  char text[4096];
+  size_t tl = 0;
+  for (int i = 0; i < 300; i++) tl += (size_t)snprintf(text + tl, sizeof text - tl, "w%d%s", i, i % 10 == 9 ? "\n" : " ");
+  wt_write_file(tf, text, tl);
+  char *a = dump("--dataset", "copy", "--file", tf, "--num-requests", "8", "--input-len", "40", "--seed", "3", NULL);
+  char *b = dump("--file", tf, "--dataset", "copy", "--num-requests", "8", "--input-len", "40", "--seed", "3", NULL);
+  char *e = dump("--dataset", "copy", "--file", tf, "--num-requests", "8", "--input-len", "40", "--seed", "3",
+                 "--copy-edits", "0.5", NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+  CU_ASSERT(strcmp(a, b) == 0);
+  int lines = 0, starts_differ = 0, first_start = -1, edited = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    char *buf = pass ? e : a, *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+      cJSON *o = cJSON_Parse(line);
+      cJSON *pr = cJSON_GetObjectItem(o, "prompt");
+      CU_ASSERT_FATAL(cJSON_IsString(pr));
+      const char *p = pr->valuestring;
+      const char *s1 = strstr(p, "\n\n"), *s2 = s1 ? strstr(s1 + 2, "\n\n") : NULL;
+      CU_ASSERT_FATAL(s1 && s2);
+      const size_t n1 = (size_t)(s1 - p), n2 = (size_t)(s2 - s1 - 2);
+      int words = 1, start = -1, prev = -1, consecutive = 1;
+      for (const char *q = p; q < s1; q++) words += *q == ' ';
+      for (const char *q = p; q && q < s1; q = strchr(q, ' '), q = q ? q + 1 : NULL) {
+        int v = atoi(q + 1);
+        if (start < 0) start = v;
+        if (prev >= 0 && v != prev + 1) consecutive = 0;
+        prev = v;
+      }
+      if (pass == 0) {
+        WT_ASSERT_INT_EQ(words, 20);
+        CU_ASSERT(consecutive);
+        CU_ASSERT(n1 == n2 && strncmp(p, s1 + 2, n1) == 0);
+        /* The lead: the passage's first 8 words. */
+        const char *lead = s2 + 2;
+        size_t ll = strlen(lead);
+        CU_ASSERT(ll < n1 && strncmp(p, lead, ll) == 0 && p[ll] == ' ');
+        int lw = 1;
+        for (const char *q = lead; *q; q++) lw += *q == ' ';
+        WT_ASSERT_INT_EQ(lw, 8);
+        if (first_start < 0) first_start = start;
+        else if (start != first_start) starts_differ = 1;
+        lines++;
+      } else {
+        CU_ASSERT(consecutive); /* the first copy is never edited */
+        if (n1 != n2 || strncmp(p, s1 + 2, n1) != 0) edited++;
+      }
+      cJSON_Delete(o);
+    }
+  }
+  WT_ASSERT_INT_EQ(lines, 8);
+  CU_ASSERT(starts_differ);
+  CU_ASSERT(edited >= 6);
+  free(a);
+  free(b);
+  free(e);
+
+  char *out = NULL;
+  char *shortf = wt_strf("%s/short.txt", g_dir);
+  wt_write_file(shortf, "only a few words here", 21);
+  const char *argv1[] = {WT_WEIR, "bench", "--dataset", "copy", "--file", shortf, "--dump-workload", "/dev/null", NULL};
+  CU_ASSERT(wt_run((char *const *)argv1, &out, 10000) != 0);
+  WT_ASSERT_STR_CONTAINS(out, "at least 64");
+  free(out);
+  const char *argv2[] = {WT_WEIR, "bench", "--dataset", "copy", "--dump-workload", "/dev/null", NULL};
+  CU_ASSERT(wt_run((char *const *)argv2, &out, 10000) != 0);
+  WT_ASSERT_STR_CONTAINS(out, "--dataset copy needs --file");
+  free(out);
+  const char *argv3[] = {WT_WEIR, "bench", "--dataset", "copy", "--file", tf, "--prompt-format", "tokens",
+                         "--dump-workload", "/dev/null", NULL};
+  CU_ASSERT(wt_run((char *const *)argv3, &out, 10000) != 0);
+  WT_ASSERT_STR_CONTAINS(out, "--dataset copy sends text");
+  free(out);
+  const char *argv4[] = {WT_WEIR, "bench", "--dataset", "copy", "--file", "/nonexistent/x.txt", "--dump-workload", "/dev/null", NULL};
+  CU_ASSERT(wt_run((char *const *)argv4, &out, 10000) != 0);
+  WT_ASSERT_STR_CONTAINS(out, "cannot open");
+  free(out);
+  free(shortf);
+  free(tf);
+}
+
 /* --input-len counts the target's tokens: against a server whose tokenizer makes 2.5 tokens of
  * a word, prompts get 2.5 times fewer words, and the server counts what was asked. Without
  * /tokenize the report says it assumed one token per word. */
@@ -850,6 +939,7 @@ int main(void) {
       {"workload_determinism", test_workload_determinism},
       {"repeat_rate", test_repeat_rate},
       {"workload_tokens_and_prefixes", test_workload_tokens_and_prefixes},
+      {"workload_copy", test_workload_copy},
       {"input_len_in_target_tokens", test_input_len_in_target_tokens},
       {"error_bodies", test_error_bodies},
       {"usage_errors", test_usage_errors},

@@ -169,6 +169,52 @@ static void drive(weir_spec_policy *p, const sim *m, int32_t n, int steps, int32
   }
 }
 
+/* No drafts measured only in a request's slow first steps (here 3x its steady cost) looks far
+ * behind drafting; it is still re-measured one run in WEIR_SPEC_EXPLORE while least measured,
+ * so the policy comes back to it where it is in fact the fastest. */
+static void test_no_drafts_remeasured(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  sim cpu = {.fixed = 0.05e-3, .per_token = 0.35e-3, .accept = 0.8}; /* k = 1 at 0.95x of 0 */
+  int32_t late0 = 0;
+  for (int i = 0; i < 1200; i++) { /* 200 runs: before the first far try, at run 256 */
+    const int32_t k = weir_spec_choose(&p, 1);
+    double secs = sim_seconds(&cpu, 1, k) * 1000;
+    if (k == 0 && p.arms[0][0].trials < WEIR_SPEC_RUN) secs *= 3;
+    if (i >= 800) late0 += k == 0;
+    weir_spec_observe(&p, 1, k, (int64_t)llround(sim_tokens(&cpu, k) * 1000), secs);
+  }
+  if (late0 < 300) printf("\n    k=0 ran %d of the last 400 steps", late0);
+  CU_ASSERT(late0 >= 300);
+}
+
+
+/* Exploring is bounded from the first request: where drafting loses badly (the longest
+ * length at a third of no drafts' rate), its learning run and every far try end after
+ * WEIR_SPEC_CUT_STEPS steps, not WEIR_SPEC_RUN; over 3,000 steps drafting costs the learning
+ * run plus a few far tries, each that short. Where it loses mildly (55%) runs stay whole. */
+static void test_losing_runs_cut_short(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  sim bad = {.fixed = 0.01e-3, .per_token = 0.35e-3, .accept = 0.2};
+  int32_t counts[65] = {0};
+  drive(&p, &bad, 1, 2 * WEIR_SPEC_RUN, counts);
+  WT_ASSERT_INT_EQ(counts[4], WEIR_SPEC_CUT_STEPS);
+  WT_ASSERT_INT_EQ(counts[0], 2 * WEIR_SPEC_RUN - WEIR_SPEC_CUT_STEPS);
+  CU_ASSERT(p.arms[0][3].trials >= WEIR_SPEC_MIN_TRIALS); /* measured: not learned again */
+  drive(&p, &bad, 1, 3000 - 2 * WEIR_SPEC_RUN, counts);
+  WT_ASSERT_INT_EQ(counts[1] + counts[2], 0);
+  /* Far tries at runs 256, 768, 1792 (gaps doubling): about 500 runs of 6 steps. */
+  if (counts[4] > 4 * WEIR_SPEC_CUT_STEPS) printf("\n    k=4 ran %d steps", counts[4]);
+  CU_ASSERT(counts[4] <= 4 * WEIR_SPEC_CUT_STEPS);
+  /* A mild loss still runs whole: the cut is for lengths that lose badly. */
+  weir_spec_policy_init(&p, 4, 1);
+  sim mild = {.fixed = 0.05e-3, .per_token = 0.35e-3, .accept = 0.65};
+  memset(counts, 0, sizeof(int32_t) * 65);
+  drive(&p, &mild, 1, 2 * WEIR_SPEC_RUN, counts);
+  WT_ASSERT_INT_EQ(counts[4], WEIR_SPEC_RUN);
+}
+
 /* A length far behind no drafts at one batch size is not learned at a larger one: drafting
  * stops at the measured crossover, without a learning run per bucket. */
 static void test_larger_buckets_defer(void) {
@@ -248,6 +294,8 @@ int main(void) {
                                   {"runs and transitions", test_runs_and_transitions},
                                   {"the switch counts", test_switch_cost_counts},
                                   {"learning stops at the longest", test_learning_stops_at_the_longest},
+                                  {"losing runs cut short", test_losing_runs_cut_short},
+                                  {"no drafts re-measured", test_no_drafts_remeasured},
                                   {"larger buckets defer", test_larger_buckets_defer},
                                   {"far exploration backs off", test_far_exploration_backs_off},
                                   {"per-request length and acceptance", test_per_request_length},

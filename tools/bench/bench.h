@@ -41,7 +41,14 @@ typedef enum weir_bench_dataset_kind {
   WEIR_BENCH_DS_RANDOM = 0,
   WEIR_BENCH_DS_SHARED_PREFIX = 1,
   WEIR_BENCH_DS_JSONL = 2,
+  /* Copy-heavy: each prompt carries a passage of a text file twice (a document and its
+   * quoted copy, optionally edited) and then the passage's first words, so the answer
+   * repeats text the prompt holds: the workload of code edits, quoting summaries and RAG,
+   * where prompt-lookup drafting pays. */
+  WEIR_BENCH_DS_COPY = 3,
 } weir_bench_dataset_kind;
+
+#define WEIR_BENCH_COPY_MIN_WORDS 64
 
 typedef enum weir_bench_endpoint {
   WEIR_BENCH_EP_COMPLETIONS = 0,
@@ -72,12 +79,19 @@ typedef struct weir_bench_workload {
   int prefix_len;                      /* shared-prefix: tokens of each shared prefix */
   int ignore_eos;
   double temperature;                  /* < 0: not sent */
-  char *file;                          /* JSONL path (borrowed from argv) */
+  char *file;                          /* JSONL path, or copy's text (borrowed from argv) */
   weir_bench_jsonl_item *items;        /* loaded JSONL entries, owned */
   int num_items;
+<<<<<<< HEAD
   /* --repeat-rate: the fraction of measured requests that repeat an earlier request of the
    * same run exactly (same prompt and max_tokens: a response-cache workload). 0: none. */
   double repeat_rate;
+=======
+  double copy_edits;                   /* copy: fraction of the copy's words replaced */
+  char *text;                          /* copy: the file's text, words NUL-separated, owned */
+  int64_t *word_off;                   /* copy: each word's offset in text, owned */
+  int64_t num_words;
+>>>>>>> spec
 } weir_bench_workload;
 
 /* One generated request: exactly one of prompt_text, prompt_ids, messages_json is set. */
@@ -90,7 +104,8 @@ typedef struct weir_bench_prompt {
   int max_tokens;
 } weir_bench_prompt;
 
-/* Loads the JSONL file named by w->file. Returns 0 or a negative weir_status with a message
+/* Loads the JSONL file (or the copy dataset's text, at least COPY_MIN_WORDS words) named by
+ * w->file. Returns 0 or a negative weir_status with a message
  * in err. */
 int weir__bench_workload_load(weir_bench_workload *w, char *err, size_t errlen);
 void weir__bench_workload_free(weir_bench_workload *w);

@@ -18,7 +18,10 @@ static const char *verdict_name(weir_bench_verdict v) {
 }
 
 static const char *dataset_name(weir_bench_dataset_kind k) {
-  return k == WEIR_BENCH_DS_SHARED_PREFIX ? "shared-prefix" : k == WEIR_BENCH_DS_JSONL ? "jsonl" : "random";
+  return k == WEIR_BENCH_DS_SHARED_PREFIX ? "shared-prefix"
+         : k == WEIR_BENCH_DS_JSONL      ? "jsonl"
+         : k == WEIR_BENCH_DS_COPY       ? "copy"
+                                         : "random";
 }
 
 /* ------------------------------------------------------------------ table */

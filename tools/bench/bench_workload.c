@@ -162,6 +162,47 @@ static int append_ids(const weir_bench_workload *w, weir_bench_rng *r, int n, in
   return WEIR_OK;
 }
 
+static int append_str(const char *s, size_t sl, char **buf, size_t *len, size_t *cap) {
+  if (*len + sl + 1 > *cap) {
+    size_t nc = (*cap ? *cap * 2 : 256) + sl + 1;
+    char *nb = realloc(*buf, nc);
+    if (!nb) return WEIR_E_NOMEM;
+    *buf = nb;
+    *cap = nc;
+  }
+  memcpy(*buf + *len, s, sl);
+  *len += sl;
+  (*buf)[*len] = 0;
+  return WEIR_OK;
+}
+
+/* The copy dataset's prompt of about `tokens` tokens: a seeded passage of the text (half the
+ * tokens), a blank line, the passage again with a fraction copy_edits of its words replaced
+ * by seeded words of the text, a blank line, and the passage's first words, which the answer
+ * goes on from. */
+static int copy_prompt(const weir_bench_workload *w, weir_bench_rng *r, int tokens, char **buf,
+                       size_t *len, size_t *cap) {
+  int64_t n = words_for(w, tokens / 2);
+  if (n < 8) n = 8;
+  if (n > w->num_words) n = w->num_words;
+  const int64_t start = weir__bench_rng_range(r, 0, w->num_words - n);
+  const int64_t lead = n < 8 ? n : 8;
+  int rc = WEIR_OK;
+  for (int part = 0; part < 3 && rc == WEIR_OK; part++) {
+    if (part > 0) rc = append_str("\n\n", 2, buf, len, cap);
+    const int64_t m = part == 2 ? lead : n;
+    for (int64_t i = 0; i < m && rc == WEIR_OK; i++) {
+      int64_t wi = start + i;
+      if (part == 1 && w->copy_edits > 0 && weir__bench_rng_unit(r) < w->copy_edits)
+        wi = weir__bench_rng_range(r, 0, w->num_words - 1);
+      const char *wd = w->text + w->word_off[wi];
+      if (i > 0) rc = append_str(" ", 1, buf, len, cap);
+      if (rc == WEIR_OK) rc = append_str(wd, strlen(wd), buf, len, cap);
+    }
+  }
+  return rc;
+}
+
 int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t index,
                              weir_bench_prompt *out) {
   memset(out, 0, sizeof *out);
@@ -191,6 +232,11 @@ int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t in
   }
   int in_len = spread_len(&r, w->input_len, w->input_range);
   out->max_tokens = spread_len(&r, w->output_len, w->output_range);
+  if (w->dataset == WEIR_BENCH_DS_COPY) {
+    if ((rc = copy_prompt(w, &r, in_len, &out->prompt_text, &len, &cap))) goto fail;
+    out->expected_input = in_len;
+    return WEIR_OK;
+  }
   /* Text prompts: as many words as make the wanted tokens on the target's tokenizer. */
   const int in_words = words_for(w, in_len), prefix_words = words_for(w, w->prefix_len);
   if (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX) {
@@ -292,7 +338,81 @@ done:
   return text;
 }
 
+/* The copy dataset's text: the whole file, split at whitespace into NUL-terminated words. */
+static int load_text(weir_bench_workload *w, char *err, size_t errlen) {
+  FILE *f = fopen(w->file, "rb");
+  if (!f) {
+    snprintf(err, errlen, "cannot open %s: %s", w->file, strerror(errno));
+    return WEIR_E_IO;
+  }
+  int rc = WEIR_OK;
+  size_t cap = 1 << 16, n = 0, got;
+  char *t = malloc(cap);
+  while (t && (got = fread(t + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (n + 1 == cap) {
+      char *nt = cap < ((size_t)1 << 30) ? realloc(t, cap * 2) : NULL;
+      if (!nt) {
+        free(t);
+        t = NULL;
+        break;
+      }
+      t = nt;
+      cap *= 2;
+    }
+  }
+  if (!t) {
+    snprintf(err, errlen, "%s: out of memory (or larger than 1 GiB)", w->file);
+    fclose(f);
+    return WEIR_E_NOMEM;
+  }
+  const int failed = ferror(f);
+  fclose(f);
+  if (failed) {
+    snprintf(err, errlen, "cannot read %s", w->file);
+    free(t);
+    return WEIR_E_IO;
+  }
+  t[n] = 0;
+  int64_t words = 0, wcap = 0;
+  int64_t *off = NULL;
+  for (size_t i = 0; i < n;) {
+    while (i < n && (t[i] == ' ' || t[i] == '\n' || t[i] == '\t' || t[i] == '\r' || t[i] == 0))
+      t[i++] = 0;
+    if (i >= n) break;
+    if (words == wcap) {
+      int64_t nc = wcap ? wcap * 2 : 1024;
+      int64_t *no = realloc(off, sizeof *no * (size_t)nc);
+      if (!no) {
+        rc = WEIR_E_NOMEM;
+        snprintf(err, errlen, "%s: out of memory", w->file);
+        goto free_words;
+      }
+      off = no;
+      wcap = nc;
+    }
+    off[words++] = (int64_t)i;
+    while (i < n && t[i] != ' ' && t[i] != '\n' && t[i] != '\t' && t[i] != '\r' && t[i] != 0)
+      i++;
+  }
+  if (words < WEIR_BENCH_COPY_MIN_WORDS) {
+    snprintf(err, errlen, "%s: %lld words; the copy dataset needs at least %d", w->file,
+             (long long)words, WEIR_BENCH_COPY_MIN_WORDS);
+    rc = WEIR_E_FORMAT;
+    goto free_words;
+  }
+  w->text = t;
+  w->word_off = off;
+  w->num_words = words;
+  return WEIR_OK;
+free_words:
+  free(off);
+  free(t);
+  return rc;
+}
+
 int weir__bench_workload_load(weir_bench_workload *w, char *err, size_t errlen) {
+  if (w->dataset == WEIR_BENCH_DS_COPY) return load_text(w, err, errlen);
   if (w->dataset != WEIR_BENCH_DS_JSONL) return WEIR_OK;
   int rc = WEIR_OK;
   char *line = NULL;
@@ -366,6 +486,11 @@ void weir__bench_workload_free(weir_bench_workload *w) {
     free(w->items[i].messages_json);
   }
   free(w->items);
+  free(w->text);
+  free(w->word_off);
+  w->text = NULL;
+  w->word_off = NULL;
+  w->num_words = 0;
   w->items = NULL;
   w->num_items = 0;
 }

@@ -50,7 +50,7 @@ static void usage(FILE *f) {
 "  --timeout S             per-request timeout (default 60)\n"
 "  --max-time S            hard bound per run; in-flight requests are canceled (default 1800)\n"
 "dataset:\n"
-"  --dataset random|shared-prefix|jsonl   (default random)\n"
+"  --dataset random|shared-prefix|jsonl|copy   (default random)\n"
 "  --input-len N --input-range F   prompt tokens, uniform in N*(1-F)..N*(1+F) (128, 0)\n"
 "  --output-len N --output-range F max_tokens likewise (default 64, 0)\n"
 "  --prompt-format text|tokens     text: seeded English words, as many as make the\n"
@@ -62,6 +62,10 @@ static void usage(FILE *f) {
 "                          request i uses prefix i mod N plus --input-len fresh tokens\n"
 "  --file F                JSONL: {\"prompt\": \"...\"} or {\"messages\": [...]} per line,\n"
 "                          optional \"max_tokens\"; used in order, cycled\n"
+"                          copy: a plain text file; each prompt is a seeded passage of\n"
+"                          it (half of --input-len), a blank line, the passage again,\n"
+"                          a blank line and its first 8 words: the answer repeats it\n"
+"  --copy-edits F          copy: fraction of the second copy's words replaced (0)\n"
 "  --ignore-eos            ask the server to generate exactly max_tokens\n"
 "  --temperature T         sent when given\n"
 "  --seed N                workload seed (default 0)\n"
@@ -86,7 +90,8 @@ enum {
   O_URL = 256, O_A, O_B, O_ACFG, O_BCFG, O_LA, O_LB, O_SERVE_ARG, O_SERVER_TIMEOUT, O_SERVER_LOG,
   O_ENDPOINT, O_MODEL, O_API_KEY, O_CONC, O_RATE, O_BURST, O_NUM, O_DUR, O_WARM, O_TIMEOUT,
   O_MAXTIME, O_DATASET, O_INLEN, O_INRANGE, O_OUTLEN, O_OUTRANGE, O_PFMT, O_VOCAB, O_NPREF,
-  O_PREFLEN, O_FILE, O_IGNORE_EOS, O_TEMP, O_SEED, O_REPEAT, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E, O_ROUNDS,
+  O_PREFLEN, O_FILE, O_COPY_EDITS, O_IGNORE_EOS, O_TEMP, O_SEED, O_REPEAT, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E,
+  O_ROUNDS,
   O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_REQS,
 };
 
@@ -101,8 +106,9 @@ static const struct option k_opts[] = {
     {"dataset", 1, 0, O_DATASET}, {"input-len", 1, 0, O_INLEN}, {"input-range", 1, 0, O_INRANGE},
     {"output-len", 1, 0, O_OUTLEN}, {"output-range", 1, 0, O_OUTRANGE},
     {"prompt-format", 1, 0, O_PFMT}, {"vocab", 1, 0, O_VOCAB}, {"num-prefixes", 1, 0, O_NPREF},
-    {"prefix-len", 1, 0, O_PREFLEN}, {"file", 1, 0, O_FILE}, {"ignore-eos", 0, 0, O_IGNORE_EOS},
-    {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED}, {"repeat-rate", 1, 0, O_REPEAT}, {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
+    {"prefix-len", 1, 0, O_PREFLEN}, {"file", 1, 0, O_FILE}, {"copy-edits", 1, 0, O_COPY_EDITS},
+    {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"temperature", 1, 0, O_TEMP}, {"seed", 1, 0, O_SEED},
+    {"repeat-rate", 1, 0, O_REPEAT}, {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
     {"slo-tpot-ms", 1, 0, O_SLO_TPOT}, {"slo-e2e-ms", 1, 0, O_SLO_E2E}, {"rounds", 1, 0, O_ROUNDS},
     {"alpha", 1, 0, O_ALPHA}, {"json", 1, 0, O_JSON}, {"svg", 1, 0, O_SVG}, {"quiet", 0, 0, O_QUIET},
     {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS}, {0, 0, 0, 0},
@@ -389,7 +395,8 @@ int weir__cmd_bench(int argc, char **argv) {
       if (!strcmp(name, "random")) w.dataset = WEIR_BENCH_DS_RANDOM;
       else if (!strcmp(name, "shared-prefix")) w.dataset = WEIR_BENCH_DS_SHARED_PREFIX;
       else if (!strcmp(name, "jsonl")) w.dataset = WEIR_BENCH_DS_JSONL;
-      else rc = WEIR_E_INVAL, fprintf(stderr, "weir bench: --dataset random|shared-prefix|jsonl\n");
+      else if (!strcmp(name, "copy")) w.dataset = WEIR_BENCH_DS_COPY;
+      else rc = WEIR_E_INVAL, fprintf(stderr, "weir bench: --dataset random|shared-prefix|jsonl|copy\n");
       break;
     case O_INLEN: rc = parse_num("input-len", name, 1, 1e6, &v); w.input_len = (int)v; break;
     case O_INRANGE: rc = parse_num("input-range", name, 0, 1, &w.input_range); break;
@@ -403,7 +410,11 @@ int weir__cmd_bench(int argc, char **argv) {
     case O_VOCAB: rc = parse_num("vocab", name, 11, 1e8, &v); w.vocab = (int)v; break;
     case O_NPREF: rc = parse_num("num-prefixes", name, 1, 1e6, &v); w.num_prefixes = (int)v; break;
     case O_PREFLEN: rc = parse_num("prefix-len", name, 0, 1e6, &v); w.prefix_len = (int)v; break;
-    case O_FILE: w.file = arg; w.dataset = WEIR_BENCH_DS_JSONL; break;
+    case O_FILE:
+      w.file = arg;
+      if (w.dataset != WEIR_BENCH_DS_COPY) w.dataset = WEIR_BENCH_DS_JSONL;
+      break;
+    case O_COPY_EDITS: rc = parse_num("copy-edits", name, 0, 1, &w.copy_edits); break;
     case O_IGNORE_EOS: w.ignore_eos = 1; break;
     case O_TEMP: rc = parse_num("temperature", name, 0, 100, &w.temperature); break;
     case O_SEED: rc = parse_num("seed", name, 0, 9007199254740992.0, &v); w.seed = (uint64_t)v; break;
@@ -434,8 +445,13 @@ int weir__cmd_bench(int argc, char **argv) {
     fprintf(stderr, "weir bench: --prompt-format tokens needs --endpoint completions\n");
     goto free_all;
   }
-  if (w.dataset == WEIR_BENCH_DS_JSONL && !w.file) {
-    fprintf(stderr, "weir bench: --dataset jsonl needs --file\n");
+  if ((w.dataset == WEIR_BENCH_DS_JSONL || w.dataset == WEIR_BENCH_DS_COPY) && !w.file) {
+    fprintf(stderr, "weir bench: --dataset %s needs --file\n",
+            w.dataset == WEIR_BENCH_DS_COPY ? "copy" : "jsonl");
+    goto free_all;
+  }
+  if (w.dataset == WEIR_BENCH_DS_COPY && w.prompt_tokens) {
+    fprintf(stderr, "weir bench: --dataset copy sends text (not --prompt-format tokens)\n");
     goto free_all;
   }
   {
