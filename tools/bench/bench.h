@@ -82,16 +82,13 @@ typedef struct weir_bench_workload {
   char *file;                          /* JSONL path, or copy's text (borrowed from argv) */
   weir_bench_jsonl_item *items;        /* loaded JSONL entries, owned */
   int num_items;
-<<<<<<< HEAD
   /* --repeat-rate: the fraction of measured requests that repeat an earlier request of the
    * same run exactly (same prompt and max_tokens: a response-cache workload). 0: none. */
   double repeat_rate;
-=======
   double copy_edits;                   /* copy: fraction of the copy's words replaced */
   char *text;                          /* copy: the file's text, words NUL-separated, owned */
   int64_t *word_off;                   /* copy: each word's offset in text, owned */
   int64_t num_words;
->>>>>>> spec
 } weir_bench_workload;
 
 /* One generated request: exactly one of prompt_text, prompt_ids, messages_json is set. */
