@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -513,6 +514,53 @@ static int open_common(weir_gguf *g, weir_gguf **out, char *err, size_t errlen) 
   return 0;
 }
 
+/* Whether `path` ends with `suffix`, ignoring case. */
+static int ends_with(const char *path, const char *suffix) {
+  size_t n = strlen(path), m = strlen(suffix);
+  return n >= m && !strcasecmp(path + n - m, suffix);
+}
+
+/* Whether DIR/name exists. */
+static int dir_has(const char *dir, const char *name) {
+  char p[4096];
+  struct stat st;
+  if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, name) >= sizeof p) return 0;
+  return stat(p, &st) == 0;
+}
+
+#define HOW_TO_GET_GGUF                                                                      \
+  "weir reads one GGUF file (weights, tokenizer and chat template together). Convert a "  \
+  "Hugging Face model directory with llama.cpp's converter (python convert_hf_to_gguf.py " \
+  "MODEL_DIR --outfile model.gguf --outtype f16), or download the model's .gguf release; "  \
+  "see docs/models.md"
+
+/* The error for a path that is not a GGUF file: a directory (`is_dir`) or a file whose first
+ * `n` bytes `head` do not start with the magic. Names what it looks like (a Hugging Face
+ * directory, a safetensors or PyTorch checkpoint) and how to get a GGUF. WEIR_E_FORMAT. */
+static int not_gguf(const char *path, const unsigned char *head, size_t n, int is_dir,
+                    char *err, size_t errlen) {
+  if (is_dir) {
+    if (dir_has(path, "config.json") || dir_has(path, "model.safetensors") ||
+        dir_has(path, "model.safetensors.index.json"))
+      weir_set_err(err, errlen, "%s: a Hugging Face model directory, not a GGUF file. "
+                   HOW_TO_GET_GGUF, path);
+    else
+      weir_set_err(err, errlen, "%s: a directory, not a GGUF file. " HOW_TO_GET_GGUF, path);
+    return WEIR_E_FORMAT;
+  }
+  /* safetensors: a u64 header length, then the JSON header's '{'. */
+  if (ends_with(path, ".safetensors") || (n >= 9 && head[8] == '{' && !head[6] && !head[7]))
+    weir_set_err(err, errlen, "%s: a safetensors file, not a GGUF file. " HOW_TO_GET_GGUF,
+                 path);
+  else if (n >= 4 && !memcmp(head, "PK\x03\x04", 4))
+    weir_set_err(err, errlen, "%s: a zip archive (a PyTorch checkpoint?), not a GGUF file. "
+                 HOW_TO_GET_GGUF, path);
+  else
+    weir_set_err(err, errlen, "%s: not a GGUF file (it does not start with the magic "
+                 "\"GGUF\"). " HOW_TO_GET_GGUF, path);
+  return WEIR_E_FORMAT;
+}
+
 int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) {
   int rc = 0, fd = -1;
   struct stat st;
@@ -524,6 +572,7 @@ int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) 
     return WEIR_E_INVAL;
   }
   fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno == EISDIR) return not_gguf(path, NULL, 0, 1, err, errlen);
   if (fd < 0) {
     weir_set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return errno == ENOENT ? WEIR_E_NOTFOUND : WEIR_E_IO;
@@ -533,9 +582,25 @@ int weir_gguf_open(const char *path, weir_gguf **out, char *err, size_t errlen) 
     rc = WEIR_E_IO;
     goto close_fd;
   }
+  if (S_ISDIR(st.st_mode)) {
+    rc = not_gguf(path, NULL, 0, 1, err, errlen);
+    goto close_fd;
+  }
   if (!S_ISREG(st.st_mode)) {
     weir_set_err(err, errlen, "%s: not a regular file", path);
     rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  /* The magic before the size: a short text file is "not a GGUF file", not a truncated one. */
+  unsigned char head[16];
+  ssize_t got = pread(fd, head, sizeof head, 0);
+  if (got < 0) {
+    weir_set_err(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+    rc = WEIR_E_IO;
+    goto close_fd;
+  }
+  if (got < 4 || rd_u32(head) != WEIR_GGUF_MAGIC) {
+    rc = not_gguf(path, head, (size_t)got, 0, err, errlen);
     goto close_fd;
   }
   g = calloc(1, sizeof *g);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "format/quantize_row.h"
@@ -670,8 +671,38 @@ static void test_truncated_file_on_disk(void) {
   WT_ASSERT_INT_EQ(weir_gguf_open(path, &g, err, sizeof err), WEIR_E_NOTFOUND);
   WT_ASSERT_STR_CONTAINS(err, "does-not-exist.gguf: cannot open");
   free(path);
-  WT_ASSERT_INT_EQ(weir_gguf_open(g_dir, &g, err, sizeof err), WEIR_E_IO);
+  WT_ASSERT_INT_EQ(weir_gguf_open("/dev/null", &g, err, sizeof err), WEIR_E_IO);
   WT_ASSERT_STR_CONTAINS(err, "not a regular file");
+  /* A directory is not a GGUF; one holding a Hugging Face model is named as such, with how
+   * to convert it. */
+  WT_ASSERT_INT_EQ(weir_gguf_open(g_dir, &g, err, sizeof err), WEIR_E_FORMAT);
+  WT_ASSERT_STR_CONTAINS(err, "a directory, not a GGUF file");
+  char *hf = wt_strf("%s/hf-model", g_dir), *cfgjson = wt_strf("%s/hf-model/config.json", g_dir);
+  CU_ASSERT_EQUAL_FATAL(mkdir(hf, 0700), 0);
+  CU_ASSERT_EQUAL_FATAL(wt_write_file(cfgjson, "{\"architectures\": []}", 21), 0);
+  WT_ASSERT_INT_EQ(weir_gguf_open(hf, &g, err, sizeof err), WEIR_E_FORMAT);
+  WT_ASSERT_STR_CONTAINS(err, "a Hugging Face model directory, not a GGUF file");
+  WT_ASSERT_STR_CONTAINS(err, "convert_hf_to_gguf.py");
+  CU_ASSERT_PTR_NULL(g);
+  /* The magic is checked before the size: 18 bytes of text are not a GGUF, not "truncated". */
+  path = wt_strf("%s/notes.gguf", g_dir);
+  CU_ASSERT_EQUAL_FATAL(wt_write_file(path, "just some notes.\n", 18), 0);
+  WT_ASSERT_INT_EQ(weir_gguf_open(path, &g, err, sizeof err), WEIR_E_FORMAT);
+  WT_ASSERT_STR_CONTAINS(err, "not a GGUF file");
+  CU_ASSERT_PTR_NULL(strstr(err, "truncated"));
+  free(path);
+  /* A safetensors file: an 8-byte header length, then its JSON header. */
+  path = wt_strf("%s/model.safetensors", g_dir);
+  CU_ASSERT_EQUAL_FATAL(wt_write_file(path, "\x10\0\0\0\0\0\0\0{\"a\":{}}      ", 24), 0);
+  WT_ASSERT_INT_EQ(weir_gguf_open(path, &g, err, sizeof err), WEIR_E_FORMAT);
+  WT_ASSERT_STR_CONTAINS(err, "a safetensors file, not a GGUF file");
+  WT_ASSERT_STR_CONTAINS(err, "convert_hf_to_gguf.py");
+  remove(path);
+  remove(cfgjson);
+  rmdir(hf);
+  free(path);
+  free(hf);
+  free(cfgjson);
 }
 
 static void test_header_errors(void) {
