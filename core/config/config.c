@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/toml.h"
 #include "weir/kv.h"
@@ -78,6 +79,8 @@ static const key_spec k_keys[] = {
     {"model", "path", K_STR, OFF(model_path)},
     {"model", "chat_template", K_STR, OFF(chat_template), 0, 0, k_templates},
     {"model", "max_model_len", K_I32, OFF(max_model_len), 0, 1 << 24},
+    {"model", "allow_long_max_model_len", K_BOOL, OFF(allow_long_max_model_len)},
+    {"model", "chat_template_file", K_OPT_STR, OFF(chat_template_file)},
     /* Any plugin name: the loader checks that a device plugin of that name exists (and lists
      * the ones it finds when none does), so a new device needs no edit here. */
     {"device", "name", K_SEL_NAME, OFF(device)},
@@ -99,6 +102,7 @@ static const key_spec k_keys[] = {
     {"cache", "num_blocks", K_I64, OFF(num_blocks), 0, (int64_t)1 << 32},
     {"cache", "memory_bytes", K_BYTES, OFF(memory_bytes), MIB, 64 * TIB},
     {"cache", "prefix_caching", K_BOOL, OFF(prefix_caching)},
+    {"cache", "gpu_memory_utilization", K_PROB, OFF(gpu_memory_utilization)},
     {"cache", "name", K_SEL_NAME, OFF(response_cache), 0, 0, NULL, 1},
     {"cache", "path", K_SEL_PATH, OFF(response_cache)},
     {"cache", "ttl_s", K_I64, OFF(response_cache_ttl_s), 1, 366 * 86400},
@@ -220,6 +224,7 @@ void weir_config_free(weir_config *c) {
   free_aliases(c);
   free(c->model_path);
   free(c->chat_template);
+  free(c->chat_template_file);
   free(c->policy);
   free(c->embedding_model);
   free(c->embedding_pooling);
@@ -279,6 +284,7 @@ void weir_config_defaults(weir_config *c) {
   c->step_graph_max_batch = 256;
   c->embedding_pooling = strdup("auto");
   c->embedding_max_inputs = 2048;
+  c->n_gpu_layers = -1;
   c->toml = weir_toml_new_table();
 }
 
@@ -317,6 +323,7 @@ static int config_clone(const weir_config *src, weir_config *dst) {
   bad |= dup_opt(&dst->calibration_text, src->calibration_text);
   bad |= dup_opt(&dst->model_path, src->model_path);
   bad |= dup_opt(&dst->chat_template, src->chat_template);
+  bad |= dup_opt(&dst->chat_template_file, src->chat_template_file);
   bad |= dup_opt(&dst->policy, src->policy);
   bad |= dup_opt(&dst->embedding_model, src->embedding_model);
   bad |= dup_opt(&dst->embedding_pooling, src->embedding_pooling);
@@ -864,8 +871,17 @@ out:
 enum {
   F_CONFIG = WEIR_CONFIG_FLAG_BASE, F_SET, F_PLUGIN_DIR, F_SERVED_NAME, F_HOST, F_PORT, F_MODEL,
   F_MAX_MODEL_LEN, F_CTX_SIZE, F_API_KEY, F_DEVICE, F_THREADS, F_ATTENTION, F_QUANT, F_SAMPLER,
-  F_KV_DTYPE, F_LOG_LEVEL, F_LOG_FORMAT, F_MAX_NUM_SEQS, F_MAX_BATCHED, F_BLOCK_SIZE, F_END_
+  F_KV_DTYPE, F_LOG_LEVEL, F_LOG_FORMAT, F_MAX_NUM_SEQS, F_MAX_BATCHED, F_BLOCK_SIZE,
+  /* vLLM's and llama-server's spellings (docs/deployment.md, "Migrating"). */
+  F_QUANTIZATION, F_GPU_MEM_UTIL, F_PREFIX_ON, F_PREFIX_OFF, F_CHAT_TEMPLATE,
+  F_CHAT_TEMPLATE_FILE, F_JINJA, F_NGL, F_ALLOW_LONG, F_KV_CACHE_DTYPE,
+  /* Flags weir refuses, each with what to do instead (k_refused, in this order). */
+  F_REFUSED_TP, F_REFUSED_TP_SHORT, F_REFUSED_PP, F_REFUSED_DTYPE, F_REFUSED_SWAP,
+  F_REFUSED_HF, F_REFUSED_HF_REPO, F_END_
 };
+
+_Static_assert(F_SERVED_NAME == WEIR_CONFIG_FLAG_SERVED_NAME && F_MODEL == WEIR_CONFIG_FLAG_MODEL,
+               "config.h names these flags' values");
 
 const struct option weir_config_options[] = {
     {"config", required_argument, 0, F_CONFIG},
@@ -889,8 +905,96 @@ const struct option weir_config_options[] = {
     {"max-num-seqs", required_argument, 0, F_MAX_NUM_SEQS},
     {"max-num-batched-tokens", required_argument, 0, F_MAX_BATCHED},
     {"block-size", required_argument, 0, F_BLOCK_SIZE},
+    {"quantization", required_argument, 0, F_QUANTIZATION},
+    {"gpu-memory-utilization", required_argument, 0, F_GPU_MEM_UTIL},
+    {"enable-prefix-caching", no_argument, 0, F_PREFIX_ON},
+    {"no-enable-prefix-caching", no_argument, 0, F_PREFIX_OFF},
+    {"chat-template", required_argument, 0, F_CHAT_TEMPLATE},
+    {"chat-template-file", required_argument, 0, F_CHAT_TEMPLATE_FILE},
+    {"jinja", no_argument, 0, F_JINJA},
+    {"allow-long-max-model-len", no_argument, 0, F_ALLOW_LONG},
+    {"kv-cache-dtype", required_argument, 0, F_KV_CACHE_DTYPE},
+    {"alias", required_argument, 0, F_SERVED_NAME},
+    /* llama-server: -np/--parallel, -ngl/--n-gpu-layers (util/opt.h reads "-np" as "--np"). */
+    {"np", required_argument, 0, F_MAX_NUM_SEQS},
+    {"parallel", required_argument, 0, F_MAX_NUM_SEQS},
+    {"ngl", required_argument, 0, F_NGL},
+    {"n-gpu-layers", required_argument, 0, F_NGL},
+    {"gpu-layers", required_argument, 0, F_NGL},
+    {"tensor-parallel-size", required_argument, 0, F_REFUSED_TP},
+    {"tp", required_argument, 0, F_REFUSED_TP_SHORT},
+    {"pipeline-parallel-size", required_argument, 0, F_REFUSED_PP},
+    {"dtype", required_argument, 0, F_REFUSED_DTYPE},
+    {"swap-space", required_argument, 0, F_REFUSED_SWAP},
+    {"hf", required_argument, 0, F_REFUSED_HF},
+    {"hf-repo", required_argument, 0, F_REFUSED_HF_REPO},
     {0, 0, 0, 0},
 };
+
+/* What weir does instead of each refused flag, by F_REFUSED_* - F_REFUSED_TP. */
+static const char *const k_refused[] = {
+    /* tensor-parallel-size, tp, pipeline-parallel-size */
+    "weir runs a model on one device per process: run one replica per GPU behind a load "
+    "balancer (docs/deployment.md)",
+    "weir runs a model on one device per process: run one replica per GPU behind a load "
+    "balancer (docs/deployment.md)",
+    "weir runs a model on one device per process: run one replica per GPU behind a load "
+    "balancer (docs/deployment.md)",
+    /* dtype */
+    "weir computes in the scheme of its quant plugin, not a dtype: --quant fp16 (f16 "
+    "weights), --quant int8, --quant awq_int4, --quant gguf (the file's own block types); "
+    "the KV cache's type is --kv-dtype",
+    /* swap-space */
+    "weir does not swap KV blocks to host memory (a preempted sequence is recomputed): size "
+    "the cache with --gpu-memory-utilization F or --set cache.memory_bytes=SIZE",
+    /* hf, hf-repo */
+    "weir downloads nothing: give a local GGUF file (weir serve MODEL.gguf); see "
+    "docs/models.md",
+    "weir downloads nothing: give a local GGUF file (weir serve MODEL.gguf); see "
+    "docs/models.md",
+};
+
+/* The quant names --quantization takes as --quant: weir's own plugins. vLLM's method names
+ * name checkpoint formats weir does not read, so each gets the weir equivalent instead. */
+static int quantization_flag(const char *v, weir_config *cfg, char *err, size_t errlen) {
+  static const char *const ours[] = {"auto", "fp16", "int8", "awq_int4", "gguf", NULL};
+  size_t n = strlen(v);
+  int known = n > 5 && !strcmp(v + n - 5, "_cuda");
+  for (int i = 0; ours[i] && !known; i++) known = !strcmp(v, ours[i]);
+  if (known) return weir_config_set(cfg, "quant.name", v, err, errlen);
+  if (!strcmp(v, "awq"))
+    snprintf(err, errlen, "--quantization awq: weir does not read pre-quantized AWQ "
+             "checkpoints; --quant awq_int4 calibrates AWQ int4 weights at load from an f16 or "
+             "f32 GGUF (docs/quant-awq.md)");
+  else if (!strcmp(v, "fp8"))
+    snprintf(err, errlen, "--quantization fp8: weir has no fp8 weight scheme; --quant int8 "
+             "for 8-bit weights, --kv-dtype fp8 for an fp8 KV cache");
+  else
+    snprintf(err, errlen, "--quantization %s: not a weir quant scheme; weir's are --quant "
+             "fp16, int8, awq_int4 and gguf (a GGUF's own block types such as Q4_K, the "
+             "default for such a file)", v);
+  return WEIR_E_INVAL;
+}
+
+/* --chat-template V: a built-in template's name, else a Jinja file (vLLM); inline Jinja text
+ * (llama-server) is refused with how to pass it. */
+static int chat_template_flag(const char *v, weir_config *cfg, char *err, size_t errlen) {
+  for (int i = 0; k_templates[i]; i++)
+    if (!strcmp(v, k_templates[i])) return weir_config_set(cfg, "model.chat_template", v, err, errlen);
+  if (strstr(v, "{%") || strstr(v, "{{")) {
+    snprintf(err, errlen, "--chat-template: inline Jinja text is not taken; write it to a file "
+             "and pass --chat-template FILE");
+    return WEIR_E_INVAL;
+  }
+  if (access(v, R_OK) != 0) {
+    char names[256];
+    join_choices(names, sizeof names, k_templates);
+    snprintf(err, errlen, "--chat-template %s: neither a built-in template (%s) nor a readable "
+             "Jinja file (%s)", v, names, strerror(errno));
+    return WEIR_E_INVAL;
+  }
+  return weir_config_set(cfg, "model.chat_template_file", v, err, errlen);
+}
 
 /* The key a flag sets, by flag (NULL: handled specially). */
 static const char *flag_key(int id) {
@@ -924,6 +1028,7 @@ static const char *flag_name(int id) {
 int weir_config_args_take(weir_config_args *a, int val, const char *value) {
   if (val == 'm') val = F_MODEL;
   if (val == 'c') val = F_CTX_SIZE;
+  if (val == 't') val = F_THREADS;
   if (val < WEIR_CONFIG_FLAG_BASE || val >= F_END_) return 0;
   if (a->num == a->cap) {
     int cap = a->cap ? a->cap * 2 : 16;
@@ -1010,6 +1115,69 @@ int weir_config_args_apply(const weir_config_args *a, weir_config *cfg, char *er
       if ((rc = weir_config_set(cfg, key, eq + 1, err, errlen)) != WEIR_OK) return rc;
       break;
     }
+    case F_QUANTIZATION:
+      if ((rc = quantization_flag(v, cfg, err, errlen)) != WEIR_OK) return rc;
+      break;
+    case F_GPU_MEM_UTIL: {
+      char *end = NULL;
+      double x = strtod(v, &end);
+      if (!*v || *end || !(x > 0.0 && x <= 1.0)) {
+        snprintf(err, errlen, "--gpu-memory-utilization: '%s' is not a fraction in (0, 1]", v);
+        return WEIR_E_RANGE;
+      }
+      char num[64];
+      snprintf(num, sizeof num, "%.17g%s", x, x == 1.0 ? ".0" : "");
+      if ((rc = weir_config_set(cfg, "cache.gpu_memory_utilization", num, err, errlen)))
+        return rc;
+      break;
+    }
+    case F_PREFIX_ON:
+    case F_PREFIX_OFF:
+      if ((rc = weir_config_set(cfg, "cache.prefix_caching",
+                                f->id == F_PREFIX_ON ? "true" : "false", err, errlen)))
+        return rc;
+      break;
+    case F_CHAT_TEMPLATE:
+      if ((rc = chat_template_flag(v, cfg, err, errlen)) != WEIR_OK) return rc;
+      break;
+    case F_CHAT_TEMPLATE_FILE:
+      if (access(v, R_OK) != 0) {
+        snprintf(err, errlen, "--chat-template-file %s: %s", v, strerror(errno));
+        return WEIR_E_IO;
+      }
+      if ((rc = weir_config_set(cfg, "model.chat_template_file", v, err, errlen))) return rc;
+      break;
+    case F_JINJA:
+      /* weir always runs the model's own Jinja template (docs/chat-templates.md). */
+      break;
+    case F_ALLOW_LONG:
+      if ((rc = weir_config_set(cfg, "model.allow_long_max_model_len", "true", err, errlen)))
+        return rc;
+      break;
+    case F_KV_CACHE_DTYPE:
+      /* vLLM's "auto" is the model's dtype: weir's default (f16) is the nearest. */
+      if (strcmp(v, "auto") != 0 &&
+          (rc = weir_config_set(cfg, "attention.kv_dtype", v, err, errlen)) != WEIR_OK) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", err);
+        snprintf(err, errlen, "--kv-cache-dtype: %s", tmp);
+        return rc;
+      }
+      break;
+    case F_NGL: {
+      /* llama.cpp's layers on the GPU: 0 is the CPU, any other count the CUDA device; a
+       * count below the model's layers is refused once the model is open (the engine). */
+      char *end = NULL;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < -1 || n > 1000000) {
+        snprintf(err, errlen, "-ngl/--n-gpu-layers: '%s' is not a layer count", v);
+        return WEIR_E_RANGE;
+      }
+      cfg->n_gpu_layers = (int32_t)n;
+      if ((rc = weir_config_set(cfg, "device.name", n == 0 ? "cpu" : "cuda", err, errlen)))
+        return rc;
+      break;
+    }
     case F_SERVED_NAME: {
       char q[1024];
       if (!*v) {
@@ -1025,6 +1193,11 @@ int weir_config_args_apply(const weir_config_args *a, weir_config *cfg, char *er
       break;
     }
     default: {
+      if (f->id >= F_REFUSED_TP && f->id < F_END_) {
+        snprintf(err, errlen, "--%s is not supported: %s", flag_name(f->id),
+                 k_refused[f->id - F_REFUSED_TP]);
+        return WEIR_E_NOTSUP;
+      }
       /* Shorthand values are plain strings or numbers: read them as the key's type. */
       const char *key = flag_key(f->id);
       if (!key) return WEIR_E_INTERNAL;
@@ -1055,14 +1228,21 @@ int weir_config_from_args(int *argc, char **argv, weir_config *cfg, char *err, s
       while (i < n) argv[out++] = argv[i++];
       break;
     }
-    int id = 0;
-    if (!strcmp(arg, "-m") || !strcmp(arg, "-c")) {
+    int id = 0, flag = 0;
+    if (!strcmp(arg, "-m") || !strcmp(arg, "-c") || !strcmp(arg, "-t")) {
       id = arg[1];
     } else if (arg[0] == '-' && arg[1] == '-') {
       size_t len = strcspn(arg + 2, "=");
       for (const struct option *o = weir_config_options; o->name && !id; o++)
-        if (strlen(o->name) == len && !strncmp(o->name, arg + 2, len)) id = o->val;
+        if (strlen(o->name) == len && !strncmp(o->name, arg + 2, len)) {
+          id = o->val;
+          flag = o->has_arg == no_argument;
+        }
       if (id && arg[2 + len] == '=') value = arg + 3 + len;
+    }
+    if (id && flag) {
+      if (weir_config_args_take(&a, id, NULL) < 0) rc = WEIR_E_NOMEM;
+      continue;
     }
     if (!id) {
       argv[out++] = argv[i];

@@ -128,6 +128,20 @@ typedef struct weir_config {
   char *embedding_model;
   char *embedding_pooling;
   int embedding_max_inputs;
+  /* [cache] gpu_memory_utilization (vLLM's --gpu-memory-utilization): 0 = off, the cache is
+   * cache.memory_bytes (or num_blocks); F in (0, 1]: the weights and the KV cache together
+   * take F x the device's total memory, so the cache gets F x total minus the weights' GGUF
+   * bytes (CPU devices: of MemTotal, /proc/meminfo). */
+  double gpu_memory_utilization;
+  /* [model] allow_long_max_model_len: 0 (default) refuses a max_model_len beyond the
+   * context the model was trained on (<arch>.context_length); 1 serves it anyway. */
+  int allow_long_max_model_len;
+  /* [model] chat_template_file: a Jinja chat template file used instead of the GGUF's
+   * (vLLM's --chat-template FILE); NULL = none. */
+  char *chat_template_file;
+  /* llama.cpp's -ngl N as given: the layers on the GPU; -1 when not given. Not a file key:
+   * weir runs every layer on one device, so only 0 or all layers can be honoured. */
+  int32_t n_gpu_layers;
 } weir_config;
 
 /* Fills c with the built-in defaults (the values in the comments above). Never fails for
@@ -174,6 +188,14 @@ void weir_config_free(weir_config *c);
  *   --sampler NAME  --kv-dtype T  --log-level L  --log-format text|json
  *   --max-num-seqs N  --max-num-batched-tokens N  --block-size N
  *   --plugin-dir DIR        appended to plugins.dirs (repeatable)
+ * and, for operators coming from vLLM and llama-server (docs/deployment.md, "Migrating"):
+ *   --quantization NAME (a weir quant name; vLLM's method names refused with the weir one),
+ *   --gpu-memory-utilization F, --enable-prefix-caching, --no-enable-prefix-caching,
+ *   --chat-template NAME|FILE, --chat-template-file FILE, --jinja (always on),
+ *   --allow-long-max-model-len, --kv-cache-dtype T, --alias NAME, -t N (--threads),
+ *   -np N / --parallel N (--max-num-seqs), -ngl N / --n-gpu-layers N (0: cpu, all: cuda),
+ *   and a few flags refused with what weir does instead (--tensor-parallel-size, --dtype,
+ *   --swap-space, -hf).
  *
  * A command puts weir_config_options (and WEIR_CONFIG_SHORTOPTS) into its own weir_opt
  * parser (util/opt.h), hands every option it does not know to weir_config_args_take, and
@@ -182,8 +204,9 @@ void weir_config_free(weir_config *c);
 
 /* Option values are WEIR_CONFIG_FLAG_BASE + k; 'm' and 'c' are the short forms. */
 #define WEIR_CONFIG_FLAG_BASE 0x7100
+#define WEIR_CONFIG_FLAG_SERVED_NAME (WEIR_CONFIG_FLAG_BASE + 3)
 #define WEIR_CONFIG_FLAG_MODEL (WEIR_CONFIG_FLAG_BASE + 6)
-#define WEIR_CONFIG_SHORTOPTS "m:c:"
+#define WEIR_CONFIG_SHORTOPTS "m:c:t:"
 extern const struct option weir_config_options[]; /* ends with a zeroed entry */
 
 typedef struct weir_config_arg {
@@ -198,7 +221,7 @@ typedef struct weir_config_args {
 } weir_config_args;
 
 /* Records `val` (a weir_opt result) with its value when it is a configuration flag (also 'm',
- * and 'c' for --ctx-size). Returns 1 when taken, 0 when `val` is not a configuration flag,
+ * 'c' for --ctx-size and 't' for --threads). Returns 1 when taken, 0 when `val` is not a configuration flag,
  * WEIR_E_NOMEM. `value` is borrowed until weir_config_args_apply. */
 int weir_config_args_take(weir_config_args *a, int val, const char *value);
 /* Applies the recorded flags to c (which holds defaults): the --config file, WEIR_API_KEY,

@@ -17,6 +17,7 @@
 #include "engine/engine_internal.h"
 #include "metrics/metrics.h"
 #include "template/chat_template.h"
+#include "util/err.h"
 #include "util/log.h"
 #include "util/progress.h"
 #include "weir/rng.h"
@@ -524,6 +525,38 @@ static int set_step_limits(weir_engine *e, const weir_config *cfg, char *err, si
   return WEIR_OK;
 }
 
+/* What the model file says against what was asked. A max_model_len beyond the context the
+ * model was trained on (its GGUF context_length, which already counts any RoPE scaling the
+ * file declares) is refused unless allowed explicitly: positions the model never saw in
+ * training make it degrade quietly (vLLM refuses the same way). And llama.cpp's -ngl N can
+ * only be honoured for 0 or every layer: weir runs the whole model on one device. */
+static int check_model_fit(const weir_llama_hparams *hp, const weir_config *cfg, char *err,
+                           size_t errlen) {
+  if (cfg->max_model_len > hp->n_ctx_train && hp->n_ctx_train > 0 &&
+      !cfg->allow_long_max_model_len) {
+    weir_set_err(err, errlen,
+                 "max_model_len %d is beyond the %d tokens %s was trained on (its "
+                 "context_length; %s): the model has never seen such positions and degrades "
+                 "there. Give --max-model-len %d or less, or --allow-long-max-model-len "
+                 "(model.allow_long_max_model_len = true) to serve it anyway",
+                 (int)cfg->max_model_len, (int)hp->n_ctx_train, cfg->model_path,
+                 hp->rope_scale > 1.0f || hp->rope_yarn || hp->has_longrope
+                     ? "the RoPE scaling the file declares is counted in it"
+                     : "the file declares no RoPE scaling to extend it",
+                 (int)hp->n_ctx_train);
+    return WEIR_E_RANGE;
+  }
+  if (cfg->n_gpu_layers > 0 && cfg->n_gpu_layers < hp->n_layer) {
+    weir_set_err(err, errlen,
+                 "-ngl %d: weir runs all %d layers of %s on one device and does not split a "
+                 "model between GPU and CPU; -ngl %d or more (or --device cuda) puts every "
+                 "layer on the GPU, -ngl 0 (or --device cpu) none",
+                 (int)cfg->n_gpu_layers, (int)hp->n_layer, cfg->model_path, (int)hp->n_layer);
+    return WEIR_E_NOTSUP;
+  }
+  return WEIR_OK;
+}
+
 /* The models and the KV pool they share (the runtime assembly, after the plugins): the pool
  * first, from the models' attention shapes, since it owns the geometry (block size, block
  * count, table stride) that the models and the scheduler then take from it; the target
@@ -535,7 +568,9 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
   const weir_llama_hparams *hp = &rt->hp[0];
   const char *draft_path = e->drafter && e->drafter->model_path
                                ? e->drafter->model_path(e->drafter_self) : NULL;
-  int rc = draft_path ? weir_runtime_open_draft(rt, draft_path, err, errlen) : WEIR_OK;
+  int rc = check_model_fit(hp, cfg, err, errlen);
+  if (rc != WEIR_OK) return rc;
+  rc = draft_path ? weir_runtime_open_draft(rt, draft_path, err, errlen) : WEIR_OK;
   const weir_runtime_pool_opts po = {
       .max_model_len = weir_llama_max_model_len(hp, cfg->max_model_len),
       .prefix_caching = cfg->prefix_caching};
@@ -573,6 +608,44 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
   return WEIR_OK;
 }
 
+/* model.chat_template_file (vLLM's --chat-template FILE): a Jinja template replacing the
+ * GGUF's. It must parse: an operator who names a file means that template, so a fallback to a
+ * built-in would serve another prompt format without a word. */
+static int chat_template_from_file(weir_engine *e, const weir_config *cfg, const char *bos,
+                                   const char *eos, char *err, size_t errlen) {
+  const char *path = cfg->chat_template_file;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    weir_set_err(err, errlen, "chat template %s: %s", path, strerror(errno));
+    return WEIR_E_IO;
+  }
+  enum { MAX_TEMPLATE = 1 << 20 };
+  char *text = malloc(MAX_TEMPLATE + 1);
+  size_t n = text ? fread(text, 1, MAX_TEMPLATE + 1, f) : 0;
+  int rc = WEIR_OK;
+  fclose(f);
+  if (!text) return WEIR_E_NOMEM;
+  if (n > MAX_TEMPLATE) {
+    weir_set_err(err, errlen, "chat template %s: larger than %d bytes", path, MAX_TEMPLATE);
+    rc = WEIR_E_RANGE;
+    goto free_text;
+  }
+  rc = weir_chat_renderer_create(text, n, NULL, bos, eos, &e->chat, err, errlen);
+  if (rc != WEIR_OK) goto free_text;
+  if (strcmp(weir_chat_renderer_name(e->chat), "jinja") != 0) {
+    weir_set_err(err, errlen, "chat template %s does not parse: %s", path,
+                 weir_chat_renderer_note(e->chat));
+    weir_chat_renderer_free(e->chat);
+    e->chat = NULL;
+    rc = WEIR_E_FORMAT;
+    goto free_text;
+  }
+  weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "chat template from %s (not the model's own)", path);
+free_text:
+  free(text);
+  return rc;
+}
+
 /* The chat template: a configured built-in, else the model's own Jinja template, else the
  * built-in detected from it (ChatML when none matches). A note on the choice is logged. */
 static int load_chat_template(weir_engine *e, const weir_config *cfg, char *err,
@@ -582,9 +655,11 @@ static int load_chat_template(weir_engine *e, const weir_config *cfg, char *err,
   if (b >= 0) weir_tokenizer_token_text(e->tok, b, &bos);
   if (s >= 0) weir_tokenizer_token_text(e->tok, s, &eos);
   char *bos_s = strndup(bos.ptr, bos.len), *eos_s = strndup(eos.ptr, eos.len);
-  int rc = bos_s && eos_s ? weir_chat_renderer_from_gguf(e->rt.gguf[0], cfg->chat_template,
-                                                         bos_s, eos_s, &e->chat, err, errlen)
-                          : WEIR_E_NOMEM;
+  int rc = !bos_s || !eos_s      ? WEIR_E_NOMEM
+           : cfg->chat_template_file ? chat_template_from_file(e, cfg, bos_s, eos_s, err, errlen)
+                                 : weir_chat_renderer_from_gguf(e->rt.gguf[0], cfg->chat_template,
+                                                                bos_s, eos_s, &e->chat, err,
+                                                                errlen);
   free(bos_s);
   free(eos_s);
   if (rc != WEIR_OK) return rc;

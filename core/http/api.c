@@ -1173,10 +1173,13 @@ free_root:
   return ret;
 }
 
-static cJSON *model_object(weir__http_server *s) {
+/* One entry of /v1/models: `id` is the served name or one of its aliases; `root` is the
+ * served name every alias stands for (vLLM lists each of --served-model-name's names). */
+static cJSON *model_object(weir__http_server *s, const char *id) {
   cJSON *m = cJSON_CreateObject();
   if (!m) return NULL;
-  cJSON_AddStringToObject(m, "id", s->model_name);
+  cJSON_AddStringToObject(m, "id", id);
+  cJSON_AddStringToObject(m, "root", s->model_name);
   cJSON_AddStringToObject(m, "object", "model");
   cJSON_AddNumberToObject(m, "created", (double)s->started_unix);
   cJSON_AddStringToObject(m, "owned_by", "weir");
@@ -1189,7 +1192,11 @@ static void handle_models(weir__http_req *r) {
   if (o) {
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *d = cJSON_AddArrayToObject(o, "data");
-    if (d) cJSON_AddItemToArray(d, model_object(r->srv));
+    if (d) cJSON_AddItemToArray(d, model_object(r->srv, r->srv->model_name));
+    /* The aliases after the served name (model_names[0] is the served name itself). */
+    for (int32_t i = 0; d && i < r->srv->info.num_model_names; i++)
+      if (strcmp(r->srv->info.model_names[i], r->srv->model_name) != 0)
+        cJSON_AddItemToArray(d, model_object(r->srv, r->srv->info.model_names[i]));
   }
   weir__api_respond_json(r, 200, o);
   cJSON_Delete(o);
@@ -1201,7 +1208,7 @@ static void handle_model(weir__http_req *r, const char *id) {
                              "The model `%s` does not exist.", id);
     return;
   }
-  cJSON *o = model_object(r->srv);
+  cJSON *o = model_object(r->srv, id);
   weir__api_respond_json(r, 200, o);
   cJSON_Delete(o);
 }

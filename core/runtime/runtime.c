@@ -8,6 +8,7 @@
 #include "format/quant_auto.h"
 #include "model/tokenizer.h"
 #include "util/err.h"
+#include "util/log.h"
 
 int weir_runtime_open(weir_runtime *rt, const char *path, char *err, size_t errlen) {
   memset(rt, 0, sizeof *rt);
@@ -114,6 +115,41 @@ int weir_runtime_open_draft(weir_runtime *rt, const char *path, char *err, size_
   return WEIR_OK;
 }
 
+/* cache.gpu_memory_utilization F as vLLM means it: weights plus KV cache take F of the
+ * device's total memory, so the cache gets F x total minus the weights (their GGUF bytes,
+ * every model the runtime holds). A device that does not know its memory, or a fraction
+ * that leaves nothing for the cache, is refused with the numbers. */
+static int cache_bytes_from_utilization(weir_runtime *rt, double frac, int64_t *out,
+                                        char *err, size_t errlen) {
+  const weir_plugin *dev = rt->plugins.device;
+  weir_device_info info = {.struct_size = sizeof info};
+  const weir_device_ops *ops = dev->ops;
+  int rc = ops->info(dev->self, &info);
+  if (rc != WEIR_OK || info.total_memory == 0) {
+    weir_set_err(err, errlen, "cache.gpu_memory_utilization: device %s does not report its "
+                 "memory; size the cache with cache.memory_bytes instead", dev->desc->name);
+    return WEIR_E_NOTSUP;
+  }
+  uint64_t weights = 0;
+  for (int32_t i = 0; i < rt->num_models; i++)
+    weights += weir_gguf_file_size(rt->gguf[i]) - weir_gguf_data_offset(rt->gguf[i]);
+  const double budget = frac * (double)info.total_memory;
+  const double MiB = 1024.0 * 1024.0;
+  if (budget < (double)weights + MiB) {
+    weir_set_err(err, errlen, "cache.gpu_memory_utilization %g: %g x %.0f MiB of %s leaves "
+                 "nothing for the KV cache after %.0f MiB of weights; raise it or size the "
+                 "cache with cache.memory_bytes", frac, frac, (double)info.total_memory / MiB,
+                 info.name, (double)weights / MiB);
+    return WEIR_E_RANGE;
+  }
+  *out = (int64_t)(budget - (double)weights);
+  weir_log(WEIR_LOG_INFO, "runtime",
+           "KV cache %.0f MiB: gpu_memory_utilization %g of %.0f MiB (%s) minus %.0f MiB of "
+           "weights", (double)*out / MiB, frac, (double)info.total_memory / MiB, info.name,
+           (double)weights / MiB);
+  return WEIR_OK;
+}
+
 int weir_runtime_create_pool(weir_runtime *rt, const weir_config *cfg,
                              const weir_runtime_pool_opts *p, char *err, size_t errlen) {
   if (!rt->plugins_loaded || rt->pool || rt->num_models < 1 || p->max_model_len <= 0 ||
@@ -134,6 +170,11 @@ int weir_runtime_create_pool(weir_runtime *rt, const weir_config *cfg,
                                 rt->num_models > 1 ? 0 : weir_llama_kv_window(&rt->hp[0]),
                             .groups = shapes,
                             .num_groups = rt->num_models};
+  if (p->full_seqs == 0 && cfg->num_blocks == 0 && cfg->gpu_memory_utilization > 0.0) {
+    int rc = cache_bytes_from_utilization(rt, cfg->gpu_memory_utilization, &kp.memory_bytes,
+                                          err, errlen);
+    if (rc != WEIR_OK) return rc;
+  }
   if (p->full_seqs > 0) {
     /* The pool's own block size (0: the default), so that the count is exact. */
     const int64_t bs = cfg->block_size > 0 ? cfg->block_size : WEIR_KV_DEFAULT_BLOCK_SIZE;

@@ -7,6 +7,9 @@
  *    mode): a positional comes back as WEIR_OPT_POSITIONAL, so `weir serve MODEL.gguf
  *    --port 9000` and `weir serve --port 9000 MODEL.gguf` are the same. After "--" every
  *    argument is positional.
+ * 3. llama.cpp's single-dash long options: "-np 4" is "--np 4" when "np" is one of the long
+ *    options (never "-n -p"); a misspelt long option gets the nearest names ("--prot": did
+ *    you mean --port?).
  * Every parser also knows -h/--help (returns 'h') and --version (WEIR_OPT_VERSION), so each
  * subcommand answers both. Option values are the caller's strings (argv), borrowed.
  *
@@ -36,6 +39,8 @@ typedef struct weir_opt {
   int num_long;
   int rest; /* after "--" or the end of options: index of the next positional */
   char namebuf[80];
+  char **orig_argv; /* the caller's argv */
+  char **own_argv;  /* a copy with "-np" spelled "--np" (see weir_opt_init), or NULL */
 } weir_opt;
 
 /* Prepares a parser over argv[1..argc) (argv[0] is the command name) for the options of
