@@ -261,6 +261,35 @@ static void test_failover(void) {
   hc_response_free(&r);
 }
 
+/* Every replica down: nginx answers an OpenAI-shaped JSON error (its error_page), with a
+ * JSON Content-Type, for a completion, a stream and /health alike. */
+static void test_all_down_json(void) {
+  if (!g_ready) return;
+  if (g_rep[0].pid > 0) WT_ASSERT_INT_EQ(hc_server_stop(&g_rep[0], SIGTERM, 30000), 0);
+  WT_ASSERT_INT_EQ(hc_server_stop(&g_rep[1], SIGTERM, 30000), 0);
+  static const struct {
+    const char *method, *path, *body;
+  } reqs[] = {
+      {"POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3}"},
+      {"POST", "/v1/chat/completions",
+       "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}"},
+      {"GET", "/health", NULL},
+  };
+  for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+    hc_response r;
+    WT_ASSERT_INT_EQ(hc_request(g_port, reqs[i].method, reqs[i].path, NULL, reqs[i].body, &r), 0);
+    WT_ASSERT_INT_EQ(r.status, 502);
+    char *ct = hc_header(&r, "Content-Type");
+    CU_ASSERT_PTR_NOT_NULL(ct);
+    if (ct) WT_ASSERT_STR_CONTAINS(ct, "application/json");
+    free(ct);
+    WT_ASSERT_STR_CONTAINS(r.body, "{\"error\":{\"message\":\"No weir replica is available");
+    WT_ASSERT_STR_CONTAINS(r.body, "\"type\":\"server_error\"");
+    CU_ASSERT_PTR_NULL(strstr(r.body, "<html>"));
+    hc_response_free(&r);
+  }
+}
+
 int main(void) {
   g_nginx = find_nginx();
   if (!g_nginx) {
@@ -274,6 +303,7 @@ int main(void) {
       {"a stream passes token by token", test_stream_token_by_token},
       {"load spreads over both replicas", test_load_spread},
       {"failover when a replica stops", test_failover},
+      {"every replica down: a JSON error", test_all_down_json},
       {NULL, NULL}};
   int rc = wt_run_suite("nginx", tests);
   if (!g_ready) rc = 1;
