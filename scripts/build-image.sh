@@ -5,8 +5,8 @@
 # the same mirror), then the image is run and asked /health, /v1/models and a completion,
 # its health check run, and it is stopped with SIGTERM (weir drains and exits 0).
 # Minutes, and network to the apt mirror: outside the test suite (tests/container checks
-# the files and the entry point in seconds). Run as root, or rootless where user namespaces
-# are allowed. Usage: scripts/build-image.sh [image-tag]   (default weir:latest)
+# the files and the entry point in seconds). Tried as root (rootless podman was not tried).
+# Usage: scripts/build-image.sh [image-tag]   (default weir:latest)
 # Environment: WEIR_IMAGE_WORK (/tmp/weir-image: the debootstrap tree), DEBIAN_MIRROR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)

@@ -4,7 +4,8 @@
 #
 #   (no arguments)             weir serve --host $WEIR_HOST --port $WEIR_PORT
 #                                         --device $WEIR_DEVICE $WEIR_MODEL
-#   FLAGS...                   the same, then FLAGS (a later flag wins: --port 9000)
+#   FLAGS...                   the same, then FLAGS (a later flag wins; but set the port
+#                              with WEIR_PORT, which the health check reads too)
 #   MODEL.gguf FLAGS...        that model instead of $WEIR_MODEL (also -m / --model)
 #   --config FILE FLAGS...     the file decides host, port, device and model (only FLAGS
 #                              are added), as `weir serve --config FILE` does outside
