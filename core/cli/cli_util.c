@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/opt.h"
 
 int weir__check_long_options(const char *cmd, int argc, char **argv,
                              const struct option *longopts) {
@@ -18,8 +19,15 @@ int weir__check_long_options(const char *cmd, int argc, char **argv,
     for (const struct option *p = longopts; p->name; p++)
       if (strlen(p->name) == len && strncmp(p->name, name, len) == 0) o = p;
     if (!o) {
-      fprintf(stderr, "weir %s: unknown option '%.*s' (options are never abbreviated; "
-              "see weir %s --help)\n", cmd, (int)len + 2, a, cmd);
+      char near[256];
+      int n = 0;
+      while (longopts[n].name) n++;
+      if (weir_opt_suggest(longopts, n, name, len, near, sizeof near) > 0)
+        fprintf(stderr, "weir %s: unknown option '%.*s' (did you mean %s? options are never "
+                "abbreviated; see weir %s --help)\n", cmd, (int)len + 2, a, near, cmd);
+      else
+        fprintf(stderr, "weir %s: unknown option '%.*s' (options are never abbreviated; "
+                "see weir %s --help)\n", cmd, (int)len + 2, a, cmd);
       return -1;
     }
     /* A separate value may itself start with "--": skip it. */

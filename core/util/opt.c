@@ -140,6 +140,31 @@ static int name_distance(const char *a, size_t la, const char *b, size_t lb) {
   return d[la][lb];
 }
 
+int weir_opt_suggest(const struct option *longopts, int num_long, const char *name, size_t len,
+                     char *out, size_t cap) {
+  /* The nearest names by edit distance ('_' for '-' is free), within a third of the name
+   * (at least 1, at most 3), or a long option the name starts with (--max-model-length for
+   * --max-model-len). */
+  int best = 99, nc = 0;
+  size_t off = 0;
+  if (cap) out[0] = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    int limit = (int)len / 3 < 1 ? 1 : (int)len / 3 > 3 ? 3 : (int)len / 3;
+    for (int i = 0; i < num_long; i++) {
+      const char *cn = longopts[i].name;
+      size_t cl = strlen(cn);
+      int dist = name_distance(name, len, cn, cl);
+      if (cl >= 4 && cl < len && !strncmp(cn, name, cl) && dist > 1) dist = 1;
+      if (pass == 0 && dist < best) best = dist;
+      if (pass == 1 && dist == best && best <= limit && off + 1 < cap) {
+        int n = snprintf(out + off, cap - off, "%s--%s", nc++ ? ", " : "", cn);
+        off = n < 0 ? cap : off + (size_t)n;
+      }
+    }
+  }
+  return nc;
+}
+
 /* Refuses "--name" (or "--name=v") unless name is exactly one of the long options. */
 static int check_long(weir_opt *o, const char *a) {
   const char *name = a + 2;
@@ -158,26 +183,7 @@ static int check_long(weir_opt *o, const char *a) {
                   "options are not abbreviated)", o->prog, (int)len, name, cands);
     return -1;
   }
-  /* A misspelling: the nearest names by edit distance ('_' for '-' is free), within a
-   * third of the name (at least 1, at most 3), or a long option the name starts with
-   * (--max-model-length for --max-model-len). */
-  int best = 99;
-  for (int i = 0; i < o->num_long; i++) {
-    const char *cn = o->longopts[i].name;
-    size_t cl = strlen(cn);
-    int dist = name_distance(name, len, cn, cl);
-    if (cl >= 4 && cl < len && !strncmp(cn, name, cl) && dist > 1) dist = 1;
-    if (dist < best) best = dist;
-  }
-  int limit = (int)len / 3 < 1 ? 1 : (int)len / 3 > 3 ? 3 : (int)len / 3;
-  for (int i = 0; i < o->num_long && best <= limit && off < sizeof cands; i++) {
-    const char *cn = o->longopts[i].name;
-    size_t cl = strlen(cn);
-    int dist = name_distance(name, len, cn, cl);
-    if (cl >= 4 && cl < len && !strncmp(cn, name, cl) && dist > 1) dist = 1;
-    if (dist == best)
-      off += (size_t)snprintf(cands + off, sizeof cands - off, "%s--%s", nc++ ? ", " : "", cn);
-  }
+  nc = weir_opt_suggest(o->longopts, o->num_long, name, len, cands, sizeof cands);
   if (nc)
     weir_set_err(o->err, sizeof o->err, "%s: unknown option '--%.*s' (did you mean %s? "
                   "see %s --help)", o->prog, (int)len, name, cands, o->prog);

@@ -56,6 +56,13 @@ int weir_opt_init(weir_opt *o, const char *prog, int argc, char **argv, const ch
 int weir_opt_next(weir_opt *o);
 void weir_opt_fini(weir_opt *o);
 
+/* "Did you mean": writes into out (cap bytes) the long options of longopts[0..num_long)
+ * nearest to the unknown name[0..len) ("--port" for "prot", "--served-model-name" for
+ * "served_model_name", "--max-model-len" for "max-model-length"), comma-separated; returns
+ * how many, 0 when none is near. */
+int weir_opt_suggest(const struct option *longopts, int num_long, const char *name, size_t len,
+                     char *out, size_t cap);
+
 /* Value parsers for option arguments: the whole string must be a number within [lo, hi];
  * otherwise they return -1 and write "weir X: --flag: 'v' is not ..." into o->err. */
 int weir_opt_int(weir_opt *o, int64_t lo, int64_t hi, int64_t *out);

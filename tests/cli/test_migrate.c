@@ -51,6 +51,11 @@ static void test_did_you_mean(void) {
     WT_ASSERT_STR_CONTAINS(out, cases[i].want);
     free(out);
   }
+  /* The commands that check their options before a getopt loop suggest too. */
+  char *o2 = NULL;
+  WT_ASSERT_INT_EQ(weir(&o2, "convert", "--inn", "d", "--out", "x.gguf", NULL), 2);
+  WT_ASSERT_STR_CONTAINS(o2, "unknown option '--inn' (did you mean --in?");
+  free(o2);
   /* Nothing near: no suggestion. */
   char *out = NULL;
   WT_ASSERT_INT_EQ(weir(&out, "serve", "--zzzzzzzz", NULL), 2);
