@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -121,6 +122,9 @@ def check_dockerfile(src):
 
 
 def check_libraries(weir, plugin_dir, runtime_pkgs):
+    if not shutil.which("dpkg") or not shutil.which("ldd"):
+        print("container: library check skipped (no dpkg or ldd: not a Debian host)")
+        return
     files = [weir] + [os.path.join(plugin_dir, f) for f in sorted(os.listdir(plugin_dir))
                       if f.endswith(".so") and "cuda" not in f]
     libs = set()
