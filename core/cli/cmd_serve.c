@@ -49,12 +49,13 @@ static void usage(FILE *f) {
 }
 
 /* Whether a bare argument after --served-model-name is the model rather than another name:
- * a .gguf path, or a file that exists (a name such as "org/model" is not one). */
+ * a .gguf path, or a path that exists (a name such as "org/model" is not one; a Hugging Face
+ * directory is, so that it gets its own message rather than becoming an alias). */
 static int looks_like_model(const char *a) {
   size_t n = strlen(a);
   struct stat st;
   if (n >= 5 && !strcasecmp(a + n - 5, ".gguf")) return 1;
-  return stat(a, &st) == 0 && !S_ISDIR(st.st_mode);
+  return stat(a, &st) == 0;
 }
 
 int weir__cmd_serve(int argc, char **argv) {

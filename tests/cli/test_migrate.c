@@ -344,6 +344,13 @@ static void test_first_run(void) {
     CU_ASSERT_PTR_NULL(strstr(out, "truncated"));
     free(out);
   }
+  /* After --served-model-name a directory is still the model, not a further name. */
+  char port[16];
+  snprintf(port, sizeof port, "%d", wt_free_port());
+  WT_ASSERT_INT_EQ(weir(&out, "serve", "--served-model-name", "a", hf, "--port", port,
+                        "--plugin-dir", WT_PLUGIN_DIR, NULL), 1);
+  WT_ASSERT_STR_CONTAINS(out, "a Hugging Face model directory, not a GGUF file");
+  free(out);
   free(hf);
   free(cfg);
   free(st);
