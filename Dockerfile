@@ -27,7 +27,8 @@ RUN apt-get update -q \
          https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb \
       && dpkg -i /tmp/cuda-keyring.deb && apt-get update -q \
       && apt-get install -y -q --no-install-recommends \
-         cuda-nvcc-${CUDA_VERSION} cuda-cudart-dev-${CUDA_VERSION} libcublas-dev-${CUDA_VERSION}; \
+         cuda-nvcc-${CUDA_VERSION} cuda-cudart-dev-${CUDA_VERSION} cuda-cccl-${CUDA_VERSION} \
+         libcublas-dev-${CUDA_VERSION}; \
     fi \
  && rm -rf /var/lib/apt/lists/*
 ENV PATH=/usr/local/cuda/bin:${PATH}
