@@ -693,7 +693,8 @@ static void test_truncated_file_on_disk(void) {
   free(path);
   /* A safetensors file: an 8-byte header length, then its JSON header. */
   path = wt_strf("%s/model.safetensors", g_dir);
-  CU_ASSERT_EQUAL_FATAL(wt_write_file(path, "\x10\0\0\0\0\0\0\0{\"a\":{}}      ", 24), 0);
+  static const char st[] = "\x08\0\0\0\0\0\0\0{\"a\":{}}";
+  CU_ASSERT_EQUAL_FATAL(wt_write_file(path, st, sizeof st - 1), 0);
   WT_ASSERT_INT_EQ(weir_gguf_open(path, &g, err, sizeof err), WEIR_E_FORMAT);
   WT_ASSERT_STR_CONTAINS(err, "a safetensors file, not a GGUF file");
   WT_ASSERT_STR_CONTAINS(err, "convert_hf_to_gguf.py");
