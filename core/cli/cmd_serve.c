@@ -17,7 +17,7 @@ static void usage(FILE *f) {
         "(server.drain_timeout_ms) and exits 0. Without a model it serves models/default.gguf.\n"
         "\n"
         "Endpoints (docs/http-api.md):\n"
-        "  POST /v1/chat/completions  /v1/completions  /v1/responses\n"
+        "  POST /v1/chat/completions  /v1/completions  /v1/responses  /v1/embeddings\n"
         "  GET  /v1/models  /v1/models/{id}\n"
         "  POST /tokenize  /detokenize\n"
         "  GET  /health (503 while loading or draining)  /metrics (Prometheus)  /version\n"
