@@ -20,7 +20,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
       build-essential cmake ninja-build pkg-config ca-certificates \
-      libuv1-dev node-llhttp libtomlplusplus-dev libcjson-dev \
+      libuv1-dev node-llhttp libtomlplusplus-dev libcjson-dev libhiredis-dev \
  && if [ "$VARIANT" = cuda ]; then \
       apt-get install -y -q --no-install-recommends curl gnupg \
       && curl -fsSL -o /tmp/cuda-keyring.deb \
@@ -53,10 +53,10 @@ ARG VARIANT=cpu
 ARG CUDA_VERSION=12-8
 ENV DEBIAN_FRONTEND=noninteractive
 # Only the shared libraries weir and its CPU plugins link (llhttp and toml++ are compiled
-# in; libc6 and libgcc-s1 are in every Debian base). tests/container checks this list
-# against ldd of the built binary and plugins.
+# in; libc6 and libgcc-s1 are in every Debian base; hiredis is the redis response-cache
+# plugin's). tests/container checks this list against ldd of the built binary and plugins.
 RUN apt-get update -q \
- && apt-get install -y -q --no-install-recommends libuv1 libcjson1 libstdc++6 \
+ && apt-get install -y -q --no-install-recommends libuv1 libcjson1 libstdc++6 libhiredis0.14 \
  && if [ "$VARIANT" = cuda ]; then \
       apt-get install -y -q --no-install-recommends curl ca-certificates \
       && curl -fsSL -o /tmp/cuda-keyring.deb \
