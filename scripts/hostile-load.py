@@ -23,8 +23,15 @@ ratios stay fair on a shared machine:
 The hostile clients run in a child process at nice 19 (they stand for remote machines and
 must not take the server's CPU on this one); meanwhile a prober (127.0.0.2) asks GET /health on a fresh connection every 20 ms, and a light
 client (127.0.0.3) streams 48-token completions one after another; each token's arrival time
-is recorded. Prints a Markdown table: /health p50/p99/max, ITL p50/p99, and ITL p99 against
-the baseline's.
+is recorded. Prints a Markdown table: /health p50/p99/max, ITL p50/p99, ITL p99 against
+the baseline's, and the server's own view: the p99 and max of weir_event_loop_lag_seconds
+over the run (bucket upper bounds, from /metrics before and after), and the time per second
+the loop thread spent waiting for a CPU (/proc schedstat). Per run it also prints each
+thread group's CPU and run-queue wait per second (loop, weir-engine, weir-cpu, the pools).
+Loop lag does not include the measuring clients' own scheduling, so it is the fairer figure
+on a shared machine.
+
+A/B against another build: run it again with --weir PATH (alternate the two).
 """
 import argparse
 import json
