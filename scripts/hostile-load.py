@@ -23,8 +23,15 @@ ratios stay fair on a shared machine:
 The hostile clients run in a child process at nice 19 (they stand for remote machines and
 must not take the server's CPU on this one); meanwhile a prober (127.0.0.2) asks GET /health on a fresh connection every 20 ms, and a light
 client (127.0.0.3) streams 48-token completions one after another; each token's arrival time
-is recorded. Prints a Markdown table: /health p50/p99/max, ITL p50/p99, and ITL p99 against
-the baseline's.
+is recorded. Prints a Markdown table: /health p50/p99/max, ITL p50/p99, ITL p99 against
+the baseline's, and the server's own view: the p99 and max of weir_event_loop_lag_seconds
+over the run (bucket upper bounds, from /metrics before and after), and the time per second
+the loop thread spent waiting for a CPU (/proc schedstat). Per run it also prints each
+thread group's CPU and run-queue wait per second (loop, weir-engine, weir-cpu, the pools).
+Loop lag does not include the measuring clients' own scheduling, so it is the fairer figure
+on a shared machine.
+
+A/B against another build: run it again with --weir PATH (alternate the two).
 """
 import argparse
 import json
@@ -70,6 +77,66 @@ def post(port, host_ip, path, body, timeout=120):
         data += d
     s.close()
     return int(data[9:12]) if data.startswith(b"HTTP/1.1 ") else 0
+
+
+def get(port, path, timeout=10):
+    s = conn(port, "127.0.0.1", timeout)
+    s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    s.close()
+    return data.partition(b"\r\n\r\n")[2].decode(errors="replace")
+
+
+LAG = "weir_event_loop_lag_seconds"
+
+
+def lag_buckets(port):
+    """The loop-lag histogram's cumulative bucket counts {le: count} from /metrics."""
+    out = {}
+    for line in get(port, "/metrics").splitlines():
+        if line.startswith(LAG + "_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def lag_pct(before, after, p):
+    """The upper bound of the bucket holding the p-th percentile of the ticks between two
+    scrapes (inf: past the last bound)."""
+    les = sorted(after)
+    d = [after[le] - before.get(le, 0) for le in les]
+    if not d or d[-1] <= 0:
+        return float("nan")
+    for le, c in zip(les, d):
+        if c >= p / 100.0 * d[-1]:
+            return le
+    return float("inf")
+
+
+def thread_stats(pid):
+    """Per thread group: (CPU seconds, seconds waiting for a CPU), from schedstat. The loop is
+    the main thread; the others are told apart by name."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            comm = open("/proc/%d/task/%s/comm" % (pid, tid)).read().strip()
+            run, wait = [int(x) for x in open("/proc/%d/task/%s/schedstat" % (pid, tid))
+                         .read().split()[:2]]
+        except (OSError, ValueError):
+            continue
+        group = "loop" if int(tid) == pid else comm
+        a, b = out.get(group, (0.0, 0.0))
+        out[group] = (a + run / 1e9, b + wait / 1e9)
+    return out
 
 
 def pct(xs, p):
@@ -226,7 +293,7 @@ def hostile_proc(port, scenario, seconds):
     print(json.dumps(run.statuses, default=str), flush=True)
 
 
-def one_run(port, scenario, seconds):
+def one_run(port, scenario, seconds, pid=0):
     run = Run(port, seconds)
     proc = None
     if scenario != "idle":
@@ -235,12 +302,18 @@ def one_run(port, scenario, seconds):
                                  str(seconds + 1.0)], stdout=subprocess.PIPE)
         time.sleep(1.0)  # the load is on before measuring
     run.end = time.time() + seconds
+    lag0, th0, t0 = lag_buckets(port), thread_stats(pid), time.time()
     meas = [threading.Thread(target=prober, args=(run,)),
             threading.Thread(target=light_stream, args=(run,))]
     for t in meas:
         t.start()
     for t in meas:
         t.join()
+    lag1, th1, dt = lag_buckets(port), thread_stats(pid), time.time() - t0
+    run.lag = (lag0, lag1)
+    # per second of the run: each thread group's CPU and time spent waiting for a CPU
+    run.threads = {g: ((v[0] - th0.get(g, (0, 0))[0]) / dt, (v[1] - th0.get(g, (0, 0))[1]) / dt)
+                   for g, v in th1.items()}
     if proc:
         out, _ = proc.communicate()
         try:
@@ -284,34 +357,53 @@ def main():
         for sc in a.scenarios.split(","):
             for r in range(a.rounds):  # A B A B: a baseline right before each loaded run
                 for name in ("idle", sc):
-                    run = one_run(port, name if name == "idle" else sc, a.seconds)
+                    run = one_run(port, name if name == "idle" else sc, a.seconds, srv.pid)
                     key = ("idle-before-" + sc) if name == "idle" else sc
                     res = results.setdefault(key, {"health": [], "itl": [], "health_fail": 0,
-                                                   "statuses": {}})
+                                                   "statuses": {}, "lag": [], "threads": []})
+                    res["lag"].append(run.lag)
+                    res["threads"].append(run.threads)
                     res["health"] += run.health
                     res["itl"] += run.itl
                     res["health_fail"] += run.health_fail
                     for k, v in run.statuses.items():
                         res["statuses"][str(k)] = res["statuses"].get(str(k), 0) + v
-                    print("%-22s round %d: /health p99 %.1f ms, ITL p99 %.1f ms (%d tokens)" % (
-                        key, r, pct(run.health, 99), pct(run.itl, 99), len(run.itl)),
-                        file=sys.stderr, flush=True)
+                    print("%-22s round %d: /health p99 %.1f ms, ITL p99 %.1f ms (%d tokens), "
+                          "loop lag p99 <= %.1f ms; per s: %s" % (
+                              key, r, pct(run.health, 99), pct(run.itl, 99), len(run.itl),
+                              lag_pct(run.lag[0], run.lag[1], 99) * 1000,
+                              ", ".join("%s cpu %.2f wait %.2f" % (g, v[0], v[1])
+                                        for g, v in sorted(run.threads.items()) if v[0] > 0.005)),
+                          file=sys.stderr, flush=True)
         print("| load | /health p50 | /health p99 | /health max | /health failed | ITL p50 | "
-              "ITL p99 | ITL p99 / unloaded | hostile answers |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "ITL p99 | ITL p99 / unloaded | loop lag p99 | loop lag max | loop waiting for a CPU | hostile answers |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         summary = {}
         for sc in a.scenarios.split(","):
             base, res = results["idle-before-" + sc], results[sc]
             for label, r in (("unloaded (before %s)" % sc, base), (sc, res)):
                 ratio = pct(r["itl"], 99) / pct(base["itl"], 99)
-                print("| %s | %.1f ms | %.1f ms | %.1f ms | %d | %.1f ms | %.1f ms | %.2fx | %s |" % (
+                # the rounds' loop-lag histograms, summed
+                b0 = {}
+                b1 = {}
+                for l0, l1 in r["lag"]:
+                    for le in l1:
+                        b0[le] = b0.get(le, 0) + l0.get(le, 0)
+                        b1[le] = b1.get(le, 0) + l1[le]
+                lag99, lagmax = lag_pct(b0, b1, 99), lag_pct(b0, b1, 100)
+                wait = sum(t.get("loop", (0, 0))[1] for t in r["threads"]) / max(1, len(r["threads"]))
+                print("| %s | %.1f ms | %.1f ms | %.1f ms | %d | %.1f ms | %.1f ms | %.2fx | "
+                      "<= %g ms | <= %g ms | %.1f ms/s | %s |" % (
                     label, pct(r["health"], 50), pct(r["health"], 99), max(r["health"] or [0]),
                     r["health_fail"], pct(r["itl"], 50), pct(r["itl"], 99), ratio,
+                    lag99 * 1000, lagmax * 1000, wait * 1000,
                     ", ".join("%s: %d" % kv for kv in sorted(r["statuses"].items())) or "-"))
                 summary[label] = {"health_p50": pct(r["health"], 50),
                                   "health_p99": pct(r["health"], 99),
                                   "itl_p50": pct(r["itl"], 50), "itl_p99": pct(r["itl"], 99),
-                                  "itl_p99_ratio": ratio, "statuses": r["statuses"]}
+                                  "itl_p99_ratio": ratio, "loop_lag_p99_le": lag99,
+                                  "loop_lag_max_le": lagmax, "threads": r["threads"],
+                                  "statuses": r["statuses"]}
         if a.json:
             json.dump(summary, open(a.json, "w"), indent=1)
     finally:

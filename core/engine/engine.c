@@ -786,6 +786,9 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     goto fail;
   }
   e->thread_started = 1;
+  /* Named, so that tools (top -H, perf, scripts/hostile-load.py) tell it from the loop and
+   * the work pools. */
+  pthread_setname_np(e->thread, "weir-engine");
   *out = e;
   return WEIR_OK;
 

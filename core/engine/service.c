@@ -133,3 +133,10 @@ int weir_service_embed(const weir_service *sv, const char *text, size_t len, flo
   free(ids);
   return rc;
 }
+
+int32_t weir_service_constraint_expire(const weir_service *sv, uint64_t max_idle_ns,
+                                       size_t *freed_bytes) {
+  if (freed_bytes) *freed_bytes = 0;
+  if (!sv) return 0;
+  return weir_constraint_cache_expire(sv->gcache, max_idle_ns, freed_bytes);
+}

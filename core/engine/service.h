@@ -70,6 +70,10 @@ int weir_service_render_chat(const weir_service *sv, const weir_chat_request *re
  * weir_engine_constraint, which this is). */
 int weir_service_constraint(const weir_service *sv, const struct weir_constraint_spec *spec,
                             struct weir_constraint **out, char *err, size_t errlen);
+/* Evicts cached constraints unused for more than max_idle_ns (weir_constraint_cache_expire);
+ * returns how many, *freed_bytes (may be NULL) what they held. */
+int32_t weir_service_constraint_expire(const weir_service *sv, uint64_t max_idle_ns,
+                                       size_t *freed_bytes);
 
 /* ---- Embeddings (issue 33) --------------------------------------------------------------
  * The vector of a text or of token ids from the configured embedding source (sv->embed):

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -19,7 +20,8 @@ typedef struct entry {
   weir_constraint *c; /* NULL for a cached error */
   int status;
   char *err;
-  uint64_t last_use;
+  uint64_t last_use;    /* the cache's tick: the order of use */
+  uint64_t last_use_ns; /* CLOCK_MONOTONIC: the age of the last use (expiry) */
 } entry;
 
 struct weir_constraint_cache {
@@ -99,6 +101,12 @@ static char *make_key(const weir_constraint_spec *spec, size_t *len) {
   return key;
 }
 
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static size_t entry_bytes(const entry *e) {
   return e->key_len + (e->c ? weir_constraint_memory(e->c) : 0);
 }
@@ -131,6 +139,7 @@ int weir_constraint_cache_get(weir_constraint_cache *c, const weir_constraint_sp
   if (i >= 0) {
     c->hits++;
     c->e[i].last_use = ++c->tick;
+    c->e[i].last_use_ns = now_ns();
     const int rc = hand_out(&c->e[i], out, err, errlen);
     pthread_mutex_unlock(&c->mu);
     free(key);
@@ -174,6 +183,7 @@ int weir_constraint_cache_get(weir_constraint_cache *c, const weir_constraint_sp
     i = c->n++;
   }
   c->e[i].last_use = ++c->tick;
+  c->e[i].last_use_ns = now_ns();
   rc = hand_out(&c->e[i], out, err, errlen);
   /* Over the memory bound: evict the least recently used others (their holders keep them). */
   if (c->max_bytes) {
@@ -194,6 +204,27 @@ int weir_constraint_cache_get(weir_constraint_cache *c, const weir_constraint_sp
   weir_constraint_release(made);
   free(key);
   return rc;
+}
+
+int32_t weir_constraint_cache_expire(weir_constraint_cache *c, uint64_t max_idle_ns,
+                                    size_t *freed_bytes) {
+  if (freed_bytes) *freed_bytes = 0;
+  if (!c) return 0;
+  const uint64_t now = now_ns();
+  int32_t n = 0;
+  pthread_mutex_lock(&c->mu);
+  for (int32_t k = 0; k < c->n;) {
+    if (now - c->e[k].last_use_ns >= max_idle_ns) {
+      if (freed_bytes) *freed_bytes += entry_bytes(&c->e[k]);
+      entry_clear(&c->e[k]);
+      c->e[k] = c->e[--c->n];
+      n++;
+    } else {
+      k++;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return n;
 }
 
 void weir_constraint_cache_stats(weir_constraint_cache *c, uint64_t *hits, uint64_t *misses,

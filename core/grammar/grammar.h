@@ -143,6 +143,12 @@ void weir_constraint_cache_free(weir_constraint_cache *cache);
  * (and cached) as for weir_grammar_compile. */
 int weir_constraint_cache_get(weir_constraint_cache *cache, const weir_constraint_spec *spec,
                               weir_constraint **out, char *err, size_t errlen);
+/* Evicts the entries not used for more than max_idle_ns (a constraint a request still holds
+ * lives on with it), so that a burst of one-off constraints does not stay resident after it
+ * (issue 28: RSS back to idle). Returns how many were evicted; *freed_bytes (may be NULL)
+ * gets their weir_constraint_memory and keys. Thread-safe. */
+int32_t weir_constraint_cache_expire(weir_constraint_cache *cache, uint64_t max_idle_ns,
+                                    size_t *freed_bytes);
 /* Hits, misses and entries, for metrics. */
 void weir_constraint_cache_stats(weir_constraint_cache *cache, uint64_t *hits, uint64_t *misses,
                                  int32_t *entries);

@@ -144,6 +144,17 @@ int weir__api_metrics_register(weir__http_server *s) {
   for (size_t i = 0; i < sizeof defs / sizeof defs[0] && rc == WEIR_OK; i++)
     rc = weir_metrics_register(s->metrics, defs[i].name, defs[i].help, WEIR_METRIC_HISTOGRAM,
                                NULL, 0, NULL, defs[i].out);
+  /* Stalls worth seeing are from about a millisecond (the loop's poll wakes at millisecond
+   * granularity, so up to 1 ms is its resolution, not a stall) to seconds. */
+  static const double lag_buckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+                                       0.05,   0.1,   0.25,  0.5,   1,    2.5};
+  if (rc == WEIR_OK)
+    rc = weir_metrics_register(
+        s->metrics, "event_loop_lag_seconds",
+        "How late the HTTP event loop ran a timer due every 10 ms: the time the loop could "
+        "not react (a slow callback, or the loop thread waiting for a CPU).",
+        WEIR_METRIC_HISTOGRAM, lag_buckets, (int)(sizeof lag_buckets / sizeof lag_buckets[0]),
+        NULL, &x->loop_lag);
   return rc;
 }
 
@@ -442,12 +453,14 @@ static void on_engine_event(weir__http_server *s, void *user, const weir_gen_eve
   } else {
     qe->ev.error = NULL;
   }
-  pthread_mutex_lock(&s->ev_lock);
-  if (s->ev_tail) s->ev_tail->next = qe;
-  else s->ev_head = qe;
-  s->ev_tail = qe;
-  pthread_mutex_unlock(&s->ev_lock);
-  uv_async_send(&s->async);
+  weir__queued_event *old = atomic_load_explicit(&s->ev_stack, memory_order_relaxed);
+  do {
+    qe->next = old;
+  } while (!atomic_compare_exchange_weak_explicit(&s->ev_stack, &old, qe, memory_order_release,
+                                                  memory_order_relaxed));
+  const uint64_t one = 1;
+  ssize_t n = write(s->work_fd, &one, sizeof one); /* see work_post */
+  (void)n;
 }
 
 /* The engine's callback carries only `user`: a weir__engine_user. */
@@ -457,19 +470,20 @@ static void engine_cb(void *user, const weir_gen_event *ev) {
 
 static void work_done_all(weir__api_work *w);
 
-void weir__api_on_async(uv_async_t *a) {
-  weir__http_server *s = a->data;
-  pthread_mutex_lock(&s->ev_lock);
-  weir__queued_event *qe = s->ev_head;
-  s->ev_head = s->ev_tail = NULL;
-  weir__api_work *w = s->work_head;
-  s->work_head = s->work_tail = NULL;
-  pthread_mutex_unlock(&s->ev_lock);
-  work_done_all(w);
+/* On the loop: the engine events queued since the last call, in the order they came. */
+static void events_drain(weir__http_server *s) {
+  weir__queued_event *qe = atomic_exchange_explicit(&s->ev_stack, NULL, memory_order_acquire);
+  weir__queued_event *fifo = NULL;
   while (qe) {
-    weir__queued_event *n = qe->next;
-    on_event(s, qe);
-    qe = n;
+    weir__queued_event *next = qe->next;
+    qe->next = fifo;
+    fifo = qe;
+    qe = next;
+  }
+  while (fifo) {
+    weir__queued_event *n = fifo->next;
+    on_event(s, fifo);
+    fifo = n;
   }
 }
 
@@ -502,12 +516,29 @@ static weir__http_req *detach(weir__api_job *job) {
   return r;
 }
 
+/* Frees a. A heavy request's (a JSON tree of 60,000 nodes, a 0.9 MB text, a prompt of
+ * 200,000 tokens) is freed on the heavy preparation pool, where it was made: freeing it
+ * here took the loop milliseconds, and the allocator's lock of the arena that made it. */
+static void gen_free_run(void *arg, int cancelled) {
+  (void)cancelled; /* freed either way */
+  weir__api_gen_free(arg);
+  free(arg);
+}
+
+static void gen_dispose(weir__http_server *s, api_gen *a) {
+  if (!a) return;
+  if (a->heavy && s->prep_heavy_pool &&
+      weir_workpool_submit(s->prep_heavy_pool, 0, gen_free_run, a) == WEIR_OK)
+    return;
+  weir__api_gen_free(a);
+  free(a);
+}
+
 /* A job that failed before its response went out: answers the request with e, frees a, and
  * ends the job (aborting whatever was already queued). */
 static void fail_job(weir__api_job *job, api_gen *a, const api_error *e) {
   weir__api_respond_error(detach(job), e);
-  weir__api_gen_free(a);
-  free(a);
+  gen_dispose(job->s, a);
   abandon(job);
 }
 
@@ -531,8 +562,7 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
       ch->index = i;
       ch->prompt_index = i / n;
     }
-    weir__api_gen_free(a);
-    free(a);
+    gen_dispose(s, a);
     stream_begin(job, r);
     replay_answer(job);
     return;
@@ -558,8 +588,7 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
       ch->submitted = 1;
     }
   }
-  weir__api_gen_free(a);
-  free(a);
+  gen_dispose(s, a);
   stream_begin(job, r);
   return;
 
@@ -654,7 +683,7 @@ static void abandon(weir__api_job *job) {
  * Everything a request body costs in proportion to its size or its content runs on the work
  * pools, never on the loop (issue 28): the JSON parse, the chat template, tokenizing, and
  * the constraint compile. The loop only takes the body from the request, queues the work
- * and, when it comes back (weir__api_on_async), answers or submits. A job exists from the
+ * and, when it comes back (weir__api_on_work), answers or submits. A job exists from the
  * start so that a client that leaves meanwhile is seen (client_gone sets job->r NULL), and
  * so that a drain waits for the work. */
 
@@ -683,25 +712,28 @@ static void work_free(weir__api_work *w) {
   weir_buf_free(&w->body);
   free(w->auth);
   weir__rcache_ctx_free(&w->cache);
-  if (w->a) {
-    weir__api_gen_free(w->a);
-    free(w->a);
-  }
+  gen_dispose(w->s, w->a);
   cJSON_Delete(w->resp_echo);
   cJSON_Delete(w->reply);
   free(w);
 }
 
-/* Back to the loop: queued under ev_lock, handled in weir__api_on_async. Any thread. */
+/* Back to the loop: pushed onto work_stack without a lock, then the loop is woken through
+ * work_fd (weir__api_on_work). Any thread; never waits for the loop, and the loop never waits
+ * for it (http_internal.h). */
 static void work_post(weir__api_work *w) {
   weir__http_server *s = w->s;
-  w->next = NULL;
-  pthread_mutex_lock(&s->ev_lock);
-  if (s->work_tail) s->work_tail->next = w;
-  else s->work_head = w;
-  s->work_tail = w;
-  pthread_mutex_unlock(&s->ev_lock);
-  uv_async_send(&s->async);
+  weir__api_work *old = atomic_load_explicit(&s->work_stack, memory_order_relaxed);
+  do {
+    w->next = old;
+  } while (!atomic_compare_exchange_weak_explicit(&s->work_stack, &old, w, memory_order_release,
+                                                  memory_order_relaxed));
+  /* Every post writes (not only the first onto an empty stack): a post preempted before its
+   * write would otherwise hold back the wake-up for all the others. The write fails only
+   * when the counter is saturated, and then the descriptor is readable anyway. */
+  const uint64_t one = 1;
+  ssize_t n = write(s->work_fd, &one, sizeof one);
+  (void)n;
 }
 
 static int tokenize_body(weir__http_server *s, cJSON *root, cJSON **reply, api_error *e);
@@ -710,12 +742,14 @@ static int cache_clear_body(weir__http_server *s, cJSON *root, const char *auth,
                             api_error *e);
 
 /* A large body or compile leaves its working memory (JSON trees, token arrays, automata:
- * up to hundreds of MB) freed but held by the allocator, in the arenas of the pool threads
- * that used it. It is given back to the system (malloc_trim walks every arena) when the last
- * large piece of work in flight ends, and otherwise at most once a second. */
+ * up to hundreds of MB) freed but held by the allocator. It is given back to the system by
+ * the housekeeping (weir__api_housekeep), on a thread of normal priority: malloc_trim holds
+ * each arena's lock while it walks the arena, and on a nice-19 pool thread a preemption
+ * there would leave the loop and the engine waiting for that lock behind every other
+ * runnable thread of the machine. */
 #define WEIR__TRIM_MIN_TEXT (64 * 1024)
-static _Atomic uint64_t g_last_trim_ns;
 static atomic_int g_large_inflight;
+static atomic_int g_trim_wanted;
 
 static void large_work_begin(size_t text_len) {
   if (text_len >= WEIR__TRIM_MIN_TEXT) atomic_fetch_add(&g_large_inflight, 1);
@@ -723,11 +757,48 @@ static void large_work_begin(size_t text_len) {
 
 static void trim_after_large_work(size_t text_len) {
   if (text_len < WEIR__TRIM_MIN_TEXT) return;
-  const int last = atomic_fetch_sub(&g_large_inflight, 1) == 1;
-  uint64_t now = uv_hrtime(), prev = atomic_load(&g_last_trim_ns);
-  if (!last && now - prev < 1000000000ull) return;
-  atomic_store(&g_last_trim_ns, now);
-  malloc_trim(0);
+  atomic_fetch_sub(&g_large_inflight, 1);
+  atomic_store(&g_trim_wanted, 1);
+}
+
+/* Cached constraints unused this long are evicted: one-off constraints (a different schema
+ * per request) must not stay resident for good after their burst (issue 28). */
+#define WEIR__CONSTRAINT_IDLE_NS (60ull * 1000000000ull)
+#define WEIR__EXPIRE_EVERY_S 10
+#define WEIR__TRIM_EVERY_S 5
+
+static void housekeep_run(uv_work_t *w) {
+  weir__http_server *s = w->data;
+  size_t freed = 0;
+  if (s->hk_expire && s->svc)
+    (void)weir_service_constraint_expire(s->svc, WEIR__CONSTRAINT_IDLE_NS, &freed);
+  if (s->hk_trim || freed >= (size_t)WEIR__TRIM_MIN_TEXT) malloc_trim(0);
+}
+
+static void housekeep_done(uv_work_t *w, int status) {
+  (void)status;
+  weir__http_server *s = w->data;
+  s->hk_busy = 0;
+}
+
+void weir__api_housekeep(weir__http_server *s, uint64_t now_s) {
+  if (s->hk_busy || !s->svc || s->state == WEIR__STOPPING) return;
+  /* Trim when the last large piece of work has ended, and at most every few seconds while
+   * they keep coming (each trim walks every arena). */
+  const int trim = atomic_load(&g_trim_wanted) &&
+                   (atomic_load(&g_large_inflight) == 0 ||
+                    now_s - s->hk_last_trim_s >= WEIR__TRIM_EVERY_S);
+  const int expire = now_s - s->hk_last_expire_s >= WEIR__EXPIRE_EVERY_S;
+  if (!trim && !expire) return;
+  if (trim) {
+    atomic_store(&g_trim_wanted, 0);
+    s->hk_last_trim_s = now_s;
+  }
+  if (expire) s->hk_last_expire_s = now_s;
+  s->hk_trim = trim;
+  s->hk_expire = expire;
+  s->hk_work.data = s;
+  if (uv_queue_work(s->loop, &s->hk_work, housekeep_run, housekeep_done) == 0) s->hk_busy = 1;
 }
 
 /* Compile pool: the constraint, then back to the loop. */
@@ -797,13 +868,16 @@ static void prep_run(void *arg, int cancelled) {
         w->a = NULL;
         goto failed;
       }
+      w->a->heavy = w->body_len >= WEIR__HEAVY_BYTES;
     }
     /* The response cache, before anything is queued: a hit needs no compile either. */
     weir__rcache_lookup(s, w->a, w->auth, w->cache_control, &w->cache);
     if (w->a->spec.kind && !w->cache.hit) {
       trim_after_large_work(w->body_len);
       w->body_len = 0; /* counted: the paths below must not count it again */
-      int rc = weir_workpool_submit(s->compile_pool, w->client, compile_run, w);
+      int rc = weir_workpool_submit(
+          w->a->spec.len >= WEIR__HEAVY_BYTES ? s->compile_heavy_pool : s->compile_pool,
+          w->client, compile_run, w);
       if (rc == WEIR_OK) return;
       weir__api_fail(&w->e, rc == WEIR_E_BUSY ? 429 : 500, NULL,
                      rc == WEIR_E_BUSY ? "rate_limit_exceeded" : NULL,
@@ -854,8 +928,11 @@ static void queue_work(weir__http_req *r, int kind) {
   w->body = r->body; /* taken: the request keeps no copy */
   w->body_len = r->body.len;
   memset(&r->body, 0, sizeof r->body);
-  /* Embeddings wait for the engine: on their own pool, never holding a preparation thread. */
-  weir_workpool *pool = kind == W_EMBEDDINGS ? s->embed_pool : s->prep_pool;
+  /* Embeddings wait for the engine: on their own pool, never holding a preparation thread;
+   * a heavy body (WEIR__HEAVY_BYTES or more) on the heavy preparation pool. */
+  weir_workpool *pool = kind == W_EMBEDDINGS ? s->embed_pool
+                        : w->body_len >= WEIR__HEAVY_BYTES ? s->prep_heavy_pool
+                                                           : s->prep_pool;
   int rc = weir_workpool_submit(pool, w->client, prep_run, w);
   if (rc != WEIR_OK) {
     if (rc == WEIR_E_BUSY)
@@ -878,6 +955,22 @@ static void work_done_all(weir__api_work *w) {
     work_done(w);
     w = n;
   }
+}
+
+void weir__api_on_work(weir__http_server *s) {
+  uint64_t count;
+  ssize_t n = read(s->work_fd, &count, sizeof count); /* resets the counter */
+  (void)n;
+  weir__api_work *w = atomic_exchange_explicit(&s->work_stack, NULL, memory_order_acquire);
+  weir__api_work *fifo = NULL; /* oldest first */
+  while (w) {
+    weir__api_work *next = w->next;
+    w->next = fifo;
+    fifo = w;
+    w = next;
+  }
+  work_done_all(fifo);
+  events_drain(s);
 }
 
 /* On the loop: a request's preparation is back. */

@@ -41,11 +41,15 @@ void weir__rcache_close(weir__http_server *s);
 int weir__api_metrics_register(weir__http_server *s);
 /* The transport's handlers (dispatch, client gone, flow control). */
 extern const weir__http_handlers weir__api_handlers;
-/* The server's async handle callback: handles (and frees) every engine event queued since
- * the last call. The engine thread queues them through the callback api.c gives
- * weir_engine_submit. */
-void weir__api_on_async(uv_async_t *a);
+/* On the loop, when work_fd is readable: handles (and frees) every finished piece of work
+ * the pools posted (api.c, work_post), then every engine event queued since the last call
+ * (the engine thread queues them through the callback api.c gives weir_engine_submit). */
+void weir__api_on_work(weir__http_server *s);
 /* Aborts every in-flight engine request (drain timeout, second signal). */
 void weir__api_abort_all(weir__http_server *s);
+/* Called on the loop about once a second (now_s: any monotonic count of seconds): expires
+ * idle cached constraints and gives freed memory back to the system, on a libuv work
+ * thread, when there is something to do. Never blocks the loop. */
+void weir__api_housekeep(weir__http_server *s, uint64_t now_s);
 
 #endif

@@ -213,6 +213,8 @@ struct api_gen {
   weir_constraint *constraint;
   int compile_rc;
   char compile_why[512];
+  /* Made from a body of WEIR__HEAVY_BYTES or more: freed on a pool thread, not the loop. */
+  int heavy;
 };
 /* A generation request from its parsed body, which `out` takes over (freed with it, or here
  * on failure): 0, or -1 with e filled (nothing held). On success the caller frees with

@@ -9,6 +9,7 @@
 
 #include <llhttp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -29,11 +30,20 @@ typedef struct weir__api_work weir__api_work;
 typedef struct weir__rcache weir__rcache;
 
 /* The work pools (util/workpool.h): threads, jobs one client may run at once, jobs waiting
- * before 429. Preparing a request is quick for a normal body; compiles can take seconds. */
-#define WEIR__PREP_THREADS 16
+ * before 429. Preparing a request is quick for a normal body; compiles can take seconds.
+ * Each kind of work has two pools: light work (a body or constraint text under
+ * WEIR__HEAVY_BYTES) at about the loop's priority, so that it is never starved by a busy
+ * engine and never waits for a thread behind heavy work; heavy work (the 1 MB bodies and
+ * grammars of issue 28) on threads of its own at SCHED_IDLE, on the CPU time nothing else
+ * wants. */
+#define WEIR__HEAVY_BYTES (64 * 1024)
+#define WEIR__PREP_THREADS 8
 #define WEIR__PREP_PER_CLIENT 4
 #define WEIR__PREP_QUEUE 4096
-#define WEIR__COMPILE_THREADS 8
+#define WEIR__PREP_HEAVY_THREADS 8
+#define WEIR__PREP_HEAVY_PER_CLIENT 2
+#define WEIR__PREP_HEAVY_QUEUE 1024
+#define WEIR__COMPILE_THREADS 4
 #define WEIR__COMPILE_PER_CLIENT 2
 #define WEIR__COMPILE_QUEUE 1024
 /* /v1/embeddings on a pool of its own: its threads wait while the engine embeds, so they never
@@ -41,6 +51,9 @@ typedef struct weir__rcache weir__rcache;
 #define WEIR__EMBED_THREADS 4
 #define WEIR__EMBED_PER_CLIENT 1
 #define WEIR__EMBED_QUEUE 1024
+#define WEIR__COMPILE_HEAVY_THREADS 8
+#define WEIR__COMPILE_HEAVY_PER_CLIENT 2
+#define WEIR__COMPILE_HEAVY_QUEUE 1024
 
 typedef enum weir__server_state {
   WEIR__LOADING = 0,  /* the engine is being created: /health 503 "loading" */
@@ -98,6 +111,7 @@ typedef struct weir__queued_event weir__queued_event;
 /* Metrics the server records itself: what a client observes. The engine records its own. */
 typedef struct weir__http_metrics {
   weir_metric *ttft, *itl, *tpot, *e2e;
+  weir_metric *loop_lag; /* how late the loop's lag timer fired (serve.c) */
 } weir__http_metrics;
 
 /* What the transport calls in the layer above it (api.c provides them; serve.c hands them
@@ -129,9 +143,17 @@ struct weir__http_server {
   const weir_service *svc;
   /* Request preparation (body parse, chat template, tokenizing) and constraint compiles run
    * on these pools, never on the loop (issue 28); their results come back through
-   * `async` as weir__api_work items on work_head (under ev_lock). */
-  weir_workpool *prep_pool, *compile_pool, *embed_pool;
-  weir__api_work *work_head, *work_tail;
+   * work_stack as weir__api_work items, pushed without a lock, and work_fd (an eventfd the
+   * loop polls) wakes the loop. Not a uv_async_t, nor a mutex: a pool thread runs below the
+   * loop's priority, and if it were preempted inside uv_async_send (which the loop then
+   * spins on, yielding) or while holding a lock the loop takes, the loop would wait for it
+   * (issue 28: measured). */
+  weir_workpool *prep_pool, *compile_pool;            /* light work */
+  weir_workpool *prep_heavy_pool, *compile_heavy_pool; /* WEIR__HEAVY_BYTES or more */
+  weir_workpool *embed_pool;                          /* /v1/embeddings */
+  _Atomic(weir__api_work *) work_stack; /* newest first */
+  int work_fd;
+  uv_poll_t work_poll;
   weir_engine_info info;      /* valid once READY */
   char *model_name;
   char *bos_text;             /* the BOS token's text, or NULL */
@@ -152,13 +174,23 @@ struct weir__http_server {
   char read_buf[65536];       /* parsing consumes each read before the next */
   llhttp_settings_t parser_settings;
 
-  /* Engine events: pushed by the engine thread, drained on the loop. */
-  uv_async_t async;
-  pthread_mutex_t ev_lock;
-  weir__queued_event *ev_head, *ev_tail;
+  /* Engine events: pushed by the engine thread without a lock (newest first), drained on
+   * the loop when work_fd wakes it, like the pools' work: the engine thread, preempted on a
+   * busy machine, must not hold the loop either. */
+  _Atomic(weir__queued_event *) ev_stack;
 
   uv_signal_t sigint, sigterm;
   uv_timer_t drain_timer;
+  /* Fires every WEIR__LOOP_LAG_MS; how late it runs is the loop's stall (any cause: a slow
+   * callback, or the thread waiting for a CPU), recorded in m.loop_lag. */
+  uv_timer_t lag_timer;
+  uint64_t lag_due_ns;
+  uint64_t lag_ticks;
+  /* Housekeeping (api.c, weir__api_housekeep): cache expiry and malloc_trim, on libuv's
+   * threads (normal priority), one at a time. */
+  uv_work_t hk_work;
+  int hk_busy, hk_trim, hk_expire;
+  uint64_t hk_last_trim_s, hk_last_expire_s;
   uv_work_t load_work;
   int load_rc;
   weir_engine *loaded;        /* written by the load work, published by load_done */

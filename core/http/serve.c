@@ -3,6 +3,8 @@
  * closed handle. */
 #include <malloc.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <string.h>
@@ -17,6 +19,61 @@
  * send their last bytes (finish_reason "abort", 503s) before every connection still open is
  * closed at once: a client that never reads cannot hold the exit longer (issue 28). */
 #define WEIR__DRAIN_GRACE_MS 1000
+
+/* malloc: arenas (more than the process has threads: the pools' 28, libuv's 4, the engine
+ * and its CPU workers), and the size from which a block is mapped on its own. */
+#define WEIR__MALLOC_ARENAS 64
+#define WEIR__MMAP_BYTES (128 * 1024)
+
+/* The loop-lag probe's period: short enough to see a stall of a few milliseconds, long
+ * enough to cost nothing (100 wakes a second). */
+#define WEIR__LOOP_LAG_MS 10
+
+/* Records how late this tick came (weir_event_loop_lag_seconds), then arms the next one.
+ * Measured with the monotonic clock, not uv_now (the loop's cached time, which a stalled
+ * iteration would not have advanced). */
+static void on_lag_tick(uv_timer_t *t) {
+  weir__http_server *s = t->data;
+  uint64_t now = uv_hrtime();
+  if (s->lag_due_ns) {
+    uint64_t late = now > s->lag_due_ns ? now - s->lag_due_ns : 0;
+    weir_metric_record(s->m.loop_lag, (double)late / 1e9);
+  }
+  s->lag_due_ns = now + (uint64_t)WEIR__LOOP_LAG_MS * 1000000u;
+  /* About once a second: the housekeeping (cache expiry, malloc_trim) decides whether it
+   * has anything to do. */
+  if (++s->lag_ticks % (1000 / WEIR__LOOP_LAG_MS) == 0) weir__api_housekeep(s, now / 1000000000u);
+  uv_timer_start(&s->lag_timer, on_lag_tick, WEIR__LOOP_LAG_MS, 0);
+}
+
+static void on_work_ready(uv_poll_t *p, int status, int events) {
+  (void)status;
+  (void)events;
+  weir__api_on_work(p->data);
+}
+
+static void on_work_poll_closed(uv_handle_t *h) {
+  weir__http_server *s = h->data;
+  close(s->work_fd);
+  s->work_fd = -1;
+}
+
+/* Engine events never handled (the loop ended first); their jobs are gone. */
+static void free_events(weir__http_server *s) {
+  weir__queued_event *qe = atomic_exchange(&s->ev_stack, NULL);
+  while (qe) {
+    weir__queued_event *n = qe->next;
+    free(qe);
+    qe = n;
+  }
+}
+
+/* The engine's and the pools' ways back to the loop: closed once no job is left (so nothing
+ * can post any more). */
+static void close_wakeups(weir__http_server *s) {
+  if (s->work_fd >= 0 && !uv_is_closing((uv_handle_t *)&s->work_poll))
+    uv_close((uv_handle_t *)&s->work_poll, on_work_poll_closed);
+}
 
 /* Stops serving. Connections close after their pending writes, unless a second signal came
  * (force_close), when they close at once. The drain timer, if it runs, stays armed,
@@ -37,9 +94,9 @@ static void begin_stop(weir__http_server *s) {
   } else {
     uv_unref((uv_handle_t *)&s->drain_timer);
   }
-  /* The async handle stays open while the engine may still call back: it is closed after
+  /* The wake-up descriptor stays open while the engine may still call back: it is closed after
    * the last job is gone (see job_finished). */
-  if (s->num_jobs == 0) uv_close((uv_handle_t *)&s->async, NULL);
+  if (s->num_jobs == 0) close_wakeups(s);
 }
 
 /* Nothing more is waited for: requests are aborted and every connection closes now (their
@@ -63,8 +120,8 @@ static void job_finished(weir__http_server *s) {
   if (s->state == WEIR__DRAINING && !s->loading) {
     weir_log(WEIR_LOG_INFO, "http", "drained: every request finished");
     begin_stop(s);
-  } else if (s->state == WEIR__STOPPING && !uv_is_closing((uv_handle_t *)&s->async)) {
-    uv_close((uv_handle_t *)&s->async, NULL);
+  } else if (s->state == WEIR__STOPPING) {
+    close_wakeups(s);
   }
 }
 
@@ -161,44 +218,62 @@ static void load_done(uv_work_t *w, int status) {
 int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
                       weir_metrics *metrics) {
   weir__http_server_init(s, loop, cfg, metrics, &weir__api_handlers);
+  s->work_fd = -1;
   s->job_finished = job_finished;
-  pthread_mutex_init(&s->ev_lock, NULL);
   s->started_unix = (int64_t)time(NULL);
   /* The config already applied WEIR_API_KEY (file < environment < flags). */
   s->api_key = cfg->api_key && *cfg->api_key ? cfg->api_key : NULL;
   if (weir__api_metrics_register(s) != WEIR_OK) return WEIR_E_NOMEM;
-  uv_async_init(loop, &s->async, weir__api_on_async);
-  s->async.data = s;
+  s->work_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->work_fd < 0 || uv_poll_init(loop, &s->work_poll, s->work_fd) != 0) {
+    if (s->work_fd >= 0) close(s->work_fd);
+    s->work_fd = -1;
+    return WEIR_E_NOMEM;
+  }
+  s->work_poll.data = s;
+  uv_poll_start(&s->work_poll, UV_READABLE, on_work_ready);
   /* Request preparation and constraint compiles, off the loop (issue 28): up to
    * WEIR__PREP_THREADS bodies parsed, templated and tokenized at once, at most
-   * WEIR__PREP_PER_CLIENT of them for one client; compiles likewise. */
+   * WEIR__PREP_PER_CLIENT of them for one client; compiles likewise; heavy work (from
+   * WEIR__HEAVY_BYTES) on pools of its own at SCHED_IDLE (http_internal.h). Light
+   * preparation runs at the loop's priority: every request needs it, and at a lower one a
+   * saturated engine starves admission (the soak's client timeouts); light compiles a
+   * little below, since a short regular expression can still compile for seconds. */
   if (weir_workpool_create("weir-prep", WEIR__PREP_THREADS, WEIR__PREP_PER_CLIENT,
                            WEIR__PREP_QUEUE, &s->prep_pool) != WEIR_OK ||
+      weir_workpool_create("weir-prep-big", WEIR__PREP_HEAVY_THREADS,
+                           WEIR__PREP_HEAVY_PER_CLIENT, WEIR__PREP_HEAVY_QUEUE,
+                           &s->prep_heavy_pool) != WEIR_OK ||
       weir_workpool_create("weir-compile", WEIR__COMPILE_THREADS, WEIR__COMPILE_PER_CLIENT,
                            WEIR__COMPILE_QUEUE, &s->compile_pool) != WEIR_OK ||
+      weir_workpool_create("weir-compile-big", WEIR__COMPILE_HEAVY_THREADS,
+                           WEIR__COMPILE_HEAVY_PER_CLIENT, WEIR__COMPILE_HEAVY_QUEUE,
+                           &s->compile_heavy_pool) != WEIR_OK ||
       weir_workpool_create("weir-embed", WEIR__EMBED_THREADS, WEIR__EMBED_PER_CLIENT,
                            WEIR__EMBED_QUEUE, &s->embed_pool) != WEIR_OK)
     return WEIR_E_NOMEM;
+  weir_workpool_set_priority(s->prep_pool, WEIR_WORKPOOL_NORMAL);
+  weir_workpool_set_priority(s->compile_pool, WEIR_WORKPOOL_BELOW);
+  weir_workpool_set_priority(s->prep_heavy_pool, WEIR_WORKPOOL_IDLE);
+  weir_workpool_set_priority(s->compile_heavy_pool, WEIR_WORKPOOL_IDLE);
   return WEIR_OK;
 }
 
 void weir__serve_detach(weir__http_server *s) {
-  if (!uv_is_closing((uv_handle_t *)&s->async)) uv_close((uv_handle_t *)&s->async, NULL);
+  close_wakeups(s);
   uv_run(s->loop, UV_RUN_DEFAULT);
   /* Every job is gone (so no work is queued or running): the pools end before the engine
    * whose tokenizer they use. */
   weir_workpool_destroy(s->embed_pool);
+  weir_workpool_destroy(s->compile_heavy_pool);
   weir_workpool_destroy(s->compile_pool);
+  weir_workpool_destroy(s->prep_heavy_pool);
   weir_workpool_destroy(s->prep_pool);
   s->embed_pool = s->compile_pool = s->prep_pool = NULL;
+  s->compile_heavy_pool = s->prep_heavy_pool = NULL;
   if (s->engine) weir_engine_destroy(s->engine);
   s->engine = NULL;
-  while (s->ev_head) {
-    weir__queued_event *n = s->ev_head->next;
-    free(s->ev_head);
-    s->ev_head = n;
-  }
-  pthread_mutex_destroy(&s->ev_lock);
+  free_events(s);
   free(s->model_name);
   free(s->bos_text);
   s->model_name = s->bos_text = NULL;
@@ -236,11 +311,19 @@ int weir_http_serve(const weir_config *cfg) {
   weir__http_server *s = calloc(1, sizeof *s);
   if (!s) goto close_loop;
   raise_fd_limit(cfg);
-  /* Two malloc arenas, not one per thread: the work pools' threads parse, template and
-   * tokenize bodies of up to server.max_body_bytes, and glibc's per-thread arenas keep what
-   * they freed at the top of their heaps, where malloc_trim does not reach (8 threads held
-   * about 170 MB after a burst of 0.9 MB bodies; with two arenas RSS returns to idle). */
-  mallopt(M_ARENA_MAX, 2);
+  /* Memory and priorities (issue 28). The work pools' threads run below the loop and the
+   * engine; a lock they may hold when preempted is a lock the loop must never need, or the
+   * loop waits for as long as the low-priority thread waits for a CPU (measured: loop stalls
+   * of 0.5 s under 6 clients compiling 1 MB grammars, the loop asleep in malloc's arena
+   * lock). So every thread gets a malloc arena of its own (the main thread, which runs the
+   * loop, keeps the main arena to itself: arenas of threads that ended are reused before a
+   * thread would share one), and blocks from WEIR__MMAP_BYTES up are mapped on their own:
+   * a large body or string never enters an arena, and freeing it (on whichever thread) takes
+   * no arena lock and gives the memory straight back to the system. Setting the threshold
+   * also stops glibc from raising it after each large free, which made 1 MB bodies come from
+   * the arenas again and stay there. */
+  mallopt(M_ARENA_MAX, WEIR__MALLOC_ARENAS);
+  mallopt(M_MMAP_THRESHOLD, WEIR__MMAP_BYTES);
   if (weir__serve_setup(s, &loop, cfg, metrics) != WEIR_OK) {
     weir_log(WEIR_LOG_ERROR, "http", "cannot register metrics");
     goto free_server;
@@ -248,7 +331,11 @@ int weir_http_serve(const weir_config *cfg) {
   uv_signal_init(&loop, &s->sigint);
   uv_signal_init(&loop, &s->sigterm);
   uv_timer_init(&loop, &s->drain_timer);
-  s->sigint.data = s->sigterm.data = s->drain_timer.data = s;
+  uv_timer_init(&loop, &s->lag_timer);
+  s->sigint.data = s->sigterm.data = s->drain_timer.data = s->lag_timer.data = s;
+  /* Unreferenced: the probe never keeps the loop alive; it is closed with the signals. */
+  on_lag_tick(&s->lag_timer);
+  uv_unref((uv_handle_t *)&s->lag_timer);
   /* A client that disconnects while we write must not kill the process. */
   signal(SIGPIPE, SIG_IGN);
 
@@ -276,27 +363,28 @@ int weir_http_serve(const weir_config *cfg) {
   /* No job is left, so no work is queued or running and the engine holds none of our
    * requests: the pools end first (they use the engine's tokenizer), then the engine. */
   weir_workpool_destroy(s->embed_pool);
+  weir_workpool_destroy(s->compile_heavy_pool);
   weir_workpool_destroy(s->compile_pool);
+  weir_workpool_destroy(s->prep_heavy_pool);
   weir_workpool_destroy(s->prep_pool);
   s->embed_pool = s->compile_pool = s->prep_pool = NULL;
+  s->compile_heavy_pool = s->prep_heavy_pool = NULL;
   if (s->engine) weir_engine_destroy(s->engine);
   weir__rcache_close(s); /* after the pools: no store is running */
-  while (s->ev_head) {
-    weir__queued_event *n = s->ev_head->next;
-    free(s->ev_head);
-    s->ev_head = n;
-  }
+  free_events(s);
   uv_close((uv_handle_t *)&s->sigint, NULL);
   uv_close((uv_handle_t *)&s->sigterm, NULL);
+  uv_close((uv_handle_t *)&s->lag_timer, NULL);
   if (!uv_is_closing((uv_handle_t *)&s->drain_timer)) uv_close((uv_handle_t *)&s->drain_timer, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   weir_log(WEIR_LOG_INFO, "http", "stopped");
 free_server:
   weir_workpool_destroy(s->embed_pool); /* NULL unless set-up failed */
   weir_workpool_destroy(s->compile_pool);
+  weir_workpool_destroy(s->compile_heavy_pool);
   weir_workpool_destroy(s->prep_pool);
+  weir_workpool_destroy(s->prep_heavy_pool);
   weir__rcache_close(s);
-  pthread_mutex_destroy(&s->ev_lock);
   free(s->model_name);
   free(s->bos_text);
   free(s);

@@ -734,6 +734,12 @@ static int on_headers_complete(llhttp_t *p) {
   if ((p->flags & F_CONTENT_LENGTH) &&
       p->content_length > (uint64_t)c->srv->cfg->max_body_bytes)
     return parse_fail(c, 413, "request body is larger than server.max_body_bytes");
+  /* The body's buffer in one allocation: growing it by doubling maps and remaps large
+   * blocks on the loop (each an mmap or mremap, which waits for the process's memory map
+   * lock that the pool threads' allocations also take). The length was checked above. */
+  if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0)
+    weir_buf_reserve(&r->body, (size_t)p->content_length);
+  if (r->body.oom) return parse_fail(c, 500, "out of memory");
   /* A client waiting for permission to send its body gets it at once when nothing is queued
    * ahead (otherwise it sends after its own short timeout). */
   if (r->expect_continue && !c->head) {

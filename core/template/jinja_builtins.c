@@ -314,7 +314,10 @@ static int g_range(R *r, jv self, const jcall *a, jv *out) {
   if (jr_steps(r, (uint64_t)count / 8)) return -1;
   jlist *l = jl_new(&r->ar, (size_t)count);
   if (!l) return oom(r);
-  for (int64_t i = 0; i < count; i++) l->v[i] = jv_int(start + i * step);
+  /* Every item lies between start and stop, but i * step alone may not fit in 64 bits
+   * (range(5, -2**63, -2**63 // 10)): computed modulo 2^64, the sum is the exact item. */
+  for (int64_t i = 0; i < count; i++)
+    l->v[i] = jv_int((int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step));
   l->is_range = 1;
   l->r_start = start;
   l->r_stop = stop;

@@ -26,6 +26,22 @@ static int reserve(weir_buf *b, size_t more) {
   return 1;
 }
 
+void weir_buf_reserve(weir_buf *b, size_t more) {
+  if (b->oom || (b->p && b->len + more + 1 <= b->cap)) return;
+  if (more > (size_t)-1 / 2 - b->len) {
+    b->oom = 1;
+    return;
+  }
+  char *np = realloc(b->p, b->len + more + 1);
+  if (!np) {
+    b->oom = 1;
+    return;
+  }
+  np[b->len] = '\0';
+  b->p = np;
+  b->cap = b->len + more + 1;
+}
+
 void weir_buf_append(weir_buf *b, const void *data, size_t len) {
   if (!reserve(b, len)) return;
   if (len) memcpy(b->p + b->len, data, len);

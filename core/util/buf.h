@@ -19,6 +19,9 @@ typedef struct weir_buf {
 } weir_buf;
 
 void weir_buf_append(weir_buf *b, const void *data, size_t len);
+/* Makes room for `more` bytes beyond len at once (one allocation instead of a doubling
+ * series when the final size is known); sets oom on failure. */
+void weir_buf_reserve(weir_buf *b, size_t more);
 void weir_buf_puts(weir_buf *b, const char *s);
 void weir_buf_putc(weir_buf *b, char c);
 void weir_buf_printf(weir_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -144,6 +144,7 @@ int weir_threadpool_create(int num_threads, weir_threadpool **out) {
       weir_threadpool_destroy(p);
       return WEIR_E_INTERNAL;
     }
+    pthread_setname_np(p->workers[i].tid, "weir-cpu");
   }
   *out = p;
   return WEIR_OK;

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,6 @@
 #include "weir/status.h"
 
 #define WORKPOOL_IDLE_S 5
-#define WORKPOOL_NICE 19
 
 typedef struct wjob {
   struct wjob *next;
@@ -33,10 +34,14 @@ typedef struct wclient {
 
 struct weir_workpool {
   pthread_mutex_t mu;
-  pthread_cond_t work;   /* a job may be runnable, or stopping */
+  /* A job may be runnable, or stopping. A semaphore, not a condition variable: posting one
+   * never waits, while pthread_cond_signal can wait for woken waiters to leave their group
+   * (measured: the loop asleep in it behind SCHED_IDLE workers that had no CPU yet). */
+  sem_t wake;
   pthread_cond_t gone;   /* a thread ended (destroy waits for all) */
   char name[16];
   int max_threads, per_client, max_queued;
+  weir_workpool_priority priority;
   int threads, idle, running, queued, stopping;
   wclient *clients;      /* in arrival order */
   wclient *rr;           /* where the next round-robin search starts (NULL: the head) */
@@ -84,11 +89,29 @@ static void client_drop_if_done(weir_workpool *p, wclient *c) {
   free(c);
 }
 
+/* This thread's CPU priority (Linux sets it per thread). Lowering never needs a
+ * privilege; a failure leaves the thread at the loop's priority, which is only slower for
+ * others, never wrong. */
+static void set_priority(weir_workpool_priority prio) {
+  if (prio == WEIR_WORKPOOL_IDLE) {
+    /* SCHED_IDLE: runs only on CPU time no normal thread of the machine wants, and a waking
+     * normal thread preempts it at once (a nice-19 thread may first finish its slice). */
+    struct sched_param sp = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0) return;
+    prio = WEIR_WORKPOOL_LOW;
+  }
+  if (prio == WEIR_WORKPOOL_NORMAL) return; /* the creating thread's, inherited */
+  const id_t tid = (id_t)syscall(SYS_gettid);
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, tid);
+  if (nice == -1 && errno) nice = 0;
+  nice = prio == WEIR_WORKPOOL_LOW ? 19 : (nice + 10 > 19 ? 19 : nice + 10);
+  (void)setpriority(PRIO_PROCESS, tid, nice);
+}
+
 static void *worker(void *arg) {
   weir_workpool *p = arg;
-  /* Below the loop and the engine: a queue of slow renders must not slow running streams
-   * (Linux sets the nice value per thread). */
-  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKPOOL_NICE);
+  set_priority(p->priority);
   pthread_mutex_lock(&p->mu);
   for (;;) {
     wclient *c = pick(p);
@@ -97,10 +120,15 @@ static void *worker(void *arg) {
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_sec += WORKPOOL_IDLE_S;
       p->idle++;
-      int rc = pthread_cond_timedwait(&p->work, &p->mu, &ts);
+      pthread_mutex_unlock(&p->mu);
+      int rc;
+      while ((rc = sem_timedwait(&p->wake, &ts)) != 0 && errno == EINTR) {
+      }
+      const int timed_out = rc != 0;
+      pthread_mutex_lock(&p->mu);
       p->idle--;
       c = pick(p);
-      if (!c && rc == ETIMEDOUT) break;
+      if (!c && timed_out) break;
     }
     if (!c) break;
     wjob *j = c->head;
@@ -133,16 +161,17 @@ int weir_workpool_create(const char *name, int max_threads, int per_client, int 
   weir_workpool *p = calloc(1, sizeof *p);
   if (!p) return WEIR_E_NOMEM;
   if (pthread_mutex_init(&p->mu, NULL)) goto free_pool;
-  if (pthread_cond_init(&p->work, NULL)) goto destroy_mutex;
+  if (sem_init(&p->wake, 0, 0)) goto destroy_mutex;
   if (pthread_cond_init(&p->gone, NULL)) goto destroy_work;
   snprintf(p->name, sizeof p->name, "%s", name ? name : "weir-work");
   p->max_threads = max_threads;
   p->per_client = per_client;
   p->max_queued = max_queued;
+  p->priority = WEIR_WORKPOOL_LOW;
   *out = p;
   return WEIR_OK;
 destroy_work:
-  pthread_cond_destroy(&p->work);
+  sem_destroy(&p->wake);
 destroy_mutex:
   pthread_mutex_destroy(&p->mu);
 free_pool:
@@ -170,7 +199,7 @@ int weir_workpool_submit(weir_workpool *p, uint64_t client, weir_work_fn fn, voi
   j->next = NULL;
   j->fn = fn;
   j->arg = arg;
-  int rc = WEIR_OK;
+  int rc = WEIR_OK, post = 0;
   pthread_mutex_lock(&p->mu);
   if (p->stopping) {
     rc = WEIR_E_CANCELED;
@@ -199,7 +228,7 @@ int weir_workpool_submit(weir_workpool *p, uint64_t client, weir_work_fn fn, voi
   j = NULL; /* queued */
   /* Wake an idle thread; start one when none is idle and this job could run now. */
   if (p->idle > 0) {
-    pthread_cond_signal(&p->work);
+    post = 1; /* after the unlock: a woken thread does not wake into our lock */
   } else if (p->threads < p->max_threads && c->running < p->per_client && spawn(p) &&
              p->threads == 0) {
     /* No thread could start and none runs: take the job back. */
@@ -217,8 +246,15 @@ int weir_workpool_submit(weir_workpool *p, uint64_t client, weir_work_fn fn, voi
   }
 unlock:
   pthread_mutex_unlock(&p->mu);
+  if (post) sem_post(&p->wake);
   free(j);
   return rc;
+}
+
+void weir_workpool_set_priority(weir_workpool *p, weir_workpool_priority prio) {
+  pthread_mutex_lock(&p->mu);
+  p->priority = prio;
+  pthread_mutex_unlock(&p->mu);
 }
 
 void weir_workpool_counts(weir_workpool *p, int *running, int *queued) {
@@ -240,7 +276,7 @@ void weir_workpool_destroy(weir_workpool *p) {
     c->head = c->tail = NULL;
     p->queued = 0;
   }
-  pthread_cond_broadcast(&p->work);
+  for (int i = 0; i < p->threads; i++) sem_post(&p->wake);
   while (p->threads > 0) pthread_cond_wait(&p->gone, &p->mu);
   while (p->clients) {
     wclient *c = p->clients;
@@ -255,7 +291,7 @@ void weir_workpool_destroy(weir_workpool *p) {
     cancel = n;
   }
   pthread_cond_destroy(&p->gone);
-  pthread_cond_destroy(&p->work);
+  sem_destroy(&p->wake);
   pthread_mutex_destroy(&p->mu);
   free(p);
 }

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "grammar/internal.h"
 #include "testutil.h"
@@ -559,6 +560,52 @@ static void test_parallel_and_precompute(void) {
 
 /* ---- the cache ------------------------------------------------------------------------------- */
 
+/* Idle entries expire (issue 28: a burst of one-off constraints must not stay resident);
+ * recently used ones and what requests hold stay whole. */
+static void test_cache_expire(void) {
+  weir_constraint_cache *cache;
+  CU_ASSERT_FATAL(weir_constraint_cache_create(g_small, 8, 0, &cache) == 0);
+  char err[256];
+  weir_constraint *a, *b;
+  weir_constraint_spec s1 = {.kind = WEIR_CONSTRAINT_REGEX, .text = "[0-9]+", .len = 6};
+  weir_constraint_spec s2 = {.kind = WEIR_CONSTRAINT_REGEX, .text = "[a-z]+", .len = 6};
+  WT_ASSERT_INT_EQ(weir_constraint_cache_get(cache, &s1, &a, err, sizeof err), 0);
+  WT_ASSERT_INT_EQ(weir_constraint_cache_get(cache, &s2, &b, err, sizeof err), 0);
+  size_t freed = 1;
+  /* used just now: an hour's idle bound keeps both */
+  WT_ASSERT_INT_EQ(weir_constraint_cache_expire(cache, 3600ull * 1000000000ull, &freed), 0);
+  WT_ASSERT_INT_EQ(freed, 0);
+  usleep(20000);
+  weir_constraint *b2;
+  WT_ASSERT_INT_EQ(weir_constraint_cache_get(cache, &s2, &b2, err, sizeof err), 0); /* a hit */
+  CU_ASSERT(b2 == b);
+  /* 10 ms: s1 (idle 20 ms) goes, s2 (used just now) stays */
+  WT_ASSERT_INT_EQ(weir_constraint_cache_expire(cache, 10000000ull, &freed), 1);
+  CU_ASSERT(freed >= 6); /* its key at least */
+  uint64_t hits, misses;
+  int32_t entries;
+  weir_constraint_cache_stats(cache, &hits, &misses, &entries);
+  WT_ASSERT_INT_EQ(entries, 1);
+  /* the expired constraint is still whole for its holder */
+  weir_matcher *m;
+  CU_ASSERT_FATAL(weir_matcher_create(a, &m) == 0);
+  WT_ASSERT_INT_EQ(weir_matcher_accept_bytes(m, (const uint8_t *)"42", 2), 0);
+  WT_ASSERT_INT_EQ(weir_matcher_is_complete(m), 1);
+  weir_matcher_free(m);
+  /* and asking again compiles it again */
+  weir_constraint *a2;
+  WT_ASSERT_INT_EQ(weir_constraint_cache_get(cache, &s1, &a2, err, sizeof err), 0);
+  CU_ASSERT(a2 != a);
+  WT_ASSERT_INT_EQ(weir_constraint_cache_expire(cache, 0, NULL), 2);
+  weir_constraint_cache_stats(cache, &hits, &misses, &entries);
+  WT_ASSERT_INT_EQ(entries, 0);
+  weir_constraint_release(a);
+  weir_constraint_release(a2);
+  weir_constraint_release(b);
+  weir_constraint_release(b2);
+  weir_constraint_cache_free(cache);
+}
+
 static void test_cache(void) {
   weir_constraint_cache *cache;
   CU_ASSERT_FATAL(weir_constraint_cache_create(g_small, 2, 0, &cache) == 0);
@@ -738,6 +785,7 @@ int main(void) {
       {"special tokens never, EOS exactly when complete", test_special_and_eos},
       {"parallel masks, precomputed classes, speculative rollback", test_parallel_and_precompute},
       {"the constraint cache", test_cache},
+      {"idle cached constraints expire", test_cache_expire},
       {"the cache shared by threads", test_cache_threads},
       {NULL, NULL}};
   return wt_run_suite_ex("grammar", tests, NULL, suite_cleanup);

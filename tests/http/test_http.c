@@ -1139,6 +1139,7 @@ static void test_metrics_and_log(void) {
       "# TYPE weir_inter_token_latency_seconds histogram",
       "# TYPE weir_time_per_output_token_seconds histogram",
       "# TYPE weir_e2e_request_latency_seconds histogram",
+      "# TYPE weir_event_loop_lag_seconds histogram",
       "# TYPE weir_request_queue_time_seconds histogram",
       "# TYPE weir_request_prefill_time_seconds histogram",
       "# TYPE weir_request_decode_time_seconds histogram",

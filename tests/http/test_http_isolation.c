@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -549,6 +550,99 @@ static void test_hostile_template_in_model(void) {
   }
 }
 
+/* The policy (0 SCHED_OTHER, 5 SCHED_IDLE) and nice value of the server's threads named
+ * `name`, from /proc; -1 when there is none. */
+static int thread_policy(pid_t pid, const char *name, int *nice) {
+  char path[512];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int policy = -1;
+  struct dirent *e;
+  while ((e = readdir(d)) && policy < 0) {
+    if (e->d_name[0] == '.') continue;
+    char buf[512] = "";
+    snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\n")] = '\0';
+    if (strcmp(buf, name)) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+    if (!(f = fopen(path, "r"))) continue;
+    if (fgets(buf, sizeof buf, f)) {
+      /* after the ")" that ends comm: field 3 on; nice is field 19, policy field 41 */
+      const char *q = strrchr(buf, ')');
+      int field = 2;
+      long v[64] = {0};
+      for (q = q ? q + 1 : buf; *q && field < 63;) {
+        while (*q == ' ') q++;
+        if (!*q) break;
+        v[++field] = strtol(q, NULL, 10);
+        while (*q && *q != ' ') q++;
+      }
+      if (field >= 41) {
+        policy = (int)v[41];
+        *nice = (int)v[19];
+      }
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return policy;
+}
+
+/* weir_event_loop_lag_seconds ticks every 10 ms; light work runs on normal-priority
+ * threads, a body of 64 KiB or more on SCHED_IDLE ones (issue 28). */
+static void test_loop_lag_and_priorities(void) {
+  NEED_SERVER();
+  char *page = hc_get_metrics(g_main.port);
+  CU_ASSERT_FATAL(page != NULL);
+  double c0 = -1, inf = -1;
+  CU_ASSERT(hc_metric(page, "weir_event_loop_lag_seconds_count", &c0) == 0);
+  free(page);
+  usleep(600 * 1000);
+  page = hc_get_metrics(g_main.port);
+  CU_ASSERT_FATAL(page != NULL);
+  double c1 = -1;
+  CU_ASSERT(hc_metric(page, "weir_event_loop_lag_seconds_count", &c1) == 0);
+  CU_ASSERT(hc_metric(page, "weir_event_loop_lag_seconds_bucket{le=\"+Inf\"}", &inf) == 0);
+  free(page);
+  printf("\n  loop-lag ticks in 600 ms: %.0f\n", c1 - c0);
+  CU_ASSERT(c1 - c0 >= 10.0 / SLOW); /* 60 when the loop keeps time */
+  CU_ASSERT(inf == c1);
+  /* a light request, then a heavy one (refused: past the context), each from its own
+   * address; their pool threads stay for seconds after */
+  hc_response r;
+  WT_ASSERT_INT_EQ(post_from(g_main.port, 40, "/v1/completions",
+                             "{\"prompt\":\"a\",\"max_tokens\":1}", &r), 200);
+  hc_response_free(&r);
+  size_t n = 100000;
+  char *text = malloc(n + 1);
+  for (size_t i = 0; i < n; i++) text[i] = "lorem ipsum "[i % 12];
+  text[n] = '\0';
+  char *body = wt_strf("{\"prompt\":\"%s\",\"max_tokens\":1}", text);
+  WT_ASSERT_INT_EQ(post_from(g_main.port, 41, "/v1/completions", body, &r), 400);
+  hc_response_free(&r);
+  free(body);
+  free(text);
+  int nice_light = -100, nice_heavy = -100;
+  WT_ASSERT_INT_EQ(thread_policy(g_main.pid, "weir-prep", &nice_light), 0);   /* SCHED_OTHER */
+  WT_ASSERT_INT_EQ(thread_policy(g_main.pid, "weir-prep-big", &nice_heavy), 5); /* SCHED_IDLE */
+  int nice_loop = -100;
+  char comm[64];
+  snprintf(comm, sizeof comm, "/proc/%d/comm", (int)g_main.pid);
+  FILE *f = fopen(comm, "r");
+  CU_ASSERT_FATAL(f != NULL);
+  CU_ASSERT(fgets(comm, sizeof comm, f) != NULL);
+  fclose(f);
+  comm[strcspn(comm, "\n")] = '\0';
+  WT_ASSERT_INT_EQ(thread_policy(g_main.pid, comm, &nice_loop), 0);
+  WT_ASSERT_INT_EQ(nice_light, nice_loop); /* light preparation at the loop's priority */
+  WT_ASSERT_INT_EQ(hc_alive_status(g_main.port), 200);
+}
+
 int main(void) {
   static const wt_test tests[] = {
       {"health_under_big_bodies", test_health_under_big_bodies},
@@ -562,6 +656,7 @@ int main(void) {
       {"auth_edges", test_auth_edges},
       {"invalid_utf8_repaired", test_invalid_utf8_repaired},
       {"hostile_template_in_model", test_hostile_template_in_model},
+      {"loop_lag_and_priorities", test_loop_lag_and_priorities},
       {NULL, NULL},
   };
   signal(SIGPIPE, SIG_IGN);

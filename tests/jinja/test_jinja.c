@@ -287,6 +287,13 @@ static void test_hostile_templates(void) {
   expect("{{ 'abc'[::9223372036854775807] }}", NULL, "a");
   expect("{{ range(5, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}", NULL,
          "[5, -9223372036854775803]");
+  /* every item fits though i * step does not (fuzz_jinja found the overflow): Jinja2 says
+   * range(5, -2**63, -922337203685477581)[-1] == -9223372036854775805, 11 items */
+  expect("{{ range(5, -9223372036854775807 - 1, -922337203685477581)|list|last }}", NULL,
+         "-9223372036854775805");
+  expect("{{ range(5, -9223372036854775807 - 1, -922337203685477581)|length }}", NULL, "11");
+  expect("{{ range(-5, 9223372036854775807, 922337203685477581)|list|last }}", NULL,
+         "9223372036854775805");
   /* batch with a fill pads rows to linecount: charged to the step budget */
   expect_fail("{{ [1]|batch(4000000000, 'x')|length }}", NULL, WEIR_E_RANGE, NULL);
   /* deep nesting in the source: a parse error, not a stack overflow */

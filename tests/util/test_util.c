@@ -1,10 +1,14 @@
 /* core/util: the growable text buffer (appends, printf past the spare room, the sticky
  * allocation failure, take) and the progress facility (what it logs when stderr is not a
  * terminal, its rate limit, the fraction other threads read, silence above info). */
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -233,6 +237,50 @@ static void test_workpool_fair(void) {
   weir_workpool_destroy(p);
 }
 
+/* The class a pool's threads run in, seen from inside a job. */
+typedef struct {
+  int policy, nice;
+  atomic_int *done;
+} wp_prio_job;
+
+static void wp_prio_run(void *arg, int cancelled) {
+  wp_prio_job *j = arg;
+  if (!cancelled) {
+    j->policy = sched_getscheduler(0);
+    errno = 0;
+    j->nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+  }
+  atomic_fetch_add(j->done, 1);
+}
+
+/* Light work runs at the loop's priority, heavy work at SCHED_IDLE (issue 28), and nice +19
+ * stays the default. */
+static void test_workpool_priority(void) {
+  errno = 0;
+  const int own = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)); /* ctest may nice us */
+  const struct {
+    weir_workpool_priority prio;
+    int policy, nice;
+  } cases[] = {{WEIR_WORKPOOL_NORMAL, SCHED_OTHER, own},
+               {WEIR_WORKPOOL_BELOW, SCHED_OTHER, own + 10 > 19 ? 19 : own + 10},
+               {WEIR_WORKPOOL_IDLE, SCHED_IDLE, -100},
+               {(weir_workpool_priority)-1, SCHED_OTHER, 19}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    weir_workpool *p;
+    WT_ASSERT_INT_EQ(weir_workpool_create("wp-prio", 1, 1, 0, &p), WEIR_OK);
+    if ((int)cases[i].prio >= 0) weir_workpool_set_priority(p, cases[i].prio);
+    atomic_int done = 0;
+    wp_prio_job j = {.policy = -1, .nice = -100, .done = &done};
+    WT_ASSERT_INT_EQ(weir_workpool_submit(p, 1, wp_prio_run, &j), WEIR_OK);
+    while (atomic_load(&done) < 1) usleep(1000);
+    WT_ASSERT_INT_EQ(j.policy, cases[i].policy);
+    if (cases[i].nice != -100) WT_ASSERT_INT_EQ(j.nice, cases[i].nice);
+    weir_workpool_destroy(p);
+  }
+  /* the caller's own priority is untouched */
+  WT_ASSERT_INT_EQ(sched_getscheduler(0), SCHED_OTHER);
+}
+
 static void test_workpool_bounds(void) {
   weir_workpool *p;
   WT_ASSERT_INT_EQ(weir_workpool_create("wp-test", 1, 1, 3, &p), WEIR_OK);
@@ -269,6 +317,7 @@ int main(void) {
   static const wt_test tests[] = {{"buf", test_buf},
                                   {"workpool: a client's queue does not hold back another's", test_workpool_fair},
                                   {"workpool: bounded queue, cancel on destroy", test_workpool_bounds},
+                                  {"workpool: threads run at the pool's priority", test_workpool_priority},
                                   {"read_file", test_read_file},
                                   {"progress logs begin, periodic lines, end", test_progress_log},
                                   {"progress is silent above info", test_progress_quiet},
