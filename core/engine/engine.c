@@ -210,8 +210,10 @@ int weir_engine_submit(weir_engine *e, const weir_gen_request *q, weir_gen_event
     r->sampling.num_logit_bias = nbias;
   }
   if (weir_stop_init(&r->stop, q->stop, q->num_stop) != WEIR_OK) goto fail_req;
+  r->stop.include_stop = q->include_stop_str != 0;
   if (q->constraint && weir_matcher_create(q->constraint, &r->matcher) != WEIR_OK) goto fail_req;
-  weir_detok_init(&r->detok, e->tok, WEIR_DECODE_KEEP_PREFIX_SPACE | WEIR_DECODE_SKIP_SPECIAL);
+  weir_detok_init(&r->detok, e->tok,
+                  WEIR_DECODE_KEEP_PREFIX_SPACE | (q->keep_special ? 0 : WEIR_DECODE_SKIP_SPECIAL));
   uint64_t seed = q->has_seed ? q->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)r;
   weir_rng_seed(r->rng, seed);
   r->t_arrival = weir__engine_now();

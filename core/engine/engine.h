@@ -70,6 +70,13 @@ typedef struct weir_gen_request {
   int prompt_logprobs;
   /* 1: never draft for this request (speculative decoding stays on for the others). */
   int no_speculation;
+  /* 1: the text of control tokens the model writes stays in the output (vLLM's
+   * skip_special_tokens: false); the end-of-generation or stop token that ends the request
+   * is never part of it. */
+  int keep_special;
+  /* 1: a stop string that ends the request is part of the text (vLLM's
+   * include_stop_str_in_output); 0: the text ends before it. */
+  int include_stop_str;
 } weir_gen_request;
 
 /* Logits rows per step set aside for prompt logprobs (bounded by max_num_batched_tokens): at
@@ -108,6 +115,9 @@ typedef struct weir_gen_event {
   int32_t completion_tokens;
   int32_t num_preemptions;
   weir_gen_timing timing;    /* final event only */
+  /* Final event with finish STOP: the stop string that ended the request (borrowed for the
+   * call), NULL when an end-of-generation or stop token did. */
+  const char *stop_string;
 } weir_gen_event;
 
 typedef void (*weir_gen_event_cb)(void *user, const weir_gen_event *ev);

@@ -59,6 +59,9 @@ void weir__engine_req_finish(weir_engine *e, engine_req *r, weir_finish_reason w
   ev.text = tail ? tail : "";
   ev.text_len = tail ? tail_len : 0;
   ev.finish = why;
+  if (why == WEIR_FINISH_STOP && r->stop.stopped && r->stop.which >= 0 &&
+      r->stop.which < r->stop.num_stops)
+    ev.stop_string = r->stop.stops[r->stop.which];
   ev.status = status;
   ev.error = error;
   ev.timing.e2e_s = t - r->t_arrival;

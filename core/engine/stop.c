@@ -60,13 +60,18 @@ int weir_stop_feed(weir_stop_matcher *m, const char *text, size_t len, const cha
   m->buf[m->len] = 0;
 
   /* The earliest complete match wins: generation stops at the first stop string. */
-  size_t first = m->len;
+  size_t first = m->len, first_len = 0;
   for (int i = 0; i < m->num_stops; i++) {
     const char *hit = memmem(m->buf, m->len, m->stops[i], m->lens[i]);
-    if (hit && (size_t)(hit - m->buf) < first) first = (size_t)(hit - m->buf);
+    if (hit && (size_t)(hit - m->buf) < first) {
+      first = (size_t)(hit - m->buf);
+      first_len = m->lens[i];
+      m->which = i;
+    }
   }
   if (first < m->len) {
     m->stopped = 1;
+    if (m->include_stop) first += first_len; /* within buf: the match was found there */
     m->emit_len = first;
     *emit = m->buf;
     *emit_len = first;

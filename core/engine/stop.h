@@ -21,6 +21,8 @@ typedef struct weir_stop_matcher {
   size_t len, cap;
   size_t emit_len; /* bytes of buf handed out by the last call */
   int stopped;
+  int include_stop; /* set after init: the completed stop string is emitted too */
+  int which;        /* once stopped: the index in stops of the string that completed */
 } weir_stop_matcher;
 
 /* Copies the stop strings (empty ones are ignored). Returns 0 or WEIR_E_NOMEM. */
@@ -28,7 +30,8 @@ int weir_stop_init(weir_stop_matcher *m, const char *const *stops, int num_stops
 void weir_stop_free(weir_stop_matcher *m);
 
 /* Appends text; *emit and *emit_len receive the text that is now safe to send (valid until the
- * next call). Returns 1 when a stop string completed (the matcher then stays stopped and
+ * next call; with include_stop, up to and including a completed stop string). Returns 1 when a
+ * stop string completed (the matcher then stays stopped and
  * ignores further text), 0 otherwise, or WEIR_E_NOMEM. */
 int weir_stop_feed(weir_stop_matcher *m, const char *text, size_t len, const char **emit,
                    size_t *emit_len);

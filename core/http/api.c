@@ -64,6 +64,7 @@ static void choice_release(api_choice *ch) {
   free(ch->error);
   free(ch->itl_ms);
   free(ch->u.spare);
+  free(ch->stop_word);
 }
 
 static void job_free(weir__api_job *job) {
@@ -82,6 +83,7 @@ static void job_free(weir__api_job *job) {
   free(job->tool_named);
   weir__rcache_ctx_free(&job->cache);
   cJSON_Delete(job->resp_echo);
+  cJSON_Delete(job->llama_settings);
   if (job->prev) job->prev->next = job->next;
   else s->jobs = job->next;
   if (job->next) job->next->prev = job->prev;
@@ -170,6 +172,7 @@ static void choice_finished(weir__api_job *job, api_choice *ch, const weir__queu
   const weir_gen_event *ev = &qe->ev;
   ch->finished = 1;
   ch->finish = ev->finish;
+  if (ev->stop_string) ch->stop_word = strdup(ev->stop_string);
   if (ev->finish == WEIR_FINISH_ERROR) {
     ch->status = ev->status;
     if (ev->error) ch->error = strdup(ev->error);
@@ -347,7 +350,10 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
     }
     /* An error ends the stream with an error event instead of a finish_reason. */
     const char *fr = ev->finish == WEIR_FINISH_ERROR ? NULL : finish;
-    if (job->responses) {
+    if (job->llama) {
+      cJSON_Delete(lp);
+      weir__api_llama_stream_event(job, ch, ev);
+    } else if (job->responses) {
       cJSON_Delete(lp);
       weir__api_resp_stream_event(job, ch, ev);
     } else if (job->tool_mode != WEIR_TOOLS_OFF) {
@@ -387,7 +393,9 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
   if (job->r) {
     weir__http_req *r = job->r;
     r->job = NULL;
-    if (job->responses) {
+    if (job->llama) {
+      weir__api_llama_finish(job);
+    } else if (job->responses) {
       if (job->stream) weir__api_resp_stream_finish(job);
       else weir__api_resp_respond_full(job);
     } else if (job->stream) {
@@ -410,8 +418,9 @@ static void on_engine_event(weir__http_server *s, void *user, const weir_gen_eve
   size_t nplp = ev->prompt_logprobs && ev->num_prompt_logprobs > 0
                     ? (size_t)ev->num_prompt_logprobs : 0;
   size_t err_len = ev->error ? strlen(ev->error) + 1 : 0;
+  size_t stop_len = ev->stop_string ? strlen(ev->stop_string) + 1 : 0;
   size_t size = sizeof(weir__queued_event) + (nlp + nplp) * sizeof(weir_sample_result) +
-                ntok * sizeof(int32_t) + text_len + 1 + err_len;
+                ntok * sizeof(int32_t) + text_len + 1 + err_len + stop_len;
   weir__queued_event *qe = malloc(size);
   if (!qe) {
     /* Losing a non-final event only loses text; a final one must arrive, so it takes the
@@ -421,7 +430,7 @@ static void on_engine_event(weir__http_server *s, void *user, const weir_gen_eve
     if (ev->finish == WEIR_FINISH_NONE || !u->spare) return;
     qe = u->spare;
     u->spare = NULL;
-    text_len = ntok = nlp = nplp = err_len = 0;
+    text_len = ntok = nlp = nplp = err_len = stop_len = 0;
   }
   qe->next = NULL;
   qe->user = user;
@@ -452,6 +461,13 @@ static void on_engine_event(weir__http_server *s, void *user, const weir_gen_eve
     qe->ev.error = p;
   } else {
     qe->ev.error = NULL;
+  }
+  p += err_len;
+  if (stop_len) {
+    memcpy(p, ev->stop_string, stop_len);
+    qe->ev.stop_string = p;
+  } else {
+    qe->ev.stop_string = NULL;
   }
   weir__queued_event *old = atomic_load_explicit(&s->ev_stack, memory_order_relaxed);
   do {
@@ -598,7 +614,9 @@ fail_job:
 
 /* A streamed reply's head: the SSE headers and the first chunks (chat's role, the echo). */
 static void stream_begin(weir__api_job *job, weir__http_req *r) {
-  if (job->stream && job->responses) {
+  if (job->stream && job->llama) {
+    weir__http_stream_start(r, "text/event-stream");
+  } else if (job->stream && job->responses) {
     weir__http_stream_start(r, "text/event-stream");
     weir__api_resp_stream_start(job);
   } else if (job->stream) {
@@ -688,7 +706,7 @@ static void abandon(weir__api_job *job) {
  * so that a drain waits for the work. */
 
 enum { W_COMPLETIONS, W_CHAT, W_RESPONSES, W_TOKENIZE, W_DETOKENIZE, W_CACHE_CLEAR,
-       W_EMBEDDINGS };
+       W_EMBEDDINGS, W_LLAMA };
 
 struct weir__api_work {
   struct weir__api_work *next;
@@ -700,6 +718,8 @@ struct weir__api_work {
   size_t body_len;    /* its length, for trim_after_large_work */
   api_gen *a;         /* generation: the parsed request (then compiled) */
   cJSON *resp_echo;   /* /v1/responses: the fields its Response repeats */
+  cJSON *llama_settings; /* llama-server /completion: its generation_settings */
+  int64_t n_predict;  /* llama-server /completion: its output cap, -1: the context */
   cJSON *reply;       /* tokenize / detokenize / embeddings: the 200's body */
   int failed;
   api_error e;
@@ -714,6 +734,7 @@ static void work_free(weir__api_work *w) {
   weir__rcache_ctx_free(&w->cache);
   gen_dispose(w->s, w->a);
   cJSON_Delete(w->resp_echo);
+  cJSON_Delete(w->llama_settings);
   cJSON_Delete(w->reply);
   free(w);
 }
@@ -815,6 +836,19 @@ static void compile_run(void *arg, int cancelled) {
   work_post(w);
 }
 
+/* llama-server's n_predict: a cap, not a demand. -1 (and a cap beyond what fits) generates
+ * until the context is full, or to server.max_tokens_limit. Thread-safe (prep pool). */
+static void llama_budget(const weir__http_server *s, api_gen *a, int64_t n_predict) {
+  const int32_t ctx = s->info.context_length;
+  const int32_t limit = s->cfg->max_tokens_limit > 0 ? s->cfg->max_tokens_limit : ctx;
+  for (int i = 0; i < a->pl.count; i++) {
+    int64_t mt = n_predict > 0 ? n_predict : limit;
+    if (mt > limit) mt = limit;
+    if (mt > ctx - a->pl.lens[i]) mt = ctx - a->pl.lens[i];
+    a->pl.max_tokens[i] = (int32_t)mt;
+  }
+}
+
 /* Prep pool: parse, template, tokenize; then the compile pool or back to the loop. */
 static void prep_run(void *arg, int cancelled) {
   weir__api_work *w = arg;
@@ -854,6 +888,15 @@ static void prep_run(void *arg, int cancelled) {
     cJSON_Delete(root);
     root = chat;
   } /* fall through */
+  case W_LLAMA:
+    if (w->kind == W_LLAMA) {
+      cJSON *cmpl = weir__api_llama_to_completions(root, &w->llama_settings, &w->n_predict,
+                                                   &w->e);
+      if (!cmpl) goto failed;
+      cJSON_Delete(root);
+      root = cmpl;
+    }
+    /* fall through */
   case W_COMPLETIONS:
   case W_CHAT:
     if (!(w->a = malloc(sizeof *w->a))) {
@@ -861,7 +904,8 @@ static void prep_run(void *arg, int cancelled) {
       goto failed;
     }
     {
-      int rc = weir__api_parse_generation_root(s, root, w->kind != W_COMPLETIONS, w->a, &w->e);
+      const int chat = w->kind == W_CHAT || w->kind == W_RESPONSES;
+      int rc = weir__api_parse_generation_root(s, root, chat, w->a, &w->e);
       root = NULL; /* w->a owns it, or it was freed */
       if (rc) {
         free(w->a);
@@ -869,6 +913,7 @@ static void prep_run(void *arg, int cancelled) {
         goto failed;
       }
       w->a->heavy = w->body_len >= WEIR__HEAVY_BYTES;
+      if (w->kind == W_LLAMA) llama_budget(s, w->a, w->n_predict);
     }
     /* The response cache, before anything is queued: a hit needs no compile either. */
     weir__rcache_lookup(s, w->a, w->auth, w->cache_control, &w->cache);
@@ -1010,7 +1055,12 @@ static void work_done(weir__api_work *w) {
   }
   api_gen *a = w->a;
   cJSON *echo = w->resp_echo;
-  const int chat = w->kind != W_COMPLETIONS;
+  const int chat = w->kind == W_CHAT || w->kind == W_RESPONSES;
+  if (w->kind == W_LLAMA) {
+    job->llama = 1;
+    job->llama_settings = w->llama_settings;
+    w->llama_settings = NULL;
+  }
   w->a = NULL;
   w->resp_echo = NULL;
   job->cache = w->cache; /* moved: the job frees the hit */
@@ -1336,7 +1386,7 @@ static void handle_version(weir__http_req *r) {
 /* ---- routing ---------------------------------------------------------------------------- */
 
 enum { R_HEALTH, R_METRICS, R_VERSION, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES,
-       R_TOKENIZE, R_DETOKENIZE, R_CACHE_CLEAR, R_EMBEDDINGS };
+       R_TOKENIZE, R_DETOKENIZE, R_CACHE_CLEAR, R_EMBEDDINGS, R_LLAMA_COMPLETION, R_PROPS };
 
 static const struct route {
   const char *path;
@@ -1355,6 +1405,9 @@ static const struct route {
     {"/detokenize", HTTP_POST, R_DETOKENIZE, 0},
     {"/admin/cache/clear", HTTP_POST, R_CACHE_CLEAR, 0},
     {"/v1/embeddings", HTTP_POST, R_EMBEDDINGS, 0},
+    /* llama-server's native API (api_llama.c). */
+    {"/completion", HTTP_POST, R_LLAMA_COMPLETION, 0},
+    {"/props", HTTP_GET, R_PROPS, 0},
 };
 
 /* Compares in time independent of where the first difference is. */
@@ -1473,6 +1526,8 @@ static void dispatch(weir__http_req *r) {
   case R_DETOKENIZE: queue_work(r, W_DETOKENIZE); break;
   case R_CACHE_CLEAR: queue_work(r, W_CACHE_CLEAR); break;
   case R_EMBEDDINGS: queue_work(r, W_EMBEDDINGS); break;
+  case R_LLAMA_COMPLETION: queue_work(r, W_LLAMA); break;
+  case R_PROPS: weir__api_llama_props(r); break;
   default: weir__http_respond_error(r, 500, "server_error", NULL, NULL, "no handler"); break;
   }
 }

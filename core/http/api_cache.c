@@ -269,6 +269,13 @@ static void content_hash(const weir__http_server *s, const api_gen *a, const cJS
   h_json(&h, a->tools.tools);
   h_i64(&h, a->spec.kind);
   h_bytes(&h, a->spec_text, a->spec_text ? strlen(a->spec_text) : 0);
+  /* The constraint's own text when it is borrowed from the request (a regex, a grammar),
+   * its whitespace rule (structured_outputs.disable_any_whitespace), and vLLM's output
+   * parameters (skip_special_tokens, include_stop_str_in_output) change the answer too. */
+  h_bytes(&h, a->spec.text, a->spec.text ? a->spec.len : 0);
+  h_i64(&h, a->spec.whitespace);
+  h_i64(&h, a->g.keep_special);
+  h_i64(&h, a->g.include_stop_str);
   h_json(&h, p->response_format);
   weir_sha256_final(&h, d);
   weir_sha256_hex(d, out);

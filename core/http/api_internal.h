@@ -16,6 +16,10 @@
 #define MAX_STOP 16
 #define MAX_PATH 160 /* longest JSON path named in an error's `param` */
 #define WEIR_API_MAX_TOOLS 128 /* functions in one request's `tools` */
+/* Calls in one reply forced by tool_choice "required" with parallel calls on: the grammar
+ * closes the list after this many, so a model that repeats a call does not spend the whole
+ * budget on it (and a list cut by max_tokens loses at most its last call). */
+#define WEIR_API_MAX_FORCED_CALLS 8
 /* max_tokens of a /v1/completions request that gives none (OpenAI's default); chat requests
  * take server.default_max_tokens. */
 #define WEIR_API_COMPLETIONS_MAX_TOKENS 16
@@ -97,6 +101,7 @@ typedef struct api_choice {
   int prompt_lp_done;   /* echo with logprobs: the prompt's entries are out / recorded */
   weir_buf rec;         /* response cache: the engine events so far, recorded */
   uint32_t rec_events;
+  char *stop_word;      /* the stop string that ended it (owned), NULL for none */
 } api_choice;
 
 struct weir__api_job {
@@ -129,6 +134,8 @@ struct weir__api_job {
   char *tool_named;     /* WEIR_TOOLS_NAMED: the function (owned) */
   int parallel_tool_calls;
   api_cache_ctx cache;  /* the response cache's decision (status NULL: no cache) */
+  int llama;            /* llama-server's POST /completion: rendered by api_llama.c */
+  cJSON *llama_settings; /* its generation_settings (owned) */
 };
 
 typedef struct api_error {
@@ -176,6 +183,16 @@ typedef struct params {
   const char *user;
   int cache_mode;
   int64_t cache_ttl_s;
+  /* vLLM's structured_outputs object: one of json, regex, choice, grammar, json_object. */
+  const cJSON *structured_outputs;
+  /* vLLM's chat rendering parameters (chat only). */
+  const cJSON *chat_template_kwargs; /* an object: extra template variables */
+  int add_generation_prompt;         /* default 1 */
+  int continue_final_message;        /* the reply continues the last message */
+  /* vLLM's output parameters. */
+  int keep_special;                  /* skip_special_tokens: false */
+  int include_stop_str;              /* include_stop_str_in_output: true */
+  int min_tokens_given;
 } params;
 
 typedef struct prompt_list {
@@ -275,6 +292,21 @@ void weir__api_resp_respond_full(weir__api_job *job);
 void weir__api_resp_stream_start(weir__api_job *job);
 void weir__api_resp_stream_event(weir__api_job *job, api_choice *ch, const weir_gen_event *ev);
 void weir__api_resp_stream_finish(weir__api_job *job);
+
+/* ---- api_llama.c ---- */
+
+/* A llama-server /completion body as the /v1/completions body it means (a new document, NULL
+ * with e filled); *settings (new, owned by the caller): the generation_settings its
+ * responses report; *n_predict: the output cap, -1 for "until the context is full".
+ * Thread-safe. */
+cJSON *weir__api_llama_to_completions(const cJSON *body, cJSON **settings, int64_t *n_predict,
+                                      api_error *e);
+/* A streamed /completion: one `data: {"content": ..., "stop": false}` event per piece of
+ * text; the end: the final object (whole, or as the stream's last event). */
+void weir__api_llama_stream_event(weir__api_job *job, api_choice *ch, const weir_gen_event *ev);
+void weir__api_llama_finish(weir__api_job *job);
+/* GET /props. */
+void weir__api_llama_props(weir__http_req *r);
 
 /* ---- api_render.c ---- */
 

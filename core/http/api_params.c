@@ -67,7 +67,7 @@ static int json_is_int(const cJSON *v, double lo, double hi) {
 static const char *const k_unsupported[] = {
     "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
     "suffix", "best_of", "audio", "modalities", "prediction",
-    "store", "metadata", "service_tier", "reasoning_effort", "web_search_options", NULL};
+    "reasoning_effort", "web_search_options", NULL};
 
 /* weir's own `cache` object (docs/response-cache.md): {"mode": "off" | "exact" |
  * "semantic", "ttl": seconds}. */
@@ -138,6 +138,54 @@ int weir__api_want_bool(api_error *e, const cJSON *v, const char *name, int *out
   return 0;
 }
 
+/* OpenAI's metadata: at most 16 string pairs, keys up to 64 characters, values up to 512.
+ * Checked as OpenAI does, and otherwise unused: nothing is stored to attach it to. */
+static int check_metadata(const cJSON *m, api_error *e) {
+  if (!cJSON_IsObject(m))
+    return weir__api_fail(e, 400, "metadata", "invalid_type",
+                          "'metadata' must be an object of string keys and string values");
+  int n = 0;
+  for (const cJSON *x = m->child; x; x = x->next, n++) {
+    if (n == 16)
+      return weir__api_fail(e, 400, "metadata", "invalid_value",
+                            "'metadata' allows at most 16 key-value pairs");
+    if (strlen(x->string) > 64)
+      return weir__api_fail(e, 400, "metadata", "invalid_value",
+                            "'metadata' keys must be at most 64 characters");
+    if (!cJSON_IsString(x) || strlen(x->valuestring) > 512)
+      return weir__api_fail(e, 400, "metadata", "invalid_value",
+                            "'metadata.%.64s' must be a string of at most 512 characters",
+                            x->string);
+  }
+  return 0;
+}
+
+/* chat_template_kwargs: extra variables for the chat template (enable_thinking, ...). The
+ * names the server sets itself are refused, so a request cannot swap its own messages or
+ * tools past the checks above. */
+static int check_template_kwargs(const cJSON *kw, api_error *e) {
+  static const char *const reserved[] = {"messages", "tools", "documents",
+                                         "add_generation_prompt", "bos_token", "eos_token",
+                                         NULL};
+  if (!cJSON_IsObject(kw))
+    return weir__api_fail(e, 400, "chat_template_kwargs", "invalid_type",
+                          "'chat_template_kwargs' must be an object");
+  int n = 0;
+  for (const cJSON *x = kw->child; x; x = x->next, n++) {
+    if (n == 64)
+      return weir__api_fail(e, 400, "chat_template_kwargs", "invalid_value",
+                            "'chat_template_kwargs' allows at most 64 variables");
+    for (int i = 0; reserved[i]; i++)
+      if (!strcmp(x->string, reserved[i]))
+        return weir__api_fail(e, 400, "chat_template_kwargs", "invalid_value",
+                              "'chat_template_kwargs' cannot set '%s': %s", x->string,
+                              !strcmp(x->string, "add_generation_prompt")
+                                  ? "use the request's 'add_generation_prompt'"
+                                  : "the server sets it from the request");
+  }
+  return 0;
+}
+
 static int parse_params(weir__http_server *s, const cJSON *root, int chat, params *p,
                         api_error *e) {
   memset(p, 0, sizeof *p);
@@ -148,8 +196,10 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
   p->n = 1;
   p->cache_mode = -1;
   p->logprobs = -1;
+  p->add_generation_prompt = 1;
   int have_best_of = 0, have_top_logprobs = 0, have_max_tokens = 0, have_max_completion = 0;
   int max_completion_tokens = 0;
+  int have_add_generation_prompt = 0, skip_special = 1, spaces_between = -1;
   const double vocab = s->info.vocab_size > 0 ? s->info.vocab_size : 1;
   for (const cJSON *it = root->child; it; it = it->next) {
     const char *k = it->string ? it->string : "";
@@ -263,6 +313,7 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
       p->no_speculation = !on;
     } else if (!strcmp(k, "min_tokens")) {
       if (want_int(e, it, k, 0, 1e9, &p->min_tokens)) return -1;
+      p->min_tokens_given = 1;
     } else if (!strcmp(k, "stream")) {
       if (weir__api_want_bool(e, it, k, &p->stream)) return -1;
     } else if (!strcmp(k, "stream_options")) {
@@ -314,6 +365,41 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
         p->bias_tokens[p->num_bias] = (int32_t)id;
         p->bias_values[p->num_bias++] = (float)b->valuedouble;
       }
+    } else if (!strcmp(k, "structured_outputs")) {
+      p->structured_outputs = it;
+    } else if (!strcmp(k, "store")) {
+      int store = 0;
+      if (weir__api_want_bool(e, it, k, &store)) return -1;
+      if (store)
+        return weir__api_fail(e, 400, k, "unsupported_parameter",
+                              "Unsupported parameter: 'store': true asks the server to keep this "
+                              "completion for later retrieval, and this server stores nothing. "
+                              "Send 'store': false or leave it out.");
+    } else if (!strcmp(k, "metadata")) {
+      if (check_metadata(it, e)) return -1;
+    } else if (!strcmp(k, "service_tier")) {
+      static const char *const tiers[] = {"auto", "default", "flex", "priority", "scale", NULL};
+      int known = 0;
+      for (int i = 0; cJSON_IsString(it) && tiers[i]; i++) known |= !strcmp(it->valuestring, tiers[i]);
+      if (!known)
+        return weir__api_fail(e, 400, k, "invalid_value",
+                              "'service_tier' must be one of 'auto', 'default', 'flex', "
+                              "'priority', 'scale'");
+    } else if (chat && !strcmp(k, "chat_template_kwargs")) {
+      if (check_template_kwargs(it, e)) return -1;
+      p->chat_template_kwargs = it;
+    } else if (chat && !strcmp(k, "add_generation_prompt")) {
+      if (weir__api_want_bool(e, it, k, &p->add_generation_prompt)) return -1;
+      have_add_generation_prompt = 1;
+    } else if (chat && !strcmp(k, "continue_final_message")) {
+      if (weir__api_want_bool(e, it, k, &p->continue_final_message)) return -1;
+    } else if (!strcmp(k, "skip_special_tokens")) {
+      if (weir__api_want_bool(e, it, k, &skip_special)) return -1;
+      p->keep_special = !skip_special;
+    } else if (!strcmp(k, "spaces_between_special_tokens")) {
+      if (weir__api_want_bool(e, it, k, &spaces_between)) return -1;
+    } else if (!strcmp(k, "include_stop_str_in_output")) {
+      if (weir__api_want_bool(e, it, k, &p->include_stop_str)) return -1;
     } else if (chat && !strcmp(k, "tools")) {
       p->tools = it;
     } else if (chat && !strcmp(k, "tool_choice")) {
@@ -344,6 +430,21 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
     return weir__api_fail(e, 400, "min_tokens", "invalid_value",
                           "'min_tokens' (%d) must not exceed 'max_tokens' (%d)", p->min_tokens,
                           p->max_tokens);
+  if (p->continue_final_message && p->add_generation_prompt) {
+    if (have_add_generation_prompt)
+      return weir__api_fail(e, 400, "continue_final_message", "invalid_value",
+                            "'continue_final_message' and 'add_generation_prompt' cannot both be "
+                            "true: the reply either continues the last message or opens a new "
+                            "assistant turn");
+    p->add_generation_prompt = 0; /* continuing a message opens no new turn */
+  }
+  /* weir joins the text of special tokens as they are (vLLM's false); vLLM's default, true,
+   * only differs when special tokens are kept. */
+  if (p->keep_special && spaces_between == 1)
+    return weir__api_fail(e, 400, "spaces_between_special_tokens", "unsupported_parameter",
+                          "Unsupported parameter: this server writes special tokens' text without "
+                          "spaces between them; send 'spaces_between_special_tokens': false with "
+                          "'skip_special_tokens': false");
   if (p->has_stream_options && !p->stream)
     return weir__api_fail(e, 400, "stream_options", "invalid_value",
                           "'stream_options' is only allowed when 'stream' is true");
@@ -479,8 +580,39 @@ static int message_content(const cJSON *c, int idx, const char *role, weir_buf *
   return 0;
 }
 
-static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_tools *tools,
+/* continue_final_message: the rendered conversation cut right after the last message's
+ * text, so that the reply continues it (the template's end-of-turn after it is dropped), as
+ * Hugging Face's apply_chat_template does: the text as given, else stripped (templates that
+ * trim messages). 0, or -1 with e filled when the template does not write it. */
+static int cut_after_final(char *rendered, const char *final, api_error *e) {
+  const char *b = final, *end = final + strlen(final);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass) { /* stripped */
+      while (b < end && isspace((unsigned char)*b)) b++;
+      while (end > b && isspace((unsigned char)end[-1])) end--;
+    }
+    size_t n = (size_t)(end - b);
+    if (!n) return 0; /* nothing to continue from: the rendering as it is */
+    /* The last occurrence; matches are taken without overlap so that the search stays
+     * linear in the rendering's length whatever the text repeats. */
+    const size_t rlen = strlen(rendered);
+    const char *at = NULL;
+    for (const char *q = rendered; (q = memmem(q, rlen - (size_t)(q - rendered), b, n));
+         q += n)
+      at = q;
+    if (at) {
+      rendered[(size_t)(at - rendered) + n] = '\0';
+      return 0;
+    }
+  }
+  return weir__api_fail(e, 400, "continue_final_message", "invalid_value",
+                        "'continue_final_message': the chat template does not write the last "
+                        "message's text, so there is nothing to continue");
+}
+
+static int chat_prompt(weir__http_server *s, const params *p, const api_tools *tools,
                        prompt_list *pl, api_error *e) {
+  const cJSON *messages = p->messages;
   if (!cJSON_IsArray(messages))
     return weir__api_fail(e, 400, "messages", "invalid_type",
                           "'messages' must be a list of messages");
@@ -504,10 +636,16 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_to
       goto free_msgs;
     }
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    const int is_assistant = cJSON_IsString(role) && !strcmp(role->valuestring, "assistant");
     for (const cJSON *k = m->child; k; k = k->next)
       if (strcmp(k->string, "role") && strcmp(k->string, "content") &&
           strcmp(k->string, "name") && strcmp(k->string, "tool_calls") &&
-          strcmp(k->string, "tool_call_id")) {
+          strcmp(k->string, "tool_call_id") &&
+          /* What a reply's message carries besides its text, sent back as it came by clients
+           * that append the message they received (openai-node's runTools adds `parsed`):
+           * output only, nothing for the template. */
+          !(is_assistant && (!strcmp(k->string, "parsed") || !strcmp(k->string, "refusal") ||
+                             !strcmp(k->string, "annotations")))) {
         char pk[128];
         snprintf(pk, sizeof pk, "messages[%d].%s", i, k->string);
         weir__api_unsupported(e, pk);
@@ -538,9 +676,14 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_to
     if (!msg) goto free_msgs;
     cJSON_AddItemToArray(msgs, msg);
   }
+  /* The last message's text, which continue_final_message continues. */
+  const cJSON *final_msg = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+  const cJSON *last_content = cJSON_GetObjectItemCaseSensitive(final_msg, "content");
   /* The model's template sees the request's messages (normalized) and tools, as Hugging
    * Face's apply_chat_template gives them; a failure is the template's own message. */
-  weir_chat_request req = {.messages = msgs, .tools = tools->tools, .add_generation_prompt = 1};
+  weir_chat_request req = {.messages = msgs, .tools = tools->tools,
+                           .kwargs = p->chat_template_kwargs,
+                           .add_generation_prompt = p->add_generation_prompt};
   char why[512] = "";
   int r = weir_service_render_chat(s->svc, &req, &rendered, why, sizeof why);
   if (r != WEIR_OK) {
@@ -549,6 +692,9 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_to
                    why[0] ? why : weir_strerror(r));
     goto free_msgs;
   }
+  if (p->continue_final_message &&
+      cut_after_final(rendered, cJSON_IsString(last_content) ? last_content->valuestring : "", e))
+    goto free_msgs;
   /* The rendered text holds special tokens (<|im_start|> ...) that only tokenizing with
    * add_special parses, and that also adds the tokenizer's BOS when its metadata asks for one.
    * A template that writes the BOS itself would then get two: its textual BOS is dropped and
@@ -816,34 +962,98 @@ fail:
 
 /* ---- generation requests ---------------------------------------------------------------- */
 
-/* The structured-output constraint a request asks for: OpenAI's response_format, or one of
- * vLLM's guided_json, guided_regex, guided_choice and guided_grammar. spec->kind stays 0 when
- * there is none (response_format "text"). *owned is text this function printed (the caller
- * frees it); *param names the parameter, for errors. 0, or -1 with e filled. */
+/* The structured-output constraint a request asks for: OpenAI's response_format, one of
+ * vLLM's guided_json, guided_regex, guided_choice and guided_grammar, or vLLM's newer
+ * structured_outputs object holding one of json, regex, choice, grammar and json_object.
+ * spec->kind stays 0 when there is none (response_format "text"). *owned is text this
+ * function printed (the caller frees it); *param names the parameter, for errors. 0, or -1
+ * with e filled. */
+enum { C_RF, C_JSON, C_REGEX, C_CHOICE, C_GRAMMAR, C_JSON_OBJECT };
 static int constraint_spec(const params *p, weir_constraint_spec *spec, char **owned,
                            const char **param, api_error *e) {
   memset(spec, 0, sizeof *spec);
   spec->whitespace = 0; /* compact JSON: a small model cannot spend its tokens on blank space */
   *owned = NULL;
-  const struct {
+  struct given {
     const char *name;
     const cJSON *v;
-  } given[] = {{"response_format", p->response_format}, {"guided_json", p->guided_json},
-               {"guided_regex", p->guided_regex},       {"guided_choice", p->guided_choice},
-               {"guided_grammar", p->guided_grammar}};
-  const cJSON *v = NULL;
-  for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
-    if (!given[i].v) continue;
-    if (v)
-      return weir__api_fail(e, 400, given[i].name, "invalid_value",
-                            "'%s' and '%s' both constrain the output; give one", *param,
-                            given[i].name);
-    v = given[i].v;
-    *param = given[i].name;
+    int kind;
+  } given[7] = {{"response_format", p->response_format, C_RF},
+                {"guided_json", p->guided_json, C_JSON},
+                {"guided_regex", p->guided_regex, C_REGEX},
+                {"guided_choice", p->guided_choice, C_CHOICE},
+                {"guided_grammar", p->guided_grammar, C_GRAMMAR}};
+  size_t num_given = 5;
+  if (p->structured_outputs) {
+    static const struct {
+      const char *key, *param;
+      int kind;
+    } so_keys[] = {{"json", "structured_outputs.json", C_JSON},
+                   {"regex", "structured_outputs.regex", C_REGEX},
+                   {"choice", "structured_outputs.choice", C_CHOICE},
+                   {"grammar", "structured_outputs.grammar", C_GRAMMAR},
+                   {"json_object", "structured_outputs.json_object", C_JSON_OBJECT}};
+    const cJSON *so = p->structured_outputs;
+    if (!cJSON_IsObject(so))
+      return weir__api_fail(e, 400, "structured_outputs", "invalid_type",
+                            "'structured_outputs' must be an object with one of 'json', "
+                            "'regex', 'choice', 'grammar' or 'json_object'");
+    for (const cJSON *x = so->child; x; x = x->next) {
+      if (cJSON_IsNull(x)) continue;
+      int known = 0;
+      for (size_t i = 0; i < sizeof so_keys / sizeof so_keys[0]; i++) {
+        if (strcmp(x->string, so_keys[i].key)) continue;
+        known = 1;
+        if (so_keys[i].kind == C_JSON_OBJECT && !cJSON_IsTrue(x)) {
+          if (cJSON_IsFalse(x)) break; /* asks for nothing */
+          return weir__api_fail(e, 400, so_keys[i].param, "invalid_type",
+                                "'%s' must be a boolean", so_keys[i].param);
+        }
+        if (num_given == 7) /* a third constraint: the check below names the second */
+          break;
+        given[num_given++] = (struct given){so_keys[i].param, x, so_keys[i].kind};
+      }
+      if (known) continue;
+      if (!strcmp(x->string, "disable_any_whitespace") ||
+          !strcmp(x->string, "disable_fallback") ||
+          !strcmp(x->string, "disable_additional_properties")) {
+        char name[64];
+        snprintf(name, sizeof name, "structured_outputs.%s", x->string);
+        int on = 0;
+        if (weir__api_want_bool(e, x, name, &on)) return -1;
+        /* weir never falls back to another backend: disable_fallback holds either way. */
+        if (!strcmp(x->string, "disable_any_whitespace")) spec->whitespace = on ? 0 : 1;
+        if (!strcmp(x->string, "disable_additional_properties") && on)
+          return weir__api_unsupported(e, name);
+        continue;
+      }
+      char name[96];
+      snprintf(name, sizeof name, "structured_outputs.%.60s", x->string);
+      return weir__api_fail(e, 400, name, "unsupported_parameter",
+                            "Unsupported parameter: '%s' is not supported by this server "
+                            "(structured_outputs takes json, regex, choice, grammar, "
+                            "json_object, disable_any_whitespace, disable_fallback)", name);
+    }
   }
-  if (!v) return 0;
+  const struct given *g = NULL;
+  for (size_t i = 0; i < num_given; i++) {
+    if (!given[i].v) continue;
+    if (g)
+      return weir__api_fail(e, 400, given[i].name, "invalid_value",
+                            "'%s' and '%s' both constrain the output; give one", g->name,
+                            given[i].name);
+    g = &given[i];
+  }
+  if (!g) return 0;
+  const cJSON *v = g->v;
+  *param = g->name;
   const cJSON *text = v; /* a string, or JSON printed below */
-  if (v == p->response_format) {
+  if (g->kind == C_JSON_OBJECT) {
+    spec->kind = WEIR_CONSTRAINT_JSON_OBJECT;
+    return 0;
+  }
+  if (g->kind == C_RF) {
+    spec->whitespace = 0;
     const cJSON *type = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
     if (!cJSON_IsString(type))
       return weir__api_fail(e, 400, "response_format.type", "invalid_type",
@@ -871,25 +1081,25 @@ static int constraint_spec(const params *p, weir_constraint_spec *spec, char **o
     spec->kind = WEIR_CONSTRAINT_JSON_SCHEMA;
     spec->strict = cJSON_IsTrue(strict);
     text = schema;
-  } else if (v == p->guided_json) {
+  } else if (g->kind == C_JSON) {
     if (!cJSON_IsObject(v) && !cJSON_IsString(v) && !cJSON_IsBool(v))
       return weir__api_fail(e, 400, *param, "invalid_type",
-                            "'guided_json' must be a JSON Schema (an object or its text)");
+                            "'%s' must be a JSON Schema (an object or its text)", *param);
     spec->kind = WEIR_CONSTRAINT_JSON_SCHEMA;
-  } else if (v == p->guided_choice) {
+  } else if (g->kind == C_CHOICE) {
     int n = 0;
     for (const cJSON *c = cJSON_IsArray(v) ? v->child : NULL; c; c = c->next, n++)
       if (!cJSON_IsString(c))
         return weir__api_fail(e, 400, *param, "invalid_type",
-                              "'guided_choice' must be a list of strings");
+                              "'%s' must be a list of strings", *param);
     if (!cJSON_IsArray(v) || n == 0)
       return weir__api_fail(e, 400, *param, "invalid_value",
-                            "'guided_choice' must be a non-empty list of strings");
+                            "'%s' must be a non-empty list of strings", *param);
     spec->kind = WEIR_CONSTRAINT_CHOICE;
   } else {
     if (!cJSON_IsString(v))
       return weir__api_fail(e, 400, *param, "invalid_type", "'%s' must be a string", *param);
-    spec->kind = v == p->guided_regex ? WEIR_CONSTRAINT_REGEX : WEIR_CONSTRAINT_GRAMMAR;
+    spec->kind = g->kind == C_REGEX ? WEIR_CONSTRAINT_REGEX : WEIR_CONSTRAINT_GRAMMAR;
   }
   if (cJSON_IsString(text)) {
     spec->text = text->valuestring;
@@ -911,7 +1121,7 @@ int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat,
   out->root = root;
   if (parse_params(s, out->root, chat, p, e)) goto fail;
   if (chat && weir__api_tools_check(p, &out->tools, e)) goto fail;
-  if (chat ? chat_prompt(s, p->messages, &out->tools, pl, e)
+  if (chat ? chat_prompt(s, p, &out->tools, pl, e)
            : completion_prompts(s, p->prompt, pl, e))
     goto fail;
   if (pl->count * p->n > MAX_CHOICES) {
@@ -972,9 +1182,20 @@ int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat,
     int32_t mt = p->max_tokens > 0 ? p->max_tokens
                  : chat            ? s->cfg->default_max_tokens
                                    : WEIR_API_COMPLETIONS_MAX_TOKENS;
+    /* Without max_tokens, min_tokens raises the default budget: the request asks for at
+     * least that many tokens and set no cap. */
+    if (p->max_tokens == 0 && p->min_tokens > mt) mt = p->min_tokens;
     if (mt > limit) mt = limit;
     if (mt > ctx - pl->lens[i]) mt = ctx - pl->lens[i];
     pl->max_tokens[i] = mt;
+    if (p->min_tokens > mt) {
+      weir__api_fail(e, 400, "min_tokens", "invalid_value",
+                     "'min_tokens' is %d but at most %d tokens can be generated for this prompt "
+                     "(the context holds %d tokens, the prompt is %d%s)",
+                     p->min_tokens, mt, ctx, pl->lens[i],
+                     limit < ctx ? ", and server.max_tokens_limit caps the output" : "");
+      goto fail;
+    }
   }
 
   /* The constraint is only described here; weir__api_gen_compile compiles it (off the loop:
@@ -1016,6 +1237,8 @@ int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat,
   g->min_tokens = p->min_tokens;
   g->ignore_eos = p->ignore_eos;
   g->no_speculation = p->no_speculation;
+  g->keep_special = p->keep_special;
+  g->include_stop_str = p->include_stop_str;
   g->stop_token_ids = p->stop_ids;
   g->num_stop_token_ids = p->num_stop_ids;
   g->stop = p->stop;

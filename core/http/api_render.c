@@ -294,9 +294,18 @@ static cJSON *tool_calls_json(const weir_tool_output *o, int with_index) {
   return arr;
 }
 
-/* finish_reason of a reply that called tools: "length" stays (the call may be cut short). */
+/* finish_reason of a reply that returns calls: "tool_calls" also when the budget (or a stop
+ * string) ended it, since every call returned is whole (a call the reply was cut inside is
+ * dropped, tool_calls.h); openai-node's runTools and parse() throw on "length", the AI SDK
+ * and the Agents SDK run the calls either way. An abort or a timeout is still reported. */
 static const char *tool_finish(weir_finish_reason f) {
-  return f == WEIR_FINISH_LENGTH ? weir__api_finish_name(f) : "tool_calls";
+  return f == WEIR_FINISH_LENGTH || f == WEIR_FINISH_STOP ? "tool_calls"
+                                                          : weir__api_finish_name(f);
+}
+
+/* A forced call (tool_choice "required" or a named function): the reply is calls only. */
+static int forced(const weir__api_job *job) {
+  return job->tool_mode == WEIR_TOOLS_REQUIRED || job->tool_mode == WEIR_TOOLS_NAMED;
 }
 
 void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finish_reason f) {
@@ -307,7 +316,9 @@ void weir__api_stream_tool_finish(weir__api_job *job, api_choice *ch, weir_finis
     return;
   }
   if (o.num_calls == 0) {
-    size_t held = ch->text.len - ch->content_sent;
+    /* A forced reply cut before its first call was whole: no call, and its text is not
+     * content either (finish_reason says why it ended). */
+    size_t held = forced(job) ? 0 : ch->text.len - ch->content_sent;
     weir__api_stream_choice_chunk(job, ch, held ? ch->text.p + ch->content_sent : NULL, held,
                                   NULL, finish, 0);
     ch->content_sent = ch->text.len;
@@ -410,6 +421,10 @@ void weir__api_respond_full(weir__api_job *job) {
           cJSON_AddNullToObject(msg, "content");
         cJSON_AddItemToObject(msg, "tool_calls", tool_calls_json(&calls, 0));
         finish = tool_finish(ch->finish);
+      } else if (forced(job)) {
+        /* Cut before the first call was whole: nothing to run, and the forced list is not
+         * content. */
+        cJSON_AddNullToObject(msg, "content");
       } else {
         cJSON_AddItemToObject(msg, "content", weir__api_json_text(text.p, text.len));
       }

@@ -536,7 +536,8 @@ void weir__api_resp_stream_finish(weir__api_job *job) {
   cJSON *final = response_base(job, "completed");
   cJSON *output = final ? cJSON_GetObjectItemCaseSensitive(final, "output") : NULL;
   /* Without calls, whatever was held back is text after all. */
-  if (reply.num_calls == 0 && ch->text.len > ch->content_sent) {
+  if (reply.num_calls == 0 && ch->text.len > ch->content_sent &&
+      job->tool_mode != WEIR_TOOLS_REQUIRED && job->tool_mode != WEIR_TOOLS_NAMED) {
     stream_text(job, ch->text.p + ch->content_sent, ch->text.len - ch->content_sent);
     ch->content_sent = ch->text.len;
   }

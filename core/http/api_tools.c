@@ -133,7 +133,7 @@ char *weir__api_tools_schema(const api_tools *t) {
   if (ok) {
     cJSON_AddStringToObject(root, "type", "array");
     cJSON_AddNumberToObject(root, "minItems", 1);
-    if (!t->parallel) cJSON_AddNumberToObject(root, "maxItems", 1);
+    cJSON_AddNumberToObject(root, "maxItems", t->parallel ? WEIR_API_MAX_FORCED_CALLS : 1);
   }
   for (const cJSON *it = t->tools ? t->tools->child : NULL; ok && it; it = it->next) {
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(it, "function");

@@ -313,6 +313,7 @@ int weir_chat_render(weir_chat_template_id id, const weir_chat_message *msgs, in
 
 struct weir_chat_renderer {
   weir_jinja_template *tpl; /* NULL: a built-in */
+  char *source;             /* tpl's Jinja text (NULL with a built-in) */
   weir_chat_template_id builtin;
   char *bos, *eos;
   int n_named;
@@ -329,6 +330,7 @@ void weir_chat_renderer_set_limits(weir_chat_renderer *r, const weir_jinja_limit
 void weir_chat_renderer_free(weir_chat_renderer *r) {
   if (!r) return;
   weir_jinja_template_free(r->tpl);
+  free(r->source);
   for (int i = 0; i < r->n_named; i++) {
     free(r->names[i]);
     weir_jinja_template_free(r->named[i]);
@@ -370,6 +372,10 @@ int weir_chat_renderer_create(const char *jinja, size_t len, const char *overrid
     }
     if (rc) snprintf(r->note, sizeof r->note, "the model's chat template does not parse (line %d: %s)",
                      je.line, je.msg);
+    if (r->tpl && !(r->source = strndup(jinja, len))) {
+      weir_chat_renderer_free(r);
+      return WEIR_E_NOMEM;
+    }
   }
   if (!r->tpl) {
     char *text = jinja ? strndup(jinja, len) : NULL;
@@ -445,6 +451,10 @@ int weir_chat_renderer_from_gguf(const weir_gguf *g, const char *override, const
 
 const char *weir_chat_renderer_name(const weir_chat_renderer *r) {
   return r->tpl ? "jinja" : weir_chat_template_name(r->builtin);
+}
+
+const char *weir_chat_renderer_source(const weir_chat_renderer *r) {
+  return r && r->source ? r->source : "";
 }
 
 const char *weir_chat_renderer_note(const weir_chat_renderer *r) { return r->note; }

@@ -121,6 +121,9 @@ void weir_chat_renderer_set_limits(weir_chat_renderer *r, const struct weir_jinj
 const char *weir_chat_renderer_name(const weir_chat_renderer *r);
 /* Why a template was not used ("" when it is used or there was none to use). */
 const char *weir_chat_renderer_note(const weir_chat_renderer *r);
+/* The Jinja text the renderer runs (llama-server's /props shows it); "" for a built-in.
+ * Owned by the renderer. */
+const char *weir_chat_renderer_source(const weir_chat_renderer *r);
 /* 1 when a named alternate exists. */
 int weir_chat_renderer_has(const weir_chat_renderer *r, const char *name);
 

@@ -177,27 +177,67 @@ static int parse_auto(const char *text, size_t len, weir_tool_output *o) {
   return o->content ? 0 : WEIR_E_NOMEM;
 }
 
+/* tool_choice "required": the forced list [{"name": ..., "parameters": {...}}, ...], read
+ * call by call so that a list cut short (max_tokens, a stop string) still yields every call
+ * that was written whole; the call it was cut inside is dropped. */
+static int parse_forced_list(const char *text, const char *end, weir_tool_output *o) {
+  const char *p = skip_blank(text, end);
+  if (p == end || *p != '[') {
+    o->dropped_partial = p != end;
+    return 0;
+  }
+  p = skip_blank(p + 1, end);
+  while (p < end && *p != ']') {
+    const char *next;
+    cJSON *v = parse_value(p, end, &next);
+    if (!v || !cJSON_IsObject(v)) {
+      cJSON_Delete(v);
+      o->dropped_partial = 1; /* cut inside this call (or not a call: nothing to take) */
+      return 0;
+    }
+    int rc = take_call(o, v);
+    cJSON_Delete(v);
+    if (rc == NOT_CALL) {
+      o->dropped_partial = 1;
+      return 0;
+    }
+    if (rc) return rc;
+    p = skip_blank(next, end);
+    if (p < end && *p == ',') p = skip_blank(p + 1, end);
+  }
+  return 0;
+}
+
 int weir_tool_parse(const char *text, size_t len, weir_tool_mode mode, const char *named,
                      weir_tool_output *out) {
   memset(out, 0, sizeof *out);
   const char *end = text + len;
   int rc = NOT_CALL;
-  if (mode == WEIR_TOOLS_AUTO) {
-    rc = parse_auto(text, len, out);
-  } else if (mode == WEIR_TOOLS_REQUIRED) {
-    const char *next;
-    cJSON *v = parse_value(text, end, &next);
-    rc = v && cJSON_IsArray(v) && skip_blank(next, end) == end ? take_list_or_one(out, v) : NOT_CALL;
-    cJSON_Delete(v);
+  if (mode == WEIR_TOOLS_REQUIRED || (mode == WEIR_TOOLS_NAMED && named)) {
+    /* The constraint made the whole reply calls: it is never content, whatever it holds. */
+    if (mode == WEIR_TOOLS_REQUIRED) {
+      rc = parse_forced_list(text, end, out);
+    } else {
+      /* The whole reply is the named function's arguments; a reply cut short is not a call
+       * a client could run (its arguments are not JSON), so it is dropped. */
+      const char *b = skip_blank(text, end), *e = end;
+      while (e > b && is_blank(e[-1])) e--;
+      const char *stop = NULL;
+      cJSON *v = b < e ? cJSON_ParseWithLengthOpts(b, (size_t)(e - b), &stop, 0) : NULL;
+      if (v && stop != e) { /* a whole value and more after it: not what was forced */
+        cJSON_Delete(v);
+        v = NULL;
+      }
+      rc = v ? add_call(out, named, b, (size_t)(e - b)) : 0;
+      if (!v) out->dropped_partial = 1;
+      cJSON_Delete(v);
+    }
+    if (rc == NOT_CALL) rc = 0; /* more than WEIR_MAX_TOOL_CALLS: the first ones */
     if (rc == 0 && !(out->content = dup_n("", 0))) rc = WEIR_E_NOMEM;
-  } else if (mode == WEIR_TOOLS_NAMED && named) {
-    /* The constraint made the whole reply the arguments; one cut short by max_tokens is
-     * still returned as the call, as OpenAI does (finish_reason says "length"). */
-    const char *b = skip_blank(text, end), *e = end;
-    while (e > b && is_blank(e[-1])) e--;
-    rc = add_call(out, named, b, (size_t)(e - b));
-    if (rc == 0 && !(out->content = dup_n("", 0))) rc = WEIR_E_NOMEM;
+    if (rc) weir_tool_output_free(out);
+    return rc;
   }
+  if (mode == WEIR_TOOLS_AUTO) rc = parse_auto(text, len, out);
   if (rc == 0) return 0;
   /* Not calls after all: the whole reply is content. */
   weir_tool_output_free(out);

@@ -34,14 +34,20 @@ typedef struct weir_tool_output {
   char *content;         /* malloc'd text outside the calls, trimmed; "" when none */
   weir_tool_call *calls; /* malloc'd [num_calls] */
   int num_calls;
+  /* Forced modes: the reply ended inside a call (cut by max_tokens, a stop string, a
+   * timeout); that call was dropped, the complete ones before it are in calls. */
+  int dropped_partial;
 } weir_tool_output;
 
 /* At most this many calls are taken from one reply; more stay content. */
 #define WEIR_MAX_TOOL_CALLS 64
 
 /* Parses a finished reply. `named` is the function's name in WEIR_TOOLS_NAMED mode (else
- * unused). On success out owns its strings (weir_tool_output_free); num_calls 0 means the
- * whole text is content. WEIR_E_NOMEM. */
+ * unused). On success out owns its strings (weir_tool_output_free). In the OFF and AUTO
+ * modes num_calls 0 means the whole text is content. In the forced modes (REQUIRED, NAMED)
+ * the reply is never content: out holds the complete calls (possibly none) and content "";
+ * a call the reply was cut inside is dropped (dropped_partial), so a client never receives
+ * arguments that are not a whole JSON value. WEIR_E_NOMEM. */
 int weir_tool_parse(const char *text, size_t len, weir_tool_mode mode, const char *named,
                      weir_tool_output *out);
 void weir_tool_output_free(weir_tool_output *o);

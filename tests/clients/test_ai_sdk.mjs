@@ -4,7 +4,8 @@
 // model answers in text); streamText streams the same round trip through response.* events
 // and streams plain text that must equal the non-streamed text. The chat-completions
 // provider (`openai.chat`) runs the same round trip. The model never learned tools, so the
-// first step is forced by toolChoice and the second has toolChoice "none".
+// first step is forced by toolChoice and the second has toolChoice "none". A "required" call
+// whose list max_tokens cuts still comes back as tool calls the SDK runs.
 //   node test_ai_sdk.mjs WEIR_BINARY PLUGIN_DIR MODEL LOG
 import { generateText, streamText, tool, stepCountIs } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
@@ -85,7 +86,21 @@ try {
   });
   checkRoundTrip("generateText (chat)", chat.steps, chat.text);
 
-  // 5. A refused feature surfaces as the SDK's API error with the server's message.
+  // 5. toolChoice "required" with a budget that cuts the forced list (issue 31): the whole
+  // calls come back as tool calls with finish "tool-calls", so the SDK runs them instead of
+  // throwing ToolChoiceViolationError; the call cut short is dropped.
+  const before = executed.length;
+  const cut = await generateText({
+    model: openai.chat(modelId), tools, prompt: QUESTION, toolChoice: "required",
+    maxOutputTokens: 120, temperature: 0,
+  });
+  const cutCalls = cut.steps[0]?.toolCalls ?? [];
+  expect(cutCalls.length >= 1 && cutCalls.every((c) => validArgs(c.input)) &&
+         cut.steps[0].finishReason === "tool-calls" && executed.length === before + cutCalls.length,
+         `required cut by the budget: ${JSON.stringify(cut.steps[0]?.toolCalls)} ` +
+         `${cut.steps[0]?.finishReason}`);
+
+  // 6. A refused feature surfaces as the SDK's API error with the server's message.
   try {
     await generateText({ model: openai(modelId), prompt: "x",
                          providerOptions: { openai: { previousResponseId: "resp_1" } } });

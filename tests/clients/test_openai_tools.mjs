@@ -63,6 +63,24 @@ try {
   expect(rc.length === 1 && rc[0].function.name === "get_verse" && validArgs(rc[0].function.arguments),
          "required " + JSON.stringify(req.choices[0].message));
 
+  // 4b. runTools with tool_choice "required" and a budget that cuts the forced list (issue
+  // 31): the whole calls arrive as tool_calls with finish_reason "tool_calls" (the client's
+  // parser throws LengthFinishReasonError on "length"), the runner runs them and goes on.
+  const ran = [];
+  const runner2 = client.chat.completions.runTools({
+    messages, tool_choice: "required", max_tokens: 120, temperature: 0,
+    tools: [{ type: "function", function: {
+      name: "get_verse", parameters: verseParameters, parse: JSON.parse,
+      function: (args) => { ran.push(args); return VERSE; } } }],
+  }, { maxChatCompletions: 2 });
+  try {
+    await runner2.done();
+    expect(ran.length >= 1 && ran.every((a) => validArgs(JSON.stringify(a))),
+           "runTools ran " + JSON.stringify(ran));
+  } catch (e) {
+    expect(false, "runTools with a cut forced list: " + e);
+  }
+
   // 5. A bad request surfaces as the client's BadRequestError naming the parameter.
   try {
     await client.chat.completions.create({ messages, tools,

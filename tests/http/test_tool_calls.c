@@ -15,6 +15,7 @@ typedef struct call_case {
   int num_calls;
   const char *names[3];    /* expected names and arguments, in order */
   const char *arguments[3];
+  int dropped;             /* expected dropped_partial */
 } call_case;
 
 static const call_case k_cases[] = {
@@ -56,9 +57,22 @@ static const call_case k_cases[] = {
     /* Forced shapes. */
     {"[{\"name\":\"count\",\"parameters\":{\"n\":1}},{\"name\":\"a\",\"parameters\":{}}]",
      WEIR_TOOLS_REQUIRED, NULL, "", 2, {"count", "a"}, {"{\"n\":1}", "{}"}},
-    {"[{\"name\":\"count\",\"parameters\":{\"n\":", WEIR_TOOLS_REQUIRED, NULL,
-     "[{\"name\":\"count\",\"parameters\":{\"n\":", 0, {NULL}, {NULL}},
+    /* A forced list cut inside its first call (max_tokens): no call, and the list is not
+     * content either. */
+    {"[{\"name\":\"count\",\"parameters\":{\"n\":", WEIR_TOOLS_REQUIRED, NULL, "", 0,
+     {NULL}, {NULL}, 1},
+    /* Cut inside its second call: the first, whole, is kept; the partial one dropped. */
+    {"[{\"name\":\"count\",\"parameters\":{\"n\":1}}, {\"name\":\"a\",\"parame",
+     WEIR_TOOLS_REQUIRED, NULL, "", 1, {"count"}, {"{\"n\":1}"}, 1},
+    /* Cut right after a whole call (the list not closed): that call, nothing dropped. */
+    {"[{\"name\":\"count\",\"parameters\":{\"n\":2}},", WEIR_TOOLS_REQUIRED, NULL, "", 1,
+     {"count"}, {"{\"n\":2}"}, 0},
+    /* Not a list at all (cannot come out of the constraint): no call, no content. */
+    {"hello", WEIR_TOOLS_REQUIRED, NULL, "", 0, {NULL}, {NULL}, 1},
     {" {\"n\": 4} ", WEIR_TOOLS_NAMED, "count", "", 1, {"count"}, {"{\"n\": 4}"}},
+    /* Named arguments cut short: not a call a client could run. */
+    {"{\"n\": ", WEIR_TOOLS_NAMED, "count", "", 0, {NULL}, {NULL}, 1},
+    {"{\"n\": 4} {", WEIR_TOOLS_NAMED, "count", "", 0, {NULL}, {NULL}, 1},
     /* tools off: everything is content, even a perfect call. */
     {"<tool_call>{\"name\":\"count\"}</tool_call>", WEIR_TOOLS_OFF, NULL,
      "<tool_call>{\"name\":\"count\"}</tool_call>", 0, {NULL}, {NULL}},
@@ -69,7 +83,8 @@ static void test_parse(void) {
     const call_case *c = &k_cases[i];
     weir_tool_output o;
     WT_ASSERT_INT_EQ(weir_tool_parse(c->text, strlen(c->text), c->mode, c->named, &o), 0);
-    int ok = o.content && !strcmp(o.content, c->content) && o.num_calls == c->num_calls;
+    int ok = o.content && !strcmp(o.content, c->content) && o.num_calls == c->num_calls &&
+             o.dropped_partial == c->dropped;
     for (int k = 0; ok && k < c->num_calls; k++)
       ok = !strcmp(o.calls[k].name, c->names[k]) && !strcmp(o.calls[k].arguments, c->arguments[k]);
     if (!ok) {
@@ -95,6 +110,23 @@ static void test_too_many_calls(void) {
   WT_ASSERT_INT_EQ(weir_tool_parse(text, len, WEIR_TOOLS_AUTO, NULL, &o), 0);
   WT_ASSERT_INT_EQ(o.num_calls, 0);
   CU_ASSERT(o.content && strlen(o.content) == len);
+  weir_tool_output_free(&o);
+  free(text);
+}
+
+/* A forced list longer than WEIR_MAX_TOOL_CALLS: the first ones are the calls (the server's
+ * grammar bounds the list far below this; the parser does not rely on it). */
+static void test_forced_many(void) {
+  char *text = malloc(64 * (WEIR_MAX_TOOL_CALLS + 2));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  size_t len = (size_t)sprintf(text, "[");
+  for (int i = 0; i <= WEIR_MAX_TOOL_CALLS; i++)
+    len += (size_t)sprintf(text + len, "%s{\"name\":\"f\",\"parameters\":{}}", i ? "," : "");
+  len += (size_t)sprintf(text + len, "]");
+  weir_tool_output o;
+  WT_ASSERT_INT_EQ(weir_tool_parse(text, len, WEIR_TOOLS_REQUIRED, NULL, &o), 0);
+  WT_ASSERT_INT_EQ(o.num_calls, WEIR_MAX_TOOL_CALLS);
+  CU_ASSERT(o.content && !o.content[0]);
   weir_tool_output_free(&o);
   free(text);
 }
@@ -132,6 +164,7 @@ int main(void) {
   static const wt_test tests[] = {
       {"parse", test_parse},
       {"too_many_calls", test_too_many_calls},
+      {"forced_many", test_forced_many},
       {"stream_safe", test_stream_safe},
       {NULL, NULL},
   };
