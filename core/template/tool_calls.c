@@ -130,6 +130,11 @@ static int take_hermes(weir_tool_output *o, const char *first, const char *end) 
     cJSON *v = parse_value(body, stop, &next);
     int rc = v && skip_blank(next, stop) == stop ? take_call(o, v) : NOT_CALL;
     cJSON_Delete(v);
+    if (rc == NOT_CALL && !close && o->num_calls > 0) {
+      /* The reply was cut inside its last call: the whole ones before it are the calls. */
+      o->dropped_partial = 1;
+      return 0;
+    }
     if (rc) return rc;
     if (!close) return 0;
     const char *after = close + cl;

@@ -34,8 +34,9 @@ typedef struct weir_tool_output {
   char *content;         /* malloc'd text outside the calls, trimmed; "" when none */
   weir_tool_call *calls; /* malloc'd [num_calls] */
   int num_calls;
-  /* Forced modes: the reply ended inside a call (cut by max_tokens, a stop string, a
-   * timeout); that call was dropped, the complete ones before it are in calls. */
+  /* The reply ended inside a call (cut by max_tokens, a stop string, a timeout); that call
+   * was dropped, the complete ones before it are in calls. Forced modes; in AUTO mode a
+   * Hermes reply cut inside a call after whole ones. */
   int dropped_partial;
 } weir_tool_output;
 

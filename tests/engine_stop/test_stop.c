@@ -111,6 +111,31 @@ static void test_utf8_stop(void) {
   free(out);
 }
 
+/* include_stop (vLLM's include_stop_str_in_output): the completed stop string is emitted
+ * too, split across pieces or not; `which` names the one that matched. */
+static void test_include_stop(void) {
+  const char *stops[] = {"zzz", "END"};
+  const char *pieces[] = {"hello E", "N", "D world"};
+  weir_stop_matcher m;
+  CU_ASSERT_EQUAL_FATAL(weir_stop_init(&m, stops, 2), 0);
+  m.include_stop = 1;
+  char out[64] = "";
+  size_t n = 0;
+  int r = 0;
+  for (int i = 0; i < 3 && r == 0; i++) {
+    const char *e;
+    size_t el;
+    r = weir_stop_feed(&m, pieces[i], strlen(pieces[i]), &e, &el);
+    memcpy(out + n, e, el);
+    n += el;
+    out[n] = 0;
+  }
+  CU_ASSERT_EQUAL(r, 1);
+  CU_ASSERT_STRING_EQUAL(out, "hello END");
+  CU_ASSERT_EQUAL(m.which, 1);
+  weir_stop_free(&m);
+}
+
 int main(void) {
   static const wt_test tests[] = {{"split_across_pieces", test_split_across_pieces},
                                   {"partial_then_diverges", test_partial_then_diverges},
@@ -118,6 +143,7 @@ int main(void) {
                                   {"flush_releases_held_prefix", test_flush_releases_held_prefix},
                                   {"no_stops_passes_through", test_no_stops_passes_through},
                                   {"utf8_stop", test_utf8_stop},
+                                  {"include_stop", test_include_stop},
                                   {NULL, NULL}};
   return wt_run_suite("engine_stop", tests);
 }

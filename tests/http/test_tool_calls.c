@@ -29,6 +29,12 @@ static const call_case k_cases[] = {
     /* An unclosed last call (cut by a stop string) is still read. */
     {"<tool_call>{\"name\":\"count\",\"arguments\":{\"n\":1}}", WEIR_TOOLS_AUTO, NULL, "", 1,
      {"count"}, {"{\"n\":1}"}},
+    /* Cut inside a second call (max_tokens): the whole first one is the call. */
+    {"Hm. <tool_call>{\"name\":\"count\",\"arguments\":{\"n\":1}}</tool_call>\n<tool_call>"
+     "{\"name\":\"cou", WEIR_TOOLS_AUTO, NULL, "Hm.", 1, {"count"}, {"{\"n\":1}"}, 1},
+    /* Cut inside the only call: the model's text stays content, as written. */
+    {"<tool_call>{\"name\":\"cou", WEIR_TOOLS_AUTO, NULL, "<tool_call>{\"name\":\"cou", 0,
+     {NULL}, {NULL}, 0},
     /* Arguments given as a string stay that string; absent ones are {}. */
     {"<tool_call>{\"name\":\"a\",\"arguments\":\"{\\\"x\\\":1}\"}</tool_call><tool_call>"
      "{\"name\":\"b\"}</tool_call>",
