@@ -112,7 +112,7 @@ cJSON *weir__api_llama_to_completions(const cJSON *body, cJSON **settings, int64
       if (d == 0 || d < -2) {
         weir__api_fail(e, 400, k, "invalid_value",
                        "'n_predict' must be -1 (until the context is full) or a positive "
-                       "number of tokens, got %.0f%s", d,
+                       "number of tokens, got %g%s", d,
                        d == 0 ? " (evaluating a prompt without generating is not supported)"
                               : "");
         goto fail;
