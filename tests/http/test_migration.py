@@ -339,6 +339,18 @@ def structured_outputs(s):
     except Exception:  # noqa: BLE001
         ok = r["choices"][0]["finish_reason"] == "length" if st == 200 else False
     expect(st == 200 and ok, "structured_outputs.json_object: %s" % r)
+    # disable_any_whitespace: with a bias toward the space token, whitespace appears only
+    # when it is allowed (false); true (weir's default) keeps the JSON compact.
+    st, sp = s.post("/tokenize", {"prompt": " ", "add_special_tokens": False})
+    space = str(sp["tokens"][-1]) if st == 200 else "0"
+    outs = {}
+    for ws in (True, False):
+        st, r = s.post("/v1/chat/completions", dict(base, max_tokens=12, logit_bias={space: 30},
+                       structured_outputs={"json_object": True, "disable_any_whitespace": ws}))
+        outs[ws] = r["choices"][0]["message"]["content"] if st == 200 else None
+    expect(outs[True] is not None and not re.search(r"\s", outs[True]) and
+           outs[False] is not None and re.search(r"\s", outs[False]),
+           "disable_any_whitespace: %r" % outs)
     refused(s, "/v1/chat/completions", dict(base, structured_outputs={"regex": "a", "choice": ["b"]}),
             "structured_outputs.choice", "two structured outputs")
     refused(s, "/v1/chat/completions", dict(base, structured_outputs={"regex": "a"},
