@@ -194,6 +194,16 @@ def forced_cut(s):
     expect(st == 200 and all(not t for t in texts) and
            not any(o.get("type") == "function_call" for o in r.get("output") or []),
            "responses cut: %s %s" % (st, r))
+    # Cut after whole calls: those are function_call items, the response "incomplete".
+    st, r = s.post("/v1/responses", {"input": "Where is Genesis?", "tools": [
+        {"type": "function", "name": "get_verse",
+         "parameters": TOOLS[0]["function"]["parameters"]}],
+        "tool_choice": "required", "max_output_tokens": 120, "temperature": 0})
+    fcs = [o for o in r.get("output") or [] if o.get("type") == "function_call"]
+    texts = [p.get("text") for o in (r.get("output") or []) for p in (o.get("content") or [])]
+    expect(st == 200 and fcs and all(valid_args("get_verse", o["arguments"]) for o in fcs) and
+           all(not t for t in texts) and r["status"] == "incomplete",
+           "responses cut after whole calls: %s %s" % (st, r))
 
 
 # ---- 2. store, metadata, service_tier ------------------------------------------------------
