@@ -193,6 +193,28 @@ def http_seeds():
     s.append(("seed-upgrade", req("GET", "/health", headers={"Connection": "upgrade", "Upgrade": "h2c"})))
     s.append(("seed-http2", "GET /health HTTP/2.0\r\n\r\n"))
     s.append(("seed-duplicate-stop", req("POST", "/v1/completions", STOP17)))
+    s.append(("seed-responses", req("POST", "/v1/responses", dumps(
+        {"input": "hi", "max_output_tokens": 4, "stream": True, "store": False}))))
+    # Issue 31: llama-server's API, vLLM's parameters, a forced call cut by the budget.
+    s.append(("seed-llama-completion", req("POST", "/completion", dumps(
+        {"prompt": "x", "n_predict": -1, "grammar": 'root ::= "a" [b-c]*', "cache_prompt": True,
+         "typical_p": 1, "seed": -1, "stop": ["c"], "repeat_last_n": 64}))))
+    s.append(("seed-llama-completion-stream", req("POST", "/completion", dumps(
+        {"prompt": [1, 20, 30], "n_predict": 3, "stream": True, "json_schema": {"type": "object"}}))))
+    s.append(("seed-props", req("GET", "/props")))
+    s.append(("seed-chat-vllm", req("POST", "/v1/chat/completions", dumps(
+        {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y",
+                                                         "parsed": None}],
+         "continue_final_message": True, "chat_template_kwargs": {"enable_thinking": False},
+         "skip_special_tokens": False, "spaces_between_special_tokens": False,
+         "include_stop_str_in_output": True, "stop": ["a"], "store": False,
+         "metadata": {"k": "v"}, "service_tier": "auto",
+         "structured_outputs": {"regex": "[a-c]+", "disable_fallback": True}}))))
+    s.append(("seed-chat-forced-cut", req("POST", "/v1/chat/completions", dumps(
+        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": True,
+         "tool_choice": "required", "tools": [{"type": "function", "function": {
+             "name": "f", "parameters": {"type": "object", "properties": {
+                 "a": {"type": "string"}}}}}]}))))
     s.append(("seed-big-stream", req("POST", "/v1/chat/completions", dumps(
         {"messages": [{"role": "user", "content": "x"}], "n": 16, "logprobs": True,
          "top_logprobs": 20, "stream": True}))))
@@ -204,8 +226,15 @@ HTTP_DICT = ["GET ", "POST ", "HEAD ", "PUT ", "OPTIONS ", " HTTP/1.1\r\n", " HT
              "Transfer-Encoding: chunked\r\n", "Connection: close\r\n", "Connection: keep-alive\r\n",
              "Expect: 100-continue\r\n", "Authorization: Bearer ", "Upgrade: ", "0\r\n\r\n",
              "/health", "/metrics", "/version", "/v1/models", "/v1/models/fuzz", "/v1/completions",
-             "/v1/chat/completions", "/tokenize", "/detokenize", "?", "%00", "18446744073709551616"] + \
-    keys_dict(COMMON_KEYS + ["prompt", "messages", "role", "content", "echo", "tokens", "text"])
+             "/v1/chat/completions", "/tokenize", "/detokenize", "/completion", "/props", "?", "%00",
+             "18446744073709551616"] + \
+    keys_dict(COMMON_KEYS + ["prompt", "messages", "role", "content", "echo", "tokens", "text",
+                             "n_predict", "grammar", "json_schema", "cache_prompt",
+                             "chat_template_kwargs", "continue_final_message",
+                             "add_generation_prompt", "skip_special_tokens",
+                             "include_stop_str_in_output", "structured_outputs", "store",
+                             "metadata", "service_tier"]) + ["/v1/responses"] + \
+    keys_dict(["speculative"])[len(JSON_TOKENS):]
 
 
 # ---- TOML -------------------------------------------------------------------------------
