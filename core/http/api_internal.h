@@ -192,7 +192,6 @@ typedef struct params {
   /* vLLM's output parameters. */
   int keep_special;                  /* skip_special_tokens: false */
   int include_stop_str;              /* include_stop_str_in_output: true */
-  int min_tokens_given;
 } params;
 
 typedef struct prompt_list {

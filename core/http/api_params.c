@@ -313,7 +313,6 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
       p->no_speculation = !on;
     } else if (!strcmp(k, "min_tokens")) {
       if (want_int(e, it, k, 0, 1e9, &p->min_tokens)) return -1;
-      p->min_tokens_given = 1;
     } else if (!strcmp(k, "stream")) {
       if (weir__api_want_bool(e, it, k, &p->stream)) return -1;
     } else if (!strcmp(k, "stream_options")) {
