@@ -1407,6 +1407,7 @@ static const struct route {
     {"/v1/embeddings", HTTP_POST, R_EMBEDDINGS, 0},
     /* llama-server's native API (api_llama.c). */
     {"/completion", HTTP_POST, R_LLAMA_COMPLETION, 0},
+    {"/completions", HTTP_POST, R_LLAMA_COMPLETION, 0}, /* llama-server's alias of it */
     {"/props", HTTP_GET, R_PROPS, 0},
 };
 

@@ -72,6 +72,54 @@ static int want_number(const cJSON *v, const char *name, api_error *e) {
   return weir__api_fail(e, 400, name, "invalid_type", "'%s' must be a number", name);
 }
 
+/* llama-server's logit_bias: [[token id, bias], ...] or {"token id": bias}, a bias of false
+ * banning the token; into the OpenAI object /v1/completions checks (ids in the vocabulary,
+ * biases in [-100, 100], at most WEIR_MAX_LOGIT_BIAS entries). Token texts (llama-server
+ * tokenizes them) are refused: send ids (/tokenize gives them). */
+static int llama_logit_bias(const cJSON *v, cJSON *out, api_error *e) {
+  static const char shape[] = "'logit_bias' must be [[token id, bias], ...] or {\"token id\": "
+                              "bias}, a bias being a number or false (ban); token texts are not "
+                              "supported, send ids (POST /tokenize gives them)";
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return weir__api_fail(e, 500, NULL, NULL, "out of memory");
+  int n = 0;
+  for (const cJSON *x = cJSON_IsArray(v) || cJSON_IsObject(v) ? v->child : NULL; x; x = x->next) {
+    const cJSON *id = x, *bias = x;
+    char key[32];
+    if (cJSON_IsArray(v)) {
+      id = cJSON_GetArrayItem(x, 0);
+      bias = cJSON_GetArrayItem(x, 1);
+      if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) != 2 || !cJSON_IsNumber(id) ||
+          id->valuedouble < 0 || id->valuedouble > 2e9 || id->valuedouble != floor(id->valuedouble))
+        goto bad;
+      snprintf(key, sizeof key, "%.0f", id->valuedouble);
+    } else {
+      snprintf(key, sizeof key, "%.31s", x->string);
+    }
+    if (!cJSON_IsNumber(bias) && !cJSON_IsFalse(bias)) goto bad;
+    if (++n > WEIR_MAX_LOGIT_BIAS) {
+      cJSON_Delete(o);
+      return weir__api_fail(e, 400, "logit_bias", "invalid_value",
+                            "'logit_bias' allows at most %d entries", WEIR_MAX_LOGIT_BIAS);
+    }
+    /* A repeated id: the last one counts, as in llama-server. */
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    if (!cJSON_AddNumberToObject(o, key, cJSON_IsFalse(bias) ? -100.0 : bias->valuedouble)) {
+      cJSON_Delete(o);
+      return weir__api_fail(e, 500, NULL, NULL, "out of memory");
+    }
+  }
+  if (!cJSON_IsArray(v) && !cJSON_IsObject(v)) goto bad;
+  if (!cJSON_AddItemToObject(out, "logit_bias", o)) {
+    cJSON_Delete(o);
+    return weir__api_fail(e, 500, NULL, NULL, "out of memory");
+  }
+  return 0;
+bad:
+  cJSON_Delete(o);
+  return weir__api_fail(e, 400, "logit_bias", "invalid_value", "%s", shape);
+}
+
 cJSON *weir__api_llama_to_completions(const cJSON *body, cJSON **settings, int64_t *n_predict,
                                       api_error *e) {
   cJSON *out = cJSON_CreateObject();
@@ -156,6 +204,8 @@ cJSON *weir__api_llama_to_completions(const cJSON *body, cJSON **settings, int64
       if (want_number(it, k, e)) goto fail;
       penalties |= it->valuedouble != 0;
       if (copy_into(out, k, it, e)) goto fail;
+    } else if (!strcmp(k, "logit_bias")) {
+      if (llama_logit_bias(it, out, e)) goto fail;
     } else if (!strcmp(k, "stream") || !strcmp(k, "temperature") || !strcmp(k, "top_k") ||
                !strcmp(k, "top_p") || !strcmp(k, "min_p") || !strcmp(k, "stop") ||
                !strcmp(k, "ignore_eos") || !strcmp(k, "model")) {

@@ -461,6 +461,23 @@ def llama_completion(s):
             "json_schema", "grammar and json_schema")
     refused(s, "/completion", dict(body, grammar="root ::= ("), "guided_grammar", "bad grammar")
     refused(s, "/completion", dict(body, samplers=["top_k"]), "samplers", "samplers")
+    # logit_bias in llama-server's shapes: a ban (false) and a push, as pairs or an object.
+    # The first token the greedy reply samples: the first streamed event's id.
+    first = next((e["tokens"][0] for e in ev if e.get("tokens")), 5)
+    st, b1 = s.post("/completion", dict(body, n_predict=1, logit_bias=[[first, False]]))
+    st2, b2 = s.post("/completion", dict(body, n_predict=3, logit_bias={"3": 100}))
+    st3, b3 = s.post("/completions", dict(body, n_predict=3, logit_bias=[[3, 100]]))
+    expect(st == 200 and b1["content"] and not r["content"].startswith(b1["content"]),
+           "logit_bias ban: %r vs %r" % (b1, r["content"]))
+    expect(st2 == 200 and st3 == 200 and b2["content"] == b3["content"] == "" and
+           b2["tokens_predicted"] == 3, "logit_bias push of a special token: %s %s" % (b2, b3))
+    refused(s, "/completion", dict(body, logit_bias=[["Hello", 1]]), "logit_bias",
+            "logit_bias by text")
+    refused(s, "/completion", dict(body, logit_bias=[[1, 2, 3]]), "logit_bias", "bias triple")
+    refused(s, "/completion", dict(body, logit_bias=[[5, 1000]]), "logit_bias", "bias 1000")
+    refused(s, "/completion", dict(body, logit_bias={"x": 1}), "logit_bias", "bias key x")
+    refused(s, "/completion", dict(body, logit_bias=[[i, 1] for i in range(1025)]), "logit_bias",
+            "1025 biases")
     refused(s, "/completion", dict(body, temperature="hot"), "temperature", "temperature str")
     refused(s, "/completion", dict(body, frobnicate=1), "frobnicate", "unknown key")
     st, r = raw_post(s, "/completion", b'{"prompt": "a", "n_predict": 2, "n_predict": 3}')
