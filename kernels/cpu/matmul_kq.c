@@ -773,8 +773,8 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
   _Alignas(64) uint8_t ub[WEIR_KQ_TILE];
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t *row = a->w + (size_t)r * a->row_bytes;
-    __m512 acc[8];
-#pragma GCC unroll 8
+    __m512 acc[16];
+#pragma GCC unroll 16
     for (int tt = 0; tt < NT; tt++) acc[tt] = _mm512_setzero_ps();
     if (kq_int_path(type)) {
       for (int64_t tile = 0; tile < tiles; tile++) {
@@ -783,7 +783,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
         __m512 vmw;
         tile_u_vnni(type, row, tile, u);
         tile_kscales(type, row, tile, sc, &dw, &vmw);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int tt = 0; tt < NT; tt++) {
           const int64_t t = t0 + tt;
           const int8_t *xq = a->act.q + t * kp + tile * WEIR_KQ_TILE;
@@ -798,7 +798,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
                                     _mm512_set1_ps(dw * a->act.d16[o]), ac);
         }
       }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int tt = 0; tt < NT; tt++)
         a->y[(t0 + tt) * a->rows + r] = _mm512_reduce_add_ps(acc[tt]);
       continue;
@@ -852,6 +852,11 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_rows_type(const weir_kq_mat
   for (int64_t rs = r0; rs < r1; rs += rb) {
     int64_t re = rs + rb < r1 ? rs + rb : r1;
     int64_t t = 0;
+    /* The K-types' tile decode (unpacking, scale permutes) is a third of the work at 8 tokens
+     * per decode; 16 tokens (16 accumulators, 8 decoded registers) halve that share. The
+     * 32-block path keeps 8: its per-token work dominates and more accumulators spill. */
+    if (kq_int_path(type))
+      for (; t + 16 <= T; t += 16) vnni_block(a, type, rs, re, t, 16);
     for (; t + 8 <= T; t += 8) vnni_block(a, type, rs, re, t, 8);
     if (t + 4 <= T) {
       vnni_block(a, type, rs, re, t, 4);

@@ -1,6 +1,7 @@
 /* Micro-benchmark (not a test) of the GGUF block kernels (kernels/cpu/matmul_kq.h) on one
  * thread: GEMV (one token) and GEMM (n tokens) over a rows x cols weight of random blocks,
  * as read bandwidth (GB/s of weight bytes) and tokens * rows per second.
+ * Prints the CPU time as well (CLOCK_THREAD_CPUTIME_ID), which a loaded machine distorts less.
  * Usage: bench_gguf TYPE ROWS COLS TOKENS [SECONDS]   (TYPE: q4_K, q6_K, q8_0, ...) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,11 +11,15 @@
 #include "matmul_kq.h"
 #include "weir/numeric.h"
 
-static double now(void) {
+static double clock_s(clockid_t c) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(c, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
+/* CPU time of this thread: on a machine shared with other work it counts only the time the
+ * kernel ran, so variants compare fairly while the wall-clock rate follows the load. */
+static double cpu_now(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
 
 int main(int argc, char **argv) {
   if (argc < 5) {
@@ -48,7 +53,7 @@ int main(int argc, char **argv) {
   weir_kq_matmul_args a = {.type = t, .w = w, .row_bytes = rb, .rows = rows, .cols = cols,
                            .act = act, .n_tokens = n, .y = y};
   int iters = 0;
-  double t0 = now(), tq = 0;
+  double t0 = now(), c0 = cpu_now(), tq = 0;
   do {
     double q0 = now();
     for (int64_t k = 0; k < n; k++) weir_kq_quantize_act(t, x + k * cols, cols, &act, k);
@@ -56,11 +61,11 @@ int main(int argc, char **argv) {
     weir_kq_matmul_rows(&a, 0, rows);
     iters++;
   } while (now() - t0 < secs);
-  double dt = (now() - t0) / iters;
+  double dt = (now() - t0) / iters, ct = (cpu_now() - c0) / iters;
   printf("%s %lldx%lld, %lld tokens, %s: %.3f ms/call (act %.3f ms), %.2f GB/s of weights, "
-         "%.1f tokens/s, %.2f GMAC/s\n", argv[1], (long long)rows, (long long)cols, (long long)n,
+         "%.1f tokens/s, %.2f GMAC/s; CPU time %.3f ms/call, %.2f GMAC per CPU-second\n", argv[1], (long long)rows, (long long)cols, (long long)n,
          weir_kq_isa_name(), dt * 1e3, tq / iters * 1e3, (double)bytes / dt / 1e9, n / dt,
-         (double)rows * cols * n / dt / 1e9);
+         (double)rows * cols * n / dt / 1e9, ct * 1e3, (double)rows * cols * n / ct / 1e9);
   free(w);
   free(x);
   free(y);
