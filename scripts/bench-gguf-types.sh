@@ -3,9 +3,9 @@
 # the 1.1B Llama shape (`weir mkmodel --preset 1.1b --type f16`) quantized by llama.cpp's own
 # llama-quantize into each type, 1 and 2 threads, the runs alternated (weir, llama.cpp, weir,
 # ...) REPS times each:
-#   - weir `generate`: prefill of a 512-token prompt, decode of 64 tokens after it (context
-#     512..575) and decode of 64 tokens after a 1-token prompt (context 1..64);
-#   - llama.cpp `llama-bench -p 512 -n 64`: pp512 and tg64 (its decode starts at an empty
+#   - weir `generate`: prefill of a 512-token prompt, decode of N (DECODE_N, 64) tokens after it (context
+#     512..511+N) and decode of N (DECODE_N, 64) tokens after a 1-token prompt (context 1..N);
+#   - llama.cpp `llama-bench -p 512 -n N`: pp512 and tgN (its decode starts at an empty
 #     context: this version has no depth option);
 #   - the machine's read bandwidth (weir_membw) right before each pair, so every decode figure
 #     is also a fraction of the memory roofline measured in the same run;
@@ -16,7 +16,7 @@
 # text HELDOUT (same windows: ctx 512, stride 512, second half scored), and 64 greedy tokens
 # from three prompts, weir generate against llama-server at temperature 0.
 # Usage: LLAMA_BIN=/path/to/llama.cpp/build/bin scripts/bench-gguf-types.sh [build] [models]
-#        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it; LLAMA_BENCH_ARGS="--poll 0"
+#        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it; DECODE_N=32 to shorten; LLAMA_BENCH_ARGS="--poll 0"
 #        passes options to llama-bench (--poll 0: its threads sleep instead of spinning while
 #        they wait, which a machine shared with other work needs; its default is 50);
 #        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it).
@@ -28,6 +28,7 @@ models=${2:-$here/models}
 TYPES=${TYPES:-"Q4_K_M Q5_K_M Q6_K Q8_0"}
 THREADS=${THREADS:-"1 2"}
 REPS=${REPS:-3}
+N=${DECODE_N:-64} # decoded tokens per run (weir -n, llama-bench -n)
 weir=$build/bin/weir
 mkdir -p "$models"
 
@@ -79,7 +80,7 @@ echo
 # weir generate: prints "prefill decode weights_mib" for a prompt of $3 tokens.
 weir_run() {
   local m=$1 th=$2 prompt=$3 rep=$4 out line
-  out=$("$weir" generate --model "$m" --threads "$th" --random-prompt "$prompt" -n 64 \
+  out=$("$weir" generate --model "$m" --threads "$th" --random-prompt "$prompt" -n "$N" \
         --ignore-eos --quiet --seed "$rep" --set cache.memory_bytes=268435456 2>&1)
   line=$(echo "$out" | tail -1)
   echo "$(echo "$line" | sed -E 's/.*prompt: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \
@@ -90,7 +91,7 @@ weir_run() {
 llama_run() {
   local m=$1 th=$2
   # shellcheck disable=SC2086 # LLAMA_BENCH_ARGS is a list of extra options
-  "$LLAMA_BIN/llama-bench" -m "$m" -t "$th" -p 512 -n 64 -r 1 ${LLAMA_BENCH_ARGS:-} -o csv 2>/dev/null |
+  "$LLAMA_BIN/llama-bench" -m "$m" -t "$th" -p 512 -n "$N" -r 1 ${LLAMA_BENCH_ARGS:-} -o csv 2>/dev/null |
     awk -F, 'NR==1 {for (i = 1; i <= NF; i++) if ($i ~ /avg_ts/) c = i; next}
              {gsub(/"/, "", $0); v[NR] = $c} END {printf "%s %s\n", v[2], v[3]}'
 }

@@ -379,6 +379,92 @@ void weir_kq_quantize_act(weir_dtype type, const float *x, int64_t cols, const w
   }
 }
 
+/* ---- Q8_0 in WEIR_KQ_Q8_0_X16 (see matmul_kq.h) ------------------------------------------- */
+
+#define X16_GROUP_BYTES (16 * 34) /* 16 blocks: 32 bytes of scales, 512 of values */
+
+int weir_kq_x16_fits(weir_dtype t, int64_t cols) {
+  return t == WEIR_DTYPE_Q8_0 && cols > 0 && cols % 512 == 0;
+}
+
+void weir_kq_x16_pack_row(const uint8_t *src, uint8_t *dst, int64_t cols) {
+  for (int64_t g = 0; g < cols / 512; g++) {
+    const uint8_t *s = src + g * X16_GROUP_BYTES;
+    uint8_t *d = dst + g * X16_GROUP_BYTES;
+    for (int l = 0; l < 16; l++) {
+      const uint8_t *blk = s + 34 * l;
+      d[2 * l] = blk[0];
+      d[2 * l + 1] = blk[1];
+      for (int c = 0; c < 8; c++)
+        for (int i = 0; i < 4; i++) d[32 + 64 * c + 4 * l + i] = (uint8_t)(blk[2 + 4 * c + i] ^ 0x80);
+    }
+  }
+}
+
+void weir_kq_x16_dequant_row(const uint8_t *row, int64_t cols, float *out) {
+  for (int64_t g = 0; g < cols / 512; g++) {
+    const uint8_t *p = row + g * X16_GROUP_BYTES;
+    for (int l = 0; l < 16; l++) {
+      float d = weir_f16_to_f32(rd16(p + 2 * l));
+      for (int c = 0; c < 8; c++)
+        for (int i = 0; i < 4; i++)
+          out[512 * g + 32 * l + 4 * c + i] = d * (float)(int8_t)(p[32 + 64 * c + 4 * l + i] ^ 0x80);
+    }
+  }
+}
+
+/* Quantizes 16 blocks per group with the Q8_0 rule (weir_kq_quantize_act), then moves each
+ * block's q into the weights' order. */
+void weir_kq_quantize_act_x16(const float *x, int64_t cols, const weir_kq_act *a, int64_t t) {
+  const int64_t kp = a->tiles * WEIR_KQ_TILE;
+  _Alignas(64) int8_t nq[512];
+  _Alignas(64) float nd[32], ns[32];
+  weir_kq_act one = {.tiles = 2, .q = nq, .d16 = nd, .s16 = ns};
+  for (int64_t g = 0; g < cols / 512; g++) {
+    weir_kq_quantize_act(WEIR_DTYPE_Q8_0, x + 512 * g, 512, &one, 0);
+    int8_t *q = a->q + t * kp + 512 * g;
+    float *xd = a->d16 + (t * a->tiles + 2 * g) * 16;
+    uint8_t *corr = (uint8_t *)(a->s16 + (t * a->tiles + 2 * g) * 16);
+    for (int l = 0; l < 16; l++) {
+      int32_t sum = 0;
+      for (int c = 0; c < 8; c++)
+        for (int i = 0; i < 4; i++) {
+          int8_t v = nq[32 * l + 4 * c + i];
+          q[64 * c + 4 * l + i] = v;
+          sum += v;
+        }
+      xd[l] = nd[2 * l];
+      int32_t neg = -128 * sum;
+      memcpy(corr + 4 * l, &neg, 4);
+    }
+  }
+}
+
+static void x16_rows_c(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
+  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / 512;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = a->w + (size_t)r * a->row_bytes;
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+      float acc = 0;
+      for (int64_t g = 0; g < groups; g++) {
+        const uint8_t *p = row + g * X16_GROUP_BYTES;
+        const int8_t *xq = a->act.q + t * kp + 512 * g;
+        const float *xd = a->act.d16 + (t * tiles + 2 * g) * 16;
+        const uint8_t *corr = (const uint8_t *)(a->act.s16 + (t * tiles + 2 * g) * 16);
+        for (int l = 0; l < 16; l++) {
+          int32_t s;
+          memcpy(&s, corr + 4 * l, 4);
+          for (int c = 0; c < 8; c++)
+            for (int i = 0; i < 4; i++)
+              s += (int32_t)p[32 + 64 * c + 4 * l + i] * xq[64 * c + 4 * l + i];
+          acc += weir_f16_to_f32(rd16(p + 2 * l)) * xd[l] * (float)s;
+        }
+      }
+      a->y[t * a->rows + r] = acc;
+    }
+  }
+}
+
 /* ---- scalar ----------------------------------------------------------------------------- */
 
 static void rows_c(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
@@ -870,6 +956,72 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_rows_type(const weir_kq_mat
   }
 }
 
+/* WEIR_KQ_Q8_0_X16: NT tokens from t0 against rows [r0, r1). Per 16 blocks and token: 8
+ * vpdpbusd from the activations' -128 * sum term, one conversion, one scaling. */
+WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_args *a,
+                                                          int64_t r0, int64_t r1, int64_t t0,
+                                                          const int NT) {
+  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / 512;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = a->w + (size_t)r * a->row_bytes;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int tt = 0; tt < NT; tt++) acc[tt] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+      const uint8_t *p = row + g * X16_GROUP_BYTES;
+      const __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+      __m512i w[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; c++) w[c] = _mm512_loadu_si512(p + 32 + 64 * c);
+#pragma GCC unroll 16
+      for (int tt = 0; tt < NT; tt++) {
+        const int64_t t = t0 + tt, o = (t * tiles + 2 * g) * 16;
+        const int8_t *xq = a->act.q + t * kp + 512 * g;
+        /* two chains: a lone token would otherwise wait on 8 dependent vpdpbusd */
+        __m512i i0 = _mm512_loadu_si512(a->act.s16 + o), i1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 8; c += 2) {
+          i0 = _mm512_dpbusd_epi32(i0, w[c], _mm512_loadu_si512(xq + 64 * c));
+          i1 = _mm512_dpbusd_epi32(i1, w[c + 1], _mm512_loadu_si512(xq + 64 * c + 64));
+        }
+        acc[tt] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                                  _mm512_mul_ps(sw, _mm512_loadu_ps(a->act.d16 + o)), acc[tt]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int tt = 0; tt < NT; tt++) a->y[(t0 + tt) * a->rows + r] = _mm512_reduce_add_ps(acc[tt]);
+  }
+}
+
+WEIR_TARGET_VNNI static void x16_rows_vnni(const weir_kq_matmul_args *a, int64_t r0,
+                                           int64_t r1) {
+  const int64_t T = a->n_tokens;
+  if (T == 1) {
+    x16_block(a, r0, r1, 0, 1);
+    return;
+  }
+  int64_t rb = (int64_t)(96 * 1024 / (a->row_bytes ? a->row_bytes : 1));
+  if (rb < 4) rb = 4;
+  for (int64_t rs = r0; rs < r1; rs += rb) {
+    int64_t re = rs + rb < r1 ? rs + rb : r1;
+    int64_t t = 0;
+    for (; t + 16 <= T; t += 16) x16_block(a, rs, re, t, 16);
+    if (t + 8 <= T) {
+      x16_block(a, rs, re, t, 8);
+      t += 8;
+    }
+    if (t + 4 <= T) {
+      x16_block(a, rs, re, t, 4);
+      t += 4;
+    }
+    if (t + 2 <= T) {
+      x16_block(a, rs, re, t, 2);
+      t += 2;
+    }
+    if (t < T) x16_block(a, rs, re, t, 1);
+  }
+}
+
 #define KQ_VNNI_FN(T, NAME)                                                                  \
   WEIR_TARGET_VNNI static void NAME(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) { \
     vnni_rows_type(a, T, r0, r1);                                                            \
@@ -934,8 +1086,21 @@ const char *weir_kq_isa_name(void) {
   }
 }
 
+int weir_kq_x16_preferred(void) { return kq_current() == KQ_VNNI; }
+
 void weir_kq_matmul_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   if (!weir_kq_supported(a->type) || r0 >= r1 || a->n_tokens <= 0) return;
+  if (a->layout == WEIR_KQ_Q8_0_X16) {
+    if (!weir_kq_x16_fits(a->type, a->cols)) return;
+#if WEIR_X86
+    if (kq_current() == KQ_VNNI) {
+      x16_rows_vnni(a, r0, r1);
+      return;
+    }
+#endif
+    x16_rows_c(a, r0, r1);
+    return;
+  }
   switch (kq_current()) {
 #if WEIR_X86
   case KQ_VNNI: rows_vnni(a, r0, r1); return;

@@ -71,8 +71,37 @@ void weir_kq_act_init(weir_kq_act *a, void *buf, int64_t cols, int64_t n_tokens)
 void weir_kq_quantize_act(weir_dtype type, const float *x, int64_t cols,
                           const weir_kq_act *a, int64_t t);
 
+/* Row layouts the kernels read.
+ * WEIR_KQ_FILE: the file's blocks, byte for byte.
+ * WEIR_KQ_Q8_0_X16 (Q8_0 rows of a multiple of 512 columns; the same bytes per row): per 16
+ * blocks, their 16 f16 scales, then 512 bytes where byte 64c + 4l + i is q + 128 of block l's
+ * column 4c + i (c < 8, l < 16, i < 4). One vpdpbusd over 64 of those bytes adds 4 columns of
+ * each of 16 blocks, one block per int32 lane, so a block's dot product completes in its lane
+ * after 8 and the f32 scaling runs once per 16 blocks (in the file's layout a 64-byte vector
+ * holds two blocks, and every vector needs its own conversion and scaling: 2.5x the vector
+ * instructions per weight in prefill). Its activations: see weir_kq_quantize_act_x16. */
+typedef enum weir_kq_layout { WEIR_KQ_FILE = 0, WEIR_KQ_Q8_0_X16 = 1 } weir_kq_layout;
+
+/* 1 when rows of type t and `cols` columns can take WEIR_KQ_Q8_0_X16. */
+int weir_kq_x16_fits(weir_dtype t, int64_t cols);
+/* 1 when the path weir_kq_matmul_rows takes now runs WEIR_KQ_Q8_0_X16 at full speed (AVX-512
+ * VNNI); the other paths read it too, through portable C. */
+int weir_kq_x16_preferred(void);
+/* Rewrites one Q8_0 row of `cols` columns (weir_kq_x16_fits) from the file's layout at src
+ * into WEIR_KQ_Q8_0_X16 at dst (row_bytes each; they may not overlap). Exact. */
+void weir_kq_x16_pack_row(const uint8_t *src, uint8_t *dst, int64_t cols);
+/* Token t's activations for WEIR_KQ_Q8_0_X16 weights, in the buffer of weir_kq_act_init:
+ * the int8 q of each 512 columns in the weights' order (q + t * tiles * 256 + 512 g), and per
+ * 16-block group g at d16 / s16 + (t * tiles + 2 g) * 16: 16 f32 block scales, then in s16
+ * 16 int32 (not f32) terms -128 * (sum of the block's q), which cancel the weights' + 128.
+ * The blocks' scales and q are those weir_kq_quantize_act makes for Q8_0. */
+void weir_kq_quantize_act_x16(const float *x, int64_t cols, const weir_kq_act *a, int64_t t);
+/* Row `row` of a WEIR_KQ_Q8_0_X16 weight as f32 ([cols]). */
+void weir_kq_x16_dequant_row(const uint8_t *row, int64_t cols, float *out);
+
 typedef struct weir_kq_matmul_args {
   weir_dtype type;
+  weir_kq_layout layout; /* WEIR_KQ_FILE unless the rows were rewritten */
   const uint8_t *w;   /* [rows] rows of row_bytes, the GGUF blocks */
   size_t row_bytes;   /* weir_dtype_row_bytes(type, cols) or a longer stride */
   int64_t rows, cols; /* cols a multiple of the type's block */

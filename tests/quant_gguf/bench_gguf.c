@@ -2,7 +2,8 @@
  * thread: GEMV (one token) and GEMM (n tokens) over a rows x cols weight of random blocks,
  * as read bandwidth (GB/s of weight bytes) and tokens * rows per second.
  * Prints the CPU time as well (CLOCK_THREAD_CPUTIME_ID), which a loaded machine distorts less.
- * Usage: bench_gguf TYPE ROWS COLS TOKENS [SECONDS]   (TYPE: q4_K, q6_K, q8_0, ...) */
+ * Usage: bench_gguf TYPE ROWS COLS TOKENS [SECONDS]   (TYPE: q4_K, q6_K, q8_0, ..., and q8_0x16
+ *        for Q8_0 in WEIR_KQ_Q8_0_X16) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   weir_dtype t = WEIR_DTYPE_COUNT_;
+  /* q8_0x16: Q8_0 in the layout the plugin uses under AVX-512 VNNI (WEIR_KQ_Q8_0_X16) */
+  int x16 = !strcmp(argv[1], "q8_0x16");
+  if (x16) argv[1] = "q8_0";
   for (int i = 0; i < 64; i++)
     if (weir_kq_supported((weir_dtype)i) && !strcmp(weir_dtype_name((weir_dtype)i), argv[1]))
       t = (weir_dtype)i;
@@ -50,13 +54,24 @@ int main(int argc, char **argv) {
   void *buf = aligned_alloc(64, (weir_kq_act_bytes(cols, n) + 63) / 64 * 64);
   weir_kq_act act;
   weir_kq_act_init(&act, buf, cols, n);
-  weir_kq_matmul_args a = {.type = t, .w = w, .row_bytes = rb, .rows = rows, .cols = cols,
+  if (x16) {
+    uint8_t *tmp = malloc(rb);
+    for (int64_t r = 0; r < rows; r++) {
+      memcpy(tmp, w + (size_t)r * rb, rb);
+      weir_kq_x16_pack_row(tmp, w + (size_t)r * rb, cols);
+    }
+    free(tmp);
+  }
+  weir_kq_matmul_args a = {.type = t, .layout = x16 ? WEIR_KQ_Q8_0_X16 : WEIR_KQ_FILE, .w = w, .row_bytes = rb, .rows = rows, .cols = cols,
                            .act = act, .n_tokens = n, .y = y};
   int iters = 0;
   double t0 = now(), c0 = cpu_now(), tq = 0;
   do {
     double q0 = now();
-    for (int64_t k = 0; k < n; k++) weir_kq_quantize_act(t, x + k * cols, cols, &act, k);
+    for (int64_t k = 0; k < n; k++) {
+      if (x16) weir_kq_quantize_act_x16(x + k * cols, cols, &act, k);
+      else weir_kq_quantize_act(t, x + k * cols, cols, &act, k);
+    }
     tq += now() - q0;
     weir_kq_matmul_rows(&a, 0, rows);
     iters++;
