@@ -10,7 +10,7 @@
  *     double (tight), and times the raw activations (within half an activation step);
  *   - refusals: a type it does not run, rows that are not whole blocks, an Inf/NaN scale;
  *   - end to end: a model mixing block types through `weir generate` with no quant flag;
- *   - Q8_0 in WEIR_KQ_Q8_0_X16 (the layout the plugin stores under VNNI), straight through the
+ *   - Q8_0 and Q4_K in WEIR_KQ_X16 (the layout the plugin stores under VNNI), straight through the
  *     kernels on every path: the same rows as the file's layout, the same products.
  * Inputs are random (seed printed; WT_SEED=... reruns one). */
 #include <math.h>
@@ -212,8 +212,9 @@ static void test_paths(void) {
       }
     }
     /* long rows: the prefill path's row blocks and the activation pool; Q8_0 of four
-     * 512-column groups (WEIR_KQ_Q8_0_X16 under VNNI) */
+     * 512-column groups (WEIR_KQ_X16 under VNNI) */
     check_shape(&l, WEIR_DTYPE_Q8_0, 11, 2048);
+    check_shape(&l, WEIR_DTYPE_Q4_K, 11, 1024);
     check_shape(&l, WEIR_DTYPE_Q4_K, 70, 2816);
     check_shape(&l, WEIR_DTYPE_Q6_K, 9, 5632);
     static const weir_dtype floats[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16};
@@ -384,15 +385,13 @@ static void test_end_to_end(void) {
   free(dir);
 }
 
-/* WEIR_KQ_Q8_0_X16 against the file's layout, through the kernels on every path: dequantized
- * rows equal, and every token count's products agree to f32 summation order (the integer block
+/* WEIR_KQ_X16 against the file's layout, through the kernels on every path: dequantized
+ * rows bit-identical, and every token count's products agree to f32 summation order (the integer block
  * sums are the same numbers; only the f32 additions run in another order). */
-static void test_x16(void) {
+static void x16_type(weir_dtype t) {
   enum { ROWS = 13, COLS = 1536, T = 19 };
-  const weir_dtype t = WEIR_DTYPE_Q8_0;
   CU_ASSERT(weir_kq_x16_fits(t, COLS));
   CU_ASSERT(!weir_kq_x16_fits(t, 768));
-  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q4_0, COLS));
   const size_t rb = weir_dtype_row_bytes(t, COLS);
   uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
   float *x = malloc(sizeof(float) * T * COLS), *want = malloc(sizeof(float) * T * ROWS);
@@ -401,9 +400,10 @@ static void test_x16(void) {
   void *abuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
   void *bbuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
   for (int64_t r = 0; r < ROWS; r++) {
-    weir_kq_x16_pack_row(src + r * rb, x16 + r * rb, COLS);
-    CU_ASSERT_EQUAL(weir_dequantize_row(t, src + r * rb, a + r * COLS, COLS), WEIR_OK);
-    weir_kq_x16_dequant_row(x16 + r * rb, COLS, b);
+    weir_kq_x16_pack_row(t, src + r * rb, x16 + r * rb, COLS);
+    /* the kernels' own decoding of the file's layout (sw * u + mw, as embed() gives) */
+    CU_ASSERT_EQUAL(weir_kq_dequant_row(t, src + r * rb, COLS, a + r * COLS), 0);
+    weir_kq_x16_dequant_row(t, x16 + r * rb, COLS, b);
     CU_ASSERT_EQUAL(memcmp(a + r * COLS, b, sizeof(float) * COLS), 0);
   }
   for (int64_t i = 0; i < T * COLS; i++) x[i] = wt_frand(-1, 1);
@@ -418,12 +418,12 @@ static void test_x16(void) {
       weir_kq_act_init(&xa, bbuf, COLS, n);
       for (int64_t k = 0; k < n; k++) {
         weir_kq_quantize_act(t, x + k * COLS, COLS, &fa, k);
-        weir_kq_quantize_act_x16(x + k * COLS, COLS, &xa, k);
+        weir_kq_quantize_act_x16(t, x + k * COLS, COLS, &xa, k);
       }
       weir_kq_matmul_args fm = {.type = t, .w = src, .row_bytes = rb, .rows = ROWS,
                                 .cols = COLS, .act = fa, .n_tokens = n, .y = want};
       weir_kq_matmul_args xm = fm;
-      xm.layout = WEIR_KQ_Q8_0_X16;
+      xm.layout = WEIR_KQ_X16;
       xm.w = x16;
       xm.act = xa;
       xm.y = got;
@@ -436,7 +436,7 @@ static void test_x16(void) {
         for (int64_t k = 0; k < COLS; k++)
           mag += fabs((double)a[(i % ROWS) * COLS + k] * x[(i / ROWS) * COLS + k]);
         char what[96];
-        snprintf(what, sizeof what, "x16 level %d, %lld tokens, out %lld", level, (long long)n,
+        snprintf(what, sizeof what, "x16 %s level %d, %lld tokens, out %lld", weir_dtype_name(t), level, (long long)n,
                  (long long)i);
         if (!CHK(fabs((double)got[i] - want[i]), 2e-6 * mag + 1e-6, what)) goto out;
       }
@@ -453,6 +453,13 @@ out:
   free(b);
   free(abuf);
   free(bbuf);
+}
+
+static void test_x16(void) {
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q4_0, 1536));
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q6_K, 1536));
+  x16_type(WEIR_DTYPE_Q8_0);
+  x16_type(WEIR_DTYPE_Q4_K);
 }
 
 int main(void) {
