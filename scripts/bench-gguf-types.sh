@@ -73,7 +73,7 @@ done
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 echo "weir: $("$weir" version) ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-echo "llama.cpp: $("$LLAMA_BIN/llama-bench" --version 2>&1 | head -1 || true) ${LLAMA_BENCH_ARGS:-}"
+echo "llama.cpp: $LLAMA_BIN ($(git -C "$LLAMA_BIN" rev-parse --short HEAD 2>/dev/null || echo '?')) ${LLAMA_BENCH_ARGS:-}"
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
