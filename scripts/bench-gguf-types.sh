@@ -3,9 +3,9 @@
 # the 1.1B Llama shape (`weir mkmodel --preset 1.1b --type f16`) quantized by llama.cpp's own
 # llama-quantize into each type, 1 and 2 threads, the runs alternated (weir, llama.cpp, weir,
 # ...) REPS times each:
-#   - weir `generate`: prefill of a 512-token prompt, decode of 64 tokens after it (context
-#     512..575) and decode of 64 tokens after a 1-token prompt (context 1..64);
-#   - llama.cpp `llama-bench -p 512 -n 64`: pp512 and tg64 (its decode starts at an empty
+#   - weir `generate`: prefill of a 512-token prompt, decode of N (DECODE_N, 64) tokens after it (context
+#     512..511+N) and decode of N (DECODE_N, 64) tokens after a 1-token prompt (context 1..N);
+#   - llama.cpp `llama-bench -p 512 -n N`: pp512 and tgN (its decode starts at an empty
 #     context: this version has no depth option);
 #   - the machine's read bandwidth (weir_membw) right before each pair, so every decode figure
 #     is also a fraction of the memory roofline measured in the same run;
@@ -16,7 +16,9 @@
 # text HELDOUT (same windows: ctx 512, stride 512, second half scored), and 64 greedy tokens
 # from three prompts, weir generate against llama-server at temperature 0.
 # Usage: LLAMA_BIN=/path/to/llama.cpp/build/bin scripts/bench-gguf-types.sh [build] [models]
-#        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it;
+#        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it; DECODE_N=32 to shorten; LLAMA_BENCH_ARGS="--poll 0"
+#        passes options to llama-bench (--poll 0: its threads sleep instead of spinning while
+#        they wait, which a machine shared with other work needs; its default is 50);
 #        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +28,7 @@ models=${2:-$here/models}
 TYPES=${TYPES:-"Q4_K_M Q5_K_M Q6_K Q8_0"}
 THREADS=${THREADS:-"1 2"}
 REPS=${REPS:-3}
+N=${DECODE_N:-64} # decoded tokens per run (weir -n, llama-bench -n)
 weir=$build/bin/weir
 mkdir -p "$models"
 
@@ -70,14 +73,14 @@ done
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 echo "weir: $("$weir" version) ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-echo "llama.cpp: $("$LLAMA_BIN/llama-bench" --version 2>&1 | head -1 || true)"
+echo "llama.cpp: $LLAMA_BIN ($(git -C "$LLAMA_BIN" rev-parse --short HEAD 2>/dev/null || echo '?')) ${LLAMA_BENCH_ARGS:-}"
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
 # weir generate: prints "prefill decode weights_mib" for a prompt of $3 tokens.
 weir_run() {
   local m=$1 th=$2 prompt=$3 rep=$4 out line
-  out=$("$weir" generate --model "$m" --threads "$th" --random-prompt "$prompt" -n 64 \
+  out=$("$weir" generate --model "$m" --threads "$th" --random-prompt "$prompt" -n "$N" \
         --ignore-eos --quiet --seed "$rep" --set cache.memory_bytes=268435456 2>&1)
   line=$(echo "$out" | tail -1)
   echo "$(echo "$line" | sed -E 's/.*prompt: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \
@@ -87,17 +90,19 @@ weir_run() {
 # llama-bench: prints "pp512 tg64" (tokens/s).
 llama_run() {
   local m=$1 th=$2
-  "$LLAMA_BIN/llama-bench" -m "$m" -t "$th" -p 512 -n 64 -r 1 -o csv 2>/dev/null |
+  # shellcheck disable=SC2086 # LLAMA_BENCH_ARGS is a list of extra options
+  "$LLAMA_BIN/llama-bench" -m "$m" -t "$th" -p 512 -n "$N" -r 1 ${LLAMA_BENCH_ARGS:-} -o csv 2>/dev/null |
     awk -F, 'NR==1 {for (i = 1; i <= NF; i++) if ($i ~ /avg_ts/) c = i; next}
              {gsub(/"/, "", $0); v[NR] = $c} END {printf "%s %s\n", v[2], v[3]}'
 }
 bw_run() { "$build/bin/weir_membw" 1024 "$1" | sed -E 's/.*: ([0-9.]+) GB.*/\1/'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
-# VmRSS (MiB) of `weir serve` with the model loaded and a 16 MiB KV cache.
+# "VmRSS weights_mib kv_mib" (MiB) of `weir serve` with the model loaded and a 16 MiB KV cache.
 rss_run() {
-  local m=$1 port=$((20000 + RANDOM % 20000)) pid rss=""
+  local m=$1 port=$((20000 + RANDOM % 20000)) pid rss="" log
+  log=$(mktemp)
   "$weir" serve --model "$m" --threads 1 --port "$port" --set cache.memory_bytes=16777216 \
-    >/dev/null 2>&1 &
+    >"$log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
@@ -108,15 +113,20 @@ rss_run() {
   done
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
-  echo "${rss:-?}"
+  echo "${rss:-?}" "$(sed -n -E 's/.*; weights ([0-9.]+) MiB;.*/\1/p' "$log" | head -1)" \
+       "$(sed -n -E 's/.*KV cache [0-9]+ blocks of [0-9]+ tokens \(([0-9.]+) MiB.*/\1/p' "$log" | head -1)"
+  rm -f "$log"
 }
 
 rows=()
 for t in $TYPES; do
   m=$models/llama-1.1b-$t.gguf
   fmib=$(awk -v b="$(stat -c %s "$m")" 'BEGIN {printf "%.1f", b / 1048576}')
-  rss=$(rss_run "$m")
-  echo "memory: $t file ${fmib} MiB, weir serve VmRSS ${rss} MiB (KV cache 16 MiB)"
+  # "weights" is what the engine logs for the packed weights: the file's tensor bytes plus
+  # 64 bytes per tensor (the file adds its metadata and tokenizer).
+  read -r rss wm kvm < <(rss_run "$m")
+  echo "memory: $t file ${fmib} MiB, weights ${wm} MiB, weir serve VmRSS ${rss} MiB, KV cache ${kvm} MiB:" \
+       "VmRSS - KV = $(awk -v r="$rss" -v k="$kvm" -v w="$wm" 'BEGIN{printf "%.1f MiB (%+.1f%% over the weights)", r - k, 100 * (r - k - w) / w}')"
   for th in $THREADS; do
     pp=(); d512=(); d1=(); lpp=(); ltg=(); bws=(); wmib=0
     for rep in $(seq 1 "$REPS"); do

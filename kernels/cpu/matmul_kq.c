@@ -379,6 +379,148 @@ void weir_kq_quantize_act(weir_dtype type, const float *x, int64_t cols, const w
   }
 }
 
+/* ---- WEIR_KQ_X16 (see matmul_kq.h) ---------------------------------------------------------- */
+
+/* Bytes of 512 columns: Q8_0 16 blocks (32 bytes of scales, 512 of values); Q4_K two
+ * super-blocks (32 bytes of heads, 256 of nibbles). */
+static size_t x16_group_bytes(weir_dtype t) { return t == WEIR_DTYPE_Q8_0 ? 16 * 34 : 2 * 144; }
+/* Offset in the group of the value byte of block l, column 4c + i (Q4_K: c < 4 low nibble,
+ * c >= 4 the high nibble of c - 4). */
+static inline size_t x16_at(int c, int l, int i) { return 32 + 64 * (size_t)c + 4 * l + i; }
+
+int weir_kq_x16_fits(weir_dtype t, int64_t cols) {
+  return (t == WEIR_DTYPE_Q8_0 || t == WEIR_DTYPE_Q4_K) && cols > 0 && cols % 512 == 0;
+}
+
+void weir_kq_x16_pack_row(weir_dtype t, const uint8_t *src, uint8_t *dst, int64_t cols) {
+  const size_t gb = x16_group_bytes(t);
+  for (int64_t g = 0; g < cols / 512; g++) {
+    const uint8_t *s = src + g * gb;
+    uint8_t *d = dst + g * gb;
+    if (t == WEIR_DTYPE_Q8_0) {
+      for (int l = 0; l < 16; l++) {
+        const uint8_t *blk = s + 34 * l;
+        d[2 * l] = blk[0];
+        d[2 * l + 1] = blk[1];
+        for (int c = 0; c < 8; c++)
+          for (int i = 0; i < 4; i++) d[x16_at(c, l, i)] = (uint8_t)(blk[2 + 4 * c + i] ^ 0x80);
+      }
+      continue;
+    }
+    /* Q4_K: the file's u (tile_u_c) per super-block, then nibbles in the x16 order */
+    uint8_t u[512];
+    for (int sb = 0; sb < 2; sb++) {
+      memcpy(d + 16 * sb, s + 144 * sb, 16);
+      tile_u_c(WEIR_DTYPE_Q4_K, s, sb, 8, u + 256 * sb);
+    }
+    for (int c = 0; c < 4; c++)
+      for (int l = 0; l < 16; l++)
+        for (int i = 0; i < 4; i++)
+          d[x16_at(c, l, i)] = (uint8_t)(u[32 * l + 4 * c + i] | (u[32 * l + 4 * (c + 4) + i] << 4));
+  }
+}
+
+/* The value (u) of block l, column 4c + i, of a group. */
+static inline int x16_u(weir_dtype t, const uint8_t *p, int c, int l, int i) {
+  if (t == WEIR_DTYPE_Q8_0) return p[x16_at(c, l, i)];
+  return c < 4 ? p[x16_at(c, l, i)] & 0xF : p[x16_at(c - 4, l, i)] >> 4;
+}
+
+/* Per block l of a group: w = sw[l] * u + mw[l]. */
+static void x16_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
+  if (t == WEIR_DTYPE_Q8_0) {
+    for (int l = 0; l < 16; l++) {
+      sw[l] = weir_f16_to_f32(rd16(p + 2 * l));
+      mw[l] = -128.0f * sw[l];
+    }
+    return;
+  }
+  for (int sb = 0; sb < 2; sb++) {
+    const uint8_t *h = p + 16 * sb;
+    float d = weir_f16_to_f32(rd16(h)), dmin = weir_f16_to_f32(rd16(h + 2));
+    for (int j = 0; j < 8; j++) {
+      int sc, m;
+      k4_scale_min(h + 4, j, &sc, &m);
+      sw[8 * sb + j] = d * (float)sc;
+      mw[8 * sb + j] = -dmin * (float)m;
+    }
+  }
+}
+
+void weir_kq_x16_dequant_row(weir_dtype t, const uint8_t *row, int64_t cols, float *out) {
+  const size_t gb = x16_group_bytes(t);
+  for (int64_t g = 0; g < cols / 512; g++) {
+    const uint8_t *p = row + g * gb;
+    float sw[16], mw[16];
+    x16_scales(t, p, sw, mw);
+    for (int l = 0; l < 16; l++)
+      for (int c = 0; c < 8; c++)
+        for (int i = 0; i < 4; i++)
+          out[512 * g + 32 * l + 4 * c + i] = fmaf(sw[l], (float)x16_u(t, p, c, l, i), mw[l]);
+  }
+}
+
+/* Quantizes each 512 columns with the type's rule (weir_kq_quantize_act), then moves each
+ * block's q into the weights' order. */
+void weir_kq_quantize_act_x16(weir_dtype type, const float *x, int64_t cols,
+                              const weir_kq_act *a, int64_t t) {
+  const int64_t kp = a->tiles * WEIR_KQ_TILE;
+  _Alignas(64) int8_t nq[512];
+  _Alignas(64) float nd[32], ns[32];
+  weir_kq_act one = {.tiles = 2, .q = nq, .d16 = nd, .s16 = ns};
+  for (int64_t g = 0; g < cols / 512; g++) {
+    weir_kq_quantize_act(type, x + 512 * g, 512, &one, 0);
+    int8_t *q = a->q + t * kp + 512 * g;
+    float *xd = a->d16 + (t * a->tiles + 2 * g) * 16;
+    float *xs = a->s16 + (t * a->tiles + 2 * g) * 16;
+    for (int l = 0; l < 16; l++) {
+      int32_t sum = 0;
+      for (int c = 0; c < 8; c++)
+        for (int i = 0; i < 4; i++) {
+          int8_t v = nq[32 * l + 4 * c + i];
+          q[64 * c + 4 * l + i] = v;
+          sum += v;
+        }
+      xd[l] = nd[2 * l];
+      if (type == WEIR_DTYPE_Q8_0) {
+        int32_t neg = -128 * sum;
+        memcpy(xs + l, &neg, 4);
+      } else {
+        xs[l] = nd[2 * l] * (float)sum;
+      }
+    }
+  }
+}
+
+static void x16_rows_c(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
+  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / 512;
+  const size_t gb = x16_group_bytes(a->type);
+  const int q8 = a->type == WEIR_DTYPE_Q8_0;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = a->w + (size_t)r * a->row_bytes;
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+      float acc = 0;
+      for (int64_t g = 0; g < groups; g++) {
+        const uint8_t *p = row + g * gb;
+        const int8_t *xq = a->act.q + t * kp + 512 * g;
+        const float *xd = a->act.d16 + (t * tiles + 2 * g) * 16;
+        const float *xs = a->act.s16 + (t * tiles + 2 * g) * 16;
+        float sw[16], mw[16];
+        x16_scales(a->type, p, sw, mw);
+        for (int l = 0; l < 16; l++) {
+          int32_t s = 0;
+          if (q8) memcpy(&s, xs + l, 4);
+          for (int c = 0; c < 8; c++)
+            for (int i = 0; i < 4; i++) s += x16_u(a->type, p, c, l, i) * xq[64 * c + 4 * l + i];
+          acc += sw[l] * xd[l] * (float)s;
+          if (!q8) acc += mw[l] * xs[l];
+        }
+      }
+      a->y[t * a->rows + r] = acc;
+    }
+  }
+}
+
 /* ---- scalar ----------------------------------------------------------------------------- */
 
 static void rows_c(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
@@ -773,8 +915,8 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
   _Alignas(64) uint8_t ub[WEIR_KQ_TILE];
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t *row = a->w + (size_t)r * a->row_bytes;
-    __m512 acc[8];
-#pragma GCC unroll 8
+    __m512 acc[16];
+#pragma GCC unroll 16
     for (int tt = 0; tt < NT; tt++) acc[tt] = _mm512_setzero_ps();
     if (kq_int_path(type)) {
       for (int64_t tile = 0; tile < tiles; tile++) {
@@ -783,7 +925,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
         __m512 vmw;
         tile_u_vnni(type, row, tile, u);
         tile_kscales(type, row, tile, sc, &dw, &vmw);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int tt = 0; tt < NT; tt++) {
           const int64_t t = t0 + tt;
           const int8_t *xq = a->act.q + t * kp + tile * WEIR_KQ_TILE;
@@ -798,7 +940,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_block(const weir_kq_matmul_
                                     _mm512_set1_ps(dw * a->act.d16[o]), ac);
         }
       }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int tt = 0; tt < NT; tt++)
         a->y[(t0 + tt) * a->rows + r] = _mm512_reduce_add_ps(acc[tt]);
       continue;
@@ -852,6 +994,11 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_rows_type(const weir_kq_mat
   for (int64_t rs = r0; rs < r1; rs += rb) {
     int64_t re = rs + rb < r1 ? rs + rb : r1;
     int64_t t = 0;
+    /* The K-types' tile decode (unpacking, scale permutes) is a third of the work at 8 tokens
+     * per decode; 16 tokens (16 accumulators, 8 decoded registers) halve that share. The
+     * 32-block path keeps 8: its per-token work dominates and more accumulators spill. */
+    if (kq_int_path(type))
+      for (; t + 16 <= T; t += 16) vnni_block(a, type, rs, re, t, 16);
     for (; t + 8 <= T; t += 8) vnni_block(a, type, rs, re, t, 8);
     if (t + 4 <= T) {
       vnni_block(a, type, rs, re, t, 4);
@@ -863,6 +1010,116 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_rows_type(const weir_kq_mat
     }
     if (t < T) vnni_block(a, type, rs, re, t, 1);
   }
+}
+
+/* WEIR_KQ_X16: NT tokens from t0 against rows [r0, r1). Per 512 columns and token: 8
+ * vpdpbusd, one conversion, one scaling (and for Q4_K one FMA of the mins). */
+WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_args *a,
+                                                          weir_dtype type, int64_t r0,
+                                                          int64_t r1, int64_t t0, const int NT) {
+  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / 512;
+  const size_t gb = x16_group_bytes(type);
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = a->w + (size_t)r * a->row_bytes;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int tt = 0; tt < NT; tt++) acc[tt] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+      const uint8_t *p = row + g * gb;
+      __m512 sw, mw = _mm512_setzero_ps();
+      __m512i w[8];
+      if (type == WEIR_DTYPE_Q8_0) {
+        sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) w[c] = _mm512_loadu_si512(p + 32 + 64 * c);
+      } else {
+        /* both heads' 8 scales and mins as bytes (k4_scale_min, 4 bytes at a time) */
+        uint64_t scb[2], mnb[2];
+        float dd[2], dm[2];
+        for (int sb = 0; sb < 2; sb++) {
+          const uint8_t *h = p + 16 * sb;
+          uint32_t w0 = rd32(h + 4), w1 = rd32(h + 8), w2 = rd32(h + 12);
+          uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 2) & 0x30303030u);
+          uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
+          scb[sb] = (uint64_t)(w0 & 0x3f3f3f3fu) | (uint64_t)sc_hi << 32;
+          mnb[sb] = (uint64_t)(w1 & 0x3f3f3f3fu) | (uint64_t)m_hi << 32;
+          dd[sb] = _cvtsh_ss(rd16(h));
+          dm[sb] = -_cvtsh_ss(rd16(h + 2));
+        }
+        const __mmask16 hi8 = 0xFF00;
+        __m512 vd = _mm512_mask_blend_ps(hi8, _mm512_set1_ps(dd[0]), _mm512_set1_ps(dd[1]));
+        __m512 vm = _mm512_mask_blend_ps(hi8, _mm512_set1_ps(dm[0]), _mm512_set1_ps(dm[1]));
+        sw = _mm512_mul_ps(vd, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                   _mm_set_epi64x((long long)scb[1], (long long)scb[0]))));
+        mw = _mm512_mul_ps(vm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                   _mm_set_epi64x((long long)mnb[1], (long long)mnb[0]))));
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+          __m512i v = _mm512_loadu_si512(p + 32 + 64 * c);
+          w[c] = _mm512_and_si512(v, m0f);
+          w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+        }
+      }
+#pragma GCC unroll 16
+      for (int tt = 0; tt < NT; tt++) {
+        const int64_t t = t0 + tt, o = (t * tiles + 2 * g) * 16;
+        const int8_t *xq = a->act.q + t * kp + 512 * g;
+        /* two chains: a lone token would otherwise wait on 8 dependent vpdpbusd */
+        __m512i i0 = type == WEIR_DTYPE_Q8_0 ? _mm512_loadu_si512(a->act.s16 + o)
+                                             : _mm512_setzero_si512();
+        __m512i i1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 8; c += 2) {
+          i0 = _mm512_dpbusd_epi32(i0, w[c], _mm512_loadu_si512(xq + 64 * c));
+          i1 = _mm512_dpbusd_epi32(i1, w[c + 1], _mm512_loadu_si512(xq + 64 * c + 64));
+        }
+        __m512 ac = acc[tt];
+        if (type != WEIR_DTYPE_Q8_0) ac = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a->act.s16 + o), ac);
+        acc[tt] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                                  _mm512_mul_ps(sw, _mm512_loadu_ps(a->act.d16 + o)), ac);
+      }
+    }
+#pragma GCC unroll 16
+    for (int tt = 0; tt < NT; tt++) a->y[(t0 + tt) * a->rows + r] = _mm512_reduce_add_ps(acc[tt]);
+  }
+}
+
+WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_rows_type(const weir_kq_matmul_args *a,
+                                                              weir_dtype type, int64_t r0,
+                                                              int64_t r1) {
+  const int64_t T = a->n_tokens;
+  if (T == 1) {
+    x16_block(a, type, r0, r1, 0, 1);
+    return;
+  }
+  int64_t rb = (int64_t)(96 * 1024 / (a->row_bytes ? a->row_bytes : 1));
+  if (rb < 4) rb = 4;
+  for (int64_t rs = r0; rs < r1; rs += rb) {
+    int64_t re = rs + rb < r1 ? rs + rb : r1;
+    int64_t t = 0;
+    for (; t + 16 <= T; t += 16) x16_block(a, type, rs, re, t, 16);
+    if (t + 8 <= T) {
+      x16_block(a, type, rs, re, t, 8);
+      t += 8;
+    }
+    if (t + 4 <= T) {
+      x16_block(a, type, rs, re, t, 4);
+      t += 4;
+    }
+    if (t + 2 <= T) {
+      x16_block(a, type, rs, re, t, 2);
+      t += 2;
+    }
+    if (t < T) x16_block(a, type, rs, re, t, 1);
+  }
+}
+
+WEIR_TARGET_VNNI static void x16_q8_0(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
+  x16_rows_type(a, WEIR_DTYPE_Q8_0, r0, r1);
+}
+WEIR_TARGET_VNNI static void x16_q4_k(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
+  x16_rows_type(a, WEIR_DTYPE_Q4_K, r0, r1);
 }
 
 #define KQ_VNNI_FN(T, NAME)                                                                  \
@@ -929,8 +1186,22 @@ const char *weir_kq_isa_name(void) {
   }
 }
 
+int weir_kq_x16_preferred(void) { return kq_current() == KQ_VNNI; }
+
 void weir_kq_matmul_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   if (!weir_kq_supported(a->type) || r0 >= r1 || a->n_tokens <= 0) return;
+  if (a->layout == WEIR_KQ_X16) {
+    if (!weir_kq_x16_fits(a->type, a->cols)) return;
+#if WEIR_X86
+    if (kq_current() == KQ_VNNI) {
+      if (a->type == WEIR_DTYPE_Q8_0) x16_q8_0(a, r0, r1);
+      else x16_q4_k(a, r0, r1);
+      return;
+    }
+#endif
+    x16_rows_c(a, r0, r1);
+    return;
+  }
   switch (kq_current()) {
 #if WEIR_X86
   case KQ_VNNI: rows_vnni(a, r0, r1); return;

@@ -71,8 +71,46 @@ void weir_kq_act_init(weir_kq_act *a, void *buf, int64_t cols, int64_t n_tokens)
 void weir_kq_quantize_act(weir_dtype type, const float *x, int64_t cols,
                           const weir_kq_act *a, int64_t t);
 
+/* Row layouts the kernels read.
+ * WEIR_KQ_FILE: the file's blocks, byte for byte.
+ * WEIR_KQ_X16 (Q8_0 and Q4_K rows of a multiple of 512 columns; the same bytes per row): per
+ * 512 columns, the blocks' scales, then the values reordered so that one vpdpbusd over 64
+ * bytes adds 4 columns of each of 16 blocks of 32 columns, one block per int32 lane: a block's
+ * dot product completes in its lane after 8, and the f32 scaling runs once per 16 blocks (in
+ * the file's layout a 64-byte vector holds two blocks, and every vector needs its own
+ * conversion and scaling: 2 to 2.5x the vector instructions per weight in prefill).
+ *   Q8_0: 16 f16 scales (32 bytes), then 512 bytes where byte 64c + 4l + i is q + 128 of
+ *         block l's column 4c + i (c < 8, l < 16, i < 4).
+ *   Q4_K: the two super-blocks' 16-byte heads (d, dmin, the 12 scale bytes) as the file has
+ *         them, then 256 bytes where byte 64c + 4l + i (c < 4) holds in its low nibble
+ *         sub-block l's column 4c + i and in its high nibble column 4(c + 4) + i (sub-block l
+ *         is columns 32l..32l+31 of the 512; l / 8 its super-block).
+ * Their activations: see weir_kq_quantize_act_x16. */
+typedef enum weir_kq_layout { WEIR_KQ_FILE = 0, WEIR_KQ_X16 = 1 } weir_kq_layout;
+
+/* 1 when rows of type t and `cols` columns can take WEIR_KQ_X16. */
+int weir_kq_x16_fits(weir_dtype t, int64_t cols);
+/* 1 when the path weir_kq_matmul_rows takes now runs WEIR_KQ_X16 at full speed (AVX-512
+ * VNNI); the other paths read it too, through portable C. */
+int weir_kq_x16_preferred(void);
+/* Rewrites one row of type t and `cols` columns (weir_kq_x16_fits) from the file's layout at
+ * src into WEIR_KQ_X16 at dst (row_bytes each; they may not overlap). Exact. */
+void weir_kq_x16_pack_row(weir_dtype t, const uint8_t *src, uint8_t *dst, int64_t cols);
+/* Token t's activations for WEIR_KQ_X16 weights of type `type`, in the buffer of
+ * weir_kq_act_init: the int8 q of each 512 columns in the weights' order
+ * (q + t * tiles * 256 + 512 g: byte 64c + 4l + i is column 32l + 4c + i), and per 512-column
+ * group g at d16 / s16 + (t * tiles + 2 g) * 16, one entry per 32-column block l:
+ *   Q8_0: d16 the block's scale; s16 (as int32, not f32) -128 * (sum of its q);
+ *   Q4_K: d16 the scale of its 256 columns; s16 that scale * (sum of the block's q).
+ * The scales and q are those weir_kq_quantize_act makes for the type. */
+void weir_kq_quantize_act_x16(weir_dtype type, const float *x, int64_t cols,
+                              const weir_kq_act *a, int64_t t);
+/* Row `row` of a WEIR_KQ_X16 weight of type t as f32 ([cols]). */
+void weir_kq_x16_dequant_row(weir_dtype t, const uint8_t *row, int64_t cols, float *out);
+
 typedef struct weir_kq_matmul_args {
   weir_dtype type;
+  weir_kq_layout layout; /* WEIR_KQ_FILE unless the rows were rewritten */
   const uint8_t *w;   /* [rows] rows of row_bytes, the GGUF blocks */
   size_t row_bytes;   /* weir_dtype_row_bytes(type, cols) or a longer stride */
   int64_t rows, cols; /* cols a multiple of the type's block */

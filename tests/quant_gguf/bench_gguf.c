@@ -1,7 +1,9 @@
 /* Micro-benchmark (not a test) of the GGUF block kernels (kernels/cpu/matmul_kq.h) on one
  * thread: GEMV (one token) and GEMM (n tokens) over a rows x cols weight of random blocks,
  * as read bandwidth (GB/s of weight bytes) and tokens * rows per second.
- * Usage: bench_gguf TYPE ROWS COLS TOKENS [SECONDS]   (TYPE: q4_K, q6_K, q8_0, ...) */
+ * Prints the CPU time as well (CLOCK_THREAD_CPUTIME_ID), which a loaded machine distorts less.
+ * Usage: bench_gguf TYPE ROWS COLS TOKENS [SECONDS]   (TYPE: q4_K, q6_K, q8_0, ..., and q8_0x16,
+ *        q4_Kx16 for those types in WEIR_KQ_X16) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +12,15 @@
 #include "matmul_kq.h"
 #include "weir/numeric.h"
 
-static double now(void) {
+static double clock_s(clockid_t c) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(c, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
+/* CPU time of this thread: on a machine shared with other work it counts only the time the
+ * kernel ran, so variants compare fairly while the wall-clock rate follows the load. */
+static double cpu_now(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
 
 int main(int argc, char **argv) {
   if (argc < 5) {
@@ -22,8 +28,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   weir_dtype t = WEIR_DTYPE_COUNT_;
+  /* q8_0x16, q4_Kx16: the layout the plugin uses for them under AVX-512 VNNI (WEIR_KQ_X16) */
+  char name[32];
+  snprintf(name, sizeof name, "%s", argv[1]);
+  size_t nl = strlen(name);
+  int x16 = nl > 3 && !strcmp(name + nl - 3, "x16");
+  if (x16) name[nl - 3] = 0;
   for (int i = 0; i < 64; i++)
-    if (weir_kq_supported((weir_dtype)i) && !strcmp(weir_dtype_name((weir_dtype)i), argv[1]))
+    if (weir_kq_supported((weir_dtype)i) && !strcmp(weir_dtype_name((weir_dtype)i), name))
       t = (weir_dtype)i;
   if (t == WEIR_DTYPE_COUNT_) {
     fprintf(stderr, "unknown type %s\n", argv[1]);
@@ -45,22 +57,37 @@ int main(int argc, char **argv) {
   void *buf = aligned_alloc(64, (weir_kq_act_bytes(cols, n) + 63) / 64 * 64);
   weir_kq_act act;
   weir_kq_act_init(&act, buf, cols, n);
-  weir_kq_matmul_args a = {.type = t, .w = w, .row_bytes = rb, .rows = rows, .cols = cols,
+  if (x16 && !weir_kq_x16_fits(t, cols)) {
+    fprintf(stderr, "%s has no x16 layout for %lld columns\n", name, (long long)cols);
+    return 2;
+  }
+  if (x16) {
+    uint8_t *tmp = malloc(rb);
+    for (int64_t r = 0; r < rows; r++) {
+      memcpy(tmp, w + (size_t)r * rb, rb);
+      weir_kq_x16_pack_row(t, tmp, w + (size_t)r * rb, cols);
+    }
+    free(tmp);
+  }
+  weir_kq_matmul_args a = {.type = t, .layout = x16 ? WEIR_KQ_X16 : WEIR_KQ_FILE, .w = w, .row_bytes = rb, .rows = rows, .cols = cols,
                            .act = act, .n_tokens = n, .y = y};
   int iters = 0;
-  double t0 = now(), tq = 0;
+  double t0 = now(), c0 = cpu_now(), tq = 0;
   do {
     double q0 = now();
-    for (int64_t k = 0; k < n; k++) weir_kq_quantize_act(t, x + k * cols, cols, &act, k);
+    for (int64_t k = 0; k < n; k++) {
+      if (x16) weir_kq_quantize_act_x16(t, x + k * cols, cols, &act, k);
+      else weir_kq_quantize_act(t, x + k * cols, cols, &act, k);
+    }
     tq += now() - q0;
     weir_kq_matmul_rows(&a, 0, rows);
     iters++;
   } while (now() - t0 < secs);
-  double dt = (now() - t0) / iters;
+  double dt = (now() - t0) / iters, ct = (cpu_now() - c0) / iters;
   printf("%s %lldx%lld, %lld tokens, %s: %.3f ms/call (act %.3f ms), %.2f GB/s of weights, "
-         "%.1f tokens/s, %.2f GMAC/s\n", argv[1], (long long)rows, (long long)cols, (long long)n,
+         "%.1f tokens/s, %.2f GMAC/s; CPU time %.3f ms/call, %.2f GMAC per CPU-second\n", argv[1], (long long)rows, (long long)cols, (long long)n,
          weir_kq_isa_name(), dt * 1e3, tq / iters * 1e3, (double)bytes / dt / 1e9, n / dt,
-         (double)rows * cols * n / dt / 1e9);
+         (double)rows * cols * n / dt / 1e9, ct * 1e3, (double)rows * cols * n / ct / 1e9);
   free(w);
   free(x);
   free(y);

@@ -9,13 +9,16 @@
  *     dequantized weights times the activations quantized here as matmul_kq.h documents, in
  *     double (tight), and times the raw activations (within half an activation step);
  *   - refusals: a type it does not run, rows that are not whole blocks, an Inf/NaN scale;
- *   - end to end: a model mixing block types through `weir generate` with no quant flag.
+ *   - end to end: a model mixing block types through `weir generate` with no quant flag;
+ *   - Q8_0 and Q4_K in WEIR_KQ_X16 (the layout the plugin stores under VNNI), straight through the
+ *     kernels on every path: the same rows as the file's layout, the same products.
  * Inputs are random (seed printed; WT_SEED=... reruns one). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "matmul_kq.h"
 #include "testutil.h"
 #include "weir/numeric.h"
 #include "weir/weir.h"
@@ -208,7 +211,10 @@ static void test_paths(void) {
         check_shape(&l, t, 3, 288);  /* a whole tile and one block */
       }
     }
-    /* long rows: the prefill path's row blocks and the activation pool */
+    /* long rows: the prefill path's row blocks and the activation pool; Q8_0 of four
+     * 512-column groups (WEIR_KQ_X16 under VNNI) */
+    check_shape(&l, WEIR_DTYPE_Q8_0, 11, 2048);
+    check_shape(&l, WEIR_DTYPE_Q4_K, 11, 1024);
     check_shape(&l, WEIR_DTYPE_Q4_K, 70, 2816);
     check_shape(&l, WEIR_DTYPE_Q6_K, 9, 5632);
     static const weir_dtype floats[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16};
@@ -379,10 +385,88 @@ static void test_end_to_end(void) {
   free(dir);
 }
 
+/* WEIR_KQ_X16 against the file's layout, through the kernels on every path: dequantized
+ * rows bit-identical, and every token count's products agree to f32 summation order (the integer block
+ * sums are the same numbers; only the f32 additions run in another order). */
+static void x16_type(weir_dtype t) {
+  enum { ROWS = 13, COLS = 1536, T = 19 };
+  CU_ASSERT(weir_kq_x16_fits(t, COLS));
+  CU_ASSERT(!weir_kq_x16_fits(t, 768));
+  const size_t rb = weir_dtype_row_bytes(t, COLS);
+  uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
+  float *x = malloc(sizeof(float) * T * COLS), *want = malloc(sizeof(float) * T * ROWS);
+  float *got = malloc(sizeof(float) * T * ROWS), *a = malloc(sizeof(float) * ROWS * COLS);
+  float *b = malloc(sizeof(float) * COLS);
+  void *abuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
+  void *bbuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
+  for (int64_t r = 0; r < ROWS; r++) {
+    weir_kq_x16_pack_row(t, src + r * rb, x16 + r * rb, COLS);
+    /* the kernels' own decoding of the file's layout (sw * u + mw, as embed() gives) */
+    CU_ASSERT_EQUAL(weir_kq_dequant_row(t, src + r * rb, COLS, a + r * COLS), 0);
+    weir_kq_x16_dequant_row(t, x16 + r * rb, COLS, b);
+    CU_ASSERT_EQUAL(memcmp(a + r * COLS, b, sizeof(float) * COLS), 0);
+  }
+  for (int64_t i = 0; i < T * COLS; i++) x[i] = wt_frand(-1, 1);
+  const weir_cpu_isa_level best = weir_cpu_isa();
+  for (int level = 0; level <= (int)best; level++) {
+    if (weir_cpu_isa_set((weir_cpu_isa_level)level) != 0) continue;
+    static const int64_t toks[] = {1, 2, 7, 19};
+    for (int ti = 0; ti < 4; ti++) {
+      const int64_t n = toks[ti];
+      weir_kq_act fa, xa;
+      weir_kq_act_init(&fa, abuf, COLS, n);
+      weir_kq_act_init(&xa, bbuf, COLS, n);
+      for (int64_t k = 0; k < n; k++) {
+        weir_kq_quantize_act(t, x + k * COLS, COLS, &fa, k);
+        weir_kq_quantize_act_x16(t, x + k * COLS, COLS, &xa, k);
+      }
+      weir_kq_matmul_args fm = {.type = t, .w = src, .row_bytes = rb, .rows = ROWS,
+                                .cols = COLS, .act = fa, .n_tokens = n, .y = want};
+      weir_kq_matmul_args xm = fm;
+      xm.layout = WEIR_KQ_X16;
+      xm.w = x16;
+      xm.act = xa;
+      xm.y = got;
+      for (int64_t i = 0; i < n * ROWS; i++) got[i] = NAN;
+      weir_kq_matmul_rows(&fm, 0, ROWS);
+      weir_kq_matmul_rows(&xm, 0, ROWS);
+      for (int64_t i = 0; i < n * ROWS; i++) {
+        /* f32 rounding of sums over COLS products: relative to their magnitudes' sum */
+        double mag = 0;
+        for (int64_t k = 0; k < COLS; k++)
+          mag += fabs((double)a[(i % ROWS) * COLS + k] * x[(i / ROWS) * COLS + k]);
+        char what[96];
+        snprintf(what, sizeof what, "x16 %s level %d, %lld tokens, out %lld", weir_dtype_name(t), level, (long long)n,
+                 (long long)i);
+        if (!CHK(fabs((double)got[i] - want[i]), 2e-6 * mag + 1e-6, what)) goto out;
+      }
+    }
+  }
+out:
+  weir_cpu_isa_set(best);
+  free(src);
+  free(x16);
+  free(x);
+  free(want);
+  free(got);
+  free(a);
+  free(b);
+  free(abuf);
+  free(bbuf);
+}
+
+static void test_x16(void) {
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q4_0, 1536));
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q6_K, 1536));
+  x16_type(WEIR_DTYPE_Q8_0);
+  x16_type(WEIR_DTYPE_Q4_K);
+}
+
 int main(void) {
   static const wt_test tests[] = {{"paths", test_paths},
                                   {"refusals", test_refusals},
                                   {"end_to_end", test_end_to_end},
+                                  {"x16", test_x16},
                                   {NULL, NULL}};
   return wt_plugin_main("quant_gguf", tests, &g_host, 1);
 }

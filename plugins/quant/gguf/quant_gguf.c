@@ -5,7 +5,8 @@
  * through the float kernels (matmul.h); BF16 is widened to F32 (exact, twice the bytes). So
  * the packed weights take the file's tensor bytes (plus 64 bytes each), and a file that mixes
  * types per tensor (llama-quantize's Q4_K_M) loads as it is. A block scale that is Inf or NaN
- * is refused at load, naming the tensor.
+ * is refused at load, naming the tensor. Where the AVX-512 VNNI kernels run, Q8_0 and Q4_K rows of whole
+ * 512-column groups are stored in WEIR_KQ_X16 instead (the same bytes, reordered).
  * matmul quantizes the activations once per call and token for the weight's type, then splits
  * the rows over the host's parallel_for. embed decodes the rows asked for. See
  * docs/cpu-plugins.md. */
@@ -29,6 +30,7 @@ typedef struct gguf_weight {
   weir_cpu_qweight base;
   weir_dtype dtype;
   size_t row_bytes;
+  weir_kq_layout layout; /* WEIR_KQ_X16: Q8_0 rows rewritten for the VNNI kernels */
 } gguf_weight;
 
 /* Every GGUF weight type the SDK reads (weir/quant.h): the 1.2 types and those of 1.5. */
@@ -69,6 +71,7 @@ typedef struct copy_job {
   size_t src_stride;
   gguf_weight *w;
   weir_dtype src_dtype;
+  int x16;       /* write the rows in WEIR_KQ_X16 */
   int bad_scale; /* first row + 1 with an Inf/NaN block scale, 0 if none */
 } copy_job;
 
@@ -92,7 +95,8 @@ static void copy_chunk(void *arg, int64_t begin, int64_t end, int thread) {
       }
       continue;
     }
-    memcpy(d, s, w->row_bytes);
+    if (j->x16) weir_kq_x16_pack_row(j->src_dtype, s, d, w->base.cols);
+    else memcpy(d, s, w->row_bytes);
     if (fa < 0) continue;
     for (int64_t b = 0; b < nb; b++) {
       uint16_t h0, h1 = 0;
@@ -158,7 +162,11 @@ static int gg_pack(void *self, const weir_quant_pack_args *args, void **weight) 
     goto out_weight;
   }
   memset((uint8_t *)w->base.data + (size_t)rows * w->row_bytes, 0, 64);
-  copy_job job = {.src = t->data, .src_stride = stride, .w = w, .src_dtype = dt};
+  /* Q8_0 and Q4_K rows of whole 512-column groups are rewritten (same bytes, exact) where the VNNI
+   * kernels run: their prefill then needs 2.5x fewer vector instructions (matmul_kq.h). */
+  if (weir_kq_x16_fits(dt, cols) && weir_kq_x16_preferred()) w->layout = WEIR_KQ_X16;
+  copy_job job = {.src = t->data, .src_stride = stride, .w = w, .src_dtype = dt,
+                  .x16 = w->layout == WEIR_KQ_X16};
   weir_cpu_quant_for_pack(q, rows, 64, (int64_t)(rows * w->row_bytes), copy_chunk, &job);
   if (job.bad_scale) {
     rc = weir_cpu_quant_fail(q, WEIR_E_INVAL, "tensor %s (%s) has an Inf or NaN block scale in "
@@ -195,8 +203,12 @@ typedef struct act_job {
 static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   (void)thread;
   act_job *j = arg;
-  for (int64_t t = begin; t < end; t++)
-    weir_kq_quantize_act(j->w->dtype, j->x + t * j->w->base.cols, j->w->base.cols, j->act, t);
+  for (int64_t t = begin; t < end; t++) {
+    if (j->w->layout == WEIR_KQ_X16)
+      weir_kq_quantize_act_x16(j->w->dtype, j->x + t * j->w->base.cols, j->w->base.cols, j->act, t);
+    else
+      weir_kq_quantize_act(j->w->dtype, j->x + t * j->w->base.cols, j->w->base.cols, j->act, t);
+  }
 }
 
 /* Activations of up to this many bytes are quantized into a stack buffer (decode). */
@@ -223,7 +235,8 @@ static int gg_matmul(void *self, const void *weight, const float *x, float *y, i
   weir_kq_act_init(&act, buf, cols, n_tokens);
   act_job aj = {.x = x, .w = w, .act = &act};
   weir_cpu_quant_for_tokens(q, n_tokens, cols, act_chunk, &aj);
-  weir_kq_matmul_args a = {.type = w->dtype, .w = w->base.data, .row_bytes = w->row_bytes,
+  weir_kq_matmul_args a = {.type = w->dtype, .layout = w->layout, .w = w->base.data,
+                           .row_bytes = w->row_bytes,
                            .rows = rows, .cols = cols, .act = act,
                            .n_tokens = n_tokens, .y = y};
   weir_cpu_quant_for_units(q, rows, 8, work, 1, 8, weir_kq_matmul_chunk, &a);
@@ -247,6 +260,8 @@ static int gg_embed(void *self, const void *weight, const int32_t *ids, float *o
         memcpy(&hb, row + 2 * k, 2);
         o[k] = weir_f16_to_f32(hb);
       }
+    } else if (w->layout == WEIR_KQ_X16) {
+      weir_kq_x16_dequant_row(w->dtype, row, w->base.cols, o);
     } else if (weir_kq_dequant_row(w->dtype, row, w->base.cols, o) != 0) {
       return WEIR_E_NOTSUP;
     }
