@@ -149,6 +149,7 @@ int weir__api_fail(api_error *e, int status, const char *param, const char *code
 
 typedef struct params {
   const cJSON *prompt, *messages;
+  const cJSON *template_kwargs; /* chat: chat_template_kwargs, an object (NULL: none) */
   const char *model;
   int max_tokens;          /* 0: not given */
   double temperature, top_p, min_p, presence, frequency, repetition;

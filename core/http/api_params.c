@@ -172,6 +172,11 @@ static int parse_params(weir__http_server *s, const cJSON *root, int chat, param
       p->prompt = it;
     } else if (chat && !strcmp(k, "messages")) {
       p->messages = it;
+    } else if (chat && !strcmp(k, "chat_template_kwargs")) {
+      /* Extra template variables (Qwen3's enable_thinking), as vLLM and llama.cpp take them. */
+      if (!cJSON_IsObject(it))
+        return weir__api_fail(e, 400, k, "invalid_type", "'%s' must be an object", k);
+      p->template_kwargs = it;
     } else if (!strcmp(k, "max_tokens")) {
       if (want_int(e, it, k, 1, 1e9, &p->max_tokens)) return -1;
       have_max_tokens = 1;
@@ -479,8 +484,8 @@ static int message_content(const cJSON *c, int idx, const char *role, weir_buf *
   return 0;
 }
 
-static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_tools *tools,
-                       prompt_list *pl, api_error *e) {
+static int chat_prompt(weir__http_server *s, const cJSON *messages, const cJSON *kwargs,
+                       const api_tools *tools, prompt_list *pl, api_error *e) {
   if (!cJSON_IsArray(messages))
     return weir__api_fail(e, 400, "messages", "invalid_type",
                           "'messages' must be a list of messages");
@@ -540,7 +545,8 @@ static int chat_prompt(weir__http_server *s, const cJSON *messages, const api_to
   }
   /* The model's template sees the request's messages (normalized) and tools, as Hugging
    * Face's apply_chat_template gives them; a failure is the template's own message. */
-  weir_chat_request req = {.messages = msgs, .tools = tools->tools, .add_generation_prompt = 1};
+  weir_chat_request req = {.messages = msgs, .tools = tools->tools, .kwargs = kwargs,
+                           .add_generation_prompt = 1};
   char why[512] = "";
   int r = weir_service_render_chat(s->svc, &req, &rendered, why, sizeof why);
   if (r != WEIR_OK) {
@@ -911,7 +917,7 @@ int weir__api_parse_generation_root(weir__http_server *s, cJSON *root, int chat,
   out->root = root;
   if (parse_params(s, out->root, chat, p, e)) goto fail;
   if (chat && weir__api_tools_check(p, &out->tools, e)) goto fail;
-  if (chat ? chat_prompt(s, p->messages, &out->tools, pl, e)
+  if (chat ? chat_prompt(s, p->messages, p->template_kwargs, &out->tools, pl, e)
            : completion_prompts(s, p->prompt, pl, e))
     goto fail;
   if (pl->count * p->n > MAX_CHOICES) {
