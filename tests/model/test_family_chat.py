@@ -82,6 +82,10 @@ def main():
                 same_reply(srv, fam, EXPECTED[fam] + "<think>\n\n</think>\n\n",
                            {"messages": CONV,
                             "chat_template_kwargs": {"enable_thinking": False}})
+                st, r = srv.post("/v1/chat/completions", {"messages": CONV, "max_tokens": 1,
+                                                          "chat_template_kwargs": [1]})
+                expect(st == 400 and r["error"]["param"] == "chat_template_kwargs",
+                       f"chat_template_kwargs [1] answered {st} {r}")
                 # An earlier turn's reasoning is dropped from the history.
                 conv = [dict(m) for m in CONV]
                 conv[2]["content"] = "<think>\nthe user greets me\n</think>\n\n" + A1
