@@ -8,17 +8,20 @@
 # prints every run (prefill and decode tokens/s, weights MiB), then the medians and the
 # family's speed per byte read relative to its twin's (tokens/s x weights bytes).
 #   scripts/bench-families.sh [build] [model dir]
-#   REPS=3 THREADS=2 PROMPT=128 GEN=16 PRESETS="gemma3-1b qwen3-0.6b llama3.2-1b"
+#   REPS=3 THREADS=2 PROMPT=64 GEN=8 PRESETS="gemma3-1b qwen3-0.6b llama3.2-1b"
+#   WEIR=path/to/weir runs another binary (e.g. a copy, so that rebuilding does not change
+#   what is measured); the files are written by the build's own.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
 models=${2:-$here/models}
 REPS=${REPS:-3}
 THREADS=${THREADS:-2}
-PROMPT=${PROMPT:-128}
-GEN=${GEN:-16}
+PROMPT=${PROMPT:-64}
+GEN=${GEN:-8}
 PRESETS=${PRESETS:-"gemma3-1b qwen3-0.6b llama3.2-1b"}
-weir=$build/bin/weir
+mk=$build/bin/weir
+weir=${WEIR:-$mk}
 mkdir -p "$models"
 
 twin_args() {
@@ -42,15 +45,15 @@ run() {
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
-echo "weir: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'); threads $THREADS;" \
+echo "weir: $weir ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')); threads $THREADS;" \
      "prompt $PROMPT random tokens, $GEN generated; $REPS rounds alternated"
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 summary=()
 for p in $PRESETS; do
   fam=$models/fam-$p.gguf twin=$models/fam-$p-llama.gguf
-  [ -f "$fam" ] || "$weir" mkmodel --preset "$p" --type f16 --out "$fam" >/dev/null 2>&1
+  [ -f "$fam" ] || "$mk" mkmodel --preset "$p" --type f16 --out "$fam" >/dev/null 2>&1
   # shellcheck disable=SC2046
-  [ -f "$twin" ] || "$weir" mkmodel --preset "$p" --type f16 $(twin_args "$p") \
+  [ -f "$twin" ] || "$mk" mkmodel --preset "$p" --type f16 $(twin_args "$p") \
                       --out "$twin" >/dev/null 2>&1
   fp=() fd=() tp=() td=()
   fm=0 tm=0

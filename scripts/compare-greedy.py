@@ -35,7 +35,7 @@ def free_port():
     return port
 
 
-def post(port, path, body, timeout=600):
+def post(port, path, body, timeout=3600):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:

@@ -316,7 +316,8 @@ static void test_mkmodel_models(void) {
  *  - gemma: SentencePiece without the dummy space prefix (add_space_prefix false); with the
  *    prefix every case differs;
  *  - qwen3: the qwen2 pre-tokenizer (digits one at a time); GPT-2's split merges digit runs;
- *  - phi3: control tokens parsed in text, and the space prefix after each one. */
+ *  - phi3: control tokens parsed in text, and the space prefix after each one;
+ *  - llama3 (the llama3.2-1b preset's tokenizer): the llama-bpe split (digits in threes). */
 static void test_families_vs_peer(void) {
   static const struct {
     const char *fixture, *args;
@@ -324,6 +325,7 @@ static void test_families_vs_peer(void) {
       {"fam_gemma", "--arch gemma3 --head-dim 16 --tied"},
       {"fam_qwen3", "--arch qwen3"},
       {"fam_phi3", "--arch phi3 --swa 96"},
+      {"fam_llama3", "--arch llama --tokenizer gpt2 --chat-template llama3"},
   };
   char *dir = wt_mkdtemp();
   for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
@@ -350,9 +352,10 @@ static void test_families_vs_peer(void) {
     int asp = 1;
     if (f == 0) {
       CU_ASSERT(weir_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &asp) == 0 && !asp);
-    } else if (f == 1) {
-      CU_ASSERT(weir_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0 && pre.len == 5 &&
-                !memcmp(pre.ptr, "qwen2", 5));
+    } else if (f == 1 || f == 3) {
+      const char *want = f == 1 ? "qwen2" : "llama-bpe";
+      CU_ASSERT(weir_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0 &&
+                pre.len == strlen(want) && !memcmp(pre.ptr, want, pre.len));
     }
     fx_case *c;
     int n = fx_cases(fams[f].fixture, &c);

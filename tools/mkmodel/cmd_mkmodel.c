@@ -361,9 +361,12 @@ static int write_model(const mk_opts *o, char *err) {
     goto free_all;
   int gpt2 = strcmp(o->tokenizer, "gpt2") == 0;
   if ((rc = weir_gguf_add_str(w, "tokenizer.ggml.model", gpt2 ? "gpt2" : "llama")) ||
-      /* Qwen2 and Qwen3 share one split (digits one by one, case-free contractions). */
+      /* Qwen2 and Qwen3 share one split (digits one by one, case-free contractions);
+       * Llama 3's files name theirs llama-bpe (digits in groups of up to three). */
       (gpt2 && (rc = weir_gguf_add_str(w, "tokenizer.ggml.pre",
-                                       qwen || qwen3 ? "qwen2" : "gpt-2"))) ||
+                                       qwen || qwen3 ? "qwen2"
+                                       : !strcmp(o->chat_template, "llama3") ? "llama-bpe"
+                                                                              : "gpt-2"))) ||
       /* Gemma's SentencePiece adds no space before the text (as its GGUFs say). */
       (!gpt2 && gemma &&
        (rc = weir_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix", 0))) ||
