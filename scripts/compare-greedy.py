@@ -11,6 +11,8 @@ temperature 0 past EOS; then:
   - top-1 agreement: weir scores the prompt followed by llama.cpp's N tokens (completions,
     `echo` with `logprobs`) and, at each of the N positions, llama.cpp's token is counted as
     agreeing when weir gives it the largest log-probability (within 1e-5: an exact tie);
+    at each disagreement, [weir's log-prob margin of its own top token over llama.cpp's,
+    llama.cpp's margin of its token over its runner-up] (disagreement_gaps: how near a tie);
   - free run: weir generates N tokens at temperature 0 from the same prompt; its text is
     compared with llama.cpp's (the texts, not the token pieces: the two servers render a
     piece that ends inside a UTF-8 character differently), and the common prefix reported.
@@ -91,7 +93,7 @@ def main():
 
         l = post(lport, "/completion", {"prompt": prompt, "n_predict": a.n, "temperature": 0,
                                         "ignore_eos": True, "cache_prompt": False,
-                                        "return_tokens": True, "n_probs": 1})
+                                        "return_tokens": True, "n_probs": 2})
         ltoks = l["tokens"]
         if len(ltoks) != a.n:
             sys.exit(f"llama-server returned {len(ltoks)} tokens, asked for {a.n}")
@@ -101,14 +103,24 @@ def main():
         w = post(wport, "/v1/completions", {"prompt": prompt + ltoks, "max_tokens": 1,
                                             "echo": True, "logprobs": 1, "temperature": 0})
         lp = w["choices"][0]["logprobs"]
-        agree, first_miss = 0, None
+        agree, first_miss, gaps = 0, None, []
         for i in range(a.n):
             p = len(prompt) + i
             own, top = lp["token_logprobs"][p], lp["top_logprobs"][p]
             if own >= max(top.values()) - 1e-5:
                 agree += 1
-            elif first_miss is None:
+                continue
+            if first_miss is None:
                 first_miss = i
+            # How close the call was: weir's log-prob of its own choice over llama.cpp's
+            # token, and llama.cpp's of its token over its runner-up.
+            # (llama-server gives one entry per token unless it joins the pieces of a UTF-8
+            # character into one; then its entries no longer line up and its margin is None.)
+            probs = l["completion_probabilities"]
+            ltop = ([t["logprob"] for t in probs[i]["top_logprobs"]] if len(probs) == a.n
+                    else [])
+            gaps.append((round(max(top.values()) - own, 4),
+                         round(ltop[0] - ltop[1], 4) if len(ltop) > 1 else None))
 
         # Free run.
         g = post(wport, "/v1/completions", {"prompt": prompt, "max_tokens": a.n, "temperature": 0,
@@ -119,6 +131,7 @@ def main():
             same += 1
         res = {"model": os.path.basename(a.model), "n": a.n, "prompt_tokens": len(prompt),
                "top1_agreement": agree / a.n, "first_disagreement": first_miss,
+               "disagreement_gaps": gaps,
                "free_run_same_text": wtext == ltext,
                "free_run_common_chars": same, "free_run_chars": len(ltext)}
         print(json.dumps(res))
