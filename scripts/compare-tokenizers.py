@@ -19,6 +19,7 @@ weir to without the peer. Standard library only; stops what it starts.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -67,6 +68,7 @@ def main():
     ap.add_argument("--write", metavar="DIR")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers too
     bad_total = 0
     for model in a.models:
         procs = []
