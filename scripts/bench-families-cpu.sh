@@ -29,7 +29,7 @@ twin_args() {
 run() {
   "$weir" generate --model "$1" --threads 1 --random-prompt "$PROMPT" -n $((GEN + 1)) \
     --ignore-eos --quiet --max-model-len 512 --set cache.memory_bytes=67108864 2>/dev/null |
-    sed -n -E 's/^cpu: prefill ([0-9.]+) s, decode ([0-9.]+) s.*/\1 \2/p'
+    sed -n -E 's/.*; cpu: prefill ([0-9.]+) s, decode ([0-9.]+) s.*/\1 \2/p'
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"

@@ -302,13 +302,13 @@ int weir__cmd_generate(int argc, char **argv) {
       double tg = f->completion_tokens > 1 && f->timing.decode_s > 0
                       ? (f->completion_tokens - 1) / f->timing.decode_s
                       : 0;
-      /* Before the figures' line, which scripts read as the last one. */
-      printf("cpu: prefill %.3f s, decode %.3f s (process CPU time, all threads)\n",
-             st.cpu_first - st.cpu_submit, st.cpu_end - st.cpu_first);
+      /* The process CPU time of each phase ends the line: on a machine shared with other
+       * jobs it moves less than wall time (docs/benchmarking.md). */
       printf("prompt: %d tokens in %.3f s (%.2f tokens/s); generated: %d tokens in %.3f s "
-             "(%.2f tokens/s); finish: %s\n",
+             "(%.2f tokens/s); finish: %s; cpu: prefill %.3f s, decode %.3f s\n",
              f->prompt_tokens, f->timing.prefill_s, pp, f->completion_tokens,
-             f->timing.decode_s, tg, weir_finish_reason_name(f->finish));
+             f->timing.decode_s, tg, weir_finish_reason_name(f->finish),
+             st.cpu_first - st.cpu_submit, st.cpu_end - st.cpu_first);
       weir_engine_stats es;
       weir_engine_stats_get(eng, &es);
       if (es.spec_draft_tokens > 0)
