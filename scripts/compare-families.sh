@@ -3,11 +3,18 @@
 # per model family, same text, same windows (docs/perf/model-families.md).
 #
 #   LLAMA_BIN=/path/to/llama.cpp/build/bin scripts/compare-families.sh [ctx]
+#   MODE=greedy LLAMA_BIN=... scripts/compare-families.sh
+#
+# MODE=greedy: instead of perplexity, top-1 agreement of weir with llama-server's 256 greedy
+# tokens (temperature 0) on each family's file, by scripts/compare-greedy.py (one JSON line
+# per family; it exits non-zero below 99%).
 #
 # LLAMA_BIN: the peer's binaries (never committed). WEIR: the weir binary (default
 # build/bin/weir). ARCHS: the families to run (default: those the peer knows; the February
 # 2025 peer has no gemma3 or qwen3, and reads no sliding window for llama/mistral files, which
-# it names llama). TYPE: the weight type (default f32). Each model has 4 layers (gemma2: 26,
+# it names llama). TYPE: the weight type (default f32); TYPE=Q4_K_M (or another llama-quantize
+# type name in capitals) writes the f32 file with dim 256 and ffn 512 (K-quant rows are 256
+# wide) and quantizes it with $LLAMA_BIN/llama-quantize. Each model has 4 layers (gemma2: 26,
 # the depth of the peer's 2B, the only ones it builds), dim 128, random weights (seed 7), a
 # 512-token SentencePiece vocabulary; the text is tests/perplexity/fixtures/heldout-sample.txt
 # (3,026 tokens). Prints one line per family: both
@@ -23,7 +30,11 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
 TYPE=${TYPE:-f32}
-shape="--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --ctx 4096 --type $TYPE --seed 7"
+MODE=${MODE:-perplexity}
+case $TYPE in
+  [A-Z]*) shape="--layers 4 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 4096 --type f32 --seed 7" ;;
+  *) shape="--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --ctx 4096 --type $TYPE --seed 7" ;;
+esac
 args_for() {
   case $1 in
     llama) echo "--arch llama" ;;
@@ -39,11 +50,33 @@ args_for() {
   esac
 }
 
+# Writes family $1's file at $2 (quantized by llama-quantize when TYPE is in capitals).
+make_model() {
+  # shellcheck disable=SC2046
+  "$WEIR" mkmodel $shape $(args_for "$1") --out "$2.src" >/dev/null 2>&1
+  case $TYPE in
+    [A-Z]*) "$LLAMA_BIN/llama-quantize" "$2.src" "$2" "$TYPE" >/dev/null 2>&1; rm -f "$2.src" ;;
+    *) mv "$2.src" "$2" ;;
+  esac
+}
+
+if [ "$MODE" = greedy ]; then
+  status=0
+  for a in $ARCHS; do
+    m=$dir/$a.gguf
+    make_model "$a" "$m"
+    printf '%-14s %-6s ' "$a" "$TYPE"
+    python3 scripts/compare-greedy.py --weir "$WEIR" --llama-server "$LLAMA_BIN/llama-server" \
+      --model "$m" --n 256 --threads 2 || status=1
+    rm -f "$m"
+  done
+  exit $status
+fi
+
 printf '%-14s %12s %12s %10s\n' family weir llama.cpp rel.diff
 for a in $ARCHS; do
   m=$dir/$a.gguf
-  # shellcheck disable=SC2046
-  "$WEIR" mkmodel $shape $(args_for "$a") --out "$m" >/dev/null 2>&1
+  make_model "$a" "$m"
   w=$("$WEIR" perplexity --model "$m" --file "$TEXT" --ctx "$CTX" --threads 2 --json 2>/dev/null |
       sed -n 's/.*"perplexity": *\([0-9.eE+-]*\).*/\1/p')
   l=$("$LLAMA_BIN/llama-perplexity" -m "$m" -f "$TEXT" -c "$CTX" -b "$CTX" -t 2 2>&1 |

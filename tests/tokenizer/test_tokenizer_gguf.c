@@ -308,8 +308,83 @@ static void test_mkmodel_models(void) {
   free(dir);
 }
 
+/* Each family's tokenizer as `weir mkmodel --arch` writes it, against llama.cpp's ids for the
+ * same strings (fixtures/fam_*_cases.tsv, written by scripts/compare-tokenizers.py from
+ * llama-server's /tokenize). The February 2025 peer cannot load gemma3 or qwen3 files, so it
+ * tokenized their twins (gemma2; qwen2 with the qwen3 template): the same tokenizer keys and
+ * vocabulary, as the assertion on the written keys below checks. What each case catches:
+ *  - gemma: SentencePiece without the dummy space prefix (add_space_prefix false); with the
+ *    prefix every case differs;
+ *  - qwen3: the qwen2 pre-tokenizer (digits one at a time); GPT-2's split merges digit runs;
+ *  - phi3: control tokens parsed in text, and the space prefix after each one;
+ *  - llama3 (the llama3.2-1b preset's tokenizer): the llama-bpe split (digits in threes). */
+static void test_families_vs_peer(void) {
+  static const struct {
+    const char *fixture, *args;
+  } fams[] = {
+      {"fam_gemma", "--arch gemma3 --head-dim 16 --tied"},
+      {"fam_qwen3", "--arch qwen3"},
+      {"fam_phi3", "--arch phi3 --swa 96"},
+      {"fam_llama3", "--arch llama --tokenizer gpt2 --chat-template llama3"},
+  };
+  char *dir = wt_mkdtemp();
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+    char *path = wt_strf("%s/%s.gguf", dir, fams[f].fixture);
+    char *cmd = wt_strf("%s mkmodel --dim 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 512 "
+                        "--ctx 1024 --type f32 --seed 3 --layers 2 %s --out %s",
+                        WT_WEIR, fams[f].args, path);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    char *out = NULL;
+    int rc = wt_run(argv, &out, 30000);
+    if (rc) fprintf(stderr, "\n  %s: %s\n", cmd, out);
+    WT_ASSERT_INT_EQ(rc, 0);
+    free(out);
+    free(cmd);
+    weir_gguf *g = NULL;
+    char err[256] = "";
+    CU_ASSERT_FATAL(weir_gguf_open(path, &g, err, sizeof err) == 0);
+    weir_tokenizer *t = NULL;
+    rc = weir_tokenizer_from_gguf(g, &t, err, sizeof err);
+    if (rc) fprintf(stderr, "\n  %s\n", err);
+    CU_ASSERT_FATAL(rc == 0);
+    /* The keys that make the family's tokenizer what it is. */
+    weir_gguf_str pre = {0};
+    int asp = 1;
+    if (f == 0) {
+      CU_ASSERT(weir_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &asp) == 0 && !asp);
+    } else if (f == 1 || f == 3) {
+      const char *want = f == 1 ? "qwen2" : "llama-bpe";
+      CU_ASSERT(weir_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0 &&
+                pre.len == strlen(want) && !memcmp(pre.ptr, want, pre.len));
+    }
+    fx_case *c;
+    int n = fx_cases(fams[f].fixture, &c);
+    CU_ASSERT_FATAL(n >= 20);
+    int same = 0;
+    for (int i = 0; i < n; i++) {
+      int32_t *ids = NULL;
+      size_t k = 0;
+      WT_ASSERT_INT_EQ(weir_tokenizer_encode(t, c[i].text, c[i].text_len,
+                                             WEIR_ENCODE_PARSE_SPECIAL, &ids, &k), 0);
+      int eq = k == c[i].n_ids && (k == 0 || !memcmp(ids, c[i].ids, k * sizeof *ids));
+      if (!eq) fprintf(stderr, "\n  %s: \"%s\" differs from llama.cpp's ids", fams[f].fixture, c[i].text);
+      same += eq;
+      free(ids);
+    }
+    printf("\n    %s: %d/%d cases as llama.cpp", fams[f].fixture, same, n);
+    WT_ASSERT_INT_EQ(same, n);
+    fx_cases_free(c, n);
+    weir_tokenizer_free(t);
+    weir_gguf_close(g);
+    free(path);
+  }
+  wt_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   static const wt_test tests[] = {{"llama_from_gguf", test_llama_from_gguf},
+                                  {"families_vs_peer", test_families_vs_peer},
                                   {"gpt2_from_gguf", test_gpt2_from_gguf},
                                   {"pre_from_gguf", test_pre_from_gguf},
                                   {"refusals", test_refusals},

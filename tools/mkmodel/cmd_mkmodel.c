@@ -53,7 +53,7 @@ static void usage(FILE *f) {
         "  --swa N               sliding window (gemma2 4096, gemma3 512 by default; 0 none;\n"
         "                        other archs: every layer slides)\n"
         "  --rope-freqs          llama3 frequency factors (rope_freqs.weight: factor 32, low 1,\n"
-        "                        high 4 over --orig-ctx)\n"
+        "                        high 4 over --orig-ctx); --no-rope-freqs: none (a preset's off)\n"
         "  --yarn X              YaRN scaling by X over --orig-ctx\n"
         "  --longrope            phi3 rope_factors_long/short over --orig-ctx\n"
         "  --orig-ctx N          original context of the scaled RoPE (default ctx / 4)\n"
@@ -67,7 +67,7 @@ static void usage(FILE *f) {
         "                        the 256-element types need --dim and --ffn multiples of 256\n"
         "  --tied                no output.weight: the output reuses token_embd.weight\n"
         "  --tokenizer llama|gpt2         SentencePiece-style or byte-level BPE (qwen3: gpt2)\n"
-        "  --chat-template chatml|llama2|llama3|mistral|zephyr|gemma|phi3|none\n"
+        "  --chat-template chatml|llama2|llama3|mistral|zephyr|gemma|qwen3|phi3|none\n"
         "                        (default chatml; gemma2/gemma3: gemma; phi3: phi3)\n"
         "  --seed N              weight seed (default 1)\n"
         "  --name S              general.name (default weir-<preset or custom>)\n"
@@ -90,7 +90,7 @@ static int preset_apply(const char *name, mk_opts *o) {
     o->ffn = 6912, o->vocab = 262144, o->ctx = 32768, o->swa = 512, o->rope_base = 1000000;
     o->rms_eps = 1e-6;
   } else if (strcmp(name, "qwen3-0.6b") == 0) {
-    o->arch = "qwen3", o->tokenizer = "gpt2", o->tied = 1;
+    o->arch = "qwen3", o->tokenizer = "gpt2", o->chat_template = "qwen3", o->tied = 1;
     o->dim = 1024, o->layers = 28, o->heads = 16, o->kv_heads = 8, o->head_dim = 128;
     o->ffn = 3072, o->vocab = 151936, o->ctx = 40960, o->rope_base = 1000000, o->rms_eps = 1e-6;
   } else if (strcmp(name, "llama3.2-1b") == 0) {
@@ -277,6 +277,9 @@ static int write_model(const mk_opts *o, char *err) {
   rc = weir__vocab_build(o->tokenizer, tpl->specials, specials_n, tpl->bos, tpl->eos,
                          (int32_t)o->vocab, &voc, err, ERRLEN);
   if (rc) goto free_all;
+  for (int i = 0; tpl->texts[i]; i++) /* a text token of the template is user-defined */
+    for (int32_t id = 0; id < voc.n; id++)
+      if (!strcmp(voc.tokens[id], tpl->texts[i])) voc.types[id] = WEIR__TOK_USER_DEFINED;
   if ((rc = weir_gguf_writer_new(&w))) goto free_all;
 
   /* Metadata, in the order and with the names llama.cpp's converter uses. */
@@ -358,7 +361,15 @@ static int write_model(const mk_opts *o, char *err) {
     goto free_all;
   int gpt2 = strcmp(o->tokenizer, "gpt2") == 0;
   if ((rc = weir_gguf_add_str(w, "tokenizer.ggml.model", gpt2 ? "gpt2" : "llama")) ||
-      (gpt2 && (rc = weir_gguf_add_str(w, "tokenizer.ggml.pre", qwen ? "qwen2" : "gpt-2"))) ||
+      /* Qwen2 and Qwen3 share one split (digits one by one, case-free contractions);
+       * Llama 3's files name theirs llama-bpe (digits in groups of up to three). */
+      (gpt2 && (rc = weir_gguf_add_str(w, "tokenizer.ggml.pre",
+                                       qwen || qwen3 ? "qwen2"
+                                       : !strcmp(o->chat_template, "llama3") ? "llama-bpe"
+                                                                              : "gpt-2"))) ||
+      /* Gemma's SentencePiece adds no space before the text (as its GGUFs say). */
+      (!gpt2 && gemma &&
+       (rc = weir_gguf_add_bool(w, "tokenizer.ggml.add_space_prefix", 0))) ||
       (rc = weir_gguf_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)voc.tokens,
                                   NULL, (uint64_t)voc.n)) ||
       (!gpt2 && (rc = weir_gguf_add_arr(w, "tokenizer.ggml.scores", WEIR_GGUF_F32, voc.scores,
@@ -742,7 +753,7 @@ free_all:
 int weir__cmd_mkmodel(int argc, char **argv) {
   enum { O_PRESET = 256, O_ARCH, O_DIM, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX,
          O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT, O_HEAD_DIM, O_SWA,
-         O_ROPE_FREQS, O_YARN, O_LONGROPE, O_ORIG_CTX };
+         O_ROPE_FREQS, O_NO_ROPE_FREQS, O_YARN, O_LONGROPE, O_ORIG_CTX };
   static const struct option longopts[] = {
       {"preset", required_argument, 0, O_PRESET}, {"arch", required_argument, 0, O_ARCH},
       {"dim", required_argument, 0, O_DIM},       {"layers", required_argument, 0, O_LAYERS},
@@ -755,6 +766,7 @@ int weir__cmd_mkmodel(int argc, char **argv) {
       {"seed", required_argument, 0, O_SEED},     {"name", required_argument, 0, O_NAME},
       {"out", required_argument, 0, O_OUT},       {"head-dim", required_argument, 0, O_HEAD_DIM},
       {"swa", required_argument, 0, O_SWA},       {"rope-freqs", no_argument, 0, O_ROPE_FREQS},
+      {"no-rope-freqs", no_argument, 0, O_NO_ROPE_FREQS},
       {"yarn", required_argument, 0, O_YARN},     {"longrope", no_argument, 0, O_LONGROPE},
       {"orig-ctx", required_argument, 0, O_ORIG_CTX}, {0, 0, 0, 0}};
   mk_opts o;
@@ -808,6 +820,7 @@ int weir__cmd_mkmodel(int argc, char **argv) {
     case O_HEAD_DIM: if (parse_long("--head-dim", arg, 2, 4096, &o.head_dim)) code = 2; break;
     case O_SWA: if (parse_long("--swa", arg, 0, 1 << 24, &o.swa)) code = 2; break;
     case O_ROPE_FREQS: o.rope_freqs = 1; break;
+    case O_NO_ROPE_FREQS: o.rope_freqs = 0; break;
     case O_YARN: if (parse_double("--yarn", arg, &o.yarn)) code = 2; break;
     case O_LONGROPE: o.longrope = 1; break;
     case O_ORIG_CTX: if (parse_long("--orig-ctx", arg, 1, 1 << 24, &o.orig_ctx)) code = 2; break;
@@ -829,6 +842,7 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   if (!tpl_given && (!strcmp(o.arch, "gemma2") || !strcmp(o.arch, "gemma3")))
     o.chat_template = "gemma";
   if (!tpl_given && !strcmp(o.arch, "phi3")) o.chat_template = "phi3";
+  if (!tpl_given && !strcmp(o.arch, "qwen3")) o.chat_template = "qwen3";
   const mk_type *ty = NULL;
   const char *bad = NULL;
   long head_size = o.head_dim ? o.head_dim : (o.heads ? o.dim / o.heads : 0);
@@ -854,7 +868,7 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   else if (strcmp(o.tokenizer, "llama") && strcmp(o.tokenizer, "gpt2"))
     bad = "--tokenizer must be llama or gpt2";
   else if (!weir__chat_template_find(o.chat_template))
-    bad = "--chat-template must be chatml, llama2, llama3, mistral, zephyr, gemma, phi3 or none";
+    bad = "--chat-template must be chatml, llama2, llama3, mistral, zephyr, gemma, qwen3, phi3 or none";
   else if (!o.head_dim && o.dim % o.heads != 0) bad = "--dim must be a multiple of --heads";
   else if (o.heads % o.kv_heads != 0) bad = "--heads must be a multiple of --kv-heads";
   else if (head_size % 2 != 0)

@@ -8,7 +8,13 @@
 extern const char weir__mkmodel_corpus[];
 
 /* Token types as GGUF's tokenizer.ggml.token_type stores them. */
-enum { WEIR__TOK_NORMAL = 1, WEIR__TOK_UNKNOWN = 2, WEIR__TOK_CONTROL = 3, WEIR__TOK_BYTE = 6 };
+enum {
+  WEIR__TOK_NORMAL = 1,
+  WEIR__TOK_UNKNOWN = 2,
+  WEIR__TOK_CONTROL = 3,
+  WEIR__TOK_USER_DEFINED = 4,
+  WEIR__TOK_BYTE = 6
+};
 
 typedef struct weir__vocab {
   int32_t n;        /* tokens */
@@ -37,6 +43,9 @@ typedef struct weir__chat_template {
   const char *specials[6]; /* NULL-terminated */
   const char *bos;         /* NULL: the tokenizer's own */
   const char *eos;         /* NULL: the tokenizer's own */
+  /* Those of specials that are text, not control: user-defined tokens (GGUF type 4), always
+   * matched whole in text and kept when decoding (Qwen3's <think>). NULL-terminated. */
+  const char *texts[3];
 } weir__chat_template;
 
 /* NULL when the name is unknown; "none" gives a template with jinja NULL. */
