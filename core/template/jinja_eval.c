@@ -477,6 +477,9 @@ static int concat_str(R *r, const char *a, size_t an, const char *b, size_t bn, 
 static int repeat(R *r, jv seq, int64_t times, jv *out) {
   if (times < 0) times = 0;
   if (seq.t == JV_STR) {
+    /* '' * 2**63 is '' at once: the copy loop below would otherwise spin 2**63 times with no
+     * byte to charge to the budget (fuzz_jinja found it). */
+    if (seq.s->len == 0) times = 0;
     if (seq.s->len && (uint64_t)times > r->lim->max_output / seq.s->len)
       return jr_fail(r, WEIR_E_RANGE, "a string would be longer than %zu bytes", r->lim->max_output);
     size_t total = seq.s->len * (size_t)times;

@@ -294,6 +294,11 @@ static void test_hostile_templates(void) {
   expect("{{ range(5, -9223372036854775807 - 1, -922337203685477581)|length }}", NULL, "11");
   expect("{{ range(-5, 9223372036854775807, 922337203685477581)|list|last }}", NULL,
          "9223372036854775805");
+  /* an empty string or list repeated 2**63 - 1 times is empty at once (fuzz_jinja: the copy
+   * loop spun with nothing to charge to the budget) */
+  expect("{{ ('' * 9223372036854775807)|length }}", NULL, "0");
+  expect("{{ ([] * 9223372036854775807)|length }}", NULL, "0");
+  expect_fail("{{ (9223372036854775807 * 'ab')|length }}", NULL, WEIR_E_RANGE, NULL);
   /* batch with a fill pads rows to linecount: charged to the step budget */
   expect_fail("{{ [1]|batch(4000000000, 'x')|length }}", NULL, WEIR_E_RANGE, NULL);
   /* deep nesting in the source: a parse error, not a stack overflow */
