@@ -1,7 +1,13 @@
 /* The CPU thread pool: every item covered exactly once, thread ids in range and never used
  * by two chunks at once, grain respected, the caller participating, many back-to-back calls
- * (the decode-step pattern), sleeping workers woken, concurrent callers serialised. */
+ * (the decode-step pattern), sleeping workers woken, concurrent callers serialised, and a
+ * worker that cannot run holding no job. */
+#include <dirent.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/syscall.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +175,97 @@ static void test_concurrent_callers(void) {
   weir_threadpool_destroy(p);
 }
 
+/* A worker that cannot run (here: parked in a signal handler, as if it waited for a CPU
+ * behind other threads) must not hold a job it has not started: the caller and the workers
+ * that run take every chunk, and the parked worker, once it runs again, finds nothing to do
+ * and does no harm to the next job. Before, the caller waited for every worker to check in
+ * (issue 28: a whole scheduler slice, several times a decode step). */
+static sem_t park_entered, park_release;
+static void park_handler(int sig) {
+  (void)sig;
+  sem_post(&park_entered);
+  while (sem_wait(&park_release) != 0) {
+  }
+}
+
+typedef struct late_call {
+  weir_threadpool *p;
+  sum s;
+  _Atomic int finished;
+} late_call;
+static void *late_caller(void *a) {
+  late_call *c = a;
+  weir_threadpool_parallel_for(c->p, 1000, 1, sum_fn, &c->s);
+  atomic_store(&c->finished, 1);
+  return NULL;
+}
+
+static void test_parked_worker_holds_nothing(void) {
+  weir_threadpool *p = NULL;
+  WT_ASSERT_INT_EQ(weir_threadpool_create(3, &p), 0);
+  check_cover(p, 4097, 1); /* the workers have run */
+  WT_ASSERT_INT_EQ(sem_init(&park_entered, 0, 0), 0);
+  WT_ASSERT_INT_EQ(sem_init(&park_release, 0, 0), 0);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = park_handler;
+  sigemptyset(&sa.sa_mask);
+  WT_ASSERT_INT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  /* Park one worker: find a thread named weir-cpu. */
+  pid_t victim = 0;
+  DIR *d = opendir("/proc/self/task");
+  CU_ASSERT_FATAL(d != NULL);
+  struct dirent *de;
+  while (!victim && (de = readdir(d)) != NULL) {
+    char path[300], comm[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f) && strncmp(comm, "weir-cpu", 8) == 0) victim = atoi(de->d_name);
+    fclose(f);
+  }
+  closedir(d);
+  CU_ASSERT_FATAL(victim > 0);
+  WT_ASSERT_INT_EQ((int)syscall(SYS_tgkill, getpid(), victim, SIGUSR1), 0);
+  while (sem_wait(&park_entered) != 0) {
+  }
+  /* With one worker parked, jobs still finish, every item once (the caller runs in a thread
+   * of its own so that a hang is a failed assertion, not a stuck suite). */
+  late_call c;
+  memset(&c, 0, sizeof c);
+  c.p = p;
+  pthread_t t;
+  WT_ASSERT_INT_EQ(pthread_create(&t, NULL, late_caller, &c), 0);
+  for (int i = 0; i < 500 && !atomic_load(&c.finished); i++) usleep(10000);
+  const int finished = atomic_load(&c.finished);
+  sem_post(&park_release); /* let it go either way, so the thread can be joined */
+  pthread_join(t, NULL);
+  WT_ASSERT_INT_EQ(finished, 1);
+  CU_ASSERT_FATAL(finished == 1); /* the rest would hang */
+  WT_ASSERT_INT_EQ(atomic_load(&c.s.total), 1000 * 999 / 2);
+  for (int i = 0; i < 200; i++) {
+    int64_t n = 1 + (i % 97) * 31;
+    check_cover(p, n, 1);
+  }
+  /* Park it again and keep it parked across many jobs, released in the middle of them. */
+  WT_ASSERT_INT_EQ((int)syscall(SYS_tgkill, getpid(), victim, SIGUSR1), 0);
+  while (sem_wait(&park_entered) != 0) {
+  }
+  int64_t bad = 0;
+  for (int i = 0; i < 2000; i++) {
+    if (i == 1000) sem_post(&park_release);
+    sum s = {0};
+    int64_t n = 1 + (i % 97);
+    weir_threadpool_parallel_for(p, n, 1, sum_fn, &s);
+    if (atomic_load(&s.total) != n * (n - 1) / 2) bad++;
+  }
+  WT_ASSERT_INT_EQ(bad, 0);
+  sigaction(SIGUSR1, &old, NULL);
+  weir_threadpool_destroy(p);
+  sem_destroy(&park_entered);
+  sem_destroy(&park_release);
+}
+
 int main(void) {
   static const wt_test tests[] = {
       {"every item once, grain kept, thread ids exclusive", test_cover_sizes},
@@ -176,6 +273,7 @@ int main(void) {
       {"workers take chunks", test_workers_participate},
       {"many small calls, then sleep and wake", test_many_calls_and_sleep},
       {"concurrent callers are serialised", test_concurrent_callers},
+      {"a worker that cannot run holds no job", test_parked_worker_holds_nothing},
       {NULL, NULL}};
   return wt_run_suite("threadpool", tests);
 }
