@@ -2,6 +2,7 @@
  * 503, serve, drain on a signal, shut down in an order where no engine callback can reach a
  * closed handle. */
 #include <malloc.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -215,6 +216,18 @@ static void load_done(uv_work_t *w, int status) {
   }
 }
 
+/* Threads for each heavy pool: half the CPUs this process may run on (its affinity mask, so
+ * a container pinned to two CPUs counts two), at least 1; capped by the pools' maxima. On a
+ * 2-CPU machine that is one heavy thread per pool (http_internal.h says why). */
+static int heavy_threads(void) {
+  long n = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+  if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+  n /= 2;
+  return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
 int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *cfg,
                       weir_metrics *metrics) {
   weir__http_server_init(s, loop, cfg, metrics, &weir__api_handlers);
@@ -239,14 +252,16 @@ int weir__serve_setup(weir__http_server *s, uv_loop_t *loop, const weir_config *
    * preparation runs at the loop's priority: every request needs it, and at a lower one a
    * saturated engine starves admission (the soak's client timeouts); light compiles a
    * little below, since a short regular expression can still compile for seconds. */
+  const int heavy = heavy_threads();
   if (weir_workpool_create("weir-prep", WEIR__PREP_THREADS, WEIR__PREP_PER_CLIENT,
                            WEIR__PREP_QUEUE, &s->prep_pool) != WEIR_OK ||
-      weir_workpool_create("weir-prep-big", WEIR__PREP_HEAVY_THREADS,
+      weir_workpool_create("weir-prep-big", heavy < WEIR__PREP_HEAVY_THREADS ? heavy : WEIR__PREP_HEAVY_THREADS,
                            WEIR__PREP_HEAVY_PER_CLIENT, WEIR__PREP_HEAVY_QUEUE,
                            &s->prep_heavy_pool) != WEIR_OK ||
       weir_workpool_create("weir-compile", WEIR__COMPILE_THREADS, WEIR__COMPILE_PER_CLIENT,
                            WEIR__COMPILE_QUEUE, &s->compile_pool) != WEIR_OK ||
-      weir_workpool_create("weir-compile-big", WEIR__COMPILE_HEAVY_THREADS,
+      weir_workpool_create("weir-compile-big",
+                           heavy < WEIR__COMPILE_HEAVY_THREADS ? heavy : WEIR__COMPILE_HEAVY_THREADS,
                            WEIR__COMPILE_HEAVY_PER_CLIENT, WEIR__COMPILE_HEAVY_QUEUE,
                            &s->compile_heavy_pool) != WEIR_OK ||
       weir_workpool_create("weir-embed", WEIR__EMBED_THREADS, WEIR__EMBED_PER_CLIENT,
