@@ -391,7 +391,11 @@ def one_run(port, scenario, seconds, pid=0, mode="normal"):
         except subprocess.TimeoutExpired:
             # At SCHED_IDLE on a saturated machine the clients may not get the CPU even to
             # finish: lift them to normal priority and stop them (their answers are lost).
-            for tid in os.listdir("/proc/%d/task" % proc.pid) if proc.poll() is None else []:
+            try:
+                tids = os.listdir("/proc/%d/task" % proc.pid)
+            except OSError:
+                tids = []
+            for tid in tids:
                 try:
                     os.sched_setscheduler(int(tid), os.SCHED_OTHER, os.sched_param(0))
                 except OSError:
