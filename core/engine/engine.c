@@ -586,7 +586,9 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
                         .max_logit_rows = e->max_rows,
                         .progress = progress,
                         .step_graph_max_batch = cfg->step_graph_max_batch,
-                        .max_model_len = e->ctx_len};
+                        .max_model_len = e->ctx_len,
+                        /* verification steps: k + 1 tokens per drafting sequence */
+                        .step_graph_max_rows = e->spec_k + 1};
   char what[96];
   snprintf(what, sizeof what, "loading %s", e->model_name);
   weir_progress_begin(progress, what, (uint64_t)hp->n_layer + 1, "layers", 0);
@@ -600,7 +602,9 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
                          .max_num_seqs = e->max_seqs_step,
                          .max_logit_rows = e->max_seqs_step,
                          .step_graph_max_batch = cfg->step_graph_max_batch,
-                         .max_model_len = e->ctx_len};
+                         .max_model_len = e->ctx_len,
+                         /* pass 0 feeds the last draft and the token after it */
+                         .step_graph_max_rows = 2};
   rc = weir_runtime_load_model(rt, 1, cfg, &dmo, 0, err, errlen);
   if (rc != WEIR_OK) return rc;
   e->draft = rt->model[1];

@@ -72,12 +72,17 @@ struct weir_llama {
   weir_llama_tap_fn tap;
   void *tap_user;
 
-  /* Step graphs: the padded decode batch sizes, each's state, and host arrays that hold a
+  /* Step graphs: the padded batch sizes, each shape's state, and host arrays that hold a
    * batch padded to one of them (block tables at the pool's full stride, so that every
    * pointer and size a recorded step uses is the same at replay). */
   int num_graph_sizes;
   int32_t graph_size[MAX_GRAPH_SIZES];
-  uint8_t graph_state[MAX_GRAPH_SIZES];
+  int32_t graph_max_rows;   /* tokens per sequence a graph covers (opts.step_graph_max_rows) */
+  int32_t graph_max_tokens; /* tokens of the largest padded step (the padding arrays' size) */
+  int graph_emulate;        /* weir_llama_set_graph_emulation */
+  int graph_dev;            /* the device records graphs (graphs_setup without emulate) */
+  /* per shape: batch size index, tokens per sequence - 1, rows mode (see graph_shape) */
+  uint8_t graph_state[MAX_GRAPH_SIZES * WEIR_LLAMA_GRAPH_MAX_ROWS * 2];
   uint64_t graph_key_base;
   unsigned attn_abi_minor, quant_abi_minor; /* what the plugins were built against */
   int32_t *pad; /* one allocation: tokens, positions, qsl, ctx, slots, rows, block tables */
@@ -285,13 +290,15 @@ out:
   return rc;
 }
 
-/* Decides the step-graph batch sizes and allocates the padding arrays; graphs stay off when
- * the options or the device plugin say so. */
-static int graphs_setup(weir_llama *m) {
+/* Decides the step-graph shapes and allocates the padding arrays; graphs stay off when the
+ * options or the device plugin say so (emulate: whatever the device, for
+ * weir_llama_set_graph_emulation, which answers NOTSUP where graphs are off by option). */
+static int graphs_setup(weir_llama *m, int emulate) {
   const weir_device_ops *d = m->dev;
   int32_t g = m->opts.step_graph_max_batch;
-  if (g <= 0 || !WEIR_HAS_FIELD(d, weir_device_ops, graph_reset) || !d->graph_begin ||
-      !d->graph_end || !d->graph_launch || !d->graph_reset)
+  if (g <= 0) return emulate ? WEIR_E_NOTSUP : WEIR_OK;
+  if (!emulate && (!WEIR_HAS_FIELD(d, weir_device_ops, graph_reset) || !d->graph_begin ||
+                   !d->graph_end || !d->graph_launch || !d->graph_reset))
     return WEIR_OK;
   /* A replay reuses the recorded pointers: only plugins that promise (ABI 1.4) to keep the
    * device memory of their step operations until fini may take part. */
@@ -299,20 +306,45 @@ static int graphs_setup(weir_llama *m) {
     weir_log(WEIR_LOG_INFO, "model",
              "step graphs off: the attention or quant plugin predates ABI 1.4 (built for "
              "1.%u / 1.%u)", m->attn_abi_minor, m->quant_abi_minor);
-    return WEIR_OK;
+    return emulate ? WEIR_E_NOTSUP : WEIR_OK;
   }
   if (g > m->opts.max_num_seqs) g = m->opts.max_num_seqs;
   if (g > m->opts.max_num_tokens) g = m->opts.max_num_tokens;
   if (g > m->opts.max_logit_rows) g = m->opts.max_logit_rows;
+  int32_t r = m->opts.step_graph_max_rows;
+  if (r < 1) r = 1;
+  if (r > WEIR_LLAMA_GRAPH_MAX_ROWS) r = WEIR_LLAMA_GRAPH_MAX_ROWS;
+  int64_t tmax = (int64_t)g * r;
+  if (tmax > m->opts.max_num_tokens) tmax = m->opts.max_num_tokens;
+  /* tokens, positions, slots, rows (a padded step has at most one row per token), then
+   * query_start_loc, context lengths and block tables */
+  const size_t n = 4 * (size_t)tmax + 2 * (size_t)g + 1 + (size_t)g * (size_t)m->max_blocks_per_seq;
+  int32_t *pad = calloc(n, sizeof(int32_t));
+  if (!pad) return WEIR_E_NOMEM;
+  m->pad = pad;
+  m->graph_max_rows = r;
+  m->graph_max_tokens = (int32_t)tmax;
+  m->num_graph_sizes = 0;
   for (int i = 0; i < MAX_GRAPH_SIZES - 1 && k_graph_sizes[i] < g; i++)
     m->graph_size[m->num_graph_sizes++] = k_graph_sizes[i];
   m->graph_size[m->num_graph_sizes++] = g;
-  const size_t n = 6 * (size_t)g + 1 + (size_t)g * (size_t)m->max_blocks_per_seq;
-  m->pad = calloc(n, sizeof(int32_t));
-  if (!m->pad) return WEIR_E_NOMEM;
   /* Keys are per model: a draft model shares the device and records its own graphs. */
   static uint64_t next_base;
   m->graph_key_base = __atomic_add_fetch(&next_base, (uint64_t)1 << 32, __ATOMIC_RELAXED);
+  m->graph_dev = !emulate;
+  return WEIR_OK;
+}
+
+int weir_llama_set_graph_emulation(weir_llama *m, int on) {
+  if (!on) {
+    m->graph_emulate = 0;
+    return WEIR_OK;
+  }
+  if (!m->num_graph_sizes) {
+    int rc = graphs_setup(m, 1);
+    if (rc != WEIR_OK) return rc;
+  }
+  m->graph_emulate = 1;
   return WEIR_OK;
 }
 
@@ -550,7 +582,7 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
              opts->max_num_tokens, weir_strerror(rc));
     goto out;
   }
-  if ((rc = graphs_setup(m)) != WEIR_OK) {
+  if ((rc = graphs_setup(m, 0)) != WEIR_OK) {
     snprintf(err, errlen, "allocating step-graph buffers: %s", weir_strerror(rc));
     goto out;
   }
@@ -723,43 +755,101 @@ out:
 }
 
 
-/* The padded batch size index for a plain decode step (one new token and one logit row per
- * sequence, in order), or -1 when this step runs without a graph. */
-static int graph_index(const weir_llama *m, const weir_llama_batch *b) {
-  if (!m->num_graph_sizes || m->tap || b->num_tokens != b->num_seqs ||
-      b->num_logit_rows != b->num_seqs || b->num_seqs > m->graph_size[m->num_graph_sizes - 1])
-    return -1;
-  for (int32_t s = 0; s < b->num_seqs; s++)
-    if (b->query_start_loc[s] != s || b->logit_rows[s] != s) return -1;
-  if (b->query_start_loc[b->num_seqs] != b->num_seqs) return -1;
+/* Whether step b runs padded to a step graph's shape, and which (see weir_llama_graph_shape_of).
+ * A step qualifies when its sequences each have 1..graph_max_rows tokens in order: each is
+ * padded to the longest (r tokens), the step to the next recorded batch size, and its logit
+ * rows to one per sequence or, beyond that, one per token. */
+static int graph_shape(const weir_llama *m, const weir_llama_batch *b,
+                       weir_llama_graph_shape *sh) {
+  const int32_t S = b->num_seqs, T = b->num_tokens, R = b->num_logit_rows;
+  if (!m->num_graph_sizes || (!m->graph_dev && !m->graph_emulate) || m->tap || m->hidden_only ||
+      S <= 0 ||
+      S > m->graph_size[m->num_graph_sizes - 1] || b->query_start_loc[0] != 0 ||
+      b->query_start_loc[S] != T)
+    return 0;
+  int32_t r = 0;
+  for (int32_t s = 0; s < S; s++) {
+    const int32_t q = b->query_start_loc[s + 1] - b->query_start_loc[s];
+    if (q < 1 || q > m->graph_max_rows || b->context_lens[s] < q) return 0;
+    if (q > r) r = q;
+  }
   int i = 0;
-  while (m->graph_size[i] < b->num_seqs) i++;
-  return i;
+  while (m->graph_size[i] < S) i++;
+  const int32_t n = m->graph_size[i], Tp = n * r, Rp = R <= n ? n : Tp;
+  if (Tp > m->graph_max_tokens || Rp > m->opts.max_logit_rows) return 0;
+  for (int32_t j = 0; j < R; j++)
+    if (b->logit_rows[j] < 0 || b->logit_rows[j] >= T) return 0;
+  /* A padding token extends its sequence's context: it must stay within the block table. */
+  const int64_t limit = (int64_t)m->max_blocks_per_seq * m->shape->block_size;
+  for (int32_t s = 0; s < S; s++) {
+    const int32_t q = b->query_start_loc[s + 1] - b->query_start_loc[s];
+    if ((int64_t)b->context_lens[s] + (r - q) > limit) return 0;
+  }
+  const uint64_t idx = ((uint64_t)i * WEIR_LLAMA_GRAPH_MAX_ROWS + (uint64_t)(r - 1)) * 2u +
+                       (Rp != n ? 1u : 0u);
+  *sh = (weir_llama_graph_shape){
+      .seqs = n, .rows_per_seq = r, .logit_rows = Rp, .key = m->graph_key_base + idx};
+  return 1;
 }
 
-/* b padded to n sequences in m->pad: a padding sequence reads one key of block 0 (any
- * block: its output row is thrown away) and writes no KV (slot -1). */
-static weir_llama_batch pad_batch(weir_llama *m, const weir_llama_batch *b, int32_t n) {
-  const int32_t S = b->num_seqs, W = m->max_blocks_per_seq;
-  int32_t *tok = m->pad, *pos = tok + n, *qsl = pos + n, *ctx = qsl + n + 1, *slots = ctx + n;
-  int32_t *rows = slots + n, *bt = rows + n;
-  memcpy(tok, b->tokens, sizeof(int32_t) * (size_t)S);
-  memcpy(pos, b->positions, sizeof(int32_t) * (size_t)S);
-  memcpy(ctx, b->context_lens, sizeof(int32_t) * (size_t)S);
-  memcpy(slots, b->slot_mapping, sizeof(int32_t) * (size_t)S);
-  for (int32_t s = 0; s < S; s++)
-    memcpy(bt + (size_t)s * W, b->block_tables + (size_t)s * b->max_blocks_per_seq,
+int weir_llama_graph_shape_of(const weir_llama *m, const weir_llama_batch *b,
+                              weir_llama_graph_shape *out) {
+  return graph_shape(m, b, out);
+}
+
+/* b padded to shape sh in m->pad. Sequence s takes tokens [s * r, s * r + r): its own, then
+ * copies of its last token at the next positions with slot -1 (no KV write) and its context
+ * extended by as many, so that its real tokens see exactly the keys they see unpadded (a
+ * query row sees the keys up to context - query length + its index) and the padding tokens
+ * read keys that exist in the table (block 0 past the sequence's own blocks); their rows are
+ * thrown away. A padding sequence has tokens 0 at positions 0.., context r over block 0. The
+ * logit rows come first in the caller's order, mapped to the padded token indices, then
+ * rows of token 0: so the logits the caller reads are where it expects them. */
+static weir_llama_batch pad_batch(weir_llama *m, const weir_llama_batch *b,
+                                  const weir_llama_graph_shape *sh) {
+  const int32_t S = b->num_seqs, W = m->max_blocks_per_seq, bs = m->shape->block_size;
+  const int32_t n = sh->seqs, r = sh->rows_per_seq, Tp = n * r, Rp = sh->logit_rows;
+  int32_t *tok = m->pad, *pos = tok + Tp, *slots = pos + Tp, *rows = slots + Tp;
+  int32_t *qsl = rows + Tp, *ctx = qsl + n + 1, *bt = ctx + n;
+  for (int32_t s = 0; s < S; s++) {
+    const int32_t src = b->query_start_loc[s], q = b->query_start_loc[s + 1] - src, dst = s * r;
+    memcpy(tok + dst, b->tokens + src, sizeof(int32_t) * (size_t)q);
+    memcpy(pos + dst, b->positions + src, sizeof(int32_t) * (size_t)q);
+    memcpy(slots + dst, b->slot_mapping + src, sizeof(int32_t) * (size_t)q);
+    for (int32_t j = q; j < r; j++) {
+      tok[dst + j] = tok[dst + q - 1];
+      pos[dst + j] = pos[dst + q - 1] + (j - q + 1);
+      slots[dst + j] = -1;
+    }
+    ctx[s] = b->context_lens[s] + (r - q);
+    int32_t *row = bt + (size_t)s * W;
+    const int32_t have = (b->context_lens[s] + bs - 1) / bs, need = (ctx[s] + bs - 1) / bs;
+    memcpy(row, b->block_tables + (size_t)s * b->max_blocks_per_seq,
            sizeof(int32_t) * (size_t)b->max_blocks_per_seq);
+    for (int32_t e = have; e < need; e++) row[e] = 0;
+  }
   for (int32_t s = S; s < n; s++) {
-    tok[s] = 0;
-    pos[s] = 0;
-    ctx[s] = 1;
-    slots[s] = -1;
+    for (int32_t j = 0; j < r; j++) {
+      tok[s * r + j] = 0;
+      pos[s * r + j] = j;
+      slots[s * r + j] = -1;
+    }
+    ctx[s] = r;
     memset(bt + (size_t)s * W, 0, sizeof(int32_t) * (size_t)W);
   }
-  for (int32_t s = 0; s <= n; s++) qsl[s] = s;
-  for (int32_t s = 0; s < n; s++) rows[s] = s;
-  return (weir_llama_batch){.num_tokens = n,
+  for (int32_t s = 0; s <= n; s++) qsl[s] = s * r;
+  for (int32_t j = 0; j < b->num_logit_rows; j++) {
+    const int32_t t = b->logit_rows[j];
+    int32_t lo = 0, hi = S - 1; /* the sequence holding token t: qsl[lo] <= t < qsl[lo + 1] */
+    while (lo < hi) {
+      const int32_t mid = (lo + hi + 1) / 2;
+      if (b->query_start_loc[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    rows[j] = lo * r + (t - b->query_start_loc[lo]);
+  }
+  for (int32_t j = b->num_logit_rows; j < Rp; j++) rows[j] = 0;
+  return (weir_llama_batch){.num_tokens = Tp,
                             .tokens = tok,
                             .positions = pos,
                             .num_seqs = n,
@@ -768,25 +858,28 @@ static weir_llama_batch pad_batch(weir_llama *m, const weir_llama_batch *b, int3
                             .block_tables = bt,
                             .max_blocks_per_seq = W,
                             .slot_mapping = slots,
-                            .num_logit_rows = n,
+                            .num_logit_rows = Rp,
                             .logit_rows = rows};
 }
 
-/* Runs a padded decode step (inputs uploaded) from graph i: the first step of a size runs as
- * plain launches (plugins size their workspaces), the second records the graph and launches
- * it, later ones only launch. A size whose recording fails runs without a graph from then on. */
-static int graph_step(weir_llama *m, int i, const weir_llama_batch *pb) {
+/* Runs a padded step (inputs uploaded) from its shape's graph: the first step of a shape runs
+ * as plain launches (plugins size their workspaces), the second records the graph and
+ * launches it, later ones only launch. A shape whose recording fails runs without a graph
+ * from then on. Emulated (weir_llama_set_graph_emulation), every step runs as plain launches. */
+static int graph_step(weir_llama *m, const weir_llama_graph_shape *sh, const weir_llama_batch *pb) {
   const weir_device_ops *d = m->dev;
   void *ds = m->dev_self;
-  const uint64_t key = m->graph_key_base + (uint64_t)i;
+  const uint64_t key = sh->key;
+  uint8_t *state = &m->graph_state[key - m->graph_key_base];
   const int32_t plan_ctx = m->max_blocks_per_seq * m->shape->block_size;
   int rc;
-  switch (m->graph_state[i]) {
+  if (m->graph_emulate) return compute(m, pb, plan_ctx);
+  switch (*state) {
   case GRAPH_READY:
     rc = d->graph_launch(ds, key);
     if (rc != WEIR_E_NOTFOUND) break;
     /* The device dropped its graphs (another model's destroy): record this one again. */
-    m->graph_state[i] = GRAPH_WARM;
+    *state = GRAPH_WARM;
     /* fall through */
   case GRAPH_WARM: {
     rc = d->graph_begin(ds, key);
@@ -796,24 +889,27 @@ static int graph_step(weir_llama *m, int i, const weir_llama_batch *pb) {
       if (rc == WEIR_OK) rc = crc;
     }
     if (rc == WEIR_OK) {
-      m->graph_state[i] = GRAPH_READY;
+      *state = GRAPH_READY;
       m->graph_stats.recorded++;
       rc = d->graph_launch(ds, key);
       break;
     }
     weir_log(WEIR_LOG_WARN, "model",
-             "recording the decode step of %d sequences as a graph failed (%s): that batch "
-             "size runs without one", (int)m->graph_size[i], weir_strerror(rc));
-    m->graph_state[i] = GRAPH_BROKEN;
+             "recording the step of %d sequences of %d tokens as a graph failed (%s): that "
+             "shape runs without one", (int)sh->seqs, (int)sh->rows_per_seq, weir_strerror(rc));
+    *state = GRAPH_BROKEN;
     return compute(m, pb, plan_ctx);
   }
   case GRAPH_NONE:
-    m->graph_state[i] = GRAPH_WARM;
+    *state = GRAPH_WARM;
     return compute(m, pb, plan_ctx);
   default:
     return compute(m, pb, plan_ctx);
   }
-  if (rc == WEIR_OK) m->graph_stats.replayed++;
+  if (rc == WEIR_OK) {
+    m->graph_stats.replayed++;
+    if (sh->rows_per_seq > 1) m->graph_stats.multi_row++;
+  }
   return rc;
 }
 
@@ -823,15 +919,16 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
       R > m->opts.max_logit_rows || b->max_blocks_per_seq > m->max_blocks_per_seq)
     return WEIR_E_RANGE;
   int rc;
-  const int gi = graph_index(m, b);
-  if (gi < 0) {
+  weir_llama_graph_shape sh;
+  if (!graph_shape(m, b, &sh)) {
     TRY(upload_batch(m, b));
     TRY(compute(m, b, 0));
   } else {
-    const weir_llama_batch pb = pad_batch(m, b, m->graph_size[gi]);
+    const weir_llama_batch pb = pad_batch(m, b, &sh);
     TRY(upload_batch(m, &pb));
-    TRY(graph_step(m, gi, &pb));
-    m->graph_stats.padded += (uint64_t)(m->graph_size[gi] - S);
+    TRY(graph_step(m, &sh, &pb));
+    m->graph_stats.padded += (uint64_t)(sh.seqs - S);
+    m->graph_stats.padded_tokens += (uint64_t)(pb.num_tokens - T);
   }
   *logits = m->logits;
 out:

@@ -60,7 +60,14 @@ typedef struct weir_llama_opts {
   /* The longest sequence the model will serve (model.max_model_len), 0 = the file's context
    * length: picks Phi-3's LongRoPE factor set (long beyond the original context). */
   int32_t max_model_len;
+  /* Step graphs also cover steps whose sequences each have up to this many query tokens
+   * (speculative verification: k + 1; a draft model's catch-up: 2), each sequence padded to
+   * the step's longest. 0 or 1 = one-token decode steps only. At most
+   * WEIR_LLAMA_GRAPH_MAX_ROWS. */
+  int32_t step_graph_max_rows;
 } weir_llama_opts;
+
+#define WEIR_LLAMA_GRAPH_MAX_ROWS 16
 
 /* The attention shape of a model with these hyperparameters (n_layers, heads, head_dim,
  * scale), for the KV pool to size its blocks: block_size and kv_dtype are the pool's. */
@@ -126,8 +133,29 @@ typedef struct weir_llama_graph_stats {
   uint64_t recorded;  /* graphs recorded (one per padded batch size, again after a reset) */
   uint64_t replayed;  /* steps that ran as one graph launch */
   uint64_t padded;    /* padding sequences padded decode steps computed and threw away */
+  uint64_t padded_tokens; /* padding tokens in all (padding sequences' and within sequences) */
+  uint64_t multi_row; /* replayed steps of more than one token per sequence (verification) */
 } weir_llama_graph_stats;
 void weir_llama_graph_stats_get(const weir_llama *m, weir_llama_graph_stats *out);
+
+/* The shape a step is padded to when it runs from a step graph: seqs sequences of
+ * rows_per_seq tokens each, logit_rows rows of logits (seqs, or every token). */
+typedef struct weir_llama_graph_shape {
+  int32_t seqs, rows_per_seq, logit_rows;
+  uint64_t key; /* the device graph key (unique per model and shape) */
+} weir_llama_graph_shape;
+/* 1 and *out filled when step b would run from a step graph (or, emulated, padded), else 0:
+ * graphs off, a tap installed, more tokens per sequence than step_graph_max_rows, a padded
+ * shape beyond the model's limits, or padding that would reach past a sequence's longest
+ * context. */
+int weir_llama_graph_shape_of(const weir_llama *m, const weir_llama_batch *b,
+                              weir_llama_graph_shape *out);
+/* For tests on a device without graph operations: on = 1 makes every step that a graph
+ * would serve run padded to its graph's shape as plain launches (the padding, row mapping
+ * and KV writes of a replayed step, without the device's graph calls); 0 turns that off.
+ * Returns WEIR_E_NOTSUP when step_graph_max_batch is 0 or a plugin predates ABI 1.4,
+ * WEIR_E_NOMEM when the padding arrays cannot be allocated. */
+int weir_llama_set_graph_emulation(weir_llama *m, int on);
 
 /* Installs (or with fn NULL removes) the calibration tap, see weir_llama_tap_fn. While a
  * tap is installed no step runs from a graph (the tap reads activations between launches). */

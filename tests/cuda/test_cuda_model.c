@@ -35,6 +35,7 @@
 #define GRAPH_BOUND 1e-3
 #define MAX_SEQS 16
 #define MAX_LEN 512
+#define SPEC_K 4 /* verification steps of up to SPEC_K + 1 tokens per sequence */
 
 static char *g_model;
 static char *g_dir;
@@ -86,7 +87,8 @@ static int fixture_open(fixture *f, const char *device, int32_t graph_max, char 
   weir_llama_opts o = {.max_num_tokens = MAX_LEN,
                        .max_num_seqs = MAX_SEQS,
                        .max_logit_rows = MAX_LEN,
-                       .step_graph_max_batch = graph_max};
+                       .step_graph_max_batch = graph_max,
+                       .step_graph_max_rows = SPEC_K + 1};
   if (weir_llama_create(f->gguf, &f->plugins, &o, f->pool, 0, &f->model, err, errlen))
     return -1;
   f->vocab = hp.n_vocab;
@@ -335,6 +337,115 @@ static void test_graphs_vs_none(void) {
   free(graphed);
 }
 
+/* Speculative verification: NV sequences, each step a subset of them with k + 1 tokens each
+ * (k = 0..SPEC_K drafts, different per sequence and step: padded within the step), logits
+ * for every token, all drafts kept (the next step starts from the last row's greedy token).
+ * Every step's logits go to out[step][NV * (SPEC_K + 1)][V]. */
+enum { NV = 6, VSTEPS = 24 };
+static void verify_run(fixture *f, float *out, int drop_at) {
+  const int32_t V = f->vocab, RMAX = NV * (SPEC_K + 1);
+  seq *s = calloc(NV, sizeof *s);
+  float *l = malloc(sizeof(float) * (size_t)RMAX * (size_t)V);
+  int32_t *ids = malloc(sizeof(int32_t) * MAX_LEN), *pos = malloc(sizeof(int32_t) * MAX_LEN);
+  int32_t *slots = malloc(sizeof(int32_t) * MAX_LEN), *rows = malloc(sizeof(int32_t) * MAX_LEN);
+  const int32_t stride = MAX_LEN / 16;
+  int32_t *bt = calloc((size_t)NV * stride, sizeof(int32_t));
+  int32_t qsl[NV + 1], ctx[NV];
+  for (int i = 0; i < NV; i++) {
+    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_create(f->kv, &s[i].kv), 0);
+    random_prompt(&s[i], 9 + 5 * i, V, 300u + (unsigned)i);
+  }
+  step(f, s, NV, l);
+  for (int i = 0; i < NV; i++) s[i].tokens[s[i].len++] = argmax(l + (size_t)i * V, V);
+  unsigned seed = 99;
+  for (int k = 0; k < VSTEPS; k++) {
+    const weir_device_ops *d = f->plugins.device->ops;
+    if (k == drop_at) d->graph_reset(f->plugins.device->self);
+    const int n = 1 + k % NV;
+    int32_t t = 0;
+    qsl[0] = 0;
+    for (int i = 0; i < n; i++) {
+      seq *q = &s[i];
+      const int32_t nd = (k + i) % (SPEC_K + 1); /* drafts: pseudo-random tokens */
+      for (int32_t j = 0; j < nd; j++) {
+        seed = seed * 1103515245u + 12345u;
+        q->tokens[q->len++] = (int32_t)((seed >> 8) % (unsigned)V);
+      }
+      const int32_t n_new = q->len - q->computed;
+      weir_kv_copy cp;
+      int32_t ncp = 0;
+      CU_ASSERT_EQUAL_FATAL(weir_kv_seq_append(f->kv, q->kv, n_new, slots + t, &cp, &ncp), 0);
+      for (int32_t j = 0; j < n_new; j++) {
+        ids[t + j] = q->tokens[q->computed + j];
+        pos[t + j] = q->computed + j;
+        rows[t + j] = t + j;
+      }
+      int32_t nb = 0;
+      const int32_t *table = weir_kv_seq_block_table(q->kv, &nb);
+      memcpy(bt + (size_t)i * stride, table, sizeof(int32_t) * (size_t)nb);
+      t += n_new;
+      qsl[i + 1] = t;
+      ctx[i] = q->len;
+      q->computed = q->len;
+    }
+    weir_llama_batch b = {.num_tokens = t, .tokens = ids, .positions = pos, .num_seqs = n,
+                          .query_start_loc = qsl, .context_lens = ctx, .block_tables = bt,
+                          .max_blocks_per_seq = stride, .slot_mapping = slots,
+                          .num_logit_rows = t, .logit_rows = rows};
+    float *logits = NULL;
+    CU_ASSERT_EQUAL_FATAL(weir_llama_forward(f->model, &b, &logits), 0);
+    float *o = out + (size_t)k * RMAX * V;
+    CU_ASSERT_EQUAL_FATAL(d->copy_d2h(f->plugins.device->self, o, logits,
+                                      sizeof(float) * (size_t)t * V), 0);
+    for (int i = 0; i < n; i++) /* the greedy token after the last one of each */
+      s[i].tokens[s[i].len++] = argmax(o + (size_t)(qsl[i + 1] - 1) * V, V);
+  }
+  for (int i = 0; i < NV; i++) weir_kv_seq_free(f->kv, s[i].kv);
+  free(s);
+  free(l);
+  free(ids);
+  free(pos);
+  free(slots);
+  free(rows);
+  free(bt);
+}
+
+static void test_verify_graphs_vs_none(void) {
+  fixture f;
+  const int32_t RMAX = NV * (SPEC_K + 1);
+  open_or_fail(&f, "cuda", 0);
+  const int32_t V = f.vocab;
+  const size_t n = (size_t)VSTEPS * RMAX * V;
+  float *plain = calloc(n, sizeof(float)), *graphed = calloc(n, sizeof(float));
+  verify_run(&f, plain, -1);
+  fixture_close(&f);
+  open_or_fail(&f, "cuda", MAX_SEQS);
+  verify_run(&f, graphed, VSTEPS / 2);
+  weir_llama_graph_stats st;
+  weir_llama_graph_stats_get(f.model, &st);
+  fixture_close(&f);
+  double worst = 0;
+  int differ = 0;
+  for (size_t r = 0; r < (size_t)VSTEPS * RMAX; r++) {
+    const float *a = graphed + r * V, *b = plain + r * V;
+    const double e = rel_err(a, b, (size_t)V);
+    if (e > worst) worst = e;
+    if (argmax(a, V) != argmax(b, V)) differ++;
+  }
+  printf("\n  verification graphs vs plain launches: %d steps, %d tokens differ, worst logit "
+         "error %.3g (bound %.0e); %llu graphs recorded, %llu steps replayed (%llu of several "
+         "tokens per sequence), %llu padding tokens\n",
+         VSTEPS, differ, worst, GRAPH_BOUND, (unsigned long long)st.recorded,
+         (unsigned long long)st.replayed, (unsigned long long)st.multi_row,
+         (unsigned long long)st.padded_tokens);
+  CU_ASSERT_EQUAL(differ, 0);
+  CU_ASSERT(worst <= GRAPH_BOUND);
+  CU_ASSERT(st.multi_row > 0);
+  CU_ASSERT(st.padded_tokens > 0);
+  free(plain);
+  free(graphed);
+}
+
 int main(void) {
   const char *m = getenv("WEIR_TEST_CUDA_MODEL");
   g_dir = wt_mkdtemp();
@@ -378,6 +489,8 @@ int main(void) {
   printf("model: %s\n", g_model);
   static const wt_test tests[] = {{"cuda vs cpu, 64 greedy steps", test_cuda_vs_cpu},
                                   {"step graphs vs plain launches", test_graphs_vs_none},
+                                  {"verification step graphs vs plain launches",
+                                   test_verify_graphs_vs_none},
                                   {"model families cuda vs cpu", test_families_cuda_vs_cpu},
                                   {NULL, NULL}};
   rc = wt_run_suite("cuda_model", tests);

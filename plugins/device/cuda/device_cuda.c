@@ -14,7 +14,7 @@
 #include "weir_cuda_common.h"
 #include "weir_cuda_kernels.h"
 
-#define MAX_GRAPHS 64
+#define MAX_GRAPHS 256 /* decode sizes x tokens per sequence (verification), two models */
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
 typedef struct step_graph {
