@@ -890,6 +890,15 @@ static void test_usage_errors(void) {
   WT_ASSERT_INT_EQ(wt_run(argv3, &out, 10000), 2);
   WT_ASSERT_STR_CONTAINS(out, "--rate");
   free(out);
+  /* the static-batching flags: a cap without the exponential, an unknown distribution */
+  char *argv4[] = {WT_WEIR, "bench", "--url", "http://127.0.0.1:1", "--output-cap", "32", NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv4, &out, 10000), 2);
+  WT_ASSERT_STR_CONTAINS(out, "--output-cap goes with --output-dist exponential");
+  free(out);
+  char *argv5[] = {WT_WEIR, "bench", "--url", "http://127.0.0.1:1", "--output-dist", "zipf", NULL};
+  WT_ASSERT_INT_EQ(wt_run(argv5, &out, 10000), 2);
+  WT_ASSERT_STR_CONTAINS(out, "--output-dist uniform|exponential");
+  free(out);
 }
 /* --repeat-rate: about that share of the requests repeat an earlier one exactly, the same ones
  * on every run; without it no request repeats (random prompts of 30 words never collide). */

@@ -1,6 +1,6 @@
 /* The bench's arithmetic, compiled from tools/bench/ directly: percentiles, the summary of
  * hand-built request records, the exact Mann-Whitney p-values behind the A/B verdicts, and
- * the seeded gamma arrivals. */
+ * the seeded gamma arrivals, the exponential max_tokens of the static-batching workload. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +80,8 @@ static void test_summary_of_records(void) {
   ASSERT_CLOSE(s.e2e.mean, 97.5, 1e-9);
   WT_ASSERT_INT_EQ(s.good, 1);              /* only request 2 has TTFT <= 40 ms */
   ASSERT_CLOSE(s.out_tok_per_s, 25, 1e-9);  /* 5 tokens / 0.2 s */
+  /* Total throughput counts the prompt tokens too (the static-batching figure). */
+  ASSERT_CLOSE(s.total_tok_per_s, 110, 1e-9); /* (5 + 17) tokens / 0.2 s */
   ASSERT_CLOSE(s.goodput_req_per_s, 5, 1e-9);
   /* Timeline: every token lands in a bucket; the integral is the output token count. */
   double total = 0;
@@ -161,6 +163,73 @@ static void test_gamma_and_arrivals(void) {
   free(u);
 }
 
+/* --output-dist exponential: max_tokens = ceil(Exp(mean)) cut at the cap, so that
+ * P(len <= k) = 1 - exp(-k / mean) below the cap and P(len = cap) = exp(-(cap - 1) / mean). */
+static void test_exponential_output_lengths(void) {
+  weir_bench_workload w = {.dataset = WEIR_BENCH_DS_RANDOM, .input_len = 512, .output_len = 128,
+                           .prompt_tokens = 1, .vocab = 256, .vocab_lo = 10, .output_exp = 1,
+                           .seed = 5};
+  const int n = 200000;
+  const double M = 128;
+  static const int caps[] = {0, 32, 128, 512, 1536};
+  weir_bench_rng r;
+  for (int c = 0; c < 5; c++) {
+    w.output_cap = caps[c];
+    weir__bench_rng_seed(&r, 99 + (uint64_t)c);
+    double sum = 0;
+    int le32 = 0, le128 = 0, le512 = 0, at_cap = 0, min = 1 << 30, max = 0;
+    for (int i = 0; i < n; i++) {
+      const int k = weir__bench_output_len(&w, &r);
+      sum += k;
+      le32 += k <= 32;
+      le128 += k <= 128;
+      le512 += k <= 512;
+      at_cap += caps[c] && k == caps[c];
+      if (k < min) min = k;
+      if (k > max) max = k;
+    }
+    /* E[min(ceil(X), C)] = sum_{k=0}^{C-1} exp(-k / M); without a cap 1 / (1 - exp(-1 / M)) */
+    const double q = exp(-1.0 / M);
+    const double want_mean = caps[c] ? (1 - pow(q, caps[c])) / (1 - q) : 1 / (1 - q);
+    printf("\n    cap %4d: mean %.2f (expected %.2f), max %d", caps[c], sum / n, want_mean, max);
+    CU_ASSERT(min >= 1);
+    ASSERT_CLOSE(sum / n, want_mean, 0.012 * want_mean);
+    if (caps[c]) {
+      CU_ASSERT(max <= caps[c]);
+      /* reached below 1536 (P(X > 511) = e^-4: thousands of 200k draws do) */
+      if (caps[c] <= 512) CU_ASSERT(max == caps[c]);
+      ASSERT_CLOSE((double)at_cap / n, exp(-(caps[c] - 1) / M), 0.005);
+    } else {
+      CU_ASSERT(max > 1000); /* uncut: P(X > 1000) = 4e-4, ~80 of 200k draws */
+    }
+    if (!caps[c] || caps[c] > 32) ASSERT_CLOSE((double)le32 / n, 1 - exp(-32 / M), 0.005);
+    if (!caps[c] || caps[c] > 128) ASSERT_CLOSE((double)le128 / n, 1 - exp(-128 / M), 0.005);
+    if (!caps[c] || caps[c] > 512) ASSERT_CLOSE((double)le512 / n, 1 - exp(-512 / M), 0.005);
+  }
+  /* Through the workload: prompts of exactly 512 token ids, max_tokens within the cap, the
+   * same for the same seed and index, and spread over the requests. */
+  w.output_cap = 32;
+  int distinct = 0, prev = -1;
+  for (int64_t i = 0; i < 200; i++) {
+    weir_bench_prompt a, b;
+    WT_ASSERT_INT_EQ(weir__bench_workload_get(&w, 0, i, &a), 0);
+    WT_ASSERT_INT_EQ(weir__bench_workload_get(&w, 0, i, &b), 0);
+    WT_ASSERT_INT_EQ(a.num_prompt_ids, 512);
+    WT_ASSERT_INT_EQ(a.max_tokens, b.max_tokens);
+    CU_ASSERT(a.max_tokens >= 1 && a.max_tokens <= 32);
+    distinct += a.max_tokens != prev;
+    prev = a.max_tokens;
+    weir__bench_prompt_free(&a);
+    weir__bench_prompt_free(&b);
+  }
+  CU_ASSERT(distinct > 50);
+  /* uniform (the default) is unchanged: output_len exactly at range 0 */
+  w.output_exp = 0;
+  w.output_cap = 0;
+  weir__bench_rng_seed(&r, 1);
+  for (int i = 0; i < 100; i++) WT_ASSERT_INT_EQ(weir__bench_output_len(&w, &r), 128);
+}
+
 int main(void) {
   static const wt_test tests[] = {
       {"percentiles", test_percentiles},
@@ -168,6 +237,7 @@ int main(void) {
       {"mann_whitney_exact", test_mann_whitney_exact},
       {"verdicts", test_verdicts},
       {"gamma_and_arrivals", test_gamma_and_arrivals},
+      {"exponential_output_lengths", test_exponential_output_lengths},
       {NULL, NULL},
   };
   return wt_run_suite("bench_stats", tests);

@@ -89,6 +89,11 @@ typedef struct weir_bench_workload {
   char *text;                          /* copy: the file's text, words NUL-separated, owned */
   int64_t *word_off;                   /* copy: each word's offset in text, owned */
   int64_t num_words;
+  /* --output-dist exponential: max_tokens drawn from an exponential distribution of mean
+   * output_len, rounded up and cut at output_cap (0: no cap): the static-batching workload
+   * of docs/benchmarking.md. 0: uniform (output_range). */
+  int output_exp;
+  int output_cap;
 } weir_bench_workload;
 
 /* One generated request: exactly one of prompt_text, prompt_ids, messages_json is set. */
@@ -109,6 +114,9 @@ void weir__bench_workload_free(weir_bench_workload *w);
 /* Request `index` of the workload: a pure function of (workload, seed, index), so a seed
  * names the same prompts in the same order on every run and for either A/B side. `phase`
  * separates the warm-up stream (1) from the measured stream (0). */
+/* max_tokens of one request, drawn from r per the workload's output distribution: uniform in
+ * output_len * (1 +- output_range), or exponential (see output_exp), always >= 1. */
+int weir__bench_output_len(const weir_bench_workload *w, weir_bench_rng *r);
 int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t index,
                              weir_bench_prompt *out);
 void weir__bench_prompt_free(weir_bench_prompt *p);

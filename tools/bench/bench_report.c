@@ -78,9 +78,14 @@ void weir__bench_print_table(FILE *f, const weir_bench_report *r) {
   describe_load(load, sizeof load, r->load);
   fprintf(f, "\nweir bench: %s, dataset %s", w->endpoint == WEIR_BENCH_EP_CHAT ? "chat" : "completions",
           dataset_name(w->dataset));
-  if (w->dataset != WEIR_BENCH_DS_JSONL)
-    fprintf(f, " (input ~%d, output %d tokens%s)", w->input_len + (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX ? w->prefix_len : 0),
-            w->output_len, w->ignore_eos ? ", ignore_eos" : "");
+  if (w->dataset != WEIR_BENCH_DS_JSONL) {
+    char cap[32] = "";
+    if (w->output_exp && w->output_cap) snprintf(cap, sizeof cap, ", cap %d", w->output_cap);
+    fprintf(f, " (input ~%d, output %s%d tokens%s%s)",
+            w->input_len + (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX ? w->prefix_len : 0),
+            w->output_exp ? "exponential, mean " : "", w->output_len, cap,
+            w->ignore_eos ? ", ignore_eos" : "");
+  }
   fprintf(f, ", seed %llu\n  %s", (unsigned long long)w->seed, load);
   if (r->load->warmup) fprintf(f, ", %d warm-up requests excluded", r->load->warmup);
   fputc('\n', f);
@@ -271,6 +276,8 @@ int weir__bench_write_json(const char *path, const weir_bench_report *r) {
   cJSON_AddNumberToObject(wj, "input_range", w->input_range);
   cJSON_AddNumberToObject(wj, "output_len", w->output_len);
   cJSON_AddNumberToObject(wj, "output_range", w->output_range);
+  cJSON_AddStringToObject(wj, "output_dist", w->output_exp ? "exponential" : "uniform");
+  if (w->output_cap) cJSON_AddNumberToObject(wj, "output_cap", w->output_cap);
   if (w->dataset == WEIR_BENCH_DS_SHARED_PREFIX) {
     cJSON_AddNumberToObject(wj, "num_prefixes", w->num_prefixes);
     cJSON_AddNumberToObject(wj, "prefix_len", w->prefix_len);

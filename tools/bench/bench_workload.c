@@ -203,6 +203,18 @@ static int copy_prompt(const weir_bench_workload *w, weir_bench_rng *r, int toke
   return rc;
 }
 
+int weir__bench_output_len(const weir_bench_workload *w, weir_bench_rng *r) {
+  if (!w->output_exp) return spread_len(r, w->output_len, w->output_range);
+  /* Inverse CDF: -mean * ln(1 - u), u in [0, 1); rounded up so that no request asks for 0
+   * tokens (P(len <= k) = 1 - exp(-k / mean) for k below the cap), then cut at the cap. */
+  const double x = -(double)w->output_len * log1p(-weir__bench_rng_unit(r));
+  double n = ceil(x);
+  if (n < 1) n = 1;
+  if (w->output_cap > 0 && n > w->output_cap) n = w->output_cap;
+  if (n > 1e9) n = 1e9;
+  return (int)n;
+}
+
 int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t index,
                              weir_bench_prompt *out) {
   memset(out, 0, sizeof *out);
@@ -227,11 +239,11 @@ int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t in
     if (it->prompt && !(out->prompt_text = strdup(it->prompt))) return WEIR_E_NOMEM;
     if (it->messages_json && !(out->messages_json = strdup(it->messages_json)))
       return WEIR_E_NOMEM;
-    out->max_tokens = it->max_tokens > 0 ? it->max_tokens : spread_len(&r, w->output_len, w->output_range);
+    out->max_tokens = it->max_tokens > 0 ? it->max_tokens : weir__bench_output_len(w, &r);
     return WEIR_OK;
   }
   int in_len = spread_len(&r, w->input_len, w->input_range);
-  out->max_tokens = spread_len(&r, w->output_len, w->output_range);
+  out->max_tokens = weir__bench_output_len(w, &r);
   if (w->dataset == WEIR_BENCH_DS_COPY) {
     if ((rc = copy_prompt(w, &r, in_len, &out->prompt_text, &len, &cap))) goto fail;
     out->expected_input = in_len;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -53,6 +54,11 @@ static void usage(FILE *f) {
 "  --dataset random|shared-prefix|jsonl|copy   (default random)\n"
 "  --input-len N --input-range F   prompt tokens, uniform in N*(1-F)..N*(1+F) (128, 0)\n"
 "  --output-len N --output-range F max_tokens likewise (default 64, 0)\n"
+"  --output-dist uniform|exponential  exponential: max_tokens drawn from an exponential\n"
+"                          distribution of mean --output-len, rounded up, cut at\n"
+"                          --output-cap (the static-batching workload; with\n"
+"                          --ignore-eos and --concurrency = --num-requests)\n"
+"  --output-cap N          exponential: the largest max_tokens (default none)\n"
 "  --prompt-format text|tokens     text: seeded English words, as many as make the\n"
 "                          length on the server's tokenizer (tokens per word measured\n"
 "                          once with POST /tokenize; 1 per word when it has none);\n"
@@ -93,6 +99,7 @@ enum {
   O_PREFLEN, O_FILE, O_COPY_EDITS, O_IGNORE_EOS, O_TEMP, O_SEED, O_REPEAT, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E,
   O_ROUNDS,
   O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_REQS,
+  O_OUTDIST, O_OUTCAP,
 };
 
 static const struct option k_opts[] = {
@@ -111,7 +118,8 @@ static const struct option k_opts[] = {
     {"repeat-rate", 1, 0, O_REPEAT}, {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
     {"slo-tpot-ms", 1, 0, O_SLO_TPOT}, {"slo-e2e-ms", 1, 0, O_SLO_E2E}, {"rounds", 1, 0, O_ROUNDS},
     {"alpha", 1, 0, O_ALPHA}, {"json", 1, 0, O_JSON}, {"svg", 1, 0, O_SVG}, {"quiet", 0, 0, O_QUIET},
-    {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS}, {0, 0, 0, 0},
+    {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS},
+    {"output-dist", 1, 0, O_OUTDIST}, {"output-cap", 1, 0, O_OUTCAP}, {0, 0, 0, 0},
 };
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -402,6 +410,12 @@ int weir__cmd_bench(int argc, char **argv) {
     case O_INRANGE: rc = parse_num("input-range", name, 0, 1, &w.input_range); break;
     case O_OUTLEN: rc = parse_num("output-len", name, 1, 1e6, &v); w.output_len = (int)v; break;
     case O_OUTRANGE: rc = parse_num("output-range", name, 0, 1, &w.output_range); break;
+    case O_OUTDIST:
+      if (!strcmp(name, "uniform")) w.output_exp = 0;
+      else if (!strcmp(name, "exponential") || !strcmp(name, "exp")) w.output_exp = 1;
+      else rc = WEIR_E_INVAL, fprintf(stderr, "weir bench: --output-dist uniform|exponential\n");
+      break;
+    case O_OUTCAP: rc = parse_num("output-cap", name, 1, 1e6, &v); w.output_cap = (int)v; break;
     case O_PFMT:
       if (!strcmp(name, "text")) w.prompt_tokens = 0;
       else if (!strcmp(name, "tokens")) w.prompt_tokens = 1;
@@ -441,6 +455,24 @@ int weir__cmd_bench(int argc, char **argv) {
   }
   if (load.num_requests <= 0 && load.duration_s <= 0) load.num_requests = 100;
   if (load.rate <= 0 && load.concurrency <= 0) load.concurrency = 1;
+  {
+    /* One socket per request in flight: the static-batching workload sends 1,000 at once,
+     * near the common soft limit of 1,024 descriptors. Raise it to the hard limit. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)load.concurrency + 64) {
+      rl.rlim_cur = rl.rlim_max;
+      (void)setrlimit(RLIMIT_NOFILE, &rl); /* best effort: connects then fail visibly */
+    }
+  }
+  if (w.output_cap && !w.output_exp) {
+    fprintf(stderr, "weir bench: --output-cap goes with --output-dist exponential\n");
+    goto free_all;
+  }
+  if (w.output_exp && w.output_range > 0) {
+    fprintf(stderr, "weir bench: --output-range is for --output-dist uniform\n");
+    goto free_all;
+  }
   if (w.prompt_tokens && w.endpoint == WEIR_BENCH_EP_CHAT) {
     fprintf(stderr, "weir bench: --prompt-format tokens needs --endpoint completions\n");
     goto free_all;
