@@ -78,11 +78,11 @@ if [[ " $parts " == *" 1 "* ]]; then
   # step size (k drafts: k + 1 tokens), the draft model's forward passes split out, and each
   # step's total over the one-row step of the same run (none's 1-token line).
   echo
-  echo "| run | tokens/step (target) | steps | out/step | propose | schedule+fill | draft model: passes x µs, rest | forward | sample/verify+commit | total | vs one-row step |"
+  echo "| run | tokens/step (target) | steps | out/step | propose | schedule+fill | draft model: passes x µs per pass, rest | forward | sample/verify+commit | total | vs one-row step |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
   /usr/bin/python3 - "$prof" <<'PY'
 import re, sys
-base = None
+base = {}  # the one-row step of the same prompt (none's 1-token line)
 rows = []
 for line in open(sys.argv[1]):
     label, _, rest = line.rstrip("\n").partition("|")
@@ -91,15 +91,19 @@ for line in open(sys.argv[1]):
                  r"the rest ([0-9.]+)\))?, forward ([0-9.]+), sample/verify\+commit ([0-9.]+), total ([0-9.]+)", rest.strip())
     if not m:
         continue
+    group = "copy" if label.endswith("copy prompt") else "kjv"
     n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot = m.groups()
-    if label == "none" and n == "1":
-        base = float(tot)
-    rows.append((label, n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot))
-for (label, n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot) in rows:
+    if label.startswith("none") and n == "1":
+        base[group] = float(tot)
+    rows.append((group, label, n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot))
+for (group, label, n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot) in rows:
     if int(steps) < 5:
         continue
-    d = f"{dr} ({dp} x {dpu}, {drest})" if dp else dr
-    ratio = f"{float(tot) / base:.2f}x" if base else "-"
+    b = base.get(group)
+    d = dr
+    if dp:
+        d = f"{dr} ({dp} x {dpu}" + (f" = {float(dpu) / b:.2f} of a one-row step" if b else "") + f", rest {drest})"
+    ratio = f"{float(tot) / b:.2f}x" if b else "-"
     print(f"| {label} | {n} | {steps} | {outp} | {prop} | {sch} | {d} | {fw} | {sa} | {tot} | {ratio} |")
 PY
 fi
