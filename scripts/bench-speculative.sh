@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Every figure of docs/perf/speculative.md (issue 32), unattended, on the trained pair:
 #
-#   1. the step profile: thread CPU time of each phase of a one-row step and of a k = 4
-#      verification step (WEIR_STEP_PROFILE=1 weir generate, one device thread);
+#   1. the step profile: thread CPU time of each phase of a one-row step, of a k = 4
+#      verification step (ngram, the draft model greedy and at 0.8; the draft model's forward
+#      passes split out), and a table of them (WEIR_STEP_PROFILE=1 weir generate, one device
+#      thread);
 #   2. one stream through `weir generate`: decode tokens/s with no drafter, ngram and the draft
 #      model (k = 4), adaptive and fixed (drafter.adaptive = false), greedy and at 0.8, on two
 #      King James openings (400 tokens) and a copy-heavy prompt (a held-out passage twice and
 #      its first words; 192 tokens); ROUNDS rounds, the configurations alternated in each;
 #   3. through `weir serve` + `weir bench` (scripts/bench-speculative-serve.sh, A/B alternated
-#      round by round, SERVE_ROUNDS rounds): first on servers in service, one case per set of
-#      servers, for each server's decode tokens per CPU second (its step profile): ngram on
-#      weir bench's copy dataset and the draft model on King James phrases at one stream (the
-#      speed goals), then both drafters' adaptive policy at 1, 4 and 16 streams, greedy and
-#      0.8, 128- and 64-token answers (the never-loses goal); then the same with a fresh
-#      server every round (wall clock only).
+#      round by round, SERVE_ROUNDS rounds): the speed goals at one stream on servers in
+#      service (ngram on weir bench's copy dataset, the draft model on King James phrases,
+#      adaptive and fixed); then the never-loses guard, both drafters adaptive at 1, 4 and 16
+#      streams, greedy and 0.8, 64-token answers, on servers in service and on a fresh server
+#      every round, and the copy prompts at 0.8. Wall clock (a quiet machine), and each
+#      in-service server's decode tokens per CPU second (its step profile, all its cases).
 #
 #   scripts/bench-speculative.sh [BUILD_DIR] [ROUNDS] [OUT_DIR]
 #
@@ -55,17 +57,55 @@ cfg_args() { # cfg_args CFG: the --set options of a configuration
 
 if [[ " $parts " == *" 1 "* ]]; then
   echo
-  echo "## 1. step profile (thread CPU time per step, one device thread, greedy)"
-  for case in "none|In the beginning|400|none" "ngram:fixed|In the beginning|400|ngram, fixed" \
-              "draft_model:fixed|In the beginning|400|draft model, fixed" \
-              "none|COPY|192|none, copy prompt" "ngram:fixed|COPY|192|ngram, fixed, copy prompt"; do
-    IFS='|' read -r cfg prompt n label <<< "$case"
+  echo "## 1. step profile (thread CPU time per step, one device thread)"
+  prof="$out/profile.txt"
+  : > "$prof"
+  for case in "none|In the beginning|400|0|none" "ngram:fixed|In the beginning|400|0|ngram, fixed" \
+              "draft_model:fixed|In the beginning|400|0|draft model, fixed" \
+              "draft_model:fixed|In the beginning|400|0.8|draft model, fixed, 0.8" \
+              "none|COPY|192|0|none, copy prompt" "ngram:fixed|COPY|192|0|ngram, fixed, copy prompt"; do
+    IFS='|' read -r cfg prompt n temp label <<< "$case"
     [ "$prompt" = COPY ] && prompt=$copy_prompt
     echo "### $label"
     # shellcheck disable=SC2046
-    WEIR_STEP_PROFILE=1 "${weir[@]}" -n "$n" --prompt "$prompt" --temperature 0 $(cfg_args "$cfg") \
-      2>&1 >/dev/null | grep -E "step profile" | sed 's/.*\[engine\] step profile (thread CPU time), /  /'
+    lines=$(WEIR_STEP_PROFILE=1 "${weir[@]}" -n "$n" --prompt "$prompt" --temperature "$temp" \
+      --seed 1 $(cfg_args "$cfg") 2>&1 >/dev/null | grep -E "step profile" \
+      | sed 's/.*\[engine\] step profile (thread CPU time), //' || true)
+    echo "$lines" | sed 's/^/  /'
+    echo "$lines" | sed "s/^/$label|/" >> "$prof"
   done
+  # The profile table: per phase, the mean µs of a one-row step and of each verification
+  # step size (k drafts: k + 1 tokens), the draft model's forward passes split out, and each
+  # step's total over the one-row step of the same run (none's 1-token line).
+  echo
+  echo "| run | tokens/step (target) | steps | out/step | propose | schedule+fill | draft model: passes x µs per pass, rest | forward | sample/verify+commit | total | vs one-row step |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  /usr/bin/python3 - "$prof" <<'PY'
+import re, sys
+base = {}  # the one-row step of the same prompt (none's 1-token line)
+rows = []
+for line in open(sys.argv[1]):
+    label, _, rest = line.rstrip("\n").partition("|")
+    m = re.match(r"(\d+)\+? tokens: (\d+) steps, ([0-9.]+) tokens out/step; us/step: propose ([0-9.]+), "
+                 r"schedule\+fill ([0-9.]+), draft model ([0-9.]+)(?: \(([0-9.]+) passes of ([0-9.]+), "
+                 r"the rest ([0-9.]+)\))?, forward ([0-9.]+), sample/verify\+commit ([0-9.]+), total ([0-9.]+)", rest.strip())
+    if not m:
+        continue
+    group = "copy" if label.endswith("copy prompt") else "kjv"
+    n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot = m.groups()
+    if label.startswith("none") and n == "1":
+        base[group] = float(tot)
+    rows.append((group, label, n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot))
+for (group, label, n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot) in rows:
+    if int(steps) < 5:
+        continue
+    b = base.get(group)
+    d = dr
+    if dp:
+        d = f"{dr} ({dp} x {dpu}" + (f" = {float(dpu) / b:.2f} of a one-row step" if b else "") + f", rest {drest})"
+    ratio = f"{float(tot) / b:.2f}x" if b else "-"
+    print(f"| {label} | {n} | {steps} | {outp} | {prop} | {sch} | {d} | {fw} | {sa} | {tot} | {ratio} |")
+PY
 fi
 
 if [[ " $parts " == *" 2 "* ]]; then
@@ -139,32 +179,28 @@ if [[ " $parts " == *" 3 "* ]]; then
   }
   echo
   echo "## 3. through weir serve + weir bench (A = no drafter, B = the drafter; B/A of per-round medians)"
-  # Servers in service, one case per set of servers: each server's step profile gives its
-  # decode tokens per CPU second, the figure a shared machine does not skew.
-  serve cpu-copy-ngram-t0 IN_SERVICE=1 DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 TEMPS=0 OUTPUT_LEN=192
-  for t in 0 0.8; do
-    serve "cpu-kjv-draft-t$t" IN_SERVICE=1 VARIANTS="draft draft-fixed" STREAMS=1 TEMPS=$t
-  done
-  for len in 128 64; do
-    for c in 1 4 16; do
-      for t in 0 0.8; do
-        serve "cpu-guard-c$c-t$t-n$len" IN_SERVICE=1 VARIANTS="draft ngram" STREAMS=$c TEMPS=$t OUTPUT_LEN=$len
-      done
-    done
-  done
-  serve cpu-guard-copy-c1-t0.8 IN_SERVICE=1 DATASET=copy VARIANTS="draft ngram" STREAMS=1 TEMPS=0.8 OUTPUT_LEN=192
-  # Fresh servers every round (weir bench starts them; wall clock only).
-  serve fresh-copy-ngram DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 OUTPUT_LEN=192
-  serve fresh-kjv-draft VARIANTS="draft draft-fixed" STREAMS=1
-  for len in 128 64; do
-    serve "fresh-guard-$len" VARIANTS="draft ngram" OUTPUT_LEN="$len"
-  done
+  # The speed goals at one stream, servers in service: ngram on weir bench's copy dataset,
+  # the draft model on King James phrases (128 tokens), adaptive and fixed.
+  serve in-service-copy-ngram IN_SERVICE=1 DATASET=copy VARIANTS="ngram ngram-fixed" STREAMS=1 \
+    TEMPS=0 OUTPUT_LEN=192
+  serve in-service-kjv-draft IN_SERVICE=1 VARIANTS="draft draft-fixed" STREAMS=1 TEMPS="0 0.8"
+  # The never-loses guard: both drafters' adaptive policy at 1, 4 and 16 streams, greedy and
+  # 0.8, 64-token answers (short requests: the policy's learning weighs most), first on one
+  # set of servers in service for every case, then the copy prompts at 0.8 (drafts that
+  # mostly fail), then with a fresh server every round (each round's warm-up is all the
+  # policy has learned from). Short rounds (PER_STREAM 4, at least 16 requests).
+  serve in-service-guard-64 IN_SERVICE=1 VARIANTS="draft ngram" STREAMS="1 4 16" TEMPS="0 0.8" \
+    OUTPUT_LEN=64 PER_STREAM=4 MIN_REQS=16
+  serve in-service-guard-copy IN_SERVICE=1 DATASET=copy VARIANTS="draft ngram" STREAMS=1 \
+    TEMPS=0.8 OUTPUT_LEN=192 PER_STREAM=4 MIN_REQS=16
+  serve fresh-guard-64 VARIANTS="draft ngram" STREAMS="1 4 16" TEMPS="0 0.8" OUTPUT_LEN=64 \
+    PER_STREAM=4 MIN_REQS=16
   echo
   echo "| servers in service | drafter | decode tokens per CPU second | over no drafter |"
   echo "|---|---|---|---|"
   /usr/bin/python3 - "$out" <<'PY'
 import glob, os, re, sys
-for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-cpu-*"))):
+for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-in-service-*"))):
     rates = {}
     for line in open(os.path.join(d, "report.txt"), errors="replace"):
         m = re.match(r"^([\w-]+): .* ms, (\d+) tokens per CPU second", line)
@@ -172,7 +208,7 @@ for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-cpu-*"))):
             rates[m[1]] = float(m[2])
     for cfg, r in sorted(rates.items()):
         if cfg != "none" and rates.get("none"):
-            print(f"| {os.path.basename(d)[10:]} | {cfg} | {r:.0f} | **{r / rates['none']:.2f}x** |")
+            print(f"| {os.path.basename(d)[17:]} | {cfg} | {r:.0f} | **{r / rates['none']:.2f}x** |")
 PY
   echo
   echo "| run (wall clock) | temperature | streams | drafter | none tok/s | drafter tok/s | B/A tok/s | B/A TPOT | p |"

@@ -98,6 +98,7 @@ static const key_spec k_keys[] = {
     {"drafter", "path", K_SEL_PATH, OFF(drafter)},
     {"drafter", "num_speculative_tokens", K_INT, OFF(num_speculative_tokens), 1, 64},
     {"drafter", "adaptive", K_BOOL, OFF(spec_adaptive)},
+    {"drafter", "head_vocab", K_INT, OFF(spec_head_vocab), -1, 1 << 24},
     {"cache", "block_size", K_INT, OFF(block_size), 1, 1024},
     {"cache", "num_blocks", K_I64, OFF(num_blocks), 0, (int64_t)1 << 32},
     {"cache", "memory_bytes", K_BYTES, OFF(memory_bytes), MIB, 64 * TIB},
@@ -269,6 +270,7 @@ void weir_config_defaults(weir_config *c) {
   c->drafter.name = strdup("");
   c->num_speculative_tokens = 4;
   c->spec_adaptive = 1;
+  c->spec_head_vocab = -1;
   c->block_size = WEIR_KV_DEFAULT_BLOCK_SIZE;
   c->num_blocks = 0;
   c->memory_bytes = 512 * MIB;

@@ -82,6 +82,10 @@ typedef struct weir_config {
   weir_plugin_sel drafter;
   int num_speculative_tokens;
   int spec_adaptive;
+  /* [drafter] head_vocab: a draft model's LM head computes head_vocab token ids only (-1,
+   * the default: a quarter of the vocabulary, at least 1,024; 0: all; docs/engine.md,
+   * *Draft models*) */
+  int spec_head_vocab;
   /* [cache] */
   int block_size;                /* WEIR_KV_DEFAULT_BLOCK_SIZE (16) */
   int64_t num_blocks;            /* 0 = from memory_bytes */

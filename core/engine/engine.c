@@ -6,6 +6,7 @@
 #include "engine/engine.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -432,7 +433,14 @@ static int alloc_scratch(weir_engine *e) {
     const int rc = weir_step_batch_init(&e->db, e->max_tokens_step, e->max_seqs_step,
                                         e->max_seqs_step, e->bt_stride);
     e->d_item = malloc(S * 4);
-    if (rc != WEIR_OK || !e->qbuf || !e->d_item) return WEIR_E_NOMEM;
+    e->d_tok = malloc(S * 4);
+    if (rc != WEIR_OK || !e->qbuf || !e->d_item || !e->d_tok) return WEIR_E_NOMEM;
+    /* A draft LM head over some of the vocabulary (drafter.head_vocab) gives narrower rows; a
+     * row sampled from a distribution is widened to the vocabulary first. */
+    e->dwidth = weir_llama_logits_width(e->draft);
+    if (e->dwidth < e->vocab && !(e->dlrow = malloc((size_t)e->vocab * sizeof(float))))
+      return WEIR_E_NOMEM;
+    for (int32_t v = 0; e->dlrow && v < e->vocab; v++) e->dlrow[v] = -INFINITY;
   }
   if (!e->rows || !e->results || !e->row_req || !e->suppress)
     return WEIR_E_NOMEM;
@@ -466,6 +474,9 @@ static void engine_free(weir_engine *e) {
   free(e->dcounts);
   free(e->probs);
   free(e->qbuf);
+  free(e->dlrow);
+  free(e->d_tok);
+  free(e->dhead);
   weir_step_batch_free(&e->db);
   free(e->d_item);
   free(e->aborts);
@@ -564,6 +575,47 @@ static int check_model_fit(const weir_llama_hparams *hp, const weir_config *cfg,
  * count, table stride) that the models and the scheduler then take from it; the target
  * calibrated first when its quant scheme is activation-aware; the draft model a drafter names
  * (ABI 1.3 model_path) in the pool's group 1. */
+/* The token ids of a draft LM head of n rows (drafter.head_vocab), in column order: the end
+ * token, then every token that decodes to one character (SentencePiece lists its single
+ * characters last, and they are among the most frequent), then the other normal tokens in id
+ * order (BPE and SentencePiece number merged pieces by merge rank, the frequent first), then
+ * whatever is left. A draft made from this head is still verified exactly: its q is 0 off
+ * the head. NULL when out of memory; the caller frees it. */
+static int32_t *draft_head_ids(const weir_tokenizer *tok, int32_t vocab, int32_t n) {
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+  uint8_t *taken = calloc((size_t)vocab, 1);
+  if (!ids || !taken) {
+    free(ids);
+    free(taken);
+    return NULL;
+  }
+  int32_t c = 0;
+  const int32_t eos = weir_tokenizer_eos(tok);
+  if (eos >= 0 && eos < vocab && c < n) {
+    ids[c++] = eos;
+    taken[eos] = 1;
+  }
+  for (int pass = 0; pass < 3 && c < n; pass++)
+    for (int32_t id = 0; id < vocab && c < n; id++) {
+      if (taken[id]) continue;
+      const int type = weir_tokenizer_token_type(tok, id);
+      const int normal = type == WEIR_TOKEN_NORMAL || type == WEIR_TOKEN_USER_DEFINED;
+      weir_tok_str b = {0};
+      int one_char = 0;
+      if (pass == 0 && normal && weir_tokenizer_token_bytes(tok, id, &b) == WEIR_OK && b.len) {
+        const unsigned char c0 = (unsigned char)b.ptr[0];
+        const size_t want = c0 < 0x80 ? 1 : c0 >= 0xF0 ? 4 : c0 >= 0xE0 ? 3 : c0 >= 0xC0 ? 2 : 0;
+        one_char = want == b.len;
+      }
+      if ((pass == 0 && one_char) || (pass == 1 && normal) || pass == 2) {
+        ids[c++] = id;
+        taken[id] = 1;
+      }
+    }
+  free(taken);
+  return ids;
+}
+
 static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *progress,
                        char *err, size_t errlen) {
   weir_runtime *rt = &e->rt;
@@ -605,6 +657,16 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
                          .max_model_len = e->ctx_len,
                          /* pass 0 feeds the last draft and the token after it */
                          .step_graph_max_rows = 2};
+  /* drafter.head_vocab: -1 (the default) a quarter of the vocabulary, at least 1,024 ids;
+   * 0 the whole vocabulary. */
+  const int32_t dvocab = rt->hp[1].n_vocab;
+  int32_t head = cfg->spec_head_vocab;
+  if (head < 0) head = dvocab / 4 < 1024 ? 1024 : dvocab / 4;
+  if (head > 0 && head < dvocab) {
+    if (!(e->dhead = draft_head_ids(rt->tok, dvocab, head))) return WEIR_E_NOMEM;
+    dmo.head_vocab = head;
+    dmo.head_ids = e->dhead;
+  }
   rc = weir_runtime_load_model(rt, 1, cfg, &dmo, 0, err, errlen);
   if (rc != WEIR_OK) return rc;
   e->draft = rt->model[1];

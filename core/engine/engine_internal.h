@@ -58,6 +58,9 @@ typedef struct engine_req {
   int plp_sent;
   weir_sched_seq *seq;
   int32_t dslot; /* this step's draft-model slot (engine_spec.c), or -1 */
+  /* Bit j: this step's draft j was the argmax of a plain greedy row, drawn without a
+   * distribution (verified as a deterministic draft: q one-hot on it). */
+  uint64_t dgreedy;
   int32_t dkv;   /* leading positions whose draft-model KV is written (run_draft) */
   int catch_up;  /* this step: would draft but its catch-up did not fit (reserve_drafts) */
   double acceptance; /* moving average of this request's checked drafts (spec_policy.h) */
@@ -127,7 +130,11 @@ struct weir_engine {
   struct {
     uint64_t steps, tokens_out;
     double propose, sched, draft, forward, sample, total;
+    double draft_fwd;     /* of draft: the draft model's forward passes */
+    uint64_t draft_passes; /* and how many there were */
   } prof[WEIR_PROF_TOKENS + 1];
+  double step_draft_fwd;   /* this step's draft forward time (profile on) */
+  int32_t step_draft_passes;
 
   /* Step scratch (engine thread only). */
   int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
@@ -148,8 +155,13 @@ struct weir_engine {
   /* A step's draft distributions: q of drafted position j for draft slot ds at
    * qbuf[(j * max_seqs_step + ds) * vocab]. */
   float *qbuf;
+  int32_t dwidth;                  /* a row of the draft's logits (drafter.head_vocab) */
+  int32_t *dhead;                  /* [dwidth]: the token id of each column, or NULL: all */
+  float *dlrow;                    /* [vocab]: a draft row widened to the vocabulary (-inf off
+                                      the head), or NULL */
   weir_step_batch db;              /* the draft model's batch of one pass */
   int32_t *d_item;                 /* [max_seqs_step]: the step item of each draft logit row */
+  int32_t *d_tok;                  /* [max_seqs_step]: a pass's greedy drafts, -1: from q */
 
   /* Embeddings (engine_embed.c): the pooling, the batch of an embedding's chunk and the host
    * rows of its hidden states. Engine thread. */

@@ -1,7 +1,9 @@
 /* Speculative decoding (engine_internal.h): drafts from the drafter plugin or from the draft
  * model the engine runs itself, and their verification by the rejection rule; the policy that
  * picks the speculation length is spec_policy.c. */
+#include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "util/log.h"
@@ -10,7 +12,7 @@
 /* The draft model's distribution of request r's drafted position j in this step, or NULL
  * (a deterministic drafter: q is one-hot on the draft). */
 static const float *draft_q(const weir_engine *e, const engine_req *r, int32_t j) {
-  if (!e->draft || r->dslot < 0) return NULL;
+  if (!e->draft || r->dslot < 0 || (j < 64 && (r->dgreedy >> j & 1))) return NULL;
   return e->qbuf + ((size_t)j * (size_t)e->max_seqs_step + (size_t)r->dslot) * (size_t)e->vocab;
 }
 
@@ -204,6 +206,37 @@ void weir__engine_propose_drafts(weir_engine *e) {
   }
 }
 
+/* The engine thread's CPU time (the step profile's clock). */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Whether row `row` (a draft row of request r) is plain greedy: temperature 0 with nothing
+ * that changes the logits first (penalties, bias, suppressed tokens, a mask). Its draft is
+ * then the argmax of the logits, found without the sampler's distribution, and verified as
+ * a deterministic draft (q one-hot on it: the same rule as the distribution would give). */
+static int plain_greedy(const engine_req *r, const weir_sampling_row *row) {
+  const weir_sampling_params *p = &r->sampling;
+  return p->temperature <= 0 && row->num_suppress_tokens == 0 && p->repetition_penalty == 1 &&
+         p->presence_penalty == 0 && p->frequency_penalty == 0 && p->num_logit_bias == 0 &&
+         !p->allowed;
+}
+
+/* The lowest id of the largest of n logits (the sampler's greedy rule); `fallback` when none
+ * is a number above -inf. */
+static int32_t argmax_row(const float *x, int32_t n, int32_t fallback) {
+  int32_t best = fallback;
+  float bv = -INFINITY;
+  for (int32_t v = 0; v < n; v++)
+    if (x[v] > bv) {
+      bv = x[v];
+      best = v;
+    }
+  return best;
+}
+
 /* The draft model's part of a step, between the batch's arrays and the target's forward.
  *
  * Pass 0 runs the draft model over every item's tokens but the placeholder drafts, at the
@@ -260,17 +293,48 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
     }
   if (db->num_seqs == 0) return;
   int rc = WEIR_OK;
+  const int32_t W = e->dwidth;
   for (int32_t j = 0;; j++) {
     float *logits = NULL;
     const weir_llama_batch b = weir_step_batch_view(db);
     const int32_t nrows = b.num_logit_rows;
+    const double t_fwd = e->prof_on ? cpu_now() : 0;
     if (rc == WEIR_OK) rc = weir_llama_forward(e->draft, &b, &logits);
-    if (rc == WEIR_OK && nrows > 0) {
-      for (int32_t k = 0; k < nrows; k++)
-        e->rows[k] = weir__engine_make_row(e, out->items[e->d_item[k]].seq->user, j,
-                                           weir__engine_suppress_row(e, k));
-      rc = weir_sampler_call_probs(&e->scall, e->rows, nrows, logits, V,
-                                   e->qbuf + (size_t)j * (size_t)S * (size_t)V);
+    if (e->prof_on) {
+      e->step_draft_fwd += cpu_now() - t_fwd;
+      e->step_draft_passes++;
+    }
+    /* Row k's draft: the argmax of a plain greedy row (no distribution), else drawn below
+     * from q, the request's own sampling distribution (the sampler's probs) over the row,
+     * widened to the vocabulary with -inf when the head covers some of it (q is then 0 off
+     * the head, and the draft is drawn from that q: verification stays exact). q goes
+     * straight to the item's draft slot: row k of pass 0 is slot k, and later passes carry
+     * the same items in the same order, each already holding its slot. */
+    float *qj = e->qbuf + (size_t)j * (size_t)S * (size_t)V;
+    for (int32_t k = 0; k < nrows && rc == WEIR_OK; k++) {
+      engine_req *r = out->items[e->d_item[k]].seq->user;
+      if (j == 0) {
+        r->dslot = k;
+        r->dgreedy = 0;
+      }
+      e->rows[0] = weir__engine_make_row(e, r, j, weir__engine_suppress_row(e, 0));
+      float *lrow = logits + (size_t)k * (size_t)W;
+      if (plain_greedy(r, &e->rows[0])) {
+        if (j < 64) r->dgreedy |= (uint64_t)1 << j;
+        const int32_t c = argmax_row(lrow, W, 0);
+        e->d_tok[k] = e->dhead ? e->dhead[c] : c;
+        continue;
+      }
+      if (W < V) { /* dlrow is -inf everywhere but the head's columns */
+        for (int32_t c = 0; c < W; c++) e->dlrow[e->dhead[c]] = lrow[c];
+        lrow = e->dlrow;
+      }
+      float *q = qj + (size_t)r->dslot * (size_t)V;
+      rc = weir_sampler_call_probs(&e->scall, e->rows, 1, lrow, V, q);
+      /* The sampler may have written over the row: -inf off the head again. */
+      if (W < V)
+        for (int32_t v = 0; v < V; v++) e->dlrow[v] = -INFINITY;
+      e->d_tok[k] = -1; /* drawn from q below */
     }
     if (rc != WEIR_OK) {
       weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "draft model: %s; this step verifies what it has",
@@ -284,16 +348,6 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
       return;
     }
     if (nrows == 0) return; /* nothing left to draw */
-    /* Row k of this pass belongs to draft slot dslot >= k (later passes carry fewer items, in
-     * the same order): move each row to its slot, last first, so none is overwritten. */
-    float *qj = e->qbuf + (size_t)j * (size_t)S * (size_t)V;
-    for (int32_t k = nrows - 1; k >= 0; k--) {
-      engine_req *r = out->items[e->d_item[k]].seq->user;
-      if (j == 0) r->dslot = k;
-      if (r->dslot != k)
-        memcpy(qj + (size_t)r->dslot * (size_t)V, qj + (size_t)k * (size_t)V,
-               sizeof(float) * (size_t)V);
-    }
     /* Draw draft j + 1 of every item with logits in this pass. Pass j + 1 feeds each of them
      * to the draft but the last draft, which the next step's pass 0 feeds. The next pass's
      * batch is built over this one's arrays: only d_item is read while it is, and entry
@@ -304,9 +358,11 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
       const int32_t i = e->d_item[k];
       const weir_sched_item *it = &out->items[i];
       engine_req *r = it->seq->user;
-      const float *q = qj + (size_t)r->dslot * (size_t)V;
       const int32_t at = tb->query_start_loc[i] + 1 + j, pos = tb->positions[at];
-      const int32_t tok = weir__engine_draw_from(q, V, weir_rng_uniform(r->rng), tb->tokens[at]);
+      int32_t tok = e->d_tok[k];
+      if (tok < 0) /* q is 0 off the draft's head */
+        tok = weir__engine_draw_from(qj + (size_t)r->dslot * (size_t)V, V,
+                                     weir_rng_uniform(r->rng), tb->tokens[at]);
       tb->tokens[at] = tok;
       it->seq->tokens[it->start + 1 + j] = tok;
       if (j + 1 >= it->num_drafts) {

@@ -1,5 +1,6 @@
 /* One engine step (engine_internal.h): schedule, copy blocks, fill the batch, let the draft
  * model draft, run the target, then sample each row (or verify its drafts) and commit. */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -175,6 +176,8 @@ int weir__engine_run_step(weir_engine *e) {
   double t_prof[5] = {0};
   e->step_tokens = e->step_drafts = 0;
   e->step_n = e->step_k = 0;
+  e->step_draft_fwd = 0;
+  e->step_draft_passes = 0;
   if (e->drafter) {
     weir__engine_propose_drafts(e);
     if (!e->draft) weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_step);
@@ -254,6 +257,8 @@ int weir__engine_run_step(weir_engine *e) {
     e->prof[n].propose += t_prof[0] - cpu0;
     e->prof[n].sched += t_prof[1] - t_prof[0];
     e->prof[n].draft += t_prof[2] - t_prof[1];
+    e->prof[n].draft_fwd += e->step_draft_fwd;
+    e->prof[n].draft_passes += (uint64_t)e->step_draft_passes;
     e->prof[n].forward += t_prof[3] - t_prof[2];
     e->prof[n].sample += t_prof[4] - t_prof[3];
     e->prof[n].total += t_prof[4] - cpu0;
@@ -272,13 +277,21 @@ void weir__engine_prof_log(const weir_engine *e) {
     if (c == 0) continue;
     tokens += (double)e->prof[n].tokens_out;
     secs += e->prof[n].total;
+    /* The draft model's share, split: its forward passes (per pass) and the rest (rows,
+     * greedy argmax or the sampler's q, the draws). */
+    char dsplit[128] = "";
+    if (e->prof[n].draft_passes > 0)
+      snprintf(dsplit, sizeof dsplit, " (%.2f passes of %.1f, the rest %.1f)",
+               (double)e->prof[n].draft_passes / c,
+               1e6 * e->prof[n].draft_fwd / (double)e->prof[n].draft_passes,
+               1e6 * (e->prof[n].draft - e->prof[n].draft_fwd) / c);
     weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
              "step profile (thread CPU time), %d%s tokens: %llu steps, %.2f tokens out/step; "
-             "us/step: propose %.1f, schedule+fill %.1f, draft model %.1f, forward %.1f, "
+             "us/step: propose %.1f, schedule+fill %.1f, draft model %.1f%s, forward %.1f, "
              "sample/verify+commit %.1f, total %.1f",
              n, n == WEIR_PROF_TOKENS ? "+" : "", (unsigned long long)e->prof[n].steps,
              (double)e->prof[n].tokens_out / c, 1e6 * e->prof[n].propose / c,
-             1e6 * e->prof[n].sched / c, 1e6 * e->prof[n].draft / c,
+             1e6 * e->prof[n].sched / c, 1e6 * e->prof[n].draft / c, dsplit,
              1e6 * e->prof[n].forward / c, 1e6 * e->prof[n].sample / c,
              1e6 * e->prof[n].total / c);
   }

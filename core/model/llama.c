@@ -51,6 +51,8 @@ struct weir_llama {
 
   void *tok_embd;   /* quant handle */
   void *output;     /* quant handle; == tok_embd when tied */
+  void *head;       /* quant handle of output's first head_vocab rows, or NULL (opts.head_vocab) */
+  int32_t head_vocab; /* the width of a row of logits: n_vocab, or opts.head_vocab */
   float *out_norm;  /* device f32 [dim] */
   llama_layer *layers;
   size_t weight_bytes;
@@ -195,6 +197,43 @@ static int pack_rows(weir_llama *m, const weir_gguf *g, const char *name, int64_
     snprintf(err, errlen, "%s: the quant plugin could not pack rows %lld..%lld of %s: %s",
              weir_gguf_path(g), (long long)row0, (long long)(row0 + rows), name,
              weir_strerror(rc));
+    return rc;
+  }
+  m->weight_bytes += m->quant->weight_bytes(m->quant_self, *out);
+  return WEIR_OK;
+}
+
+/* Packs rows ids[0..n) of a weight, in that order, as a matrix of its own (copied into one
+ * buffer first: the quant plugin packs from contiguous rows). */
+static int pack_gather(weir_llama *m, const weir_gguf *g, const char *name, const int32_t *ids,
+                       int32_t n, void **out, char *err, size_t errlen) {
+  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
+  if (!t || t->t.ndim != 2) {
+    snprintf(err, errlen, "%s: tensor %s is missing or not a matrix", weir_gguf_path(g), name);
+    return WEIR_E_FORMAT;
+  }
+  const size_t rb = t->t.nb[1];
+  uint8_t *rows = malloc(rb * (size_t)n);
+  if (!rows) return WEIR_E_NOMEM;
+  for (int32_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= t->t.ne[1]) {
+      snprintf(err, errlen, "%s: head row %d of %s is out of range", weir_gguf_path(g),
+               (int)ids[i], name);
+      free(rows);
+      return WEIR_E_RANGE;
+    }
+    memcpy(rows + rb * (size_t)i, (const uint8_t *)t->t.data + rb * (size_t)ids[i], rb);
+  }
+  weir_tensor view = t->t;
+  view.data = rows;
+  view.ne[1] = n;
+  for (int d = 2; d < WEIR_MAX_DIMS; d++) view.nb[d] = view.nb[1] * (size_t)n;
+  weir_quant_pack_args args = {.struct_size = sizeof args, .src = &view, .name = name};
+  int rc = m->quant->pack(m->quant_self, &args, out);
+  free(rows);
+  if (rc != WEIR_OK) {
+    snprintf(err, errlen, "%s: the quant plugin could not pack %d gathered rows of %s: %s",
+             weir_gguf_path(g), (int)n, name, weir_strerror(rc));
     return rc;
   }
   m->weight_bytes += m->quant->weight_bytes(m->quant_self, *out);
@@ -556,6 +595,16 @@ int weir_llama_create(const weir_gguf *g, const weir_plugin_set *plugins,
     const char *out_name[1] = {"token_embd.weight"};
     TRY(pack_site(m, g, -1, WEIR_LLAMA_SITE_OUTPUT, out_name, 1, &m->output, err, errlen));
   } else m->output = m->tok_embd;
+  m->head_vocab = m->hp.n_vocab;
+  if (m->opts.head_vocab > 0 && m->opts.head_vocab < m->hp.n_vocab) {
+    /* Rows of the output projection as a matrix of their own: a step's LM head then reads
+     * only those. */
+    const char *name = m->hp.has_output ? "output.weight" : "token_embd.weight";
+    if (m->opts.head_ids)
+      TRY(pack_gather(m, g, name, m->opts.head_ids, m->opts.head_vocab, &m->head, err, errlen));
+    else TRY(pack_rows(m, g, name, 0, m->opts.head_vocab, &m->head, err, errlen));
+    m->head_vocab = m->opts.head_vocab;
+  }
   TRY(upload_vector(m, g, "output_norm.weight", m->hp.n_embd, &m->out_norm, err, errlen));
   m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
   if (!m->layers) {
@@ -620,6 +669,7 @@ void weir_llama_destroy(weir_llama *m) {
     free(m->layers);
   }
   if (m->output && m->output != m->tok_embd) m->quant->release(m->quant_self, m->output);
+  if (m->head) m->quant->release(m->quant_self, m->head);
   if (m->tok_embd) m->quant->release(m->quant_self, m->tok_embd);
   void *bufs[] = {m->inv_freq, m->inv_freq_swa, m->out_norm, m->x, m->h, m->q, m->k, m->v,
                   m->o, m->gate, m->up,
@@ -746,9 +796,9 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
     TRY(d->rms_norm(ds, m->sel, m->sel, m->out_norm, R, dim, hp->rms_eps));
     if (m->hidden_only) goto out;
     TAP(-1, WEIR_LLAMA_SITE_OUTPUT, m->sel, R, dim);
-    TRY(m->quant->matmul(m->quant_self, m->output, m->sel, m->logits, R));
+    TRY(m->quant->matmul(m->quant_self, m->head ? m->head : m->output, m->sel, m->logits, R));
     if (hp->final_softcap > 0.0f)
-      TRY(d->softcap(ds, m->logits, hp->final_softcap, R * (int64_t)hp->n_vocab));
+      TRY(d->softcap(ds, m->logits, hp->final_softcap, R * (int64_t)m->head_vocab));
   }
 out:
   return rc;
@@ -934,6 +984,8 @@ int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits)
 out:
   return rc;
 }
+
+int32_t weir_llama_logits_width(const weir_llama *m) { return m->head_vocab; }
 
 int weir_llama_forward_hidden(weir_llama *m, const weir_llama_batch *b, float *hidden) {
   const int64_t T = b->num_tokens, R = b->num_logit_rows, S = b->num_seqs;

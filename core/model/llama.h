@@ -65,6 +65,13 @@ typedef struct weir_llama_opts {
    * the step's longest. 0 or 1 = one-token decode steps only. At most
    * WEIR_LLAMA_GRAPH_MAX_ROWS. */
   int32_t step_graph_max_rows;
+  /* 0, or fewer than the vocabulary's tokens: the LM head computes the logits of
+   * head_vocab token ids only, head_ids[c] for column c (or ids [0, head_vocab) when head_ids
+   * is NULL), and each row of logits is head_vocab wide (weir_llama_logits_width). For a
+   * draft model (drafter.head_vocab): a small model's LM head is a large part of the bytes a
+   * decode step reads. head_ids (host, each in [0, n_vocab)) is read during create only. */
+  int32_t head_vocab;
+  const int32_t *head_ids;
 } weir_llama_opts;
 
 #define WEIR_LLAMA_GRAPH_MAX_ROWS 16
@@ -120,6 +127,9 @@ size_t weir_llama_weight_bytes(const weir_llama *m);
 /* Runs one step. On success *logits is a device array [num_logit_rows][n_vocab] f32 owned by
  * the model, valid until the next forward (a sampler may overwrite it). */
 int weir_llama_forward(weir_llama *m, const weir_llama_batch *b, float **logits);
+/* The width of a row of the logits weir_llama_forward returns: n_vocab, or the options'
+ * head_vocab when that is smaller. */
+int32_t weir_llama_logits_width(const weir_llama *m);
 
 /* Runs one step like weir_llama_forward but stops at the final norm: on success the host
  * array hidden (the caller's, [num_logit_rows][n_embd] f32) holds the output-normed hidden

@@ -261,14 +261,19 @@ static void test_int8_kv_cache(void) {
 
 #define DRAFT WT_SOURCE_DIR "/models/kjv-draft.gguf"
 
+/* drafter.head_vocab of the engines draft_engine makes (0: the draft's whole vocabulary;
+ * -1: the default). */
+static int g_head_vocab = -1;
+
 /* The trained target with the draft model drafting k tokens (k 0: no drafter). Every key is
  * set through weir_config_set, so the config owns it all: free it with weir_config_free. */
 static weir_engine *draft_engine(weir_config *cfg, int k, int64_t num_blocks,
                                  const weir_engine_opts *opts) {
   weir_config_defaults(cfg);
-  char err[256], mem[32], kk[16];
+  char err[256], mem[32], kk[16], hv[16];
   snprintf(mem, sizeof mem, "%lld", (long long)num_blocks);
   snprintf(kk, sizeof kk, "%d", k);
+  snprintf(hv, sizeof hv, "%d", g_head_vocab);
   const char *sets[][2] = {{"model.path", TARGET},
                            {"plugins.dirs", "[\"" WT_PLUGIN_DIR "\"]"},
                            {"cache.num_blocks", mem},
@@ -276,9 +281,10 @@ static weir_engine *draft_engine(weir_config *cfg, int k, int64_t num_blocks,
                            {"drafter.model", DRAFT},
                            {"drafter.num_speculative_tokens", k > 0 ? kk : "1"},
                            /* a fixed length: these tests check exactness, not the policy */
-                           {"drafter.adaptive", "false"}};
+                           {"drafter.adaptive", "false"},
+                           {"drafter.head_vocab", hv}};
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
-    if (k > 0 || i < 3) {
+    if ((k > 0 || i < 3) && !(i == 7 && g_head_vocab < 0)) {
       int rc = weir_config_set(cfg, sets[i][0], sets[i][1], err, sizeof err);
       if (rc) printf("\n    %s: %s", sets[i][0], err);
       CU_ASSERT_EQUAL(rc, 0);
@@ -363,6 +369,22 @@ static void test_draft_model_greedy_identical(void) {
     CU_ASSERT_EQUAL(memcmp(plain[p], spec[p], sizeof plain[p]), 0);
   printf("; small pool: %llu preemptions", (unsigned long long)s2.num_preemptions);
   CU_ASSERT(s2.num_preemptions > 0);
+  /* Above, the draft's LM head by default (1,024 of the 4,096 ids); here the whole
+   * vocabulary and 512 ids (its drafts come from those alone): greedy output is the
+   * target's either way. */
+  const int heads[] = {0, 512};
+  for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
+    const int saved = g_head_vocab;
+    g_head_vocab = heads[h];
+    spec_run(4, 512, spec, &s2);
+    g_head_vocab = saved;
+    for (int p = 0; p < N_SPEC_PROMPTS; p++)
+      CU_ASSERT_EQUAL(memcmp(plain[p], spec[p], sizeof plain[p]), 0);
+    printf("; head %d: drafted %llu, accepted %llu", heads[h],
+           (unsigned long long)s2.spec_draft_tokens, (unsigned long long)s2.spec_accepted_tokens);
+    CU_ASSERT(s2.spec_draft_tokens > 0);
+    CU_ASSERT(s2.spec_accepted_tokens * 2 > s2.spec_draft_tokens);
+  }
 }
 
 /* A draft model that cannot draft for the target is refused at start, saying why (through
@@ -502,6 +524,24 @@ static void test_draft_model_distribution(void) {
   CU_ASSERT(b1 >= 10);
   CU_ASSERT(p_ok > 1e-3);
   CU_ASSERT(p_bad < 1e-4);
+  /* Above, the draft's LM head by default (1,024 ids); here one of 512 ids only
+   * (drafter.head_vocab): q is 0 for every other token, which the target then gets from the
+   * residual alone; still the target's distribution, and still told apart when the residual
+   * is broken. */
+  const int saved = g_head_vocab;
+  g_head_vocab = 512;
+  memset(spec, 0, V * 4);
+  memset(broken, 0, V * 4);
+  second_tokens(2, 0, N, spec, V);
+  second_tokens(2, 1, N, broken, V);
+  g_head_vocab = saved;
+  const double p_head = homogeneity_p(plain, spec, V, &b1);
+  const double p_head_bad = homogeneity_p(plain, broken, V, &b2);
+  printf("; head 512: speculative %.3g (%d bins), broken residual %.3g (%d bins)", p_head, b1,
+         p_head_bad, b2);
+  CU_ASSERT(b1 >= 10);
+  CU_ASSERT(p_head > 1e-3);
+  CU_ASSERT(p_head_bad < 1e-4);
   free(plain);
   free(spec);
   free(broken);
