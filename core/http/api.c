@@ -315,7 +315,7 @@ static void stream_with_tools(weir__api_job *job, api_choice *ch, const weir_gen
 
 /* A finished job's answer into the response cache, when every choice ended normally (stop or
  * length: an aborted, failed or timed-out answer is not one to repeat). */
-static void front_fill(weir__api_job *job, const char *rec, size_t rec_len);
+static void front_fill(weir__api_job *job, const char *rec, size_t rec_len, int from_store);
 static void join_serve(weir__api_job *leader, const char *rec, size_t rec_len);
 
 static void store_answer(weir__api_job *job) {
@@ -333,7 +333,7 @@ static void store_answer(weir__api_job *job) {
   weir_buf v = {0};
   if (weir__rcache_build(&v, recs, counts, job->num_choices) == 0) {
     weir__rcache_store(job->s, &job->cache, &v, job->num_choices);
-    front_fill(job, v.p, v.len);
+    front_fill(job, v.p, v.len, 1);
     join_serve(job, v.p, v.len);
   }
   weir_buf_free(&v);
@@ -612,7 +612,7 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
     char *data = job->cache.hit; /* owned here: the job is gone after the last event */
     const size_t len = job->cache.hit_len;
     job->cache.hit = NULL;
-    if (!strcmp(job->cache.status, "hit-exact")) front_fill(job, data, len);
+    if (!strcmp(job->cache.status, "hit-exact")) front_fill(job, data, len, job->joined);
     if (job->stream) weir__http_cork(r);
     stream_begin(job, r);
     replay_answer(job, data, len);
@@ -714,7 +714,7 @@ static void replay_answer(weir__api_job *job, const char *data, size_t len) {
 
 /* A job's answer (served as an exact hit, or stored) into the front index, under the bytes
  * its request came with. */
-static void front_fill(weir__api_job *job, const char *rec, size_t rec_len) {
+static void front_fill(weir__api_job *job, const char *rec, size_t rec_len, int from_store) {
   if (!job->front_ok || !job->s->rcache) return;
   const weir__front_desc d = {.chat = job->chat,
                               .stream = job->stream,
@@ -729,7 +729,7 @@ static void front_fill(weir__api_job *job, const char *rec, size_t rec_len) {
   const char *auth = job->front_auth ? job->front_auth : "";
   weir__rcache_front_fill(job->s, job->front_hash, job->front_kind, auth, strlen(auth),
                           job->front_body.p ? job->front_body.p : "", job->front_body.len,
-                          &job->cache, &d, rec, rec_len);
+                          &job->cache, &d, rec, rec_len, from_store);
 }
 
 /* A front hit: the job is made from the entry's description and the recorded answer replayed
@@ -832,6 +832,8 @@ static void join_serve(weir__api_job *leader, const char *rec, size_t rec_len) {
       f->cache.hit_len = rec_len;
       f->cache.status = "hit-exact";
       f->cache.may_store = 0;
+      f->joined = 1; /* its answer is the leader's, not yet known to be stored */
+      if (f->r) f->r->cache_status = f->cache.status;
       weir__rcache_count_join(f->s);
     } else {
       free(copy); /* answered live instead */

@@ -752,8 +752,11 @@ const weir__front_entry *weir__rcache_front_lookup(weir__http_server *s, int kin
 void weir__rcache_front_fill(weir__http_server *s, uint64_t hash, int kind, const char *auth,
                              size_t auth_len, const char *body, size_t body_len,
                              const api_cache_ctx *c, const weir__front_desc *d,
-                             const char *rec, size_t rec_len) {
+                             const char *rec, size_t rec_len, int from_store) {
   weir__rcache *rc = s->rcache;
+  /* A store runs later on a worker thread and may fail (Redis down): only a backend the
+   * front index asks at every hit may have its entries made before the store landed. */
+  if (from_store && !rc->local) return;
   uint64_t now = uv_hrtime();
   uint64_t fresh = now + WEIR__FRONT_FRESH_NS;
   if (c->ttl_ms > 0 && now + (uint64_t)c->ttl_ms * 1000000ull < fresh)

@@ -77,7 +77,8 @@ void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *
 /* Loop: the front index (docs/response-cache.md). _front_lookup gives the entry for exactly
  * these bytes when it may be served now (counted as a lookup and an exact hit), or NULL, and
  * the bytes' hash in *hash either way; _front_fill adds the answer a request with those bytes
- * was served or stored under c->key. */
+ * was served (from_store 0) or stored (from_store 1: only with a non-blocking backend, which
+ * every front hit asks) under c->key. */
 struct weir__front_entry;
 struct weir__front_desc;
 const struct weir__front_entry *weir__rcache_front_lookup(weir__http_server *s, int kind,
@@ -87,7 +88,7 @@ const struct weir__front_entry *weir__rcache_front_lookup(weir__http_server *s, 
 void weir__rcache_front_fill(weir__http_server *s, uint64_t hash, int kind, const char *auth,
                              size_t auth_len, const char *body, size_t body_len,
                              const api_cache_ctx *c, const struct weir__front_desc *d,
-                             const char *rec, size_t rec_len);
+                             const char *rec, size_t rec_len, int from_store);
 void weir__rcache_front_clear(weir__http_server *s);
 /* Loop: counts a request that joined an identical one in flight. */
 void weir__rcache_count_join(weir__http_server *s);
@@ -226,6 +227,7 @@ struct weir__api_job {
   struct api_gen *join_a;               /* follower: its parsed request (owned) */
   cJSON *join_echo;                     /* follower: its /v1/responses echo (owned) */
   int join_chat;
+  int joined;                           /* answered with a leader's answer */
   int llama;            /* llama-server's POST /completion: rendered by api_llama.c */
   cJSON *llama_settings; /* its generation_settings (owned) */
 };
