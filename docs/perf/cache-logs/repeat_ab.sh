@@ -2,17 +2,20 @@
 # 30% exact repeats on the 1.1B shape (issue 33): output tokens/s with the memory cache (B)
 # against the same server without it (A), the same seeded workloads, rounds alternated
 # A B A B ... (weir bench starts each round's server, so every round begins with an empty
-# cache). The model is `weir mkmodel --preset 1.1b --type q4_0` (random weights; q4_0 decodes
-# fastest of the types on a 2-core CPU, docs/perf/gguf-types.md), made once into OUT_DIR.
+# cache). The model is `weir mkmodel --preset 1.1b --type q8_0` (random weights; Q8_0 on the
+# 1.1B shape runs ~140 tokens/s prefill and ~13 tokens/s single-sequence decode at 2 threads
+# on a quiet machine, docs/perf/gguf-types.md), made once into OUT_DIR.
 #   docs/perf/cache-logs/repeat_ab.sh BUILD_DIR OUT_DIR [ROUNDS] [REQUESTS]
 # Defaults: 6 rounds (3 A, 3 B) of 96 requests, 64 prompt + 32 output tokens, 8 in flight:
-# about 10 minutes on a quiet 2-core machine (model making included, ~1 min).
+# about 10 minutes on a quiet 2-core machine (estimated; making the model, 1.1 GiB, adds
+# 1-2 minutes the first time).
 set -eu
 build=${1:-build}; out=${2:-/tmp/cache-ab}; rounds=${3:-6}; reqs=${4:-96}
 mkdir -p "$out"
 weir="$build/bin/weir"
-model="$out/llama-1.1b-q4_0.gguf"
-[ -s "$model" ] || "$weir" mkmodel --preset 1.1b --type q4_0 --seed 1 --out "$model"
+# WEIR_AB_MODEL=path runs the same script on another model (a quick check that it works).
+model=${WEIR_AB_MODEL:-$out/llama-1.1b-q8_0.gguf}
+[ -s "$model" ] || "$weir" mkmodel --preset 1.1b --type q8_0 --seed 1 --out "$model"
 for mode in off memory; do
   cat > "$out/$mode.toml" <<TOML
 # docs/perf/cache.md: the 30%-repeat throughput A/B on the 1.1B shape ($mode).
