@@ -15,6 +15,7 @@
 
 #include "http/api_internal.h"
 #include "util/log.h"
+#include "util/utf8.h"
 #include "weir/status.h"
 
 
@@ -67,8 +68,18 @@ static void choice_release(api_choice *ch) {
   free(ch->stop_word);
 }
 
+static void gen_dispose(weir__http_server *s, api_gen *a);
+static void join_release(weir__api_job *leader);
+static void follower_unlink(weir__api_job *f);
+
 static void job_free(weir__api_job *job) {
   weir__http_server *s = job->s;
+  if (job->leading) join_release(job); /* its followers are answered live */
+  if (job->leader) follower_unlink(job);
+  if (job->join_a) gen_dispose(s, job->join_a);
+  cJSON_Delete(job->join_echo);
+  weir_buf_free(&job->front_body);
+  free(job->front_auth);
   if (job->r) job->r->job = NULL;
   for (int i = 0; i < job->num_choices; i++) choice_release(&job->choices[i]);
   free(job->choices);
@@ -95,6 +106,14 @@ static void job_free(weir__api_job *job) {
 static void client_gone(weir__api_job *job) {
   job->r = NULL;
   job->client_gone = 1;
+  if (job->leader) {
+    /* A follower holds nothing in the engine: it leaves its leader and is freed now. */
+    job_free(job);
+    return;
+  }
+  /* A leader goes on generating while others wait for its answer (the last of them to leave
+   * aborts it: follower_unlink). */
+  if (job->followers) return;
   for (int i = 0; i < job->num_choices; i++) {
     api_choice *ch = &job->choices[i];
     if (ch->submitted && !ch->finished) weir_engine_abort(job->s->engine, ch->engine_id);
@@ -296,6 +315,9 @@ static void stream_with_tools(weir__api_job *job, api_choice *ch, const weir_gen
 
 /* A finished job's answer into the response cache, when every choice ended normally (stop or
  * length: an aborted, failed or timed-out answer is not one to repeat). */
+static void front_fill(weir__api_job *job, const char *rec, size_t rec_len, int from_store);
+static void join_serve(weir__api_job *leader, const char *rec, size_t rec_len);
+
 static void store_answer(weir__api_job *job) {
   const weir_buf *recs[MAX_CHOICES];
   uint32_t counts[MAX_CHOICES];
@@ -308,7 +330,13 @@ static void store_answer(weir__api_job *job) {
     recs[i] = &ch->rec;
     counts[i] = ch->rec_events;
   }
-  weir__rcache_store(job->s, &job->cache, recs, counts, job->num_choices);
+  weir_buf v = {0};
+  if (weir__rcache_build(&v, recs, counts, job->num_choices) == 0) {
+    weir__rcache_store(job->s, &job->cache, &v, job->num_choices);
+    front_fill(job, v.p, v.len, 1);
+    join_serve(job, v.p, v.len);
+  }
+  weir_buf_free(&v);
 }
 
 static void on_event(weir__http_server *s, weir__queued_event *qe) {
@@ -389,7 +417,9 @@ static void on_event(weir__http_server *s, weir__queued_event *qe) {
   }
   free(qe);
   if (job->num_finished < job->num_choices) return;
-  if (job->cache.may_store && !job->client_gone) store_answer(job);
+  /* A leader whose client left still answers its followers (its generation was aborted only
+   * when it had none; see client_gone). */
+  if (job->cache.may_store && (!job->client_gone || job->followers)) store_answer(job);
   if (job->r) {
     weir__http_req *r = job->r;
     r->job = NULL;
@@ -562,7 +592,7 @@ static void fail_job(weir__api_job *job, api_gen *a, const api_error *e) {
  * here). On a failure the request is answered with the error and what was queued is aborted
  * (the job is freed when their final events arrive). */
 static void stream_begin(weir__api_job *job, weir__http_req *r);
-static void replay_answer(weir__api_job *job);
+static void replay_answer(weir__api_job *job, const char *data, size_t len);
 
 static void submit_choices(weir__api_job *job, api_gen *a) {
   weir__http_server *s = job->s;
@@ -579,8 +609,14 @@ static void submit_choices(weir__api_job *job, api_gen *a) {
       ch->prompt_index = i / n;
     }
     gen_dispose(s, a);
+    char *data = job->cache.hit; /* owned here: the job is gone after the last event */
+    const size_t len = job->cache.hit_len;
+    job->cache.hit = NULL;
+    if (!strcmp(job->cache.status, "hit-exact")) front_fill(job, data, len, job->joined);
+    if (job->stream) weir__http_cork(r);
     stream_begin(job, r);
-    replay_answer(job);
+    replay_answer(job, data, len);
+    free(data);
     return;
   }
   for (int pi = 0; pi < a->pl.count; pi++) {
@@ -638,12 +674,10 @@ static void stream_begin(weir__api_job *job, weir__http_req *r) {
 
 /* Replays a hit's recorded events, choice by choice, through on_event: the same chunks,
  * usage and finish reasons as the live answer had. The last event frees the job. */
-static void replay_answer(weir__api_job *job) {
+static void replay_answer(weir__api_job *job, const char *data, size_t len) {
   weir__http_server *s = job->s;
-  char *data = job->cache.hit;
-  const uint8_t *p = weir__rcache_choices(data), *end = (const uint8_t *)data + job->cache.hit_len;
+  const uint8_t *p = weir__rcache_choices(data), *end = (const uint8_t *)data + len;
   const int num_choices = job->num_choices;
-  job->cache.hit = NULL; /* owned here: the job is gone after the last event */
   for (int i = 0; i < num_choices; i++) {
     api_choice *ch = &job->choices[i];
     uint32_t ne = 0;
@@ -660,7 +694,6 @@ static void replay_answer(weir__api_job *job) {
         if (r && r->streaming) weir__http_stream_end(r);
         else if (r) weir__api_respond_error(r, &e);
         abandon(job);
-        free(data);
         return;
       }
       char *text = (char *)(qe + 1);
@@ -675,7 +708,153 @@ static void replay_answer(weir__api_job *job) {
       on_event(s, qe);
     }
   }
-  free(data);
+}
+
+/* ---- the front index and joins (docs/response-cache.md) ---------------------------------- */
+
+/* A job's answer (served as an exact hit, or stored) into the front index, under the bytes
+ * its request came with. */
+static void front_fill(weir__api_job *job, const char *rec, size_t rec_len, int from_store) {
+  if (!job->front_ok || !job->s->rcache) return;
+  const weir__front_desc d = {.chat = job->chat,
+                              .stream = job->stream,
+                              .include_usage = job->include_usage,
+                              .n = job->n,
+                              .num_prompts = job->num_prompts,
+                              .responses = job->responses,
+                              .tool_mode = job->tool_mode,
+                              .parallel_tool_calls = job->parallel_tool_calls,
+                              .tool_named = job->tool_named,
+                              .resp_echo = job->resp_echo};
+  const char *auth = job->front_auth ? job->front_auth : "";
+  weir__rcache_front_fill(job->s, job->front_hash, job->front_kind, auth, strlen(auth),
+                          job->front_body.p ? job->front_body.p : "", job->front_body.len,
+                          &job->cache, &d, rec, rec_len, from_store);
+}
+
+/* A front hit: the job is made from the entry's description and the recorded answer replayed
+ * into it, on the loop, with one write. */
+static void front_serve(weir__api_job *job, const weir__front_entry *e) {
+  weir__http_server *s = job->s;
+  weir__http_req *r = job->r;
+  const weir__front_desc *d = &e->d;
+  job->chat = d->chat;
+  job->stream = d->stream;
+  job->include_usage = d->include_usage;
+  job->logprobs = -1;
+  job->created = (int64_t)time(NULL);
+  job->num_prompts = d->num_prompts;
+  job->n = d->n;
+  weir__api_make_id(job->id, sizeof job->id, d->responses ? "resp" : d->chat ? "chatcmpl" : "cmpl");
+  if (d->responses) job->id[4] = '_';
+  job->responses = d->responses;
+  job->tool_mode = d->tool_mode;
+  job->parallel_tool_calls = d->parallel_tool_calls;
+  job->num_choices = d->num_prompts * d->n;
+  job->cache.status = "hit-exact";
+  r->cache_status = job->cache.status;
+  if ((d->resp_echo && !(job->resp_echo = cJSON_Duplicate(d->resp_echo, 1))) ||
+      (d->tool_named && !(job->tool_named = strdup(d->tool_named))) ||
+      !(job->choices = calloc((size_t)job->num_choices, sizeof *job->choices))) {
+    api_error err = {0};
+    job->num_choices = 0;
+    weir__api_fail(&err, 500, NULL, NULL, "out of memory");
+    weir__api_respond_error(detach(job), &err);
+    abandon(job);
+    return;
+  }
+  for (int i = 0; i < job->num_choices; i++) {
+    api_choice *ch = &job->choices[i];
+    ch->u.srv = s;
+    ch->job = job;
+    ch->index = i;
+    ch->prompt_index = i / d->n;
+  }
+  if (job->stream) weir__http_cork(r);
+  stream_begin(job, r);
+  replay_answer(job, e->rec, e->rec_len);
+}
+
+/* The leader in flight with this key, or NULL. */
+static weir__api_job *leader_find(weir__http_server *s, const char *key) {
+  for (weir__api_job *j = s->leaders; j; j = j->lead_next)
+    if (!strcmp(j->cache.key, key)) return j;
+  return NULL;
+}
+
+static void leader_add(weir__api_job *job) {
+  weir__http_server *s = job->s;
+  job->leading = 1;
+  job->lead_prev = NULL;
+  job->lead_next = s->leaders;
+  if (s->leaders) s->leaders->lead_prev = job;
+  s->leaders = job;
+}
+
+static void leader_remove(weir__api_job *job) {
+  if (!job->leading) return;
+  if (job->lead_prev) job->lead_prev->lead_next = job->lead_next;
+  else job->s->leaders = job->lead_next;
+  if (job->lead_next) job->lead_next->lead_prev = job->lead_prev;
+  job->leading = 0;
+  job->lead_prev = job->lead_next = NULL;
+}
+
+/* A follower leaves its leader's list (its client left, or it is answered). A leader whose
+ * own client is gone stops generating when its last follower leaves. */
+static void follower_unlink(weir__api_job *f) {
+  weir__api_job *l = f->leader;
+  weir__api_job **pp = &l->followers;
+  while (*pp && *pp != f) pp = &(*pp)->follow_next;
+  if (*pp) *pp = f->follow_next;
+  f->leader = NULL;
+  f->follow_next = NULL;
+  if (!l->followers && l->client_gone) client_gone(l);
+}
+
+static void begin_generation(weir__api_job *job, api_gen *a, cJSON *echo, int chat);
+
+/* The leader answered: every follower replays that answer as an exact hit. */
+static void join_serve(weir__api_job *leader, const char *rec, size_t rec_len) {
+  leader_remove(leader); /* later identical requests find the stored entry */
+  while (leader->followers) {
+    weir__api_job *f = leader->followers;
+    follower_unlink(f);
+    api_gen *a = f->join_a;
+    cJSON *echo = f->join_echo;
+    f->join_a = NULL;
+    f->join_echo = NULL;
+    char *copy = malloc(rec_len);
+    if (copy && weir__rcache_check(rec, rec_len, f->cache.num_choices) == 0) {
+      memcpy(copy, rec, rec_len);
+      free(f->cache.hit);
+      f->cache.hit = copy;
+      f->cache.hit_len = rec_len;
+      f->cache.status = "hit-exact";
+      f->cache.may_store = 0;
+      f->joined = 1; /* its answer is the leader's, not yet known to be stored */
+      if (f->r) f->r->cache_status = f->cache.status;
+      weir__rcache_count_join(f->s);
+    } else {
+      free(copy); /* answered live instead */
+    }
+    begin_generation(f, a, echo, f->join_chat);
+  }
+}
+
+/* The leader ends without an answer to share (an error, an abort, a timeout): each follower
+ * is generated itself (the first becomes the new leader, the others join it). */
+static void join_release(weir__api_job *leader) {
+  leader_remove(leader);
+  while (leader->followers) {
+    weir__api_job *f = leader->followers;
+    follower_unlink(f);
+    api_gen *a = f->join_a;
+    cJSON *echo = f->join_echo;
+    f->join_a = NULL;
+    f->join_echo = NULL;
+    begin_generation(f, a, echo, f->join_chat);
+  }
 }
 
 /* Ends a job whose response is already out (or whose client is gone): choices not queued
@@ -726,6 +905,8 @@ struct weir__api_work {
   char *auth;         /* the request's Authorization header (owned), for the cache's scope */
   int cache_control;  /* its Cache-Control directives */
   api_cache_ctx cache; /* generation: the response cache's decision (moved to the job) */
+  int front_ok;        /* the body is kept (not freed after parsing) for the front index */
+  uint64_t front_hash;
 };
 
 static void work_free(weir__api_work *w) {
@@ -861,8 +1042,11 @@ static void prep_run(void *arg, int cancelled) {
     return;
   }
   large_work_begin(w->body_len);
+  /* A body the parser must repair (invalid UTF-8) is not the bytes a front entry would be
+   * found by: it never fills one. */
+  if (w->front_ok && w->body.len && !weir_utf8_valid(w->body.p, w->body.len)) w->front_ok = 0;
   root = weir__api_parse_body(&w->body, &w->e);
-  weir_buf_free(&w->body);
+  if (!w->front_ok) weir_buf_free(&w->body);
   if (!root) goto failed;
   switch (w->kind) {
   case W_TOKENIZE:
@@ -973,6 +1157,21 @@ static void queue_work(weir__http_req *r, int kind) {
   w->body = r->body; /* taken: the request keeps no copy */
   w->body_len = r->body.len;
   memset(&r->body, 0, sizeof r->body);
+  /* The front index: a byte-identical repeat of a request the cache served or stored is
+   * answered here, on the loop (docs/response-cache.md). Only requests without Cache-Control
+   * directives use it, and only the OpenAI endpoints. */
+  if (s->rcache && !w->cache_control && w->body_len <= WEIR__FRONT_MAX_BODY &&
+      (kind == W_CHAT || kind == W_COMPLETIONS || kind == W_RESPONSES)) {
+    const char *auth = w->auth ? w->auth : "";
+    const weir__front_entry *fe = weir__rcache_front_lookup(
+        s, kind, auth, strlen(auth), w->body.p ? w->body.p : "", w->body.len, &w->front_hash);
+    if (fe) {
+      work_free(w);
+      front_serve(job, fe);
+      return;
+    }
+    w->front_ok = 1;
+  }
   /* Embeddings wait for the engine: on their own pool, never holding a preparation thread;
    * a heavy body (WEIR__HEAVY_BYTES or more) on the heavy preparation pool. */
   weir_workpool *pool = kind == W_EMBEDDINGS ? s->embed_pool
@@ -1027,6 +1226,8 @@ static void work_done(weir__api_work *w) {
     abandon(job);
     return;
   }
+  /* This replica's front index forgets everything a clear may have removed. */
+  if (w->kind == W_CACHE_CLEAR) weir__rcache_front_clear(job->s);
   api_error e = w->e;
   if (!w->failed && w->a && w->a->spec.kind && !w->cache.hit &&
       weir__api_gen_compiled(w->a, &e))
@@ -1066,7 +1267,44 @@ static void work_done(weir__api_work *w) {
   job->cache = w->cache; /* moved: the job frees the hit */
   memset(&w->cache, 0, sizeof w->cache);
   job->r->cache_status = job->cache.status;
+  if (w->front_ok && job->cache.looked_up) {
+    job->front_ok = 1;
+    job->front_kind = w->kind;
+    job->front_hash = w->front_hash;
+    job->front_body = w->body; /* taken */
+    memset(&w->body, 0, sizeof w->body);
+    job->front_auth = w->auth;
+    w->auth = NULL;
+  }
   work_free(w);
+  begin_generation(job, a, echo, chat);
+}
+
+/* A prepared generation request starts: a miss that an identical request in flight will
+ * answer joins it (docs/response-cache.md); a miss whose answer will be stored leads. */
+static void begin_generation(weir__api_job *job, api_gen *a, cJSON *echo, int chat) {
+  weir__http_server *s = job->s;
+  api_cache_ctx *c = &job->cache;
+  if (s->state == WEIR__STOPPING || s->aborted_all) {
+    api_error e = {0};
+    weir__api_fail(&e, 503, NULL, NULL, "The server is shutting down");
+    cJSON_Delete(echo);
+    fail_job(job, a, &e);
+    return;
+  }
+  if (!c->hit && c->looked_up) {
+    weir__api_job *l = leader_find(s, c->key);
+    if (l && l != job) {
+      job->join_a = a;
+      job->join_echo = echo;
+      job->join_chat = chat;
+      job->leader = l;
+      job->follow_next = l->followers;
+      l->followers = job;
+      return;
+    }
+    if (!l && c->may_store) leader_add(job);
+  }
   start_job(job, a, echo, chat);
 }
 

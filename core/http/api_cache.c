@@ -7,6 +7,7 @@
  * _store and _clear run on the prep pool's threads (a plugin call may block on the network,
  * so never on the loop); the recording helpers run on the loop. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,11 @@ struct weir__rcache {
   uint64_t rng;
   weir_metric *sem_similarity, *sem_bound, *sem_serve, *sem_refuse, *sem_explore, *sem_none,
       *sem_right, *sem_wrong, *embed_errors;
+  /* The front index (api_front.c; loop only) and whether the backend's calls never block
+   * (WEIR_CACHE_NONBLOCKING: a front hit asks it whether the entry is still there). */
+  weir__front *front;
+  int local;
+  weir_metric *front_hits, *joins;
 };
 
 static const double k_sim_buckets[] = {0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.97,
@@ -105,6 +111,12 @@ int weir__rcache_open(weir__http_server *s, char *err, size_t errlen) {
       {"response_cache_backend_errors_total",
        "Cache calls that failed (backend down, timeout): the request went on without it.",
        NULL, WEIR_METRIC_COUNTER, &c->backend_errors, NULL, 0},
+      {"response_cache_front_hits_total",
+       "Exact hits answered from the front index (a byte-identical repeat: no parse, template "
+       "or tokenizer).", NULL, WEIR_METRIC_COUNTER, &c->front_hits, NULL, 0},
+      {"response_cache_joins_total",
+       "Requests that joined an identical request in flight and replayed its answer.", NULL,
+       WEIR_METRIC_COUNTER, &c->joins, NULL, 0},
       {"response_cache_bad_entries_total",
        "Entries found that did not parse or did not fit the request (served as a miss).",
        NULL, WEIR_METRIC_COUNTER, &c->bad_entries, NULL, 0},
@@ -134,6 +146,14 @@ int weir__rcache_open(weir__http_server *s, char *err, size_t errlen) {
   weir_plugin_dirs_free(&dirs);
   if (rc != WEIR_OK) goto free_c;
   c->ops = c->plugin->ops;
+  c->local = c->ops->struct_size >= offsetof(weir_cache_ops, flags) + sizeof c->ops->flags &&
+             (c->ops->flags & WEIR_CACHE_NONBLOCKING);
+  if (!(c->front = weir__front_new(WEIR__FRONT_MAX_BYTES, WEIR__FRONT_MAX_ENTRIES))) {
+    snprintf(err, errlen, "out of memory");
+    rc = WEIR_E_NOMEM;
+    weir_plugin_unload(c->plugin);
+    goto free_c;
+  }
   s->rcache = c;
   weir_log(WEIR_LOG_INFO, "http", "response cache: %s (%s), ttl %llds, %s requests, "
            "semantic layer %s", c->plugin->desc->name, c->plugin->path, (long long)c->ttl_s,
@@ -149,6 +169,7 @@ free_c:
 void weir__rcache_close(weir__http_server *s) {
   if (!s->rcache) return;
   weir_plugin_unload(s->rcache->plugin);
+  weir__front_free(s->rcache->front);
   pthread_mutex_destroy(&s->rcache->sem_lock);
   free(s->rcache);
   s->rcache = NULL;
@@ -443,6 +464,7 @@ void weir__rcache_lookup(weir__http_server *s, const api_gen *a, const char *aut
     return;
   }
   weir_metric_record(rc->lookups, 1);
+  c->looked_up = 1;
   weir_buf v = {0};
   int r = rc->ops->get(rc->plugin->self, c->key, strlen(c->key), sink_copy, &v);
   if (r == WEIR_OK && !v.oom && weir__rcache_check(v.p, v.len, c->num_choices) == 0) {
@@ -659,17 +681,22 @@ static void store_run(void *arg, int cancelled) {
   free(w);
 }
 
-void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *const *recs,
-                        const uint32_t *num_events, int num_choices) {
-  weir_buf v = {0};
-  weir_buf_append(&v, REC_MAGIC, 4);
-  put_u32(&v, (uint32_t)num_choices);
+int weir__rcache_build(weir_buf *v, const weir_buf *const *recs, const uint32_t *num_events,
+                       int num_choices) {
+  weir_buf_append(v, REC_MAGIC, 4);
+  put_u32(v, (uint32_t)num_choices);
   for (int i = 0; i < num_choices; i++) {
-    put_u32(&v, num_events[i]);
-    weir_buf_append(&v, recs[i]->p ? recs[i]->p : "", recs[i]->len);
+    put_u32(v, num_events[i]);
+    weir_buf_append(v, recs[i]->p ? recs[i]->p : "", recs[i]->len);
   }
+  return v->oom ? -1 : 0;
+}
+
+void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *value,
+                        int num_choices) {
+  const weir_buf v = *value;
   store_work *w = v.oom ? NULL : malloc(sizeof *w + v.len);
-  if (!w) goto free_v;
+  if (!w) return;
   w->rc = s->rcache;
   w->ttl_ms = c->ttl_ms;
   w->num_choices = num_choices;
@@ -686,8 +713,64 @@ void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *
     free(w->vec);
     free(w);
   }
-free_v:
-  weir_buf_free(&v);
+}
+
+/* ---- the front index and joins (loop) ------------------------------------------------------ */
+
+static void sink_none(void *arg, const void *data, size_t len) {
+  (void)arg;
+  (void)data;
+  (void)len;
+}
+
+const weir__front_entry *weir__rcache_front_lookup(weir__http_server *s, int kind,
+                                                   const char *auth, size_t auth_len,
+                                                   const char *body, size_t body_len,
+                                                   uint64_t *hash) {
+  weir__rcache *rc = s->rcache;
+  *hash = weir__front_hash(kind, auth, auth_len, body, body_len);
+  weir__front_entry *e = weir__front_find(rc->front, *hash, kind, auth, auth_len, body,
+                                          body_len);
+  if (!e) return NULL;
+  if (rc->local) {
+    /* The backend is in this process and never blocks: ask it whether the answer is still
+     * stored (expired, evicted, cleared: then the full path decides again). */
+    if (rc->ops->get(rc->plugin->self, e->key, strlen(e->key), sink_none, NULL) != WEIR_OK) {
+      weir__front_remove(rc->front, e);
+      return NULL;
+    }
+  } else if (uv_hrtime() >= e->fresh_until_ns) {
+    weir__front_remove(rc->front, e);
+    return NULL;
+  }
+  weir_metric_record(rc->lookups, 1);
+  weir_metric_record(rc->hit_exact, 1);
+  weir_metric_record(rc->front_hits, 1);
+  return e;
+}
+
+void weir__rcache_front_fill(weir__http_server *s, uint64_t hash, int kind, const char *auth,
+                             size_t auth_len, const char *body, size_t body_len,
+                             const api_cache_ctx *c, const weir__front_desc *d,
+                             const char *rec, size_t rec_len, int from_store) {
+  weir__rcache *rc = s->rcache;
+  /* A store runs later on a worker thread and may fail (Redis down): only a backend the
+   * front index asks at every hit may have its entries made before the store landed. */
+  if (from_store && !rc->local) return;
+  uint64_t now = uv_hrtime();
+  uint64_t fresh = now + WEIR__FRONT_FRESH_NS;
+  if (c->ttl_ms > 0 && now + (uint64_t)c->ttl_ms * 1000000ull < fresh)
+    fresh = now + (uint64_t)c->ttl_ms * 1000000ull;
+  (void)weir__front_put(rc->front, hash, kind, auth, auth_len, body, body_len, c->key, d, rec,
+                        rec_len, fresh);
+}
+
+void weir__rcache_front_clear(weir__http_server *s) {
+  if (s->rcache) weir__front_clear(s->rcache->front);
+}
+
+void weir__rcache_count_join(weir__http_server *s) {
+  weir_metric_record(s->rcache->joins, 1);
 }
 
 int weir__rcache_clear(weir__http_server *s, const char *prefix, int64_t *removed) {

@@ -38,6 +38,8 @@ typedef struct api_cache_ctx {
   int num_choices;
   int64_t ttl_ms;
   char key[WEIR__RCACHE_KEY_CAP]; /* "weir:v1:<key scope>:<user scope>:<answer hash>" */
+  int looked_up;        /* the exact layer was asked (the request may be served a stored
+                           or a joined answer) */
   char *hit;            /* a hit: the recorded answer (malloc'd, checked), else NULL */
   size_t hit_len;
   /* The semantic layer (a request that opted in): its bucket's key, the user turn's vector
@@ -64,10 +66,32 @@ int weir__rcache_scope_prefix(const char *auth, const char *user, int with_user,
                               size_t cap);
 /* Loop: appends one engine event to a choice's recording. */
 void weir__rcache_record(weir_buf *rec, uint32_t *num_events, const weir_gen_event *ev);
-/* Loop: stores a completed answer (its choices' recordings) on the prep pool, with what the
- * semantic layer learns from it (c->sem_vec is taken). */
-void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *const *recs,
-                        const uint32_t *num_events, int num_choices);
+/* Loop: a completed answer (its choices' recordings) as one recorded value (appended to v;
+ * -1 when memory ran out). */
+int weir__rcache_build(weir_buf *v, const weir_buf *const *recs, const uint32_t *num_events,
+                       int num_choices);
+/* Loop: stores a recorded value (copied) on the prep pool, with what the semantic layer
+ * learns from it (c->sem_vec is taken). */
+void weir__rcache_store(weir__http_server *s, api_cache_ctx *c, const weir_buf *value,
+                        int num_choices);
+/* Loop: the front index (docs/response-cache.md). _front_lookup gives the entry for exactly
+ * these bytes when it may be served now (counted as a lookup and an exact hit), or NULL, and
+ * the bytes' hash in *hash either way; _front_fill adds the answer a request with those bytes
+ * was served (from_store 0) or stored (from_store 1: only with a non-blocking backend, which
+ * every front hit asks) under c->key. */
+struct weir__front_entry;
+struct weir__front_desc;
+const struct weir__front_entry *weir__rcache_front_lookup(weir__http_server *s, int kind,
+                                                          const char *auth, size_t auth_len,
+                                                          const char *body, size_t body_len,
+                                                          uint64_t *hash);
+void weir__rcache_front_fill(weir__http_server *s, uint64_t hash, int kind, const char *auth,
+                             size_t auth_len, const char *body, size_t body_len,
+                             const api_cache_ctx *c, const struct weir__front_desc *d,
+                             const char *rec, size_t rec_len, int from_store);
+void weir__rcache_front_clear(weir__http_server *s);
+/* Loop: counts a request that joined an identical one in flight. */
+void weir__rcache_count_join(weir__http_server *s);
 /* A recorded answer: 0 when data is one of num_choices choices, well formed; else -1. */
 int weir__rcache_check(const char *data, size_t len, int num_choices);
 /* Walking a checked recording: the first choice, then per choice its event count and its
@@ -77,6 +101,58 @@ int weir__rcache_choice(const uint8_t **p, const uint8_t *end, uint32_t *num_eve
 int weir__rcache_next_event(const uint8_t **p, const uint8_t *end, weir_gen_event *ev);
 /* Prep pool: removes every entry under a key prefix (weir__rcache_scope_prefix; "" for all). */
 int weir__rcache_clear(weir__http_server *s, const char *prefix, int64_t *removed);
+
+/* ---- api_front.c: the front index (docs/response-cache.md, "The front index") ----
+ * Loop thread only. */
+
+#define WEIR__FRONT_MAX_BODY (16 * 1024)   /* larger bodies always take the full path */
+#define WEIR__FRONT_MAX_REC (1024 * 1024)  /* larger answers are not kept in front */
+#define WEIR__FRONT_MAX_BYTES (64ull << 20)
+#define WEIR__FRONT_MAX_ENTRIES 65536
+/* How long a front entry is served without asking a backend whose calls may block (Redis)
+ * whether the entry is still there. A local backend (WEIR_CACHE_NONBLOCKING) is asked at
+ * every front hit instead. */
+#define WEIR__FRONT_FRESH_NS (1000ull * 1000000ull)
+
+/* What a job needs to render a recorded answer, without the parsed request. */
+typedef struct weir__front_desc {
+  int chat, stream, include_usage, n, num_prompts, responses;
+  int tool_mode, parallel_tool_calls;
+  char *tool_named;   /* WEIR_TOOLS_NAMED: the function, or NULL */
+  cJSON *resp_echo;   /* /v1/responses: the fields its Response repeats, or NULL */
+} weir__front_desc;
+
+typedef struct weir__front_entry {
+  struct weir__front_entry *hnext, *older, *newer;
+  uint64_t hash;
+  int kind;                /* the endpoint (api.c's W_* value) */
+  size_t size;             /* bytes charged to the table */
+  uint64_t fresh_until_ns; /* a blocking backend: served without asking until then */
+  char key[WEIR__RCACHE_KEY_CAP]; /* the full key the answer is stored under */
+  weir__front_desc d;      /* owned: tool_named and resp_echo are the entry's copies */
+  const char *auth, *body, *rec; /* into data[] */
+  size_t auth_len, body_len, rec_len;
+  char data[];
+} weir__front_entry;
+
+typedef struct weir__front weir__front;
+weir__front *weir__front_new(size_t max_bytes, int64_t max_count);
+void weir__front_free(weir__front *f);
+/* Drops every entry (an admin clear). */
+void weir__front_clear(weir__front *f);
+int64_t weir__front_count(const weir__front *f);
+uint64_t weir__front_hash(int kind, const char *auth, size_t auth_len, const char *body,
+                          size_t body_len);
+/* The entry for exactly these bytes, or NULL. Borrowed until the table changes. */
+weir__front_entry *weir__front_find(weir__front *f, uint64_t hash, int kind, const char *auth,
+                                    size_t auth_len, const char *body, size_t body_len);
+void weir__front_remove(weir__front *f, weir__front_entry *e);
+/* Adds (or replaces) an entry, copying everything; the oldest entries make room. 0, or -1
+ * when it is too large or memory ran out (nothing changed then, except what made room). */
+int weir__front_put(weir__front *f, uint64_t hash, int kind, const char *auth, size_t auth_len,
+                    const char *body, size_t body_len, const char *key,
+                    const weir__front_desc *d, const char *rec, size_t rec_len,
+                    uint64_t fresh_until_ns);
 
 typedef struct api_choice {
   weir__engine_user u; /* first: the engine callback's user pointer */
@@ -134,6 +210,24 @@ struct weir__api_job {
   char *tool_named;     /* WEIR_TOOLS_NAMED: the function (owned) */
   int parallel_tool_calls;
   api_cache_ctx cache;  /* the response cache's decision (status NULL: no cache) */
+  /* The front index: a request that may fill an entry keeps its bytes (owned) until its
+   * answer is known. */
+  int front_ok, front_kind;
+  uint64_t front_hash;
+  weir_buf front_body;
+  char *front_auth;
+  /* Joining identical requests in flight (docs/response-cache.md): a leader is a miss whose
+   * answer will be stored, listed in the server's leaders; a follower is a later miss with
+   * the same key, waiting (its parsed request kept) for the leader's answer. */
+  int leading;
+  weir__api_job *lead_prev, *lead_next; /* leader: in s->leaders */
+  weir__api_job *followers;             /* leader: jobs waiting for its answer */
+  weir__api_job *follow_next;           /* follower: the next in its leader's list */
+  weir__api_job *leader;                /* follower: the job it waits for */
+  struct api_gen *join_a;               /* follower: its parsed request (owned) */
+  cJSON *join_echo;                     /* follower: its /v1/responses echo (owned) */
+  int join_chat;
+  int joined;                           /* answered with a leader's answer */
   int llama;            /* llama-server's POST /completion: rendered by api_llama.c */
   cJSON *llama_settings; /* its generation_settings (owned) */
 };

@@ -94,6 +94,10 @@ struct weir__http_req {
   weir__api_job *job;         /* generation in flight for this request, or NULL */
   int cache_control;          /* Cache-Control directives: WEIR__CC_* bits (api_internal.h) */
   const char *cache_status;   /* static text for an "x-weir-cache" response header, or NULL */
+  /* Corked (weir__http_cork): a stream's writes are gathered here and go out as one write
+   * when it ends (a replayed answer: one write instead of one per chunk). */
+  int corked;
+  weir_buf cork;
 };
 
 /* Responses. Each call makes its own uv_write with its own buffer. They do nothing when the
@@ -108,6 +112,10 @@ void weir__http_respond_error(weir__http_req *r, int status, const char *type,
 void weir__http_stream_start(weir__http_req *r, const char *content_type);
 void weir__http_stream_write(weir__http_req *r, const char *data, size_t len);
 void weir__http_stream_end(weir__http_req *r);
+/* Gathers the stream's head and chunks in memory until weir__http_stream_end, which sends
+ * them with the terminating chunk in one write. For a stream whose chunks are all known at
+ * once (a cached answer). */
+void weir__http_cork(weir__http_req *r);
 /* The URL path without the query string, NUL-terminated in `out`. */
 void weir__http_path(const weir__http_req *r, char *out, size_t cap);
 
@@ -203,6 +211,7 @@ struct weir__http_server {
   int num_jobs;               /* generation jobs not yet freed (client gone or not) */
   weir__api_job *jobs;        /* the same jobs, doubly linked (api.c) */
   weir__rcache *rcache;       /* the response cache (api_cache.c), or NULL */
+  weir__api_job *leaders;     /* response cache: misses others may join (api.c; loop) */
   int aborted_all;
   int drain_grace;            /* the drain deadline passed: aborted requests finish sending */
   int force_close;            /* a second signal or the grace is over: close everything now */

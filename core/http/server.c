@@ -118,6 +118,7 @@ static void req_free(weir__http_req *r) {
   weir_buf_free(&r->content_type);
   weir_buf_free(&r->authorization);
   weir_buf_free(&r->body);
+  weir_buf_free(&r->cork);
   free(r);
 }
 
@@ -579,14 +580,26 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
                    r->cache_status ? "x-weir-cache: " : "", r->cache_status ? r->cache_status : "",
                    r->cache_status ? "\r\n" : "");
   if (h.oom) conn_close_soon(c);
+  else if (r->corked) weir_buf_append(&r->cork, h.p, h.len);
   else conn_write(c, h.p, h.len, NULL, 0);
   weir_buf_free(&h);
 }
+
+void weir__http_cork(weir__http_req *r) { r->corked = 1; }
 
 void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
   if (!r->streaming || r->done || len == 0) return;
   char *owned = NULL;
   data = utf8_checked(r->srv, data, &len, &owned);
+  if (r->corked) {
+    char size_line[24];
+    int n = snprintf(size_line, sizeof size_line, "%zx\r\n", len);
+    if (r->chunked) weir_buf_append(&r->cork, size_line, (size_t)n);
+    weir_buf_append(&r->cork, data, len);
+    if (r->chunked) weir_buf_append(&r->cork, "\r\n", 2);
+    free(owned);
+    return;
+  }
   if (!r->chunked) {
     conn_write(r->conn, data, len, NULL, 0);
     free(owned);
@@ -607,7 +620,15 @@ void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
 
 void weir__http_stream_end(weir__http_req *r) {
   if (!r->streaming || r->done) return;
-  if (r->chunked) conn_write(r->conn, "0\r\n\r\n", 5, NULL, 0);
+  if (r->corked) {
+    if (r->chunked) weir_buf_append(&r->cork, "0\r\n\r\n", 5);
+    if (r->cork.oom) conn_close_soon(r->conn);
+    else if (r->cork.len) conn_write(r->conn, r->cork.p, r->cork.len, NULL, 0);
+    weir_buf_free(&r->cork);
+    r->corked = 0;
+  } else if (r->chunked) {
+    conn_write(r->conn, "0\r\n\r\n", 5, NULL, 0);
+  }
   req_done(r);
 }
 

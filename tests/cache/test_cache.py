@@ -230,6 +230,179 @@ def streams(s, tag):
             expect(len(calls) >= 1, "%s: no tool_calls deltas in the replay" % tag)
 
 
+def front(s, tag, plugin):
+    """The front index (a byte-identical repeat answered without parsing): it serves repeats,
+    and never across API keys or users, never a non-deterministic request, never against
+    Cache-Control, never after a clear."""
+    fh = lambda: metric(s, r"weir_response_cache_front_hits_total.*")  # noqa: E731
+    body = chat("Front repeat " + tag)
+    st, h1, d1 = post(s, "/v1/chat/completions", body, "alice")
+    b0 = fh()
+    st, h2, d2 = post(s, "/v1/chat/completions", body, "alice")
+    b1 = fh()
+    st, h3, d3 = post(s, "/v1/chat/completions", body, "alice")
+    # memory: the store made the front entry (every front hit asks the plugin); Redis: the
+    # first hit through the full path did (a store there may fail).
+    expect(h1 == "miss" and h2 == "hit-exact" and h3 == "hit-exact" and fh() == b1 + 1 and
+           (plugin != "memory" or b1 == b0 + 1),
+           "%s: front: %s %s %s front hits %s %s %s" % (tag, h1, h2, h3, b0, b1, fh()))
+    expect(d2 != d3 and json.loads(d2)["choices"] == json.loads(d3)["choices"],
+           "%s: front answer (its own id)" % tag)
+    expect(json.loads(d1)["choices"] == json.loads(d2)["choices"], "%s: front answer" % tag)
+    # Streamed: the same chunks as the live stream, one entry per body.
+    sb = dict(body, stream=True, stream_options={"include_usage": True})
+    (_, h3, e3), (_, h4, e4) = twice(s, "/v1/chat/completions", sb, "alice")
+    _, h5, e5 = post(s, "/v1/chat/completions", sb, "alice")
+    expect(h3 == "hit-exact" and h4 == "hit-exact" and h5 == "hit-exact" and
+           sse(e3) == sse(e4) == sse(e5) and len(sse(e5)) > 3,
+           "%s: front stream %s %s %s" % (tag, h3, h4, h5))
+    # Other keys, no key, another user: the same bytes are another scope.
+    base = fh()
+    for key, b in (("mallory", body), (None, body), ("Alice", body),
+                   ("alice", dict(body, user="u9"))):
+        _, h, _ = post(s, "/v1/chat/completions", b, key)
+        expect(h == "miss", "%s: front crossed scope key %r: %s" % (tag, key, h))
+    expect(fh() == base, "%s: front served across scopes" % tag)
+    # Not deterministic: never served, by either path.
+    nd = chat("Front sampled " + tag, temperature=0.9)
+    for _ in range(3):
+        _, h, _ = post(s, "/v1/chat/completions", nd, "alice")
+        expect(h == "miss", "%s: a sampled request was served: %s" % (tag, h))
+    # no-store: nothing stored, by the front index either; no-cache: never served by it.
+    ns = chat("Front no-store " + tag)
+    for _ in range(2):
+        _, h, _ = post(s, "/v1/chat/completions", ns, "alice", {"Cache-Control": "no-store"})
+        expect(h == "miss", "%s: no-store request served %s" % (tag, h))
+    _, h, _ = post(s, "/v1/chat/completions", ns, "alice")
+    expect(h == "miss", "%s: a no-store answer was kept: %s" % (tag, h))
+    base = fh()
+    _, h, _ = post(s, "/v1/chat/completions", body, "alice", {"Cache-Control": "no-cache"})
+    expect(h == "miss" and fh() == base, "%s: no-cache served: %s" % (tag, h))
+    # cache.mode off in the body: never filled, never served.
+    off = chat("Front off " + tag, cache={"mode": "off"})
+    for _ in range(3):
+        _, h, _ = post(s, "/v1/chat/completions", off, "alice")
+        expect(h == "miss", "%s: mode off served %s" % (tag, h))
+    # A clear empties it at once.
+    post(s, "/v1/chat/completions", body, "alice")
+    st, _, _ = post(s, "/admin/cache/clear", {}, "alice")
+    _, h, _ = post(s, "/v1/chat/completions", body, "alice")
+    expect(st == 200 and h == "miss", "%s: front served after a clear: %s" % (tag, h))
+
+
+def raw_stream(s, body, key="alice"):
+    """A streamed request on a raw socket: (socket, the bytes read until the first data
+    chunk)."""
+    data = json.dumps(body).encode()
+    c = socket.create_connection(("127.0.0.1", s.port), 30)
+    c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nAuthorization: Bearer " + key.encode() +
+              b"\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    got = b""
+    while b"data: " not in got:
+        part = c.recv(65536)
+        if not part:
+            break
+        got += part
+    return c, got
+
+
+def read_all(c):
+    got = b""
+    while True:
+        part = c.recv(65536)
+        if not part:
+            break
+        got += part
+        if got.endswith(b"0\r\n\r\n"):
+            break
+    c.close()
+    return got
+
+
+def dechunk(raw):
+    head, _, body = raw.partition(b"\r\n\r\n")
+    out = b""
+    while body:
+        line, _, rest = body.partition(b"\r\n")
+        n = int(line, 16)
+        if n == 0:
+            break
+        out += rest[:n]
+        body = rest[n + 2:]
+    return head, out
+
+
+def idle(s, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st, d = s.get("/props")
+        if not json.loads(d)["default_generation_settings"]["is_processing"]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def joins(s, tag):
+    """Identical requests in flight join the first: generated once, every one answered (the
+    same text, streamed or not), and a client that leaves while joined frees everything."""
+    import threading
+    jm = lambda: metric(s, r"weir_response_cache_joins_total.*")  # noqa: E731
+    done = lambda: metric(s, r"weir_request_success_total.*")  # noqa: E731
+    body = chat("Join " + tag, max_tokens=300, ignore_eos=True)
+    sbody = dict(body, stream=True)
+    j0, d0 = jm(), done()
+    lead, first = raw_stream(s, sbody)  # generating now: its first chunk is out
+    results = []
+
+    def one(b):
+        results.append(post(s, "/v1/chat/completions", b, "alice"))
+    ts = [threading.Thread(target=one, args=(b,)) for b in (body, body, sbody, sbody)]
+    for t in ts:
+        t.start()
+    # One more follower leaves while it waits: its job must be freed, the rest unharmed.
+    q = socket.create_connection(("127.0.0.1", s.port), 30)
+    data = json.dumps(body).encode()
+    q.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nAuthorization: Bearer alice\r\nContent-Length: " +
+              str(len(data)).encode() + b"\r\n\r\n" + data)
+    time.sleep(0.3)
+    q.close()
+    head, lead_sse = dechunk(first + read_all(lead))
+    for t in ts:
+        t.join(300)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in sse(lead_sse)
+                   if isinstance(c, dict) and c.get("choices"))
+    expect(len(results) == 4 and len(text) > 0, "%s: join results %d" % (tag, len(results)))
+    for st, h, d in results:
+        if d.startswith(b"data: ") or b"\ndata: " in d[:20]:
+            got = "".join(c["choices"][0]["delta"].get("content") or "" for c in sse(d)
+                          if isinstance(c, dict) and c.get("choices"))
+        else:
+            got = json.loads(d)["choices"][0]["message"]["content"]
+        expect(st == 200 and h == "hit-exact" and got == text,
+               "%s: joined answer %s %s differs (%d vs %d chars)" % (tag, st, h, len(got),
+                                                                      len(text)))
+    expect(jm() - j0 >= 3, "%s: joins counted %s" % (tag, jm() - j0))
+    expect(done() - d0 == 1, "%s: generated %s times, not once" % (tag, done() - d0))
+    expect(idle(s), "%s: jobs left after a joined client left" % tag)
+    # The leader's client leaves: its followers still get the answer.
+    body2 = chat("Join leaves " + tag, max_tokens=300, ignore_eos=True)
+    lead, _ = raw_stream(s, dict(body2, stream=True))
+    results = []
+    ts = [threading.Thread(target=one, args=(b,)) for b in (body2, dict(body2, stream=True))]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    lead.close()
+    for t in ts:
+        t.join(300)
+    expect(len(results) == 2 and all(st == 200 and h in ("hit-exact", "miss")
+                                      for st, h, _ in results),
+           "%s: followers of a leader that left: %s" % (tag, [(a, b) for a, b, _ in results]))
+    expect(idle(s), "%s: jobs left after the leader left" % tag)
+
+
 def scopes(s, tag):
     """A hostile client (key "mallory") tries to get key "alice"'s answer."""
     body = chat("Scope secret " + tag, user="u1")
@@ -425,6 +598,8 @@ def suite(plugin, extra, tag):
         control(s, tag)
         streams(s, tag)
         scopes(s, tag)
+        front(s, tag, plugin)
+        joins(s, tag)
         metrics(s, tag, plugin)
     finally:
         s.stop()
@@ -445,8 +620,20 @@ def redis_outage_and_replicas():
         expect(h1 == "miss" and h2 == "hit-exact" and
                json.loads(d1)["choices"] == json.loads(d2)["choices"],
                "replicas: %s %s" % (h1, h2))
-        # Redis goes down: answers go on (misses), errors are counted, never a 5xx.
+        # Another model on the same Redis never gets A's answer (the key holds the model;
+        # each replica's front index holds its own model's answers only).
+        draft = os.path.join(os.path.dirname(MODEL), "kjv-draft.gguf")
+        c = Server(WEIR, PLUGINS, draft, os.path.join(WORK, "replica-c.log"), extra=opts)
+        try:
+            _, hc, _ = post(c, "/v1/chat/completions", body)
+            expect(hc == "miss", "another model was served A's answer: %s" % hc)
+        finally:
+            c.stop()
+        # Redis goes down: answers go on (misses), errors are counted, never a 5xx. (A's
+        # front index may serve its own entries for WEIR__FRONT_FRESH_NS, 1 s, after its last
+        # look at Redis: docs/response-cache.md.)
         r.stop()
+        time.sleep(1.1)
         for i in range(3):
             st, h, _ = post(a, "/v1/chat/completions", body)
             expect(st == 200 and h == "miss", "redis down: %s %s" % (st, h))

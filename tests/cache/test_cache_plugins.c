@@ -95,6 +95,8 @@ static void test_memory_basics(void) {
   weir_plugin *p = load("memory", "max_bytes = 4096\n");
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
   const weir_cache_ops *o = p->ops;
+  /* In-process, never blocking: the server's front index probes it on the loop (ABI 1.7). */
+  CU_ASSERT_TRUE(o->struct_size >= sizeof(weir_cache_ops) && (o->flags & WEIR_CACHE_NONBLOCKING));
   got g;
   WT_ASSERT_INT_EQ(get(p, "weir:a", &g), WEIR_E_NOTFOUND);
   WT_ASSERT_INT_EQ(g.calls, 0);
@@ -248,6 +250,8 @@ static void test_redis(void) {
   }
   CU_ASSERT_PTR_NOT_NULL_FATAL(p);
   const weir_cache_ops *o = p->ops;
+  /* Its calls go over the network: the server must never call it on its loop (ABI 1.7). */
+  CU_ASSERT_TRUE(o->struct_size >= sizeof(weir_cache_ops) && !(o->flags & WEIR_CACHE_NONBLOCKING));
   WT_ASSERT_INT_EQ(o->clear(p->self, "", 0, NULL), WEIR_OK);
   WT_ASSERT_INT_EQ(get(p, "weir:v1:a:b", &g), WEIR_E_NOTFOUND);
   /* Binary-safe values. */

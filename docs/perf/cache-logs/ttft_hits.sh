@@ -3,8 +3,12 @@
 # same measured pass against a server without the cache as the baseline.
 #   docs/perf/cache-logs/ttft_hits.sh BUILD_DIR OUT_DIR
 # For each server: a populating pass (500 distinct chat requests, temperature 0, 16 workers),
-# then the measured passes (the same seed: the same 500 requests): closed loop with 64 in
-# flight, and open loop at 500 requests/s with at most 64 in flight.
+# a warming pass (the same 500 at 64 in flight: with the cache they are full-path hits that
+# fill the front index), then the measured passes (the same seed: the same 500 requests):
+# closed loop with 64 in flight, and open loop at 500 requests/s with at most 64 in flight.
+# The server's CPU time (utime + stime from /proc) is read around the closed-loop pass:
+# hits per server CPU-second, a figure other load on the machine distorts little.
+# About 1 minute on a quiet machine (the no-cache baseline is most of it).
 set -eu
 build=${1:-build}; out=${2:-/tmp/cache-ttft}; mkdir -p "$out"
 weir="$build/bin/weir"; model=models/kjv-target.gguf
@@ -24,12 +28,26 @@ for mode in off memory redis; do
   spid=$!
   for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 16 > "$out/populate-$mode.txt"
+  [ "$mode" = off ] || "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" \
+      --concurrency 64 > "$out/warm-$mode.txt"
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 \
       --json "$out/hits-$mode.json" > "$out/hits-$mode.txt"
+  # CPU per request: the same pass N times (10 x 500 with the cache, 1 x 500 without), the
+  # server's and the bench client's CPU time counted separately.
+  n=10; [ "$mode" = off ] && n=1
+  cpu0=$(awk '{print $14 + $15}' /proc/$spid/stat)
+  bcpu=0
+  for i in $(seq $n); do
+    t=$( { /usr/bin/time -f "%U %S" "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" \
+          --concurrency 64 > /dev/null; } 2>&1 | tail -1)
+    bcpu=$(python3 -c "print($bcpu + sum(map(float, '$t'.split())))")
+  done
+  cpu1=$(awk '{print $14 + $15}' /proc/$spid/stat)
+  python3 -c "import os; t=($cpu1-$cpu0)/os.sysconf('SC_CLK_TCK'); r=500*$n; print('$mode: %d requests: server CPU %.2f s = %.0f requests per server CPU-second (%.1f us each); bench client CPU %.2f s (%.1f us each)' % (r, t, r/t if t else float('inf'), t/r*1e6, $bcpu, $bcpu/r*1e6))" | tee "$out/cpu-$mode.txt"
   # Open loop: 500 requests/s arriving (Poisson), at most 64 in flight: the latency of one
   # hit without the closed loop's queue of 64.
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 --rate 500 \
       --json "$out/open-$mode.json" > "$out/open-$mode.txt"
-  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^weir_response_cache_(hits|lookups|misses)' > "$out/metrics-$mode.txt" || true
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^weir_response_cache_(hits|front_hits|joins|lookups|misses)' > "$out/metrics-$mode.txt" || true
   kill $spid; wait $spid || true
 done

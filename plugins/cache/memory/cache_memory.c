@@ -252,7 +252,8 @@ static int mem_clear(void *self, const char *prefix, size_t prefix_len, int64_t 
 }
 
 static const weir_cache_ops k_ops = {
-    .struct_size = sizeof(weir_cache_ops), .get = mem_get, .put = mem_put, .clear = mem_clear};
+    .struct_size = sizeof(weir_cache_ops), .get = mem_get, .put = mem_put, .clear = mem_clear,
+    .flags = WEIR_CACHE_NONBLOCKING};
 
 static const char *const k_any_device[] = {"*", NULL};
 

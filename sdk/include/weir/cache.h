@@ -49,7 +49,15 @@ typedef struct weir_cache_ops {
    * server's keys may name, i.e. those beginning "weir:"); *removed (may be NULL) receives
    * how many. WEIR_OK or WEIR_E_IO. Mandatory. Since 1.6. */
   int (*clear)(void *self, const char *prefix, size_t prefix_len, int64_t *removed);
+
+  /* WEIR_CACHE_* bits. Since 1.7 (a plugin built before reads as 0). */
+  uint32_t flags;
 } weir_cache_ops;
+
+/* The plugin's calls never block on I/O (an in-process store): the server may call get on
+ * its event loop, so that a front-index hit (docs/response-cache.md) asks the store whether
+ * the entry is still there instead of trusting it for a while. Since 1.7. */
+#define WEIR_CACHE_NONBLOCKING 1u
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,149 @@
+/* The response cache's front index (docs/response-cache.md, "The front index"): a table on
+ * the event loop from the exact bytes of a request (endpoint, Authorization header, body) to
+ * the recorded answer the full path found or stored for them, so that a byte-identical
+ * repeat is answered without the JSON parse, the chat template, the tokenizer, the SHA-256
+ * key and the trip to a preparation thread.
+ *
+ * Correctness rests on two facts: the full path's decision is a function of those bytes and
+ * of the server (its model, its configuration), so equal bytes get the same decision; and an
+ * entry is only ever made from a request the full path served as an exact hit or stored
+ * (deterministic, cache mode on, no Cache-Control directive). Entries compare the whole
+ * bytes, not only their hash.
+ *
+ * Threads: the loop only (no lock). Memory: the table owns its entries (one allocation each,
+ * with their bytes and record). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/api_internal.h"
+
+#define FRONT_BUCKETS 4096u /* a power of two */
+
+struct weir__front {
+  weir__front_entry *bucket[FRONT_BUCKETS];
+  weir__front_entry *oldest, *newest; /* insertion order: the oldest goes first when full */
+  size_t bytes, max_bytes;
+  int64_t count, max_count;
+};
+
+weir__front *weir__front_new(size_t max_bytes, int64_t max_count) {
+  weir__front *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  f->max_bytes = max_bytes;
+  f->max_count = max_count;
+  return f;
+}
+
+static void entry_free(weir__front_entry *e) {
+  free(e->d.tool_named);
+  cJSON_Delete(e->d.resp_echo);
+  free(e);
+}
+
+void weir__front_remove(weir__front *f, weir__front_entry *e) {
+  weir__front_entry **pp = &f->bucket[e->hash & (FRONT_BUCKETS - 1)];
+  while (*pp && *pp != e) pp = &(*pp)->hnext;
+  if (*pp) *pp = e->hnext;
+  if (e->older) e->older->newer = e->newer;
+  else f->oldest = e->newer;
+  if (e->newer) e->newer->older = e->older;
+  else f->newest = e->older;
+  f->bytes -= e->size;
+  f->count--;
+  entry_free(e);
+}
+
+void weir__front_clear(weir__front *f) {
+  if (!f) return;
+  while (f->oldest) weir__front_remove(f, f->oldest);
+}
+
+void weir__front_free(weir__front *f) {
+  weir__front_clear(f);
+  free(f);
+}
+
+int64_t weir__front_count(const weir__front *f) { return f ? f->count : 0; }
+
+/* FNV-1a, 64 bits, with the lengths mixed in so that (auth, body) pairs never run together.
+ * Not a security boundary: a match is always confirmed byte for byte. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+uint64_t weir__front_hash(int kind, const char *auth, size_t auth_len, const char *body,
+                          size_t body_len) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t head[3] = {(uint64_t)kind, auth_len, body_len};
+  h = fnv(h, head, sizeof head);
+  h = fnv(h, auth, auth_len);
+  return fnv(h, body, body_len);
+}
+
+weir__front_entry *weir__front_find(weir__front *f, uint64_t hash, int kind, const char *auth,
+                                    size_t auth_len, const char *body, size_t body_len) {
+  for (weir__front_entry *e = f->bucket[hash & (FRONT_BUCKETS - 1)]; e; e = e->hnext)
+    if (e->hash == hash && e->kind == kind && e->auth_len == auth_len &&
+        e->body_len == body_len && !memcmp(e->auth, auth, auth_len) &&
+        !memcmp(e->body, body, body_len))
+      return e;
+  return NULL;
+}
+
+int weir__front_put(weir__front *f, uint64_t hash, int kind, const char *auth, size_t auth_len,
+                    const char *body, size_t body_len, const char *key,
+                    const weir__front_desc *d, const char *rec, size_t rec_len,
+                    uint64_t fresh_until_ns) {
+  if (auth_len > WEIR__FRONT_MAX_BODY || body_len > WEIR__FRONT_MAX_BODY ||
+      rec_len > WEIR__FRONT_MAX_REC)
+    return -1;
+  const size_t size = sizeof(weir__front_entry) + auth_len + body_len + rec_len + 3;
+  if (size > f->max_bytes) return -1;
+  weir__front_entry *old = weir__front_find(f, hash, kind, auth, auth_len, body, body_len);
+  if (old) weir__front_remove(f, old);
+  while (f->oldest && (f->bytes + size > f->max_bytes || f->count + 1 > f->max_count))
+    weir__front_remove(f, f->oldest);
+  weir__front_entry *e = calloc(1, size);
+  if (!e) return -1;
+  e->d = *d;
+  e->d.tool_named = NULL;
+  e->d.resp_echo = NULL;
+  if ((d->tool_named && !(e->d.tool_named = strdup(d->tool_named))) ||
+      (d->resp_echo && !(e->d.resp_echo = cJSON_Duplicate(d->resp_echo, 1)))) {
+    entry_free(e);
+    return -1;
+  }
+  e->hash = hash;
+  e->kind = kind;
+  e->size = size;
+  e->fresh_until_ns = fresh_until_ns;
+  snprintf(e->key, sizeof e->key, "%s", key);
+  char *p = e->data;
+  e->auth = p;
+  if (auth_len) memcpy(p, auth, auth_len);
+  p += auth_len + 1;
+  e->auth_len = auth_len;
+  e->body = p;
+  if (body_len) memcpy(p, body, body_len);
+  p += body_len + 1;
+  e->body_len = body_len;
+  e->rec = p;
+  memcpy(p, rec, rec_len);
+  e->rec_len = rec_len;
+  weir__front_entry **b = &f->bucket[hash & (FRONT_BUCKETS - 1)];
+  e->hnext = *b;
+  *b = e;
+  e->older = f->newest;
+  if (f->newest) f->newest->newer = e;
+  else f->oldest = e;
+  f->newest = e;
+  f->bytes += size;
+  f->count++;
+  return 0;
+}
