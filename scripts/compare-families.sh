@@ -14,10 +14,10 @@
 # 2025 peer has no gemma3 or qwen3, and reads no sliding window for llama/mistral files, which
 # it names llama). TYPE: the weight type (default f32); TYPE=Q4_K_M (or another llama-quantize
 # type name in capitals) writes the f32 file with dim 256 and ffn 512 (K-quant rows are 256
-# wide) and quantizes it with $LLAMA_BIN/llama-quantize. Each model has 4 layers (gemma2: 26,
-# the depth of the peer's 2B, the only ones it builds), dim 128, random weights (seed 7), a
-# 512-token SentencePiece vocabulary; the text is tests/perplexity/fixtures/heldout-sample.txt
-# (3,026 tokens). Prints one line per family: both
+# wide) and quantizes it with $LLAMA_BIN/llama-quantize, in both modes. Each model has 4
+# layers (gemma2: 26, the depth of the peer's 2B, the only ones it builds), dim 128, random
+# weights (seed 7), a 512-token SentencePiece vocabulary; the text is
+# tests/perplexity/fixtures/heldout-sample.txt (3,026 tokens). Prints one line per family: both
 # perplexities and their relative difference. Runs one process at a time, two threads each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,7 +73,7 @@ if [ "$MODE" = greedy ]; then
   exit $status
 fi
 
-printf '%-14s %12s %12s %10s\n' family weir llama.cpp rel.diff
+printf '%-14s %12s %12s %10s   (%s weights, ctx %s)\n' family weir llama.cpp rel.diff "$TYPE" "$CTX"
 for a in $ARCHS; do
   m=$dir/$a.gguf
   make_model "$a" "$m"

@@ -11,6 +11,7 @@
 
 #include "format/gguf.h"
 #include "model/tokenizer.h"
+#include "model/weights.h"
 #include "plugin/loader.h"
 #include "weir/device.h"
 #include "weir/numeric.h"
@@ -66,61 +67,16 @@ static void dev_free(weir_bert *m, void *p) {
 /* n f32 values, from element `first` of a F32/F16/BF16 tensor, onto the device. */
 static int upload_vec(weir_bert *m, const char *name, int64_t first, int64_t n, float **out,
                       char *err, size_t errlen) {
-  const weir_gguf_tensor *t = weir_gguf_find_tensor(m->gguf, name);
-  *out = NULL;
-  if (!t || t->nelements < first + n) {
-    snprintf(err, errlen, "%s: tensor %s is missing or has %lld elements, expected %lld",
-             weir_gguf_path(m->gguf), name, t ? (long long)t->nelements : 0LL,
-             (long long)(first + n));
-    return WEIR_E_FORMAT;
-  }
-  const size_t esz = t->t.dtype == WEIR_DTYPE_F32 ? 4 : 2;
-  if (t->t.dtype != WEIR_DTYPE_F32 && t->t.dtype != WEIR_DTYPE_F16 &&
-      t->t.dtype != WEIR_DTYPE_BF16) {
-    snprintf(err, errlen, "%s: tensor %s has dtype %s; norms, biases and token types must be "
-             "f32, f16 or bf16", weir_gguf_path(m->gguf), name, weir_dtype_name(t->t.dtype));
-    return WEIR_E_NOTSUP;
-  }
-  float *host = malloc(sizeof(float) * (size_t)n);
-  if (!host) return WEIR_E_NOMEM;
-  (void)weir_dequantize_row(t->t.dtype, (const uint8_t *)t->t.data + esz * (size_t)first, host, n);
-  void *d = NULL;
-  int rc = dev_alloc(m, sizeof(float) * (size_t)n, &d);
-  if (rc == WEIR_OK) rc = m->dev->copy_h2d(m->dev_self, d, host, sizeof(float) * (size_t)n);
-  if (rc == WEIR_OK) rc = m->dev->synchronize(m->dev_self);
-  free(host);
-  if (rc != WEIR_OK) {
-    dev_free(m, d);
-    snprintf(err, errlen, "uploading %s: %s", name, weir_strerror(rc));
-    return rc;
-  }
-  *out = d;
-  return WEIR_OK;
+  return weir__model_upload_f32(m->dev, m->dev_self, m->gguf, name, first, n, 0, out, err,
+                                errlen);
 }
 
 /* Packs rows [row0, row0 + rows) of a 2-D weight (all of it: rows < 0) through the quant
  * plugin, checking its input width. */
 static int pack(weir_bert *m, const char *name, int64_t in, int64_t row0, int64_t rows,
                 void **out, char *err, size_t errlen) {
-  const weir_gguf_tensor *t = weir_gguf_find_tensor(m->gguf, name);
-  *out = NULL;
-  if (!t || t->t.ndim != 2 || t->t.ne[0] != in || (rows >= 0 && row0 + rows > t->t.ne[1])) {
-    snprintf(err, errlen, "%s: tensor %s is missing or is not a matrix of rows of %lld",
-             weir_gguf_path(m->gguf), name, (long long)in);
-    return t ? WEIR_E_FORMAT : WEIR_E_NOTFOUND;
-  }
-  weir_tensor view = t->t;
-  if (rows >= 0) {
-    view.data = (uint8_t *)t->t.data + t->t.nb[1] * (size_t)row0;
-    view.ne[1] = rows;
-    for (int d = 2; d < WEIR_MAX_DIMS; d++) view.nb[d] = view.nb[1] * (size_t)rows;
-  }
-  weir_quant_pack_args args = {.struct_size = sizeof args, .src = &view, .name = name};
-  int rc = m->quant->pack(m->quant_self, &args, out);
-  if (rc != WEIR_OK)
-    snprintf(err, errlen, "%s: the quant plugin could not pack %s (%s): %s",
-             weir_gguf_path(m->gguf), name, weir_dtype_name(t->t.dtype), weir_strerror(rc));
-  return rc;
+  return weir__model_pack_rows(m->quant, m->quant_self, m->gguf, name, in, row0, rows, out, err,
+                               errlen);
 }
 
 /* The output width of a 2-D tensor, or -1. */

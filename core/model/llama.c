@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include "model/llama_pack.h"
+#include "model/weights.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -113,54 +114,28 @@ static void dev_free(weir_llama *m, void *p) {
 /* Uploads a small F32/F16/BF16 vector (norm weight or bias) as f32 on the device. */
 static int upload_vector(weir_llama *m, const weir_gguf *g, const char *name, int64_t n,
                          float **out, char *err, size_t errlen) {
-  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
-  if (!t || t->nelements != n) {
-    snprintf(err, errlen, "%s: tensor %s is missing or has %lld elements, expected %lld",
-             weir_gguf_path(g), name, t ? (long long)t->nelements : 0LL, (long long)n);
-    return WEIR_E_FORMAT;
-  }
-  if (t->t.dtype != WEIR_DTYPE_F32 && t->t.dtype != WEIR_DTYPE_F16 &&
-      t->t.dtype != WEIR_DTYPE_BF16) {
-    snprintf(err, errlen, "%s: tensor %s has dtype %s; norms and biases must be f32, f16 or bf16",
-             weir_gguf_path(g), name, weir_dtype_name(t->t.dtype));
-    return WEIR_E_NOTSUP;
-  }
-  float *host = malloc(sizeof(float) * (size_t)n);
-  if (!host) return WEIR_E_NOMEM;
-  (void)weir_dequantize_row(t->t.dtype, t->t.data, host, n); /* cannot fail for these */
-  void *d = NULL;
-  int rc = dev_alloc(m, sizeof(float) * (size_t)n, &d);
-  if (rc == WEIR_OK) rc = m->dev->copy_h2d(m->dev_self, d, host, sizeof(float) * (size_t)n);
-  if (rc == WEIR_OK) rc = m->dev->synchronize(m->dev_self);
-  free(host);
-  if (rc != WEIR_OK) {
-    dev_free(m, d);
-    snprintf(err, errlen, "uploading %s: %s", name, weir_strerror(rc));
-    return rc;
-  }
-  m->weight_bytes += sizeof(float) * (size_t)n;
-  *out = d;
-  return WEIR_OK;
+  int rc = weir__model_upload_f32(m->dev, m->dev_self, g, name, 0, n, 1, out, err, errlen);
+  if (rc == WEIR_OK) m->weight_bytes += sizeof(float) * (size_t)n;
+  return rc;
 }
 
-static int pack_weight(weir_llama *m, const weir_gguf *g, const char *name, void **out,
-                       char *err, size_t errlen) {
-  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
-  if (!t) {
-    snprintf(err, errlen, "%s: tensor %s is missing", weir_gguf_path(g), name);
-    return WEIR_E_NOTFOUND;
-  }
-  weir_quant_pack_args args = {.struct_size = sizeof args, .src = &t->t, .name = name};
-  int rc = m->quant->pack(m->quant_self, &args, out);
+/* Packs rows [row0, row0 + rows) of a weight (all of it: rows < 0) as a matrix of its own:
+ * a fused weight (phi3's attn_qkv, ffn_up) is packed as one matrix per slice. */
+static int pack_rows(weir_llama *m, const weir_gguf *g, const char *name, int64_t row0,
+                     int64_t rows, void **out, char *err, size_t errlen) {
+  int rc = weir__model_pack_rows(m->quant, m->quant_self, g, name, 0, row0, rows, out, err,
+                                 errlen);
   if (rc != WEIR_OK) {
-    snprintf(err, errlen, "%s: the quant plugin could not pack %s (%s, %lld x %lld): %s",
-             weir_gguf_path(g), name, weir_dtype_name(t->t.dtype), (long long)t->t.ne[1],
-             (long long)t->t.ne[0], weir_strerror(rc));
     weir_plugin_append_error(m->quant_plugin, err, errlen);
     return rc;
   }
   m->weight_bytes += m->quant->weight_bytes(m->quant_self, *out);
   return WEIR_OK;
+}
+
+static int pack_weight(weir_llama *m, const weir_gguf *g, const char *name, void **out,
+                       char *err, size_t errlen) {
+  return pack_rows(m, g, name, 0, -1, out, err, errlen);
 }
 
 /* Packs the weights of one input site of block `layer` (suffixes of blk.N.) through
@@ -176,31 +151,6 @@ static int pack_site(weir_llama *m, const weir_gguf *g, int layer, weir_llama_si
   for (int i = 0; rc == WEIR_OK && i < n; i++)
     m->weight_bytes += m->quant->weight_bytes(m->quant_self, out[i]);
   return rc;
-}
-
-/* Packs rows [row0, row0 + rows) of a fused weight (phi3's attn_qkv, ffn_up) as a matrix of
- * its own: GGUF rows are contiguous, so the slice is a view of the same bytes. */
-static int pack_rows(weir_llama *m, const weir_gguf *g, const char *name, int64_t row0,
-                     int64_t rows, void **out, char *err, size_t errlen) {
-  const weir_gguf_tensor *t = weir_gguf_find_tensor(g, name);
-  if (!t || t->t.ndim != 2 || row0 + rows > t->t.ne[1]) {
-    snprintf(err, errlen, "%s: tensor %s is missing or too small", weir_gguf_path(g), name);
-    return WEIR_E_FORMAT;
-  }
-  weir_tensor view = t->t;
-  view.data = (uint8_t *)t->t.data + t->t.nb[1] * (size_t)row0;
-  view.ne[1] = rows;
-  for (int d = 2; d < WEIR_MAX_DIMS; d++) view.nb[d] = view.nb[1] * (size_t)rows;
-  weir_quant_pack_args args = {.struct_size = sizeof args, .src = &view, .name = name};
-  int rc = m->quant->pack(m->quant_self, &args, out);
-  if (rc != WEIR_OK) {
-    snprintf(err, errlen, "%s: the quant plugin could not pack rows %lld..%lld of %s: %s",
-             weir_gguf_path(g), (long long)row0, (long long)(row0 + rows), name,
-             weir_strerror(rc));
-    return rc;
-  }
-  m->weight_bytes += m->quant->weight_bytes(m->quant_self, *out);
-  return WEIR_OK;
 }
 
 /* Packs rows ids[0..n) of a weight, in that order, as a matrix of its own (copied into one

@@ -24,22 +24,15 @@
 #include "reference.h"
 #include "testutil.h"
 #include "weir/status.h"
+#include "wt_model.h"
 
 static char *g_dir, *g_model;
 
 enum { DIM = 64, CTX = 512, LONG_N = 150, STEP_TOKENS = 32 };
 
+/* A model made by the real `weir mkmodel` in this suite's directory (path malloc'd). */
 static char *make_model(const char *name, const char *args) {
-  char *path = wt_strf("%s/%s.gguf", g_dir, name);
-  char *cmd = wt_strf("%s mkmodel %s --out %s", WT_WEIR, args, path);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  char *out = NULL;
-  int rc = wt_run(argv, &out, 120000);
-  if (rc != 0) fprintf(stderr, "\nmkmodel failed (%d): %s\n%s\n", rc, cmd, out ? out : "");
-  CU_ASSERT_EQUAL_FATAL(rc, 0);
-  free(out);
-  free(cmd);
-  return path;
+  return wt_mkmodel(g_dir, name, args);
 }
 
 /* The model every case uses, made by the first. */

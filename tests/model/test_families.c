@@ -8,10 +8,11 @@
  *  - each family's special part matters: the same weights without it (the reference run on
  *    the file with that part switched off) differ from the engine by far more than the bound,
  *    so an engine that dropped the part would fail the comparison above;
- *  - a 3,000-token sliding-window sequence through the real engine with a pool far smaller
- *    than the sequence (its blocks bounded by the window), with preemption forced by three
- *    such sequences at once, gives the same greedy tokens as each run alone in a pool that
- *    holds everything;
+ *  - a 3,000-token sliding-window sequence through the real engine holds no more KV blocks
+ *    than its window and one step need, even in a pool that holds the whole sequence
+ *    (sampled while it runs); with preemption forced by three such sequences at once in a
+ *    pool far smaller than one sequence, it gives the same greedy tokens as each run alone
+ *    in a pool that holds everything;
  *  - files weir cannot run exactly are refused at load, with the key, tensor or plugin named:
  *    MoE architectures, an unknown tensor, an unimplemented key, a sliding-window model with
  *    an attention plugin lacking forward_layer. */
@@ -37,65 +38,39 @@
 
 static char *g_dir;
 
+/* A model made by the real `weir mkmodel` in this suite's directory (path malloc'd). */
 static char *make_model(const char *name, const char *args) {
-  char *path = wt_strf("%s/%s.gguf", g_dir, name);
-  char *cmd = wt_strf("%s mkmodel %s --out %s", WT_WEIR, args, path);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  char *out = NULL;
-  int rc = wt_run(argv, &out, 120000);
-  if (rc != 0) fprintf(stderr, "\nmkmodel failed (%d): %s\n%s\n", rc, cmd, out ? out : "");
-  CU_ASSERT_EQUAL_FATAL(rc, 0);
-  free(out);
-  free(cmd);
-  return path;
+  return wt_mkmodel(g_dir, name, args);
 }
 
 enum { MAX_LEN = 256 };
 
+/* Presents the attention plugin as one built before ABI 1.5 (no forward_layer), as the loader
+ * does for such a plugin. */
+static void as_old_attention(wt_model *f) {
+  static weir_attention_ops old_ops;
+  old_ops = *(const weir_attention_ops *)f->plugins.attention->ops;
+  old_ops.forward_layer = NULL;
+  f->plugins.attention->ops = &old_ops;
+}
+
 /* Opens the model at path; returns the loader's status (err filled) without asserting, so
- * refusals can be checked. `old_attn`: present the attention plugin as one built before ABI
- * 1.5 (no forward_layer), as the loader does for such a plugin. */
+ * refusals can be checked. `old_attn`: with the attention plugin as an old one. */
 static int open_model(wt_model *f, const char *path, int32_t block_size, int old_attn,
                       char *err, size_t errlen) {
-  static weir_attention_ops old_ops;
   memset(f, 0, sizeof *f);
   weir_config_defaults(&f->cfg);
-  static char *dirs[1];
-  dirs[0] = WT_PLUGIN_DIR;
-  f->cfg.plugin_dirs = dirs;
-  f->cfg.num_plugin_dirs = 1;
-  f->cfg.kv_dtype = WEIR_DTYPE_F32;
-  f->cfg.threads = 2;
-  f->block_size = block_size;
-  int rc = weir_plugin_set_load(&f->cfg, NULL, &f->plugins);
+  wt_model_params mp = {.block_size = block_size,
+                        .kv_dtype = WEIR_DTYPE_F32,
+                        .num_blocks = 4 * (MAX_LEN / block_size + 1),
+                        .max_model_len = MAX_LEN,
+                        .prefix_caching = 0,
+                        .after_plugins = old_attn ? as_old_attention : NULL};
+  int rc = wt_model_open_pool(f, path, &mp, err, errlen);
   if (rc) return rc;
-  if (old_attn) {
-    old_ops = *(const weir_attention_ops *)f->plugins.attention->ops;
-    old_ops.forward_layer = NULL;
-    f->plugins.attention->ops = &old_ops;
-  }
-  if ((rc = weir_gguf_open(path, &f->gguf, err, errlen))) return rc;
-  weir_llama_hparams hp;
-  if ((rc = weir_gguf_llama_hparams(f->gguf, &hp, err, errlen))) return rc;
-  if ((rc = weir_gguf_llama_check(f->gguf, &hp, err, errlen))) return rc;
-  weir_attn_shape shape;
-  weir_llama_attn_shape(&hp, &shape);
-  weir_kv_pool_params kp = {.block_size = block_size,
-                            .kv_dtype = WEIR_DTYPE_F32,
-                            .num_blocks = 4 * (MAX_LEN / block_size + 1),
-                            .max_model_len = MAX_LEN,
-                            .prefix_caching = 0,
-                            .groups = &shape,
-                            .num_groups = 1};
-  if ((rc = weir_kv_pool_create(&kp, f->plugins.device, f->plugins.attention, &f->pool, err,
-                                errlen)))
-    return rc;
-  f->kv = weir_kv_pool_cache(f->pool);
   weir_llama_opts o = {.max_num_tokens = MAX_LEN, .max_num_seqs = 4, .max_logit_rows = MAX_LEN,
                        .max_model_len = MAX_LEN};
   rc = weir_llama_create(f->gguf, &f->plugins, &o, f->pool, 0, &f->model, err, errlen);
-  f->cfg.plugin_dirs = NULL;
-  f->cfg.num_plugin_dirs = 0;
   if (rc == 0) f->vocab = weir_llama_hparams_get(f->model)->n_vocab;
   return rc;
 }
@@ -104,47 +79,8 @@ static int open_model(wt_model *f, const char *path, int32_t block_size, int old
  * tokens' logits to out ([end - start][vocab]). */
 static void forward_chunk(wt_model *f, weir_kv_seq *seq, const int32_t *tokens, int32_t start,
                           int32_t end, float *out) {
-  const int32_t T = end - start, stride = (MAX_LEN + f->block_size - 1) / f->block_size;
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)T), *pos = malloc(sizeof(int32_t) * (size_t)T);
-  int32_t *slots = malloc(sizeof(int32_t) * (size_t)T), *rows = malloc(sizeof(int32_t) * (size_t)T);
-  int32_t *bt = calloc((size_t)stride, sizeof(int32_t));
-  CU_ASSERT_EQUAL_FATAL(weir_kv_seq_len(seq), start);
-  weir_kv_copy cp;
-  int32_t ncp = 0;
-  CU_ASSERT_EQUAL_FATAL(weir_kv_seq_append(f->kv, seq, T, slots, &cp, &ncp), 0);
-  for (int32_t i = 0; i < T; i++) {
-    ids[i] = tokens[start + i];
-    pos[i] = start + i;
-    rows[i] = i;
-  }
-  int32_t nb = 0;
-  const int32_t *table = weir_kv_seq_block_table(seq, &nb);
-  memcpy(bt, table, sizeof(int32_t) * (size_t)nb);
-  int32_t qsl[2] = {0, T}, ctx[1] = {end};
-  weir_llama_batch b = {.num_tokens = T, .tokens = ids, .positions = pos, .num_seqs = 1,
-                        .query_start_loc = qsl, .context_lens = ctx, .block_tables = bt,
-                        .max_blocks_per_seq = stride, .slot_mapping = slots,
-                        .num_logit_rows = T, .logit_rows = rows};
-  float *logits = NULL;
-  CU_ASSERT_EQUAL_FATAL(weir_llama_forward(f->model, &b, &logits), 0);
-  const weir_device_ops *d = f->plugins.device->ops;
-  CU_ASSERT_EQUAL_FATAL(d->copy_d2h(f->plugins.device->self, out, logits,
-                                    sizeof(float) * (size_t)T * (size_t)f->vocab), 0);
-  free(ids);
-  free(pos);
-  free(slots);
-  free(rows);
-  free(bt);
-}
-
-static double rel_err(const float *a, const double *b, size_t n) {
-  double md = 0, mb = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]);
-    if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
-    if (fabs(b[i]) > mb) mb = fabs(b[i]);
-  }
-  return mb > 0 ? md / mb : md;
+  wt_seq_run r = {.kv = seq, .tokens = tokens, .n_total = end, .start = start};
+  wt_model_forward(f, &r, 1, MAX_LEN, out);
 }
 
 /* Positions where the engine's top token is the reference's: its argmax, or a token whose
@@ -194,7 +130,7 @@ static double engine_vs_ref_top1(const char *path, const char *ref_path, int32_t
   weir_ref_model *ref = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_ref_model_load(ref_path, &ref), 0);
   CU_ASSERT_EQUAL_FATAL(weir_ref_forward_len(ref, toks, n, MAX_LEN, want), 0);
-  double e = rel_err(got, want, (size_t)n * (size_t)f.vocab);
+  double e = wt_rel_err(got, want, (size_t)n * (size_t)f.vocab);
   if (agree) *agree = top1_agree(got, want, n, f.vocab);
   weir_ref_model_free(ref);
   weir_kv_seq_free(f.kv, seq);
@@ -475,10 +411,19 @@ static void on_event(void *user, const weir_gen_event *ev) {
 
 enum { LONG_PROMPT = 3000, LONG_GEN = 24, NSEQ = 3 };
 
+/* The most KV blocks the engine's sequences held at once, sampled every 2 ms while the test
+ * waits (between the engine's steps, whose stats it reads). */
+static void sample_blocks(weir_engine *e, int32_t *peak) {
+  weir_engine_stats st;
+  weir_engine_stats_get(e, &st);
+  if (st.kv_blocks_used > *peak) *peak = st.kv_blocks_used;
+}
+
 /* Runs NSEQ greedy requests (prompt k: LONG_PROMPT tokens from seed k) on an engine with a
- * num_blocks-block pool; all at once when `together`, else one after another. */
+ * num_blocks-block pool; all at once when `together`, else one after another. *peak: the
+ * most blocks in use seen while they ran. */
 static void run_long(const char *model, int64_t num_blocks, int together,
-                     int32_t out[NSEQ][LONG_GEN], weir_engine_stats *st) {
+                     int32_t out[NSEQ][LONG_GEN], weir_engine_stats *st, int32_t *peak) {
   static char *dirs[1] = {WT_PLUGIN_DIR};
   weir_config cfg;
   weir_config_defaults(&cfg);
@@ -503,6 +448,7 @@ static void run_long(const char *model, int64_t num_blocks, int together,
     }
   }
   collect c[NSEQ];
+  *peak = 0;
   for (int k = 0; k < NSEQ; k++) {
     c[k] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
     weir_gen_request q = {.prompt = prompt[k], .num_prompt = LONG_PROMPT,
@@ -517,12 +463,26 @@ static void run_long(const char *model, int64_t num_blocks, int together,
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 120;
-        pthread_mutex_lock(&c[j].lock);
-        int wrc = 0;
-        while (!c[j].done && wrc == 0)
-          wrc = pthread_cond_timedwait(&c[j].cond, &c[j].lock, &until);
-        pthread_mutex_unlock(&c[j].lock);
-        CU_ASSERT_FATAL(c[j].done);
+        int done = 0;
+        for (;;) {
+          struct timespec now, slice;
+          clock_gettime(CLOCK_REALTIME, &now);
+          if (now.tv_sec > until.tv_sec) break;
+          slice = now;
+          slice.tv_nsec += 2000000;
+          if (slice.tv_nsec >= 1000000000L) {
+            slice.tv_sec++;
+            slice.tv_nsec -= 1000000000L;
+          }
+          pthread_mutex_lock(&c[j].lock);
+          if (!c[j].done) pthread_cond_timedwait(&c[j].cond, &c[j].lock, &slice);
+          done = c[j].done;
+          pthread_mutex_unlock(&c[j].lock);
+          if (done) break;
+          /* (not under c's lock: the engine may hold its own while it calls on_event) */
+          sample_blocks(e, peak);
+        }
+        CU_ASSERT_FATAL(done);
       }
   }
   for (int k = 0; k < NSEQ; k++) {
@@ -545,15 +505,24 @@ static void test_long_window_preemption(void) {
                                    "--seed 5");
   int32_t alone[NSEQ][LONG_GEN], squeezed[NSEQ][LONG_GEN];
   weir_engine_stats st_alone, st_squeezed;
-  /* Alone: a pool that holds all three whole sequences (3 x 190 blocks). */
-  run_long(p, 3 * (LONG_PROMPT + LONG_GEN) / 16 + 8, 0, alone, &st_alone);
+  int32_t peak_alone = 0, peak_squeezed = 0;
+  /* One 3,024-token sequence needs 189 blocks without the window; with it each holds at most
+   * (64 + 256) / 16 + 2 = 22 (the window and a 256-token step, each over 16-token blocks and
+   * each maybe straddling one more). */
+  const int32_t whole = (LONG_PROMPT + LONG_GEN + 15) / 16, bound = (64 + 256) / 16 + 2;
+  /* Alone: a pool that holds all three whole sequences (575 blocks), so that nothing but the
+   * window frees blocks: the blocks in use stay within it all the same. */
+  run_long(p, 3 * (LONG_PROMPT + LONG_GEN) / 16 + 8, 0, alone, &st_alone, &peak_alone);
   WT_ASSERT_INT_EQ((int)st_alone.num_preemptions, 0);
-  /* Together in 24 blocks (384 tokens): one 3,024-token sequence needs 190 blocks without
-   * the window; with it each holds at most (64 + 256) / 16 + 2 = 22, so three at once do
-   * not fit and the scheduler preempts and recomputes. */
-  run_long(p, 24, 1, squeezed, &st_squeezed);
-  printf("\n    24-block pool: %llu preemptions; tokens %s",
-         (unsigned long long)st_squeezed.num_preemptions,
+  printf("\n    roomy pool: at most %d blocks in use (bound %d; the whole sequence %d)",
+         peak_alone, bound, whole);
+  CU_ASSERT(peak_alone > 0);
+  CU_ASSERT(peak_alone <= bound);
+  /* Together in 24 blocks (384 tokens): three at once do not fit, so the scheduler preempts
+   * and recomputes. */
+  run_long(p, 24, 1, squeezed, &st_squeezed, &peak_squeezed);
+  printf("\n    24-block pool: %llu preemptions, at most %d blocks in use; tokens %s",
+         (unsigned long long)st_squeezed.num_preemptions, peak_squeezed,
          memcmp(alone, squeezed, sizeof alone) == 0 ? "identical" : "DIFFER");
   CU_ASSERT(st_squeezed.num_preemptions > 0);
   CU_ASSERT_EQUAL(memcmp(alone, squeezed, sizeof alone), 0);

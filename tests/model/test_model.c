@@ -34,18 +34,9 @@ static char *g_dir;
 static const char *const *g_sets;
 static int g_num_sets;
 
-/* Makes a model with the real `weir mkmodel`; returns its path (malloc'd). */
+/* A model made by the real `weir mkmodel` in this suite's directory (path malloc'd). */
 static char *make_model(const char *name, const char *args) {
-  char *path = wt_strf("%s/%s.gguf", g_dir, name);
-  char *cmd = wt_strf("%s mkmodel %s --out %s", WT_WEIR, args, path);
-  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
-  char *out = NULL;
-  int rc = wt_run(argv, &out, 120000);
-  if (rc != 0) fprintf(stderr, "\nmkmodel failed (%d): %s\n%s\n", rc, cmd, out ? out : "");
-  CU_ASSERT_EQUAL_FATAL(rc, 0);
-  free(out);
-  free(cmd);
-  return path;
+  return wt_mkmodel(g_dir, name, args);
 }
 
 typedef wt_model model_fixture;
@@ -55,40 +46,21 @@ static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
   memset(f, 0, sizeof *f);
   weir_config_defaults(&f->cfg);
   char err[512] = "";
-  /* (weir_config_set rebuilds the config: before the borrowed plugin_dirs go in) */
+  /* (weir_config_set rebuilds the config: before the plugin directory goes in) */
   for (int i = 0; i < g_num_sets; i++) {
     char key[128];
     const char *eq = strchr(g_sets[i], '=');
     snprintf(key, sizeof key, "%.*s", (int)(eq - g_sets[i]), g_sets[i]);
     CU_ASSERT_EQUAL_FATAL(weir_config_set(&f->cfg, key, eq + 1, err, sizeof err), 0);
   }
-  static char *dirs[1];
-  dirs[0] = WT_PLUGIN_DIR;
-  f->cfg.plugin_dirs = dirs;
-  f->cfg.num_plugin_dirs = 1;
-  f->cfg.kv_dtype = kv_dtype;
-  f->cfg.threads = 2;
-  f->block_size = block_size;
-  CU_ASSERT_EQUAL_FATAL(weir_plugin_set_load(&f->cfg, NULL, &f->plugins), 0);
-  int rc = weir_gguf_open(path, &f->gguf, err, sizeof err);
+  wt_model_params mp = {.block_size = block_size,
+                        .kv_dtype = kv_dtype,
+                        .num_blocks = 8 * (512 / block_size + 1),
+                        .max_model_len = 512,
+                        .prefix_caching = 1};
+  int rc = wt_model_open_pool(f, path, &mp, err, sizeof err);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
-  weir_llama_hparams hp;
-  CU_ASSERT_EQUAL_FATAL(weir_gguf_llama_hparams(f->gguf, &hp, err, sizeof err), 0);
-  weir_attn_shape shape;
-  weir_llama_attn_shape(&hp, &shape);
-  weir_kv_pool_params kp = {.block_size = block_size,
-                            .kv_dtype = kv_dtype,
-                            .num_blocks = 8 * (512 / block_size + 1),
-                            .max_model_len = 512,
-                            .prefix_caching = 1,
-                            .groups = &shape,
-                            .num_groups = 1};
-  rc = weir_kv_pool_create(&kp, f->plugins.device, f->plugins.attention, &f->pool, err,
-                           sizeof err);
-  if (rc) fprintf(stderr, "\n%s\n", err);
-  CU_ASSERT_EQUAL_FATAL(rc, 0);
-  f->kv = weir_kv_pool_cache(f->pool);
   /* An activation-aware scheme calibrates first, as the engine does. */
   weir_tokenizer *tok = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_tokenizer_from_gguf(f->gguf, &tok, err, sizeof err), 0);
@@ -98,85 +70,16 @@ static void fixture_open(model_fixture *f, const char *path, int32_t block_size,
   weir_tokenizer_free(tok);
   if (rc) fprintf(stderr, "\n%s\n", err);
   CU_ASSERT_EQUAL_FATAL(rc, 0);
-  f->cfg.plugin_dirs = NULL;
-  f->cfg.num_plugin_dirs = 0;
 }
 
 static void fixture_close(model_fixture *f) { wt_model_close(f); }
 
-typedef struct seq_run {
-  weir_kv_seq *kv;
-  const int32_t *tokens;
-  int32_t n_total;  /* tokens of the sequence */
-  int32_t start;    /* first token computed in this step */
-} seq_run;
+typedef wt_seq_run seq_run;
 
 /* Runs one forward over several sequences, each computing tokens [start, n_total), and
  * copies every new token's logits (all rows) to host `out` ([sum new][vocab]). */
 static void forward_batch(model_fixture *f, seq_run *seqs, int ns, float *out) {
-  const int32_t vocab = weir_llama_hparams_get(f->model)->n_vocab;
-  int32_t T = 0;
-  for (int s = 0; s < ns; s++) T += seqs[s].n_total - seqs[s].start;
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)T), *pos = malloc(sizeof(int32_t) * (size_t)T);
-  int32_t *slots = malloc(sizeof(int32_t) * (size_t)T), *rows = malloc(sizeof(int32_t) * (size_t)T);
-  int32_t qsl[9], ctx[8];
-  int32_t stride = (512 + f->block_size - 1) / f->block_size;
-  int32_t *bt = calloc((size_t)ns * (size_t)stride, sizeof(int32_t));
-  int32_t t = 0;
-  qsl[0] = 0;
-  for (int s = 0; s < ns; s++) {
-    seq_run *r = &seqs[s];
-    int32_t n_new = r->n_total - r->start;
-    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_len(r->kv), r->start);
-    weir_kv_copy cp;
-    int32_t ncp = 0;
-    CU_ASSERT_EQUAL_FATAL(weir_kv_seq_append(f->kv, r->kv, n_new, slots + t, &cp, &ncp), 0);
-    CU_ASSERT_EQUAL(ncp, 0);
-    for (int32_t i = 0; i < n_new; i++) {
-      ids[t + i] = r->tokens[r->start + i];
-      pos[t + i] = r->start + i;
-      rows[t + i] = t + i;
-    }
-    int32_t nb = 0;
-    const int32_t *table = weir_kv_seq_block_table(r->kv, &nb);
-    memcpy(bt + (size_t)s * (size_t)stride, table, sizeof(int32_t) * (size_t)nb);
-    t += n_new;
-    qsl[s + 1] = t;
-    ctx[s] = r->n_total;
-  }
-  weir_llama_batch b = {.num_tokens = T,
-                        .tokens = ids,
-                        .positions = pos,
-                        .num_seqs = ns,
-                        .query_start_loc = qsl,
-                        .context_lens = ctx,
-                        .block_tables = bt,
-                        .max_blocks_per_seq = stride,
-                        .slot_mapping = slots,
-                        .num_logit_rows = T,
-                        .logit_rows = rows};
-  float *logits = NULL;
-  CU_ASSERT_EQUAL_FATAL(weir_llama_forward(f->model, &b, &logits), 0);
-  /* CPU device: device memory is host memory; copy through the device op all the same. */
-  const weir_device_ops *d = f->plugins.device->ops;
-  CU_ASSERT_EQUAL_FATAL(d->copy_d2h(f->plugins.device->self, out, logits,
-                                    sizeof(float) * (size_t)T * (size_t)vocab), 0);
-  free(ids);
-  free(pos);
-  free(slots);
-  free(rows);
-  free(bt);
-}
-
-/* Largest |a - b| over the largest |b|. */
-static double rel_err(const float *a, const double *b, size_t n) {
-  double md = 0, mb = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]);
-    if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
-    if (fabs(b[i]) > mb) mb = fabs(b[i]);
-  }
-  return mb > 0 ? md / mb : md;
+  wt_model_forward(f, seqs, ns, 512, out);
 }
 
 static double rel_err_ff(const float *a, const float *b, size_t n) {
@@ -214,7 +117,7 @@ static double compare_with_reference_ex(const char *path, const char *ref_path, 
   weir_ref_model *ref = NULL;
   CU_ASSERT_EQUAL_FATAL(weir_ref_model_load(ref_path, &ref), 0);
   CU_ASSERT_EQUAL_FATAL(weir_ref_forward(ref, toks, n_tokens, want), 0);
-  double e = rel_err(got, want, (size_t)n_tokens * (size_t)vocab);
+  double e = wt_rel_err(got, want, (size_t)n_tokens * (size_t)vocab);
   weir_ref_model_free(ref);
   free(got);
   free(want);
