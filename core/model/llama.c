@@ -657,9 +657,15 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
 
   TRY(m->quant->embed(m->quant_self, m->tok_embd, m->d_tokens, m->x, T));
   if (hp->embd_scale != 1.0f) TRY(d->scale(ds, m->x, hp->embd_scale, T * dim));
+  /* ABI 1.7: a residual add and the RMSNorm after it in one op (one launch, one pass over
+   * the residual) where the device has it; each layer's last add then also computes the next
+   * layer's attention norm (attn_normed). */
+  const int fused_norm = WEIR_HAS_FIELD(d, weir_device_ops, add_rms_norm) && d->add_rms_norm;
+  int attn_normed = 0;
   for (int l = 0; l < hp->n_layer; l++) {
     const llama_layer *L = &m->layers[l];
-    TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
+    if (!attn_normed) TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
+    attn_normed = 0;
     TAP(l, WEIR_LLAMA_SITE_ATTN_IN, m->h, T, dim);
     TRY(m->quant->matmul(m->quant_self, L->wq, m->h, m->q, T));
     TRY(m->quant->matmul(m->quant_self, L->wk, m->h, m->k, T));
@@ -697,8 +703,12 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
     TAP(l, WEIR_LLAMA_SITE_ATTN_OUT, m->o, T, qd);
     TRY(m->quant->matmul(m->quant_self, L->wo, m->o, m->h, T));
     if (L->post_attn_norm) TRY(d->rms_norm(ds, m->h, m->h, L->post_attn_norm, T, dim, hp->rms_eps));
-    TRY(d->add(ds, m->x, m->x, m->h, T * dim));
-    TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
+    if (fused_norm) {
+      TRY(d->add_rms_norm(ds, m->h, m->x, m->h, L->ffn_norm, T, dim, hp->rms_eps));
+    } else {
+      TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+      TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
+    }
     TAP(l, WEIR_LLAMA_SITE_FFN_IN, m->h, T, dim);
     TRY(m->quant->matmul(m->quant_self, L->w_gate, m->h, m->gate, T));
     TRY(m->quant->matmul(m->quant_self, L->w_up, m->h, m->up, T));
@@ -707,7 +717,13 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
     TAP(l, WEIR_LLAMA_SITE_FFN_MID, m->gate, T, ff);
     TRY(m->quant->matmul(m->quant_self, L->w_down, m->gate, m->h, T));
     if (L->post_ffn_norm) TRY(d->rms_norm(ds, m->h, m->h, L->post_ffn_norm, T, dim, hp->rms_eps));
-    TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+    if (fused_norm && l + 1 < hp->n_layer) {
+      TRY(d->add_rms_norm(ds, m->h, m->x, m->h, m->layers[l + 1].attn_norm, T, dim,
+                          hp->rms_eps));
+      attn_normed = 1;
+    } else {
+      TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+    }
   }
   if (R > 0) {
     TRY(d->get_rows(ds, m->sel, m->x, m->d_rows, R, dim));

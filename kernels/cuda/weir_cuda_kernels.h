@@ -102,18 +102,23 @@ typedef struct weir_cuda_attn_plan {
   int32_t rows_per_cta;    /* query rows (token x head) one CTA computes */
   int32_t tokens_per_cta;  /* rows_per_cta / group size */
   int32_t tiles_per_seq;   /* ceil(max_query_len / tokens_per_cta) */
-  int32_t num_splits;      /* KV partitions per (tile, kv head); 1 = no reduction pass */
-  size_t smem_bytes;       /* dynamic shared memory of the main kernel */
-  size_t workspace_bytes;  /* device workspace the split reduction needs (0 when 1 split) */
+  int32_t num_splits;      /* KV partitions per (tile, kv head); 1 = no reduction */
+  size_t smem_bytes;       /* dynamic shared memory of the kernel */
+  size_t workspace_bytes;  /* device workspace for the splits' partials (0 when 1 split) */
+  size_t counter_bytes;    /* device int counters, one per (tile, kv head) (0 when 1 split) */
 } weir_cuda_attn_plan;
 
 cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, int num_sms,
                                      size_t max_smem, weir_cuda_attn_plan *plan);
 /* out = causal attention of q over the paged cache (which already holds this step's K and
- * V). q, out: [num_tokens][n_heads * head_dim] f32. workspace: plan->workspace_bytes. */
+ * V). q, out: [num_tokens][n_heads * head_dim] f32. workspace: plan->workspace_bytes.
+ * counters: plan->counter_bytes of device ints that must be zero before the first call (a
+ * buffer the caller zeroed once when it allocated it): the split CTAs count themselves there
+ * so that the last one combines the partials in the same launch, and it resets its counter,
+ * so they are zero again after every launch. One launch, no host sync: graph-capturable. */
 cudaError_t weir_cuda_attention(cudaStream_t stream, const weir_cuda_attn_params *p,
                                 const weir_cuda_attn_plan *plan, const float *q, float *out,
-                                void *workspace);
+                                void *workspace, int *counters);
 /* For every layer l < n_layers and pair i < n: copies block src[i] onto block dst[i].
  * src, dst: device int32 [n]. layer0: the pool's first byte; layer stride is
  * num_blocks * block_bytes. */

@@ -16,6 +16,7 @@ typedef struct cuda_attn {
   int num_sms;
   size_t max_smem;
   weir_cuda_scratch ws; /* split-KV workspace (kept while a step graph may replay it) */
+  weir_cuda_scratch cnt; /* split-KV counters: zeroed when allocated, zero after each launch */
   int32_t *pairs;      /* device copy of copy_blocks' src and dst lists */
   int32_t pairs_cap;
 } cuda_attn;
@@ -31,6 +32,7 @@ static void attn_fini(void *self) {
   cuda_attn *a = self;
   if (!a) return;
   weir_cuda_scratch_free(a->host, &a->ws);
+  weir_cuda_scratch_free(a->host, &a->cnt);
   if (a->pairs) a->host->device_free(a->host->ctx, a->pairs);
   a->host->free(a->host->ctx, a);
 }
@@ -128,8 +130,15 @@ static int forward_impl(void *self, const weir_attn_shape *shape,
   }
   int rc = weir_cuda_scratch_reserve(a->host, &a->ws, plan.workspace_bytes);
   if (rc != WEIR_OK) return rc;
+  /* A new counter buffer starts at zero (the kernel keeps it so). It only grows in an
+   * un-recorded step: the engine sizes scratch before it records a graph. */
+  void *old_cnt = a->cnt.p;
+  if ((rc = weir_cuda_scratch_reserve(a->host, &a->cnt, plan.counter_bytes)) != WEIR_OK) return rc;
+  if (a->cnt.p != old_cnt &&
+      (e = cudaMemsetAsync(a->cnt.p, 0, a->cnt.size, a->stream)) != cudaSuccess)
+    return fail(a, e, "zeroing the split counters");
   if ((e = weir_cuda_kv_write(a->stream, &p, k, v)) != cudaSuccess) return fail(a, e, "kv_write");
-  if ((e = weir_cuda_attention(a->stream, &p, &plan, q, out, a->ws.p)) != cudaSuccess)
+  if ((e = weir_cuda_attention(a->stream, &p, &plan, q, out, a->ws.p, a->cnt.p)) != cudaSuccess)
     return fail(a, e, "attention");
   return WEIR_OK;
 }
