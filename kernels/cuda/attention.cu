@@ -1,5 +1,7 @@
-// Paged attention over weir's block pool: the KV write, one tiled kernel for decode, prefill,
-// chunked prefill and speculative verification, the split-KV reduction, and copy_blocks.
+// Paged attention over weir's block pool: the KV write (optionally rotating K by RoPE as it
+// stores it, with Q rotated as the attention kernel loads it: ABI 1.7 forward_rope), one tiled
+// kernel for decode, prefill, chunked prefill and speculative verification with the split-KV
+// reduction fused in, and copy_blocks.
 //
 // One CTA computes a tile of query rows that share one KV head: `tokens_per_cta` consecutive
 // new tokens of one sequence times the G query heads of that KV head's group. So each KV block
@@ -49,13 +51,46 @@ size_t elem_size(int32_t dt) {
   }
 }
 
+// ---- RoPE, fused (ABI 1.7 forward_rope) --------------------------------------------------------
+
+// Value d of a head row after RoPE at position pos, computed as elementwise.cu's rope kernels
+// compute it (same angle formula, sincosf, same products), so the fused path stores what the
+// separate rope launch followed by the KV write would. Values past rope_dim are unchanged.
+__device__ __forceinline__ float rope_at(const float *row, int d, int pos,
+                                         const weir_cuda_attn_params &p) {
+  if (d >= p.rope_dim) return row[d];
+  const int half = p.rope_dim / 2;
+  int i, a, b;
+  if (p.rope_neox) {
+    i = d < half ? d : d - half;
+    a = i;
+    b = i + half;
+  } else {
+    i = d / 2;
+    a = 2 * i;
+    b = 2 * i + 1;
+  }
+  float sn, cs;
+  if (p.rope_inv_freq) {
+    sincosf((float)pos * p.rope_inv_freq[i], &sn, &cs);
+    cs *= p.rope_mscale;
+    sn *= p.rope_mscale;
+  } else {
+    const float theta = (float)pos * p.rope_freq_scale *
+                        exp2f(-2.0f * (float)i / (float)p.rope_dim * p.rope_log2_base);
+    sincosf(theta, &sn, &cs);
+  }
+  const float x0 = row[a], x1 = row[b];
+  return d == a ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+}
+
 // ---- KV write --------------------------------------------------------------------------------
 
 template <typename T>
 __global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                 const int32_t *__restrict__ slots, char *base,
                                 size_t block_bytes, int32_t num_blocks, int32_t kvh,
-                                int32_t hd, int32_t bs) {
+                                int32_t hd, int32_t bs, weir_cuda_attn_params rp) {
   const int32_t tok = blockIdx.x;
   const int32_t slot = slots[tok];
   if (slot < 0) return; // padding token: nothing to store
@@ -65,10 +100,11 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
   T *vb = kb + (size_t)kvh * bs * hd;
   const int32_t n = kvh * hd;
   const float *kr = k + (size_t)tok * n, *vr = v + (size_t)tok * n;
+  const int pos = rp.rope_dim > 0 ? rp.positions[tok] : 0;
   for (int32_t e = threadIdx.x; e < n; e += blockDim.x) {
     const int32_t h = e / hd, d = e % hd;
     const size_t at = ((size_t)h * bs + off) * hd + d;
-    kb[at] = from_f<T>(kr[e]);
+    kb[at] = from_f<T>(rp.rope_dim > 0 ? rope_at(kr + (size_t)h * hd, d, pos, rp) : kr[e]);
     vb[at] = from_f<T>(vr[e]);
   }
 }
@@ -80,7 +116,7 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
 __global__ void kv_write_i8_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                    const int32_t *__restrict__ slots, char *base,
                                    size_t block_bytes, int32_t num_blocks, int32_t kvh,
-                                   int32_t hd, int32_t bs) {
+                                   int32_t hd, int32_t bs, weir_cuda_attn_params rp) {
   const int32_t tok = blockIdx.x;
   const int32_t slot = slots[tok];
   if (slot < 0) return;
@@ -92,13 +128,18 @@ __global__ void kv_write_i8_kernel(const float *__restrict__ k, const float *__r
   for (int job = warp; job < 2 * kvh; job += nwarps) {
     const int isv = job / kvh, h = job % kvh;
     const float *x = (isv ? v : k) + (size_t)tok * kvh * hd + (size_t)h * hd;
+    // K rotated here when RoPE is fused (each lane recomputes its values' angles twice:
+    // cheaper than staging the row).
+    const bool rot = !isv && rp.rope_dim > 0;
+    const int pos = rot ? rp.positions[tok] : 0;
     float amax = 0.0f;
-    for (int d = lane; d < hd; d += 32) amax = fmaxf(amax, fabsf(x[d]));
+    for (int d = lane; d < hd; d += 32)
+      amax = fmaxf(amax, fabsf(rot ? rope_at(x, d, pos, rp) : x[d]));
     for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     int8_t *row = reinterpret_cast<int8_t *>(b) + ((size_t)(isv * kvh + h) * bs + off) * hd;
     for (int d = lane; d < hd; d += 32) {
-      const float q = x[d] * inv;
+      const float q = (rot ? rope_at(x, d, pos, rp) : x[d]) * inv;
       row[d] = (int8_t)(q < 0.0f ? q - 0.5f : q + 0.5f);
     }
     if (lane == 0)
@@ -222,7 +263,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
     const int r = e / hd, d = e % hd;
     const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
-    sq[e] = q[(size_t)tok * qstride + (size_t)head * hd + d] * p.scale;
+    const float *qrow = q + (size_t)tok * qstride + (size_t)head * hd;
+    sq[e] = (p.rope_dim > 0 ? rope_at(qrow, d, p.positions[tok], p) : qrow[d]) * p.scale;
     sacc[e] = 0.0f;
   }
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -414,6 +456,9 @@ extern "C" size_t weir_cuda_attn_block_bytes(int32_t n_kv_heads, int32_t head_di
 extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_attn_params *p,
                                           const float *k, const float *v) {
   if (p->num_tokens <= 0) return cudaSuccess;
+  if (p->rope_dim < 0 || p->rope_dim % 2 != 0 || p->rope_dim > p->head_dim ||
+      (p->rope_dim > 0 && p->positions == NULL))
+    return cudaErrorInvalidValue;
   const unsigned grid = (unsigned)p->num_tokens;
   char *base = static_cast<char *>(p->kv_base);
   switch (p->kv_dtype) {
@@ -421,23 +466,23 @@ extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_a
     WEIR_LAUNCH(kv_write_kernel<float>, grid, kThreads, 0, stream)(k, v, p->slot_mapping, base,
                                                           p->block_bytes, p->num_blocks,
                                                           p->n_kv_heads, p->head_dim,
-                                                          p->block_size);
+                                                          p->block_size, *p);
     break;
   case kF16:
     WEIR_LAUNCH(kv_write_kernel<__half>, grid, kThreads, 0, stream)(k, v, p->slot_mapping, base,
                                                            p->block_bytes, p->num_blocks,
                                                            p->n_kv_heads, p->head_dim,
-                                                           p->block_size);
+                                                           p->block_size, *p);
     break;
   case kBF16:
     WEIR_LAUNCH(kv_write_kernel<__nv_bfloat16>, grid, kThreads, 0, stream)(
         k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
-        p->block_size);
+        p->block_size, *p);
     break;
   case kI8:
     WEIR_LAUNCH(kv_write_i8_kernel, grid, kThreads, 0, stream)(
         k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
-        p->block_size);
+        p->block_size, *p);
     break;
   default: return cudaErrorInvalidValue;
   }
@@ -497,6 +542,9 @@ extern "C" cudaError_t weir_cuda_attention(cudaStream_t stream, const weir_cuda_
                                            float *out, void *workspace, int *counters) {
   if (p->num_seqs <= 0 || p->num_tokens <= 0) return cudaSuccess;
   if (plan->num_splits > 1 && (workspace == NULL || counters == NULL))
+    return cudaErrorInvalidValue;
+  if (p->rope_dim < 0 || p->rope_dim % 2 != 0 || p->rope_dim > p->head_dim ||
+      (p->rope_dim > 0 && p->positions == NULL))
     return cudaErrorInvalidValue;
   float *ws = static_cast<float *>(workspace);
   switch (p->kv_dtype) {

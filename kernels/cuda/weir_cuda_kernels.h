@@ -85,6 +85,17 @@ typedef struct weir_cuda_attn_params {
    * softcap * tanh(s / softcap). 0 = off. */
   int32_t window;
   float softcap;
+  /* RoPE fused into the KV write and the query load (SDK forward_rope, ABI 1.7): rope_dim > 0
+   * rotates the first rope_dim values of each K head before it is stored and of each Q head
+   * as it is loaded, token t by positions[t], exactly as elementwise.cu's rope kernels do
+   * (rope_inv_freq NULL: angle pos * rope_freq_scale * 2^(-2i/rope_dim * rope_log2_base);
+   * else pos * rope_inv_freq[i], rotated values times rope_mscale). rope_neox: 0 adjacent
+   * pairs, 1 halves. rope_dim 0: q and k arrive rotated. */
+  const int32_t *positions;
+  int32_t rope_dim, rope_neox;
+  float rope_log2_base, rope_freq_scale;
+  const float *rope_inv_freq;
+  float rope_mscale;
 } weir_cuda_attn_params;
 
 /* Bytes of one block of one layer; 0 for an unsupported dtype or shape. */

@@ -3,9 +3,11 @@
  * Block layout, kernels and launch planning are in kernels/cuda/attention.cu; this file binds
  * them to the SDK. See docs/cuda.md. */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <string.h>
 
 #include "weir/attention.h"
+#include "weir/device.h" /* weir_rope_style */
 #include "weir_cuda_common.h"
 #include "weir_cuda_kernels.h"
 
@@ -90,9 +92,9 @@ static size_t attn_block_bytes(void *self, const weir_attn_shape *shape) {
 }
 
 static int forward_impl(void *self, const weir_attn_shape *shape,
-                        const weir_attn_layer_params *lp, const weir_attn_batch *batch,
-                        const weir_kv_view *kv, const float *q, const float *k, const float *v,
-                        float *out) {
+                        const weir_attn_layer_params *lp, const weir_attn_rope *rope,
+                        const weir_attn_batch *batch, const weir_kv_view *kv, const float *q,
+                        const float *k, const float *v, float *out) {
   cuda_attn *a = self;
   if (batch->num_tokens <= 0 || batch->num_seqs <= 0) return WEIR_OK;
   const size_t bb = attn_block_bytes(self, shape);
@@ -120,6 +122,15 @@ static int forward_impl(void *self, const weir_attn_shape *shape,
       .window = lp->window,
       .softcap = lp->softcap,
   };
+  if (rope) { /* ABI 1.7: K rotated in the KV write, Q as the attention kernel loads it */
+    p.positions = rope->positions;
+    p.rope_dim = rope->rot_dim;
+    p.rope_neox = rope->style == WEIR_ROPE_NEOX;
+    p.rope_log2_base = rope->inv_freq ? 0.0f : log2f(rope->freq_base);
+    p.rope_freq_scale = rope->freq_scale;
+    p.rope_inv_freq = rope->inv_freq;
+    p.rope_mscale = rope->mscale;
+  }
   weir_cuda_attn_plan plan;
   cudaError_t e = weir_cuda_use_device(a->device_id);
   if (e != cudaSuccess) return fail(a, e, "cudaSetDevice");
@@ -147,7 +158,7 @@ static int attn_forward(void *self, const weir_attn_shape *shape, const weir_att
                         const weir_kv_view *kv, const float *q, const float *k, const float *v,
                         float *out) {
   const weir_attn_layer_params plain = {.struct_size = sizeof plain};
-  return forward_impl(self, shape, &plain, batch, kv, q, k, v, out);
+  return forward_impl(self, shape, &plain, NULL, batch, kv, q, k, v, out);
 }
 
 /* ABI 1.5: a layer's window, soft-cap and scale (kernels/cuda/attention.cu). Fields beyond
@@ -160,7 +171,25 @@ static int attn_forward_layer(void *self, const weir_attn_shape *shape,
   weir_attn_layer_params p = {.struct_size = sizeof p};
   memcpy(&p, lp, lp->struct_size < sizeof p ? lp->struct_size : sizeof p);
   if (p.window < 0 || !(p.softcap >= 0.0f) || !(p.scale >= 0.0f)) return WEIR_E_INVAL;
-  return forward_impl(self, shape, &p, batch, kv, q, k, v, out);
+  return forward_impl(self, shape, &p, NULL, batch, kv, q, k, v, out);
+}
+
+/* ABI 1.7: forward_layer with RoPE fused into the KV write and the query load. */
+static int attn_forward_rope(void *self, const weir_attn_shape *shape,
+                             const weir_attn_layer_params *lp, const weir_attn_rope *rope,
+                             const weir_attn_batch *batch, const weir_kv_view *kv, const float *q,
+                             const float *k, const float *v, float *out) {
+  if (!lp || !rope) return WEIR_E_INVAL;
+  weir_attn_layer_params p = {.struct_size = sizeof p};
+  memcpy(&p, lp, lp->struct_size < sizeof p ? lp->struct_size : sizeof p);
+  if (p.window < 0 || !(p.softcap >= 0.0f) || !(p.scale >= 0.0f)) return WEIR_E_INVAL;
+  weir_attn_rope r = {.struct_size = sizeof r};
+  memcpy(&r, rope, rope->struct_size < sizeof r ? rope->struct_size : sizeof r);
+  if (r.rot_dim <= 0 || r.rot_dim % 2 != 0 || r.rot_dim > shape->head_dim || !r.positions ||
+      (r.style != WEIR_ROPE_NORM && r.style != WEIR_ROPE_NEOX) ||
+      (!r.inv_freq && !(r.freq_base > 0.0f)))
+    return WEIR_E_INVAL;
+  return forward_impl(self, shape, &p, &r, batch, kv, q, k, v, out);
 }
 
 /* src and dst may be host or device arrays: device pointers are used as they are, host
@@ -210,6 +239,7 @@ static const weir_attention_ops k_ops = {
     .forward = attn_forward,
     .copy_blocks = attn_copy_blocks,
     .forward_layer = attn_forward_layer,
+    .forward_rope = attn_forward_rope,
 };
 
 static const weir_plugin_desc k_desc = {

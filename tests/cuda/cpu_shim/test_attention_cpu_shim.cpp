@@ -8,7 +8,10 @@
 // prefill. Every launch runs twice, once with the shim's blocks in grid order and once
 // reversed, so the fused last-block-done split reduction is proven whichever split finishes
 // last, and its counters must be zero after each launch. On a GPU machine cuda_attention
-// checks the plugin itself.
+// checks the plugin itself. ABI 1.7's forward_rope is checked the same way: the fused kernels
+// get q and k unrotated, the CPU plugin gets them rotated by elementwise.cu's rope kernels
+// (shim_elementwise.cpp), and outputs and cache bytes must agree; the CPU plugin's own
+// forward_rope must rotate too.
 #define WEIR_SHIM_EXTERN_SHARED
 #include "cuda_shim.h"
 
@@ -86,6 +89,10 @@ static bool load_cpu_attention() {
     return false;
   }
   cpu_ops = (const weir_attention_ops *)d->ops;
+  if (!WEIR_HAS_FIELD(cpu_ops, weir_attention_ops, forward_rope) || !cpu_ops->forward_rope) {
+    printf("FAIL the CPU paged attention has no forward_rope (ABI 1.7)\n");
+    return false;
+  }
   return true;
 }
 
@@ -97,6 +104,10 @@ struct Case {
   int window = 0;
   float softcap = 0.0f, scale = 0.0f;
   int want_splits = 0; // > 0: the plan must split the KV range at least this many ways
+  // ABI 1.7 forward_rope: rope_dim > 0 gives q and k unrotated to the fused kernels, and to
+  // the reference rotated by elementwise.cu's rope kernels (on the shim) first.
+  int rope_dim = 0, rope_style = 0;
+  bool rope_freqs = false;
 };
 
 static void run(const Case &c) {
@@ -198,7 +209,73 @@ static void run(const Case &c) {
   weir_attn_batch b = {sizeof b, S, T, qsl.data(), ctxv.data(), bt_step.data(), max_blocks,
                        slots.data(), max_q, max_ctx, qsl.data(), ctxv.data(), bt_step.data(),
                        slots.data()};
-  if (cpu_ops->forward_layer(cpu_self, &shape, &lp, &b, &kv, q.data(), k.data(), v.data(),
+  // RoPE: each new token's position, and the per-pair frequencies of the rope_freqs form
+  // (made-up scaling: base 10000 with every pair's frequency divided by 1 + i / 8).
+  std::vector<int32_t> positions(T);
+  for (int s2 = 0; s2 < S; ++s2)
+    for (int i = 0; i < c.qlen[s2]; ++i) positions[qsl[s2] + i] = c.ctx[s2] - c.qlen[s2] + i;
+  std::vector<float> inv_freq(c.rope_dim / 2 + 1);
+  for (int i = 0; i < c.rope_dim / 2; ++i)
+    inv_freq[i] = (float)(std::pow(10000.0, -2.0 * i / c.rope_dim) / (1.0 + i / 8.0));
+  const float base = 10000.0f, fscale = 0.5f, mscale = 1.25f;
+  std::vector<float> qref = q, kref = k; // what the CPU plugin attends with
+  if (c.rope_dim > 0) {
+    if (c.rope_freqs) {
+      weir_cuda_rope_freqs(nullptr, qref.data(), positions.data(), T, c.heads, c.hd, c.rope_dim,
+                           inv_freq.data(), mscale, c.rope_style);
+      weir_cuda_rope_freqs(nullptr, kref.data(), positions.data(), T, c.kv_heads, c.hd,
+                           c.rope_dim, inv_freq.data(), mscale, c.rope_style);
+    } else {
+      weir_cuda_rope(nullptr, qref.data(), positions.data(), T, c.heads, c.hd, c.rope_dim, base,
+                     fscale, c.rope_style);
+      weir_cuda_rope(nullptr, kref.data(), positions.data(), T, c.kv_heads, c.hd, c.rope_dim,
+                     base, fscale, c.rope_style);
+    }
+  }
+  weir_attn_rope rope = {sizeof rope, positions.data(), positions.data(), c.rope_dim,
+                         c.rope_style, base, fscale,
+                         c.rope_freqs ? inv_freq.data() : nullptr, mscale};
+  if (c.rope_dim > 0) {
+    // The CPU plugin's own forward_rope, on a copy of the cache: it must rotate (the
+    // unrotated inputs give a different result) and agree with the rope kernels' rotation
+    // to the f32-vs-f64 angle difference.
+    std::vector<unsigned char> pool2 = cpu_pool;
+    weir_kv_view kv2 = {pool2.data(), bb, pool_blocks};
+    std::vector<float> o2 = shim_poisoned((size_t)T * qw), o3 = shim_poisoned((size_t)T * qw);
+    std::vector<unsigned char> pool3 = cpu_pool;
+    weir_kv_view kv3 = {pool3.data(), bb, pool_blocks};
+    std::vector<float> qr = qref, kr = kref;
+    const int rc2 = cpu_ops->forward_rope(cpu_self, &shape, &lp, &rope, &b, &kv2, q.data(),
+                                          k.data(), v.data(), o2.data());
+    const int rc3 = cpu_ops->forward_layer(cpu_self, &shape, &lp, &b, &kv3, qr.data(), kr.data(),
+                                           v.data(), o3.data());
+    bool f2, f3;
+    const double e2 = shim_rel_err(o2, std::vector<double>(o3.begin(), o3.end()), &f2);
+    std::vector<float> o4 = shim_poisoned((size_t)T * qw);
+    std::vector<unsigned char> pool4 = cpu_pool;
+    weir_kv_view kv4 = {pool4.data(), bb, pool_blocks};
+    cpu_ops->forward_layer(cpu_self, &shape, &lp, &b, &kv4, q.data(), k.data(), v.data(),
+                           o4.data());
+    const double e_unrot = shim_rel_err(o2, std::vector<double>(o4.begin(), o4.end()), &f3);
+    const bool ok = rc2 == WEIR_OK && rc3 == WEIR_OK && f2 && e2 < 2e-3 && e_unrot > 1e-2;
+    printf("%s %s: cpu forward_rope vs rope kernels + forward_layer rel err %.3g (unrotated "
+           "%.3g)\n", ok ? "ok  " : "FAIL", c.name.c_str(), e2, e_unrot);
+    if (!ok) ++g_failures;
+    // Bad RoPE is refused before anything is written.
+    weir_attn_rope bad = rope;
+    bad.rot_dim = c.hd + 2;
+    std::vector<unsigned char> pool5 = cpu_pool;
+    weir_kv_view kv5 = {pool5.data(), bb, pool_blocks};
+    const bool refused = cpu_ops->forward_rope(cpu_self, &shape, &lp, &bad, &b, &kv5, q.data(),
+                                               k.data(), v.data(), o4.data()) == WEIR_E_INVAL &&
+                         pool5 == cpu_pool;
+    if (!refused) {
+      printf("FAIL %s: the CPU plugin's forward_rope took rot_dim %d\n", c.name.c_str(),
+             bad.rot_dim);
+      ++g_failures;
+    }
+  }
+  if (cpu_ops->forward_layer(cpu_self, &shape, &lp, &b, &kv, qref.data(), kref.data(), v.data(),
                              cpu_out.data()) != WEIR_OK) {
     printf("FAIL %s: the CPU plugin's forward\n", c.name.c_str());
     ++g_failures;
@@ -226,6 +303,16 @@ static void run(const Case &c) {
   p.num_blocks = pool_blocks;
   p.window = c.window;
   p.softcap = c.softcap;
+  if (c.rope_dim > 0) { // as plugins/attention/paged_cuda fills them from weir_attn_rope
+    p.positions = positions.data();
+    p.rope_dim = c.rope_dim;
+    p.rope_neox = c.rope_style == 2;
+    p.rope_log2_base = c.rope_freqs ? 0.0f : log2f(base);
+    p.rope_freq_scale = fscale;
+    p.rope_inv_freq = c.rope_freqs ? inv_freq.data() : nullptr;
+    p.rope_mscale = mscale;
+  }
+  const std::vector<float> q_in = q, k_in = k;
   weir_cuda_attn_plan plan;
   if (weir_cuda_attn_plan_make(&p, c.num_sms, 227 * 1024, &plan) != cudaSuccess) {
     printf("FAIL %s: no plan\n", c.name.c_str());
@@ -246,6 +333,7 @@ static void run(const Case &c) {
       weir_cuda_attn_params pp = p;
       pp.num_tokens = (int32_t)pslots.size();
       pp.slot_mapping = pslots.data();
+      pp.rope_dim = 0; // the cached prefix went in unrotated on the CPU side too
       weir_cuda_kv_write(nullptr, &pp, pk.data(), pv.data());
     }
     std::vector<float> ws(plan.workspace_bytes / 4 + 1);
@@ -255,6 +343,10 @@ static void run(const Case &c) {
     weir_cuda_attention(nullptr, &p, &plan, q.data(), out.data(), ws.data(), counters.data());
     bool zero = true;
     for (int x : counters) zero = zero && x == 0;
+    if (q != q_in || k != k_in) {
+      printf("FAIL %s: the kernels modified q or k\n", c.name.c_str());
+      ++g_failures;
+    }
     // The cache bytes: every slot either side wrote must hold the same bytes.
     bool same_cache = true;
     for (int s = 0; s < S; ++s)
@@ -334,7 +426,32 @@ int main() {
   cases.push_back(Case{"chunked prefill f16 8/2 d128 ctx 300+40", 8, 2, 128, 1, 132, {300, 90},
                        {40, 1}});
   cases.push_back(Case{"verify int8 8/2 ctx 200 k+1=5", 8, 2, 64, 24, 132, {200, 77}, {5, 5}});
-  for (const auto &c : cases) run(c);
+  // ABI 1.7 forward_rope: RoPE fused into the KV write and the query load, both styles,
+  // partial rotation, the rope_freqs form, f16 and int8 (K rotated before its row scale is
+  // found), decode through splits and a chunked prefill.
+  {
+    Case r1{"rope norm fused f16 8/2 decode batch", 8, 2, 64, 1, 16, {300, 17, 1}, {1, 1, 1}};
+    r1.rope_dim = 64;
+    cases.push_back(r1);
+    Case r2{"rope neox partial 32 fused int8 8/1 ctx 700", 8, 1, 64, 24, 132, {700}, {1}};
+    r2.rope_dim = 32;
+    r2.rope_style = 2;
+    r2.want_splits = 2;
+    cases.push_back(r2);
+    Case r3{"rope_freqs fused int8 4/2 chunked prefill", 4, 2, 64, 24, 132, {90, 40}, {30, 1}};
+    r3.rope_dim = 64;
+    r3.rope_freqs = true;
+    cases.push_back(r3);
+    Case r4{"rope_freqs neox fused f16 8/1 window 50 ctx 400", 8, 1, 64, 1, 132, {400}, {1}, 50};
+    r4.rope_dim = 64;
+    r4.rope_style = 2;
+    r4.rope_freqs = true;
+    cases.push_back(r4);
+  }
+  // WEIR_SHIM_FILTER=substring runs only the cases whose name holds it (for kernel work).
+  const char *filter = getenv("WEIR_SHIM_FILTER");
+  for (const auto &c : cases)
+    if (!filter || c.name.find(filter) != std::string::npos) run(c);
   if (g_failures) printf("%d failure(s)\n", g_failures);
   return g_failures ? 1 : 0;
 }
