@@ -19,6 +19,11 @@
 #include "shim_test.h"
 #include "weir/device.h"
 #include "weir_cuda_kernels.h"
+#ifdef WEIR_SHIM_PLUGIN_DIR
+#include <string>
+
+#include "wt_options.h"
+#endif
 
 static int g_failures = 0;
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -419,11 +424,26 @@ static void add_rms_norm_vs_cpu_device() {
   host.log = h_log;
   host.alloc = h_alloc;
   host.free = h_free;
-  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, nullptr, 0};
+  wt_options_host(&host); /* its options by key (ABI 1.5), at their defaults */
+  static std::vector<weir_option_value> ov;
+  ov.resize(d->num_options);
+  for (int i = 0; i < d->num_options; ++i) {
+    ov[i].i = d->options[i].def_int;
+    ov[i].f = d->options[i].def_float;
+    ov[i].b = d->options[i].def_bool;
+    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
+  }
+  wt_options_use(d, ov.data());
+  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
   void *self = nullptr;
   const weir_device_ops *ops = (const weir_device_ops *)d->ops;
-  if (d->init(&host, &args, &self) != WEIR_OK || !WEIR_HAS_FIELD(ops, weir_device_ops, add_rms_norm) ||
-      !ops->add_rms_norm) {
+  const int irc = d->init(&host, &args, &self);
+  if (irc != WEIR_OK) {
+    printf("FAIL init the CPU device: %s\n", wt_options_error);
+    ++g_failures;
+    return;
+  }
+  if (!WEIR_HAS_FIELD(ops, weir_device_ops, add_rms_norm) || !ops->add_rms_norm) {
     printf("FAIL the CPU device has no add_rms_norm (ABI 1.7)\n");
     ++g_failures;
     return;
