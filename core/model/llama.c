@@ -689,9 +689,20 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
 
   TRY(m->quant->embed(m->quant_self, m->tok_embd, m->d_tokens, m->x, T));
   if (hp->embd_scale != 1.0f) TRY(d->scale(ds, m->x, hp->embd_scale, T * dim));
+  /* ABI 1.7: a residual add and the RMSNorm after it in one op (one launch, one pass over
+   * the residual) where the device has it; each layer's last add then also computes the next
+   * layer's attention norm (attn_normed). */
+  const int fused_norm = WEIR_HAS_FIELD(d, weir_device_ops, add_rms_norm) && d->add_rms_norm;
+  /* ABI 1.7: RoPE fused into the attention plugin's KV write and query load (forward_rope),
+   * which saves the two rope launches of every layer; only with RoPE (n_rot > 0). */
+  const int fused_rope = m->attn_abi_minor >= 7 && hp->n_rot > 0 &&
+                         WEIR_HAS_FIELD(m->attn, weir_attention_ops, forward_rope) &&
+                         m->attn->forward_rope;
+  int attn_normed = 0;
   for (int l = 0; l < hp->n_layer; l++) {
     const llama_layer *L = &m->layers[l];
-    TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
+    if (!attn_normed) TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
+    attn_normed = 0;
     TAP(l, WEIR_LLAMA_SITE_ATTN_IN, m->h, T, dim);
     TRY(m->quant->matmul(m->quant_self, L->wq, m->h, m->q, T));
     TRY(m->quant->matmul(m->quant_self, L->wk, m->h, m->k, T));
@@ -706,31 +717,51 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
       TRY(d->rms_norm(ds, m->k, m->k, L->k_norm, T * hp->n_head_kv, hp->head_dim, hp->rms_eps));
     }
     const float *inv_freq = L->slides ? m->inv_freq_swa : m->inv_freq;
-    if (inv_freq) {
-      TRY(d->rope_freqs(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot,
-                        inv_freq, m->rope_mscale, hp->rope_style));
-      TRY(d->rope_freqs(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot,
-                        inv_freq, m->rope_mscale, hp->rope_style));
-    } else {
-      const float base = L->slides ? hp->rope_freq_base_swa : hp->rope_freq_base;
-      const float fs = L->slides && hp->rope_scale_global_only ? 1.0f : freq_scale;
-      TRY(d->rope(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot, base, fs,
-                  hp->rope_style));
-      TRY(d->rope(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot, base, fs,
-                  hp->rope_style));
-    }
     weir_kv_view kv;
     TRY(weir_kv_pool_view(m->kv, m->kv_group, l, &kv));
-    if (m->layer_params)
-      TRY(m->attn->forward_layer(m->attn_self, m->shape, &L->ap, &ab, &kv, m->q, m->k, m->v,
-                                 m->o));
-    else
-      TRY(m->attn->forward(m->attn_self, m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
+    if (fused_rope) {
+      /* ABI 1.7: the attention plugin rotates K as it stores it and Q as it reads it. */
+      const weir_attn_rope rope = {
+          .struct_size = sizeof rope,
+          .positions = m->d_positions,
+          .positions_host = b->positions,
+          .rot_dim = hp->n_rot,
+          .style = (int32_t)hp->rope_style,
+          .freq_base = L->slides ? hp->rope_freq_base_swa : hp->rope_freq_base,
+          .freq_scale = L->slides && hp->rope_scale_global_only ? 1.0f : freq_scale,
+          .inv_freq = inv_freq,
+          .mscale = m->rope_mscale};
+      TRY(m->attn->forward_rope(m->attn_self, m->shape, &L->ap, &rope, &ab, &kv, m->q, m->k,
+                                m->v, m->o));
+    } else {
+      if (inv_freq) {
+        TRY(d->rope_freqs(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot,
+                          inv_freq, m->rope_mscale, hp->rope_style));
+        TRY(d->rope_freqs(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot,
+                          inv_freq, m->rope_mscale, hp->rope_style));
+      } else {
+        const float base = L->slides ? hp->rope_freq_base_swa : hp->rope_freq_base;
+        const float fs = L->slides && hp->rope_scale_global_only ? 1.0f : freq_scale;
+        TRY(d->rope(ds, m->q, m->d_positions, T, hp->n_head, hp->head_dim, hp->n_rot, base, fs,
+                    hp->rope_style));
+        TRY(d->rope(ds, m->k, m->d_positions, T, hp->n_head_kv, hp->head_dim, hp->n_rot, base,
+                    fs, hp->rope_style));
+      }
+      if (m->layer_params)
+        TRY(m->attn->forward_layer(m->attn_self, m->shape, &L->ap, &ab, &kv, m->q, m->k, m->v,
+                                   m->o));
+      else
+        TRY(m->attn->forward(m->attn_self, m->shape, &ab, &kv, m->q, m->k, m->v, m->o));
+    }
     TAP(l, WEIR_LLAMA_SITE_ATTN_OUT, m->o, T, qd);
     TRY(m->quant->matmul(m->quant_self, L->wo, m->o, m->h, T));
     if (L->post_attn_norm) TRY(d->rms_norm(ds, m->h, m->h, L->post_attn_norm, T, dim, hp->rms_eps));
-    TRY(d->add(ds, m->x, m->x, m->h, T * dim));
-    TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
+    if (fused_norm) {
+      TRY(d->add_rms_norm(ds, m->h, m->x, m->h, L->ffn_norm, T, dim, hp->rms_eps));
+    } else {
+      TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+      TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
+    }
     TAP(l, WEIR_LLAMA_SITE_FFN_IN, m->h, T, dim);
     TRY(m->quant->matmul(m->quant_self, L->w_gate, m->h, m->gate, T));
     TRY(m->quant->matmul(m->quant_self, L->w_up, m->h, m->up, T));
@@ -739,7 +770,13 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
     TAP(l, WEIR_LLAMA_SITE_FFN_MID, m->gate, T, ff);
     TRY(m->quant->matmul(m->quant_self, L->w_down, m->gate, m->h, T));
     if (L->post_ffn_norm) TRY(d->rms_norm(ds, m->h, m->h, L->post_ffn_norm, T, dim, hp->rms_eps));
-    TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+    if (fused_norm && l + 1 < hp->n_layer) {
+      TRY(d->add_rms_norm(ds, m->h, m->x, m->h, m->layers[l + 1].attn_norm, T, dim,
+                          hp->rms_eps));
+      attn_normed = 1;
+    } else {
+      TRY(d->add(ds, m->x, m->x, m->h, T * dim));
+    }
   }
   if (R > 0) {
     TRY(d->get_rows(ds, m->sel, m->x, m->d_rows, R, dim));

@@ -1,5 +1,7 @@
-// Paged attention over weir's block pool: the KV write, one tiled kernel for decode, prefill,
-// chunked prefill and speculative verification, the split-KV reduction, and copy_blocks.
+// Paged attention over weir's block pool: the KV write (optionally rotating K by RoPE as it
+// stores it, with Q rotated as the attention kernel loads it: ABI 1.7 forward_rope), one tiled
+// kernel for decode, prefill, chunked prefill and speculative verification with the split-KV
+// reduction fused in, and copy_blocks.
 //
 // One CTA computes a tile of query rows that share one KV head: `tokens_per_cta` consecutive
 // new tokens of one sequence times the G query heads of that KV head's group. So each KV block
@@ -7,8 +9,10 @@
 // a decode step (one token per sequence) reads each sequence's KV exactly once. The KV blocks
 // of the tile's causal range are visited one at a time through shared memory with an online
 // softmax in f32 (flash-attention style). When the grid would be too small to fill the GPU
-// (few sequences, long contexts), the blocks are partitioned across `num_splits` CTAs whose
-// partial results a second kernel combines.
+// (few sequences, long contexts), the blocks are partitioned across `num_splits` CTAs; each
+// writes its partial result to a workspace and bumps a per-(tile, KV head) counter, and the CTA
+// that finds itself last combines the partials in the same launch (no second kernel, so a
+// decode step's attention is one launch per layer whatever the split).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -47,13 +51,46 @@ size_t elem_size(int32_t dt) {
   }
 }
 
+// ---- RoPE, fused (ABI 1.7 forward_rope) --------------------------------------------------------
+
+// Value d of a head row after RoPE at position pos, computed as elementwise.cu's rope kernels
+// compute it (same angle formula, sincosf, same products), so the fused path stores what the
+// separate rope launch followed by the KV write would. Values past rope_dim are unchanged.
+__device__ __forceinline__ float rope_at(const float *row, int d, int pos,
+                                         const weir_cuda_attn_params &p) {
+  if (d >= p.rope_dim) return row[d];
+  const int half = p.rope_dim / 2;
+  int i, a, b;
+  if (p.rope_neox) {
+    i = d < half ? d : d - half;
+    a = i;
+    b = i + half;
+  } else {
+    i = d / 2;
+    a = 2 * i;
+    b = 2 * i + 1;
+  }
+  float sn, cs;
+  if (p.rope_inv_freq) {
+    sincosf((float)pos * p.rope_inv_freq[i], &sn, &cs);
+    cs *= p.rope_mscale;
+    sn *= p.rope_mscale;
+  } else {
+    const float theta = (float)pos * p.rope_freq_scale *
+                        exp2f(-2.0f * (float)i / (float)p.rope_dim * p.rope_log2_base);
+    sincosf(theta, &sn, &cs);
+  }
+  const float x0 = row[a], x1 = row[b];
+  return d == a ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
+}
+
 // ---- KV write --------------------------------------------------------------------------------
 
 template <typename T>
 __global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                 const int32_t *__restrict__ slots, char *base,
                                 size_t block_bytes, int32_t num_blocks, int32_t kvh,
-                                int32_t hd, int32_t bs) {
+                                int32_t hd, int32_t bs, weir_cuda_attn_params rp) {
   const int32_t tok = blockIdx.x;
   const int32_t slot = slots[tok];
   if (slot < 0) return; // padding token: nothing to store
@@ -63,10 +100,11 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
   T *vb = kb + (size_t)kvh * bs * hd;
   const int32_t n = kvh * hd;
   const float *kr = k + (size_t)tok * n, *vr = v + (size_t)tok * n;
+  const int pos = rp.rope_dim > 0 ? rp.positions[tok] : 0;
   for (int32_t e = threadIdx.x; e < n; e += blockDim.x) {
     const int32_t h = e / hd, d = e % hd;
     const size_t at = ((size_t)h * bs + off) * hd + d;
-    kb[at] = from_f<T>(kr[e]);
+    kb[at] = from_f<T>(rp.rope_dim > 0 ? rope_at(kr + (size_t)h * hd, d, pos, rp) : kr[e]);
     vb[at] = from_f<T>(vr[e]);
   }
 }
@@ -78,7 +116,7 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
 __global__ void kv_write_i8_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                    const int32_t *__restrict__ slots, char *base,
                                    size_t block_bytes, int32_t num_blocks, int32_t kvh,
-                                   int32_t hd, int32_t bs) {
+                                   int32_t hd, int32_t bs, weir_cuda_attn_params rp) {
   const int32_t tok = blockIdx.x;
   const int32_t slot = slots[tok];
   if (slot < 0) return;
@@ -90,13 +128,18 @@ __global__ void kv_write_i8_kernel(const float *__restrict__ k, const float *__r
   for (int job = warp; job < 2 * kvh; job += nwarps) {
     const int isv = job / kvh, h = job % kvh;
     const float *x = (isv ? v : k) + (size_t)tok * kvh * hd + (size_t)h * hd;
+    // K rotated here when RoPE is fused (each lane recomputes its values' angles twice:
+    // cheaper than staging the row).
+    const bool rot = !isv && rp.rope_dim > 0;
+    const int pos = rot ? rp.positions[tok] : 0;
     float amax = 0.0f;
-    for (int d = lane; d < hd; d += 32) amax = fmaxf(amax, fabsf(x[d]));
+    for (int d = lane; d < hd; d += 32)
+      amax = fmaxf(amax, fabsf(rot ? rope_at(x, d, pos, rp) : x[d]));
     for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
     int8_t *row = reinterpret_cast<int8_t *>(b) + ((size_t)(isv * kvh + h) * bs + off) * hd;
     for (int d = lane; d < hd; d += 32) {
-      const float q = x[d] * inv;
+      const float q = (rot ? rope_at(x, d, pos, rp) : x[d]) * inv;
       row[d] = (int8_t)(q < 0.0f ? q - 0.5f : q + 0.5f);
     }
     if (lane == 0)
@@ -107,7 +150,7 @@ __global__ void kv_write_i8_kernel(const float *__restrict__ k, const float *__r
 // ---- attention -------------------------------------------------------------------------------
 
 struct SmemLayout {
-  int q, acc, k, v, s, m, l, alpha, total; // offsets in floats
+  int q, acc, k, v, s, m, l, alpha, flag, total; // offsets in floats
 };
 
 __host__ __device__ inline SmemLayout smem_layout(int rows, int hd, int bs) {
@@ -121,7 +164,8 @@ __host__ __device__ inline SmemLayout smem_layout(int rows, int hd, int bs) {
   L.m = L.s + rows * bs;
   L.l = L.m + rows;
   L.alpha = L.l + rows;
-  L.total = L.alpha + rows;
+  L.flag = L.alpha + rows; // one int: "this CTA combines the splits" (fused reduction)
+  L.total = L.flag + 1;
   return L;
 }
 
@@ -195,7 +239,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(weir_cuda_attn_params p, int tokens_per_cta, int tiles_per_seq,
                      int num_splits, const float *__restrict__ q, float *__restrict__ out,
-                     float *__restrict__ ws) {
+                     float *__restrict__ ws, int *__restrict__ counters) {
   extern __shared__ float sm[];
   const int hd = p.head_dim, bs = p.block_size, G = p.n_heads / p.n_kv_heads;
   const int kvh = blockIdx.y, split = blockIdx.z;
@@ -219,7 +263,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
     const int r = e / hd, d = e % hd;
     const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
-    sq[e] = q[(size_t)tok * qstride + (size_t)head * hd + d] * p.scale;
+    const float *qrow = q + (size_t)tok * qstride + (size_t)head * hd;
+    sq[e] = (p.rope_dim > 0 ? rope_at(qrow, d, p.positions[tok], p) : qrow[d]) * p.scale;
     sacc[e] = 0.0f;
   }
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
@@ -313,48 +358,50 @@ __global__ void __launch_bounds__(kThreads)
     }
   } else {
     // Partial result: unnormalised accumulator plus the row's max and sum.
-    const size_t slot = ((size_t)blockIdx.x * p.n_kv_heads + kvh) * num_splits + split;
-    float *wo = ws + slot * (size_t)rows_cap * (hd + 2);
+    const size_t tile_slot = (size_t)blockIdx.x * p.n_kv_heads + kvh;
+    const size_t part = (size_t)rows_cap * (hd + 2);
+    float *w0 = ws + tile_slot * num_splits * part;
+    float *wo = w0 + (size_t)split * part;
     for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) wo[e] = sacc[e];
     float *wm = wo + (size_t)rows_cap * hd;
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
       wm[r] = sm_m[r];
       wm[rows_cap + r] = sm_l[r];
     }
-  }
-}
-
-// Combines the num_splits partial results of each (tile, kv head).
-__global__ void __launch_bounds__(kThreads)
-    split_reduce_kernel(weir_cuda_attn_params p, int tokens_per_cta, int tiles_per_seq,
-                        int num_splits, const float *__restrict__ ws, float *__restrict__ out) {
-  const int hd = p.head_dim, G = p.n_heads / p.n_kv_heads;
-  const int kvh = blockIdx.y;
-  const int seq = blockIdx.x / tiles_per_seq, tile = blockIdx.x % tiles_per_seq;
-  const int q0 = p.query_start_loc[seq];
-  const int qlen = p.query_start_loc[seq + 1] - q0;
-  const int tok0 = tile * tokens_per_cta;
-  if (tok0 >= qlen) return;
-  const int ntok = min(tokens_per_cta, qlen - tok0);
-  const int rows = ntok * G, rows_cap = tokens_per_cta * G;
-  const size_t part = (size_t)rows_cap * (hd + 2);
-  const float *w0 = ws + ((size_t)blockIdx.x * p.n_kv_heads + kvh) * num_splits * part;
-  const int qstride = p.n_heads * hd;
-  for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
-    const int r = e / hd;
-    float M = -INFINITY;
-    for (int s = 0; s < num_splits; ++s) M = fmaxf(M, w0[s * part + (size_t)rows_cap * hd + r]);
-    float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < num_splits; ++s) {
-      const float *ws_s = w0 + s * part;
-      const float m = ws_s[(size_t)rows_cap * hd + r];
-      if (m == -INFINITY) continue; // this split saw no visible key
-      const float wgt = expf(m - M);
-      den += wgt * ws_s[(size_t)rows_cap * hd + rows_cap + r];
-      num += wgt * ws_s[e];
+    // Last-block-done: make this CTA's partial visible device-wide, then count it. The CTA
+    // that brings the count to num_splits has every partial visible and combines them; it
+    // resets the counter, so the workspace's counters are zero again after every launch (a
+    // recorded graph replays with them as it found them).
+    __threadfence();
+    __syncthreads();
+    int *flag = reinterpret_cast<int *>(sm + L.flag);
+    if (threadIdx.x == 0) {
+      const int done = atomicAdd(counters + tile_slot, 1);
+      *flag = done == num_splits - 1;
     }
-    const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
-    out[(size_t)tok * qstride + (size_t)head * hd + e % hd] = den > 0.0f ? num / den : 0.0f;
+    __syncthreads();
+    if (!*flag) return;
+    __threadfence(); // order the partial reads below after the counter read
+    if (threadIdx.x == 0) counters[tile_slot] = 0;
+    // out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s, the partials read past L1 (__ldcg:
+    // other CTAs wrote them, and L1 is not coherent across multiprocessors).
+    for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
+      const int r = e / hd;
+      float M = -INFINITY;
+      for (int s2 = 0; s2 < num_splits; ++s2)
+        M = fmaxf(M, __ldcg(w0 + s2 * part + (size_t)rows_cap * hd + r));
+      float num = 0.0f, den = 0.0f;
+      for (int s2 = 0; s2 < num_splits; ++s2) {
+        const float *ws_s = w0 + s2 * part;
+        const float m = __ldcg(ws_s + (size_t)rows_cap * hd + r);
+        if (m == -INFINITY) continue; // this split saw no visible key
+        const float wgt = expf(m - M);
+        den += wgt * __ldcg(ws_s + (size_t)rows_cap * hd + rows_cap + r);
+        num += wgt * __ldcg(ws_s + e);
+      }
+      const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
+      out[(size_t)tok * qstride + (size_t)head * hd + e % hd] = den > 0.0f ? num / den : 0.0f;
+    }
   }
 }
 
@@ -376,7 +423,7 @@ __global__ void copy_blocks_kernel(char *layer0, size_t block_bytes, size_t laye
 template <typename T>
 cudaError_t launch_attention(cudaStream_t stream, const weir_cuda_attn_params *p,
                              const weir_cuda_attn_plan *plan, const float *q, float *out,
-                             float *ws) {
+                             float *ws, int *counters) {
   const dim3 grid((unsigned)(p->num_seqs * plan->tiles_per_seq), (unsigned)p->n_kv_heads,
                   (unsigned)plan->num_splits);
   if (plan->smem_bytes > 48 * 1024) {
@@ -386,11 +433,7 @@ cudaError_t launch_attention(cudaStream_t stream, const weir_cuda_attn_params *p
     if (e != cudaSuccess) return e;
   }
   WEIR_LAUNCH(attention_kernel<T>, grid, kThreads, plan->smem_bytes, stream)(
-      *p, plan->tokens_per_cta, plan->tiles_per_seq, plan->num_splits, q, out, ws);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || plan->num_splits == 1) return e;
-  WEIR_LAUNCH(split_reduce_kernel, dim3(grid.x, grid.y), kThreads, 0, stream)(
-      *p, plan->tokens_per_cta, plan->tiles_per_seq, plan->num_splits, ws, out);
+      *p, plan->tokens_per_cta, plan->tiles_per_seq, plan->num_splits, q, out, ws, counters);
   return cudaGetLastError();
 }
 
@@ -413,6 +456,9 @@ extern "C" size_t weir_cuda_attn_block_bytes(int32_t n_kv_heads, int32_t head_di
 extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_attn_params *p,
                                           const float *k, const float *v) {
   if (p->num_tokens <= 0) return cudaSuccess;
+  if (p->rope_dim < 0 || p->rope_dim % 2 != 0 || p->rope_dim > p->head_dim ||
+      (p->rope_dim > 0 && p->positions == NULL))
+    return cudaErrorInvalidValue;
   const unsigned grid = (unsigned)p->num_tokens;
   char *base = static_cast<char *>(p->kv_base);
   switch (p->kv_dtype) {
@@ -420,23 +466,23 @@ extern "C" cudaError_t weir_cuda_kv_write(cudaStream_t stream, const weir_cuda_a
     WEIR_LAUNCH(kv_write_kernel<float>, grid, kThreads, 0, stream)(k, v, p->slot_mapping, base,
                                                           p->block_bytes, p->num_blocks,
                                                           p->n_kv_heads, p->head_dim,
-                                                          p->block_size);
+                                                          p->block_size, *p);
     break;
   case kF16:
     WEIR_LAUNCH(kv_write_kernel<__half>, grid, kThreads, 0, stream)(k, v, p->slot_mapping, base,
                                                            p->block_bytes, p->num_blocks,
                                                            p->n_kv_heads, p->head_dim,
-                                                           p->block_size);
+                                                           p->block_size, *p);
     break;
   case kBF16:
     WEIR_LAUNCH(kv_write_kernel<__nv_bfloat16>, grid, kThreads, 0, stream)(
         k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
-        p->block_size);
+        p->block_size, *p);
     break;
   case kI8:
     WEIR_LAUNCH(kv_write_i8_kernel, grid, kThreads, 0, stream)(
         k, v, p->slot_mapping, base, p->block_bytes, p->num_blocks, p->n_kv_heads, p->head_dim,
-        p->block_size);
+        p->block_size, *p);
     break;
   default: return cudaErrorInvalidValue;
   }
@@ -472,10 +518,13 @@ extern "C" cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, 
     if (in_window < max_blocks) max_blocks = in_window;
   }
   // Split the KV range only when the grid cannot fill the GPU twice over and each split
-  // still gets a few blocks (below that the reduction costs more than it saves).
-  if (plan->tiles_per_seq == 1 && ctas > 0 && ctas < 2L * num_sms && max_blocks >= 8) {
+  // still gets two blocks or more. The reduction is fused (the last split combines), so a
+  // split costs one partial write and a counter bump rather than a second launch; the
+  // minimum was 4 blocks while a separate kernel combined them, which left a 256-token
+  // decode of a 4-KV-head model at 16 CTAs on a 132-SM GPU. Tune with weir_cuda_attn_bench.
+  if (plan->tiles_per_seq == 1 && ctas > 0 && ctas < 2L * num_sms && max_blocks >= 4) {
     long s = (2L * num_sms + ctas - 1) / ctas;
-    const long by_len = max_blocks / 4;
+    const long by_len = max_blocks / 2;
     if (s > by_len) s = by_len;
     if (s > 64) s = 64;
     if (s > 1) plan->num_splits = (int32_t)s;
@@ -484,20 +533,25 @@ extern "C" cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, 
       plan->num_splits > 1
           ? (size_t)ctas * plan->num_splits * plan->rows_per_cta * (p->head_dim + 2) * sizeof(float)
           : 0;
+  plan->counter_bytes = plan->num_splits > 1 ? (size_t)ctas * sizeof(int) : 0;
   return cudaSuccess;
 }
 
 extern "C" cudaError_t weir_cuda_attention(cudaStream_t stream, const weir_cuda_attn_params *p,
                                            const weir_cuda_attn_plan *plan, const float *q,
-                                           float *out, void *workspace) {
+                                           float *out, void *workspace, int *counters) {
   if (p->num_seqs <= 0 || p->num_tokens <= 0) return cudaSuccess;
-  if (plan->num_splits > 1 && workspace == NULL) return cudaErrorInvalidValue;
+  if (plan->num_splits > 1 && (workspace == NULL || counters == NULL))
+    return cudaErrorInvalidValue;
+  if (p->rope_dim < 0 || p->rope_dim % 2 != 0 || p->rope_dim > p->head_dim ||
+      (p->rope_dim > 0 && p->positions == NULL))
+    return cudaErrorInvalidValue;
   float *ws = static_cast<float *>(workspace);
   switch (p->kv_dtype) {
-  case kF32: return launch_attention<float>(stream, p, plan, q, out, ws);
-  case kF16: return launch_attention<__half>(stream, p, plan, q, out, ws);
-  case kBF16: return launch_attention<__nv_bfloat16>(stream, p, plan, q, out, ws);
-  case kI8: return launch_attention<int8_t>(stream, p, plan, q, out, ws);
+  case kF32: return launch_attention<float>(stream, p, plan, q, out, ws, counters);
+  case kF16: return launch_attention<__half>(stream, p, plan, q, out, ws, counters);
+  case kBF16: return launch_attention<__nv_bfloat16>(stream, p, plan, q, out, ws, counters);
+  case kI8: return launch_attention<int8_t>(stream, p, plan, q, out, ws, counters);
   default: return cudaErrorInvalidValue;
   }
 }

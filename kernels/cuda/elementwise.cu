@@ -62,8 +62,10 @@ __global__ void rms_norm_kernel(float *__restrict__ out, const float *__restrict
 
 // residual += x, then out = rms_norm(residual), in one launch: the second pass re-reads the
 // sums this same thread wrote (an L1/L2 hit), saving the separate add kernel's full pass.
-__global__ void add_rms_norm_kernel(float *__restrict__ out, float *__restrict__ res,
-                                    const float *__restrict__ x, const float *__restrict__ w,
+// out and x carry no __restrict__: the device op lets out equal x (each element is read in the
+// first pass and written in the second by the same thread, after the block's reduction).
+__global__ void add_rms_norm_kernel(float *out, float *__restrict__ res,
+                                    const float *x, const float *__restrict__ w,
                                     int64_t dim, float eps) {
   __shared__ float red[32];
   const int64_t row = blockIdx.x;

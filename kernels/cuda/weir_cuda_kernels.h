@@ -85,6 +85,17 @@ typedef struct weir_cuda_attn_params {
    * softcap * tanh(s / softcap). 0 = off. */
   int32_t window;
   float softcap;
+  /* RoPE fused into the KV write and the query load (SDK forward_rope, ABI 1.7): rope_dim > 0
+   * rotates the first rope_dim values of each K head before it is stored and of each Q head
+   * as it is loaded, token t by positions[t], exactly as elementwise.cu's rope kernels do
+   * (rope_inv_freq NULL: angle pos * rope_freq_scale * 2^(-2i/rope_dim * rope_log2_base);
+   * else pos * rope_inv_freq[i], rotated values times rope_mscale). rope_neox: 0 adjacent
+   * pairs, 1 halves. rope_dim 0: q and k arrive rotated. */
+  const int32_t *positions;
+  int32_t rope_dim, rope_neox;
+  float rope_log2_base, rope_freq_scale;
+  const float *rope_inv_freq;
+  float rope_mscale;
 } weir_cuda_attn_params;
 
 /* Bytes of one block of one layer; 0 for an unsupported dtype or shape. */
@@ -102,18 +113,23 @@ typedef struct weir_cuda_attn_plan {
   int32_t rows_per_cta;    /* query rows (token x head) one CTA computes */
   int32_t tokens_per_cta;  /* rows_per_cta / group size */
   int32_t tiles_per_seq;   /* ceil(max_query_len / tokens_per_cta) */
-  int32_t num_splits;      /* KV partitions per (tile, kv head); 1 = no reduction pass */
-  size_t smem_bytes;       /* dynamic shared memory of the main kernel */
-  size_t workspace_bytes;  /* device workspace the split reduction needs (0 when 1 split) */
+  int32_t num_splits;      /* KV partitions per (tile, kv head); 1 = no reduction */
+  size_t smem_bytes;       /* dynamic shared memory of the kernel */
+  size_t workspace_bytes;  /* device workspace for the splits' partials (0 when 1 split) */
+  size_t counter_bytes;    /* device int counters, one per (tile, kv head) (0 when 1 split) */
 } weir_cuda_attn_plan;
 
 cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, int num_sms,
                                      size_t max_smem, weir_cuda_attn_plan *plan);
 /* out = causal attention of q over the paged cache (which already holds this step's K and
- * V). q, out: [num_tokens][n_heads * head_dim] f32. workspace: plan->workspace_bytes. */
+ * V). q, out: [num_tokens][n_heads * head_dim] f32. workspace: plan->workspace_bytes.
+ * counters: plan->counter_bytes of device ints that must be zero before the first call (a
+ * buffer the caller zeroed once when it allocated it): the split CTAs count themselves there
+ * so that the last one combines the partials in the same launch, and it resets its counter,
+ * so they are zero again after every launch. One launch, no host sync: graph-capturable. */
 cudaError_t weir_cuda_attention(cudaStream_t stream, const weir_cuda_attn_params *p,
                                 const weir_cuda_attn_plan *plan, const float *q, float *out,
-                                void *workspace);
+                                void *workspace, int *counters);
 /* For every layer l < n_layers and pair i < n: copies block src[i] onto block dst[i].
  * src, dst: device int32 [n]. layer0: the pool's first byte; layer stride is
  * num_blocks * block_bytes. */

@@ -1,6 +1,7 @@
 /* The paged attention plugin against a double-precision CPU reference: decode batches
- * (GQA), long contexts that take the split-KV path, prefill over a cached prefix (chunked
- * prefill), a mixed batch, every KV dtype, and copy_blocks. Block tables are random
+ * (GQA), long contexts that take the split-KV path (reduction fused into the launch),
+ * prefill over a cached prefix (chunked prefill), a mixed batch, every KV dtype, and
+ * copy_blocks; and, per scenario, ABI 1.7 forward_rope against the device's rope + forward. Block tables are random
  * permutations of the pool, outputs are NaN-poisoned first. Skips (77) without a GPU. */
 #include <CUnit/Basic.h>
 #include <math.h>
@@ -222,6 +223,67 @@ static void run_scenario(const scenario *sc) {
     if (memcmp(expect, pool_back + (size_t)blk * bb, bb) != 0) kv_ok = 0;
   }
   CU_ASSERT(kv_ok);
+
+  /* ABI 1.7 forward_rope: the same step with q and k unrotated must give what the device's
+   * rope (both on q and k) followed by forward gives, and store the same K bytes. Both from
+   * the scenario's initial pool; neox style with partial rotation on odd scenarios. */
+  if (WEIR_HAS_FIELD(A, weir_attention_ops, forward_rope) && A->forward_rope) {
+    const int32_t rot = sc->num_seqs % 2 ? hd / 2 : hd;
+    const weir_rope_style style = sc->num_seqs % 2 ? WEIR_ROPE_NEOX : WEIR_ROPE_NORM;
+    int32_t *pos = malloc((size_t)num_tokens * 4);
+    for (int s = 0; s < sc->num_seqs; s++)
+      for (int i = 0; i < sc->qlen[s]; i++) pos[qsl[s] + i] = sc->ctx[s] - sc->qlen[s] + i;
+    int32_t *dpos = ch_dalloc((size_t)num_tokens * 4);
+    ch_h2d(dpos, pos, (size_t)num_tokens * 4);
+    float *dq2 = ch_dalloc((size_t)num_tokens * qw * 4), *dk2 = ch_dalloc((size_t)num_tokens * kvw * 4);
+    ch_h2d(dq2, q, (size_t)num_tokens * qw * 4);
+    ch_h2d(dk2, k, (size_t)num_tokens * kvw * 4);
+    CU_ASSERT_EQUAL(CH_DEV->rope(ch_dev.self, dq2, dpos, num_tokens, sc->n_heads, hd, rot,
+                                 10000.0f, 1.0f, style), WEIR_OK);
+    CU_ASSERT_EQUAL(CH_DEV->rope(ch_dev.self, dk2, dpos, num_tokens, sc->n_kv_heads, hd, rot,
+                                 10000.0f, 1.0f, style), WEIR_OK);
+    void *dpool2 = ch_dalloc((size_t)pool_blocks * bb);
+    ch_h2d(dpool, pool, (size_t)pool_blocks * bb);
+    ch_h2d(dpool2, pool, (size_t)pool_blocks * bb);
+    float *dout2 = ch_dalloc((size_t)num_tokens * qw * 4);
+    ch_poison(dout, (size_t)num_tokens * qw * 4);
+    ch_poison(dout2, (size_t)num_tokens * qw * 4);
+    weir_kv_view view2 = {.base = dpool2, .block_bytes = bb, .num_blocks = pool_blocks};
+    const weir_attn_layer_params lp = {.struct_size = sizeof lp};
+    const weir_attn_rope rope = {.struct_size = sizeof rope, .positions = dpos,
+                                 .positions_host = pos, .rot_dim = rot, .style = (int32_t)style,
+                                 .freq_base = 10000.0f, .freq_scale = 1.0f, .mscale = 1.0f};
+    CU_ASSERT_EQUAL(A->forward(attn.self, &sh, &batch, &view, dq2, dk2, dv, dout), WEIR_OK);
+    CU_ASSERT_EQUAL(A->forward_rope(attn.self, &sh, &lp, &rope, &batch, &view2, dq, dk, dv, dout2),
+                    WEIR_OK);
+    float *o1 = malloc((size_t)num_tokens * qw * 4);
+    double *o2 = malloc((size_t)num_tokens * qw * sizeof(double));
+    ch_d2h(o1, dout2, (size_t)num_tokens * qw * 4);
+    ch_d2h(out, dout, (size_t)num_tokens * qw * 4);
+    for (size_t i = 0; i < (size_t)num_tokens * qw; i++) o2[i] = out[i];
+    const double rerr = ch_rel_err(o1, o2, (size_t)num_tokens * qw);
+    /* The same formula in both kernels; nvcc may still contract a product differently in
+     * the two, so a stored value may differ in its last bit (an int8 row by one step):
+     * allow 8 bytes plus one in a thousand of the step's K bytes. */
+    unsigned char *p2 = malloc((size_t)pool_blocks * bb);
+    ch_d2h(pool_back, dpool, (size_t)pool_blocks * bb);
+    ch_d2h(p2, dpool2, (size_t)pool_blocks * bb);
+    size_t ndiff = 0;
+    for (size_t i = 0; i < (size_t)pool_blocks * bb; i++) ndiff += pool_back[i] != p2[i];
+    printf("\n  %s, forward_rope vs rope + forward: rel err %.3g, %zu cache bytes differ",
+           sc->name, rerr, ndiff);
+    CU_ASSERT(rerr < (sc->kv_dtype == WEIR_DTYPE_I8 ? 1e-4 : 1e-5));
+    CU_ASSERT(ndiff <= 8 + (size_t)num_tokens * kvw * 4 / 1000);
+    free(p2);
+    free(o1);
+    free(o2);
+    free(pos);
+    ch_dfree(dpos);
+    ch_dfree(dq2);
+    ch_dfree(dk2);
+    ch_dfree(dpool2);
+    ch_dfree(dout2);
+  }
 
   ch_dfree(dpool);
   ch_dfree(dq);

@@ -88,8 +88,11 @@ static void test_generate_on_sim(void) {
   WT_ASSERT_INT_EQ(rc_sim, 0);
   WT_ASSERT_INT_EQ(rc_cpu, 0);
   WT_ASSERT_STR_CONTAINS(sim, "generated: 12 tokens");
-  /* every kind of operation of the graph ran on the simulated device */
-  const char *ops[] = {"alloc", "copy", "rms_norm", "rope", "swiglu", "add", "get_rows"};
+  /* every kind of operation the graph gives the device ran on the simulated device (RoPE is
+   * not one since ABI 1.7: the CPU attention plugin applies it in forward_rope; the sim device
+   * has no add_rms_norm, so the separate add and rms_norm run, and the text below must still
+   * equal the CPU device's, which runs the fused op) */
+  const char *ops[] = {"alloc", "copy", "rms_norm", "swiglu", "add", "get_rows"};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     long long n = trace_count(trace, ops[i]);
     if (n <= 0) fprintf(stderr, "\n  sim trace: %s ran %lld times\n", ops[i], n);

@@ -21,6 +21,8 @@
 
 #include "attention.h"
 #include "convert.h"
+#include "families.h"
+#include "rope.h"
 #include "weir/attention.h"
 
 #define DEFAULT_QUERY_TILE 16
@@ -311,6 +313,71 @@ static int ap_forward_layer(void *self, const weir_attn_shape *s, const weir_att
   return forward_impl(self, s, &p, b, kv, q, k, v, out);
 }
 
+typedef struct rope_ctx {
+  float *q, *k;
+  const int32_t *pos;
+  const weir_attn_shape *shape;
+  const weir_attn_rope *rope;
+} rope_ctx;
+
+/* Rotates tokens [t0, t1) of the q and k copies (parallel_for over tokens). */
+static void rope_chunk(void *arg, int64_t t0, int64_t t1, int t) {
+  (void)t;
+  const rope_ctx *c = arg;
+  const weir_attn_shape *s = c->shape;
+  const weir_attn_rope *r = c->rope;
+  if (r->inv_freq) {
+    weir_rope_rows_freqs(c->q, c->pos, t0, t1, s->n_heads, s->head_dim, r->rot_dim, r->inv_freq,
+                         r->mscale, r->style);
+    weir_rope_rows_freqs(c->k, c->pos, t0, t1, s->n_kv_heads, s->head_dim, r->rot_dim,
+                         r->inv_freq, r->mscale, r->style);
+  } else {
+    weir_rope_rows(c->q, c->pos, t0, t1, s->n_heads, s->head_dim, r->rot_dim, r->freq_base,
+                   r->freq_scale, r->style);
+    weir_rope_rows(c->k, c->pos, t0, t1, s->n_kv_heads, s->head_dim, r->rot_dim, r->freq_base,
+                   r->freq_scale, r->style);
+  }
+}
+
+/* ABI 1.7: RoPE applied here rather than by the host's device ops. On the CPU there is no
+ * launch to save: q and k are rotated into one scratch copy with the CPU device's own RoPE
+ * kernels (so the result is bit-equal to the device's rope / rope_freqs followed by
+ * forward_layer), which serves as the reference of the fused CUDA path. */
+static int ap_forward_rope(void *self, const weir_attn_shape *s, const weir_attn_layer_params *lp,
+                           const weir_attn_rope *rope, const weir_attn_batch *b,
+                           const weir_kv_view *kv, const float *q, const float *k, const float *v,
+                           float *out) {
+  attn_cpu *a = self;
+  if (!lp || !rope || !s || !b || !q || !k) return WEIR_E_INVAL;
+  weir_attn_layer_params p = {.struct_size = sizeof p};
+  memcpy(&p, lp, lp->struct_size < sizeof p ? lp->struct_size : sizeof p);
+  if (p.window < 0 || !(p.softcap >= 0.0f) || !(p.scale >= 0.0f)) return WEIR_E_INVAL;
+  weir_attn_rope r = {.struct_size = sizeof r};
+  memcpy(&r, rope, rope->struct_size < sizeof r ? rope->struct_size : sizeof r);
+  const int32_t *pos = r.positions_host ? r.positions_host : r.positions;
+  if (r.rot_dim <= 0 || r.rot_dim % 2 != 0 || r.rot_dim > s->head_dim || !pos ||
+      (r.style != WEIR_KROPE_NORM && r.style != WEIR_KROPE_NEOX) ||
+      (!r.inv_freq && !(r.freq_base > 0.0f)) || s->n_heads <= 0 || s->n_kv_heads <= 0 ||
+      b->num_tokens < 0)
+    return WEIR_E_INVAL;
+  if (b->num_tokens == 0) return WEIR_OK;
+  const int64_t T = b->num_tokens, qd = (int64_t)s->n_heads * s->head_dim,
+                kd = (int64_t)s->n_kv_heads * s->head_dim;
+  float *qk = a->host->alloc(a->host->ctx, (size_t)(T * (qd + kd)) * sizeof(float), 64);
+  if (!qk) return WEIR_E_NOMEM;
+  float *qr = qk, *kr = qk + T * qd;
+  memcpy(qr, q, (size_t)(T * qd) * sizeof(float));
+  memcpy(kr, k, (size_t)(T * kd) * sizeof(float));
+  rope_ctx rc_ = {.q = qr, .k = kr, .pos = pos, .shape = s, .rope = &r};
+  const weir_host *h = a->host;
+  int threads = h->num_threads ? h->num_threads(h->ctx) : 1;
+  if (threads > 1 && T > 1 && h->parallel_for) h->parallel_for(h->ctx, T, 1, rope_chunk, &rc_);
+  else rope_chunk(&rc_, 0, T, 0);
+  int rc = forward_impl(self, s, &p, b, kv, qr, kr, v, out);
+  a->host->free(a->host->ctx, qk);
+  return rc;
+}
+
 static int ap_copy_blocks(void *self, const weir_attn_shape *s, const weir_kv_view *layer0,
                           const int32_t *src, const int32_t *dst, int32_t n) {
   (void)self;
@@ -335,6 +402,7 @@ static const weir_attention_ops k_ops = {
     .forward = ap_forward,
     .copy_blocks = ap_copy_blocks,
     .forward_layer = ap_forward_layer,
+    .forward_rope = ap_forward_rope,
 };
 
 static const weir_plugin_desc k_desc = {

@@ -3,9 +3,11 @@
  * Block layout, kernels and launch planning are in kernels/cuda/attention.cu; this file binds
  * them to the SDK. See docs/cuda.md. */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <string.h>
 
 #include "weir/attention.h"
+#include "weir/device.h" /* weir_rope_style */
 #include "weir_cuda_common.h"
 #include "weir_cuda_kernels.h"
 
@@ -16,6 +18,7 @@ typedef struct cuda_attn {
   int num_sms;
   size_t max_smem;
   weir_cuda_scratch ws; /* split-KV workspace (kept while a step graph may replay it) */
+  weir_cuda_scratch cnt; /* split-KV counters: zeroed when allocated, zero after each launch */
   int32_t *pairs;      /* device copy of copy_blocks' src and dst lists */
   int32_t pairs_cap;
 } cuda_attn;
@@ -31,6 +34,7 @@ static void attn_fini(void *self) {
   cuda_attn *a = self;
   if (!a) return;
   weir_cuda_scratch_free(a->host, &a->ws);
+  weir_cuda_scratch_free(a->host, &a->cnt);
   if (a->pairs) a->host->device_free(a->host->ctx, a->pairs);
   a->host->free(a->host->ctx, a);
 }
@@ -88,9 +92,9 @@ static size_t attn_block_bytes(void *self, const weir_attn_shape *shape) {
 }
 
 static int forward_impl(void *self, const weir_attn_shape *shape,
-                        const weir_attn_layer_params *lp, const weir_attn_batch *batch,
-                        const weir_kv_view *kv, const float *q, const float *k, const float *v,
-                        float *out) {
+                        const weir_attn_layer_params *lp, const weir_attn_rope *rope,
+                        const weir_attn_batch *batch, const weir_kv_view *kv, const float *q,
+                        const float *k, const float *v, float *out) {
   cuda_attn *a = self;
   if (batch->num_tokens <= 0 || batch->num_seqs <= 0) return WEIR_OK;
   const size_t bb = attn_block_bytes(self, shape);
@@ -118,6 +122,15 @@ static int forward_impl(void *self, const weir_attn_shape *shape,
       .window = lp->window,
       .softcap = lp->softcap,
   };
+  if (rope) { /* ABI 1.7: K rotated in the KV write, Q as the attention kernel loads it */
+    p.positions = rope->positions;
+    p.rope_dim = rope->rot_dim;
+    p.rope_neox = rope->style == WEIR_ROPE_NEOX;
+    p.rope_log2_base = rope->inv_freq ? 0.0f : log2f(rope->freq_base);
+    p.rope_freq_scale = rope->freq_scale;
+    p.rope_inv_freq = rope->inv_freq;
+    p.rope_mscale = rope->mscale;
+  }
   weir_cuda_attn_plan plan;
   cudaError_t e = weir_cuda_use_device(a->device_id);
   if (e != cudaSuccess) return fail(a, e, "cudaSetDevice");
@@ -128,8 +141,15 @@ static int forward_impl(void *self, const weir_attn_shape *shape,
   }
   int rc = weir_cuda_scratch_reserve(a->host, &a->ws, plan.workspace_bytes);
   if (rc != WEIR_OK) return rc;
+  /* A new counter buffer starts at zero (the kernel keeps it so). It only grows in an
+   * un-recorded step: the engine sizes scratch before it records a graph. */
+  void *old_cnt = a->cnt.p;
+  if ((rc = weir_cuda_scratch_reserve(a->host, &a->cnt, plan.counter_bytes)) != WEIR_OK) return rc;
+  if (a->cnt.p != old_cnt &&
+      (e = cudaMemsetAsync(a->cnt.p, 0, a->cnt.size, a->stream)) != cudaSuccess)
+    return fail(a, e, "zeroing the split counters");
   if ((e = weir_cuda_kv_write(a->stream, &p, k, v)) != cudaSuccess) return fail(a, e, "kv_write");
-  if ((e = weir_cuda_attention(a->stream, &p, &plan, q, out, a->ws.p)) != cudaSuccess)
+  if ((e = weir_cuda_attention(a->stream, &p, &plan, q, out, a->ws.p, a->cnt.p)) != cudaSuccess)
     return fail(a, e, "attention");
   return WEIR_OK;
 }
@@ -138,7 +158,7 @@ static int attn_forward(void *self, const weir_attn_shape *shape, const weir_att
                         const weir_kv_view *kv, const float *q, const float *k, const float *v,
                         float *out) {
   const weir_attn_layer_params plain = {.struct_size = sizeof plain};
-  return forward_impl(self, shape, &plain, batch, kv, q, k, v, out);
+  return forward_impl(self, shape, &plain, NULL, batch, kv, q, k, v, out);
 }
 
 /* ABI 1.5: a layer's window, soft-cap and scale (kernels/cuda/attention.cu). Fields beyond
@@ -151,7 +171,25 @@ static int attn_forward_layer(void *self, const weir_attn_shape *shape,
   weir_attn_layer_params p = {.struct_size = sizeof p};
   memcpy(&p, lp, lp->struct_size < sizeof p ? lp->struct_size : sizeof p);
   if (p.window < 0 || !(p.softcap >= 0.0f) || !(p.scale >= 0.0f)) return WEIR_E_INVAL;
-  return forward_impl(self, shape, &p, batch, kv, q, k, v, out);
+  return forward_impl(self, shape, &p, NULL, batch, kv, q, k, v, out);
+}
+
+/* ABI 1.7: forward_layer with RoPE fused into the KV write and the query load. */
+static int attn_forward_rope(void *self, const weir_attn_shape *shape,
+                             const weir_attn_layer_params *lp, const weir_attn_rope *rope,
+                             const weir_attn_batch *batch, const weir_kv_view *kv, const float *q,
+                             const float *k, const float *v, float *out) {
+  if (!lp || !rope) return WEIR_E_INVAL;
+  weir_attn_layer_params p = {.struct_size = sizeof p};
+  memcpy(&p, lp, lp->struct_size < sizeof p ? lp->struct_size : sizeof p);
+  if (p.window < 0 || !(p.softcap >= 0.0f) || !(p.scale >= 0.0f)) return WEIR_E_INVAL;
+  weir_attn_rope r = {.struct_size = sizeof r};
+  memcpy(&r, rope, rope->struct_size < sizeof r ? rope->struct_size : sizeof r);
+  if (r.rot_dim <= 0 || r.rot_dim % 2 != 0 || r.rot_dim > shape->head_dim || !r.positions ||
+      (r.style != WEIR_ROPE_NORM && r.style != WEIR_ROPE_NEOX) ||
+      (!r.inv_freq && !(r.freq_base > 0.0f)))
+    return WEIR_E_INVAL;
+  return forward_impl(self, shape, &p, &r, batch, kv, q, k, v, out);
 }
 
 /* src and dst may be host or device arrays: device pointers are used as they are, host
@@ -201,6 +239,7 @@ static const weir_attention_ops k_ops = {
     .forward = attn_forward,
     .copy_blocks = attn_copy_blocks,
     .forward_layer = attn_forward_layer,
+    .forward_rope = attn_forward_rope,
 };
 
 static const weir_plugin_desc k_desc = {

@@ -162,6 +162,7 @@ static int cpu_synchronize(void *self) {
 
 typedef struct ew_args {
   float *out;
+  float *res; /* add_rms_norm's residual, updated in place */
   const float *a, *b, *c;
   const int32_t *idx;
   int64_t dim;
@@ -235,6 +236,28 @@ static int cpu_add(void *self, float *out, const float *a, const float *b, int64
   if (n < 0 || !out || !a || !b) return WEIR_E_INVAL;
   ew_args x = {.out = out, .a = a, .b = b};
   run_par(self, n, 1, add_chunk, &x);
+  return WEIR_OK;
+}
+
+/* ABI 1.7: residual add + RMSNorm row by row, so each row is normalised while its sums are
+ * still in cache. The same add and rms_norm kernels as the separate ops, so the values are
+ * bit-identical to add followed by rms_norm. */
+static void add_rms_chunk(void *arg, int64_t b, int64_t e, int t) {
+  (void)t;
+  ew_args *x = arg;
+  float *res = x->res;
+  for (int64_t r = b; r < e; r++) {
+    weir_add(res + r * x->dim, res + r * x->dim, x->a + r * x->dim, x->dim);
+    weir_rms_norm_rows(x->out, res, x->b, r, r + 1, x->dim, x->eps);
+  }
+}
+
+static int cpu_add_rms_norm(void *self, float *out, float *residual, const float *x,
+                            const float *weight, int64_t rows, int64_t dim, float eps) {
+  if (rows == 0) return WEIR_OK;
+  if (rows < 0 || dim <= 0 || !out || !residual || !x || !weight) return WEIR_E_INVAL;
+  ew_args a = {.out = out, .a = x, .b = weight, .res = residual, .dim = dim, .eps = eps};
+  run_par(self, rows, 2 * dim, add_rms_chunk, &a);
   return WEIR_OK;
 }
 
@@ -431,6 +454,7 @@ static const weir_device_ops k_ops = {
     .gelu = cpu_gelu,
     .attention_full = cpu_attention_full,
     .softcap = cpu_softcap,
+    .add_rms_norm = cpu_add_rms_norm,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

@@ -392,6 +392,15 @@ static int dev_add(void *self, float *out, const float *a, const float *b, int64
   LAUNCH(d, weir_cuda_add(d->stream, out, a, b, n), "add");
 }
 
+/* ABI 1.7: residual add + RMSNorm in one launch (kernels/cuda/elementwise.cu). */
+static int dev_add_rms_norm(void *self, float *out, float *residual, const float *x,
+                            const float *weight, int64_t rows, int64_t dim, float eps) {
+  cuda_dev *d = self;
+  if (rows < 0 || dim < 0) return WEIR_E_INVAL;
+  LAUNCH(d, weir_cuda_add_rms_norm(d->stream, out, residual, x, weight, rows, dim, eps),
+         "add_rms_norm");
+}
+
 static int dev_add_bias(void *self, float *x, const float *bias, int64_t rows, int64_t dim) {
   cuda_dev *d = self;
   LAUNCH(d, weir_cuda_add_bias(d->stream, x, bias, rows, dim), "add_bias");
@@ -526,6 +535,7 @@ static const weir_device_ops k_ops = {
     .layer_norm = dev_layer_norm,
     .gelu = dev_gelu,
     .attention_full = dev_attention_full,
+    .add_rms_norm = dev_add_rms_norm,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

@@ -35,6 +35,23 @@ typedef struct weir_attn_layer_params {
   float scale;
 } weir_attn_layer_params;
 
+/* RoPE for forward_rope: what the device's rope (inv_freq NULL) or rope_freqs op would apply
+ * to q and k, for the plugin to apply itself. Borrowed for the call. Since 1.7. */
+typedef struct weir_attn_rope {
+  uint32_t struct_size;          /* 1.7 */
+  const int32_t *positions;      /* device int32 [num_tokens]: each new token's position. 1.7 */
+  const int32_t *positions_host; /* host copy of the same, or NULL. 1.7 */
+  int32_t rot_dim;               /* values rotated per head: even, 0 < rot_dim <= head_dim. 1.7 */
+  int32_t style;                 /* weir_rope_style (weir/device.h): 0 pairs, 2 halves. 1.7 */
+  /* inv_freq NULL: pair i turns by pos * freq_scale * freq_base^(-2i/rot_dim) (device rope).
+   * 1.7 */
+  float freq_base, freq_scale;
+  /* Device f32 [rot_dim / 2], or NULL: pair i turns by pos * inv_freq[i] and the rotated
+   * values are multiplied by mscale (device rope_freqs). 1.7 */
+  const float *inv_freq;
+  float mscale;
+} weir_attn_rope;
+
 typedef struct weir_attention_ops {
   uint32_t struct_size; /* 1.0 */
 
@@ -65,6 +82,18 @@ typedef struct weir_attention_ops {
                        const weir_attn_layer_params *lp, const weir_attn_batch *batch,
                        const weir_kv_view *kv, const float *q, const float *k, const float *v,
                        float *out);
+
+  /* forward_layer with RoPE fused in: q and k arrive NOT rotated, and the plugin rotates k as
+   * it writes it into the cache and q as it reads it (as rope->inv_freq says, see
+   * weir_attn_rope), so the host issues no rope launches for the layer. q and k are not
+   * modified. The results are those of the device's rope / rope_freqs on q and k followed by
+   * forward_layer, up to rounding. WEIR_E_INVAL for a rope the plugin cannot apply (odd or
+   * out-of-range rot_dim, unknown style, no positions). NULL: not implemented (the host
+   * rotates with the device's ops and calls forward_layer / forward). Optional, 1.7. */
+  int (*forward_rope)(void *self, const weir_attn_shape *shape,
+                      const weir_attn_layer_params *lp, const weir_attn_rope *rope,
+                      const weir_attn_batch *batch, const weir_kv_view *kv, const float *q,
+                      const float *k, const float *v, float *out);
 } weir_attention_ops;
 
 #ifdef __cplusplus

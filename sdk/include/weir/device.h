@@ -138,6 +138,18 @@ typedef struct weir_device_ops {
   int (*attention_full)(void *self, float *out, const float *q, const float *k, const float *v,
                         int64_t n_tokens, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
                         float scale);
+
+  /* ---- Fused elementwise ops, since 1.7 (optional: NULL = not implemented; the host then
+   * issues the separate ops it stands for) ------------------------------------------------- */
+
+  /* The residual add fused into the RMSNorm that follows it, for each of `rows` rows of
+   * `dim`: residual[r] += x[r], then out[r] = residual[r] / sqrt(mean(residual[r]^2) + eps)
+   * * weight. The same values as add(residual, residual, x) followed by rms_norm(out,
+   * residual, weight) (up to the device's rounding), in one pass over the rows: one launch
+   * and one read of the residual instead of two. out may equal x (the engine passes its
+   * sublayer output as both); out must not alias residual. Optional, 1.7. */
+  int (*add_rms_norm)(void *self, float *out, float *residual, const float *x,
+                      const float *weight, int64_t rows, int64_t dim, float eps);
 } weir_device_ops;
 
 #ifdef __cplusplus

@@ -5,7 +5,10 @@
 // time, so a single global buffer serves as the block's dynamic shared memory and
 // __syncthreads is a barrier over the block's threads. Supported: what the kernels that use it
 // need (thread/block indices, __syncthreads, shared memory, __shfl_xor_sync on floats, __ldg,
-// min, launch through WEIR_LAUNCH). Not supported: other warp intrinsics, atomics. Device
+// min, launch through WEIR_LAUNCH, atomicAdd on int, __threadfence, __ldcg). Not supported:
+// other warp intrinsics and atomics. Blocks run in grid order, or in reverse grid order while
+// shim_reverse_blocks is set, so a kernel that must not depend on which block finishes last
+// (a last-block-done reduction) can be run both ways. Device
 // pointers are host pointers. Slow (a thread per CUDA thread): keep problems small. The file
 // that defines the dynamic shared memory array must publish its address through a volatile
 // pointer with external linkage (see test_attention_shim.cpp), or the optimizer may keep its
@@ -58,6 +61,10 @@ inline void __syncthreads() {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline bool shim_reverse_blocks = false;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
@@ -95,9 +102,11 @@ struct ShimLaunch {
     blockDim = block;
     gridDim = grid;
     const unsigned nt = block.x * block.y * block.z;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-      for (unsigned by = 0; by < grid.y; ++by)
-        for (unsigned bx = 0; bx < grid.x; ++bx) {
+    const unsigned nblocks = grid.x * grid.y * grid.z;
+    for (unsigned bi = 0; bi < nblocks; ++bi) {
+          const unsigned lin = shim_reverse_blocks ? nblocks - 1 - bi : bi;
+          const unsigned bx = lin % grid.x, by = lin / grid.x % grid.y, bz = lin / (grid.x * grid.y);
+          {
           pthread_barrier_init(&shim_barrier, nullptr, nt);
           shim_warp_barriers.resize((nt + 31) / 32);
           for (unsigned w = 0; w < (nt + 31) / 32; ++w)
@@ -129,6 +138,7 @@ struct ShimLaunch {
           for (unsigned t = 0; t < nt; ++t) pthread_join(th[t], nullptr);
           pthread_barrier_destroy(&shim_barrier);
           for (auto &b : shim_warp_barriers) pthread_barrier_destroy(&b);
+          }
         }
   }
 };

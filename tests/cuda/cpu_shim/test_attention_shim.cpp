@@ -1,6 +1,6 @@
 // kernels/cuda/attention.cu executed on the CPU (cuda_shim.h): the KV write, the tiled
 // attention kernel (decode, GQA, prefill over a cached prefix, mixed batches, split-KV with its
-// reduction) and copy_blocks, through the file's own C launchers and launch planning, against a
+// reduction fused into the same launch) and copy_blocks, through the file's own C launchers and launch planning, against a
 // double-precision reference. Runs on every machine that compiles the CUDA plugins; on a GPU
 // machine the cuda_attention suite checks the same kernels on the device.
 #define WEIR_SHIM_EXTERN_SHARED
@@ -202,6 +202,7 @@ static void run(const Scenario &sc) {
     return;
   }
   std::vector<float> ws(plan.workspace_bytes / 4 + 1);
+  std::vector<int> counters(plan.counter_bytes / sizeof(int) + 1, 0);
   std::vector<float> out((size_t)T * qw);
   memset(out.data(), 0xFF, out.size() * 4);
   if (!pslots.empty()) {
@@ -211,7 +212,14 @@ static void run(const Scenario &sc) {
     weir_cuda_kv_write(nullptr, &pp, pk.data(), pv.data());
   }
   weir_cuda_kv_write(nullptr, &p, k.data(), v.data());
-  weir_cuda_attention(nullptr, &p, &plan, q.data(), out.data(), ws.data());
+  weir_cuda_attention(nullptr, &p, &plan, q.data(), out.data(), ws.data(), counters.data());
+  // The fused split reduction must leave its counters at zero (a replayed graph relies on it).
+  for (int c : counters)
+    if (c != 0) {
+      printf("FAIL %s: a split counter is %d after the launch\n", sc.name, c);
+      ++g_failures;
+      break;
+    }
   double num = 0, den = 0;
   bool finite = true;
   for (size_t i = 0; i < out.size(); ++i) {

@@ -3,9 +3,12 @@
 // fused add + RMSNorm, RoPE (both styles, partial rotation), SwiGLU, add, add_bias, get_rows,
 // f16 packing from every GGUF source type, the GEMV for 1..8 tokens (vector and scalar paths),
 // the f32 -> f16 conversion and the embedding gather with its out-of-range flag. Outputs are
-// NaN-poisoned first. On a GPU machine the cuda_ops and cuda_quant suites check the device.
+// NaN-poisoned first. The fused add + RMSNorm kernel is also checked against the CPU device
+// plugin's ABI 1.7 add_rms_norm op (weir_device_cpu.so, dlopen), with out aliasing x as the
+// engine calls it, and that op against the CPU's own add followed by rms_norm (bit-equal). On a GPU machine the cuda_ops and cuda_quant suites check the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <dlfcn.h>
 
 #include <cmath>
 #include <cstdint>
@@ -14,7 +17,13 @@
 #include <vector>
 
 #include "shim_test.h"
+#include "weir/device.h"
 #include "weir_cuda_kernels.h"
+#ifdef WEIR_SHIM_PLUGIN_DIR
+#include <string>
+
+#include "wt_options.h"
+#endif
 
 static int g_failures = 0;
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -388,7 +397,102 @@ static void pack_gemv_embed() {
   if (!sat) ++g_failures;
 }
 
+#ifdef WEIR_SHIM_PLUGIN_DIR
+static void *h_alloc(void *, size_t n, size_t a) {
+  void *p = nullptr;
+  return posix_memalign(&p, a < 64 ? 64 : a, n ? n : 1) == 0 ? p : nullptr;
+}
+static void h_free(void *, void *p) { free(p); }
+static void h_log(void *, weir_log_level, const char *fmt, ...) { (void)fmt; }
+
+// The CPU device's add_rms_norm (ABI 1.7) as the reference of the CUDA kernel, as the engine
+// calls both: out == x (the sublayer output), the residual updated in place.
+static void add_rms_norm_vs_cpu_device() {
+  const char *file = "weir_device_cpu.so";
+  std::string dir = shim_plugin_dir(file);
+  void *dl = dlopen((dir + "/" + file).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    printf("FAIL cannot load the CPU device: %s\n", dlerror());
+    ++g_failures;
+    return;
+  }
+  auto entry = (weir_plugin_entry_fn)dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
+  const weir_plugin_desc *d = entry();
+  static weir_host host;
+  host.struct_size = sizeof host;
+  host.abi_minor = WEIR_ABI_MINOR;
+  host.log = h_log;
+  host.alloc = h_alloc;
+  host.free = h_free;
+  wt_options_host(&host); /* its options by key (ABI 1.5), at their defaults */
+  static std::vector<weir_option_value> ov;
+  ov.resize(d->num_options);
+  for (int i = 0; i < d->num_options; ++i) {
+    ov[i].i = d->options[i].def_int;
+    ov[i].f = d->options[i].def_float;
+    ov[i].b = d->options[i].def_bool;
+    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
+  }
+  wt_options_use(d, ov.data());
+  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
+  void *self = nullptr;
+  const weir_device_ops *ops = (const weir_device_ops *)d->ops;
+  const int irc = d->init(&host, &args, &self);
+  if (irc != WEIR_OK) {
+    printf("FAIL init the CPU device: %s\n", wt_options_error);
+    ++g_failures;
+    return;
+  }
+  if (!WEIR_HAS_FIELD(ops, weir_device_ops, add_rms_norm) || !ops->add_rms_norm) {
+    printf("FAIL the CPU device has no add_rms_norm (ABI 1.7)\n");
+    ++g_failures;
+    return;
+  }
+  const int shapes[3][2] = {{3, 2048}, {5, 770}, {1, 64}};
+  for (auto &sh : shapes) {
+    const int rows = sh[0], dim = sh[1];
+    const size_t n = (size_t)rows * dim;
+    std::vector<float> x(n), res(n), w(dim);
+    for (auto &a : x) a = uni(-3, 3);
+    for (auto &a : res) a = uni(-2, 2);
+    for (auto &a : w) a = uni(0.5f, 1.5f);
+    // CPU fused, out aliasing x.
+    std::vector<float> cx = x, cres = res;
+    const int rc = ops->add_rms_norm(self, cx.data(), cres.data(), cx.data(), w.data(), rows, dim,
+                                     1e-5f);
+    // CPU unfused: add then rms_norm.
+    std::vector<float> ux = x, ures = res;
+    ops->add(self, ures.data(), ures.data(), ux.data(), (int64_t)n);
+    ops->rms_norm(self, ux.data(), ures.data(), w.data(), rows, dim, 1e-5f);
+    const bool bit_equal = rc == WEIR_OK && memcmp(cx.data(), ux.data(), n * 4) == 0 &&
+                           memcmp(cres.data(), ures.data(), n * 4) == 0;
+    char name[96];
+    snprintf(name, sizeof name, "cpu device add_rms_norm %dx%d == add + rms_norm", rows, dim);
+    printf("%s %s\n", bit_equal ? "ok  " : "FAIL", name);
+    if (!bit_equal) ++g_failures;
+    // The CUDA kernel, out aliasing x likewise.
+    std::vector<float> gx = x, gres = res;
+    weir_cuda_add_rms_norm(nullptr, gx.data(), gres.data(), gx.data(), w.data(), rows, dim, 1e-5f);
+    snprintf(name, sizeof name, "add_rms_norm kernel %dx%d vs cpu device", rows, dim);
+    check(name, gx, std::vector<double>(cx.begin(), cx.end()), 1e-6);
+    snprintf(name, sizeof name, "add_rms_norm kernel %dx%d residual vs cpu device", rows, dim);
+    check(name, gres, std::vector<double>(cres.begin(), cres.end()), 1e-7);
+  }
+  // Bad input is refused, nothing written.
+  float one = 1.0f;
+  const bool refused = ops->add_rms_norm(self, &one, &one, &one, &one, -1, 1, 1e-5f) == WEIR_E_INVAL &&
+                       ops->add_rms_norm(self, &one, nullptr, &one, &one, 1, 1, 1e-5f) == WEIR_E_INVAL &&
+                       one == 1.0f;
+  printf("%s cpu device add_rms_norm refuses negative rows and NULL\n", refused ? "ok  " : "FAIL");
+  if (!refused) ++g_failures;
+  d->fini(self);
+}
+#endif
+
 int main() {
+#ifdef WEIR_SHIM_PLUGIN_DIR
+  add_rms_norm_vs_cpu_device();
+#endif
   rms_norm(3, 1024);
   rms_norm(2, 770);  // not a multiple of 4: scalar path
   rope(0, 2, 64, 64);
