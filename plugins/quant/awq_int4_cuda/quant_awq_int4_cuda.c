@@ -7,8 +7,9 @@
  * over exactly and Q8_0 tensors stay int8 (the int8 scheme's kernels). The GPU keeps the
  * nibbles in GGUF block order with f16 d (and m) per group and the inverse scale per input
  * column (kernels/cuda/quant_int4.cu):
- *   1-8 tokens: a GEMV that streams the 4-bit weights once and dequantizes in registers
- *               (f32 activations times 1/s on the fly);
+ *   1-16 tokens: the activations times 1/s are quantized to int8 per 32 columns (the CPU
+ *               plugin's rule), then a dp4a GEMV streams the 4-bit weights once for all
+ *               tokens;
  *   more:       W diag(1/s) is dequantized to f16 into a workspace and cuBLAS runs the GEMM.
  * No export_weight: `weir quantize` runs on the CPU. See docs/quant-awq.md. */
 #include <cuda_runtime_api.h>
@@ -20,7 +21,7 @@
 #include "weir/quant.h"
 #include "weir_cuda_quant.h"
 
-#define GEMV_MAX_TOKENS 8
+#define GEMV_MAX_TOKENS 16
 
 typedef struct awq_cuda {
   weir_cuda_qctx q;  /* first: the plugin's self */
@@ -356,10 +357,22 @@ static int a_matmul(void *self, const void *weight, const float *x, float *y, in
   cudaError_t e = weir_cuda_use_device(a->q.device_id);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "cudaSetDevice");
   if (n_tokens <= GEMV_MAX_TOKENS) {
-    e = w->is_q8 ? weir_cuda_gemv_q8(a->q.stream, w->q8, w->d8, x, y, w->cols, w->kp, w->rows,
-                                     (int32_t)n_tokens)
-                 : weir_cuda_gemv_q4(a->q.stream, w->nib, w->d, w->m, w->inv_s, x, y, w->cols,
-                                     w->kp, w->rows, (int32_t)w->group, (int32_t)n_tokens);
+    /* x (times 1/s) quantized to int8 per 32 columns as the CPU plugin does, then dp4a */
+    int rc = weir_cuda_scratch_reserve(a->q.host, &a->q.act,
+                                       weir_cuda_q8_act_bytes(n_tokens, w->kp));
+    if (rc != WEIR_OK) return rc;
+    e = weir_cuda_q8_quantize_act(a->q.stream, x, w->is_q8 ? NULL : w->inv_s, a->q.act.p,
+                                  n_tokens, w->cols, w->kp);
+    if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "quantize activations");
+    if (w->is_q8) {
+      const void *qs = w->q8;
+      const float *ds = w->d8;
+      e = weir_cuda_gemv_q8_dp4a(a->q.stream, 1, &qs, &ds, &w->rows, &y, a->q.act.p, w->kp,
+                                 n_tokens);
+    } else {
+      e = weir_cuda_gemv_q4_dp4a(a->q.stream, w->nib, w->d, w->m, a->q.act.p, y, w->cols, w->kp,
+                                 w->rows, (int32_t)w->group, n_tokens);
+    }
     return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(&a->q, e, "gemv");
   }
   int rc = weir_cuda_scratch_reserve(a->q.host, &a->q.wh, (size_t)w->rows * (size_t)w->cols * 2);
