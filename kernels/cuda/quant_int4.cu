@@ -95,13 +95,43 @@ __global__ void __launch_bounds__(kWarps4 * 32)
 // (columns 0-15) and high nibbles (16-31) as four bytes per word, which dp4a multiplies with
 // the block's 32 activation bytes (two int4 loads per token, from L1/L2); a second dp4a
 // against ones gives sum(xq) for the offset m. The weights stream once per tile of NT tokens.
+//
+// Up to WEIR_CUDA_Q4_MAX_SET weights of one input (q/k/v, gate/up: same cols, kp, group and
+// inverse scale, applied when x was quantized) run in one launch: their rows are numbered one
+// after the other (end[i] = rows of weights 0..i) and each warp picks its weight, as the int8
+// set kernel does.
+struct Q4Set {
+  const unsigned char *nib[WEIR_CUDA_Q4_MAX_SET];
+  const __half *d[WEIR_CUDA_Q4_MAX_SET], *m[WEIR_CUDA_Q4_MAX_SET];
+  float *y[WEIR_CUDA_Q4_MAX_SET];
+  int64_t end[WEIR_CUDA_Q4_MAX_SET];
+  int n;
+};
+
 template <int NT>
 __global__ void __launch_bounds__(kWarps4 * 32)
-    gemv_q4_dp4a_kernel(q4_ref w, const signed char *__restrict__ xq,
-                        const float *__restrict__ xd, float *__restrict__ y, int64_t n) {
+    gemv_q4_dp4a_kernel(q4_ref w, Q4Set set, const signed char *__restrict__ xq,
+                        const float *__restrict__ xd, int64_t n) {
   const int lane = threadIdx.x & 31;
-  const int64_t o = (int64_t)blockIdx.x * kWarps4 + (threadIdx.x >> 5);
-  if (o >= w.rows) return;
+  const int64_t go = (int64_t)blockIdx.x * kWarps4 + (threadIdx.x >> 5);
+  if (go >= set.end[set.n - 1]) return;
+  // This warp's weight (constant indices only: the set stays in param space).
+  int64_t o = go;
+  float *y = set.y[0];
+  w.nib = set.nib[0];
+  w.d = set.d[0];
+  w.m = set.m[0];
+  w.rows = set.end[0];
+#pragma unroll
+  for (int i = 1; i < WEIR_CUDA_Q4_MAX_SET; ++i)
+    if (i < set.n && go >= set.end[i - 1]) {
+      o = go - set.end[i - 1];
+      y = set.y[i];
+      w.nib = set.nib[i];
+      w.d = set.d[i];
+      w.m = set.m[i];
+      w.rows = set.end[i] - set.end[i - 1];
+    }
   const int64_t t0 = (int64_t)blockIdx.y * NT;
   const int nt = (int)(n - t0 < NT ? n - t0 : NT);
   const uint4 *row = reinterpret_cast<const uint4 *>(w.nib + o * (w.kp / 2));
@@ -200,35 +230,62 @@ template <int NT> void launch_gemv4(cudaStream_t s, const q4_ref &w, const float
 }
 
 template <int NT>
-void launch_dp4a4(cudaStream_t s, const q4_ref &w, const signed char *xq, const float *xd,
-                  float *y, int64_t n) {
-  const dim3 grid((unsigned)((w.rows + kWarps4 - 1) / kWarps4), (unsigned)((n + NT - 1) / NT));
-  WEIR_LAUNCH(gemv_q4_dp4a_kernel<NT>, grid, kWarps4 * 32, 0, s)(w, xq, xd, y, n);
+void launch_dp4a4(cudaStream_t s, const q4_ref &w, const Q4Set &set, const signed char *xq,
+                  const float *xd, int64_t n) {
+  const int64_t total = set.end[set.n - 1];
+  const dim3 grid((unsigned)((total + kWarps4 - 1) / kWarps4), (unsigned)((n + NT - 1) / NT));
+  WEIR_LAUNCH(gemv_q4_dp4a_kernel<NT>, grid, kWarps4 * 32, 0, s)(w, set, xq, xd, n);
 }
 
 } // namespace
 
-extern "C" cudaError_t weir_cuda_gemv_q4_dp4a(cudaStream_t stream, const void *nib,
-                                              const void *d, const void *m, const void *act,
-                                              float *y, int64_t cols, int64_t kp, int64_t rows,
-                                              int32_t group, int64_t n_tokens) {
+extern "C" cudaError_t weir_cuda_gemv_q4_dp4a_set(cudaStream_t stream, int32_t n_weights,
+                                                  const void *const *nib, const void *const *d,
+                                                  const void *const *m, const int64_t *rows,
+                                                  float *const *y, const void *act, int64_t cols,
+                                                  int64_t kp, int32_t group, int64_t n_tokens) {
   q4_ref w;
-  if (n_tokens < 0 || (uintptr_t)nib % 16 != 0 || (reinterpret_cast<uintptr_t>(act) & 255) ||
-      !make_ref(&w, nib, d, m, nullptr, rows, cols, kp, group))
+  if (n_weights < 1 || n_weights > WEIR_CUDA_Q4_MAX_SET || n_tokens < 0 ||
+      (reinterpret_cast<uintptr_t>(act) & 255))
     return cudaErrorInvalidValue;
+  Q4Set set;
+  memset(&set, 0, sizeof set);
+  set.n = n_weights;
+  int64_t total = 0;
+  for (int i = 0; i < n_weights; ++i) {
+    // Every weight must be symmetric or not alike (m NULL or not): the kernel reads m per
+    // weight, so mixing is fine; shapes are checked by make_ref on each.
+    if (!nib[i] || !d[i] || !y[i] || (uintptr_t)nib[i] % 16 != 0 ||
+        !make_ref(&w, nib[i], d[i], m[i], nullptr, rows[i], cols, kp, group))
+      return cudaErrorInvalidValue;
+    set.nib[i] = static_cast<const unsigned char *>(nib[i]);
+    set.d[i] = static_cast<const __half *>(d[i]);
+    set.m[i] = static_cast<const __half *>(m[i]);
+    set.y[i] = y[i];
+    total += rows[i];
+    set.end[i] = total;
+  }
   if (n_tokens == 0) return cudaSuccess;
-  if ((n_tokens + 15) / 16 > 65535 || (rows + kWarps4 - 1) / kWarps4 > 0x7fffffff)
+  if ((n_tokens + 15) / 16 > 65535 || (total + kWarps4 - 1) / kWarps4 > 0x7fffffff)
     return cudaErrorInvalidValue;
   const signed char *xq = static_cast<const signed char *>(act);
   // weir_cuda_q8_act_bytes' layout: the scales at the next 256 bytes after xq.
   const float *xd =
       reinterpret_cast<const float *>(xq + ((size_t)n_tokens * (size_t)kp + 255) / 256 * 256);
-  if (n_tokens == 1) launch_dp4a4<1>(stream, w, xq, xd, y, n_tokens);
-  else if (n_tokens == 2) launch_dp4a4<2>(stream, w, xq, xd, y, n_tokens);
-  else if (n_tokens <= 4) launch_dp4a4<4>(stream, w, xq, xd, y, n_tokens);
-  else if (n_tokens <= 8) launch_dp4a4<8>(stream, w, xq, xd, y, n_tokens);
-  else launch_dp4a4<16>(stream, w, xq, xd, y, n_tokens);
+  if (n_tokens == 1) launch_dp4a4<1>(stream, w, set, xq, xd, n_tokens);
+  else if (n_tokens == 2) launch_dp4a4<2>(stream, w, set, xq, xd, n_tokens);
+  else if (n_tokens <= 4) launch_dp4a4<4>(stream, w, set, xq, xd, n_tokens);
+  else if (n_tokens <= 8) launch_dp4a4<8>(stream, w, set, xq, xd, n_tokens);
+  else launch_dp4a4<16>(stream, w, set, xq, xd, n_tokens);
   return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_gemv_q4_dp4a(cudaStream_t stream, const void *nib,
+                                              const void *d, const void *m, const void *act,
+                                              float *y, int64_t cols, int64_t kp, int64_t rows,
+                                              int32_t group, int64_t n_tokens) {
+  return weir_cuda_gemv_q4_dp4a_set(stream, 1, &nib, &d, &m, &rows, &y, act, cols, kp, group,
+                                    n_tokens);
 }
 
 extern "C" cudaError_t weir_cuda_gemv_q4(cudaStream_t stream, const void *nib, const void *d,

@@ -194,6 +194,15 @@ cudaError_t weir_cuda_gemv_q4(cudaStream_t stream, const void *nib, const void *
 cudaError_t weir_cuda_gemv_q4_dp4a(cudaStream_t stream, const void *nib, const void *d,
                                    const void *m, const void *act, float *y, int64_t cols,
                                    int64_t kp, int64_t rows, int32_t group, int64_t n_tokens);
+/* The same for up to WEIR_CUDA_Q4_MAX_SET weights of the same cols, kp, group and inverse
+ * scale (the one `act` was quantized with) in one launch: nib[i], d[i], m[i] (NULL:
+ * symmetric), rows[i], y[i] [n_tokens][rows[i]]. */
+#define WEIR_CUDA_Q4_MAX_SET 4
+cudaError_t weir_cuda_gemv_q4_dp4a_set(cudaStream_t stream, int32_t n_weights,
+                                       const void *const *nib, const void *const *d,
+                                       const void *const *m, const int64_t *rows,
+                                       float *const *y, const void *act, int64_t cols,
+                                       int64_t kp, int32_t group, int64_t n_tokens);
 /* dst = W diag(inv_s) as f16 [rows][cols], for cuBLAS. */
 cudaError_t weir_cuda_dequant_q4_f16(cudaStream_t stream, void *dst, const void *nib,
                                      const void *d, const void *m, const float *inv_s,

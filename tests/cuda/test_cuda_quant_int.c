@@ -250,6 +250,73 @@ static void group_case(const cpu_plugin *cpu) {
   free(ref);
 }
 
+/* awq_int4's matmul_group: q/k/v packed as one group (with calibration samples: one AWQ
+ * scale) run in one launch and give exactly what separate matmuls give (one quantization of
+ * x with the shared inverse scale either way), at 1, 7, 16 tokens; weights of two different
+ * pack groups are NOTSUP. */
+static void group_case_awq(void) {
+  CU_ASSERT_FATAL(WEIR_QUANT_HAS_OP(GQ, matmul_group));
+  const int64_t in = 512, outs[3] = {128, 32, 32}, ns = 32;
+  float *smp = malloc(sizeof(float) * (size_t)(in * ns));
+  for (int64_t i = 0; i < in * ns; i++) smp[i] = ch_uniform(-1, 1) * (i % 13 == 2 ? 25.0f : 1.0f);
+  unsigned char *src[3];
+  weir_tensor t[3];
+  weir_quant_pack_args a[3];
+  const weir_quant_pack_args *ap[3];
+  for (int i = 0; i < 3; i++) {
+    src[i] = source(WEIR_DTYPE_F16, in, outs[i]);
+    t[i] = (weir_tensor){.data = src[i], .dtype = WEIR_DTYPE_F16, .ndim = 2,
+                         .ne = {in, outs[i], 1, 1}, .nb = {0, (size_t)in * 2, 0, 0}};
+    a[i] = (weir_quant_pack_args){.struct_size = sizeof a[i], .src = &t[i], .name = "qkv",
+                                  .act_samples = smp, .num_samples = ns, .layer = -1};
+    ap[i] = &a[i];
+  }
+  void *wg[3] = {NULL, NULL, NULL}, *other = NULL;
+  CU_ASSERT_EQUAL_FATAL(GQ->pack_group(g_gpu.self, ap, 3, wg), WEIR_OK);
+  CU_ASSERT_EQUAL_FATAL(GQ->pack(g_gpu.self, &a[1], &other), WEIR_OK);
+  float *dx = ch_dalloc(sizeof(float) * (size_t)(16 * in)), *dy[3], *dz[3];
+  float *x = malloc(sizeof(float) * (size_t)(16 * in));
+  ch_fill_uniform(x, (size_t)(16 * in), -1, 1);
+  ch_h2d(dx, x, sizeof(float) * (size_t)(16 * in));
+  for (int i = 0; i < 3; i++) {
+    dy[i] = ch_dalloc(sizeof(float) * (size_t)(16 * outs[i]));
+    dz[i] = ch_dalloc(sizeof(float) * (size_t)(16 * outs[i]));
+  }
+  float *hy = malloc(sizeof(float) * 16 * 128), *hz = malloc(sizeof(float) * 16 * 128);
+  static const int64_t toks[] = {1, 7, 16};
+  for (int ti = 0; ti < 3; ti++) {
+    const int64_t n = toks[ti];
+    for (int i = 0; i < 3; i++) {
+      ch_poison(dy[i], sizeof(float) * (size_t)(n * outs[i]));
+      CU_ASSERT_EQUAL(GQ->matmul(g_gpu.self, wg[i], dx, dz[i], n), WEIR_OK);
+    }
+    CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, (const void *const *)wg, 3, dx, dy, n), WEIR_OK);
+    for (int i = 0; i < 3; i++) {
+      ch_d2h(hy, dy[i], sizeof(float) * (size_t)(n * outs[i]));
+      ch_d2h(hz, dz[i], sizeof(float) * (size_t)(n * outs[i]));
+      const int same = !memcmp(hy, hz, sizeof(float) * (size_t)(n * outs[i]));
+      printf("\n    awq matmul_group weight %d, %lld tokens: %s", i, (long long)n,
+             same ? "= matmul, bit for bit" : "DIFFERS from matmul");
+      CU_ASSERT(same);
+    }
+  }
+  void *mixed[2] = {wg[0], other};
+  CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, (const void *const *)mixed, 2, dx, dy, 1),
+                  WEIR_E_NOTSUP);
+  GQ->release(g_gpu.self, other);
+  for (int i = 0; i < 3; i++) {
+    GQ->release(g_gpu.self, wg[i]);
+    ch_dfree(dy[i]);
+    ch_dfree(dz[i]);
+    free(src[i]);
+  }
+  ch_dfree(dx);
+  free(x);
+  free(hy);
+  free(hz);
+  free(smp);
+}
+
 static const weir_dtype k_types[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16,
                                      WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1};
 
@@ -264,6 +331,7 @@ static void run_plugin(const char *gpu_file, const char *cpu_file, int awq) {
     compare(&cpu, k_types[i], 512, 72, NULL, 0);
   compare(&cpu, WEIR_DTYPE_F16, 2048, 256, NULL, 0);
   if (!awq) group_case(&cpu);
+  else group_case_awq();
   if (awq) {
     const int64_t in = 512, ns = 40;
     float *s = malloc(sizeof(float) * (size_t)(in * ns));

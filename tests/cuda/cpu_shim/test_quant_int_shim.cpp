@@ -12,7 +12,8 @@
 //    matmul (1e-5); a NaN activation reaches only its own token; refusals.
 //  - int4 dp4a: x times the inverse AWQ scale quantized byte-exactly by the CPU rule, the dp4a
 //    GEMV at 1, 3, 8, 16, 19 (two tiles) tokens against double block sums (1e-6) and the CPU
-//    awq_int4 plugin's matmul (1e-5), for groups of 32, 64, 128 and a symmetric weight.
+//    awq_int4 plugin's matmul (1e-5), for groups of 32, 64, 128 and a symmetric weight; three
+//    weights in one launch (the set launcher) equal their single launches bit for bit.
 //  - int4: the CPU awq_int4 plugin packs F16 weights with calibration samples (AWQ scales) and
 //    exports Q4_1 + the scales; the GPU layout is built from those bytes (as the CUDA plugin
 //    builds it from a Q4_1 source) for groups of 32, 64 and 128, plus a symmetric (Q4_0-style)
@@ -528,6 +529,28 @@ static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu,
                                                  (int32_t)g.group, nt);
     snprintf(name, sizeof name, "gemv_q4_dp4a %d token(s), %s", nt, what);
     check(name, e == cudaSuccess ? y : poisoned(y.size()), yr, 1e-6);
+    {
+      // One launch over three weights (this one, its symmetric reading with m NULL, and this
+      // one again, as a pack group's q/k/v): each output equals its single launch bit for bit.
+      auto ys = poisoned(yr.size());
+      weir_cuda_gemv_q4_dp4a(nullptr, g.nib.data(), g.d.data(), nullptr, act, ys.data(), g.cols,
+                             g.kp, g.rows, (int32_t)g.group, nt);
+      std::vector<float> y0 = poisoned(yr.size()), y1 = poisoned(yr.size()),
+                         y2 = poisoned(yr.size());
+      const void *nibs[3] = {g.nib.data(), g.nib.data(), g.nib.data()};
+      const void *ds[3] = {g.d.data(), g.d.data(), g.d.data()};
+      const void *ms[3] = {mptr, nullptr, mptr};
+      const int64_t rws[3] = {g.rows, g.rows, g.rows};
+      float *yp[3] = {y0.data(), y1.data(), y2.data()};
+      const bool ok = weir_cuda_gemv_q4_dp4a_set(nullptr, 3, nibs, ds, ms, rws, yp, act, g.cols,
+                                                 g.kp, (int32_t)g.group, nt) == cudaSuccess &&
+                      !memcmp(y0.data(), y.data(), y.size() * 4) &&
+                      !memcmp(y1.data(), ys.data(), y.size() * 4) &&
+                      !memcmp(y2.data(), y.data(), y.size() * 4);
+      printf("%s gemv_q4_dp4a_set: 3 weights in one launch = their single launches, %d "
+             "token(s), %s\n", ok ? "ok  " : "FAIL", nt, what);
+      if (!ok) ++g_failures;
+    }
     if (cpu) {
       std::vector<float> ycpu(yr.size());
       std::vector<double> yc(yr.size());
