@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "format/gguf.h"
+#include "model/llama_pack.h"
 #include "model/tokenizer.h"
 #include "model/weights.h"
 #include "plugin/loader.h"
@@ -392,9 +393,11 @@ static int forward(weir_bert *m, int64_t T) {
   TRY(d->layer_norm(ds, m->x, m->x, m->emb_norm_w, m->emb_norm_b, T, E, m->eps));
   for (int l = 0; l < m->n_layer; l++) {
     const bert_layer *L = &m->layers[l];
-    TRY(qo->matmul(qs, L->wq, m->x, m->q, T));
-    TRY(qo->matmul(qs, L->wk, m->x, m->k, T));
-    TRY(qo->matmul(qs, L->wv, m->x, m->v, T));
+    { /* q, k, v read one input: one grouped matmul (ABI 1.7) when the plugin has it */
+      const void *wqkv[3] = {L->wq, L->wk, L->wv};
+      float *yqkv[3] = {m->q, m->k, m->v};
+      TRY(weir_llama_matmul_group(qo, qs, wqkv, 3, m->x, yqkv, T));
+    }
     if (m->nomic) {
       TRY(d->rope(ds, m->q, m->d_positions, T, m->n_head, m->head_dim, m->head_dim,
                   m->rope_base, 1.0f, WEIR_ROPE_NEOX));

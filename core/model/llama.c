@@ -704,9 +704,11 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
     if (!attn_normed) TRY(d->rms_norm(ds, m->h, m->x, L->attn_norm, T, dim, hp->rms_eps));
     attn_normed = 0;
     TAP(l, WEIR_LLAMA_SITE_ATTN_IN, m->h, T, dim);
-    TRY(m->quant->matmul(m->quant_self, L->wq, m->h, m->q, T));
-    TRY(m->quant->matmul(m->quant_self, L->wk, m->h, m->k, T));
-    TRY(m->quant->matmul(m->quant_self, L->wv, m->h, m->v, T));
+    { /* q, k, v read one input: one grouped matmul (ABI 1.7) when the plugin has it */
+      const void *wqkv[3] = {L->wq, L->wk, L->wv};
+      float *yqkv[3] = {m->q, m->k, m->v};
+      TRY(weir_llama_matmul_group(m->quant, m->quant_self, wqkv, 3, m->h, yqkv, T));
+    }
     if (L->bq) {
       TRY(d->add_bias(ds, m->q, L->bq, T, qd));
       TRY(d->add_bias(ds, m->k, L->bk, T, kvd));
@@ -763,8 +765,11 @@ static int compute(weir_llama *m, const weir_llama_batch *b, int32_t plan_ctx) {
       TRY(d->rms_norm(ds, m->h, m->x, L->ffn_norm, T, dim, hp->rms_eps));
     }
     TAP(l, WEIR_LLAMA_SITE_FFN_IN, m->h, T, dim);
-    TRY(m->quant->matmul(m->quant_self, L->w_gate, m->h, m->gate, T));
-    TRY(m->quant->matmul(m->quant_self, L->w_up, m->h, m->up, T));
+    { /* gate and up likewise */
+      const void *wgu[2] = {L->w_gate, L->w_up};
+      float *ygu[2] = {m->gate, m->up};
+      TRY(weir_llama_matmul_group(m->quant, m->quant_self, wgu, 2, m->h, ygu, T));
+    }
     if (hp->ffn_gelu) TRY(d->geglu(ds, m->gate, m->gate, m->up, T * ff));
     else TRY(d->swiglu(ds, m->gate, m->gate, m->up, T * ff));
     TAP(l, WEIR_LLAMA_SITE_FFN_MID, m->gate, T, ff);

@@ -95,3 +95,16 @@ out:
   free(cls);
   return rc;
 }
+
+int weir_llama_matmul_group(const weir_quant_ops *q, void *qself, const void *const *w, int n,
+                            const float *x, float *const *ys, int64_t n_tokens) {
+  if (n > 1 && n <= WEIR_QUANT_GROUP_MAX && WEIR_QUANT_HAS_OP(q, matmul_group)) {
+    int rc = q->matmul_group(qself, w, n, x, ys, n_tokens);
+    if (rc != WEIR_E_NOTSUP) return rc;
+  }
+  for (int i = 0; i < n; i++) {
+    int rc = q->matmul(qself, w[i], x, ys[i], n_tokens);
+    if (rc != WEIR_OK) return rc;
+  }
+  return WEIR_OK;
+}

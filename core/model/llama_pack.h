@@ -24,6 +24,13 @@ int weir_llama_pack_group(const weir_quant_ops *q, void *qself, const weir_gguf 
                           const char *const *suffixes, int n, const float *samples,
                           int64_t num_samples, void **out, char *err, size_t errlen);
 
+/* ys[i] = W_i x for the n weights that read the same input x [n_tokens][in] (q, k, v; gate,
+ * up): one 1.7 matmul_group() call when the plugin has it and takes the group, else (NULL,
+ * an older plugin, or WEIR_E_NOTSUP) one matmul() per weight. Returns the plugin's status.
+ * Device pointers, borrowed; called from the engine thread like the ops it calls. */
+int weir_llama_matmul_group(const weir_quant_ops *q, void *qself, const void *const *w, int n,
+                            const float *x, float *const *ys, int64_t n_tokens);
+
 /* 1 when the output projection of g is tied to token_embd.weight (no output.weight), that
  * tensor is a float type (F32, F16, BF16: one a quant scheme calibrates) and the pass left
  * output-layer samples (n > 0): the loader and `weir quantize` then pack the output layer as

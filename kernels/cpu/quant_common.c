@@ -249,7 +249,14 @@ static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
 
 int weir_cpu_q8_matmul(const weir_cpu_quant *q, const weir_cpu_q8_mat *m, const float *x,
                        float *y, int64_t n_tokens) {
-  const int64_t kp = m->kp, nb = kp / WEIR_Q8_BLOCK;
+  return weir_cpu_q8_matmul_group(q, &m, 1, x, &y, n_tokens);
+}
+
+int weir_cpu_q8_matmul_group(const weir_cpu_quant *q, const weir_cpu_q8_mat *const *m, int n,
+                             const float *x, float *const *y, int64_t n_tokens) {
+  const int64_t kp = m[0]->kp, nb = kp / WEIR_Q8_BLOCK;
+  for (int i = 1; i < n; i++)
+    if (m[i]->kp != kp || m[i]->cols != m[0]->cols) return WEIR_E_NOTSUP;
   const size_t qb = weir_cpu_q8_qbytes(n_tokens, kp);
   const size_t need = weir_cpu_q8_bytes(n_tokens, kp, nb);
   _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
@@ -257,15 +264,17 @@ int weir_cpu_q8_matmul(const weir_cpu_quant *q, const weir_cpu_q8_mat *m, const 
   uint8_t *buf = weir_cpu_scratch(stack_buf, sizeof stack_buf, need, &heap);
   if (!buf) return WEIR_E_NOMEM;
   memset(buf + need - WEIR_Q8_SCALE_PAD * sizeof(float), 0, WEIR_Q8_SCALE_PAD * sizeof(float));
-  act_job aj = {.x = x, .cols = m->cols, .kp = kp, .xq = (int8_t *)buf,
+  act_job aj = {.x = x, .cols = m[0]->cols, .kp = kp, .xq = (int8_t *)buf,
                 .xd = (float *)(void *)(buf + qb)};
   weir_cpu_quant_for_tokens(q, n_tokens, kp, act_chunk, &aj);
-  weir_q8_matmul_args a = {.wq = m->q, .wd = m->d, .rows = m->rows, .kp = kp,
-                           .group = m->group, .xq = aj.xq, .xd = aj.xd, .n_tokens = n_tokens,
-                           .y = y};
-  /* Multiples of 4 rows keep the kernel's 4-row tiles whole. */
-  weir_cpu_quant_for_units(q, m->rows, 8, m->rows * kp * n_tokens, 4, 16,
-                           weir_q8_matmul_chunk, &a);
+  for (int i = 0; i < n; i++) { /* the activations quantized once serve every weight */
+    weir_q8_matmul_args a = {.wq = m[i]->q, .wd = m[i]->d, .rows = m[i]->rows, .kp = kp,
+                             .group = m[i]->group, .xq = aj.xq, .xd = aj.xd,
+                             .n_tokens = n_tokens, .y = y[i]};
+    /* Multiples of 4 rows keep the kernel's 4-row tiles whole. */
+    weir_cpu_quant_for_units(q, m[i]->rows, 8, m[i]->rows * kp * n_tokens, 4, 16,
+                             weir_q8_matmul_chunk, &a);
+  }
   free(heap);
   return WEIR_OK;
 }

@@ -142,6 +142,10 @@ void weir_cpu_q8_from_q8_0_row(const uint8_t *src, int64_t cols, int64_t kp, uin
  * cannot be had. */
 int weir_cpu_q8_matmul(const weir_cpu_quant *q, const weir_cpu_q8_mat *m, const float *x,
                        float *y, int64_t n_tokens);
+/* ys[i] = W_i x for n weights of the same cols and kp (else WEIR_E_NOTSUP): x quantized once,
+ * then the int8 kernels per weight (the 1.7 matmul_group of the int8 plugin). */
+int weir_cpu_q8_matmul_group(const weir_cpu_quant *q, const weir_cpu_q8_mat *const *m, int n,
+                             const float *x, float *const *y, int64_t n_tokens);
 /* Row r of m as f32 into out[cols]. */
 void weir_cpu_q8_dequant_row(const weir_cpu_q8_mat *m, int64_t r, float *out);
 

@@ -3,9 +3,10 @@
 // activations once to int8 blocks of 32 with an f32 scale and sum (Q8_1-style), then
 //   gemv:     one warp per output row walks the row's 32-element chunks (lane i takes chunks
 //             i, i + 32, ...: the warp reads a contiguous span of blocks), decodes each chunk
-//             to int8 in registers (quant_gguf.cuh) and takes dp4a dot products with up to 8
-//             tokens at once, so the weights stream through once per 8 tokens. Batches of
-//             more than 8 tokens run the same kernel over tiles of 8 tokens (grid.y).
+//             to int8 in registers (quant_gguf.cuh) and takes dp4a dot products with up to 16
+//             tokens at once, so the weights stream through once per 16 tokens (a batch of 16
+//             reads the bytes of a batch of 1). Larger batches run the same kernel over
+//             tiles of 16 tokens (grid.y).
 //   dequant:  W as f16 for the cuBLAS path of large batches.
 //   embed:    rows dequantized to f32.
 // Decoding and layouts: quant_gguf.cuh. The C launchers are declared in weir_cuda_gguf.h.
@@ -172,7 +173,8 @@ void gemv_type(cudaStream_t s, const unsigned char *w, size_t row_bytes, const s
   if (n == 1) launch_gemv<T, 1>(s, w, row_bytes, xq, xs, y, cols, rows, n);
   else if (n == 2) launch_gemv<T, 2>(s, w, row_bytes, xq, xs, y, cols, rows, n);
   else if (n <= 4) launch_gemv<T, 4>(s, w, row_bytes, xq, xs, y, cols, rows, n);
-  else launch_gemv<T, 8>(s, w, row_bytes, xq, xs, y, cols, rows, n);
+  else if (n <= 8) launch_gemv<T, 8>(s, w, row_bytes, xq, xs, y, cols, rows, n);
+  else launch_gemv<T, 16>(s, w, row_bytes, xq, xs, y, cols, rows, n);
 }
 
 template <int T>
@@ -272,7 +274,7 @@ extern "C" cudaError_t weir_cuda_gguf_matmul(cudaStream_t stream, int32_t dtype,
       (reinterpret_cast<uintptr_t>(act) & 255))
     return cudaErrorInvalidValue;
   if (n_tokens == 0 || rows == 0) return cudaSuccess;
-  if ((n_tokens + 7) / 8 > 65535 || (rows + kWarps - 1) / kWarps > 0x7fffffff)
+  if ((n_tokens + 15) / 16 > 65535 || (rows + kWarps - 1) / kWarps > 0x7fffffff)
     return cudaErrorInvalidValue;
   const unsigned char *wb = static_cast<const unsigned char *>(w);
   const signed char *xq = static_cast<const signed char *>(act);

@@ -77,15 +77,7 @@ template <int B> __device__ __forceinline__ void ld8w(const unsigned char *p, un
 }
 
 // Signed int8x4 dot product plus c: dp4a on sm_61+, the same sum elsewhere (the CPU shim).
-__device__ __forceinline__ int dot4(int a, int b, int c) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
-  return __dp4a(a, b, c);
-#else
-  for (int k = 0; k < 4; ++k)
-    c += (int)(signed char)(a >> (8 * k)) * (int)(signed char)(b >> (8 * k));
-  return c;
-#endif
-}
+__device__ __forceinline__ int dot4(int a, int b, int c) { return weir_cuda::dp4a(a, b, c); }
 
 // Bits 0..3 of `bits` moved to bit 4 of bytes 0..3 (the fifth bit of four Q5 elements).
 __device__ __forceinline__ unsigned spread4_to_bit4(unsigned bits) {

@@ -1,4 +1,6 @@
-// 4-bit weights on the GPU (quant/awq_int4): the small-batch GEMV that dequantizes in registers,
+// 4-bit weights on the GPU (quant/awq_int4): the small-batch GEMVs (dp4a on activations
+// quantized to int8 by quant_int8.cu, and the older one on f32 activations that dequantizes in
+// registers),
 // dequantization to f16 for the cuBLAS path, and the embedding gather. Packing happens on the
 // host (the AWQ search and the rounding are the CPU plugin's, shared), so nothing here packs.
 //
@@ -87,6 +89,93 @@ __global__ void __launch_bounds__(kWarps4 * 32)
   }
 }
 
+// The dp4a GEMV: y[t0 + t][o] for t < min(NT, n - t0), t0 = blockIdx.y * NT, on int8
+// activations (x diag(inv_s) quantized per 32 columns: xq [n][kp], xd [n][kp / 32]). One warp
+// per output row, one lane per 32-column block: its 16 bytes split into the low nibbles
+// (columns 0-15) and high nibbles (16-31) as four bytes per word, which dp4a multiplies with
+// the block's 32 activation bytes (two int4 loads per token, from L1/L2); a second dp4a
+// against ones gives sum(xq) for the offset m. The weights stream once per tile of NT tokens.
+//
+// Up to WEIR_CUDA_Q4_MAX_SET weights of one input (q/k/v, gate/up: same cols, kp, group and
+// inverse scale, applied when x was quantized) run in one launch: their rows are numbered one
+// after the other (end[i] = rows of weights 0..i) and each warp picks its weight, as the int8
+// set kernel does.
+struct Q4Set {
+  const unsigned char *nib[WEIR_CUDA_Q4_MAX_SET];
+  const __half *d[WEIR_CUDA_Q4_MAX_SET], *m[WEIR_CUDA_Q4_MAX_SET];
+  float *y[WEIR_CUDA_Q4_MAX_SET];
+  int64_t end[WEIR_CUDA_Q4_MAX_SET];
+  int n;
+};
+
+template <int NT>
+__global__ void __launch_bounds__(kWarps4 * 32)
+    gemv_q4_dp4a_kernel(q4_ref w, Q4Set set, const signed char *__restrict__ xq,
+                        const float *__restrict__ xd, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  const int64_t go = (int64_t)blockIdx.x * kWarps4 + (threadIdx.x >> 5);
+  if (go >= set.end[set.n - 1]) return;
+  // This warp's weight (constant indices only: the set stays in param space).
+  int64_t o = go;
+  float *y = set.y[0];
+  w.nib = set.nib[0];
+  w.d = set.d[0];
+  w.m = set.m[0];
+  w.rows = set.end[0];
+#pragma unroll
+  for (int i = 1; i < WEIR_CUDA_Q4_MAX_SET; ++i)
+    if (i < set.n && go >= set.end[i - 1]) {
+      o = go - set.end[i - 1];
+      y = set.y[i];
+      w.nib = set.nib[i];
+      w.d = set.d[i];
+      w.m = set.m[i];
+      w.rows = set.end[i] - set.end[i - 1];
+    }
+  const int64_t t0 = (int64_t)blockIdx.y * NT;
+  const int nt = (int)(n - t0 < NT ? n - t0 : NT);
+  const uint4 *row = reinterpret_cast<const uint4 *>(w.nib + o * (w.kp / 2));
+  const int64_t nb = w.kp / 32;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int64_t i = lane; i < nb; i += 32) {
+    const uint4 raw = __ldg(row + i);
+    const unsigned wv[4] = {raw.x, raw.y, raw.z, raw.w};
+    int lo[4], hi[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = (int)(wv[j] & 0x0f0f0f0fu);
+      hi[j] = (int)((wv[j] >> 4) & 0x0f0f0f0fu);
+    }
+    float d, m;
+    scales(w, o, i * 32, &d, &m);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < nt) {
+        const int64_t tk = t0 + t;
+        const int4 *xp = reinterpret_cast<const int4 *>(xq + tk * w.kp + i * 32);
+        const int4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+        const int xa[4] = {x0.x, x0.y, x0.z, x0.w}, xb[4] = {x1.x, x1.y, x1.z, x1.w};
+        int s = 0, sx = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s = dp4a(lo[j], xa[j], s);
+          s = dp4a(hi[j], xb[j], s);
+          sx = dp4a(0x01010101, xa[j], sx);
+          sx = dp4a(0x01010101, xb[j], sx);
+        }
+        acc[t] += __ldg(xd + tk * nb + i) * (d * (float)s + m * (float)sx);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (lane == 0 && t < nt) y[(t0 + t) * w.rows + o] = s;
+  }
+}
+
 __device__ __forceinline__ float value(const q4_ref &w, int64_t r, int64_t c) {
   float d, m;
   scales(w, r, c, &d, &m);
@@ -140,7 +229,64 @@ template <int NT> void launch_gemv4(cudaStream_t s, const q4_ref &w, const float
   WEIR_LAUNCH(gemv_q4_kernel<NT>, grid, kWarps4 * 32, 0, s)(w, x, y);
 }
 
+template <int NT>
+void launch_dp4a4(cudaStream_t s, const q4_ref &w, const Q4Set &set, const signed char *xq,
+                  const float *xd, int64_t n) {
+  const int64_t total = set.end[set.n - 1];
+  const dim3 grid((unsigned)((total + kWarps4 - 1) / kWarps4), (unsigned)((n + NT - 1) / NT));
+  WEIR_LAUNCH(gemv_q4_dp4a_kernel<NT>, grid, kWarps4 * 32, 0, s)(w, set, xq, xd, n);
+}
+
 } // namespace
+
+extern "C" cudaError_t weir_cuda_gemv_q4_dp4a_set(cudaStream_t stream, int32_t n_weights,
+                                                  const void *const *nib, const void *const *d,
+                                                  const void *const *m, const int64_t *rows,
+                                                  float *const *y, const void *act, int64_t cols,
+                                                  int64_t kp, int32_t group, int64_t n_tokens) {
+  q4_ref w;
+  if (n_weights < 1 || n_weights > WEIR_CUDA_Q4_MAX_SET || n_tokens < 0 ||
+      (reinterpret_cast<uintptr_t>(act) & 255))
+    return cudaErrorInvalidValue;
+  Q4Set set;
+  memset(&set, 0, sizeof set);
+  set.n = n_weights;
+  int64_t total = 0;
+  for (int i = 0; i < n_weights; ++i) {
+    // Every weight must be symmetric or not alike (m NULL or not): the kernel reads m per
+    // weight, so mixing is fine; shapes are checked by make_ref on each.
+    if (!nib[i] || !d[i] || !y[i] || (uintptr_t)nib[i] % 16 != 0 ||
+        !make_ref(&w, nib[i], d[i], m[i], nullptr, rows[i], cols, kp, group))
+      return cudaErrorInvalidValue;
+    set.nib[i] = static_cast<const unsigned char *>(nib[i]);
+    set.d[i] = static_cast<const __half *>(d[i]);
+    set.m[i] = static_cast<const __half *>(m[i]);
+    set.y[i] = y[i];
+    total += rows[i];
+    set.end[i] = total;
+  }
+  if (n_tokens == 0) return cudaSuccess;
+  if ((n_tokens + 15) / 16 > 65535 || (total + kWarps4 - 1) / kWarps4 > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  const signed char *xq = static_cast<const signed char *>(act);
+  // weir_cuda_q8_act_bytes' layout: the scales at the next 256 bytes after xq.
+  const float *xd =
+      reinterpret_cast<const float *>(xq + ((size_t)n_tokens * (size_t)kp + 255) / 256 * 256);
+  if (n_tokens == 1) launch_dp4a4<1>(stream, w, set, xq, xd, n_tokens);
+  else if (n_tokens == 2) launch_dp4a4<2>(stream, w, set, xq, xd, n_tokens);
+  else if (n_tokens <= 4) launch_dp4a4<4>(stream, w, set, xq, xd, n_tokens);
+  else if (n_tokens <= 8) launch_dp4a4<8>(stream, w, set, xq, xd, n_tokens);
+  else launch_dp4a4<16>(stream, w, set, xq, xd, n_tokens);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_gemv_q4_dp4a(cudaStream_t stream, const void *nib,
+                                              const void *d, const void *m, const void *act,
+                                              float *y, int64_t cols, int64_t kp, int64_t rows,
+                                              int32_t group, int64_t n_tokens) {
+  return weir_cuda_gemv_q4_dp4a_set(stream, 1, &nib, &d, &m, &rows, &y, act, cols, kp, group,
+                                    n_tokens);
+}
 
 extern "C" cudaError_t weir_cuda_gemv_q4(cudaStream_t stream, const void *nib, const void *d,
                                          const void *m, const float *inv_s, const float *x,

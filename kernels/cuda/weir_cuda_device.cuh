@@ -63,6 +63,17 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Four int8 products added to c (dp4a on sm_61 and later; the same sum in plain C on the shim).
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+  return __dp4a(a, b, c);
+#else
+  for (int k = 0; k < 4; ++k)
+    c += (int)(signed char)(a >> (8 * k)) * (int)(signed char)(b >> (8 * k));
+  return c;
+#endif
+}
+
 // Blocks for a grid-stride kernel over n elements: enough to cover them, capped at 65536 (the
 // kernels loop over the rest).
 inline unsigned grid_for(int64_t n, int threads) {

@@ -32,7 +32,7 @@ size_t weir_cuda_gguf_act_bytes(int64_t n_tokens, int64_t cols);
 cudaError_t weir_cuda_gguf_quantize_act(cudaStream_t stream, const float *x, void *act,
                                         int64_t n_tokens, int64_t cols);
 /* y[t][o] = sum_c W[o][c] xq[t][c] for t < n_tokens, from `act` as quantize_act left it: one
- * warp per output row, dp4a products, the weights read once per 8 tokens. */
+ * warp per output row, dp4a products, the weights read once per 16 tokens. */
 cudaError_t weir_cuda_gguf_matmul(cudaStream_t stream, int32_t dtype, const void *w,
                                   size_t row_bytes, const void *act, float *y, int64_t cols,
                                   int64_t rows, int64_t n_tokens);

@@ -170,6 +170,21 @@ cudaError_t weir_cuda_pack_q8(cudaStream_t stream, void *q, float *d, const void
  * W once, dequantizing in registers; products in f32. */
 cudaError_t weir_cuda_gemv_q8(cudaStream_t stream, const void *q, const float *d, const float *x,
                               float *y, int64_t cols, int64_t kp, int64_t rows, int32_t n_tokens);
+/* The dp4a path. Activations are quantized once per input, by the CPU int8 plugin's rule
+ * (d = max|x| / 127 per 32 columns, q = round(x / d); an Inf/NaN block gets q = 0, d = NaN;
+ * x times inv_s column-wise first when inv_s is not NULL: awq_int4's inverse AWQ scale),
+ * into `act` (device, 256-byte aligned, weir_cuda_q8_act_bytes(n_tokens, kp) bytes): int8
+ * [n_tokens][kp], zero past cols, then f32 [n_tokens][kp / 32] at the next 256 bytes. Then
+ * y_i[t][o] = sum_c W_i[o][c] xq[t][c] for up to WEIR_CUDA_Q8_MAX_SET weights W_i of the same
+ * kp (q[i], d[i], rows[i], y[i] [n_tokens][rows[i]]) in one launch: one warp per output row,
+ * all tokens of a tile of up to 16 in registers, so a batch of 16 reads the weights once. */
+#define WEIR_CUDA_Q8_MAX_SET 4
+size_t weir_cuda_q8_act_bytes(int64_t n_tokens, int64_t kp);
+cudaError_t weir_cuda_q8_quantize_act(cudaStream_t stream, const float *x, const float *inv_s,
+                                      void *act, int64_t n_tokens, int64_t cols, int64_t kp);
+cudaError_t weir_cuda_gemv_q8_dp4a(cudaStream_t stream, int32_t n_weights, const void *const *q,
+                                   const float *const *d, const int64_t *rows, float *const *y,
+                                   const void *act, int64_t kp, int64_t n_tokens);
 /* dst = W as f16 [rows][cols] (each q d rounded once, saturated), for cuBLAS. */
 cudaError_t weir_cuda_dequant_q8_f16(cudaStream_t stream, void *dst, const void *q,
                                      const float *d, int64_t rows, int64_t cols, int64_t kp);
@@ -187,6 +202,23 @@ cudaError_t weir_cuda_embed_q8(cudaStream_t stream, const void *q, const float *
 cudaError_t weir_cuda_gemv_q4(cudaStream_t stream, const void *nib, const void *d, const void *m,
                               const float *inv_s, const float *x, float *y, int64_t cols,
                               int64_t kp, int64_t rows, int32_t group, int32_t n_tokens);
+/* The dp4a GEMV on activations weir_cuda_q8_quantize_act left in `act` (with this weight's
+ * inv_s, kp columns): y[t][o] = sum over blocks of xd (d sum(q xq) + m sum(xq)) for t <
+ * n_tokens; one warp per output row, a lane per 32-column block (one 16-byte load), all tokens
+ * of a tile of up to 16 in registers, so a batch of 16 reads the weight bytes of a batch of 1.
+ * The CPU awq_int4 plugin computes the same sums. */
+cudaError_t weir_cuda_gemv_q4_dp4a(cudaStream_t stream, const void *nib, const void *d,
+                                   const void *m, const void *act, float *y, int64_t cols,
+                                   int64_t kp, int64_t rows, int32_t group, int64_t n_tokens);
+/* The same for up to WEIR_CUDA_Q4_MAX_SET weights of the same cols, kp, group and inverse
+ * scale (the one `act` was quantized with) in one launch: nib[i], d[i], m[i] (NULL:
+ * symmetric), rows[i], y[i] [n_tokens][rows[i]]. */
+#define WEIR_CUDA_Q4_MAX_SET 4
+cudaError_t weir_cuda_gemv_q4_dp4a_set(cudaStream_t stream, int32_t n_weights,
+                                       const void *const *nib, const void *const *d,
+                                       const void *const *m, const int64_t *rows,
+                                       float *const *y, const void *act, int64_t cols,
+                                       int64_t kp, int32_t group, int64_t n_tokens);
 /* dst = W diag(inv_s) as f16 [rows][cols], for cuBLAS. */
 cudaError_t weir_cuda_dequant_q4_f16(cudaStream_t stream, void *dst, const void *nib,
                                      const void *d, const void *m, const float *inv_s,

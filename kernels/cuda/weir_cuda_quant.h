@@ -24,6 +24,7 @@ typedef struct weir_cuda_qctx {
   int own_cublas;
   weir_cuda_scratch wh; /* f16 dequantized weight for the GEMM */
   weir_cuda_scratch xh; /* f16 activations for the GEMM */
+  weir_cuda_scratch act; /* int8-quantized activations for the dp4a GEMVs */
   int *bad_id;          /* host-mapped flag the embed kernels raise for an id out of range */
   int *bad_id_dev;
 } weir_cuda_qctx;
@@ -40,6 +41,7 @@ static inline void weir_cuda_qctx_fini(weir_cuda_qctx *q) {
   if (q->host) {
     weir_cuda_scratch_free(q->host, &q->wh);
     weir_cuda_scratch_free(q->host, &q->xh);
+    weir_cuda_scratch_free(q->host, &q->act);
   }
   if (q->bad_id) cudaFreeHost(q->bad_id);
   memset(q, 0, sizeof *q);
@@ -131,6 +133,31 @@ static inline int weir_cuda_qsource(weir_cuda_qctx *q, const weir_tensor *src, c
   }
   *stride = src->ndim >= 2 && src->nb[1] ? src->nb[1] : row_bytes;
   return WEIR_OK;
+}
+
+/* The pack step the f16 and int8 schemes (and gguf's plain sources) share: the raw source
+ * rows (rows x stride bytes of src->data, host) go to a staging buffer on the device and one
+ * kernel converts them there (a 1B-parameter Q4_0 model would take seconds to dequantize on
+ * one CPU core): to f16 [rows][cols] at dst when d8 is NULL, else to int8 [rows][kp] at dst
+ * with f32 scales [rows][kp / 32] at d8 (weir_cuda_pack_q8). Packing happens at load, so it
+ * waits for the stream: the source's lifetime stays simple and a failure is reported at the
+ * tensor that caused it (logged, naming it). The staging buffer is freed either way. */
+static inline int weir_cuda_qstage_pack(weir_cuda_qctx *q, const weir_tensor *src, int64_t rows,
+                                        int64_t cols, size_t stride, const char *name, void *dst,
+                                        float *d8, int64_t kp) {
+  void *tmp = NULL;
+  int rc = q->host->device_alloc(q->host->ctx, stride * (size_t)rows, &tmp);
+  if (rc != WEIR_OK) return rc;
+  cudaError_t e = cudaMemcpyAsync(tmp, src->data, stride * (size_t)rows, cudaMemcpyHostToDevice,
+                                  q->stream);
+  if (e == cudaSuccess)
+    e = d8 ? weir_cuda_pack_q8(q->stream, dst, d8, tmp, (int32_t)src->dtype, rows, cols, kp,
+                               stride)
+           : weir_cuda_pack_f16(q->stream, dst, tmp, (int32_t)src->dtype, rows, cols, stride);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(q->stream);
+  if (e != cudaSuccess) rc = weir_cuda_qfail(q, e, name);
+  q->host->device_free(q->host->ctx, tmp);
+  return rc;
 }
 
 /* An earlier embed saw an id out of range: the kernels zero-fill and raise a flag the host

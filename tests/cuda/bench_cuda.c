@@ -268,6 +268,28 @@ static void batch_free(batch *b) {
 }
 
 /* One forward pass up to the logits of each sequence's last token. */
+/* --gemv-ungrouped clears it: q/k/v and gate/up as separate matmuls even when the plugin has
+ * the 1.7 matmul_group. */
+static int use_group = 1;
+
+/* The weights that read one input (w2 NULL for two), as the engine runs them
+ * (core/model/llama_pack.c): one 1.7 matmul_group when the plugin has it and takes the group,
+ * else one matmul each. */
+static void mm_group3(void *w0, void *w1, void *w2, const float *in, float *y0, float *y1,
+                      float *y2, int64_t nt) {
+  const void *w[3] = {w0, w1, w2};
+  float *y[3] = {y0, y1, y2};
+  const int n = w2 ? 3 : 2;
+  if (use_group && WEIR_QUANT_HAS_OP(QNT, matmul_group)) {
+    int rc = QNT->matmul_group(P_quant.self, w, n, in, y, nt);
+    if (rc != WEIR_E_NOTSUP) {
+      CHECK(rc);
+      return;
+    }
+  }
+  for (int i = 0; i < n; i++) CHECK(QNT->matmul(P_quant.self, w[i], in, y[i], nt));
+}
+
 static void forward(const batch *b) {
   const int64_t nt = b->n_tokens;
   const int kvd = S.kv_heads * HD;
@@ -276,17 +298,14 @@ static void forward(const batch *b) {
     weir_kv_view view = {.base = (char *)kv_pool + (size_t)l * num_blocks * block_bytes,
                          .block_bytes = block_bytes, .num_blocks = num_blocks};
     CHECK(DEV->rms_norm(DS, h, x, L[l].attn_norm, nt, S.dim, 1e-5f));
-    CHECK(QNT->matmul(P_quant.self, L[l].wq, h, q, nt));
-    CHECK(QNT->matmul(P_quant.self, L[l].wk, h, k, nt));
-    CHECK(QNT->matmul(P_quant.self, L[l].wv, h, v, nt));
+    mm_group3(L[l].wq, L[l].wk, L[l].wv, h, q, k, v, nt);
     CHECK(DEV->rope(DS, q, d_pos, nt, S.heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
     CHECK(DEV->rope(DS, k, d_pos, nt, S.kv_heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
     CHECK(ATT->forward(P_attn.self, &ashape, &b->ab, &view, q, k, v, att));
     CHECK(QNT->matmul(P_quant.self, L[l].wo, att, h, nt));
     CHECK(DEV->add(DS, x, x, h, nt * S.dim));
     CHECK(DEV->rms_norm(DS, h, x, L[l].ffn_norm, nt, S.dim, 1e-5f));
-    CHECK(QNT->matmul(P_quant.self, L[l].wg, h, g, nt));
-    CHECK(QNT->matmul(P_quant.self, L[l].wu, h, u, nt));
+    mm_group3(L[l].wg, L[l].wu, NULL, h, g, u, NULL, nt);
     CHECK(DEV->swiglu(DS, g, g, u, nt * S.ffn));
     CHECK(QNT->matmul(P_quant.self, L[l].wd, g, h, nt));
     CHECK(DEV->add(DS, x, x, h, nt * S.dim));
@@ -392,11 +411,41 @@ static void time_prefill(int n, int len, double *ms, double *tps, double *tflops
   batch_free(&pb);
 }
 
+/* GEMV bandwidth: the seven projections of every layer (q/k/v and gate/up grouped as the
+ * engine runs them, unless --gemv-ungrouped) for n tokens, nothing else, median of 7 runs of
+ * 5 passes; bytes = the packed weights read once per pass. Prints GB/s and its fraction of
+ * the d2d copy bandwidth (bytes moved per second), the measure the decode roofline uses. */
+static double time_gemv(int64_t n, double *gbps) {
+  size_t bytes = 0;
+  for (int l = 0; l < S.layers; l++) {
+    void *ws[] = {L[l].wq, L[l].wk, L[l].wv, L[l].wo, L[l].wg, L[l].wu, L[l].wd};
+    for (int i = 0; i < 7; i++) bytes += QNT->weight_bytes(P_quant.self, ws[i]);
+  }
+  double t[7];
+  for (int r = -1; r < 7; r++) { /* r = -1: warm-up (workspaces) */
+    CHECK(DEV->synchronize(DS));
+    const double t0 = ch_now();
+    for (int p = 0; p < 5; p++)
+      for (int l = 0; l < S.layers; l++) {
+        mm_group3(L[l].wq, L[l].wk, L[l].wv, h, q, k, v, n);
+        CHECK(QNT->matmul(P_quant.self, L[l].wo, att, h, n));
+        mm_group3(L[l].wg, L[l].wu, NULL, h, g, u, NULL, n);
+        CHECK(QNT->matmul(P_quant.self, L[l].wd, g, h, n));
+      }
+    CHECK(DEV->synchronize(DS));
+    if (r >= 0) t[r] = (ch_now() - t0) / 5;
+  }
+  qsort(t, 7, sizeof t[0], cmp_d);
+  *gbps = (double)bytes / t[3] / 1e9;
+  return t[3];
+}
+
 int main(int argc, char **argv) {
   S = (shape){.dim = 2048, .layers = 22, .heads = 32, .kv_heads = 4, .ffn = 5632, .vocab = 32000};
   int steps = 50, ctx = 256, prefill = 512, use_graph = 1, prefill_batch = 8;
   const char *quant = "fp16", *wtype = "f16";
   int batches[8] = {1, 8, 32, 64}, nb = 4;
+  int gemv_batches[8] = {0}, ngemv = 0, gemv_only = 0;
   const char *json = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -409,6 +458,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--quant") && val) quant = argv[++i];
     else if (!strcmp(a, "--wtype") && val && parse_wtype(argv[i + 1]) == 0) wtype = argv[++i];
     else if (!strcmp(a, "--prefill-batch") && val) prefill_batch = atoi(argv[++i]);
+    else if (!strcmp(a, "--gemv") && val) {
+      ngemv = 0;
+      for (char *tok = strtok(argv[++i], ","); tok && ngemv < 8; tok = strtok(NULL, ","))
+        gemv_batches[ngemv++] = atoi(tok);
+    } else if (!strcmp(a, "--gemv-ungrouped")) use_group = 0;
+    else if (!strcmp(a, "--gemv-only")) gemv_only = 1;
     else if (!strcmp(a, "--batches") && val) {
       nb = 0;
       for (char *tok = strtok(argv[++i], ","); tok && nb < 8; tok = strtok(NULL, ","))
@@ -417,7 +472,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: weir_cuda_bench [--steps N] [--ctx N] [--prefill N] [--layers N]"
                       " [--batches 1,8,32,64] [--no-graph] [--quant fp16|int8|awq_int4|gguf]"
                       " [--wtype f16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_K|q3_K|q4_K|q5_K|q6_K|"
-                      "iq4_nl|iq4_xs|q4_K_M] [--prefill-batch N] [--json FILE]\n");
+                      "iq4_nl|iq4_xs|q4_K_M] [--prefill-batch N] [--json FILE]"
+                      " [--gemv 1,2,4,8,16 [--gemv-ungrouped] [--gemv-only]]\n");
       return 2;
     }
   }
@@ -440,6 +496,10 @@ int main(int argc, char **argv) {
   int max_b = 1;
   for (int i = 0; i < nb; i++)
     if (batches[i] > max_b) max_b = batches[i];
+  for (int i = 0; i < ngemv; i++) {
+    if (gemv_batches[i] < 1 || gemv_batches[i] > 4096) return 2;
+    if (gemv_batches[i] > max_b) max_b = gemv_batches[i];
+  }
   const int max_ctx = (ctx > prefill ? ctx : prefill) + 16;
   if (max_b < prefill_batch) max_b = prefill_batch; /* sequences of the prefill batch */
   const int max_tokens = max_b > prefill * prefill_batch ? max_b : prefill * prefill_batch;
@@ -460,12 +520,35 @@ int main(int argc, char **argv) {
     fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": {\"dim\": %d, \"layers\": %d, "
                 "\"heads\": %d, \"kv_heads\": %d, \"ffn\": %d, \"vocab\": %d, \"quant\": "
                 "\"%s\", \"wtype\": \"%s\"},\n  \"d2d_copy_GBps\": %.1f,\n  \"decode_ctx\": %d,\n"
-                "  \"bytes_per_token\": %.0f,\n  \"roofline_tokens_per_s\": %.1f,\n"
-                "  \"decode\": [",
+                "  \"bytes_per_token\": %.0f,\n  \"roofline_tokens_per_s\": %.1f,\n",
             info.name, S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant, wtype,
             bw / 1e9, ctx,
             bytes_tok, roofline);
 
+  if (ngemv > 0) {
+    printf("\nGEMV (all layers' projections, %s): %-6s %10s %10s %10s\n",
+           use_group ? "grouped" : "ungrouped", "tokens", "ms/pass", "GB/s", "of copy bw");
+    if (jf) fprintf(jf, "  \"gemv_grouped\": %s,\n  \"gemv\": [", use_group ? "true" : "false");
+    for (int i = 0; i < ngemv; i++) {
+      double gbps;
+      const double dt = time_gemv(gemv_batches[i], &gbps);
+      printf("%44d %10.3f %10.1f %9.1f%%\n", gemv_batches[i], dt * 1e3, gbps,
+             100.0 * gbps * 1e9 / bw);
+      if (jf)
+        fprintf(jf, "%s\n    {\"tokens\": %d, \"ms_per_pass\": %.4f, \"GBps\": %.1f, "
+                    "\"copy_bw_fraction\": %.4f}", i ? "," : "", gemv_batches[i], dt * 1e3,
+                gbps, gbps * 1e9 / bw);
+    }
+    if (jf) fprintf(jf, "\n  ],\n");
+    if (gemv_only) {
+      if (jf) {
+        fprintf(jf, "  \"decode\": []\n}\n");
+        fclose(jf);
+      }
+      return 0;
+    }
+  }
+  if (jf) fprintf(jf, "  \"decode\": [");
   printf("device: %s\n", info.name);
   printf("d2d copy bandwidth: %.1f GB/s (read + write)\n", bw / 1e9);
   printf("decode roofline at batch 1: %.1f tokens/s (%.2f GB per token at ctx %d)\n", roofline,

@@ -2,10 +2,12 @@
  * GGUF type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS) on random blocks, against
  * the double-precision reference of tests/cuda/cpu_shim/gguf_ref.h:
  *  - embed of every row equals the reference (the device holds the file's blocks exactly);
- *  - the kernels' matmul (1, 3, 8, 11 tokens) against the reference weights times the
+ *  - the kernels' matmul (1, 3, 8, 11, 16, 19 tokens) against the reference weights times the
  *    quantized activations the kernel made (1e-5), and the plugin's matmul against the f32
  *    activations (2e-2, activation rounding), including a padded source row stride;
  *  - the plugin's cuBLAS path (77 tokens, past gemm_min_tokens) against f16-rounded operands;
+ *  - matmul_group (ABI 1.7) over Q4_K/Q4_K/Q6_K equals separate matmuls bit for bit, and is
+ *    NOTSUP for a cuBLAS-sized batch or an f16-held weight;
  *  - an F16 source held exactly; errors: an unsupported type, a row that is not whole blocks,
  *    a non-finite block scale (refused at pack, naming the tensor), an id out of range.
  * Skips (77) without a GPU; tests/cuda/cpu_shim's cuda_quant_gguf_shim runs the same kernels on
@@ -78,7 +80,7 @@ static void one_type(int type, int64_t rows, int64_t cols, size_t pad) {
 
   // matmul: the kernels with their own quantized activations (exact integer dots), and the
   // plugin against f32 activations; 77 tokens take the plugin's cuBLAS path.
-  const int64_t ns[] = {1, 3, 8, 11, 77};
+  const int64_t ns[] = {1, 3, 8, 11, 16, 19, 77};
   const int64_t nmax = 77;
   std::vector<float> x((size_t)(nmax * cols)), y((size_t)(nmax * rows));
   ch_fill_uniform(x.data(), x.size(), -1, 1);
@@ -150,6 +152,79 @@ static void test_types(void) {
     one_type(t, 72, be == 32 ? 33 * 32 : 8 * 256, 0);
     one_type(t, 13, be == 32 ? 5 * 32 : 3 * 256, 16); // 16: the kernel check reads it as is
   }
+}
+
+static void *pack_rows(int type, int64_t rows, int64_t cols, std::vector<uint8_t> *keep) {
+  const size_t rb = weir_dtype_row_bytes((weir_dtype)type, cols);
+  *keep = gguf_ref::random_rows(type, rows, cols, rb, uni);
+  weir_tensor t = {};
+  t.data = keep->data();
+  t.dtype = (weir_dtype)type;
+  t.ndim = 2;
+  t.ne[0] = cols;
+  t.ne[1] = rows;
+  t.nb[1] = rb;
+  weir_quant_pack_args a = {};
+  a.struct_size = sizeof a;
+  a.src = &t;
+  a.name = "g";
+  a.layer = -1;
+  void *w = nullptr;
+  CU_ASSERT_EQUAL(GQ->pack(g_gpu.self, &a, &w), WEIR_OK);
+  return w;
+}
+
+// ABI 1.7 matmul_group: a Q4_K_M-like q/k/v (Q4_K, Q4_K, Q6_K of 256, 64, 64 rows) on one
+// input gives exactly what three matmul calls give (the same quantized activations, the same
+// kernels) at 1, 8 and 16 tokens; an f16-held weight in the group and a batch for cuBLAS are
+// NOTSUP (the host then runs separate matmuls).
+static void test_group(void) {
+  if (!WEIR_QUANT_HAS_OP(GQ, matmul_group)) {
+    CU_FAIL("weir_quant_gguf_cuda.so has no matmul_group");
+    return;
+  }
+  const int64_t cols = 1024, rows[3] = {256, 64, 64};
+  const int types[3] = {WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q6_K};
+  std::vector<uint8_t> keep[3];
+  void *w[3];
+  float *dy[3], *dz[3];
+  for (int i = 0; i < 3; ++i) {
+    w[i] = pack_rows(types[i], rows[i], cols, &keep[i]);
+    dy[i] = (float *)ch_dalloc((size_t)(64 * rows[i]) * 4);
+    dz[i] = (float *)ch_dalloc((size_t)(64 * rows[i]) * 4);
+  }
+  std::vector<float> x((size_t)(64 * cols));
+  ch_fill_uniform(x.data(), x.size(), -1, 1);
+  float *dx = (float *)dcopy(x.data(), x.size() * 4);
+  for (int64_t n : {1, 8, 16}) {
+    for (int i = 0; i < 3; ++i) {
+      ch_poison(dy[i], (size_t)(n * rows[i]) * 4);
+      CU_ASSERT_EQUAL(GQ->matmul(g_gpu.self, w[i], dx, dz[i], n), WEIR_OK);
+    }
+    CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, w, 3, dx, dy, n), WEIR_OK);
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> a((size_t)(n * rows[i])), b(a.size());
+      ch_d2h(a.data(), dy[i], a.size() * 4);
+      ch_d2h(b.data(), dz[i], b.size() * 4);
+      const bool same = memcmp(a.data(), b.data(), a.size() * 4) == 0;
+      printf("\n    matmul_group weight %d (%s), %lld tokens: %s", i,
+             weir_dtype_name((weir_dtype)types[i]), (long long)n,
+             same ? "= matmul, bit for bit" : "DIFFERS from matmul");
+      CU_ASSERT(same);
+    }
+  }
+  CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, w, 3, dx, dy, 64), WEIR_E_NOTSUP);
+  std::vector<uint8_t> kf;
+  void *wf = pack_rows(WEIR_DTYPE_F16, 32, cols, &kf);
+  void *mixed[2] = {w[0], wf};
+  CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, mixed, 2, dx, dy, 1), WEIR_E_NOTSUP);
+  GQ->release(g_gpu.self, wf);
+  for (int i = 0; i < 3; ++i) {
+    GQ->release(g_gpu.self, w[i]);
+    ch_dfree(dy[i]);
+    ch_dfree(dz[i]);
+  }
+  ch_dfree(dx);
 }
 
 static void test_f16_source(void) {
@@ -246,6 +321,7 @@ int main(void) {
   static const ch_test tests[] = {
       {"every native type: values, dp4a matmul, cuBLAS matmul", test_types},
       {"an F16 source is held exactly", test_f16_source},
+      {"matmul_group (ABI 1.7) = separate matmuls", test_group},
       {"bad tensors and ids", test_errors},
       {nullptr, nullptr},
   };

@@ -1,8 +1,9 @@
 /* The int8 and awq_int4 quant plugins on CUDA against their CPU counterparts (dlopen'ed with a
  * plain host): for every source type the device holds the values the CPU plugin holds
  * (compared through embed; awq_int4 with calibration samples, so with AWQ scales from the same
- * search), the GEMV path (1-8 tokens) against a double-precision product of those values, the
- * cuBLAS path (more tokens, f16 operands) within f16 rounding, and the errors. Skips (77)
+ * search), the dp4a GEMV path (1-16 tokens) against the CPU plugin's matmul, which quantizes
+ * the activations by the same rule, int8's 1.7 matmul_group, the cuBLAS path (more tokens,
+ * f16 operands) within f16 rounding, and the errors. Skips (77)
  * without a GPU. */
 #include <CUnit/Basic.h>
 #include <dlfcn.h>
@@ -138,14 +139,19 @@ static void compare(const cpu_plugin *cpu, weir_dtype type, int64_t in, int64_t 
          (long long)out, (long long)in, samples ? " (AWQ)" : "", e);
   CU_ASSERT(e < 1e-6);
   /* GEMV and GEMM against double products of the CPU plugin's values */
-  static const int64_t toks[] = {1, 3, 8, 77};
+  /* Both schemes quantize the activations for their dp4a GEMVs (1-16 tokens) by the CPU
+   * plugins' rule (awq_int4 after the inverse scale), so there the reference is the CPU
+   * plugin's own matmul (float sum order only) */
+  const int q8act = 1;
+  const int64_t gemv_max = 16;
+  static const int64_t toks[] = {1, 3, 8, 16, 77};
   float *x = malloc(sizeof(float) * (size_t)(77 * in)), *y = malloc(sizeof(float) * (size_t)(77 * out));
   float *dx = ch_dalloc(sizeof(float) * (size_t)(77 * in)), *dy = ch_dalloc(sizeof(float) * (size_t)(77 * out));
   ch_fill_uniform(x, (size_t)(77 * in), -1, 1);
   ch_h2d(dx, x, sizeof(float) * (size_t)(77 * in));
-  for (int ti = 0; ti < 4; ti++) {
+  for (int ti = 0; ti < 5; ti++) {
     const int64_t n = toks[ti];
-    const int f16 = n > 8; /* cuBLAS path: both operands in f16 */
+    const int f16 = n > gemv_max; /* cuBLAS path: both operands in f16 */
     for (int64_t tk = 0; tk < n; tk++)
       for (int64_t r = 0; r < out; r++) {
         double s = 0;
@@ -159,6 +165,10 @@ static void compare(const cpu_plugin *cpu, weir_dtype type, int64_t in, int64_t 
         }
         ref[tk * out + r] = s;
       }
+    if (q8act && !f16) {
+      CU_ASSERT_EQUAL(cpu->ops->matmul(cpu->self, wc, x, y, n), WEIR_OK);
+      for (int64_t i = 0; i < n * out; i++) ref[i] = y[i];
+    }
     ch_poison(dy, sizeof(float) * (size_t)(n * out));
     CU_ASSERT_EQUAL(GQ->matmul(g_gpu.self, wg, dx, dy, n), WEIR_OK);
     ch_d2h(y, dy, sizeof(float) * (size_t)(n * out));
@@ -181,6 +191,132 @@ static void compare(const cpu_plugin *cpu, weir_dtype type, int64_t in, int64_t 
   free(src);
 }
 
+/* ABI 1.7 matmul_group: q/k/v-like weights of different heights (and types) on one input, at
+ * 1, 5, 16 tokens, each output against the CPU plugin's matmul of that weight (the dp4a path
+ * quantizes the activations by the CPU rule: 1e-5); a batch for cuBLAS (17 tokens) and
+ * weights of different widths are NOTSUP (the host then runs separate matmuls), untouched. */
+static void group_case(const cpu_plugin *cpu) {
+  if (!WEIR_QUANT_HAS_OP(GQ, matmul_group)) {
+    printf("\n  %s: no matmul_group", g_gpu.desc->name);
+    return;
+  }
+  const int64_t in = 768, outs[3] = {96, 32, 40};
+  const weir_dtype types[3] = {WEIR_DTYPE_Q8_0, WEIR_DTYPE_F16, WEIR_DTYPE_F32};
+  void *wc[3], *wg[3];
+  unsigned char *src[3];
+  float *dy[3];
+  for (int i = 0; i < 3; i++) {
+    src[i] = source(types[i], in, outs[i]);
+    weir_tensor t = {.data = src[i], .dtype = types[i], .ndim = 2, .ne = {in, outs[i], 1, 1},
+                     .nb = {0, weir_dtype_row_bytes(types[i], in), 0, 0}};
+    weir_quant_pack_args a = {.struct_size = sizeof a, .src = &t, .name = "g", .layer = -1};
+    CU_ASSERT_EQUAL_FATAL(cpu->ops->pack(cpu->self, &a, &wc[i]), WEIR_OK);
+    CU_ASSERT_EQUAL_FATAL(GQ->pack(g_gpu.self, &a, &wg[i]), WEIR_OK);
+    dy[i] = ch_dalloc(sizeof(float) * (size_t)(17 * outs[i]));
+  }
+  float *x = malloc(sizeof(float) * (size_t)(17 * in)), *y = malloc(sizeof(float) * 17 * 96),
+        *yc = malloc(sizeof(float) * 17 * 96);
+  double *ref = malloc(sizeof(double) * 17 * 96);
+  float *dx = ch_dalloc(sizeof(float) * (size_t)(17 * in));
+  ch_fill_uniform(x, (size_t)(17 * in), -1, 1);
+  ch_h2d(dx, x, sizeof(float) * (size_t)(17 * in));
+  static const int64_t toks[] = {1, 5, 16};
+  for (int ti = 0; ti < 3; ti++) {
+    const int64_t n = toks[ti];
+    for (int i = 0; i < 3; i++) ch_poison(dy[i], sizeof(float) * (size_t)(n * outs[i]));
+    CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, (const void *const *)wg, 3, dx, dy, n), WEIR_OK);
+    for (int i = 0; i < 3; i++) {
+      CU_ASSERT_EQUAL(cpu->ops->matmul(cpu->self, wc[i], x, yc, n), WEIR_OK);
+      for (int64_t k = 0; k < n * outs[i]; k++) ref[k] = yc[k];
+      ch_d2h(y, dy[i], sizeof(float) * (size_t)(n * outs[i]));
+      const double e = ch_rel_err(y, ref, (size_t)(n * outs[i]));
+      printf("\n    matmul_group weight %d (%s, %lld rows), %lld tokens: rel err %.3g", i,
+             weir_dtype_name(types[i]), (long long)outs[i], (long long)n, e);
+      CU_ASSERT(e < 1e-5);
+    }
+  }
+  CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, (const void *const *)wg, 3, dx, dy, 17),
+                  WEIR_E_NOTSUP);
+  for (int i = 0; i < 3; i++) {
+    cpu->ops->release(cpu->self, wc[i]);
+    GQ->release(g_gpu.self, wg[i]);
+    ch_dfree(dy[i]);
+    free(src[i]);
+  }
+  ch_dfree(dx);
+  free(x);
+  free(y);
+  free(yc);
+  free(ref);
+}
+
+/* awq_int4's matmul_group: q/k/v packed as one group (with calibration samples: one AWQ
+ * scale) run in one launch and give exactly what separate matmuls give (one quantization of
+ * x with the shared inverse scale either way), at 1, 7, 16 tokens; weights of two different
+ * pack groups are NOTSUP. */
+static void group_case_awq(void) {
+  CU_ASSERT_FATAL(WEIR_QUANT_HAS_OP(GQ, matmul_group));
+  const int64_t in = 512, outs[3] = {128, 32, 32}, ns = 32;
+  float *smp = malloc(sizeof(float) * (size_t)(in * ns));
+  for (int64_t i = 0; i < in * ns; i++) smp[i] = ch_uniform(-1, 1) * (i % 13 == 2 ? 25.0f : 1.0f);
+  unsigned char *src[3];
+  weir_tensor t[3];
+  weir_quant_pack_args a[3];
+  const weir_quant_pack_args *ap[3];
+  for (int i = 0; i < 3; i++) {
+    src[i] = source(WEIR_DTYPE_F16, in, outs[i]);
+    t[i] = (weir_tensor){.data = src[i], .dtype = WEIR_DTYPE_F16, .ndim = 2,
+                         .ne = {in, outs[i], 1, 1}, .nb = {0, (size_t)in * 2, 0, 0}};
+    a[i] = (weir_quant_pack_args){.struct_size = sizeof a[i], .src = &t[i], .name = "qkv",
+                                  .act_samples = smp, .num_samples = ns, .layer = -1};
+    ap[i] = &a[i];
+  }
+  void *wg[3] = {NULL, NULL, NULL}, *other = NULL;
+  CU_ASSERT_EQUAL_FATAL(GQ->pack_group(g_gpu.self, ap, 3, wg), WEIR_OK);
+  CU_ASSERT_EQUAL_FATAL(GQ->pack(g_gpu.self, &a[1], &other), WEIR_OK);
+  float *dx = ch_dalloc(sizeof(float) * (size_t)(16 * in)), *dy[3], *dz[3];
+  float *x = malloc(sizeof(float) * (size_t)(16 * in));
+  ch_fill_uniform(x, (size_t)(16 * in), -1, 1);
+  ch_h2d(dx, x, sizeof(float) * (size_t)(16 * in));
+  for (int i = 0; i < 3; i++) {
+    dy[i] = ch_dalloc(sizeof(float) * (size_t)(16 * outs[i]));
+    dz[i] = ch_dalloc(sizeof(float) * (size_t)(16 * outs[i]));
+  }
+  float *hy = malloc(sizeof(float) * 16 * 128), *hz = malloc(sizeof(float) * 16 * 128);
+  static const int64_t toks[] = {1, 7, 16};
+  for (int ti = 0; ti < 3; ti++) {
+    const int64_t n = toks[ti];
+    for (int i = 0; i < 3; i++) {
+      ch_poison(dy[i], sizeof(float) * (size_t)(n * outs[i]));
+      CU_ASSERT_EQUAL(GQ->matmul(g_gpu.self, wg[i], dx, dz[i], n), WEIR_OK);
+    }
+    CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, (const void *const *)wg, 3, dx, dy, n), WEIR_OK);
+    for (int i = 0; i < 3; i++) {
+      ch_d2h(hy, dy[i], sizeof(float) * (size_t)(n * outs[i]));
+      ch_d2h(hz, dz[i], sizeof(float) * (size_t)(n * outs[i]));
+      const int same = !memcmp(hy, hz, sizeof(float) * (size_t)(n * outs[i]));
+      printf("\n    awq matmul_group weight %d, %lld tokens: %s", i, (long long)n,
+             same ? "= matmul, bit for bit" : "DIFFERS from matmul");
+      CU_ASSERT(same);
+    }
+  }
+  void *mixed[2] = {wg[0], other};
+  CU_ASSERT_EQUAL(GQ->matmul_group(g_gpu.self, (const void *const *)mixed, 2, dx, dy, 1),
+                  WEIR_E_NOTSUP);
+  GQ->release(g_gpu.self, other);
+  for (int i = 0; i < 3; i++) {
+    GQ->release(g_gpu.self, wg[i]);
+    ch_dfree(dy[i]);
+    ch_dfree(dz[i]);
+    free(src[i]);
+  }
+  ch_dfree(dx);
+  free(x);
+  free(hy);
+  free(hz);
+  free(smp);
+}
+
 static const weir_dtype k_types[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16,
                                      WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1};
 
@@ -194,6 +330,8 @@ static void run_plugin(const char *gpu_file, const char *cpu_file, int awq) {
   for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
     compare(&cpu, k_types[i], 512, 72, NULL, 0);
   compare(&cpu, WEIR_DTYPE_F16, 2048, 256, NULL, 0);
+  if (!awq) group_case(&cpu);
+  else group_case_awq();
   if (awq) {
     const int64_t in = 512, ns = 40;
     float *s = malloc(sizeof(float) * (size_t)(in * ns));

@@ -10,6 +10,7 @@
  *     original activations (bound: half an activation step per 32-column block), and the
  *     original weights times the original activations (both bounds);
  *   - refusals, weight_bytes, embed range checks;
+ *   - matmul_group (ABI 1.7) equal to separate matmuls bit for bit, NOTSUP for mixed widths;
  *   - end to end: `weir mkmodel --type q8_0` then `weir generate --quant int8`.
  * Inputs are random (seed printed; WT_SEED=... reruns one). */
 #include <math.h>
@@ -196,6 +197,64 @@ fail:
   wt_plugin_unload(&l);
 }
 
+/* ABI 1.7 matmul_group: three F32 weights of 40, 9 and 13 rows x 160 (a partial 256-column
+ * chunk) and of every group size, on one input, give bit for bit what three matmul calls give
+ * (the activations quantized once instead of three times, the same kernels), at 1, 3 and 17
+ * tokens; a weight of another width in the group is NOTSUP (the host then runs separate
+ * matmuls). */
+static void test_group(void) {
+  static const int64_t groups[] = {0, 32, 128};
+  for (int gi = 0; gi < 3; gi++) {
+    wt_plugin l;
+    if (int8_load(&l, NULL, groups[gi], NULL) != 0) {
+      CU_FAIL("int8 did not load");
+      return;
+    }
+    const weir_quant_ops *ops = l.desc->ops;
+    CU_ASSERT_FATAL(WEIR_QUANT_HAS_OP(ops, matmul_group));
+    const int64_t cols = 160, rows[4] = {40, 9, 13, 5};
+    void *w[4];
+    float *src[4];
+    for (int i = 0; i < 4; i++) {
+      const int64_t c = i == 3 ? 96 : cols; /* the fourth: another width */
+      src[i] = malloc(sizeof(float) * (size_t)(rows[i] * c));
+      for (int64_t k = 0; k < rows[i] * c; k++) src[i][k] = wt_frand(-1, 1);
+      weir_tensor t = {.data = src[i], .dtype = WEIR_DTYPE_F32, .ndim = 2, .ne = {c, rows[i], 1, 1}};
+      weir_quant_pack_args pa = {.struct_size = sizeof pa, .src = &t, .name = "g"};
+      CU_ASSERT_EQUAL_FATAL(ops->pack(l.self, &pa, &w[i]), WEIR_OK);
+    }
+    static const int64_t toks[] = {1, 3, 17};
+    for (int ti = 0; ti < 3; ti++) {
+      const int64_t n = toks[ti];
+      float *x = malloc(sizeof(float) * (size_t)(n * cols));
+      for (int64_t k = 0; k < n * cols; k++) x[k] = wt_frand(-2, 2);
+      float *yg[3], *ys[3];
+      for (int i = 0; i < 3; i++) {
+        yg[i] = malloc(sizeof(float) * (size_t)(n * rows[i]));
+        ys[i] = malloc(sizeof(float) * (size_t)(n * rows[i]));
+        memset(yg[i], 0xff, sizeof(float) * (size_t)(n * rows[i])); /* NaN until written */
+        CU_ASSERT_EQUAL(ops->matmul(l.self, w[i], x, ys[i], n), WEIR_OK);
+      }
+      CU_ASSERT_EQUAL(ops->matmul_group(l.self, (const void *const *)w, 3, x, yg, n), WEIR_OK);
+      for (int i = 0; i < 3; i++) {
+        CU_ASSERT(memcmp(yg[i], ys[i], sizeof(float) * (size_t)(n * rows[i])) == 0);
+        free(yg[i]);
+        free(ys[i]);
+      }
+      free(x);
+    }
+    float x1[160] = {0}, y1[64];
+    float *y4[4] = {y1, y1, y1, y1};
+    CU_ASSERT_EQUAL(ops->matmul_group(l.self, (const void *const *)w, 4, x1, y4, 1),
+                    WEIR_E_NOTSUP);
+    for (int i = 0; i < 4; i++) {
+      ops->release(l.self, w[i]);
+      free(src[i]);
+    }
+    wt_plugin_unload(&l);
+  }
+}
+
 /* A tiny Q8_0 model through the real binary. */
 static void test_end_to_end(void) {
   char *dir = wt_mkdtemp();
@@ -232,6 +291,7 @@ static void test_end_to_end(void) {
 int main(void) {
   static const wt_test tests[] = {{"paths", test_paths},
                                   {"refusals", test_refusals},
+                                  {"matmul_group", test_group},
                                   {"end_to_end", test_end_to_end},
                                   {NULL, NULL}};
   return wt_plugin_main("quant_int8", tests, &g_host, 1);

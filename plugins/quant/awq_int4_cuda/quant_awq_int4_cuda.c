@@ -7,8 +7,10 @@
  * over exactly and Q8_0 tensors stay int8 (the int8 scheme's kernels). The GPU keeps the
  * nibbles in GGUF block order with f16 d (and m) per group and the inverse scale per input
  * column (kernels/cuda/quant_int4.cu):
- *   1-8 tokens: a GEMV that streams the 4-bit weights once and dequantizes in registers
- *               (f32 activations times 1/s on the fly);
+ *   1-16 tokens: the activations times 1/s are quantized to int8 per 32 columns (the CPU
+ *               plugin's rule), then a dp4a GEMV streams the 4-bit weights once for all
+ *               tokens; matmul_group (ABI 1.7) runs the weights of one pack group (one
+ *               inverse scale) on one quantization of x in one launch;
  *   more:       W diag(1/s) is dequantized to f16 into a workspace and cuBLAS runs the GEMM.
  * No export_weight: `weir quantize` runs on the CPU. See docs/quant-awq.md. */
 #include <cuda_runtime_api.h>
@@ -20,11 +22,12 @@
 #include "weir/quant.h"
 #include "weir_cuda_quant.h"
 
-#define GEMV_MAX_TOKENS 8
+#define GEMV_MAX_TOKENS 16
 
 typedef struct awq_cuda {
   weir_cuda_qctx q;  /* first: the plugin's self */
   awq_plugin p;      /* the search's settings and the host */
+  uint64_t groups;   /* pack groups made so far: the source of cweight.scale_group */
 } awq_cuda;
 
 typedef struct cweight {
@@ -33,6 +36,7 @@ typedef struct cweight {
   void *nib;       /* [rows][kp / 2] */
   void *d, *m;     /* f16 [rows][ng]; m NULL: symmetric */
   float *inv_s;    /* [cols] or NULL */
+  uint64_t scale_group; /* weights of one pack_group share their inverse scale (same id) */
   void *q8;        /* int8 [rows][kp] (Q8_0 carry-over) */
   float *d8;       /* [rows][kp / 32] */
   size_t bytes;
@@ -333,7 +337,13 @@ static int a_pack_group(void *self, const weir_quant_pack_args *const *args, int
     for (int i = 0; i < n; i++) a_release(a, out[i]);
     goto out;
   }
-  for (int i = 0; i < n; i++) weights[i] = out[i];
+  /* The weights of this group got one scale (pp.s), so x quantized with one of their
+   * inverse scales serves them all: matmul_group checks this id. */
+  a->groups++;
+  for (int i = 0; i < n; i++) {
+    out[i]->scale_group = a->groups;
+    weights[i] = out[i];
+  }
 out:
   awq_prep_free(&pp);
   return rc;
@@ -356,10 +366,22 @@ static int a_matmul(void *self, const void *weight, const float *x, float *y, in
   cudaError_t e = weir_cuda_use_device(a->q.device_id);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "cudaSetDevice");
   if (n_tokens <= GEMV_MAX_TOKENS) {
-    e = w->is_q8 ? weir_cuda_gemv_q8(a->q.stream, w->q8, w->d8, x, y, w->cols, w->kp, w->rows,
-                                     (int32_t)n_tokens)
-                 : weir_cuda_gemv_q4(a->q.stream, w->nib, w->d, w->m, w->inv_s, x, y, w->cols,
-                                     w->kp, w->rows, (int32_t)w->group, (int32_t)n_tokens);
+    /* x (times 1/s) quantized to int8 per 32 columns as the CPU plugin does, then dp4a */
+    int rc = weir_cuda_scratch_reserve(a->q.host, &a->q.act,
+                                       weir_cuda_q8_act_bytes(n_tokens, w->kp));
+    if (rc != WEIR_OK) return rc;
+    e = weir_cuda_q8_quantize_act(a->q.stream, x, w->is_q8 ? NULL : w->inv_s, a->q.act.p,
+                                  n_tokens, w->cols, w->kp);
+    if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "quantize activations");
+    if (w->is_q8) {
+      const void *qs = w->q8;
+      const float *ds = w->d8;
+      e = weir_cuda_gemv_q8_dp4a(a->q.stream, 1, &qs, &ds, &w->rows, &y, a->q.act.p, w->kp,
+                                 n_tokens);
+    } else {
+      e = weir_cuda_gemv_q4_dp4a(a->q.stream, w->nib, w->d, w->m, a->q.act.p, y, w->cols, w->kp,
+                                 w->rows, (int32_t)w->group, n_tokens);
+    }
     return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(&a->q, e, "gemv");
   }
   int rc = weir_cuda_scratch_reserve(a->q.host, &a->q.wh, (size_t)w->rows * (size_t)w->cols * 2);
@@ -370,6 +392,38 @@ static int a_matmul(void *self, const void *weight, const float *x, float *y, in
                                           w->rows, w->cols, w->kp, (int32_t)w->group);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "dequant");
   return weir_cuda_qgemm(&a->q, a->q.wh.p, x, y, n_tokens, w->cols, w->rows);
+}
+
+/* ABI 1.7: the 4-bit weights of one pack group (q/k/v, gate/up: one inverse scale, the same
+ * cols and group size) on one quantization of x, in one dp4a launch. Int8-held (Q8_0)
+ * weights, weights of different pack groups or shapes, and cuBLAS-sized batches are NOTSUP
+ * (the host then runs one matmul each). */
+static int a_matmul_group(void *self, const void *const *weights, int n, const float *x,
+                          float *const *ys, int64_t n_tokens) {
+  awq_cuda *a = self;
+  if (n < 1 || n > WEIR_CUDA_Q4_MAX_SET || n_tokens > GEMV_MAX_TOKENS) return WEIR_E_NOTSUP;
+  if (n_tokens <= 0) return WEIR_OK;
+  const cweight *w0 = weights[0];
+  const void *nib[WEIR_CUDA_Q4_MAX_SET], *d[WEIR_CUDA_Q4_MAX_SET], *m[WEIR_CUDA_Q4_MAX_SET];
+  int64_t rows[WEIR_CUDA_Q4_MAX_SET];
+  for (int i = 0; i < n; i++) {
+    const cweight *w = weights[i];
+    if (!w || w->is_q8 || w->cols != w0->cols || w->group != w0->group ||
+        w->scale_group != w0->scale_group || (w->inv_s == NULL) != (w0->inv_s == NULL))
+      return WEIR_E_NOTSUP;
+    nib[i] = w->nib, d[i] = w->d, m[i] = w->m, rows[i] = w->rows;
+  }
+  cudaError_t e = weir_cuda_use_device(a->q.device_id);
+  if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "cudaSetDevice");
+  int rc = weir_cuda_scratch_reserve(a->q.host, &a->q.act,
+                                     weir_cuda_q8_act_bytes(n_tokens, w0->kp));
+  if (rc != WEIR_OK) return rc;
+  e = weir_cuda_q8_quantize_act(a->q.stream, x, w0->inv_s, a->q.act.p, n_tokens, w0->cols,
+                                w0->kp);
+  if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "quantize activations");
+  e = weir_cuda_gemv_q4_dp4a_set(a->q.stream, n, nib, d, m, rows, ys, a->q.act.p, w0->cols,
+                                 w0->kp, (int32_t)w0->group, n_tokens);
+  return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(&a->q, e, "gemv");
 }
 
 static int a_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
@@ -393,6 +447,7 @@ static const weir_quant_ops k_ops = {
     .weight_bytes = a_weight_bytes,
     .matmul = a_matmul,
     .embed = a_embed,
+    .matmul_group = a_matmul_group,
     .calibration_samples = a_calibration_samples,
     .pack_group = a_pack_group,
 };

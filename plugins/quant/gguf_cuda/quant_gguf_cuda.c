@@ -28,8 +28,7 @@ static const weir_option_desc k_options[] = {
 
 typedef struct gguf_cuda {
   weir_cuda_qctx q;
-  int64_t gemm_min_tokens;
-  weir_cuda_scratch act; /* quantized activations */
+  int64_t gemm_min_tokens; /* the quantized activations live in q.act */
 } gguf_cuda;
 
 typedef struct gguf_weight {
@@ -46,7 +45,6 @@ static void g_fini(void *self) {
   gguf_cuda *g = self;
   if (!g) return;
   const weir_host *h = g->q.host;
-  weir_cuda_scratch_free(h, &g->act);
   weir_cuda_qctx_fini(&g->q);
   h->free(h->ctx, g);
 }
@@ -162,7 +160,6 @@ static int g_pack(void *self, const weir_quant_pack_args *args, void **weight) {
   memset(w, 0, sizeof *w);
   w->rows = rows;
   w->cols = cols;
-  void *tmp = NULL;
   int rc;
   if (native(t)) {
     /* The file's blocks, rows packed back to back. */
@@ -182,21 +179,12 @@ static int g_pack(void *self, const weir_quant_pack_args *args, void **weight) {
     w->row_bytes = (size_t)cols * 2;
     w->bytes = w->row_bytes * (size_t)rows;
     if ((rc = q->host->device_alloc(q->host->ctx, w->bytes, &w->w)) != WEIR_OK ||
-        (rc = q->host->device_alloc(q->host->ctx, stride * (size_t)rows, &tmp)) != WEIR_OK)
+        (rc = weir_cuda_qstage_pack(q, src, rows, cols, stride, name, w->w, NULL, 0)) != WEIR_OK)
       goto fail;
-    if ((e = cudaMemcpyAsync(tmp, src->data, stride * (size_t)rows, cudaMemcpyHostToDevice,
-                             q->stream)) != cudaSuccess ||
-        (e = weir_cuda_pack_f16(q->stream, w->w, tmp, t, rows, cols, stride)) != cudaSuccess ||
-        (e = cudaStreamSynchronize(q->stream)) != cudaSuccess) {
-      rc = weir_cuda_qfail(q, e, name);
-      goto fail;
-    }
-    q->host->device_free(q->host->ctx, tmp);
   }
   *weight = w;
   return WEIR_OK;
 fail:
-  if (tmp) q->host->device_free(q->host->ctx, tmp);
   g_release(g, w);
   return rc;
 }
@@ -204,6 +192,24 @@ fail:
 static size_t g_weight_bytes(void *self, const void *weight) {
   (void)self;
   return weight ? ((const gguf_weight *)weight)->bytes : 0;
+}
+
+/* x quantized once (int8 blocks of 32 with scale and sum), then one dp4a launch per weight:
+ * the block-type weights of a matmul or of a 1.7 group, all of w[0]->cols columns. */
+static int dp4a_matmuls(gguf_cuda *g, const gguf_weight *const *w, int n, const float *x,
+                        float *const *y, int64_t n_tokens) {
+  weir_cuda_qctx *q = &g->q;
+  const int64_t cols = w[0]->cols;
+  int rc = weir_cuda_scratch_reserve(q->host, &q->act, weir_cuda_gguf_act_bytes(n_tokens, cols));
+  if (rc != WEIR_OK) return rc;
+  cudaError_t e = weir_cuda_gguf_quantize_act(q->stream, x, q->act.p, n_tokens, cols);
+  if (e != cudaSuccess) return weir_cuda_qfail(q, e, "quantize activations");
+  for (int i = 0; i < n; i++) {
+    e = weir_cuda_gguf_matmul(q->stream, w[i]->dtype, w[i]->w, w[i]->row_bytes, q->act.p, y[i],
+                              cols, w[i]->rows, n_tokens);
+    if (e != cudaSuccess) return weir_cuda_qfail(q, e, "matmul");
+  }
+  return WEIR_OK;
 }
 
 static int g_matmul(void *self, const void *weight, const float *x, float *y, int64_t n) {
@@ -230,14 +236,27 @@ static int g_matmul(void *self, const void *weight, const float *x, float *y, in
     if (e != cudaSuccess) return weir_cuda_qfail(q, e, "dequant");
     return weir_cuda_qgemm(q, q->wh.p, x, y, n, w->cols, w->rows);
   }
-  if ((rc = weir_cuda_scratch_reserve(q->host, &g->act, weir_cuda_gguf_act_bytes(n, w->cols))) !=
-      WEIR_OK)
-    return rc;
-  if ((e = weir_cuda_gguf_quantize_act(q->stream, x, g->act.p, n, w->cols)) != cudaSuccess)
-    return weir_cuda_qfail(q, e, "quantize activations");
-  e = weir_cuda_gguf_matmul(q->stream, w->dtype, w->w, w->row_bytes, g->act.p, y, w->cols,
-                            w->rows, n);
-  return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(q, e, "matmul");
+  return dp4a_matmuls(g, &w, 1, x, &y, n);
+}
+
+/* ABI 1.7: the weights of a group (q/k/v, gate/up; types may differ, as in Q4_K_M) share one
+ * quantized copy of x, then run one dp4a launch each. Batches for cuBLAS, f16-held weights and
+ * weights of different widths go back to one matmul each (NOTSUP). */
+static int g_matmul_group(void *self, const void *const *weights, int n, const float *x,
+                          float *const *ys, int64_t n_tokens) {
+  gguf_cuda *g = self;
+  if (n < 1 || n > WEIR_QUANT_GROUP_MAX) return WEIR_E_NOTSUP;
+  if (n_tokens <= 0) return WEIR_OK;
+  if (g->gemm_min_tokens > 0 && n_tokens >= g->gemm_min_tokens) return WEIR_E_NOTSUP;
+  const gguf_weight *w[WEIR_QUANT_GROUP_MAX];
+  for (int i = 0; i < n; i++) {
+    w[i] = weights[i];
+    if (!w[i] || w[i]->dtype == WEIR_DTYPE_F16 || w[i]->cols != w[0]->cols)
+      return WEIR_E_NOTSUP;
+  }
+  cudaError_t e = weir_cuda_use_device(g->q.device_id);
+  if (e != cudaSuccess) return weir_cuda_qfail(&g->q, e, "cudaSetDevice");
+  return dp4a_matmuls(g, w, n, x, ys, n_tokens);
 }
 
 static int g_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
@@ -263,6 +282,7 @@ static const weir_quant_ops k_ops = {
     .weight_bytes = g_weight_bytes,
     .matmul = g_matmul,
     .embed = g_embed,
+    .matmul_group = g_matmul_group,
 };
 
 /* Every GGUF weight type the SDK reads (weir/quant.h): the 1.2 types and those of 1.5. */

@@ -7,7 +7,8 @@
  * packed with group_size 32 keeps its q and d exactly (its blocks are our groups).
  * matmul quantizes the activations per token and 32-column block once per call, then runs
  * the int8 kernels (kernels/cpu/matmul_q8.h) over the host's parallel_for, split by output
- * rows. See docs/quant-int8.md. */
+ * rows; matmul_group (ABI 1.7) quantizes them once for q/k/v or gate/up. See
+ * docs/quant-int8.md. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,22 @@ static int q8_matmul(void *self, const void *weight, const float *x, float *y, i
   return weir_cpu_q8_matmul(self, &m, x, y, n_tokens);
 }
 
+/* ABI 1.7: q/k/v or gate/up on one quantization of x. */
+static int q8_matmul_group(void *self, const void *const *weights, int n, const float *x,
+                           float *const *ys, int64_t n_tokens) {
+  if (n < 1 || n > WEIR_QUANT_GROUP_MAX) return WEIR_E_NOTSUP;
+  if (n_tokens == 0) return WEIR_OK;
+  if (!x || n_tokens < 0) return WEIR_E_INVAL;
+  weir_cpu_q8_mat m[WEIR_QUANT_GROUP_MAX];
+  const weir_cpu_q8_mat *mp[WEIR_QUANT_GROUP_MAX];
+  for (int i = 0; i < n; i++) {
+    if (!weights[i] || !ys[i]) return WEIR_E_INVAL;
+    m[i] = q8_mat(weights[i]);
+    mp[i] = &m[i];
+  }
+  return weir_cpu_q8_matmul_group(self, mp, n, x, ys, n_tokens);
+}
+
 static int q8_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
   (void)self;
   const int8_weight *w = weight;
@@ -156,6 +173,7 @@ static const weir_quant_ops k_ops = {
     .release = q8_release,
     .weight_bytes = q8_weight_bytes,
     .matmul = q8_matmul,
+    .matmul_group = q8_matmul_group,
     .embed = q8_embed,
 };
 

@@ -11,7 +11,9 @@
  * packed weight back with export_weight() to write it into a GGUF file. A 1.0 plugin has none
  * of them (its ops struct is shorter: the host checks struct_size) and keeps working; a 1.0
  * host never calls them, and a 1.1 plugin must check args->struct_size before reading the
- * 1.1 fields of weir_quant_pack_args. See docs/plugin-guide.md. */
+ * 1.1 fields of weir_quant_pack_args. Since 1.7 an optional matmul_group() multiplies one
+ * input by several weights in one call (the host falls back to one matmul() each). See
+ * docs/plugin-guide.md. */
 #ifndef WEIR_QUANT_H
 #define WEIR_QUANT_H
 
@@ -132,7 +134,25 @@ typedef struct weir_quant_ops {
    * not write, WEIR_E_RANGE when out->bytes is too small or a value does not fit the type.
    * Reads device memory: call it with no matmul in flight on the weight. Optional, 1.1. */
   int (*export_weight)(void *self, const void *weight, weir_quant_export *out);
+
+  /* ---- Since 1.7: optional (NULL = not implemented; check struct_size first) ---- */
+
+  /* ys[i] = W_i x for i < n (1 <= n <= WEIR_QUANT_GROUP_MAX): n weights this instance packed,
+   * all with the same in_features, times the same x [n_tokens][in_features] f32; ys[i] is
+   * [n_tokens][out_features of W_i] f32. All device memory; no y aliases x or another y.
+   * The result is what n matmul() calls give (within the plugin's own rounding: a scheme
+   * that quantizes its activations quantizes them once here, as matmul does each time), but
+   * the plugin may read x once, quantize it once and run every weight in one launch: the
+   * host groups q/k/v and gate/up this way. WEIR_E_NOTSUP, without logging, for a group it
+   * does not take as one (different in_features, mixed types, too many tokens...): the host
+   * then calls matmul() once per weight. Weights and pointers are borrowed for the call.
+   * Optional, 1.7. */
+  int (*matmul_group)(void *self, const void *const *weights, int n, const float *x,
+                      float *const *ys, int64_t n_tokens);
 } weir_quant_ops;
+
+/* The most weights one matmul_group() call takes (q, k, v: 3; gate, up: 2). Since 1.7. */
+#define WEIR_QUANT_GROUP_MAX 4
 
 /* 1 when `ops` (of struct_size ops->struct_size) has the 1.1 member `field` non-NULL. */
 #define WEIR_QUANT_HAS_OP(ops, field)                                                      \

@@ -8,7 +8,8 @@
 //  - dequant to f16 (f16 rounding: 1e-3);
 //  - the activation quantization follows its rule (d = max|x| / 127, |x - q d| <= d / 2,
 //    the stored sum) and a NaN in one token's input reaches that token's outputs only;
-//  - the matmul for 1, 2, 3, 8 and 11 tokens (the last runs two tiles of 8) against the
+//  - the matmul for 1, 2, 3, 8, 11, 16 and 19 tokens (tiles of up to 16 tokens in registers;
+//    19 runs two tiles) against the
 //    reference weights times the quantized activations in double (1e-5: the kernel's integer
 //    dot products are exact) and times the f32 activations (2e-2: activation rounding);
 //    shapes with a row count that is not a multiple of the CTA's 8 warps, more chunks per row
@@ -126,7 +127,7 @@ static void test_type(int type, int64_t rows, int64_t cols, size_t pad) {
   }
 
   // matmul.
-  const int64_t ns[] = {1, 2, 3, 8, 11};
+  const int64_t ns[] = {1, 2, 3, 8, 11, 16, 19};
   for (int64_t n : ns) {
     std::vector<float> x((size_t)(n * cols));
     for (auto &v : x) v = uni(-1.0f, 1.0f);

@@ -6,6 +6,14 @@
 //    packed values in double (1e-5) and against the CPU plugin's matmul (which rounds the
 //    activations to int8 per 32 columns: relative L2 3e-2 for these small cases); dequant to
 //    f16; embed with an out-of-range id.
+//  - int8 dp4a: activations quantized byte-exactly by the CPU int8 rule; one launch over a
+//    group of 1-3 weights of different heights (and odd widths: cols 100, 1536) at 1, 3, 8,
+//    16 and 21 (two tiles) tokens against double block sums (1e-6) and the CPU plugin's
+//    matmul (1e-5); a NaN activation reaches only its own token; refusals.
+//  - int4 dp4a: x times the inverse AWQ scale quantized byte-exactly by the CPU rule, the dp4a
+//    GEMV at 1, 3, 8, 16, 19 (two tiles) tokens against double block sums (1e-6) and the CPU
+//    awq_int4 plugin's matmul (1e-5), for groups of 32, 64, 128 and a symmetric weight; three
+//    weights in one launch (the set launcher) equal their single launches bit for bit.
 //  - int4: the CPU awq_int4 plugin packs F16 weights with calibration samples (AWQ scales) and
 //    exports Q4_1 + the scales; the GPU layout is built from those bytes (as the CUDA plugin
 //    builds it from a Q4_1 source) for groups of 32, 64 and 128, plus a symmetric (Q4_0-style)
@@ -217,6 +225,189 @@ static void int8_case(int type, const char *tname, int rows, int cols) {
   cpu.ops->release(cpu.self, w);
 }
 
+// ---- int8 dp4a GEMV (quantized activations, up to 4 weights per launch) ----------------------
+
+// The CPU int8 plugin's activation rule (kernels/cpu/matmul_q8.c), written out here so that the
+// kernel's quantized activations are checked byte for byte.
+static void ref_quantize_act(const float *x, int64_t cols, int64_t kp, signed char *q, float *d) {
+  for (int64_t g0 = 0; g0 < kp; g0 += 32) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int64_t k = g0; k < g0 + 32 && k < cols; ++k) {
+      const float a = fabsf(x[k]);
+      if (!(a <= 3.4e38f)) finite = false;
+      else amax = a > amax ? a : amax;
+    }
+    float dd = amax / 127.0f, inv = dd > 0.0f ? 1.0f / dd : 0.0f;
+    if (!(inv <= 3.4e38f)) inv = 0.0f, dd = 0.0f;
+    for (int64_t k = g0; k < g0 + 32; ++k) {
+      float v = k < cols && finite ? nearbyintf(x[k] * inv) : 0.0f;
+      v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+      q[k] = (signed char)v;
+    }
+    d[g0 / 32] = finite ? dd : NAN;
+  }
+}
+
+struct packed_q8 {
+  int64_t rows, cols, kp;
+  std::vector<signed char> q;
+  std::vector<float> d;
+  void *cpu_w = nullptr; // the CPU int8 plugin's weight from the same source
+};
+
+static packed_q8 pack_both(const cpu_plugin &cpu, int type, int rows, int cols) {
+  packed_q8 p;
+  p.rows = rows;
+  p.cols = cols;
+  p.kp = (cols + 31) / 32 * 32;
+  auto src = source(type, rows, cols);
+  p.q.assign((size_t)rows * p.kp, 0x55);
+  p.d.assign((size_t)rows * (p.kp / 32), 0.0f);
+  weir_cuda_pack_q8(nullptr, p.q.data(), p.d.data(), src.data(), type, rows, cols, p.kp,
+                    src.size() / rows);
+  weir_tensor t = {src.data(), (weir_dtype)type, 2, {cols, rows, 1, 1},
+                   {0, src.size() / rows, 0, 0}};
+  weir_quant_pack_args pa = {sizeof pa, &t, "w", nullptr, 0};
+  cpu.ops->pack(cpu.self, &pa, &p.cpu_w);
+  return p;
+}
+
+// One launch over the weights `ws` for nt tokens: the activations quantized byte-exactly by
+// the CPU rule; each output against (a) a double sum of d_w d_x sum(q_w q_x) per block (1e-6),
+// (b) the CPU int8 plugin's matmul on the same f32 activations (it quantizes them by the same
+// rule: 1e-5, the order of float sums only). A NaN planted in the last token reaches only it.
+static void dp4a_case(const cpu_plugin &cpu, const std::vector<packed_q8 *> &ws, int nt,
+                      const char *what, bool plant_nan) {
+  const int64_t cols = ws[0]->cols, kp = ws[0]->kp;
+  std::vector<float> x((size_t)nt * cols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = uni(-1, 1) * (i % 13 == 0 ? 8.0f : 1.0f);
+  if (plant_nan) x[(size_t)(nt - 1) * cols + cols / 2] = NAN;
+  const size_t ab = weir_cuda_q8_act_bytes(nt, kp);
+  void *act = aligned_alloc(256, (ab + 255) / 256 * 256);
+  memset(act, 0x7f, ab);
+  char name[160];
+  if (weir_cuda_q8_quantize_act(nullptr, x.data(), nullptr, act, nt, cols, kp) != cudaSuccess) {
+    printf("FAIL q8_quantize_act refused %s\n", what);
+    ++g_failures;
+    free(act);
+    return;
+  }
+  const signed char *xq = (const signed char *)act;
+  const float *xd = (const float *)(xq + ((size_t)nt * kp + 255) / 256 * 256);
+  std::vector<signed char> rq((size_t)nt * kp);
+  std::vector<float> rd((size_t)nt * (kp / 32));
+  for (int t = 0; t < nt; ++t)
+    ref_quantize_act(x.data() + (size_t)t * cols, cols, kp, rq.data() + (size_t)t * kp,
+                     rd.data() + (size_t)t * (kp / 32));
+  bool same = memcmp(rq.data(), xq, rq.size()) == 0;
+  for (size_t i = 0; i < rd.size(); ++i)
+    same = same && (rd[i] == xd[i] || (std::isnan(rd[i]) && std::isnan(xd[i])));
+  printf("%s q8_quantize_act = the CPU int8 rule byte for byte, %s\n", same ? "ok  " : "FAIL",
+         what);
+  if (!same) ++g_failures;
+  const int n = (int)ws.size();
+  std::vector<std::vector<float>> ys(n);
+  const void *qp[4];
+  const float *dp[4];
+  int64_t rows[4];
+  float *yp[4];
+  for (int i = 0; i < n; ++i) {
+    ys[i] = poisoned((size_t)nt * ws[i]->rows);
+    qp[i] = ws[i]->q.data();
+    dp[i] = ws[i]->d.data();
+    rows[i] = ws[i]->rows;
+    yp[i] = ys[i].data();
+  }
+  if (weir_cuda_gemv_q8_dp4a(nullptr, n, qp, dp, rows, yp, act, kp, nt) != cudaSuccess) {
+    printf("FAIL gemv_q8_dp4a refused %s\n", what);
+    ++g_failures;
+    free(act);
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const packed_q8 &w = *ws[i];
+    const int live = plant_nan ? nt - 1 : nt; // tokens compared by value
+    std::vector<double> ref((size_t)live * w.rows);
+    std::vector<float> got(ref.size());
+    for (int t = 0; t < live; ++t)
+      for (int64_t r = 0; r < w.rows; ++r) {
+        double acc = 0.0;
+        for (int64_t g = 0; g < kp / 32; ++g) {
+          long s = 0;
+          for (int64_t k = g * 32; k < g * 32 + 32; ++k)
+            s += (long)w.q[(size_t)r * kp + k] * (long)xq[(size_t)t * kp + k];
+          acc += (double)w.d[(size_t)r * (kp / 32) + g] * (double)xd[(size_t)t * (kp / 32) + g] *
+                 (double)s;
+        }
+        ref[(size_t)t * w.rows + r] = acc;
+        got[(size_t)t * w.rows + r] = ys[i][(size_t)t * w.rows + r];
+      }
+    snprintf(name, sizeof name, "gemv_q8_dp4a weight %d of %d (%lld rows), %d token(s), %s", i + 1,
+             n, (long long)w.rows, nt, what);
+    check(name, got, ref, 1e-6);
+    std::vector<float> yc((size_t)nt * w.rows);
+    cpu.ops->matmul(cpu.self, w.cpu_w, x.data(), yc.data(), nt);
+    std::vector<double> ycd(ref.size());
+    for (size_t k = 0; k < ycd.size(); ++k) ycd[k] = yc[k];
+    snprintf(name, sizeof name, "gemv_q8_dp4a weight %d of %d vs the CPU int8 matmul, %d token(s), %s",
+             i + 1, n, nt, what);
+    check(name, got, ycd, 1e-5);
+    if (plant_nan) {
+      bool all_nan = true;
+      for (int64_t r = 0; r < w.rows; ++r)
+        all_nan = all_nan && std::isnan(ys[i][(size_t)(nt - 1) * w.rows + r]);
+      printf("%s gemv_q8_dp4a: a NaN activation turns its own token's outputs NaN, %s\n",
+             all_nan ? "ok  " : "FAIL", what);
+      if (!all_nan) ++g_failures;
+    }
+  }
+  free(act);
+}
+
+static void dp4a_suite() {
+  cpu_plugin cpu;
+  if (!load_cpu("weir_quant_int8.so", &cpu, 32)) return;
+  // q/k/v-like: three weights of different heights on one input (GQA: k and v are shorter).
+  packed_q8 wq = pack_both(cpu, 8, 40, 160), wk = pack_both(cpu, 0, 9, 160),
+            wv = pack_both(cpu, 1, 13, 160);
+  // A row whose 16-byte pieces outnumber a warp's lanes twice over (n16 = 96 > 64).
+  packed_q8 wide = pack_both(cpu, 30, 11, 1536);
+  // cols 100: a partial 32-column block at the end (kp 128).
+  packed_q8 odd = pack_both(cpu, 1, 7, 100), odd2 = pack_both(cpu, 0, 5, 100);
+  const int batches[] = {1, 3, 8, 16, 21};
+  for (int nt : batches) {
+    dp4a_case(cpu, {&wq, &wk, &wv}, nt, "q/k/v-like group of 3 (40, 9, 13 rows x 160)", false);
+    dp4a_case(cpu, {&wide}, nt, "one weight, 11 x 1536", false);
+    dp4a_case(cpu, {&odd, &odd2}, nt, "group of 2, cols 100 (partial block)", false);
+  }
+  dp4a_case(cpu, {&wk, &wq, &wv, &wk}, 8, "group of 4 (the most one launch takes)", false);
+  dp4a_case(cpu, {&wq, &wk}, 5, "NaN in the last of 5 tokens", true);
+  // Refusals: no weights, more than WEIR_CUDA_Q8_MAX_SET, misaligned weights or activations.
+  std::vector<float> x(160, 0.5f), y(64);
+  void *act = aligned_alloc(256, 4096);
+  weir_cuda_q8_quantize_act(nullptr, x.data(), nullptr, act, 1, 160, 160);
+  const void *qp[5] = {wq.q.data(), wq.q.data(), wq.q.data(), wq.q.data(), wq.q.data()};
+  const float *dp[5] = {wq.d.data(), wq.d.data(), wq.d.data(), wq.d.data(), wq.d.data()};
+  int64_t rows[5] = {40, 40, 40, 40, 40};
+  float *yp[5] = {y.data(), y.data(), y.data(), y.data(), y.data()};
+  const bool refused =
+      weir_cuda_gemv_q8_dp4a(nullptr, 0, qp, dp, rows, yp, act, 160, 1) != cudaSuccess &&
+      weir_cuda_gemv_q8_dp4a(nullptr, 5, qp, dp, rows, yp, act, 160, 1) != cudaSuccess &&
+      weir_cuda_gemv_q8_dp4a(nullptr, 1, qp, dp, rows, yp, (char *)act + 16, 160, 1) !=
+          cudaSuccess &&
+      weir_cuda_q8_quantize_act(nullptr, x.data(), nullptr, act, 1, 160, 150) != cudaSuccess &&
+      weir_cuda_q8_quantize_act(nullptr, x.data(), nullptr, (char *)act + 32, 1, 160, 160) != cudaSuccess;
+  const void *mis[1] = {wq.q.data() + 8};
+  const bool refused2 = weir_cuda_gemv_q8_dp4a(nullptr, 1, mis, dp, rows, yp, act, 160, 1) !=
+                        cudaSuccess;
+  printf("%s gemv_q8_dp4a/quantize_act refuse 0 or 5 weights, misaligned act or weights, kp < "
+         "cols\n", refused && refused2 ? "ok  " : "FAIL");
+  if (!(refused && refused2)) ++g_failures;
+  free(act);
+  for (packed_q8 *p : {&wq, &wk, &wv, &wide, &odd, &odd2}) cpu.ops->release(cpu.self, p->cpu_w);
+}
+
 // ---- int4 ------------------------------------------------------------------------------------
 
 struct gpu_q4 {
@@ -291,6 +482,86 @@ static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu,
       check(name, y, yc, 3e-2);
     }
   }
+  // The dp4a GEMV: x (times inv_s) quantized by the int8 rule (byte-exact with the CPU rule
+  // as checked above), against double block sums xd (d sum(q xq) + m sum(xq)) (1e-6) and the
+  // CPU awq_int4 plugin's matmul, which quantizes the same way (1e-5).
+  for (int nt : {1, 3, 8, 16, 19}) {
+    std::vector<float> x((size_t)nt * g.cols);
+    for (auto &a : x) a = uni(-1, 1);
+    const size_t ab = weir_cuda_q8_act_bytes(nt, g.kp);
+    void *act = aligned_alloc(256, (ab + 255) / 256 * 256);
+    weir_cuda_q8_quantize_act(nullptr, x.data(), inv, act, nt, g.cols, g.kp);
+    const signed char *xq = (const signed char *)act;
+    const float *xd = (const float *)(xq + ((size_t)nt * g.kp + 255) / 256 * 256);
+    std::vector<signed char> rq((size_t)g.kp);
+    std::vector<float> rd((size_t)g.kp / 32), xs((size_t)g.cols);
+    bool same = true;
+    for (int tk = 0; tk < nt; ++tk) {
+      for (int64_t c = 0; c < g.cols; ++c)
+        xs[c] = inv ? x[(size_t)(tk * g.cols + c)] * inv[c] : x[(size_t)(tk * g.cols + c)];
+      ref_quantize_act(xs.data(), g.cols, g.kp, rq.data(), rd.data());
+      same = same && !memcmp(rq.data(), xq + (size_t)tk * g.kp, rq.size()) &&
+             !memcmp(rd.data(), xd + (size_t)tk * (g.kp / 32), rd.size() * 4);
+    }
+    printf("%s q8_quantize_act with inv_s = the CPU awq_int4 activation rule, %d token(s), %s\n",
+           same ? "ok  " : "FAIL", nt, what);
+    if (!same) ++g_failures;
+    std::vector<double> yr((size_t)nt * g.rows, 0.0);
+    for (int tk = 0; tk < nt; ++tk)
+      for (int64_t r = 0; r < g.rows; ++r)
+        for (int64_t b = 0; b < g.kp / 32; ++b) {
+          const unsigned char *blk = &g.nib[(size_t)(r * g.kp / 2 + b * 16)];
+          const double d = h2f(g.d[(size_t)(r * g.ng + b * 32 / g.group)]);
+          const double m = g.sym ? -8 * d : h2f(g.m[(size_t)(r * g.ng + b * 32 / g.group)]);
+          long sq = 0, sx = 0;
+          for (int j = 0; j < 32; ++j) {
+            const int qv = j < 16 ? (blk[j] & 15) : (blk[j - 16] >> 4);
+            const int xv = xq[(size_t)(tk * g.kp + b * 32 + j)];
+            sq += (long)qv * xv;
+            sx += xv;
+          }
+          yr[(size_t)(tk * g.rows + r)] +=
+              (double)xd[(size_t)(tk * (g.kp / 32) + b)] * (d * (double)sq + m * (double)sx);
+        }
+    auto y = poisoned(yr.size());
+    const cudaError_t e = weir_cuda_gemv_q4_dp4a(nullptr, g.nib.data(), g.d.data(), mptr, act,
+                                                 y.data(), g.cols, g.kp, g.rows,
+                                                 (int32_t)g.group, nt);
+    snprintf(name, sizeof name, "gemv_q4_dp4a %d token(s), %s", nt, what);
+    check(name, e == cudaSuccess ? y : poisoned(y.size()), yr, 1e-6);
+    {
+      // One launch over three weights (this one, its symmetric reading with m NULL, and this
+      // one again, as a pack group's q/k/v): each output equals its single launch bit for bit.
+      auto ys = poisoned(yr.size());
+      weir_cuda_gemv_q4_dp4a(nullptr, g.nib.data(), g.d.data(), nullptr, act, ys.data(), g.cols,
+                             g.kp, g.rows, (int32_t)g.group, nt);
+      std::vector<float> y0 = poisoned(yr.size()), y1 = poisoned(yr.size()),
+                         y2 = poisoned(yr.size());
+      const void *nibs[3] = {g.nib.data(), g.nib.data(), g.nib.data()};
+      const void *ds[3] = {g.d.data(), g.d.data(), g.d.data()};
+      const void *ms[3] = {mptr, nullptr, mptr};
+      const int64_t rws[3] = {g.rows, g.rows, g.rows};
+      float *yp[3] = {y0.data(), y1.data(), y2.data()};
+      const bool ok = weir_cuda_gemv_q4_dp4a_set(nullptr, 3, nibs, ds, ms, rws, yp, act, g.cols,
+                                                 g.kp, (int32_t)g.group, nt) == cudaSuccess &&
+                      !memcmp(y0.data(), y.data(), y.size() * 4) &&
+                      !memcmp(y1.data(), ys.data(), y.size() * 4) &&
+                      !memcmp(y2.data(), y.data(), y.size() * 4);
+      printf("%s gemv_q4_dp4a_set: 3 weights in one launch = their single launches, %d "
+             "token(s), %s\n", ok ? "ok  " : "FAIL", nt, what);
+      if (!ok) ++g_failures;
+    }
+    if (cpu) {
+      std::vector<float> ycpu(yr.size());
+      std::vector<double> yc(yr.size());
+      cpu->ops->matmul(cpu->self, cpu_w, x.data(), ycpu.data(), nt);
+      for (size_t i = 0; i < yc.size(); ++i) yc[i] = ycpu[i];
+      snprintf(name, sizeof name, "gemv_q4_dp4a %d token(s) vs the CPU awq_int4 matmul, %s", nt,
+               what);
+      check(name, y, yc, 1e-5);
+    }
+    free(act);
+  }
   std::vector<__half> f16((size_t)(g.rows * g.cols));
   weir_cuda_dequant_q4_f16(nullptr, f16.data(), g.nib.data(), g.d.data(), mptr, inv, g.rows,
                            g.cols, g.kp, (int32_t)g.group);
@@ -364,6 +635,7 @@ int main() {
   const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
   for (int i = 0; i < 6; ++i) int8_case(types[i], names[i], 19, 96);
   int8_case(1, "f16 (cols 100: a partial group)", 7, 100);
+  dp4a_suite();
   int4_case(32, 13, 256);
   int4_case(64, 9, 192);
   int4_case(128, 6, 384);
