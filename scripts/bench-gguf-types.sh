@@ -10,7 +10,10 @@
 #   - the machine's read bandwidth (weir_membw) right before each pair, so every decode figure
 #     is also a fraction of the memory roofline measured in the same run;
 #   - resident memory: VmRSS of `weir serve` once loaded, next to the file size.
-# Prints every raw run, then a Markdown table of medians.
+# Prints every raw run (with its @512 / @1 ratio and each decode as a fraction of that rep's
+# roofline), then a Markdown table of medians: prefill ratio, decode ratio, @512 / @1 (and
+# whether it is within 5%), and weir's @512 and @1 and llama.cpp's decode as fractions of the
+# roofline. REPS of at least 3 make the medians medians (at 2 they are the lower value).
 # With MODE=fidelity instead: the trained target (models/kjv-target.gguf, F16) quantized by
 # llama-quantize into each of FTYPES; weir perplexity against llama-perplexity on the held-out
 # text HELDOUT (same windows: ctx 512, stride 512, second half scored), and 64 greedy tokens
@@ -128,21 +131,30 @@ for t in $TYPES; do
   echo "memory: $t file ${fmib} MiB, weights ${wm} MiB, weir serve VmRSS ${rss} MiB, KV cache ${kvm} MiB:" \
        "VmRSS - KV = $(awk -v r="$rss" -v k="$kvm" -v w="$wm" 'BEGIN{printf "%.1f MiB (%+.1f%% over the weights)", r - k, 100 * (r - k - w) / w}')"
   for th in $THREADS; do
-    pp=(); d512=(); d1=(); lpp=(); ltg=(); bws=(); wmib=0
+    pp=(); d512=(); d1=(); lpp=(); ltg=(); bws=(); r51=(); f512=(); f1=(); fl=(); wmib=0
     for rep in $(seq 1 "$REPS"); do
       bw=$(bw_run "$th")
       read -r p dd w < <(weir_run "$m" "$th" 512 "$rep")
       read -r _ d1v _ < <(weir_run "$m" "$th" 1 "$rep")
       read -r lp lt < <(llama_run "$m" "$th")
-      echo "run: $t ${th}t rep $rep: bw $bw GB/s | weir prefill $p decode@512 $dd decode@1 $d1v | llama.cpp pp512 $lp tg64 $lt | load $(cut -d' ' -f1 /proc/loadavg)"
+      # Bytes a decode step reads: the packed weights but the embedding table (one row of it);
+      # the roofline is this rep's bandwidth over them (tokens/s), each decode a fraction of it.
+      wbytes=$(awk -v m="$w" 'BEGIN{printf "%.0f", m * 1048576 * (1 - 65536000 / 1099956224)}')
+      roof=$(awk -v bw="$bw" -v w="$wbytes" 'BEGIN{printf "%.3f", bw * 1e9 / w}')
+      frac() { awk -v tg="$1" -v r="$roof" 'BEGIN{printf "%.0f", 100 * tg / r}'; }
+      rr=$(awk -v a="$dd" -v b="$d1v" 'BEGIN{printf "%.0f", 100 * a / b}')
+      echo "run: $t ${th}t rep $rep: bw $bw GB/s (roofline $roof tok/s) | weir prefill $p decode@512 $dd decode@1 $d1v (@512/@1 $rr%; of roofline: @512 $(frac "$dd")%, @1 $(frac "$d1v")%) | llama.cpp pp512 $lp tg$N $lt ($(frac "$lt")% of roofline) | load $(cut -d' ' -f1 /proc/loadavg)"
       pp+=("$p"); d512+=("$dd"); d1+=("$d1v"); lpp+=("$lp"); ltg+=("$lt"); bws+=("$bw"); wmib=$w
+      r51+=("$rr"); f512+=("$(frac "$dd")"); f1+=("$(frac "$d1v")"); fl+=("$(frac "$lt")")
     done
     mpp=$(median "${pp[@]}"); md512=$(median "${d512[@]}"); md1=$(median "${d1[@]}")
     mlpp=$(median "${lpp[@]}"); mltg=$(median "${ltg[@]}"); mbw=$(median "${bws[@]}")
-    # Bytes a decode step reads: the packed weights but the embedding table (one row of it).
-    wbytes=$(awk -v m="$wmib" 'BEGIN{printf "%.0f", m * 1048576 * (1 - 65536000 / 1099956224)}')
-    roof=$(awk -v bw="$mbw" -v w="$wbytes" 'BEGIN{printf "%.2f", bw * 1e9 / w}')
-    row="| $t | $th | $mpp | $mlpp | $(awk -v a="$mpp" -v b="$mlpp" 'BEGIN{printf "%.2fx", a / b}') | $md1 | $md512 | $(awk -v a="$md512" -v b="$md1" 'BEGIN{printf "%.0f%%", 100 * a / b}') | $mltg | $(awk -v a="$md512" -v b="$mltg" 'BEGIN{printf "%.2fx", a / b}') | $mbw | $(awk -v tg="$md512" -v r="$roof" 'BEGIN{printf "%.0f%%", 100 * tg / r}') |"
+    # @512 / @1 and the roofline fractions: medians of the per-rep figures (each rep's decode
+    # against its own bandwidth and its own @1 run), the issue's rows; "within 5%" when the
+    # @512 / @1 median is at least 95%.
+    mr51=$(median "${r51[@]}"); mf512=$(median "${f512[@]}"); mf1=$(median "${f1[@]}"); mfl=$(median "${fl[@]}")
+    within=$(awk -v r="$mr51" 'BEGIN{print (r >= 95 ? "yes" : "no")}')
+    row="| $t | $th | $mpp | $mlpp | $(awk -v a="$mpp" -v b="$mlpp" 'BEGIN{printf "%.2fx", a / b}') | $md1 | $md512 | ${mr51}% ($within) | $mltg | $(awk -v a="$md512" -v b="$mltg" 'BEGIN{printf "%.2fx", a / b}') | $mbw | ${mf512}% | ${mf1}% | ${mfl}% |"
     echo "row: $row"
     rows+=("$row")
   done
@@ -150,6 +162,6 @@ done
 echo
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| type | threads | weir prefill 512 | llama.cpp pp512 | prefill ratio | weir decode @1 | weir decode @512 | @512 / @1 | llama.cpp tg64 (@0) | decode ratio (@512 vs @0) | read bandwidth GB/s | weir @512 of roofline |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| type | threads | weir prefill 512 | llama.cpp pp512 | prefill ratio | weir decode @1 | weir decode @512 | @512 / @1 (within 5%) | llama.cpp tg$N (@0) | decode ratio (@512 vs @0) | read bandwidth GB/s | weir @512 of roofline | weir @1 of roofline | llama.cpp tg of roofline |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
