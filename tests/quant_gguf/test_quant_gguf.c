@@ -10,7 +10,7 @@
  *     double (tight), and times the raw activations (within half an activation step);
  *   - refusals: a type it does not run, rows that are not whole blocks, an Inf/NaN scale;
  *   - end to end: a model mixing block types through `weir generate` with no quant flag;
- *   - Q8_0 and Q4_K in WEIR_KQ_X16 (the layout the plugin stores under VNNI), straight through the
+ *   - Q8_0, Q4_K, Q5_K and Q6_K in WEIR_KQ_X16 (the layout the plugin stores under VNNI), straight through the
  *     kernels on every path: the same rows as the file's layout, the same products.
  * Inputs are random (seed printed; WT_SEED=... reruns one). */
 #include <math.h>
@@ -215,6 +215,7 @@ static void test_paths(void) {
      * 512-column groups (WEIR_KQ_X16 under VNNI) */
     check_shape(&l, WEIR_DTYPE_Q8_0, 11, 2048);
     check_shape(&l, WEIR_DTYPE_Q4_K, 11, 1024);
+    check_shape(&l, WEIR_DTYPE_Q5_K, 11, 1024);
     check_shape(&l, WEIR_DTYPE_Q4_K, 70, 2816);
     check_shape(&l, WEIR_DTYPE_Q6_K, 9, 5632);
     static const weir_dtype floats[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16};
@@ -391,7 +392,7 @@ static void test_end_to_end(void) {
 static void x16_type(weir_dtype t) {
   enum { ROWS = 13, COLS = 1536, T = 19 };
   CU_ASSERT(weir_kq_x16_fits(t, COLS));
-  CU_ASSERT(!weir_kq_x16_fits(t, 768));
+  CU_ASSERT(weir_kq_x16_fits(t, 768) == (t == WEIR_DTYPE_Q6_K));
   const size_t rb = weir_dtype_row_bytes(t, COLS);
   uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
   float *x = malloc(sizeof(float) * T * COLS), *want = malloc(sizeof(float) * T * ROWS);
@@ -457,9 +458,13 @@ out:
 
 static void test_x16(void) {
   CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q4_0, 1536));
-  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q6_K, 1536));
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q2_K, 1536));
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q5_K, 768));
+  CU_ASSERT(weir_kq_x16_fits(WEIR_DTYPE_Q6_K, 768));
   x16_type(WEIR_DTYPE_Q8_0);
   x16_type(WEIR_DTYPE_Q4_K);
+  x16_type(WEIR_DTYPE_Q5_K);
+  x16_type(WEIR_DTYPE_Q6_K);
 }
 
 int main(void) {

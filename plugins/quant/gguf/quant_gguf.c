@@ -5,8 +5,9 @@
  * through the float kernels (matmul.h); BF16 is widened to F32 (exact, twice the bytes). So
  * the packed weights take the file's tensor bytes (plus 64 bytes each), and a file that mixes
  * types per tensor (llama-quantize's Q4_K_M) loads as it is. A block scale that is Inf or NaN
- * is refused at load, naming the tensor. Where the AVX-512 VNNI kernels run, Q8_0 and Q4_K rows of whole
- * 512-column groups are stored in WEIR_KQ_X16 instead (the same bytes, reordered).
+ * is refused at load, naming the tensor. Where the AVX-512 VNNI kernels run, Q8_0, Q4_K, Q5_K
+ * and Q6_K rows of whole groups (512 columns; Q6_K 256) are stored in WEIR_KQ_X16 instead (the
+ * same bytes, reordered).
  * matmul quantizes the activations once per call and token for the weight's type, then splits
  * the rows over the host's parallel_for. embed decodes the rows asked for. See
  * docs/cpu-plugins.md. */
@@ -30,7 +31,7 @@ typedef struct gguf_weight {
   weir_cpu_qweight base;
   weir_dtype dtype;
   size_t row_bytes;
-  weir_kq_layout layout; /* WEIR_KQ_X16: Q8_0 rows rewritten for the VNNI kernels */
+  weir_kq_layout layout; /* WEIR_KQ_X16: rows rewritten for the VNNI kernels */
 } gguf_weight;
 
 /* Every GGUF weight type the SDK reads (weir/quant.h): the 1.2 types and those of 1.5. */
@@ -162,8 +163,8 @@ static int gg_pack(void *self, const weir_quant_pack_args *args, void **weight) 
     goto out_weight;
   }
   memset((uint8_t *)w->base.data + (size_t)rows * w->row_bytes, 0, 64);
-  /* Q8_0 and Q4_K rows of whole 512-column groups are rewritten (same bytes, exact) where the VNNI
-   * kernels run: their prefill then needs 2.5x fewer vector instructions (matmul_kq.h). */
+  /* Q8_0, Q4_K, Q5_K and Q6_K rows are rewritten (same bytes, exact) where the VNNI
+   * kernels run: their prefill then needs 2 to 2.5x fewer vector instructions (matmul_kq.h). */
   if (weir_kq_x16_fits(dt, cols) && weir_kq_x16_preferred()) w->layout = WEIR_KQ_X16;
   copy_job job = {.src = t->data, .src_stride = stride, .w = w, .src_dtype = dt,
                   .x16 = w->layout == WEIR_KQ_X16};
