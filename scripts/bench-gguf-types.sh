@@ -22,7 +22,8 @@
 #        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it; DECODE_N=32 to shorten; LLAMA_BENCH_ARGS="--poll 0"
 #        passes options to llama-bench (--poll 0: its threads sleep instead of spinning while
 #        they wait, which a machine shared with other work needs; its default is 50);
-#        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it).
+#        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it);
+#        WEIR_ARGS="--set quant.group=false" passes options to weir generate (speed mode).
 # With MODE=profile instead (no llama.cpp needed; LLAMA_BIN only quantizes a missing file):
 # where a decode and a prefill spend their time, for each of TYPES and THREADS:
 #   - the copy bandwidth (weir_membw 1024 T), then each GEMV kernel the file uses on the
@@ -179,14 +180,16 @@ done
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 echo "weir: $("$weir" version) ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "llama.cpp: $LLAMA_BIN ($(git -C "$LLAMA_BIN" rev-parse --short HEAD 2>/dev/null || echo '?')) ${LLAMA_BENCH_ARGS:-}"
+echo "weir options: ${WEIR_ARGS:-(none)}"
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
 # weir generate: prints "prefill decode weights_mib" for a prompt of $3 tokens.
 weir_run() {
   local m=$1 th=$2 prompt=$3 rep=$4 out line
+  # shellcheck disable=SC2086 # WEIR_ARGS is a list of extra options
   out=$("$weir" generate --model "$m" --threads "$th" --random-prompt "$prompt" -n "$N" \
-        --ignore-eos --quiet --seed "$rep" --set cache.memory_bytes=268435456 2>&1)
+        --ignore-eos --quiet --seed "$rep" --set cache.memory_bytes=268435456 ${WEIR_ARGS:-} 2>&1)
   line=$(echo "$out" | tail -1)
   echo "$(echo "$line" | sed -E 's/.*prompt: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \
        "$(echo "$line" | sed -E 's/.*generated: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \
