@@ -118,15 +118,18 @@ if [ "${MODE:-speed}" = profile ]; then
       bw=$(bw_run "$th")
       echo "copy bandwidth: $bw GB/s ($th threads)"
       for k in $kts; do
+        # the X16 layout where the plugin stores it (VNNI; Q8_0, Q4_K, Q5_K, Q6_K)
+        sfx=""
+        case $k in q8_0 | q4_K | q5_K | q6_K) sfx=$vnni ;; esac
         for shape in "2048 2048" "256 2048" "5632 2048" "2048 5632" "32000 2048"; do
           read -r rows cols <<<"$shape"
-          out=$("$bench" "$k$vnni" "$rows" "$cols" 1 "$SECS" "$th" "$STREAM_MIB" 2>&1) || { echo "gemv $k $rows x $cols: $out"; continue; }
+          out=$("$bench" "$k$sfx" "$rows" "$cols" 1 "$SECS" "$th" "$STREAM_MIB" 2>&1) || { echo "gemv $k $rows x $cols: $out"; continue; }
           gbs=$(echo "$out" | sed -E 's/.*, ([0-9.]+) GB\/s of weights.*/\1/')
           cpu=$(echo "$out" | sed -E 's/.*CPU time ([0-9.]+) ms\/call.*/\1/')
-          echo "gemv $k$vnni ${rows}x$cols, $th threads, streamed: $gbs GB/s of weights = $(awk -v a="$gbs" -v b="$bw" 'BEGIN{printf "%.0f", 100 * a / b}')% of the copy bandwidth; CPU time $cpu ms per call"
+          echo "gemv $k$sfx ${rows}x$cols, $th threads, streamed: $gbs GB/s of weights = $(awk -v a="$gbs" -v b="$bw" 'BEGIN{printf "%.0f", 100 * a / b}')% of the copy bandwidth; CPU time $cpu ms per call"
         done
-        out=$("$bench" "$k$vnni" 2048 2048 64 "$SECS" 1 2>&1)
-        echo "gemm $k$vnni 2048x2048, 64 tokens, 1 thread: $(echo "$out" | sed -E 's/.*, ([0-9.]+) GMAC per CPU-second.*/\1/') GMAC per CPU-second"
+        out=$("$bench" "$k$sfx" 2048 2048 64 "$SECS" 1 2>&1) || true
+        echo "gemm $k$sfx 2048x2048, 64 tokens, 1 thread: $(echo "$out" | sed -E 's/.*, ([0-9.]+) GMAC per CPU-second.*/\1/') GMAC per CPU-second"
       done
       port=$((20000 + RANDOM % 20000))
       log=$(mktemp)
