@@ -22,12 +22,27 @@
 #        TYPES="Q4_K_M Q8_0" THREADS="1 2" REPS=3 to narrow it; DECODE_N=32 to shorten; LLAMA_BENCH_ARGS="--poll 0"
 #        passes options to llama-bench (--poll 0: its threads sleep instead of spinning while
 #        they wait, which a machine shared with other work needs; its default is 50);
-#        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it).
+#        MODE=fidelity HELDOUT=heldout.txt (scripts/train-demo.py heldout --out F writes it);
+#        WEIR_ARGS="--set quant.group=false" passes options to weir generate (speed mode).
+# With MODE=profile instead (no llama.cpp needed; LLAMA_BIN only quantizes a missing file):
+# where a decode and a prefill spend their time, for each of TYPES and THREADS:
+#   - the copy bandwidth (weir_membw 1024 T), then each GEMV kernel the file uses on the
+#     1.1B shapes (q/o 2048x2048, k/v 256x2048, gate/up 5632x2048, down 2048x5632, output
+#     32000x2048) at T threads over copies filling STREAM_MIB (512) MiB, as a decode streams
+#     the model past the caches (`bench_gguf`): GB/s of weights and that as a percentage of
+#     the copy bandwidth, with the CPU time per call; and the 64-token GEMM in GMAC per
+#     CPU-second;
+#   - `weir serve` at T threads with WEIR_STEP_PROFILE=1: `perf record -e cpu-clock` (no
+#     hardware counters needed) attached only while one request runs, so loading is not in
+#     it: a 512-token prompt with max_tokens 1 (prefill), then the same prompt (the prefix
+#     cache holds it) with max_tokens DECODE_N (decode at 512..511+N); the top PERF_TOP (15)
+#     symbols of each and the engine's step profile (thread CPU time per phase).
+#   About 40 s per type and thread count on an idle machine (perf adds 1-3%).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
 models=${2:-$here/models}
-: "${LLAMA_BIN:?set LLAMA_BIN to the directory holding llama-bench and llama-quantize}"
+[ "${MODE:-speed}" = profile ] || : "${LLAMA_BIN:?set LLAMA_BIN to the directory holding llama-bench and llama-quantize}"
 TYPES=${TYPES:-"Q4_K_M Q5_K_M Q6_K Q8_0"}
 THREADS=${THREADS:-"1 2"}
 REPS=${REPS:-3}
@@ -67,6 +82,97 @@ if [ "${MODE:-speed}" = fidelity ]; then
   exit 0
 fi
 
+if [ "${MODE:-speed}" = profile ]; then
+  TYPES=${TYPES:-"Q4_K_M Q5_K_M Q6_K Q8_0"}
+  THREADS=${THREADS:-"1 2"}
+  STREAM_MIB=${STREAM_MIB:-512}
+  SECS=${KERNEL_SECS:-1.5}
+  N=${DECODE_N:-64}
+  bench=$build/tests/bin/bench_gguf
+  bw_run() { "$build/bin/weir_membw" 1024 "$1" | sed -E 's/.*: ([0-9.]+) GB.*/\1/'; }
+  [ -x "$bench" ] || { echo "build bench_gguf first (cmake --build $build --target bench_gguf)" >&2; exit 1; }
+  command -v perf >/dev/null || echo "perf not found: the per-symbol profiles are skipped" >&2
+  vnni=$(grep -qw avx512_vnni /proc/cpuinfo && echo x16 || echo "")
+  echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+  echo "weir: $("$weir" version) ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')); kernels ${vnni:-file layout}"
+  echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # the 512 prompt ids, fixed: the same prompt in both requests, so the second one's prefill
+  # is served by the prefix cache
+  ids=$(awk 'BEGIN{srand(7); for (i = 0; i < 512; i++) printf "%s%d", (i ? "," : ""), 100 + int(rand() * 30000)}')
+  for t in $TYPES; do
+    m=$models/llama-1.1b-$t.gguf
+    if [ ! -f "$m" ]; then
+      : "${LLAMA_BIN:?set LLAMA_BIN: $m must be made by llama-quantize}"
+      [ -f "$models/llama-1.1b-f16.gguf" ] || "$weir" mkmodel --preset 1.1b --type f16 --seed 1 --out "$models/llama-1.1b-f16.gguf" >&2
+      "$LLAMA_BIN/llama-quantize" "$models/llama-1.1b-f16.gguf" "$m" "$t" >/dev/null 2>&1
+    fi
+    # the kernel types each file runs (llama-quantize's _M mixes: Q6_K for the output and half
+    # of attn_v and ffn_down)
+    case $t in
+    Q4_K_M) kts="q4_K q6_K" ;; Q5_K_M) kts="q5_K q6_K" ;; Q6_K) kts="q6_K" ;; Q8_0) kts="q8_0" ;;
+    *) kts=$(echo "$t" | tr 'A-Z' 'a-z' | sed -E 's/_[sml]$//; s/_k/_K/') ;;
+    esac
+    for th in $THREADS; do
+      echo
+      echo "== profile: $t, $th thread(s) =="
+      bw=$(bw_run "$th")
+      echo "copy bandwidth: $bw GB/s ($th threads)"
+      for k in $kts; do
+        # the X16 layout where the plugin stores it (VNNI; Q8_0, Q4_K, Q5_K, Q6_K)
+        sfx=""
+        case $k in q8_0 | q4_K | q5_K | q6_K) sfx=$vnni ;; esac
+        for shape in "2048 2048" "256 2048" "5632 2048" "2048 5632" "32000 2048"; do
+          read -r rows cols <<<"$shape"
+          out=$("$bench" "$k$sfx" "$rows" "$cols" 1 "$SECS" "$th" "$STREAM_MIB" 2>&1) || { echo "gemv $k $rows x $cols: $out"; continue; }
+          gbs=$(echo "$out" | sed -E 's/.*, ([0-9.]+) GB\/s of weights.*/\1/')
+          cpu=$(echo "$out" | sed -E 's/.*CPU time ([0-9.]+) ms\/call.*/\1/')
+          echo "gemv $k$sfx ${rows}x$cols, $th threads, streamed: $gbs GB/s of weights = $(awk -v a="$gbs" -v b="$bw" 'BEGIN{printf "%.0f", 100 * a / b}')% of the copy bandwidth; CPU time $cpu ms per call"
+        done
+        out=$("$bench" "$k$sfx" 2048 2048 64 "$SECS" 1 2>&1) || true
+        echo "gemm $k$sfx 2048x2048, 64 tokens, 1 thread: $(echo "$out" | sed -E 's/.*, ([0-9.]+) GMAC per CPU-second.*/\1/') GMAC per CPU-second"
+      done
+      port=$((20000 + RANDOM % 20000))
+      log=$(mktemp)
+      WEIR_STEP_PROFILE=1 "$weir" serve --model "$m" --threads "$th" --port "$port" \
+        --set cache.memory_bytes=268435456 >"$log" 2>&1 &
+      spid=$!
+      for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.5; done
+      for phase in prefill decode; do
+        mt=1
+        [ "$phase" = decode ] && mt=$N
+        pdata=$(mktemp)
+        ppid=""
+        if command -v perf >/dev/null; then
+          perf record -q -e cpu-clock -F 999 -p "$spid" -o "$pdata" >/dev/null 2>&1 &
+          ppid=$!
+          sleep 0.5
+        fi
+        t0=$(date +%s.%N)
+        usage=$(curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+          -d "{\"prompt\": [$ids], \"max_tokens\": $mt, \"temperature\": 0, \"ignore_eos\": true}" |
+          python3 -c 'import json, sys; u = json.load(sys.stdin)["usage"]; print(u.get("prompt_tokens"), u.get("completion_tokens"))')
+        t1=$(date +%s.%N)
+        echo "$phase: prompt 512, max_tokens $mt: $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b - a}') s wall (usage: prompt, completion tokens $usage)"
+        if [ -n "$ppid" ]; then
+          kill -INT "$ppid" 2>/dev/null || true
+          wait "$ppid" 2>/dev/null || true
+          echo "$phase: perf cpu-clock, top ${PERF_TOP:-15} symbols (% of the process's samples during the request):"
+          perf report -i "$pdata" --no-children --sort dso,sym --stdio 2>/dev/null |
+            grep -v '^#' | grep -v '^$' | head -"${PERF_TOP:-15}" | sed 's/^/  /' || true
+        fi
+        rm -f "$pdata"
+      done
+      kill "$spid" 2>/dev/null || true
+      wait "$spid" 2>/dev/null || true
+      grep 'step profile' "$log" | sed -E 's/.*\[engine\] //' || true
+      rm -f "$log"
+    done
+  done
+  echo
+  echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
+
 src=$models/llama-1.1b-f16.gguf
 [ -f "$src" ] || "$weir" mkmodel --preset 1.1b --type f16 --seed 1 --out "$src" >&2
 for t in $TYPES; do
@@ -77,14 +183,16 @@ done
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 echo "weir: $("$weir" version) ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "llama.cpp: $LLAMA_BIN ($(git -C "$LLAMA_BIN" rev-parse --short HEAD 2>/dev/null || echo '?')) ${LLAMA_BENCH_ARGS:-}"
+echo "weir options: ${WEIR_ARGS:-(none)}"
 echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
 # weir generate: prints "prefill decode weights_mib" for a prompt of $3 tokens.
 weir_run() {
   local m=$1 th=$2 prompt=$3 rep=$4 out line
+  # shellcheck disable=SC2086 # WEIR_ARGS is a list of extra options
   out=$("$weir" generate --model "$m" --threads "$th" --random-prompt "$prompt" -n "$N" \
-        --ignore-eos --quiet --seed "$rep" --set cache.memory_bytes=268435456 2>&1)
+        --ignore-eos --quiet --seed "$rep" --set cache.memory_bytes=268435456 ${WEIR_ARGS:-} 2>&1)
   line=$(echo "$out" | tail -1)
   echo "$(echo "$line" | sed -E 's/.*prompt: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \
        "$(echo "$line" | sed -E 's/.*generated: [0-9]+ tokens in [0-9.]+ s \(([0-9.]+) tokens\/s\).*/\1/')" \

@@ -381,57 +381,98 @@ void weir_kq_quantize_act(weir_dtype type, const float *x, int64_t cols, const w
 
 /* ---- WEIR_KQ_X16 (see matmul_kq.h) ---------------------------------------------------------- */
 
-/* Bytes of 512 columns: Q8_0 16 blocks (32 bytes of scales, 512 of values); Q4_K two
- * super-blocks (32 bytes of heads, 256 of nibbles). */
-static size_t x16_group_bytes(weir_dtype t) { return t == WEIR_DTYPE_Q8_0 ? 16 * 34 : 2 * 144; }
-/* Offset in the group of the value byte of block l, column 4c + i (Q4_K: c < 4 low nibble,
- * c >= 4 the high nibble of c - 4). */
-static inline size_t x16_at(int c, int l, int i) { return 32 + 64 * (size_t)c + 4 * l + i; }
+/* Columns of a group (16 lanes of 32 columns; Q6_K 16 of 16, its scale's width), its bytes
+ * (those of the file's blocks it covers) and where its values start. */
+static int x16_cols(weir_dtype t) { return t == WEIR_DTYPE_Q6_K ? 256 : 512; }
+static size_t x16_bytes(weir_dtype t) {
+  switch (t) {
+  case WEIR_DTYPE_Q8_0: return 16 * 34;
+  case WEIR_DTYPE_Q4_K: return 2 * 144;
+  case WEIR_DTYPE_Q5_K: return 2 * 176;
+  default: return 210; /* Q6_K */
+  }
+}
+static size_t x16_head(weir_dtype t) { return t == WEIR_DTYPE_Q6_K ? 18 : 32; }
 
 int weir_kq_x16_fits(weir_dtype t, int64_t cols) {
-  return (t == WEIR_DTYPE_Q8_0 || t == WEIR_DTYPE_Q4_K) && cols > 0 && cols % 512 == 0;
+  return (t == WEIR_DTYPE_Q8_0 || t == WEIR_DTYPE_Q4_K || t == WEIR_DTYPE_Q5_K ||
+          t == WEIR_DTYPE_Q6_K) &&
+         cols > 0 && cols % x16_cols(t) == 0;
 }
 
-void weir_kq_x16_pack_row(weir_dtype t, const uint8_t *src, uint8_t *dst, int64_t cols) {
-  const size_t gb = x16_group_bytes(t);
-  for (int64_t g = 0; g < cols / 512; g++) {
-    const uint8_t *s = src + g * gb;
-    uint8_t *d = dst + g * gb;
-    if (t == WEIR_DTYPE_Q8_0) {
-      for (int l = 0; l < 16; l++) {
-        const uint8_t *blk = s + 34 * l;
-        d[2 * l] = blk[0];
-        d[2 * l + 1] = blk[1];
-        for (int c = 0; c < 8; c++)
-          for (int i = 0; i < 4; i++) d[x16_at(c, l, i)] = (uint8_t)(blk[2 + 4 * c + i] ^ 0x80);
-      }
-      continue;
-    }
-    /* Q4_K: the file's u (tile_u_c) per super-block, then nibbles in the x16 order */
-    uint8_t u[512];
-    for (int sb = 0; sb < 2; sb++) {
-      memcpy(d + 16 * sb, s + 144 * sb, 16);
-      tile_u_c(WEIR_DTYPE_Q4_K, s, sb, 8, u + 256 * sb);
-    }
-    for (int c = 0; c < 4; c++)
-      for (int l = 0; l < 16; l++)
-        for (int i = 0; i < 4; i++)
-          d[x16_at(c, l, i)] = (uint8_t)(u[32 * l + 4 * c + i] | (u[32 * l + 4 * (c + 4) + i] << 4));
+/* The value u of lane l, column 4c + i of a group at p. */
+static inline int x16_u(weir_dtype t, const uint8_t *p, int c, int l, int i) {
+  const uint8_t *v = p + x16_head(t);
+  const int o = 4 * l + i;
+  switch (t) {
+  case WEIR_DTYPE_Q8_0: return v[64 * c + o];
+  case WEIR_DTYPE_Q4_K: return (v[64 * (c & 3) + o] >> (4 * (c >> 2))) & 0xF;
+  case WEIR_DTYPE_Q5_K:
+    return ((v[64 * (c & 3) + o] >> (4 * (c >> 2))) & 0xF) | (((v[256 + 8 * c + o / 8] >> (o % 8)) & 1) << 4);
+  default: /* Q6_K */
+    return ((v[64 * (c & 1) + o] >> (4 * (c >> 1))) & 0xF) | (((v[128 + o] >> (2 * c)) & 3) << 4);
   }
 }
 
-/* The value (u) of block l, column 4c + i, of a group. */
-static inline int x16_u(weir_dtype t, const uint8_t *p, int c, int l, int i) {
-  if (t == WEIR_DTYPE_Q8_0) return p[x16_at(c, l, i)];
-  return c < 4 ? p[x16_at(c, l, i)] & 0xF : p[x16_at(c - 4, l, i)] >> 4;
+void weir_kq_x16_pack_row(weir_dtype t, const uint8_t *src, uint8_t *dst, int64_t cols) {
+  const int gc = x16_cols(t), bw = gc / 16;
+  const size_t gb = x16_bytes(t), h = x16_head(t);
+  uint8_t u[512];
+  for (int64_t g = 0; g < cols / gc; g++) {
+    const uint8_t *s = src + g * gb;
+    uint8_t *d = dst + g * gb;
+    memset(d, 0, gb);
+    if (t == WEIR_DTYPE_Q8_0) {
+      for (int l = 0; l < 16; l++) {
+        memcpy(d + 2 * l, s + 34 * l, 2);
+        for (int j = 0; j < 32; j++) u[32 * l + j] = (uint8_t)(s[34 * l + 2 + j] ^ 0x80);
+      }
+    } else if (t == WEIR_DTYPE_Q6_K) {
+      memcpy(d, s + 192, 16);
+      memcpy(d + 16, s + 208, 2);
+      tile_u_c(t, s, 0, 8, u);
+    } else {
+      const size_t sbb = weir_dtype_block_bytes(t);
+      for (int sb = 0; sb < 2; sb++) {
+        memcpy(d + 16 * sb, s + sbb * sb, 16); /* d, dmin, the 12 scale bytes */
+        tile_u_c(t, s, sb, 8, u + 256 * sb);
+      }
+    }
+    uint8_t *v = d + h;
+    for (int c = 0; c < bw / 4; c++)
+      for (int l = 0; l < 16; l++)
+        for (int i = 0; i < 4; i++) {
+          const int o = 4 * l + i, x = u[bw * l + 4 * c + i];
+          switch (t) {
+          case WEIR_DTYPE_Q8_0: v[64 * c + o] = (uint8_t)x; break;
+          case WEIR_DTYPE_Q4_K: v[64 * (c & 3) + o] |= (uint8_t)(x << (4 * (c >> 2))); break;
+          case WEIR_DTYPE_Q5_K:
+            v[64 * (c & 3) + o] |= (uint8_t)((x & 0xF) << (4 * (c >> 2)));
+            v[256 + 8 * c + o / 8] |= (uint8_t)((x >> 4) << (o % 8));
+            break;
+          default:
+            v[64 * (c & 1) + o] |= (uint8_t)((x & 0xF) << (4 * (c >> 1)));
+            v[128 + o] |= (uint8_t)((x >> 4) << (2 * c));
+            break;
+          }
+        }
+  }
 }
 
-/* Per block l of a group: w = sw[l] * u + mw[l]. */
+/* Per lane l of a group: w = sw[l] * u + mw[l]. */
 static void x16_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
   if (t == WEIR_DTYPE_Q8_0) {
     for (int l = 0; l < 16; l++) {
       sw[l] = weir_f16_to_f32(rd16(p + 2 * l));
       mw[l] = -128.0f * sw[l];
+    }
+    return;
+  }
+  if (t == WEIR_DTYPE_Q6_K) {
+    float d = weir_f16_to_f32(rd16(p + 16));
+    for (int l = 0; l < 16; l++) {
+      sw[l] = d * (float)(int8_t)p[l];
+      mw[l] = -32.0f * sw[l];
     }
     return;
   }
@@ -448,70 +489,71 @@ static void x16_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
 }
 
 void weir_kq_x16_dequant_row(weir_dtype t, const uint8_t *row, int64_t cols, float *out) {
-  const size_t gb = x16_group_bytes(t);
-  for (int64_t g = 0; g < cols / 512; g++) {
-    const uint8_t *p = row + g * gb;
+  const int gc = x16_cols(t), bw = gc / 16;
+  for (int64_t g = 0; g < cols / gc; g++) {
+    const uint8_t *p = row + g * x16_bytes(t);
     float sw[16], mw[16];
     x16_scales(t, p, sw, mw);
     for (int l = 0; l < 16; l++)
-      for (int c = 0; c < 8; c++)
+      for (int c = 0; c < bw / 4; c++)
         for (int i = 0; i < 4; i++)
-          out[512 * g + 32 * l + 4 * c + i] = fmaf(sw[l], (float)x16_u(t, p, c, l, i), mw[l]);
+          out[gc * g + bw * l + 4 * c + i] = fmaf(sw[l], (float)x16_u(t, p, c, l, i), mw[l]);
   }
 }
 
-/* Quantizes each 512 columns with the type's rule (weir_kq_quantize_act), then moves each
- * block's q into the weights' order. */
+/* Quantizes each group with the type's rule (weir_kq_quantize_act), then moves each lane's q
+ * into the weights' order. */
 void weir_kq_quantize_act_x16(weir_dtype type, const float *x, int64_t cols,
                               const weir_kq_act *a, int64_t t) {
+  const int gc = x16_cols(type), bw = gc / 16;
   const int64_t kp = a->tiles * WEIR_KQ_TILE;
   _Alignas(64) int8_t nq[512];
   _Alignas(64) float nd[32], ns[32];
-  weir_kq_act one = {.tiles = 2, .q = nq, .d16 = nd, .s16 = ns};
-  for (int64_t g = 0; g < cols / 512; g++) {
-    weir_kq_quantize_act(type, x + 512 * g, 512, &one, 0);
-    int8_t *q = a->q + t * kp + 512 * g;
-    float *xd = a->d16 + (t * a->tiles + 2 * g) * 16;
-    float *xs = a->s16 + (t * a->tiles + 2 * g) * 16;
+  weir_kq_act one = {.tiles = gc / WEIR_KQ_TILE, .q = nq, .d16 = nd, .s16 = ns};
+  for (int64_t g = 0; g < cols / gc; g++) {
+    weir_kq_quantize_act(type, x + gc * g, gc, &one, 0);
+    int8_t *q = a->q + t * kp + gc * g;
+    float *xd = a->d16 + (t * a->tiles + g * (gc / WEIR_KQ_TILE)) * 16;
+    float *xs = a->s16 + (t * a->tiles + g * (gc / WEIR_KQ_TILE)) * 16;
     for (int l = 0; l < 16; l++) {
       int32_t sum = 0;
-      for (int c = 0; c < 8; c++)
+      for (int c = 0; c < bw / 4; c++)
         for (int i = 0; i < 4; i++) {
-          int8_t v = nq[32 * l + 4 * c + i];
+          int8_t v = nq[bw * l + 4 * c + i];
           q[64 * c + 4 * l + i] = v;
           sum += v;
         }
-      xd[l] = nd[2 * l];
+      xd[l] = nd[bw * l / 16];
       if (type == WEIR_DTYPE_Q8_0) {
         int32_t neg = -128 * sum;
         memcpy(xs + l, &neg, 4);
       } else {
-        xs[l] = nd[2 * l] * (float)sum;
+        xs[l] = xd[l] * (float)sum;
       }
     }
   }
 }
 
 static void x16_rows_c(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
-  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / 512;
-  const size_t gb = x16_group_bytes(a->type);
-  const int q8 = a->type == WEIR_DTYPE_Q8_0;
+  const weir_dtype ty = a->type;
+  const int gc = x16_cols(ty), bw = gc / 16, q8 = ty == WEIR_DTYPE_Q8_0;
+  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / gc;
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t *row = a->w + (size_t)r * a->row_bytes;
     for (int64_t t = 0; t < a->n_tokens; t++) {
       float acc = 0;
       for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *p = row + g * gb;
-        const int8_t *xq = a->act.q + t * kp + 512 * g;
-        const float *xd = a->act.d16 + (t * tiles + 2 * g) * 16;
-        const float *xs = a->act.s16 + (t * tiles + 2 * g) * 16;
+        const uint8_t *p = row + g * x16_bytes(ty);
+        const int8_t *xq = a->act.q + t * kp + gc * g;
+        const int64_t o = (t * tiles + g * (gc / WEIR_KQ_TILE)) * 16;
+        const float *xd = a->act.d16 + o, *xs = a->act.s16 + o;
         float sw[16], mw[16];
-        x16_scales(a->type, p, sw, mw);
+        x16_scales(ty, p, sw, mw);
         for (int l = 0; l < 16; l++) {
           int32_t s = 0;
           if (q8) memcpy(&s, xs + l, 4);
-          for (int c = 0; c < 8; c++)
-            for (int i = 0; i < 4; i++) s += x16_u(a->type, p, c, l, i) * xq[64 * c + 4 * l + i];
+          for (int c = 0; c < bw / 4; c++)
+            for (int i = 0; i < 4; i++) s += x16_u(ty, p, c, l, i) * xq[64 * c + 4 * l + i];
           acc += sw[l] * xd[l] * (float)s;
           if (!q8) acc += mw[l] * xs[l];
         }
@@ -1012,14 +1054,15 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_rows_type(const weir_kq_mat
   }
 }
 
-/* WEIR_KQ_X16: NT tokens from t0 against rows [r0, r1). Per 512 columns and token: 8
- * vpdpbusd, one conversion, one scaling (and for Q4_K one FMA of the mins). */
+/* WEIR_KQ_X16: NT tokens from t0 against rows [r0, r1). Per group and token: 8 (Q6_K 4)
+ * vpdpbusd, one conversion, one scaling, and but for Q8_0 one FMA of the mins. */
 WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_args *a,
                                                           weir_dtype type, int64_t r0,
                                                           int64_t r1, int64_t t0, const int NT) {
-  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / 512;
-  const size_t gb = x16_group_bytes(type);
-  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  const int gc = x16_cols(type), nch = gc / 64;
+  const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / gc;
+  const size_t gb = x16_bytes(type);
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t *row = a->w + (size_t)r * a->row_bytes;
     __m512 acc[16];
@@ -1033,8 +1076,23 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_a
         sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) w[c] = _mm512_loadu_si512(p + 32 + 64 * c);
+      } else if (type == WEIR_DTYPE_Q6_K) {
+        sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 16))),
+                           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                               _mm_loadu_si128((const __m128i *)p))));
+        mw = _mm512_mul_ps(sw, _mm512_set1_ps(-32.0f));
+        const __m512i v0 = _mm512_loadu_si512(p + 18), v1 = _mm512_loadu_si512(p + 82);
+        const __m512i hb = _mm512_loadu_si512(p + 146);
+        w[0] = _mm512_or_si512(_mm512_and_si512(v0, m0f),
+                               _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30));
+        w[1] = _mm512_or_si512(_mm512_and_si512(v1, m0f),
+                               _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30));
+        w[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f),
+                               _mm512_and_si512(hb, m30));
+        w[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f),
+                               _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
       } else {
-        /* both heads' 8 scales and mins as bytes (k4_scale_min, 4 bytes at a time) */
+        /* Q4_K, Q5_K: both heads' 8 scales and mins as bytes (k4_scale_min, 4 at a time) */
         uint64_t scb[2], mnb[2];
         float dd[2], dm[2];
         for (int sb = 0; sb < 2; sb++) {
@@ -1060,17 +1118,26 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_a
           w[c] = _mm512_and_si512(v, m0f);
           w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
         }
+        if (type == WEIR_DTYPE_Q5_K) {
+          const __m512i v16 = _mm512_set1_epi8(16);
+#pragma GCC unroll 8
+          for (int c = 0; c < 8; c++) {
+            uint64_t mb;
+            memcpy(&mb, p + 288 + 8 * c, 8);
+            w[c] = _mm512_mask_add_epi8(w[c], _cvtu64_mask64(mb), w[c], v16);
+          }
+        }
       }
 #pragma GCC unroll 16
       for (int tt = 0; tt < NT; tt++) {
-        const int64_t t = t0 + tt, o = (t * tiles + 2 * g) * 16;
-        const int8_t *xq = a->act.q + t * kp + 512 * g;
-        /* two chains: a lone token would otherwise wait on 8 dependent vpdpbusd */
+        const int64_t t = t0 + tt, o = (t * tiles + g * (gc / WEIR_KQ_TILE)) * 16;
+        const int8_t *xq = a->act.q + t * kp + gc * g;
+        /* two chains: a lone token would otherwise wait on dependent vpdpbusd */
         __m512i i0 = type == WEIR_DTYPE_Q8_0 ? _mm512_loadu_si512(a->act.s16 + o)
                                              : _mm512_setzero_si512();
         __m512i i1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int c = 0; c < 8; c += 2) {
+        for (int c = 0; c < nch; c += 2) {
           i0 = _mm512_dpbusd_epi32(i0, w[c], _mm512_loadu_si512(xq + 64 * c));
           i1 = _mm512_dpbusd_epi32(i1, w[c + 1], _mm512_loadu_si512(xq + 64 * c + 64));
         }
@@ -1120,6 +1187,12 @@ WEIR_TARGET_VNNI static void x16_q8_0(const weir_kq_matmul_args *a, int64_t r0, 
 }
 WEIR_TARGET_VNNI static void x16_q4_k(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   x16_rows_type(a, WEIR_DTYPE_Q4_K, r0, r1);
+}
+WEIR_TARGET_VNNI static void x16_q5_k(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
+  x16_rows_type(a, WEIR_DTYPE_Q5_K, r0, r1);
+}
+WEIR_TARGET_VNNI static void x16_q6_k(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
+  x16_rows_type(a, WEIR_DTYPE_Q6_K, r0, r1);
 }
 
 #define KQ_VNNI_FN(T, NAME)                                                                  \
@@ -1194,8 +1267,12 @@ void weir_kq_matmul_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
     if (!weir_kq_x16_fits(a->type, a->cols)) return;
 #if WEIR_X86
     if (kq_current() == KQ_VNNI) {
-      if (a->type == WEIR_DTYPE_Q8_0) x16_q8_0(a, r0, r1);
-      else x16_q4_k(a, r0, r1);
+      switch (a->type) {
+      case WEIR_DTYPE_Q8_0: x16_q8_0(a, r0, r1); break;
+      case WEIR_DTYPE_Q4_K: x16_q4_k(a, r0, r1); break;
+      case WEIR_DTYPE_Q5_K: x16_q5_k(a, r0, r1); break;
+      default: x16_q6_k(a, r0, r1); break;
+      }
       return;
     }
 #endif

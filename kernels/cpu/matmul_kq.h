@@ -73,22 +73,27 @@ void weir_kq_quantize_act(weir_dtype type, const float *x, int64_t cols,
 
 /* Row layouts the kernels read.
  * WEIR_KQ_FILE: the file's blocks, byte for byte.
- * WEIR_KQ_X16 (Q8_0 and Q4_K rows of a multiple of 512 columns; the same bytes per row): per
- * 512 columns, the blocks' scales, then the values reordered so that one vpdpbusd over 64
- * bytes adds 4 columns of each of 16 blocks of 32 columns, one block per int32 lane: a block's
- * dot product completes in its lane after 8, and the f32 scaling runs once per 16 blocks (in
- * the file's layout a 64-byte vector holds two blocks, and every vector needs its own
- * conversion and scaling: 2 to 2.5x the vector instructions per weight in prefill).
- *   Q8_0: 16 f16 scales (32 bytes), then 512 bytes where byte 64c + 4l + i is q + 128 of
- *         block l's column 4c + i (c < 8, l < 16, i < 4).
+ * WEIR_KQ_X16 (Q8_0, Q4_K, Q5_K rows of a multiple of 512 columns, Q6_K of 256; the same
+ * bytes per row): per group of 16 lanes (a lane: a 32-column block; Q6_K a 16-column
+ * sub-block), the group's scales, then the values reordered so that one vpdpbusd over 64
+ * bytes adds 4 columns of each of the 16 lanes: a block's dot product completes in its int32
+ * lane after 8 (Q6_K 4), and the f32 scaling runs once per group (in the file's layout a
+ * 64-byte vector holds two blocks, and every vector needs its own conversion and scaling: 2 to
+ * 2.5x the vector instructions per weight in prefill). Value (c, l, i) is lane l's column
+ * 4c + i; "byte o" below is o = 4l + i of a 64-byte row of the value area.
+ *   Q8_0: 16 f16 scales (32 bytes), then 8 x 64 bytes: q + 128 of (c, l, i) at 64c + o.
  *   Q4_K: the two super-blocks' 16-byte heads (d, dmin, the 12 scale bytes) as the file has
- *         them, then 256 bytes where byte 64c + 4l + i (c < 4) holds in its low nibble
- *         sub-block l's column 4c + i and in its high nibble column 4(c + 4) + i (sub-block l
- *         is columns 32l..32l+31 of the 512; l / 8 its super-block).
+ *         them, then 4 x 64 bytes: at 64c + o (c, l, i) in the low nibble, (c + 4, l, i) in
+ *         the high one (lane l is columns 32l..32l+31 of the 512; l / 8 its super-block).
+ *   Q5_K: as Q4_K, then 8 x 8 bytes: bit o of the 64-bit word c is the 5th bit of (c, l, i).
+ *   Q6_K: the 16 int8 scales and the f16 d (18 bytes), then 2 x 64 bytes: at 64c + o the low
+ *         4 bits of (c, l, i) low and of (c + 2, l, i) high, then 64 bytes: at o the high 2
+ *         bits of (c, l, i) in bits 2c, 2c + 1.
  * Their activations: see weir_kq_quantize_act_x16. */
 typedef enum weir_kq_layout { WEIR_KQ_FILE = 0, WEIR_KQ_X16 = 1 } weir_kq_layout;
 
-/* 1 when rows of type t and `cols` columns can take WEIR_KQ_X16. */
+/* 1 when rows of type t and `cols` columns can take WEIR_KQ_X16 (Q8_0, Q4_K, Q5_K: a
+ * multiple of 512 columns; Q6_K: of 256). */
 int weir_kq_x16_fits(weir_dtype t, int64_t cols);
 /* 1 when the path weir_kq_matmul_rows takes now runs WEIR_KQ_X16 at full speed (AVX-512
  * VNNI); the other paths read it too, through portable C. */
@@ -97,11 +102,11 @@ int weir_kq_x16_preferred(void);
  * src into WEIR_KQ_X16 at dst (row_bytes each; they may not overlap). Exact. */
 void weir_kq_x16_pack_row(weir_dtype t, const uint8_t *src, uint8_t *dst, int64_t cols);
 /* Token t's activations for WEIR_KQ_X16 weights of type `type`, in the buffer of
- * weir_kq_act_init: the int8 q of each 512 columns in the weights' order
- * (q + t * tiles * 256 + 512 g: byte 64c + 4l + i is column 32l + 4c + i), and per 512-column
- * group g at d16 / s16 + (t * tiles + 2 g) * 16, one entry per 32-column block l:
+ * weir_kq_act_init: the int8 q of each group of G columns (512; Q6_K 256) in the weights'
+ * order (q + t * tiles * 256 + G g: byte 64c + 4l + i is column (G / 16) l + 4c + i), and per
+ * group at d16 / s16 + (t * tiles + g * G / 256) * 16, one entry per lane l:
  *   Q8_0: d16 the block's scale; s16 (as int32, not f32) -128 * (sum of its q);
- *   Q4_K: d16 the scale of its 256 columns; s16 that scale * (sum of the block's q).
+ *   K-types: d16 the scale of its 256 columns; s16 that scale * (sum of the lane's q).
  * The scales and q are those weir_kq_quantize_act makes for the type. */
 void weir_kq_quantize_act_x16(weir_dtype type, const float *x, int64_t cols,
                               const weir_kq_act *a, int64_t t);

@@ -10,7 +10,8 @@
  *     double (tight), and times the raw activations (within half an activation step);
  *   - refusals: a type it does not run, rows that are not whole blocks, an Inf/NaN scale;
  *   - end to end: a model mixing block types through `weir generate` with no quant flag;
- *   - Q8_0 and Q4_K in WEIR_KQ_X16 (the layout the plugin stores under VNNI), straight through the
+ *   - matmul_group (ABI 1.7): bit for bit what separate matmuls give, NOTSUP for a mix;
+ *   - Q8_0, Q4_K, Q5_K and Q6_K in WEIR_KQ_X16 (the layout the plugin stores under VNNI), straight through the
  *     kernels on every path: the same rows as the file's layout, the same products.
  * Inputs are random (seed printed; WT_SEED=... reruns one). */
 #include <math.h>
@@ -215,6 +216,7 @@ static void test_paths(void) {
      * 512-column groups (WEIR_KQ_X16 under VNNI) */
     check_shape(&l, WEIR_DTYPE_Q8_0, 11, 2048);
     check_shape(&l, WEIR_DTYPE_Q4_K, 11, 1024);
+    check_shape(&l, WEIR_DTYPE_Q5_K, 11, 1024);
     check_shape(&l, WEIR_DTYPE_Q4_K, 70, 2816);
     check_shape(&l, WEIR_DTYPE_Q6_K, 9, 5632);
     static const weir_dtype floats[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16};
@@ -391,7 +393,7 @@ static void test_end_to_end(void) {
 static void x16_type(weir_dtype t) {
   enum { ROWS = 13, COLS = 1536, T = 19 };
   CU_ASSERT(weir_kq_x16_fits(t, COLS));
-  CU_ASSERT(!weir_kq_x16_fits(t, 768));
+  CU_ASSERT(weir_kq_x16_fits(t, 768) == (t == WEIR_DTYPE_Q6_K));
   const size_t rb = weir_dtype_row_bytes(t, COLS);
   uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
   float *x = malloc(sizeof(float) * T * COLS), *want = malloc(sizeof(float) * T * ROWS);
@@ -457,13 +459,134 @@ out:
 
 static void test_x16(void) {
   CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q4_0, 1536));
-  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q6_K, 1536));
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q2_K, 1536));
+  CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q5_K, 768));
+  CU_ASSERT(weir_kq_x16_fits(WEIR_DTYPE_Q6_K, 768));
   x16_type(WEIR_DTYPE_Q8_0);
   x16_type(WEIR_DTYPE_Q4_K);
+  x16_type(WEIR_DTYPE_Q5_K);
+  x16_type(WEIR_DTYPE_Q6_K);
+}
+
+/* ABI 1.7 matmul_group on every kernel path: three weights of one block type with 40, 9 and
+ * 13 rows (the split over the pool's threads cuts inside and across them) give bit for bit
+ * what three matmul calls give, at 1, 3 and 17 tokens; K-types of 1024 columns (WEIR_KQ_X16
+ * under VNNI), Q8_0 and Q4_0; float weights (F16) are NOTSUP, as is a weight of another type
+ * or width in the group; a NULL weight is INVAL. */
+static void group_type(wt_plugin *l, weir_dtype t) {
+  const weir_quant_ops *ops = l->desc->ops;
+  const int64_t cols = 1024, rows[3] = {40, 9, 13};
+  uint8_t *src[3] = {NULL, NULL, NULL};
+  void *w[3] = {NULL, NULL, NULL}, *odd = NULL, *narrow = NULL;
+  uint8_t *osrc = NULL, *nsrc = NULL;
+  for (int i = 0; i < 3; i++) {
+    src[i] = rand_blocks(t, rows[i], cols);
+    WT_ASSERT_INT_EQ(wt_quant_pack(ops, l->self, t, src[i], rows[i], cols, &w[i]), WEIR_OK);
+    if (!w[i]) goto out;
+  }
+  static const int64_t toks[] = {1, 3, 17};
+  for (int ti = 0; ti < 3; ti++) {
+    const int64_t n = toks[ti];
+    float *x = malloc(sizeof(float) * (size_t)(n * cols)), *yg[3], *ys[3];
+    for (int64_t k = 0; k < n * cols; k++) x[k] = wt_frand(-2, 2);
+    for (int i = 0; i < 3; i++) {
+      yg[i] = malloc(sizeof(float) * (size_t)(n * rows[i]));
+      ys[i] = malloc(sizeof(float) * (size_t)(n * rows[i]));
+      memset(yg[i], 0xff, sizeof(float) * (size_t)(n * rows[i])); /* NaN until written */
+      WT_ASSERT_INT_EQ(ops->matmul(l->self, w[i], x, ys[i], n), WEIR_OK);
+    }
+    for (int g = 1; g <= 3; g++) { /* groups of 1, 2 and 3 weights */
+      if (t == WEIR_DTYPE_F16) { /* float weights: one matmul each (the host's fallback) */
+        WT_ASSERT_INT_EQ(ops->matmul_group(l->self, (const void *const *)w, g, x, yg, n),
+                         WEIR_E_NOTSUP);
+        continue;
+      }
+      WT_ASSERT_INT_EQ(ops->matmul_group(l->self, (const void *const *)w, g, x, yg, n), WEIR_OK);
+      for (int i = 0; i < g; i++)
+        if (memcmp(yg[i], ys[i], sizeof(float) * (size_t)(n * rows[i])) != 0) {
+          fprintf(stderr, "matmul_group %s (%s): %d weights, %lld tokens: weight %d differs\n",
+                  weir_dtype_name(t), wt_isa_name, g, (long long)n, i);
+          CU_FAIL("matmul_group differs from matmul");
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+      free(yg[i]);
+      free(ys[i]);
+    }
+    free(x);
+  }
+  /* another type, another width: NOTSUP (the host runs them one by one); NULL: INVAL */
+  const weir_dtype other = t == WEIR_DTYPE_Q8_0 ? WEIR_DTYPE_Q4_0 : WEIR_DTYPE_Q8_0;
+  osrc = rand_blocks(other, 5, cols);
+  nsrc = rand_blocks(t, 5, 512);
+  WT_ASSERT_INT_EQ(wt_quant_pack(ops, l->self, other, osrc, 5, cols, &odd), WEIR_OK);
+  WT_ASSERT_INT_EQ(wt_quant_pack(ops, l->self, t, nsrc, 5, 512, &narrow), WEIR_OK);
+  if (!odd || !narrow) goto out;
+  float x1[1024] = {0}, y1[64], *y3[3] = {y1, y1 + 16, y1 + 32};
+  const void *mixed[3] = {w[0], odd, w[1]}, *wide[2] = {w[1], narrow}, *none[2] = {w[0], NULL};
+  WT_ASSERT_INT_EQ(ops->matmul_group(l->self, mixed, 3, x1, y3, 1), WEIR_E_NOTSUP);
+  WT_ASSERT_INT_EQ(ops->matmul_group(l->self, wide, 2, x1, y3, 1), WEIR_E_NOTSUP);
+  WT_ASSERT_INT_EQ(ops->matmul_group(l->self, none, 2, x1, y3, 1), WEIR_E_INVAL);
+  WT_ASSERT_INT_EQ(ops->matmul_group(l->self, (const void *const *)w, 5, x1, y3, 1), WEIR_E_INVAL);
+out:
+  for (int i = 0; i < 3; i++) {
+    if (w[i]) ops->release(l->self, w[i]);
+    free(src[i]);
+  }
+  if (odd) ops->release(l->self, odd);
+  if (narrow) ops->release(l->self, narrow);
+  free(osrc);
+  free(nsrc);
+}
+
+static void test_group(void) {
+  static const weir_dtype types[] = {WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K,
+                                     WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q3_K,
+                                     WEIR_DTYPE_F16};
+  int ran = 0;
+  for (size_t pi = 0; pi < sizeof k_paths / sizeof k_paths[0]; pi++) {
+    if (!wt_isa_available(k_paths[pi].level)) continue;
+    wt_plugin l;
+    if (wt_plugin_load(&l, &g_host, "quant", "gguf", k_paths[pi].env, NULL) != 0) {
+      wt_plugin_unload(&l);
+      continue;
+    }
+    wt_check_kernel_path(k_paths[pi].path);
+    CU_ASSERT_FATAL(WEIR_QUANT_HAS_OP((const weir_quant_ops *)l.desc->ops, matmul_group));
+    ran++;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) group_type(&l, types[i]);
+    wt_plugin_unload(&l);
+  }
+  CU_ASSERT(ran >= 1);
+  /* option group = false: NOTSUP for any group (the host runs one matmul per weight) */
+  wt_plugin l;
+  if (wt_plugin_open(&l, "quant", "gguf", NULL) != 0) goto out;
+  weir_option_value opts[4];
+  wt_plugin_defaults(l.desc, opts, 4);
+  weir_option_value *g = wt_plugin_option(l.desc, opts, "group");
+  CU_ASSERT_FATAL(g != NULL);
+  CU_ASSERT(g->b == 1); /* on by default */
+  g->b = 0;
+  if (wt_plugin_init(&l, &g_host, opts, NULL) != 0) goto out;
+  const weir_quant_ops *ops = l.desc->ops;
+  uint8_t *src = rand_blocks(WEIR_DTYPE_Q4_K, 3, 512);
+  void *w = NULL;
+  WT_ASSERT_INT_EQ(wt_quant_pack(ops, l.self, WEIR_DTYPE_Q4_K, src, 3, 512, &w), WEIR_OK);
+  if (w) {
+    float x[512] = {0}, y[6];
+    float *ys[2] = {y, y + 3};
+    const void *ws[2] = {w, w};
+    WT_ASSERT_INT_EQ(ops->matmul_group(l.self, ws, 2, x, ys, 1), WEIR_E_NOTSUP);
+    ops->release(l.self, w);
+  }
+  free(src);
+out:
+  wt_plugin_unload(&l);
 }
 
 int main(void) {
   static const wt_test tests[] = {{"paths", test_paths},
+                                  {"matmul_group", test_group},
                                   {"refusals", test_refusals},
                                   {"end_to_end", test_end_to_end},
                                   {"x16", test_x16},

@@ -5,8 +5,9 @@
  * through the float kernels (matmul.h); BF16 is widened to F32 (exact, twice the bytes). So
  * the packed weights take the file's tensor bytes (plus 64 bytes each), and a file that mixes
  * types per tensor (llama-quantize's Q4_K_M) loads as it is. A block scale that is Inf or NaN
- * is refused at load, naming the tensor. Where the AVX-512 VNNI kernels run, Q8_0 and Q4_K rows of whole
- * 512-column groups are stored in WEIR_KQ_X16 instead (the same bytes, reordered).
+ * is refused at load, naming the tensor. Where the AVX-512 VNNI kernels run, Q8_0, Q4_K, Q5_K
+ * and Q6_K rows of whole groups (512 columns; Q6_K 256) are stored in WEIR_KQ_X16 instead (the
+ * same bytes, reordered).
  * matmul quantizes the activations once per call and token for the weight's type, then splits
  * the rows over the host's parallel_for. embed decodes the rows asked for. See
  * docs/cpu-plugins.md. */
@@ -22,7 +23,16 @@
 /* The instance: the CPU quant skeleton (kernels/cpu/quant_common.h) and nothing else. */
 typedef struct gguf_plugin {
   weir_cpu_quant base;
+  int group; /* option `group`: matmul_group runs a group as one split (0: NOTSUP, for A/B) */
 } gguf_plugin;
+
+static const weir_option_desc k_options[] = {
+    {.key = "group",
+     .type = WEIR_OPT_BOOL,
+     .help = "run q/k/v and gate/up of one block type as one split on one quantization of "
+             "the input (false: one matmul per weight)",
+     .def_bool = 1},
+};
 
 /* A packed weight: rows x row_bytes of `dtype` (F32 after a BF16 source), begun by the
  * skeleton's header so that its release and byte count serve it. */
@@ -30,7 +40,7 @@ typedef struct gguf_weight {
   weir_cpu_qweight base;
   weir_dtype dtype;
   size_t row_bytes;
-  weir_kq_layout layout; /* WEIR_KQ_X16: Q8_0 rows rewritten for the VNNI kernels */
+  weir_kq_layout layout; /* WEIR_KQ_X16: rows rewritten for the VNNI kernels */
 } gguf_weight;
 
 /* Every GGUF weight type the SDK reads (weir/quant.h): the 1.2 types and those of 1.5. */
@@ -38,9 +48,14 @@ typedef struct gguf_weight {
 
 static int gg_init(const weir_host *host, const weir_plugin_args *args, void **self) {
   (void)args;
+  int group = 1;
+  int rc = weir_option_bool(host, "group", &group);
+  /* a host before 1.5 has no options: the default */
+  if (rc != WEIR_OK && rc != WEIR_E_NOTSUP) return rc;
   gguf_plugin *p = calloc(1, sizeof(*p));
   if (!p) return WEIR_E_NOMEM;
   weir_cpu_quant_init(&p->base, host, "gguf");
+  p->group = rc == WEIR_OK ? group : 1;
   if (host->log)
     host->log(host->ctx, WEIR_LOG_INFO, "gguf: block kernels %s", weir_kq_isa_name());
   *self = p;
@@ -162,8 +177,8 @@ static int gg_pack(void *self, const weir_quant_pack_args *args, void **weight) 
     goto out_weight;
   }
   memset((uint8_t *)w->base.data + (size_t)rows * w->row_bytes, 0, 64);
-  /* Q8_0 and Q4_K rows of whole 512-column groups are rewritten (same bytes, exact) where the VNNI
-   * kernels run: their prefill then needs 2.5x fewer vector instructions (matmul_kq.h). */
+  /* Q8_0, Q4_K, Q5_K and Q6_K rows are rewritten (same bytes, exact) where the VNNI
+   * kernels run: their prefill then needs 2 to 2.5x fewer vector instructions (matmul_kq.h). */
   if (weir_kq_x16_fits(dt, cols) && weir_kq_x16_preferred()) w->layout = WEIR_KQ_X16;
   copy_job job = {.src = t->data, .src_stride = stride, .w = w, .src_dtype = dt,
                   .x16 = w->layout == WEIR_KQ_X16};
@@ -244,6 +259,75 @@ static int gg_matmul(void *self, const void *weight, const float *x, float *y, i
   return WEIR_OK;
 }
 
+/* matmul_group: the group's weights, their rows laid end to end, so that one split over the
+ * pool runs them all (one hand-off to the threads instead of one per weight). */
+typedef struct group_job {
+  weir_kq_matmul_args a[WEIR_QUANT_GROUP_MAX];
+  int64_t end[WEIR_QUANT_GROUP_MAX]; /* rows of weights 0..i together */
+  int n;
+} group_job;
+
+static void group_chunk(void *arg, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  const group_job *g = arg;
+  int64_t base = 0;
+  for (int i = 0; i < g->n && begin < end; i++) {
+    const int64_t e = g->end[i];
+    if (begin < e) {
+      const int64_t stop = end < e ? end : e;
+      weir_kq_matmul_rows(&g->a[i], begin - base, stop - base);
+      begin = stop;
+    }
+    base = e;
+  }
+}
+
+/* ABI 1.7: the weights of one group (q/k/v, gate/up) of the same block type, layout and
+ * width: the activations quantized once, every row in one split. The rows' results are what
+ * gg_matmul gives (the same kernel on the same activations; a row's result does not depend
+ * on where a split cuts). Another mix (Q4_K_M's layers with a Q6_K attn_v) is NOTSUP: the
+ * host then calls matmul per weight. */
+static int gg_matmul_group(void *self, const void *const *weights, int n, const float *x,
+                           float *const *ys, int64_t n_tokens) {
+  const weir_cpu_quant *q = &((gguf_plugin *)self)->base;
+  if (!((gguf_plugin *)self)->group) return WEIR_E_NOTSUP;
+  if (!weights || !ys || n < 1 || n > WEIR_QUANT_GROUP_MAX || n_tokens < 0) return WEIR_E_INVAL;
+  for (int i = 0; i < n; i++)
+    if (!weights[i] || !ys[i]) return WEIR_E_INVAL;
+  if (n_tokens == 0) return WEIR_OK;
+  if (!x) return WEIR_E_INVAL;
+  const gguf_weight *w0 = weights[0];
+  if (!weir_kq_supported(w0->dtype)) return WEIR_E_NOTSUP;
+  for (int i = 1; i < n; i++) {
+    const gguf_weight *wi = weights[i];
+    if (wi->dtype != w0->dtype || wi->layout != w0->layout || wi->base.cols != w0->base.cols)
+      return WEIR_E_NOTSUP;
+  }
+  const int64_t cols = w0->base.cols;
+  _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
+  void *heap = NULL;
+  uint8_t *buf = weir_cpu_scratch(stack_buf, sizeof stack_buf,
+                                  weir_kq_act_bytes(cols, n_tokens), &heap);
+  if (!buf) return WEIR_E_NOMEM;
+  weir_kq_act act;
+  weir_kq_act_init(&act, buf, cols, n_tokens);
+  act_job aj = {.x = x, .w = w0, .act = &act};
+  weir_cpu_quant_for_tokens(q, n_tokens, cols, act_chunk, &aj);
+  group_job g = {.n = n};
+  int64_t rows = 0;
+  for (int i = 0; i < n; i++) {
+    const gguf_weight *wi = weights[i];
+    g.a[i] = (weir_kq_matmul_args){.type = wi->dtype, .layout = wi->layout, .w = wi->base.data,
+                                   .row_bytes = wi->row_bytes, .rows = wi->base.rows,
+                                   .cols = cols, .act = act, .n_tokens = n_tokens, .y = ys[i]};
+    rows += wi->base.rows;
+    g.end[i] = rows;
+  }
+  weir_cpu_quant_for_units(q, rows, 8, rows * cols * n_tokens, 1, 8, group_chunk, &g);
+  free(heap);
+  return WEIR_OK;
+}
+
 static int gg_embed(void *self, const void *weight, const int32_t *ids, float *out, int64_t n) {
   (void)self;
   const gguf_weight *w = weight;
@@ -276,6 +360,7 @@ static const weir_quant_ops k_ops = {
     .weight_bytes = gg_weight_bytes,
     .matmul = gg_matmul,
     .embed = gg_embed,
+    .matmul_group = gg_matmul_group,
 };
 
 static const weir_plugin_desc k_desc = {
@@ -290,6 +375,8 @@ static const weir_plugin_desc k_desc = {
     .init = gg_init,
     .fini = gg_fini,
     .ops = &k_ops,
+    .options = k_options,
+    .num_options = (int)(sizeof k_options / sizeof k_options[0]),
 };
 
 WEIR_PLUGIN_EXPORT(k_desc)
