@@ -176,6 +176,12 @@ int weir__api_metrics_register(weir__http_server *s) {
         "not react (a slow callback, or the loop thread waiting for a CPU).",
         WEIR_METRIC_HISTOGRAM, lag_buckets, (int)(sizeof lag_buckets / sizeof lag_buckets[0]),
         NULL, &x->loop_lag);
+  /* Requests per connection is what keep-alive changes (and what a client without a
+   * connection pool costs the server): the connections are counted beside the responses. */
+  if (rc == WEIR_OK)
+    rc = weir_metrics_register(s->metrics, "http_connections_total",
+                               "TCP connections accepted (refused ones included).",
+                               WEIR_METRIC_COUNTER, NULL, 0, NULL, &x->conns);
   return rc;
 }
 

@@ -125,6 +125,7 @@ typedef struct weir__queued_event weir__queued_event;
 typedef struct weir__http_metrics {
   weir_metric *ttft, *itl, *tpot, *e2e;
   weir_metric *loop_lag; /* how late the loop's lag timer fired (serve.c) */
+  weir_metric *conns;    /* connections accepted (server.c); NULL before registration */
 } weir__http_metrics;
 
 /* What the transport calls in the layer above it (api.c provides them; serve.c hands them

@@ -1017,6 +1017,7 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
+  if (s->m.conns) weir_metric_record(s->m.conns, 1);
   uv_tcp_nodelay(&c->tcp, 1);
   if (c->refused) {
     static const char body[] = "{\"error\":{\"message\":\"too many connections "
