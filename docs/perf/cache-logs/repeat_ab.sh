@@ -4,7 +4,7 @@
 # A B A B ... (weir bench starts each round's server, so every round begins with an empty
 # cache).
 #   [WEIR_AB_MODEL=FILE] docs/perf/cache-logs/repeat_ab.sh BUILD_DIR OUT_DIR [ROUNDS] [REQUESTS]
-# ROUNDS is per side (default 4: 8 servers, A B A B A B A B), REQUESTS per round (default 48);
+# ROUNDS is per side (default 4: 8 servers, A B A B A B A B), REQUESTS per round (default 64);
 # chat, ~64 prompt + 32 output tokens, EOS ignored, 8 in flight, keep-alive connections.
 # The workload: --repeat-rate 0.3 with weir bench's default --repeat-gap (2 x concurrency =
 # 16): a repeat copies a request at least 16 earlier, whose answer has normally come (a
@@ -17,9 +17,11 @@
 # 1.1B preset quantized by llama-quantize); without it `weir mkmodel --preset 1.1b --type
 # q8_0` is made once into OUT_DIR. Ends with one counted round against a memory server
 # (count-metrics.txt: hits, joins, misses: the share the cache answered).
-# On the quiet 2-core machine with the Q4_K_M file, 4 rounds of 48: about 5-6 minutes.
+# On the quiet 2-core machine with the Q4_K_M file, 4 rounds of 64: about 6 minutes (A: 64 x 32
+# tokens at ~47 tokens/s is ~44 s a round). Fewer requests per round make the start (the first
+# 16 cannot repeat) and the drain (the last batch finishing) a larger part of each round.
 set -eu
-build=${1:-build}; out=${2:-/tmp/cache-ab}; rounds=${3:-4}; reqs=${4:-48}
+build=${1:-build}; out=${2:-/tmp/cache-ab}; rounds=${3:-4}; reqs=${4:-64}
 mkdir -p "$out"
 weir="$build/bin/weir"
 # WEIR_AB_MODEL=path runs the same script on another model (a quick check that it works).
