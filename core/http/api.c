@@ -744,6 +744,7 @@ static void front_fill(weir__api_job *job, const char *rec, size_t rec_len, int 
  * byte for byte what the replay would write. Kept only when it checks out: the head ends,
  * every chunk carries the id and the time once each, the stream ends with [DONE]. */
 #define RENDER_MAX_PATCHES 65536
+#define RENDER_MAX_BYTES (1u << 20) /* a rendered stream is ~10x its record: keep it bounded */
 static void front_render(weir__http_server *s, weir__front_entry *e, const weir_buf *cap,
                          const char *id, int64_t created) {
   if (cap->oom || !cap->len || e->render || cap->len > UINT32_MAX) return;
@@ -751,6 +752,7 @@ static void front_render(weir__http_server *s, weir__front_entry *e, const weir_
   if (!body) return;
   body += 4;
   const size_t len = cap->len - (size_t)(body - cap->p);
+  if (len > RENDER_MAX_BYTES) return;
   char cr[40];
   const int crn = snprintf(cr, sizeof cr, "\"created\":%lld", (long long)created);
   const size_t idn = strlen(id);

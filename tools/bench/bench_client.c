@@ -418,6 +418,10 @@ static int on_message_complete(llhttp_t *p) {
       c->line_len = 0;
     }
     if (!c->finished && c->has_data) sse_dispatch(c, g_read_time);
+    if (!c->finished && c->done_ok) { /* that last event was [DONE] */
+      finish(c, 1, 0);
+      return -1;
+    }
     if (!c->finished && c->num_events == 0) {
       note_error(c->run, c, WEIR_BENCH_ERR_MALFORMED, "HTTP 200 but not an event stream: %.100s",
                  c->line ? c->line : "");
