@@ -176,6 +176,12 @@ int weir__api_metrics_register(weir__http_server *s) {
         "not react (a slow callback, or the loop thread waiting for a CPU).",
         WEIR_METRIC_HISTOGRAM, lag_buckets, (int)(sizeof lag_buckets / sizeof lag_buckets[0]),
         NULL, &x->loop_lag);
+  /* Requests per connection is what keep-alive changes (and what a client without a
+   * connection pool costs the server): the connections are counted beside the responses. */
+  if (rc == WEIR_OK)
+    rc = weir_metrics_register(s->metrics, "http_connections_total",
+                               "TCP connections accepted (refused ones included).",
+                               WEIR_METRIC_COUNTER, NULL, 0, NULL, &x->conns);
   return rc;
 }
 
@@ -732,12 +738,94 @@ static void front_fill(weir__api_job *job, const char *rec, size_t rec_len, int 
                           &job->cache, &d, rec, rec_len, from_store);
 }
 
+/* Keeps the stream the first front hit of an entry wrote (cap: head and chunks) as the
+ * entry's rendered body, with the places of the response id and of the "created" time: every
+ * later streamed hit of the entry is that body with a new id and time (front_serve_rendered),
+ * byte for byte what the replay would write. Kept only when it checks out: the head ends,
+ * every chunk carries the id and the time once each, the stream ends with [DONE]. */
+#define RENDER_MAX_PATCHES 65536
+#define RENDER_MAX_BYTES (1u << 20) /* a rendered stream is ~10x its record: keep it bounded */
+static void front_render(weir__http_server *s, weir__front_entry *e, const weir_buf *cap,
+                         const char *id, int64_t created) {
+  if (cap->oom || !cap->len || e->render || cap->len > UINT32_MAX) return;
+  const char *body = memmem(cap->p, cap->len, "\r\n\r\n", 4);
+  if (!body) return;
+  body += 4;
+  const size_t len = cap->len - (size_t)(body - cap->p);
+  if (len > RENDER_MAX_BYTES) return;
+  char cr[40];
+  const int crn = snprintf(cr, sizeof cr, "\"created\":%lld", (long long)created);
+  const size_t idn = strlen(id);
+  if (crn != 20 || !idn || !memmem(body, len, "data: [DONE]", 12)) return; /* 10 digits */
+  int n_id = 0, n_cr = 0;
+  for (const char *p = body; (p = memmem(p, len - (size_t)(p - body), id, idn)); p += idn) n_id++;
+  for (const char *p = body; (p = memmem(p, len - (size_t)(p - body), cr, (size_t)crn));
+       p += crn)
+    n_cr++;
+  if (n_id == 0 || n_id != n_cr || n_id > RENDER_MAX_PATCHES) return;
+  char *render = malloc(len);
+  uint32_t *ido = malloc(sizeof *ido * (size_t)n_id), *cro = malloc(sizeof *cro * (size_t)n_id);
+  if (!render || !ido || !cro) {
+    free(render);
+    free(ido);
+    free(cro);
+    return;
+  }
+  memcpy(render, body, len);
+  int k = 0;
+  for (const char *p = body; (p = memmem(p, len - (size_t)(p - body), id, idn)); p += idn)
+    ido[k++] = (uint32_t)(p - body);
+  k = 0;
+  for (const char *p = body; (p = memmem(p, len - (size_t)(p - body), cr, (size_t)crn));
+       p += crn)
+    cro[k++] = (uint32_t)(p - body) + 10; /* the digits, after "created": */
+  weir__rcache_front_render(s, e, render, len, ido, cro, n_id, idn);
+}
+
+/* A streamed front hit from the entry's rendered body: the head, one copy of the body with
+ * this answer's id and time patched in, one write. The job records the hit's time to first
+ * token and end-to-end time (a hit has no gaps between tokens) and ends. 0 when the entry
+ * has no rendered body or this request cannot take it (not chunked, request log on: the
+ * replay writes the log line); the caller replays then. */
+static int front_serve_rendered(weir__api_job *job, const weir__front_entry *e) {
+  weir__http_server *s = job->s;
+  weir__http_req *r = job->r;
+  const weir__front_desc *d = &e->d;
+  if (!e->render || !d->stream || d->responses || s->cfg->log_requests || !r ||
+      r->http_minor < 1)
+    return 0;
+  char id[sizeof job->id], created[24];
+  weir__api_make_id(id, sizeof id, d->chat ? "chatcmpl" : "cmpl");
+  const int cn = snprintf(created, sizeof created, "%lld", (long long)time(NULL));
+  if (strlen(id) != e->render_id_len || cn != 10) return 0;
+  r->cache_status = "hit-exact";
+  weir__http_cork(r);
+  weir__http_stream_start(r, "text/event-stream");
+  char *p = weir__http_stream_append_framed(r, e->render, e->render_len);
+  if (p) {
+    for (int i = 0; i < e->render_n; i++) {
+      memcpy(p + e->render_id_off[i], id, e->render_id_len);
+      memcpy(p + e->render_created_off[i], created, 10);
+    }
+  }
+  const double t = (double)(uv_hrtime() - job->arrival_ns) / 1e9;
+  for (int i = 0; i < d->num_prompts * d->n; i++) {
+    weir_metric_record(s->m.ttft, t);
+    weir_metric_record(s->m.e2e, t);
+  }
+  detach(job);
+  weir__http_stream_end(r); /* out of memory above: the stream ends short, as a replay's would */
+  job_free(job);
+  return 1;
+}
+
 /* A front hit: the job is made from the entry's description and the recorded answer replayed
  * into it, on the loop, with one write. */
 static void front_serve(weir__api_job *job, const weir__front_entry *e) {
   weir__http_server *s = job->s;
   weir__http_req *r = job->r;
   const weir__front_desc *d = &e->d;
+  if (front_serve_rendered(job, e)) return;
   job->chat = d->chat;
   job->stream = d->stream;
   job->include_usage = d->include_usage;
@@ -770,9 +858,18 @@ static void front_serve(weir__api_job *job, const weir__front_entry *e) {
     ch->index = i;
     ch->prompt_index = i / d->n;
   }
+  /* A streamed chat or completions hit keeps what it writes as the entry's rendered body. */
+  weir_buf cap = {0};
+  char id[sizeof job->id];
+  const int64_t created = job->created;
+  const int render = job->stream && !d->responses && r->http_minor >= 1 && !e->render;
+  snprintf(id, sizeof id, "%s", job->id);
+  if (render) r->capture = &cap;
   if (job->stream) weir__http_cork(r);
   stream_begin(job, r);
-  replay_answer(job, e->rec, e->rec_len);
+  replay_answer(job, e->rec, e->rec_len); /* ends the job and the stream: r may be gone */
+  if (render) front_render(s, (weir__front_entry *)e, &cap, id, created);
+  weir_buf_free(&cap);
 }
 
 /* The leader in flight with this key, or NULL. */

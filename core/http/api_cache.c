@@ -765,6 +765,12 @@ void weir__rcache_front_fill(weir__http_server *s, uint64_t hash, int kind, cons
                         rec_len, fresh);
 }
 
+void weir__rcache_front_render(weir__http_server *s, weir__front_entry *e, char *render,
+                               size_t len, uint32_t *id_off, uint32_t *created_off, int n,
+                               size_t id_len) {
+  weir__front_set_render(s->rcache->front, e, render, len, id_off, created_off, n, id_len);
+}
+
 void weir__rcache_front_clear(weir__http_server *s) {
   if (s->rcache) weir__front_clear(s->rcache->front);
 }

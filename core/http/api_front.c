@@ -36,6 +36,9 @@ weir__front *weir__front_new(size_t max_bytes, int64_t max_count) {
 }
 
 static void entry_free(weir__front_entry *e) {
+  free(e->render);
+  free(e->render_id_off);
+  free(e->render_created_off);
   free(e->d.tool_named);
   cJSON_Delete(e->d.resp_echo);
   free(e);
@@ -52,6 +55,23 @@ void weir__front_remove(weir__front *f, weir__front_entry *e) {
   f->bytes -= e->size;
   f->count--;
   entry_free(e);
+}
+
+void weir__front_set_render(weir__front *f, weir__front_entry *e, char *render, size_t len,
+                            uint32_t *id_off, uint32_t *created_off, int n, size_t id_len) {
+  free(e->render);
+  free(e->render_id_off);
+  free(e->render_created_off);
+  f->bytes -= e->size;
+  e->size = e->size - e->render_len - 2 * sizeof(uint32_t) * (size_t)e->render_n + len +
+            2 * sizeof(uint32_t) * (size_t)n;
+  f->bytes += e->size;
+  e->render = render;
+  e->render_len = len;
+  e->render_id_off = id_off;
+  e->render_created_off = created_off;
+  e->render_n = n;
+  e->render_id_len = id_len;
 }
 
 void weir__front_clear(weir__front *f) {

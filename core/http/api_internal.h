@@ -90,6 +90,10 @@ void weir__rcache_front_fill(weir__http_server *s, uint64_t hash, int kind, cons
                              const api_cache_ctx *c, const struct weir__front_desc *d,
                              const char *rec, size_t rec_len, int from_store);
 void weir__rcache_front_clear(weir__http_server *s);
+/* weir__front_set_render on the server's front index (the arguments are taken). */
+void weir__rcache_front_render(weir__http_server *s, struct weir__front_entry *e, char *render,
+                               size_t len, uint32_t *id_off, uint32_t *created_off, int n,
+                               size_t id_len);
 /* Loop: counts a request that joined an identical one in flight. */
 void weir__rcache_count_join(weir__http_server *s);
 /* A recorded answer: 0 when data is one of num_choices choices, well formed; else -1. */
@@ -132,6 +136,14 @@ typedef struct weir__front_entry {
   weir__front_desc d;      /* owned: tool_named and resp_echo are the entry's copies */
   const char *auth, *body, *rec; /* into data[] */
   size_t auth_len, body_len, rec_len;
+  /* The streamed body as the first front hit wrote it (chunked framing included), with the
+   * places of its response id and its "created" time, so that later hits are one copy and
+   * two patches (api.c, front_serve). NULL until then; owned. */
+  char *render;
+  size_t render_len;
+  uint32_t *render_id_off, *render_created_off; /* owned, render_n each */
+  int render_n;
+  size_t render_id_len;    /* the id's length, prefix included */
   char data[];
 } weir__front_entry;
 
@@ -147,6 +159,10 @@ uint64_t weir__front_hash(int kind, const char *auth, size_t auth_len, const cha
 weir__front_entry *weir__front_find(weir__front *f, uint64_t hash, int kind, const char *auth,
                                     size_t auth_len, const char *body, size_t body_len);
 void weir__front_remove(weir__front *f, weir__front_entry *e);
+/* Gives e a rendered body (taken: render, id_off, created_off, all malloc'd) and charges its
+ * bytes to the table. */
+void weir__front_set_render(weir__front *f, weir__front_entry *e, char *render, size_t len,
+                            uint32_t *id_off, uint32_t *created_off, int n, size_t id_len);
 /* Adds (or replaces) an entry, copying everything; the oldest entries make room. 0, or -1
  * when it is too large or memory ran out (nothing changed then, except what made room). */
 int weir__front_put(weir__front *f, uint64_t hash, int kind, const char *auth, size_t auth_len,

@@ -98,6 +98,7 @@ struct weir__http_req {
    * when it ends (a replayed answer: one write instead of one per chunk). */
   int corked;
   weir_buf cork;
+  weir_buf *capture;          /* set: stream_end copies the corked bytes here first */
 };
 
 /* Responses. Each call makes its own uv_write with its own buffer. They do nothing when the
@@ -116,6 +117,10 @@ void weir__http_stream_end(weir__http_req *r);
  * them with the terminating chunk in one write. For a stream whose chunks are all known at
  * once (a cached answer). */
 void weir__http_cork(weir__http_req *r);
+/* Appends bytes already framed as chunks to a corked, chunked stream and returns where they
+ * landed in the cork (writable until the stream ends), or NULL (not corked, not chunked,
+ * ended, out of memory) when nothing was appended. Loop only. */
+char *weir__http_stream_append_framed(weir__http_req *r, const char *data, size_t len);
 /* The URL path without the query string, NUL-terminated in `out`. */
 void weir__http_path(const weir__http_req *r, char *out, size_t cap);
 
@@ -125,6 +130,7 @@ typedef struct weir__queued_event weir__queued_event;
 typedef struct weir__http_metrics {
   weir_metric *ttft, *itl, *tpot, *e2e;
   weir_metric *loop_lag; /* how late the loop's lag timer fired (serve.c) */
+  weir_metric *conns;    /* connections accepted (server.c); NULL before registration */
 } weir__http_metrics;
 
 /* What the transport calls in the layer above it (api.c provides them; serve.c hands them

@@ -587,6 +587,13 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
 
 void weir__http_cork(weir__http_req *r) { r->corked = 1; }
 
+char *weir__http_stream_append_framed(weir__http_req *r, const char *data, size_t len) {
+  if (!r->streaming || r->done || !r->corked || !r->chunked) return NULL;
+  size_t at = r->cork.len;
+  weir_buf_append(&r->cork, data, len);
+  return r->cork.oom ? NULL : r->cork.p + at;
+}
+
 void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
   if (!r->streaming || r->done || len == 0) return;
   char *owned = NULL;
@@ -621,6 +628,10 @@ void weir__http_stream_write(weir__http_req *r, const char *data, size_t len) {
 void weir__http_stream_end(weir__http_req *r) {
   if (!r->streaming || r->done) return;
   if (r->corked) {
+    /* A capture (the front index's rendered hits) takes the head and the chunks, not the
+     * end of the stream: the fast path ends its stream here too. */
+    if (r->capture && !r->cork.oom) weir_buf_append(r->capture, r->cork.p, r->cork.len);
+    r->capture = NULL;
     if (r->chunked) weir_buf_append(&r->cork, "0\r\n\r\n", 5);
     if (r->cork.oom) conn_close_soon(r->conn);
     else if (r->cork.len) conn_write(r->conn, r->cork.p, r->cork.len, NULL, 0);
@@ -1017,6 +1028,7 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
+  if (s->m.conns) weir_metric_record(s->m.conns, 1);
   uv_tcp_nodelay(&c->tcp, 1);
   if (c->refused) {
     static const char body[] = "{\"error\":{\"message\":\"too many connections "

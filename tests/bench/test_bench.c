@@ -900,6 +900,91 @@ static void test_usage_errors(void) {
   WT_ASSERT_STR_CONTAINS(out, "--output-dist uniform|exponential");
   free(out);
 }
+/* Keep-alive: a server that says "keep-alive" and then closes the connection when the next
+ * request arrives on it, unanswered. Every such request was sent on a reused connection and
+ * got no byte back: the bench sends it again, once, on a fresh connection, and nothing
+ * fails. 6 requests one at a time: the first on a fresh connection, each later one on the
+ * previous one's connection (dropped), then resent: 5 retries, 6 connections. */
+static void test_keep_alive_retry(void) {
+  tserver s;
+  if (ts_start(&s, "--ttft-ms", "5", "--gap-ms", "2", "--keep-alive-drop", NULL)) {
+    CU_FAIL("no server");
+    return;
+  }
+  char *u = url_of(&s);
+  cJSON *r = bench(NULL, NULL, "--url", u, "--num-requests", "6", "--concurrency", "1",
+                   "--output-len", "4", NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+  WT_ASSERT_INT_EQ(num(r, "targets.0.summary.requests.completed"), 6);
+  WT_ASSERT_INT_EQ(num(r, "targets.0.summary.requests.failed"), 0);
+  WT_ASSERT_INT_EQ(num(r, "targets.0.summary.connections.retries"), 5);
+  WT_ASSERT_INT_EQ(num(r, "targets.0.summary.connections.opened"), 6);
+  cJSON_Delete(r);
+  /* A server that closes after every answer ("Connection: close"): never reused, never
+   * retried; with --no-keep-alive likewise. */
+  ts_stop(&s);
+  if (ts_start(&s, "--ttft-ms", "5", "--gap-ms", "2", NULL)) {
+    CU_FAIL("no server");
+    free(u);
+    return;
+  }
+  free(u);
+  u = url_of(&s);
+  for (int k = 0; k < 2; k++) {
+    r = k ? bench(NULL, NULL, "--url", u, "--num-requests", "6", "--concurrency", "2",
+                  "--output-len", "4", "--no-keep-alive", NULL)
+          : bench(NULL, NULL, "--url", u, "--num-requests", "6", "--concurrency", "2",
+                  "--output-len", "4", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    WT_ASSERT_INT_EQ(num(r, "targets.0.summary.requests.completed"), 6);
+    WT_ASSERT_INT_EQ(num(r, "targets.0.summary.connections.retries"), 0);
+    WT_ASSERT_INT_EQ(num(r, "targets.0.summary.connections.opened"), 6);
+    cJSON_Delete(r);
+  }
+  free(u);
+  ts_stop(&s);
+}
+
+/* --repeat-gap: a repeat copies a request at least that far back; by default twice the
+ * concurrency. Returns the smallest distance from a repeat to its first occurrence (INT_MAX
+ * when none) and the number of repeats. */
+static int min_repeat_distance(char *text, int n_expect, int *repeats) {
+  char *lines[400];
+  int n = 0, best = 1 << 30;
+  *repeats = 0;
+  for (char *line = strtok(text, "\n"); line && n < 400; line = strtok(NULL, "\n")) {
+    for (int j = 0; j < n; j++)
+      if (!strcmp(lines[j], line)) {
+        (*repeats)++;
+        if (n - j < best) best = n - j;
+        break;
+      }
+    lines[n++] = line;
+  }
+  WT_ASSERT_INT_EQ(n, n_expect);
+  return best;
+}
+
+static void test_repeat_gap(void) {
+  char *a = dump("--num-requests", "400", "--seed", "3", "--input-len", "30", "--repeat-rate",
+                 "0.3", "--concurrency", "8", NULL);
+  char *b = dump("--num-requests", "400", "--seed", "3", "--input-len", "30", "--repeat-rate",
+                 "0.3", "--concurrency", "8", "--repeat-gap", "1", NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+  int ra = 0, rb = 0;
+  int da = min_repeat_distance(a, 400, &ra), db = min_repeat_distance(b, 400, &rb);
+  fprintf(stderr, "\n  default gap (16): %d repeats, nearest %d back; gap 1: %d, nearest %d\n",
+          ra, da, rb, db);
+  CU_ASSERT(da >= 16);
+  CU_ASSERT(db < 16);
+  /* The share stays about the rate: 0.3 x 400 = 120 expected either way. */
+  CU_ASSERT(ra >= 90 && ra <= 150);
+  CU_ASSERT(rb >= 90 && rb <= 150);
+  free(a);
+  free(b);
+}
+
 /* --repeat-rate: about that share of the requests repeat an earlier one exactly, the same ones
  * on every run; without it no request repeats (random prompts of 30 words never collide). */
 static void test_repeat_rate(void) {
@@ -947,6 +1032,8 @@ int main(void) {
       {"ab_report_and_svg", test_ab_report_and_svg},
       {"workload_determinism", test_workload_determinism},
       {"repeat_rate", test_repeat_rate},
+      {"repeat_gap", test_repeat_gap},
+      {"keep_alive_retry", test_keep_alive_retry},
       {"workload_tokens_and_prefixes", test_workload_tokens_and_prefixes},
       {"workload_copy", test_workload_copy},
       {"input_len_in_target_tokens", test_input_len_in_target_tokens},

@@ -136,6 +136,86 @@ static void test_single_run(void) {
   free(url);
 }
 
+/* The value of a metric of one series (labels ignored) from GET /metrics (one connection of its own), or -1. */
+static double metric_value(int port, const char *name) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  double v = -1;
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap);
+  if (buf && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if (write(fd, req, strlen(req)) > 0) {
+      ssize_t k;
+      while (n + 1 < cap && (k = read(fd, buf + n, cap - n - 1)) > 0) n += (size_t)k;
+      buf[n] = 0;
+      size_t nl = strlen(name);
+      for (char *p = buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, nl) && (p[nl] == ' ' || p[nl] == '{')) {
+          const char *sp = strchr(p + nl, ' '); /* after the labels, if any */
+          if (sp) v = strtod(sp + 1, NULL);
+          break;
+        }
+    }
+  }
+  free(buf);
+  close(fd);
+  return v;
+}
+
+/* Keep-alive against the real server: 24 requests at 4 in flight reuse their slots'
+ * connections, so the server accepts far fewer connections than it answers requests (its
+ * own counter, weir_http_connections_total); --no-keep-alive opens one per request. The
+ * bench's control requests (GET /v1/models, POST /tokenize) and each /metrics read open a
+ * connection of their own, hence the slack of a few. */
+static void test_keep_alive_real_server(void) {
+  int port = wt_free_port();
+  char *log = wt_strf("%s/ka-serve.log", g_dir), *url = wt_strf("http://127.0.0.1:%d", port);
+  pid_t pid = start_serve(g_cfg_a, port, log);
+  if (pid < 0) {
+    CU_FAIL("weir serve stopped serving between the probe and this test");
+    free(log);
+    free(url);
+    return;
+  }
+  double accepted[2] = {0, 0}, opened[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    char *json = wt_strf("%s/ka-%d.json", g_dir, k), *out = NULL;
+    char *argv[] = {WT_WEIR, "bench", "--url", url, "--endpoint", "chat", "--num-requests",
+                    "24", "--concurrency", "4", "--input-len", "8", "--output-len", "2",
+                    "--json", json, "--quiet", k ? "--no-keep-alive" : NULL, NULL};
+    double before = metric_value(port, "weir_http_connections_total");
+    int rc = wt_run(argv, &out, 120000);
+    double after = metric_value(port, "weir_http_connections_total");
+    if (rc != 0) fprintf(stderr, "\n  weir bench exited %d:\n%s\n", rc, out);
+    WT_ASSERT_INT_EQ(rc, 0);
+    cJSON *r = read_json(json);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    WT_ASSERT_INT_EQ(num(r, "targets.0.summary.requests.completed"), 24);
+    opened[k] = num(r, "targets.0.summary.connections.opened");
+    /* less the /metrics read that `before` itself made */
+    accepted[k] = after - before - 1;
+    CU_ASSERT(before >= 1);
+    cJSON_Delete(r);
+    free(out);
+    free(json);
+  }
+  fprintf(stderr, "\n  server accepted %.0f connections for 24 requests with keep-alive (bench "
+          "opened %.0f), %.0f without (bench opened %.0f)\n", accepted[0], opened[0],
+          accepted[1], opened[1]);
+  CU_ASSERT(opened[0] >= 1 && opened[0] <= 4);
+  CU_ASSERT(accepted[0] >= opened[0] && accepted[0] <= opened[0] + 3);
+  CU_ASSERT(accepted[0] < 24);
+  WT_ASSERT_INT_EQ(opened[1], 24);
+  CU_ASSERT(accepted[1] >= 24 && accepted[1] <= 27);
+  stop_serve(pid);
+  free(log);
+  free(url);
+}
+
 static void test_ab_two_configs(void) {
   char *json = wt_strf("%s/ab.json", g_dir), *svg = wt_strf("%s/ab.svg", g_dir), *out = NULL;
   char *log = wt_strf("%s/ab-serve.log", g_dir);
@@ -221,6 +301,7 @@ int main(void) {
   static const wt_test tests[] = {
       {"single_run_real_server", test_single_run},
       {"ab_two_configs_drafter", test_ab_two_configs},
+      {"keep_alive_real_server", test_keep_alive_real_server},
       {NULL, NULL},
   };
   rc = wt_run_suite("bench_server", tests);

@@ -10,6 +10,10 @@
  *          [--tokens N]
  *          [--fault none|500|malformed|truncated|reset|error-event|stall|garbage|badchunk]
  *          [--fault-every K] [--no-usage] [--identity] [--log FILE] [--tokens-per-word R]
+ *          [--keep-alive-drop]
+ * --keep-alive-drop: a streamed answer says "Connection: keep-alive", and the server then
+ * reads the next request on that connection and closes it unanswered (the race of a server
+ * closing an idle connection just as the client reuses it);
  * --tokens overrides max_tokens; --fault-every K makes every K-th stream request faulty
  * (default 1: all); --identity delimits the body by closing instead of chunked encoding;
  * --log appends every POST body as one line; --tokens-per-word R makes its "tokenizer" count
@@ -38,6 +42,7 @@ static double g_tokens_per_word = 0;
 static int g_ttft_ms = 50, g_gap_ms = 20, g_tokens = 0, g_fault_every = 1, g_usage = 1;
 static int g_chunked = 1;
 static const char *g_fault = "none";
+static int g_ka_drop;
 static FILE *g_log;
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_stream_count;
@@ -148,8 +153,9 @@ static void stream(int fd, const char *path, const char *body_text, const struct
   }
   char hdr[256];
   int h = snprintf(hdr, sizeof hdr, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                    "Cache-Control: no-cache\r\n%sConnection: close\r\n\r\n",
-                   g_chunked ? "Transfer-Encoding: chunked\r\n" : "");
+                                    "Cache-Control: no-cache\r\n%sConnection: %s\r\n\r\n",
+                   g_chunked ? "Transfer-Encoding: chunked\r\n" : "",
+                   g_ka_drop && g_chunked ? "keep-alive" : "close");
   if (send_all(fd, hdr, (size_t)h)) goto done;
   if (!strcmp(fault, "badchunk")) {
     /* A chunk size that is not hexadecimal breaks the transfer encoding. */
@@ -256,6 +262,8 @@ static void *serve_conn(void *arg) {
       pthread_mutex_unlock(&g_log_lock);
     }
     stream(fd, path, buf + hlen, &t0);
+    /* Wait for the client's next request on this connection, then close unanswered. */
+    if (g_ka_drop) (void)recv(fd, buf, cap, 0);
   } else {
     simple(fd, 404, "Not Found", "application/json", "{\"error\":{\"message\":\"no such route\"}}");
   }
@@ -272,6 +280,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--no-usage")) g_usage = 0;
+    else if (!strcmp(a, "--keep-alive-drop")) g_ka_drop = 1;
     else if (!strcmp(a, "--identity")) g_chunked = 0;
     else if (!v) { fprintf(stderr, "test_server: %s needs a value\n", a); return 2; }
     else if (!strcmp(a, "--port-file")) port_file = v, i++;

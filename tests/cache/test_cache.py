@@ -256,6 +256,29 @@ def front(s, tag, plugin):
     expect(h3 == "hit-exact" and h4 == "hit-exact" and h5 == "hit-exact" and
            sse(e3) == sse(e4) == sse(e5) and len(sse(e5)) > 3,
            "%s: front stream %s %s %s" % (tag, h3, h4, h5))
+    # From its second streamed front hit on, an entry is served from its rendered body (one
+    # copy, the id and time patched in): the same chunks as the replay, each answer its own
+    # id on every chunk, the current time, for chat and for completions.
+    cb = {"prompt": "Front rendered " + tag, "max_tokens": 12, "temperature": 0,
+          "stream": True, "stream_options": {"include_usage": True}}
+    for path, b, prefix in (("/v1/chat/completions", sb, "chatcmpl-"),
+                            ("/v1/completions", cb, "cmpl-")):
+        got = [post(s, path, b, "alice") for _ in range(5)]
+        ids = []
+        for _, h, e in got:
+            objs = [json.loads(line[6:]) for line in e.decode().split("\n")
+                    if line.startswith("data: {")]
+            these = {o.get("id") for o in objs}
+            times = {o.get("created") for o in objs}
+            expect(h == "hit-exact" or e is got[0][2], "%s: rendered %s: %s" % (tag, path, h))
+            expect(len(these) == 1 and next(iter(these)).startswith(prefix) and len(times) == 1 and
+                   abs(next(iter(times)) - time.time()) < 30,
+                   "%s: rendered %s: ids %s times %s" % (tag, path, these, times))
+            ids.append(next(iter(these)))
+        expect(len(set(ids)) == 5, "%s: rendered %s reused an id: %s" % (tag, path, ids))
+        expect(all(sse(e) == sse(got[1][2]) for _, _, e in got[1:]) and
+               e.rstrip().endswith(b"data: [DONE]"),
+               "%s: rendered %s differs from the replay" % (tag, path))
     # Other keys, no key, another user: the same bytes are another scope.
     base = fh()
     for key, b in (("mallory", body), (None, body), ("Alice", body),

@@ -85,6 +85,11 @@ typedef struct weir_bench_workload {
   /* --repeat-rate: the fraction of measured requests that repeat an earlier request of the
    * same run exactly (same prompt and max_tokens: a response-cache workload). 0: none. */
   double repeat_rate;
+  /* A repeat copies a request at least repeat_gap earlier (its answer normally complete);
+   * repeat_n (the run's request count, 0 = unknown) scales the later requests' probability
+   * so the expected share over the run stays repeat_rate. */
+  int64_t repeat_gap;
+  int64_t repeat_n;
   double copy_edits;                   /* copy: fraction of the copy's words replaced */
   char *text;                          /* copy: the file's text, words NUL-separated, owned */
   int64_t *word_off;                   /* copy: each word's offset in text, owned */
@@ -181,6 +186,8 @@ typedef struct weir_bench_load {
   int warmup;           /* requests run before measuring, excluded */
   double request_timeout_s;
   double max_time_s;    /* hard bound on the run, in-flight requests canceled after it */
+  int no_keep_alive;    /* 1: a connection per request ("Connection: close"); 0: each slot
+                           keeps its connection (HTTP/1.1 keep-alive) */
 } weir_bench_load;
 
 typedef struct weir_bench_target {
@@ -202,6 +209,8 @@ typedef struct weir_bench_run {
   double duration_s;       /* first send to last completion */
   int interrupted;         /* Ctrl-C or the time bound cut it short */
   double sched_lag_mean_ms, sched_lag_max_ms; /* send time minus scheduled time */
+  int64_t conns_opened;    /* TCP connections opened, warm-up included */
+  int64_t retries;         /* requests sent again after a kept-alive connection closed */
   char *err_example[WEIR_BENCH_ERR_COUNT]; /* first message seen per kind, owned */
 } weir_bench_run;
 
@@ -260,6 +269,7 @@ typedef struct weir_bench_summary {
   int num_buckets;
   int interrupted;
   double sched_lag_mean_ms, sched_lag_max_ms;
+  int64_t conns_opened, retries; /* summed over the runs */
   const char *err_example[WEIR_BENCH_ERR_COUNT]; /* borrowed from the first run having one */
   /* The first WEIR_BENCH_MAX_DISTINCT distinct error texts of the failed requests (borrowed
    * from the records), with how many requests failed so, in order of first appearance. */

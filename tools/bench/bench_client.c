@@ -1,12 +1,18 @@
-/* The client side of a run: a libuv loop that opens one HTTP/1.1 connection per request,
+/* The client side of a run: a libuv loop that sends requests over HTTP/1.1 connections,
  * parses the response with llhttp and the event stream with a small SSE parser, and
  * timestamps every content chunk as it is read. The closed-loop scheduler refills a slot
  * the moment a request ends; the open-loop scheduler sends at precomputed arrival times
  * from a timer on the loop.
  *
- * Every request opens its own connection ("Connection: close"): the connect on loopback
- * costs tens of microseconds, is counted in TTFT like a client without a pool would see,
- * and keeps a slow or broken response from ever affecting the next request. */
+ * Connections are kept alive by default, as real clients and the peers' benches do: a
+ * request that ended cleanly (its whole response read, the server did not say
+ * "Connection: close") gives its socket back to the runner's idle list and the next
+ * request takes it, so a slot pays the connect, accept and close once, not per request.
+ * A request on a reused socket that the server closed before any byte of the answer came
+ * (an idle connection it timed out or evicted) is sent again, once, on a fresh connection.
+ * A request that failed in any way closes its socket, so a broken response never affects
+ * the next request. --no-keep-alive sends "Connection: close" and opens one connection per
+ * request, the connect then counted in TTFT. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -38,18 +44,40 @@ const char *const weir__bench_err_names[WEIR_BENCH_ERR_COUNT] = {
 #define TICK_MS 50           /* interrupt and time-bound polling */
 
 typedef struct runner runner;
+typedef struct conn conn;
 
-typedef struct conn {
+/* One TCP connection. It outlives the requests it carries when kept alive; `cur` is the
+ * request reading from it (NULL while it waits on the idle list). Freed in its close
+ * callback. */
+typedef struct sock {
   uv_tcp_t tcp;
   uv_connect_t connect_req;
+  runner *run;
+  conn *cur;
+  struct sock *idle_next;
+  int idle;                 /* on the runner's idle list */
+  int connected;
+} sock;
+
+/* One request: its parser, timer and SSE state. Freed when its timer has closed and no
+ * write of its bytes is pending (refs). */
+struct conn {
   uv_write_t write_req;
   uv_timer_t timer;
   llhttp_t parser;
   runner *run;
-  struct conn *prev, *next; /* the runner's list of active connections */
+  sock *s;                  /* the connection carrying it; NULL once given back */
+  struct conn *prev, *next; /* the runner's list of active requests */
   int64_t rec;              /* index into run->recs, or -1 for warm-up */
-  char *req;                /* the request bytes, owned until the write completes */
+  char *req;                /* the request bytes, owned until the request ends (a retry
+                               sends them again) */
   size_t req_len;
+  int refs;                 /* the timer's handle, plus one while a write is pending */
+  sock *ws;                 /* the connection of the pending write */
+  int reused;               /* sent on a kept-alive connection */
+  int retried;              /* already sent again on a fresh connection */
+  int done_ok;              /* data: [DONE] seen: the answer is complete */
+  double done_ms;           /* when [DONE] was read */
   char *line;               /* SSE: the current line */
   size_t line_len, line_cap;
   char *data;               /* SSE: data of the current event */
@@ -58,12 +86,12 @@ typedef struct conn {
   int status;
   int got_bytes;
   int finished;
-  int open_handles;
+  int msg_complete;         /* llhttp saw the end of the response */
   int num_chunks;           /* content chunks, warm-up included */
   int num_events;           /* SSE events dispatched */
   char errbody[MAX_ERRBODY + 1];
   size_t errbody_len;
-} conn;
+};
 
 struct runner {
   uv_loop_t loop;
@@ -88,6 +116,10 @@ struct runner {
   int64_t pending_head, pending_tail;
   int stopping;
   conn *active;
+  sock *idle;               /* kept-alive connections waiting for a request */
+  int keep_alive;
+  int64_t conns_opened;     /* connections this run opened (warm-up included) */
+  int64_t retries;          /* requests sent again after a reused connection closed */
   weir_bench_record *recs;
   int64_t num_recs, cap_recs;
   int64_t done_count, err_count;
@@ -120,23 +152,45 @@ static void note_error(runner *r, conn *c, int kind, const char *fmt, ...) {
 static void issue(runner *r, double scheduled_ms);
 static void schedule_more(runner *r);
 
-static void conn_closed_cb(uv_handle_t *h) {
-  conn *c = h->data;
-  if (--c->open_handles > 0) return;
+static void conn_unref(conn *c) {
+  if (--c->refs > 0) return;
   free(c->req);
   free(c->line);
   free(c->data);
   free(c);
 }
 
-/* Ends a request once: records the outcome, closes the connection and refills the slot. */
+static void timer_closed_cb(uv_handle_t *h) { conn_unref(h->data); }
+
+static void sock_closed_cb(uv_handle_t *h) { free(h->data); }
+
+static void idle_remove(runner *r, sock *s) {
+  if (!s->idle) return;
+  for (sock **pp = &r->idle; *pp; pp = &(*pp)->idle_next)
+    if (*pp == s) {
+      *pp = s->idle_next;
+      break;
+    }
+  s->idle = 0;
+  s->idle_next = NULL;
+}
+
+static void sock_close(sock *s) {
+  idle_remove(s->run, s);
+  if (s->cur) s->cur->s = NULL;
+  s->cur = NULL;
+  if (!uv_is_closing((uv_handle_t *)&s->tcp)) uv_close((uv_handle_t *)&s->tcp, sock_closed_cb);
+}
+
+/* Ends a request once: records the outcome, gives its connection back to the idle list (a
+ * clean end on a kept-alive connection) or closes it, and refills the slot. */
 static void finish(conn *c, int ok, int err) {
   if (c->finished) return;
   runner *r = c->run;
   c->finished = 1;
   if (c->rec >= 0) {
     weir_bench_record *rec = &r->recs[c->rec];
-    rec->end_ms = now_ms(r);
+    rec->end_ms = c->done_ok ? c->done_ms : now_ms(r);
     rec->ok = ok;
     rec->err = ok ? -1 : err;
     rec->http_status = c->status;
@@ -148,8 +202,24 @@ static void finish(conn *c, int ok, int err) {
   if (c->next) c->next->prev = c->prev;
   r->in_flight--;
   uv_timer_stop(&c->timer);
-  uv_close((uv_handle_t *)&c->timer, conn_closed_cb);
-  uv_close((uv_handle_t *)&c->tcp, conn_closed_cb);
+  uv_close((uv_handle_t *)&c->timer, timer_closed_cb);
+  sock *s = c->s;
+  if (s) {
+    c->s = NULL;
+    s->cur = NULL;
+    /* Reusable only when the response ended as HTTP says (message complete), the server
+     * keeps the connection, and nothing of it is left unread. */
+    if (ok && r->keep_alive && c->msg_complete && llhttp_should_keep_alive(&c->parser) &&
+        !r->stopping) {
+      s->idle = 1;
+      s->idle_next = r->idle;
+      r->idle = s;
+      /* An idle connection must not keep the loop running at the end of a phase. */
+      uv_unref((uv_handle_t *)&s->tcp);
+    } else {
+      sock_close(s);
+    }
+  }
   schedule_more(r);
 }
 
@@ -202,7 +272,11 @@ static void sse_dispatch(conn *c, double t) {
   const char *d = c->data ? c->data : "";
   c->num_events++;
   if (!strcmp(d, "[DONE]")) {
-    finish(c, 1, 0);
+    /* The answer is complete; its end time is now. A kept-alive connection still has the
+     * response's last chunk to read before it can carry the next request. */
+    c->done_ok = 1;
+    c->done_ms = t;
+    if (!c->run->keep_alive) finish(c, 1, 0);
     return;
   }
   cJSON *o = cJSON_Parse(d);
@@ -271,7 +345,7 @@ nomem:
 
 static void sse_feed(conn *c, const char *p, size_t n, double t) {
   size_t i = 0;
-  while (i < n && !c->finished) {
+  while (i < n && !c->finished && !c->done_ok) {
     const char *nl = memchr(p + i, '\n', n - i);
     size_t take = nl ? (size_t)(nl - (p + i)) : n - i;
     if (c->line_len + take > MAX_LINE) {
@@ -330,6 +404,11 @@ static void finish_http_error(conn *c) {
 static int on_message_complete(llhttp_t *p) {
   conn *c = p->data;
   if (c->finished) return -1;
+  c->msg_complete = 1;
+  if (c->done_ok) {
+    finish(c, 1, 0);
+    return -1;
+  }
   if (c->status != 200) {
     finish_http_error(c);
   } else {
@@ -339,6 +418,10 @@ static int on_message_complete(llhttp_t *p) {
       c->line_len = 0;
     }
     if (!c->finished && c->has_data) sse_dispatch(c, g_read_time);
+    if (!c->finished && c->done_ok) { /* that last event was [DONE] */
+      finish(c, 1, 0);
+      return -1;
+    }
     if (!c->finished && c->num_events == 0) {
       note_error(c->run, c, WEIR_BENCH_ERR_MALFORMED, "HTTP 200 but not an event stream: %.100s",
                  c->line ? c->line : "");
@@ -367,14 +450,41 @@ static const llhttp_settings_t *settings(void) {
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  conn *c = h->data;
+  sock *s = h->data;
   (void)suggested;
-  buf->base = c->run->readbuf;
-  buf->len = sizeof c->run->readbuf;
+  buf->base = s->run->readbuf;
+  buf->len = sizeof s->run->readbuf;
 }
 
-static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  conn *c = s->data;
+static void open_sock(conn *c);
+static int send_req(conn *c);
+
+/* A request sent on a kept-alive connection that the server closed before any byte of the
+ * answer came (it timed the idle connection out or evicted it, a race no client can avoid)
+ * is sent again, once, on a fresh connection. Returns 1 when it was. */
+static int retry(conn *c) {
+  runner *r = c->run;
+  if (!c->reused || c->retried || c->got_bytes || c->finished || r->stopping) return 0;
+  if (c->s) sock_close(c->s);
+  c->retried = 1;
+  c->reused = 0;
+  c->status = 0;
+  llhttp_init(&c->parser, HTTP_RESPONSE, settings());
+  c->parser.data = c;
+  r->retries++;
+  open_sock(c);
+  return 1;
+}
+
+static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  sock *s = st->data;
+  conn *c = s->cur;
+  if (!c) {
+    /* Idle: the server closed it, or sent what no request asked for; either way it can
+     * carry no request. */
+    if (nread != 0) sock_close(s);
+    return;
+  }
   if (c->finished) return;
   g_read_time = now_ms(c->run);
   if (nread > 0) {
@@ -391,6 +501,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (nread == 0) return;
   /* EOF or a read error. */
   if (!c->got_bytes) {
+    if (retry(c)) return;
     note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "connection closed before any response (%s)",
                uv_strerror((int)nread));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
@@ -401,6 +512,10 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     llhttp_errno_t e = llhttp_finish(&c->parser);
     if (c->finished) return;
     (void)e;
+  }
+  if (c->done_ok) { /* the answer was whole; only its framing was cut */
+    finish(c, 1, 0);
+    return;
   }
   if (c->status && c->status != 200) {
     finish_http_error(c);
@@ -413,37 +528,81 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 static void write_cb(uv_write_t *req, int status) {
   conn *c = req->data;
-  free(c->req);
-  c->req = NULL;
-  if (status < 0 && !c->finished && !c->got_bytes) {
+  /* A write on a connection the request has since left (a retry closed it) is stale. */
+  int stale = c->ws != c->s;
+  c->ws = NULL;
+  if (status < 0 && !stale && !c->finished && !c->got_bytes && !retry(c)) {
     note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s",
                uv_strerror(status));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
   }
+  conn_unref(c);
+}
+
+static int send_req(conn *c) {
+  uv_buf_t b = uv_buf_init(c->req, (unsigned)c->req_len);
+  c->write_req.data = c;
+  int rc = uv_write(&c->write_req, (uv_stream_t *)&c->s->tcp, &b, 1, write_cb);
+  if (rc == 0) {
+    c->refs++;
+    c->ws = c->s;
+  }
+  return rc;
 }
 
 static void connect_cb(uv_connect_t *req, int status) {
-  conn *c = req->data;
-  if (c->finished) return;
+  sock *s = req->data;
+  conn *c = s->cur;
+  if (!c || c->finished) { /* the request ended (timeout, cancel) while connecting */
+    sock_close(s);
+    return;
+  }
   if (status < 0) {
     note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", c->run->t->host,
                c->run->t->port, uv_strerror(status));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
     return;
   }
-  uv_tcp_nodelay(&c->tcp, 1);
-  uv_buf_t b = uv_buf_init(c->req, (unsigned)c->req_len);
-  c->write_req.data = c;
-  int rc = uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &b, 1, write_cb);
-  if (rc == 0) rc = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
+  s->connected = 1;
+  uv_tcp_nodelay(&s->tcp, 1);
+  /* Reading stays on for the connection's life: while idle it sees the server's close. */
+  int rc = uv_read_start((uv_stream_t *)&s->tcp, alloc_cb, read_cb);
+  if (rc == 0) rc = send_req(c);
   if (rc < 0) {
     note_error(c->run, c, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s", uv_strerror(rc));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
   }
 }
 
+/* Opens a fresh connection for request c; the request is sent once it connects. */
+static void open_sock(conn *c) {
+  runner *r = c->run;
+  sock *s = calloc(1, sizeof *s);
+  if (!s) {
+    note_error(r, c, WEIR_BENCH_ERR_CONNECT, "out of memory opening a connection");
+    finish(c, 0, WEIR_BENCH_ERR_CONNECT);
+    return;
+  }
+  s->run = r;
+  s->cur = c;
+  c->s = s;
+  uv_tcp_init(&r->loop, &s->tcp);
+  s->tcp.data = s->connect_req.data = s;
+  r->conns_opened++;
+  int rc = uv_tcp_connect(&s->connect_req, &s->tcp, (const struct sockaddr *)&r->addr, connect_cb);
+  if (rc < 0) {
+    note_error(r, c, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", r->t->host, r->t->port,
+               uv_strerror(rc));
+    finish(c, 0, WEIR_BENCH_ERR_CONNECT);
+  }
+}
+
 static void timeout_cb(uv_timer_t *t) {
   conn *c = t->data;
+  if (c->done_ok) { /* the answer was whole; the response's framing never ended */
+    finish(c, 1, 0);
+    return;
+  }
   note_error(c->run, c, WEIR_BENCH_ERR_TIMEOUT, "no complete answer within %.1f s",
              c->run->load->request_timeout_s);
   finish(c, 0, WEIR_BENCH_ERR_TIMEOUT);
@@ -454,16 +613,17 @@ static char *build_request(runner *r, const char *body, size_t *len) {
   char auth[600] = "";
   if (t->api_key && *t->api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", t->api_key);
   char *s = NULL;
+  /* HTTP/1.1 keeps the connection by default; without keep-alive the client asks to close. */
   int n = asprintf(&s,
                    "POST %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: weir-bench/" WEIR_VERSION
                    "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
-                   "Connection: close\r\n%sContent-Length: %zu\r\n\r\n%s",
-                   r->path, t->host, t->port, auth, strlen(body), body);
+                   "%s%sContent-Length: %zu\r\n\r\n%s",
+                   r->path, t->host, t->port, r->keep_alive ? "" : "Connection: close\r\n", auth,
+                   strlen(body), body);
   if (n < 0) return NULL;
   *len = (size_t)n;
   return s;
 }
-
 /* Records a request that could not even be built as failed, so counts stay honest. */
 static void issue(runner *r, double scheduled_ms) {
   int64_t index = r->issued++;
@@ -512,21 +672,29 @@ static void issue(runner *r, double scheduled_ms) {
   }
   c->run = r;
   c->rec = rec_i;
-  c->tcp.data = c->timer.data = c->connect_req.data = c;
+  c->timer.data = c;
   llhttp_init(&c->parser, HTTP_RESPONSE, settings());
   c->parser.data = c;
-  uv_tcp_init(&r->loop, &c->tcp);
   uv_timer_init(&r->loop, &c->timer);
-  c->open_handles = 2;
+  c->refs = 1;
   c->next = r->active;
   if (r->active) r->active->prev = c;
   r->active = c;
   r->in_flight++;
   uv_timer_start(&c->timer, timeout_cb, (uint64_t)(r->load->request_timeout_s * 1000.0), 0);
-  int rc = uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&r->addr, connect_cb);
-  if (rc < 0) {
-    note_error(r, c, WEIR_BENCH_ERR_CONNECT, "connect to %s:%d failed: %s", r->t->host, r->t->port,
-               uv_strerror(rc));
+  if (!r->keep_alive || !r->idle) {
+    open_sock(c);
+    return;
+  }
+  sock *s = r->idle;
+  idle_remove(r, s);
+  uv_ref((uv_handle_t *)&s->tcp);
+  s->cur = c;
+  c->s = s;
+  c->reused = 1;
+  int rc = send_req(c);
+  if (rc < 0 && !retry(c)) {
+    note_error(r, c, WEIR_BENCH_ERR_CONNECT, "sending the request failed: %s", uv_strerror(rc));
     finish(c, 0, WEIR_BENCH_ERR_CONNECT);
   }
 }
@@ -638,6 +806,7 @@ int weir__bench_run(const weir_bench_target *t, const weir_bench_workload *w,
   r->w = w;
   r->load = load;
   r->label = progress_label;
+  r->keep_alive = !load->no_keep_alive;
   r->path = w->endpoint == WEIR_BENCH_EP_CHAT ? "/v1/chat/completions" : "/v1/completions";
   if ((rc = resolve(t->host, t->port, &r->addr))) goto free_runner;
   if (uv_loop_init(&r->loop)) {
@@ -696,9 +865,12 @@ int weir__bench_run(const weir_bench_target *t, const weir_bench_workload *w,
   out->duration_s = out->num_recs ? (last - first) / 1000.0 : 0;
   out->sched_lag_mean_ms = out->num_recs ? lag_sum / (double)out->num_recs : 0;
   out->sched_lag_max_ms = lag_max;
+  out->conns_opened = r->conns_opened;
+  out->retries = r->retries;
   memcpy(out->err_example, r->err_example, sizeof r->err_example);
   memset(r->err_example, 0, sizeof r->err_example);
 close_loop:
+  while (r->idle) sock_close(r->idle);
   uv_walk(&r->loop, walk_close, NULL);
   uv_run(&r->loop, UV_RUN_DEFAULT);
   uv_loop_close(&r->loop);

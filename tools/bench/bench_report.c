@@ -39,6 +39,10 @@ static void describe_load(char *buf, size_t n, const weir_bench_load *l) {
              l->concurrency > 0 ? ", capped" : "", bound);
   else
     snprintf(buf, n, "closed loop, concurrency %d, %s", l->concurrency, bound);
+  size_t k = strlen(buf);
+  if (k < n)
+    snprintf(buf + k, n - k, ", %s", l->no_keep_alive ? "a connection per request"
+                                                        : "keep-alive connections");
 }
 
 static void row_dist(FILE *f, const char *name, const weir_bench_report *r, size_t off) {
@@ -74,7 +78,7 @@ static void row_num(FILE *f, const weir_bench_report *r, const char *label, int 
 
 void weir__bench_print_table(FILE *f, const weir_bench_report *r) {
   const weir_bench_workload *w = r->w;
-  char load[160];
+  char load[200];
   describe_load(load, sizeof load, r->load);
   fprintf(f, "\nweir bench: %s, dataset %s", w->endpoint == WEIR_BENCH_EP_CHAT ? "chat" : "completions",
           dataset_name(w->dataset));
@@ -88,6 +92,15 @@ void weir__bench_print_table(FILE *f, const weir_bench_report *r) {
   }
   fprintf(f, ", seed %llu\n  %s", (unsigned long long)w->seed, load);
   if (r->load->warmup) fprintf(f, ", %d warm-up requests excluded", r->load->warmup);
+  fputc('\n', f);
+  fprintf(f, "  connections opened:");
+  for (int k = 0; k < r->num_sides; k++)
+    fprintf(f, " %s%lld", r->num_sides == 2 ? (k ? "B " : "A ") : "",
+            (long long)r->sides[k].pooled.conns_opened);
+  for (int k = 0; k < r->num_sides; k++)
+    if (r->sides[k].pooled.retries)
+      fprintf(f, "; %s%lld requests resent after the server closed a kept-alive connection",
+              r->num_sides == 2 ? (k ? "B " : "A ") : "", (long long)r->sides[k].pooled.retries);
   fputc('\n', f);
   int rounds = r->sides[0].num_rounds;
   if (rounds > 1)
@@ -248,6 +261,9 @@ static cJSON *summary_json(const weir_bench_summary *s) {
   cJSON *sc = cJSON_AddObjectToObject(o, "schedule_lag_ms");
   cJSON_AddNumberToObject(sc, "mean", s->sched_lag_mean_ms);
   cJSON_AddNumberToObject(sc, "max", s->sched_lag_max_ms);
+  cJSON *cn = cJSON_AddObjectToObject(o, "connections");
+  cJSON_AddNumberToObject(cn, "opened", (double)s->conns_opened);
+  cJSON_AddNumberToObject(cn, "retries", (double)s->retries);
   cJSON *tl = cJSON_AddObjectToObject(o, "timeline");
   cJSON_AddNumberToObject(tl, "bucket_s", s->bucket_s);
   cJSON *arr = cJSON_AddArrayToObject(tl, "output_tokens_per_s");

@@ -90,6 +90,8 @@ int weir__bench_summarize(weir_bench_run *const *runs, int num_runs, const weir_
     if (run->interrupted) out->interrupted = 1;
     lag_sum += run->sched_lag_mean_ms * (double)run->num_recs;
     if (run->sched_lag_max_ms > out->sched_lag_max_ms) out->sched_lag_max_ms = run->sched_lag_max_ms;
+    out->conns_opened += run->conns_opened;
+    out->retries += run->retries;
     for (int e = 0; e < WEIR_BENCH_ERR_COUNT; e++)
       if (!out->err_example[e]) out->err_example[e] = run->err_example[e];
     for (int64_t i = 0; i < run->num_recs; i++) {

@@ -218,13 +218,18 @@ int weir__bench_output_len(const weir_bench_workload *w, weir_bench_rng *r) {
 int weir__bench_workload_get(const weir_bench_workload *w, int phase, int64_t index,
                              weir_bench_prompt *out) {
   memset(out, 0, sizeof *out);
-  /* A repeat is request `index` replaced by a uniformly chosen earlier one (itself perhaps a
-   * repeat), decided by its own seeded draw: the same requests repeat on both A/B sides. */
-  if (w->repeat_rate > 0 && index > 0 && !phase) {
+  /* A repeat is request `index` replaced by a uniformly chosen one at least repeat_gap
+   * earlier (itself perhaps a repeat), decided by its own seeded draw: the same requests
+   * repeat on both A/B sides. The gap makes a repeat a question asked again after its answer
+   * came (the original has normally finished), not a duplicate of one still generating. */
+  const int64_t gap = w->repeat_gap > 0 ? w->repeat_gap : 1;
+  if (w->repeat_rate > 0 && index >= gap && !phase) {
+    double p = w->repeat_rate;
+    if (w->repeat_n > gap) p = p * (double)w->repeat_n / (double)(w->repeat_n - gap);
     weir_bench_rng rr;
     weir__bench_rng_seed(&rr, mix3(w->seed, 11, (uint64_t)index));
-    if (weir__bench_rng_unit(&rr) < w->repeat_rate)
-      return weir__bench_workload_get(w, phase, weir__bench_rng_range(&rr, 0, index - 1), out);
+    if (weir__bench_rng_unit(&rr) < p)
+      return weir__bench_workload_get(w, phase, weir__bench_rng_range(&rr, 0, index - gap), out);
   }
   weir_bench_rng r;
   weir__bench_rng_seed(&r, mix3(w->seed, (uint64_t)phase, (uint64_t)index));

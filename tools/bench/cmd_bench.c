@@ -50,6 +50,8 @@ static void usage(FILE *f) {
 "  --warmup N              requests sent first and excluded (default 0)\n"
 "  --timeout S             per-request timeout (default 60)\n"
 "  --max-time S            hard bound per run; in-flight requests are canceled (default 1800)\n"
+"  --no-keep-alive         one connection per request (\"Connection: close\"); by default\n"
+"                          each slot keeps its HTTP/1.1 connection, as real clients do\n"
 "dataset:\n"
 "  --dataset random|shared-prefix|jsonl|copy   (default random)\n"
 "  --input-len N --input-range F   prompt tokens, uniform in N*(1-F)..N*(1+F) (128, 0)\n"
@@ -76,7 +78,17 @@ static void usage(FILE *f) {
 "  --temperature T         sent when given\n"
 "  --seed N                workload seed (default 0)\n"
 "  --repeat-rate R         fraction of requests that repeat an earlier one exactly (0..1; a\n"
-"                          response-cache workload; use with --temperature 0)\n"
+"                          response-cache workload; use with --temperature 0). A repeat\n"
+"                          copies a request at least --repeat-gap earlier, so that its\n"
+"                          answer is normally complete, as a question asked again after\n"
+"                          it was answered; the first requests cannot repeat, so the\n"
+"                          others repeat with probability R*N/(N-gap) (N = --num-requests)\n"
+"                          and the expected share over the run is R. Seeded: A and B send\n"
+"                          the same requests\n"
+"  --repeat-gap G          how far back a repeat reaches at least (default 2 x --concurrency:\n"
+"                          in a closed loop the requests in flight are about the last\n"
+"                          concurrency/(1-R) sent; 1 = any earlier request, perhaps one\n"
+"                          still generating)\n"
 "SLOs for goodput (a request is good when within every one given):\n"
 "  --slo-ttft-ms X  --slo-tpot-ms X  --slo-e2e-ms X\n"
 "A/B:\n"
@@ -99,7 +111,7 @@ enum {
   O_PREFLEN, O_FILE, O_COPY_EDITS, O_IGNORE_EOS, O_TEMP, O_SEED, O_REPEAT, O_SLO_TTFT, O_SLO_TPOT, O_SLO_E2E,
   O_ROUNDS,
   O_ALPHA, O_JSON, O_SVG, O_QUIET, O_DUMP, O_REQS,
-  O_OUTDIST, O_OUTCAP,
+  O_OUTDIST, O_OUTCAP, O_NO_KEEPALIVE, O_REPEAT_GAP,
 };
 
 static const struct option k_opts[] = {
@@ -119,7 +131,8 @@ static const struct option k_opts[] = {
     {"slo-tpot-ms", 1, 0, O_SLO_TPOT}, {"slo-e2e-ms", 1, 0, O_SLO_E2E}, {"rounds", 1, 0, O_ROUNDS},
     {"alpha", 1, 0, O_ALPHA}, {"json", 1, 0, O_JSON}, {"svg", 1, 0, O_SVG}, {"quiet", 0, 0, O_QUIET},
     {"dump-workload", 1, 0, O_DUMP}, {"requests-out", 1, 0, O_REQS},
-    {"output-dist", 1, 0, O_OUTDIST}, {"output-cap", 1, 0, O_OUTCAP}, {0, 0, 0, 0},
+    {"output-dist", 1, 0, O_OUTDIST}, {"output-cap", 1, 0, O_OUTCAP},
+    {"no-keep-alive", 0, 0, O_NO_KEEPALIVE}, {"repeat-gap", 1, 0, O_REPEAT_GAP}, {0, 0, 0, 0},
 };
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -433,6 +446,8 @@ int weir__cmd_bench(int argc, char **argv) {
     case O_TEMP: rc = parse_num("temperature", name, 0, 100, &w.temperature); break;
     case O_SEED: rc = parse_num("seed", name, 0, 9007199254740992.0, &v); w.seed = (uint64_t)v; break;
     case O_REPEAT: rc = parse_num("repeat-rate", name, 0, 1, &w.repeat_rate); break;
+    case O_REPEAT_GAP: rc = parse_num("repeat-gap", name, 1, 1e9, &v); w.repeat_gap = (int64_t)v; break;
+    case O_NO_KEEPALIVE: load.no_keep_alive = 1; break;
     case O_SLO_TTFT: rc = parse_num("slo-ttft-ms", name, 1e-3, 1e9, &slo.ttft_ms); break;
     case O_SLO_TPOT: rc = parse_num("slo-tpot-ms", name, 1e-3, 1e9, &slo.tpot_ms); break;
     case O_SLO_E2E: rc = parse_num("slo-e2e-ms", name, 1e-3, 1e9, &slo.e2e_ms); break;
@@ -455,6 +470,8 @@ int weir__cmd_bench(int argc, char **argv) {
   }
   if (load.num_requests <= 0 && load.duration_s <= 0) load.num_requests = 100;
   if (load.rate <= 0 && load.concurrency <= 0) load.concurrency = 1;
+  if (w.repeat_gap <= 0) w.repeat_gap = 2 * (int64_t)(load.concurrency > 0 ? load.concurrency : 1);
+  w.repeat_n = load.num_requests;
   {
     /* One socket per request in flight: the static-batching workload sends 1,000 at once,
      * near the common soft limit of 1,024 descriptors. Raise it to the hard limit. */

@@ -2,15 +2,26 @@
 # 30% exact repeats on the 1.1B shape (issue 33): output tokens/s with the memory cache (B)
 # against the same server without it (A), the same seeded workloads, rounds alternated
 # A B A B ... (weir bench starts each round's server, so every round begins with an empty
-# cache). The model is `weir mkmodel --preset 1.1b --type q8_0` (random weights; Q8_0 on the
-# 1.1B shape runs ~140 tokens/s prefill and ~13 tokens/s single-sequence decode at 2 threads
-# on a quiet machine, docs/perf/gguf-types.md), made once into OUT_DIR.
-#   docs/perf/cache-logs/repeat_ab.sh BUILD_DIR OUT_DIR [ROUNDS] [REQUESTS]
-# Defaults: 6 rounds (3 A, 3 B) of 96 requests, 64 prompt + 32 output tokens, 8 in flight:
-# about 10 minutes on a quiet 2-core machine (estimated; making the model, 1.1 GiB, adds
-# 1-2 minutes the first time).
+# cache).
+#   [WEIR_AB_MODEL=FILE] docs/perf/cache-logs/repeat_ab.sh BUILD_DIR OUT_DIR [ROUNDS] [REQUESTS]
+# ROUNDS is per side (default 4: 8 servers, A B A B A B A B), REQUESTS per round (default 64);
+# chat, ~64 prompt + 32 output tokens, EOS ignored, 8 in flight, keep-alive connections.
+# The workload: --repeat-rate 0.3 with weir bench's default --repeat-gap (2 x concurrency =
+# 16): a repeat copies a request at least 16 earlier, whose answer has normally come (a
+# question asked again after it was answered, the steady state of a service), and the later
+# requests repeat with probability 0.3 x N/(N-16) so that 30% of the round's requests are
+# expected to repeat. Both sides send exactly the same requests. A hit's output tokens are
+# counted from its usage.completion_tokens, as a live answer's: "output tokens" in ab.txt is
+# the same on both sides.
+# The model: WEIR_AB_MODEL (the quiet runs: /work/models-kkern/llama-1.1b-Q4_K_M.gguf, the
+# 1.1B preset quantized by llama-quantize); without it `weir mkmodel --preset 1.1b --type
+# q8_0` is made once into OUT_DIR. Ends with one counted round against a memory server
+# (count-metrics.txt: hits, joins, misses: the share the cache answered).
+# On the quiet 2-core machine with the Q4_K_M file, 4 rounds of 64: about 6 minutes (A: 64 x 32
+# tokens at ~47 tokens/s is ~44 s a round). Fewer requests per round make the start (the first
+# 16 cannot repeat) and the drain (the last batch finishing) a larger part of each round.
 set -eu
-build=${1:-build}; out=${2:-/tmp/cache-ab}; rounds=${3:-6}; reqs=${4:-96}
+build=${1:-build}; out=${2:-/tmp/cache-ab}; rounds=${3:-4}; reqs=${4:-64}
 mkdir -p "$out"
 weir="$build/bin/weir"
 # WEIR_AB_MODEL=path runs the same script on another model (a quick check that it works).
@@ -43,5 +54,11 @@ for i in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && b
 "$weir" bench --url "http://127.0.0.1:$port" --endpoint chat --input-len 64 --output-len 32 \
   --ignore-eos --temperature 0 --repeat-rate 0.3 --num-requests "$reqs" --concurrency 8 \
   --seed 7 --quiet > "$out/count-bench.txt"
+# How many of the round's requests repeat an earlier one (the same bodies weir bench sent).
+"$weir" bench --url "http://127.0.0.1:$port" --endpoint chat --input-len 64 --output-len 32 \
+  --ignore-eos --temperature 0 --repeat-rate 0.3 --num-requests "$reqs" --concurrency 8 \
+  --seed 7 --dump-workload "$out/count-workload.jsonl" > /dev/null
+python3 -c "import sys; L=open(sys.argv[1]).read().splitlines(); print('workload: %d requests, %d repeat an earlier one' % (len(L), len(L) - len(set(L))))" \
+  "$out/count-workload.jsonl" | tee "$out/count-workload.txt"
 curl -s "http://127.0.0.1:$port/metrics" |
   grep -E '^weir_response_cache_(hits|joins|lookups|misses|front_hits)' | tee "$out/count-metrics.txt"

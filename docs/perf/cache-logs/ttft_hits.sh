@@ -4,11 +4,19 @@
 #   docs/perf/cache-logs/ttft_hits.sh BUILD_DIR OUT_DIR
 # For each server: a populating pass (500 distinct chat requests, temperature 0, 16 workers),
 # a warming pass (the same 500 at 64 in flight: with the cache they are full-path hits that
-# fill the front index), then the measured passes (the same seed: the same 500 requests):
-# closed loop with 64 in flight, and open loop at 500 requests/s with at most 64 in flight.
-# The server's CPU time (utime + stime from /proc) is read around the closed-loop pass:
-# hits per server CPU-second, a figure other load on the machine distorts little.
-# About 1 minute on a quiet machine (the no-cache baseline is most of it).
+# fill the front index; a second warming pass renders each entry's body), then the measured
+# passes (the same seed: the same 500 requests): closed loop with 64 in flight, and open loop
+# at 500 requests/s with at most 64 in flight.
+# weir bench keeps each slot's HTTP/1.1 connection (keep-alive, as real clients do); one more
+# closed-loop pass with --no-keep-alive (a connection per request, the connect counted in
+# TTFT) shows what the connection costs (hits-MODE-close.txt).
+# TTFT here is weir bench's: from sending the request to reading its first content chunk. A
+# hit's answer goes out as one write (head and every chunk), so for a hit that is the first
+# byte of the answer.
+# The server's CPU time (utime + stime from /proc) is read around 10 closed-loop passes:
+# hits per server CPU-second, a figure other load on the machine distorts little; the bench
+# client's own CPU is counted apart.
+# About 1-2 minutes on a quiet machine (the no-cache baseline is most of it).
 set -eu
 build=${1:-build}; out=${2:-/tmp/cache-ttft}; mkdir -p "$out"
 weir="$build/bin/weir"; model=models/kjv-target.gguf
@@ -28,8 +36,14 @@ for mode in off memory redis; do
   spid=$!
   for i in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 16 > "$out/populate-$mode.txt"
-  [ "$mode" = off ] || "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" \
-      --concurrency 64 > "$out/warm-$mode.txt"
+  if [ "$mode" != off ]; then
+    for pass in 1 2; do
+      "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 \
+          > "$out/warm$pass-$mode.txt"
+    done
+    "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 \
+        --no-keep-alive --json "$out/hits-$mode-close.json" > "$out/hits-$mode-close.txt"
+  fi
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 \
       --json "$out/hits-$mode.json" > "$out/hits-$mode.txt"
   # CPU per request: the same pass N times (10 x 500 with the cache, 1 x 500 without), the
@@ -48,6 +62,6 @@ for mode in off memory redis; do
   # hit without the closed loop's queue of 64.
   "$weir" bench --url "http://127.0.0.1:$port" "${common[@]}" --concurrency 64 --rate 500 \
       --json "$out/open-$mode.json" > "$out/open-$mode.txt"
-  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^weir_response_cache_(hits|front_hits|joins|lookups|misses)' > "$out/metrics-$mode.txt" || true
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^weir_response_cache_(hits|front_hits|joins|lookups|misses)|^weir_http_(connections|requests)_total' > "$out/metrics-$mode.txt" || true
   kill $spid; wait $spid || true
 done
