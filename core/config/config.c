@@ -99,6 +99,7 @@ static const key_spec k_keys[] = {
     {"drafter", "num_speculative_tokens", K_INT, OFF(num_speculative_tokens), 1, 64},
     {"drafter", "adaptive", K_BOOL, OFF(spec_adaptive)},
     {"drafter", "head_vocab", K_INT, OFF(spec_head_vocab), -1, 1 << 24},
+    {"drafter", "min_confidence", K_PROB, OFF(spec_min_confidence)},
     {"cache", "block_size", K_INT, OFF(block_size), 1, 1024},
     {"cache", "num_blocks", K_I64, OFF(num_blocks), 0, (int64_t)1 << 32},
     {"cache", "memory_bytes", K_BYTES, OFF(memory_bytes), MIB, 64 * TIB},
@@ -271,6 +272,7 @@ void weir_config_defaults(weir_config *c) {
   c->num_speculative_tokens = 4;
   c->spec_adaptive = 1;
   c->spec_head_vocab = -1;
+  c->spec_min_confidence = 0.2;
   c->block_size = WEIR_KV_DEFAULT_BLOCK_SIZE;
   c->num_blocks = 0;
   c->memory_bytes = 512 * MIB;

@@ -86,6 +86,10 @@ typedef struct weir_config {
    * the default: a quarter of the vocabulary, at least 1,024; 0: all; docs/engine.md,
    * *Draft models*) */
   int spec_head_vocab;
+  /* [drafter] min_confidence: a draft model stops drafting for a sequence once the product
+   * of its drafts' confidences (the draft's top probability at each) falls below this
+   * (default 0.2; 0: never, the length is the policy's; docs/engine.md, *Draft models*) */
+  double spec_min_confidence;
   /* [cache] */
   int block_size;                /* WEIR_KV_DEFAULT_BLOCK_SIZE (16) */
   int64_t num_blocks;            /* 0 = from memory_bytes */

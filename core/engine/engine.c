@@ -434,7 +434,8 @@ static int alloc_scratch(weir_engine *e) {
                                         e->max_seqs_step, e->bt_stride);
     e->d_item = malloc(S * 4);
     e->d_tok = malloc(S * 4);
-    if (rc != WEIR_OK || !e->qbuf || !e->d_item || !e->d_tok) return WEIR_E_NOMEM;
+    e->d_conf = malloc(S * sizeof(float));
+    if (rc != WEIR_OK || !e->qbuf || !e->d_item || !e->d_tok || !e->d_conf) return WEIR_E_NOMEM;
     /* A draft LM head over some of the vocabulary (drafter.head_vocab) gives narrower rows; a
      * row sampled from a distribution is widened to the vocabulary first. */
     e->dwidth = weir_llama_logits_width(e->draft);
@@ -476,6 +477,7 @@ static void engine_free(weir_engine *e) {
   free(e->qbuf);
   free(e->dlrow);
   free(e->d_tok);
+  free(e->d_conf);
   free(e->dhead);
   weir_step_batch_free(&e->db);
   free(e->d_item);
@@ -512,6 +514,7 @@ static int setup_sampling(weir_engine *e, const weir_config *cfg, char *err, siz
   e->drafter = ps->drafter->ops;
   e->drafter_self = ps->drafter->self;
   e->spec_k = cfg->num_speculative_tokens;
+  e->spec_min_conf = cfg->spec_min_confidence;
   weir_spec_policy_init(&e->spec, e->spec_k, cfg->spec_adaptive);
   return WEIR_OK;
 }

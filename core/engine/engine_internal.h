@@ -63,6 +63,11 @@ typedef struct engine_req {
   uint64_t dgreedy;
   int32_t dkv;   /* leading positions whose draft-model KV is written (run_draft) */
   int catch_up;  /* this step: would draft but its catch-up did not fit (reserve_drafts) */
+  /* This step's drafts to verify (run_draft): the item's placeholders, or fewer once the
+   * draft's confidence ran out (the rest are trimmed from the batch), and the product of
+   * the confidences of the drafts so far. */
+  int32_t dkeep;
+  double dconf;
   double acceptance; /* moving average of this request's checked drafts (spec_policy.h) */
   int no_spec;   /* weir_gen_request.no_speculation */
   int32_t num_output;
@@ -162,6 +167,8 @@ struct weir_engine {
   weir_step_batch db;              /* the draft model's batch of one pass */
   int32_t *d_item;                 /* [max_seqs_step]: the step item of each draft logit row */
   int32_t *d_tok;                  /* [max_seqs_step]: a pass's greedy drafts, -1: from q */
+  float *d_conf;                   /* [max_seqs_step]: a pass's drafts' confidence (top prob.) */
+  double spec_min_conf;            /* drafter.min_confidence */
 
   /* Embeddings (engine_embed.c): the pooling, the batch of an embedding's chunk and the host
    * rows of its hidden states. Engine thread. */
@@ -224,7 +231,7 @@ weir_sampling_row weir__engine_make_row(weir_engine *e, engine_req *r, int32_t e
  * the draft model fills in run_draft). */
 void weir__engine_propose_drafts(weir_engine *e);
 /* The draft model's passes of a step, after its batch is filled and before the target runs. */
-void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out);
+void weir__engine_run_draft(weir_engine *e, weir_sched_out *out);
 /* Verifies one item's drafts against the target's logits rows [1 + num_drafts][vocab]. */
 void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *logits);
 /* Logs what the speculation policy measured (at shutdown). */

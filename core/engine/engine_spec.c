@@ -16,6 +16,47 @@ static const float *draft_q(const weir_engine *e, const engine_req *r, int32_t j
   return e->qbuf + ((size_t)j * (size_t)e->max_seqs_step + (size_t)r->dslot) * (size_t)e->vocab;
 }
 
+/* Whether row `row` (a draft or verification row of request r) is plain greedy: temperature 0 with nothing
+ * that changes the logits first (penalties, bias, suppressed tokens, a mask). Its draft is
+ * then the argmax of the logits, found without the sampler's distribution, and verified as
+ * a deterministic draft (q one-hot on it: the same rule as the distribution would give). */
+static int plain_greedy(const engine_req *r, const weir_sampling_row *row) {
+  const weir_sampling_params *p = &r->sampling;
+  return p->temperature <= 0 && row->num_suppress_tokens == 0 && p->repetition_penalty == 1 &&
+         p->presence_penalty == 0 && p->frequency_penalty == 0 && p->num_logit_bias == 0 &&
+         !p->allowed;
+}
+
+/* The lowest id of the largest of n logits (the sampler's greedy rule); `fallback` when none
+ * is a number above -inf. */
+static int32_t argmax_row(const float *x, int32_t n, int32_t fallback) {
+  int32_t best = fallback;
+  float bv = -INFINITY;
+  for (int32_t v = 0; v < n; v++)
+    if (x[v] > bv) {
+      bv = x[v];
+      best = v;
+    }
+  return best;
+}
+
+/* The softmax's largest probability of a row of n logits whose largest is at `best`: the
+ * draft's confidence in its greedy draft. 0 when the row has no number above -inf. */
+static float top_prob(const float *x, int32_t n, int32_t best) {
+  const float m = x[best];
+  if (!(m > -INFINITY)) return 0.0f;
+  float sum = 0.0f;
+  for (int32_t v = 0; v < n; v++) sum += expf(x[v] - m);
+  return sum > 0.0f ? 1.0f / sum : 0.0f;
+}
+
+/* The largest of n probabilities. */
+static float max_prob(const float *q, int32_t n) {
+  float m = 0.0f;
+  for (int32_t v = 0; v < n; v++) m = q[v] > m ? q[v] : m;
+  return m;
+}
+
 /* Speculative verification of one item: the target distributions p of its 1 + n rows, then
  * the rejection rule. Draft j, drawn from the drafter's distribution q (one-hot for a
  * deterministic drafter such as ngram; the draft model's for a draft model), is accepted with
@@ -53,12 +94,26 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
       return;
     }
   }
+  /* Every row plain greedy: each row's distribution is one-hot on its argmax, so the rule
+   * accepts draft j exactly when it is row j's argmax, and the token after the accepted
+   * drafts is the argmax of the first row that disagrees (or of the last): found without
+   * the sampler, and without looking at the rows past that one. */
+  int greedy = !r->matcher;
+  for (int32_t j = 0; j < nr && greedy; j++) greedy = plain_greedy(r, &e->rows[j]);
+  int32_t accepted = 0, token = -1;
+  if (greedy) {
+    for (int32_t j = 0; j < nr && token < 0; j++) {
+      const int32_t a = argmax_row(logits + (size_t)j * (size_t)e->vocab, e->vocab, 0);
+      if (j < nd && a == toks[j]) accepted++;
+      else token = a;
+    }
+    goto verified;
+  }
   rc = weir_sampler_call_probs(&e->scall, e->rows, nr, logits, e->vocab, e->probs);
   if (rc != WEIR_OK) {
     weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
     return;
   }
-  int32_t accepted = 0, token = -1;
   for (int32_t j = 0; j < nd; j++) {
     float *row = e->probs + (size_t)j * (size_t)e->vocab;
     const float *q = draft_q(e, r, j);
@@ -79,6 +134,7 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
   if (token < 0)
     token = weir__engine_draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab,
                                    weir_rng_uniform(r->rng), 0);
+verified:
   e->spec_drafted += (uint64_t)nd;
   e->spec_accepted += (uint64_t)accepted;
   e->step_drafts += nd;
@@ -213,30 +269,6 @@ static double cpu_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Whether row `row` (a draft row of request r) is plain greedy: temperature 0 with nothing
- * that changes the logits first (penalties, bias, suppressed tokens, a mask). Its draft is
- * then the argmax of the logits, found without the sampler's distribution, and verified as
- * a deterministic draft (q one-hot on it: the same rule as the distribution would give). */
-static int plain_greedy(const engine_req *r, const weir_sampling_row *row) {
-  const weir_sampling_params *p = &r->sampling;
-  return p->temperature <= 0 && row->num_suppress_tokens == 0 && p->repetition_penalty == 1 &&
-         p->presence_penalty == 0 && p->frequency_penalty == 0 && p->num_logit_bias == 0 &&
-         !p->allowed;
-}
-
-/* The lowest id of the largest of n logits (the sampler's greedy rule); `fallback` when none
- * is a number above -inf. */
-static int32_t argmax_row(const float *x, int32_t n, int32_t fallback) {
-  int32_t best = fallback;
-  float bv = -INFINITY;
-  for (int32_t v = 0; v < n; v++)
-    if (x[v] > bv) {
-      bv = x[v];
-      best = v;
-    }
-  return best;
-}
-
 /* The draft model's part of a step, between the batch's arrays and the target's forward.
  *
  * Pass 0 runs the draft model over every item's tokens but the placeholder drafts, at the
@@ -253,7 +285,7 @@ static int32_t argmax_row(const float *x, int32_t n, int32_t fallback) {
  *
  * The draft's batch takes each sequence's block table and slots from the KV cache
  * (weir_step_batch_add), the same the scheduler gave the target's. */
-void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
+static void draft_passes(weir_engine *e, const weir_sched_out *out) {
   const int32_t S = e->max_seqs_step, V = e->vocab;
   weir_step_batch *db = &e->db, *tb = &e->tb;
   int32_t nds = 0;
@@ -266,7 +298,11 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
     for (int32_t i = 0; i < out->num_items; i++) {
       const weir_sched_item *it = &out->items[i];
       engine_req *r = it->seq->user;
-      if (pass == 0) r->dslot = -1;
+      if (pass == 0) {
+        r->dslot = -1;
+        r->dkeep = it->num_drafts;
+        r->dconf = 1.0;
+      }
       const int drafting = it->num_drafts > 0;
       /* Only decode items that draft or wait to (a prefill chunk's draft KV, and that of a
        * sequence not drafting, is caught up once it drafts). */
@@ -323,6 +359,7 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
         if (j < 64) r->dgreedy |= (uint64_t)1 << j;
         const int32_t c = argmax_row(lrow, W, 0);
         e->d_tok[k] = e->dhead ? e->dhead[c] : c;
+        e->d_conf[k] = e->spec_min_conf > 0 ? top_prob(lrow, W, c) : 1.0f;
         continue;
       }
       if (W < V) { /* dlrow is -inf everywhere but the head's columns */
@@ -335,6 +372,7 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
       if (W < V)
         for (int32_t v = 0; v < V; v++) e->dlrow[v] = -INFINITY;
       e->d_tok[k] = -1; /* drawn from q below */
+      e->d_conf[k] = rc == WEIR_OK && e->spec_min_conf > 0 ? max_prob(q, V) : 1.0f;
     }
     if (rc != WEIR_OK) {
       weir_log(WEIR_LOG_WARN, LOG_COMPONENT, "draft model: %s; this step verifies what it has",
@@ -365,7 +403,13 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
                                      weir_rng_uniform(r->rng), tb->tokens[at]);
       tb->tokens[at] = tok;
       it->seq->tokens[it->start + 1 + j] = tok;
-      if (j + 1 >= it->num_drafts) {
+      /* The chance that the target gets as far as draft j + 1 and takes it is about the
+       * product of the draft's confidences so far: below drafter.min_confidence, this draft
+       * is the last (a pass and a verification row cost more than they would likely give),
+       * and the placeholders after it are trimmed from the step (trim_drafts). */
+      r->dconf *= (double)e->d_conf[k];
+      if (j + 1 < it->num_drafts && r->dconf < e->spec_min_conf) r->dkeep = j + 1;
+      if (j + 1 >= r->dkeep) {
         /* The last draft is not fed now: the next step's pass 0 feeds it with the token
          * after it (one GEMM of two tokens costs about one of one), which saves a pass per
          * step; until then the draft's KV ends before it. */
@@ -381,6 +425,57 @@ void weir__engine_run_draft(weir_engine *e, const weir_sched_out *out) {
     }
     if (rc == WEIR_OK && db->num_seqs == 0) return;
   }
+}
+
+/* Drops from the step the placeholders of every item whose draft stopped early (dkeep):
+ * the sequence is cut back (its KV slots freed), the item shrinks, and the target's batch
+ * is compacted (tokens, positions and slots moved down, query starts, context lengths and
+ * logit rows recomputed). The forward then computes only the drafts that were made. */
+static void trim_drafts(weir_engine *e, weir_sched_out *out) {
+  weir_step_batch *tb = &e->tb;
+  int32_t shift = 0;
+  for (int32_t i = 0; i < out->num_items; i++) {
+    weir_sched_item *it = &out->items[i];
+    engine_req *r = it->seq->user;
+    const int32_t qs = tb->query_start_loc[i], qe = tb->query_start_loc[i + 1];
+    int32_t cut = it->num_drafts > 0 && r->dkeep >= 0 && r->dkeep < it->num_drafts
+                      ? it->num_drafts - r->dkeep
+                      : 0;
+    if (cut > 0 && weir_sched_truncate(e->sched, it->seq, it->seq->num_tokens - cut) != WEIR_OK)
+      cut = 0; /* kept: verified as placeholders, still exact */
+    if (shift > 0) {
+      const size_t n = (size_t)(qe - qs - cut);
+      memmove(tb->tokens + qs - shift, tb->tokens + qs, n * sizeof(int32_t));
+      memmove(tb->positions + qs - shift, tb->positions + qs, n * sizeof(int32_t));
+      memmove(tb->slots + qs - shift, tb->slots + qs, n * sizeof(int32_t));
+    }
+    tb->query_start_loc[i] = qs - shift;
+    if (cut == 0) continue;
+    tb->context_lens[i] -= cut;
+    it->num_new_tokens -= cut;
+    it->num_drafts -= cut;
+    it->num_logits -= cut;
+    shift += cut;
+  }
+  if (shift == 0) return;
+  tb->query_start_loc[out->num_items] -= shift;
+  tb->num_tokens -= shift;
+  out->num_tokens -= shift;
+  out->num_logits -= shift;
+  /* Logit rows: the last num_logits tokens of each item, in item order (the scheduler's rule). */
+  int32_t rows = 0;
+  for (int32_t i = 0; i < out->num_items; i++) {
+    const weir_sched_item *it = &out->items[i];
+    for (int32_t t = tb->query_start_loc[i + 1] - it->num_logits; t < tb->query_start_loc[i + 1];
+         t++)
+      tb->logit_rows[rows++] = t;
+  }
+  tb->num_rows = rows;
+}
+
+void weir__engine_run_draft(weir_engine *e, weir_sched_out *out) {
+  draft_passes(e, out);
+  if (e->spec_min_conf > 0) trim_drafts(e, out);
 }
 
 /* What the speculation policy measured, one line per batch-size bucket it saw: the

@@ -77,6 +77,7 @@ static void test_good_file(void) {
       "[device]\nthreads = 3\n"
       "[attention]\nkv_dtype = \"bf16\"\nquery_tile = 8\n"
       "[drafter]\nname = \"ngram\"\nnum_speculative_tokens = 6\nhead_vocab = 512\n"
+      "min_confidence = 0.45\n"
       "[cache]\nmemory_bytes = 1073741824\nprefix_caching = false\n"
       "[scheduler]\npolicy = \"priority\"\n"
       "[plugins]\ndirs = [\"/a\", \"/b\"]\n";
@@ -95,6 +96,7 @@ static void test_good_file(void) {
   CU_ASSERT_STRING_EQUAL(c.drafter.name, "ngram");
   WT_ASSERT_INT_EQ(c.num_speculative_tokens, 6);
   WT_ASSERT_INT_EQ(c.spec_head_vocab, 512);
+  CU_ASSERT_DOUBLE_EQUAL(c.spec_min_confidence, 0.45, 1e-12);
   WT_ASSERT_INT_EQ(c.memory_bytes, 1 << 30);
   WT_ASSERT_INT_EQ(c.prefix_caching, 0);
   CU_ASSERT_STRING_EQUAL(c.policy, "priority");
@@ -175,6 +177,8 @@ static void test_semantic_errors(void) {
                "t.toml:2:1: server.port: 70000 is out of range [1, 65535]");
   expect_error("[drafter]\nhead_vocab = -2\n", WEIR_E_RANGE,
                "t.toml:2:1: drafter.head_vocab: -2 is out of range [-1, 16777216]");
+  expect_error("[drafter]\nmin_confidence = 1.5\n", WEIR_E_RANGE,
+               "t.toml:2:1: drafter.min_confidence: 1.5 is out of range [0, 1]");
   expect_error("[attention]\nkv_dtype = \"f17\"\n", WEIR_E_INVAL,
                "attention.kv_dtype: \"f17\" is not one of f32, f16, bf16, int8, fp8");
   expect_error("[server]\nprot = 1\n", WEIR_E_NOTFOUND, "unknown key 'server.prot'");

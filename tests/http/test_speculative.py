@@ -34,7 +34,10 @@ def main():
     draft = os.path.join(os.path.dirname(model), "kjv-draft.gguf")
     s = Server(weir, plugins, model, os.path.join(work, "speculative-server.log"),
                extra=["--set", "drafter.name=draft_model", "--set", "drafter.model=" + draft,
-                      "--set", "drafter.adaptive=false"])
+                      "--set", "drafter.adaptive=false",
+                      # every step drafts its 4 (no confidence stop): the per-position
+                      # metrics below need drafts at every position
+                      "--set", "drafter.min_confidence=0"])
     try:
         body = {"prompt": "And it came to pass", "max_tokens": 48, "temperature": 0,
                 "ignore_eos": True}

@@ -264,16 +264,19 @@ static void test_int8_kv_cache(void) {
 /* drafter.head_vocab of the engines draft_engine makes (0: the draft's whole vocabulary;
  * -1: the default). */
 static int g_head_vocab = -1;
+/* drafter.min_confidence of those engines, or the default when negative. */
+static double g_min_conf = -1;
 
 /* The trained target with the draft model drafting k tokens (k 0: no drafter). Every key is
  * set through weir_config_set, so the config owns it all: free it with weir_config_free. */
 static weir_engine *draft_engine(weir_config *cfg, int k, int64_t num_blocks,
                                  const weir_engine_opts *opts) {
   weir_config_defaults(cfg);
-  char err[256], mem[32], kk[16], hv[16];
+  char err[256], mem[32], kk[16], hv[16], mc[32];
   snprintf(mem, sizeof mem, "%lld", (long long)num_blocks);
   snprintf(kk, sizeof kk, "%d", k);
   snprintf(hv, sizeof hv, "%d", g_head_vocab);
+  snprintf(mc, sizeof mc, "%g", g_min_conf);
   const char *sets[][2] = {{"model.path", TARGET},
                            {"plugins.dirs", "[\"" WT_PLUGIN_DIR "\"]"},
                            {"cache.num_blocks", mem},
@@ -282,9 +285,10 @@ static weir_engine *draft_engine(weir_config *cfg, int k, int64_t num_blocks,
                            {"drafter.num_speculative_tokens", k > 0 ? kk : "1"},
                            /* a fixed length: these tests check exactness, not the policy */
                            {"drafter.adaptive", "false"},
-                           {"drafter.head_vocab", hv}};
+                           {"drafter.head_vocab", hv},
+                           {"drafter.min_confidence", mc}};
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
-    if ((k > 0 || i < 3) && !(i == 7 && g_head_vocab < 0)) {
+    if ((k > 0 || i < 3) && !(i == 7 && g_head_vocab < 0) && !(i == 8 && g_min_conf < 0)) {
       int rc = weir_config_set(cfg, sets[i][0], sets[i][1], err, sizeof err);
       if (rc) printf("\n    %s: %s", sets[i][0], err);
       CU_ASSERT_EQUAL(rc, 0);
@@ -385,6 +389,27 @@ static void test_draft_model_greedy_identical(void) {
     CU_ASSERT(s2.spec_draft_tokens > 0);
     CU_ASSERT(s2.spec_accepted_tokens * 2 > s2.spec_draft_tokens);
   }
+  /* drafter.min_confidence: off (every step drafts its 4), and at 0.9, where most steps
+   * stop drafting early and their placeholders are trimmed from the batch of six sequences
+   * (items shrink in the middle of the batch): greedy output is the target's either way, and
+   * the trimmed run drafts fewer tokens for a higher share accepted. */
+  weir_engine_stats s_off, s_hi;
+  const double mcs[] = {0, 0.9};
+  for (size_t m = 0; m < 2; m++) {
+    g_min_conf = mcs[m];
+    spec_run(4, 512, spec, m == 0 ? &s_off : &s_hi);
+    g_min_conf = -1;
+    for (int p = 0; p < N_SPEC_PROMPTS; p++)
+      CU_ASSERT_EQUAL(memcmp(plain[p], spec[p], sizeof plain[p]), 0);
+  }
+  printf("; min_confidence 0: drafted %llu, accepted %llu; 0.9: drafted %llu, accepted %llu",
+         (unsigned long long)s_off.spec_draft_tokens,
+         (unsigned long long)s_off.spec_accepted_tokens,
+         (unsigned long long)s_hi.spec_draft_tokens, (unsigned long long)s_hi.spec_accepted_tokens);
+  CU_ASSERT(s_hi.spec_draft_tokens > 0);
+  CU_ASSERT(s_hi.spec_draft_tokens < s_off.spec_draft_tokens);
+  CU_ASSERT(s_hi.spec_accepted_tokens * s_off.spec_draft_tokens >
+            s_off.spec_accepted_tokens * s_hi.spec_draft_tokens);
 }
 
 /* A draft model that cannot draft for the target is refused at start, saying why (through
@@ -429,9 +454,13 @@ static void test_draft_model_refused(void) {
   free(dir);
 }
 
+/* Which generated token second_tokens counts (1: the second) and the requests' max_tokens. */
+static int g_count_at = 1, g_max_tokens = 3;
+
 /* The second generated token of n seeded requests (seeds 1..n) at temperature 1, max 3
  * tokens: with k >= 1 that token is always a drafted position (the first comes from the
- * prompt's step, which drafts nothing). counts [vocab]. */
+ * prompt's step, which drafts nothing). counts [vocab]. (g_count_at and g_max_tokens pick
+ * another token and length.) */
 static void second_tokens(int k, int break_residual, int n, int32_t *counts, int32_t vocab) {
   weir_config cfg;
   weir_engine_opts o = {.spec_break_residual = break_residual};
@@ -447,7 +476,7 @@ static void second_tokens(int k, int break_residual, int n, int32_t *counts, int
     const int m = n - base < WAVE ? n - base : WAVE;
     for (int i = 0; i < m; i++) {
       c[i] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-      weir_gen_request q = {.prompt = prompt, .num_prompt = np, .max_tokens = 3,
+      weir_gen_request q = {.prompt = prompt, .num_prompt = np, .max_tokens = g_max_tokens,
                             .ignore_eos = 1, .has_seed = 1, .seed = (uint64_t)(base + i + 1)};
       q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 1,
                                           .top_p = 1, .repetition_penalty = 1,
@@ -458,7 +487,9 @@ static void second_tokens(int k, int break_residual, int n, int32_t *counts, int
       pthread_mutex_lock(&c[i].lock);
       while (!c[i].done) pthread_cond_wait(&c[i].cond, &c[i].lock);
       pthread_mutex_unlock(&c[i].lock);
-      if (c[i].n >= 2 && c[i].tokens[1] >= 0 && c[i].tokens[1] < vocab) counts[c[i].tokens[1]]++;
+      const int at = g_count_at;
+      if (c[i].n > at && c[i].tokens[at] >= 0 && c[i].tokens[at] < vocab)
+        counts[c[i].tokens[at]]++;
     }
   }
   weir_engine_stats st;
@@ -542,6 +573,24 @@ static void test_draft_model_distribution(void) {
   CU_ASSERT(b1 >= 10);
   CU_ASSERT(p_head > 1e-3);
   CU_ASSERT(p_head_bad < 1e-4);
+  /* Drafting that stops at a low confidence (drafter.min_confidence 0.9, 3 drafts asked in
+   * the first decode step of 5-token answers: most steps stop after one draft and are
+   * trimmed) leaves the distribution the target's: the third token, which is a bonus token
+   * of a trimmed step or a checked draft of a kept one, against no drafts. */
+  g_count_at = 2;
+  g_max_tokens = 5;
+  memset(plain, 0, V * 4);
+  memset(spec, 0, V * 4);
+  second_tokens(0, 0, N, plain, V);
+  g_min_conf = 0.9;
+  second_tokens(4, 0, N, spec, V);
+  g_min_conf = -1;
+  g_count_at = 1;
+  g_max_tokens = 3;
+  const double p_conf = homogeneity_p(plain, spec, V, &b1);
+  printf("; min_confidence 0.9, k 4, third token: speculative %.3g (%d bins)", p_conf, b1);
+  CU_ASSERT(b1 >= 10);
+  CU_ASSERT(p_conf > 1e-3);
   free(plain);
   free(spec);
   free(broken);
