@@ -52,7 +52,9 @@ cfg_args() { # cfg_args CFG: the --set options of a configuration
     ngram*) echo "--set drafter.name=ngram" ;;
     draft_model*) echo "--set drafter.name=draft_model --set drafter.model=models/kjv-draft.gguf" ;;
   esac
-  case $1 in *:fixed) echo "--set drafter.adaptive=false" ;; esac
+  case $1 in *:fixed*) echo "--set drafter.adaptive=false" ;; esac
+  # :mc0: no confidence stop (drafter.min_confidence = 0: every step drafts the length asked)
+  case $1 in *:mc0) echo "--set drafter.min_confidence=0" ;; esac
 }
 
 if [[ " $parts " == *" 1 "* ]]; then
@@ -61,6 +63,7 @@ if [[ " $parts " == *" 1 "* ]]; then
   prof="$out/profile.txt"
   : > "$prof"
   for case in "none|In the beginning|400|0|none" "ngram:fixed|In the beginning|400|0|ngram, fixed" \
+              "draft_model:fixed:mc0|In the beginning|400|0|draft model, fixed, no confidence stop" \
               "draft_model:fixed|In the beginning|400|0|draft model, fixed" \
               "draft_model:fixed|In the beginning|400|0.8|draft model, fixed, 0.8" \
               "none|COPY|192|0|none, copy prompt" "ngram:fixed|COPY|192|0|ngram, fixed, copy prompt"; do
@@ -105,6 +108,19 @@ for (group, label, n, steps, outp, prop, sch, dr, dp, dpu, drest, fw, sa, tot) i
         d = f"{dr} ({dp} x {dpu}" + (f" = {float(dpu) / b:.2f} of a one-row step" if b else "") + f", rest {drest})"
     ratio = f"{float(tot) / b:.2f}x" if b else "-"
     print(f"| {label} | {n} | {steps} | {outp} | {prop} | {sch} | {d} | {fw} | {sa} | {tot} | {ratio} |")
+# Each run's decode rate in tokens per second of engine-thread CPU time, over no drafter's
+# on the same prompt.
+rates, order = {}, []
+for line in open(sys.argv[1]):
+    label, _, rest = line.rstrip("\n").partition("|")
+    m = re.search(r"decode: [0-9.]+ tokens in [0-9.]+ ms, (\d+) tokens per CPU second", rest)
+    if m:
+        rates[label] = float(m[1])
+        order.append(label)
+print("\n| run | decode tokens per CPU second | over no drafter |\n|---|---|---|")
+for label in order:
+    b = rates.get("none, copy prompt" if label.endswith("copy prompt") else "none")
+    print(f"| {label} | {rates[label]:.0f} | " + (f"{rates[label] / b:.2f}x |" if b else "- |"))
 PY
 fi
 

@@ -109,13 +109,16 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
     }
     goto verified;
   }
-  rc = weir_sampler_call_probs(&e->scall, e->rows, nr, logits, e->vocab, e->probs);
-  if (rc != WEIR_OK) {
-    weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
-    return;
-  }
+  /* Row j's distribution is computed only once the drafts before it are accepted: at the
+   * draft's acceptance about half of a step's rows are never looked at. */
   for (int32_t j = 0; j < nd; j++) {
     float *row = e->probs + (size_t)j * (size_t)e->vocab;
+    rc = weir_sampler_call_probs(&e->scall, e->rows + j, 1, logits + (size_t)j * (size_t)e->vocab,
+                                 e->vocab, row);
+    if (rc != WEIR_OK) {
+      weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
+      return;
+    }
     const float *q = draft_q(e, r, j);
     const int32_t x = toks[j];
     const double qx = q ? (double)q[x] : 1.0;
@@ -131,9 +134,16 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
     token = weir__engine_draw_from(row, e->vocab, weir_rng_uniform(r->rng), x);
     break;
   }
-  if (token < 0)
-    token = weir__engine_draw_from(e->probs + (size_t)nd * (size_t)e->vocab, e->vocab,
-                                   weir_rng_uniform(r->rng), 0);
+  if (token < 0) {
+    float *row = e->probs + (size_t)nd * (size_t)e->vocab;
+    rc = weir_sampler_call_probs(&e->scall, e->rows + nd, 1,
+                                 logits + (size_t)nd * (size_t)e->vocab, e->vocab, row);
+    if (rc != WEIR_OK) {
+      weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, rc, "sampling failed", NULL, 0);
+      return;
+    }
+    token = weir__engine_draw_from(row, e->vocab, weir_rng_uniform(r->rng), 0);
+  }
 verified:
   e->spec_drafted += (uint64_t)nd;
   e->spec_accepted += (uint64_t)accepted;
@@ -368,9 +378,12 @@ static void draft_passes(weir_engine *e, const weir_sched_out *out) {
       }
       float *q = qj + (size_t)r->dslot * (size_t)V;
       rc = weir_sampler_call_probs(&e->scall, e->rows, 1, lrow, V, q);
-      /* The sampler may have written over the row: -inf off the head again. */
+      /* The sampler may have written over the row: the head's columns are reset (the
+       * default sampler's edits, penalties, bias, temperature and masks, leave -inf as
+       * -inf, so the rest is still -inf; a sampler that wrote elsewhere would only change
+       * the next q, which verification then uses as it is: still exact). */
       if (W < V)
-        for (int32_t v = 0; v < V; v++) e->dlrow[v] = -INFINITY;
+        for (int32_t c = 0; c < W; c++) e->dlrow[e->dhead[c]] = -INFINITY;
       e->d_tok[k] = -1; /* drawn from q below */
       e->d_conf[k] = rc == WEIR_OK && e->spec_min_conf > 0 ? max_prob(q, V) : 1.0f;
     }
