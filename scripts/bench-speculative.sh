@@ -239,33 +239,45 @@ def goal(run, temp, c, drafter):
         return 1.5 if float(temp) == 0 else 1.3
     return 0.97  # the never-loses guard
 n_met = n_goal = 0
-for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-*"))):
+order = ["in-service-copy-ngram", "in-service-kjv-draft", "in-service-guard-64",
+         "in-service-guard-copy", "fresh-guard-64"]
+for d in sorted(glob.glob(os.path.join(sys.argv[1], "serve-*")),
+                key=lambda d: (order.index(os.path.basename(d)[6:])
+                               if os.path.basename(d)[6:] in order else len(order), d)):
     run = os.path.basename(d)[6:]
     env = {}
     if os.path.exists(os.path.join(d, "env.txt")):
         env = dict(l.strip().split("=", 1) for l in open(os.path.join(d, "env.txt")) if "=" in l)
     answer = env.get("OUTPUT_LEN", "128")
-    for f in sorted(glob.glob(os.path.join(d, "t*-c*-*.json")),
-                    key=lambda f: [float(x) if re.match(r"^[0-9.]+$", x) else x
-                                   for x in re.split(r"t|-c|-", os.path.basename(f)[:-5])]):
-        m = re.match(r"t([0-9.]+)-c(\d+)-(.+)\.json", os.path.basename(f))
-        try:
-            ms = {x["name"]: x for x in json.load(open(f))["comparison"]["metrics"]}
-            o = ms["output_tokens_per_s"]
-        except Exception:
-            print(f"| {run} | {m[1]} | {m[2]} | {answer} | {m[3]} | (no result: see report.txt) | | | | | | |")
-            continue
-        t = ms.get("tpot_median_ms", {})
-        tpot = 1 / t["ratio_b_over_a"] if t.get("ratio_b_over_a") else float("nan")
-        r = o["ratio_b_over_a"]
-        g = goal(run, m[1], m[2], m[3])
-        met = "-" if g is None else ("yes" if r >= g else "**no**")
-        if g is not None:
-            n_goal += 1
-            n_met += r >= g
-        print(f"| {run} | {m[1]} | {m[2]} | {answer} | {m[3]} | {o['a_median']:.0f} | "
-              f"{o['b_median']:.0f} | **{r:.2f}x** | {tpot:.2f}x | {o['p_value']:.2f} | "
-              f"{'-' if g is None else f'>= {g:.2f}x'} | {met} |")
+    # Every cell the run was asked for (bench-speculative-serve.sh's defaults), with or
+    # without a result: a case that failed shows as such, not as a missing row.
+    for temp in env.get("TEMPS", "0 0.8").split():
+      for c in env.get("STREAMS", "1 4 16").split():
+        for v in env.get("VARIANTS", "draft draft-fixed").split():
+          m = (None, temp, c, v)
+          f = os.path.join(d, f"t{temp}-c{c}-{v}.json")
+          g = goal(run, temp, c, v)
+          try:
+              ms = {x["name"]: x for x in json.load(open(f))["comparison"]["metrics"]}
+              o = ms["output_tokens_per_s"]
+              if not (o["a_median"] > 0 and o["b_median"] > 0):
+                  raise ValueError("no tokens")
+          except Exception:
+              if g is not None:
+                  n_goal += 1
+              print(f"| {run} | {temp} | {c} | {answer} | {v} | (no result: see "
+                    f"serve-{run}/report.txt) | | | | | {'-' if g is None else f'>= {g:.2f}x'} | **no result** |")
+              continue
+          t = ms.get("tpot_median_ms", {})
+          tpot = 1 / t["ratio_b_over_a"] if t.get("ratio_b_over_a") else float("nan")
+          r = o["ratio_b_over_a"]
+          met = "-" if g is None else ("yes" if r >= g else "**no**")
+          if g is not None:
+              n_goal += 1
+              n_met += r >= g
+          print(f"| {run} | {m[1]} | {m[2]} | {answer} | {m[3]} | {o['a_median']:.0f} | "
+                f"{o['b_median']:.0f} | **{r:.2f}x** | {tpot:.2f}x | {o['p_value']:.2f} | "
+                f"{'-' if g is None else f'>= {g:.2f}x'} | {met} |")
 print(f"\n({n_met} of {n_goal} cells with a goal meet it. B/A tok/s: the drafter's median output "
       "tokens/s over no drafter's, per-round medians, rounds alternated; B/A TPOT: no "
       "drafter's median time per output token over the drafter's (decode speed); p: weir "
