@@ -12,6 +12,7 @@
 // Decoding and layouts: quant_gguf.cuh. The C launchers are declared in weir_cuda_gguf.h.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <string.h>
 
 #include "quant_gguf.cuh"
 #include "weir_cuda_device.cuh"
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t ci = lane; ci < nch; ci += 32) {
     int v[8];
     float a[2], b[2];
-    decode_chunk<T>(row, ci, v, a, b);
+    decode_chunk<T>(row, nch, ci, v, a, b);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < nt) {
@@ -128,7 +129,7 @@ __global__ void dequant_f16_kernel(__half *__restrict__ dst, const unsigned char
     const int64_t r = i / nch, ci = i % nch;
     int v[8];
     float a[2], b[2];
-    decode_chunk<T>(w + (size_t)r * row_bytes, ci, v, a, b);
+    decode_chunk<T>(w + (size_t)r * row_bytes, nch, ci, v, a, b);
     __half *o = dst + r * cols + ci * 32;
 #pragma unroll 4
     for (int j = 0; j < 32; ++j)
@@ -154,7 +155,7 @@ __global__ void embed_kernel(const unsigned char *__restrict__ w, size_t row_byt
   for (int64_t ci = threadIdx.x; ci < cols / 32; ci += blockDim.x) {
     int v[8];
     float a[2], b[2];
-    decode_chunk<T>(row, ci, v, a, b);
+    decode_chunk<T>(row, cols / 32, ci, v, a, b);
     for (int j = 0; j < 32; ++j) o[ci * 32 + j] = chunk_value<T>(v, a, b, j);
   }
 }
@@ -205,6 +206,7 @@ void embed_type(cudaStream_t s, const unsigned char *w, size_t row_bytes, const 
   case kQ6_K: CALL(kQ6_K); break;                                                             \
   case kIQ4_NL: CALL(kIQ4_NL); break;                                                         \
   case kIQ4_XS: CALL(kIQ4_XS); break;                                                         \
+  case kQ6_K_R: CALL(kQ6_K_R); break;                                                         \
   default: return cudaErrorInvalidValue;                                                      \
   }
 
@@ -213,8 +215,8 @@ bool rows_ok(int32_t dtype, const void *w, size_t row_bytes, int64_t cols) {
   const int64_t be = weir_cuda_gguf_block_elems(dtype);
   const size_t bb = weir_cuda_gguf_block_bytes(dtype);
   if (be == 0 || cols <= 0 || cols % be != 0) return false;
-  // The alignment quant_gguf.cuh's wide loads rely on (block_align).
-  const size_t align = bb % 16 == 0 ? 16 : bb % 4 == 0 ? 4 : 2;
+  // The alignment quant_gguf.cuh's wide loads rely on (block_align; planes: 16).
+  const size_t align = dtype == kQ6_K_R ? 16 : bb % 16 == 0 ? 16 : bb % 4 == 0 ? 4 : 2;
   if (row_bytes < (size_t)(cols / be) * bb || row_bytes % align != 0) return false;
   return reinterpret_cast<uintptr_t>(w) % align == 0;
 }
@@ -224,7 +226,8 @@ bool rows_ok(int32_t dtype, const void *w, size_t row_bytes, int64_t cols) {
 extern "C" int64_t weir_cuda_gguf_block_elems(int32_t dtype) {
   switch (dtype) {
   case kQ4_0: case kQ4_1: case kQ5_0: case kQ5_1: case kQ8_0: case kIQ4_NL: return 32;
-  case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS: return 256;
+  case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS: case kQ6_K_R:
+    return 256;
   default: return 0;
   }
 }
@@ -243,8 +246,40 @@ extern "C" size_t weir_cuda_gguf_block_bytes(int32_t dtype) {
   case kQ6_K: return Block<kQ6_K>::kBytes;
   case kIQ4_NL: return Block<kIQ4_NL>::kBytes;
   case kIQ4_XS: return Block<kIQ4_XS>::kBytes;
+  case kQ6_K_R: return Block<kQ6_K_R>::kBytes;
   default: return 0;
   }
+}
+
+extern "C" int32_t weir_cuda_gguf_repacked_type(int32_t dtype) {
+  return dtype == kQ6_K ? kQ6_K_R : dtype;
+}
+
+extern "C" size_t weir_cuda_gguf_repacked_row_bytes(int32_t dtype, int64_t cols) {
+  if (dtype != kQ6_K || cols <= 0 || cols % 256 != 0) return 0;
+  return ((size_t)(cols / 256) * 210 + 15) / 16 * 16;
+}
+
+extern "C" int weir_cuda_gguf_repack(int32_t dtype, void *dst, size_t dst_row_bytes,
+                                     const void *src, size_t src_row_bytes, int64_t rows,
+                                     int64_t cols) {
+  const size_t need = weir_cuda_gguf_repacked_row_bytes(dtype, cols);
+  if (need == 0 || !dst || !src || rows <= 0 || dst_row_bytes < need || dst_row_bytes % 16 != 0 ||
+      src_row_bytes < (size_t)(cols / 256) * 210)
+    return -1;
+  const int64_t nsb = cols / 256;
+  for (int64_t r = 0; r < rows; ++r) {
+    const unsigned char *in = static_cast<const unsigned char *>(src) + (size_t)r * src_row_bytes;
+    unsigned char *out = static_cast<unsigned char *>(dst) + (size_t)r * dst_row_bytes;
+    memset(out, 0, dst_row_bytes); // the padding at the row's end
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const unsigned char *b = in + sb * 210;
+      memcpy(out + sb * 192, b, 192);                   // ql[128], qh[64]
+      memcpy(out + nsb * 192 + sb * 16, b + 192, 16);   // scales[16]
+      memcpy(out + nsb * 208 + sb * 2, b + 208, 2);     // d
+    }
+  }
+  return 0;
 }
 
 extern "C" size_t weir_cuda_gguf_act_bytes(int64_t n_tokens, int64_t cols) {
