@@ -67,20 +67,23 @@ bool shim_load_plugin(const char *file, const char *int_key, int64_t int_value,
   g_host.parallel_for = h_pfor;
   g_host.num_threads = h_threads;
   wt_options_host(&g_host);
-  // Each plugin's values outlive its init (wt_options_use's contract): kept to process exit.
-  auto *ov = new std::vector<weir_option_value>(d->num_options);
+  // The values need to live through init only (wt_options_use's contract: plugins read their
+  // options there).
+  std::vector<weir_option_value> ov(d->num_options);
   for (int i = 0; i < d->num_options; ++i) {
-    weir_option_value &v = (*ov)[i];
+    weir_option_value &v = ov[i];
     v.i = d->options[i].def_int;
     v.f = d->options[i].def_float;
     v.b = d->options[i].def_bool;
     v.s = d->options[i].def_string ? d->options[i].def_string : "";
     if (int_key && d->options[i].key && !strcmp(d->options[i].key, int_key)) v.i = int_value;
   }
-  wt_options_use(d, ov->data());
-  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov->data(), d->num_options};
+  wt_options_use(d, ov.data());
+  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
   void *self = nullptr;
-  if (d->init(&g_host, &args, &self) != WEIR_OK) {
+  const int rc = d->init(&g_host, &args, &self);
+  wt_options_use(nullptr, nullptr); // ov ends here
+  if (rc != WEIR_OK) {
     printf("FAIL init %s: %s\n", file, wt_options_error);
     return false;
   }

@@ -2,8 +2,9 @@
 // (weir_*.so, dlopen) with a minimal host table, every option at its declared default except
 // one integer the caller may set, and initialising it on the CPU device.
 //
-// Memory: the plugin, its host table and its option values live until the process exits (the
-// suites never unload them). Not thread-safe: load from the suite's main thread only.
+// Memory: the plugin and its host table live until the process exits (the suites never unload
+// them); the option values live through init only. Not thread-safe: load from the suite's
+// main thread only.
 #ifndef WEIR_TESTS_SHIM_PLUGIN_H
 #define WEIR_TESTS_SHIM_PLUGIN_H
 
