@@ -29,8 +29,8 @@ namespace gguf {
 enum {
   kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12,
   kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23,
-  // Repacked at load (weir_cuda_gguf_repack): Q6_K in 16-byte aligned planes per row.
-  kQ6_K_R = WEIR_CUDA_GGUF_Q6_K_R
+  // Repacked at load (weir_cuda_gguf_repack): Q3_K and Q6_K in 16-byte aligned planes per row.
+  kQ3_K_R = WEIR_CUDA_GGUF_Q3_K_R, kQ6_K_R = WEIR_CUDA_GGUF_Q6_K_R
 };
 
 // The IQ4_NL / IQ4_XS codebook (GGUF's fixed non-linear 4-bit values).
@@ -367,6 +367,36 @@ template <> struct Block<kQ6_K_R> {
   }
 };
 
+// Q3_K repacked into planes (kQ3_K_R): quants [nsb][96] (each super-block's hmask[32] then
+// qs[64]), then the 12 packed scale bytes [nsb][12], then f16 d [nsb]. A chunk's 32 hmask and
+// 32 qs bytes are four 16-byte loads (Q3_K's 110-byte blocks allow only 16-bit ones). Same
+// values as Block<kQ3_K>.
+template <> struct Block<kQ3_K_R> {
+  static constexpr int kElems = 256, kBytes = 110;
+  static constexpr bool kHalves = true;
+  __device__ static void decode_row(const unsigned char *row, int64_t nsb, int64_t sb, int c,
+                                    int v[8], float a[2], float o[2]) {
+    const unsigned char *q = row + sb * 96;
+    unsigned hm[8], qs[8];
+    ld8w<16>(q, hm);
+    ld8w<16>(q + 32 + 32 * (c >> 2), qs);
+    const int shift = 2 * (c & 3);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      v[i] = (int)(((qs[i] >> shift) & 0x03030303u) | (((hm[i] >> c) & 0x01010101u) << 2));
+    const float d = ld_half(row + nsb * 108 + sb * 2);
+    const unsigned char *sc = row + nsb * 96 + sb * 12;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = 2 * c + h;
+      const int lo = k < 8 ? (sc[k] & 15) : (sc[k - 8] >> 4);
+      const int hi = (sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
+      a[h] = d * (float)((lo | (hi << 4)) - 32);
+      o[h] = -4.0f * a[h];
+    }
+  }
+};
+
 // Chunk `ci` (32 elements) of a row of nch chunks of type T.
 template <int T>
 __device__ __forceinline__ void decode_chunk(const unsigned char *row, int64_t nch, int64_t ci,
@@ -380,6 +410,12 @@ __device__ __forceinline__ void decode_chunk<kQ6_K_R>(const unsigned char *row, 
                                                       int64_t ci, int v[8], float a[2],
                                                       float o[2]) {
   Block<kQ6_K_R>::decode_row(row, nch / 8, ci / 8, (int)(ci % 8), v, a, o);
+}
+template <>
+__device__ __forceinline__ void decode_chunk<kQ3_K_R>(const unsigned char *row, int64_t nch,
+                                                      int64_t ci, int v[8], float a[2],
+                                                      float o[2]) {
+  Block<kQ3_K_R>::decode_row(row, nch / 8, ci / 8, (int)(ci % 8), v, a, o);
 }
 
 } // namespace gguf

@@ -25,10 +25,14 @@ extern "C" {
 
 /* Load-time repacks (docs/cuda.md, "not yet run on a GPU"): a type whose blocks allow only
  * narrow loads is rewritten once, on the host, into a layout of 16-byte aligned planes that
- * the kernels read with 16-byte loads; the kernels then take the repacked type's number.
- *   WEIR_CUDA_GGUF_Q6_K_R: Q6_K (210-byte blocks, 2-byte aligned). A row of nsb super-blocks
- *   is quants [nsb][192] (each one's ql[128] then qh[64]), int8 scales [nsb][16], f16 d [nsb],
- *   padded with zeros to a multiple of 16 bytes; w and row_bytes multiples of 16. */
+ * the kernels read with 16-byte loads; the kernels then take the repacked type's number. A
+ * row of nsb super-blocks becomes quants [nsb][Q], scales [nsb][S], f16 d [nsb], padded with
+ * zeros to a multiple of 16 bytes; w and row_bytes multiples of 16:
+ *   WEIR_CUDA_GGUF_Q6_K_R: Q6_K (210-byte blocks, 2-byte aligned): Q = 192 (ql[128] then
+ *   qh[64]), S = 16 (int8 scales);
+ *   WEIR_CUDA_GGUF_Q3_K_R: Q3_K (110-byte blocks, 2-byte aligned): Q = 96 (hmask[32] then
+ *   qs[64]), S = 12 (the packed 6-bit scales). */
+#define WEIR_CUDA_GGUF_Q3_K_R 0x10B
 #define WEIR_CUDA_GGUF_Q6_K_R 0x10E
 /* The type a weight of `dtype` is repacked to (dtype itself when it is read as stored). */
 int32_t weir_cuda_gguf_repacked_type(int32_t dtype);

@@ -66,7 +66,8 @@ static void one_type(int type, int64_t rows, int64_t cols, size_t pad) {
   int rc = pack_tensor(type, w.data(), rows, cols, rb, "w", &wg);
   if (rc != WEIR_OK) fprintf(stderr, "\n  pack: %s (%s)\n", weir_strerror(rc), ch_last_error(&g_gpu));
   CU_ASSERT_EQUAL_FATAL(rc, WEIR_OK);
-  // Q6_K is repacked at load into aligned planes: the same bytes, each row padded to 16.
+  // Q3_K and Q6_K are repacked at load into aligned planes: the same bytes, each row padded
+  // to 16.
   const size_t rrb = weir_cuda_gguf_repacked_row_bytes(type, cols);
   CU_ASSERT_EQUAL(GQ->weight_bytes(g_gpu.self, wg), (rrb ? rrb : packed) * (size_t)rows);
 

@@ -1,8 +1,8 @@
 /* The gguf quantization scheme on CUDA (weir_quant_gguf_cuda.so): a GGUF file's weights run
  * on the GPU in the blocks the file stores, no re-quantization. Native block types: Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (exact: the device
- * holds the file's bytes; Q6_K's are rearranged at load into 16-byte aligned planes, the same
- * bytes, so its kernels use wide loads). F32/F16/BF16 tensors are held in f16 (exact for F16).
+ * holds the file's bytes; Q3_K's and Q6_K's are rearranged at load into 16-byte aligned
+ * planes, the same bytes, so their kernels use wide loads). F32/F16/BF16 tensors are held in f16 (exact for F16).
  *   matmul, fewer than gemm_min_tokens tokens: the activations are quantized once to int8
  *       blocks of 32 (scale and sum), then one warp per output row decodes the blocks in
  *       registers and takes dp4a dot products with 8 tokens at a time
@@ -165,7 +165,7 @@ static int g_pack(void *self, const weir_quant_pack_args *args, void **weight) {
   int rc;
   const size_t rrb = weir_cuda_gguf_repacked_row_bytes(t, cols);
   if (native(t) && rrb) {
-    /* Load-time repack (Q6_K): 16-byte aligned planes the kernels read with wide loads,
+    /* Load-time repack (Q3_K, Q6_K): 16-byte aligned planes the kernels read with wide loads,
      * rewritten on the host from the file's rows (weir_cuda_gguf.h). */
     w->dtype = weir_cuda_gguf_repacked_type(t);
     w->row_bytes = rrb;

@@ -223,13 +223,18 @@ static void test_refusals() {
   expect(ok, "%s: block sizes agree with sdk/include/weir/tensor.h", "all");
 }
 
-// The Q6_K load-time repack (weir_cuda_gguf_repack into WEIR_CUDA_GGUF_Q6_K_R planes): the
-// planes hold each super-block's bytes where weir_cuda_gguf.h says, the row padding is zero,
-// and matmul (1..16 and 19 tokens), dequant and embed on the repacked rows equal those on the
-// file's rows bit for bit (the same decoded values; every load on the repacked rows is a
-// 16-byte one, alignment-checked by the shim); bad repacks and misaligned planes are refused.
-static void test_q6k_repack(int64_t rows, int64_t cols, size_t pad) {
-  const int type = WEIR_DTYPE_Q6_K, rt = WEIR_CUDA_GGUF_Q6_K_R;
+// The load-time plane repacks (weir_cuda_gguf_repack: Q6_K into WEIR_CUDA_GGUF_Q6_K_R, Q3_K
+// into WEIR_CUDA_GGUF_Q3_K_R): the planes hold each super-block's bytes where
+// weir_cuda_gguf.h says, the row padding is zero, and matmul (1..16 and 19 tokens), dequant
+// and embed on the repacked rows equal those on the file's rows bit for bit (the same decoded
+// values; every quant load on the repacked rows is a 16-byte one, alignment-checked by the
+// shim); bad repacks and misaligned planes are refused.
+static void test_plane_repack(int type, int64_t rows, int64_t cols, size_t pad) {
+  // The planes per super-block, as weir_cuda_gguf.h lays them out (written independently).
+  const size_t q = type == WEIR_DTYPE_Q6_K ? 192 : 96, sc = type == WEIR_DTYPE_Q6_K ? 16 : 12;
+  const size_t bb = q + sc + 2;
+  const int rt = weir_cuda_gguf_repacked_type(type);
+  const char *tn = weir_dtype_name((weir_dtype)type);
   const size_t rb = weir_dtype_row_bytes((weir_dtype)type, cols) + pad;
   const int64_t nsb = cols / 256;
   const size_t rrb = weir_cuda_gguf_repacked_row_bytes(type, cols);
@@ -237,19 +242,19 @@ static void test_q6k_repack(int64_t rows, int64_t cols, size_t pad) {
   std::vector<uint8_t> w = gguf_ref::random_rows(type, rows, cols, rb, uni);
   unsigned char *r = (unsigned char *)aligned_alloc(16, rrb * (size_t)rows);
   memset(r, 0xA5, rrb * (size_t)rows);
-  bool ok = weir_cuda_gguf_repacked_type(type) == rt && weir_cuda_gguf_repacked_type(12) == 12 &&
-            rrb == ((size_t)nsb * 210 + 15) / 16 * 16 &&
+  bool ok = rt != type && weir_cuda_gguf_repacked_type(12) == 12 &&
+            bb == weir_cuda_gguf_block_bytes(type) && rrb == ((size_t)nsb * bb + 15) / 16 * 16 &&
             weir_cuda_gguf_repack(type, r, rrb, w.data(), rb, rows, cols) == 0;
   for (int64_t o = 0; ok && o < rows; ++o) {
     const unsigned char *in = w.data() + (size_t)o * rb, *out = r + (size_t)o * rrb;
     for (int64_t b = 0; b < nsb; ++b)
-      ok = ok && !memcmp(out + b * 192, in + b * 210, 192) &&
-           !memcmp(out + nsb * 192 + b * 16, in + b * 210 + 192, 16) &&
-           !memcmp(out + nsb * 208 + b * 2, in + b * 210 + 208, 2);
-    for (size_t i = (size_t)nsb * 210; i < rrb; ++i) ok = ok && out[i] == 0;
+      ok = ok && !memcmp(out + b * q, in + b * bb, q) &&
+           !memcmp(out + nsb * q + b * sc, in + b * bb + q, sc) &&
+           !memcmp(out + nsb * (q + sc) + b * 2, in + b * bb + q + sc, 2);
+    for (size_t i = (size_t)nsb * bb; i < rrb; ++i) ok = ok && out[i] == 0;
   }
-  snprintf(what, sizeof what, "q6_K repack %lld x %lld: planes where the layout says, padding 0",
-           (long long)rows, (long long)cols);
+  snprintf(what, sizeof what, "%s repack %lld x %lld: planes where the layout says, padding 0",
+           tn, (long long)rows, (long long)cols);
   expect(ok, "%s", what);
   for (int64_t n = 1; n <= 19; n += n == 16 ? 3 : 1) {
     std::vector<float> x((size_t)(n * cols));
@@ -263,15 +268,15 @@ static void test_q6k_repack(int64_t rows, int64_t cols, size_t pad) {
             cudaSuccess &&
         weir_cuda_gguf_matmul(0, rt, r, rrb, act.p, y1.data(), cols, rows, n) == cudaSuccess &&
         !memcmp(y0.data(), y1.data(), y0.size() * 4);
-    snprintf(what, sizeof what, "q6_K repacked matmul %lld tokens = q6_K matmul bit for bit",
-             (long long)n);
+    snprintf(what, sizeof what, "%s repacked matmul %lld tokens = the file layout's bit for bit",
+             tn, (long long)n);
     expect(same, "%s", what);
   }
   std::vector<uint16_t> h0((size_t)(rows * cols), 0x7e00), h1 = h0;
   ok = weir_cuda_gguf_dequant_f16(0, type, h0.data(), w.data(), rb, rows, cols) == cudaSuccess &&
        weir_cuda_gguf_dequant_f16(0, rt, h1.data(), r, rrb, rows, cols) == cudaSuccess &&
        h0 == h1;
-  expect(ok, "%s dequant_f16 = q6_K dequant_f16", "q6_K repacked");
+  expect(ok, "%s repacked dequant_f16 = the file layout's", tn);
   std::vector<int32_t> ids = {(int32_t)rows - 1, 0, (int32_t)rows};
   std::vector<float> e0 = shim_poisoned(3 * (size_t)cols), e1 = e0;
   int f0 = 0, f1 = 0;
@@ -280,20 +285,20 @@ static void test_q6k_repack(int64_t rows, int64_t cols, size_t pad) {
        weir_cuda_gguf_embed(0, rt, r, rrb, ids.data(), e1.data(), 3, rows, cols, &f1) ==
            cudaSuccess &&
        !memcmp(e0.data(), e1.data(), e0.size() * 4) && f0 == 1 && f1 == 1;
-  expect(ok, "%s embed = q6_K embed (id == rows: zeros and the flag)", "q6_K repacked");
+  expect(ok, "%s repacked embed = the file layout's (id == rows: zeros and the flag)", tn);
   act_buf act;
   act.reserve(weir_cuda_gguf_act_bytes(1, cols));
   std::vector<float> y((size_t)rows);
   ok = weir_cuda_gguf_repack(12, r, rrb, w.data(), rb, rows, cols) != 0 && // not repacked
        weir_cuda_gguf_repack(type, r, rrb - 8, w.data(), rb, rows, cols) != 0 && // short dst
-       weir_cuda_gguf_repack(type, r, rrb, w.data(), (size_t)nsb * 210 - 1, rows, cols) != 0 &&
+       weir_cuda_gguf_repack(type, r, rrb, w.data(), (size_t)nsb * bb - 1, rows, cols) != 0 &&
        weir_cuda_gguf_repack(type, r, rrb, w.data(), rb, rows, cols + 32) != 0 && // not blocks
        weir_cuda_gguf_repack(type, nullptr, rrb, w.data(), rb, rows, cols) != 0 &&
        weir_cuda_gguf_matmul(0, rt, r + 2, rrb, act.p, y.data(), cols, 1, 1) ==
            cudaErrorInvalidValue && // planes must be 16-byte aligned
-       weir_cuda_gguf_matmul(0, rt, r, (size_t)nsb * 210 + 2, act.p, y.data(), cols, 1, 1) ==
+       weir_cuda_gguf_matmul(0, rt, r, (size_t)nsb * bb + 2, act.p, y.data(), cols, 1, 1) ==
            cudaErrorInvalidValue; // and so must the row stride
-  expect(ok, "%s: bad repacks and misaligned planes are refused", "q6_K repacked");
+  expect(ok, "%s repacked: bad repacks and misaligned planes are refused", tn);
   free(r);
 }
 
@@ -305,8 +310,12 @@ int main(void) {
     // A second odd shape with a padded stride (16: keeps every type's block alignment).
     test_type(t, 5, be == 32 ? 3 * 32 : 256, 16);
   }
-  test_q6k_repack(13, 5 * 256, 0); // 5 super-blocks: 1050 bytes, a row padded to 1056
-  test_q6k_repack(6, 8 * 256, 2);  // 8: 1680 bytes (no padding), from a padded source stride
+  // Q6_K: 5 super-blocks are 1050 bytes (a row padded to 1056); 8 are 1680 (no padding),
+  // here from a padded source stride. Q3_K: 5 are 550 (padded to 560), 8 are 880.
+  for (int t : {WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q3_K}) {
+    test_plane_repack(t, 13, 5 * 256, 0);
+    test_plane_repack(t, 6, 8 * 256, 2);
+  }
   test_nan_activation();
   test_refusals();
   if (g_failures) {
