@@ -12,6 +12,7 @@
 // Decoding and layouts: quant_gguf.cuh. The C launchers are declared in weir_cuda_gguf.h.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <string.h>
 
 #include "quant_gguf.cuh"
 #include "weir_cuda_device.cuh"
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t ci = lane; ci < nch; ci += 32) {
     int v[8];
     float a[2], b[2];
-    decode_chunk<T>(row, ci, v, a, b);
+    decode_chunk<T>(row, nch, ci, v, a, b);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t < nt) {
@@ -128,7 +129,7 @@ __global__ void dequant_f16_kernel(__half *__restrict__ dst, const unsigned char
     const int64_t r = i / nch, ci = i % nch;
     int v[8];
     float a[2], b[2];
-    decode_chunk<T>(w + (size_t)r * row_bytes, ci, v, a, b);
+    decode_chunk<T>(w + (size_t)r * row_bytes, nch, ci, v, a, b);
     __half *o = dst + r * cols + ci * 32;
 #pragma unroll 4
     for (int j = 0; j < 32; ++j)
@@ -154,7 +155,7 @@ __global__ void embed_kernel(const unsigned char *__restrict__ w, size_t row_byt
   for (int64_t ci = threadIdx.x; ci < cols / 32; ci += blockDim.x) {
     int v[8];
     float a[2], b[2];
-    decode_chunk<T>(row, ci, v, a, b);
+    decode_chunk<T>(row, cols / 32, ci, v, a, b);
     for (int j = 0; j < 32; ++j) o[ci * 32 + j] = chunk_value<T>(v, a, b, j);
   }
 }
@@ -205,6 +206,8 @@ void embed_type(cudaStream_t s, const unsigned char *w, size_t row_bytes, const 
   case kQ6_K: CALL(kQ6_K); break;                                                             \
   case kIQ4_NL: CALL(kIQ4_NL); break;                                                         \
   case kIQ4_XS: CALL(kIQ4_XS); break;                                                         \
+  case kQ3_K_R: CALL(kQ3_K_R); break;                                                         \
+  case kQ6_K_R: CALL(kQ6_K_R); break;                                                         \
   default: return cudaErrorInvalidValue;                                                      \
   }
 
@@ -213,8 +216,9 @@ bool rows_ok(int32_t dtype, const void *w, size_t row_bytes, int64_t cols) {
   const int64_t be = weir_cuda_gguf_block_elems(dtype);
   const size_t bb = weir_cuda_gguf_block_bytes(dtype);
   if (be == 0 || cols <= 0 || cols % be != 0) return false;
-  // The alignment quant_gguf.cuh's wide loads rely on (block_align).
-  const size_t align = bb % 16 == 0 ? 16 : bb % 4 == 0 ? 4 : 2;
+  // The alignment quant_gguf.cuh's wide loads rely on (block_align; planes: 16).
+  const bool planes = dtype == kQ3_K_R || dtype == kQ6_K_R;
+  const size_t align = planes ? 16 : bb % 16 == 0 ? 16 : bb % 4 == 0 ? 4 : 2;
   if (row_bytes < (size_t)(cols / be) * bb || row_bytes % align != 0) return false;
   return reinterpret_cast<uintptr_t>(w) % align == 0;
 }
@@ -224,7 +228,9 @@ bool rows_ok(int32_t dtype, const void *w, size_t row_bytes, int64_t cols) {
 extern "C" int64_t weir_cuda_gguf_block_elems(int32_t dtype) {
   switch (dtype) {
   case kQ4_0: case kQ4_1: case kQ5_0: case kQ5_1: case kQ8_0: case kIQ4_NL: return 32;
-  case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS: return 256;
+  case kQ2_K: case kQ3_K: case kQ4_K: case kQ5_K: case kQ6_K: case kIQ4_XS: case kQ3_K_R:
+  case kQ6_K_R:
+    return 256;
   default: return 0;
   }
 }
@@ -243,8 +249,59 @@ extern "C" size_t weir_cuda_gguf_block_bytes(int32_t dtype) {
   case kQ6_K: return Block<kQ6_K>::kBytes;
   case kIQ4_NL: return Block<kIQ4_NL>::kBytes;
   case kIQ4_XS: return Block<kIQ4_XS>::kBytes;
+  case kQ3_K_R: return Block<kQ3_K_R>::kBytes;
+  case kQ6_K_R: return Block<kQ6_K_R>::kBytes;
   default: return 0;
   }
+}
+
+namespace {
+// A repacked type's planes per super-block: the quant bytes (first in the block), the scale
+// bytes (at soff in the block), the f16 d (at doff); qbytes + sbytes + 2 = the block.
+struct plane_split {
+  size_t qbytes, sbytes, soff, doff;
+};
+bool split_of(int32_t dtype, plane_split *p) {
+  if (dtype == kQ6_K) *p = {192, 16, 192, 208};
+  else if (dtype == kQ3_K) *p = {96, 12, 96, 108};
+  else return false;
+  return true;
+}
+} // namespace
+
+extern "C" int32_t weir_cuda_gguf_repacked_type(int32_t dtype) {
+  return dtype == kQ6_K ? kQ6_K_R : dtype == kQ3_K ? kQ3_K_R : dtype;
+}
+
+extern "C" size_t weir_cuda_gguf_repacked_row_bytes(int32_t dtype, int64_t cols) {
+  plane_split p;
+  if (!split_of(dtype, &p) || cols <= 0 || cols % 256 != 0) return 0;
+  return ((size_t)(cols / 256) * (p.qbytes + p.sbytes + 2) + 15) / 16 * 16;
+}
+
+extern "C" int weir_cuda_gguf_repack(int32_t dtype, void *dst, size_t dst_row_bytes,
+                                     const void *src, size_t src_row_bytes, int64_t rows,
+                                     int64_t cols) {
+  const size_t need = weir_cuda_gguf_repacked_row_bytes(dtype, cols);
+  plane_split p;
+  if (need == 0 || !split_of(dtype, &p) || !dst || !src || rows <= 0 || dst_row_bytes < need ||
+      dst_row_bytes % 16 != 0)
+    return -1;
+  const size_t bb = p.qbytes + p.sbytes + 2;
+  const int64_t nsb = cols / 256;
+  if (src_row_bytes < (size_t)nsb * bb) return -1;
+  for (int64_t r = 0; r < rows; ++r) {
+    const unsigned char *in = static_cast<const unsigned char *>(src) + (size_t)r * src_row_bytes;
+    unsigned char *out = static_cast<unsigned char *>(dst) + (size_t)r * dst_row_bytes;
+    memset(out, 0, dst_row_bytes); // the padding at the row's end
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      const unsigned char *b = in + sb * bb;
+      memcpy(out + sb * p.qbytes, b, p.qbytes);                            // the quants
+      memcpy(out + nsb * p.qbytes + sb * p.sbytes, b + p.soff, p.sbytes);  // the scales
+      memcpy(out + nsb * (p.qbytes + p.sbytes) + sb * 2, b + p.doff, 2);   // d
+    }
+  }
+  return 0;
 }
 
 extern "C" size_t weir_cuda_gguf_act_bytes(int64_t n_tokens, int64_t cols) {

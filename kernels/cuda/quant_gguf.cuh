@@ -20,6 +20,7 @@
 #define WEIR_QUANT_GGUF_CUH
 
 #include "weir_cuda_device.cuh"
+#include "weir_cuda_gguf.h"
 
 namespace weir_cuda {
 namespace gguf {
@@ -27,7 +28,9 @@ namespace gguf {
 // GGUF type numbers (sdk/include/weir/tensor.h).
 enum {
   kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12,
-  kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23
+  kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20, kIQ4_XS = 23,
+  // Repacked at load (weir_cuda_gguf_repack): Q3_K and Q6_K in 16-byte aligned planes per row.
+  kQ3_K_R = WEIR_CUDA_GGUF_Q3_K_R, kQ6_K_R = WEIR_CUDA_GGUF_Q6_K_R
 };
 
 // The IQ4_NL / IQ4_XS codebook (GGUF's fixed non-linear 4-bit values).
@@ -335,12 +338,84 @@ template <> struct Block<kIQ4_XS> {
   }
 };
 
-// Chunk `ci` (32 elements) of a row of blocks of type T.
+// Q6_K repacked into planes (kQ6_K_R, weir_cuda_gguf.h): a row of nsb super-blocks holds
+// quants [nsb][192] (each super-block's ql[128] then qh[64]), then int8 scales [nsb][16],
+// then f16 d [nsb], from a 16-byte aligned row start. A chunk's 32 ql bytes and 32 qh bytes
+// are then four 16-byte loads (Q6_K's 210-byte blocks allow only 2-byte loads: 16 of them),
+// and the bytes read are the same 210 per super-block. Same values as Block<kQ6_K>.
+template <> struct Block<kQ6_K_R> {
+  static constexpr int kElems = 256, kBytes = 210;
+  static constexpr bool kHalves = true;
+  __device__ static void decode_row(const unsigned char *row, int64_t nsb, int64_t sb, int c,
+                                    int v[8], float a[2], float o[2]) {
+    const int n = c >> 2, k = c & 3;
+    const unsigned char *q = row + sb * 192;
+    unsigned l[8], h[8];
+    ld8w<16>(q + 64 * n + 32 * (k & 1), l);
+    ld8w<16>(q + 128 + 32 * n, h);
+    const int lshift = 4 * (k >> 1), hshift = 2 * k;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      v[i] = (int)(((l[i] >> lshift) & 0x0F0F0F0Fu) | (((h[i] >> hshift) & 0x03030303u) << 4));
+    const float d = ld_half(row + nsb * 208 + sb * 2);
+    const unsigned char *sc = row + nsb * 192 + sb * 16;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      a[hh] = d * (float)(signed char)sc[8 * n + 2 * k + hh];
+      o[hh] = -32.0f * a[hh];
+    }
+  }
+};
+
+// Q3_K repacked into planes (kQ3_K_R): quants [nsb][96] (each super-block's hmask[32] then
+// qs[64]), then the 12 packed scale bytes [nsb][12], then f16 d [nsb]. A chunk's 32 hmask and
+// 32 qs bytes are four 16-byte loads (Q3_K's 110-byte blocks allow only 16-bit ones). Same
+// values as Block<kQ3_K>.
+template <> struct Block<kQ3_K_R> {
+  static constexpr int kElems = 256, kBytes = 110;
+  static constexpr bool kHalves = true;
+  __device__ static void decode_row(const unsigned char *row, int64_t nsb, int64_t sb, int c,
+                                    int v[8], float a[2], float o[2]) {
+    const unsigned char *q = row + sb * 96;
+    unsigned hm[8], qs[8];
+    ld8w<16>(q, hm);
+    ld8w<16>(q + 32 + 32 * (c >> 2), qs);
+    const int shift = 2 * (c & 3);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      v[i] = (int)(((qs[i] >> shift) & 0x03030303u) | (((hm[i] >> c) & 0x01010101u) << 2));
+    const float d = ld_half(row + nsb * 108 + sb * 2);
+    const unsigned char *sc = row + nsb * 96 + sb * 12;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = 2 * c + h;
+      const int lo = k < 8 ? (sc[k] & 15) : (sc[k - 8] >> 4);
+      const int hi = (sc[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
+      a[h] = d * (float)((lo | (hi << 4)) - 32);
+      o[h] = -4.0f * a[h];
+    }
+  }
+};
+
+// Chunk `ci` (32 elements) of a row of nch chunks of type T.
 template <int T>
-__device__ __forceinline__ void decode_chunk(const unsigned char *row, int64_t ci, int v[8],
-                                             float a[2], float o[2]) {
+__device__ __forceinline__ void decode_chunk(const unsigned char *row, int64_t nch, int64_t ci,
+                                             int v[8], float a[2], float o[2]) {
   constexpr int per = Block<T>::kElems / 32;
+  (void)nch;
   Block<T>::decode(row + (ci / per) * Block<T>::kBytes, (int)(ci % per), v, a, o);
+}
+template <>
+__device__ __forceinline__ void decode_chunk<kQ6_K_R>(const unsigned char *row, int64_t nch,
+                                                      int64_t ci, int v[8], float a[2],
+                                                      float o[2]) {
+  Block<kQ6_K_R>::decode_row(row, nch / 8, ci / 8, (int)(ci % 8), v, a, o);
+}
+template <>
+__device__ __forceinline__ void decode_chunk<kQ3_K_R>(const unsigned char *row, int64_t nch,
+                                                      int64_t ci, int v[8], float a[2],
+                                                      float o[2]) {
+  Block<kQ3_K_R>::decode_row(row, nch / 8, ci / 8, (int)(ci % 8), v, a, o);
 }
 
 } // namespace gguf

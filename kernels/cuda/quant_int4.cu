@@ -13,6 +13,8 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "weir_cuda_device.cuh"
 #include "weir_cuda_kernels.h"
 
@@ -28,12 +30,29 @@ struct q4_ref {
   const float *inv_s;  // NULL: none
   int64_t rows, cols, kp, ng;
   int group;
+  // The tiled layout (weir_cuda_q4t_repack): nib holds the tiles and d the scale records
+  // (d[4] then m[4] per tile and group); m is unused and sym says the weight is symmetric.
+  bool tiled, sym;
 };
 
+constexpr int kTR = WEIR_CUDA_Q4T_ROWS; // rows per tile of the tiled layout
+
 __device__ __forceinline__ void scales(const q4_ref &w, int64_t r, int64_t k, float *d, float *m) {
+  if (w.tiled) {
+    const __half *rec = w.d + ((r / kTR) * w.ng + k / w.group) * (2 * kTR);
+    *d = __half2float(rec[r % kTR]);
+    *m = w.sym ? -8.0f * *d : __half2float(rec[kTR + r % kTR]);
+    return;
+  }
   const int64_t g = r * w.ng + k / w.group;
   *d = __half2float(w.d[g]);
   *m = w.m ? __half2float(w.m[g]) : -8.0f * *d;
+}
+
+// Row r's 16-byte block of columns [b * 32, b * 32 + 32) in either layout.
+__device__ __forceinline__ const unsigned char *block_of(const q4_ref &w, int64_t r, int64_t b) {
+  if (w.tiled) return w.nib + (((r / kTR) * (w.kp / 32) + b) * kTR + r % kTR) * 16;
+  return w.nib + r * (w.kp / 2) + b * 16;
 }
 
 __device__ __forceinline__ int nibble(const unsigned char *blk, int j) {
@@ -176,10 +195,119 @@ __global__ void __launch_bounds__(kWarps4 * 32)
   }
 }
 
+// The dp4a GEMV on the tiled layout (weir_cuda_q4t_repack): one warp per tile of kTR = 4
+// rows, one lane per 32-column block. The lane's four rows' blocks are one 64-byte run (four
+// 16-byte loads; the warp streams 2 KiB contiguous per step) and their scales one 16-byte
+// record, so each activation block it loads (two int4 per token) and its sum(xq) serve four
+// rows instead of one: a quarter of the activation traffic from L1/L2 of the row-per-warp
+// kernel above, which is what limits that kernel as the token count grows. Unpacking is two
+// logic ops per 8 nibbles (the GGUF order puts columns 0-15 in the low nibbles, 16-31 in the
+// high ones, matching the activation bytes). Per row, each lane adds the same terms in the
+// same order as gemv_q4_dp4a_kernel, so the outputs are equal bit for bit.
+struct Q4TSet {
+  const unsigned char *tiles[WEIR_CUDA_Q4_MAX_SET];
+  const __half *sc[WEIR_CUDA_Q4_MAX_SET];
+  float *y[WEIR_CUDA_Q4_MAX_SET];
+  int64_t rows[WEIR_CUDA_Q4_MAX_SET];
+  int64_t end[WEIR_CUDA_Q4_MAX_SET]; // in tiles, cumulative
+  int sym[WEIR_CUDA_Q4_MAX_SET];
+  int n;
+};
+
+template <int NT>
+__global__ void __launch_bounds__(kWarps4 * 32)
+    gemv_q4t_dp4a_kernel(Q4TSet set, const signed char *__restrict__ xq,
+                         const float *__restrict__ xd, int64_t kp, int group, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  const int64_t gt = (int64_t)blockIdx.x * kWarps4 + (threadIdx.x >> 5);
+  if (gt >= set.end[set.n - 1]) return;
+  int64_t tile = gt, rows = set.rows[0];
+  const unsigned char *tiles = set.tiles[0];
+  const __half *sc = set.sc[0];
+  float *y = set.y[0];
+  int sym = set.sym[0];
+#pragma unroll
+  for (int i = 1; i < WEIR_CUDA_Q4_MAX_SET; ++i)
+    if (i < set.n && gt >= set.end[i - 1]) {
+      tile = gt - set.end[i - 1];
+      rows = set.rows[i];
+      tiles = set.tiles[i];
+      sc = set.sc[i];
+      y = set.y[i];
+      sym = set.sym[i];
+    }
+  const int64_t t0 = (int64_t)blockIdx.y * NT;
+  const int nt = (int)(n - t0 < NT ? n - t0 : NT);
+  const int64_t nb = kp / 32, ng = (kp + group - 1) / group;
+  const uint4 *tp = reinterpret_cast<const uint4 *>(tiles + tile * nb * (kTR * 16));
+  const uint4 *sp = reinterpret_cast<const uint4 *>(sc + tile * ng * (2 * kTR));
+  float acc[NT][kTR];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int r = 0; r < kTR; ++r) acc[t][r] = 0.0f;
+  for (int64_t i = lane; i < nb; i += 32) {
+    int lo[kTR][4], hi[kTR][4];
+#pragma unroll
+    for (int r = 0; r < kTR; ++r) {
+      const uint4 raw = __ldg(tp + i * kTR + r);
+      const unsigned wv[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        lo[r][j] = (int)(wv[j] & 0x0f0f0f0fu);
+        hi[r][j] = (int)((wv[j] >> 4) & 0x0f0f0f0fu);
+      }
+    }
+    const uint4 srec = __ldg(sp + i * 32 / group);
+    const unsigned sw[4] = {srec.x, srec.y, srec.z, srec.w}; // d0 d1 | d2 d3 | m0 m1 | m2 m3
+    float d[kTR], m[kTR];
+#pragma unroll
+    for (int r = 0; r < kTR; ++r) {
+      d[r] = __half2float(__ushort_as_half((unsigned short)(sw[r / 2] >> (16 * (r % 2)))));
+      m[r] = sym ? -8.0f * d[r]
+                 : __half2float(__ushort_as_half((unsigned short)(sw[2 + r / 2] >> (16 * (r % 2)))));
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t < nt) {
+        const int64_t tk = t0 + t;
+        const int4 *xp = reinterpret_cast<const int4 *>(xq + tk * kp + i * 32);
+        const int4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+        const int xa[4] = {x0.x, x0.y, x0.z, x0.w}, xb[4] = {x1.x, x1.y, x1.z, x1.w};
+        int sx = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          sx = dp4a(0x01010101, xa[j], sx);
+          sx = dp4a(0x01010101, xb[j], sx);
+        }
+        const float xs = __ldg(xd + tk * nb + i);
+#pragma unroll
+        for (int r = 0; r < kTR; ++r) {
+          int s = 0;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            s = dp4a(lo[r][j], xa[j], s);
+            s = dp4a(hi[r][j], xb[j], s);
+          }
+          acc[t][r] += xs * (d[r] * (float)s + m[r] * (float)sx);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int r = 0; r < kTR; ++r) {
+      const float v = warp_sum(acc[t][r]);
+      const int64_t o = tile * kTR + r;
+      if (lane == 0 && t < nt && o < rows) y[(t0 + t) * rows + o] = v;
+    }
+}
+
 __device__ __forceinline__ float value(const q4_ref &w, int64_t r, int64_t c) {
   float d, m;
   scales(w, r, c, &d, &m);
-  const unsigned char *blk = w.nib + r * (w.kp / 2) + (c / 32) * 16;
+  const unsigned char *blk = block_of(w, r, c / 32);
   const float v = d * (float)nibble(blk, (int)(c % 32)) + m;
   return w.inv_s ? v * w.inv_s[c] : v;
 }
@@ -221,7 +349,39 @@ bool make_ref(q4_ref *w, const void *nib, const void *d, const void *m, const fl
   w->kp = kp;
   w->group = group;
   w->ng = (kp + group - 1) / group;
+  w->tiled = false;
+  w->sym = m == nullptr;
   return true;
+}
+
+// make_ref for the tiled layout: tiles 16-byte aligned, scale records 16-byte aligned.
+bool make_tiled_ref(q4_ref *w, const void *tiles, const void *sc, int sym, const float *inv_s,
+                    int64_t rows, int64_t cols, int64_t kp, int32_t group) {
+  if (!tiles || !sc || (uintptr_t)tiles % 16 != 0 || (uintptr_t)sc % 16 != 0 ||
+      !make_ref(w, tiles, sc, nullptr, inv_s, rows, cols, kp, group))
+    return false;
+  w->tiled = true;
+  w->sym = sym != 0;
+  return true;
+}
+
+// The dp4a launchers' shared tail: the grid limits (tiles of up to 16 tokens on grid.y,
+// `units` warps' worth of rows or tiles on grid.x), the per-block scales in `act`
+// (weir_cuda_q8_act_bytes' layout: at the next 256 bytes after the n x kp int8 values), and
+// f called with the tile width n needs (1, 2, 4, 8 or 16) as a compile-time constant.
+template <typename F>
+cudaError_t with_act_tile(const void *act, int64_t n, int64_t kp, int64_t units, F &&f) {
+  if ((n + 15) / 16 > 65535 || (units + kWarps4 - 1) / kWarps4 > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  const signed char *xq = static_cast<const signed char *>(act);
+  const float *xd =
+      reinterpret_cast<const float *>(xq + ((size_t)n * (size_t)kp + 255) / 256 * 256);
+  if (n == 1) f(std::integral_constant<int, 1>(), xq, xd);
+  else if (n == 2) f(std::integral_constant<int, 2>(), xq, xd);
+  else if (n <= 4) f(std::integral_constant<int, 4>(), xq, xd);
+  else if (n <= 8) f(std::integral_constant<int, 8>(), xq, xd);
+  else f(std::integral_constant<int, 16>(), xq, xd);
+  return cudaGetLastError();
 }
 
 template <int NT> void launch_gemv4(cudaStream_t s, const q4_ref &w, const float *x, float *y) {
@@ -237,7 +397,109 @@ void launch_dp4a4(cudaStream_t s, const q4_ref &w, const Q4Set &set, const signe
   WEIR_LAUNCH(gemv_q4_dp4a_kernel<NT>, grid, kWarps4 * 32, 0, s)(w, set, xq, xd, n);
 }
 
+template <int NT>
+void launch_q4t(cudaStream_t s, const Q4TSet &set, const signed char *xq, const float *xd,
+                int64_t kp, int group, int64_t n) {
+  const int64_t total = set.end[set.n - 1];
+  const dim3 grid((unsigned)((total + kWarps4 - 1) / kWarps4), (unsigned)((n + NT - 1) / NT));
+  WEIR_LAUNCH(gemv_q4t_dp4a_kernel<NT>, grid, kWarps4 * 32, 0, s)(set, xq, xd, kp, group, n);
+}
+
 } // namespace
+
+extern "C" int weir_cuda_q4t_bytes(int64_t rows, int64_t kp, int32_t group, size_t *tile_bytes,
+                                   size_t *scale_bytes) {
+  if (rows <= 0 || kp <= 0 || kp % 32 != 0 || (group != 32 && group != 64 && group != 128))
+    return -1;
+  const int64_t tiles = (rows + kTR - 1) / kTR, ng = (kp + group - 1) / group;
+  if (tile_bytes) *tile_bytes = (size_t)tiles * (size_t)(kp / 32) * kTR * 16;
+  if (scale_bytes) *scale_bytes = (size_t)tiles * (size_t)ng * 2 * kTR * 2;
+  return 0;
+}
+
+extern "C" int weir_cuda_q4t_repack(void *tiles, void *scales, const void *nib, const void *d,
+                                    const void *m, int64_t rows, int64_t kp, int32_t group) {
+  size_t tb = 0, sb = 0;
+  if (!tiles || !scales || !nib || !d || weir_cuda_q4t_bytes(rows, kp, group, &tb, &sb) != 0)
+    return -1;
+  // Padding rows of the last tile stay zero: the kernels compute them and drop the result.
+  memset(tiles, 0, tb);
+  memset(scales, 0, sb);
+  const int64_t nb = kp / 32, ng = (kp + group - 1) / group;
+  const unsigned char *src = static_cast<const unsigned char *>(nib);
+  const uint16_t *ds = static_cast<const uint16_t *>(d), *ms = static_cast<const uint16_t *>(m);
+  unsigned char *tp = static_cast<unsigned char *>(tiles);
+  uint16_t *sp = static_cast<uint16_t *>(scales);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r / kTR, rr = r % kTR;
+    for (int64_t b = 0; b < nb; ++b)
+      memcpy(tp + ((t * nb + b) * kTR + rr) * 16, src + r * (kp / 2) + b * 16, 16);
+    for (int64_t g = 0; g < ng; ++g) {
+      uint16_t *rec = sp + (t * ng + g) * (2 * kTR);
+      rec[rr] = ds[r * ng + g];
+      rec[kTR + rr] = ms ? ms[r * ng + g] : 0;
+    }
+  }
+  return 0;
+}
+
+extern "C" cudaError_t weir_cuda_gemv_q4t_dp4a_set(cudaStream_t stream, int32_t n_weights,
+                                                   const void *const *tiles,
+                                                   const void *const *scales, const int *sym,
+                                                   const int64_t *rows, float *const *y,
+                                                   const void *act, int64_t cols, int64_t kp,
+                                                   int32_t group, int64_t n_tokens) {
+  q4_ref w;
+  if (n_weights < 1 || n_weights > WEIR_CUDA_Q4_MAX_SET || n_tokens < 0 || !tiles || !scales ||
+      !sym || !rows || !y || (reinterpret_cast<uintptr_t>(act) & 255))
+    return cudaErrorInvalidValue;
+  Q4TSet set;
+  memset(&set, 0, sizeof set);
+  set.n = n_weights;
+  int64_t total = 0;
+  for (int i = 0; i < n_weights; ++i) {
+    if (!y[i] || !make_tiled_ref(&w, tiles[i], scales[i], sym[i], nullptr, rows[i], cols, kp,
+                                 group))
+      return cudaErrorInvalidValue;
+    set.tiles[i] = static_cast<const unsigned char *>(tiles[i]);
+    set.sc[i] = static_cast<const __half *>(scales[i]);
+    set.y[i] = y[i];
+    set.rows[i] = rows[i];
+    set.sym[i] = sym[i] != 0;
+    total += (rows[i] + kTR - 1) / kTR;
+    set.end[i] = total;
+  }
+  if (n_tokens == 0) return cudaSuccess;
+  return with_act_tile(act, n_tokens, kp, total, [&](auto nt, const signed char *xq,
+                                                     const float *xd) {
+    launch_q4t<decltype(nt)::value>(stream, set, xq, xd, kp, group, n_tokens);
+  });
+}
+
+extern "C" cudaError_t weir_cuda_dequant_q4t_f16(cudaStream_t stream, void *dst, const void *tiles,
+                                                 const void *scales, int sym, const float *inv_s,
+                                                 int64_t rows, int64_t cols, int64_t kp,
+                                                 int32_t group) {
+  q4_ref w;
+  if (!make_tiled_ref(&w, tiles, scales, sym, inv_s, rows, cols, kp, group))
+    return cudaErrorInvalidValue;
+  WEIR_LAUNCH(dequant_q4_f16_kernel, grid_for(rows * cols, 256), 256, 0, stream)(
+      static_cast<__half *>(dst), w);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_embed_q4t(cudaStream_t stream, const void *tiles,
+                                           const void *scales, int sym, const float *inv_s,
+                                           const int32_t *ids, float *out, int64_t n,
+                                           int64_t rows, int64_t cols, int64_t kp, int32_t group,
+                                           int *bad_flag) {
+  q4_ref w;
+  if (n <= 0) return cudaSuccess;
+  if (n > 0x7fffffff || !make_tiled_ref(&w, tiles, scales, sym, inv_s, rows, cols, kp, group))
+    return cudaErrorInvalidValue;
+  WEIR_LAUNCH(embed_q4_kernel, (unsigned)n, 256, 0, stream)(w, ids, out, bad_flag);
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t weir_cuda_gemv_q4_dp4a_set(cudaStream_t stream, int32_t n_weights,
                                                   const void *const *nib, const void *const *d,
@@ -266,18 +528,10 @@ extern "C" cudaError_t weir_cuda_gemv_q4_dp4a_set(cudaStream_t stream, int32_t n
     set.end[i] = total;
   }
   if (n_tokens == 0) return cudaSuccess;
-  if ((n_tokens + 15) / 16 > 65535 || (total + kWarps4 - 1) / kWarps4 > 0x7fffffff)
-    return cudaErrorInvalidValue;
-  const signed char *xq = static_cast<const signed char *>(act);
-  // weir_cuda_q8_act_bytes' layout: the scales at the next 256 bytes after xq.
-  const float *xd =
-      reinterpret_cast<const float *>(xq + ((size_t)n_tokens * (size_t)kp + 255) / 256 * 256);
-  if (n_tokens == 1) launch_dp4a4<1>(stream, w, set, xq, xd, n_tokens);
-  else if (n_tokens == 2) launch_dp4a4<2>(stream, w, set, xq, xd, n_tokens);
-  else if (n_tokens <= 4) launch_dp4a4<4>(stream, w, set, xq, xd, n_tokens);
-  else if (n_tokens <= 8) launch_dp4a4<8>(stream, w, set, xq, xd, n_tokens);
-  else launch_dp4a4<16>(stream, w, set, xq, xd, n_tokens);
-  return cudaGetLastError();
+  return with_act_tile(act, n_tokens, kp, total, [&](auto nt, const signed char *xq,
+                                                     const float *xd) {
+    launch_dp4a4<decltype(nt)::value>(stream, w, set, xq, xd, n_tokens);
+  });
 }
 
 extern "C" cudaError_t weir_cuda_gemv_q4_dp4a(cudaStream_t stream, const void *nib,

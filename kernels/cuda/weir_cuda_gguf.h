@@ -23,7 +23,30 @@
 extern "C" {
 #endif
 
-/* Elements and bytes per block of a type these kernels read natively; 0 for any other. */
+/* Load-time repacks (docs/cuda.md, "not yet run on a GPU"): a type whose blocks allow only
+ * narrow loads is rewritten once, on the host, into a layout of 16-byte aligned planes that
+ * the kernels read with 16-byte loads; the kernels then take the repacked type's number. A
+ * row of nsb super-blocks becomes quants [nsb][Q], scales [nsb][S], f16 d [nsb], padded with
+ * zeros to a multiple of 16 bytes; w and row_bytes multiples of 16:
+ *   WEIR_CUDA_GGUF_Q6_K_R: Q6_K (210-byte blocks, 2-byte aligned): Q = 192 (ql[128] then
+ *   qh[64]), S = 16 (int8 scales);
+ *   WEIR_CUDA_GGUF_Q3_K_R: Q3_K (110-byte blocks, 2-byte aligned): Q = 96 (hmask[32] then
+ *   qs[64]), S = 12 (the packed 6-bit scales). */
+#define WEIR_CUDA_GGUF_Q3_K_R 0x10B
+#define WEIR_CUDA_GGUF_Q6_K_R 0x10E
+/* The type a weight of `dtype` is repacked to (dtype itself when it is read as stored). */
+int32_t weir_cuda_gguf_repacked_type(int32_t dtype);
+/* Bytes of one repacked row of cols columns of `dtype`; 0 when dtype is not repacked or cols
+ * is not whole blocks. */
+size_t weir_cuda_gguf_repacked_row_bytes(int32_t dtype, int64_t cols);
+/* Host memory to host memory: rows x cols of `dtype` at src (src_row_bytes apart) into the
+ * repacked layout at dst (dst_row_bytes apart: at least weir_cuda_gguf_repacked_row_bytes,
+ * a multiple of 16). Returns 0, or -1 (nothing written) for a type that is not repacked, a
+ * bad shape or stride, or a NULL buffer. Thread-safe (touches only its arguments). */
+int weir_cuda_gguf_repack(int32_t dtype, void *dst, size_t dst_row_bytes, const void *src,
+                          size_t src_row_bytes, int64_t rows, int64_t cols);
+/* Elements and bytes per block of a type these kernels read natively (a repacked type's
+ * bytes per block are its planes' share, the source's); 0 for any other. */
 int64_t weir_cuda_gguf_block_elems(int32_t dtype);
 size_t weir_cuda_gguf_block_bytes(int32_t dtype);
 /* Bytes of the quantized activations of n_tokens x cols (cols a multiple of 32). */

@@ -230,6 +230,41 @@ cudaError_t weir_cuda_embed_q4(cudaStream_t stream, const void *nib, const void 
                                int64_t rows, int64_t cols, int64_t kp, int32_t group,
                                int *bad_flag);
 
+/* The tiled layout ("Marlin-style" load-time repack) the CUDA awq_int4 plugin keeps its
+ * weights in: rows in tiles of WEIR_CUDA_Q4T_ROWS; tiles [ceil(rows / 4)][kp / 32][4][16]:
+ * for tile T and 32-column block b, the four rows' 16-byte blocks (GGUF Q4 order, as above)
+ * side by side, so the lane that streams block b issues four 16-byte loads of one 64-byte run
+ * and a warp reads 2 KiB contiguous; scales [ceil(rows / 4)][ng][8] f16: the four rows' d then
+ * their m for one group, one 16-byte record (m 0 when symmetric: the kernels use -8 d). The
+ * rows past `rows` in the last tile are zero. */
+#define WEIR_CUDA_Q4T_ROWS 4
+/* The two buffers' sizes for rows x kp (kp a multiple of 32, group 32, 64 or 128); 0 or -1
+ * for a bad shape. Host only. */
+int weir_cuda_q4t_bytes(int64_t rows, int64_t kp, int32_t group, size_t *tile_bytes,
+                        size_t *scale_bytes);
+/* Host memory to host memory: tiles and scales (sized by weir_cuda_q4t_bytes, the caller's)
+ * from the row layout above (nib, d, m; m NULL = symmetric). Returns 0, or -1 for a bad shape
+ * or a NULL buffer (nothing written then). Host only, thread-safe (touches only its args). */
+int weir_cuda_q4t_repack(void *tiles, void *scales, const void *nib, const void *d,
+                         const void *m, int64_t rows, int64_t kp, int32_t group);
+/* weir_cuda_gemv_q4_dp4a_set on tiled weights: one warp per tile of 4 rows, so every
+ * activation block loaded serves four rows. tiles[i] and scales[i] 16-byte aligned, sym[i]
+ * non-zero for a symmetric weight; y[i] [n_tokens][rows[i]] (rows past rows[i] are never
+ * written). Equal bit for bit to weir_cuda_gemv_q4_dp4a_set on the row layout. */
+cudaError_t weir_cuda_gemv_q4t_dp4a_set(cudaStream_t stream, int32_t n_weights,
+                                        const void *const *tiles, const void *const *scales,
+                                        const int *sym, const int64_t *rows, float *const *y,
+                                        const void *act, int64_t cols, int64_t kp, int32_t group,
+                                        int64_t n_tokens);
+/* weir_cuda_dequant_q4_f16 and weir_cuda_embed_q4 on tiled weights. */
+cudaError_t weir_cuda_dequant_q4t_f16(cudaStream_t stream, void *dst, const void *tiles,
+                                      const void *scales, int sym, const float *inv_s,
+                                      int64_t rows, int64_t cols, int64_t kp, int32_t group);
+cudaError_t weir_cuda_embed_q4t(cudaStream_t stream, const void *tiles, const void *scales,
+                                int sym, const float *inv_s, const int32_t *ids, float *out,
+                                int64_t n, int64_t rows, int64_t cols, int64_t kp, int32_t group,
+                                int *bad_flag);
+
 /* ---- sampler.cu: the default sampler on the device -----------------------------------------
  * Semantics are plugins/sampler/default's (see docs/cuda.md for the one ordering difference).
  * The host fills one weir_cuda_sample_params per row and one weir_cuda_penalty entry per

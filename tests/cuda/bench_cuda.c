@@ -50,14 +50,7 @@ static weir_attn_shape ashape;
 static size_t block_bytes;
 static int32_t num_blocks, max_blocks_per_seq;
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    int rc_ = (call);                                                                    \
-    if (rc_ != WEIR_OK) {                                                                \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, weir_strerror(rc_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#define CHECK CH_CHECK
 
 static uint16_t *rand_f16;
 
@@ -326,11 +319,6 @@ static void sample(const batch *b, weir_sample_result *res, weir_sampling_row *r
   CHECK(SMP->sample(P_samp.self, rows, b->n_seqs, logits, S.vocab, res));
 }
 
-static int cmp_d(const void *a, const void *b) {
-  double da = *(const double *)a, db = *(const double *)b;
-  return da < db ? -1 : da > db;
-}
-
 /* Median seconds per decode step over `steps` steps (after 3 warm-up steps). */
 static double time_decode(const batch *b, int steps, int use_graph) {
   weir_sample_result *res = calloc((size_t)b->n_seqs, sizeof *res);
@@ -353,31 +341,12 @@ static double time_decode(const batch *b, int steps, int use_graph) {
     sample(b, res, rows); /* ends with the token ids on the host */
     t[i] = ch_now() - t0;
   }
-  qsort(t, (size_t)steps, sizeof *t, cmp_d);
+  qsort(t, (size_t)steps, sizeof *t, ch_cmp_double);
   double med = t[steps / 2];
   free(t);
   free(res);
   free(rows);
   return med;
-}
-
-static double copy_bandwidth(void) {
-  const size_t n = (size_t)1 << 30;
-  void *a = ch_dalloc(n), *b = ch_dalloc(n);
-  CHECK(DEV->memset(DS, a, 0x3C, n));
-  for (int i = 0; i < 2; i++) CHECK(DEV->copy_d2d(DS, b, a, n));
-  CHECK(DEV->synchronize(DS));
-  double best = 1e30;
-  for (int r = 0; r < 5; r++) {
-    double t0 = ch_now();
-    for (int i = 0; i < 10; i++) CHECK(DEV->copy_d2d(DS, i % 2 ? a : b, i % 2 ? b : a, n));
-    CHECK(DEV->synchronize(DS));
-    double dt = ch_now() - t0;
-    if (dt < best) best = dt;
-  }
-  ch_dfree(a);
-  ch_dfree(b);
-  return 2.0 * (double)n * 10 / best; /* read + write */
 }
 
 /* Median time of a prefill of n prompts of len tokens each (after two warm-ups): ms,
@@ -399,7 +368,7 @@ static void time_prefill(int n, int len, double *ms, double *tps, double *tflops
     sample(&pb, res, rows);
     pt[i] = ch_now() - s0;
   }
-  qsort(pt, 10, sizeof pt[0], cmp_d);
+  qsort(pt, 10, sizeof pt[0], ch_cmp_double);
   const double tokens = (double)n * len;
   const double flops = 2.0 * (double)n_params * tokens +
                        4.0 * S.layers * tokens * len / 2.0 * S.dim;
@@ -435,7 +404,7 @@ static double time_gemv(int64_t n, double *gbps) {
     CHECK(DEV->synchronize(DS));
     if (r >= 0) t[r] = (ch_now() - t0) / 5;
   }
-  qsort(t, 7, sizeof t[0], cmp_d);
+  qsort(t, 7, sizeof t[0], ch_cmp_double);
   *gbps = (double)bytes / t[3] / 1e9;
   return t[3];
 }
@@ -510,7 +479,7 @@ int main(int argc, char **argv) {
          S.dim, S.layers, S.heads, S.kv_heads, S.ffn, S.vocab, quant, wtype,
          weight_bytes_per_token / 1e9, ch_now() - t0);
 
-  const double bw = copy_bandwidth();
+  const double bw = ch_copy_bandwidth();
   const double kv_bytes = (double)S.layers * ctx * 2.0 * S.kv_heads * HD * 2.0;
   const double bytes_tok = (double)weight_bytes_per_token + kv_bytes;
   const double roofline = bw / bytes_tok;

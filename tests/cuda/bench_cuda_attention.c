@@ -21,14 +21,7 @@
 #define DEV CH_DEV
 #define DS ch_dev.self
 #define ATT ((const weir_attention_ops *)P_attn.ops)
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    int rc_ = (call);                                                                    \
-    if (rc_ != WEIR_OK) {                                                                \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, weir_strerror(rc_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#define CHECK CH_CHECK
 
 static ch_plugin P_attn;
 
@@ -43,30 +36,6 @@ static int parse_list(const char *s, int *out, int max) {
     if (*end && *end != ',') return -1;
   }
   return n;
-}
-
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double copy_bandwidth(void) {
-  const size_t n = (size_t)1 << 30;
-  void *a = ch_dalloc(n), *b = ch_dalloc(n);
-  CHECK(DEV->memset(DS, a, 0x3C, n));
-  for (int i = 0; i < 2; i++) CHECK(DEV->copy_d2d(DS, b, a, n));
-  CHECK(DEV->synchronize(DS));
-  double best = 1e30;
-  for (int r = 0; r < 5; r++) {
-    double t0 = ch_now();
-    for (int i = 0; i < 10; i++) CHECK(DEV->copy_d2d(DS, i % 2 ? a : b, i % 2 ? b : a, n));
-    CHECK(DEV->synchronize(DS));
-    double dt = ch_now() - t0;
-    if (dt < best) best = dt;
-  }
-  ch_dfree(a);
-  ch_dfree(b);
-  return 2.0 * (double)n * 10 / best; /* read + write */
 }
 
 int main(int argc, char **argv) {
@@ -102,7 +71,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cannot open weir_attention_paged_cuda.so\n");
     return 1;
   }
-  const double bw = copy_bandwidth();
+  const double bw = ch_copy_bandwidth();
   printf("copy bandwidth %.0f GB/s; attention %d/%d heads, head_dim %d, block %d, %d calls "
          "per replay\n", bw / 1e9, heads, kv_heads, hd, bs, calls);
   printf("%-5s %6s %6s %10s %10s %8s\n", "kv", "batch", "ctx", "us/layer", "GB/s", "roofline");
@@ -173,7 +142,7 @@ int main(int argc, char **argv) {
           CHECK(DEV->synchronize(DS));
           t[r] = ch_now() - t0;
         }
-        qsort(t, (size_t)R, sizeof t[0], cmp_d);
+        qsort(t, (size_t)R, sizeof t[0], ch_cmp_double);
         const double per = t[R / 2] / calls;
         /* What one layer must read: each sequence's ctx rows of K and V for every KV head. */
         const double row = (double)hd * (dts[di] == WEIR_DTYPE_I8 ? 1 : 2) +

@@ -317,6 +317,31 @@ double ch_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int ch_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double ch_copy_bandwidth(void) {
+  const size_t n = (size_t)1 << 30;
+  void *a = ch_dalloc(n), *b = ch_dalloc(n);
+  CH_CHECK(CH_DEV->memset(ch_dev.self, a, 0x3C, n));
+  for (int i = 0; i < 2; i++) CH_CHECK(CH_DEV->copy_d2d(ch_dev.self, b, a, n));
+  CH_CHECK(CH_DEV->synchronize(ch_dev.self));
+  double best = 1e30;
+  for (int r = 0; r < 5; r++) {
+    double t0 = ch_now();
+    for (int i = 0; i < 10; i++)
+      CH_CHECK(CH_DEV->copy_d2d(ch_dev.self, i % 2 ? a : b, i % 2 ? b : a, n));
+    CH_CHECK(CH_DEV->synchronize(ch_dev.self));
+    double dt = ch_now() - t0;
+    if (dt < best) best = dt;
+  }
+  ch_dfree(a);
+  ch_dfree(b);
+  return 2.0 * (double)n * 10 / best; /* read + write */
+}
+
 void ch_device_open_or_skip(void) {
   char why[512] = "";
   int rc = ch_device_open(why, sizeof why);

@@ -6,6 +6,8 @@
 #define WEIR_TEST_CUDA_HOST_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 #include "weir/attention.h"
@@ -82,6 +84,24 @@ int ch_compare_logits(const float *a, const float *b, int64_t rows, int64_t voca
 
 /* Wall clock in seconds (monotonic). */
 double ch_now(void);
+
+/* ---- benchmark helpers ---------------------------------------------------------------------*/
+/* Exits 1 with file:line, the call's text and its status when a weir call does not return
+ * WEIR_OK (benchmarks only: they have nothing to clean up). */
+#define CH_CHECK(call)                                                                   \
+  do {                                                                                   \
+    int rc_ = (call);                                                                    \
+    if (rc_ != WEIR_OK) {                                                                \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, weir_strerror(rc_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+/* qsort's comparison of doubles, ascending (the benches' medians). */
+int ch_cmp_double(const void *a, const void *b);
+/* The device's copy bandwidth in bytes/s (read + write), best of 5 timings of ten 1 GiB
+ * device-to-device copies: the roofline the benchmarks report against. Needs 2 GiB free;
+ * exits on a device error. */
+double ch_copy_bandwidth(void);
 
 
 

@@ -31,6 +31,25 @@ static ch_plugin g_gpu;
 
 static float uni(float lo, float hi) { return ch_uniform(lo, hi); }
 
+// Packs rows x cols of `type` at `data` (row stride rb; 0 = packed) through the plugin as
+// weight `name`; returns pack's status, the weight in *out.
+static int pack_tensor(int type, const void *data, int64_t rows, int64_t cols, size_t rb,
+                       const char *name, void **out) {
+  weir_tensor t = {};
+  t.data = const_cast<void *>(data);
+  t.dtype = (weir_dtype)type;
+  t.ndim = 2;
+  t.ne[0] = cols;
+  t.ne[1] = rows;
+  t.nb[1] = rb;
+  weir_quant_pack_args a = {};
+  a.struct_size = sizeof a;
+  a.src = &t;
+  a.name = name;
+  a.layer = -1;
+  return GQ->pack(g_gpu.self, &a, out);
+}
+
 static void *dcopy(const void *h, size_t n) {
   void *d = ch_dalloc(n);
   ch_h2d(d, h, n);
@@ -43,23 +62,14 @@ static void one_type(int type, int64_t rows, int64_t cols, size_t pad) {
   std::vector<double> ref((size_t)(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     gguf_ref::dequant_row(type, w.data() + (size_t)r * rb, cols, ref.data() + r * cols);
-  weir_tensor t = {};
-  t.data = w.data();
-  t.dtype = (weir_dtype)type;
-  t.ndim = 2;
-  t.ne[0] = cols;
-  t.ne[1] = rows;
-  t.nb[1] = rb;
-  weir_quant_pack_args a = {};
-  a.struct_size = sizeof a;
-  a.src = &t;
-  a.name = "w";
-  a.layer = -1;
   void *wg = nullptr;
-  int rc = GQ->pack(g_gpu.self, &a, &wg);
+  int rc = pack_tensor(type, w.data(), rows, cols, rb, "w", &wg);
   if (rc != WEIR_OK) fprintf(stderr, "\n  pack: %s (%s)\n", weir_strerror(rc), ch_last_error(&g_gpu));
   CU_ASSERT_EQUAL_FATAL(rc, WEIR_OK);
-  CU_ASSERT_EQUAL(GQ->weight_bytes(g_gpu.self, wg), packed * (size_t)rows);
+  // Q3_K and Q6_K are repacked at load into aligned planes: the same bytes, each row padded
+  // to 16.
+  const size_t rrb = weir_cuda_gguf_repacked_row_bytes(type, cols);
+  CU_ASSERT_EQUAL(GQ->weight_bytes(g_gpu.self, wg), (rrb ? rrb : packed) * (size_t)rows);
 
   // embed: every row
   std::vector<int32_t> ids((size_t)rows);
@@ -157,20 +167,8 @@ static void test_types(void) {
 static void *pack_rows(int type, int64_t rows, int64_t cols, std::vector<uint8_t> *keep) {
   const size_t rb = weir_dtype_row_bytes((weir_dtype)type, cols);
   *keep = gguf_ref::random_rows(type, rows, cols, rb, uni);
-  weir_tensor t = {};
-  t.data = keep->data();
-  t.dtype = (weir_dtype)type;
-  t.ndim = 2;
-  t.ne[0] = cols;
-  t.ne[1] = rows;
-  t.nb[1] = rb;
-  weir_quant_pack_args a = {};
-  a.struct_size = sizeof a;
-  a.src = &t;
-  a.name = "g";
-  a.layer = -1;
   void *w = nullptr;
-  CU_ASSERT_EQUAL(GQ->pack(g_gpu.self, &a, &w), WEIR_OK);
+  CU_ASSERT_EQUAL(pack_tensor(type, keep->data(), rows, cols, rb, "g", &w), WEIR_OK);
   return w;
 }
 
@@ -235,19 +233,9 @@ static void test_f16_source(void) {
     h[i] = ch_f32_to_f16(ch_uniform(-2, 2));
     ref[i] = ch_f16_to_f32(h[i]);
   }
-  weir_tensor t = {};
-  t.data = h.data();
-  t.dtype = WEIR_DTYPE_F16;
-  t.ndim = 2;
-  t.ne[0] = cols;
-  t.ne[1] = rows;
-  weir_quant_pack_args a = {};
-  a.struct_size = sizeof a;
-  a.src = &t;
-  a.name = "f16";
-  a.layer = -1;
   void *wg = nullptr;
-  CU_ASSERT_EQUAL_FATAL(GQ->pack(g_gpu.self, &a, &wg), WEIR_OK);
+  CU_ASSERT_EQUAL_FATAL(pack_tensor(WEIR_DTYPE_F16, h.data(), rows, cols, 0, "f16", &wg),
+                        WEIR_OK);
   std::vector<int32_t> ids((size_t)rows);
   for (int64_t i = 0; i < rows; ++i) ids[(size_t)i] = (int32_t)i;
   int32_t *dids = (int32_t *)dcopy(ids.data(), ids.size() * 4);

@@ -4,9 +4,11 @@
  * clipping search and error-compensating rounding (plugins/quant/awq_int4/awq_search.c,
  * awq_gptq.c and awq_common.c, compiled in) and the same rounding, so
  * a model quantizes to the same 4-bit values on either device; Q4_0 / Q4_1 blocks are carried
- * over exactly and Q8_0 tensors stay int8 (the int8 scheme's kernels). The GPU keeps the
- * nibbles in GGUF block order with f16 d (and m) per group and the inverse scale per input
- * column (kernels/cuda/quant_int4.cu):
+ * over exactly and Q8_0 tensors stay int8 (the int8 scheme's kernels). The nibbles (GGUF
+ * block order) and f16 d (and m) per group are staged by row on the host, then repacked there
+ * into the tiled layout (weir_cuda_q4t_repack: four rows' blocks side by side, their scales in
+ * one 16-byte record) that the GPU keeps, with the inverse scale per input column
+ * (kernels/cuda/quant_int4.cu):
  *   1-16 tokens: the activations times 1/s are quantized to int8 per 32 columns (the CPU
  *               plugin's rule), then a dp4a GEMV streams the 4-bit weights once for all
  *               tokens; matmul_group (ABI 1.7) runs the weights of one pack group (one
@@ -33,8 +35,9 @@ typedef struct awq_cuda {
 typedef struct cweight {
   int is_q8;
   int64_t rows, cols, kp, group;
-  void *nib;       /* [rows][kp / 2] */
-  void *d, *m;     /* f16 [rows][ng]; m NULL: symmetric */
+  void *nib;       /* tiles (weir_cuda_q4t_bytes' tile_bytes) */
+  void *d;         /* the tiles' scale records (f16 d[4] m[4] per tile and group) */
+  int sym;         /* m = -8 d (Q4_0): the records' m slots are 0 */
   float *inv_s;    /* [cols] or NULL */
   uint64_t scale_group; /* weights of one pack_group share their inverse scale (same id) */
   void *q8;        /* int8 [rows][kp] (Q8_0 carry-over) */
@@ -93,7 +96,7 @@ static void a_release(void *self, void *weight) {
   cweight *w = weight;
   if (!w) return;
   const weir_host *h = HOST(a);
-  void *bufs[] = {w->nib, w->d, w->m, w->inv_s, w->q8, w->d8};
+  void *bufs[] = {w->nib, w->d, w->inv_s, w->q8, w->d8};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) h->device_free(h->ctx, bufs[i]);
   h->free(h->ctx, w);
@@ -215,6 +218,7 @@ static int pack_one(awq_cuda *a, const weir_quant_pack_args *args, const float *
   w->kp = (cols + 31) / 32 * 32;
   uint8_t *nib = NULL;
   uint16_t *d = NULL, *m = NULL;
+  void *tiles = NULL, *recs = NULL;
   float *inv = NULL;
   void *tmp = NULL;
   if (t->dtype == WEIR_DTYPE_Q8_0) { /* kept as int8, packed on the device */
@@ -264,10 +268,26 @@ static int pack_one(awq_cuda *a, const weir_quant_pack_args *args, const float *
                      "values beyond the f16 range of the 4-bit scales", name);
     goto fail;
   }
-  w->bytes = (size_t)(rows * (w->kp / 2)) + (size_t)(rows * ng) * 2 * (sym ? 1 : 2);
-  if ((rc = upload(a, &w->nib, nib, (size_t)(rows * (w->kp / 2)))) != WEIR_OK ||
-      (rc = upload(a, &w->d, d, (size_t)(rows * ng) * 2)) != WEIR_OK ||
-      (!sym && (rc = upload(a, &w->m, m, (size_t)(rows * ng) * 2)) != WEIR_OK))
+  /* The load-time repack into the tiled layout the dp4a GEMV streams (docs/cuda.md). */
+  size_t tb = 0, sb = 0;
+  if (weir_cuda_q4t_bytes(rows, w->kp, (int32_t)w->group, &tb, &sb) != 0) {
+    rc = WEIR_E_INVAL;
+    goto fail;
+  }
+  tiles = malloc(tb);
+  recs = malloc(sb);
+  if (!tiles || !recs) {
+    rc = WEIR_E_NOMEM;
+    goto fail;
+  }
+  if (weir_cuda_q4t_repack(tiles, recs, nib, d, m, rows, w->kp, (int32_t)w->group) != 0) {
+    rc = WEIR_E_INVAL;
+    goto fail;
+  }
+  w->sym = sym;
+  w->bytes = tb + sb;
+  if ((rc = upload(a, &w->nib, tiles, tb)) != WEIR_OK ||
+      (rc = upload(a, &w->d, recs, sb)) != WEIR_OK)
     goto fail;
   if (s) {
     inv = malloc(sizeof(float) * (size_t)cols);
@@ -286,6 +306,8 @@ static int pack_one(awq_cuda *a, const weir_quant_pack_args *args, const float *
   }
 done:
   if (tmp) h->device_free(h->ctx, tmp);
+  free(tiles);
+  free(recs);
   free(nib);
   free(d);
   free(m);
@@ -295,6 +317,8 @@ done:
 fail:
   cudaStreamSynchronize(a->q.stream);
   if (tmp) h->device_free(h->ctx, tmp);
+  free(tiles);
+  free(recs);
   free(nib);
   free(d);
   free(m);
@@ -379,8 +403,9 @@ static int a_matmul(void *self, const void *weight, const float *x, float *y, in
       e = weir_cuda_gemv_q8_dp4a(a->q.stream, 1, &qs, &ds, &w->rows, &y, a->q.act.p, w->kp,
                                  n_tokens);
     } else {
-      e = weir_cuda_gemv_q4_dp4a(a->q.stream, w->nib, w->d, w->m, a->q.act.p, y, w->cols, w->kp,
-                                 w->rows, (int32_t)w->group, n_tokens);
+      const void *tp = w->nib, *sp = w->d;
+      e = weir_cuda_gemv_q4t_dp4a_set(a->q.stream, 1, &tp, &sp, &w->sym, &w->rows, &y,
+                                      a->q.act.p, w->cols, w->kp, (int32_t)w->group, n_tokens);
     }
     return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(&a->q, e, "gemv");
   }
@@ -388,8 +413,9 @@ static int a_matmul(void *self, const void *weight, const float *x, float *y, in
   if (rc != WEIR_OK) return rc;
   e = w->is_q8 ? weir_cuda_dequant_q8_f16(a->q.stream, a->q.wh.p, w->q8, w->d8, w->rows, w->cols,
                                           w->kp)
-               : weir_cuda_dequant_q4_f16(a->q.stream, a->q.wh.p, w->nib, w->d, w->m, w->inv_s,
-                                          w->rows, w->cols, w->kp, (int32_t)w->group);
+               : weir_cuda_dequant_q4t_f16(a->q.stream, a->q.wh.p, w->nib, w->d, w->sym,
+                                           w->inv_s, w->rows, w->cols, w->kp,
+                                           (int32_t)w->group);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "dequant");
   return weir_cuda_qgemm(&a->q, a->q.wh.p, x, y, n_tokens, w->cols, w->rows);
 }
@@ -404,14 +430,15 @@ static int a_matmul_group(void *self, const void *const *weights, int n, const f
   if (n < 1 || n > WEIR_CUDA_Q4_MAX_SET || n_tokens > GEMV_MAX_TOKENS) return WEIR_E_NOTSUP;
   if (n_tokens <= 0) return WEIR_OK;
   const cweight *w0 = weights[0];
-  const void *nib[WEIR_CUDA_Q4_MAX_SET], *d[WEIR_CUDA_Q4_MAX_SET], *m[WEIR_CUDA_Q4_MAX_SET];
+  const void *nib[WEIR_CUDA_Q4_MAX_SET], *d[WEIR_CUDA_Q4_MAX_SET];
+  int sym[WEIR_CUDA_Q4_MAX_SET];
   int64_t rows[WEIR_CUDA_Q4_MAX_SET];
   for (int i = 0; i < n; i++) {
     const cweight *w = weights[i];
     if (!w || w->is_q8 || w->cols != w0->cols || w->group != w0->group ||
         w->scale_group != w0->scale_group || (w->inv_s == NULL) != (w0->inv_s == NULL))
       return WEIR_E_NOTSUP;
-    nib[i] = w->nib, d[i] = w->d, m[i] = w->m, rows[i] = w->rows;
+    nib[i] = w->nib, d[i] = w->d, sym[i] = w->sym, rows[i] = w->rows;
   }
   cudaError_t e = weir_cuda_use_device(a->q.device_id);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "cudaSetDevice");
@@ -421,8 +448,8 @@ static int a_matmul_group(void *self, const void *const *weights, int n, const f
   e = weir_cuda_q8_quantize_act(a->q.stream, x, w0->inv_s, a->q.act.p, n_tokens, w0->cols,
                                 w0->kp);
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "quantize activations");
-  e = weir_cuda_gemv_q4_dp4a_set(a->q.stream, n, nib, d, m, rows, ys, a->q.act.p, w0->cols,
-                                 w0->kp, (int32_t)w0->group, n_tokens);
+  e = weir_cuda_gemv_q4t_dp4a_set(a->q.stream, n, nib, d, sym, rows, ys, a->q.act.p, w0->cols,
+                                  w0->kp, (int32_t)w0->group, n_tokens);
   return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(&a->q, e, "gemv");
 }
 
@@ -435,8 +462,9 @@ static int a_embed(void *self, const void *weight, const int32_t *ids, float *ou
   if (e != cudaSuccess) return weir_cuda_qfail(&a->q, e, "cudaSetDevice");
   e = w->is_q8 ? weir_cuda_embed_q8(a->q.stream, w->q8, w->d8, ids, out, n, w->rows, w->cols,
                                     w->kp, a->q.bad_id_dev)
-               : weir_cuda_embed_q4(a->q.stream, w->nib, w->d, w->m, w->inv_s, ids, out, n,
-                                    w->rows, w->cols, w->kp, (int32_t)w->group, a->q.bad_id_dev);
+               : weir_cuda_embed_q4t(a->q.stream, w->nib, w->d, w->sym, w->inv_s, ids, out, n,
+                                     w->rows, w->cols, w->kp, (int32_t)w->group,
+                                     a->q.bad_id_dev);
   return e == cudaSuccess ? WEIR_OK : weir_cuda_qfail(&a->q, e, "embed");
 }
 

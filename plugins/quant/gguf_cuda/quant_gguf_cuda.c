@@ -1,7 +1,8 @@
 /* The gguf quantization scheme on CUDA (weir_quant_gguf_cuda.so): a GGUF file's weights run
  * on the GPU in the blocks the file stores, no re-quantization. Native block types: Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (exact: the device
- * holds the file's bytes). F32/F16/BF16 tensors are held in f16 (exact for F16).
+ * holds the file's bytes; Q3_K's and Q6_K's are rearranged at load into 16-byte aligned
+ * planes, the same bytes, so their kernels use wide loads). F32/F16/BF16 tensors are held in f16 (exact for F16).
  *   matmul, fewer than gemm_min_tokens tokens: the activations are quantized once to int8
  *       blocks of 32 (scale and sum), then one warp per output row decodes the blocks in
  *       registers and takes dp4a dot products with 8 tokens at a time
@@ -12,6 +13,7 @@
  * See docs/cuda.md. Not thread-safe: one instance is driven by one thread at a time. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "weir/quant.h"
@@ -161,7 +163,37 @@ static int g_pack(void *self, const weir_quant_pack_args *args, void **weight) {
   w->rows = rows;
   w->cols = cols;
   int rc;
-  if (native(t)) {
+  const size_t rrb = weir_cuda_gguf_repacked_row_bytes(t, cols);
+  if (native(t) && rrb) {
+    /* Load-time repack (Q3_K, Q6_K): 16-byte aligned planes the kernels read with wide loads,
+     * rewritten on the host from the file's rows (weir_cuda_gguf.h). */
+    w->dtype = weir_cuda_gguf_repacked_type(t);
+    w->row_bytes = rrb;
+    w->bytes = rrb * (size_t)rows;
+    void *staged = malloc(w->bytes);
+    if (!staged) {
+      rc = WEIR_E_NOMEM;
+      goto fail;
+    }
+    if (weir_cuda_gguf_repack(t, staged, rrb, src->data, stride, rows, cols) != 0) {
+      free(staged);
+      WEIR_CUDA_QLOG(q, WEIR_LOG_ERROR, "%s: tensor %s: cannot repack %s rows", q->name, name,
+                     weir_dtype_name(src->dtype));
+      rc = WEIR_E_INVAL;
+      goto fail;
+    }
+    if ((rc = q->host->device_alloc(q->host->ctx, w->bytes, &w->w)) != WEIR_OK) {
+      free(staged);
+      goto fail;
+    }
+    e = cudaMemcpyAsync(w->w, staged, w->bytes, cudaMemcpyHostToDevice, q->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(q->stream);
+    free(staged);
+    if (e != cudaSuccess) {
+      rc = weir_cuda_qfail(q, e, name);
+      goto fail;
+    }
+  } else if (native(t)) {
     /* The file's blocks, rows packed back to back. */
     w->dtype = t;
     w->row_bytes = row_bytes;

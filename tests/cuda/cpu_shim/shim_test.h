@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <unistd.h>
@@ -39,6 +40,20 @@ static inline double shim_rel_err(const std::vector<float> &out, const std::vect
     den += ref[i] * ref[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// The suite's count of failed checks (one per test binary); main returns non-zero when set.
+[[maybe_unused]] static int g_failures = 0;
+
+// One "ok"/"FAIL" line for `what`: passes when every output is finite and the relative L2
+// error against ref is at most tol; a failure counts in g_failures.
+[[maybe_unused]] static void shim_check(const char *what, const std::vector<float> &out,
+                                        const std::vector<double> &ref, double tol) {
+  bool finite;
+  const double err = shim_rel_err(out, ref, &finite);
+  const bool ok = finite && err <= tol;
+  printf("%s %s: rel err %.3g (tol %.3g)\n", ok ? "ok  " : "FAIL", what, err, tol);
+  if (!ok) ++g_failures;
 }
 
 #ifdef WEIR_SHIM_PLUGIN_DIR

@@ -12,83 +12,30 @@
 // get q and k unrotated, the CPU plugin gets them rotated by elementwise.cu's rope kernels
 // (shim_elementwise.cpp), and outputs and cache bytes must agree; the CPU plugin's own
 // forward_rope must rotate too.
-#define WEIR_SHIM_EXTERN_SHARED
-#include "cuda_shim.h"
-
-namespace {
-alignas(16) float sm[1 << 18]; // the running block's dynamic shared memory (1 MiB)
-}
-// Publishes sm's address so that the optimizer cannot assume the barrier call leaves it
-// untouched (other threads write it between barriers).
-void *volatile shim_smem_escape = sm;
+#include "shim_smem.h"
 
 #include "attention.cu"
 
-#include <dlfcn.h>
 
-#include <cstdarg>
 #include <cstring>
 #include <string>
 
+#include "shim_plugin.h"
 #include "shim_test.h"
 #include "weir/attention.h"
-#include "wt_options.h"
 
-static int g_failures = 0;
 static uint64_t g_rng = 0xA77E5EEDull;
 
 static float uni(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
-
-static void h_log(void *, weir_log_level, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
-static void *h_alloc(void *, size_t n, size_t a) {
-  void *p = nullptr;
-  return posix_memalign(&p, a < 64 ? 64 : a, n ? n : 1) == 0 ? p : nullptr;
-}
-static void h_free(void *, void *p) { free(p); }
-static int h_threads(void *) { return 1; }
 
 static const weir_attention_ops *cpu_ops;
 static void *cpu_self;
 
 static bool load_cpu_attention() {
-  const char *file = "weir_attention_paged.so";
-  std::string dir = shim_plugin_dir(file);
-  void *dl = dlopen((dir + "/" + file).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!dl) {
-    printf("FAIL cannot load the CPU paged attention: %s\n", dlerror());
-    return false;
-  }
-  auto entry = (weir_plugin_entry_fn)dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
-  const weir_plugin_desc *d = entry();
-  static weir_host host;
-  host.struct_size = sizeof host;
-  host.abi_minor = WEIR_ABI_MINOR;
-  host.log = h_log;
-  host.alloc = h_alloc;
-  host.free = h_free;
-  host.num_threads = h_threads;
-  wt_options_host(&host);
-  static std::vector<weir_option_value> ov;
-  ov.resize(d->num_options);
-  for (int i = 0; i < d->num_options; ++i) {
-    ov[i].i = d->options[i].def_int;
-    ov[i].f = d->options[i].def_float;
-    ov[i].b = d->options[i].def_bool;
-    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
-  }
-  wt_options_use(d, ov.data());
-  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
-  if (d->init(&host, &args, &cpu_self) != WEIR_OK) {
-    printf("FAIL init the CPU paged attention: %s\n", wt_options_error);
-    return false;
-  }
-  cpu_ops = (const weir_attention_ops *)d->ops;
+  shim_plugin pl;
+  if (!shim_load_plugin("weir_attention_paged.so", nullptr, 0, &pl)) return false;
+  cpu_ops = (const weir_attention_ops *)pl.ops;
+  cpu_self = pl.self;
   if (!WEIR_HAS_FIELD(cpu_ops, weir_attention_ops, forward_rope) || !cpu_ops->forward_rope) {
     printf("FAIL the CPU paged attention has no forward_rope (ABI 1.7)\n");
     return false;

@@ -3,15 +3,7 @@
 // reduction fused into the same launch) and copy_blocks, through the file's own C launchers and launch planning, against a
 // double-precision reference. Runs on every machine that compiles the CUDA plugins; on a GPU
 // machine the cuda_attention suite checks the same kernels on the device.
-#define WEIR_SHIM_EXTERN_SHARED
-#include "cuda_shim.h"
-
-namespace {
-alignas(16) float sm[1 << 18]; // the running block's dynamic shared memory (1 MiB)
-}
-// Publishes sm's address so that the optimizer cannot assume the barrier call leaves it
-// untouched (other threads write it between barriers).
-void *volatile shim_smem_escape = sm;
+#include "shim_smem.h"
 
 #include "attention.cu"
 #include "shim_test.h"
@@ -19,7 +11,6 @@ void *volatile shim_smem_escape = sm;
 #include <cstring>
 #include <string>
 
-static int g_failures = 0;
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 
 static float uniform(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }

@@ -8,7 +8,6 @@
 // engine calls it, and that op against the CPU's own add followed by rms_norm (bit-equal). On a GPU machine the cuda_ops and cuda_quant suites check the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <dlfcn.h>
 
 #include <cmath>
 #include <cstdint>
@@ -19,25 +18,15 @@
 #include "shim_test.h"
 #include "weir/device.h"
 #include "weir_cuda_kernels.h"
-#ifdef WEIR_SHIM_PLUGIN_DIR
+#ifdef WEIR_SHIM_DEVICE_CPU
 #include <string>
 
-#include "wt_options.h"
+#include "shim_plugin.h"
 #endif
 
-static int g_failures = 0;
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
 static float uni(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
-
-static void check(const char *what, const std::vector<float> &out, const std::vector<double> &ref,
-                  double tol) {
-  bool finite;
-  const double err = shim_rel_err(out, ref, &finite);
-  const bool ok = finite && err < tol;
-  printf("%s %s: rel err %.3g\n", ok ? "ok  " : "FAIL", what, err);
-  if (!ok) ++g_failures;
-}
 
 static std::vector<float> poisoned(size_t n) { return shim_poisoned(n); }
 
@@ -58,7 +47,7 @@ static void rms_norm(int rows, int dim) {
   weir_cuda_rms_norm(nullptr, out.data(), x.data(), w.data(), rows, dim, 1e-5f);
   char name[64];
   snprintf(name, sizeof name, "rms_norm %dx%d", rows, dim);
-  check(name, out, ref, 1e-6);
+  shim_check(name, out, ref, 1e-6);
 
   std::vector<float> res((size_t)rows * dim);
   for (auto &a : res) a = uni(-2, 2);
@@ -76,8 +65,8 @@ static void rms_norm(int rows, int dim) {
   out = poisoned(x.size());
   weir_cuda_add_rms_norm(nullptr, out.data(), res.data(), x.data(), w.data(), rows, dim, 1e-5f);
   snprintf(name, sizeof name, "add_rms_norm %dx%d", rows, dim);
-  check(name, out, ref2, 1e-6);
-  check("add_rms_norm residual", res, sum, 1e-7);
+  shim_check(name, out, ref2, 1e-6);
+  shim_check("add_rms_norm residual", res, sum, 1e-7);
 }
 
 static void rope(int style, int heads, int hd, int rot) {
@@ -99,7 +88,7 @@ static void rope(int style, int heads, int hd, int rot) {
   weir_cuda_rope(nullptr, x.data(), pos.data(), nt, heads, hd, rot, 10000.0f, 0.5f, style);
   char name[64];
   snprintf(name, sizeof name, "rope style %d rot %d/%d", style, rot, hd);
-  check(name, x, ref, 1e-4);
+  shim_check(name, x, ref, 1e-4);
 }
 
 static void small_ops() {
@@ -113,21 +102,21 @@ static void small_ops() {
   auto out = poisoned(n);
   for (size_t i = 0; i < n; ++i) ref[i] = g[i] / (1.0 + std::exp(-(double)g[i])) * u[i];
   weir_cuda_swiglu(nullptr, out.data(), g.data(), u.data(), (int64_t)n);
-  check("swiglu", out, ref, 1e-6);
+  shim_check("swiglu", out, ref, 1e-6);
   for (size_t i = 0; i < n; ++i) ref[i] = (double)g[i] + u[i];
   out = poisoned(n);
   weir_cuda_add(nullptr, out.data(), g.data(), u.data(), (int64_t)n);
-  check("add", out, ref, 1e-7);
+  shim_check("add", out, ref, 1e-7);
   for (size_t i = 0; i < n; ++i) ref[i] = (double)u[i] + b[i % dim];
   weir_cuda_add_bias(nullptr, u.data(), b.data(), rows, dim);
-  check("add_bias", u, ref, 1e-7);
+  shim_check("add_bias", u, ref, 1e-7);
   std::vector<int32_t> ids = {2, 0, 2, 1};
   std::vector<double> rref(ids.size() * dim);
   for (size_t i = 0; i < ids.size(); ++i)
     for (int j = 0; j < dim; ++j) rref[i * dim + j] = g[(size_t)ids[i] * dim + j];
   out = poisoned(ids.size() * dim);
   weir_cuda_get_rows(nullptr, out.data(), g.data(), ids.data(), (int64_t)ids.size(), dim);
-  check("get_rows", out, rref, 1e-9);
+  shim_check("get_rows", out, rref, 1e-9);
 }
 
 // ABI 1.6 encoder ops: LayerNorm (with and without bias), exact GELU, bidirectional
@@ -153,14 +142,14 @@ static void encoder_ops() {
     auto out = poisoned(n);
     weir_cuda_layer_norm(nullptr, out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr,
                          rows, dim, 1e-5f);
-    check(with_bias ? "layer_norm (bias)" : "layer_norm", out, ref, 1e-5);
+    shim_check(with_bias ? "layer_norm (bias)" : "layer_norm", out, ref, 1e-5);
   }
   {
     std::vector<double> ref(n);
     for (size_t i = 0; i < n; ++i) ref[i] = 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)));
     auto out = poisoned(n);
     weir_cuda_gelu(nullptr, out.data(), x.data(), (int64_t)n);
-    check("gelu", out, ref, 1e-6);
+    shim_check("gelu", out, ref, 1e-6);
   }
   const int nt = 41, nh = 4, nkv = 2, hd = 16;
   std::vector<float> q((size_t)nt * nh * hd), k((size_t)nt * nkv * hd), v((size_t)nt * nkv * hd);
@@ -188,7 +177,7 @@ static void encoder_ops() {
     }
   auto out = poisoned(ref.size());
   weir_cuda_attention_full(nullptr, out.data(), q.data(), k.data(), v.data(), nt, nh, nkv, hd, 0.25f);
-  check("attention_full", out, ref, 1e-5);
+  shim_check("attention_full", out, ref, 1e-5);
 }
 
 // ABI 1.5 model-family ops: RoPE by a per-pair frequency table with a magnitude factor
@@ -214,7 +203,7 @@ static void family_ops(int style, int heads, int hd, int rot) {
   weir_cuda_rope_freqs(nullptr, x.data(), pos.data(), nt, heads, hd, rot, inv.data(), ms, style);
   char name[64];
   snprintf(name, sizeof name, "rope_freqs style %d rot %d/%d", style, rot, hd);
-  check(name, x, ref, 1e-4);
+  shim_check(name, x, ref, 1e-4);
 
   const size_t n = 777;
   std::vector<float> g(n), u(n), y(n);
@@ -227,15 +216,15 @@ static void family_ops(int style, int heads, int hd, int rot) {
     r[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (v + 0.044715 * v * v * v))) * u[i];
   }
   weir_cuda_geglu(nullptr, out.data(), g.data(), u.data(), (int64_t)n);
-  check("geglu", out, r, 1e-6);
+  shim_check("geglu", out, r, 1e-6);
   y = g;
   for (size_t i = 0; i < n; ++i) r[i] = (double)g[i] * 33.94;
   weir_cuda_scale(nullptr, y.data(), 33.94f, (int64_t)n);
-  check("scale", y, r, 1e-6);
+  shim_check("scale", y, r, 1e-6);
   y = g;
   for (size_t i = 0; i < n; ++i) r[i] = 2.5 * std::tanh(g[i] / 2.5);
   weir_cuda_softcap(nullptr, y.data(), 2.5f, (int64_t)n);
-  check("softcap", y, r, 1e-6);
+  shim_check("softcap", y, r, 1e-6);
 }
 
 // GGUF encodings of w (rows of `in`), and the f16 values the packed weight must hold.
@@ -331,7 +320,7 @@ static void pack_gemv_embed() {
     std::vector<double> ref(expect.begin(), expect.end());
     char name[64];
     snprintf(name, sizeof name, "pack_f16 from %s", names[ti]);
-    check(name, got, ref, 1e-4);
+    shim_check(name, got, ref, 1e-4);
 
     // GEMV for 1..8 tokens against the packed values.
     for (int nt = 1; nt <= 8; nt += (ti == 0 ? 1 : 7)) {
@@ -345,7 +334,7 @@ static void pack_gemv_embed() {
       auto y = poisoned(yr.size());
       weir_cuda_gemv_f16(nullptr, packed.data(), x.data(), y.data(), in, outr, nt);
       snprintf(name, sizeof name, "gemv %d token(s), %s", nt, names[ti]);
-      check(name, y, yr, 1e-5);
+      shim_check(name, y, yr, 1e-5);
     }
 
     // Embedding rows, one id out of range.
@@ -358,7 +347,7 @@ static void pack_gemv_embed() {
     weir_cuda_embed_f16(nullptr, packed.data(), ids.data(), e.data(), (int64_t)ids.size(), outr,
                         in, &flag);
     snprintf(name, sizeof name, "embed %s", names[ti]);
-    check(name, e, er, 1e-9);
+    shim_check(name, e, er, 1e-9);
     if (flag != 0) {
       printf("FAIL embed raised the flag for valid ids\n");
       ++g_failures;
@@ -386,7 +375,7 @@ static void pack_gemv_embed() {
         yr[(size_t)t * outr + o] += (double)__half2float(w[(size_t)o * in + i]) * x[(size_t)t * in + i];
   auto y = poisoned(yr.size());
   weir_cuda_gemv_f16(nullptr, w.data(), x.data(), y.data(), in, outr, nt);
-  check("gemv scalar path (in = 100)", y, yr, 1e-5);
+  shim_check("gemv scalar path (in = 100)", y, yr, 1e-5);
   // f32 -> f16 with saturation.
   std::vector<float> big = {1.0f, -70000.0f, 3.14159f, 1e9f};
   std::vector<__half> hb(4);
@@ -397,52 +386,17 @@ static void pack_gemv_embed() {
   if (!sat) ++g_failures;
 }
 
-#ifdef WEIR_SHIM_PLUGIN_DIR
-static void *h_alloc(void *, size_t n, size_t a) {
-  void *p = nullptr;
-  return posix_memalign(&p, a < 64 ? 64 : a, n ? n : 1) == 0 ? p : nullptr;
-}
-static void h_free(void *, void *p) { free(p); }
-static void h_log(void *, weir_log_level, const char *fmt, ...) { (void)fmt; }
-
+#ifdef WEIR_SHIM_DEVICE_CPU
 // The CPU device's add_rms_norm (ABI 1.7) as the reference of the CUDA kernel, as the engine
 // calls both: out == x (the sublayer output), the residual updated in place.
 static void add_rms_norm_vs_cpu_device() {
-  const char *file = "weir_device_cpu.so";
-  std::string dir = shim_plugin_dir(file);
-  void *dl = dlopen((dir + "/" + file).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!dl) {
-    printf("FAIL cannot load the CPU device: %s\n", dlerror());
+  shim_plugin pl;
+  if (!shim_load_plugin("weir_device_cpu.so", nullptr, 0, &pl)) {
     ++g_failures;
     return;
   }
-  auto entry = (weir_plugin_entry_fn)dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
-  const weir_plugin_desc *d = entry();
-  static weir_host host;
-  host.struct_size = sizeof host;
-  host.abi_minor = WEIR_ABI_MINOR;
-  host.log = h_log;
-  host.alloc = h_alloc;
-  host.free = h_free;
-  wt_options_host(&host); /* its options by key (ABI 1.5), at their defaults */
-  static std::vector<weir_option_value> ov;
-  ov.resize(d->num_options);
-  for (int i = 0; i < d->num_options; ++i) {
-    ov[i].i = d->options[i].def_int;
-    ov[i].f = d->options[i].def_float;
-    ov[i].b = d->options[i].def_bool;
-    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
-  }
-  wt_options_use(d, ov.data());
-  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
-  void *self = nullptr;
-  const weir_device_ops *ops = (const weir_device_ops *)d->ops;
-  const int irc = d->init(&host, &args, &self);
-  if (irc != WEIR_OK) {
-    printf("FAIL init the CPU device: %s\n", wt_options_error);
-    ++g_failures;
-    return;
-  }
+  const weir_device_ops *ops = (const weir_device_ops *)pl.ops;
+  void *self = pl.self;
   if (!WEIR_HAS_FIELD(ops, weir_device_ops, add_rms_norm) || !ops->add_rms_norm) {
     printf("FAIL the CPU device has no add_rms_norm (ABI 1.7)\n");
     ++g_failures;
@@ -474,9 +428,9 @@ static void add_rms_norm_vs_cpu_device() {
     std::vector<float> gx = x, gres = res;
     weir_cuda_add_rms_norm(nullptr, gx.data(), gres.data(), gx.data(), w.data(), rows, dim, 1e-5f);
     snprintf(name, sizeof name, "add_rms_norm kernel %dx%d vs cpu device", rows, dim);
-    check(name, gx, std::vector<double>(cx.begin(), cx.end()), 1e-6);
+    shim_check(name, gx, std::vector<double>(cx.begin(), cx.end()), 1e-6);
     snprintf(name, sizeof name, "add_rms_norm kernel %dx%d residual vs cpu device", rows, dim);
-    check(name, gres, std::vector<double>(cres.begin(), cres.end()), 1e-7);
+    shim_check(name, gres, std::vector<double>(cres.begin(), cres.end()), 1e-7);
   }
   // Bad input is refused, nothing written.
   float one = 1.0f;
@@ -485,12 +439,12 @@ static void add_rms_norm_vs_cpu_device() {
                        one == 1.0f;
   printf("%s cpu device add_rms_norm refuses negative rows and NULL\n", refused ? "ok  " : "FAIL");
   if (!refused) ++g_failures;
-  d->fini(self);
+  pl.desc->fini(self);
 }
 #endif
 
 int main() {
-#ifdef WEIR_SHIM_PLUGIN_DIR
+#ifdef WEIR_SHIM_DEVICE_CPU
   add_rms_norm_vs_cpu_device();
 #endif
   rms_norm(3, 1024);

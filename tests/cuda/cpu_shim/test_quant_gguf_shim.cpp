@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -28,18 +29,8 @@
 #include "weir/numeric.h"
 #include "weir_cuda_gguf.h"
 
-static int g_failures = 0;
 static uint64_t g_rng = 0x6A5EEDC0FFEEull;
 static float uni(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
-
-static void check(const char *what, const std::vector<float> &out, const std::vector<double> &ref,
-                  double tol) {
-  bool finite;
-  const double err = shim_rel_err(out, ref, &finite);
-  const bool ok = finite && err <= tol;
-  printf("%s %s: rel err %.3g (tol %.3g)\n", ok ? "ok  " : "FAIL", what, err, tol);
-  if (!ok) ++g_failures;
-}
 
 static void expect(bool ok, const char *fmt, const char *name) {
   printf("%s ", ok ? "ok  " : "FAIL");
@@ -82,7 +73,7 @@ static void test_type(int type, int64_t rows, int64_t cols, size_t pad) {
     const int rc = weir_dequantize_row((weir_dtype)type, w.data(), sdk.data(), cols);
     if (rc == WEIR_OK) {
       snprintf(what, sizeof what, "%s reference == weir_dequantize_row", tn);
-      check(what, sdk, mine, 1e-6);
+      shim_check(what, sdk, mine, 1e-6);
     } else {
       printf("note %s: weir_dequantize_row does not read it yet (status %d); the test uses its "
              "own reference only\n", tn, rc);
@@ -105,7 +96,7 @@ static void test_type(int type, int64_t rows, int64_t cols, size_t pad) {
     snprintf(what, sizeof what, "%s embed %lld x %lld (stride +%zu)", tn, (long long)rows,
              (long long)cols, pad);
     if (e != cudaSuccess) out.assign(out.size(), NAN);
-    check(what, out, want, 1e-6);
+    shim_check(what, out, want, 1e-6);
     expect(flag == 0, "%s embed in range leaves the flag clear", tn);
     int32_t bad[2] = {0, (int32_t)rows};
     std::vector<float> o2 = shim_poisoned(2 * (size_t)cols);
@@ -123,7 +114,7 @@ static void test_type(int type, int64_t rows, int64_t cols, size_t pad) {
     std::vector<float> out((size_t)rows * cols);
     for (size_t i = 0; i < out.size(); ++i) out[i] = e == cudaSuccess ? weir_f16_to_f32(h[i]) : NAN;
     snprintf(what, sizeof what, "%s dequant_f16", tn);
-    check(what, out, ref, 1e-3);
+    shim_check(what, out, ref, 1e-3);
   }
 
   // matmul.
@@ -172,9 +163,9 @@ static void test_type(int type, int64_t rows, int64_t cols, size_t pad) {
       }
     snprintf(what, sizeof what, "%s matmul %lld tokens x %lld x %lld vs quantized activations",
              tn, (long long)n, (long long)rows, (long long)cols);
-    check(what, y, exact, 1e-5);
+    shim_check(what, y, exact, 1e-5);
     snprintf(what, sizeof what, "%s matmul %lld tokens vs f32 activations", tn, (long long)n);
-    check(what, y, full, 2e-2);
+    shim_check(what, y, full, 2e-2);
   }
 }
 
@@ -232,6 +223,85 @@ static void test_refusals() {
   expect(ok, "%s: block sizes agree with sdk/include/weir/tensor.h", "all");
 }
 
+// The load-time plane repacks (weir_cuda_gguf_repack: Q6_K into WEIR_CUDA_GGUF_Q6_K_R, Q3_K
+// into WEIR_CUDA_GGUF_Q3_K_R): the planes hold each super-block's bytes where
+// weir_cuda_gguf.h says, the row padding is zero, and matmul (1..16 and 19 tokens), dequant
+// and embed on the repacked rows equal those on the file's rows bit for bit (the same decoded
+// values; every quant load on the repacked rows is a 16-byte one, alignment-checked by the
+// shim); bad repacks and misaligned planes are refused.
+static void test_plane_repack(int type, int64_t rows, int64_t cols, size_t pad) {
+  // The planes per super-block, as weir_cuda_gguf.h lays them out (written independently).
+  const size_t q = type == WEIR_DTYPE_Q6_K ? 192 : 96, sc = type == WEIR_DTYPE_Q6_K ? 16 : 12;
+  const size_t bb = q + sc + 2;
+  const int rt = weir_cuda_gguf_repacked_type(type);
+  const char *tn = weir_dtype_name((weir_dtype)type);
+  const size_t rb = weir_dtype_row_bytes((weir_dtype)type, cols) + pad;
+  const int64_t nsb = cols / 256;
+  const size_t rrb = weir_cuda_gguf_repacked_row_bytes(type, cols);
+  char what[160];
+  std::vector<uint8_t> w = gguf_ref::random_rows(type, rows, cols, rb, uni);
+  unsigned char *r = (unsigned char *)aligned_alloc(16, rrb * (size_t)rows);
+  memset(r, 0xA5, rrb * (size_t)rows);
+  bool ok = rt != type && weir_cuda_gguf_repacked_type(12) == 12 &&
+            bb == weir_cuda_gguf_block_bytes(type) && rrb == ((size_t)nsb * bb + 15) / 16 * 16 &&
+            weir_cuda_gguf_repack(type, r, rrb, w.data(), rb, rows, cols) == 0;
+  for (int64_t o = 0; ok && o < rows; ++o) {
+    const unsigned char *in = w.data() + (size_t)o * rb, *out = r + (size_t)o * rrb;
+    for (int64_t b = 0; b < nsb; ++b)
+      ok = ok && !memcmp(out + b * q, in + b * bb, q) &&
+           !memcmp(out + nsb * q + b * sc, in + b * bb + q, sc) &&
+           !memcmp(out + nsb * (q + sc) + b * 2, in + b * bb + q + sc, 2);
+    for (size_t i = (size_t)nsb * bb; i < rrb; ++i) ok = ok && out[i] == 0;
+  }
+  snprintf(what, sizeof what, "%s repack %lld x %lld: planes where the layout says, padding 0",
+           tn, (long long)rows, (long long)cols);
+  expect(ok, "%s", what);
+  for (int64_t n = 1; n <= 19; n += n == 16 ? 3 : 1) {
+    std::vector<float> x((size_t)(n * cols));
+    for (auto &v : x) v = uni(-1.0f, 1.0f);
+    act_buf act;
+    act.reserve(weir_cuda_gguf_act_bytes(n, cols));
+    std::vector<float> y0 = shim_poisoned((size_t)(n * rows)), y1 = y0;
+    const bool same =
+        weir_cuda_gguf_quantize_act(0, x.data(), act.p, n, cols) == cudaSuccess &&
+        weir_cuda_gguf_matmul(0, type, w.data(), rb, act.p, y0.data(), cols, rows, n) ==
+            cudaSuccess &&
+        weir_cuda_gguf_matmul(0, rt, r, rrb, act.p, y1.data(), cols, rows, n) == cudaSuccess &&
+        !memcmp(y0.data(), y1.data(), y0.size() * 4);
+    snprintf(what, sizeof what, "%s repacked matmul %lld tokens = the file layout's bit for bit",
+             tn, (long long)n);
+    expect(same, "%s", what);
+  }
+  std::vector<uint16_t> h0((size_t)(rows * cols), 0x7e00), h1 = h0;
+  ok = weir_cuda_gguf_dequant_f16(0, type, h0.data(), w.data(), rb, rows, cols) == cudaSuccess &&
+       weir_cuda_gguf_dequant_f16(0, rt, h1.data(), r, rrb, rows, cols) == cudaSuccess &&
+       h0 == h1;
+  expect(ok, "%s repacked dequant_f16 = the file layout's", tn);
+  std::vector<int32_t> ids = {(int32_t)rows - 1, 0, (int32_t)rows};
+  std::vector<float> e0 = shim_poisoned(3 * (size_t)cols), e1 = e0;
+  int f0 = 0, f1 = 0;
+  ok = weir_cuda_gguf_embed(0, type, w.data(), rb, ids.data(), e0.data(), 3, rows, cols, &f0) ==
+           cudaSuccess &&
+       weir_cuda_gguf_embed(0, rt, r, rrb, ids.data(), e1.data(), 3, rows, cols, &f1) ==
+           cudaSuccess &&
+       !memcmp(e0.data(), e1.data(), e0.size() * 4) && f0 == 1 && f1 == 1;
+  expect(ok, "%s repacked embed = the file layout's (id == rows: zeros and the flag)", tn);
+  act_buf act;
+  act.reserve(weir_cuda_gguf_act_bytes(1, cols));
+  std::vector<float> y((size_t)rows);
+  ok = weir_cuda_gguf_repack(12, r, rrb, w.data(), rb, rows, cols) != 0 && // not repacked
+       weir_cuda_gguf_repack(type, r, rrb - 8, w.data(), rb, rows, cols) != 0 && // short dst
+       weir_cuda_gguf_repack(type, r, rrb, w.data(), (size_t)nsb * bb - 1, rows, cols) != 0 &&
+       weir_cuda_gguf_repack(type, r, rrb, w.data(), rb, rows, cols + 32) != 0 && // not blocks
+       weir_cuda_gguf_repack(type, nullptr, rrb, w.data(), rb, rows, cols) != 0 &&
+       weir_cuda_gguf_matmul(0, rt, r + 2, rrb, act.p, y.data(), cols, 1, 1) ==
+           cudaErrorInvalidValue && // planes must be 16-byte aligned
+       weir_cuda_gguf_matmul(0, rt, r, (size_t)nsb * bb + 2, act.p, y.data(), cols, 1, 1) ==
+           cudaErrorInvalidValue; // and so must the row stride
+  expect(ok, "%s repacked: bad repacks and misaligned planes are refused", tn);
+  free(r);
+}
+
 int main(void) {
   for (int t : gguf_ref::kTypes) {
     const int64_t be = weir_dtype_block_elems((weir_dtype)t);
@@ -239,6 +309,12 @@ int main(void) {
     test_type(t, 13, be == 32 ? 33 * 32 : 5 * 256, 0);
     // A second odd shape with a padded stride (16: keeps every type's block alignment).
     test_type(t, 5, be == 32 ? 3 * 32 : 256, 16);
+  }
+  // Q6_K: 5 super-blocks are 1050 bytes (a row padded to 1056); 8 are 1680 (no padding),
+  // here from a padded source stride. Q3_K: 5 are 550 (padded to 560), 8 are 880.
+  for (int t : {WEIR_DTYPE_Q6_K, WEIR_DTYPE_Q3_K}) {
+    test_plane_repack(t, 13, 5 * 256, 0);
+    test_plane_repack(t, 6, 8 * 256, 2);
   }
   test_nan_activation();
   test_refusals();

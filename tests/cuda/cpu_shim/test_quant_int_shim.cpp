@@ -21,11 +21,9 @@
 //    against the CPU plugin's matmul.
 // On a GPU machine cuda_quant_int checks the plugins on the device.
 #include <cuda_fp16.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,23 +31,13 @@
 #include <vector>
 
 #include "weir/quant.h"
+#include "shim_plugin.h"
 #include "shim_test.h"
 #include "weir_cuda_kernels.h"
-#include "wt_options.h"
 
-static int g_failures = 0;
 static uint64_t g_rng = 0xA11CE5EEDull;
 
 static float uni(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
-
-static void check(const char *what, const std::vector<float> &out, const std::vector<double> &ref,
-                  double tol) {
-  bool finite;
-  const double err = shim_rel_err(out, ref, &finite);
-  const bool ok = finite && err <= tol;
-  printf("%s %s: rel err %.3g (tol %.3g)\n", ok ? "ok  " : "FAIL", what, err, tol);
-  if (!ok) ++g_failures;
-}
 
 static std::vector<float> poisoned(size_t n) { return shim_poisoned(n); }
 
@@ -57,59 +45,19 @@ static uint16_t f2h(float x) { return __half_as_ushort(__float2half_rn(x)); }
 static float h2f(uint16_t u) { return __half2float(__ushort_as_half(u)); }
 
 // ---- the CPU plugins -------------------------------------------------------------------------
-static void h_log(void *, weir_log_level lvl, const char *fmt, ...) {
-  if (lvl < WEIR_LOG_WARN) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
-static void *h_alloc(void *, size_t n, size_t align) {
-  void *p = nullptr;
-  if (posix_memalign(&p, align < 64 ? 64 : align, n ? n : 1) != 0) return nullptr;
-  return p;
-}
-static void h_free(void *, void *p) { free(p); }
-
 struct cpu_plugin {
   const weir_quant_ops *ops = nullptr;
   void *self = nullptr;
 };
 
 static bool load_cpu(const char *file, cpu_plugin *out, int64_t group) {
-  std::string dir = shim_plugin_dir(file);
-  void *dl = dlopen((dir + "/" + file).c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!dl) {
-    printf("FAIL cannot load %s: %s\n", file, dlerror());
+  shim_plugin pl;
+  if (!shim_load_plugin(file, "group_size", group, &pl)) {
     ++g_failures;
     return false;
   }
-  auto entry = (weir_plugin_entry_fn)dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
-  const weir_plugin_desc *d = entry();
-  static weir_host host;
-  host.struct_size = sizeof host;
-  host.abi_minor = WEIR_ABI_MINOR;
-  host.log = h_log;
-  host.alloc = h_alloc;
-  host.free = h_free;
-  wt_options_host(&host); /* options by key (ABI 1.5) */
-  std::vector<weir_option_value> ov(d->num_options);
-  for (int i = 0; i < d->num_options; ++i) {
-    ov[i].i = d->options[i].def_int;
-    ov[i].f = d->options[i].def_float;
-    ov[i].b = d->options[i].def_bool;
-    ov[i].s = d->options[i].def_string ? d->options[i].def_string : "";
-    if (!strcmp(d->options[i].key, "group_size")) ov[i].i = group;
-  }
-  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, ov.data(), d->num_options};
-  wt_options_use(d, ov.data());
-  if (d->init(&host, &args, &out->self) != WEIR_OK) {
-    printf("FAIL init %s: %s\n", file, wt_options_error);
-    ++g_failures;
-    return false;
-  }
-  out->ops = (const weir_quant_ops *)d->ops;
+  out->ops = (const weir_quant_ops *)pl.ops;
+  out->self = pl.self;
   return true;
 }
 
@@ -178,7 +126,7 @@ static void int8_case(int type, const char *tname, int rows, int cols) {
     }
   char name[96];
   snprintf(name, sizeof name, "pack_q8 from %s = the CPU int8 plugin's values", tname);
-  check(name, gpu_w, ref_w, 0);
+  shim_check(name, gpu_w, ref_w, 0);
   for (int nt = 1; nt <= 8; nt += 7) {
     std::vector<float> x((size_t)nt * cols);
     for (auto &a : x) a = uni(-1, 1);
@@ -190,12 +138,12 @@ static void int8_case(int type, const char *tname, int rows, int cols) {
     auto y = poisoned(yr.size());
     weir_cuda_gemv_q8(nullptr, q.data(), d.data(), x.data(), y.data(), cols, kp, rows, nt);
     snprintf(name, sizeof name, "gemv_q8 %d token(s), %s", nt, tname);
-    check(name, y, yr, 1e-5);
+    shim_check(name, y, yr, 1e-5);
     std::vector<float> ycpu(yr.size());
     cpu.ops->matmul(cpu.self, w, x.data(), ycpu.data(), nt);
     for (size_t i = 0; i < yc.size(); ++i) yc[i] = ycpu[i];
     snprintf(name, sizeof name, "gemv_q8 %d token(s) vs the CPU plugin's matmul, %s", nt, tname);
-    check(name, y, yc, 3e-2);
+    shim_check(name, y, yc, 3e-2);
   }
   std::vector<__half> f16((size_t)rows * cols);
   weir_cuda_dequant_q8_f16(nullptr, f16.data(), q.data(), d.data(), rows, cols, kp);
@@ -206,7 +154,7 @@ static void int8_case(int type, const char *tname, int rows, int cols) {
     want[i] = h2f(f2h(gpu_w[i]));
   }
   snprintf(name, sizeof name, "dequant_q8_f16, %s", tname);
-  check(name, got, want, 0);
+  shim_check(name, got, want, 0);
   std::vector<int32_t> eid = {rows - 1, 0, rows};
   auto e = poisoned((size_t)3 * cols);
   int flag = 0;
@@ -217,7 +165,7 @@ static void int8_case(int type, const char *tname, int rows, int cols) {
     er[cols + c] = gpu_w[c];
   }
   snprintf(name, sizeof name, "embed_q8 (third id out of range: zeros), %s", tname);
-  check(name, e, er, 0);
+  shim_check(name, e, er, 0);
   if (!flag) {
     printf("FAIL embed_q8 did not raise the flag for an id out of range\n");
     ++g_failures;
@@ -345,14 +293,14 @@ static void dp4a_case(const cpu_plugin &cpu, const std::vector<packed_q8 *> &ws,
       }
     snprintf(name, sizeof name, "gemv_q8_dp4a weight %d of %d (%lld rows), %d token(s), %s", i + 1,
              n, (long long)w.rows, nt, what);
-    check(name, got, ref, 1e-6);
+    shim_check(name, got, ref, 1e-6);
     std::vector<float> yc((size_t)nt * w.rows);
     cpu.ops->matmul(cpu.self, w.cpu_w, x.data(), yc.data(), nt);
     std::vector<double> ycd(ref.size());
     for (size_t k = 0; k < ycd.size(); ++k) ycd[k] = yc[k];
     snprintf(name, sizeof name, "gemv_q8_dp4a weight %d of %d vs the CPU int8 matmul, %d token(s), %s",
              i + 1, n, nt, what);
-    check(name, got, ycd, 1e-5);
+    shim_check(name, got, ycd, 1e-5);
     if (plant_nan) {
       bool all_nan = true;
       for (int64_t r = 0; r < w.rows; ++r)
@@ -456,6 +404,158 @@ static double q4_value(const gpu_q4 &g, int64_t r, int64_t c) {
   return (d * qv + m) * (g.inv_s.empty() ? 1.0 : (double)g.inv_s[c]);
 }
 
+// The tiled layout (weir_cuda_q4t_repack, what the CUDA awq_int4 plugin uploads): the repack
+// puts each row's blocks and scales where the layout says and zeroes the padding rows; for
+// every batch of 1..16 tokens (and 19: two tiles of 16) the tiled dp4a GEMV equals the row
+// layout's dp4a GEMV bit for bit (same sums, same order), and the CPU awq_int4 plugin's matmul
+// (1e-5), writes no row past `rows` (guard values after each output survive); one launch over
+// three tiled weights equals their single launches; dequant and embed read the tiled layout
+// as the row one (bit-equal); bad shapes and misaligned buffers are refused.
+static void q4_tiled(const gpu_q4 &g, const char *what, const cpu_plugin *cpu, void *cpu_w) {
+  char name[160];
+  const void *mptr = g.sym ? nullptr : g.m.data();
+  const float *inv = g.inv_s.empty() ? nullptr : g.inv_s.data();
+  size_t tb = 0, sb = 0;
+  if (weir_cuda_q4t_bytes(g.rows, g.kp, (int32_t)g.group, &tb, &sb) != 0) {
+    printf("FAIL weir_cuda_q4t_bytes refused %lld x %lld group %lld\n", (long long)g.rows,
+           (long long)g.kp, (long long)g.group);
+    ++g_failures;
+    return;
+  }
+  const int64_t ntiles = (g.rows + 3) / 4, nb = g.kp / 32;
+  // 16-byte aligned buffers (the kernels' wide loads), filled with a pattern the repack must
+  // overwrite everywhere (padding included).
+  unsigned char *tiles = (unsigned char *)aligned_alloc(16, (tb + 15) / 16 * 16);
+  uint16_t *sc = (uint16_t *)aligned_alloc(16, (sb + 15) / 16 * 16);
+  memset(tiles, 0xA5, tb);
+  memset(sc, 0xA5, sb);
+  bool layout = tb == (size_t)ntiles * nb * 64 && sb == (size_t)ntiles * g.ng * 16 &&
+                weir_cuda_q4t_repack(tiles, sc, g.nib.data(), g.d.data(), mptr, g.rows, g.kp,
+                                     (int32_t)g.group) == 0;
+  for (int64_t r = 0; layout && r < ntiles * 4; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const unsigned char *got = tiles + (((r / 4) * nb + b) * 4 + r % 4) * 16;
+      static const unsigned char zero[16] = {};
+      const unsigned char *want = r < g.rows ? &g.nib[(size_t)(r * g.kp / 2 + b * 16)] : zero;
+      layout = layout && !memcmp(got, want, 16);
+    }
+    for (int64_t q = 0; q < g.ng; ++q) {
+      const uint16_t *rec = sc + ((r / 4) * g.ng + q) * 8;
+      const uint16_t wd = r < g.rows ? g.d[(size_t)(r * g.ng + q)] : 0;
+      const uint16_t wm = r < g.rows && !g.sym ? g.m[(size_t)(r * g.ng + q)] : 0;
+      layout = layout && rec[r % 4] == wd && rec[4 + r % 4] == wm;
+    }
+  }
+  printf("%s q4t_repack: blocks and scales where the tiled layout puts them, padding zero, %s\n",
+         layout ? "ok  " : "FAIL", what);
+  if (!layout) ++g_failures;
+  const int sym = g.sym ? 1 : 0;
+  const float guard = 12345.0f;
+  for (int nt = 1; nt <= 19; nt += nt == 16 ? 3 : 1) {
+    std::vector<float> x((size_t)nt * g.cols);
+    for (auto &a : x) a = uni(-1, 1);
+    const size_t ab = weir_cuda_q8_act_bytes(nt, g.kp);
+    void *act = aligned_alloc(256, (ab + 255) / 256 * 256);
+    weir_cuda_q8_quantize_act(nullptr, x.data(), inv, act, nt, g.cols, g.kp);
+    const size_t ny = (size_t)nt * g.rows;
+    auto yrow = poisoned(ny);
+    const cudaError_t e0 = weir_cuda_gemv_q4_dp4a(nullptr, g.nib.data(), g.d.data(), mptr, act,
+                                                  yrow.data(), g.cols, g.kp, g.rows,
+                                                  (int32_t)g.group, nt);
+    // Three outputs, each followed by 64 guard values.
+    std::vector<float> yt[3];
+    for (auto &v : yt) {
+      v = poisoned(ny + 64);
+      for (size_t i = ny; i < v.size(); ++i) v[i] = guard;
+    }
+    const void *tp[3] = {tiles, tiles, tiles};
+    const void *sp[3] = {sc, sc, sc};
+    const int syms[3] = {sym, sym, sym};
+    const int64_t rws[3] = {g.rows, g.rows, g.rows};
+    float *ys[3] = {yt[0].data(), yt[1].data(), yt[2].data()};
+    const cudaError_t e1 = weir_cuda_gemv_q4t_dp4a_set(nullptr, 1, tp, sp, syms, rws, ys, act,
+                                                       g.cols, g.kp, (int32_t)g.group, nt);
+    std::vector<float> y1(yt[0].begin(), yt[0].begin() + (long)ny);
+    bool guards = true;
+    for (size_t i = ny; i < yt[0].size(); ++i) guards = guards && yt[0][i] == guard;
+    const bool same = e0 == cudaSuccess && e1 == cudaSuccess &&
+                      !memcmp(y1.data(), yrow.data(), ny * 4);
+    printf("%s gemv_q4t_dp4a %d token(s) = gemv_q4_dp4a bit for bit, nothing written past the "
+           "rows, %s\n", same && guards ? "ok  " : "FAIL", nt, what);
+    if (!(same && guards)) ++g_failures;
+    // The set: three tiled weights in one launch, each equal to the single launch.
+    ys[0] = yt[1].data();
+    ys[1] = yt[2].data();
+    yt[0].assign(ny + 64, guard);
+    ys[2] = yt[0].data();
+    const cudaError_t e2 = weir_cuda_gemv_q4t_dp4a_set(nullptr, 3, tp, sp, syms, rws, ys, act,
+                                                       g.cols, g.kp, (int32_t)g.group, nt);
+    bool set_ok = e2 == cudaSuccess;
+    for (auto &v : yt) {
+      set_ok = set_ok && !memcmp(v.data(), y1.data(), ny * 4);
+      for (size_t i = ny; i < v.size(); ++i) set_ok = set_ok && v[i] == guard;
+    }
+    printf("%s gemv_q4t_dp4a_set: 3 tiled weights in one launch = the single launch, %d "
+           "token(s), %s\n", set_ok ? "ok  " : "FAIL", nt, what);
+    if (!set_ok) ++g_failures;
+    if (cpu) {
+      std::vector<float> ycpu(ny);
+      std::vector<double> yc(ny);
+      cpu->ops->matmul(cpu->self, cpu_w, x.data(), ycpu.data(), nt);
+      for (size_t i = 0; i < ny; ++i) yc[i] = ycpu[i];
+      snprintf(name, sizeof name, "gemv_q4t_dp4a %d token(s) vs the CPU awq_int4 matmul, %s", nt,
+               what);
+      shim_check(name, y1, yc, 1e-5);
+    }
+    free(act);
+  }
+  // dequant and embed through the tiled layout = through the row layout.
+  std::vector<__half> fr((size_t)(g.rows * g.cols)), ft(fr.size());
+  const bool dq = weir_cuda_dequant_q4_f16(nullptr, fr.data(), g.nib.data(), g.d.data(), mptr,
+                                           inv, g.rows, g.cols, g.kp,
+                                           (int32_t)g.group) == cudaSuccess &&
+                  weir_cuda_dequant_q4t_f16(nullptr, ft.data(), tiles, sc, sym, inv, g.rows,
+                                            g.cols, g.kp, (int32_t)g.group) == cudaSuccess &&
+                  !memcmp(fr.data(), ft.data(), fr.size() * 2);
+  printf("%s dequant_q4t_f16 = dequant_q4_f16, %s\n", dq ? "ok  " : "FAIL", what);
+  if (!dq) ++g_failures;
+  std::vector<int32_t> eid = {(int32_t)g.rows - 1, 0, (int32_t)g.rows};
+  auto er = poisoned((size_t)3 * g.cols), et = poisoned((size_t)3 * g.cols);
+  int fr_flag = 0, ft_flag = 0;
+  weir_cuda_embed_q4(nullptr, g.nib.data(), g.d.data(), mptr, inv, eid.data(), er.data(), 3,
+                     g.rows, g.cols, g.kp, (int32_t)g.group, &fr_flag);
+  const bool em = weir_cuda_embed_q4t(nullptr, tiles, sc, sym, inv, eid.data(), et.data(), 3,
+                                      g.rows, g.cols, g.kp, (int32_t)g.group,
+                                      &ft_flag) == cudaSuccess &&
+                  !memcmp(er.data(), et.data(), er.size() * 4) && fr_flag && ft_flag;
+  printf("%s embed_q4t = embed_q4 (an id = rows: zeros and the flag), %s\n", em ? "ok  " : "FAIL",
+         what);
+  if (!em) ++g_failures;
+  // Refusals: a bad group, kp not whole blocks, misaligned tiles, NULL buffers.
+  std::vector<float> ybuf((size_t)g.rows);
+  float *yb = ybuf.data();
+  const void *mis[1] = {tiles + 4};
+  const bool refused =
+      weir_cuda_q4t_bytes(g.rows, g.kp, 48, &tb, &sb) != 0 &&
+      weir_cuda_q4t_bytes(g.rows, g.kp + 8, (int32_t)g.group, &tb, &sb) != 0 &&
+      weir_cuda_q4t_bytes(0, g.kp, (int32_t)g.group, &tb, &sb) != 0 &&
+      weir_cuda_q4t_repack(nullptr, sc, g.nib.data(), g.d.data(), mptr, g.rows, g.kp,
+                           (int32_t)g.group) != 0 &&
+      weir_cuda_gemv_q4t_dp4a_set(nullptr, 1, mis, (const void *const *)&sc, &sym, &g.rows, &yb,
+                                  nullptr, g.cols, g.kp, (int32_t)g.group, 1) ==
+          cudaErrorInvalidValue &&
+      weir_cuda_gemv_q4t_dp4a_set(nullptr, 5, mis, (const void *const *)&sc, &sym, &g.rows, &yb,
+                                  nullptr, g.cols, g.kp, (int32_t)g.group, 1) ==
+          cudaErrorInvalidValue &&
+      weir_cuda_dequant_q4t_f16(nullptr, ft.data(), tiles, nullptr, sym, inv, g.rows, g.cols,
+                                g.kp, (int32_t)g.group) == cudaErrorInvalidValue;
+  printf("%s q4t refuses bad groups, shapes, misaligned and NULL buffers, %s\n",
+         refused ? "ok  " : "FAIL", what);
+  if (!refused) ++g_failures;
+  free(tiles);
+  free(sc);
+}
+
 static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu, void *cpu_w) {
   char name[128];
   const void *mptr = g.sym ? nullptr : g.m.data();
@@ -472,14 +572,14 @@ static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu,
     weir_cuda_gemv_q4(nullptr, g.nib.data(), g.d.data(), mptr, inv, x.data(), y.data(), g.cols,
                       g.kp, g.rows, (int32_t)g.group, nt);
     snprintf(name, sizeof name, "gemv_q4 %d token(s), %s", nt, what);
-    check(name, y, yr, 1e-5);
+    shim_check(name, y, yr, 1e-5);
     if (cpu) {
       std::vector<float> ycpu(yr.size());
       std::vector<double> yc(yr.size());
       cpu->ops->matmul(cpu->self, cpu_w, x.data(), ycpu.data(), nt);
       for (size_t i = 0; i < yc.size(); ++i) yc[i] = ycpu[i];
       snprintf(name, sizeof name, "gemv_q4 %d token(s) vs the CPU awq_int4 matmul, %s", nt, what);
-      check(name, y, yc, 3e-2);
+      shim_check(name, y, yc, 3e-2);
     }
   }
   // The dp4a GEMV: x (times inv_s) quantized by the int8 rule (byte-exact with the CPU rule
@@ -528,7 +628,7 @@ static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu,
                                                  y.data(), g.cols, g.kp, g.rows,
                                                  (int32_t)g.group, nt);
     snprintf(name, sizeof name, "gemv_q4_dp4a %d token(s), %s", nt, what);
-    check(name, e == cudaSuccess ? y : poisoned(y.size()), yr, 1e-6);
+    shim_check(name, e == cudaSuccess ? y : poisoned(y.size()), yr, 1e-6);
     {
       // One launch over three weights (this one, its symmetric reading with m NULL, and this
       // one again, as a pack group's q/k/v): each output equals its single launch bit for bit.
@@ -558,10 +658,11 @@ static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu,
       for (size_t i = 0; i < yc.size(); ++i) yc[i] = ycpu[i];
       snprintf(name, sizeof name, "gemv_q4_dp4a %d token(s) vs the CPU awq_int4 matmul, %s", nt,
                what);
-      check(name, y, yc, 1e-5);
+      shim_check(name, y, yc, 1e-5);
     }
     free(act);
   }
+  q4_tiled(g, what, cpu, cpu_w);
   std::vector<__half> f16((size_t)(g.rows * g.cols));
   weir_cuda_dequant_q4_f16(nullptr, f16.data(), g.nib.data(), g.d.data(), mptr, inv, g.rows,
                            g.cols, g.kp, (int32_t)g.group);
@@ -573,7 +674,7 @@ static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu,
       want[(size_t)(r * g.cols + c)] = q4_value(g, r, c);
     }
   snprintf(name, sizeof name, "dequant_q4_f16, %s", what);
-  check(name, got, want, 1e-3);
+  shim_check(name, got, want, 1e-3);
   std::vector<int32_t> eid = {(int32_t)g.rows - 1, 1, -1};
   auto e = poisoned((size_t)3 * g.cols);
   int flag = 0;
@@ -585,7 +686,7 @@ static void q4_kernels(const gpu_q4 &g, const char *what, const cpu_plugin *cpu,
     er[(size_t)(g.cols + c)] = q4_value(g, 1, c);
   }
   snprintf(name, sizeof name, "embed_q4 (third id out of range: zeros), %s", what);
-  check(name, e, er, 1e-6);
+  shim_check(name, e, er, 1e-6);
   if (!flag) {
     printf("FAIL embed_q4 did not raise the flag for an id out of range\n");
     ++g_failures;

@@ -3,11 +3,9 @@
 // must give the same tokens, logprobs, top-logprob lists and random-state advances. The
 // per-row parameter records and penalty entries are built here the way
 // plugins/sampler/default_cuda builds them. On a GPU machine cuda_sampler checks the plugin.
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,56 +15,24 @@
 
 #include "weir/rng.h"
 #include "weir/sampler.h"
+#include "shim_plugin.h"
 #include "shim_test.h"
 #include "weir_cuda_kernels.h"
 
-static int g_failures = 0;
 static uint64_t g_rng = 0x51ED5EEDull;
 
 static float uni(float lo, float hi) { return shim_uniform(&g_rng, lo, hi); }
 
 
 // ---- the CPU reference plugin --------------------------------------------------------------
-static void h_log(void *, weir_log_level, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-}
-static void *h_alloc(void *, size_t n, size_t a) {
-  void *p = nullptr;
-  return posix_memalign(&p, a < 16 ? 16 : a, n ? n : 1) == 0 ? p : nullptr;
-}
-static void h_free(void *, void *p) { free(p); }
-static void h_pfor(void *, int64_t n, int64_t, weir_parallel_fn fn, void *arg) {
-  if (n > 0) fn(arg, 0, n, 0);
-}
-static int h_threads(void *) { return 1; }
-
 static const weir_sampler_ops *cpu_ops;
 static void *cpu_self;
 
 static bool load_cpu_sampler() {
-  std::string dir = shim_plugin_dir("weir_sampler_default.so");
-  void *dl = dlopen((dir + "/weir_sampler_default.so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!dl) {
-    printf("FAIL cannot load the CPU sampler: %s\n", dlerror());
-    return false;
-  }
-  auto entry = (weir_plugin_entry_fn)dlsym(dl, WEIR_PLUGIN_ENTRY_SYMBOL);
-  const weir_plugin_desc *d = entry();
-  static weir_host host;
-  host.struct_size = sizeof host;
-  host.abi_minor = WEIR_ABI_MINOR;
-  host.log = h_log;
-  host.alloc = h_alloc;
-  host.free = h_free;
-  host.parallel_for = h_pfor;
-  host.num_threads = h_threads;
-  weir_plugin_args args = {sizeof args, WEIR_DEVICE_CPU, nullptr, 0};
-  if (d->init(&host, &args, &cpu_self) != WEIR_OK) return false;
-  cpu_ops = (const weir_sampler_ops *)d->ops;
+  shim_plugin pl;
+  if (!shim_load_plugin("weir_sampler_default.so", nullptr, 0, &pl)) return false;
+  cpu_ops = (const weir_sampler_ops *)pl.ops;
+  cpu_self = pl.self;
   return true;
 }
 
