@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--weir", required=True)
     ap.add_argument("--llama-server")
     ap.add_argument("--ref", help="tests/reference's weir_ref_eval: a third opinion")
+    ap.add_argument("--weir-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to weir serve as --set (e.g. attention.kv_dtype=f32)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
@@ -120,7 +122,8 @@ def main():
         ctx = a.prompt_tokens + a.n + 64
         procs.append(subprocess.Popen(
             [a.weir, "serve", "--model", a.model, "--port", str(wport), "--threads",
-             str(a.threads), "--set", f"model.max_model_len={ctx}"],
+             str(a.threads), "--set", f"model.max_model_len={ctx}"] +
+            [x for kv in a.weir_set for x in ("--set", kv)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_health(wport, procs[-1], "weir serve")
         with open(a.text, encoding="utf-8") as f:
