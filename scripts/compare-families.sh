@@ -19,22 +19,45 @@
 # weights (seed 7), a 512-token SentencePiece vocabulary; the text is
 # tests/perplexity/fixtures/heldout-sample.txt (3,026 tokens). Prints one line per family: both
 # perplexities and their relative difference. Runs one process at a time, two threads each.
+#
+# REF: tests/reference's weir_ref_eval (build/tests/bin/weir_ref_eval), the double-precision
+# reference on the same file (K-quant blocks dequantized exactly): a third opinion. Perplexity
+# mode adds its perplexity and each side's distance from it; greedy mode how many of each
+# side's greedy tokens are the reference's top-1 (compare-greedy.py --ref). gemma3 and qwen3
+# (ARCHS="gemma3 qwen3"), which the peer predates, need REF and no LLAMA_BIN: weir against the
+# reference alone, their K-quant files written by `weir mkmodel --type` (the February 2025
+# llama-quantize refuses their architectures).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${LLAMA_BIN:?set LLAMA_BIN to the directory holding llama-perplexity}"
+REF=${REF:-}
+LLAMA_BIN=${LLAMA_BIN:-}
 WEIR=${WEIR:-build/bin/weir}
 CTX=${1:-256}
 TEXT=tests/perplexity/fixtures/heldout-sample.txt
 ARCHS=${ARCHS:-"llama llama3 phi3 phi3_longrope gemma2"}
+# KEEP=DIR: keep each family's model file there (DIR/FAMILY-TYPE.gguf) for a later look, e.g.
+# by the double-precision reference (tests/reference's weir_ref_eval).
+KEEP=${KEEP:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+keep() { if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$1" "$KEEP/$2-$TYPE.gguf"; fi; }
 
 TYPE=${TYPE:-f32}
 MODE=${MODE:-perplexity}
 case $TYPE in
-  [A-Z]*) shape="--layers 4 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 4096 --type f32 --seed 7" ;;
-  *) shape="--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --ctx 4096 --type $TYPE --seed 7" ;;
+  [A-Z]*) shape="--layers 4 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 4096 --seed 7" ;;
+  *) shape="--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --ctx 4096 --seed 7" ;;
 esac
+# Whether the February 2025 peer runs family $1.
+peer_runs() { case $1 in gemma3|qwen3) return 1 ;; *) return 0 ;; esac; }
+for a in $ARCHS; do
+  if peer_runs "$a" && [ -z "$LLAMA_BIN" ]; then
+    echo "set LLAMA_BIN to the directory holding llama-perplexity (family $a)" >&2; exit 2
+  fi
+  if ! peer_runs "$a" && [ -z "$REF" ]; then
+    echo "family $a: the peer predates it; set REF to weir_ref_eval" >&2; exit 2
+  fi
+done
 args_for() {
   case $1 in
     llama) echo "--arch llama" ;;
@@ -51,11 +74,16 @@ args_for() {
 }
 
 # Writes family $1's file at $2 (quantized by llama-quantize when TYPE is in capitals).
+# (A family the peer predates is quantized by weir's own `mkmodel --type`.)
 make_model() {
-  # shellcheck disable=SC2046
-  "$WEIR" mkmodel $shape $(args_for "$1") --out "$2.src" >/dev/null 2>&1
+  local t=$TYPE
+  case $TYPE in [A-Z]*) if peer_runs "$1"; then t=f32; else t=${TYPE,,}; fi ;; esac
+  # shellcheck disable=SC2046,SC2086
+  "$WEIR" mkmodel $shape $(args_for "$1") --type "$t" --out "$2.src" >/dev/null 2>&1
   case $TYPE in
-    [A-Z]*) "$LLAMA_BIN/llama-quantize" "$2.src" "$2" "$TYPE" >/dev/null 2>&1; rm -f "$2.src" ;;
+    [A-Z]*) if peer_runs "$1"; then
+              "$LLAMA_BIN/llama-quantize" "$2.src" "$2" "$TYPE" >/dev/null 2>&1; rm -f "$2.src"
+            else mv "$2.src" "$2"; fi ;;
     *) mv "$2.src" "$2" ;;
   esac
 }
@@ -65,26 +93,46 @@ if [ "$MODE" = greedy ]; then
   for a in $ARCHS; do
     m=$dir/$a.gguf
     make_model "$a" "$m"
+    keep "$m" "$a"
     printf '%-14s %-6s ' "$a" "$TYPE"
-    python3 scripts/compare-greedy.py --weir "$WEIR" --llama-server "$LLAMA_BIN/llama-server" \
+    opts=()
+    if peer_runs "$a"; then opts+=(--llama-server "$LLAMA_BIN/llama-server"); fi
+    if [ -n "$REF" ]; then opts+=(--ref "$REF"); fi
+    python3 scripts/compare-greedy.py --weir "$WEIR" "${opts[@]}" \
       --model "$m" --n 256 --threads 2 || status=1
     rm -f "$m"
   done
   exit $status
 fi
 
-printf '%-14s %12s %12s %10s   (%s weights, ctx %s)\n' family weir llama.cpp rel.diff "$TYPE" "$CTX"
+printf '%-14s %12s %12s %10s' family weir llama.cpp rel.diff
+[ -n "$REF" ] && printf ' %12s %10s %10s' reference weir-ref llama-ref
+printf '   (%s weights, ctx %s)\n' "$TYPE" "$CTX"
 for a in $ARCHS; do
   m=$dir/$a.gguf
   make_model "$a" "$m"
+  keep "$m" "$a"
   w=$("$WEIR" perplexity --model "$m" --file "$TEXT" --ctx "$CTX" --threads 2 --json 2>/dev/null |
       sed -n 's/.*"perplexity": *\([0-9.eE+-]*\).*/\1/p')
-  l=$("$LLAMA_BIN/llama-perplexity" -m "$m" -f "$TEXT" -c "$CTX" -b "$CTX" -t 2 2>&1 |
-      sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' || true)
-  if [ -z "$l" ]; then
-    printf '%-14s %12s %12s %10s\n' "$a" "$w" "failed" "-"
-    continue
+  l=
+  if peer_runs "$a"; then
+    l=$("$LLAMA_BIN/llama-perplexity" -m "$m" -f "$TEXT" -c "$CTX" -b "$CTX" -t 2 2>&1 |
+        sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' || true)
   fi
-  awk -v a="$a" -v w="$w" -v l="$l" 'BEGIN { d = (w - l) / l; if (d < 0) d = -d;
-    printf "%-14s %12.4f %12.4f %9.4f%%\n", a, w, l, 100 * d }'
+  r=
+  if [ -n "$REF" ]; then
+    r=$("$REF" ppl "$m" "$TEXT" "$CTX" | sed -n 's/.*"perplexity": *\([0-9.eE+-]*\).*/\1/p' || true)
+  fi
+  # (a missing figure prints as "-"; relative differences signed against the reference)
+  awk -v a="$a" -v w="$w" -v l="$l" -v r="$r" -v ref="$REF" 'BEGIN {
+    printf "%-14s %12s %12s", a, w == "" ? "failed" : sprintf("%.4f", w),
+           l == "" ? "-" : sprintf("%.4f", l);
+    if (w != "" && l != "") { d = (w - l) / l; if (d < 0) d = -d; printf " %9.4f%%", 100 * d }
+    else printf " %10s", "-";
+    if (ref != "") {
+      printf " %12s", r == "" ? "failed" : sprintf("%.4f", r);
+      printf " %10s", (w != "" && r != "") ? sprintf("%+.3f%%", 100 * (w - r) / r) : "-";
+      printf " %10s", (l != "" && r != "") ? sprintf("%+.3f%%", 100 * (l - r) / r) : "-";
+    }
+    printf "\n" }'
 done

@@ -16,6 +16,13 @@ temperature 0 past EOS; then:
   - free run: weir generates N tokens at temperature 0 from the same prompt; its text is
     compared with llama.cpp's (the texts, not the token pieces: the two servers render a
     piece that ends inside a UTF-8 character differently), and the common prefix reported.
+With --ref (tests/reference's weir_ref_eval, the double-precision reference), a third
+opinion: the reference runs each side's sequence teacher-forced (llama.cpp's prompt + N tokens,
+and weir's free run, whose token ids come from weir's streamed `/completion`) and reports how
+many of each side's tokens are its own top-1 there, with its margin in nats at each miss
+(ref_vs_llama, ref_vs_weir: [index, reference's token, given token, margin]). Without
+--llama-server (families the peer predates) only weir's free run and the reference run, and
+the exit status follows the reference's agreement with weir.
 Prints one JSON line. Exits 1 when the agreement is below --min (default 0.99).
 Standard library only; every process it starts is stopped before it exits.
 """
@@ -59,10 +66,44 @@ def wait_health(port, proc, what):
     sys.exit(f"{what} not ready after 300 s")
 
 
+def weir_greedy_ids(port, prompt, n):
+    """weir's N greedy token ids from the prompt (its llama.cpp-style /completion streams the
+    ids of each piece)."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/completion",
+        data=json.dumps({"prompt": prompt, "n_predict": n + 1, "temperature": 0,
+                         "ignore_eos": True,
+                         "stream": True}).encode(),
+        headers={"Content-Type": "application/json"})
+    ids = []
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        for line in r:
+            line = line.decode().strip()
+            if line.startswith("data: "):
+                ev = json.loads(line[6:])
+                if "error" in ev:
+                    sys.exit(f"weir /completion: {ev['error']}")
+                ids += ev.get("tokens", [])
+    # (N + 1 asked for: the final event carries no ids, so the last one may not arrive.)
+    if len(ids) < n:
+        sys.exit(f"weir /completion streamed {len(ids)} token ids, asked for {n + 1}")
+    return ids[:n]
+
+
+def ref_top1(ref, model, prompt, cont):
+    """The reference's teacher-forced verdict on prompt + cont (tests/reference/ref_eval.c)."""
+    out = subprocess.run([ref, "top1", model, str(len(prompt))], check=True, text=True,
+                         input=" ".join(str(t) for t in prompt + cont), capture_output=True)
+    return json.loads(out.stdout)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--weir", required=True)
-    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("--llama-server")
+    ap.add_argument("--ref", help="tests/reference's weir_ref_eval: a third opinion")
+    ap.add_argument("--weir-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to weir serve as --set (e.g. attention.kv_dtype=f32)")
     ap.add_argument("--model", required=True)
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
@@ -81,18 +122,27 @@ def main():
         ctx = a.prompt_tokens + a.n + 64
         procs.append(subprocess.Popen(
             [a.weir, "serve", "--model", a.model, "--port", str(wport), "--threads",
-             str(a.threads), "--set", f"model.max_model_len={ctx}"],
+             str(a.threads), "--set", f"model.max_model_len={ctx}"] +
+            [x for kv in a.weir_set for x in ("--set", kv)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_health(wport, procs[-1], "weir serve")
+        with open(a.text, encoding="utf-8") as f:
+            text = f.read()[:4000]
+        prompt = post(wport, "/tokenize", {"prompt": text})["tokens"][:a.prompt_tokens]
+        if not a.llama_server:
+            if not a.ref:
+                sys.exit("without --llama-server, --ref is needed")
+            wids = weir_greedy_ids(wport, prompt, a.n)
+            rw = ref_top1(a.ref, a.model, prompt, wids)
+            res = {"model": os.path.basename(a.model), "n": a.n, "prompt_tokens": len(prompt),
+                   "ref_vs_weir": rw["agree"] / a.n, "ref_vs_weir_misses": rw["misses"]}
+            print(json.dumps(res))
+            return 0 if rw["agree"] / a.n >= a.min else 1
         procs.append(subprocess.Popen(
             [a.llama_server, "-m", a.model, "--port", str(lport), "-t", str(a.threads), "-c",
              str(ctx), "-b", "512", "-np", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_health(lport, procs[-1], "llama-server")
-
-        with open(a.text, encoding="utf-8") as f:
-            text = f.read()[:4000]
-        prompt = post(wport, "/tokenize", {"prompt": text})["tokens"][:a.prompt_tokens]
 
         l = post(lport, "/completion", {"prompt": prompt, "n_predict": a.n, "temperature": 0,
                                         "ignore_eos": True, "cache_prompt": False,
@@ -137,6 +187,11 @@ def main():
                "disagreement_gaps": gaps,
                "free_run_same_text": wtext == ltext,
                "free_run_common_chars": same, "free_run_chars": len(ltext)}
+        if a.ref:
+            rl = ref_top1(a.ref, a.model, prompt, ltoks)
+            rw = ref_top1(a.ref, a.model, prompt, weir_greedy_ids(wport, prompt, a.n))
+            res.update({"ref_vs_llama": rl["agree"] / a.n, "ref_vs_weir": rw["agree"] / a.n,
+                        "ref_vs_llama_misses": rl["misses"], "ref_vs_weir_misses": rw["misses"]})
         print(json.dumps(res))
         return 0 if agree / a.n >= a.min else 1
     finally:

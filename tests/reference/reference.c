@@ -80,6 +80,63 @@ int weir_ref_dequant(int dtype, const void *src, double *dst, int64_t n) {
       }
     }
     return 0;
+  case WEIR_DTYPE_Q4_K: /* 256 values: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, */
+  case WEIR_DTYPE_Q5_K: /* (Q5_K: 32 bytes of fifth bits,) 128 bytes of nibbles */
+  {
+    /* 8 sub-blocks of 32: value = d * sc[s] * q - dmin * m[s]. Sub-block s's 6-bit scale and
+     * min: for s < 4 the low 6 bits of bytes s and s + 4; for s >= 4 a nibble of byte s + 4
+     * (low for the scale, high for the min) under the top 2 bits of byte s - 4 (scale) or s
+     * (min). Nibbles: 32-byte group g holds sub-block 2g in its low nibbles, 2g + 1 in its
+     * high ones; Q5_K's fifth bit of value i of sub-block s is bit s of qh[i]. (The K-quant
+     * block layout, GGUF spec and docs/models.md, Block types.) */
+    const int five = dtype == WEIR_DTYPE_Q5_K, bsz = five ? 176 : 144;
+    if (n % 256) return WEIR_E_INVAL;
+    for (int64_t b = 0; b < n / 256; b++) {
+      const uint8_t *blk = p + (int64_t)bsz * b, *sc = blk + 4, *qh = blk + 16;
+      const uint8_t *qs = blk + (five ? 48 : 16);
+      double d = half_to_double(le16(blk)), dmin = half_to_double(le16(blk + 2));
+      for (int s = 0; s < 8; s++) {
+        int scale, min;
+        if (s < 4) {
+          scale = sc[s] & 63;
+          min = sc[s + 4] & 63;
+        } else {
+          scale = (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+          min = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+        }
+        for (int i = 0; i < 32; i++) {
+          int q = s & 1 ? qs[32 * (s / 2) + i] >> 4 : qs[32 * (s / 2) + i] & 15;
+          if (five && (qh[i] >> s & 1)) q += 16;
+          dst[256 * b + 32 * s + i] = d * scale * q - dmin * min;
+        }
+      }
+    }
+    return 0;
+  }
+  case WEIR_DTYPE_Q6_K: /* 256 values: 128 bytes of low nibbles, 64 of high 2-bit pairs, */
+  {                     /* 16 int8 scales, f16 d */
+    /* 16 sub-blocks of 16: value = d * sc[s] * (q - 32), q 6 bits. Each half of 128 values
+     * has 64 bytes ql and 32 bytes qh: value i of the half (0..127), with l = i % 32 and
+     * k = i / 32, takes the low nibble of ql[l + 32 (k & 1)] for k < 2 and the high one for
+     * k >= 2, and bits 2k, 2k + 1 of qh[l] as its top two. (GGUF spec, Q6_K.) */
+    if (n % 256) return WEIR_E_INVAL;
+    for (int64_t b = 0; b < n / 256; b++) {
+      const uint8_t *blk = p + 210 * b;
+      const int8_t *sc = (const int8_t *)(blk + 192);
+      double d = half_to_double(le16(blk + 208));
+      for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        for (int i = 0; i < 128; i++) {
+          int l = i % 32, k = i / 32;
+          int lo = k < 2 ? ql[l + 32 * (k & 1)] & 15 : ql[l + 32 * (k & 1)] >> 4;
+          int q = lo | (qh[l] >> (2 * k) & 3) << 4;
+          int idx = 128 * h + i;
+          dst[256 * b + idx] = d * sc[idx / 16] * (q - 32);
+        }
+      }
+    }
+    return 0;
+  }
   default:
     return WEIR_E_NOTSUP;
   }

@@ -1,7 +1,7 @@
 /* A deliberately plain double-precision reference of the Llama-family forward pass (llama,
  * mistral, qwen2, qwen3, gemma2, gemma3, phi3; the source of every formula is cited in
  * reference.c), for checking the engine's logits. It shares no kernel with the engine: its dequantization
- * (F32, F16, BF16, Q8_0, Q4_0, Q4_1), embedding, RMSNorm, RoPE (NORM and NEOX), grouped-query
+ * (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), embedding, RMSNorm, RoPE (NORM and NEOX), grouped-query
  * causal attention over the whole sequence (no KV cache), SwiGLU, optional QKV bias and tied
  * or separate output are written here from the definitions. It uses core only to read the
  * GGUF file. Slow by design: every forward pass dequantizes every weight once.

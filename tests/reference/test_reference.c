@@ -99,7 +99,8 @@ static void test_dequant_matches_core(void) {
   double ref[512];
   uint8_t q[512 * 4];
   const weir_dtype types[] = {WEIR_DTYPE_F32, WEIR_DTYPE_F16, WEIR_DTYPE_BF16,
-                              WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1};
+                              WEIR_DTYPE_Q8_0, WEIR_DTYPE_Q4_0, WEIR_DTYPE_Q4_1,
+                              WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K};
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     for (int i = 0; i < 512; i++) src[i] = (float)(urand() * (1 + i % 7));
     WT_ASSERT_INT_EQ(weir_quantize_row(types[t], src, q, 512), 0);
@@ -121,7 +122,30 @@ static void test_dequant_matches_core(void) {
     if (!(r == (double)c || (isnan(r) && isnan(c)))) bad++;
   }
   WT_ASSERT_INT_EQ(bad, 0);
-  WT_ASSERT_INT_EQ(weir_ref_dequant(12, q, ref, 256), WEIR_E_NOTSUP);
+  /* K-quant blocks of random bytes, every bit pattern of the packed scales, mins and high
+   * bits the quantizer may never write, with finite f16 scales (0x3c00 = 1.0 give or take the
+   * low byte): the reference, written from the layout, reads them as core does. */
+  const weir_dtype kq[] = {WEIR_DTYPE_Q4_K, WEIR_DTYPE_Q5_K, WEIR_DTYPE_Q6_K};
+  const int kbytes[] = {144, 176, 210}, dpos[] = {0, 0, 208};
+  for (int t = 0; t < 3; t++) {
+    bad = 0;
+    for (int rep = 0; rep < 50; rep++) {
+      for (int i = 0; i < 2 * kbytes[t]; i++) q[i] = (uint8_t)(urand() * 128 + 128);
+      for (int b = 0; b < 2; b++) {
+        uint8_t *blk = q + kbytes[t] * b + dpos[t];
+        blk[1] = (uint8_t)(0x30 + (blk[1] & 0x0f)); /* d (and Q4_K/Q5_K's dmin) finite */
+        if (t < 2) blk[3] = (uint8_t)(0x30 + (blk[3] & 0x0f));
+      }
+      WT_ASSERT_INT_EQ(weir_dequantize_row(kq[t], q, core, 512), 0);
+      WT_ASSERT_INT_EQ(weir_ref_dequant(kq[t], q, ref, 512), 0);
+      for (int i = 0; i < 512; i++)
+        if (fabs(ref[i] - core[i]) > 1e-6 * (1 + fabs(ref[i]))) bad++;
+    }
+    if (bad) fprintf(stderr, "\n  random %s: %d values differ\n", weir_dtype_name(kq[t]), bad);
+    WT_ASSERT_INT_EQ(bad, 0);
+  }
+  WT_ASSERT_INT_EQ(weir_ref_dequant(WEIR_DTYPE_Q4_K, q, ref, 128), WEIR_E_INVAL);
+  WT_ASSERT_INT_EQ(weir_ref_dequant(WEIR_DTYPE_Q2_K, q, ref, 256), WEIR_E_NOTSUP);
 }
 
 /* ---- hand-made models ---- */
