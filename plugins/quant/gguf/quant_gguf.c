@@ -229,6 +229,20 @@ static void act_chunk(void *arg, int64_t begin, int64_t end, int thread) {
 /* Activations of up to this many bytes are quantized into a stack buffer (decode). */
 #define STACK_ACT_BYTES 32768
 
+/* Quantizes n_tokens rows of x (cols wide) once, by w's type and layout, into *act: in
+ * stack_buf (STACK_ACT_BYTES, the caller's frame) when they fit, else in *heap, which the
+ * caller frees after the matmul. WEIR_E_NOMEM when the heap buffer cannot be had. */
+static int quantize_act(const weir_cpu_quant *q, const gguf_weight *w, const float *x, int64_t cols,
+                        int64_t n_tokens, uint8_t *stack_buf, void **heap, weir_kq_act *act) {
+  uint8_t *buf =
+      weir_cpu_scratch(stack_buf, STACK_ACT_BYTES, weir_kq_act_bytes(cols, n_tokens), heap);
+  if (!buf) return WEIR_E_NOMEM;
+  weir_kq_act_init(act, buf, cols, n_tokens);
+  act_job aj = {.x = x, .w = w, .act = act};
+  weir_cpu_quant_for_tokens(q, n_tokens, cols, act_chunk, &aj);
+  return WEIR_OK;
+}
+
 static int gg_matmul(void *self, const void *weight, const float *x, float *y, int64_t n_tokens) {
   const weir_cpu_quant *q = &((gguf_plugin *)self)->base;
   const gguf_weight *w = weight;
@@ -243,13 +257,9 @@ static int gg_matmul(void *self, const void *weight, const float *x, float *y, i
   }
   _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
   void *heap = NULL;
-  uint8_t *buf = weir_cpu_scratch(stack_buf, sizeof stack_buf,
-                                  weir_kq_act_bytes(cols, n_tokens), &heap);
-  if (!buf) return WEIR_E_NOMEM;
   weir_kq_act act;
-  weir_kq_act_init(&act, buf, cols, n_tokens);
-  act_job aj = {.x = x, .w = w, .act = &act};
-  weir_cpu_quant_for_tokens(q, n_tokens, cols, act_chunk, &aj);
+  if (quantize_act(q, w, x, cols, n_tokens, stack_buf, &heap, &act) != WEIR_OK)
+    return WEIR_E_NOMEM;
   weir_kq_matmul_args a = {.type = w->dtype, .layout = w->layout, .w = w->base.data,
                            .row_bytes = w->row_bytes,
                            .rows = rows, .cols = cols, .act = act,
@@ -306,13 +316,9 @@ static int gg_matmul_group(void *self, const void *const *weights, int n, const 
   const int64_t cols = w0->base.cols;
   _Alignas(64) uint8_t stack_buf[STACK_ACT_BYTES];
   void *heap = NULL;
-  uint8_t *buf = weir_cpu_scratch(stack_buf, sizeof stack_buf,
-                                  weir_kq_act_bytes(cols, n_tokens), &heap);
-  if (!buf) return WEIR_E_NOMEM;
   weir_kq_act act;
-  weir_kq_act_init(&act, buf, cols, n_tokens);
-  act_job aj = {.x = x, .w = w0, .act = &act};
-  weir_cpu_quant_for_tokens(q, n_tokens, cols, act_chunk, &aj);
+  if (quantize_act(q, w0, x, cols, n_tokens, stack_buf, &heap, &act) != WEIR_OK)
+    return WEIR_E_NOMEM;
   group_job g = {.n = n};
   int64_t rows = 0;
   for (int i = 0; i < n; i++) {
