@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     for (size_t o = 0; o + 1 < bb; o += 2)
       if (o < 4 || o + 2 == bb || o + 4 == bb) w[b * bb + o + 1] = 0x20;
   float *x = malloc(sizeof(float) * (size_t)(n * cols)), *y = malloc(sizeof(float) * (size_t)(n * rows));
-  for (int64_t i = 0; i < n * cols; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+  for (int64_t i = 0; i < n * cols; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
   void *buf = aligned_alloc(64, (weir_kq_act_bytes(cols, n) + 63) / 64 * 64);
   weir_kq_act act;
   weir_kq_act_init(&act, buf, cols, n);
