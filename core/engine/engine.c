@@ -427,6 +427,12 @@ static int alloc_scratch(weir_engine *e) {
     e->dcounts = calloc(S, 4);
     e->probs = malloc((size_t)(e->spec_k + 1) * (size_t)e->vocab * sizeof(float));
     if (!e->dseqs || !e->dreqs || !e->dtokens || !e->dcounts || !e->probs) return WEIR_E_NOMEM;
+    /* a verified item's rows, or a draft pass's rows (at most max_seqs_step, each no wider
+     * than the vocabulary) */
+    const size_t rows = (size_t)(e->spec_k + 1) > S ? (size_t)(e->spec_k + 1) : S;
+    e->hlog_floats = e->logits_host ? 0 : rows * (size_t)e->vocab;
+    if (e->hlog_floats && !(e->hlog = malloc(e->hlog_floats * sizeof(float))))
+      return WEIR_E_NOMEM;
   }
   if (e->draft) {
     e->qbuf = malloc((size_t)e->spec_k * S * (size_t)e->vocab * sizeof(float));
@@ -476,6 +482,7 @@ static void engine_free(weir_engine *e) {
   free(e->probs);
   free(e->qbuf);
   free(e->dlrow);
+  free(e->hlog);
   free(e->d_tok);
   free(e->d_conf);
   free(e->dhead);
@@ -623,6 +630,7 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
                        char *err, size_t errlen) {
   weir_runtime *rt = &e->rt;
   const weir_llama_hparams *hp = &rt->hp[0];
+  e->logits_host = rt->plugins.device && rt->plugins.device->desc->devices == WEIR_DEVICE_CPU;
   const char *draft_path = e->drafter && e->drafter->model_path
                                ? e->drafter->model_path(e->drafter_self) : NULL;
   int rc = check_model_fit(hp, cfg, err, errlen);
@@ -665,6 +673,15 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
   const int32_t dvocab = rt->hp[1].n_vocab;
   int32_t head = cfg->spec_head_vocab;
   if (head < 0) head = dvocab / 4 < 1024 ? 1024 : dvocab / 4;
+  /* A sampled draft row is widened to the vocabulary on the host before the sampler reads
+   * it, and a device sampler reads device memory: the narrow head is a CPU-device lever. */
+  if (head > 0 && head < dvocab && !e->logits_host) {
+    if (cfg->spec_head_vocab > 0)
+      weir_log(WEIR_LOG_WARN, LOG_COMPONENT,
+               "drafter.head_vocab = %d applies on the cpu device only: the draft's LM head "
+               "covers the whole vocabulary here", (int)cfg->spec_head_vocab);
+    head = 0;
+  }
   if (head > 0 && head < dvocab) {
     if (!(e->dhead = draft_head_ids(rt->tok, dvocab, head))) return WEIR_E_NOMEM;
     dmo.head_vocab = head;
@@ -764,8 +781,7 @@ static int setup_steps(weir_engine *e, const weir_config *cfg, char *err, size_t
   /* On a CPU device with one thread the engine thread does all of a step's work, so the
    * speculation policy times steps by that thread's CPU time: what each length costs, which
    * preemption on a busy machine would otherwise blur into noise the policy chases. */
-  e->spec_cpu_clock = cfg->threads == 1 && e->rt.plugins.device &&
-                      e->rt.plugins.device->desc->devices == WEIR_DEVICE_CPU;
+  e->spec_cpu_clock = cfg->threads == 1 && e->logits_host; /* (a CPU device) */
   rc = weir_grammar_vocab_from_tokenizer(e->tok, e->eog_ids, e->num_eog, &e->gvocab);
   if (rc == WEIR_OK)
     rc = weir_constraint_cache_create(e->gvocab, 64, (size_t)256 << 20, &e->gcache);

@@ -153,6 +153,11 @@ struct weir_engine {
   engine_req **dreqs;
   int32_t *dtokens, *dcounts;      /* [max_seqs_step][spec_k], [max_seqs_step] */
   float *probs;                    /* [spec_k + 1][vocab]: verification distributions */
+  /* The greedy shortcuts (argmax without the sampler) read logits on the host. Where the
+   * device's memory is not the host's (CUDA), they read a copy of the rows they need. */
+  int logits_host;                 /* weir_llama_forward's logits are host memory (CPU) */
+  float *hlog;                     /* copies of device logit rows, hlog_rows x row width */
+  size_t hlog_floats;
   uint64_t spec_drafted, spec_accepted;
   /* Draft model (a drafter with model_path, ABI 1.3): run here over KV group 1 of the pool,
    * through the same plugins as the target (rt.model[1]). NULL without one. */

@@ -29,6 +29,19 @@ static int plain_greedy(const engine_req *r, const weir_sampling_row *row) {
 
 /* The lowest id of the largest of n logits (the sampler's greedy rule); `fallback` when none
  * is a number above -inf. */
+/* Rows [0, rows) of `width` floats of a step's logits, where the host can read them: the
+ * logits themselves on a CPU device, else a copy in e->hlog (a CUDA device keeps them on the
+ * GPU, where its sampler reads them). NULL when the copy fails. */
+static const float *host_rows(weir_engine *e, const float *logits, int32_t rows, int32_t width) {
+  if (e->logits_host) return logits;
+  const size_t n = (size_t)rows * (size_t)width;
+  if (n > e->hlog_floats) return NULL;
+  const weir_plugin *dev = e->rt.plugins.device;
+  const weir_device_ops *ops = dev->ops;
+  if (ops->copy_d2h(dev->self, e->hlog, logits, n * sizeof(float)) != WEIR_OK) return NULL;
+  return e->hlog;
+}
+
 static int32_t argmax_row(const float *x, int32_t n, int32_t fallback) {
   int32_t best = fallback;
   float bv = -INFINITY;
@@ -102,8 +115,14 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
   for (int32_t j = 0; j < nr && greedy; j++) greedy = plain_greedy(r, &e->rows[j]);
   int32_t accepted = 0, token = -1;
   if (greedy) {
+    const float *hl = host_rows(e, logits, nr, e->vocab);
+    if (!hl) {
+      weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_DEVICE,
+                              "reading the verification logits failed", NULL, 0);
+      return;
+    }
     for (int32_t j = 0; j < nr && token < 0; j++) {
-      const int32_t a = argmax_row(logits + (size_t)j * (size_t)e->vocab, e->vocab, 0);
+      const int32_t a = argmax_row(hl + (size_t)j * (size_t)e->vocab, e->vocab, 0);
       if (j < nd && a == toks[j]) accepted++;
       else token = a;
     }
@@ -357,6 +376,11 @@ static void draft_passes(weir_engine *e, const weir_sched_out *out) {
      * straight to the item's draft slot: row k of pass 0 is slot k, and later passes carry
      * the same items in the same order, each already holding its slot. */
     float *qj = e->qbuf + (size_t)j * (size_t)S * (size_t)V;
+    /* The greedy rows' argmax reads them on the host (a copy off a CUDA device); a sampled row
+     * goes to the sampler where the logits are (head_vocab narrows rows on a CPU device only,
+     * so a widened row is host memory exactly when the logits are). */
+    const float *hl = NULL;
+    if (rc == WEIR_OK && !(hl = host_rows(e, logits, nrows, W))) rc = WEIR_E_DEVICE;
     for (int32_t k = 0; k < nrows && rc == WEIR_OK; k++) {
       engine_req *r = out->items[e->d_item[k]].seq->user;
       if (j == 0) {
@@ -367,9 +391,10 @@ static void draft_passes(weir_engine *e, const weir_sched_out *out) {
       float *lrow = logits + (size_t)k * (size_t)W;
       if (plain_greedy(r, &e->rows[0])) {
         if (j < 64) r->dgreedy |= (uint64_t)1 << j;
-        const int32_t c = argmax_row(lrow, W, 0);
+        const float *hrow = hl + (size_t)k * (size_t)W;
+        const int32_t c = argmax_row(hrow, W, 0);
         e->d_tok[k] = e->dhead ? e->dhead[c] : c;
-        e->d_conf[k] = e->spec_min_conf > 0 ? top_prob(lrow, W, c) : 1.0f;
+        e->d_conf[k] = e->spec_min_conf > 0 ? top_prob(hrow, W, c) : 1.0f;
         continue;
       }
       if (W < V) { /* dlrow is -inf everywhere but the head's columns */

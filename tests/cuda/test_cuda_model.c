@@ -32,7 +32,11 @@
 #define LOGIT_BOUND 1e-2
 /* The same kernels with and without a graph; only the split of the KV range and cuBLAS's
  * choice for a padded row count differ, both f32 summation order. */
-#define GRAPH_BOUND 1e-3
+/* A graph runs each step padded to its shape's size and plans attention for the longest
+ * context: other GEMM tiles (cuBLAS picks by the padded row count) and other KV splits, so
+ * sums run in another order. On an H200 (1.1B f16) that moved logits by up to 1.2e-3 of the
+ * largest, as much as CUDA against the CPU; a missing or stale operation moves them by O(1). */
+#define GRAPH_BOUND 5e-3
 #define MAX_SEQS 16
 #define MAX_LEN 512
 #define SPEC_K 4 /* verification steps of up to SPEC_K + 1 tokens per sequence */
@@ -178,6 +182,27 @@ static double rel_err(const float *a, const float *b, size_t n) {
   return mb > 0 ? md / mb : md;
 }
 
+/* The weir binary that writes the test models: WEIR_TEST_WEIR when set (scripts/gpu-check runs
+ * this test from a carried bundle, where the build folder's binary does not exist). */
+static const char *weir_bin(void) {
+  const char *w = getenv("WEIR_TEST_WEIR");
+  return w && *w ? w : WT_WEIR;
+}
+
+/* 1 when a and b pick different tokens and b's margin between the two exceeds twice the
+ * largest difference of the rows: a flip that rounding noise of that size cannot explain. */
+static int clear_flip(const float *a, const float *b, int32_t n) {
+  const int32_t ta = argmax(a, n), tb = argmax(b, n);
+  if (ta == tb) return 0;
+  double md = 0;
+  for (int32_t i = 0; i < n; i++) {
+    const double d = fabs((double)a[i] - (double)b[i]);
+    if (isnan(d)) return 1;
+    if (d > md) md = d;
+  }
+  return (double)b[tb] - (double)b[ta] > 2 * md;
+}
+
 static void random_prompt(seq *q, int32_t n, int32_t vocab, unsigned seed) {
   for (int32_t i = 0; i < n; i++) {
     seed = seed * 1103515245u + 12345u;
@@ -247,7 +272,7 @@ static void test_families_cuda_vs_cpu(void) {
     g_model = wt_strf("%s/%s.gguf", g_dir, fams[i][0]);
     char *cmd = wt_strf("%s mkmodel --dim 256 --layers 4 --heads 8 --kv-heads 2 --ffn 704 "
                         "--vocab 2048 --type f16 %s --out %s",
-                        WT_WEIR, fams[i][1], g_model);
+                        weir_bin(), fams[i][1], g_model);
     char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     char *out = NULL;
     int rc = wt_run(argv, &out, 120000);
@@ -268,8 +293,11 @@ static const int k_subsets[] = {13, 8, 3, 1, 5, 12};
 
 /* The decode workload: NS prompts of different lengths, then NSTEPS steps over the first
  * k_subsets[i] sequences; every step's logits go to out[step][NS][V]. With drop_at >= 0
- * the device's graphs are dropped before that step. */
-static void decode_run(fixture *f, float *out, int drop_at) {
+ * the device's graphs are dropped before that step. Teacher-forced: with force, each next
+ * token is taken from toks ([NSTEPS + 1][NS]), else its greedy token is stored there. A
+ * near-tie that rounding flips would otherwise feed the two runs different tokens, and every
+ * later logit of that sequence would differ. */
+static void decode_run(fixture *f, float *out, int drop_at, int32_t *toks, int force) {
   const int32_t V = f->vocab;
   seq *s = calloc(NS, sizeof *s);
   float *l = malloc(sizeof(float) * NS * (size_t)V);
@@ -278,7 +306,10 @@ static void decode_run(fixture *f, float *out, int drop_at) {
     random_prompt(&s[i], 5 + 3 * i, V, 100u + (unsigned)i); /* 299 tokens in all */
   }
   step(f, s, NS, l); /* prefill, all at once */
-  for (int i = 0; i < NS; i++) s[i].tokens[s[i].len++] = argmax(l + (size_t)i * V, V);
+  for (int i = 0; i < NS; i++) {
+    if (!force) toks[i] = argmax(l + (size_t)i * V, V);
+    s[i].tokens[s[i].len++] = toks[i];
+  }
   for (int k = 0; k < NSTEPS; k++) {
     if (k == drop_at) {
       const weir_device_ops *d = f->plugins.device->ops;
@@ -287,7 +318,11 @@ static void decode_run(fixture *f, float *out, int drop_at) {
     const int n = k_subsets[k % (int)(sizeof k_subsets / sizeof k_subsets[0])];
     float *o = out + (size_t)k * NS * V;
     step(f, s, n, o);
-    for (int i = 0; i < n; i++) s[i].tokens[s[i].len++] = argmax(o + (size_t)i * V, V);
+    for (int i = 0; i < n; i++) {
+      int32_t *t = toks + (size_t)(k + 1) * NS + i;
+      if (!force) *t = argmax(o + (size_t)i * V, V);
+      s[i].tokens[s[i].len++] = *t;
+    }
   }
   for (int i = 0; i < NS; i++) weir_kv_seq_free(f->kv, s[i].kv);
   free(s);
@@ -300,14 +335,15 @@ static void test_graphs_vs_none(void) {
   const int32_t V = f.vocab;
   const size_t n = (size_t)NSTEPS * NS * V;
   float *plain = calloc(n, sizeof(float)), *graphed = calloc(n, sizeof(float));
-  decode_run(&f, plain, -1);
+  int32_t *toks = calloc((size_t)(NSTEPS + 1) * NS, sizeof(int32_t));
+  decode_run(&f, plain, -1, toks, 0);
   weir_llama_graph_stats st;
   weir_llama_graph_stats_get(f.model, &st);
   CU_ASSERT_EQUAL(st.replayed, 0);
   fixture_close(&f);
 
   open_or_fail(&f, "cuda", MAX_SEQS);
-  decode_run(&f, graphed, NSTEPS / 2);
+  decode_run(&f, graphed, NSTEPS / 2, toks, 1);
   weir_llama_graph_stats_get(f.model, &st);
   fixture_close(&f);
 
@@ -319,10 +355,12 @@ static void test_graphs_vs_none(void) {
       const float *a = graphed + ((size_t)k * NS + i) * V, *b = plain + ((size_t)k * NS + i) * V;
       const double e = rel_err(a, b, (size_t)V);
       if (e > worst) worst = e;
-      if (argmax(a, V) != argmax(b, V)) differ++;
+      differ += clear_flip(a, b, V);
     }
   }
-  printf("\n  graphs vs plain launches: %d steps, %d tokens differ, worst logit error %.3g "
+  free(toks);
+  printf("\n  graphs vs plain launches (teacher-forced): %d steps, %d tokens clearly differ, "
+         "worst logit error %.3g of the largest "
          "(bound %.0e); %llu graphs recorded, %llu steps replayed, %llu padding rows\n",
          NSTEPS, differ, worst, GRAPH_BOUND, (unsigned long long)st.recorded,
          (unsigned long long)st.replayed, (unsigned long long)st.padded);
@@ -342,7 +380,7 @@ static void test_graphs_vs_none(void) {
  * for every token, all drafts kept (the next step starts from the last row's greedy token).
  * Every step's logits go to out[step][NV * (SPEC_K + 1)][V]. */
 enum { NV = 6, VSTEPS = 24 };
-static void verify_run(fixture *f, float *out, int drop_at) {
+static void verify_run(fixture *f, float *out, int drop_at, int32_t *toks, int force) {
   const int32_t V = f->vocab, RMAX = NV * (SPEC_K + 1);
   seq *s = calloc(NV, sizeof *s);
   float *l = malloc(sizeof(float) * (size_t)RMAX * (size_t)V);
@@ -356,7 +394,10 @@ static void verify_run(fixture *f, float *out, int drop_at) {
     random_prompt(&s[i], 9 + 5 * i, V, 300u + (unsigned)i);
   }
   step(f, s, NV, l);
-  for (int i = 0; i < NV; i++) s[i].tokens[s[i].len++] = argmax(l + (size_t)i * V, V);
+  for (int i = 0; i < NV; i++) { /* teacher-forced as decode_run */
+    if (!force) toks[i] = argmax(l + (size_t)i * V, V);
+    s[i].tokens[s[i].len++] = toks[i];
+  }
   unsigned seed = 99;
   for (int k = 0; k < VSTEPS; k++) {
     const weir_device_ops *d = f->plugins.device->ops;
@@ -397,8 +438,11 @@ static void verify_run(fixture *f, float *out, int drop_at) {
     float *o = out + (size_t)k * RMAX * V;
     CU_ASSERT_EQUAL_FATAL(d->copy_d2h(f->plugins.device->self, o, logits,
                                       sizeof(float) * (size_t)t * V), 0);
-    for (int i = 0; i < n; i++) /* the greedy token after the last one of each */
-      s[i].tokens[s[i].len++] = argmax(o + (size_t)(qsl[i + 1] - 1) * V, V);
+    for (int i = 0; i < n; i++) { /* the greedy token after the last one of each */
+      int32_t *tk = toks + (size_t)(k + 1) * NV + i;
+      if (!force) *tk = argmax(o + (size_t)(qsl[i + 1] - 1) * V, V);
+      s[i].tokens[s[i].len++] = *tk;
+    }
   }
   for (int i = 0; i < NV; i++) weir_kv_seq_free(f->kv, s[i].kv);
   free(s);
@@ -417,10 +461,11 @@ static void test_verify_graphs_vs_none(void) {
   const int32_t V = f.vocab;
   const size_t n = (size_t)VSTEPS * RMAX * V;
   float *plain = calloc(n, sizeof(float)), *graphed = calloc(n, sizeof(float));
-  verify_run(&f, plain, -1);
+  int32_t *toks = calloc((size_t)(VSTEPS + 1) * NV, sizeof(int32_t));
+  verify_run(&f, plain, -1, toks, 0);
   fixture_close(&f);
   open_or_fail(&f, "cuda", MAX_SEQS);
-  verify_run(&f, graphed, VSTEPS / 2);
+  verify_run(&f, graphed, VSTEPS / 2, toks, 1);
   weir_llama_graph_stats st;
   weir_llama_graph_stats_get(f.model, &st);
   fixture_close(&f);
@@ -430,10 +475,11 @@ static void test_verify_graphs_vs_none(void) {
     const float *a = graphed + r * V, *b = plain + r * V;
     const double e = rel_err(a, b, (size_t)V);
     if (e > worst) worst = e;
-    if (argmax(a, V) != argmax(b, V)) differ++;
+    differ += clear_flip(a, b, V);
   }
-  printf("\n  verification graphs vs plain launches: %d steps, %d tokens differ, worst logit "
-         "error %.3g (bound %.0e); %llu graphs recorded, %llu steps replayed (%llu of several "
+  free(toks);
+  printf("\n  verification graphs vs plain launches (teacher-forced): %d steps, %d tokens "
+         "clearly differ, worst logit error %.3g of the largest (bound %.0e); %llu graphs recorded, %llu steps replayed (%llu of several "
          "tokens per sequence), %llu padding tokens\n",
          VSTEPS, differ, worst, GRAPH_BOUND, (unsigned long long)st.recorded,
          (unsigned long long)st.replayed, (unsigned long long)st.multi_row,
@@ -454,7 +500,7 @@ int main(void) {
     g_model = wt_strf("%s/small.gguf", g_dir);
     char *cmd = wt_strf("%s mkmodel --dim 256 --layers 4 --heads 8 --kv-heads 2 --ffn 704 "
                         "--vocab 2048 --type f16 --out %s",
-                        WT_WEIR, g_model);
+                        weir_bin(), g_model);
     char *argv[] = {"/bin/sh", "-c", cmd, NULL};
     char *out = NULL;
     int rc = wt_run(argv, &out, 120000);
