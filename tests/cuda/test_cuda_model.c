@@ -231,16 +231,17 @@ static void cuda_vs_cpu(void) {
     const double e = rel_err(lg, lc, (size_t)V);
     if (e > worst) worst = e;
     const int32_t tg = argmax(lg, V), tc = argmax(lc, V);
-    if (tg != tc) {
-      mismatches++;
-      fprintf(stderr, "\n  step %d: cuda picks %d (%.5f), cpu %d (%.5f)\n", i, tg, lc[tg], tc,
-              lc[tc]);
+    if (tg != tc) { /* a near-tie rounding may flip is printed; a clear flip fails */
+      const int clear = clear_flip(lg, lc, V);
+      mismatches += clear;
+      fprintf(stderr, "\n  step %d: cuda picks %d (%.5f), cpu %d (%.5f)%s\n", i, tg, lc[tg], tc,
+              lc[tc], clear ? "" : ": a near-tie within the rows' difference");
     }
     sg->tokens[sg->len++] = tg;
     sc->tokens[sc->len++] = tg;
   }
-  printf("\n  cuda vs cpu: 65 greedy tokens, %d differ; worst logit error %.3g of the largest "
-         "(bound %.0e)\n", mismatches, worst, LOGIT_BOUND);
+  printf("\n  cuda vs cpu (teacher-forced): 65 greedy tokens, %d clearly differ; worst logit "
+         "error %.3g of the largest (bound %.0e)\n", mismatches, worst, LOGIT_BOUND);
   CU_ASSERT_EQUAL(mismatches, 0);
   CU_ASSERT(worst <= LOGIT_BOUND);
   weir_kv_seq_free(g.kv, sg->kv);
