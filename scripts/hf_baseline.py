@@ -155,11 +155,17 @@ def load_workload(path, limit):
 
 def static_batches(a, torch, transformers, model, dev, reqs):
     """Static batching over the workload's requests, in order; see the module docstring."""
-    # One untimed warm-up batch of the first requests' prompt length, 8 tokens.
-    warm = torch.tensor([reqs[0][0]] * min(a.static_batch, len(reqs)), device="cuda")
+    # One untimed warm-up batch of the first batch's full shape (its prompt length and its
+    # longest answer). An 8-token warm-up was not enough: on an H200 (2026-11-28) the first
+    # timed batch still ran 2.2-3.2x slower per step than the second (the caching allocator
+    # and the KV cache grow over the first full-length generate), which inflated weir's ratio
+    # up to 2x when only two batches ran.
+    first = reqs[:a.static_batch]
+    warm_len = max(m for _, m in first)
+    warm = torch.tensor([first[0][0]] * len(first), device="cuda")
     with torch.inference_mode():
-        model.generate(warm, attention_mask=torch.ones_like(warm), max_new_tokens=8,
-                       min_new_tokens=8, do_sample=False, pad_token_id=0)
+        model.generate(warm, attention_mask=torch.ones_like(warm), max_new_tokens=warm_len,
+                       min_new_tokens=warm_len, do_sample=False, pad_token_id=0)
     del warm
     batches, prompt_tok, gen_tok, padded_tok, done = [], 0, 0, 0, 0
     torch.cuda.synchronize()
@@ -182,7 +188,8 @@ def static_batches(a, torch, transformers, model, dev, reqs):
             dt = time.perf_counter() - tb
             own = sum(m for _, m in chunk)
             batches.append({"requests": len(chunk), "prompt_len": plen, "longest": longest,
-                            "generated": out.shape[1] - plen, "seconds": dt})
+                            "generated": out.shape[1] - plen, "seconds": dt,
+                            "tokens": sum(len(p) for p, _ in chunk) + own})
             prompt_tok += sum(len(p) for p, _ in chunk)
             gen_tok += own
             padded_tok += len(chunk) * longest - own
