@@ -155,7 +155,11 @@ static void observe_spec(weir_engine *e, const weir_sched_out *out, double secon
     e->spec_warm = 1;
     return;
   }
-  weir_spec_observe(&e->spec, e->step_n, e->step_k, e->step_tokens, seconds);
+  /* A step in which no sequence drafted is a plain decode step, whatever length was chosen:
+   * it rates no drafts too (spec_policy.h). Not with the draft model, whose passes may
+   * still have caught a sequence's KV up in it. */
+  const int plain = e->step_k == 0 || (e->step_drafts == 0 && !e->draft);
+  weir_spec_observe(&e->spec, e->step_n, e->step_k, e->step_tokens, seconds, plain);
 }
 
 /* The step profile's clock: the engine thread's CPU time, which a busy machine's preemption

@@ -4,10 +4,11 @@
 #include <math.h>
 #include <string.h>
 
-/* An arm's rate is the ratio of its tokens and seconds summed over its steps, each step's
+/* A drafting arm's rate is the ratio of its tokens and seconds summed over its steps, each step's
  * weight fading by this factor per later step of the same arm: about the last 30 steps
  * count. A ratio of sums, not a mean of per-step rates: a step's tokens vary from 1 to k + 1
- * with the acceptance, and single steps are short enough for the OS to skew their time. */
+ * with the acceptance, and single steps are short enough for the OS to skew their time. No
+ * drafts is rated by the median of its plain steps instead (spec_policy.h). */
 #define TPS_DECAY 0.97
 /* Weight of a checked draft in a request's acceptance average. */
 #define ACCEPT_WEIGHT 0.1
@@ -45,11 +46,33 @@ static int32_t arm_of(const weir_spec_policy *p, int32_t k) {
   return -1;
 }
 
+/* The leading arm: no drafts unless a drafting arm, measured enough to be trusted, beats it
+ * by WEIR_SPEC_MARGIN (spec_policy.h: the guard comes first). */
 static int32_t best_arm(const weir_spec_policy *p, const weir_spec_arm *a) {
   int32_t best = 0;
+  double bar = a[0].tps * (1.0 + WEIR_SPEC_MARGIN);
   for (int32_t i = 1; i < p->num_arms; i++)
-    if (a[i].tps > a[best].tps) best = i;
+    if (a[i].trials >= WEIR_SPEC_MIN_TRIALS && a[i].tps > bar) {
+      best = i;
+      bar = a[i].tps;
+    }
   return best;
+}
+
+/* The median of the bucket's recorded plain-step rates (at most WEIR_SPEC_PLAIN). */
+static double plain_median(const weir_spec_bucket_state *st) {
+  const uint32_t n = st->plain_n < WEIR_SPEC_PLAIN ? st->plain_n : WEIR_SPEC_PLAIN;
+  double v[WEIR_SPEC_PLAIN];
+  for (uint32_t i = 0; i < n; i++) { /* insertion sort: at most 32 values, once a step */
+    uint32_t j = i;
+    while (j > 0 && v[j - 1] > st->plain[i]) {
+      v[j] = v[j - 1];
+      j--;
+    }
+    v[j] = st->plain[i];
+  }
+  if (n == 0) return 0;
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int measured(const weir_spec_arm *a) {
@@ -145,8 +168,9 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
       if (a[pick].far_gap < WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE * WEIR_SPEC_FAR_BACKOFF)
         a[pick].far_gap *= 2;
       a[pick].next_far = st->runs + a[pick].far_gap;
-      /* What it measured hundreds of runs ago is stale: this run's steps are its rate. */
-      a[pick].tokens = a[pick].seconds = a[pick].tps = 0;
+      /* What it measured hundreds of runs ago is stale: this run's steps are its rate. No
+       * drafts keeps its median: every plain step of the bucket keeps it current. */
+      if (pick != 0) a[pick].tokens = a[pick].seconds = a[pick].tps = 0;
     }
     next = pick >= 0 ? pick : best;
   }
@@ -158,20 +182,31 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
 }
 
 void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens,
-                       double seconds) {
+                       double seconds, int plain) {
   if (!p->adaptive || n < 1 || tokens <= 0 || !(seconds > 0)) return;
   const int32_t i = arm_of(p, k);
   if (i < 0) return;
   const int b = weir_spec_bucket(n);
+  weir_spec_bucket_state *st = &p->state[b];
+  weir_spec_arm *a0 = &p->arms[b][0];
+  if (i == 0 || plain) {
+    /* Every plain step rates no drafts (spec_policy.h): the median of the last few. */
+    st->plain[st->plain_n % WEIR_SPEC_PLAIN] = (double)tokens / seconds;
+    st->plain_n++;
+    a0->tokens = a0->tokens * TPS_DECAY + (double)tokens; /* kept for the log's sake */
+    a0->seconds = a0->seconds * TPS_DECAY + seconds;
+    a0->tps = plain_median(st);
+    a0->trials++;
+  }
   weir_spec_arm *a = &p->arms[b][i];
-  a->tokens = a->tokens * TPS_DECAY + (double)tokens;
-  a->seconds = a->seconds * TPS_DECAY + seconds;
-  a->tps = a->tokens / a->seconds;
-  a->trials++;
+  if (i != 0) {
+    a->tokens = a->tokens * TPS_DECAY + (double)tokens;
+    a->seconds = a->seconds * TPS_DECAY + seconds;
+    a->tps = a->tokens / a->seconds;
+    a->trials++;
+  }
   /* A drafting run that loses badly ends now (spec_policy.h): measured steps of the arm
    * running, no drafts measured, and this arm's rate far below theirs. */
-  weir_spec_bucket_state *st = &p->state[b];
-  const weir_spec_arm *a0 = &p->arms[b][0];
   if (st->cur == i) st->run_steps++;
   if (i != 0 && st->cur == i && st->left > 0 && a0->trials >= WEIR_SPEC_MIN_TRIALS &&
       st->run_steps >= WEIR_SPEC_CUT_STEPS && a->tps < WEIR_SPEC_CUT * a0->tps) {

@@ -43,6 +43,20 @@
  * no drafts do ends there, and the arm counts as measured (its rate is that of those steps),
  * so a length that loses badly costs two steps per try, not a run of WEIR_SPEC_RUN.
  *
+ * No drafts is the reference every drafting arm is judged against, so its rate must not be
+ * one that a slow stretch can spoil (a step beside other work, a preemption, a cold cache: one
+ * such run of six steps once halved it in a decayed mean and kept drafting where it lost).
+ * It is the median of the rates of the bucket's last WEIR_SPEC_PLAIN plain decode steps: every
+ * step that ran without drafts, the steps of a drafting run in which no sequence drafted
+ * included, not only the runs the policy gave to no drafts. A plain step's tokens are its
+ * sequences, so the median of its rates is the typical step, and a stretch of slow steps
+ * shorter than half the window does not move it. The drafting arms keep a ratio of decayed
+ * sums: their tokens vary with acceptance (a median would count a lucky step as typical), and
+ * every cost they pay (the switch's catch-up, a slow stretch) must count against them. That
+ * asymmetry leans towards no drafts, and on top of it a drafting arm leads only when it beats
+ * no drafts by WEIR_SPEC_MARGIN and has been measured WEIR_SPEC_MIN_TRIALS steps: the guard
+ * that drafting never costs throughput matters more than the last few percent it might win.
+ *
  * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
  * draft j is worth making while a^j >= WEIR_SPEC_MIN_REACH, the chance that the target gets
  * as far as checking it.
@@ -63,12 +77,15 @@
 #define WEIR_SPEC_FAR_BACKOFF 16 /* a far arm's exploration gap grows to EXPLORE^2 times this */
 #define WEIR_SPEC_CUT_STEPS 2 /* a drafting run this many steps in ... */
 #define WEIR_SPEC_CUT 0.5     /* ... at under this fraction of no drafts' rate ends at once */
+#define WEIR_SPEC_PLAIN 32    /* plain decode steps whose median rate is no drafts' */
+#define WEIR_SPEC_MARGIN 0.03 /* a drafting arm leads only this far ahead of no drafts */
 
 typedef struct weir_spec_arm {
   int32_t k;       /* drafts per sequence */
-  double tps;      /* output tokens per second of pure decode steps: tokens / seconds */
+  double tps;      /* output tokens per second of pure decode steps: tokens / seconds (arm 0:
+                    * the median rate of the bucket's last plain steps) */
   double tokens, seconds; /* their sums over the arm's steps, older steps fading */
-  uint32_t trials; /* steps measured */
+  uint32_t trials; /* steps measured (arm 0: plain steps) */
   uint32_t far_gap;  /* runs between explorations while far behind the best */
   uint32_t next_far; /* the bucket's run count from which it may be explored again */
   int deferred;      /* 1: not learned here, a smaller bucket found it far behind no drafts */
@@ -80,6 +97,8 @@ typedef struct weir_spec_bucket_state {
   uint32_t runs; /* runs begun */
   int32_t best;  /* the arm that led when the last run began */
   int32_t run_steps; /* steps of the current run measured so far */
+  double plain[WEIR_SPEC_PLAIN]; /* rates (tokens / seconds) of the last plain steps, a ring */
+  uint32_t plain_n;              /* plain steps recorded; the next goes to plain_n % PLAIN */
 } weir_spec_bucket_state;
 
 typedef struct weir_spec_policy {
@@ -100,13 +119,16 @@ int weir_spec_bucket(int32_t n);
  * until its run ends; then an arm measured fewer than WEIR_SPEC_MIN_TRIALS steps (0, then
  * the longest, then the rest; not one deferred by a smaller bucket), one run in
  * WEIR_SPEC_EXPLORE the least measured arm near the best, a far arm whose gap has passed,
- * else the arm with the most tokens per second. Returns the arm's k (0: no drafts). */
+ * else the arm with the most tokens per second (a drafting arm measured at least
+ * WEIR_SPEC_MIN_TRIALS steps and more than WEIR_SPEC_MARGIN ahead of no drafts). Returns the
+ * arm's k (0: no drafts). */
 int32_t weir_spec_choose(weir_spec_policy *p, int32_t n);
 
 /* Records a pure decode step with n sequences run at length k (as chosen): `tokens` output
- * tokens in `seconds`. Steps with a prefill, or at a k that is no arm, are not recorded. */
+ * tokens in `seconds`. plain: no sequence drafted in it (always so at k = 0), so it also rates
+ * no drafts. Steps with a prefill, or at a k that is no arm, are not recorded. */
 void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens,
-                       double seconds);
+                       double seconds, int plain);
 
 /* The drafts for one sequence: k cut to where its acceptance a (0..1) gives each draft a
  * chance of at least WEIR_SPEC_MIN_REACH of being checked; at least 1 when k >= 1. */

@@ -53,7 +53,7 @@ static int32_t settle(weir_spec_policy *p, const sim *m, int32_t n, int32_t slac
     CU_ASSERT(k >= 0 && k <= 64);
     counts[k]++;
     weir_spec_observe(p, n, k, (int64_t)llround(n * sim_tokens(m, k) * 1000),
-                      sim_seconds(m, n, k) * 1000);
+                      sim_seconds(m, n, k) * 1000, 0);
   }
   int32_t best = 0;
   for (int32_t k = 1; k <= 64; k++)
@@ -96,12 +96,12 @@ static void test_runs_and_transitions(void) {
   int32_t first = weir_spec_choose(&p, 1);
   WT_ASSERT_INT_EQ(first, 0);
   for (int i = 1; i < WEIR_SPEC_RUN; i++) WT_ASSERT_INT_EQ(weir_spec_choose(&p, 1), 0);
-  for (int i = 0; i < WEIR_SPEC_MIN_TRIALS; i++) weir_spec_observe(&p, 1, 0, 10, 1.0);
+  for (int i = 0; i < WEIR_SPEC_MIN_TRIALS; i++) weir_spec_observe(&p, 1, 0, 10, 1.0, 0);
   WT_ASSERT_INT_EQ(p.arms[0][0].trials, WEIR_SPEC_MIN_TRIALS);
   WT_ASSERT_INT_EQ(weir_spec_choose(&p, 1), 4); /* next run: the longest, unmeasured */
-  weir_spec_observe(&p, 1, 4, 30, 5.0);         /* the switch: a catch-up */
+  weir_spec_observe(&p, 1, 4, 30, 5.0, 0);      /* the switch: a catch-up */
   WT_ASSERT_INT_EQ(p.arms[0][3].trials, 1);
-  weir_spec_observe(&p, 1, 4, 30, 1.0);
+  weir_spec_observe(&p, 1, 4, 30, 1.0, 0);
   WT_ASSERT_INT_EQ(p.arms[0][3].trials, 2);
   CU_ASSERT(fabs(p.arms[0][3].tps - (30 * 0.97 + 30) / (5.0 * 0.97 + 1.0)) < 1e-9);
   /* Another bucket keeps its own run. */
@@ -122,7 +122,7 @@ static void test_switch_cost_counts(void) {
     counts[k]++;
     /* Drafting runs at 0.9x per step, and its first step after k = 0 costs 20 steps more. */
     const double secs = (k == 0 ? 1.0 : 1.0 / 0.9) + (k && !prev ? 20.0 : 0.0);
-    weir_spec_observe(&p, 8, k, 8, secs * 1e-3);
+    weir_spec_observe(&p, 8, k, 8, secs * 1e-3, 0);
     prev = k;
   }
   /* Learning (one run each), then far runs at 256 and 768 of the 1000: about 18 steps each. */
@@ -141,7 +141,7 @@ static void test_learning_stops_at_the_longest(void) {
     const int32_t k = weir_spec_choose(&p, 1);
     counts[k]++;
     weir_spec_observe(&p, 1, k, (int64_t)llround(sim_tokens(&cpu, k) * 1000),
-                      sim_seconds(&cpu, 1, k) * 1000);
+                      sim_seconds(&cpu, 1, k) * 1000, 0);
   }
   WT_ASSERT_INT_EQ(counts[4], WEIR_SPEC_RUN); /* one learning run */
   WT_ASSERT_INT_EQ(counts[1] + counts[2], 0);
@@ -154,7 +154,7 @@ static void test_learning_stops_at_the_longest(void) {
     const int32_t k = weir_spec_choose(&p, 1);
     counts[k]++;
     weir_spec_observe(&p, 1, k, (int64_t)llround(sim_tokens(&gpu, k) * 1000),
-                      sim_seconds(&gpu, 1, k) * 1000);
+                      sim_seconds(&gpu, 1, k) * 1000, 0);
   }
   CU_ASSERT(counts[1] > 0 && counts[2] > 0);
 }
@@ -165,7 +165,7 @@ static void drive(weir_spec_policy *p, const sim *m, int32_t n, int steps, int32
     int32_t k = weir_spec_choose(p, n);
     counts[k]++;
     weir_spec_observe(p, n, k, (int64_t)llround(n * sim_tokens(m, k) * 1000),
-                      sim_seconds(m, n, k) * 1000);
+                      sim_seconds(m, n, k) * 1000, 0);
   }
 }
 
@@ -182,7 +182,7 @@ static void test_no_drafts_remeasured(void) {
     double secs = sim_seconds(&cpu, 1, k) * 1000;
     if (k == 0 && p.arms[0][0].trials < WEIR_SPEC_RUN) secs *= 3;
     if (i >= 800) late0 += k == 0;
-    weir_spec_observe(&p, 1, k, (int64_t)llround(sim_tokens(&cpu, k) * 1000), secs);
+    weir_spec_observe(&p, 1, k, (int64_t)llround(sim_tokens(&cpu, k) * 1000), secs, 0);
   }
   if (late0 < 300) printf("\n    k=0 ran %d of the last 400 steps", late0);
   CU_ASSERT(late0 >= 300);
@@ -266,6 +266,115 @@ static void test_far_exploration_backs_off(void) {
   WT_ASSERT_INT_EQ(settle(&p, &loop, 1, 0), 4);
 }
 
+/* A scripted machine at n sequences: a step without drafts delivers n tokens in t0 seconds;
+ * a drafting step at any length delivers 2n tokens at `ratio` times that rate. Runs `steps`
+ * steps; the no-drafts steps numbered [slow_from, slow_to) (counted over the policy's life in
+ * *k0_steps) take `slow` times as long: a stretch beside other work. Returns the drafting
+ * steps. */
+static int32_t script(weir_spec_policy *p, int32_t n, double ratio, int steps, int32_t *k0_steps,
+                      int32_t slow_from, int32_t slow_to, double slow) {
+  const double t0 = 1e-3;
+  int32_t drafting = 0;
+  for (int i = 0; i < steps; i++) {
+    const int32_t k = weir_spec_choose(p, n);
+    if (k == 0) {
+      const int32_t j = (*k0_steps)++;
+      weir_spec_observe(p, n, 0, n, j >= slow_from && j < slow_to ? t0 * slow : t0, 1);
+    } else {
+      drafting++;
+      weir_spec_observe(p, n, k, 2 * n, 2 * t0 / ratio, 0);
+    }
+  }
+  return drafting;
+}
+
+/* No drafts leads; drafting runs at 0.97x (near: explored one run in WEIR_SPEC_EXPLORE). Then
+ * a stretch of six no-drafts steps at a third of their speed (a prefill's neighbours, a
+ * preemption): the choice must not flip to drafting. A decayed mean of no drafts' few steps
+ * dropped under drafting's there and kept drafting for hundreds of steps. */
+static void test_slow_stretch_does_not_flip(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  int32_t k0 = 0;
+  (void)script(&p, 8, 0.97, 600, &k0, -1, -1, 1);
+  WT_ASSERT_INT_EQ(p.arms[3][0].k, 0);
+  CU_ASSERT(p.arms[3][0].trials > 400); /* settled on no drafts */
+  const int32_t from = k0 + 1;
+  const int32_t drafted = script(&p, 8, 0.97, 600, &k0, from, from + 6, 3.0);
+  /* Exploration alone: 100 runs, one in WEIR_SPEC_EXPLORE to a near drafting arm. */
+  if (drafted > (600 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN)
+    printf("\n    drafted %d of 600 steps after the slow stretch", drafted);
+  CU_ASSERT(drafted <= (600 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
+  /* No drafts' rate is still its steady one. */
+  CU_ASSERT(fabs(p.arms[3][0].tps - 8 / 1e-3) < 1e-6 * 8 / 1e-3);
+}
+
+/* Drafting that truly loses is stopped: it led at 1.3x, then the text turned (0.9x). And a
+ * drafting arm within WEIR_SPEC_MARGIN of no drafts does not lead: a gain that small is not
+ * worth the risk of a loss. */
+static void test_losing_drafting_stops(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  int32_t k0 = 0;
+  const int32_t won = script(&p, 4, 1.3, 600, &k0, -1, -1, 1);
+  CU_ASSERT(won >= 600 - 600 / WEIR_SPEC_EXPLORE - 3 * WEIR_SPEC_RUN);
+  (void)script(&p, 4, 0.9, 200, &k0, -1, -1, 1); /* the drafting arms' rates fade */
+  const int32_t lost = script(&p, 4, 0.9, 600, &k0, -1, -1, 1);
+  if (lost > (600 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN)
+    printf("\n    drafted %d of 600 steps where drafting loses", lost);
+  CU_ASSERT(lost <= (600 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
+  /* Within the margin: no drafts leads. Well past it: drafting does. */
+  weir_spec_policy_init(&p, 4, 1);
+  k0 = 0;
+  (void)script(&p, 4, 1.02, 300, &k0, -1, -1, 1);
+  const int32_t close = script(&p, 4, 1.02, 600, &k0, -1, -1, 1);
+  CU_ASSERT(close <= (600 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
+  weir_spec_policy_init(&p, 4, 1);
+  k0 = 0;
+  (void)script(&p, 4, 1.08, 300, &k0, -1, -1, 1);
+  const int32_t ahead = script(&p, 4, 1.08, 600, &k0, -1, -1, 1);
+  CU_ASSERT(ahead >= 600 - (600 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
+}
+
+/* Every plain step rates no drafts, the steps of a drafting run in which no sequence drafted
+ * included: while drafting leads and no drafts runs one run in WEIR_SPEC_EXPLORE, a slow
+ * start of no drafts is outvoted by the plain steps among the drafting ones, not kept for
+ * hundreds of steps. */
+static void test_plain_steps_rate_no_drafts(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  const int32_t n = 2;
+  const double t0 = 1e-3;
+  /* No drafts' own first run: 3x slow (a fresh server's first steps). */
+  for (int i = 0; i < WEIR_SPEC_RUN; i++) {
+    WT_ASSERT_INT_EQ(weir_spec_choose(&p, n), 0);
+    weir_spec_observe(&p, n, 0, n, 3 * t0, 1);
+  }
+  const uint32_t before = p.arms[1][0].trials;
+  /* Drafting (k = 4) at 1.02x of no drafts' steady rate, but every other step of it finds
+   * nothing to draft: a plain step, at no drafts' steady cost. */
+  int32_t late = 0; /* steps of drafting runs in the last 300 */
+  for (int i = 0; i < 600; i++) {
+    const int32_t k = weir_spec_choose(&p, n);
+    if (k == 0) {
+      weir_spec_observe(&p, n, 0, n, t0, 1);
+      continue;
+    }
+    late += i >= 300;
+    if (i % 2)
+      weir_spec_observe(&p, n, k, 2 * n, 2 * t0 / 1.02, 0);
+    else
+      weir_spec_observe(&p, n, k, n, t0, 1);
+  }
+  CU_ASSERT(p.arms[1][0].trials > before + 300);
+  CU_ASSERT(fabs(p.arms[1][0].tps - n / t0) < 1e-6 * n / t0); /* the slow start is outvoted */
+  /* Drafting, at 1.01x counted with its plain steps, is within the margin: it runs only as
+   * exploration. */
+  if (late > (300 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN)
+    printf("\n    drafting ran %d of the last 300 steps", late);
+  CU_ASSERT(late <= (300 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
+}
+
 static void test_per_request_length(void) {
   WT_ASSERT_INT_EQ(weir_spec_seq_len(0, 0.9), 0);
   WT_ASSERT_INT_EQ(weir_spec_seq_len(4, 1.0), 4);
@@ -298,6 +407,9 @@ int main(void) {
                                   {"no drafts re-measured", test_no_drafts_remeasured},
                                   {"larger buckets defer", test_larger_buckets_defer},
                                   {"far exploration backs off", test_far_exploration_backs_off},
+                                  {"a slow stretch does not flip", test_slow_stretch_does_not_flip},
+                                  {"losing drafting stops", test_losing_drafting_stops},
+                                  {"plain steps rate no drafts", test_plain_steps_rate_no_drafts},
                                   {"per-request length and acceptance", test_per_request_length},
                                   {NULL, NULL}};
   return wt_run_suite("spec_policy", tests);
