@@ -526,7 +526,9 @@ void weir__engine_spec_log(const weir_engine *e) {
     for (int32_t i = 0; i < e->spec.num_arms && off < sizeof line; i++) {
       const weir_spec_arm *a = &e->spec.arms[b][i];
       if (a->trials)
-        off += (size_t)snprintf(line + off, sizeof line - off, " k=%d %.0f tok/s (%u steps);",
+        off += (size_t)snprintf(line + off, sizeof line - off,
+                                i == 0 ? " k=%d %.0f tok/s (%u plain steps, median);"
+                                       : " k=%d %.0f tok/s (%u steps);",
                                 a->k, a->tps, a->trials);
     }
     if (off)
