@@ -150,7 +150,13 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     /* No drafts is always near: it is the safe arm, it costs no switch, and its rate is
      * often first measured in a request's slow first steps; a stale low rate for it must
      * not keep drafting running where it loses. */
-    if (st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
+    /* Until it has half a window of plain steps, its median is a few steps that may all
+     * be a fresh server's cold first ones: while drafting leads, it runs every
+     * WEIR_SPEC_EXPLORE_COLD runs instead (a few runs, once per bucket). */
+    if (best != 0 && a[0].trials < WEIR_SPEC_PLAIN / 2 &&
+        st->runs % WEIR_SPEC_EXPLORE_COLD == WEIR_SPEC_EXPLORE_COLD - 1)
+      pick = 0;
+    if (pick < 0 && st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
       for (int32_t i = 0; i < p->num_arms; i++)
         if (i != best && (i == 0 || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) &&
             (pick < 0 || a[i].trials < a[pick].trials))

@@ -56,6 +56,9 @@
  * asymmetry leans towards no drafts, and on top of it a drafting arm leads only when it beats
  * no drafts by WEIR_SPEC_MARGIN and has been measured WEIR_SPEC_MIN_TRIALS steps: the guard
  * that drafting never costs throughput matters more than the last few percent it might win.
+ * Until no drafts has WEIR_SPEC_PLAIN / 2 plain steps, a median may still be a fresh
+ * server's cold first steps, so while drafting leads it runs one run in
+ * WEIR_SPEC_EXPLORE_COLD instead of one in WEIR_SPEC_EXPLORE (a few runs per bucket, once).
  *
  * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
  * draft j is worth making while a^j >= WEIR_SPEC_MIN_REACH, the chance that the target gets
@@ -79,6 +82,7 @@
 #define WEIR_SPEC_CUT 0.5     /* ... at under this fraction of no drafts' rate ends at once */
 #define WEIR_SPEC_PLAIN 32    /* plain decode steps whose median rate is no drafts' */
 #define WEIR_SPEC_MARGIN 0.03 /* a drafting arm leads only this far ahead of no drafts */
+#define WEIR_SPEC_EXPLORE_COLD 4 /* no drafts' runs while it has under PLAIN / 2 steps */
 
 typedef struct weir_spec_arm {
   int32_t k;       /* drafts per sequence */
