@@ -44,8 +44,9 @@
  * so a length that loses badly costs two steps per try, not a run of WEIR_SPEC_RUN.
  *
  * No drafts is the reference every drafting arm is judged against, so its rate must not be
- * one that a slow stretch can spoil (a step beside other work, a preemption, a cold cache: one
- * such run of six steps once halved it in a decayed mean and kept drafting where it lost).
+ * one that a slow stretch can spoil (other work on the machine, a preemption, a cold cache:
+ * one such run of six steps once cut it to a third in a decayed mean, and drafting kept
+ * running where it lost).
  * It is the median of the rates of the bucket's last WEIR_SPEC_PLAIN plain decode steps: every
  * step that ran without drafts, the steps of a drafting run in which no sequence drafted
  * included, not only the runs the policy gave to no drafts. A plain step's tokens are its
