@@ -1,7 +1,9 @@
 /* The bench's arithmetic, compiled from tools/bench/ directly: percentiles, the summary of
  * hand-built request records, the exact Mann-Whitney p-values behind the A/B verdicts, and
  * the seeded gamma arrivals, the exponential max_tokens of the static-batching workload. */
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,9 +232,170 @@ static void test_exponential_output_lengths(void) {
   for (int i = 0; i < 100; i++) WT_ASSERT_INT_EQ(weir__bench_output_len(&w, &r), 128);
 }
 
+
+/* The SSE event scanner against cJSON: what a tree says about an event is what the scanner
+ * reads from it, on the events weir streams and on every one-byte corruption of them; every
+ * event cJSON refuses the scanner refuses too; cut events and hostile ones are refused. */
+typedef struct {
+  int ok, error, has_text;
+  int64_t prompt, completion;
+} sse_ref;
+
+static sse_ref reference(const char *d) {
+  sse_ref r = {0, 0, 0, -1, -1};
+  const char *end = NULL;
+  cJSON *o = cJSON_ParseWithOpts(d, &end, 1);
+  if (!cJSON_IsObject(o)) {
+    cJSON_Delete(o);
+    return r;
+  }
+  r.ok = 1;
+  cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "error");
+  r.error = e && !cJSON_IsNull(e);
+  cJSON *choices = cJSON_GetObjectItemCaseSensitive(o, "choices");
+  cJSON *ch = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
+  if (cJSON_IsObject(ch)) {
+    cJSON *txt = cJSON_GetObjectItemCaseSensitive(ch, "text");
+    if (!txt) {
+      cJSON *delta = cJSON_GetObjectItemCaseSensitive(ch, "delta");
+      txt = cJSON_IsObject(delta) ? cJSON_GetObjectItemCaseSensitive(delta, "content") : NULL;
+    }
+    r.has_text = cJSON_IsString(txt) && txt->valuestring[0];
+  }
+  cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "usage");
+  if (cJSON_IsObject(u)) {
+    cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
+    cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
+    if (cJSON_IsNumber(pt) && pt->valuedouble >= 0) r.prompt = (int64_t)pt->valuedouble;
+    if (cJSON_IsNumber(ct) && ct->valuedouble >= 0) r.completion = (int64_t)ct->valuedouble;
+  }
+  cJSON_Delete(o);
+  return r;
+}
+
+/* 1 when the scanner agrees with the reference on d (or is stricter: refuses what cJSON's
+ * lenient number and string readers take). */
+static int agrees(const char *d, int *both_ok) {
+  sse_ref r = reference(d);
+  weir_bench_sse_facts f;
+  int ok = weir__bench_sse_scan(d, strlen(d), &f) == 0;
+  *both_ok = ok && r.ok;
+  if (ok && !r.ok) return 0; /* the scanner took what cJSON refuses */
+  if (!ok || !r.ok) return 1;
+  int64_t fp = f.prompt_tokens >= 0 ? f.prompt_tokens : -1;
+  int64_t fc = f.completion_tokens >= 0 ? f.completion_tokens : -1;
+  return f.error == r.error && f.has_text == r.has_text && fp == r.prompt && fc == r.completion;
+}
+
+static void test_sse_scan(void) {
+  static const char *const events[] = {
+      /* what weir streams: chat (role, content, finish, usage), completions, tools, errors */
+      "{\"id\":\"chatcmpl-abc\",\"object\":\"chat.completion.chunk\",\"created\":1764300000,"
+      "\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+      "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}",
+      "{\"id\":\"chatcmpl-abc\",\"object\":\"chat.completion.chunk\",\"created\":1764300000,"
+      "\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" the \\\"Lord\\\" "
+      "\\u00e9\\n\"},\"logprobs\":{\"content\":[{\"token\":\"x\",\"logprob\":-0.25e-1}]},"
+      "\"finish_reason\":null}]}",
+      "{\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],"
+      "\"usage\":null}",
+      "{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":43,\"completion_tokens\":16,"
+      "\"total_tokens\":59}}",
+      "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"text\":\"and\","
+      "\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}",
+      "{\"id\":\"cmpl-1\",\"choices\":[{\"text\":\"\",\"index\":0,\"finish_reason\":\"length\"}]}",
+      "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\","
+      "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}}]}",
+      "{\"error\":{\"message\":\"injected error event\",\"type\":\"server_error\"}}",
+      "{\"error\":null,\"choices\":[{\"delta\":{\"content\":\"x\"}},{\"delta\":{\"content\":\"\"}}]}",
+      "{\"choices\":[{\"delta\":{\"content\":\"\"}},{\"delta\":{\"content\":\"y\"}}]}",
+      "{\"choices\":[{\"text\":7,\"delta\":{\"content\":\"y\"}}]}",
+      "{\"choices\":{\"delta\":{\"content\":\"y\"}},\"usage\":[1,2]}",
+      "{\"choices\":[[{\"delta\":{\"content\":\"y\"}}]],\"usage\":{\"prompt_tokens\":\"9\"}}",
+      "{\"usage\":{\"prompt_tokens\":1.5e2,\"completion_tokens\":-0,\"x\":[true,false,null]}}",
+      " \t{\"a\":{\"b\":[{}, [], \"\\/\\b\\f\\r\\t\"]}}\n",
+  };
+  const int n = (int)(sizeof events / sizeof *events);
+  int both = 0;
+  for (int i = 0; i < n; i++) {
+    int ok;
+    CU_ASSERT(agrees(events[i], &ok));
+    if (!ok) fprintf(stderr, "\n  event %d refused: %s\n", i, events[i]);
+    CU_ASSERT(ok); /* each of these is a well-formed object */
+  }
+  weir_bench_sse_facts f;
+  CU_ASSERT_EQUAL(weir__bench_sse_scan(events[1], strlen(events[1]), &f), 0);
+  CU_ASSERT(f.has_text && !f.error);
+  CU_ASSERT_EQUAL(weir__bench_sse_scan(events[0], strlen(events[0]), &f), 0);
+  CU_ASSERT(!f.has_text); /* the role chunk is not output */
+  CU_ASSERT_EQUAL(weir__bench_sse_scan(events[3], strlen(events[3]), &f), 0);
+  WT_ASSERT_INT_EQ(f.prompt_tokens, 43);
+  WT_ASSERT_INT_EQ(f.completion_tokens, 16);
+  CU_ASSERT_EQUAL(weir__bench_sse_scan(events[7], strlen(events[7]), &f), 0);
+  CU_ASSERT(f.error);
+
+  /* Every proper prefix of an event is a cut event: refused. */
+  for (int i = 0; i < n; i++) {
+    size_t len = strlen(events[i]);
+    while (len && (events[i][len - 1] == '\n')) len--;
+    for (size_t k = 0; k < len; k++)
+      if (!weir__bench_sse_scan(events[i], k, &f) && k + 1 < len) {
+        fprintf(stderr, "\n  event %d: a prefix of %zu bytes was taken\n", i, k);
+        CU_FAIL("a cut event was taken");
+        break;
+      }
+  }
+  /* Every one-byte corruption of every event: never taken where cJSON refuses it, and the
+   * same facts where both take it. */
+  static const char subst[] = "\"\\{}[],:0-.e xnu\x01\xff";
+  char buf[1024];
+  int disagreements = 0;
+  for (int i = 0; i < n; i++) {
+    size_t len = strlen(events[i]);
+    for (size_t k = 0; k < len; k++)
+      for (size_t j = 0; j < sizeof subst - 1; j++) {
+        memcpy(buf, events[i], len + 1);
+        buf[k] = subst[j];
+        int ok;
+        if (!agrees(buf, &ok)) {
+          if (disagreements++ < 5) fprintf(stderr, "\n  disagrees with cJSON: %s\n", buf);
+        }
+        both += ok;
+      }
+  }
+  WT_ASSERT_INT_EQ(disagreements, 0);
+  CU_ASSERT(both > 1000); /* the corruptions were not all refused: facts were compared */
+
+  static const char *const bad[] = {
+      "", "[]", "\"x\"", "{this is not json", "{\"a\":1} junk", "{\"a\":01}", "{\"a\":1.}",
+      "{\"a\":-}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12g4\"}", "{\"a\":\"\x01\"}", "{\"a\" 1}",
+      "{\"a\":1,}", "{\"a\":[1,]}", "{\"a\":tru}", "{'a':1}", "{\"a\":1}}", "{,}",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    if (!weir__bench_sse_scan(bad[i], strlen(bad[i]), &f)) {
+      fprintf(stderr, "\n  malformed event taken: %s\n", bad[i]);
+      CU_FAIL("malformed event taken");
+    }
+  /* Nesting is bounded: 10,000 levels are refused, not a stack overflow. */
+  size_t deep = 10000;
+  char *d = malloc(2 * deep + 8);
+  size_t m = 0;
+  d[m++] = '{';
+  d[m++] = '"';
+  d[m++] = 'a';
+  d[m++] = '"';
+  d[m++] = ':';
+  for (size_t i = 0; i < deep; i++) d[m++] = '[';
+  for (size_t i = 0; i < deep; i++) d[m++] = ']';
+  d[m++] = '}';
+  CU_ASSERT_NOT_EQUAL(weir__bench_sse_scan(d, m, &f), 0);
+  free(d);
+}
+
 int main(void) {
   static const wt_test tests[] = {
       {"percentiles", test_percentiles},
+      {"sse_scan", test_sse_scan},
       {"summary_of_records", test_summary_of_records},
       {"mann_whitney_exact", test_mann_whitney_exact},
       {"verdicts", test_verdicts},

@@ -240,6 +240,23 @@ void weir__bench_calibrate(weir_bench_target *t);
 /* Splits http://host:port[/...] into host and port. https is refused (WEIR_E_NOTSUP). */
 int weir__bench_parse_url(const char *url, char **host, int *port);
 
+/* What one SSE event's data says that the measurement uses (bench_sse.c), read without
+ * building a JSON tree. error: a top-level "error" member that is not null; has_text: the
+ * first choice's "text", or when it has none its "delta"."content", is a non-empty string;
+ * prompt_tokens / completion_tokens: "usage"'s counts, -1 when absent or not numbers. The
+ * seen_* fields are the scanner's own bookkeeping (the first occurrence of a key counts). */
+typedef struct {
+  int error;
+  int has_text;
+  int64_t prompt_tokens, completion_tokens;
+  int seen_error, seen_text_key, text_nonempty, seen_content, content_nonempty;
+  int seen_prompt, seen_completion;
+} weir_bench_sse_facts;
+/* 0 when data[0..len) is exactly one well-formed JSON object (surrounding whitespace
+ * allowed), with *out filled; -1 when it is not (*out then means nothing). Nesting deeper
+ * than 64 levels is refused. Allocates nothing. */
+int weir__bench_sse_scan(const char *data, size_t len, weir_bench_sse_facts *out);
+
 /* ---------------------------------------------------------------- statistics */
 
 typedef struct weir_bench_dist {
