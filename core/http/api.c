@@ -43,6 +43,7 @@ static int other_key(const weir__http_server *s, const cJSON *it, api_error *e) 
 static uint64_t g_rng;
 void weir__api_make_id(char *out, size_t cap, const char *prefix) {
   if (!g_rng) g_rng = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ uv_hrtime();
+  static const char digits[] = "0123456789abcdef";
   char hex[33];
   for (int i = 0; i < 2; i++) {
     /* splitmix64: ids only need to be unique, not secret. */
@@ -50,9 +51,18 @@ void weir__api_make_id(char *out, size_t cap, const char *prefix) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     z ^= z >> 31;
-    snprintf(hex + 16 * i, sizeof hex - 16 * (size_t)i, "%016llx", (unsigned long long)z);
+    /* %016llx by hand: every request makes an id, and a cache hit does little else. */
+    for (int k = 15; k >= 0; k--, z >>= 4) hex[16 * i + k] = digits[z & 15];
   }
-  snprintf(out, cap, "%s-%s", prefix, hex);
+  hex[32] = 0;
+  size_t pn = strlen(prefix);
+  if (cap && pn + 34 <= cap) {
+    memcpy(out, prefix, pn);
+    out[pn] = '-';
+    memcpy(out + pn + 1, hex, 33);
+  } else {
+    snprintf(out, cap, "%s-%s", prefix, hex);
+  }
 }
 
 static void choice_release(api_choice *ch) {
@@ -782,40 +792,49 @@ static void front_render(weir__http_server *s, weir__front_entry *e, const weir_
   weir__rcache_front_render(s, e, render, len, ido, cro, n_id, idn);
 }
 
-/* A streamed front hit from the entry's rendered body: the head, one copy of the body with
- * this answer's id and time patched in, one write. The job records the hit's time to first
- * token and end-to-end time (a hit has no gaps between tokens) and ends. 0 when the entry
- * has no rendered body or this request cannot take it (not chunked, request log on: the
- * replay writes the log line); the caller replays then. */
-static int front_serve_rendered(weir__api_job *job, const weir__front_entry *e) {
-  weir__http_server *s = job->s;
-  weir__http_req *r = job->r;
-  const weir__front_desc *d = &e->d;
-  if (!e->render || !d->stream || d->responses || s->cfg->log_requests || !r ||
-      r->http_minor < 1)
-    return 0;
-  char id[sizeof job->id], created[24];
-  weir__api_make_id(id, sizeof id, d->chat ? "chatcmpl" : "cmpl");
-  const int cn = snprintf(created, sizeof created, "%lld", (long long)time(NULL));
-  if (strlen(id) != e->render_id_len || cn != 10) return 0;
-  r->cache_status = "hit-exact";
-  weir__http_cork(r);
-  weir__http_stream_start(r, "text/event-stream");
-  char *p = weir__http_stream_append_framed(r, e->render, e->render_len);
-  if (p) {
-    for (int i = 0; i < e->render_n; i++) {
-      memcpy(p + e->render_id_off[i], id, e->render_id_len);
-      memcpy(p + e->render_created_off[i], created, 10);
-    }
+typedef struct {
+  const weir__front_entry *e;
+  const char *id, *created;
+} render_patch;
+
+/* This answer's id and time into the copy of the rendered body (both fixed-length). */
+static void render_patch_apply(void *arg, char *p) {
+  const render_patch *rp = arg;
+  const weir__front_entry *e = rp->e;
+  for (int i = 0; i < e->render_n; i++) {
+    memcpy(p + e->render_id_off[i], rp->id, e->render_id_len);
+    memcpy(p + e->render_created_off[i], rp->created, 10);
   }
-  const double t = (double)(uv_hrtime() - job->arrival_ns) / 1e9;
+}
+
+/* A streamed front hit from the entry's rendered body: the head, one copy of the body with
+ * this answer's id and time patched in, one write (weir__http_stream_whole), straight from
+ * the request: no job, no preparation work item. It records the hit's time to first token
+ * and end-to-end time (a hit has no gaps between tokens). 0 when the entry has no rendered
+ * body or this request cannot take it (not chunked, request log on: the replay writes the
+ * log line); the caller replays then. */
+static int front_serve_rendered(weir__http_req *r, const weir__front_entry *e) {
+  weir__http_server *s = r->srv;
+  const weir__front_desc *d = &e->d;
+  if (!e->render || !d->stream || d->responses || s->cfg->log_requests || r->http_minor < 1)
+    return 0;
+  char id[48], created[11];
+  weir__api_make_id(id, sizeof id, d->chat ? "chatcmpl" : "cmpl");
+  /* The time in ten digits (until 2286), by hand like the id. */
+  int64_t now = (int64_t)time(NULL);
+  if (strlen(id) != e->render_id_len || now < 1000000000 || now > 9999999999) return 0;
+  for (int k = 9; k >= 0; k--, now /= 10) created[k] = (char)('0' + now % 10);
+  created[10] = 0;
+  r->cache_status = "hit-exact";
+  const double t = (double)(uv_hrtime() - r->arrival_ns) / 1e9;
   for (int i = 0; i < d->num_prompts * d->n; i++) {
     weir_metric_record(s->m.ttft, t);
     weir_metric_record(s->m.e2e, t);
   }
-  detach(job);
-  weir__http_stream_end(r); /* out of memory above: the stream ends short, as a replay's would */
-  job_free(job);
+  render_patch rp = {e, id, created};
+  /* Out of memory: the connection closes, as a replay's short stream would end it. */
+  weir__http_stream_whole(r, "text/event-stream", e->render, e->render_len, render_patch_apply,
+                          &rp);
   return 1;
 }
 
@@ -825,7 +844,6 @@ static void front_serve(weir__api_job *job, const weir__front_entry *e) {
   weir__http_server *s = job->s;
   weir__http_req *r = job->r;
   const weir__front_desc *d = &e->d;
-  if (front_serve_rendered(job, e)) return;
   job->chat = d->chat;
   job->stream = d->stream;
   job->include_usage = d->include_usage;
@@ -1231,6 +1249,21 @@ static void start_job(weir__api_job *job, api_gen *a, cJSON *resp_echo, int chat
 static void queue_work(weir__http_req *r, int kind) {
   weir__http_server *s = r->srv;
   api_error e = {0};
+  /* The front index: a byte-identical repeat of a request the cache served or stored is
+   * answered here, on the loop (docs/response-cache.md). Only requests without Cache-Control
+   * directives use it, and only the OpenAI endpoints. Looked up before anything is
+   * allocated: a rendered hit is answered straight from the request. */
+  const weir__front_entry *fe = NULL;
+  uint64_t front_hash = 0;
+  int front_ok = 0;
+  if (s->rcache && !r->cache_control && r->body.len <= WEIR__FRONT_MAX_BODY &&
+      (kind == W_CHAT || kind == W_COMPLETIONS || kind == W_RESPONSES)) {
+    const char *auth = r->authorization.p ? r->authorization.p : "";
+    fe = weir__rcache_front_lookup(s, kind, auth, strlen(auth), r->body.p ? r->body.p : "",
+                                   r->body.len, &front_hash);
+    if (fe && front_serve_rendered(r, fe)) return;
+    front_ok = !fe;
+  }
   weir__api_work *w = calloc(1, sizeof *w);
   weir__api_job *job = w ? job_new(r) : NULL;
   if (!job) {
@@ -1254,21 +1287,13 @@ static void queue_work(weir__http_req *r, int kind) {
   w->body = r->body; /* taken: the request keeps no copy */
   w->body_len = r->body.len;
   memset(&r->body, 0, sizeof r->body);
-  /* The front index: a byte-identical repeat of a request the cache served or stored is
-   * answered here, on the loop (docs/response-cache.md). Only requests without Cache-Control
-   * directives use it, and only the OpenAI endpoints. */
-  if (s->rcache && !w->cache_control && w->body_len <= WEIR__FRONT_MAX_BODY &&
-      (kind == W_CHAT || kind == W_COMPLETIONS || kind == W_RESPONSES)) {
-    const char *auth = w->auth ? w->auth : "";
-    const weir__front_entry *fe = weir__rcache_front_lookup(
-        s, kind, auth, strlen(auth), w->body.p ? w->body.p : "", w->body.len, &w->front_hash);
-    if (fe) {
-      work_free(w);
-      front_serve(job, fe);
-      return;
-    }
-    w->front_ok = 1;
+  if (fe) {
+    work_free(w);
+    front_serve(job, fe);
+    return;
   }
+  w->front_ok = front_ok;
+  w->front_hash = front_hash;
   /* Embeddings wait for the engine: on their own pool, never holding a preparation thread;
    * a heavy body (WEIR__HEAVY_BYTES or more) on the heavy preparation pool. */
   weir_workpool *pool = kind == W_EMBEDDINGS ? s->embed_pool

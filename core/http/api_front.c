@@ -86,24 +86,38 @@ void weir__front_free(weir__front *f) {
 
 int64_t weir__front_count(const weir__front *f) { return f ? f->count : 0; }
 
-/* FNV-1a, 64 bits, with the lengths mixed in so that (auth, body) pairs never run together.
- * Not a security boundary: a match is always confirmed byte for byte. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+/* A 64-bit hash, eight bytes a step (byte-wise FNV-1a over a body of ~700 bytes was a
+ * dependent multiply per byte, ~1 us of a hit's ~20), with the lengths mixed in so that
+ * (auth, body) pairs never run together. Not a security boundary: a match is always
+ * confirmed byte for byte. */
+static uint64_t mix(uint64_t h, uint64_t w) {
+  h ^= w;
+  h *= 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 32);
+}
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= b[i];
-    h *= 0x100000001b3ull;
+  while (n >= 8) {
+    uint64_t w;
+    memcpy(&w, b, 8);
+    h = mix(h, w);
+    b += 8;
+    n -= 8;
   }
-  return h;
+  uint64_t w = 0;
+  memcpy(&w, b, n); /* the tail, zero-padded: the length is mixed in by the caller */
+  return mix(h, w ^ ((uint64_t)n << 56));
 }
 
 uint64_t weir__front_hash(int kind, const char *auth, size_t auth_len, const char *body,
                           size_t body_len) {
   uint64_t h = 0xcbf29ce484222325ull;
-  uint64_t head[3] = {(uint64_t)kind, auth_len, body_len};
-  h = fnv(h, head, sizeof head);
-  h = fnv(h, auth, auth_len);
-  return fnv(h, body, body_len);
+  h = mix(h, (uint64_t)kind);
+  h = mix(h, auth_len);
+  h = mix(h, body_len);
+  h = hash_bytes(h, auth, auth_len);
+  return hash_bytes(h, body, body_len);
 }
 
 weir__front_entry *weir__front_find(weir__front *f, uint64_t hash, int kind, const char *auth,

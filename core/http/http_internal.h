@@ -121,6 +121,14 @@ void weir__http_cork(weir__http_req *r);
  * landed in the cork (writable until the stream ends), or NULL (not corked, not chunked,
  * ended, out of memory) when nothing was appended. Loop only. */
 char *weir__http_stream_append_framed(weir__http_req *r, const char *data, size_t len);
+/* A whole chunked stream in one write, for an answer known at once (a rendered cache hit):
+ * the head weir__http_stream_start would write, `body` (len bytes the caller framed as
+ * chunks itself, copied), the last chunk; then the request is done (r may be freed). patch,
+ * when not NULL, is called with the copy of body inside the write before it is sent (the
+ * caller patches ids in place). Only for HTTP/1.1 (chunked): it does nothing for HTTP/1.0.
+ * Out of memory: the connection closes. Loop only. */
+void weir__http_stream_whole(weir__http_req *r, const char *content_type, const char *body,
+                             size_t len, void (*patch)(void *arg, char *copy), void *arg);
 /* The URL path without the query string, NUL-terminated in `out`. */
 void weir__http_path(const weir__http_req *r, char *out, size_t cap);
 
@@ -191,6 +199,9 @@ struct weir__http_server {
    * repaired, so that its source is found. */
   int abort_on_invalid_utf8;
   char read_buf[65536];       /* parsing consumes each read before the next */
+  /* weir_http_requests_total by status code (100..599), looked up once each: a lookup by
+   * name and labels per response was a registry scan under its lock on every request. */
+  weir_metric *responses_by_code[500];
   llhttp_settings_t parser_settings;
 
   /* Engine events: pushed by the engine thread without a lock (newest first), drained on

@@ -90,6 +90,11 @@ struct weir__http_conn {
   int refused;                /* over max_connections: a canned 503, then close */
   int doomed;                 /* a write failed: closing on the next loop iteration */
   int timer_mode;
+  /* The timer is re-armed lazily (conn_set_timer): timer_due is when the current mode's
+   * timeout is due, timer_armed when the libuv timer will fire (0: not armed). */
+  uint64_t timer_due, timer_armed;
+  int client_key_known;       /* client_key is the peer's (read once per connection) */
+  uint64_t client_key;
   /* In-process connections (no socket): see weir__http_conn_open_mem. */
   int mem;
   weir__http_sink_cb sink;
@@ -212,6 +217,7 @@ static void conn_close_soon(weir__http_conn *c) {
   idle_remove(c);
   conn_pause_reading(c);
   conn_set_timer(c, T_LINGER);
+  c->timer_due = c->timer_armed = uv_now(c->srv->loop);
   uv_timer_start(&c->timer, on_timer, 0, 0);
 }
 
@@ -291,25 +297,25 @@ static void write_done(write_req *wr, int status) {
 
 static void on_write(uv_write_t *w, int status) { write_done((write_req *)w, status); }
 
-static void conn_write(weir__http_conn *c, const char *a, size_t alen, const char *b,
-                       size_t blen) {
-  if (c->closing || c->lingering || c->doomed) return;
-  if (alen > SIZE_MAX / 2 || blen > SIZE_MAX / 2 - alen) {
-    conn_close_soon(c);
-    return;
-  }
-  size_t len = alen + blen;
-  write_req *wr = malloc(sizeof *wr + len);
+/* A write of len bytes for c, to be filled by the caller and handed to conn_submit; NULL
+ * (the connection is closing, or out of memory: then it closes) when nothing may be sent. */
+static write_req *conn_write_new(weir__http_conn *c, size_t len) {
+  if (c->closing || c->lingering || c->doomed) return NULL;
+  write_req *wr = len <= SIZE_MAX - sizeof *wr ? malloc(sizeof *wr + len) : NULL;
   if (!wr) {
     weir_log(WEIR_LOG_ERROR, "http", "out of memory writing a response; closing");
     conn_close_soon(c);
-    return;
+    return NULL;
   }
   wr->c = c;
   wr->next = NULL;
   wr->len = len;
-  if (alen) memcpy(wr->data, a, alen);
-  if (blen) memcpy(wr->data + alen, b, blen);
+  return wr;
+}
+
+/* Sends a filled write (taken). */
+static void conn_submit(weir__http_conn *c, write_req *wr) {
+  size_t len = wr->len;
   if (c->mem) {
     c->sink(c->sink_arg, wr->data, wr->len);
     if (c->mem_tail) c->mem_tail->next = wr;
@@ -332,8 +338,30 @@ static void conn_write(weir__http_conn *c, const char *a, size_t alen, const cha
   if (!c->backlogged && c->out_bytes > out_limit(c)) conn_backlog_start(c);
 }
 
+static void conn_write(weir__http_conn *c, const char *a, size_t alen, const char *b,
+                       size_t blen) {
+  if (alen > SIZE_MAX / 2 || blen > SIZE_MAX / 2 - alen) {
+    conn_close_soon(c);
+    return;
+  }
+  write_req *wr = conn_write_new(c, alen + blen);
+  if (!wr) return;
+  if (alen) memcpy(wr->data, a, alen);
+  if (blen) memcpy(wr->data + alen, b, blen);
+  conn_submit(c, wr);
+}
+
 static void on_timer(uv_timer_t *t) {
   weir__http_conn *c = t->data;
+  c->timer_armed = 0;
+  if (c->timer_mode == T_NONE) return;
+  /* Armed for an earlier mode whose timeout was later replaced by a later one: wait on. */
+  const uint64_t now = uv_now(c->srv->loop);
+  if (now < c->timer_due) {
+    uv_timer_start(&c->timer, on_timer, c->timer_due - now, 0);
+    c->timer_armed = c->timer_due;
+    return;
+  }
   int mode = c->timer_mode;
   c->timer_mode = T_NONE;
   switch (mode) {
@@ -388,12 +416,20 @@ static void conn_set_timer(weir__http_conn *c, int mode) {
   default: break;
   }
   c->timer_mode = mode;
+  /* Lazily: every request sets the timer four times (headers, body, none, idle), and
+   * restarting a libuv timer each time was a heap removal and insertion per call. A timer
+   * already armed to fire no later than the new timeout stays; when it fires, on_timer
+   * waits on to the current due time, or does nothing when no timeout is set. */
   if (mode == T_NONE || ms <= 0) {
-    uv_timer_stop(&c->timer);
     c->timer_mode = T_NONE;
+    c->timer_due = 0;
     return;
   }
+  const uint64_t due = uv_now(c->srv->loop) + (uint64_t)ms;
+  c->timer_due = due;
+  if (c->timer_armed && c->timer_armed <= due) return;
   uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+  c->timer_armed = due;
 }
 
 /* ---- responses -------------------------------------------------------------------------- */
@@ -420,26 +456,36 @@ static const char *status_text(int status) {
 }
 
 uint64_t weir__http_client_key(const weir__http_req *r) {
-  const weir__http_conn *c = r->conn;
+  weir__http_conn *c = r->conn;
   if (!c || c->mem) return 0;
+  /* A connection's peer never changes: one getpeername per connection, not per request. */
+  if (c->client_key_known) return c->client_key;
   struct sockaddr_storage ss;
   int len = (int)sizeof ss;
   if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0) return 0;
+  uint64_t key = 0;
   if (ss.ss_family == AF_INET)
-    return weir_workpool_key(&((const struct sockaddr_in *)&ss)->sin_addr, 4);
-  if (ss.ss_family == AF_INET6)
-    return weir_workpool_key(&((const struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-  return 0;
+    key = weir_workpool_key(&((const struct sockaddr_in *)&ss)->sin_addr, 4);
+  else if (ss.ss_family == AF_INET6)
+    key = weir_workpool_key(&((const struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+  c->client_key = key;
+  c->client_key_known = 1;
+  return key;
 }
 
 void weir__http_count_response(weir__http_server *s, int status) {
-  char labels[32];
-  snprintf(labels, sizeof labels, "code=\"%d\"", status);
-  weir_metric *m = NULL;
-  if (weir_metrics_register(s->metrics, "http_requests_total",
-                            "HTTP responses sent, by status code.", WEIR_METRIC_COUNTER, NULL,
-                            0, labels, &m) == WEIR_OK)
-    weir_metric_record(m, 1);
+  weir_metric **slot = status >= 100 && status < 600 ? &s->responses_by_code[status - 100] : NULL;
+  weir_metric *m = slot ? *slot : NULL;
+  if (!m) {
+    char labels[32];
+    snprintf(labels, sizeof labels, "code=\"%d\"", status);
+    if (weir_metrics_register(s->metrics, "http_requests_total",
+                              "HTTP responses sent, by status code.", WEIR_METRIC_COUNTER, NULL,
+                              0, labels, &m) != WEIR_OK)
+      return;
+    if (slot) *slot = m;
+  }
+  weir_metric_record(m, 1);
 }
 
 /* Seconds a client should wait before retrying a 429 or 503: a full queue drains in about a
@@ -586,6 +632,53 @@ void weir__http_stream_start(weir__http_req *r, const char *content_type) {
 }
 
 void weir__http_cork(weir__http_req *r) { r->corked = 1; }
+
+/* Appends s to *p (the head being built without printf). */
+static char *put(char *p, const char *s, size_t n) {
+  memcpy(p, s, n);
+  return p + n;
+}
+#define PUT(p, lit) put((p), (lit), sizeof(lit) - 1)
+
+void weir__http_stream_whole(weir__http_req *r, const char *content_type, const char *body,
+                             size_t len, void (*patch)(void *arg, char *copy), void *arg) {
+  weir__http_conn *c = r->conn;
+  if (r->done || r->streaming || r->http_minor < 1) return;
+  weir__http_count_response(c->srv, 200);
+  r->streaming = 1;
+  r->chunked = 1;
+  /* The head weir__http_stream_start writes, byte for byte. */
+  const size_t ctn = strlen(content_type);
+  const int closes = resp_closes(r);
+  const size_t csn = r->cache_status ? strlen(r->cache_status) : 0;
+  const size_t head_max = 160 + ctn + csn;
+  static const char end[] = "0\r\n\r\n";
+  write_req *wr = len <= SIZE_MAX - head_max - sizeof end ? conn_write_new(c, head_max + len + sizeof end - 1) : NULL;
+  if (!wr) {
+    if (len > SIZE_MAX - head_max - sizeof end) conn_close_soon(c);
+    req_done(r);
+    return;
+  }
+  char *p = wr->data;
+  p = PUT(p, "HTTP/1.1 200 OK\r\nContent-Type: ");
+  p = put(p, content_type, ctn);
+  p = PUT(p, "\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+             "Transfer-Encoding: chunked\r\nConnection: ");
+  p = closes ? PUT(p, "close\r\n") : PUT(p, "keep-alive\r\n");
+  if (r->cache_status) {
+    p = PUT(p, "x-weir-cache: ");
+    p = put(p, r->cache_status, csn);
+    p = PUT(p, "\r\n");
+  }
+  p = PUT(p, "\r\n");
+  char *copy = p;
+  p = put(p, body, len);
+  if (patch) patch(arg, copy);
+  p = PUT(p, "0\r\n\r\n");
+  wr->len = (size_t)(p - wr->data);
+  conn_submit(c, wr);
+  req_done(r);
+}
 
 char *weir__http_stream_append_framed(weir__http_req *r, const char *data, size_t len) {
   if (!r->streaming || r->done || !r->corked || !r->chunked) return NULL;
