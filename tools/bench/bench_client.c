@@ -59,11 +59,11 @@ typedef struct sock {
   int connected;
 } sock;
 
-/* One request: its parser, timer and SSE state. Freed when its timer has closed and no
- * write of its bytes is pending (refs). */
+/* One request: its parser and SSE state. Freed once it has finished and no write of its
+ * bytes is pending (refs), on the loop iteration after (the runner's graveyard): the
+ * callbacks that finish a request still read it as they return. */
 struct conn {
   uv_write_t write_req;
-  uv_timer_t timer;
   llhttp_t parser;
   runner *run;
   sock *s;                  /* the connection carrying it; NULL once given back */
@@ -72,7 +72,9 @@ struct conn {
   char *req;                /* the request bytes, owned until the request ends (a retry
                                sends them again) */
   size_t req_len;
-  int refs;                 /* the timer's handle, plus one while a write is pending */
+  int refs;                 /* one until it finishes, plus one while a write is pending */
+  double deadline_ms;       /* the per-request timeout, checked by the runner's tick */
+  struct conn *grave_next;  /* on the runner's graveyard, to be freed */
   sock *ws;                 /* the connection of the pending write */
   int reused;               /* sent on a kept-alive connection */
   int retried;              /* already sent again on a fresh connection */
@@ -116,6 +118,8 @@ struct runner {
   int64_t pending_head, pending_tail;
   int stopping;
   conn *active;
+  conn *graveyard;          /* finished requests to free (check_handle, after each poll) */
+  uv_check_t check_handle;
   sock *idle;               /* kept-alive connections waiting for a request */
   int keep_alive;
   int64_t conns_opened;     /* connections this run opened (warm-up included) */
@@ -154,13 +158,25 @@ static void schedule_more(runner *r);
 
 static void conn_unref(conn *c) {
   if (--c->refs > 0) return;
-  free(c->req);
-  free(c->line);
-  free(c->data);
-  free(c);
+  c->grave_next = c->run->graveyard;
+  c->run->graveyard = c;
 }
 
-static void timer_closed_cb(uv_handle_t *h) { conn_unref(h->data); }
+static void free_graveyard(runner *r) {
+  while (r->graveyard) {
+    conn *c = r->graveyard;
+    r->graveyard = c->grave_next;
+    free(c->req);
+    free(c->line);
+    free(c->data);
+    free(c);
+  }
+}
+
+/* After each poll: the requests that finished in it are freed (no callback of theirs runs
+ * any more). A per-request timer did this before, at the cost of a timer start, stop and
+ * close per request. */
+static void check_cb(uv_check_t *h) { free_graveyard(h->data); }
 
 static void sock_closed_cb(uv_handle_t *h) { free(h->data); }
 
@@ -201,8 +217,6 @@ static void finish(conn *c, int ok, int err) {
   else r->active = c->next;
   if (c->next) c->next->prev = c->prev;
   r->in_flight--;
-  uv_timer_stop(&c->timer);
-  uv_close((uv_handle_t *)&c->timer, timer_closed_cb);
   sock *s = c->s;
   if (s) {
     c->s = NULL;
@@ -220,6 +234,7 @@ static void finish(conn *c, int ok, int err) {
       sock_close(s);
     }
   }
+  conn_unref(c); /* freed after this loop iteration: the callers still read it */
   schedule_more(r);
 }
 
@@ -599,8 +614,7 @@ static void open_sock(conn *c) {
   }
 }
 
-static void timeout_cb(uv_timer_t *t) {
-  conn *c = t->data;
+static void request_timeout(conn *c) {
   if (c->done_ok) { /* the answer was whole; the response's framing never ended */
     finish(c, 1, 0);
     return;
@@ -674,16 +688,14 @@ static void issue(runner *r, double scheduled_ms) {
   }
   c->run = r;
   c->rec = rec_i;
-  c->timer.data = c;
   llhttp_init(&c->parser, HTTP_RESPONSE, settings());
   c->parser.data = c;
-  uv_timer_init(&r->loop, &c->timer);
   c->refs = 1;
   c->next = r->active;
   if (r->active) r->active->prev = c;
   r->active = c;
   r->in_flight++;
-  uv_timer_start(&c->timer, timeout_cb, (uint64_t)(r->load->request_timeout_s * 1000.0), 0);
+  c->deadline_ms = now_ms(r) + r->load->request_timeout_s * 1000.0;
   if (!r->keep_alive || !r->idle) {
     open_sock(c);
     return;
@@ -746,6 +758,12 @@ static void tick_cb(uv_timer_t *t) {
     if (!r->stopping) cancel_all(r);
     return;
   }
+  /* Per-request timeouts, to the tick (TICK_MS): a timer per request cost more than the
+   * requests of a cached answer. */
+  for (conn *c = r->active, *n; c; c = n) {
+    n = c->next;
+    if (now >= c->deadline_ms) request_timeout(c);
+  }
   if (!weir__bench_progress || ++r->ticks % 5) return;
   double dt = now - r->last_progress_ms;
   if (dt > 0) r->progress_rate = r->chunks_since_tick * 1000.0 / dt;
@@ -778,6 +796,7 @@ static void run_phase(runner *r) {
     schedule_more(r);
   }
   uv_run(&r->loop, UV_RUN_DEFAULT);
+  free_graveyard(r);
   uv_timer_stop(&r->tick_timer);
   if (weir__bench_progress) fprintf(stderr, "\r\033[K");
 }
@@ -818,6 +837,10 @@ int weir__bench_run(const weir_bench_target *t, const weir_bench_workload *w,
   uv_timer_init(&r->loop, &r->arrival_timer);
   uv_timer_init(&r->loop, &r->tick_timer);
   r->arrival_timer.data = r->tick_timer.data = r;
+  uv_check_init(&r->loop, &r->check_handle);
+  r->check_handle.data = r;
+  uv_check_start(&r->check_handle, check_cb);
+  uv_unref((uv_handle_t *)&r->check_handle); /* it never keeps a phase running */
 
   /* Warm-up: a closed loop at the run's concurrency, its requests discarded. */
   if (load->warmup > 0 && !weir__bench_interrupted) {
@@ -875,6 +898,7 @@ close_loop:
   while (r->idle) sock_close(r->idle);
   uv_walk(&r->loop, walk_close, NULL);
   uv_run(&r->loop, UV_RUN_DEFAULT);
+  free_graveyard(r); /* writes the close cancelled */
   uv_loop_close(&r->loop);
 free_runner:
   for (int i = 0; i < WEIR_BENCH_ERR_COUNT; i++) free(r->err_example[i]);

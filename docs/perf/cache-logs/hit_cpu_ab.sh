@@ -8,16 +8,18 @@
 # `perf stat -e task-clock` on the server (attached) and on the bench processes: task-clock
 # is the CPU time the process ran, which other load on the machine blurs far less than wall
 # time. The last pass's TTFT p50 / p99 and requests/s are reported beside it (those ARE
-# blurred by load). Run from the repository root. About 15 s a side on a quiet machine.
+# blurred by load). Runs from any directory. About 15 s a side on a quiet machine.
 set -eu
-a=${1:?BUILD_A}; b=${2:?BUILD_B}; out=${3:-/tmp/hit-cpu-ab}; pairs=${4:-3}; passes=${5:-10}
-mkdir -p "$out"
+a=$(cd "${1:?BUILD_A}" && pwd); b=$(cd "${2:?BUILD_B}" && pwd)
+out=${3:-/tmp/hit-cpu-ab}; pairs=${4:-3}; passes=${5:-10}
+mkdir -p "$out"; out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/../../.." # the repository root: models/ is read from there
 model=models/kjv-target.gguf
 common="--endpoint chat --num-requests 500 --input-len 32 --output-len 16 --temperature 0 --seed 1 --quiet"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 side() { # LABEL BUILD ROUND
   local label=$1 build=$2 round=$3 weir port spid ppid tag
-  weir=$(cd "$build" && pwd)/bin/weir
+  weir=$build/bin/weir
   tag="$out/$label-$round"
   port=$(free_port)
   "$weir" serve --model $model --port "$port" --set cache.name=memory \
