@@ -847,6 +847,70 @@ static void test_backpressure(void) {
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+/* Connection timers are re-armed lazily (server.c, conn_set_timer): a timer already armed to
+ * fire no later than a new timeout stays armed, and waits on when it fires. Both orders
+ * must still time out when they should, on a kept-alive connection after a request:
+ * - idle shorter than the header timeout: the idle connection closes after about
+ *   idle_timeout_ms (the timer armed for the request's headers, due later, is restarted);
+ * - idle longer than the header timeout: a request started on the idle connection whose
+ *   headers never end gets 408 after about header_timeout_ms (not the idle timeout). */
+static void test_keep_alive_timers(void) {
+  NEED_SERVER();
+  static const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  hc_response r;
+  char c;
+  {
+    hc_server s = {0};
+    const char *extra[] = {"server.header_timeout_ms=20000", "server.idle_timeout_ms=600",
+                           NULL};
+    if (start(&s, "timers_idle", g_model, extra) != 0) {
+      CU_FAIL("server did not start");
+      return;
+    }
+    int fd = hc_connect(s.port, 5000);
+    for (int i = 0; i < 3; i++) { /* several requests: each re-sets the timer four times */
+      hc_send_all(fd, req, strlen(req));
+      WT_ASSERT_INT_EQ(hc_read_response(fd, &r), 0);
+      WT_ASSERT_INT_EQ(r.status, 200);
+      hc_response_free(&r);
+    }
+    double t0 = now_ms();
+    ssize_t got = recv(fd, &c, 1, 0);
+    double waited = now_ms() - t0;
+    WT_ASSERT_INT_EQ(got, 0); /* closed by the server */
+    fprintf(stderr, "\n  idle close after %.0f ms (idle_timeout_ms 600)\n", waited);
+    CU_ASSERT(waited > 400 && waited < 10000); /* not the 20 s header timeout */
+    close(fd);
+    WT_ASSERT_INT_EQ(hc_server_stop(&s, SIGTERM, 20000), 0);
+  }
+  {
+    hc_server s = {0};
+    const char *extra[] = {"server.header_timeout_ms=500", "server.idle_timeout_ms=60000",
+                           NULL};
+    if (start(&s, "timers_header", g_model, extra) != 0) {
+      CU_FAIL("server did not start");
+      return;
+    }
+    int fd = hc_connect(s.port, 15000);
+    hc_send_all(fd, req, strlen(req));
+    WT_ASSERT_INT_EQ(hc_read_response(fd, &r), 0);
+    WT_ASSERT_INT_EQ(r.status, 200);
+    hc_response_free(&r);
+    usleep(100000); /* idle: the timer is armed for the 60 s idle timeout */
+    static const char partial[] = "GET /health HTTP/1.1\r\nHost: x\r\n";
+    hc_send_all(fd, partial, strlen(partial));
+    double t0 = now_ms();
+    WT_ASSERT_INT_EQ(hc_read_response(fd, &r), 0);
+    double waited = now_ms() - t0;
+    WT_ASSERT_INT_EQ(r.status, 408);
+    fprintf(stderr, "  408 after %.0f ms (header_timeout_ms 500)\n", waited);
+    CU_ASSERT(waited > 300 && waited < 10000); /* not the 60 s idle timeout */
+    hc_response_free(&r);
+    close(fd);
+    WT_ASSERT_INT_EQ(hc_server_stop(&s, SIGTERM, 20000), 0);
+  }
+}
+
 int main(void) {
   static const wt_test tests[] = {
       {"repeated_stop_key", test_repeated_stop_key},
@@ -860,6 +924,7 @@ int main(void) {
       {"host_header", test_host_header},
       {"request_log_timestamp", test_request_log_timestamp},
       {"admission", test_admission},
+      {"keep_alive_timers", test_keep_alive_timers},
       {"pipelining_bounded", test_pipelining_bounded},
       {"backpressure", test_backpressure},
       {NULL, NULL},
