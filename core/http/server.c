@@ -651,7 +651,7 @@ void weir__http_stream_whole(weir__http_req *r, const char *content_type, const 
   const size_t ctn = strlen(content_type);
   const int closes = resp_closes(r);
   const size_t csn = r->cache_status ? strlen(r->cache_status) : 0;
-  const size_t head_max = 160 + ctn + csn;
+  const size_t head_max = 256 + ctn + csn; /* the fixed text below is 151 bytes */
   static const char end[] = "0\r\n\r\n";
   write_req *wr = len <= SIZE_MAX - head_max - sizeof end ? conn_write_new(c, head_max + len + sizeof end - 1) : NULL;
   if (!wr) {
