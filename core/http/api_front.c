@@ -140,17 +140,49 @@ int weir__front_put(weir__front *f, uint64_t hash, int kind, const char *auth, s
   const size_t size = sizeof(weir__front_entry) + auth_len + body_len + rec_len + 3;
   if (size > f->max_bytes) return -1;
   weir__front_entry *old = weir__front_find(f, hash, kind, auth, auth_len, body, body_len);
+  /* A refresh of the same answer (Redis: the full path looks again every second and finds
+   * the same record) keeps the rendered body: it depends only on the record and on the
+   * description, which the same bytes always give. So the next streamed hit is one copy
+   * again, not a replay that renders anew. */
+  char *render = NULL;
+  size_t render_len = 0, render_id_len = 0;
+  uint32_t *render_id_off = NULL, *render_created_off = NULL;
+  int render_n = 0;
+  if (old && old->render && old->rec_len == rec_len && !memcmp(old->rec, rec, rec_len) &&
+      !strcmp(old->key, key)) {
+    render = old->render;
+    render_len = old->render_len;
+    render_id_off = old->render_id_off;
+    render_created_off = old->render_created_off;
+    render_n = old->render_n;
+    render_id_len = old->render_id_len;
+    old->render = NULL;
+    old->render_id_off = old->render_created_off = NULL;
+    /* Its bytes leave the table with old (weir__front_set_render charges them again). */
+    old->size -= old->render_len + 2 * sizeof(uint32_t) * (size_t)old->render_n;
+    f->bytes -= old->render_len + 2 * sizeof(uint32_t) * (size_t)old->render_n;
+    old->render_len = 0;
+    old->render_n = 0;
+  }
   if (old) weir__front_remove(f, old);
   while (f->oldest && (f->bytes + size > f->max_bytes || f->count + 1 > f->max_count))
     weir__front_remove(f, f->oldest);
   weir__front_entry *e = calloc(1, size);
-  if (!e) return -1;
+  if (!e) {
+    free(render);
+    free(render_id_off);
+    free(render_created_off);
+    return -1;
+  }
   e->d = *d;
   e->d.tool_named = NULL;
   e->d.resp_echo = NULL;
   if ((d->tool_named && !(e->d.tool_named = strdup(d->tool_named))) ||
       (d->resp_echo && !(e->d.resp_echo = cJSON_Duplicate(d->resp_echo, 1)))) {
     entry_free(e);
+    free(render);
+    free(render_id_off);
+    free(render_created_off);
     return -1;
   }
   e->hash = hash;
@@ -179,5 +211,11 @@ int weir__front_put(weir__front *f, uint64_t hash, int kind, const char *auth, s
   f->newest = e;
   f->bytes += size;
   f->count++;
+  if (render) {
+    /* Charged again; what it no longer fits evicts the oldest (never e, the newest). */
+    weir__front_set_render(f, e, render, render_len, render_id_off, render_created_off,
+                           render_n, render_id_len);
+    while (f->oldest != e && f->bytes > f->max_bytes) weir__front_remove(f, f->oldest);
+  }
   return 0;
 }
