@@ -258,6 +258,29 @@ __global__ void __launch_bounds__(kThreads)
   const int kr = hd + kPad;
   const int first_pos = ctx - qlen + tok0; // position of the tile's first new token
 
+  // The tile's keys: [first_key, last_key]; this split takes its share of those blocks. With
+  // a sliding window the blocks wholly before the first query's window are never read (the
+  // host may have freed them: their block-table entries are stale).
+  const int last_key = first_pos + ntok - 1;
+  const int nblocks = last_key / bs + 1;
+  const int win = p.window > 0 ? p.window : 0;
+  const int first_key = win ? max(0, first_pos - win + 1) : 0;
+  const int b_first = first_key / bs;
+  // The plan sizes num_splits for the longest context it may see (under step graphs: the
+  // pool's maximum, e.g. 64 splits), but this tile's real range may be a few blocks. Only
+  // `splits` of them take part, by the plan's own rule (two blocks or more each), computed
+  // here from the context on the device, so it holds for a replayed graph too; every CTA of
+  // the tile computes the same value. The others exit before reading anything and are not
+  // counted: the last-block-done count below goes to `splits`, and the combine reads
+  // `splits` partials (on the first H200 run a 16-500-token decode paid ~28 us a layer for
+  // 64 splits, most empty, each writing a partial the last CTA then summed).
+  int splits = num_splits;
+  if (splits > 1) splits = max(1, min(splits, (nblocks - b_first) / 2));
+  if (split >= splits) return;
+  const int per = (nblocks - b_first + splits - 1) / splits;
+  const int b_begin = b_first + split * per;
+  const int b_end = min(nblocks, b_begin + per);
+
   // Query rows, pre-scaled. Row r is token tok0 + r / G, head kvh * G + r % G.
   const int qstride = p.n_heads * hd;
   for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
@@ -271,18 +294,6 @@ __global__ void __launch_bounds__(kThreads)
     sm_m[r] = -INFINITY;
     sm_l[r] = 0.0f;
   }
-
-  // The tile's keys: [first_key, last_key]; this split takes its share of those blocks. With
-  // a sliding window the blocks wholly before the first query's window are never read (the
-  // host may have freed them: their block-table entries are stale).
-  const int last_key = first_pos + ntok - 1;
-  const int nblocks = last_key / bs + 1;
-  const int win = p.window > 0 ? p.window : 0;
-  const int first_key = win ? max(0, first_pos - win + 1) : 0;
-  const int b_first = first_key / bs;
-  const int per = (nblocks - b_first + num_splits - 1) / num_splits;
-  const int b_begin = b_first + split * per;
-  const int b_end = min(nblocks, b_begin + per);
   const float cap = p.softcap > 0.0f ? p.softcap : 0.0f;
   const float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
   const int32_t *btab = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
@@ -349,7 +360,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  if (num_splits == 1) {
+  if (splits == 1) {
     for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
       const int r = e / hd, d = e % hd;
       const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
@@ -369,7 +380,7 @@ __global__ void __launch_bounds__(kThreads)
       wm[rows_cap + r] = sm_l[r];
     }
     // Last-block-done: make this CTA's partial visible device-wide, then count it. The CTA
-    // that brings the count to num_splits has every partial visible and combines them; it
+    // that brings the count to `splits` has every partial visible and combines them; it
     // resets the counter, so the workspace's counters are zero again after every launch (a
     // recorded graph replays with them as it found them).
     __threadfence();
@@ -377,7 +388,7 @@ __global__ void __launch_bounds__(kThreads)
     int *flag = reinterpret_cast<int *>(sm + L.flag);
     if (threadIdx.x == 0) {
       const int done = atomicAdd(counters + tile_slot, 1);
-      *flag = done == num_splits - 1;
+      *flag = done == splits - 1;
     }
     __syncthreads();
     if (!*flag) return;
@@ -388,10 +399,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
       const int r = e / hd;
       float M = -INFINITY;
-      for (int s2 = 0; s2 < num_splits; ++s2)
+      for (int s2 = 0; s2 < splits; ++s2)
         M = fmaxf(M, __ldcg(w0 + s2 * part + (size_t)rows_cap * hd + r));
       float num = 0.0f, den = 0.0f;
-      for (int s2 = 0; s2 < num_splits; ++s2) {
+      for (int s2 = 0; s2 < splits; ++s2) {
         const float *ws_s = w0 + s2 * part;
         const float m = __ldcg(ws_s + (size_t)rows_cap * hd + r);
         if (m == -INFINITY) continue; // this split saw no visible key
