@@ -258,6 +258,29 @@ __global__ void __launch_bounds__(kThreads)
   const int kr = hd + kPad;
   const int first_pos = ctx - qlen + tok0; // position of the tile's first new token
 
+  // The tile's keys: [first_key, last_key]; this split takes its share of those blocks. With
+  // a sliding window the blocks wholly before the first query's window are never read (the
+  // host may have freed them: their block-table entries are stale).
+  const int last_key = first_pos + ntok - 1;
+  const int nblocks = last_key / bs + 1;
+  const int win = p.window > 0 ? p.window : 0;
+  const int first_key = win ? max(0, first_pos - win + 1) : 0;
+  const int b_first = first_key / bs;
+  // The plan sizes num_splits for the longest context it may see (under step graphs: the
+  // pool's maximum, e.g. 64 splits), but this tile's real range may be a few blocks. Only
+  // `splits` of them take part, by the plan's own rule (one block or more each), computed
+  // here from the context on the device, so it holds for a replayed graph too; every CTA of
+  // the tile computes the same value. The others exit before reading anything and are not
+  // counted: the last-block-done count below goes to `splits`, and the combine reads
+  // `splits` partials (on the first H200 run a 16-500-token decode paid ~28 us a layer for
+  // 64 splits, most empty, each writing a partial the last CTA then summed).
+  int splits = num_splits;
+  if (splits > 1) splits = max(1, min(splits, nblocks - b_first));
+  if (split >= splits) return;
+  const int per = (nblocks - b_first + splits - 1) / splits;
+  const int b_begin = b_first + split * per;
+  const int b_end = min(nblocks, b_begin + per);
+
   // Query rows, pre-scaled. Row r is token tok0 + r / G, head kvh * G + r % G.
   const int qstride = p.n_heads * hd;
   for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
@@ -271,18 +294,6 @@ __global__ void __launch_bounds__(kThreads)
     sm_m[r] = -INFINITY;
     sm_l[r] = 0.0f;
   }
-
-  // The tile's keys: [first_key, last_key]; this split takes its share of those blocks. With
-  // a sliding window the blocks wholly before the first query's window are never read (the
-  // host may have freed them: their block-table entries are stale).
-  const int last_key = first_pos + ntok - 1;
-  const int nblocks = last_key / bs + 1;
-  const int win = p.window > 0 ? p.window : 0;
-  const int first_key = win ? max(0, first_pos - win + 1) : 0;
-  const int b_first = first_key / bs;
-  const int per = (nblocks - b_first + num_splits - 1) / num_splits;
-  const int b_begin = b_first + split * per;
-  const int b_end = min(nblocks, b_begin + per);
   const float cap = p.softcap > 0.0f ? p.softcap : 0.0f;
   const float inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
   const int32_t *btab = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
@@ -316,26 +327,37 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // Online softmax bookkeeping, one thread per row.
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    // Online softmax bookkeeping, one warp per row: lanes take the row's keys (a thread per
+    // row walked all bs keys serially, 64 dependent expf at a block of 64, while the other
+    // warps waited at the barrier). The shuffles order every lane's read of the row's old
+    // max and sum before lane 0 writes the new ones.
+    const int lane = threadIdx.x & 31;
+    for (int r = threadIdx.x >> 5; r < rows; r += kThreads / 32) {
       float mx = -INFINITY;
-      for (int t = 0; t < bs; ++t) mx = fmaxf(mx, ss[r * bs + t]);
+      // bs <= 64: one or two keys per lane (rolled loops: unrolled, they cost a spill).
+#pragma unroll 1
+      for (int t = lane; t < bs; t += 32) mx = fmaxf(mx, ss[r * bs + t]);
+      mx = weir_cuda::warp_max(mx);
       const float m_old = sm_m[r];
       const float m_new = fmaxf(m_old, mx);
       float alpha = 1.0f, sum = 0.0f;
       if (m_new == -INFINITY) { // nothing visible yet in this row
-        for (int t = 0; t < bs; ++t) ss[r * bs + t] = 0.0f;
+        for (int t = lane; t < bs; t += 32) ss[r * bs + t] = 0.0f;
       } else {
         alpha = expf(m_old - m_new); // 0 when m_old is -inf
-        for (int t = 0; t < bs; ++t) {
+#pragma unroll 1
+        for (int t = lane; t < bs; t += 32) {
           const float e = expf(ss[r * bs + t] - m_new);
           ss[r * bs + t] = e;
           sum += e;
         }
       }
-      sm_l[r] = sm_l[r] * alpha + sum;
-      sm_m[r] = m_new;
-      salpha[r] = alpha;
+      sum = weir_cuda::warp_sum(sum);
+      if (lane == 0) {
+        sm_l[r] = sm_l[r] * alpha + sum;
+        sm_m[r] = m_new;
+        salpha[r] = alpha;
+      }
     }
     __syncthreads();
 
@@ -349,7 +371,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  if (num_splits == 1) {
+  if (splits == 1) {
     for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
       const int r = e / hd, d = e % hd;
       const int tok = q0 + tok0 + r / G, head = kvh * G + r % G;
@@ -369,7 +391,7 @@ __global__ void __launch_bounds__(kThreads)
       wm[rows_cap + r] = sm_l[r];
     }
     // Last-block-done: make this CTA's partial visible device-wide, then count it. The CTA
-    // that brings the count to num_splits has every partial visible and combines them; it
+    // that brings the count to `splits` has every partial visible and combines them; it
     // resets the counter, so the workspace's counters are zero again after every launch (a
     // recorded graph replays with them as it found them).
     __threadfence();
@@ -377,7 +399,7 @@ __global__ void __launch_bounds__(kThreads)
     int *flag = reinterpret_cast<int *>(sm + L.flag);
     if (threadIdx.x == 0) {
       const int done = atomicAdd(counters + tile_slot, 1);
-      *flag = done == num_splits - 1;
+      *flag = done == splits - 1;
     }
     __syncthreads();
     if (!*flag) return;
@@ -388,10 +410,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = threadIdx.x; e < rows * hd; e += blockDim.x) {
       const int r = e / hd;
       float M = -INFINITY;
-      for (int s2 = 0; s2 < num_splits; ++s2)
+      for (int s2 = 0; s2 < splits; ++s2)
         M = fmaxf(M, __ldcg(w0 + s2 * part + (size_t)rows_cap * hd + r));
       float num = 0.0f, den = 0.0f;
-      for (int s2 = 0; s2 < num_splits; ++s2) {
+      for (int s2 = 0; s2 < splits; ++s2) {
         const float *ws_s = w0 + s2 * part;
         const float m = __ldcg(ws_s + (size_t)rows_cap * hd + r);
         if (m == -INFINITY) continue; // this split saw no visible key
@@ -517,14 +539,18 @@ extern "C" cudaError_t weir_cuda_attn_plan_make(const weir_cuda_attn_params *p, 
     const int in_window = (p->window + mql + p->block_size - 2) / p->block_size + 1;
     if (in_window < max_blocks) max_blocks = in_window;
   }
-  // Split the KV range only when the grid cannot fill the GPU twice over and each split
-  // still gets two blocks or more. The reduction is fused (the last split combines), so a
-  // split costs one partial write and a counter bump rather than a second launch; the
-  // minimum was 4 blocks while a separate kernel combined them, which left a 256-token
-  // decode of a 4-KV-head model at 16 CTAs on a 132-SM GPU. Tune with weir_cuda_attn_bench.
-  if (plan->tiles_per_seq == 1 && ctas > 0 && ctas < 2L * num_sms && max_blocks >= 4) {
+  // Split the KV range only when the grid cannot fill the GPU twice over, down to one block
+  // per split. The reduction is fused (the last split combines), so a split costs one
+  // partial write and a counter bump rather than a second launch; the minimum was 4 blocks
+  // while a separate kernel combined them, then 2, which on the first H200 run (2026-11-28)
+  // left a batch-1 decode of the 1.1B shape (4 KV heads) at 4 CTAs for contexts under 64
+  // tokens, ~28 us a layer: a CTA's block costs microseconds of latency-bound shared-memory
+  // work, far more than a partial. The kernel lowers the split count further on the device
+  // to the blocks a tile really has (a graph's plan is made for the pool's maximum).
+  // Tune with weir_cuda_attn_bench.
+  if (plan->tiles_per_seq == 1 && ctas > 0 && ctas < 2L * num_sms && max_blocks >= 2) {
     long s = (2L * num_sms + ctas - 1) / ctas;
-    const long by_len = max_blocks / 2;
+    const long by_len = max_blocks;
     if (s > by_len) s = by_len;
     if (s > 64) s = 64;
     if (s > 1) plan->num_splits = (int32_t)s;

@@ -146,9 +146,14 @@ cudaError_t weir_cuda_pack_f16(cudaStream_t stream, void *dst, const void *src, 
 /* dst[i] = (half)src[i]. */
 cudaError_t weir_cuda_f32_to_f16(cudaStream_t stream, void *dst, const float *src, int64_t n);
 /* y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tokens <= 8: W is f16 [out][in] (rows 16-byte
- * aligned when in % 8 == 0), x, y f32. Streams W once. */
+ * aligned when in % 8 == 0), x, y f32. Streams W once for all tokens (2 or 4 rows per warp,
+ * 16 chunk loads in flight per lane). cudaErrorInvalidValue for n_tokens outside 1..8. */
 cudaError_t weir_cuda_gemv_f16(cudaStream_t stream, const void *w, const float *x, float *y,
                                int64_t in, int64_t out, int32_t n_tokens);
+/* The same product by the first kernel (one warp per row): the baseline bench_cuda_layouts
+ * measures weir_cuda_gemv_f16 against in the same run. Same contract. */
+cudaError_t weir_cuda_gemv_f16_rows(cudaStream_t stream, const void *w, const float *x,
+                                    float *y, int64_t in, int64_t out, int32_t n_tokens);
 /* out[t] = (f32) W[ids[t]] for t < n; an id outside [0, rows) zero-fills its row and sets
  * *bad_flag (host-mapped or device int) to 1. */
 cudaError_t weir_cuda_embed_f16(cudaStream_t stream, const void *w, const int32_t *ids,

@@ -2,7 +2,11 @@
  * f16 weights, or random GGUF blocks of --wtype for the gguf scheme (TinyLlama 1.1B's shape by
  * default), driven exactly as the engine drives them:
  * embed, per layer RMSNorm / Q K V / RoPE / paged attention / O / residual / RMSNorm / gate up /
- * SwiGLU / down / residual, final norm, LM head, greedy sampling on the device.
+ * SwiGLU / down / residual, final norm, LM head, greedy sampling on the device. Like the engine
+ * (core/model/llama.c), it takes the ABI 1.7 fused ops where the plugins have them: RoPE in
+ * the attention plugin's KV write and query load (forward_rope), each residual add fused into
+ * the RMSNorm after it (add_rms_norm); --unfused issues the separate launches instead (the
+ * sequence the first H200 profile measured).
  *
  * Reports, for the GPU it runs on:
  *   - device-to-device copy bandwidth (bytes read + written per second): the memory ceiling;
@@ -283,26 +287,55 @@ static void mm_group3(void *w0, void *w1, void *w2, const float *in, float *y0, 
   for (int i = 0; i < n; i++) CHECK(QNT->matmul(P_quant.self, w[i], in, y[i], nt));
 }
 
+/* --unfused clears it: separate rope / add launches even where the plugins have the 1.7 fused
+ * ops (the A/B for what the fusion saves). */
+static int use_fused = 1;
+
 static void forward(const batch *b) {
   const int64_t nt = b->n_tokens;
-  const int kvd = S.kv_heads * HD;
+  const int fused_norm =
+      use_fused && WEIR_HAS_FIELD(DEV, weir_device_ops, add_rms_norm) && DEV->add_rms_norm;
+  const int fused_rope = use_fused && WEIR_HAS_FIELD(ATT, weir_attention_ops, forward_rope) &&
+                         ATT->forward_rope;
+  const weir_attn_rope rope = {.struct_size = sizeof rope,
+                               .positions = d_pos,
+                               .positions_host = b->pos,
+                               .rot_dim = HD,
+                               .style = WEIR_ROPE_NORM,
+                               .freq_base = 10000.0f,
+                               .freq_scale = 1.0f};
+  const weir_attn_layer_params lp = {.struct_size = sizeof lp};
   CHECK(QNT->embed(P_quant.self, tok_embd, d_tokens, x, nt));
+  int attn_normed = 0;
   for (int l = 0; l < S.layers; l++) {
     weir_kv_view view = {.base = (char *)kv_pool + (size_t)l * num_blocks * block_bytes,
                          .block_bytes = block_bytes, .num_blocks = num_blocks};
-    CHECK(DEV->rms_norm(DS, h, x, L[l].attn_norm, nt, S.dim, 1e-5f));
+    if (!attn_normed) CHECK(DEV->rms_norm(DS, h, x, L[l].attn_norm, nt, S.dim, 1e-5f));
+    attn_normed = 0;
     mm_group3(L[l].wq, L[l].wk, L[l].wv, h, q, k, v, nt);
-    CHECK(DEV->rope(DS, q, d_pos, nt, S.heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
-    CHECK(DEV->rope(DS, k, d_pos, nt, S.kv_heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
-    CHECK(ATT->forward(P_attn.self, &ashape, &b->ab, &view, q, k, v, att));
+    if (fused_rope) {
+      CHECK(ATT->forward_rope(P_attn.self, &ashape, &lp, &rope, &b->ab, &view, q, k, v, att));
+    } else {
+      CHECK(DEV->rope(DS, q, d_pos, nt, S.heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
+      CHECK(DEV->rope(DS, k, d_pos, nt, S.kv_heads, HD, HD, 10000.0f, 1.0f, WEIR_ROPE_NORM));
+      CHECK(ATT->forward(P_attn.self, &ashape, &b->ab, &view, q, k, v, att));
+    }
     CHECK(QNT->matmul(P_quant.self, L[l].wo, att, h, nt));
-    CHECK(DEV->add(DS, x, x, h, nt * S.dim));
-    CHECK(DEV->rms_norm(DS, h, x, L[l].ffn_norm, nt, S.dim, 1e-5f));
+    if (fused_norm) {
+      CHECK(DEV->add_rms_norm(DS, h, x, h, L[l].ffn_norm, nt, S.dim, 1e-5f));
+    } else {
+      CHECK(DEV->add(DS, x, x, h, nt * S.dim));
+      CHECK(DEV->rms_norm(DS, h, x, L[l].ffn_norm, nt, S.dim, 1e-5f));
+    }
     mm_group3(L[l].wg, L[l].wu, NULL, h, g, u, NULL, nt);
     CHECK(DEV->swiglu(DS, g, g, u, nt * S.ffn));
     CHECK(QNT->matmul(P_quant.self, L[l].wd, g, h, nt));
-    CHECK(DEV->add(DS, x, x, h, nt * S.dim));
-    (void)kvd;
+    if (fused_norm && l + 1 < S.layers) { /* also the next layer's attention norm */
+      CHECK(DEV->add_rms_norm(DS, h, x, h, L[l + 1].attn_norm, nt, S.dim, 1e-5f));
+      attn_normed = 1;
+    } else {
+      CHECK(DEV->add(DS, x, x, h, nt * S.dim));
+    }
   }
   CHECK(DEV->get_rows(DS, hl, x, d_rows, b->n_seqs, S.dim));
   CHECK(DEV->rms_norm(DS, hl, hl, out_norm, b->n_seqs, S.dim, 1e-5f));
@@ -424,6 +457,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--layers") && val) S.layers = atoi(argv[++i]);
     else if (!strcmp(a, "--json") && val) json = argv[++i];
     else if (!strcmp(a, "--no-graph")) use_graph = 0;
+    else if (!strcmp(a, "--unfused")) use_fused = 0;
     else if (!strcmp(a, "--quant") && val) quant = argv[++i];
     else if (!strcmp(a, "--wtype") && val && parse_wtype(argv[i + 1]) == 0) wtype = argv[++i];
     else if (!strcmp(a, "--prefill-batch") && val) prefill_batch = atoi(argv[++i]);
@@ -439,7 +473,8 @@ int main(int argc, char **argv) {
         batches[nb++] = atoi(tok);
     } else {
       fprintf(stderr, "usage: weir_cuda_bench [--steps N] [--ctx N] [--prefill N] [--layers N]"
-                      " [--batches 1,8,32,64] [--no-graph] [--quant fp16|int8|awq_int4|gguf]"
+                      " [--batches 1,8,32,64] [--no-graph] [--unfused]"
+                      " [--quant fp16|int8|awq_int4|gguf]"
                       " [--wtype f16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_K|q3_K|q4_K|q5_K|q6_K|"
                       "iq4_nl|iq4_xs|q4_K_M] [--prefill-batch N] [--json FILE]"
                       " [--gemv 1,2,4,8,16 [--gemv-ungrouped] [--gemv-only]]\n");

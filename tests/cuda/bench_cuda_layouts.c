@@ -6,6 +6,9 @@
  *             row kernel), group 128;
  *   q6_K:     weir_cuda_gguf_matmul on the file's 210-byte blocks against the repacked planes
  *             (WEIR_CUDA_GGUF_Q6_K_R);
+ *   f16:      the row-per-warp GEMV (weir_cuda_gemv_f16_rows) against the tiled one
+ *             (weir_cuda_gemv_f16, 2-4 rows per warp), same weights, batches up to 8 (its
+ *             limit; larger batches go to cuBLAS in the plugin);
  * at batches of 1, 2, 4, 8 and 16 tokens. Each pass runs every weight of every layer once;
  * passes alternate A B A B ..., the median pass of each is reported as time and weight GB/s
  * (the bytes each layout holds, read once per pass). The weights are random bytes with finite
@@ -72,13 +75,15 @@ static int parse_list(const char *s, int *out, int max) {
 /* One layout's weights (all layers) and how a pass runs them. */
 typedef struct layout {
   const char *name;
-  int kind; /* 0 q4 rows, 1 q4 tiled, 2 q6_K file blocks, 3 q6_K planes */
+  int kind; /* 0 q4 rows, 1 q4 tiled, 2 q6_K file blocks, 3 q6_K planes, 4 f16 rows,
+             * 5 f16 tiled (4 and 5 share a: one f16 copy) */
   void *a[LAYERS][NW], *b[LAYERS][NW], *c[LAYERS][NW];
   size_t row_bytes[NW];
   double bytes;
 } layout;
 
 static void *act4[NW], *actg[NW]; /* quantized activations per weight shape (max batch) */
+static float *actf[NW];            /* f32 activations per weight shape (16 tokens) */
 static float *ybuf;
 
 static void pass(const layout *L, int n) {
@@ -98,6 +103,11 @@ static void pass(const layout *L, int n) {
                                        n));
         break;
       }
+      case 4:
+      case 5:
+        CK((L->kind == 4 ? weir_cuda_gemv_f16_rows : weir_cuda_gemv_f16)(
+            0, L->a[l][i], actf[i], ybuf, cols, rows, n));
+        break;
       default:
         CK(weir_cuda_gguf_matmul(0, L->kind == 2 ? 14 : WEIR_CUDA_GGUF_Q6_K_R, L->a[l][i],
                                  L->row_bytes[i], actg[i], ybuf, cols, rows, n));
@@ -134,14 +144,16 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&actg[i], weir_cuda_gguf_act_bytes(16, cols)));
     CK(weir_cuda_q8_quantize_act(0, x, NULL, act4[i], 16, cols, cols));
     CK(weir_cuda_gguf_quantize_act(0, x, actg[i], 16, cols));
-    CK(cudaFree(x));
+    actf[i] = x;
   }
   CK(cudaMalloc((void **)&ybuf, 16 * 5632 * 4));
 
-  static layout L[4] = {{.name = "awq_int4 rows", .kind = 0},
+  static layout L[6] = {{.name = "awq_int4 rows", .kind = 0},
                         {.name = "awq_int4 tiled", .kind = 1},
                         {.name = "q6_K blocks", .kind = 2},
-                        {.name = "q6_K planes", .kind = 3}};
+                        {.name = "q6_K planes", .kind = 3},
+                        {.name = "f16 rows", .kind = 4},
+                        {.name = "f16 tiled", .kind = 5}};
   for (int i = 0; i < NW; i++) {
     const int64_t rows = k_rows[i], cols = k_cols[i], ng = cols / 128;
     const size_t nib = (size_t)(rows * cols / 2), sc = (size_t)(rows * ng) * 2;
@@ -169,7 +181,14 @@ int main(int argc, char **argv) {
       fprintf(stderr, "repack failed\n");
       return 1;
     }
+    /* f16: random halves in [-1, 1) (sign, exponent 14 or less, random mantissa). */
+    const size_t fb = (size_t)(rows * cols) * 2;
+    uint16_t *hf = malloc(fb);
+    if (!hf) return 1;
+    for (size_t k = 0; k < fb / 2; k++)
+      hf[k] = (uint16_t)(((rbyte() & 0x80u) << 8) | ((rbyte() % 15u) << 10) | ((rbyte() << 2) & 0x3FFu));
     for (int l = 0; l < LAYERS; l++) {
+      L[4].a[l][i] = L[5].a[l][i] = upload(hf, fb);
       L[0].a[l][i] = upload(hn, nib);
       L[0].b[l][i] = upload(hd, sc);
       L[0].c[l][i] = upload(hm, sc);
@@ -182,6 +201,9 @@ int main(int argc, char **argv) {
     L[1].bytes += (double)LAYERS * (double)(tb + sb);
     L[2].bytes += (double)LAYERS * (double)(q6 * (size_t)rows);
     L[3].bytes += (double)LAYERS * (double)(q6r * (size_t)rows);
+    L[4].bytes += (double)LAYERS * (double)fb;
+    L[5].bytes += (double)LAYERS * (double)fb;
+    free(hf);
     free(hn), free(hq6), free(hq6r), free(hd), free(hm), free(ht), free(hs);
   }
   CK(cudaDeviceSynchronize());
@@ -192,10 +214,11 @@ int main(int argc, char **argv) {
   if (jf) fprintf(jf, "{\"shape\": \"1.1B projections x 22 layers\", \"rows\": [");
   int first = 1;
   printf("%-16s %5s %10s %9s %8s\n", "layout", "batch", "pass ms", "GB/s", "vs base");
-  for (int pair = 0; pair < 2; pair++) {
+  for (int pair = 0; pair < 3; pair++) {
     const layout *A = &L[2 * pair], *B = &L[2 * pair + 1];
     for (int bi = 0; bi < nb; bi++) {
       const int n = batches[bi];
+      if (A->kind == 4 && n > 8) continue; /* the f16 GEMV's limit */
       float ta[99], tbm[99];
       pass(A, n); /* warm-up */
       pass(B, n);

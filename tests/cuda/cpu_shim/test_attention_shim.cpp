@@ -40,6 +40,11 @@ struct Scenario {
   // ABI 1.5 layer parameters: sliding window, soft-cap, scale (0 = 1/sqrt(hd)).
   int window = 0;
   float softcap = 0.0f, scale = 0.0f;
+  // Plans as step graphs do: for this context (the pool's maximum) rather than the batch's,
+  // so num_splits exceeds what the real contexts use (0 = the batch's maximum). `reverse`
+  // runs the blocks in reverse grid order (which CTA finishes last must not matter).
+  int plan_ctx = 0;
+  bool reverse = false;
 };
 
 // int8 (dt 24): what the cache holds for a row of n values, computed as the kernel and the
@@ -175,7 +180,7 @@ static void run(const Scenario &sc) {
   p.num_seqs = S;
   p.num_tokens = T;
   p.max_query_len = max_q;
-  p.max_context_len = max_ctx;
+  p.max_context_len = sc.plan_ctx > 0 ? sc.plan_ctx : max_ctx;
   p.query_start_loc = qsl.data();
   p.context_lens = ctx.data();
   p.block_tables = bt.data();
@@ -193,6 +198,7 @@ static void run(const Scenario &sc) {
     return;
   }
   std::vector<float> ws(plan.workspace_bytes / 4 + 1);
+  memset(ws.data(), 0xFF, ws.size() * 4); // a NaN pattern: which partials were written
   std::vector<int> counters(plan.counter_bytes / sizeof(int) + 1, 0);
   std::vector<float> out((size_t)T * qw);
   memset(out.data(), 0xFF, out.size() * 4);
@@ -203,7 +209,9 @@ static void run(const Scenario &sc) {
     weir_cuda_kv_write(nullptr, &pp, pk.data(), pv.data());
   }
   weir_cuda_kv_write(nullptr, &p, k.data(), v.data());
+  shim_reverse_blocks = sc.reverse;
   weir_cuda_attention(nullptr, &p, &plan, q.data(), out.data(), ws.data(), counters.data());
+  shim_reverse_blocks = false;
   // The fused split reduction must leave its counters at zero (a replayed graph relies on it).
   for (int c : counters)
     if (c != 0) {
@@ -211,6 +219,33 @@ static void run(const Scenario &sc) {
       ++g_failures;
       break;
     }
+  // Decode planned for a longer context (step graphs): only the splits the real context uses
+  // (one block or more each) may write a partial; the rest must exit unread and unwritten.
+  if (sc.plan_ctx > 0 && plan.num_splits > 1 && max_q == 1) {
+    const size_t part = (size_t)plan.rows_per_cta * (sc.hd + 2);
+    int wrote_unused = 0;
+    for (int si = 0; si < S; ++si) {
+      const int last_key = sc.ctx[si] - 1, nblocks = last_key / bs + 1;
+      const int first_key = sc.window > 0 ? std::max(0, last_key - sc.window + 1) : 0;
+      const int used = std::max(1, std::min(plan.num_splits, nblocks - first_key / bs));
+      for (int h = 0; h < sc.kv_heads; ++h) {
+        const size_t slot = (size_t)si * sc.kv_heads + h;
+        const unsigned char *b = reinterpret_cast<const unsigned char *>(
+            ws.data() + (slot * plan.num_splits + (used > 1 ? used : 0)) * part);
+        const size_t n = (size_t)(plan.num_splits - (used > 1 ? used : 0)) * part * 4;
+        for (size_t i = 0; i < n; ++i)
+          if (b[i] != 0xFF) {
+            ++wrote_unused;
+            break;
+          }
+      }
+    }
+    if (wrote_unused) {
+      printf("FAIL %s: %d tile(s) wrote partials of splits their context does not use\n",
+             sc.name, wrote_unused);
+      ++g_failures;
+    }
+  }
   double num = 0, den = 0;
   bool finite = true;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -266,6 +301,18 @@ int main() {
        1.5f, 0.3f},
       {"window 33 softcap 2 split-KV bf16 8/2 d128", 8, 2, 128, 30, 16, {700}, {1}, 33, 2.0f,
        0.0625f},
+      // Planned for 2,048 tokens as under step graphs (64 splits on 4 KV-head CTAs), real
+      // contexts of 5 (one block: no split, the direct write), 40 (3 blocks: 3 splits), 300
+      // (19 blocks: 19 splits) and 1,000: the splits past what a context uses exit unread and
+      // uncounted, the rest combine (issue 34: 28 us a layer on an H200 at short contexts).
+      {"graph-planned decode f16 32/4 d64 ctx 5/40/300", 32, 4, 64, 1, 132, {5, 40, 300},
+       {1, 1, 1}, 0, 0.0f, 0.0f, 2048},
+      {"graph-planned decode f16 32/4 d64 reversed", 32, 4, 64, 1, 132, {300, 1000, 40},
+       {1, 1, 1}, 0, 0.0f, 0.0f, 2048, true},
+      {"graph-planned decode int8 8/2 d64 ctx 33/700", 8, 2, 64, 24, 132, {33, 700}, {1, 1}, 0,
+       0.0f, 0.0f, 4096, true},
+      {"graph-planned window 50 f16 4/1 d64", 4, 1, 64, 1, 16, {600, 20}, {1, 1}, 50, 0.0f,
+       0.0f, 2048},
   };
   for (const auto &sc : s) run(sc);
   copy_blocks_check();

@@ -386,6 +386,71 @@ static void pack_gemv_embed() {
   if (!sat) ++g_failures;
 }
 
+// The tiled f16 GEMV (2 rows per warp up to 4 tokens, 4 rows from 5; 8 or 4 chunks per lane
+// in flight) at the shapes its predication and row clamping must get right: rows not a
+// multiple of R (1, 5, 17), rows of 1 chunk, 65 chunks (the 4-row kernel's 128-chunk step
+// half empty) and 257 chunks (the 2-row kernel's 256-chunk step plus a 1-chunk tail), every
+// token count 1..8. x and W are sized exactly, so a read past them is an ASan error here; y is
+// NaN-poisoned, so an unwritten row fails. Checked against double sums and against the
+// row-per-warp kernel (weir_cuda_gemv_f16_rows) it replaces.
+static void gemv_tile_shapes() {
+  const int ins[] = {8, 520, 2056}, outs[] = {1, 5, 17};
+  int bad_shapes = 0;
+  for (int in : ins)
+    for (int outr : outs) {
+      std::vector<__half> w((size_t)in * outr);
+      for (auto &a : w) a = __float2half_rn(uni(-1, 1));
+      for (int nt = 1; nt <= 8; ++nt) {
+        std::vector<float> x((size_t)nt * in);
+        for (auto &a : x) a = uni(-1, 1);
+        std::vector<double> yr((size_t)nt * outr, 0.0);
+        for (int t = 0; t < nt; ++t)
+          for (int o = 0; o < outr; ++o)
+            for (int i = 0; i < in; ++i)
+              yr[(size_t)t * outr + o] +=
+                  (double)__half2float(w[(size_t)o * in + i]) * x[(size_t)t * in + i];
+        auto y = poisoned(yr.size()), yb = poisoned(yr.size());
+        const cudaError_t e1 = weir_cuda_gemv_f16(nullptr, w.data(), x.data(), y.data(), in, outr, nt);
+        const cudaError_t e2 =
+            weir_cuda_gemv_f16_rows(nullptr, w.data(), x.data(), yb.data(), in, outr, nt);
+        // Errors relative to each output's sum of |w x| (f32 rounding grows with it, not
+        // with the result, which may cancel to near zero).
+        double worst = 0.0, worst_b = 0.0;
+        for (int t = 0; t < nt; ++t)
+          for (int o = 0; o < outr; ++o) {
+            double mag = 1e-30;
+            for (int i = 0; i < in; ++i)
+              mag += std::fabs((double)__half2float(w[(size_t)o * in + i]) * x[(size_t)t * in + i]);
+            const size_t k = (size_t)t * outr + o;
+            const double d = std::isfinite(y[k]) ? std::fabs(y[k] - yr[k]) : INFINITY;
+            const double db = std::isfinite(y[k]) && std::isfinite(yb[k])
+                                  ? std::fabs((double)y[k] - yb[k]) : INFINITY;
+            worst = std::max(worst, d / mag);
+            worst_b = std::max(worst_b, db / mag);
+          }
+        if (e1 != cudaSuccess || e2 != cudaSuccess || !(worst <= 1e-5) || !(worst_b <= 1e-6)) {
+          printf("FAIL gemv tile in %d out %d tokens %d: rel error %.3g vs double, %.3g vs rows "
+                 "kernel (errors %d %d)\n", in, outr, nt, worst, worst_b, (int)e1, (int)e2);
+          ++g_failures;
+          ++bad_shapes;
+        }
+      }
+    }
+  printf("%s gemv tile: 72 shapes (in 8/520/2056 x out 1/5/17 x 1..8 tokens)\n",
+         bad_shapes ? "FAIL" : "ok  ");
+  // Token counts outside 1..8 are refused, y untouched.
+  std::vector<__half> w(64, __float2half_rn(1.0f));
+  std::vector<float> x(9 * 8, 1.0f);
+  auto y = poisoned(9 * 8);
+  const bool refused = weir_cuda_gemv_f16(nullptr, w.data(), x.data(), y.data(), 8, 8, 0) ==
+                           cudaErrorInvalidValue &&
+                       weir_cuda_gemv_f16(nullptr, w.data(), x.data(), y.data(), 8, 8, 9) ==
+                           cudaErrorInvalidValue &&
+                       std::isnan(y[0]);
+  printf("%s gemv refuses 0 and 9 tokens\n", refused ? "ok  " : "FAIL");
+  if (!refused) ++g_failures;
+}
+
 #ifdef WEIR_SHIM_DEVICE_CPU
 // The CPU device's add_rms_norm (ABI 1.7) as the reference of the CUDA kernel, as the engine
 // calls both: out == x (the sublayer output), the residual updated in place.
@@ -459,6 +524,7 @@ int main() {
   family_ops(2, 3, 128, 128);
   family_ops(2, 2, 80, 40);
   pack_gemv_embed();
+  gemv_tile_shapes();
   if (g_failures) printf("%d failure(s)\n", g_failures);
   return g_failures ? 1 : 0;
 }
