@@ -266,8 +266,12 @@ static sse_ref reference(const char *d) {
   if (cJSON_IsObject(u)) {
     cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
     cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
-    if (cJSON_IsNumber(pt) && pt->valuedouble >= 0) r.prompt = (int64_t)pt->valuedouble;
-    if (cJSON_IsNumber(ct) && ct->valuedouble >= 0) r.completion = (int64_t)ct->valuedouble;
+    /* a count past 9e18 is no count: absent, as the scanner reads it (and no int64_t holds
+     * it: the cast would be undefined; a fuzz run of the scanner against this found it) */
+    if (cJSON_IsNumber(pt) && pt->valuedouble >= 0 && pt->valuedouble < 9e18)
+      r.prompt = (int64_t)pt->valuedouble;
+    if (cJSON_IsNumber(ct) && ct->valuedouble >= 0 && ct->valuedouble < 9e18)
+      r.completion = (int64_t)ct->valuedouble;
   }
   cJSON_Delete(o);
   return r;
