@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "matmul_kq.h"
+#include "matmul_kq_amx.h"
 #include "testutil.h"
 #include "weir/numeric.h"
 #include "weir/weir.h"
@@ -457,6 +458,104 @@ out:
   free(bbuf);
 }
 
+/* The AMX-INT8 GEMM (matmul_kq_amx.c) against the portable C path (level scalar) and the
+ * AVX-512 VNNI kernel on the same WEIR_KQ_X16 rows: every token count 1..70 (16-token blocks,
+ * partial ones, and the < 16 counts that stay on VNNI), 67 rows (not a multiple of 16; 64-row
+ * blocks plus a tail), and a call over rows [3, 62) that must leave the rows outside it
+ * untouched. Results agree to f32 summation order (the per-sub-block integer sums are the same
+ * numbers, scaled in another order). Skips where the CPU or the OS gives no AMX. */
+static void amx_type(weir_dtype t) {
+  enum { ROWS = 67, COLS = 1024, T = 70 };
+  const size_t rb = weir_dtype_row_bytes(t, COLS);
+  uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
+  float *x = malloc(sizeof(float) * T * COLS), *want = malloc(sizeof(float) * T * ROWS);
+  float *vn = malloc(sizeof(float) * T * ROWS), *got = malloc(sizeof(float) * T * ROWS);
+  float *a = malloc(sizeof(float) * ROWS * COLS);
+  double *mag = malloc(sizeof(double) * T * ROWS);
+  void *abuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
+  for (int64_t r = 0; r < ROWS; r++) {
+    weir_kq_x16_pack_row(t, src + r * rb, x16 + r * rb, COLS);
+    weir_kq_x16_dequant_row(t, x16 + r * rb, COLS, a + r * COLS);
+  }
+  for (int64_t i = 0; i < T * COLS; i++) x[i] = wt_frand(-1, 1);
+  for (int64_t k = 0; k < T; k++)
+    for (int64_t r = 0; r < ROWS; r++) {
+      double m = 0;
+      for (int64_t c = 0; c < COLS; c++) m += fabs((double)a[r * COLS + c] * x[k * COLS + c]);
+      mag[k * ROWS + r] = m;
+    }
+  const weir_cpu_isa_level best = weir_cpu_isa();
+  for (int64_t n = 1; n <= T; n++) {
+    weir_kq_act xa;
+    weir_kq_act_init(&xa, abuf, COLS, n);
+    for (int64_t k = 0; k < n; k++) weir_kq_quantize_act_x16(t, x + k * COLS, COLS, &xa, k);
+    weir_kq_matmul_args m = {.type = t, .layout = WEIR_KQ_X16, .w = x16, .row_bytes = rb,
+                             .rows = ROWS, .cols = COLS, .act = xa, .n_tokens = n};
+    /* reference: portable C */
+    CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_SCALAR), 0);
+    m.y = want;
+    weir_kq_matmul_rows(&m, 0, ROWS);
+    CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_AVX512), 0);
+    weir_kq_amx_set(0);
+    CU_ASSERT(!weir_kq_amx_enabled());
+    m.y = vn;
+    weir_kq_matmul_rows(&m, 0, ROWS);
+    CU_ASSERT_EQUAL_FATAL(weir_kq_amx_set(1), 0);
+    CU_ASSERT(weir_kq_amx_enabled());
+    for (int64_t i = 0; i < n * ROWS; i++) got[i] = NAN;
+    m.y = got;
+    /* two calls as two pool threads would split the rows: one starts mid-16 */
+    weir_kq_matmul_rows(&m, 0, 37);
+    weir_kq_matmul_rows(&m, 37, ROWS);
+    for (int64_t i = 0; i < n * ROWS; i++) {
+      char what[112];
+      snprintf(what, sizeof what, "amx %s, %lld tokens, out %lld (vs scalar)", weir_dtype_name(t),
+               (long long)n, (long long)i);
+      if (!CHK(fabs((double)got[i] - want[i]), 2e-6 * mag[i] + 1e-6, what)) goto out;
+      snprintf(what, sizeof what, "amx %s, %lld tokens, out %lld (vs vnni)", weir_dtype_name(t),
+               (long long)n, (long long)i);
+      if (!CHK(fabs((double)got[i] - vn[i]), 2e-6 * mag[i] + 1e-6, what)) goto out;
+    }
+    /* rows [3, 62) only: the others keep their NaN */
+    for (int64_t i = 0; i < n * ROWS; i++) got[i] = NAN;
+    weir_kq_matmul_rows(&m, 3, 62);
+    for (int64_t i = 0; i < n * ROWS; i++) {
+      const int64_t r = i % ROWS;
+      if (r < 3 || r >= 62) {
+        CU_ASSERT(isnan(got[i]));
+      } else if (!CHK(fabs((double)got[i] - want[i]), 2e-6 * mag[i] + 1e-6, "amx rows [3, 62)")) {
+        goto out;
+      }
+    }
+  }
+out:
+  weir_cpu_isa_set(best);
+  free(src);
+  free(x16);
+  free(x);
+  free(want);
+  free(vn);
+  free(got);
+  free(a);
+  free(mag);
+  free(abuf);
+}
+
+static void test_amx(void) {
+  if (!weir_kq_amx_available() || !weir_cpu_isa_supported(WEIR_CPU_ISA_AVX512) ||
+      !wt_isa_available(3)) {
+    fprintf(stderr, "\n  SKIP amx: this CPU or OS gives no AMX-INT8 (amx_int8 + XTILEDATA)\n");
+    if (!weir_kq_amx_available()) CU_ASSERT_EQUAL(weir_kq_amx_set(1), -1);
+    return;
+  }
+  const int was = weir_kq_amx_enabled();
+  amx_type(WEIR_DTYPE_Q8_0);
+  amx_type(WEIR_DTYPE_Q4_K);
+  amx_type(WEIR_DTYPE_Q6_K);
+  amx_type(WEIR_DTYPE_Q5_K);
+  weir_kq_amx_set(was);
+}
+
 static void test_x16(void) {
   CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q4_0, 1536));
   CU_ASSERT(!weir_kq_x16_fits(WEIR_DTYPE_Q2_K, 1536));
@@ -590,6 +689,7 @@ int main(void) {
                                   {"refusals", test_refusals},
                                   {"end_to_end", test_end_to_end},
                                   {"x16", test_x16},
+                                  {"amx", test_amx},
                                   {NULL, NULL}};
   return wt_plugin_main("quant_gguf", tests, &g_host, 1);
 }
