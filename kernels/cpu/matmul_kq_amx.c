@@ -286,71 +286,94 @@ static void pack_rows(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t 
   }
 }
 
-/* Sub-block s of the row block at r (n valid rows in it) against token block tb. */
-static inline void run_sub(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r, int nrow,
-                           int s, int64_t tb, int32_t (*cb)[16][16]) {
+/* The tile products of unit u (8 lanes: lanes 8 (u % 2).. of group u / 2) of sub-block s
+ * against token block tb, into cb[0..7]. Lane pairs alternate between C tiles 0, 1 and 2, 3
+ * so that a pair's products need not wait for the previous pair's stores. */
+static inline void tile_unit(const amx_plan *pl, int s, int64_t tb, int64_t u, int32_t (*cb)[16][16]) {
+  const int nch = pl->nch, kb = pl->kb, l0 = (int)(u & 1) * 8;
+  const int64_t g = u >> 1;
+  const int8_t *bt = pl->wt + (s * pl->groups + g) * 16 * nch * 64;
+  const int8_t *at = pl->at + (tb * pl->groups + g) * 16 * 16 * kb;
+  for (int l = l0; l < l0 + 8; l += 4) {
+    _tile_loadd(4, at + l * 16 * kb, kb);
+    _tile_loadd(6, bt + l * nch * 64, 64);
+    _tile_zero(0);
+    _tile_dpbssd(0, 4, 6);
+    _tile_loadd(5, at + (l + 1) * 16 * kb, kb);
+    _tile_loadd(7, bt + (l + 1) * nch * 64, 64);
+    _tile_zero(1);
+    _tile_dpbssd(1, 5, 7);
+    _tile_stored(0, cb[l - l0], 64);
+    _tile_stored(1, cb[l - l0 + 1], 64);
+    _tile_loadd(4, at + (l + 2) * 16 * kb, kb);
+    _tile_loadd(6, bt + (l + 2) * nch * 64, 64);
+    _tile_zero(2);
+    _tile_dpbssd(2, 4, 6);
+    _tile_loadd(5, at + (l + 3) * 16 * kb, kb);
+    _tile_loadd(7, bt + (l + 3) * nch * 64, 64);
+    _tile_zero(3);
+    _tile_dpbssd(3, 5, 7);
+    _tile_stored(2, cb[l - l0 + 2], 64);
+    _tile_stored(3, cb[l - l0 + 3], 64);
+  }
+}
+
+/* Scales unit u's integer sums (cb, tokens x rows) into acc[token] (a vector over rows). */
+static inline void scale_unit(const weir_kq_matmul_args *a, const amx_plan *pl, int s, int64_t tb,
+                              int64_t u, int32_t (*cb)[16][16], __m512 *acc) {
   const weir_dtype type = a->type;
-  const int nch = pl->nch, kb = pl->kb;
   const int mins = type == WEIR_DTYPE_Q4_K || type == WEIR_DTYPE_Q5_K;
-  const int q8 = type == WEIR_DTYPE_Q8_0;
-  /* lanes per activation scale: 8 (Q4_K/Q5_K: a 256-column super-block), 16 (Q6_K), 1 (Q8_0) */
-  const int lps = q8 ? 2 : type == WEIR_DTYPE_Q6_K ? 16 : 8;
-  __m512 acc[16];
-  for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < pl->groups; g++) {
-    const int64_t sg = s * pl->groups + g, tg = tb * pl->groups + g;
-    const int8_t *bt = pl->wt + sg * 16 * nch * 64;
-    const int8_t *at = pl->at + tg * 16 * 16 * kb;
-    const float *sw = pl->wsw + sg * 256, *mw = pl->wmw + sg * 256;
-    const float *xd = pl->axd + tg * 256, *qs = pl->aqs + tg * 256;
-    for (int l0 = 0; l0 < 16; l0 += lps) {
-      /* the tile products of these lanes, two tile sets alternating */
-      for (int l = l0; l < l0 + lps; l += 2) {
-        _tile_loadd(2, at + l * 16 * kb, kb);
-        _tile_loadd(4, bt + l * nch * 64, 64);
-        _tile_zero(0);
-        _tile_loadd(3, at + (l + 1) * 16 * kb, kb);
-        _tile_loadd(5, bt + (l + 1) * nch * 64, 64);
-        _tile_zero(1);
-        _tile_dpbssd(0, 2, 4);
-        _tile_dpbssd(1, 3, 5);
-        _tile_stored(0, cb[l - l0], 64);
-        _tile_stored(1, cb[l - l0 + 1], 64);
-      }
-      if (q8) {
-        for (int j = 0; j < 2; j++) {
-          const int l = l0 + j;
-          const __m512 vs = _mm512_loadu_ps(sw + l * 16);
+  const int l0 = (int)(u & 1) * 8;
+  const int64_t g = u >> 1, sg = s * pl->groups + g, tg = tb * pl->groups + g;
+  const float *sw = pl->wsw + sg * 256, *mw = pl->wmw + sg * 256;
+  const float *xd = pl->axd + tg * 256, *qs = pl->aqs + tg * 256;
+  if (type == WEIR_DTYPE_Q8_0) { /* an activation scale per lane */
+    for (int j = 0; j < 8; j++) {
+      const int l = l0 + j;
+      const __m512 vs = _mm512_loadu_ps(sw + l * 16);
 #pragma GCC unroll 16
-          for (int t = 0; t < 16; t++)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[j][t])),
-                                     _mm512_mul_ps(vs, _mm512_set1_ps(xd[l * 16 + t])), acc[t]);
-        }
-        continue;
-      }
-      /* two halves of 8 tokens so that 16 totals + 8 partial sums stay in registers */
-      for (int h = 0; h < 16; h += 8) {
-        __m512 ps[8];
+      for (int t = 0; t < 16; t++)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[j][t])),
+                                 _mm512_mul_ps(vs, _mm512_set1_ps(xd[l * 16 + t])), acc[t]);
+    }
+    return;
+  }
+  /* one activation scale for the 8 lanes (a Q4_K/Q5_K super-block, half a Q6_K one); two
+   * halves of 8 tokens so that 16 totals + 8 partial sums stay in registers */
+  for (int h = 0; h < 16; h += 8) {
+    __m512 ps[8];
 #pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) ps[t] = _mm512_setzero_ps();
-        for (int j = 0; j < lps; j++) {
-          const int l = l0 + j;
-          const __m512 vs = _mm512_loadu_ps(sw + l * 16);
+    for (int t = 0; t < 8; t++) ps[t] = _mm512_setzero_ps();
+    for (int j = 0; j < 8; j++) {
+      const int l = l0 + j;
+      const __m512 vs = _mm512_loadu_ps(sw + l * 16);
 #pragma GCC unroll 8
-          for (int t = 0; t < 8; t++)
-            ps[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[j][h + t])), vs, ps[t]);
-          if (mins) {
-            const __m512 vm = _mm512_loadu_ps(mw + l * 16);
+      for (int t = 0; t < 8; t++)
+        ps[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[j][h + t])), vs, ps[t]);
+      if (mins) {
+        const __m512 vm = _mm512_loadu_ps(mw + l * 16);
 #pragma GCC unroll 8
-            for (int t = 0; t < 8; t++)
-              ps[t] = _mm512_fmadd_ps(vm, _mm512_set1_ps(qs[l * 16 + h + t]), ps[t]);
-          }
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; t++)
-          acc[h + t] = _mm512_fmadd_ps(ps[t], _mm512_set1_ps(xd[l0 * 16 + h + t]), acc[h + t]);
+        for (int t = 0; t < 8; t++) ps[t] = _mm512_fmadd_ps(vm, _mm512_set1_ps(qs[l * 16 + h + t]), ps[t]);
       }
     }
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; t++)
+      acc[h + t] = _mm512_fmadd_ps(ps[t], _mm512_set1_ps(xd[l0 * 16 + h + t]), acc[h + t]);
+  }
+}
+
+/* Sub-block s of the row block at r (nrow valid rows in the block) against token block tb.
+ * The tile products of the next unit are issued before the current unit is scaled (cb holds
+ * two units), so the tile unit and the vector ports overlap. */
+static inline void run_sub(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r, int nrow,
+                           int s, int64_t tb, int32_t (*cb)[16][16]) {
+  __m512 acc[16];
+  for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+  const int64_t units = pl->groups * 2;
+  tile_unit(pl, s, tb, 0, cb);
+  for (int64_t u = 0; u < units; u++) {
+    if (u + 1 < units) tile_unit(pl, s, tb, u + 1, cb + ((u + 1) & 1) * 8);
+    scale_unit(a, pl, s, tb, u, cb + (u & 1) * 8, acc);
   }
   const int64_t row0 = r + s * SUB;
   int valid = nrow - s * SUB;
@@ -396,15 +419,15 @@ int weir_kq_amx_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   tilecfg cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
-  for (int i = 0; i < 2; i++) { /* C */
+  for (int i = 0; i < 4; i++) { /* C */
     cfg.rows[i] = 16;
     cfg.colsb[i] = 64;
   }
-  for (int i = 2; i < 4; i++) { /* A: 16 tokens x K bytes */
+  for (int i = 4; i < 6; i++) { /* A: 16 tokens x K bytes */
     cfg.rows[i] = 16;
     cfg.colsb[i] = (uint16_t)pl.kb;
   }
-  for (int i = 4; i < 6; i++) { /* B: K / 4 rows x 16 rows' 4 bytes */
+  for (int i = 6; i < 8; i++) { /* B: K / 4 rows x 16 rows' 4 bytes */
     cfg.rows[i] = (uint8_t)pl.nch;
     cfg.colsb[i] = 64;
   }
