@@ -196,121 +196,248 @@ typedef struct tilecfg {
   uint8_t rows[16];
 } tilecfg;
 
-/* Per call: the weights' scratch (one row block) and the activations' (every token block). */
+/* Per call: the weights' scratch (one row block) and the activations' (every token block).
+ *
+ * K-types (Q4_K, Q5_K, Q6_K): a super-block's integer weight v = sc * u (Q6_K sc * (u - 32))
+ * is split into v = 256 hi + lo (lo unsigned, hi signed; |v| < 4096), each a byte, so that the
+ * super-block's whole integer dot product is lo . q + 256 (hi . q): two tile products per 64
+ * columns that accumulate over the super-block's 256 columns in two C tiles, stored and
+ * scaled once per super-block (by d, then the token's activation scale; the mins of Q4_K/Q5_K
+ * as one FMA per sub-block). A tiles: 16 rows x 64 bytes of lo (or hi), chunk k of the
+ * super-block; B tiles: the same 64 columns of 16 tokens, 4 bytes per token per row.
+ * Q8_0: per 32-column block (both sides have their own scale there): A 16 rows x 32 bytes q,
+ * B 8 x 64 bytes of the tokens' q, one C tile per block. */
 typedef struct amx_plan {
   weir_dtype type;
-  int nch;          /* K / 4: rows of a B tile (8; Q6_K 4) */
-  int kb;           /* K: bytes of an A row (32; Q6_K 16) */
+  int ksb;          /* super-blocks per group: Q4_K/Q5_K 2, Q6_K 1; Q8_0 0 */
   int64_t groups;   /* groups of a row */
   int64_t ntb;      /* token blocks */
-  int8_t *wt;       /* [RB / SUB][groups][16 lanes][nch][64] */
-  float *wsw, *wmw; /* [RB / SUB][groups][16 lanes][16 rows] */
-  int8_t *at;       /* [ntb][groups][16 lanes][16 tokens][kb] */
-  float *axd, *aqs; /* [ntb][groups][16 lanes][16 tokens] */
-  int8_t *dec;      /* [16 rows][nch][64] decode staging */
+  int8_t *wt;       /* [RB / SUB][groups] x 16 x group-columns x (K-types 2, Q8_0 1) bytes */
+  float *wsw, *wmw; /* [RB / SUB][groups][256]: K: d [sb][row], -dmin m [sb][8][row]; Q8_0 d [lane][row] */
+  int8_t *at;       /* [ntb][groups] x 16 x group-columns bytes of B tiles */
+  float *axd, *aqs; /* [ntb][groups][256]: scales [sb or lane][token]; Q4_K/Q5_K sum q [lane][token] */
 } amx_plan;
 
-/* Rearranges the activations (weir_kq_quantize_act_x16's layout) into A tiles. Tokens past
+/* Byte j (0..63) of chunk k (0..3) of super-block sb, in a group in the X16 order: the lanes
+ * of super-block sb are dwords 8 sb.. of each 64-byte vector c (Q6_K: all 16 of them). */
+static inline int chunk_off(int ksb, int sb, int k, int j) {
+  if (ksb == 1) return 64 * k + j;
+  return j < 32 ? 128 * k + 32 * sb + j : 128 * k + 64 + 32 * sb + (j - 32);
+}
+
+/* Rearranges the activations (weir_kq_quantize_act_x16's layout) into B tiles. Tokens past
  * n_tokens are zeros. */
 static void pack_act(const weir_kq_matmul_args *a, const amx_plan *pl) {
-  const int gc = gcols(a->type), kb = pl->kb, nch = pl->nch;
+  const int gc = gcols(a->type), ksb = pl->ksb;
   const int64_t tiles = a->act.tiles, kp = tiles * 256;
-  const int q8 = a->type == WEIR_DTYPE_Q8_0;
   for (int64_t tb = 0; tb < pl->ntb; tb++)
     for (int64_t g = 0; g < pl->groups; g++) {
-      int8_t *at = pl->at + (tb * pl->groups + g) * 16 * 16 * kb;
-      float *xd = pl->axd + (tb * pl->groups + g) * 256, *qs = pl->aqs + (tb * pl->groups + g) * 256;
+      const int64_t tg = tb * pl->groups + g;
+      int8_t *at = pl->at + tg * 16 * gc;
+      float *xd = pl->axd + tg * 256, *qs = pl->aqs + tg * 256;
       for (int tt = 0; tt < TB; tt++) {
         const int64_t t = tb * TB + tt;
-        if (t >= a->n_tokens) {
+        const int live = t < a->n_tokens;
+        const int8_t *xq = live ? a->act.q + t * kp + (int64_t)gc * g : NULL;
+        const int64_t o = live ? (t * tiles + g * (gc / 256)) * 16 : 0;
+        if (ksb == 0) { /* Q8_0: lane l, row c: token tt's bytes 64c + 4l .. + 3 */
           for (int l = 0; l < 16; l++) {
-            memset(at + (l * 16 + tt) * kb, 0, (size_t)kb);
-            xd[l * 16 + tt] = 0;
-            qs[l * 16 + tt] = 0;
+            for (int c = 0; c < 8; c++) {
+              int8_t *d = at + l * 512 + c * 64 + 4 * tt;
+              if (live) memcpy(d, xq + 64 * c + 4 * l, 4);
+              else memset(d, 0, 4);
+            }
+            xd[l * 16 + tt] = live ? a->act.d16[o + l] : 0.0f;
           }
           continue;
         }
-        const int8_t *xq = a->act.q + t * kp + (int64_t)gc * g;
-        const int64_t o = (t * tiles + g * (gc / 256)) * 16;
-        for (int l = 0; l < 16; l++) {
-          int8_t *dst = at + (l * 16 + tt) * kb;
-          int32_t sum = 0;
-          for (int c = 0; c < nch; c++) {
-            memcpy(dst + 4 * c, xq + 64 * c + 4 * l, 4);
-            for (int i = 0; i < 4; i++) sum += xq[64 * c + 4 * l + i];
+        for (int sb = 0; sb < ksb; sb++) {
+          for (int k = 0; k < 4; k++) {
+            int8_t *b = at + (sb * 4 + k) * 1024;
+            for (int kk = 0; kk < 16; kk++) {
+              if (live) memcpy(b + kk * 64 + 4 * tt, xq + chunk_off(ksb, sb, k, 4 * kk), 4);
+              else memset(b + kk * 64 + 4 * tt, 0, 4);
+            }
           }
-          xd[l * 16 + tt] = a->act.d16[o + l];
-          qs[l * 16 + tt] = q8 ? 0.0f : (float)sum;
+          xd[sb * 16 + tt] = live ? a->act.d16[o + (ksb == 2 ? 8 * sb : 0)] : 0.0f;
         }
+        if (a->type != WEIR_DTYPE_Q6_K)
+          for (int l = 0; l < 16; l++) {
+            int32_t sum = 0;
+            if (live)
+              for (int c = 0; c < 8; c++)
+                for (int i = 0; i < 4; i++) sum += xq[64 * c + 4 * l + i];
+            qs[l * 16 + tt] = (float)sum;
+          }
       }
     }
 }
 
-/* Decodes rows [r, r + n) (n <= RB) into B tiles and scales; rows past n are zeros. */
+/* Decodes rows [r, r + n) (n <= RB) into A tiles and scales; rows past n are zeros. */
 static void pack_rows(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r, int n) {
-  const int nch = pl->nch;
-  const size_t gb = gbytes(a->type);
-  const __m512i vidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(nch * 64));
+  const weir_dtype type = a->type;
+  const int gc = gcols(type), ksb = pl->ksb;
+  const size_t gb = gbytes(type);
+  const int64_t per_sg = (int64_t)16 * gc * (ksb ? 2 : 1);
   for (int s = 0; s < RB / SUB; s++) {
     if (s * SUB >= n) break;
     for (int64_t g = 0; g < pl->groups; g++) {
       const int64_t sg = s * pl->groups + g;
+      int8_t *wt = pl->wt + sg * per_sg;
       float *sw = pl->wsw + sg * 256, *mw = pl->wmw + sg * 256;
       for (int rr = 0; rr < SUB; rr++) {
         const int ri = s * SUB + rr;
-        int8_t *d = pl->dec + rr * nch * 64;
-        if (ri >= n) {
-          memset(d, 0, (size_t)nch * 64);
-          for (int l = 0; l < 16; l++) sw[l * 16 + rr] = mw[l * 16 + rr] = 0;
+        const int live = ri < n;
+        const uint8_t *p = live ? a->w + (size_t)(r + ri) * a->row_bytes + g * gb : NULL;
+        __m512i w[8];
+        float s1[16], m1[16];
+        if (live) {
+          group_decode(type, p, w);
+          group_scales(type, p, s1, m1);
+        } else {
+          for (int c = 0; c < 8; c++) w[c] = _mm512_setzero_si512();
+          for (int l = 0; l < 16; l++) s1[l] = m1[l] = 0;
+        }
+        if (ksb == 0) { /* Q8_0: lane l's tile, row rr: dword l of each vector */
+          _Alignas(64) int8_t tmp[8][64];
+          for (int c = 0; c < 8; c++) _mm512_store_si512(tmp[c], w[c]);
+          for (int l = 0; l < 16; l++) {
+            for (int c = 0; c < 8; c++) memcpy(wt + l * 512 + rr * 32 + 4 * c, tmp[c] + 4 * l, 4);
+            sw[l * 16 + rr] = s1[l];
+          }
           continue;
         }
-        const uint8_t *p = a->w + (size_t)(r + ri) * a->row_bytes + g * gb;
-        __m512i w[8];
-        group_decode(a->type, p, w);
-        for (int c = 0; c < nch; c++) _mm512_storeu_si512(d + 64 * c, w[c]);
-        float s1[16], m1[16];
-        group_scales(a->type, p, s1, m1);
-        for (int l = 0; l < 16; l++) {
-          sw[l * 16 + rr] = s1[l];
-          mw[l * 16 + rr] = m1[l];
+        /* the integer scales: Q4_K/Q5_K from the heads, Q6_K the int8 scales */
+        int sc[16];
+        if (!live) {
+          for (int l = 0; l < 16; l++) sc[l] = 0;
+        } else if (type == WEIR_DTYPE_Q6_K) {
+          for (int l = 0; l < 16; l++) sc[l] = (int8_t)p[l];
+        } else {
+          for (int sb = 0; sb < 2; sb++)
+            for (int j = 0; j < 8; j++) {
+              int m;
+              k4_scale_min(p + 16 * sb + 4, j, &sc[8 * sb + j], &m);
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+          _Alignas(64) int16_t mult[32];
+          for (int e = 0; e < 32; e++) mult[e] = (int16_t)sc[8 * h + e / 4];
+          const __m512i vm = _mm512_load_si512(mult);
+          for (int c = 0; c < (ksb == 1 ? 4 : 8); c++) {
+            const __m256i half = h ? _mm512_extracti64x4_epi64(w[c], 1) : _mm512_castsi512_si256(w[c]);
+            const __m512i u = ksb == 1 ? _mm512_cvtepi8_epi16(half) : _mm512_cvtepu8_epi16(half);
+            const __m512i v = _mm512_mullo_epi16(u, vm);
+            const int sb = ksb == 1 ? 0 : h, k = ksb == 1 ? c : c >> 1;
+            const int off = ksb == 1 ? 32 * h : 32 * (c & 1);
+            int8_t *lo = wt + ((sb * 4 + k) * 2) * 1024 + rr * 64 + off;
+            _mm256_storeu_si256((__m256i *)lo, _mm512_cvtepi16_epi8(v));
+            _mm256_storeu_si256((__m256i *)(lo + 1024), _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+          }
+        }
+        /* d per super-block; -dmin m per sub-block */
+        if (type == WEIR_DTYPE_Q6_K) {
+          sw[rr] = live ? weir_f16_to_f32(rd16(p + 16)) : 0.0f;
+        } else {
+          for (int sb = 0; sb < 2; sb++) {
+            sw[sb * 16 + rr] = live ? weir_f16_to_f32(rd16(p + 16 * sb)) : 0.0f;
+            for (int j = 0; j < 8; j++) mw[sb * 128 + j * 16 + rr] = m1[8 * sb + j];
+          }
         }
       }
-      /* B tile of lane l, row c: dword rr = staging row rr's dword l of vector c */
-      int8_t *bt = pl->wt + sg * 16 * nch * 64;
-      for (int l = 0; l < 16; l++)
-        for (int c = 0; c < nch; c++)
-          _mm512_storeu_si512(bt + (l * nch + c) * 64,
-                              _mm512_i32gather_epi32(vidx, pl->dec + 64 * c + 4 * l, 1));
     }
   }
 }
 
-/* The tile products of unit u (8 lanes: lanes 8 (u % 2).. of group u / 2) of sub-block s
- * against token block tb, into cb[0..7]. Lane pairs alternate between C tiles 0, 1 and 2, 3
- * so that a pair's products need not wait for the previous pair's stores. */
-static inline void tile_unit(const amx_plan *pl, int s, int64_t tb, int64_t u, int32_t (*cb)[16][16]) {
-  const int nch = pl->nch, kb = pl->kb, l0 = (int)(u & 1) * 8;
+/* K-types: the tile products of super-block sb of group g (sub-block s, token block tb) into
+ * C tiles CL (lo) and CH (hi), stored to cb[0] and cb[1]. */
+#define KT_PRODUCTS(CL, CH)                                                                   \
+  do {                                                                                        \
+    _tile_zero(CL);                                                                           \
+    _tile_zero(CH);                                                                           \
+    for (int k = 0; k < 4; k += 2) {                                                          \
+      _tile_loadd(4, wa + (k * 2) * 1024, 64);                                                \
+      _tile_loadd(6, ba + k * 1024, 64);                                                      \
+      _tile_loadd(5, wa + (k * 2 + 1) * 1024, 64);                                            \
+      _tile_dpbusd(CL, 4, 6);                                                                 \
+      _tile_dpbssd(CH, 5, 6);                                                                 \
+      _tile_loadd(4, wa + (k * 2 + 2) * 1024, 64);                                            \
+      _tile_loadd(7, ba + (k + 1) * 1024, 64);                                                \
+      _tile_loadd(5, wa + (k * 2 + 3) * 1024, 64);                                            \
+      _tile_dpbusd(CL, 4, 7);                                                                 \
+      _tile_dpbssd(CH, 5, 7);                                                                 \
+    }                                                                                         \
+    _tile_stored(CL, cb[0], 64);                                                              \
+    _tile_stored(CH, cb[1], 64);                                                              \
+  } while (0)
+
+static inline void kt_products(const amx_plan *pl, int s, int64_t tb, int64_t u, int par,
+                               int32_t (*cb)[16][16]) {
+  const int64_t g = u / pl->ksb;
+  const int sb = (int)(u % pl->ksb);
+  const int gc = gcols(pl->type);
+  const int8_t *wa = pl->wt + (s * pl->groups + g) * 32 * gc + sb * 8 * 1024;
+  const int8_t *ba = pl->at + (tb * pl->groups + g) * 16 * gc + sb * 4 * 1024;
+  if (par) KT_PRODUCTS(2, 3);
+  else KT_PRODUCTS(0, 1);
+}
+
+/* K-types: scales super-block unit u's sums (cb: lo, hi; rows x tokens) into acc[row]. */
+static inline void kt_scale(const amx_plan *pl, int s, int64_t tb, int64_t u,
+                            int32_t (*cb)[16][16], __m512 *acc) {
+  const int64_t g = u / pl->ksb;
+  const int sb = (int)(u % pl->ksb);
+  const int64_t sg = s * pl->groups + g, tg = tb * pl->groups + g;
+  const float *d = pl->wsw + sg * 256 + sb * 16, *mw = pl->wmw + sg * 256 + sb * 128;
+  const __m512 xd = _mm512_loadu_ps(pl->axd + tg * 256 + sb * 16);
+  if (pl->type == WEIR_DTYPE_Q6_K) {
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+      const __m512i v = _mm512_add_epi32(_mm512_load_si512(cb[0][r]),
+                                         _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(d[r])), xd, acc[r]);
+    }
+    return;
+  }
+  __m512 qs[8];
+  const float *q = pl->aqs + tg * 256 + sb * 128;
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; j++) qs[j] = _mm512_loadu_ps(q + j * 16);
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; r++) {
+    const __m512i v = _mm512_add_epi32(_mm512_load_si512(cb[0][r]),
+                                       _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8));
+    __m512 ps = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(d[r]));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) ps = _mm512_fmadd_ps(_mm512_set1_ps(mw[j * 16 + r]), qs[j], ps);
+    acc[r] = _mm512_fmadd_ps(ps, xd, acc[r]);
+  }
+}
+
+/* Q8_0: the tile products of unit u (8 blocks: lanes 8 (u % 2).. of group u / 2) into
+ * cb[0..7]; lane pairs alternate between C tiles 0, 1 and 2, 3. */
+static inline void q8_products(const amx_plan *pl, int s, int64_t tb, int64_t u, int32_t (*cb)[16][16]) {
+  const int l0 = (int)(u & 1) * 8;
   const int64_t g = u >> 1;
-  const int8_t *bt = pl->wt + (s * pl->groups + g) * 16 * nch * 64;
-  const int8_t *at = pl->at + (tb * pl->groups + g) * 16 * 16 * kb;
+  const int8_t *wa = pl->wt + (s * pl->groups + g) * 16 * 512;
+  const int8_t *ba = pl->at + (tb * pl->groups + g) * 16 * 512;
   for (int l = l0; l < l0 + 8; l += 4) {
-    _tile_loadd(4, at + l * 16 * kb, kb);
-    _tile_loadd(6, bt + l * nch * 64, 64);
+    _tile_loadd(4, wa + l * 512, 32);
+    _tile_loadd(6, ba + l * 512, 64);
     _tile_zero(0);
     _tile_dpbssd(0, 4, 6);
-    _tile_loadd(5, at + (l + 1) * 16 * kb, kb);
-    _tile_loadd(7, bt + (l + 1) * nch * 64, 64);
+    _tile_loadd(5, wa + (l + 1) * 512, 32);
+    _tile_loadd(7, ba + (l + 1) * 512, 64);
     _tile_zero(1);
     _tile_dpbssd(1, 5, 7);
     _tile_stored(0, cb[l - l0], 64);
     _tile_stored(1, cb[l - l0 + 1], 64);
-    _tile_loadd(4, at + (l + 2) * 16 * kb, kb);
-    _tile_loadd(6, bt + (l + 2) * nch * 64, 64);
+    _tile_loadd(4, wa + (l + 2) * 512, 32);
+    _tile_loadd(6, ba + (l + 2) * 512, 64);
     _tile_zero(2);
     _tile_dpbssd(2, 4, 6);
-    _tile_loadd(5, at + (l + 3) * 16 * kb, kb);
-    _tile_loadd(7, bt + (l + 3) * nch * 64, 64);
+    _tile_loadd(5, wa + (l + 3) * 512, 32);
+    _tile_loadd(7, ba + (l + 3) * 512, 64);
     _tile_zero(3);
     _tile_dpbssd(3, 5, 7);
     _tile_stored(2, cb[l - l0 + 2], 64);
@@ -318,96 +445,76 @@ static inline void tile_unit(const amx_plan *pl, int s, int64_t tb, int64_t u, i
   }
 }
 
-/* Scales unit u's integer sums (cb, tokens x rows) into acc[token] (a vector over rows). */
-static inline void scale_unit(const weir_kq_matmul_args *a, const amx_plan *pl, int s, int64_t tb,
-                              int64_t u, int32_t (*cb)[16][16], __m512 *acc) {
-  const weir_dtype type = a->type;
-  const int mins = type == WEIR_DTYPE_Q4_K || type == WEIR_DTYPE_Q5_K;
+static inline void q8_scale(const amx_plan *pl, int s, int64_t tb, int64_t u, int32_t (*cb)[16][16],
+                            __m512 *acc) {
   const int l0 = (int)(u & 1) * 8;
   const int64_t g = u >> 1, sg = s * pl->groups + g, tg = tb * pl->groups + g;
-  const float *sw = pl->wsw + sg * 256, *mw = pl->wmw + sg * 256;
-  const float *xd = pl->axd + tg * 256, *qs = pl->aqs + tg * 256;
-  if (type == WEIR_DTYPE_Q8_0) { /* an activation scale per lane */
-    for (int j = 0; j < 8; j++) {
-      const int l = l0 + j;
-      const __m512 vs = _mm512_loadu_ps(sw + l * 16);
+  const float *sw = pl->wsw + sg * 256;
+  for (int j = 0; j < 8; j++) {
+    const int l = l0 + j;
+    const __m512 xd = _mm512_loadu_ps(pl->axd + tg * 256 + l * 16);
 #pragma GCC unroll 16
-      for (int t = 0; t < 16; t++)
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[j][t])),
-                                 _mm512_mul_ps(vs, _mm512_set1_ps(xd[l * 16 + t])), acc[t]);
-    }
-    return;
-  }
-  /* one activation scale for the 8 lanes (a Q4_K/Q5_K super-block, half a Q6_K one); two
-   * halves of 8 tokens so that 16 totals + 8 partial sums stay in registers */
-  for (int h = 0; h < 16; h += 8) {
-    __m512 ps[8];
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; t++) ps[t] = _mm512_setzero_ps();
-    for (int j = 0; j < 8; j++) {
-      const int l = l0 + j;
-      const __m512 vs = _mm512_loadu_ps(sw + l * 16);
-#pragma GCC unroll 8
-      for (int t = 0; t < 8; t++)
-        ps[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[j][h + t])), vs, ps[t]);
-      if (mins) {
-        const __m512 vm = _mm512_loadu_ps(mw + l * 16);
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; t++) ps[t] = _mm512_fmadd_ps(vm, _mm512_set1_ps(qs[l * 16 + h + t]), ps[t]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; t++)
-      acc[h + t] = _mm512_fmadd_ps(ps[t], _mm512_set1_ps(xd[l0 * 16 + h + t]), acc[h + t]);
+    for (int r = 0; r < 16; r++)
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cb[j][r])),
+                               _mm512_mul_ps(_mm512_set1_ps(sw[l * 16 + r]), xd), acc[r]);
   }
 }
 
 /* Sub-block s of the row block at r (nrow valid rows in the block) against token block tb.
- * The tile products of the next unit are issued before the current unit is scaled (cb holds
- * two units), so the tile unit and the vector ports overlap. */
+ * The next unit's tile products are issued before the current unit is scaled (cb holds two
+ * units), so the tile unit and the vector ports overlap. */
 static inline void run_sub(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r, int nrow,
                            int s, int64_t tb, int32_t (*cb)[16][16]) {
   __m512 acc[16];
-  for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
-  const int64_t units = pl->groups * 2;
-  tile_unit(pl, s, tb, 0, cb);
-  for (int64_t u = 0; u < units; u++) {
-    if (u + 1 < units) tile_unit(pl, s, tb, u + 1, cb + ((u + 1) & 1) * 8);
-    scale_unit(a, pl, s, tb, u, cb + (u & 1) * 8, acc);
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  if (pl->ksb) {
+    const int64_t units = pl->groups * pl->ksb;
+    kt_products(pl, s, tb, 0, 0, cb);
+    for (int64_t u = 0; u < units; u++) {
+      if (u + 1 < units) kt_products(pl, s, tb, u + 1, (int)((u + 1) & 1), cb + ((u + 1) & 1) * 2);
+      kt_scale(pl, s, tb, u, cb + (u & 1) * 2, acc);
+    }
+  } else {
+    const int64_t units = pl->groups * 2;
+    q8_products(pl, s, tb, 0, cb);
+    for (int64_t u = 0; u < units; u++) {
+      if (u + 1 < units) q8_products(pl, s, tb, u + 1, cb + ((u + 1) & 1) * 8);
+      q8_scale(pl, s, tb, u, cb + (u & 1) * 8, acc);
+    }
   }
+  /* acc[row] is a vector over tokens: y[token][row] */
+  _Alignas(64) float out[16][16];
+  for (int i = 0; i < 16; i++) _mm512_store_ps(out[i], acc[i]);
   const int64_t row0 = r + s * SUB;
   int valid = nrow - s * SUB;
   if (valid > SUB) valid = SUB;
-  const __mmask16 m = (__mmask16)((1u << valid) - 1);
   for (int t = 0; t < 16; t++) {
     const int64_t tok = tb * TB + t;
     if (tok >= a->n_tokens) break;
-    _mm512_mask_storeu_ps(a->y + tok * a->rows + row0, m, acc[t]);
+    float *y = a->y + tok * a->rows + row0;
+    for (int i = 0; i < valid; i++) y[i] = out[i][t];
   }
 }
 
 int weir_kq_amx_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   amx_plan pl = {.type = a->type};
-  pl.nch = a->type == WEIR_DTYPE_Q6_K ? 4 : 8;
-  pl.kb = 4 * pl.nch;
-  pl.groups = a->cols / gcols(a->type);
+  const int gc = gcols(a->type);
+  pl.ksb = a->type == WEIR_DTYPE_Q8_0 ? 0 : a->type == WEIR_DTYPE_Q6_K ? 1 : 2;
+  pl.groups = a->cols / gc;
   pl.ntb = (a->n_tokens + TB - 1) / TB;
-  const size_t wt_b = (size_t)(RB / SUB) * pl.groups * 16 * pl.nch * 64;
+  const size_t wt_b = (size_t)(RB / SUB) * pl.groups * 16 * gc * (pl.ksb ? 2 : 1);
   const size_t ws_b = (size_t)(RB / SUB) * pl.groups * 256 * sizeof(float);
-  const size_t at_b = (size_t)pl.ntb * pl.groups * 16 * 16 * pl.kb;
+  const size_t at_b = (size_t)pl.ntb * pl.groups * 16 * gc;
   const size_t as_b = (size_t)pl.ntb * pl.groups * 256 * sizeof(float);
-  const size_t dec_b = (size_t)SUB * pl.nch * 64;
   const size_t cb_b = 16 * 16 * 16 * sizeof(int32_t);
-  uint8_t *base = scratch_get(wt_b + 2 * ws_b + at_b + 2 * as_b + dec_b + cb_b);
+  uint8_t *base = scratch_get(cb_b + wt_b + at_b + 2 * ws_b + 2 * as_b);
   if (!base) return -1;
-  int32_t(*cb)[16][16] = (int32_t(*)[16][16])base; /* 16 lanes of C, 64-byte aligned */
+  int32_t(*cb)[16][16] = (int32_t(*)[16][16])base; /* two units of C, 64-byte aligned */
   uint8_t *p = base + cb_b;
   pl.wt = (int8_t *)p;
   p += wt_b;
   pl.at = (int8_t *)p;
   p += at_b;
-  pl.dec = (int8_t *)p;
-  p += dec_b;
   pl.wsw = (float *)p;
   p += ws_b;
   pl.wmw = (float *)p;
@@ -419,16 +526,16 @@ int weir_kq_amx_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   tilecfg cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.palette = 1;
-  for (int i = 0; i < 4; i++) { /* C */
+  for (int i = 0; i < 4; i++) { /* C: 16 rows x 16 tokens */
     cfg.rows[i] = 16;
     cfg.colsb[i] = 64;
   }
-  for (int i = 4; i < 6; i++) { /* A: 16 tokens x K bytes */
+  for (int i = 4; i < 6; i++) { /* A: 16 rows x K bytes (64; Q8_0 32) */
     cfg.rows[i] = 16;
-    cfg.colsb[i] = (uint16_t)pl.kb;
+    cfg.colsb[i] = pl.ksb ? 64 : 32;
   }
-  for (int i = 6; i < 8; i++) { /* B: K / 4 rows x 16 rows' 4 bytes */
-    cfg.rows[i] = (uint8_t)pl.nch;
+  for (int i = 6; i < 8; i++) { /* B: K / 4 rows x 16 tokens' 4 bytes */
+    cfg.rows[i] = pl.ksb ? 16 : 8;
     cfg.colsb[i] = 64;
   }
   pack_act(a, &pl);
