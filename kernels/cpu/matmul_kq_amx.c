@@ -1,21 +1,25 @@
 /* WEIR_KQ_X16 multi-token GEMM on AMX-INT8 (see matmul_kq_amx.h).
  *
  * Compiled with -mamx-tile -mamx-int8 and the AVX-512 set (kernels/CMakeLists.txt) for this
- * file only; nothing here runs unless weir_kq_amx_usable() said yes.
+ * file only; nothing here runs unless weir_kq_amx_available() said yes.
  *
- * Shape of the work. A tile product C[t][r] += sum_k A[t][k] B[k/4][4r + k%4] (tdpbssd,
- * int8 x int8 -> int32) takes 16 tokens (A's rows) against 16 weight rows (C's columns) over
- * K = 32 columns: one sub-block (Q6_K: K = 16), the span over which the weights share one
- * scale. So each sub-block's integer sums come out of the tile unscaled and are scaled into
- * f32 accumulators with AVX-512 (a vector over the 16 rows per token): per 16 x 16 x 32 MACs
- * one tile product, one tile store and 16 x (conversion + FMA) (+ one FMA of the mins for
- * Q4_K/Q5_K).
+ * Shape of the work. A tile product C[r][t] += sum_k A[r][k] B[k/4][4t + k%4] (int8 x int8
+ * -> int32) takes 16 weight rows (A's rows) against 16 tokens (C's columns). The weights'
+ * scales change every 32 columns (a sub-block; Q6_K 16), so the integer sums must be scaled
+ * at that grain, and a tile store plus 16 conversions per 32 columns would cost more than the
+ * product itself. The K-types avoid that: within a super-block the weight is d * sc * u (+ the
+ * mins) with integer sc and u, so v = sc * u (Q6_K sc * (u - 32)) is an integer below 4096 in
+ * magnitude, stored as two bytes v = 256 hi + lo; lo . q + 256 (hi . q) over the 256 columns
+ * is the super-block's exact integer sum, accumulated in two C tiles (tdpbusd for the
+ * unsigned lo, tdpbssd for hi) and scaled once per super-block: by d, plus the mins
+ * (-dmin m times the sub-block's sum of q, one FMA per sub-block), times the token's scale.
+ * Q8_0 has a scale on both sides per 32 columns: one tdpbssd of K = 32 per block, scaled per
+ * block.
  *
- * Weights: a block of up to 64 rows is decoded once per call into B tiles (signed values:
- * Q4_K/Q5_K u, Q6_K u - 32, Q8_0 the file's q, so that only Q4_K/Q5_K keep a mins term) plus
- * per-sub-block f32 scales, and reused by every token block. Activations: every token block
- * of 16 is rearranged once per call into A tiles (a sub-block's 32 bytes per token) plus
- * per-token scales. Both live in a per-thread scratch kept across calls. */
+ * Weights: a block of up to 64 rows is decoded once per call into A tiles (16 rows x 64
+ * bytes) plus f32 scales, and reused by every token block. Activations: every token block of
+ * 16 is rearranged once per call into B tiles plus per-token scales. Both live in a per-thread
+ * scratch kept across calls. */
 #include "matmul_kq_amx.h"
 
 #include <stdlib.h>
@@ -24,6 +28,7 @@
 #if WEIR_KQ_AMX_BUILT
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <cpuid.h>
@@ -37,7 +42,8 @@
 /* 1 when the CPU has AMX-TILE and AMX-INT8 (CPUID.7.0:EDX bits 24, 25) and the kernel grants
  * this process XTILEDATA. The request is per process and idempotent; it is made once. */
 int weir_kq_amx_available(void) {
-  static int v = -1;
+  static _Atomic int g_avail = -1;
+  int v = atomic_load_explicit(&g_avail, memory_order_relaxed);
   if (v >= 0) return v;
   unsigned a, b, c, d;
   int ok = 0;
@@ -48,8 +54,8 @@ int weir_kq_amx_available(void) {
         (mask & (1ul << XFEATURE_XTILEDATA)))
       ok = 1;
   }
-  v = ok;
-  return v;
+  atomic_store_explicit(&g_avail, ok, memory_order_relaxed);
+  return ok;
 }
 
 /* ---- per-thread scratch ------------------------------------------------------------------ */
@@ -123,7 +129,7 @@ static inline void k4_scale_min(const uint8_t *s, int j, int *sc, int *m) {
   }
 }
 
-/* Per lane l of a group: w = sw[l] * v + mw[l] with v the signed value the B tile holds. The
+/* Per lane l of a group: w = sw[l] * v + mw[l] with v the signed value group_decode gives. The
  * products are the ones x16_scales in matmul_kq.c forms (d * sc in f32). */
 static void group_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
   if (t == WEIR_DTYPE_Q8_0) {
@@ -349,37 +355,35 @@ static void pack_rows(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t 
   }
 }
 
-/* K-types: the tile products of super-block sb of group g (sub-block s, token block tb) into
- * C tiles CL (lo) and CH (hi), stored to cb[0] and cb[1]. */
-#define KT_PRODUCTS(CL, CH)                                                                   \
-  do {                                                                                        \
-    _tile_zero(CL);                                                                           \
-    _tile_zero(CH);                                                                           \
-    for (int k = 0; k < 4; k += 2) {                                                          \
-      _tile_loadd(4, wa + (k * 2) * 1024, 64);                                                \
-      _tile_loadd(6, ba + k * 1024, 64);                                                      \
-      _tile_loadd(5, wa + (k * 2 + 1) * 1024, 64);                                            \
-      _tile_dpbusd(CL, 4, 6);                                                                 \
-      _tile_dpbssd(CH, 5, 6);                                                                 \
-      _tile_loadd(4, wa + (k * 2 + 2) * 1024, 64);                                            \
-      _tile_loadd(7, ba + (k + 1) * 1024, 64);                                                \
-      _tile_loadd(5, wa + (k * 2 + 3) * 1024, 64);                                            \
-      _tile_dpbusd(CL, 4, 7);                                                                 \
-      _tile_dpbssd(CH, 5, 7);                                                                 \
-    }                                                                                         \
-    _tile_stored(CL, cb[0], 64);                                                              \
-    _tile_stored(CH, cb[1], 64);                                                              \
-  } while (0)
-
-static inline void kt_products(const amx_plan *pl, int s, int64_t tb, int64_t u, int par,
+/* K-types: super-block unit u of sub-block s against token blocks tb and tb2 (tb2 may equal
+ * tb): the weight tiles (2 lo, 3 hi) are loaded once for both, the activations into 6 and 7,
+ * the sums into C tiles 0, 1 (tb) and 4, 5 (tb2), stored to cb[0..3]. */
+static inline void kt_products(const amx_plan *pl, int s, int64_t tb, int64_t tb2, int64_t u,
                                int32_t (*cb)[16][16]) {
   const int64_t g = u / pl->ksb;
   const int sb = (int)(u % pl->ksb);
   const int gc = gcols(pl->type);
   const int8_t *wa = pl->wt + (s * pl->groups + g) * 32 * gc + sb * 8 * 1024;
-  const int8_t *ba = pl->at + (tb * pl->groups + g) * 16 * gc + sb * 4 * 1024;
-  if (par) KT_PRODUCTS(2, 3);
-  else KT_PRODUCTS(0, 1);
+  const int8_t *b0 = pl->at + (tb * pl->groups + g) * 16 * gc + sb * 4 * 1024;
+  const int8_t *b1 = pl->at + (tb2 * pl->groups + g) * 16 * gc + sb * 4 * 1024;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(4);
+  _tile_zero(5);
+  for (int k = 0; k < 4; k++) {
+    _tile_loadd(2, wa + (k * 2) * 1024, 64);
+    _tile_loadd(6, b0 + k * 1024, 64);
+    _tile_loadd(3, wa + (k * 2 + 1) * 1024, 64);
+    _tile_loadd(7, b1 + k * 1024, 64);
+    _tile_dpbusd(0, 2, 6);
+    _tile_dpbssd(1, 3, 6);
+    _tile_dpbusd(4, 2, 7);
+    _tile_dpbssd(5, 3, 7);
+  }
+  _tile_stored(0, cb[0], 64);
+  _tile_stored(1, cb[1], 64);
+  _tile_stored(4, cb[2], 64);
+  _tile_stored(5, cb[3], 64);
 }
 
 /* K-types: scales super-block unit u's sums (cb: lo, hi; rows x tokens) into acc[row]. */
@@ -460,40 +464,52 @@ static inline void q8_scale(const amx_plan *pl, int s, int64_t tb, int64_t u, in
   }
 }
 
-/* Sub-block s of the row block at r (nrow valid rows in the block) against token block tb.
- * The next unit's tile products are issued before the current unit is scaled (cb holds two
- * units), so the tile unit and the vector ports overlap. */
-static inline void run_sub(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r, int nrow,
-                           int s, int64_t tb, int32_t (*cb)[16][16]) {
-  __m512 acc[16];
-  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-  if (pl->ksb) {
-    const int64_t units = pl->groups * pl->ksb;
-    kt_products(pl, s, tb, 0, 0, cb);
-    for (int64_t u = 0; u < units; u++) {
-      if (u + 1 < units) kt_products(pl, s, tb, u + 1, (int)((u + 1) & 1), cb + ((u + 1) & 1) * 2);
-      kt_scale(pl, s, tb, u, cb + (u & 1) * 2, acc);
-    }
-  } else {
-    const int64_t units = pl->groups * 2;
-    q8_products(pl, s, tb, 0, cb);
-    for (int64_t u = 0; u < units; u++) {
-      if (u + 1 < units) q8_products(pl, s, tb, u + 1, cb + ((u + 1) & 1) * 8);
-      q8_scale(pl, s, tb, u, cb + (u & 1) * 8, acc);
-    }
-  }
-  /* acc[row] is a vector over tokens: y[token][row] */
+/* Writes acc[row] (vectors over the tokens of block tb) to y. */
+static void write_y(const weir_kq_matmul_args *a, int64_t row0, int valid, int64_t tb, const __m512 *acc) {
   _Alignas(64) float out[16][16];
   for (int i = 0; i < 16; i++) _mm512_store_ps(out[i], acc[i]);
-  const int64_t row0 = r + s * SUB;
-  int valid = nrow - s * SUB;
-  if (valid > SUB) valid = SUB;
   for (int t = 0; t < 16; t++) {
     const int64_t tok = tb * TB + t;
     if (tok >= a->n_tokens) break;
     float *y = a->y + tok * a->rows + row0;
     for (int i = 0; i < valid; i++) y[i] = out[i][t];
   }
+}
+
+/* Sub-block s of the row block at r (nrow valid rows in the block) against token block tb
+ * (K-types: and tb + 1, sharing the weight tiles). The next unit's tile products are issued
+ * before the current unit is scaled (cb holds two units), so the tile unit and the vector
+ * ports overlap. */
+static void run_sub(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r, int nrow, int s,
+                    int64_t tb, int32_t (*cb)[16][16]) {
+  const int64_t row0 = r + s * SUB;
+  int valid = nrow - s * SUB;
+  if (valid > SUB) valid = SUB;
+  if (pl->ksb) {
+    const int two = tb + 1 < pl->ntb;
+    const int64_t tb2 = two ? tb + 1 : tb;
+    __m512 acc[2][16];
+    for (int i = 0; i < 16; i++) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
+    const int64_t units = pl->groups * pl->ksb;
+    kt_products(pl, s, tb, tb2, 0, cb);
+    for (int64_t u = 0; u < units; u++) {
+      if (u + 1 < units) kt_products(pl, s, tb, tb2, u + 1, cb + ((u + 1) & 1) * 4);
+      kt_scale(pl, s, tb, u, cb + (u & 1) * 4, acc[0]);
+      if (two) kt_scale(pl, s, tb2, u, cb + (u & 1) * 4 + 2, acc[1]);
+    }
+    write_y(a, row0, valid, tb, acc[0]);
+    if (two) write_y(a, row0, valid, tb2, acc[1]);
+    return;
+  }
+  __m512 acc[16];
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  const int64_t units = pl->groups * 2;
+  q8_products(pl, s, tb, 0, cb);
+  for (int64_t u = 0; u < units; u++) {
+    if (u + 1 < units) q8_products(pl, s, tb, u + 1, cb + ((u + 1) & 1) * 8);
+    q8_scale(pl, s, tb, u, cb + (u & 1) * 8, acc);
+  }
+  write_y(a, row0, valid, tb, acc);
 }
 
 int weir_kq_amx_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
@@ -543,7 +559,7 @@ int weir_kq_amx_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r += RB) {
     const int n = (int)(r1 - r < RB ? r1 - r : RB);
     pack_rows(a, &pl, r, n);
-    for (int64_t tb = 0; tb < pl.ntb; tb++)
+    for (int64_t tb = 0; tb < pl.ntb; tb += pl.ksb ? 2 : 1)
       for (int s = 0; s * SUB < n; s++) run_sub(a, &pl, r, n, s, tb, cb);
   }
   _tile_release();
