@@ -463,7 +463,8 @@ out:
  * partial ones, and the < 16 counts that stay on VNNI), 67 rows (not a multiple of 16; 64-row
  * blocks plus a tail), and a call over rows [3, 62) that must leave the rows outside it
  * untouched. Results agree to f32 summation order (the per-sub-block integer sums are the same
- * numbers, scaled in another order). Skips where the CPU or the OS gives no AMX. */
+ * numbers, scaled in another order; amx_exact_type checks those integers bit for bit). Skips
+ * where the CPU or the OS gives no AMX. */
 static void amx_type(weir_dtype t) {
   enum { ROWS = 67, COLS = 1024, T = 70 };
   const size_t rb = weir_dtype_row_bytes(t, COLS);
@@ -541,6 +542,72 @@ out:
   free(abuf);
 }
 
+/* The integer sums themselves: weights whose scales are 1 (K-types: d = 1, dmin = 0; Q6_K
+ * also small int8 scales; Q8_0: d = 1) and integer activations whose every scale block holds a
+ * 127 (so its scale is exactly 1), small enough that every f32 partial sum is an exact
+ * integer. Then every path's result is the exact integer dot product, and AMX, VNNI and the
+ * portable C path must agree bit for bit: a wrong integer anywhere shows. */
+static void amx_exact_type(weir_dtype t) {
+  enum { ROWS = 37, COLS = 1024, T = 33 };
+  const size_t rb = weir_dtype_row_bytes(t, COLS), bb = weir_dtype_block_bytes(t);
+  const int64_t blocks = (int64_t)(rb / bb), ab = weir_kq_act_block(t);
+  uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
+  const uint16_t one = 0x3C00, zero = 0;
+  for (int64_t r = 0; r < ROWS; r++)
+    for (int64_t b = 0; b < blocks; b++) {
+      uint8_t *p = src + r * rb + b * bb;
+      if (t == WEIR_DTYPE_Q8_0) {
+        memcpy(p, &one, 2);
+      } else if (t == WEIR_DTYPE_Q6_K) {
+        for (int i = 0; i < 16; i++) p[192 + i] = (uint8_t)(int8_t)((int)(wt_rnd() % 17) - 8);
+        memcpy(p + 208, &one, 2);
+      } else {
+        memcpy(p, &one, 2);
+        memcpy(p + 2, &zero, 2);
+      }
+    }
+  for (int64_t r = 0; r < ROWS; r++) weir_kq_x16_pack_row(t, src + r * rb, x16 + r * rb, COLS);
+  float *x = malloc(sizeof(float) * T * COLS);
+  for (int64_t i = 0; i < T * COLS; i++)
+    x[i] = (i % COLS) % ab == 0 ? 127.0f : (float)((int)(wt_rnd() % 7) - 3);
+  float *ys[3];
+  for (int k = 0; k < 3; k++) ys[k] = malloc(sizeof(float) * T * ROWS);
+  void *abuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
+  weir_kq_act xa;
+  weir_kq_act_init(&xa, abuf, COLS, T);
+  for (int64_t k = 0; k < T; k++) weir_kq_quantize_act_x16(t, x + k * COLS, COLS, &xa, k);
+  weir_kq_matmul_args m = {.type = t, .layout = WEIR_KQ_X16, .w = x16, .row_bytes = rb,
+                           .rows = ROWS, .cols = COLS, .act = xa, .n_tokens = T};
+  const weir_cpu_isa_level best = weir_cpu_isa();
+  CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_SCALAR), 0);
+  m.y = ys[0];
+  weir_kq_matmul_rows(&m, 0, ROWS);
+  CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_AVX512), 0);
+  weir_kq_amx_set(0);
+  m.y = ys[1];
+  weir_kq_matmul_rows(&m, 0, ROWS);
+  CU_ASSERT_EQUAL_FATAL(weir_kq_amx_set(1), 0);
+  m.y = ys[2];
+  weir_kq_matmul_rows(&m, 0, ROWS);
+  int nonint = 0;
+  for (int64_t i = 0; i < T * ROWS; i++) nonint += ys[0][i] != floorf(ys[0][i]);
+  CU_ASSERT_EQUAL(nonint, 0); /* the premise: every result is an integer */
+  CU_ASSERT_EQUAL(memcmp(ys[0], ys[1], sizeof(float) * T * ROWS), 0);
+  CU_ASSERT_EQUAL(memcmp(ys[0], ys[2], sizeof(float) * T * ROWS), 0);
+  for (int64_t i = 0; i < T * ROWS; i++)
+    if (ys[2][i] != ys[0][i]) {
+      fprintf(stderr, "\n  amx exact %s: out %lld amx %.1f scalar %.1f\n", weir_dtype_name(t),
+              (long long)i, ys[2][i], ys[0][i]);
+      break;
+    }
+  weir_cpu_isa_set(best);
+  for (int k = 0; k < 3; k++) free(ys[k]);
+  free(abuf);
+  free(x);
+  free(src);
+  free(x16);
+}
+
 static void test_amx(void) {
   if (!weir_kq_amx_available() || !weir_cpu_isa_supported(WEIR_CPU_ISA_AVX512) ||
       !wt_isa_available(3)) {
@@ -553,6 +620,10 @@ static void test_amx(void) {
   amx_type(WEIR_DTYPE_Q4_K);
   amx_type(WEIR_DTYPE_Q6_K);
   amx_type(WEIR_DTYPE_Q5_K);
+  amx_exact_type(WEIR_DTYPE_Q8_0);
+  amx_exact_type(WEIR_DTYPE_Q4_K);
+  amx_exact_type(WEIR_DTYPE_Q5_K);
+  amx_exact_type(WEIR_DTYPE_Q6_K);
   weir_kq_amx_set(was);
 }
 
