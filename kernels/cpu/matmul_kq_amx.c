@@ -60,35 +60,45 @@ int weir_kq_amx_available(void) {
 
 /* ---- per-thread scratch ------------------------------------------------------------------ */
 
-/* Grown as needed, freed when the thread ends (pthread key destructor). */
+/* One per thread that ran the kernel, grown as needed. No pthread key destructor: the kernels
+ * live in plugins that the host may dlclose while the pool's threads still exist, and a key
+ * destructor would then jump into unmapped code when such a thread exits. Instead every
+ * thread's scratch is on a global list that the library destructor frees (at dlclose or exit,
+ * when no kernel runs); a thread that ends before that leaves its buffer there until then. */
 typedef struct amx_scratch {
   void *p;
   size_t n;
+  struct amx_scratch *next;
 } amx_scratch;
 
-static pthread_key_t g_key;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static int g_key_ok;
+static pthread_mutex_t g_scratch_mu = PTHREAD_MUTEX_INITIALIZER;
+static amx_scratch *g_scratch_all;
+static _Thread_local amx_scratch *t_scratch;
 
-static void scratch_free(void *v) {
-  amx_scratch *s = v;
-  if (s) free(s->p);
-  free(s);
+__attribute__((destructor)) static void scratch_free_all(void) {
+  pthread_mutex_lock(&g_scratch_mu);
+  amx_scratch *s = g_scratch_all;
+  g_scratch_all = NULL;
+  pthread_mutex_unlock(&g_scratch_mu);
+  while (s) {
+    amx_scratch *next = s->next;
+    free(s->p);
+    free(s);
+    s = next;
+  }
 }
-static void key_init(void) { g_key_ok = pthread_key_create(&g_key, scratch_free) == 0; }
 
 /* n bytes, 64-byte aligned, or NULL when memory runs out. */
 static void *scratch_get(size_t n) {
-  pthread_once(&g_once, key_init);
-  if (!g_key_ok) return NULL;
-  amx_scratch *s = pthread_getspecific(g_key);
+  amx_scratch *s = t_scratch;
   if (!s) {
     s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    if (pthread_setspecific(g_key, s) != 0) {
-      free(s);
-      return NULL;
-    }
+    pthread_mutex_lock(&g_scratch_mu);
+    s->next = g_scratch_all;
+    g_scratch_all = s;
+    pthread_mutex_unlock(&g_scratch_mu);
+    t_scratch = s;
   }
   if (s->n < n) {
     void *p = aligned_alloc(64, (n + 63) / 64 * 64);
