@@ -342,6 +342,31 @@ static void test_end_to_end(void) {
   WT_ASSERT_STR_CONTAINS(out, "[plugin:gguf]");
   free(out);
   out = NULL;
+  /* A prefill of 40 tokens on 2 threads through matrices of 512 columns (WEIR_KQ_X16 under
+   * VNNI, so the AMX-INT8 GEMM where the CPU has it): the process must run and exit cleanly
+   * (the AMX scratch once had a thread-exit destructor that ran after the plugin's dlclose:
+   * a segfault at exit), with the same greedy tokens as with AMX off. */
+  {
+    char *m512 = wt_strf("%s/q4km512.gguf", dir);
+    char *mk5[] = {WT_WEIR, "mkmodel", "--preset", "tiny", "--dim", "512", "--ffn", "1024",
+                   "--heads", "8", "--kv-heads", "2", "--type", "q4_k_m", "--out", m512, NULL};
+    WT_ASSERT_INT_EQ(wt_run(mk5, &out, 60000), 0);
+    free(out);
+    out = NULL;
+    char *g5[] = {WT_WEIR, "generate", "--model", m512, "--threads", "2", "--random-prompt", "40",
+                  "-n", "8", "--ignore-eos", "--seed", "3", "--set", "cache.memory_bytes=16777216", NULL};
+    char *on = NULL, *off = NULL;
+    WT_ASSERT_INT_EQ(wt_run(g5, &on, 60000), 0);
+    setenv("WEIR_CPU_ISA", "avx512", 1);
+    WT_ASSERT_INT_EQ(wt_run(g5, &off, 60000), 0);
+    unsetenv("WEIR_CPU_ISA");
+    WT_ASSERT_STR_CONTAINS(on, "generated: 8 tokens");
+    const char *ton = generated_text(on), *toff = generated_text(off);
+    CU_ASSERT(ton && toff && strlen(ton) > 0 && !strcmp(ton, toff));
+    free(on);
+    free(off);
+    free(m512);
+  }
   /* the same greedy tokens on the scalar kernels as on the SIMD ones */
   char *gen_s[] = {WT_WEIR, "generate", "--model", mixed, "--prompt", "In the beginning",
                    "-n", "16", "--ignore-eos", "--set", "cache.memory_bytes=16777216", NULL};
