@@ -11,7 +11,7 @@
  * pool threads need no setup and hold no tile state between calls.
  *
  * Memory: a per-thread scratch (one 64-row block of decoded weights plus the call's
- * activations rearranged: about 64 x cols + 16 x cols x ceil(n_tokens / 16) bytes), grown on
+ * activations rearranged: about 128 x cols + 16 x cols x ceil(n_tokens / 16) bytes), grown on
  * demand and freed when the library is unloaded or the process exits (not at thread exit: a
  * key destructor could outlive a dlclose'd plugin). */
 #ifndef WEIR_KERNELS_CPU_MATMUL_KQ_AMX_H
