@@ -3,10 +3,12 @@
 #include "matmul_kq.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_isa.h"
+#include "matmul_kq_amx.h"
 #include "weir/numeric.h"
 
 #if WEIR_X86
@@ -1261,12 +1263,35 @@ const char *weir_kq_isa_name(void) {
 
 int weir_kq_x16_preferred(void) { return kq_current() == KQ_VNNI; }
 
+/* -1 until first use, then 0/1. Relaxed atomics: every thread computes the same default. */
+static _Atomic int g_amx = -1;
+
+static int amx_on(void) {
+  int v = atomic_load_explicit(&g_amx, memory_order_relaxed);
+  if (v < 0) {
+    const char *env = getenv("WEIR_CPU_ISA");
+    v = weir_kq_amx_available() && !(env && *env && strcmp(env, "amx") != 0);
+    atomic_store_explicit(&g_amx, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+int weir_kq_amx_enabled(void) { return kq_current() == KQ_VNNI && amx_on(); }
+
+int weir_kq_amx_set(int on) {
+  if (on && !weir_kq_amx_available()) return -1;
+  atomic_store_explicit(&g_amx, on ? 1 : 0, memory_order_relaxed);
+  return 0;
+}
+
 void weir_kq_matmul_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   if (!weir_kq_supported(a->type) || r0 >= r1 || a->n_tokens <= 0) return;
   if (a->layout == WEIR_KQ_X16) {
     if (!weir_kq_x16_fits(a->type, a->cols)) return;
 #if WEIR_X86
     if (kq_current() == KQ_VNNI) {
+      if (a->n_tokens >= WEIR_KQ_AMX_MIN_TOKENS && amx_on() && weir_kq_amx_rows(a, r0, r1) == 0)
+        return;
       switch (a->type) {
       case WEIR_DTYPE_Q8_0: x16_q8_0(a, r0, r1); break;
       case WEIR_DTYPE_Q4_K: x16_q4_k(a, r0, r1); break;

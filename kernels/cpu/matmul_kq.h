@@ -133,6 +133,15 @@ void weir_kq_matmul_chunk(void *arg, int64_t begin, int64_t end, int thread);
  * (sw * u + mw): the embedding lookup. Returns 0, or -1 for an unsupported type. */
 int weir_kq_dequant_row(weir_dtype type, const void *row, int64_t cols, float *out);
 
+/* AMX-INT8 for WEIR_KQ_X16 calls of 16 tokens or more on the AVX-512 VNNI path
+ * (matmul_kq_amx.h): 1 when such a call uses it now. On by default where the CPU has
+ * AMX-INT8 and the OS grants the process XTILEDATA; WEIR_CPU_ISA set to anything but "amx"
+ * turns it off, as it lowers the other levels (and a level below AVX-512 never runs it). */
+int weir_kq_amx_enabled(void);
+/* Tests and benchmarks: on = 1 turns AMX on (returns -1 and changes nothing where it is not
+ * available), on = 0 off; returns 0. Must not race with running kernels. */
+int weir_kq_amx_set(int on);
+
 /* "scalar", "avx2", "avx512vnni": the path weir_kq_matmul_rows takes now. */
 const char *weir_kq_isa_name(void);
 

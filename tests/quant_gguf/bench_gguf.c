@@ -8,6 +8,8 @@
  * first thread, then every thread its share of the rows; a barrier before and after), so the
  * GB/s of a GEMV at 2 threads can be put next to the copy bandwidth at 2 threads
  * (`weir_membw 1024 2`). The CPU time is then the sum over the threads.
+ * KQ_AMX=0|1 in the environment turns the AMX-INT8 GEMM off or on (default: on where the CPU
+ * and OS give it; it runs WEIR_KQ_X16 calls of 16 tokens or more); the path printed says which.
  * STREAM_MIB (0): when set, copies of the weight filling at least that many MiB, each call
  * the next: a decode streams the whole model past the caches, and a lone 12 MiB matrix
  * called again and again is read from the last-level cache instead (twice the rate). */
@@ -123,6 +125,13 @@ int main(int argc, char **argv) {
     }
     for (size_t c = 0; c < copies; c++) memcpy(ws_all + c * stride, w, bytes + 64);
   }
+  /* KQ_AMX=0|1: the AMX-INT8 GEMM off or on (WEIR_KQ_X16, 16 tokens or more) */
+  const char *amx_env = getenv("KQ_AMX");
+  if (amx_env && weir_kq_amx_set(atoi(amx_env) != 0) != 0) {
+    fprintf(stderr, "bench_gguf: KQ_AMX=1 but this CPU or OS gives no AMX-INT8\n");
+    return 1;
+  }
+  const int use_amx = x16 && n >= 16 && weir_kq_amx_enabled();
   weir_kq_matmul_args a = {.type = t, .layout = x16 ? WEIR_KQ_X16 : WEIR_KQ_FILE, .w = w, .row_bytes = rb, .rows = rows, .cols = cols,
                            .act = act, .n_tokens = n, .y = y};
   /* rows split in nth shares; thread 0 (this one) takes the first */
@@ -166,7 +175,7 @@ int main(int argc, char **argv) {
   ct /= iters;
   printf("%s %lldx%lld, %lld tokens, %d thread%s, %s%s: %.3f ms/call (act %.3f ms), %.2f GB/s of weights, "
          "%.1f tokens/s, %.2f GMAC/s; CPU time %.3f ms/call, %.2f GMAC per CPU-second\n", argv[1], (long long)rows, (long long)cols, (long long)n,
-         nth, nth > 1 ? "s" : "", weir_kq_isa_name(), copies > 1 ? ", streamed" : "", dt * 1e3, tq / iters * 1e3, (double)bytes / dt / 1e9, n / dt,
+         nth, nth > 1 ? "s" : "", use_amx ? "amx-int8" : weir_kq_isa_name(), copies > 1 ? ", streamed" : "", dt * 1e3, tq / iters * 1e3, (double)bytes / dt / 1e9, n / dt,
          (double)rows * cols * n / dt / 1e9, ct * 1e3, (double)rows * cols * n / ct / 1e9);
   if (ws_all != w) free(ws_all);
   free(w);

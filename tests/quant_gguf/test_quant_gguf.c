@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "matmul_kq.h"
+#include "matmul_kq_amx.h"
 #include "testutil.h"
 #include "weir/numeric.h"
 #include "weir/weir.h"
@@ -341,6 +342,31 @@ static void test_end_to_end(void) {
   WT_ASSERT_STR_CONTAINS(out, "[plugin:gguf]");
   free(out);
   out = NULL;
+  /* A prefill of 40 tokens on 2 threads through matrices of 512 columns (WEIR_KQ_X16 under
+   * VNNI, so the AMX-INT8 GEMM where the CPU has it): the process must run and exit cleanly
+   * (the AMX scratch once had a thread-exit destructor that ran after the plugin's dlclose:
+   * a segfault at exit), with the same greedy tokens as with AMX off. */
+  {
+    char *m512 = wt_strf("%s/q4km512.gguf", dir);
+    char *mk5[] = {WT_WEIR, "mkmodel", "--preset", "tiny", "--dim", "512", "--ffn", "1024",
+                   "--heads", "8", "--kv-heads", "2", "--type", "q4_k_m", "--out", m512, NULL};
+    WT_ASSERT_INT_EQ(wt_run(mk5, &out, 60000), 0);
+    free(out);
+    out = NULL;
+    char *g5[] = {WT_WEIR, "generate", "--model", m512, "--threads", "2", "--random-prompt", "40",
+                  "-n", "8", "--ignore-eos", "--seed", "3", "--set", "cache.memory_bytes=16777216", NULL};
+    char *on = NULL, *off = NULL;
+    WT_ASSERT_INT_EQ(wt_run(g5, &on, 60000), 0);
+    setenv("WEIR_CPU_ISA", "avx512", 1);
+    WT_ASSERT_INT_EQ(wt_run(g5, &off, 60000), 0);
+    unsetenv("WEIR_CPU_ISA");
+    WT_ASSERT_STR_CONTAINS(on, "generated: 8 tokens");
+    const char *ton = generated_text(on), *toff = generated_text(off);
+    CU_ASSERT(ton && toff && strlen(ton) > 0 && !strcmp(ton, toff));
+    free(on);
+    free(off);
+    free(m512);
+  }
   /* the same greedy tokens on the scalar kernels as on the SIMD ones */
   char *gen_s[] = {WT_WEIR, "generate", "--model", mixed, "--prompt", "In the beginning",
                    "-n", "16", "--ignore-eos", "--set", "cache.memory_bytes=16777216", NULL};
@@ -455,6 +481,175 @@ out:
   free(b);
   free(abuf);
   free(bbuf);
+}
+
+/* The AMX-INT8 GEMM (matmul_kq_amx.c) against the portable C path (level scalar) and the
+ * AVX-512 VNNI kernel on the same WEIR_KQ_X16 rows: every token count 1..70 (16-token blocks,
+ * partial ones, and the < 16 counts that stay on VNNI), 67 rows (not a multiple of 16; 64-row
+ * blocks plus a tail), and a call over rows [3, 62) that must leave the rows outside it
+ * untouched. Results agree to f32 summation order (the per-sub-block integer sums are the same
+ * numbers, scaled in another order; amx_exact_type checks those integers bit for bit). Skips
+ * where the CPU or the OS gives no AMX. */
+static void amx_type(weir_dtype t) {
+  enum { ROWS = 67, COLS = 1024, T = 70 };
+  const size_t rb = weir_dtype_row_bytes(t, COLS);
+  uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
+  float *x = malloc(sizeof(float) * T * COLS), *want = malloc(sizeof(float) * T * ROWS);
+  float *vn = malloc(sizeof(float) * T * ROWS), *got = malloc(sizeof(float) * T * ROWS);
+  float *a = malloc(sizeof(float) * ROWS * COLS);
+  double *mag = malloc(sizeof(double) * T * ROWS);
+  void *abuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
+  for (int64_t r = 0; r < ROWS; r++) {
+    weir_kq_x16_pack_row(t, src + r * rb, x16 + r * rb, COLS);
+    weir_kq_x16_dequant_row(t, x16 + r * rb, COLS, a + r * COLS);
+  }
+  for (int64_t i = 0; i < T * COLS; i++) x[i] = wt_frand(-1, 1);
+  for (int64_t k = 0; k < T; k++)
+    for (int64_t r = 0; r < ROWS; r++) {
+      double m = 0;
+      for (int64_t c = 0; c < COLS; c++) m += fabs((double)a[r * COLS + c] * x[k * COLS + c]);
+      mag[k * ROWS + r] = m;
+    }
+  const weir_cpu_isa_level best = weir_cpu_isa();
+  for (int64_t n = 1; n <= T; n++) {
+    weir_kq_act xa;
+    weir_kq_act_init(&xa, abuf, COLS, n);
+    for (int64_t k = 0; k < n; k++) weir_kq_quantize_act_x16(t, x + k * COLS, COLS, &xa, k);
+    weir_kq_matmul_args m = {.type = t, .layout = WEIR_KQ_X16, .w = x16, .row_bytes = rb,
+                             .rows = ROWS, .cols = COLS, .act = xa, .n_tokens = n};
+    /* reference: portable C */
+    CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_SCALAR), 0);
+    m.y = want;
+    weir_kq_matmul_rows(&m, 0, ROWS);
+    CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_AVX512), 0);
+    weir_kq_amx_set(0);
+    CU_ASSERT(!weir_kq_amx_enabled());
+    m.y = vn;
+    weir_kq_matmul_rows(&m, 0, ROWS);
+    CU_ASSERT_EQUAL_FATAL(weir_kq_amx_set(1), 0);
+    CU_ASSERT(weir_kq_amx_enabled());
+    for (int64_t i = 0; i < n * ROWS; i++) got[i] = NAN;
+    m.y = got;
+    /* two calls as two pool threads would split the rows: one starts mid-16 */
+    weir_kq_matmul_rows(&m, 0, 37);
+    weir_kq_matmul_rows(&m, 37, ROWS);
+    for (int64_t i = 0; i < n * ROWS; i++) {
+      char what[112];
+      snprintf(what, sizeof what, "amx %s, %lld tokens, out %lld (vs scalar)", weir_dtype_name(t),
+               (long long)n, (long long)i);
+      if (!CHK(fabs((double)got[i] - want[i]), 2e-6 * mag[i] + 1e-6, what)) goto out;
+      snprintf(what, sizeof what, "amx %s, %lld tokens, out %lld (vs vnni)", weir_dtype_name(t),
+               (long long)n, (long long)i);
+      if (!CHK(fabs((double)got[i] - vn[i]), 2e-6 * mag[i] + 1e-6, what)) goto out;
+    }
+    /* rows [3, 62) only: the others keep their NaN */
+    for (int64_t i = 0; i < n * ROWS; i++) got[i] = NAN;
+    weir_kq_matmul_rows(&m, 3, 62);
+    for (int64_t i = 0; i < n * ROWS; i++) {
+      const int64_t r = i % ROWS;
+      if (r < 3 || r >= 62) {
+        CU_ASSERT(isnan(got[i]));
+      } else if (!CHK(fabs((double)got[i] - want[i]), 2e-6 * mag[i] + 1e-6, "amx rows [3, 62)")) {
+        goto out;
+      }
+    }
+  }
+out:
+  weir_cpu_isa_set(best);
+  free(src);
+  free(x16);
+  free(x);
+  free(want);
+  free(vn);
+  free(got);
+  free(a);
+  free(mag);
+  free(abuf);
+}
+
+/* The integer sums themselves: weights whose scales are 1 (K-types: d = 1, dmin = 0; Q6_K
+ * also small int8 scales; Q8_0: d = 1) and integer activations whose every scale block holds a
+ * 127 (so its scale is exactly 1), small enough that every f32 partial sum is an exact
+ * integer. Then every path's result is the exact integer dot product, and AMX, VNNI and the
+ * portable C path must agree bit for bit: a wrong integer anywhere shows. */
+static void amx_exact_type(weir_dtype t) {
+  enum { ROWS = 37, COLS = 1024, T = 33 };
+  const size_t rb = weir_dtype_row_bytes(t, COLS), bb = weir_dtype_block_bytes(t);
+  const int64_t blocks = (int64_t)(rb / bb), ab = weir_kq_act_block(t);
+  uint8_t *src = rand_blocks(t, ROWS, COLS), *x16 = malloc(rb * ROWS + 64);
+  const uint16_t one = 0x3C00, zero = 0;
+  for (int64_t r = 0; r < ROWS; r++)
+    for (int64_t b = 0; b < blocks; b++) {
+      uint8_t *p = src + r * rb + b * bb;
+      if (t == WEIR_DTYPE_Q8_0) {
+        memcpy(p, &one, 2);
+      } else if (t == WEIR_DTYPE_Q6_K) {
+        for (int i = 0; i < 16; i++) p[192 + i] = (uint8_t)(int8_t)((int)(wt_rnd() % 17) - 8);
+        memcpy(p + 208, &one, 2);
+      } else {
+        memcpy(p, &one, 2);
+        memcpy(p + 2, &zero, 2);
+      }
+    }
+  for (int64_t r = 0; r < ROWS; r++) weir_kq_x16_pack_row(t, src + r * rb, x16 + r * rb, COLS);
+  float *x = malloc(sizeof(float) * T * COLS);
+  for (int64_t i = 0; i < T * COLS; i++)
+    x[i] = (i % COLS) % ab == 0 ? 127.0f : (float)((int)(wt_rnd() % 7) - 3);
+  float *ys[3];
+  for (int k = 0; k < 3; k++) ys[k] = malloc(sizeof(float) * T * ROWS);
+  void *abuf = aligned_alloc(64, (weir_kq_act_bytes(COLS, T) + 63) / 64 * 64);
+  weir_kq_act xa;
+  weir_kq_act_init(&xa, abuf, COLS, T);
+  for (int64_t k = 0; k < T; k++) weir_kq_quantize_act_x16(t, x + k * COLS, COLS, &xa, k);
+  weir_kq_matmul_args m = {.type = t, .layout = WEIR_KQ_X16, .w = x16, .row_bytes = rb,
+                           .rows = ROWS, .cols = COLS, .act = xa, .n_tokens = T};
+  const weir_cpu_isa_level best = weir_cpu_isa();
+  CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_SCALAR), 0);
+  m.y = ys[0];
+  weir_kq_matmul_rows(&m, 0, ROWS);
+  CU_ASSERT_EQUAL_FATAL(weir_cpu_isa_set(WEIR_CPU_ISA_AVX512), 0);
+  weir_kq_amx_set(0);
+  m.y = ys[1];
+  weir_kq_matmul_rows(&m, 0, ROWS);
+  CU_ASSERT_EQUAL_FATAL(weir_kq_amx_set(1), 0);
+  m.y = ys[2];
+  weir_kq_matmul_rows(&m, 0, ROWS);
+  int nonint = 0;
+  for (int64_t i = 0; i < T * ROWS; i++) nonint += ys[0][i] != floorf(ys[0][i]);
+  CU_ASSERT_EQUAL(nonint, 0); /* the premise: every result is an integer */
+  CU_ASSERT_EQUAL(memcmp(ys[0], ys[1], sizeof(float) * T * ROWS), 0);
+  CU_ASSERT_EQUAL(memcmp(ys[0], ys[2], sizeof(float) * T * ROWS), 0);
+  for (int64_t i = 0; i < T * ROWS; i++)
+    if (ys[2][i] != ys[0][i]) {
+      fprintf(stderr, "\n  amx exact %s: out %lld amx %.1f scalar %.1f\n", weir_dtype_name(t),
+              (long long)i, ys[2][i], ys[0][i]);
+      break;
+    }
+  weir_cpu_isa_set(best);
+  for (int k = 0; k < 3; k++) free(ys[k]);
+  free(abuf);
+  free(x);
+  free(src);
+  free(x16);
+}
+
+static void test_amx(void) {
+  if (!weir_kq_amx_available() || !weir_cpu_isa_supported(WEIR_CPU_ISA_AVX512) ||
+      !wt_isa_available(3)) {
+    fprintf(stderr, "\n  SKIP amx: this CPU or OS gives no AMX-INT8 (amx_int8 + XTILEDATA)\n");
+    if (!weir_kq_amx_available()) CU_ASSERT_EQUAL(weir_kq_amx_set(1), -1);
+    return;
+  }
+  const int was = weir_kq_amx_enabled();
+  amx_type(WEIR_DTYPE_Q8_0);
+  amx_type(WEIR_DTYPE_Q4_K);
+  amx_type(WEIR_DTYPE_Q6_K);
+  amx_type(WEIR_DTYPE_Q5_K);
+  amx_exact_type(WEIR_DTYPE_Q8_0);
+  amx_exact_type(WEIR_DTYPE_Q4_K);
+  amx_exact_type(WEIR_DTYPE_Q5_K);
+  amx_exact_type(WEIR_DTYPE_Q6_K);
+  weir_kq_amx_set(was);
 }
 
 static void test_x16(void) {
@@ -590,6 +785,7 @@ int main(void) {
                                   {"refusals", test_refusals},
                                   {"end_to_end", test_end_to_end},
                                   {"x16", test_x16},
+                                  {"amx", test_amx},
                                   {NULL, NULL}};
   return wt_plugin_main("quant_gguf", tests, &g_host, 1);
 }
