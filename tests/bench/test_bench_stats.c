@@ -318,6 +318,9 @@ static void test_sse_scan(void) {
       "{\"choices\":[[{\"delta\":{\"content\":\"y\"}}]],\"usage\":{\"prompt_tokens\":\"9\"}}",
       "{\"usage\":{\"prompt_tokens\":1.5e2,\"completion_tokens\":-0,\"x\":[true,false,null]}}",
       " \t{\"a\":{\"b\":[{}, [], \"\\/\\b\\f\\r\\t\"]}}\n",
+      /* repeated container keys: only the first plays its role (found by a fuzz run) */
+      "{\"choices\":[{\"delta\":0,\"delta\":{\"content\":\"hi\"}}],\"usage\":1,"
+      "\"usage\":{\"prompt_tokens\":3},\"choices\":[{\"text\":\"x\"}]}",
   };
   const int n = (int)(sizeof events / sizeof *events);
   int both = 0;

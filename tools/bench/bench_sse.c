@@ -22,6 +22,7 @@ enum { R_NONE, R_ROOT, R_CHOICES, R_CHOICE0, R_DELTA, R_USAGE };
 typedef struct {
   const char *p, *end;
   weir_bench_sse_facts *f;
+  unsigned seen_roles; /* 1 << R_*: the container keys already met (a repeat counts as R_NONE) */
 } scan;
 
 static void skip_ws(scan *s) {
@@ -188,7 +189,14 @@ static int scan_object(scan *s, int role, int depth) {
         goto next;
       }
     }
-    if (scan_value(s, member_role(role, k, kn), depth + 1)) return -1;
+    /* Only a container key's first occurrence plays its role, as with the scalar keys: a
+     * repeated "delta" (or "choices", "usage") is read as cJSON's lookup would skip it. */
+    int r = member_role(role, k, kn);
+    if (r != R_NONE) {
+      if (s->seen_roles & (1u << r)) r = R_NONE;
+      else s->seen_roles |= 1u << r;
+    }
+    if (scan_value(s, r, depth + 1)) return -1;
   next:
     skip_ws(s);
     if (s->p >= s->end) return -1;
