@@ -1,0 +1,1 @@
+for i in $(seq 10); do "/tmp/before/build/bin/weir" bench --url http://127.0.0.1:40607 --endpoint chat --num-requests 500 --input-len 32 --output-len 16 --temperature 0 --seed 1 --quiet --concurrency 64 > /work/quiet/c/hit-cpu-ab/A-1-hits.txt; done
