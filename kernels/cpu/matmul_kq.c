@@ -9,6 +9,7 @@
 
 #include "cpu_isa.h"
 #include "matmul_kq_amx.h"
+#include "matmul_kq_internal.h"
 #include "weir/numeric.h"
 
 #if WEIR_X86
@@ -45,26 +46,10 @@ static int signed128(weir_dtype t) {
   return t == WEIR_DTYPE_Q8_0 || t == WEIR_DTYPE_IQ4_NL || t == WEIR_DTYPE_IQ4_XS;
 }
 
-static inline uint16_t rd16(const uint8_t *p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
 static inline uint32_t rd32(const uint8_t *p) {
   uint32_t v;
   memcpy(&v, p, 4);
   return v;
-}
-
-/* Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
-static inline void k4_scale_min(const uint8_t *s, int j, int *sc, int *m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
 }
 
 /* Q3_K: signed 6-bit scale of sub-block i (0..15) from the 12 packed bytes. */
@@ -91,11 +76,11 @@ static inline int tile_blocks(int64_t nb, int64_t tile) {
         float s = 0, m = 0;                                                                  \
         if (b < nblk) {                                                                      \
           const uint8_t *p = row + (size_t)(tile * 8 + b) * bb;                              \
-          s = H2F(rd16(p));                                                                  \
+          s = H2F(weir__kq_rd16(p));                                                                  \
           switch (type) {                                                                    \
           case WEIR_DTYPE_Q4_0: m = -8.0f * s; break;                                        \
           case WEIR_DTYPE_Q5_0: m = -16.0f * s; break;                                       \
-          case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q5_1: m = H2F(rd16(p + 2)); break;           \
+          case WEIR_DTYPE_Q4_1: case WEIR_DTYPE_Q5_1: m = H2F(weir__kq_rd16(p + 2)); break;           \
           default: m = -128.0f * s; break; /* Q8_0, IQ4_NL */                                \
           }                                                                                  \
         }                                                                                    \
@@ -107,7 +92,7 @@ static inline int tile_blocks(int64_t nb, int64_t tile) {
     const uint8_t *p = row + (size_t)tile * bb;                                              \
     switch (type) {                                                                          \
     case WEIR_DTYPE_Q2_K: {                                                                  \
-      float d = H2F(rd16(p + 80)), dmin = H2F(rd16(p + 82));                                 \
+      float d = H2F(weir__kq_rd16(p + 80)), dmin = H2F(weir__kq_rd16(p + 82));                                 \
       for (int i = 0; i < 16; i++) {                                                         \
         sw[i] = d * (float)(p[i] & 0xF);                                                     \
         mw[i] = -dmin * (float)(p[i] >> 4);                                                  \
@@ -115,7 +100,7 @@ static inline int tile_blocks(int64_t nb, int64_t tile) {
       break;                                                                                 \
     }                                                                                        \
     case WEIR_DTYPE_Q3_K: {                                                                  \
-      float d = H2F(rd16(p + 108));                                                          \
+      float d = H2F(weir__kq_rd16(p + 108));                                                          \
       for (int i = 0; i < 16; i++) {                                                         \
         sw[i] = d * (float)q3_scale(p + 96, i);                                              \
         mw[i] = -4.0f * sw[i];                                                               \
@@ -123,17 +108,17 @@ static inline int tile_blocks(int64_t nb, int64_t tile) {
       break;                                                                                 \
     }                                                                                        \
     case WEIR_DTYPE_Q4_K: case WEIR_DTYPE_Q5_K: {                                            \
-      float d = H2F(rd16(p)), dmin = H2F(rd16(p + 2));                                       \
+      float d = H2F(weir__kq_rd16(p)), dmin = H2F(weir__kq_rd16(p + 2));                                       \
       for (int j = 0; j < 8; j++) {                                                          \
         int sc, m;                                                                           \
-        k4_scale_min(p + 4, j, &sc, &m);                                                     \
+        weir__kq_k4_scale_min(p + 4, j, &sc, &m);                                                     \
         sw[2 * j] = sw[2 * j + 1] = d * (float)sc;                                           \
         mw[2 * j] = mw[2 * j + 1] = -dmin * (float)m;                                        \
       }                                                                                      \
       break;                                                                                 \
     }                                                                                        \
     case WEIR_DTYPE_Q6_K: {                                                                  \
-      float d = H2F(rd16(p + 208));                                                          \
+      float d = H2F(weir__kq_rd16(p + 208));                                                          \
       for (int i = 0; i < 16; i++) {                                                         \
         sw[i] = d * (float)(int8_t)p[192 + i];                                               \
         mw[i] = -32.0f * sw[i];                                                              \
@@ -141,8 +126,8 @@ static inline int tile_blocks(int64_t nb, int64_t tile) {
       break;                                                                                 \
     }                                                                                        \
     case WEIR_DTYPE_IQ4_XS: {                                                                \
-      float d = H2F(rd16(p));                                                                \
-      uint16_t sh = rd16(p + 2);                                                             \
+      float d = H2F(weir__kq_rd16(p));                                                                \
+      uint16_t sh = weir__kq_rd16(p + 2);                                                             \
       for (int ib = 0; ib < 8; ib++) {                                                       \
         int ls = ((p[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);  \
         float dl = d * (float)(ls - 32);                                                     \
@@ -383,23 +368,13 @@ void weir_kq_quantize_act(weir_dtype type, const float *x, int64_t cols, const w
 
 /* ---- WEIR_KQ_X16 (see matmul_kq.h) ---------------------------------------------------------- */
 
-/* Columns of a group (16 lanes of 32 columns; Q6_K 16 of 16, its scale's width), its bytes
- * (those of the file's blocks it covers) and where its values start. */
-static int x16_cols(weir_dtype t) { return t == WEIR_DTYPE_Q6_K ? 256 : 512; }
-static size_t x16_bytes(weir_dtype t) {
-  switch (t) {
-  case WEIR_DTYPE_Q8_0: return 16 * 34;
-  case WEIR_DTYPE_Q4_K: return 2 * 144;
-  case WEIR_DTYPE_Q5_K: return 2 * 176;
-  default: return 210; /* Q6_K */
-  }
-}
+/* Where a group's values start (its columns and bytes: matmul_kq_internal.h). */
 static size_t x16_head(weir_dtype t) { return t == WEIR_DTYPE_Q6_K ? 18 : 32; }
 
 int weir_kq_x16_fits(weir_dtype t, int64_t cols) {
   return (t == WEIR_DTYPE_Q8_0 || t == WEIR_DTYPE_Q4_K || t == WEIR_DTYPE_Q5_K ||
           t == WEIR_DTYPE_Q6_K) &&
-         cols > 0 && cols % x16_cols(t) == 0;
+         cols > 0 && cols % weir__kq_x16_cols(t) == 0;
 }
 
 /* The value u of lane l, column 4c + i of a group at p. */
@@ -417,8 +392,8 @@ static inline int x16_u(weir_dtype t, const uint8_t *p, int c, int l, int i) {
 }
 
 void weir_kq_x16_pack_row(weir_dtype t, const uint8_t *src, uint8_t *dst, int64_t cols) {
-  const int gc = x16_cols(t), bw = gc / 16;
-  const size_t gb = x16_bytes(t), h = x16_head(t);
+  const int gc = weir__kq_x16_cols(t), bw = gc / 16;
+  const size_t gb = weir__kq_x16_bytes(t), h = x16_head(t);
   uint8_t u[512];
   for (int64_t g = 0; g < cols / gc; g++) {
     const uint8_t *s = src + g * gb;
@@ -461,17 +436,16 @@ void weir_kq_x16_pack_row(weir_dtype t, const uint8_t *src, uint8_t *dst, int64_
   }
 }
 
-/* Per lane l of a group: w = sw[l] * u + mw[l]. */
-static void x16_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
+void weir__kq_x16_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
   if (t == WEIR_DTYPE_Q8_0) {
     for (int l = 0; l < 16; l++) {
-      sw[l] = weir_f16_to_f32(rd16(p + 2 * l));
+      sw[l] = weir_f16_to_f32(weir__kq_rd16(p + 2 * l));
       mw[l] = -128.0f * sw[l];
     }
     return;
   }
   if (t == WEIR_DTYPE_Q6_K) {
-    float d = weir_f16_to_f32(rd16(p + 16));
+    float d = weir_f16_to_f32(weir__kq_rd16(p + 16));
     for (int l = 0; l < 16; l++) {
       sw[l] = d * (float)(int8_t)p[l];
       mw[l] = -32.0f * sw[l];
@@ -480,10 +454,10 @@ static void x16_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
   }
   for (int sb = 0; sb < 2; sb++) {
     const uint8_t *h = p + 16 * sb;
-    float d = weir_f16_to_f32(rd16(h)), dmin = weir_f16_to_f32(rd16(h + 2));
+    float d = weir_f16_to_f32(weir__kq_rd16(h)), dmin = weir_f16_to_f32(weir__kq_rd16(h + 2));
     for (int j = 0; j < 8; j++) {
       int sc, m;
-      k4_scale_min(h + 4, j, &sc, &m);
+      weir__kq_k4_scale_min(h + 4, j, &sc, &m);
       sw[8 * sb + j] = d * (float)sc;
       mw[8 * sb + j] = -dmin * (float)m;
     }
@@ -491,11 +465,11 @@ static void x16_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
 }
 
 void weir_kq_x16_dequant_row(weir_dtype t, const uint8_t *row, int64_t cols, float *out) {
-  const int gc = x16_cols(t), bw = gc / 16;
+  const int gc = weir__kq_x16_cols(t), bw = gc / 16;
   for (int64_t g = 0; g < cols / gc; g++) {
-    const uint8_t *p = row + g * x16_bytes(t);
+    const uint8_t *p = row + g * weir__kq_x16_bytes(t);
     float sw[16], mw[16];
-    x16_scales(t, p, sw, mw);
+    weir__kq_x16_scales(t, p, sw, mw);
     for (int l = 0; l < 16; l++)
       for (int c = 0; c < bw / 4; c++)
         for (int i = 0; i < 4; i++)
@@ -507,7 +481,7 @@ void weir_kq_x16_dequant_row(weir_dtype t, const uint8_t *row, int64_t cols, flo
  * into the weights' order. */
 void weir_kq_quantize_act_x16(weir_dtype type, const float *x, int64_t cols,
                               const weir_kq_act *a, int64_t t) {
-  const int gc = x16_cols(type), bw = gc / 16;
+  const int gc = weir__kq_x16_cols(type), bw = gc / 16;
   const int64_t kp = a->tiles * WEIR_KQ_TILE;
   _Alignas(64) int8_t nq[512];
   _Alignas(64) float nd[32], ns[32];
@@ -538,19 +512,19 @@ void weir_kq_quantize_act_x16(weir_dtype type, const float *x, int64_t cols,
 
 static void x16_rows_c(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   const weir_dtype ty = a->type;
-  const int gc = x16_cols(ty), bw = gc / 16, q8 = ty == WEIR_DTYPE_Q8_0;
+  const int gc = weir__kq_x16_cols(ty), bw = gc / 16, q8 = ty == WEIR_DTYPE_Q8_0;
   const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / gc;
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t *row = a->w + (size_t)r * a->row_bytes;
     for (int64_t t = 0; t < a->n_tokens; t++) {
       float acc = 0;
       for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *p = row + g * x16_bytes(ty);
+        const uint8_t *p = row + g * weir__kq_x16_bytes(ty);
         const int8_t *xq = a->act.q + t * kp + gc * g;
         const int64_t o = (t * tiles + g * (gc / WEIR_KQ_TILE)) * 16;
         const float *xd = a->act.d16 + o, *xs = a->act.s16 + o;
         float sw[16], mw[16];
-        x16_scales(ty, p, sw, mw);
+        weir__kq_x16_scales(ty, p, sw, mw);
         for (int l = 0; l < 16; l++) {
           int32_t s = 0;
           if (q8) memcpy(&s, xs + l, 4);
@@ -796,7 +770,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_scales_simd(weir_dtype type
   if (weir_dtype_block_elems(type) == 32) {
     const uint8_t *p = row + (size_t)tile * 8 * bb;
     _Alignas(16) uint16_t dh[8], mh[8];
-    for (int b = 0; b < 8; b++) dh[b] = rd16(p + (size_t)b * bb);
+    for (int b = 0; b < 8; b++) dh[b] = weir__kq_rd16(p + (size_t)b * bb);
     const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     __m512 d = _mm512_permutexvar_ps(
         dup, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh))));
@@ -806,7 +780,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_scales_simd(weir_dtype type
     case WEIR_DTYPE_Q5_0: *mw = _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); break;
     case WEIR_DTYPE_Q4_1:
     case WEIR_DTYPE_Q5_1:
-      for (int b = 0; b < 8; b++) mh[b] = rd16(p + (size_t)b * bb + 2);
+      for (int b = 0; b < 8; b++) mh[b] = weir__kq_rd16(p + (size_t)b * bb + 2);
       *mw = _mm512_permutexvar_ps(
           dup, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)mh))));
       break;
@@ -826,14 +800,14 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_scales_simd(weir_dtype type
     __m128i mn = _mm_cvtsi64_si128((long long)((uint64_t)m_lo | (uint64_t)m_hi << 32));
     sc = _mm_unpacklo_epi8(sc, sc);
     mn = _mm_unpacklo_epi8(mn, mn);
-    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p))),
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(weir__kq_rd16(p))),
                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
-    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 2))),
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(weir__kq_rd16(p + 2))),
                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
     break;
   }
   case WEIR_DTYPE_Q6_K:
-    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 208))),
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(weir__kq_rd16(p + 208))),
                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                             _mm_loadu_si128((const __m128i *)(p + 192)))));
     *mw = _mm512_mul_ps(*sw, _mm512_set1_ps(-32.0f));
@@ -842,9 +816,9 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_scales_simd(weir_dtype type
     __m128i b = _mm_loadu_si128((const __m128i *)p);
     __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
     __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
-    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 80))),
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(weir__kq_rd16(p + 80))),
                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)));
-    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 82))),
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(weir__kq_rd16(p + 82))),
                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
     break;
   }
@@ -856,7 +830,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_scales_simd(weir_dtype type
                                (int)(((a0 >> 4) & k4) | (((t >> 4) & k2) << 4)),
                                (int)(((a1 >> 4) & k4) | (((t >> 6) & k2) << 4)));
     v = _mm_sub_epi8(v, _mm_set1_epi8(32));
-    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 108))),
+    *sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(weir__kq_rd16(p + 108))),
                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
     *mw = _mm512_mul_ps(*sw, _mm512_set1_ps(-4.0f));
     break;
@@ -895,14 +869,14 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_kscales(weir_dtype type, co
     __m128i sc = _mm_cvtsi64_si128((long long)((uint64_t)sc_lo | (uint64_t)sc_hi << 32));
     __m128i mn = _mm_cvtsi64_si128((long long)((uint64_t)m_lo | (uint64_t)m_hi << 32));
     s16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
-    *d = _cvtsh_ss(rd16(p));
-    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 2))),
+    *d = _cvtsh_ss(weir__kq_rd16(p));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(weir__kq_rd16(p + 2))),
                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(mn, mn))));
     break;
   }
   case WEIR_DTYPE_Q6_K:
     s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
-    *d = _cvtsh_ss(rd16(p + 208));
+    *d = _cvtsh_ss(weir__kq_rd16(p + 208));
     *mw = _mm512_mul_ps(_mm512_set1_ps(-32.0f * *d),
                         _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(s16)));
     break;
@@ -910,8 +884,8 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_kscales(weir_dtype type, co
     __m128i b = _mm_loadu_si128((const __m128i *)p);
     s16 = _mm256_cvtepu8_epi16(_mm_and_si128(b, _mm_set1_epi8(0x0F)));
     __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
-    *d = _cvtsh_ss(rd16(p + 80));
-    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(rd16(p + 82))),
+    *d = _cvtsh_ss(weir__kq_rd16(p + 80));
+    *mw = _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(weir__kq_rd16(p + 82))),
                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)));
     break;
   }
@@ -923,7 +897,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void tile_kscales(weir_dtype type, co
                                (int)(((a0 >> 4) & k4) | (((t >> 4) & k2) << 4)),
                                (int)(((a1 >> 4) & k4) | (((t >> 6) & k2) << 4)));
     s16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(v, _mm_set1_epi8(32)));
-    *d = _cvtsh_ss(rd16(p + 108));
+    *d = _cvtsh_ss(weir__kq_rd16(p + 108));
     *mw = _mm512_mul_ps(_mm512_set1_ps(-4.0f * *d),
                         _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(s16)));
     break;
@@ -1061,9 +1035,9 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void vnni_rows_type(const weir_kq_mat
 WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_args *a,
                                                           weir_dtype type, int64_t r0,
                                                           int64_t r1, int64_t t0, const int NT) {
-  const int gc = x16_cols(type), nch = gc / 64;
+  const int gc = weir__kq_x16_cols(type), nch = gc / 64;
   const int64_t tiles = a->act.tiles, kp = tiles * WEIR_KQ_TILE, groups = a->cols / gc;
-  const size_t gb = x16_bytes(type);
+  const size_t gb = weir__kq_x16_bytes(type);
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t *row = a->w + (size_t)r * a->row_bytes;
@@ -1079,7 +1053,7 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_a
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) w[c] = _mm512_loadu_si512(p + 32 + 64 * c);
       } else if (type == WEIR_DTYPE_Q6_K) {
-        sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(rd16(p + 16))),
+        sw = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(weir__kq_rd16(p + 16))),
                            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                                _mm_loadu_si128((const __m128i *)p))));
         mw = _mm512_mul_ps(sw, _mm512_set1_ps(-32.0f));
@@ -1104,8 +1078,8 @@ WEIR_TARGET_VNNI static WEIR_ALWAYS_INLINE void x16_block(const weir_kq_matmul_a
           uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 2) & 0x30303030u);
           scb[sb] = (uint64_t)(w0 & 0x3f3f3f3fu) | (uint64_t)sc_hi << 32;
           mnb[sb] = (uint64_t)(w1 & 0x3f3f3f3fu) | (uint64_t)m_hi << 32;
-          dd[sb] = _cvtsh_ss(rd16(h));
-          dm[sb] = -_cvtsh_ss(rd16(h + 2));
+          dd[sb] = _cvtsh_ss(weir__kq_rd16(h));
+          dm[sb] = -_cvtsh_ss(weir__kq_rd16(h + 2));
         }
         const __mmask16 hi8 = 0xFF00;
         __m512 vd = _mm512_mask_blend_ps(hi8, _mm512_set1_ps(dd[0]), _mm512_set1_ps(dd[1]));

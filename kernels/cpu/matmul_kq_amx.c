@@ -21,6 +21,7 @@
  * 16 is rearranged once per call into B tiles plus per-token scales. Both live in a per-thread
  * scratch kept across calls. */
 #include "matmul_kq_amx.h"
+#include "matmul_kq_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -110,63 +111,14 @@ static void *scratch_get(size_t n) {
   return s->p;
 }
 
-/* ---- layout facts (matmul_kq.h, WEIR_KQ_X16) ----------------------------------------------- */
+/* ---- layout facts (matmul_kq.h, WEIR_KQ_X16; shared ones in matmul_kq_internal.h) ------- */
 
-static inline uint16_t rd16(const uint8_t *p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
-
-static int gcols(weir_dtype t) { return t == WEIR_DTYPE_Q6_K ? 256 : 512; }
-static size_t gbytes(weir_dtype t) {
-  switch (t) {
-  case WEIR_DTYPE_Q8_0: return 16 * 34;
-  case WEIR_DTYPE_Q4_K: return 2 * 144;
-  case WEIR_DTYPE_Q5_K: return 2 * 176;
-  default: return 210;
-  }
-}
-
-/* Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
-static inline void k4_scale_min(const uint8_t *s, int j, int *sc, int *m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
-/* Per lane l of a group: w = sw[l] * v + mw[l] with v the signed value group_decode gives. The
- * products are the ones x16_scales in matmul_kq.c forms (d * sc in f32). */
+/* Per lane l of a group: w = sw[l] * v + mw[l] with v the signed value group_decode gives:
+ * the X16 scales (matmul_kq.c's, d * sc in f32) with no offset where v is the signed value
+ * (Q8_0: q, not q + 128; Q6_K: u - 32). */
 static void group_scales(weir_dtype t, const uint8_t *p, float *sw, float *mw) {
-  if (t == WEIR_DTYPE_Q8_0) {
-    for (int l = 0; l < 16; l++) {
-      sw[l] = weir_f16_to_f32(rd16(p + 2 * l));
-      mw[l] = 0;
-    }
-    return;
-  }
-  if (t == WEIR_DTYPE_Q6_K) {
-    float d = weir_f16_to_f32(rd16(p + 16));
-    for (int l = 0; l < 16; l++) {
-      sw[l] = d * (float)(int8_t)p[l];
-      mw[l] = 0;
-    }
-    return;
-  }
-  for (int sb = 0; sb < 2; sb++) {
-    const uint8_t *h = p + 16 * sb;
-    float d = weir_f16_to_f32(rd16(h)), dmin = weir_f16_to_f32(rd16(h + 2));
-    for (int j = 0; j < 8; j++) {
-      int sc, m;
-      k4_scale_min(h + 4, j, &sc, &m);
-      sw[8 * sb + j] = d * (float)sc;
-      mw[8 * sb + j] = -dmin * (float)m;
-    }
-  }
+  weir__kq_x16_scales(t, p, sw, mw);
+  if (t == WEIR_DTYPE_Q8_0 || t == WEIR_DTYPE_Q6_K) memset(mw, 0, 16 * sizeof *mw);
 }
 
 /* The group at p as signed bytes in the X16 order: w[c] byte 4l + i is lane l, column 4c + i
@@ -244,7 +196,7 @@ static inline int chunk_off(int ksb, int sb, int k, int j) {
 /* Rearranges the activations (weir_kq_quantize_act_x16's layout) into B tiles. Tokens past
  * n_tokens are zeros. */
 static void pack_act(const weir_kq_matmul_args *a, const amx_plan *pl) {
-  const int gc = gcols(a->type), ksb = pl->ksb;
+  const int gc = weir__kq_x16_cols(a->type), ksb = pl->ksb;
   const int64_t tiles = a->act.tiles, kp = tiles * 256;
   for (int64_t tb = 0; tb < pl->ntb; tb++)
     for (int64_t g = 0; g < pl->groups; g++) {
@@ -292,8 +244,8 @@ static void pack_act(const weir_kq_matmul_args *a, const amx_plan *pl) {
 /* Decodes rows [r, r + n) (n <= RB) into A tiles and scales; rows past n are zeros. */
 static void pack_rows(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r, int n) {
   const weir_dtype type = a->type;
-  const int gc = gcols(type), ksb = pl->ksb;
-  const size_t gb = gbytes(type);
+  const int gc = weir__kq_x16_cols(type), ksb = pl->ksb;
+  const size_t gb = weir__kq_x16_bytes(type);
   const int64_t per_sg = (int64_t)16 * gc * (ksb ? 2 : 1);
   for (int s = 0; s < RB / SUB; s++) {
     if (s * SUB >= n) break;
@@ -333,7 +285,7 @@ static void pack_rows(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t 
           for (int sb = 0; sb < 2; sb++)
             for (int j = 0; j < 8; j++) {
               int m;
-              k4_scale_min(p + 16 * sb + 4, j, &sc[8 * sb + j], &m);
+              weir__kq_k4_scale_min(p + 16 * sb + 4, j, &sc[8 * sb + j], &m);
             }
         }
         for (int h = 0; h < 2; h++) {
@@ -353,10 +305,10 @@ static void pack_rows(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t 
         }
         /* d per super-block; -dmin m per sub-block */
         if (type == WEIR_DTYPE_Q6_K) {
-          sw[rr] = live ? weir_f16_to_f32(rd16(p + 16)) : 0.0f;
+          sw[rr] = live ? weir_f16_to_f32(weir__kq_rd16(p + 16)) : 0.0f;
         } else {
           for (int sb = 0; sb < 2; sb++) {
-            sw[sb * 16 + rr] = live ? weir_f16_to_f32(rd16(p + 16 * sb)) : 0.0f;
+            sw[sb * 16 + rr] = live ? weir_f16_to_f32(weir__kq_rd16(p + 16 * sb)) : 0.0f;
             for (int j = 0; j < 8; j++) mw[sb * 128 + j * 16 + rr] = m1[8 * sb + j];
           }
         }
@@ -372,7 +324,7 @@ static inline void kt_products(const amx_plan *pl, int s, int64_t tb, int64_t tb
                                int32_t (*cb)[16][16]) {
   const int64_t g = u / pl->ksb;
   const int sb = (int)(u % pl->ksb);
-  const int gc = gcols(pl->type);
+  const int gc = weir__kq_x16_cols(pl->type);
   const int8_t *wa = pl->wt + (s * pl->groups + g) * 32 * gc + sb * 8 * 1024;
   const int8_t *b0 = pl->at + (tb * pl->groups + g) * 16 * gc + sb * 4 * 1024;
   const int8_t *b1 = pl->at + (tb2 * pl->groups + g) * 16 * gc + sb * 4 * 1024;
@@ -524,7 +476,7 @@ static void run_sub(const weir_kq_matmul_args *a, const amx_plan *pl, int64_t r,
 
 int weir_kq_amx_rows(const weir_kq_matmul_args *a, int64_t r0, int64_t r1) {
   amx_plan pl = {.type = a->type};
-  const int gc = gcols(a->type);
+  const int gc = weir__kq_x16_cols(a->type);
   pl.ksb = a->type == WEIR_DTYPE_Q8_0 ? 0 : a->type == WEIR_DTYPE_Q6_K ? 1 : 2;
   pl.groups = a->cols / gc;
   pl.ntb = (a->n_tokens + TB - 1) / TB;

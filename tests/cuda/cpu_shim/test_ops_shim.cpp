@@ -303,6 +303,21 @@ static std::vector<unsigned char> encode(const std::vector<float> &w, int in, in
   return buf;
 }
 
+static double as_double(float v) { return v; }
+static double as_double(__half v) { return __half2float(v); }
+
+/* y[t][o] = sum_i w[o][i] x[t][i] in double: the reference every GEMV here is checked against. */
+template <typename W>
+static std::vector<double> gemv_ref(const W *w, const std::vector<float> &x, int nt, int in,
+                                    int outr) {
+  std::vector<double> y((size_t)nt * outr, 0.0);
+  for (int t = 0; t < nt; ++t)
+    for (int o = 0; o < outr; ++o)
+      for (int i = 0; i < in; ++i)
+        y[(size_t)t * outr + o] += as_double(w[(size_t)o * in + i]) * x[(size_t)t * in + i];
+  return y;
+}
+
 static void pack_gemv_embed() {
   const int types[] = {0, 1, 30, 8, 2, 3};
   const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
@@ -326,11 +341,7 @@ static void pack_gemv_embed() {
     for (int nt = 1; nt <= 8; nt += (ti == 0 ? 1 : 7)) {
       std::vector<float> x((size_t)nt * in);
       for (auto &a : x) a = uni(-1, 1);
-      std::vector<double> yr((size_t)nt * outr, 0.0);
-      for (int t = 0; t < nt; ++t)
-        for (int o = 0; o < outr; ++o)
-          for (int i = 0; i < in; ++i)
-            yr[(size_t)t * outr + o] += (double)got[(size_t)o * in + i] * x[(size_t)t * in + i];
+      const std::vector<double> yr = gemv_ref(got.data(), x, nt, in, outr);
       auto y = poisoned(yr.size());
       weir_cuda_gemv_f16(nullptr, packed.data(), x.data(), y.data(), in, outr, nt);
       snprintf(name, sizeof name, "gemv %d token(s), %s", nt, names[ti]);
@@ -368,11 +379,7 @@ static void pack_gemv_embed() {
   std::vector<float> x((size_t)nt * in);
   for (auto &a : w) a = __float2half_rn(uni(-1, 1));
   for (auto &a : x) a = uni(-1, 1);
-  std::vector<double> yr((size_t)nt * outr, 0.0);
-  for (int t = 0; t < nt; ++t)
-    for (int o = 0; o < outr; ++o)
-      for (int i = 0; i < in; ++i)
-        yr[(size_t)t * outr + o] += (double)__half2float(w[(size_t)o * in + i]) * x[(size_t)t * in + i];
+  const std::vector<double> yr = gemv_ref(w.data(), x, nt, in, outr);
   auto y = poisoned(yr.size());
   weir_cuda_gemv_f16(nullptr, w.data(), x.data(), y.data(), in, outr, nt);
   shim_check("gemv scalar path (in = 100)", y, yr, 1e-5);
@@ -403,12 +410,7 @@ static void gemv_tile_shapes() {
       for (int nt = 1; nt <= 8; ++nt) {
         std::vector<float> x((size_t)nt * in);
         for (auto &a : x) a = uni(-1, 1);
-        std::vector<double> yr((size_t)nt * outr, 0.0);
-        for (int t = 0; t < nt; ++t)
-          for (int o = 0; o < outr; ++o)
-            for (int i = 0; i < in; ++i)
-              yr[(size_t)t * outr + o] +=
-                  (double)__half2float(w[(size_t)o * in + i]) * x[(size_t)t * in + i];
+        const std::vector<double> yr = gemv_ref(w.data(), x, nt, in, outr);
         auto y = poisoned(yr.size()), yb = poisoned(yr.size());
         const cudaError_t e1 = weir_cuda_gemv_f16(nullptr, w.data(), x.data(), y.data(), in, outr, nt);
         const cudaError_t e2 =
