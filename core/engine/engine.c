@@ -836,6 +836,12 @@ static int setup_steps(weir_engine *e, const weir_config *cfg, char *err, size_t
   return rc;
 }
 
+/* WEIR_SPEC_FORCE_K's hook: the length the environment asked for, at every step. */
+static int32_t env_force_k(void *user, uint64_t step) {
+  (void)step;
+  return (int32_t)(intptr_t)user;
+}
+
 int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts,
                             weir_engine **out) {
   char err[1024] = "";
@@ -854,6 +860,19 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     e->spec_user = opts->spec_user;
     e->spec_eager_catch_up = opts->spec_eager_catch_up;
     e->spec_device_argmax = opts->spec_device_argmax;
+  }
+  /* A developer's switch, not configuration: WEIR_SPEC_FORCE_K=k holds every step's
+   * speculation length at k (capped by drafter.num_speculative_tokens) whatever the policy
+   * says, so a profile can measure, e.g., what a draft model costs on steps that draft
+   * nothing (k = 0; scripts/bench-draft-idle.sh). A test's own hook wins. */
+  const char *force_env = getenv("WEIR_SPEC_FORCE_K");
+  if (!e->spec_force_k && force_env && force_env[0]) {
+    char *end = NULL;
+    const long k = strtol(force_env, &end, 10);
+    if (end && *end == 0 && k >= 0 && k <= 64) {
+      e->spec_force_k = env_force_k;
+      e->spec_user = (void *)(intptr_t)k;
+    }
   }
   /* A developer's switch, not configuration: the step profile costs nothing when off. */
   const char *prof_env = getenv("WEIR_STEP_PROFILE");
