@@ -416,9 +416,10 @@ static void device_argmax_free(weir_engine *e) {
   e->dargmax = 0;
 }
 
-/* The draft's greedy picks on the device (argmax_rows, ABI 1.8) where its logits are device
- * memory: its buffers, and the head's ids copied there. An optimisation: a device without the
- * op, or without room for S picks, leaves the host picking (dargmax 0). */
+/* Greedy picks on the device (argmax_rows, ABI 1.8) where logits are device memory, for the
+ * draft's greedy drafts and greedy verification: the buffers of n picks, and the draft head's
+ * ids copied there. An optimisation: a device without the op, or without room, leaves the
+ * host picking (dargmax 0). */
 static void device_argmax_init(weir_engine *e, size_t S) {
   const weir_plugin *dev = e->rt.plugins.device;
   const weir_device_ops *ops = dev ? dev->ops : NULL;
@@ -490,8 +491,12 @@ static int alloc_scratch(weir_engine *e) {
     if (e->dwidth < e->vocab && !(e->dlrow = malloc((size_t)e->vocab * sizeof(float))))
       return WEIR_E_NOMEM;
     for (int32_t v = 0; e->dlrow && v < e->vocab; v++) e->dlrow[v] = -INFINITY;
-    if (!(e->d_pick = malloc(S * 4))) return WEIR_E_NOMEM;
-    device_argmax_init(e, S);
+  }
+  if (e->drafter) {
+    /* picks of a draft pass (S rows) or of a verified item (spec_k + 1 rows) */
+    const size_t picks = S > (size_t)e->spec_k + 1 ? S : (size_t)e->spec_k + 1;
+    if (!(e->d_pick = malloc(picks * 4))) return WEIR_E_NOMEM;
+    device_argmax_init(e, picks);
   }
   if (!e->rows || !e->results || !e->row_req || !e->suppress)
     return WEIR_E_NOMEM;

@@ -166,6 +166,7 @@ typedef struct weir_engine_spec_step {
   int32_t draft_passes; /* draft model forward passes it ran */
   int32_t draft_tokens; /* tokens those passes fed the draft model */
   int32_t device_picks; /* of those passes, the ones whose greedy drafts the device picked */
+  int32_t verify_picks; /* verified sequences whose greedy rows the device picked */
 } weir_engine_spec_step;
 
 struct weir_metrics;
@@ -195,8 +196,9 @@ typedef struct weir_engine_opts {
   /* Tests only: the draft model's KV catches up at every step, drafting or not (the path
    * before lazy catch-up), so a test can compare its drafts with the lazy path's. */
   int spec_eager_catch_up;
-  /* Tests only: the draft's greedy drafts are picked by the device plugin's argmax_rows (ABI
-   * 1.8) even where the logits are host memory (the CPU device), as on a CUDA device. */
+  /* Tests only: the draft's greedy drafts and greedy verification are picked by the device
+   * plugin's argmax_rows (ABI 1.8) even where the logits are host memory (the CPU device), as
+   * on a CUDA device. */
   int spec_device_argmax;
 } weir_engine_opts;
 

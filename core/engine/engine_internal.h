@@ -142,6 +142,7 @@ struct weir_engine {
   int32_t step_draft_passes; /* this step's draft model forward passes (always counted) */
   int32_t step_draft_tokens; /* the tokens they fed the draft model */
   int32_t step_device_picks; /* the passes whose greedy drafts the device picked */
+  int32_t step_verify_picks; /* the verified items whose greedy rows the device picked */
   uint64_t spec_draft_passes, spec_draft_model_tokens; /* their sums (weir_engine_stats) */
   /* weir_engine_opts' test hooks (NULL / 0: not used) and the count of steps with
    * sequences in decode that spec_force_k is asked about. */
@@ -185,15 +186,16 @@ struct weir_engine {
   int32_t *d_item;                 /* [max_seqs_step]: the step item of each draft logit row */
   int32_t *d_tok;                  /* [max_seqs_step]: a pass's greedy drafts, -1: from q */
   float *d_conf;                   /* [max_seqs_step]: a pass's drafts' confidence (top prob.) */
-  /* Greedy drafts picked on the device (weir_device_ops.argmax_rows, ABI 1.8) where the
-   * logits are device memory (or always: weir_engine_opts.spec_device_argmax): a pass of plain
-   * greedy rows copies rows picks (and top probabilities) to the host instead of rows x
-   * dwidth floats. dargmax 0: the host picks. Device buffers, freed before the plugins. */
+  /* Greedy picks on the device (weir_device_ops.argmax_rows, ABI 1.8) where the logits are
+   * device memory (or always: weir_engine_opts.spec_device_argmax): a draft pass of plain
+   * greedy rows, or a greedy verified item, copies one pick per row (and the draft's top
+   * probabilities) to the host instead of its rows. dargmax 0: the host picks. Device
+   * buffers of max(max_seqs_step, spec_k + 1) entries, freed before the plugins. */
   int dargmax;
-  int32_t *dev_pick;               /* device [max_seqs_step]: a pass's picks (token ids) */
-  float *dev_prob;                 /* device [max_seqs_step]: their top probabilities */
+  int32_t *dev_pick;               /* device: a pass's or an item's picks (token ids) */
+  float *dev_prob;                 /* device: their top probabilities */
   int32_t *dev_head;               /* device [dwidth]: dhead's ids, or NULL (no head) */
-  int32_t *d_pick;                 /* [max_seqs_step]: the picks, copied back */
+  int32_t *d_pick;                 /* the picks, copied back (any drafter) */
   double spec_min_conf;            /* drafter.min_confidence */
 
   /* Embeddings (engine_embed.c): the pooling, the batch of an embedding's chunk and the host

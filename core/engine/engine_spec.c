@@ -115,6 +115,26 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
   int greedy = !r->matcher;
   for (int32_t j = 0; j < nr && greedy; j++) greedy = plain_greedy(r, &e->rows[j]);
   int32_t accepted = 0, token = -1;
+  if (greedy && e->dargmax) {
+    /* Where the logits are device memory: every row's argmax picked there, nr ints copied
+     * back instead of nr rows (the same rule: the lowest id of the largest logit). */
+    const weir_plugin *dev = e->rt.plugins.device;
+    const weir_device_ops *ops = dev->ops;
+    rc = ops->argmax_rows(dev->self, e->dev_pick, NULL, logits, nr, e->vocab, NULL, 0);
+    if (rc == WEIR_OK)
+      rc = ops->copy_d2h(dev->self, e->d_pick, e->dev_pick, (size_t)nr * sizeof(int32_t));
+    if (rc != WEIR_OK) {
+      weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_DEVICE,
+                              "picking the verification tokens failed", NULL, 0);
+      return;
+    }
+    e->step_verify_picks++;
+    for (int32_t j = 0; j < nr && token < 0; j++) {
+      if (j < nd && e->d_pick[j] == toks[j]) accepted++;
+      else token = e->d_pick[j];
+    }
+    goto verified;
+  }
   if (greedy) {
     const float *hl = host_rows(e, logits, nr, e->vocab);
     if (!hl) {
@@ -321,7 +341,7 @@ static double cpu_now(void) {
 static int device_picks(weir_engine *e, const weir_sched_out *out, int32_t j,
                         const float *logits, int32_t nrows, int32_t W, int *picked) {
   *picked = 0;
-  if (nrows <= 0 || nrows > e->max_seqs_step) return WEIR_OK;
+  if (nrows <= 0 || nrows > e->max_seqs_step || !e->draft) return WEIR_OK;
   for (int32_t k = 0; k < nrows; k++) {
     engine_req *r = out->items[e->d_item[k]].seq->user;
     const weir_sampling_row row = weir__engine_make_row(e, r, j, weir__engine_suppress_row(e, 0));
@@ -570,7 +590,8 @@ void weir__engine_spec_trace_step(weir_engine *e) {
                                     .drafts = (int32_t)e->step_drafts,
                                     .draft_passes = e->step_draft_passes,
                                     .draft_tokens = e->step_draft_tokens,
-                                    .device_picks = e->step_device_picks};
+                                    .device_picks = e->step_device_picks,
+                                    .verify_picks = e->step_verify_picks};
   e->spec_on_step(e->spec_user, &st);
 }
 

@@ -182,6 +182,7 @@ int weir__engine_run_step(weir_engine *e) {
   e->step_n = e->step_k = 0;
   e->step_draft_fwd = 0;
   e->step_draft_passes = e->step_draft_tokens = e->step_device_picks = 0;
+  e->step_verify_picks = 0;
   if (e->drafter) {
     weir__engine_propose_drafts(e);
     if (!e->draft) weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_step);

@@ -588,6 +588,16 @@ static void test_draft_model_device_argmax(void) {
     CU_ASSERT(passes_dev > 0);
     WT_ASSERT_INT_EQ(picks_dev, passes_dev);
     WT_ASSERT_INT_EQ(picks_host, 0);
+    /* Greedy verification too: one device pick per verified sequence with drafts. */
+    int32_t vpicks_dev = 0, vpicks_host = 0, verified_dev = 0;
+    for (int32_t i = 0; i < dev.num_steps && i < LAZY_STEPS; i++) {
+      vpicks_dev += dev.steps[i].verify_picks;
+      verified_dev += dev.steps[i].drafts > 0;
+    }
+    for (int32_t i = 0; i < host.num_steps && i < LAZY_STEPS; i++)
+      vpicks_host += host.steps[i].verify_picks;
+    CU_ASSERT(vpicks_dev >= verified_dev && verified_dev > 0);
+    WT_ASSERT_INT_EQ(vpicks_host, 0);
     printf("%s head %d: drafted %llu, accepted %llu (host and device picks)", h ? ";" : "\n   ",
            heads[h], (unsigned long long)sd.spec_draft_tokens,
            (unsigned long long)sd.spec_accepted_tokens);
