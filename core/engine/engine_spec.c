@@ -362,10 +362,12 @@ static int device_picks(weir_engine *e, const weir_sched_out *out, int32_t j,
 
 /* The draft model's part of a step, between the batch's arrays and the target's forward.
  *
- * Pass 0 runs the draft model over every item's tokens but the placeholder drafts, at the
- * target's own positions and slots (KV group 1 of the same blocks): so the draft's KV always
- * covers exactly what the target's does, and prefix-cache hits, copies and preemption treat
- * both alike. Its logits at the last real token of each item with placeholders give q for
+ * Pass 0 runs the draft model over each drafting item's tokens from its draft KV's end
+ * through its last real token (the placeholder drafts excluded), at the target's own
+ * positions and slots (KV group 1 of the same blocks): so the draft's KV then covers exactly
+ * what the target's does, and prefix-cache hits, copies and preemption treat both alike. An
+ * item that does not draft is left behind (no pass at all when none drafts) and caught up,
+ * in one batch, by the first pass 0 it drafts in. Its logits at the last real token of each item with placeholders give q for
  * the first draft; pass j feeds draft j of those items (one token each, at the placeholder's
  * slot) for draft j + 1. The last draft is fed by the next step's pass 0, with the token the
  * target adds after it (its KV end says so), which saves a pass per step. Every draft is
@@ -434,7 +436,6 @@ static void draft_passes(weir_engine *e, const weir_sched_out *out) {
     e->step_draft_tokens += b.num_tokens;
     e->spec_draft_passes++;
     e->spec_draft_model_tokens += (uint64_t)b.num_tokens;
-
     /* Row k's draft: the argmax of a plain greedy row (no distribution), else drawn below
      * from q, the request's own sampling distribution (the sampler's probs) over the row,
      * widened to the vocabulary with -inf when the head covers some of it (q is then 0 off
