@@ -316,6 +316,11 @@ int weir__cmd_generate(int argc, char **argv) {
                (unsigned long long)es.spec_draft_tokens,
                (unsigned long long)es.spec_accepted_tokens,
                (double)es.spec_accepted_tokens / (double)es.spec_draft_tokens);
+      /* The draft model's own work, which a step that drafts nothing does not run. */
+      if (es.spec_draft_passes > 0)
+        printf("draft model: %llu forward passes over %llu tokens\n",
+               (unsigned long long)es.spec_draft_passes,
+               (unsigned long long)es.spec_draft_model_tokens);
       ret = 0;
     }
   }

@@ -401,6 +401,49 @@ static int collect_eog(weir_engine *e) {
   return WEIR_OK;
 }
 
+/* Frees the device buffers of the draft's greedy picks (device_argmax_init). */
+static void device_argmax_free(weir_engine *e) {
+  const weir_plugin *dev = e->rt.plugins.device;
+  if (dev) {
+    const weir_device_ops *ops = dev->ops;
+    ops->free(dev->self, e->dev_pick);
+    ops->free(dev->self, e->dev_prob);
+    ops->free(dev->self, e->dev_head);
+  }
+  e->dev_pick = NULL;
+  e->dev_prob = NULL;
+  e->dev_head = NULL;
+  e->dargmax = 0;
+}
+
+/* Greedy picks on the device (argmax_rows, ABI 1.8) where logits are device memory, for the
+ * draft's greedy drafts and greedy verification: the buffers of n picks, and the draft head's
+ * ids copied there. An optimisation: a device without the op, or without room, leaves the
+ * host picking (dargmax 0). */
+static void device_argmax_init(weir_engine *e, size_t S) {
+  const weir_plugin *dev = e->rt.plugins.device;
+  const weir_device_ops *ops = dev ? dev->ops : NULL;
+  if (!ops || !WEIR_HAS_FIELD(ops, weir_device_ops, argmax_rows) || !ops->argmax_rows ||
+      (e->logits_host && !e->spec_device_argmax))
+    return;
+  int rc = ops->alloc(dev->self, S * sizeof(int32_t), (void **)&e->dev_pick);
+  if (rc == WEIR_OK) rc = ops->alloc(dev->self, S * sizeof(float), (void **)&e->dev_prob);
+  if (rc == WEIR_OK && e->dhead && e->dwidth > 0) {
+    rc = ops->alloc(dev->self, (size_t)e->dwidth * sizeof(int32_t), (void **)&e->dev_head);
+    if (rc == WEIR_OK)
+      rc = ops->copy_h2d(dev->self, e->dev_head, e->dhead, (size_t)e->dwidth * sizeof(int32_t));
+    if (rc == WEIR_OK) rc = ops->synchronize(dev->self);
+  }
+  if (rc == WEIR_OK) {
+    e->dargmax = 1;
+    return;
+  }
+  weir_log(WEIR_LOG_WARN, LOG_COMPONENT,
+           "draft model: greedy drafts picked on the host (the device's picks: %s)",
+           weir_strerror(rc));
+  device_argmax_free(e);
+}
+
 static int alloc_scratch(weir_engine *e) {
   const size_t S = (size_t)e->max_seqs_step, R = (size_t)e->max_rows;
   e->bt_stride = weir_kv_pool_geometry(e->pool)->max_blocks_per_seq;
@@ -449,6 +492,12 @@ static int alloc_scratch(weir_engine *e) {
       return WEIR_E_NOMEM;
     for (int32_t v = 0; e->dlrow && v < e->vocab; v++) e->dlrow[v] = -INFINITY;
   }
+  if (e->drafter) {
+    /* picks of a draft pass (S rows) or of a verified item (spec_k + 1 rows) */
+    const size_t picks = S > (size_t)e->spec_k + 1 ? S : (size_t)e->spec_k + 1;
+    if (!(e->d_pick = malloc(picks * 4))) return WEIR_E_NOMEM;
+    device_argmax_init(e, picks);
+  }
   if (!e->rows || !e->results || !e->row_req || !e->suppress)
     return WEIR_E_NOMEM;
   return WEIR_OK;
@@ -457,6 +506,7 @@ static int alloc_scratch(weir_engine *e) {
 static void engine_free(weir_engine *e) {
   weir__engine_embed_free(e);
   weir_sched_destroy(e->sched);
+  device_argmax_free(e); /* device memory: before the plugins go */
   weir_runtime_close(&e->rt); /* models, pool, plugins, GGUF files, tokenizer */
   if (e->own_metrics) weir_metrics_destroy(e->metrics);
   for (int32_t i = 0; i < e->num_model_names; i++) free(e->model_names[i]);
@@ -485,6 +535,7 @@ static void engine_free(weir_engine *e) {
   free(e->hlog);
   free(e->d_tok);
   free(e->d_conf);
+  free(e->d_pick);
   free(e->dhead);
   weir_step_batch_free(&e->db);
   free(e->d_item);
@@ -790,6 +841,12 @@ static int setup_steps(weir_engine *e, const weir_config *cfg, char *err, size_t
   return rc;
 }
 
+/* WEIR_SPEC_FORCE_K's hook: the length the environment asked for, at every step. */
+static int32_t env_force_k(void *user, uint64_t step) {
+  (void)step;
+  return (int32_t)(intptr_t)user;
+}
+
 int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts,
                             weir_engine **out) {
   char err[1024] = "";
@@ -801,6 +858,27 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   weir_engine *e = calloc(1, sizeof *e);
   if (!e) return WEIR_E_NOMEM;
   e->spec_break_residual = opts ? opts->spec_break_residual : 0;
+  if (opts) {
+    e->spec_force_k = opts->spec_force_k;
+    e->spec_on_step = opts->spec_on_step;
+    e->spec_on_drafts = opts->spec_on_drafts;
+    e->spec_user = opts->spec_user;
+    e->spec_eager_catch_up = opts->spec_eager_catch_up;
+    e->spec_device_argmax = opts->spec_device_argmax;
+  }
+  /* A developer's switch, not configuration: WEIR_SPEC_FORCE_K=k holds every step's
+   * speculation length at k (capped by drafter.num_speculative_tokens) whatever the policy
+   * says, so a profile can measure, e.g., what a draft model costs on steps that draft
+   * nothing (k = 0; scripts/bench-draft-idle.sh). A test's own hook wins. */
+  const char *force_env = getenv("WEIR_SPEC_FORCE_K");
+  if (!e->spec_force_k && force_env && force_env[0]) {
+    char *end = NULL;
+    const long k = strtol(force_env, &end, 10);
+    if (end && *end == 0 && k >= 0 && k <= 64) {
+      e->spec_force_k = env_force_k;
+      e->spec_user = (void *)(intptr_t)k;
+    }
+  }
   /* A developer's switch, not configuration: the step profile costs nothing when off. */
   const char *prof_env = getenv("WEIR_STEP_PROFILE");
   e->prof_on = prof_env && prof_env[0] && strcmp(prof_env, "0") != 0;

@@ -151,7 +151,23 @@ typedef struct weir_engine_stats {
   int32_t num_paused;       /* weir_engine_pause: out of the batch, not counted above */
   uint64_t graph_steps;     /* model steps replayed from a recorded step graph */
   uint64_t graph_padding;   /* padding sequences those padded decode steps computed */
+  /* The draft model's forward passes, and the tokens they fed it (its catch-up over the
+   * target's tokens and the drafts it fed back); 0 without a draft model. A step in which no
+   * sequence drafts runs none (engine_spec.c: the draft's KV catches up when drafting
+   * starts). */
+  uint64_t spec_draft_passes;
+  uint64_t spec_draft_model_tokens;
 } weir_engine_stats;
+
+/* Tests only (weir_engine_opts.spec_trace): what one engine step did with the drafter. */
+typedef struct weir_engine_spec_step {
+  int32_t k;            /* the speculation length the step ran (the policy's or spec_force_k) */
+  int32_t drafts;       /* draft tokens it verified */
+  int32_t draft_passes; /* draft model forward passes it ran */
+  int32_t draft_tokens; /* tokens those passes fed the draft model */
+  int32_t device_picks; /* of those passes, the ones whose greedy drafts the device picked */
+  int32_t verify_picks; /* verified sequences whose greedy rows the device picked */
+} weir_engine_spec_step;
 
 struct weir_metrics;
 struct weir_progress;
@@ -168,6 +184,22 @@ typedef struct weir_engine_opts {
    * residual max(0, p - q). Biased on purpose, so that the distribution test of speculative
    * decoding can show it detects a broken rejection rule (tests/model/test_trained.c). */
   int spec_break_residual;
+  /* Tests only (tests/model/test_trained.c), all called on the engine thread with
+   * spec_user; NULL: not used. spec_force_k answers the speculation length of the engine's
+   * step number `step` (0-based, steps that had sequences in decode counted), -1 for the
+   * policy's; spec_on_step reports each step's drafting; spec_on_drafts the drafts of one
+   * sequence verified in a step (the request's id, its drafts, borrowed for the call). */
+  int32_t (*spec_force_k)(void *user, uint64_t step);
+  void (*spec_on_step)(void *user, const weir_engine_spec_step *st);
+  void (*spec_on_drafts)(void *user, uint64_t id, const int32_t *drafts, int32_t n);
+  void *spec_user;
+  /* Tests only: the draft model's KV catches up at every step, drafting or not (the path
+   * before lazy catch-up), so a test can compare its drafts with the lazy path's. */
+  int spec_eager_catch_up;
+  /* Tests only: the draft's greedy drafts and greedy verification are picked by the device
+   * plugin's argmax_rows (ABI 1.8) even where the logits are host memory (the CPU device), as
+   * on a CUDA device. */
+  int spec_device_argmax;
 } weir_engine_opts;
 
 /* Loads the model and plugins named by the config and starts the engine thread. Logs and

@@ -139,7 +139,20 @@ struct weir_engine {
     uint64_t draft_passes; /* and how many there were */
   } prof[WEIR_PROF_TOKENS + 1];
   double step_draft_fwd;   /* this step's draft forward time (profile on) */
-  int32_t step_draft_passes;
+  int32_t step_draft_passes; /* this step's draft model forward passes (always counted) */
+  int32_t step_draft_tokens; /* the tokens they fed the draft model */
+  int32_t step_device_picks; /* the passes whose greedy drafts the device picked */
+  int32_t step_verify_picks; /* the verified items whose greedy rows the device picked */
+  uint64_t spec_draft_passes, spec_draft_model_tokens; /* their sums (weir_engine_stats) */
+  /* weir_engine_opts' test hooks (NULL / 0: not used) and the count of steps with
+   * sequences in decode that spec_force_k is asked about. */
+  int32_t (*spec_force_k)(void *user, uint64_t step);
+  void (*spec_on_step)(void *user, const weir_engine_spec_step *st);
+  void (*spec_on_drafts)(void *user, uint64_t id, const int32_t *drafts, int32_t n);
+  void *spec_user;
+  int spec_eager_catch_up;
+  int spec_device_argmax;
+  uint64_t spec_decode_steps;
 
   /* Step scratch (engine thread only). */
   int32_t max_tokens_step, max_seqs_step, max_rows, bt_stride;
@@ -173,6 +186,16 @@ struct weir_engine {
   int32_t *d_item;                 /* [max_seqs_step]: the step item of each draft logit row */
   int32_t *d_tok;                  /* [max_seqs_step]: a pass's greedy drafts, -1: from q */
   float *d_conf;                   /* [max_seqs_step]: a pass's drafts' confidence (top prob.) */
+  /* Greedy picks on the device (weir_device_ops.argmax_rows, ABI 1.8) where the logits are
+   * device memory (or always: weir_engine_opts.spec_device_argmax): a draft pass of plain
+   * greedy rows, or a greedy verified item, copies one pick per row (and the draft's top
+   * probabilities) to the host instead of its rows. dargmax 0: the host picks. Device
+   * buffers of max(max_seqs_step, spec_k + 1) entries, freed before the plugins. */
+  int dargmax;
+  int32_t *dev_pick;               /* device: a pass's or an item's picks (token ids) */
+  float *dev_prob;                 /* device: their top probabilities */
+  int32_t *dev_head;               /* device [dwidth]: dhead's ids, or NULL (no head) */
+  int32_t *d_pick;                 /* the picks, copied back (any drafter) */
   double spec_min_conf;            /* drafter.min_confidence */
 
   /* Embeddings (engine_embed.c): the pooling, the batch of an embedding's chunk and the host
@@ -237,6 +260,8 @@ weir_sampling_row weir__engine_make_row(weir_engine *e, engine_req *r, int32_t e
 void weir__engine_propose_drafts(weir_engine *e);
 /* The draft model's passes of a step, after its batch is filled and before the target runs. */
 void weir__engine_run_draft(weir_engine *e, weir_sched_out *out);
+/* Tests only: reports the step's drafting to weir_engine_opts.spec_on_step (when set). */
+void weir__engine_spec_trace_step(weir_engine *e);
 /* Verifies one item's drafts against the target's logits rows [1 + num_drafts][vocab]. */
 void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *logits);
 /* Logs what the speculation policy measured (at shutdown). */

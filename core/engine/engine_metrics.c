@@ -100,6 +100,15 @@ int weir__engine_metrics_spec_init(weir_metrics *m, weir__engine_metrics *x,
                                "Drafts per sequence the speculation policy chose for the last "
                                "step (0: none).",
                                WEIR_METRIC_GAUGE, NULL, 0, NULL, &x->spec_len);
+  if (rc == WEIR_OK)
+    rc = weir_metrics_register(m, "spec_decode_draft_passes_total",
+                               "Forward passes of the draft model (0 with another drafter).",
+                               WEIR_METRIC_COUNTER, NULL, 0, NULL, &x->spec_draft_passes);
+  if (rc == WEIR_OK)
+    rc = weir_metrics_register(m, "spec_decode_draft_model_tokens_total",
+                               "Tokens the draft model's forward passes computed (its catch-up "
+                               "over the target's tokens and the drafts fed back).",
+                               WEIR_METRIC_COUNTER, NULL, 0, NULL, &x->spec_draft_model_tokens);
   if (positions > 64) positions = 64;
   x->spec_positions = 0;
   for (int32_t j = 0; j < positions && rc == WEIR_OK; j++) {
@@ -152,6 +161,9 @@ void weir__engine_metrics_publish(weir__engine_metrics *em, const weir_engine_st
   grow(em->prefix_hits, st->prefix_hits_tokens, em->last.prefix_hits_tokens);
   grow(em->spec_draft, st->spec_draft_tokens, em->last.spec_draft_tokens);
   grow(em->spec_accepted, st->spec_accepted_tokens, em->last.spec_accepted_tokens);
+  grow(em->spec_draft_passes, st->spec_draft_passes, em->last.spec_draft_passes);
+  grow(em->spec_draft_model_tokens, st->spec_draft_model_tokens,
+       em->last.spec_draft_model_tokens);
   grow(em->graph_steps, st->graph_steps, em->last.graph_steps);
   grow(em->graph_padding, st->graph_padding, em->last.graph_padding);
   em->last = *st;

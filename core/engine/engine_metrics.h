@@ -25,6 +25,7 @@ typedef struct weir__engine_metrics {
   weir_metric *spec_pos_draft[64], *spec_pos_accepted[64];
   int32_t spec_positions;
   weir_metric *spec_step_drafts, *spec_seconds, *spec_len;
+  weir_metric *spec_draft_passes, *spec_draft_model_tokens; /* draft model only */
   /* The engine's totals when last published: counters grow by the difference. */
   weir_engine_stats last;
 } weir__engine_metrics;

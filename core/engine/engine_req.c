@@ -183,6 +183,8 @@ void weir__engine_publish_stats(weir_engine *e) {
   e->stats.num_steps = ss.num_steps;
   e->stats.spec_draft_tokens = e->spec_drafted;
   e->stats.spec_accepted_tokens = e->spec_accepted;
+  e->stats.spec_draft_passes = e->spec_draft_passes;
+  e->stats.spec_draft_model_tokens = e->spec_draft_model_tokens;
   weir_llama_graph_stats gs = {0};
   if (e->model) weir_llama_graph_stats_get(e->model, &gs);
   e->stats.graph_steps = gs.replayed;

@@ -83,6 +83,7 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
   const int32_t nd = it->num_drafts, nr = nd + 1;
   int32_t *toks = e->dtokens; /* scratch: accepted drafts then the drawn token */
   memcpy(toks, s->tokens + it->start + 1, sizeof(int32_t) * (size_t)nd);
+  if (e->spec_on_drafts && nd > 0) e->spec_on_drafts(e->spec_user, r->id, toks, nd);
   for (int32_t j = 0; j < nr; j++)
     e->rows[j] = weir__engine_make_row(e, r, j, weir__engine_suppress_row(e, j));
   int rc = WEIR_OK;
@@ -114,6 +115,26 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
   int greedy = !r->matcher;
   for (int32_t j = 0; j < nr && greedy; j++) greedy = plain_greedy(r, &e->rows[j]);
   int32_t accepted = 0, token = -1;
+  if (greedy && e->dargmax) {
+    /* Where the logits are device memory: every row's argmax picked there, nr ints copied
+     * back instead of nr rows (the same rule: the lowest id of the largest logit). */
+    const weir_plugin *dev = e->rt.plugins.device;
+    const weir_device_ops *ops = dev->ops;
+    rc = ops->argmax_rows(dev->self, e->dev_pick, NULL, logits, nr, e->vocab, NULL, 0);
+    if (rc == WEIR_OK)
+      rc = ops->copy_d2h(dev->self, e->d_pick, e->dev_pick, (size_t)nr * sizeof(int32_t));
+    if (rc != WEIR_OK) {
+      weir__engine_req_finish(e, r, WEIR_FINISH_ERROR, WEIR_E_DEVICE,
+                              "picking the verification tokens failed", NULL, 0);
+      return;
+    }
+    e->step_verify_picks++;
+    for (int32_t j = 0; j < nr && token < 0; j++) {
+      if (j < nd && e->d_pick[j] == toks[j]) accepted++;
+      else token = e->d_pick[j];
+    }
+    goto verified;
+  }
   if (greedy) {
     const float *hl = host_rows(e, logits, nr, e->vocab);
     if (!hl) {
@@ -223,7 +244,14 @@ static int32_t choose_k(weir_engine *e) {
     if (r->seq && r->seq->state == WEIR_SEQ_RUNNING && r->seq->num_computed >= r->seq->num_prompt)
       n++;
   e->step_n = n;
-  e->step_k = n > 0 ? weir_spec_choose(&e->spec, n) : 0;
+  int32_t k = -1;
+  if (n > 0 && e->spec_force_k) { /* tests only: the length held where the test wants it */
+    k = e->spec_force_k(e->spec_user, e->spec_decode_steps);
+    if (k > e->spec_k) k = e->spec_k;
+  }
+  if (n > 0) e->spec_decode_steps++;
+  if (k < 0) k = n > 0 ? weir_spec_choose(&e->spec, n) : 0;
+  e->step_k = k;
   return e->step_k;
 }
 
@@ -236,7 +264,6 @@ static void reserve_drafts(weir_engine *e, int32_t k) {
    * step's tokens in all (the rest catch up without drafting, run_draft). */
   int64_t budget = e->max_tokens_step;
   for (engine_req *r = e->live; r; r = r->live_next) {
-    r->catch_up = 0;
     if (!can_draft(r) || r->matcher) continue;
     const int64_t catch_up = (int64_t)r->seq->num_computed - r->dkv + 1;
     if (catch_up > budget) {
@@ -255,11 +282,17 @@ static void reserve_drafts(weir_engine *e, int32_t k) {
 /* Asks the drafter for up to spec_k tokens for every running sequence in decode. */
 void weir__engine_propose_drafts(weir_engine *e) {
   const int32_t k = choose_k(e);
-  if (k <= 0) return;
   if (e->draft) {
-    reserve_drafts(e, k);
+    /* A step that drafts nothing runs no draft pass: the draft's KV is left behind and caught
+     * up by the pass 0 of the next step that drafts, over all it missed in one batch (so
+     * catch_up, which asks for a pass, is cleared every step, k = 0 included). The tests'
+     * eager mode catches every decode sequence up at every step instead. */
+    for (engine_req *r = e->live; r; r = r->live_next)
+      r->catch_up = e->spec_eager_catch_up && can_draft(r) && !r->matcher;
+    if (k > 0) reserve_drafts(e, k);
     return;
   }
+  if (k <= 0) return;
   int32_t n = 0;
   for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
     weir_sched_seq *s = r->seq;
@@ -298,12 +331,43 @@ static double cpu_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A draft pass's greedy drafts picked on the device (argmax_rows, ABI 1.8) when every row of
+ * the pass is plain greedy: the picks (head ids) land in d_pick and, when drafter.
+ * min_confidence asks for them, the top probabilities in d_conf; *picked says whether it
+ * ran. A pass with a sampled row is left to the host (its rows are copied anyway). The
+ * rule is the host's (the lowest index of the largest; 0 for a row with nothing above
+ * -inf), so the drafts are the host path's; the confidences are summed in the device's
+ * order, which can only move where a draft stops by rounding (speed, never exactness). */
+static int device_picks(weir_engine *e, const weir_sched_out *out, int32_t j,
+                        const float *logits, int32_t nrows, int32_t W, int *picked) {
+  *picked = 0;
+  if (nrows <= 0 || nrows > e->max_seqs_step || !e->draft) return WEIR_OK;
+  for (int32_t k = 0; k < nrows; k++) {
+    engine_req *r = out->items[e->d_item[k]].seq->user;
+    const weir_sampling_row row = weir__engine_make_row(e, r, j, weir__engine_suppress_row(e, 0));
+    if (!plain_greedy(r, &row)) return WEIR_OK;
+  }
+  const weir_plugin *dev = e->rt.plugins.device;
+  const weir_device_ops *ops = dev->ops;
+  float *prob = e->spec_min_conf > 0 ? e->dev_prob : NULL;
+  int rc = ops->argmax_rows(dev->self, e->dev_pick, prob, logits, nrows, W, e->dev_head, 0);
+  if (rc == WEIR_OK)
+    rc = ops->copy_d2h(dev->self, e->d_pick, e->dev_pick, (size_t)nrows * sizeof(int32_t));
+  if (rc == WEIR_OK && prob)
+    rc = ops->copy_d2h(dev->self, e->d_conf, prob, (size_t)nrows * sizeof(float));
+  *picked = rc == WEIR_OK;
+  e->step_device_picks += *picked;
+  return rc;
+}
+
 /* The draft model's part of a step, between the batch's arrays and the target's forward.
  *
- * Pass 0 runs the draft model over every item's tokens but the placeholder drafts, at the
- * target's own positions and slots (KV group 1 of the same blocks): so the draft's KV always
- * covers exactly what the target's does, and prefix-cache hits, copies and preemption treat
- * both alike. Its logits at the last real token of each item with placeholders give q for
+ * Pass 0 runs the draft model over each drafting item's tokens from its draft KV's end
+ * through its last real token (the placeholder drafts excluded), at the target's own
+ * positions and slots (KV group 1 of the same blocks): so the draft's KV then covers exactly
+ * what the target's does, and prefix-cache hits, copies and preemption treat both alike. An
+ * item that does not draft is left behind (no pass at all when none drafts) and caught up,
+ * in one batch, by the first pass 0 it drafts in. Its logits at the last real token of each item with placeholders give q for
  * the first draft; pass j feeds draft j of those items (one token each, at the placeholder's
  * slot) for draft j + 1. The last draft is fed by the next step's pass 0, with the token the
  * target adds after it (its KV end says so), which saves a pass per step. Every draft is
@@ -365,10 +429,13 @@ static void draft_passes(weir_engine *e, const weir_sched_out *out) {
     const int32_t nrows = b.num_logit_rows;
     const double t_fwd = e->prof_on ? cpu_now() : 0;
     if (rc == WEIR_OK) rc = weir_llama_forward(e->draft, &b, &logits);
-    if (e->prof_on) {
-      e->step_draft_fwd += cpu_now() - t_fwd;
-      e->step_draft_passes++;
-    }
+    if (e->prof_on) e->step_draft_fwd += cpu_now() - t_fwd;
+    /* Counted always: weir_engine_stats (which the draft-pass metrics follow), the tests'
+     * step trace, the step profile. */
+    e->step_draft_passes++;
+    e->step_draft_tokens += b.num_tokens;
+    e->spec_draft_passes++;
+    e->spec_draft_model_tokens += (uint64_t)b.num_tokens;
     /* Row k's draft: the argmax of a plain greedy row (no distribution), else drawn below
      * from q, the request's own sampling distribution (the sampler's probs) over the row,
      * widened to the vocabulary with -inf when the head covers some of it (q is then 0 off
@@ -380,7 +447,9 @@ static void draft_passes(weir_engine *e, const weir_sched_out *out) {
      * goes to the sampler where the logits are (head_vocab narrows rows on a CPU device only,
      * so a widened row is host memory exactly when the logits are). */
     const float *hl = NULL;
-    if (rc == WEIR_OK && !(hl = host_rows(e, logits, nrows, W))) rc = WEIR_E_DEVICE;
+    int picked = 0; /* the device picked every row's draft (d_pick, d_conf) */
+    if (rc == WEIR_OK && e->dargmax) rc = device_picks(e, out, j, logits, nrows, W, &picked);
+    if (rc == WEIR_OK && !picked && !(hl = host_rows(e, logits, nrows, W))) rc = WEIR_E_DEVICE;
     for (int32_t k = 0; k < nrows && rc == WEIR_OK; k++) {
       engine_req *r = out->items[e->d_item[k]].seq->user;
       if (j == 0) {
@@ -391,6 +460,11 @@ static void draft_passes(weir_engine *e, const weir_sched_out *out) {
       float *lrow = logits + (size_t)k * (size_t)W;
       if (plain_greedy(r, &e->rows[0])) {
         if (j < 64) r->dgreedy |= (uint64_t)1 << j;
+        if (picked) { /* the head's id already, its confidence copied when wanted */
+          e->d_tok[k] = e->d_pick[k];
+          if (e->spec_min_conf <= 0) e->d_conf[k] = 1.0f;
+          continue;
+        }
         const float *hrow = hl + (size_t)k * (size_t)W;
         const int32_t c = argmax_row(hrow, W, 0);
         e->d_tok[k] = e->dhead ? e->dhead[c] : c;
@@ -509,6 +583,17 @@ static void trim_drafts(weir_engine *e, weir_sched_out *out) {
       tb->logit_rows[rows++] = t;
   }
   tb->num_rows = rows;
+}
+
+void weir__engine_spec_trace_step(weir_engine *e) {
+  if (!e->spec_on_step) return;
+  const weir_engine_spec_step st = {.k = e->step_k,
+                                    .drafts = (int32_t)e->step_drafts,
+                                    .draft_passes = e->step_draft_passes,
+                                    .draft_tokens = e->step_draft_tokens,
+                                    .device_picks = e->step_device_picks,
+                                    .verify_picks = e->step_verify_picks};
+  e->spec_on_step(e->spec_user, &st);
 }
 
 void weir__engine_run_draft(weir_engine *e, weir_sched_out *out) {

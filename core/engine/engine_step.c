@@ -181,7 +181,8 @@ int weir__engine_run_step(weir_engine *e) {
   e->step_tokens = e->step_drafts = 0;
   e->step_n = e->step_k = 0;
   e->step_draft_fwd = 0;
-  e->step_draft_passes = 0;
+  e->step_draft_passes = e->step_draft_tokens = e->step_device_picks = 0;
+  e->step_verify_picks = 0;
   if (e->drafter) {
     weir__engine_propose_drafts(e);
     if (!e->draft) weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_step);
@@ -250,6 +251,7 @@ int weir__engine_run_step(weir_engine *e) {
   }
   if (e->prof_on) t_prof[3] = prof_now();
   sample_step(e, &out, logits);
+  weir__engine_spec_trace_step(e);
   if (e->drafter)
     observe_spec(e, &out,
                  e->spec_cpu_clock ? prof_now() - cpu0 : weir__engine_now() - t_step);

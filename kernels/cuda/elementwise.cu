@@ -84,6 +84,60 @@ __global__ void add_rms_norm_kernel(float *out, float *__restrict__ res,
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = rr[i] * inv * w[i];
 }
 
+// Greedy picks (ABI 1.8 argmax_rows), one block per row. Each thread scans its strided share
+// in increasing index order keeping the first of its largest (strict >, so NaN and -inf never
+// win); the tree reduction then keeps the larger value, or the lower index of equal ones:
+// exactly the host's rule, whatever the thread count. Shared arrays rather than warp
+// shuffles: the reduction carries a (value, index) pair.
+constexpr int kArgmaxThreads = 256;
+__global__ void argmax_rows_kernel(int32_t *__restrict__ out, float *__restrict__ prob,
+                                   const float *__restrict__ x, int64_t n,
+                                   const int32_t *__restrict__ ids, int32_t fallback) {
+  __shared__ float sv[kArgmaxThreads];
+  __shared__ int32_t si[kArgmaxThreads];
+  const int t = threadIdx.x;
+  const float *xr = x + (int64_t)blockIdx.x * n;
+  float bv = -INFINITY;
+  int32_t bi = -1;
+  for (int64_t i = t; i < n; i += blockDim.x) {
+    const float v = xr[i];
+    if (v > bv) {
+      bv = v;
+      bi = (int32_t)i;
+    }
+  }
+  sv[t] = bv;
+  si[t] = bi;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) {
+      const float ov = sv[t + s];
+      const int32_t oi = si[t + s];
+      if (oi >= 0 && (ov > sv[t] || (ov == sv[t] && oi < si[t]))) {
+        sv[t] = ov;
+        si[t] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  const int32_t best = si[0];
+  const float m = sv[0];
+  if (prob) {
+    float sum = 0.0f;
+    if (best >= 0)
+      for (int64_t i = t; i < n; i += blockDim.x) sum += expf(xr[i] - m);
+    __syncthreads(); // every thread has read sv[0] before it is reused
+    sv[t] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (t < s) sv[t] += sv[t + s];
+      __syncthreads();
+    }
+    if (t == 0) prob[blockIdx.x] = best >= 0 && sv[0] > 0.0f ? 1.0f / sv[0] : 0.0f;
+  }
+  if (t == 0) out[blockIdx.x] = best < 0 ? fallback : ids ? ids[best] : best;
+}
+
 // One thread per rotated pair. Angles are computed in f32 from an exact integer position;
 // sincosf (not the fast intrinsic) keeps large positions accurate.
 __global__ void rope_kernel(float *__restrict__ x, const int32_t *__restrict__ pos,
@@ -283,6 +337,17 @@ extern "C" cudaError_t weir_cuda_add_rms_norm(cudaStream_t stream, float *out, f
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
   WEIR_LAUNCH(add_rms_norm_kernel, (unsigned)rows, kNormThreads, 0, stream)(out, residual, x, weight, dim,
                                                                    eps);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t weir_cuda_argmax_rows(cudaStream_t stream, int32_t *out, float *prob,
+                                             const float *x, int64_t rows, int64_t n,
+                                             const int32_t *ids, int32_t fallback) {
+  if (rows == 0) return cudaSuccess;
+  if (rows < 0 || n <= 0 || rows > 0x7fffffff || n > 0x7fffffff || !out || !x)
+    return cudaErrorInvalidValue;
+  WEIR_LAUNCH(argmax_rows_kernel, (unsigned)rows, kArgmaxThreads, 0, stream)(out, prob, x, n,
+                                                                             ids, fallback);
   return cudaGetLastError();
 }
 

@@ -28,6 +28,12 @@ cudaError_t weir_cuda_rms_norm(cudaStream_t stream, float *out, const float *x,
 cudaError_t weir_cuda_add_rms_norm(cudaStream_t stream, float *out, float *residual,
                                    const float *x, const float *weight, int64_t rows,
                                    int64_t dim, float eps);
+/* Greedy picks, one block per row (weir_device_ops.argmax_rows, ABI 1.8): out[r] = the
+ * lowest index of row r's largest value (ids[index] when ids is not NULL), fallback when none
+ * is above -inf; prob (may be NULL) = 1 / sum exp(x - max). */
+cudaError_t weir_cuda_argmax_rows(cudaStream_t stream, int32_t *out, float *prob,
+                                  const float *x, int64_t rows, int64_t n, const int32_t *ids,
+                                  int32_t fallback);
 /* style: 0 = adjacent pairs (llama), 2 = halves (neox), as weir_rope_style. */
 cudaError_t weir_cuda_rope(cudaStream_t stream, float *x, const int32_t *positions,
                            int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t rot_dim,

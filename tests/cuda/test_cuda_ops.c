@@ -372,6 +372,63 @@ static void test_encoder_ops(void) {
   free(ref);
 }
 
+/* ABI 1.8 argmax_rows through the device plugin, on the GPU: the host's greedy rule (the
+ * lowest index of the largest value, from -inf; the fallback when nothing beats -inf), with
+ * ties in one thread's share and across threads, an all -inf row, NaN, the head's ids, and
+ * the top probability against double precision. */
+static void test_argmax_rows(void) {
+  CU_ASSERT_PTR_NOT_NULL_FATAL(D->argmax_rows);
+  const int64_t rows = 6, n = 4096;
+  float *x = malloc((size_t)(rows * n) * 4);
+  ch_fill_uniform(x, (size_t)(rows * n), -8, 8);
+  x[1 * n + 3000] = x[1 * n + 700] = x[1 * n + 2999] = x[1 * n + 700 + 256] = 9.5f;
+  x[2 * n + 5] = x[2 * n + 6] = 12.0f;
+  for (int64_t i = 0; i < n; i++) x[3 * n + i] = -INFINITY;
+  x[4 * n + 0] = NAN;
+  x[4 * n + 100] = 20.0f;
+  x[5 * n + n - 1] = 30.0f;
+  int32_t *ids = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 13) % 16385);
+  float *dx = upload(x, (size_t)(rows * n));
+  int32_t *dids = ch_dalloc((size_t)n * 4), *dout = ch_dalloc((size_t)rows * 4);
+  float *dprob = ch_dalloc((size_t)rows * 4);
+  ch_h2d(dids, ids, (size_t)n * 4);
+  for (int with_ids = 0; with_ids < 2; with_ids++) {
+    ch_poison(dprob, (size_t)rows * 4);
+    ASSERT_OK(D->argmax_rows(S, dout, dprob, dx, rows, n, with_ids ? dids : NULL, 7));
+    int32_t out[6];
+    float prob[6];
+    ch_d2h(out, dout, sizeof out);
+    ch_d2h(prob, dprob, sizeof prob);
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t best = -1;
+      float bv = -INFINITY;
+      for (int64_t i = 0; i < n; i++)
+        if (x[r * n + i] > bv) {
+          bv = x[r * n + i];
+          best = i;
+        }
+      const int32_t want = best < 0 ? 7 : with_ids ? ids[best] : (int32_t)best;
+      if (out[r] != want)
+        fprintf(stderr, "\n  argmax_rows row %lld%s: %d, host %d\n", (long long)r,
+                with_ids ? " (ids)" : "", out[r], want);
+      CU_ASSERT_EQUAL(out[r], want);
+      double sum = 0;
+      if (best >= 0)
+        for (int64_t i = 0; i < n; i++) sum += exp((double)x[r * n + i] - bv);
+      const double p = best >= 0 && sum > 0 ? 1.0 / sum : 0.0; /* NaN row: 0 */
+      CU_ASSERT(fabs((double)prob[r] - p) <= 1e-5 * (p > 1 ? p : 1));
+    }
+  }
+  CU_ASSERT_EQUAL(D->argmax_rows(S, dout, NULL, dx, -1, n, NULL, 0), WEIR_E_INVAL);
+  ch_dfree(dx);
+  ch_dfree(dids);
+  ch_dfree(dout);
+  ch_dfree(dprob);
+  free(x);
+  free(ids);
+}
+
 static void test_get_rows(void) {
   const int64_t rows = 50, dim = 777, n = 13;
   float *x = malloc((size_t)(rows * dim) * 4);
@@ -450,6 +507,7 @@ int main(void) {
       {"rope", test_rope},
       {"swiglu, add, add_bias", test_swiglu_add_bias},
       {"get_rows", test_get_rows},
+      {"argmax_rows (ABI 1.8)", test_argmax_rows},
       {"encoder ops (ABI 1.6)", test_encoder_ops},
       {"step graphs", test_graphs},
       {NULL, NULL},

@@ -2,7 +2,7 @@
 with drafter/draft_model at a fixed length (drafter.adaptive = false, so that drafts are
 really made on any machine). Greedy text is the same with and without drafts, streamed or
 not; "speculative": false makes no drafts for its request (the draft counter of /metrics
-does not move) and gives the same text; a non-boolean is a 400 naming the parameter.
+does not move, nor does the draft model's pass counter) and gives the same text; a non-boolean is a 400 naming the parameter.
   python3 test_speculative.py WEIR_BINARY PLUGIN_DIR MODEL WORK_DIR"""
 import json
 import os
@@ -13,10 +13,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from weir_server import Server, expect, finish  # noqa: E402
 
 
-def drafted(s):
+def metric(s, name):
     _, text = s.get("/metrics")
-    m = re.search(rb"^weir_spec_decode_num_draft_tokens_total(?:\{[^}]*\})? (\S+)$", text, re.M)
+    m = re.search(rb"^weir_" + name.encode() + rb"(?:\{[^}]*\})? (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
+
+
+def drafted(s):
+    return metric(s, "spec_decode_num_draft_tokens_total")
+
+
+def passes(s):
+    return metric(s, "spec_decode_draft_passes_total")
 
 
 def stream_text(data):
@@ -41,16 +49,22 @@ def main():
     try:
         body = {"prompt": "And it came to pass", "max_tokens": 48, "temperature": 0,
                 "ignore_eos": True}
-        d0 = drafted(s)
+        d0, p0 = drafted(s), passes(s)
         st, r = s.post("/v1/completions", body)
-        d1 = drafted(s)
+        d1, p1 = drafted(s), passes(s)
         expect(st == 200 and r["usage"]["completion_tokens"] == 48, "with drafts %s %s" % (st, r))
         expect(d0 is not None and d1 is not None and d1 > d0, "drafts made: %s -> %s" % (d0, d1))
         text = r["choices"][0]["text"] if st == 200 else None
+        # The draft model's forward passes: some for the drafting request, none for one that
+        # does not draft (its draft KV is never caught up: docs/engine.md, lazy catch-up).
+        expect(p0 == 0 and p1 is not None and p1 > 0 and
+               (metric(s, "spec_decode_draft_model_tokens_total") or 0) >= p1,
+               "draft passes: %s -> %s" % (p0, p1))
         st, r2 = s.post("/v1/completions", dict(body, speculative=False))
-        d2 = drafted(s)
+        d2, p2 = drafted(s), passes(s)
         expect(st == 200 and r2["choices"][0]["text"] == text, "speculative false: %s" % r2)
         expect(d2 == d1, "speculative false made drafts: %s -> %s" % (d1, d2))
+        expect(p2 == p1, "speculative false ran draft passes: %s -> %s" % (p1, p2))
         st, data = s.post("/v1/completions", dict(body, stream=True))
         expect(st == 200 and stream_text(data) == text, "streamed with drafts")
         st, c = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],

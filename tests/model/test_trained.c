@@ -412,6 +412,198 @@ static void test_draft_model_greedy_identical(void) {
             s_off.spec_accepted_tokens * s_hi.spec_draft_tokens);
 }
 
+/* ---- lazy catch-up: no draft pass on a step that drafts nothing ---- */
+
+#define LAZY_STEPS 512
+#define LAZY_DRAFTS 2048
+
+/* What the engine's test hooks saw (engine thread; read after the requests finished). */
+typedef struct spec_trace {
+  int32_t num_steps;
+  weir_engine_spec_step steps[LAZY_STEPS];
+  int32_t num_drafts; /* drafts[]: per verified sequence, its id, its count, its drafts */
+  int32_t drafts[LAZY_DRAFTS];
+} spec_trace;
+
+/* The speculation length held by step number: a run of 2 drafting steps (k = 4), then 6 that
+ * draft nothing, over and over. */
+static int32_t lazy_force_k(void *user, uint64_t step) {
+  (void)user;
+  return step % 8 < 2 ? 4 : 0;
+}
+
+static void lazy_on_step(void *user, const weir_engine_spec_step *st) {
+  spec_trace *t = user;
+  if (t->num_steps < LAZY_STEPS) t->steps[t->num_steps] = *st;
+  t->num_steps++;
+}
+
+static void lazy_on_drafts(void *user, uint64_t id, const int32_t *d, int32_t n) {
+  spec_trace *t = user;
+  if (t->num_drafts + 2 + n > LAZY_DRAFTS) {
+    t->num_drafts = LAZY_DRAFTS + 1; /* overflow: fails the test below */
+    return;
+  }
+  t->drafts[t->num_drafts++] = (int32_t)id;
+  t->drafts[t->num_drafts++] = n;
+  for (int32_t j = 0; j < n; j++) t->drafts[t->num_drafts++] = d[j];
+}
+
+/* Two prompts in turn, greedy, N_GEN tokens each, with the length held by lazy_force_k (k 0:
+ * no drafter, no hooks); eager: the draft's KV caught up at every step; dev: greedy drafts
+ * picked by the device plugin's argmax_rows (ABI 1.8), as on a CUDA device. */
+static void lazy_run(int k, int eager, int dev, spec_trace *t, int32_t out[2][N_GEN],
+                     weir_engine_stats *st) {
+  weir_config cfg;
+  memset(t, 0, sizeof *t);
+  weir_engine_opts o = {.spec_force_k = lazy_force_k, .spec_on_step = lazy_on_step,
+                        .spec_on_drafts = lazy_on_drafts, .spec_user = t,
+                        .spec_eager_catch_up = eager, .spec_device_argmax = dev};
+  weir_engine *e = draft_engine(&cfg, k, 512, k > 0 ? &o : NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+  collect c[2];
+  int32_t *prompts[2];
+  for (int p = 0; p < 2; p++) {
+    int32_t np = 0;
+    CU_ASSERT_EQUAL_FATAL(weir_engine_tokenize(e, k_spec_prompts[p], strlen(k_spec_prompts[p]),
+                                               1, &prompts[p], &np), 0);
+    c[p] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    weir_gen_request q = {.prompt = prompts[p], .num_prompt = np, .max_tokens = N_GEN,
+                          .ignore_eos = 1, .has_seed = 1, .seed = 1};
+    q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
+                                        .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[p], NULL), 0);
+    /* One after the other: two requests in flight would meet the engine's steps as the
+     * submitting thread happened to run, and the runs compared must step alike. */
+    pthread_mutex_lock(&c[p].lock);
+    while (!c[p].done) pthread_cond_wait(&c[p].cond, &c[p].lock);
+    pthread_mutex_unlock(&c[p].lock);
+    WT_ASSERT_INT_EQ(c[p].n, N_GEN);
+    memcpy(out[p], c[p].tokens, sizeof(int32_t) * N_GEN);
+    free(prompts[p]);
+  }
+  weir_engine_stats_get(e, st);
+  weir_engine_destroy(e);
+  weir_config_free(&cfg);
+}
+
+/* With the speculation length held at 0, the draft model runs no forward pass at all: its KV
+ * is left behind and caught up in the pass 0 of the next drafting step, one batch over every
+ * token it missed. The drafts are then exactly those of the path that caught up at every
+ * step (eager), and greedy output is the target's without a drafter. The eager run also shows
+ * that the counters see a catch-up pass where there is one. */
+static void test_draft_model_lazy_catch_up(void) {
+  static spec_trace lazy, eager, none;
+  int32_t plain[2][N_GEN], out_lazy[2][N_GEN], out_eager[2][N_GEN];
+  weir_engine_stats s0, sl, se;
+  lazy_run(0, 0, 0, &none, plain, &s0);
+  lazy_run(4, 0, 0, &lazy, out_lazy, &sl);
+  lazy_run(4, 1, 0, &eager, out_eager, &se);
+  for (int p = 0; p < 2; p++) {
+    CU_ASSERT_EQUAL(memcmp(plain[p], out_lazy[p], sizeof plain[p]), 0);
+    CU_ASSERT_EQUAL(memcmp(plain[p], out_eager[p], sizeof plain[p]), 0);
+  }
+  CU_ASSERT(lazy.num_steps > 0 && lazy.num_steps <= LAZY_STEPS);
+  CU_ASSERT(lazy.num_drafts > 0 && lazy.num_drafts <= LAZY_DRAFTS);
+  /* The same drafts, step for step. */
+  WT_ASSERT_INT_EQ(lazy.num_drafts, eager.num_drafts);
+  CU_ASSERT(lazy.num_drafts == eager.num_drafts &&
+            memcmp(lazy.drafts, eager.drafts, sizeof(int32_t) * (size_t)lazy.num_drafts) == 0);
+  WT_ASSERT_INT_EQ(sl.spec_draft_tokens, se.spec_draft_tokens);
+  WT_ASSERT_INT_EQ(sl.spec_accepted_tokens, se.spec_accepted_tokens);
+  CU_ASSERT(sl.spec_accepted_tokens > 0);
+  int32_t k0_steps = 0, resumed = 0, k0_run = 0, eager_k0_passes = 0;
+  uint64_t passes = 0;
+  const int32_t n = lazy.num_steps < LAZY_STEPS ? lazy.num_steps : LAZY_STEPS;
+  for (int32_t i = 0; i < n; i++) {
+    const weir_engine_spec_step *st = &lazy.steps[i];
+    passes += (uint64_t)st->draft_passes;
+    if (st->k == 0) {
+      k0_steps++;
+      k0_run++;
+      WT_ASSERT_INT_EQ(st->draft_passes, 0);
+      WT_ASSERT_INT_EQ(st->draft_tokens, 0);
+      WT_ASSERT_INT_EQ(st->drafts, 0);
+      continue;
+    }
+    if (k0_run >= 6 && st->drafts > 0) {
+      /* Drafting resumes after six steps without: each drafting sequence's catch-up, at
+       * least a token per missed step, goes into pass 0 (k passes in all at most). */
+      resumed++;
+      CU_ASSERT(st->draft_passes >= 1 && st->draft_passes <= st->k);
+      CU_ASSERT(st->draft_tokens >= k0_run + st->draft_passes - 1);
+    }
+    k0_run = 0;
+  }
+  for (int32_t i = 0; i < eager.num_steps && i < LAZY_STEPS; i++)
+    if (eager.steps[i].k == 0 && eager.steps[i].draft_passes > 0) eager_k0_passes++;
+  printf("\n    %d steps, %d at k = 0 (no draft pass), %d resumed; %llu draft passes (eager: "
+         "%llu, %d of them at k = 0); drafted %llu, accepted %llu",
+         lazy.num_steps, k0_steps, resumed, (unsigned long long)sl.spec_draft_passes,
+         (unsigned long long)se.spec_draft_passes, eager_k0_passes,
+         (unsigned long long)sl.spec_draft_tokens, (unsigned long long)sl.spec_accepted_tokens);
+  CU_ASSERT(k0_steps >= 12);
+  CU_ASSERT(resumed >= 2);
+  CU_ASSERT(eager_k0_passes >= 12);
+  CU_ASSERT_EQUAL(sl.spec_draft_passes, passes);
+  CU_ASSERT(sl.spec_draft_passes < se.spec_draft_passes);
+  WT_ASSERT_INT_EQ(s0.spec_draft_passes, 0);
+}
+
+/* The draft's greedy drafts picked by the device plugin's argmax_rows (ABI 1.8), as the engine
+ * does where logits are device memory, forced here on the CPU device: the same drafts as the
+ * host's argmax, step for step, through the draft's head of 1,024 ids (drafter.head_vocab's
+ * default: the op maps the pick to its token id) and over the whole vocabulary; greedy output
+ * is the target's. (The kernel itself, ties and -inf rows included, is checked on the CPU
+ * shim: tests/cuda/cpu_shim/test_ops_shim.cpp.) */
+static void test_draft_model_device_argmax(void) {
+  static spec_trace host, dev;
+  int32_t plain[2][N_GEN], out_host[2][N_GEN], out_dev[2][N_GEN];
+  weir_engine_stats s0, sh, sd;
+  lazy_run(0, 0, 0, &host, plain, &s0);
+  const int heads[] = {-1, 0};
+  for (size_t h = 0; h < 2; h++) {
+    const int saved = g_head_vocab;
+    g_head_vocab = heads[h];
+    lazy_run(4, 0, 0, &host, out_host, &sh);
+    lazy_run(4, 0, 1, &dev, out_dev, &sd);
+    g_head_vocab = saved;
+    for (int p = 0; p < 2; p++) {
+      CU_ASSERT_EQUAL(memcmp(plain[p], out_host[p], sizeof plain[p]), 0);
+      CU_ASSERT_EQUAL(memcmp(plain[p], out_dev[p], sizeof plain[p]), 0);
+    }
+    CU_ASSERT(host.num_drafts > 0 && host.num_drafts <= LAZY_DRAFTS);
+    WT_ASSERT_INT_EQ(dev.num_drafts, host.num_drafts);
+    CU_ASSERT(dev.num_drafts == host.num_drafts &&
+              memcmp(dev.drafts, host.drafts, sizeof(int32_t) * (size_t)host.num_drafts) == 0);
+    WT_ASSERT_INT_EQ(sd.spec_accepted_tokens, sh.spec_accepted_tokens);
+    /* The device really picked (every pass: greedy rows only), the host run never did. */
+    int32_t picks_dev = 0, picks_host = 0, passes_dev = 0;
+    for (int32_t i = 0; i < dev.num_steps && i < LAZY_STEPS; i++) {
+      picks_dev += dev.steps[i].device_picks;
+      passes_dev += dev.steps[i].draft_passes;
+    }
+    for (int32_t i = 0; i < host.num_steps && i < LAZY_STEPS; i++)
+      picks_host += host.steps[i].device_picks;
+    CU_ASSERT(passes_dev > 0);
+    WT_ASSERT_INT_EQ(picks_dev, passes_dev);
+    WT_ASSERT_INT_EQ(picks_host, 0);
+    /* Greedy verification too: one device pick per verified sequence with drafts. */
+    int32_t vpicks_dev = 0, vpicks_host = 0, verified_dev = 0;
+    for (int32_t i = 0; i < dev.num_steps && i < LAZY_STEPS; i++) {
+      vpicks_dev += dev.steps[i].verify_picks;
+      verified_dev += dev.steps[i].drafts > 0;
+    }
+    for (int32_t i = 0; i < host.num_steps && i < LAZY_STEPS; i++)
+      vpicks_host += host.steps[i].verify_picks;
+    CU_ASSERT(vpicks_dev >= verified_dev && verified_dev > 0);
+    WT_ASSERT_INT_EQ(vpicks_host, 0);
+    printf("%s head %d: drafted %llu, accepted %llu (host and device picks)", h ? ";" : "\n   ",
+           heads[h], (unsigned long long)sd.spec_draft_tokens,
+           (unsigned long long)sd.spec_accepted_tokens);
+  }
+}
+
 /* A draft model that cannot draft for the target is refused at start, saying why (through
  * the real binary, whose exit status and message an operator sees). */
 static void test_draft_model_refused(void) {
@@ -600,6 +792,8 @@ int main(void) {
   static const wt_test tests[] = {
       {"draft model: the distribution at temperature 1 (chi-square)", test_draft_model_distribution},
       {"draft model: greedy identical, batched, preempted, prefix hits", test_draft_model_greedy_identical},
+      {"draft model: no pass at k = 0, lazy catch-up drafts as eager", test_draft_model_lazy_catch_up},
+      {"draft model: greedy drafts picked on the device as on the host", test_draft_model_device_argmax},
       {"draft model: refused when it cannot draft for the target", test_draft_model_refused},
       {"trained target: greedy tokens and logits vs the reference", test_greedy_and_logits_vs_reference},
       {"int8 KV cache", test_int8_kv_cache},

@@ -1,6 +1,7 @@
 /* The CPU device plugin: memory is host memory (64-byte aligned), copies are memcpy, the
  * instance's operations run synchronously on the calling thread plus the host's
  * parallel_for pool, so synchronize has nothing to wait for. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +262,34 @@ static int cpu_add_rms_norm(void *self, float *out, float *residual, const float
   return WEIR_OK;
 }
 
+/* ABI 1.8: greedy picks, the host's rule (the engine's own argmax): strict >, so the first of
+ * equal largest values wins and NaN or -inf never does. On this device the engine reads its
+ * logits directly and does not call it; it is here so that the op has a reference any
+ * device plugin can be checked against (tests/cuda/cpu_shim/test_ops_shim.cpp). One thread:
+ * a draft pass has a few rows. */
+static int cpu_argmax_rows(void *self, int32_t *out, float *prob, const float *x, int64_t rows,
+                           int64_t n, const int32_t *ids, int32_t fallback) {
+  (void)self;
+  if (rows < 0 || n <= 0 || !out || !x) return WEIR_E_INVAL;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * n;
+    float bv = -INFINITY;
+    int64_t bi = -1;
+    for (int64_t i = 0; i < n; i++)
+      if (xr[i] > bv) {
+        bv = xr[i];
+        bi = i;
+      }
+    out[r] = bi < 0 ? fallback : ids ? ids[bi] : (int32_t)bi;
+    if (!prob) continue;
+    float sum = 0.0f;
+    if (bi >= 0)
+      for (int64_t i = 0; i < n; i++) sum += expf(xr[i] - bv);
+    prob[r] = bi >= 0 && sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+  return WEIR_OK;
+}
+
 static void bias_chunk(void *arg, int64_t b, int64_t e, int t) {
   (void)t;
   ew_args *x = arg;
@@ -455,6 +484,7 @@ static const weir_device_ops k_ops = {
     .attention_full = cpu_attention_full,
     .softcap = cpu_softcap,
     .add_rms_norm = cpu_add_rms_norm,
+    .argmax_rows = cpu_argmax_rows,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

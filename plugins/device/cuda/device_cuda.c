@@ -401,6 +401,15 @@ static int dev_add_rms_norm(void *self, float *out, float *residual, const float
          "add_rms_norm");
 }
 
+/* ABI 1.8: greedy picks on the device, one block per row (kernels/cuda/elementwise.cu). */
+static int dev_argmax_rows(void *self, int32_t *out, float *prob, const float *x, int64_t rows,
+                           int64_t n, const int32_t *ids, int32_t fallback) {
+  cuda_dev *d = self;
+  if (rows < 0 || n <= 0 || !out || !x) return WEIR_E_INVAL;
+  LAUNCH(d, weir_cuda_argmax_rows(d->stream, out, prob, x, rows, n, ids, fallback),
+         "argmax_rows");
+}
+
 static int dev_add_bias(void *self, float *x, const float *bias, int64_t rows, int64_t dim) {
   cuda_dev *d = self;
   LAUNCH(d, weir_cuda_add_bias(d->stream, x, bias, rows, dim), "add_bias");
@@ -536,6 +545,7 @@ static const weir_device_ops k_ops = {
     .gelu = dev_gelu,
     .attention_full = dev_attention_full,
     .add_rms_norm = dev_add_rms_norm,
+    .argmax_rows = dev_argmax_rows,
 };
 
 /* The device it provides, by name (ABI 1.5; the host reads these instead of the 1.0 `devices` bit). */

@@ -150,6 +150,22 @@ typedef struct weir_device_ops {
    * sublayer output as both); out must not alias residual. Optional, 1.7. */
   int (*add_rms_norm)(void *self, float *out, float *residual, const float *x,
                       const float *weight, int64_t rows, int64_t dim, float eps);
+
+  /* ---- Greedy picks on the device, since 1.8 (optional: NULL = not implemented; the host
+   * then copies the rows to host memory and picks there) ---------------------------------- */
+
+  /* For each of `rows` rows of n floats of x (device f32 [rows][n]): out[r] = the index of
+   * the row's largest value, the lowest such index when several are equal (the host's
+   * greedy rule), mapped through ids when ids is not NULL (device int32 [n]: out[r] =
+   * ids[index]); `fallback` when the row has no value above -inf (NaN never wins). prob, when
+   * not NULL, gets the softmax probability of that value, 1 / sum_v exp(x[v] - max) (0 for
+   * a fallback row, or when a NaN makes the sum NaN), summed in the device's order. out:
+   * device int32 [rows]; prob: device f32 [rows]. Neither may alias x or ids. The engine
+   * picks the draft model's greedy drafts with it, so that a pass returns rows ints to the
+   * host instead of rows x n floats (docs/engine.md, *Draft models*). WEIR_E_INVAL for
+   * rows < 0, n <= 0 or a NULL out or x. Optional, 1.8. */
+  int (*argmax_rows)(void *self, int32_t *out, float *prob, const float *x, int64_t rows,
+                     int64_t n, const int32_t *ids, int32_t fallback);
 } weir_device_ops;
 
 #ifdef __cplusplus

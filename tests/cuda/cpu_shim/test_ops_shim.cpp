@@ -5,7 +5,9 @@
 // the f32 -> f16 conversion and the embedding gather with its out-of-range flag. Outputs are
 // NaN-poisoned first. The fused add + RMSNorm kernel is also checked against the CPU device
 // plugin's ABI 1.7 add_rms_norm op (weir_device_cpu.so, dlopen), with out aliasing x as the
-// engine calls it, and that op against the CPU's own add followed by rms_norm (bit-equal). On a GPU machine the cuda_ops and cuda_quant suites check the device.
+// engine calls it, and that op against the CPU's own add followed by rms_norm (bit-equal). The
+// ABI 1.8 greedy picks (argmax_rows) against the engine's host rule (ties to the lowest index,
+// -inf and NaN rows, the draft head's ids) and against the CPU device's op. On a GPU machine the cuda_ops and cuda_quant suites check the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -453,6 +455,124 @@ static void gemv_tile_shapes() {
   if (!refused) ++g_failures;
 }
 
+// ---- greedy picks (ABI 1.8 argmax_rows) ----------------------------------------------------
+
+// The engine's host rule for a draft row (engine_spec.c argmax_row, then the head's id): the
+// first index whose value beats every earlier one, from -inf, `fallback` when none does.
+static int32_t host_argmax(const float *x, int64_t n, const int32_t *ids, int32_t fallback) {
+  int64_t best = -1;
+  float bv = -INFINITY;
+  for (int64_t v = 0; v < n; v++)
+    if (x[v] > bv) {
+      bv = x[v];
+      best = v;
+    }
+  return best < 0 ? fallback : ids ? ids[best] : (int32_t)best;
+}
+
+// 1 / sum exp(x - max) in double (0 where the host's top_prob gives 0).
+static double host_top_prob(const float *x, int64_t n) {
+  int64_t best = -1;
+  float bv = -INFINITY;
+  for (int64_t v = 0; v < n; v++)
+    if (x[v] > bv) {
+      bv = x[v];
+      best = v;
+    }
+  if (best < 0) return 0;
+  double sum = 0;
+  for (int64_t v = 0; v < n; v++) sum += std::exp((double)x[v] - bv);
+  return sum == sum && sum > 0 ? 1.0 / sum : 0;
+}
+
+// Rows that exercise the rule: random logits, ties for the largest value spread over threads
+// (the same thread, neighbouring threads, far apart; the lowest index must win), a row of one
+// value everywhere, rows with nothing above -inf (all -inf; NaN and -inf), NaN before and
+// after the largest, the largest at the last index; n below, at and above the block size.
+static std::vector<float> argmax_cases(int64_t n, int *rows) {
+  const int R = 10;
+  std::vector<float> x((size_t)R * n);
+  for (auto &a : x) a = uni(-8, 8);
+  float *r1 = x.data() + n; // ties: indices n-1, n/2, n/2 - 1 + 256, 1 hold the largest
+  for (int64_t i : {n - 1, n / 2, (n / 2 + 255) % n, (int64_t)(n > 1)}) r1[i] = 9.5f;
+  float *r2 = x.data() + 2 * n; // ties in one thread's share (i and i + 256) and neighbours
+  for (int64_t i : {(int64_t)600 % n, (int64_t)344 % n, (int64_t)345 % n}) r2[i] = 12.0f;
+  float *r3 = x.data() + 3 * n; // one value everywhere: index 0
+  for (int64_t i = 0; i < n; i++) r3[i] = 0.25f;
+  float *r4 = x.data() + 4 * n; // all -inf: fallback
+  for (int64_t i = 0; i < n; i++) r4[i] = -INFINITY;
+  float *r5 = x.data() + 5 * n; // NaN and -inf only: fallback
+  for (int64_t i = 0; i < n; i++) r5[i] = i % 3 ? -INFINITY : NAN;
+  float *r6 = x.data() + 6 * n; // NaN first, the largest later, NaN after it
+  r6[0] = NAN;
+  r6[n - 1 > 0 ? n - 1 : 0] = NAN;
+  if (n > 2) r6[n / 3 + 1] = 20.0f;
+  float *r7 = x.data() + 7 * n; // the largest at the last index
+  r7[n - 1] = 30.0f;
+  float *r8 = x.data() + 8 * n; // a sharp row: top probability near 1
+  r8[n / 4] = 60.0f;
+  *rows = R; // row 9: random
+  return x;
+}
+
+static void argmax_rows_case(int64_t n, bool with_ids) {
+  int rows = 0;
+  std::vector<float> x = argmax_cases(n, &rows);
+  std::vector<int32_t> ids;
+  if (with_ids) { // a head of n ids out of a larger vocabulary, not in order (drafter.head_vocab)
+    ids.resize((size_t)n);
+    for (int64_t i = 0; i < n; i++) ids[(size_t)i] = (int32_t)((i * 7919 + 13) % (4 * n + 1));
+  }
+  const int32_t *idp = with_ids ? ids.data() : nullptr;
+  std::vector<int32_t> out((size_t)rows, -7);
+  std::vector<float> prob = poisoned((size_t)rows);
+  const cudaError_t rc =
+      weir_cuda_argmax_rows(nullptr, out.data(), prob.data(), x.data(), rows, n, idp, 5);
+  int bad = rc == cudaSuccess ? 0 : 1;
+  std::vector<double> pref((size_t)rows);
+  for (int r = 0; r < rows; r++) {
+    const int32_t want = host_argmax(x.data() + (size_t)r * n, n, idp, 5);
+    if (out[(size_t)r] != want) {
+      if (bad++ < 3) printf("     row %d: %d, host %d\n", r, out[(size_t)r], want);
+    }
+    pref[(size_t)r] = host_top_prob(x.data() + (size_t)r * n, n);
+  }
+  // Rows 4 and 5 have nothing above -inf: the fallback, probability 0.
+  if (out[4] != 5 || out[5] != 5) bad++;
+  char name[96];
+  snprintf(name, sizeof name, "argmax_rows n=%lld%s == host argmax (ties, -inf, NaN)",
+           (long long)n, with_ids ? " with head ids" : "");
+  printf("%s %s\n", bad ? "FAIL" : "ok  ", name);
+  if (bad) ++g_failures;
+  snprintf(name, sizeof name, "argmax_rows n=%lld%s top probability", (long long)n,
+           with_ids ? " with head ids" : "");
+  shim_check(name, prob, pref, 1e-5);
+  // Without prob: the same picks; rows = 0 writes nothing; bad shapes are refused.
+  std::vector<int32_t> out2((size_t)rows, -7);
+  weir_cuda_argmax_rows(nullptr, out2.data(), nullptr, x.data(), rows, n, idp, 5);
+  int32_t untouched = -7;
+  const bool same = out2 == out &&
+                    weir_cuda_argmax_rows(nullptr, &untouched, nullptr, x.data(), 0, n, idp, 5) ==
+                        cudaSuccess &&
+                    untouched == -7 &&
+                    weir_cuda_argmax_rows(nullptr, &untouched, nullptr, x.data(), 1, 0, idp, 5) !=
+                        cudaSuccess &&
+                    weir_cuda_argmax_rows(nullptr, &untouched, nullptr, x.data(), -1, n, idp, 5) !=
+                        cudaSuccess &&
+                    untouched == -7;
+  snprintf(name, sizeof name, "argmax_rows n=%lld without prob, empty and bad shapes",
+           (long long)n);
+  printf("%s %s\n", same ? "ok  " : "FAIL", name);
+  if (!same) ++g_failures;
+}
+
+static void argmax_rows_all() {
+  for (int64_t n : {1LL, 5LL, 256LL, 1000LL, 1024LL, 4096LL}) {
+    argmax_rows_case(n, false);
+    argmax_rows_case(n, true);
+  }
+}
+
 #ifdef WEIR_SHIM_DEVICE_CPU
 // The CPU device's add_rms_norm (ABI 1.7) as the reference of the CUDA kernel, as the engine
 // calls both: out == x (the sublayer output), the residual updated in place.
@@ -508,12 +628,62 @@ static void add_rms_norm_vs_cpu_device() {
   if (!refused) ++g_failures;
   pl.desc->fini(self);
 }
+// The CPU device's argmax_rows (ABI 1.8) against the CUDA kernel: the same picks on the same
+// rows (ties, -inf, NaN, head ids), the same top probability within float rounding.
+static void argmax_rows_vs_cpu_device() {
+  shim_plugin pl;
+  if (!shim_load_plugin("weir_device_cpu.so", nullptr, 0, &pl)) {
+    ++g_failures;
+    return;
+  }
+  const weir_device_ops *ops = (const weir_device_ops *)pl.ops;
+  void *self = pl.self;
+  if (!WEIR_HAS_FIELD(ops, weir_device_ops, argmax_rows) || !ops->argmax_rows) {
+    printf("FAIL the CPU device has no argmax_rows (ABI 1.8)\n");
+    ++g_failures;
+    pl.desc->fini(self);
+    return;
+  }
+  for (int64_t n : {7LL, 1024LL, 4096LL}) {
+    int rows = 0;
+    std::vector<float> x = argmax_cases(n, &rows);
+    std::vector<int32_t> ids((size_t)n);
+    for (int64_t i = 0; i < n; i++) ids[(size_t)i] = (int32_t)(n - 1 - i);
+    for (int with_ids = 0; with_ids < 2; with_ids++) {
+      const int32_t *idp = with_ids ? ids.data() : nullptr;
+      std::vector<int32_t> c((size_t)rows, -1), g((size_t)rows, -2);
+      std::vector<float> cp((size_t)rows), gp = poisoned((size_t)rows);
+      const int rc = ops->argmax_rows(self, c.data(), cp.data(), x.data(), rows, n, idp, 0);
+      weir_cuda_argmax_rows(nullptr, g.data(), gp.data(), x.data(), rows, n, idp, 0);
+      char name[96];
+      snprintf(name, sizeof name, "cpu device argmax_rows n=%lld%s == kernel", (long long)n,
+               with_ids ? " ids" : "");
+      const bool ok = rc == WEIR_OK && c == g;
+      printf("%s %s\n", ok ? "ok  " : "FAIL", name);
+      if (!ok) ++g_failures;
+      snprintf(name, sizeof name, "cpu device argmax_rows n=%lld%s top probability",
+               (long long)n, with_ids ? " ids" : "");
+      shim_check(name, gp, std::vector<double>(cp.begin(), cp.end()), 1e-5);
+    }
+  }
+  int32_t o = 3;
+  float one = 1.0f;
+  const bool refused = ops->argmax_rows(self, &o, nullptr, &one, -1, 1, nullptr, 0) == WEIR_E_INVAL &&
+                       ops->argmax_rows(self, &o, nullptr, &one, 1, 0, nullptr, 0) == WEIR_E_INVAL &&
+                       ops->argmax_rows(self, nullptr, nullptr, &one, 1, 1, nullptr, 0) == WEIR_E_INVAL &&
+                       o == 3;
+  printf("%s cpu device argmax_rows refuses bad shapes and NULL\n", refused ? "ok  " : "FAIL");
+  if (!refused) ++g_failures;
+  pl.desc->fini(self);
+}
 #endif
 
 int main() {
 #ifdef WEIR_SHIM_DEVICE_CPU
   add_rms_norm_vs_cpu_device();
+  argmax_rows_vs_cpu_device();
 #endif
+  argmax_rows_all();
   rms_norm(3, 1024);
   rms_norm(2, 770);  // not a multiple of 4: scalar path
   rope(0, 2, 64, 64);
