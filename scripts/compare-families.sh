@@ -35,6 +35,15 @@ WEIR=${WEIR:-build/bin/weir}
 CTX=${1:-256}
 TEXT=tests/perplexity/fixtures/heldout-sample.txt
 ARCHS=${ARCHS:-"llama llama3 phi3 phi3_longrope gemma2"}
+# FILES=DIR: the trained files (docs/perf/model-families.md, Trained weights): family a's f32
+# source is DIR/a-f32.gguf, as `MODE=make` wrote it (the K-quant shape, dim 256, ffn 512, for
+# every TYPE) and scripts/train-families.py trained it in place; other TYPEs are made from it:
+# by $LLAMA_BIN/llama-quantize (F16 for f16) for the families the peer runs, by `weir mkmodel
+# --weights-from` (weir's own writer: f16 and its K-quant types, --type in lower case) for
+# gemma3 and qwen3, which the February 2025 llama-quantize refuses.
+# MODE=make (with FILES): only write DIR/a-f32.gguf for each family of ARCHS (random weights,
+# seed 7), to be trained.
+FILES=${FILES:-}
 # KEEP=DIR: keep each family's model file there (DIR/FAMILY-TYPE.gguf) for a later look, e.g.
 # by the double-precision reference (tests/reference's weir_ref_eval).
 KEEP=${KEEP:-}
@@ -44,13 +53,15 @@ keep() { if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$1" "$KEEP/$2-$TYPE.ggu
 
 TYPE=${TYPE:-f32}
 MODE=${MODE:-perplexity}
-case $TYPE in
+kshape=${FILES:+K}
+case $kshape$TYPE in
   [A-Z]*) shape="--layers 4 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 4096 --seed 7" ;;
   *) shape="--layers 4 --dim 128 --heads 4 --kv-heads 2 --ffn 256 --vocab 512 --ctx 4096 --seed 7" ;;
 esac
 # Whether the February 2025 peer runs family $1.
 peer_runs() { case $1 in gemma3|qwen3) return 1 ;; *) return 0 ;; esac; }
 for a in $ARCHS; do
+  [ "$MODE" = make ] && break
   if peer_runs "$a" && [ -z "$LLAMA_BIN" ]; then
     echo "set LLAMA_BIN to the directory holding llama-perplexity (family $a)" >&2; exit 2
   fi
@@ -77,6 +88,22 @@ args_for() {
 # (A family the peer predates is quantized by weir's own `mkmodel --type`.)
 make_model() {
   local t=$TYPE
+  if [ -n "$FILES" ]; then
+    local src=$FILES/$1-f32.gguf
+    [ -f "$src" ] || { echo "$src: missing (MODE=make, then scripts/train-families.py)" >&2; exit 2; }
+    case $TYPE in
+      f32) cp "$src" "$2" ;;
+      *) if peer_runs "$1"; then
+           t=$TYPE; [ "$t" = f16 ] && t=F16
+           "$LLAMA_BIN/llama-quantize" "$src" "$2" "$t" >/dev/null 2>&1
+         else
+           # shellcheck disable=SC2046,SC2086
+           "$WEIR" mkmodel $shape $(args_for "$1") --weights-from "$src" --type "${TYPE,,}" \
+             --out "$2" >/dev/null 2>&1
+         fi ;;
+    esac
+    return
+  fi
   case $TYPE in [A-Z]*) if peer_runs "$1"; then t=f32; else t=${TYPE,,}; fi ;; esac
   # shellcheck disable=SC2046,SC2086
   "$WEIR" mkmodel $shape $(args_for "$1") --type "$t" --out "$2.src" >/dev/null 2>&1
@@ -87,6 +114,16 @@ make_model() {
     *) mv "$2.src" "$2" ;;
   esac
 }
+
+if [ "$MODE" = make ]; then
+  [ -n "$FILES" ] || { echo "MODE=make needs FILES=DIR" >&2; exit 2; }
+  mkdir -p "$FILES"
+  for a in $ARCHS; do
+    # shellcheck disable=SC2046,SC2086
+    "$WEIR" mkmodel $shape $(args_for "$a") --type f32 --out "$FILES/$a-f32.gguf"
+  done
+  exit 0
+fi
 
 if [ "$MODE" = greedy ]; then
   status=0

@@ -191,11 +191,70 @@ static void test_serve_positional(void) {
   free(model);
 }
 
+/* `weir mkmodel --weights-from`: the values come from the source file, not the seed. With the
+ * source's own flags but another seed the f32 file is the source byte for byte, and a q6_k
+ * file is the one the source's seed gives (weir's quantizer on the same values); a source
+ * made with other flags, or not f32, is refused by name. */
+static void test_mkmodel_weights_from(void) {
+  char *a = wt_strf("%s/wf-a.gguf", g_dir), *b = wt_strf("%s/wf-b.gguf", g_dir);
+  char *c = wt_strf("%s/wf-c.gguf", g_dir), *d = wt_strf("%s/wf-d.gguf", g_dir);
+  char *out = NULL;
+#define WF_SHAPE "--arch", "qwen3", "--tokenizer", "llama", "--dim", "256", "--heads", "4", \
+                 "--kv-heads", "2", "--head-dim", "64", "--ffn", "512", "--vocab", "512"
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "2", "--seed", "7", "--type",
+                        "f32", "--out", a, NULL), 0);
+  free(out);
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "2", "--seed", "8", "--type",
+                        "f32", "--weights-from", a, "--out", b, NULL), 0);
+  free(out);
+  size_t na = 0, nb = 0;
+  char *da = wt_read_file(a, &na), *db = wt_read_file(b, &nb);
+  CU_ASSERT(da && db && na == nb && na > 1000000 && memcmp(da, db, na) == 0);
+  free(db);
+  /* (and seed 8 alone gives other values: the equality above is the flag's doing) */
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "2", "--seed", "8", "--type",
+                        "f32", "--out", b, NULL), 0);
+  free(out);
+  db = wt_read_file(b, &nb);
+  CU_ASSERT(db && nb == na && memcmp(da, db, na) != 0);
+  free(db);
+  free(da);
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "2", "--seed", "8", "--type",
+                        "q6_k", "--weights-from", a, "--out", c, NULL), 0);
+  free(out);
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "2", "--seed", "7", "--type",
+                        "q6_k", "--out", d, NULL), 0);
+  free(out);
+  size_t nc = 0, nd = 0;
+  char *dc = wt_read_file(c, &nc), *dd = wt_read_file(d, &nd);
+  CU_ASSERT(dc && dd && nc == nd && nc < na && memcmp(dc, dd, nc) == 0);
+  free(dc);
+  free(dd);
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "3", "--type", "f32",
+                        "--weights-from", a, "--out", b, NULL), 2);
+  WT_ASSERT_STR_CONTAINS(out, "has 25 tensors; these flags make 36");
+  free(out);
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "2", "--type", "f32",
+                        "--weights-from", c, "--out", b, NULL), 2);
+  WT_ASSERT_STR_CONTAINS(out, "tensor token_embd.weight is not f32");
+  free(out);
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", WF_SHAPE, "--layers", "2", "--type", "f32",
+                        "--weights-from", "/nonexistent.gguf", "--out", b, NULL), 1);
+  WT_ASSERT_STR_CONTAINS(out, "/nonexistent.gguf");
+  free(out);
+#undef WF_SHAPE
+  free(a);
+  free(b);
+  free(c);
+  free(d);
+}
+
 int main(void) {
   g_dir = wt_mkdtemp();
   static const wt_test tests[] = {
       {"abbreviated long options are refused", test_no_abbreviations},
       {"--version on every subcommand", test_version_everywhere},
+      {"mkmodel --weights-from", test_mkmodel_weights_from},
       {"option values are checked", test_values_checked},
       {"configuration flags: -m, --served-model-name, --ctx-size, --api-key", test_config_flags},
       {"the parser: order, positionals, --, clusters", test_parser_order},

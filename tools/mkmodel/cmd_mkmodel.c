@@ -30,6 +30,8 @@ typedef struct mk_opts {
   long head_dim, swa, orig_ctx;
   int rope_freqs, longrope;
   double yarn;
+  const char *weights_from; /* an f32 GGUF of the same model whose values replace the random
+                               ones (NULL: random) */
 } mk_opts;
 
 static void usage(FILE *f) {
@@ -71,6 +73,9 @@ static void usage(FILE *f) {
         "                        (default chatml; gemma2/gemma3: gemma; phi3: phi3)\n"
         "  --seed N              weight seed (default 1)\n"
         "  --name S              general.name (default weir-<preset or custom>)\n"
+        "  --weights-from F.gguf take every tensor's values from F (an f32 file of the same\n"
+        "                        flags, e.g. trained by scripts/train-families.py) instead of\n"
+        "                        random ones, and write them as --type: weir's own quantizer\n"
         "  --out FILE            output path (written to FILE.tmp, then renamed)\n",
         f);
 }
@@ -162,7 +167,7 @@ static int plan_add(plan_tensor *p, int *n, const char *name, weir_dtype dt, int
 /* Generates one tensor row by row (each row seeded from the seed, the tensor name and the
  * row index, so the values do not depend on chunking) and streams it to the writer. */
 static int gen_tensor(weir_gguf_writer *w, const plan_tensor *t, uint64_t seed, float *fbuf,
-                      uint8_t *qbuf, int64_t max_elems) {
+                      uint8_t *qbuf, int64_t max_elems, const float *src) {
   int64_t cols = t->ne[0], rows = t->ne[1];
   size_t row_bytes = weir_dtype_row_bytes(t->dtype, cols);
   int64_t rows_per_chunk = max_elems / cols;
@@ -173,7 +178,9 @@ static int gen_tensor(weir_gguf_writer *w, const plan_tensor *t, uint64_t seed, 
     for (int64_t r = 0; r < nr; r++) {
       uint64_t st = mix64(th + (uint64_t)(r0 + r) * 0xd1b54a32d192ed03ull);
       float *row = fbuf + r * cols;
-      if (t->init == INIT_FIXED)
+      if (src) /* --weights-from: the source file's row (f32, same shape, checked) */
+        memcpy(row, src + (size_t)(r0 + r) * (size_t)cols, (size_t)cols * sizeof *row);
+      else if (t->init == INIT_FIXED)
         for (int64_t c = 0; c < cols; c++) row[c] = t->fixed[c];
       else if (t->init == INIT_NORM_WEIGHT)
         for (int64_t c = 0; c < cols; c++) row[c] = 1.0f + t->std * gauss(&st);
@@ -270,6 +277,8 @@ static int write_model(const mk_opts *o, char *err) {
   char *tmp = NULL;
   const weir__chat_template *tpl = weir__chat_template_find(o->chat_template);
   float *factors = NULL;
+  weir_gguf *src = NULL;        /* --weights-from */
+  const float **src_data = NULL; /* its data per planned tensor */
   int specials_n = 0;
   memset(&voc, 0, sizeof voc);
   const weir_dtype wt = ty->base, out_t = ty->out;
@@ -473,6 +482,36 @@ static int write_model(const mk_opts *o, char *err) {
     }
     params += (uint64_t)(ne[0] * ne[1]);
   }
+  /* --weights-from: every planned tensor must be in the source, f32, with the planned shape,
+   * and the source must hold nothing else (a file made with other flags is refused, named,
+   * rather than written with some tensors random). */
+  if (o->weights_from) {
+    if ((rc = weir_gguf_open(o->weights_from, &src, err, ERRLEN))) goto free_all;
+    src_data = calloc((size_t)n_plan, sizeof *src_data);
+    if (!src_data) {
+      rc = WEIR_E_NOMEM;
+      goto free_all;
+    }
+    if (weir_gguf_tensor_count(src) != n_plan) {
+      snprintf(err, ERRLEN, "%s has %lld tensors; these flags make %d (made with other flags?)",
+               o->weights_from, (long long)weir_gguf_tensor_count(src), n_plan);
+      rc = WEIR_E_INVAL;
+      goto free_all;
+    }
+    for (int i = 0; i < n_plan; i++) {
+      const weir_gguf_tensor *st = weir_gguf_find_tensor(src, plan[i].name);
+      if (!st || st->t.dtype != WEIR_DTYPE_F32 || st->t.ndim != plan[i].ndim ||
+          st->t.ne[0] != plan[i].ne[0] || (plan[i].ndim == 2 && st->t.ne[1] != plan[i].ne[1])) {
+        snprintf(err, ERRLEN, "%s: tensor %s is %s; these flags need it f32 of shape {%lld, "
+                 "%lld}", o->weights_from, plan[i].name, !st ? "missing"
+                 : st->t.dtype != WEIR_DTYPE_F32 ? "not f32" : "of another shape",
+                 (long long)plan[i].ne[0], (long long)plan[i].ne[1]);
+        rc = WEIR_E_INVAL;
+        goto free_all;
+      }
+      src_data[i] = st->t.data;
+    }
+  }
 
   const int64_t max_elems = 1 << 20;
   int64_t widest = o->dim > 2 * o->ffn ? o->dim : 2 * o->ffn;
@@ -493,7 +532,8 @@ static int write_model(const mk_opts *o, char *err) {
   snprintf(what, sizeof what, "writing %.1fM parameters", (double)params / 1e6);
   weir_progress_begin(&progress, what, (uint64_t)n_plan, "tensors", 0);
   for (int i = 0; i < n_plan && !rc; i++) {
-    rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems);
+    rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems,
+                    src_data ? src_data[i] : NULL);
     weir_progress_update(&progress, (uint64_t)i + 1);
   }
   weir_progress_end(&progress, rc == 0);
@@ -522,6 +562,8 @@ free_all:
   weir__vocab_free(&voc);
   free(plan);
   free(factors);
+  free(src_data);
+  weir_gguf_close(src);
   free(fbuf);
   free(qbuf);
   free(tmp);
@@ -718,7 +760,7 @@ static int write_encoder(const mk_opts *o, char *err) {
   snprintf(tmp, tl, "%s.tmp", o->out);
   if ((rc = weir_gguf_writer_begin(w, tmp, err, ERRLEN))) goto free_all;
   for (int i = 0; i < n_plan && !rc; i++)
-    rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems);
+    rc = gen_tensor(w, &plan[i], (uint64_t)o->seed, fbuf, qbuf, max_elems, NULL);
   if (rc) {
     snprintf(err, ERRLEN, "%s: writing tensors failed: %s", tmp, strerror(errno));
     goto remove_tmp;
@@ -753,7 +795,7 @@ free_all:
 int weir__cmd_mkmodel(int argc, char **argv) {
   enum { O_PRESET = 256, O_ARCH, O_DIM, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX,
          O_ROPE, O_EPS, O_TYPE, O_TIED, O_TOK, O_TPL, O_SEED, O_NAME, O_OUT, O_HEAD_DIM, O_SWA,
-         O_ROPE_FREQS, O_NO_ROPE_FREQS, O_YARN, O_LONGROPE, O_ORIG_CTX };
+         O_ROPE_FREQS, O_NO_ROPE_FREQS, O_YARN, O_LONGROPE, O_ORIG_CTX, O_WEIGHTS_FROM };
   static const struct option longopts[] = {
       {"preset", required_argument, 0, O_PRESET}, {"arch", required_argument, 0, O_ARCH},
       {"dim", required_argument, 0, O_DIM},       {"layers", required_argument, 0, O_LAYERS},
@@ -768,7 +810,8 @@ int weir__cmd_mkmodel(int argc, char **argv) {
       {"swa", required_argument, 0, O_SWA},       {"rope-freqs", no_argument, 0, O_ROPE_FREQS},
       {"no-rope-freqs", no_argument, 0, O_NO_ROPE_FREQS},
       {"yarn", required_argument, 0, O_YARN},     {"longrope", no_argument, 0, O_LONGROPE},
-      {"orig-ctx", required_argument, 0, O_ORIG_CTX}, {0, 0, 0, 0}};
+      {"orig-ctx", required_argument, 0, O_ORIG_CTX},
+      {"weights-from", required_argument, 0, O_WEIGHTS_FROM}, {0, 0, 0, 0}};
   mk_opts o;
   const char *preset = "tiny";
   char err[ERRLEN] = "";
@@ -824,6 +867,7 @@ int weir__cmd_mkmodel(int argc, char **argv) {
     case O_YARN: if (parse_double("--yarn", arg, &o.yarn)) code = 2; break;
     case O_LONGROPE: o.longrope = 1; break;
     case O_ORIG_CTX: if (parse_long("--orig-ctx", arg, 1, 1 << 24, &o.orig_ctx)) code = 2; break;
+    case O_WEIGHTS_FROM: o.weights_from = arg; break;
     case 'o': case O_OUT: o.out = arg; break;
     case 'h': usage(stdout); code = 0; break;
     case WEIR_OPT_VERSION: weir_opt_print_version(); code = 0; break;
@@ -851,6 +895,8 @@ int weir__cmd_mkmodel(int argc, char **argv) {
   else if (encoder && o.vocab < 256)
     bad = "--arch bert and nomic-bert need --vocab 256 or more (the WordPiece vocabulary's "
           "special tokens, characters and words)";
+  else if (encoder && o.weights_from)
+    bad = "--weights-from is for the llama-family architectures, not bert or nomic-bert";
   else if (encoder) ;
   else if (strcmp(o.arch, "llama") && strcmp(o.arch, "mistral") && strcmp(o.arch, "qwen2") &&
            strcmp(o.arch, "qwen3") && strcmp(o.arch, "gemma2") && strcmp(o.arch, "gemma3") &&
