@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define WEIR_ABI_MAJOR 1
-#define WEIR_ABI_MINOR 7
+#define WEIR_ABI_MINOR 8
 
 /* 1 when *ptr, a struct of `type` that begins with its own struct_size, is large enough to
  * hold `field`: the test a reader makes before touching a field added after the struct's
