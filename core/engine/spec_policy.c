@@ -88,15 +88,22 @@ static int defer_arm(const weir_spec_policy *p, int b, int32_t i) {
   if (i == 0) return 0;
   const weir_spec_arm *here = p->arms[b];
   const int32_t last = p->num_arms - 1;
+  /* Learned from the longest down: a length below one that lost to the next longer is not
+   * learned (BEHIND), nor one below a length so deferred. */
+  if (i + 1 < last && (here[i + 1].deferred == WEIR_SPEC_BEHIND ||
+                       (here[i + 1].trials >= WEIR_SPEC_MIN_TRIALS && !here[i + 1].deferred &&
+                        here[i + 2].trials >= WEIR_SPEC_MIN_TRIALS && !here[i + 2].deferred &&
+                        here[i + 1].tps < here[i + 2].tps)))
+    return WEIR_SPEC_BEHIND;
   if (i != last && here[0].trials >= WEIR_SPEC_MIN_TRIALS &&
       here[last].trials >= WEIR_SPEC_MIN_TRIALS && here[last].tps < WEIR_SPEC_NEAR * here[0].tps)
-    return 1;
+    return WEIR_SPEC_FAR;
   for (int s = b - 1; s >= 0; s--) {
     const weir_spec_arm *a = p->arms[s];
     int settled = 1;
     for (int32_t j = 0; j < p->num_arms && settled; j++) settled = measured(&a[j]);
     if (!settled) continue;
-    return best_arm(p, a) == 0 && a[i].tps < WEIR_SPEC_NEAR * a[0].tps;
+    return best_arm(p, a) == 0 && a[i].tps < WEIR_SPEC_NEAR * a[0].tps ? WEIR_SPEC_FAR : 0;
   }
   return 0;
 }
@@ -111,15 +118,25 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     st->left--;
     return a[st->cur].k;
   }
-  /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others),
-   * except those a smaller bucket has shown not to pay. */
+  /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others,
+   * longest first), except those a smaller bucket has shown not to pay and those below a
+   * length that lost to the next longer one. */
   int32_t next = -1;
   const int32_t last = p->num_arms - 1;
+  /* A length deferred as BEHIND is learned once the length just above it leads: the best
+   * length may then be shorter still. */
+  const int32_t lead = best_arm(p, a);
+  if (lead > 1 && lead < last && a[lead - 1].deferred == WEIR_SPEC_BEHIND) {
+    a[lead - 1].deferred = 0;
+    a[lead - 1].trials = 0;
+    a[lead - 1].tokens = a[lead - 1].seconds = a[lead - 1].tps = 0;
+  }
   for (int32_t o = 0; next < 0 && o < p->num_arms; o++) {
-    const int32_t i = o == 0 ? 0 : o == 1 ? last : o - 1;
+    const int32_t i = o == 0 ? 0 : last + 1 - o;
     if (measured(&a[i])) continue;
-    if (defer_arm(p, b, i)) {
-      a[i].deferred = 1;
+    const int why = defer_arm(p, b, i);
+    if (why) {
+      a[i].deferred = why;
       a[i].next_far = st->runs + a[i].far_gap;
       continue;
     }
@@ -137,7 +154,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     /* The lengths that stood behind the longest are learned again once it comes near. */
     if (a[last].trials >= WEIR_SPEC_MIN_TRIALS && a[last].tps >= WEIR_SPEC_NEAR * a[best].tps)
       for (int32_t i = 1; i <= last; i++)
-        if (a[i].deferred) {
+        if (a[i].deferred == WEIR_SPEC_FAR) {
           a[i].deferred = 0;
           if (i == last) continue;
           a[i].trials = 0;

@@ -84,6 +84,8 @@
 #define WEIR_SPEC_PLAIN 32    /* plain decode steps whose median rate is no drafts' */
 #define WEIR_SPEC_MARGIN 0.03 /* a drafting arm leads only this far ahead of no drafts */
 #define WEIR_SPEC_EXPLORE_COLD 4 /* no drafts' runs while it has under PLAIN / 2 steps */
+#define WEIR_SPEC_FAR 1    /* weir_spec_arm.deferred: far behind no drafts */
+#define WEIR_SPEC_BEHIND 2 /* weir_spec_arm.deferred: below a length that lost to a longer */
 
 typedef struct weir_spec_arm {
   int32_t k;       /* drafts per sequence */
@@ -93,7 +95,9 @@ typedef struct weir_spec_arm {
   uint32_t trials; /* steps measured (arm 0: plain steps) */
   uint32_t far_gap;  /* runs between explorations while far behind the best */
   uint32_t next_far; /* the bucket's run count from which it may be explored again */
-  int deferred;      /* 1: not learned here, a smaller bucket found it far behind no drafts */
+  int deferred;      /* not learned here: WEIR_SPEC_FAR (far behind no drafts, here or in a
+                      * smaller bucket), WEIR_SPEC_BEHIND (below a length that lost to the
+                      * next longer one) */
 } weir_spec_arm;
 
 typedef struct weir_spec_bucket_state {
