@@ -84,6 +84,7 @@
 #define WEIR_SPEC_PLAIN 32    /* plain decode steps whose median rate is no drafts' */
 #define WEIR_SPEC_MARGIN 0.03 /* a drafting arm leads only this far ahead of no drafts */
 #define WEIR_SPEC_EXPLORE_COLD 4 /* no drafts' runs while it has under PLAIN / 2 steps */
+#define WEIR_SPEC_COLD_LEAD 1.5 /* a lead past which a cold-start run is cut short */
 #define WEIR_SPEC_FAR 1    /* weir_spec_arm.deferred: far behind no drafts */
 #define WEIR_SPEC_BEHIND 2 /* weir_spec_arm.deferred: below a length that lost to a longer */
 
@@ -92,9 +93,11 @@ typedef struct weir_spec_arm {
   double tps;      /* output tokens per second of pure decode steps: tokens / seconds (arm 0:
                     * the median rate of the bucket's last plain steps) */
   double tokens, seconds; /* their sums over the arm's steps, older steps fading */
+  double seqs;            /* the same of its steps' sequences (drafting arms) */
   uint32_t trials; /* steps measured (arm 0: plain steps) */
   uint32_t far_gap;  /* runs between explorations while far behind the best */
   uint32_t next_far; /* the bucket's run count from which it may be explored again */
+  uint32_t next_climb; /* the run count from which it may be climbed to again */
   int deferred;      /* not learned here: WEIR_SPEC_FAR (far behind no drafts, here or in a
                       * smaller bucket), WEIR_SPEC_BEHIND (below a length that lost to the
                       * next longer one) */
@@ -106,6 +109,7 @@ typedef struct weir_spec_bucket_state {
   uint32_t runs; /* runs begun */
   int32_t best;  /* the arm that led when the last run began */
   int32_t run_steps; /* steps of the current run measured so far */
+  int run_full;      /* 1 while each of them accepted every sequence's k drafts */
   double plain[WEIR_SPEC_PLAIN]; /* rates (tokens / seconds) of the last plain steps, a ring */
   uint32_t plain_n;              /* plain steps recorded; the next goes to plain_n % PLAIN */
 } weir_spec_bucket_state;
