@@ -216,14 +216,21 @@ static int can_draft(const engine_req *r) {
          s->num_computed == s->num_tokens - 1 && r->sampling.num_logprobs < 0 && !r->no_spec;
 }
 
-/* The speculation length of this step (spec_policy.h), from the sequences in decode. */
+/* The speculation length of this step (spec_policy.h), from the batch the step will run:
+ * every running sequence and every waiting one it may admit, not only those in decode. A
+ * step that admits a request is never rated (its prefill), so picking its length in the
+ * smaller bucket of its decode sequences ran that bucket's arms, learned from few steps,
+ * with the draft model catching up beside a prefill (issue 32: the 4-stream guard cells). */
 static int32_t choose_k(weir_engine *e) {
-  int32_t n = 0;
-  for (engine_req *r = e->live; r; r = r->live_next)
-    if (r->seq && r->seq->state == WEIR_SEQ_RUNNING && r->seq->num_computed >= r->seq->num_prompt)
-      n++;
+  int32_t n = 0, decode = 0;
+  for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
+    const weir_sched_seq *s = r->seq;
+    if (!s || (s->state != WEIR_SEQ_RUNNING && s->state != WEIR_SEQ_WAITING)) continue;
+    n++;
+    decode += s->state == WEIR_SEQ_RUNNING && s->num_computed >= s->num_prompt;
+  }
   e->step_n = n;
-  e->step_k = n > 0 ? weir_spec_choose(&e->spec, n) : 0;
+  e->step_k = decode > 0 ? weir_spec_choose(&e->spec, n) : 0; /* none to draft for: no run */
   return e->step_k;
 }
 
