@@ -223,12 +223,13 @@ static int can_draft(const engine_req *r) {
  * with the draft model catching up beside a prefill (issue 32: the 4-stream guard cells). */
 static int32_t choose_k(weir_engine *e) {
   int32_t n = 0, decode = 0;
-  for (engine_req *r = e->live; r && n < e->max_seqs_step; r = r->live_next) {
+  for (engine_req *r = e->live; r; r = r->live_next) {
     const weir_sched_seq *s = r->seq;
     if (!s || (s->state != WEIR_SEQ_RUNNING && s->state != WEIR_SEQ_WAITING)) continue;
     n++;
     decode += s->state == WEIR_SEQ_RUNNING && s->num_computed >= s->num_prompt;
   }
+  if (n > e->max_seqs_step) n = e->max_seqs_step; /* a step carries no more */
   e->step_n = n;
   e->step_k = decode > 0 ? weir_spec_choose(&e->spec, n) : 0; /* none to draft for: no run */
   return e->step_k;
