@@ -75,6 +75,15 @@ static double plain_median(const weir_spec_bucket_state *st) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* How close to the best arm another must be to be explored often (spec_policy.h): within
+ * WEIR_SPEC_NEAR, or WEIR_SPEC_NEAR_PLAIN where no drafts leads. There a drafting arm must
+ * gain more than it loses to lead, and each exploring run of one that is 25% behind costs a
+ * bucket running without drafts 1.5% of its throughput at one run in 16: the guard's whole
+ * margin (a 4-stream draft-model server explored k = 1 and 2 at 0.68-0.72x of no drafts). */
+static double near_bar(const weir_spec_arm *a, int32_t best) {
+  return (best == 0 ? WEIR_SPEC_NEAR_PLAIN : WEIR_SPEC_NEAR) * a[best].tps;
+}
+
 static int measured(const weir_spec_arm *a) {
   return a->trials >= WEIR_SPEC_MIN_TRIALS || a->deferred;
 }
@@ -152,7 +161,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
       }
     }
     /* The lengths that stood behind the longest are learned again once it comes near. */
-    if (a[last].trials >= WEIR_SPEC_MIN_TRIALS && a[last].tps >= WEIR_SPEC_NEAR * a[best].tps)
+    if (a[last].trials >= WEIR_SPEC_MIN_TRIALS && a[last].tps >= near_bar(a, best))
       for (int32_t i = 1; i <= last; i++)
         if (a[i].deferred == WEIR_SPEC_FAR) {
           a[i].deferred = 0;
@@ -184,7 +193,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     }
     if (pick < 0 && st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
       for (int32_t i = 0; i < p->num_arms; i++)
-        if (i != best && (i == 0 || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) &&
+        if (i != best && (i == 0 || a[i].tps >= near_bar(a, best)) &&
             (pick < 0 || a[i].trials < a[pick].trials))
           pick = i;
     /* Climbing: a drafting run whose every step had every draft accepted was held back by
@@ -200,14 +209,14 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
       a[pick].tokens = a[pick].seconds = a[pick].seqs = a[pick].tps = 0;
     }
     for (int32_t i = 0; i < p->num_arms; i++) {
-      if (i == best || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) {
+      if (i == best || a[i].tps >= near_bar(a, best)) {
         a[i].far_gap = WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE; /* near: back to the short gap */
         continue;
       }
       /* A deferred length stands behind the longest: only the longest is tried far. */
       if (pick < 0 && st->runs >= a[i].next_far && (!a[i].deferred || i == last)) pick = i;
     }
-    if (pick >= 0 && a[pick].tps < WEIR_SPEC_NEAR * a[best].tps) {
+    if (pick >= 0 && a[pick].tps < near_bar(a, best)) {
       /* Doubled now, reset above if this run brings the arm near again. */
       if (a[pick].far_gap < WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE * WEIR_SPEC_FAR_BACKOFF)
         a[pick].far_gap *= 2;

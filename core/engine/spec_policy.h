@@ -15,7 +15,8 @@
  * The cost grows with the batch and with the time since drafting stopped, which is what
  * keeps exploration from taxing a large batch that runs without drafts. One run in
  * WEIR_SPEC_EXPLORE goes to the arm measured least among those within WEIR_SPEC_NEAR of the
- * best and no drafts (always a candidate: the safe arm, with no switch cost, whose rate is
+ * best (WEIR_SPEC_NEAR_PLAIN where no drafts is the best: a drafting arm must then gain more
+ * than it loses, and each run of one far behind costs the guard's margin) and no drafts (always a candidate: the safe arm, with no switch cost, whose rate is
  * often first measured in a request's slow first steps).
  *
  * Exploring an arm far behind the best costs the most (a run at a slow length, and for the
@@ -89,6 +90,7 @@
 #define WEIR_SPEC_EXPLORE 16  /* one run in this many (per bucket) tries another arm */
 #define WEIR_SPEC_RUN 6       /* steps an arm runs once chosen */
 #define WEIR_SPEC_NEAR 0.75   /* arms this close to the best are explored often */
+#define WEIR_SPEC_NEAR_PLAIN 0.9 /* ... this close where no drafts is the best */
 #define WEIR_SPEC_MIN_TRIALS 4 /* measured steps before an arm's rate is trusted */
 #define WEIR_SPEC_MIN_REACH 0.25
 #define WEIR_SPEC_FAR_BACKOFF 16 /* a far arm's exploration gap grows to EXPLORE^2 times this */
