@@ -3,11 +3,11 @@
 #
 #   1. the step profile: thread CPU time of each phase of a one-row step, of a k = 4
 #      verification step (ngram, the draft model greedy and at 0.8; the draft model's forward
-#      passes split out), and a table of them (WEIR_STEP_PROFILE=1 weir generate, one device
-#      thread);
+#      passes split out), of ngram's 5-, 9- and 17-row steps on the copy prompt (k = 4, 8,
+#      16 fixed, and adaptive), and a table of them (WEIR_STEP_PROFILE=1 weir generate, one
+#      device thread);
 #   2. one stream through `weir generate`: decode tokens/s with no drafter, ngram (up to 16
-#      drafts, its default) and the draft
-#      model (k = 4), adaptive and fixed (drafter.adaptive = false), greedy and at 0.8, on two
+#      drafts, its default) and the draft model (k = 4), adaptive and fixed (drafter.adaptive = false), greedy and at 0.8, on two
 #      King James openings (400 tokens) and a copy-heavy prompt (a held-out passage twice and
 #      its first words; 192 tokens); ROUNDS rounds, the configurations alternated in each;
 #   3. through `weir serve` + `weir bench` (scripts/bench-speculative-serve.sh, A/B alternated
