@@ -8,8 +8,9 @@
 #      device thread);
 #   2. one stream through `weir generate`: decode tokens/s with no drafter, ngram (up to 16
 #      drafts, its default) and the draft model (k = 4), adaptive and fixed
-#      (drafter.adaptive = false), greedy and at 0.8, on two King James openings (400 tokens) and a copy-heavy prompt (a held-out passage twice and
-#      its first words; 192 tokens); ROUNDS rounds, the configurations alternated in each;
+#      (drafter.adaptive = false), greedy and at 0.8, on two King James openings (400
+#      tokens) and a copy-heavy prompt (a held-out passage twice and its first words; 192
+#      tokens); ROUNDS rounds, the configurations alternated in each;
 #   3. through `weir serve` + `weir bench` (scripts/bench-speculative-serve.sh, A/B alternated
 #      round by round, SERVE_ROUNDS rounds): the speed goals at one stream on servers in
 #      service (ngram on weir bench's copy dataset, the draft model on King James phrases,
