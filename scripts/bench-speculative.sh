@@ -3,12 +3,14 @@
 #
 #   1. the step profile: thread CPU time of each phase of a one-row step, of a k = 4
 #      verification step (ngram, the draft model greedy and at 0.8; the draft model's forward
-#      passes split out), and a table of them (WEIR_STEP_PROFILE=1 weir generate, one device
-#      thread);
-#   2. one stream through `weir generate`: decode tokens/s with no drafter, ngram and the draft
-#      model (k = 4), adaptive and fixed (drafter.adaptive = false), greedy and at 0.8, on two
-#      King James openings (400 tokens) and a copy-heavy prompt (a held-out passage twice and
-#      its first words; 192 tokens); ROUNDS rounds, the configurations alternated in each;
+#      passes split out), of ngram's 5-, 9- and 17-row steps on the copy prompt (k = 4, 8,
+#      16 fixed, and adaptive), and a table of them (WEIR_STEP_PROFILE=1 weir generate, one
+#      device thread);
+#   2. one stream through `weir generate`: decode tokens/s with no drafter, ngram (up to 16
+#      drafts, its default) and the draft model (k = 4), adaptive and fixed
+#      (drafter.adaptive = false), greedy and at 0.8, on two King James openings (400
+#      tokens) and a copy-heavy prompt (a held-out passage twice and its first words; 192
+#      tokens); ROUNDS rounds, the configurations alternated in each;
 #   3. through `weir serve` + `weir bench` (scripts/bench-speculative-serve.sh, A/B alternated
 #      round by round, SERVE_ROUNDS rounds): the speed goals at one stream on servers in
 #      service (ngram on weir bench's copy dataset, the draft model on King James phrases,
@@ -53,6 +55,8 @@ cfg_args() { # cfg_args CFG: the --set options of a configuration
     draft_model*) echo "--set drafter.name=draft_model --set drafter.model=models/kjv-draft.gguf" ;;
   esac
   case $1 in *:fixed*) echo "--set drafter.adaptive=false" ;; esac
+  # :kN: N drafts at most (default: the drafter's own, ngram 16, the draft model 4)
+  case $1 in *:k[0-9]*) echo "--set drafter.num_speculative_tokens=${1##*:k}" ;; esac
   # :mc0: no confidence stop (drafter.min_confidence = 0: every step drafts the length asked)
   case $1 in *:mc0) echo "--set drafter.min_confidence=0" ;; esac
 }
@@ -62,11 +66,16 @@ if [[ " $parts " == *" 1 "* ]]; then
   echo "## 1. step profile (thread CPU time per step, one device thread)"
   prof="$out/profile.txt"
   : > "$prof"
-  for case in "none|In the beginning|400|0|none" "ngram:fixed|In the beginning|400|0|ngram, fixed" \
+  # The copy prompt's ngram rows at k = 4, 8 and 16 give the cost of a 5-, 9- and 17-row
+  # verification step against the one-row step (issue 32: what a longer draft costs).
+  for case in "none|In the beginning|400|0|none" "ngram:fixed:k4|In the beginning|400|0|ngram, fixed, k = 4" \
               "draft_model:fixed:mc0|In the beginning|400|0|draft model, fixed, no confidence stop" \
               "draft_model:fixed|In the beginning|400|0|draft model, fixed" \
               "draft_model:fixed|In the beginning|400|0.8|draft model, fixed, 0.8" \
-              "none|COPY|192|0|none, copy prompt" "ngram:fixed|COPY|192|0|ngram, fixed, copy prompt"; do
+              "none|COPY|192|0|none, copy prompt" "ngram:fixed:k4|COPY|192|0|ngram, fixed, k = 4, copy prompt" \
+              "ngram:fixed:k8|COPY|192|0|ngram, fixed, k = 8, copy prompt" \
+              "ngram:fixed|COPY|192|0|ngram, fixed, k = 16, copy prompt" \
+              "ngram|COPY|192|0|ngram, adaptive, copy prompt"; do
     IFS='|' read -r cfg prompt n temp label <<< "$case"
     [ "$prompt" = COPY ] && prompt=$copy_prompt
     echo "### $label"

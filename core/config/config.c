@@ -96,7 +96,7 @@ static const key_spec k_keys[] = {
     {"sampler", "path", K_SEL_PATH, OFF(sampler)},
     {"drafter", "name", K_SEL_NAME, OFF(drafter), 0, 0, NULL, 1},
     {"drafter", "path", K_SEL_PATH, OFF(drafter)},
-    {"drafter", "num_speculative_tokens", K_INT, OFF(num_speculative_tokens), 1, 64},
+    {"drafter", "num_speculative_tokens", K_INT, OFF(num_speculative_tokens), 0, 64},
     {"drafter", "adaptive", K_BOOL, OFF(spec_adaptive)},
     {"drafter", "head_vocab", K_INT, OFF(spec_head_vocab), -1, 1 << 24},
     {"drafter", "min_confidence", K_PROB, OFF(spec_min_confidence)},
@@ -269,7 +269,7 @@ void weir_config_defaults(weir_config *c) {
   c->quant.name = strdup("auto"); /* gguf for block-quantized models, else fp16 */
   c->sampler.name = strdup("default");
   c->drafter.name = strdup("");
-  c->num_speculative_tokens = 4;
+  c->num_speculative_tokens = 0; /* the drafter's default (weir_drafter_ops), else 4 */
   c->spec_adaptive = 1;
   c->spec_head_vocab = -1;
   c->spec_min_confidence = 0.2;

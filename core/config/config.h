@@ -77,7 +77,8 @@ typedef struct weir_config {
   weir_plugin_sel quant;
   /* [sampler]  name = "default" */
   weir_plugin_sel sampler;
-  /* [drafter]  name = "" (none); num_speculative_tokens = 4; adaptive = true (the engine
+  /* [drafter]  name = "" (none); num_speculative_tokens = 0 (the drafter's default,
+   * weir_drafter_ops.num_tokens_default, else 4); adaptive = true (the engine
    * measures which speculation length pays at each batch size, spec_policy.h) */
   weir_plugin_sel drafter;
   int num_speculative_tokens;

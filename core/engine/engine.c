@@ -557,13 +557,24 @@ int weir_engine_create_ex(const weir_config *cfg, weir_metrics *metrics, weir_en
   return weir_engine_create_opts(cfg, &o, out);
 }
 
-/* The plugins' sampler and, with num_speculative_tokens > 0, the drafter. */
+/* Drafts per step: the configuration's num_speculative_tokens, or where it is 0 the
+ * drafter's own default (ABI 1.8), else 4. */
+static int32_t spec_tokens(const weir_plugin_set *ps, const weir_config *cfg) {
+  if (cfg->num_speculative_tokens > 0) return cfg->num_speculative_tokens;
+  const weir_drafter_ops *d = ps->drafter ? ps->drafter->ops : NULL;
+  if (d && WEIR_HAS_FIELD(d, weir_drafter_ops, num_tokens_default) &&
+      d->num_tokens_default > 0)
+    return d->num_tokens_default < 64 ? d->num_tokens_default : 64; /* the config's range */
+  return 4;
+}
+
+/* The plugins' sampler and the drafter, if any (spec_k: its drafts per step). */
 static int setup_sampling(weir_engine *e, const weir_config *cfg, char *err, size_t errlen) {
   const weir_plugin_set *ps = &e->rt.plugins;
   e->sampler = ps->sampler->ops;
   e->sampler_self = ps->sampler->self;
   weir_sampler_call_init(&e->scall, ps->sampler, ps->device);
-  if (!ps->drafter || cfg->num_speculative_tokens <= 0) return WEIR_OK;
+  if (!ps->drafter) return WEIR_OK;
   if (!e->sampler->probs) {
     snprintf(err, errlen, "speculative decoding needs a sampler with probs(); sampler \"%s\" "
              "has none", ps->sampler->desc->name);
@@ -571,7 +582,7 @@ static int setup_sampling(weir_engine *e, const weir_config *cfg, char *err, siz
   }
   e->drafter = ps->drafter->ops;
   e->drafter_self = ps->drafter->self;
-  e->spec_k = cfg->num_speculative_tokens;
+  e->spec_k = spec_tokens(ps, cfg);
   e->spec_min_conf = cfg->spec_min_confidence;
   weir_spec_policy_init(&e->spec, e->spec_k, cfg->spec_adaptive);
   return WEIR_OK;
@@ -588,8 +599,10 @@ static int set_step_limits(weir_engine *e, const weir_config *cfg, char *err, si
   e->max_seqs_step = cfg->max_num_seqs;
   e->max_tokens_step = cfg->max_num_batched_tokens;
   if (e->max_tokens_step < e->max_seqs_step) e->max_tokens_step = e->max_seqs_step;
-  e->max_rows =
-      e->max_seqs_step * (1 + (cfg->num_speculative_tokens > 0 ? cfg->num_speculative_tokens : 0));
+  /* spec_k (setup_sampling); without a drafter the same count as with one (embedding
+   * chunks are sized by max_rows too). */
+  const int32_t k = e->spec_k ? e->spec_k : spec_tokens(&e->rt.plugins, cfg);
+  e->max_rows = e->max_seqs_step * (1 + k);
   /* Rows for prompt logprobs come on top: a prompt is scored this many tokens per step. */
   e->max_prompt_rows = WEIR_ENGINE_PROMPT_LOGIT_ROWS < e->max_tokens_step
                            ? WEIR_ENGINE_PROMPT_LOGIT_ROWS
@@ -894,8 +907,6 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     e->own_metrics = 1;
   }
   rc = weir__engine_metrics_init(e->metrics, &e->em);
-  if (rc == WEIR_OK)
-    rc = weir__engine_metrics_spec_init(e->metrics, &e->em, cfg->num_speculative_tokens);
   if (rc != WEIR_OK) goto fail;
 
   /* The model's file first: it names the model, and every metric of a replica says which
@@ -912,7 +923,13 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     snprintf(err, sizeof err, "could not load the plugins the configuration names: %s", why);
     goto fail;
   }
+  /* The speculation metrics count positions up to the drafter's length, known once it is
+   * loaded (without a drafter: what the configuration would give, for a stable scrape). */
   if ((rc = setup_sampling(e, cfg, err, sizeof err)) != WEIR_OK ||
+      (rc = weir__engine_metrics_spec_init(e->metrics, &e->em,
+                                           e->spec_k ? e->spec_k
+                                                     : spec_tokens(&e->rt.plugins, cfg))) !=
+          WEIR_OK ||
       (rc = set_step_limits(e, cfg, err, sizeof err)) != WEIR_OK ||
       (rc = load_models(e, cfg, progress, err, sizeof err)) != WEIR_OK)
     goto fail;

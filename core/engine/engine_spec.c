@@ -237,20 +237,28 @@ static int can_draft(const engine_req *r) {
          s->num_computed == s->num_tokens - 1 && r->sampling.num_logprobs < 0 && !r->no_spec;
 }
 
-/* The speculation length of this step (spec_policy.h), from the sequences in decode. */
+/* The speculation length of this step (spec_policy.h), from the batch the step will run:
+ * every running sequence and every waiting one it may admit, not only those in decode. A
+ * step that admits a request is never rated (its prefill), so picking its length in the
+ * smaller bucket of its decode sequences ran that bucket's arms, learned from few steps,
+ * with the draft model catching up beside a prefill (issue 32: the 4-stream guard cells). */
 static int32_t choose_k(weir_engine *e) {
-  int32_t n = 0;
-  for (engine_req *r = e->live; r; r = r->live_next)
-    if (r->seq && r->seq->state == WEIR_SEQ_RUNNING && r->seq->num_computed >= r->seq->num_prompt)
-      n++;
+  int32_t n = 0, decode = 0;
+  for (engine_req *r = e->live; r; r = r->live_next) {
+    const weir_sched_seq *s = r->seq;
+    if (!s || (s->state != WEIR_SEQ_RUNNING && s->state != WEIR_SEQ_WAITING)) continue;
+    n++;
+    decode += s->state == WEIR_SEQ_RUNNING && s->num_computed >= s->num_prompt;
+  }
+  if (n > e->max_seqs_step) n = e->max_seqs_step; /* a step carries no more */
   e->step_n = n;
   int32_t k = -1;
-  if (n > 0 && e->spec_force_k) { /* tests only: the length held where the test wants it */
+  if (decode > 0 && e->spec_force_k) { /* tests only: the length held where the test wants it */
     k = e->spec_force_k(e->spec_user, e->spec_decode_steps);
     if (k > e->spec_k) k = e->spec_k;
   }
-  if (n > 0) e->spec_decode_steps++;
-  if (k < 0) k = n > 0 ? weir_spec_choose(&e->spec, n) : 0;
+  if (decode > 0) e->spec_decode_steps++;
+  if (k < 0) k = decode > 0 ? weir_spec_choose(&e->spec, n) : 0; /* none to draft for: no run */
   e->step_k = k;
   return e->step_k;
 }

@@ -75,6 +75,15 @@ static double plain_median(const weir_spec_bucket_state *st) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* How close to the best arm another must be to be explored often (spec_policy.h): within
+ * WEIR_SPEC_NEAR, or WEIR_SPEC_NEAR_PLAIN where no drafts leads. There a drafting arm must
+ * gain more than it loses to lead, and each exploring run of one that is 25% behind costs a
+ * bucket running without drafts 1.5% of its throughput at one run in 16: the guard's whole
+ * margin (a 4-stream draft-model server explored k = 1 and 2 at 0.68-0.72x of no drafts). */
+static double near_bar(const weir_spec_arm *a, int32_t best) {
+  return (best == 0 ? WEIR_SPEC_NEAR_PLAIN : WEIR_SPEC_NEAR) * a[best].tps;
+}
+
 static int measured(const weir_spec_arm *a) {
   return a->trials >= WEIR_SPEC_MIN_TRIALS || a->deferred;
 }
@@ -88,15 +97,22 @@ static int defer_arm(const weir_spec_policy *p, int b, int32_t i) {
   if (i == 0) return 0;
   const weir_spec_arm *here = p->arms[b];
   const int32_t last = p->num_arms - 1;
+  /* Learned from the longest down: a length below one that lost to the next longer is not
+   * learned (BEHIND), nor one below a length so deferred. */
+  if (i + 1 < last && (here[i + 1].deferred == WEIR_SPEC_BEHIND ||
+                       (here[i + 1].trials >= WEIR_SPEC_MIN_TRIALS && !here[i + 1].deferred &&
+                        here[i + 2].trials >= WEIR_SPEC_MIN_TRIALS && !here[i + 2].deferred &&
+                        here[i + 1].tps < here[i + 2].tps)))
+    return WEIR_SPEC_BEHIND;
   if (i != last && here[0].trials >= WEIR_SPEC_MIN_TRIALS &&
       here[last].trials >= WEIR_SPEC_MIN_TRIALS && here[last].tps < WEIR_SPEC_NEAR * here[0].tps)
-    return 1;
+    return WEIR_SPEC_FAR;
   for (int s = b - 1; s >= 0; s--) {
     const weir_spec_arm *a = p->arms[s];
     int settled = 1;
     for (int32_t j = 0; j < p->num_arms && settled; j++) settled = measured(&a[j]);
     if (!settled) continue;
-    return best_arm(p, a) == 0 && a[i].tps < WEIR_SPEC_NEAR * a[0].tps;
+    return best_arm(p, a) == 0 && a[i].tps < WEIR_SPEC_NEAR * a[0].tps ? WEIR_SPEC_FAR : 0;
   }
   return 0;
 }
@@ -111,15 +127,25 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     st->left--;
     return a[st->cur].k;
   }
-  /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others),
-   * except those a smaller bucket has shown not to pay. */
-  int32_t next = -1;
+  /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others,
+   * longest first), except those a smaller bucket has shown not to pay and those below a
+   * length that lost to the next longer one. */
+  int32_t next = -1, run = WEIR_SPEC_RUN; /* run: the steps of no drafts' run */
   const int32_t last = p->num_arms - 1;
+  /* A length deferred as BEHIND is learned once the length just above it leads: the best
+   * length may then be shorter still. */
+  const int32_t lead = best_arm(p, a);
+  if (lead > 1 && lead < last && a[lead - 1].deferred == WEIR_SPEC_BEHIND) {
+    a[lead - 1].deferred = 0;
+    a[lead - 1].trials = 0;
+    a[lead - 1].tokens = a[lead - 1].seconds = a[lead - 1].seqs = a[lead - 1].tps = 0;
+  }
   for (int32_t o = 0; next < 0 && o < p->num_arms; o++) {
-    const int32_t i = o == 0 ? 0 : o == 1 ? last : o - 1;
+    const int32_t i = o == 0 ? 0 : last + 1 - o;
     if (measured(&a[i])) continue;
-    if (defer_arm(p, b, i)) {
-      a[i].deferred = 1;
+    const int why = defer_arm(p, b, i);
+    if (why) {
+      a[i].deferred = why;
       a[i].next_far = st->runs + a[i].far_gap;
       continue;
     }
@@ -135,13 +161,13 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
       }
     }
     /* The lengths that stood behind the longest are learned again once it comes near. */
-    if (a[last].trials >= WEIR_SPEC_MIN_TRIALS && a[last].tps >= WEIR_SPEC_NEAR * a[best].tps)
+    if (a[last].trials >= WEIR_SPEC_MIN_TRIALS && a[last].tps >= near_bar(a, best))
       for (int32_t i = 1; i <= last; i++)
-        if (a[i].deferred) {
+        if (a[i].deferred == WEIR_SPEC_FAR) {
           a[i].deferred = 0;
           if (i == last) continue;
           a[i].trials = 0;
-          a[i].tokens = a[i].seconds = a[i].tps = 0;
+          a[i].tokens = a[i].seconds = a[i].seqs = a[i].tps = 0;
         }
     /* Exploring costs: a run at a slower length, and for the draft model a catch-up of its
      * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; one
@@ -153,37 +179,59 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     /* Until it has half a window of plain steps, its median is a few steps that may all
      * be a fresh server's cold first ones: while drafting leads, it runs every
      * WEIR_SPEC_EXPLORE_COLD runs instead (a few runs, once per bucket). */
-    if (best != 0 && a[0].trials < WEIR_SPEC_PLAIN / 2 &&
-        st->runs % WEIR_SPEC_EXPLORE_COLD == WEIR_SPEC_EXPLORE_COLD - 1)
+    /* Where drafting leads by WEIR_SPEC_COLD_LEAD and no drafts' rate is one a warm machine
+     * could have (a plain step runs a subset of a drafting step's rows, so it is no slower:
+     * no drafts delivers at least the drafting steps' sequences per second), these runs
+     * cost a short request the most and a cold start is the least likely: they are cut to
+     * WEIR_SPEC_CUT_STEPS steps, and the cold start ends at a quarter window. */
+    const int overwhelming = best != 0 && a[best].tps > WEIR_SPEC_COLD_LEAD * a[0].tps &&
+                             a[best].seconds > 0 && a[0].tps >= a[best].seqs / a[best].seconds;
+    if (best != 0 && a[0].trials < WEIR_SPEC_PLAIN / (overwhelming ? 4 : 2) &&
+        st->runs % WEIR_SPEC_EXPLORE_COLD == WEIR_SPEC_EXPLORE_COLD - 1) {
       pick = 0;
+      if (overwhelming) run = WEIR_SPEC_CUT_STEPS;
+    }
     if (pick < 0 && st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
       for (int32_t i = 0; i < p->num_arms; i++)
-        if (i != best && (i == 0 || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) &&
+        if (i != best && (i == 0 || a[i].tps >= near_bar(a, best)) &&
             (pick < 0 || a[i].trials < a[pick].trials))
           pick = i;
+    /* Climbing: a drafting run whose every step had every draft accepted was held back by
+     * its length, not by the text (a copy, a loop: the rates of the longer lengths may date
+     * from a request's first steps, before its text repeated). The next longer length runs
+     * next, its old rate forgotten; at most once in WEIR_SPEC_EXPLORE runs per length. */
+    const int32_t c = st->cur;
+    if (pick < 0 && c > 0 && c < last && st->run_full && st->run_steps >= WEIR_SPEC_RUN &&
+        a[c + 1].deferred != WEIR_SPEC_FAR && st->runs >= a[c + 1].next_climb) {
+      pick = c + 1;
+      a[pick].next_climb = st->runs + WEIR_SPEC_EXPLORE;
+      a[pick].trials = 0;
+      a[pick].tokens = a[pick].seconds = a[pick].seqs = a[pick].tps = 0;
+    }
     for (int32_t i = 0; i < p->num_arms; i++) {
-      if (i == best || a[i].tps >= WEIR_SPEC_NEAR * a[best].tps) {
+      if (i == best || a[i].tps >= near_bar(a, best)) {
         a[i].far_gap = WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE; /* near: back to the short gap */
         continue;
       }
       /* A deferred length stands behind the longest: only the longest is tried far. */
       if (pick < 0 && st->runs >= a[i].next_far && (!a[i].deferred || i == last)) pick = i;
     }
-    if (pick >= 0 && a[pick].tps < WEIR_SPEC_NEAR * a[best].tps) {
+    if (pick >= 0 && a[pick].tps < near_bar(a, best)) {
       /* Doubled now, reset above if this run brings the arm near again. */
       if (a[pick].far_gap < WEIR_SPEC_EXPLORE * WEIR_SPEC_EXPLORE * WEIR_SPEC_FAR_BACKOFF)
         a[pick].far_gap *= 2;
       a[pick].next_far = st->runs + a[pick].far_gap;
       /* What it measured hundreds of runs ago is stale: this run's steps are its rate. No
        * drafts keeps its median: every plain step of the bucket keeps it current. */
-      if (pick != 0) a[pick].tokens = a[pick].seconds = a[pick].tps = 0;
+      if (pick != 0) a[pick].tokens = a[pick].seconds = a[pick].seqs = a[pick].tps = 0;
     }
     next = pick >= 0 ? pick : best;
   }
   st->runs++;
   st->run_steps = 0;
+  st->run_full = 1;
   st->cur = next;
-  st->left = WEIR_SPEC_RUN - 1;
+  st->left = (next == 0 ? run : WEIR_SPEC_RUN) - 1;
   return a[next].k;
 }
 
@@ -208,12 +256,16 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
   if (i != 0) {
     a->tokens = a->tokens * TPS_DECAY + (double)tokens;
     a->seconds = a->seconds * TPS_DECAY + seconds;
+    a->seqs = a->seqs * TPS_DECAY + (double)n;
     a->tps = a->tokens / a->seconds;
     a->trials++;
   }
   /* A drafting run that loses badly ends now (spec_policy.h): measured steps of the arm
    * running, no drafts measured, and this arm's rate far below theirs. */
-  if (st->cur == i) st->run_steps++;
+  if (st->cur == i) {
+    st->run_steps++;
+    if (tokens != (int64_t)n * (k + 1)) st->run_full = 0; /* a draft was rejected or cut */
+  }
   if (i != 0 && st->cur == i && st->left > 0 && a0->trials >= WEIR_SPEC_MIN_TRIALS &&
       st->run_steps >= WEIR_SPEC_CUT_STEPS && a->tps < WEIR_SPEC_CUT * a0->tps) {
     st->left = 0;

@@ -4,7 +4,7 @@
  * tokens costs about one token's step where decode is memory-bound (large models, GPUs) and
  * k + 1 steps where it is compute-bound (a small model on a CPU), and batching makes any
  * target compute-bound as it grows. So the policy does not model costs; it measures them.
- * For each batch-size bucket (1, 2-3, 4-7, ... sequences in decode) it keeps the output
+ * For each batch-size bucket (1, 2-3, 4-7, ... sequences in the step) it keeps the output
  * tokens per second that pure decode steps achieved with each speculation length ("arm":
  * 0, 1, 2, 4, ... up to k), runs the best arm, and keeps measuring the others, so the
  * crossover where speculation stops paying is found at run time and followed when the load
@@ -15,7 +15,8 @@
  * The cost grows with the batch and with the time since drafting stopped, which is what
  * keeps exploration from taxing a large batch that runs without drafts. One run in
  * WEIR_SPEC_EXPLORE goes to the arm measured least among those within WEIR_SPEC_NEAR of the
- * best and no drafts (always a candidate: the safe arm, with no switch cost, whose rate is
+ * best (WEIR_SPEC_NEAR_PLAIN where no drafts is the best: a drafting arm must then gain more
+ * than it loses, and each run of one far behind costs the guard's margin) and no drafts (always a candidate: the safe arm, with no switch cost, whose rate is
  * often first measured in a request's slow first steps).
  *
  * Exploring an arm far behind the best costs the most (a run at a slow length, and for the
@@ -29,7 +30,16 @@
  * no drafts, is far behind, the lengths between are not learned (the per-request cut by
  * acceptance already shortens the longest arm's drafts wherever they fail, so it stands for
  * them); only the longest is tried far, and the others are learned again once it comes
- * within WEIR_SPEC_NEAR of the best.
+ * within WEIR_SPEC_NEAR of the best (deferred WEIR_SPEC_FAR). The others are learned from the
+ * longest down, and a length below one that lost to the next longer is not learned (a
+ * length's rate rises to one peak and falls; deferred WEIR_SPEC_BEHIND) until the length just
+ * above it leads: a short request whose drafts are near-certain (ngram on a copy, up to 16)
+ * learns 0, 16 and 8, not six lengths.
+ *
+ * Climbing: a drafting run whose every step accepted every sequence's k drafts was held back
+ * by its length; the next longer one runs next, its old rate forgotten (it may date from a
+ * request's first steps, before its text repeated), at most once in WEIR_SPEC_EXPLORE runs
+ * per length.
  *
  * Buckets inform each other in one direction. Verifying drafts costs more per sequence as
  * the batch grows, so a length that loses to no drafts at some batch size loses at every
@@ -60,6 +70,10 @@
  * Until no drafts has WEIR_SPEC_PLAIN / 2 plain steps, a median may still be a fresh
  * server's cold first steps, so while drafting leads it runs one run in
  * WEIR_SPEC_EXPLORE_COLD instead of one in WEIR_SPEC_EXPLORE (a few runs per bucket, once).
+ * Where drafting leads by WEIR_SPEC_COLD_LEAD and no drafts' rate is plausible for a warm
+ * machine (at least the drafting steps' sequences per second: a plain step runs a subset of
+ * a drafting step's rows), those runs are cut to WEIR_SPEC_CUT_STEPS steps and the cold start
+ * ends at WEIR_SPEC_PLAIN / 4: a short request pays for them the most.
  *
  * Per sequence the chosen length is cut by its own recent acceptance a (moving average):
  * draft j is worth making while a^j >= WEIR_SPEC_MIN_REACH, the chance that the target gets
@@ -76,6 +90,7 @@
 #define WEIR_SPEC_EXPLORE 16  /* one run in this many (per bucket) tries another arm */
 #define WEIR_SPEC_RUN 6       /* steps an arm runs once chosen */
 #define WEIR_SPEC_NEAR 0.75   /* arms this close to the best are explored often */
+#define WEIR_SPEC_NEAR_PLAIN 0.9 /* ... this close where no drafts is the best */
 #define WEIR_SPEC_MIN_TRIALS 4 /* measured steps before an arm's rate is trusted */
 #define WEIR_SPEC_MIN_REACH 0.25
 #define WEIR_SPEC_FAR_BACKOFF 16 /* a far arm's exploration gap grows to EXPLORE^2 times this */
@@ -84,16 +99,23 @@
 #define WEIR_SPEC_PLAIN 32    /* plain decode steps whose median rate is no drafts' */
 #define WEIR_SPEC_MARGIN 0.03 /* a drafting arm leads only this far ahead of no drafts */
 #define WEIR_SPEC_EXPLORE_COLD 4 /* no drafts' runs while it has under PLAIN / 2 steps */
+#define WEIR_SPEC_COLD_LEAD 1.5 /* a lead past which a cold-start run is cut short */
+#define WEIR_SPEC_FAR 1    /* weir_spec_arm.deferred: far behind no drafts */
+#define WEIR_SPEC_BEHIND 2 /* weir_spec_arm.deferred: below a length that lost to a longer */
 
 typedef struct weir_spec_arm {
   int32_t k;       /* drafts per sequence */
   double tps;      /* output tokens per second of pure decode steps: tokens / seconds (arm 0:
                     * the median rate of the bucket's last plain steps) */
   double tokens, seconds; /* their sums over the arm's steps, older steps fading */
+  double seqs;            /* the same of its steps' sequences (drafting arms) */
   uint32_t trials; /* steps measured (arm 0: plain steps) */
   uint32_t far_gap;  /* runs between explorations while far behind the best */
   uint32_t next_far; /* the bucket's run count from which it may be explored again */
-  int deferred;      /* 1: not learned here, a smaller bucket found it far behind no drafts */
+  uint32_t next_climb; /* the run count from which it may be climbed to again */
+  int deferred;      /* not learned here: WEIR_SPEC_FAR (far behind no drafts, here or in a
+                      * smaller bucket), WEIR_SPEC_BEHIND (below a length that lost to the
+                      * next longer one) */
 } weir_spec_arm;
 
 typedef struct weir_spec_bucket_state {
@@ -102,6 +124,7 @@ typedef struct weir_spec_bucket_state {
   uint32_t runs; /* runs begun */
   int32_t best;  /* the arm that led when the last run began */
   int32_t run_steps; /* steps of the current run measured so far */
+  int run_full;      /* 1 while each of them accepted every sequence's k drafts */
   double plain[WEIR_SPEC_PLAIN]; /* rates (tokens / seconds) of the last plain steps, a ring */
   uint32_t plain_n;              /* plain steps recorded; the next goes to plain_n % PLAIN */
 } weir_spec_bucket_state;
@@ -120,9 +143,10 @@ void weir_spec_policy_init(weir_spec_policy *p, int32_t kmax, int adaptive);
 /* The bucket of a step with n sequences in decode (n >= 1). */
 int weir_spec_bucket(int32_t n);
 
-/* The speculation length for a step with n decode sequences: the arm running in n's bucket
- * until its run ends; then an arm measured fewer than WEIR_SPEC_MIN_TRIALS steps (0, then
- * the longest, then the rest; not one deferred by a smaller bucket), one run in
+/* The speculation length for a step with n sequences (the engine counts every sequence the
+ * step may carry: running or waiting): the arm running in n's bucket until its run ends;
+ * then an arm measured fewer than WEIR_SPEC_MIN_TRIALS steps (0, then the longest, then the
+ * rest from the longest down; not one deferred), one run in
  * WEIR_SPEC_EXPLORE the least measured arm near the best, a far arm whose gap has passed,
  * else the arm with the most tokens per second (a drafting arm measured at least
  * WEIR_SPEC_MIN_TRIALS steps and more than WEIR_SPEC_MARGIN ahead of no drafts). Returns the

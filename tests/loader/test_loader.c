@@ -13,6 +13,7 @@
 #include "plugin/host.h"
 #include "plugin/loader.h"
 #include "testutil.h"
+#include "weir/drafter.h"
 
 static weir_plugin_dirs g_dirs;
 static char *g_dir_list[1] = {WT_BAD_PLUGIN_DIR};
@@ -671,6 +672,55 @@ static int load_shipped(weir_plugin_kind kind, const char *name, const char *tom
   return rc;
 }
 
+/* The shipped ngram drafter: it continues the latest earlier match, and where that match
+ * runs into the history's end (the text repeats with a short period: the loop a small model
+ * falls into) it keeps repeating the period for all k drafts, not only the p tokens the
+ * history holds past the match (it once stopped there: 3 drafts a step in a 3-token loop
+ * however long k was). It asks for 16 drafts when the configuration leaves the length to it
+ * (ABI 1.8). */
+static void test_ngram_drafts(void) {
+  char *path = wt_strf("%s/weir_drafter_ngram.so", WT_PLUGIN_DIR);
+  int have = access(path, R_OK) == 0;
+  free(path);
+  if (!have) {
+    fprintf(stderr, "\n  (skipped: the shipped plugins were not built)\n");
+    return;
+  }
+  weir_plugin *p = NULL;
+  char err[2048];
+  WT_ASSERT_INT_EQ(load_shipped(WEIR_PLUGIN_DRAFTER, "ngram", NULL, &p, err, sizeof err),
+                   WEIR_OK);
+  if (!p) return;
+  const weir_drafter_ops *d = p->ops;
+  CU_ASSERT(WEIR_HAS_FIELD(d, weir_drafter_ops, num_tokens_default));
+  WT_ASSERT_INT_EQ(d->num_tokens_default, 16);
+  /* A 3-token loop: "7 8 9" four times; the last 3 tokens match 3 back. */
+  const int32_t loop[] = {1, 2, 7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9};
+  /* A copy: the history's last 3 tokens (5 6 4) occur earlier, with 4 tokens after them. */
+  const int32_t copy[] = {4, 5, 6, 4, 7, 3, 2, 5, 6, 4};
+  weir_draft_seq seqs[2] = {{.seq_id = 1, .tokens = loop, .num_tokens = 14},
+                            {.seq_id = 2, .tokens = copy, .num_tokens = 10}};
+  int32_t drafts[2 * 8], counts[2] = {0};
+  float probs[2 * 8];
+  WT_ASSERT_INT_EQ(d->propose(p->self, seqs, 2, 8, drafts, counts, probs), WEIR_OK);
+  WT_ASSERT_INT_EQ(counts[0], 8);
+  const int32_t want0[8] = {7, 8, 9, 7, 8, 9, 7, 8};
+  for (int j = 0; j < 8; j++) {
+    WT_ASSERT_INT_EQ(drafts[j], want0[j]);
+    CU_ASSERT(probs[j] == 1.0f);
+  }
+  /* The copy's continuation (7 3 2 5 6 4) then the period again from its start. */
+  WT_ASSERT_INT_EQ(counts[1], 8);
+  const int32_t want1[8] = {7, 3, 2, 5, 6, 4, 7, 3};
+  for (int j = 0; j < 8; j++) WT_ASSERT_INT_EQ(drafts[8 + j], want1[j]);
+  /* No earlier match: no drafts. */
+  const int32_t fresh[] = {1, 2, 3, 4};
+  seqs[0] = (weir_draft_seq){.seq_id = 3, .tokens = fresh, .num_tokens = 4};
+  WT_ASSERT_INT_EQ(d->propose(p->self, seqs, 1, 8, drafts, counts, NULL), WEIR_OK);
+  WT_ASSERT_INT_EQ(counts[0], 0);
+  weir_plugin_unload(p);
+}
+
 /* The shipped plugins say why they fail (host->set_error), and the user reads it: in the
  * loader's refusal for a bad option combination, and after a failing pack. */
 static void test_real_plugin_errors(void) {
@@ -765,6 +815,7 @@ int main(void) {
       {"weir plugins and --help NAME", test_cli},
       {"the shipped CPU plugins load and sample", test_real_plugins},
       {"the shipped plugins' failures carry their message", test_real_plugin_errors},
+      {"the ngram drafter repeats a period and asks for 16 drafts", test_ngram_drafts},
       {NULL, NULL}};
   return wt_run_suite("loader", tests);
 }

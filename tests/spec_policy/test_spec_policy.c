@@ -148,7 +148,8 @@ static void test_learning_stops_at_the_longest(void) {
   WT_ASSERT_INT_EQ(counts[4], WEIR_SPEC_RUN); /* one learning run */
   WT_ASSERT_INT_EQ(counts[1] + counts[2], 0);
   CU_ASSERT(p.arms[0][1].deferred && p.arms[0][2].deferred);
-  /* Where the longest pays, every length is learned. */
+  /* Where the longest pays, the lengths are learned from the longest down while each beats
+   * the next longer: here k = 2 loses to k = 4, so k = 1 is not learned. */
   weir_spec_policy_init(&p, 4, 1);
   sim gpu = {.fixed = 10e-3, .per_token = 0.05e-3, .accept = 0.7};
   memset(counts, 0, sizeof(int32_t) * 65);
@@ -158,7 +159,8 @@ static void test_learning_stops_at_the_longest(void) {
     weir_spec_observe(&p, 1, k, (int64_t)llround(sim_tokens(&gpu, k) * 1000),
                       sim_seconds(&gpu, 1, k) * 1000, 0);
   }
-  CU_ASSERT(counts[1] > 0 && counts[2] > 0);
+  CU_ASSERT(counts[2] > 0 && counts[1] == 0);
+  WT_ASSERT_INT_EQ(p.arms[0][1].deferred, WEIR_SPEC_BEHIND);
 }
 
 /* Steps of n sequences on machine m; counts[k] gets the steps run at each length. */
@@ -241,7 +243,7 @@ static void test_larger_buckets_defer(void) {
   WT_ASSERT_INT_EQ(settle(&p, &gpu, 1, 0), 4);
   memset(counts, 0, sizeof(int32_t) * 65);
   drive(&p, &gpu, 16, 6 * 20, counts);
-  CU_ASSERT(counts[1] > 0 && counts[2] > 0);
+  CU_ASSERT(counts[2] > 0 && counts[1] == 0); /* k = 2 behind k = 4: k = 1 not learned */
 }
 
 /* A far arm is explored again after EXPLORE^2 runs, then at doubling gaps; a change of the
@@ -264,8 +266,52 @@ static void test_far_exploration_backs_off(void) {
   sim loop = {.fixed = 0.2e-3, .per_token = 0.18e-3, .accept = 0.97};
   memset(counts, 0, sizeof(int32_t) * 65);
   drive(&p, &loop, 1, WEIR_SPEC_RUN * 3500, counts);
-  CU_ASSERT(counts[1] > 0 && counts[2] > 0);
+  CU_ASSERT(counts[2] > 0); /* k = 1 stands below k = 2, which lost to k = 4 */
+  WT_ASSERT_INT_EQ(p.arms[0][1].deferred, WEIR_SPEC_BEHIND);
   WT_ASSERT_INT_EQ(settle(&p, &loop, 1, 0), 4);
+}
+
+/* Learning goes from the longest length down and stops below one that loses to the next
+ * longer, and a fresh bucket's re-measuring of no drafts is cut short where drafting leads
+ * overwhelmingly (its runs cut to WEIR_SPEC_CUT_STEPS, over at a quarter window):
+ * near-certain drafts (ngram on a copy, k up to 16) learn no drafts, 16 and 8, not 4, 2 and 1, whose learning runs would cost a short request most of its steps (the old order,
+ * 0, 16, 1, 2, 4, 8, ran all six). Where the best length is in the middle, it and the one
+ * below it are learned. And a length left unlearned is learned once the one above it leads. */
+static void test_learning_from_the_longest_down(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 16, 1); /* arms 0, 1, 2, 4, 8, 16 */
+  sim copy = {.fixed = 0.2e-3, .per_token = 0.15e-3, .accept = 0.99};
+  int32_t counts[65] = {0};
+  drive(&p, &copy, 1, 60, counts);
+  if (counts[1] + counts[2] + counts[4]) printf("\n    k=1 %d, k=2 %d, k=4 %d of 60 steps",
+                                                counts[1], counts[2], counts[4]);
+  WT_ASSERT_INT_EQ(counts[1] + counts[2] + counts[4], 0);
+  WT_ASSERT_INT_EQ(counts[8], WEIR_SPEC_RUN);
+  /* No drafts: its learning run, then one cold-start re-measure of WEIR_SPEC_CUT_STEPS
+   * steps: drafting leads by over WEIR_SPEC_COLD_LEAD and no drafts' rate is one a warm
+   * machine could have (the old full runs, to half a window, gave it 18 of the 60 steps). */
+  if (counts[0] > WEIR_SPEC_RUN + WEIR_SPEC_CUT_STEPS) printf("\n    k=0 %d of 60", counts[0]);
+  CU_ASSERT(counts[0] <= WEIR_SPEC_RUN + WEIR_SPEC_CUT_STEPS);
+  CU_ASSERT(counts[16] >= 60 - 2 * WEIR_SPEC_RUN - WEIR_SPEC_CUT_STEPS);
+  WT_ASSERT_INT_EQ(p.arms[0][3].deferred, WEIR_SPEC_BEHIND);
+  WT_ASSERT_INT_EQ(settle(&p, &copy, 1, 0), 16);
+  /* The peak in the middle: acceptance 0.85 with a costly row, k = 4 fastest (2 next). */
+  weir_spec_policy_init(&p, 16, 1);
+  sim mid = {.fixed = 1e-3, .per_token = 0.25e-3, .accept = 0.85};
+  memset(counts, 0, sizeof(int32_t) * 65);
+  drive(&p, &mid, 1, 400, counts);
+  CU_ASSERT(counts[4] > counts[8] && counts[4] > counts[16] && counts[4] > counts[2]);
+  CU_ASSERT(counts[2] > 0);         /* learned: k = 4 beat k = 8 */
+  WT_ASSERT_INT_EQ(counts[1], 0);   /* k = 2 lost to k = 4 */
+  /* The text changes: k = 8 now leads the long lengths, so k = 4 ... is learned again. */
+  weir_spec_policy_init(&p, 16, 1);
+  memset(counts, 0, sizeof(int32_t) * 65);
+  drive(&p, &copy, 1, 120, counts);
+  WT_ASSERT_INT_EQ(counts[4], 0);
+  sim drift = {.fixed = 1e-3, .per_token = 0.25e-3, .accept = 0.95}; /* 8 > 4 > 16 */
+  memset(counts, 0, sizeof(int32_t) * 65);
+  drive(&p, &drift, 1, 1500, counts);
+  CU_ASSERT(counts[4] > 0);
 }
 
 /* A scripted machine at n sequences: a step without drafts delivers n tokens in t0 seconds;
@@ -377,6 +423,28 @@ static void test_plain_steps_rate_no_drafts(void) {
   CU_ASSERT(late <= (300 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
 }
 
+/* Where no drafts leads, a drafting length 20% behind is not explored one run in
+ * WEIR_SPEC_EXPLORE (that alone cost a bucket running without drafts about 1.5% of its
+ * throughput: the 4-stream guard cells, with k = 1 and 2 at 0.68-0.72x of no drafts) but at
+ * the far gaps: over 500 runs, its learning runs and the far tries. The old bar (0.75 of the
+ * best) explored them 40 runs. */
+static void test_behind_plain_not_explored_often(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  int32_t k0 = 0;
+  const int32_t drafted = script(&p, 4, 0.8, 500 * WEIR_SPEC_RUN, &k0, -1, -1, 1);
+  /* Learning (three runs), then the far tries from run 256: eight runs at most (the old bar:
+   * 40). */
+  const int32_t bound = 8 * WEIR_SPEC_RUN;
+  if (drafted > bound) printf("\n    drafted %d of %d steps at 0.8x", drafted, 500 * WEIR_SPEC_RUN);
+  CU_ASSERT(drafted <= bound);
+  /* Within WEIR_SPEC_NEAR_PLAIN it still is: a length at 0.95x may come to lead. */
+  weir_spec_policy_init(&p, 4, 1);
+  k0 = 0;
+  const int32_t close = script(&p, 4, 0.95, 500 * WEIR_SPEC_RUN, &k0, -1, -1, 1);
+  CU_ASSERT(close > bound);
+}
+
 /* A fresh server: no drafts' first run is cold (3x its steady cost), drafting steady at 0.95x.
  * No drafts is re-measured every few runs until it has half a window of plain steps, so the
  * cold start stops steering the policy within the first hundred-odd steps. */
@@ -419,6 +487,7 @@ int main(void) {
                                   {"runs and transitions", test_runs_and_transitions},
                                   {"the switch counts", test_switch_cost_counts},
                                   {"learning stops at the longest", test_learning_stops_at_the_longest},
+                                  {"learning from the longest down", test_learning_from_the_longest_down},
                                   {"losing runs cut short", test_losing_runs_cut_short},
                                   {"no drafts re-measured", test_no_drafts_remeasured},
                                   {"larger buckets defer", test_larger_buckets_defer},
@@ -427,6 +496,7 @@ int main(void) {
                                   {"losing drafting stops", test_losing_drafting_stops},
                                   {"plain steps rate no drafts", test_plain_steps_rate_no_drafts},
                                   {"a cold start recovers fast", test_cold_start_recovers_fast},
+                                  {"behind no drafts: explored at far gaps", test_behind_plain_not_explored_often},
                                   {"per-request length and acceptance", test_per_request_length},
                                   {NULL, NULL}};
   return wt_run_suite("spec_policy", tests);

@@ -61,8 +61,14 @@ static int32_t propose_one(const ngram_drafter *d, const int32_t *t, int32_t n, 
     /* Most recent earlier match first: recent context predicts best. */
     for (int32_t i = n - g - 1; i >= lo; i--) {
       if (t[i] != pat[0] || memcmp(t + i, pat, sizeof(int32_t) * (size_t)g) != 0) continue;
+      /* What followed the match follows the history. Where that runs into the history's
+       * end (a match p = n - g - i tokens back: the text repeats with period p, the loop a
+       * small model falls into), the drafts go on repeating it: draft m continues the
+       * history then the drafts before it, so one step can draft all k instead of p. */
+      const int32_t p = n - g - i;
       int32_t m = 0;
-      for (int32_t j = i + g; j < n && m < k; j++) out[m++] = t[j];
+      for (; m < k && m < p; m++) out[m] = t[i + g + m];
+      for (; m < k; m++) out[m] = out[m - p];
       if (m > 0) return m;
     }
   }
@@ -86,6 +92,13 @@ static const weir_drafter_ops k_ops = {
     .struct_size = sizeof(weir_drafter_ops),
     .propose = ngram_propose,
     .release_seq = NULL,
+    .model_path = NULL,
+    /* Lookup costs nothing per draft, and where the text repeats (a copy, a loop) it is
+     * right for long stretches: a 17-row verification step then yields 17 tokens for about
+     * 5.5 one-row steps on the development CPU (docs/perf/speculative.md), where k = 4
+     * caps a step at 5 tokens for 1.7. The adaptive policy picks shorter lengths where
+     * they pay better. */
+    .num_tokens_default = 16,
 };
 
 static const weir_plugin_desc k_desc = {

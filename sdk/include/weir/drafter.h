@@ -3,7 +3,8 @@
  * A drafter proposes up to k next tokens for each sequence; the engine scores them with the
  * target model in one step and accepts by the rejection-sampling rule, so the output
  * distribution is the target's whatever the drafter proposes. Thread-safety as for device
- * plugins. Since 1.0; 1.3 added draft models (model_path). */
+ * plugins. Since 1.0; 1.3 added draft models (model_path); 1.8 a default length
+ * (num_tokens_default). */
 #ifndef WEIR_DRAFTER_H
 #define WEIR_DRAFTER_H
 
@@ -44,6 +45,14 @@ typedef struct weir_drafter_ops {
    * so any temperature stays exact. propose is then not called; a host older than 1.3 never
    * asks and calls propose, so such a plugin should propose nothing there. */
   const char *(*model_path)(void *self);
+
+  /* The drafts per step the host asks for when the configuration leaves
+   * num_speculative_tokens at 0 ("the drafter's default"): the length at which this drafter
+   * pays best where its drafts are accepted (the host's adaptive policy still picks the
+   * length per batch size, up to this). 0: the host's own default (4). Optional (0), since
+   * 1.8: a drafter whose drafts cost little to make and that is often right for long
+   * stretches (prompt lookup: ngram answers 16) gains from a longer cap. */
+  int32_t num_tokens_default;
 } weir_drafter_ops;
 
 #ifdef __cplusplus
