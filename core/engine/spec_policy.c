@@ -233,11 +233,19 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
   /* The fast switch's state (spec_policy.h): a run of an arm measured before, and whether
    * its first step switches from no drafts (for the draft model, a catch-up of its KV). */
   st->run_known = next != 0 && a[next].trials >= WEIR_SPEC_MIN_TRIALS;
+  /* A run cut into by admissions (their steps, a prefill beside, are not rated) may end
+   * short of the evidence: if the same length runs next, its steps join this run's, once
+   * (two runs of one sequence stay under WEIR_SPEC_SWITCH_SEQS: one stream is unchanged). */
+  const int carry = next == st->cur && next != 0 && !st->run_replaced && !st->run_carried &&
+                    st->steady_seqs < WEIR_SPEC_SWITCH_SEQS;
+  st->run_carried = carry;
   st->run_switch = st->cur == 0;
   st->run_replaced = 0;
-  st->run_tokens = st->run_seconds = st->run_seqs = 0;
-  st->steady_tokens = st->steady_seconds = st->steady_seqs = 0;
-  st->steady_steps = 0;
+  if (!carry) {
+    st->run_tokens = st->run_seconds = st->run_seqs = 0;
+    st->steady_tokens = st->steady_seconds = st->steady_seqs = 0;
+    st->steady_steps = 0;
+  }
   st->cur = next;
   st->left = (next == 0 ? run : WEIR_SPEC_RUN) - 1;
   return a[next].k;

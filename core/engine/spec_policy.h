@@ -68,7 +68,9 @@
  * winning arm often fall under no drafts by chance (a one-stream draft model at 0.8 that runs
  * 1.33x loses two steps in a row about one run in three). So at one sequence it never fires
  * within a run and the decayed rate rules as before; at 4-7 sequences it takes 4 steps, at
- * 8 and more 2.
+ * 8 and more 2. A run whose rated steps fell short (admission steps are not rated) passes its
+ * sums on to the next run if that is the same length's, once: two runs of one sequence are
+ * still short, so one stream keeps the decayed rate alone.
  *
  * No drafts is the reference every drafting arm is judged against, so its rate must not be
  * one that a slow stretch can spoil (other work on the machine, a preemption, a cold cache:
@@ -147,6 +149,7 @@ typedef struct weir_spec_bucket_state {
   int run_known;     /* the arm running was measured (WEIR_SPEC_MIN_TRIALS) before this run */
   int run_switch;    /* this run follows one without drafts: its first step is the switch */
   int run_replaced;  /* the fast switch has replaced the arm's rate in this run */
+  int run_carried;   /* this run's sums began in the run before (same arm, short evidence) */
   double run_tokens, run_seconds, run_seqs; /* sums of the run's steps, the switch included */
   double steady_tokens, steady_seconds, steady_seqs; /* the same without the switch */
   int32_t steady_steps;

@@ -409,6 +409,30 @@ static void test_traffic_turns(void) {
     const int32_t lost16 = script(&p, n, 0.7, 600, &k0, -1, -1, 1);
     if (lost16 > 600 / 20) printf("\n    %d streams, k up to 16: drafted %d of 600", n, lost16);
     CU_ASSERT(lost16 <= 600 / 20);
+    /* Short requests: every fourth step admits one (a prefill beside: not rated), so a run
+     * of 6 after a switch rates 3 or 4 steady steps at 4 sequences, often under the
+     * evidence the switch waits for; the next run of the same length adds its steps. */
+    for (int every = 4; every >= 2; every -= 2) {
+      weir_spec_policy_init(&p, 4, 1);
+      int32_t gapped[2] = {0, 0};
+      for (int phase = 0; phase < 2; phase++)
+        for (int i = 0; i < 600; i++) {
+          const int32_t k = weir_spec_choose(&p, n);
+          gapped[phase] += k > 0;
+          if (i % every == every - 1) continue; /* an admission step */
+          if (k == 0)
+            weir_spec_observe(&p, n, 0, n, 1e-3, 1);
+          else
+            weir_spec_observe(&p, n, k, 2 * n, 2e-3 / (phase ? 0.7 : 1.3), 0);
+        }
+      /* Every other step admitting: the runs' evidence adds up over two runs (about 60 of
+       * 600; each run alone, about 84, as many as before the fast switch). */
+      const int32_t bound = every == 4 ? 600 / 20 : 600 * 12 / 100;
+      if (gapped[1] > bound)
+        printf("\n    %d streams, admissions 1 in %d: drafted %d of 600", n, every, gapped[1]);
+      CU_ASSERT(gapped[0] >= 600 - 600 / WEIR_SPEC_EXPLORE - 4 * WEIR_SPEC_RUN);
+      CU_ASSERT(gapped[1] <= bound);
+    }
     /* And back: the text turns predictable again, drafting is found again (far tries). */
     const int32_t again = script(&p, n, 1.3, 6000, &k0, -1, -1, 1);
     CU_ASSERT(again >= 6000 / 2);
