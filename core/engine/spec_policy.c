@@ -230,6 +230,22 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
   st->runs++;
   st->run_steps = 0;
   st->run_full = 1;
+  /* The fast switch's state (spec_policy.h): a run of an arm measured before, and whether
+   * its first step switches from no drafts (for the draft model, a catch-up of its KV). */
+  st->run_known = next != 0 && a[next].trials >= WEIR_SPEC_MIN_TRIALS;
+  /* A run cut into by admissions (their steps, a prefill beside, are not rated) may end
+   * short of the evidence: if the same length runs next, its steps join this run's, once
+   * (two runs of one sequence stay under WEIR_SPEC_SWITCH_SEQS: one stream is unchanged). */
+  const int carry = next == st->cur && next != 0 && !st->run_replaced && !st->run_carried &&
+                    st->steady_seqs < WEIR_SPEC_SWITCH_SEQS;
+  st->run_carried = carry;
+  st->run_switch = st->cur == 0;
+  st->run_replaced = 0;
+  if (!carry) {
+    st->run_tokens = st->run_seconds = st->run_seqs = 0;
+    st->steady_tokens = st->steady_seconds = st->steady_seqs = 0;
+    st->steady_steps = 0;
+  }
   st->cur = next;
   st->left = (next == 0 ? run : WEIR_SPEC_RUN) - 1;
   return a[next].k;
@@ -265,6 +281,29 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
   if (st->cur == i) {
     st->run_steps++;
     if (tokens != (int64_t)n * (k + 1)) st->run_full = 0; /* a draft was rejected or cut */
+    st->run_tokens += (double)tokens;
+    st->run_seconds += seconds;
+    st->run_seqs += n;
+    if (!(st->run_switch && st->run_steps == 1)) {
+      st->steady_tokens += (double)tokens;
+      st->steady_seconds += seconds;
+      st->steady_seqs += n;
+      st->steady_steps++;
+    }
+  }
+  /* Switching off fast (spec_policy.h): a run of an arm measured before whose steady steps,
+   * enough of them, lose to no drafts by more than noise ends, and the arm's rate becomes
+   * what this run measured (the switch included): its old rate is another workload's. */
+  if (i != 0 && st->cur == i && st->run_known && !st->run_replaced &&
+      a0->trials >= WEIR_SPEC_MIN_TRIALS && st->steady_steps >= WEIR_SPEC_CUT_STEPS &&
+      st->steady_seqs >= WEIR_SPEC_SWITCH_SEQS &&
+      st->steady_tokens < WEIR_SPEC_SWITCH * a0->tps * st->steady_seconds) {
+    st->run_replaced = 1;
+    st->left = 0;
+    a->tokens = st->run_tokens;
+    a->seconds = st->run_seconds;
+    a->seqs = st->run_seqs;
+    a->tps = a->tokens / a->seconds;
   }
   if (i != 0 && st->cur == i && st->left > 0 && a0->trials >= WEIR_SPEC_MIN_TRIALS &&
       st->run_steps >= WEIR_SPEC_CUT_STEPS && a->tps < WEIR_SPEC_CUT * a0->tps) {

@@ -53,6 +53,25 @@
  * no drafts do ends there, and the arm counts as measured (its rate is that of those steps),
  * so a length that loses badly costs two steps per try, not a run of WEIR_SPEC_RUN.
  *
+ * Switching off fast when the traffic changes: an arm's decayed rate remembers about its last
+ * 30 steps, so when the text turns against drafting (an in-service server that ran greedy
+ * requests, where ngram led, then sampled ones, where it loses) the leading arm needed about
+ * a dozen losing steps to fall under no drafts, the next arm as many, and each then hovered
+ * near no drafts' rate, a blend of two workloads, where exploration kept running it: a
+ * 4-stream server drafted about 500 steps at 0.66-0.73x of no drafts. So a run of an arm
+ * measured before (not a learning run: there the run is the rate) whose own steady steps (the
+ * switch's step from no drafts left out: the draft model's catch-up is a price of switching,
+ * not a sign that the text changed) deliver under WEIR_SPEC_SWITCH of no drafts' rate ends,
+ * and the arm's rate is replaced, not decayed, by what that run measured, switch included.
+ * It needs WEIR_SPEC_CUT_STEPS steady steps and WEIR_SPEC_SWITCH_SEQS sequence-steps of
+ * evidence: a step's tokens vary with acceptance, and a few single-sequence steps of a
+ * winning arm often fall under no drafts by chance (a one-stream draft model at 0.8 that runs
+ * 1.33x loses two steps in a row about one run in three). So at one sequence it never fires
+ * within a run and the decayed rate rules as before; at 4-7 sequences it takes 4 steps, at
+ * 8 and more 2. A run whose rated steps fell short (admission steps are not rated) passes its
+ * sums on to the next run if that is the same length's, once: two runs of one sequence are
+ * still short, so one stream keeps the decayed rate alone.
+ *
  * No drafts is the reference every drafting arm is judged against, so its rate must not be
  * one that a slow stretch can spoil (other work on the machine, a preemption, a cold cache:
  * one such run of six steps once cut it to a third in a decayed mean, and drafting kept
@@ -100,6 +119,8 @@
 #define WEIR_SPEC_MARGIN 0.03 /* a drafting arm leads only this far ahead of no drafts */
 #define WEIR_SPEC_EXPLORE_COLD 4 /* no drafts' runs while it has under PLAIN / 2 steps */
 #define WEIR_SPEC_COLD_LEAD 1.5 /* a lead past which a cold-start run is cut short */
+#define WEIR_SPEC_SWITCH 0.9 /* a measured arm's run under this fraction of no drafts ... */
+#define WEIR_SPEC_SWITCH_SEQS 16 /* ... over this many sequence-steps ends, its rate replaced */
 #define WEIR_SPEC_FAR 1    /* weir_spec_arm.deferred: far behind no drafts */
 #define WEIR_SPEC_BEHIND 2 /* weir_spec_arm.deferred: below a length that lost to a longer */
 
@@ -125,6 +146,13 @@ typedef struct weir_spec_bucket_state {
   int32_t best;  /* the arm that led when the last run began */
   int32_t run_steps; /* steps of the current run measured so far */
   int run_full;      /* 1 while each of them accepted every sequence's k drafts */
+  int run_known;     /* the arm running was measured (WEIR_SPEC_MIN_TRIALS) before this run */
+  int run_switch;    /* this run follows one without drafts: its first step is the switch */
+  int run_replaced;  /* the fast switch has replaced the arm's rate in this run */
+  int run_carried;   /* this run's sums began in the run before (same arm, short evidence) */
+  double run_tokens, run_seconds, run_seqs; /* sums of the run's steps, the switch included */
+  double steady_tokens, steady_seconds, steady_seqs; /* the same without the switch */
+  int32_t steady_steps;
   double plain[WEIR_SPEC_PLAIN]; /* rates (tokens / seconds) of the last plain steps, a ring */
   uint32_t plain_n;              /* plain steps recorded; the next goes to plain_n % PLAIN */
 } weir_spec_bucket_state;

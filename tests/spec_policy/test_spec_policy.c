@@ -384,6 +384,107 @@ static void test_losing_drafting_stops(void) {
   CU_ASSERT(ahead >= 600 - (600 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
 }
 
+/* The traffic turns against drafting (issue 32's in-service ngram guard cell: greedy requests,
+ * where drafting led, then sampled ones at 0.8, where every length ran at 0.66-0.73x of no
+ * drafts, and the 4-7-sequence bucket drafted about 500 steps: 0.93x). Drafting leads at 1.3x
+ * for 600 steps, then runs at 0.7x: of the next 600 steps at most 5% may draft. The decayed
+ * rates alone took about a dozen steps per length to fall under no drafts, then hovered near
+ * it, where exploration kept running them. */
+static void test_traffic_turns(void) {
+  static const int32_t streams[] = {4, 16};
+  for (int s = 0; s < 2; s++) {
+    const int32_t n = streams[s];
+    weir_spec_policy p;
+    weir_spec_policy_init(&p, 4, 1);
+    int32_t k0 = 0;
+    const int32_t won = script(&p, n, 1.3, 600, &k0, -1, -1, 1);
+    CU_ASSERT(won >= 600 - 600 / WEIR_SPEC_EXPLORE - 3 * WEIR_SPEC_RUN);
+    const int32_t lost = script(&p, n, 0.7, 600, &k0, -1, -1, 1);
+    if (lost > 600 / 20) printf("\n    %d streams: drafted %d of 600 steps after the turn", n, lost);
+    CU_ASSERT(lost <= 600 / 20);
+    /* ngram's default: lengths 0, 1, 2, 4, 8, 16, every one learned at 1.3x. */
+    weir_spec_policy_init(&p, 16, 1);
+    k0 = 0;
+    (void)script(&p, n, 1.3, 600, &k0, -1, -1, 1);
+    const int32_t lost16 = script(&p, n, 0.7, 600, &k0, -1, -1, 1);
+    if (lost16 > 600 / 20) printf("\n    %d streams, k up to 16: drafted %d of 600", n, lost16);
+    CU_ASSERT(lost16 <= 600 / 20);
+    /* Short requests: every fourth step admits one (a prefill beside: not rated), so a run
+     * of 6 after a switch rates 3 or 4 steady steps at 4 sequences, often under the
+     * evidence the switch waits for; the next run of the same length adds its steps. */
+    for (int every = 4; every >= 2; every -= 2) {
+      weir_spec_policy_init(&p, 4, 1);
+      int32_t gapped[2] = {0, 0};
+      for (int phase = 0; phase < 2; phase++)
+        for (int i = 0; i < 600; i++) {
+          const int32_t k = weir_spec_choose(&p, n);
+          gapped[phase] += k > 0;
+          if (i % every == every - 1) continue; /* an admission step */
+          if (k == 0)
+            weir_spec_observe(&p, n, 0, n, 1e-3, 1);
+          else
+            weir_spec_observe(&p, n, k, 2 * n, 2e-3 / (phase ? 0.7 : 1.3), 0);
+        }
+      /* Every other step admitting: the runs' evidence adds up over two runs (about 60 of
+       * 600; each run alone, about 84, as many as before the fast switch). */
+      const int32_t bound = every == 4 ? 600 / 20 : 600 * 12 / 100;
+      if (gapped[1] > bound)
+        printf("\n    %d streams, admissions 1 in %d: drafted %d of 600", n, every, gapped[1]);
+      CU_ASSERT(gapped[0] >= 600 - 600 / WEIR_SPEC_EXPLORE - 4 * WEIR_SPEC_RUN);
+      CU_ASSERT(gapped[1] <= bound);
+    }
+    /* And back: the text turns predictable again, drafting is found again (far tries). */
+    const int32_t again = script(&p, n, 1.3, 6000, &k0, -1, -1, 1);
+    CU_ASSERT(again >= 6000 / 2);
+  }
+}
+
+/* The fast switch must not stop a drafting arm that wins on average but whose steps vary with
+ * acceptance: a GPU-like step (each draft row 20% of a step), sampled drafts accepted with
+ * probability 0.6 each, the count per sequence random. k = 2 runs about 1.4x on average, and
+ * some runs of a few steps fall under no drafts by chance. Drafting must keep running. */
+static uint64_t rng_state = 88172645463325252ull;
+static double rng_unit(void) { /* xorshift64: deterministic */
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static int32_t noisy(weir_spec_policy *p, int32_t n, double accept, int steps) {
+  const double t0 = 1e-3;
+  int32_t drafting = 0;
+  for (int i = 0; i < steps; i++) {
+    const int32_t k = weir_spec_choose(p, n);
+    if (k == 0) {
+      weir_spec_observe(p, n, 0, n, t0, 1);
+      continue;
+    }
+    drafting++;
+    int64_t tokens = 0;
+    for (int32_t s = 0; s < n; s++) {
+      int32_t j = 0;
+      while (j < k && rng_unit() < accept) j++;
+      tokens += j + 1;
+    }
+    weir_spec_observe(p, n, k, tokens, t0 * (1 + 0.2 * k), 0);
+  }
+  return drafting;
+}
+
+static void test_noisy_winner_keeps_drafting(void) {
+  static const int32_t streams[] = {1, 4, 8, 16};
+  for (int s = 0; s < 4; s++) {
+    weir_spec_policy p;
+    weir_spec_policy_init(&p, 4, 1);
+    (void)noisy(&p, streams[s], 0.6, 600);
+    const int32_t drafted = noisy(&p, streams[s], 0.6, 3000);
+    /* Exploration of no drafts and of the other lengths aside, drafting runs. */
+    if (drafted < 3000 * 85 / 100) printf("\n    %d streams: drafted %d of 3000", streams[s], drafted);
+    CU_ASSERT(drafted >= 3000 * 85 / 100);
+  }
+}
+
 /* Every plain step rates no drafts, the steps of a drafting run in which no sequence drafted
  * included: while drafting leads and no drafts runs one run in WEIR_SPEC_EXPLORE, a slow
  * start of no drafts is outvoted by the plain steps among the drafting ones, not kept for
@@ -494,6 +595,8 @@ int main(void) {
                                   {"far exploration backs off", test_far_exploration_backs_off},
                                   {"a slow stretch does not flip", test_slow_stretch_does_not_flip},
                                   {"losing drafting stops", test_losing_drafting_stops},
+                                  {"the traffic turns: drafting stops fast", test_traffic_turns},
+                                  {"a noisy winner keeps drafting", test_noisy_winner_keeps_drafting},
                                   {"plain steps rate no drafts", test_plain_steps_rate_no_drafts},
                                   {"a cold start recovers fast", test_cold_start_recovers_fast},
                                   {"behind no drafts: explored at far gaps", test_behind_plain_not_explored_often},
