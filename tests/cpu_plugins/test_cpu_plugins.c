@@ -625,15 +625,36 @@ static void quant_shape(wt_plugin *l, weir_dtype t, int64_t rows, int64_t cols, 
   CU_ASSERT_EQUAL(rc, WEIR_OK);
   if (rc != WEIR_OK) goto fail;
   size_t es = t == WEIR_DTYPE_F32 && keep_f32 ? 4 : 2;
-  WT_ASSERT_INT_EQ(ops->weight_bytes(l->self, w), rows * cols * es);
+  /* 16-row panels, the last one padded with zero rows */
+  WT_ASSERT_INT_EQ(ops->weight_bytes(l->self, w), (rows + 15) / 16 * 16 * cols * es);
   char what[64];
   snprintf(what, sizeof what, "matmul %s %lldx%lld", weir_dtype_name(t), (long long)rows,
            (long long)cols);
-  static const int64_t toks[] = {1, 2, 5, 70};
+  static const int64_t toks[] = {1, 2, 3, 5, 13, 70};
   x = malloc(sizeof(float) * 70 * cols);
-  y = malloc(sizeof(float) * 70 * rows);
+  y = malloc(sizeof(float) * (70 * rows > 3 * cols ? 70 * rows : 3 * cols)); /* and 3 embeds */
   fill(x, 70 * cols, -1, 1);
-  for (size_t ti = 0; ti < 4; ti++) {
+  /* Batch invariance: every token's output in a batch of any size is bit-identical to the
+   * same token's alone (speculative verification relies on it for exact greedy output). */
+  {
+    float *one = malloc(sizeof(float) * rows);
+    float *xt = malloc(sizeof(float) * cols);
+    for (size_t ti = 1; ti < sizeof toks / sizeof toks[0]; ti++) {
+      int64_t n = toks[ti];
+      CU_ASSERT_EQUAL(ops->matmul(l->self, w, x, y, n), WEIR_OK);
+      for (int64_t tk = 0; tk < n; tk++) {
+        memcpy(xt, x + tk * cols, sizeof(float) * cols); /* the token alone, elsewhere */
+        CU_ASSERT_EQUAL(ops->matmul(l->self, w, xt, one, 1), WEIR_OK);
+        if (memcmp(one, y + tk * rows, sizeof(float) * rows) != 0) {
+          CU_FAIL("a token's output depends on the batch it runs in");
+          break;
+        }
+      }
+    }
+    free(xt);
+    free(one);
+  }
+  for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
     int64_t n = toks[ti];
     CU_ASSERT_EQUAL(ops->matmul(l->self, w, x, y, n), WEIR_OK);
     for (int64_t tk = 0; tk < n; tk++)
@@ -675,6 +696,7 @@ static void quant_case(const char *isa) {
     quant_shape(&l, all[i], 37, 96, 1);
   }
   quant_shape(&l, WEIR_DTYPE_F16, 13, 45, 1);
+  quant_shape(&l, WEIR_DTYPE_F16, 40, 1100, 1); /* 70 tokens: column slices, chains carried */
   quant_shape(&l, WEIR_DTYPE_F32, 9, 7, 1);
   quant_shape(&l, WEIR_DTYPE_Q8_0, 300, 256, 1); /* large enough to be threaded */
   wt_check_quant_refuses_sources(ops, l.self);
