@@ -202,7 +202,7 @@ if [[ " $parts " == *" 3 "* ]]; then
     printf '%s\n' "$@" > "$out/serve-$name/env.txt"
     env THREADS="$threads" "$@" scripts/bench-speculative-serve.sh "$build" "$out/serve-$name" \
       "$srounds" > "$out/serve-$name/report.txt" 2>&1 || echo "(failed: see $out/serve-$name/report.txt)"
-    grep -E "^## |output_tokens_per_s|tpot_median_ms|sequences:|tokens per CPU second" \
+    grep -E "^## |output_tokens_per_s|tpot_median_ms|sequences(:|, steps by why:)|tokens per CPU second" \
       "$out/serve-$name/report.txt" || true
     echo "($name: $(( $(date +%s) - t0 )) s)"
   }

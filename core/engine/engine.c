@@ -895,6 +895,9 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
   /* A developer's switch, not configuration: the step profile costs nothing when off. */
   const char *prof_env = getenv("WEIR_STEP_PROFILE");
   e->prof_on = prof_env && prof_env[0] && strcmp(prof_env, "0") != 0;
+  /* A developer's switch: every run of the speculation policy logged as it ends. */
+  const char *trace_env = getenv("WEIR_SPEC_TRACE");
+  e->spec_trace = trace_env && trace_env[0] && strcmp(trace_env, "0") != 0;
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->wake, NULL);
   pthread_cond_init(&e->embed_done, NULL);

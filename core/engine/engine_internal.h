@@ -130,6 +130,7 @@ struct weir_engine {
    * step, summed per step size (tokens the target ran, 1..WEIR_PROF_TOKENS, larger steps in
    * the last), logged when the engine stops. Off: one branch per phase. Engine thread. */
   int prof_on;
+  int spec_trace; /* WEIR_SPEC_TRACE: log each policy run (docs/engine.md) */
   int spec_cpu_clock; /* the policy times steps by this thread's CPU time (engine.c) */
   int spec_warm;      /* the first drafting step ran (not shown to the policy) */
   struct {

@@ -258,6 +258,24 @@ static int32_t choose_k(weir_engine *e) {
     if (k > e->spec_k) k = e->spec_k;
   }
   if (decode > 0) e->spec_decode_steps++;
+  if (k < 0 && decode > 0 && e->spec_trace && e->spec.adaptive) {
+    /* The run that ends here, as the policy measured it, and the one that begins. */
+    const int b = weir_spec_bucket(n);
+    const weir_spec_bucket_state *st = &e->spec.state[b];
+    const weir_spec_arm *a = e->spec.arms[b];
+    const uint32_t runs = st->runs;
+    const int32_t was = st->cur, steps = st->run_steps;
+    const double rate = st->run_seconds > 0 ? st->run_tokens / st->run_seconds : 0;
+    k = weir_spec_choose(&e->spec, n);
+    static const char *const why[WEIR_SPEC_WHY_N] = {"lead", "learn", "cold", "near", "climb",
+                                                     "far"};
+    if (st->runs != runs)
+      weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+               "spec run %u, %d seqs: k=%d ran %d rated steps at %.0f tok/s (k=0 %.0f, its arm "
+               "%.0f); next k=%d (%s; arm %.0f tok/s, %u steps)",
+               runs, n, a[was].k, steps, rate, a[0].tps, a[was].tps, k, why[st->why],
+               a[st->cur].tps, a[st->cur].trials);
+  }
   if (k < 0) k = decode > 0 ? weir_spec_choose(&e->spec, n) : 0; /* none to draft for: no run */
   e->step_k = k;
   return e->step_k;
@@ -627,5 +645,23 @@ void weir__engine_spec_log(const weir_engine *e) {
     if (off)
       weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "speculation, %d-%d sequences:%s", 1 << b,
                (2 << b) - 1, line);
+    /* Why each drafting length ran: the steps handed to it by the reason its run began
+     * (lead, learn, near, climb, far), and of its measured steps those that drafted nothing. */
+    static const char *const why[WEIR_SPEC_WHY_N] = {"lead", "learn", "cold", "near", "climb",
+                                                     "far"};
+    off = 0;
+    for (int32_t i = 1; i < e->spec.num_arms && off < sizeof line; i++) {
+      const weir_spec_arm *a = &e->spec.arms[b][i];
+      if (!a->trials) continue;
+      off += (size_t)snprintf(line + off, sizeof line - off, " k=%d", a->k);
+      for (int w = 0; w < WEIR_SPEC_WHY_N && off < sizeof line; w++)
+        if (a->chosen[w])
+          off += (size_t)snprintf(line + off, sizeof line - off, " %s %u", why[w], a->chosen[w]);
+      if (off < sizeof line)
+        off += (size_t)snprintf(line + off, sizeof line - off, " (%u plain);", a->plain_steps);
+    }
+    if (off)
+      weir_log(WEIR_LOG_INFO, LOG_COMPONENT, "speculation, %d-%d sequences, steps by why:%s",
+               1 << b, (2 << b) - 1, line);
   }
 }

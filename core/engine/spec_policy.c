@@ -125,8 +125,10 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
   weir_spec_bucket_state *st = &p->state[b];
   if (st->left > 0) {
     st->left--;
+    a[st->cur].chosen[st->why]++;
     return a[st->cur].k;
   }
+  int why = WEIR_SPEC_WHY_LEARN;
   /* A new run: unmeasured arms first (0, the baseline; then the longest; then the others,
    * longest first), except those a smaller bucket has shown not to pay and those below a
    * length that lost to the next longer one. */
@@ -143,9 +145,9 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
   for (int32_t o = 0; next < 0 && o < p->num_arms; o++) {
     const int32_t i = o == 0 ? 0 : last + 1 - o;
     if (measured(&a[i])) continue;
-    const int why = defer_arm(p, b, i);
-    if (why) {
-      a[i].deferred = why;
+    const int deferral = defer_arm(p, b, i);
+    if (deferral) {
+      a[i].deferred = deferral;
       a[i].next_far = st->runs + a[i].far_gap;
       continue;
     }
@@ -173,6 +175,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
      * KV. Arms within WEIR_SPEC_NEAR of the best are tried one run in WEIR_SPEC_EXPLORE; one
      * far behind when its gap has passed, the gap doubling each time it stays far. */
     int32_t pick = -1;
+    int why_pick = WEIR_SPEC_WHY_LEAD;
     /* No drafts is always near: it is the safe arm, it costs no switch, and its rate is
      * often first measured in a request's slow first steps; a stale low rate for it must
      * not keep drafting running where it loses. */
@@ -189,13 +192,16 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     if (best != 0 && a[0].trials < WEIR_SPEC_PLAIN / (overwhelming ? 4 : 2) &&
         st->runs % WEIR_SPEC_EXPLORE_COLD == WEIR_SPEC_EXPLORE_COLD - 1) {
       pick = 0;
+      why_pick = WEIR_SPEC_WHY_COLD;
       if (overwhelming) run = WEIR_SPEC_CUT_STEPS;
     }
     if (pick < 0 && st->runs % WEIR_SPEC_EXPLORE == WEIR_SPEC_EXPLORE - 1)
       for (int32_t i = 0; i < p->num_arms; i++)
         if (i != best && (i == 0 || a[i].tps >= near_bar(a, best)) &&
-            (pick < 0 || a[i].trials < a[pick].trials))
+            (pick < 0 || a[i].trials < a[pick].trials)) {
           pick = i;
+          why_pick = WEIR_SPEC_WHY_NEAR;
+        }
     /* Climbing: a drafting run whose every step had every draft accepted was held back by
      * its length, not by the text (a copy, a loop: the rates of the longer lengths may date
      * from a request's first steps, before its text repeated). The next longer length runs
@@ -204,6 +210,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     if (pick < 0 && c > 0 && c < last && st->run_full && st->run_steps >= WEIR_SPEC_RUN &&
         a[c + 1].deferred != WEIR_SPEC_FAR && st->runs >= a[c + 1].next_climb) {
       pick = c + 1;
+      why_pick = WEIR_SPEC_WHY_CLIMB;
       a[pick].next_climb = st->runs + WEIR_SPEC_EXPLORE;
       a[pick].trials = 0;
       a[pick].tokens = a[pick].seconds = a[pick].seqs = a[pick].tps = 0;
@@ -214,7 +221,10 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
         continue;
       }
       /* A deferred length stands behind the longest: only the longest is tried far. */
-      if (pick < 0 && st->runs >= a[i].next_far && (!a[i].deferred || i == last)) pick = i;
+      if (pick < 0 && st->runs >= a[i].next_far && (!a[i].deferred || i == last)) {
+        pick = i;
+        why_pick = WEIR_SPEC_WHY_FAR;
+      }
     }
     if (pick >= 0 && a[pick].tps < near_bar(a, best)) {
       /* Doubled now, reset above if this run brings the arm near again. */
@@ -226,6 +236,7 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
       if (pick != 0) a[pick].tokens = a[pick].seconds = a[pick].seqs = a[pick].tps = 0;
     }
     next = pick >= 0 ? pick : best;
+    why = pick < 0 ? WEIR_SPEC_WHY_LEAD : why_pick;
   }
   st->runs++;
   st->run_steps = 0;
@@ -246,8 +257,11 @@ int32_t weir_spec_choose(weir_spec_policy *p, int32_t n) {
     st->steady_tokens = st->steady_seconds = st->steady_seqs = 0;
     st->steady_steps = 0;
   }
+  if (!carry) st->run_was = a[next].tps;
   st->cur = next;
+  st->why = why;
   st->left = (next == 0 ? run : WEIR_SPEC_RUN) - 1;
+  a[next].chosen[why]++;
   return a[next].k;
 }
 
@@ -270,6 +284,7 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
   }
   weir_spec_arm *a = &p->arms[b][i];
   if (i != 0) {
+    a->plain_steps += plain != 0;
     a->tokens = a->tokens * TPS_DECAY + (double)tokens;
     a->seconds = a->seconds * TPS_DECAY + seconds;
     a->seqs = a->seqs * TPS_DECAY + (double)n;
@@ -304,6 +319,18 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
     a->seconds = st->run_seconds;
     a->seqs = st->run_seqs;
     a->tps = a->tokens / a->seconds;
+    /* The traffic turned (the text, the machine): every other length's rate dates from the
+     * traffic this one's did, or from older, and falls by the same factor (spec_policy.h).
+     * Left as they were, each stale length led or was explored in turn and lost a run of
+     * its own before its rate was replaced: the losing steps of a bucket where no drafts
+     * leads. A length that was measured since and is lowered too is only explored less. */
+    const double f = st->run_was > 0 ? a->tps / st->run_was : 1;
+    for (int32_t j = 1; j < p->num_arms && f < 1; j++) {
+      weir_spec_arm *d = &p->arms[b][j];
+      if (j == i || !(d->seconds > 0)) continue;
+      d->tokens *= f;
+      d->tps = d->tokens / d->seconds;
+    }
   }
   if (i != 0 && st->cur == i && st->left > 0 && a0->trials >= WEIR_SPEC_MIN_TRIALS &&
       st->run_steps >= WEIR_SPEC_CUT_STEPS && a->tps < WEIR_SPEC_CUT * a0->tps) {

@@ -70,7 +70,11 @@
  * within a run and the decayed rate rules as before; at 4-7 sequences it takes 4 steps, at
  * 8 and more 2. A run whose rated steps fell short (admission steps are not rated) passes its
  * sums on to the next run if that is the same length's, once: two runs of one sequence are
- * still short, so one stream keeps the decayed rate alone.
+ * still short, so one stream keeps the decayed rate alone. When the fast switch replaces a
+ * length's rate, every other drafting length's rate falls by the same factor (the replaced
+ * rate over the one the length had when its run began): the traffic turned (the text, or
+ * the machine), the others' rates date from the same traffic or older, and left as they
+ * were each stale length led or was explored in turn and lost a run before it was judged.
  *
  * No drafts is the reference every drafting arm is judged against, so its rate must not be
  * one that a slow stretch can spoil (other work on the machine, a preemption, a cold cache:
@@ -124,6 +128,17 @@
 #define WEIR_SPEC_FAR 1    /* weir_spec_arm.deferred: far behind no drafts */
 #define WEIR_SPEC_BEHIND 2 /* weir_spec_arm.deferred: below a length that lost to a longer */
 
+/* Why a run was given to its arm (weir_spec_arm.chosen, the operator's log): */
+enum {
+  WEIR_SPEC_WHY_LEAD,  /* the leading arm */
+  WEIR_SPEC_WHY_LEARN, /* measured fewer than WEIR_SPEC_MIN_TRIALS steps */
+  WEIR_SPEC_WHY_COLD,  /* no drafts' cold-start re-measure */
+  WEIR_SPEC_WHY_NEAR,  /* exploration of an arm near the best */
+  WEIR_SPEC_WHY_CLIMB, /* the next longer length after a run that accepted every draft */
+  WEIR_SPEC_WHY_FAR,   /* a far arm whose gap had passed */
+  WEIR_SPEC_WHY_N
+};
+
 typedef struct weir_spec_arm {
   int32_t k;       /* drafts per sequence */
   double tps;      /* output tokens per second of pure decode steps: tokens / seconds (arm 0:
@@ -134,6 +149,8 @@ typedef struct weir_spec_arm {
   uint32_t far_gap;  /* runs between explorations while far behind the best */
   uint32_t next_far; /* the bucket's run count from which it may be explored again */
   uint32_t next_climb; /* the run count from which it may be climbed to again */
+  uint32_t chosen[WEIR_SPEC_WHY_N]; /* steps handed out to it, by why its run began */
+  uint32_t plain_steps; /* its measured steps in which no sequence drafted (drafting arms) */
   int deferred;      /* not learned here: WEIR_SPEC_FAR (far behind no drafts, here or in a
                       * smaller bucket), WEIR_SPEC_BEHIND (below a length that lost to the
                       * next longer one) */
@@ -144,12 +161,14 @@ typedef struct weir_spec_bucket_state {
   int32_t left;  /* steps left in its run */
   uint32_t runs; /* runs begun */
   int32_t best;  /* the arm that led when the last run began */
+  int32_t why;   /* why the current run began (WEIR_SPEC_WHY_*) */
   int32_t run_steps; /* steps of the current run measured so far */
   int run_full;      /* 1 while each of them accepted every sequence's k drafts */
   int run_known;     /* the arm running was measured (WEIR_SPEC_MIN_TRIALS) before this run */
   int run_switch;    /* this run follows one without drafts: its first step is the switch */
   int run_replaced;  /* the fast switch has replaced the arm's rate in this run */
   int run_carried;   /* this run's sums began in the run before (same arm, short evidence) */
+  double run_was;    /* the running arm's rate when the run began (carried runs: the first) */
   double run_tokens, run_seconds, run_seqs; /* sums of the run's steps, the switch included */
   double steady_tokens, steady_seconds, steady_seqs; /* the same without the switch */
   int32_t steady_steps;

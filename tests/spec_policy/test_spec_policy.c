@@ -3,6 +3,7 @@
  * (so the crossover where speculation stops paying is found, not assumed), the per-request
  * cut by acceptance, and the acceptance average. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -560,6 +561,72 @@ static void test_cold_start_recovers_fast(void) {
   CU_ASSERT(late <= (300 / WEIR_SPEC_RUN / WEIR_SPEC_EXPLORE + 2) * WEIR_SPEC_RUN);
 }
 
+/* A scripted machine whose speed changes: a plain step of n sequences takes t0 * speed, a
+ * drafting step (any length) delivers 2n tokens in 2 * t0 * speed / ratio. Returns the
+ * drafting steps. */
+static int32_t machine(weir_spec_policy *p, int32_t n, double ratio, double speed, int steps) {
+  const double t0 = 1e-3;
+  int32_t drafting = 0;
+  for (int i = 0; i < steps; i++) {
+    const int32_t k = weir_spec_choose(p, n);
+    if (k == 0) {
+      weir_spec_observe(p, n, 0, n, t0 * speed, 1);
+    } else {
+      drafting++;
+      weir_spec_observe(p, n, k, 2 * n, 2 * t0 * speed / ratio, 0);
+    }
+  }
+  return drafting;
+}
+
+/* No drafts leads (every length at 0.8x of it); then the machine slows to half its speed
+ * (other work beside it; in a 4-7-sequence bucket, fewer sequences per step), for drafting as
+ * much as for no drafts. No drafts' median follows within half a window, while the lengths'
+ * rates, not run since they were learned, still say what the fast machine gave: 1.6x the
+ * slow no drafts. Each in turn led and lost a run to the fast switch before its rate was
+ * replaced, and the next stale length led (an in-service ngram server at 4 streams, sampled
+ * text, a loaded machine: k = 8 and 16 led 104 of its 4-7 bucket's steps while no drafts'
+ * median fell from 4,548 to 1,710 tokens per CPU second; here 21 of 600 steps at 4 streams,
+ * 11 at 16). The first switch now lowers every
+ * length by the factor it measured: at most 1% of the slow phase drafts. Where drafting
+ * wins (1.3x), a slowdown of both must not stop it. */
+static void test_slower_machine_no_stale_lead(void) {
+  static const int32_t streams[] = {4, 16};
+  for (int s = 0; s < 2; s++) {
+    weir_spec_policy p;
+    weir_spec_policy_init(&p, 16, 1);
+    (void)machine(&p, streams[s], 0.8, 1.0, 600);
+    const int32_t slow = machine(&p, streams[s], 0.8, 2.0, 600);
+    if (getenv("SPEC_DEBUG") || slow > 600 / 100)
+      printf("\n    %d streams: drafted %d of 600 steps after the slowdown", streams[s], slow);
+    CU_ASSERT(slow <= 600 / 100);
+    /* And where drafting wins (1.3x), a slowdown of both keeps it winning. */
+    weir_spec_policy_init(&p, 16, 1);
+    (void)machine(&p, streams[s], 1.3, 1.0, 600);
+    const int32_t win = machine(&p, streams[s], 1.3, 2.0, 600);
+    if (win < 600 * 85 / 100)
+      printf("\n    %d streams: drafted %d of 600 steps at 1.3x after the slowdown", streams[s], win);
+    CU_ASSERT(win >= 600 * 85 / 100);
+  }
+}
+
+/* The traffic turns against drafting (test_traffic_turns) with every length up to 16 learned
+ * while drafting won: the first length whose fast switch fires shows that the traffic turned,
+ * and every other length falls by the factor it measured. Before, each stale length led in
+ * turn and lost its own run first (20 steps of 600 at 4 streams, 10 at 16): now at most 1%. */
+static void test_turn_lowers_every_length(void) {
+  static const int32_t streams[] = {4, 16};
+  for (int s = 0; s < 2; s++) {
+    weir_spec_policy p;
+    weir_spec_policy_init(&p, 16, 1);
+    int32_t k0 = 0;
+    (void)script(&p, streams[s], 1.3, 600, &k0, -1, -1, 1);
+    const int32_t lost = script(&p, streams[s], 0.7, 600, &k0, -1, -1, 1);
+    if (getenv("SPEC_DEBUG") || lost > 600 / 100) printf("\n    %d streams: drafted %d of 600 after the turn", streams[s], lost);
+    CU_ASSERT(lost <= 600 / 100);
+  }
+}
+
 static void test_per_request_length(void) {
   WT_ASSERT_INT_EQ(weir_spec_seq_len(0, 0.9), 0);
   WT_ASSERT_INT_EQ(weir_spec_seq_len(4, 1.0), 4);
@@ -600,6 +667,8 @@ int main(void) {
                                   {"plain steps rate no drafts", test_plain_steps_rate_no_drafts},
                                   {"a cold start recovers fast", test_cold_start_recovers_fast},
                                   {"behind no drafts: explored at far gaps", test_behind_plain_not_explored_often},
+                                  {"a slower machine: no stale lead", test_slower_machine_no_stale_lead},
+                                  {"the turn lowers every length", test_turn_lowers_every_length},
                                   {"per-request length and acceptance", test_per_request_length},
                                   {NULL, NULL}};
   return wt_run_suite("spec_policy", tests);
