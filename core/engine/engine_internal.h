@@ -139,6 +139,13 @@ struct weir_engine {
     double draft_fwd;     /* of draft: the draft model's forward passes */
     uint64_t draft_passes; /* and how many there were */
   } prof[WEIR_PROF_TOKENS + 1];
+  /* The steps the profile above leaves out (a prompt chunk in them: a request's admission),
+   * summed apart, split by whether a sequence drafted in them: the policy does not rate
+   * them either, yet they draft beside the prefill. */
+  struct {
+    uint64_t steps, tokens_out, rows, drafts; /* rows: tokens the target ran */
+    double total;
+  } prof_prefill[2];
   double step_draft_fwd;   /* this step's draft forward time (profile on) */
   int32_t step_draft_passes; /* this step's draft model forward passes (always counted) */
   int32_t step_draft_tokens; /* the tokens they fed the draft model */

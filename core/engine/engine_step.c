@@ -268,6 +268,13 @@ int weir__engine_run_step(weir_engine *e) {
     e->prof[n].forward += t_prof[3] - t_prof[2];
     e->prof[n].sample += t_prof[4] - t_prof[3];
     e->prof[n].total += t_prof[4] - cpu0;
+  } else if (e->prof_on) {
+    const int drafted = e->step_drafts > 0;
+    e->prof_prefill[drafted].steps++;
+    e->prof_prefill[drafted].tokens_out += (uint64_t)e->step_tokens;
+    e->prof_prefill[drafted].rows += (uint64_t)out.num_tokens;
+    e->prof_prefill[drafted].drafts += (uint64_t)e->step_drafts;
+    e->prof_prefill[drafted].total += prof_now() - cpu0;
   }
   return 1;
 }
@@ -305,4 +312,13 @@ void weir__engine_prof_log(const weir_engine *e) {
     weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
              "step profile (thread CPU time), decode: %.0f tokens in %.1f ms, %.0f tokens per "
              "CPU second", tokens, secs * 1e3, tokens / secs);
+  for (int d = 0; d < 2; d++)
+    if (e->prof_prefill[d].steps)
+      weir_log(WEIR_LOG_INFO, LOG_COMPONENT,
+               "step profile (thread CPU time), steps with a prompt chunk, %s: %llu steps, "
+               "%llu tokens run (drafts included), %llu drafts, %llu tokens out, %.1f ms",
+               d ? "drafting" : "no drafts", (unsigned long long)e->prof_prefill[d].steps,
+               (unsigned long long)e->prof_prefill[d].rows,
+               (unsigned long long)e->prof_prefill[d].drafts,
+               (unsigned long long)e->prof_prefill[d].tokens_out, e->prof_prefill[d].total * 1e3);
 }

@@ -627,6 +627,37 @@ static void test_turn_lowers_every_length(void) {
   }
 }
 
+/* The operator's log says why each length ran: every step handed out is counted once, under
+ * the reason its run began; the first runs are learning, a length that wins then leads, and
+ * a step of a drafting length that drafted nothing is counted as plain. */
+static void test_why_counts(void) {
+  weir_spec_policy p;
+  weir_spec_policy_init(&p, 4, 1);
+  const int32_t n = 2;
+  const int steps = 600;
+  for (int i = 0; i < steps; i++) {
+    const int32_t k = weir_spec_choose(&p, n);
+    if (i < WEIR_SPEC_RUN) WT_ASSERT_INT_EQ(p.state[1].why, WEIR_SPEC_WHY_LEARN);
+    if (k == 0)
+      weir_spec_observe(&p, n, 0, n, 1e-3, 1);
+    else if (i % 7 == 0) /* nothing to draft: a plain step */
+      weir_spec_observe(&p, n, k, n, 1e-3, 1);
+    else
+      weir_spec_observe(&p, n, k, 3 * n, 1.5e-3, 0); /* 2x */
+  }
+  uint64_t total = 0, plain = 0, lead = 0;
+  for (int32_t i = 0; i < p.num_arms; i++) {
+    for (int w = 0; w < WEIR_SPEC_WHY_N; w++) total += p.arms[1][i].chosen[w];
+    plain += p.arms[1][i].plain_steps;
+    if (i > 0) lead += p.arms[1][i].chosen[WEIR_SPEC_WHY_LEAD];
+  }
+  WT_ASSERT_INT_EQ((int64_t)total, steps);
+  WT_ASSERT_INT_EQ(p.arms[1][0].chosen[WEIR_SPEC_WHY_LEARN], WEIR_SPEC_RUN);
+  WT_ASSERT_INT_EQ(p.arms[1][3].chosen[WEIR_SPEC_WHY_LEARN], WEIR_SPEC_RUN); /* the longest next */
+  CU_ASSERT(lead > (uint64_t)steps / 2); /* drafting wins 2x: it leads */
+  CU_ASSERT(plain > 0 && plain < (uint64_t)steps / 6);
+}
+
 static void test_per_request_length(void) {
   WT_ASSERT_INT_EQ(weir_spec_seq_len(0, 0.9), 0);
   WT_ASSERT_INT_EQ(weir_spec_seq_len(4, 1.0), 4);
@@ -669,6 +700,7 @@ int main(void) {
                                   {"behind no drafts: explored at far gaps", test_behind_plain_not_explored_often},
                                   {"a slower machine: no stale lead", test_slower_machine_no_stale_lead},
                                   {"the turn lowers every length", test_turn_lowers_every_length},
+                                  {"why each length ran", test_why_counts},
                                   {"per-request length and acceptance", test_per_request_length},
                                   {NULL, NULL}};
   return wt_run_suite("spec_policy", tests);
