@@ -6,6 +6,7 @@
 
 #include "convert.h"
 #include "cpu_isa.h"
+#include "vec_exp.h"
 
 #if WEIR_X86
 #include <immintrin.h>
@@ -13,7 +14,8 @@
 
 /* Per (query row, block) the work is three small kernels: scores against the block's keys
  * (vectorised across keys, reading K transposed so one vector holds 8 or 16 scores), the
- * exponentials (a vector exp), and the weighted sum of V rows into the accumulator. */
+ * exponentials (the shared vector exp of vec_exp.h), and the weighted sum of V rows into
+ * the accumulator. */
 typedef struct vec_ops {
   /* s[j] = q . K[j] for j < n, with kt = K transposed ([hd][ldk]) */
   void (*scores)(const float *q, const float *kt, int32_t ldk, int32_t hd, int32_t n, float *s);
@@ -41,7 +43,7 @@ static void scores_scalar(const float *q, const float *kt, int32_t ldk, int32_t 
 static float exp_sum_scalar(float *s, int32_t n, float m) {
   float sum = 0.0f;
   for (int32_t j = 0; j < n; j++) {
-    s[j] = expf(s[j] - m);
+    s[j] = weir__exp_portable(s[j] - m);
     sum += s[j];
   }
   return sum;
@@ -82,34 +84,6 @@ static void scal_scalar(float *y, float alpha, int32_t n) {
 }
 
 #if WEIR_X86
-/* exp(x) for x <= 0 (scores minus their running max): x = n ln2 + r with |r| <= ln2/2, a
- * degree-6 Taylor polynomial for e^r (relative error ~2e-7), times 2^n built in the
- * exponent bits. Inputs below -87 are clamped, giving ~1e-38 instead of 0: harmless next
- * to the row's maximum term, which is 1. */
-#define EXP_C1 1.0f
-#define EXP_C2 0.5f
-#define EXP_C3 0.16666667f
-#define EXP_C4 0.041666668f
-#define EXP_C5 0.008333334f
-#define EXP_C6 0.0013888889f
-
-WEIR_TARGET_AVX2 static inline __m256 exp_avx2(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(EXP_C6);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C5));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_C1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 WEIR_TARGET_AVX2 static void scores_avx2(const float *q, const float *kt, int32_t ldk,
                                          int32_t hd, int32_t n, float *s) {
   int32_t j = 0;
@@ -137,7 +111,7 @@ WEIR_TARGET_AVX2 static float exp_sum_avx2(float *s, int32_t n, float m) {
   __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    __m256 e = weir__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
     _mm256_storeu_ps(s + j, e);
     sum = _mm256_add_ps(sum, e);
   }
@@ -147,7 +121,7 @@ WEIR_TARGET_AVX2 static float exp_sum_avx2(float *s, int32_t n, float m) {
   if (j < n) {
     float in[8] = {0};
     for (int32_t t = 0; j + t < n; t++) in[t] = s[j + t];
-    _mm256_storeu_ps(tmp, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(in), mv)));
+    _mm256_storeu_ps(tmp, weir__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(in), mv)));
     for (int32_t t = 0; j + t < n; t++) {
       s[j + t] = tmp[t];
       tot += tmp[t];
@@ -188,22 +162,6 @@ static inline __mmask16 tail16(int32_t left) {
   return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
 }
 
-WEIR_TARGET_AVX512 static inline __m512 exp_avx512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(EXP_C6);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C5));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_C1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 WEIR_TARGET_AVX512 static void scores_avx512(const float *q, const float *kt, int32_t ldk,
                                              int32_t hd, int32_t n, float *s) {
   for (int32_t j = 0; j < n; j += 16) {
@@ -224,7 +182,7 @@ WEIR_TARGET_AVX512 static float exp_sum_avx512(float *s, int32_t n, float m) {
   __m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
   for (int32_t j = 0; j < n; j += 16) {
     __mmask16 k = tail16(n - j);
-    __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+    __m512 e = weir__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
     _mm512_mask_storeu_ps(s + j, k, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
   }
@@ -569,7 +527,7 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
           if (bm > mrow[r]) {
             /* New running max: rescale what was accumulated under the old one. */
             if (mrow[r] != -INFINITY) {
-              float f = expf(mrow[r] - bm);
+              float f = weir__exp_portable(mrow[r] - bm);
               ops.scal(acc + (size_t)r * hdp, f, hd);
               lrow[r] *= f;
             }

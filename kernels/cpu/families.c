@@ -37,20 +37,6 @@ void weir_rope_rows_freqs(float *x, const int32_t *positions, int64_t t0, int64_
   }
 }
 
-/* GELU's tanh form, 0.5 g (1 + tanh(y)), is g * sigmoid(2y): the same function with expf in
- * place of tanhf, which glibc computes several times slower (the gate of a 26-layer,
- * 64-token, ffn-6912 prefill: 0.23 s of CPU with tanhf, 0.04 s this way;
- * docs/perf/model-families.md). Saturates like SwiGLU: a very negative y gives exp = inf and
- * g / inf = -0, a very positive one exp = 0 and g. Its error against a double-precision GELU
- * is that of the tanhf form (5e-7 against 4e-7, |g| < 10). */
-void weir_geglu(float *out, const float *gate, const float *up, int64_t n) {
-  const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2 / pi) */
-  for (int64_t i = 0; i < n; i++) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + expf(-k2 * (g + 0.044715f * g * g * g))) * up[i];
-  }
-}
-
 void weir_scale(float *x, float s, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] *= s;
 }

@@ -10,8 +10,7 @@
 void weir_rope_rows_freqs(float *x, const int32_t *positions, int64_t t0, int64_t t1,
                           int32_t n_heads, int32_t head_dim, int32_t rot_dim,
                           const float *inv_freq, float mscale, int style);
-/* out[i] = gelu_tanh(gate[i]) * up[i]; out may equal gate or up. */
-void weir_geglu(float *out, const float *gate, const float *up, int64_t n);
+/* weir_geglu (GELU gating) lives with SwiGLU in swiglu.h: one loop serves both. */
 /* x[i] *= s. */
 void weir_scale(float *x, float s, int64_t n);
 /* x[i] = cap * tanh(x[i] / cap). */
