@@ -12,6 +12,7 @@
 #include "convert.h"
 #include "cpu_isa.h"
 #include "dequant.h"
+#include "families.h"
 #include "get_rows.h"
 #include "matmul.h"
 #include "rms_norm.h"
@@ -19,6 +20,7 @@
 #include "softmax.h"
 #include "swiglu.h"
 #include "testutil.h"
+#include "vec_exp.h"
 #include "wt_rand.h"
 #include "wt_pool.h"
 
@@ -355,6 +357,331 @@ static void test_swiglu_add_rows(void) {
 fail:;
 }
 
+/* ---- the shared vector exp (vec_exp.h) ---------------------------------------------------- */
+
+/* exp over an array with the kernel of one ISA level (the header's functions inline into
+ * these, compiled for that level). */
+static void exp_portable_arr(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = weir__exp_portable(x[i]);
+}
+#if WEIR_X86
+WEIR_TARGET_AVX2 static void exp_avx2_arr(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, weir__exp_avx2(_mm256_loadu_ps(x + i)));
+  for (; i < n; i++) y[i] = weir__exp_portable(x[i]);
+}
+WEIR_TARGET_AVX512 static void exp_avx512_arr(const float *x, float *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, weir__exp_avx512(_mm512_loadu_ps(x + i)));
+  for (; i < n; i++) y[i] = weir__exp_portable(x[i]);
+}
+#endif
+
+/* The exp kernel of ISA level lvl, or NULL where this CPU lacks it. */
+static void (*exp_kernel(int lvl))(const float *, float *, int64_t) {
+  if (!weir_cpu_isa_supported((weir_cpu_isa_level)lvl)) return NULL;
+#if WEIR_X86
+  if (lvl == WEIR_CPU_ISA_AVX512) return exp_avx512_arr;
+  if (lvl == WEIR_CPU_ISA_AVX2) return exp_avx2_arr;
+#endif
+  return lvl == WEIR_CPU_ISA_SCALAR ? exp_portable_arr : NULL;
+}
+
+/* |got - want| in units of the float ulp at want (want the correctly rounded float of the
+ * double exp; subnormal results in units of the smallest subnormal). Infinite when one
+ * overflowed and the other did not. */
+static double ulp_err(float got, double want_d) {
+  float want = (float)want_d;
+  if (got == want) return 0;
+  if (isinf(got) || isinf(want)) return INFINITY;
+  double ulp = nextafterf(fabsf(want), INFINITY) - fabsf(want);
+  return fabs((double)got - want_d) / ulp;
+}
+
+static void test_vec_exp(void) {
+  enum { N = 1 << 16 };
+  float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+  for (int lvl = 0; lvl < WEIR_CPU_ISA_COUNT_; lvl++) {
+    void (*k)(const float *, float *, int64_t) = exp_kernel(lvl);
+    if (!k) continue;
+    double worst = 0;
+    float worst_x = 0;
+    /* A dense sweep of the float bit patterns over [-105, 89] (every 61st float: about 36M
+     * inputs from subnormal results to overflow) and a uniform one over [-1, 1]. */
+    uint32_t lo_neg, hi_pos, b = 0;
+    float f = -105.0f;
+    memcpy(&lo_neg, &f, 4);
+    f = 89.0f;
+    memcpy(&hi_pos, &f, 4);
+    for (int part = 0; part < 3; part++) {
+      /* part 0: negative floats from -105 up to -0; 1: +0 up to 89; 2: [-1, 1] uniform */
+      uint32_t cur = part == 0 ? lo_neg : 0, end = part == 0 ? 0x80000000u : hi_pos;
+      int64_t left = part == 2 ? 4 * N : INT64_MAX;
+      while (left > 0 && (part == 2 || (part == 0 ? cur > end : cur < end))) {
+        int64_t n = 0;
+        for (; n < N && left > 0; n++, left--) {
+          if (part == 2) {
+            x[n] = (float)(2 * wt_urand() - 1);
+            continue;
+          }
+          memcpy(&x[n], &cur, 4);
+          if (part == 0 ? cur - 61 <= end : cur + 61 >= end) {
+            left = 0;
+            n++;
+            break;
+          }
+          cur = part == 0 ? cur - 61 : cur + 61;
+        }
+        k(x, y, n);
+        for (int64_t i = 0; i < n; i++) {
+          double e = ulp_err(y[i], exp((double)x[i]));
+          if (e > worst) worst = e, worst_x = x[i];
+        }
+      }
+    }
+    (void)b;
+    fprintf(stderr, "  (exp, isa %s: max error %.3f ulp at x = %.9g)\n",
+            weir_cpu_isa_name((weir_cpu_isa_level)lvl), worst, worst_x);
+    if (!(worst <= 2.0))
+      fprintf(stderr, "\n  exp isa %d: %.3f ulp at %.9g (exp %.9g, bound 2)\n", lvl, worst,
+              worst_x, exp((double)worst_x));
+    CU_ASSERT(worst <= 2.0);
+
+    /* Special values and the edges of the range. */
+    static const float sx[] = {0.0f,   -0.0f,        INFINITY,    -INFINITY, NAN,
+                               88.72f, 88.7228394f,  88.73f,      89.0f,     100.0f,
+                               1e30f,  -87.0f,       -87.5f,      -100.0f,   -103.9f,
+                               -104.0f, -105.0f,     -110.0f,     -1e30f,    1e-30f};
+    enum { NS = sizeof sx / sizeof sx[0] };
+    float sy[NS];
+    k(sx, sy, NS);
+    for (int i = 0; i < NS; i++) {
+      float want = (float)exp((double)sx[i]);
+      int ok = isnan(sx[i]) ? isnan(sy[i]) : (sy[i] == want || ulp_err(sy[i], exp((double)sx[i])) <= 2.0);
+      if (!ok)
+        fprintf(stderr, "\n  exp isa %d special x = %.9g: got %.9g want %.9g\n", lvl, sx[i],
+                sy[i], want);
+      CU_ASSERT(ok);
+    }
+    CU_ASSERT(sy[0] == 1.0f && sy[1] == 1.0f);          /* exp(0) is exactly 1 */
+    CU_ASSERT(isinf(sy[2]) && sy[2] > 0);               /* +inf */
+    CU_ASSERT(sy[3] == 0.0f && !signbit(sy[3]));        /* -inf gives +0 */
+    CU_ASSERT(isnan(sy[4]));                            /* NaN stays NaN */
+    CU_ASSERT(isinf(sy[7]));
+    { /* overflow exactly where the correctly rounded exp overflows */
+      float edge = 88.0f, after, ye[2];
+      while (isfinite((float)exp((double)nextafterf(edge, INFINITY))))
+        edge = nextafterf(edge, INFINITY);
+      after = nextafterf(edge, INFINITY);
+      float xe[2] = {edge, after};
+      k(xe, ye, 2);
+      CU_ASSERT(isfinite(ye[0]) && isinf(ye[1]));
+    }
+    CU_ASSERT(sy[16] == 0.0f && sy[17] == 0.0f && sy[18] == 0.0f);
+    CU_ASSERT(sy[12] > 0.0f && sy[12] < 1.2e-38f);      /* a subnormal, not flushed */
+  }
+  free(x);
+  free(y);
+}
+
+/* SwiGLU and GeGLU at every level against the same formulas in double, with the saturating
+ * ends: no finite gate may give NaN, and out may alias gate or up. Sizes 1..40 cover every
+ * vector tail. */
+static void test_glu(void) {
+  enum { N = 1037 };
+  float g[N], u[N], o[N], o2[N];
+  fill(g, N, -20, 20);
+  fill(u, N, -2, 2);
+  static const float big[] = {-1e30f, 1e30f, -1000.0f, 1000.0f, -100.0f, 100.0f, -89.0f,
+                              89.0f,  -88.0f, 88.0f,   -1e13f,  1e13f,   -1e38f, 1e38f};
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) g[i] = big[i];
+  const double k2 = 2.0 * 0.7978845608028654;
+  FOR_EACH_ISA(lvl) {
+    for (int gelu = 0; gelu < 2; gelu++) {
+      void (*fn)(float *, const float *, const float *, int64_t) = gelu ? weir_geglu : weir_swiglu;
+      fn(o, g, u, N);
+      for (int i = 0; i < N; i++) {
+        double gd = g[i];
+        double y = gelu ? k2 * (gd + 0.044715 * gd * gd * gd) : gd;
+        double want = gd / (1.0 + exp(-y)) * u[i];
+        CU_ASSERT(!isnan(o[i]));
+        CHECK_CLOSE(o[i], want, 1e-6 * fabs(want) + 1e-7, gelu ? "geglu" : "swiglu");
+      }
+      for (int n = 1; n <= 40; n++) { /* tails: the same values as the long run */
+        fn(o2, g, u, n);
+        for (int i = 0; i < n; i++)
+          CHECK_CLOSE(o2[i], o[i], 4e-7 * fabs(o[i]), gelu ? "geglu tail" : "swiglu tail");
+      }
+      memcpy(o2, g, sizeof g);
+      fn(o2, o2, u, N); /* out == gate */
+      CU_ASSERT(memcmp(o2, o, sizeof o) == 0);
+      memcpy(o2, u, sizeof u);
+      fn(o2, g, o2, N); /* out == up */
+      CU_ASSERT(memcmp(o2, o, sizeof o) == 0);
+    }
+    /* NaN in, NaN out; +-inf gates as libm's formula gives them (inf * up, or NaN for -inf). */
+    float gs[3] = {NAN, INFINITY, 5.0f}, us[3] = {1.0f, 2.0f, NAN}, os[3];
+    weir_swiglu(os, gs, us, 3);
+    CU_ASSERT(isnan(os[0]) && isinf(os[1]) && os[1] > 0 && isnan(os[2]));
+  }
+fail:;
+}
+
+/* ---- RoPE: the step's table against the direct kernels and the old per-token kernel ---- */
+
+/* The kernel as it was before the table (a pow per pair and token): the results must not
+ * change by a bit. */
+static void rope_old(float *x, const int32_t *positions, int64_t nt, int32_t n_heads,
+                     int32_t head_dim, int32_t rot_dim, float freq_base, float freq_scale,
+                     int style) {
+  const int32_t half = rot_dim / 2;
+  for (int64_t t = 0; t < nt; t++) {
+    float *row = x + t * (int64_t)n_heads * head_dim;
+    double p = (double)positions[t] * (double)freq_scale;
+    for (int32_t i = 0; i < half; i++) {
+      double theta = p * pow((double)freq_base, -2.0 * i / (double)rot_dim);
+      float c = (float)cos(theta), s = (float)sin(theta);
+      for (int32_t h = 0; h < n_heads; h++) {
+        float *v = row + (int64_t)h * head_dim;
+        int32_t a = style == WEIR_KROPE_NEOX ? i : 2 * i;
+        int32_t b = style == WEIR_KROPE_NEOX ? i + half : 2 * i + 1;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+/* Rotates x through the cache as the plugins do (fill in two token ranges, as parallel_for
+ * would split it); returns the slot's fill flag, or -1 when the cache gave no table. */
+static int rope_via_cache(weir_rope_cache *c, float *x, const int32_t *pos, int64_t nt,
+                          int32_t nh, int32_t hd, const weir_rope_params *p, int style,
+                          weir_rope_slot **slot_out) {
+  int fill = 0;
+  weir_rope_slot *s = weir_rope_cache_get(c, pos, nt, p, &fill);
+  if (slot_out) *slot_out = s;
+  if (!s) return -1;
+  int64_t mid = nt / 2;
+  if (fill) weir_rope_slot_fill(s, mid, nt);
+  weir_rope_apply(x, s, mid, nt, nh, hd, style);
+  if (fill) weir_rope_slot_fill(s, 0, mid);
+  weir_rope_apply(x, s, 0, mid, nh, hd, style);
+  if (fill) weir_rope_slot_done(s);
+  return fill;
+}
+
+static void test_rope_table(void) {
+  static const int cfg[][4] = {/* n_heads, head_dim, rot_dim, style */
+                               {8, 32, 32, WEIR_KROPE_NORM}, {2, 32, 32, WEIR_KROPE_NEOX},
+                               {3, 64, 24, WEIR_KROPE_NORM}, {2, 12, 8, WEIR_KROPE_NEOX},
+                               {1, 512, 512, WEIR_KROPE_NEOX}, {1, 2, 2, WEIR_KROPE_NORM}};
+  enum { NT = 17 };
+  int32_t pos[NT];
+  for (int t = 0; t < NT; t++) pos[t] = t < 12 ? 230 + t : 100000 + 7919 * t;
+  weir_rope_cache c = {0};
+  for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+    int nh = cfg[ci][0], hd = cfg[ci][1], rd = cfg[ci][2], st = cfg[ci][3];
+    size_t sz = (size_t)NT * nh * hd;
+    float *x0 = malloc(sz * 4), *a = malloc(sz * 4), *b = malloc(sz * 4), *inv = malloc(rd * 2);
+    fill(x0, (int64_t)sz, -2, 2);
+    for (int i = 0; i < rd / 2; i++) inv[i] = (float)(0.9 * pow(500000.0, -2.0 * i / rd));
+    for (int form = 0; form < 2; form++) {
+      const float base = 10000.0f, fs = ci & 1 ? 0.25f : 1.0f, ms = 1.0f + 0.1f * (float)ci;
+      const weir_rope_params p = {.rot_dim = rd, .freq_base = base, .freq_scale = fs,
+                                  .inv_freq = form ? inv : NULL, .mscale = ms};
+      /* the reference: the old kernel (base form) or the direct frequency kernel */
+      memcpy(a, x0, sz * 4);
+      if (form) weir_rope_rows_freqs(a, pos, 0, NT, nh, hd, rd, inv, ms, st);
+      else rope_old(a, pos, NT, nh, hd, rd, base, fs, st);
+      if (!form) { /* the direct kernel is the old one, bit for bit */
+        memcpy(b, x0, sz * 4);
+        weir_rope_rows(b, pos, 0, NT, nh, hd, rd, base, fs, st);
+        CU_ASSERT(memcmp(a, b, sz * 4) == 0);
+      }
+      /* first use fills the table, the next (k after q, later layers) reads it */
+      for (int rep = 0; rep < 3; rep++) {
+        memcpy(b, x0, sz * 4);
+        int fill = rope_via_cache(&c, b, pos, NT, nh, hd, &p, st, NULL);
+        CU_ASSERT_EQUAL(fill, rep == 0);
+        CU_ASSERT(memcmp(a, b, sz * 4) == 0);
+      }
+    }
+    free(x0), free(a), free(b), free(inv);
+  }
+  weir_rope_cache_free(&c);
+
+  /* Keys: positions by value (the same buffer rewritten), the frequency array by value,
+   * alternating parameter sets kept side by side, eviction past the slot count, an
+   * abandoned fill redone, a too-large step refused. */
+  {
+    enum { NH = 2, HD = 16, RD = 16 };
+    float x0[NT * NH * HD], a[NT * NH * HD], b[NT * NH * HD], inv[RD / 2];
+    fill(x0, NT * NH * HD, -1, 1);
+    for (int i = 0; i < RD / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / RD);
+    weir_rope_params ps[6];
+    for (int k = 0; k < 6; k++)
+      ps[k] = (weir_rope_params){.rot_dim = RD, .freq_base = 10000.0f * (float)(k + 1),
+                                 .freq_scale = 1.0f};
+    weir_rope_slot *s1 = NULL, *s2 = NULL;
+    CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos, NT, NH, HD, &ps[0], WEIR_KROPE_NORM, &s1), 1);
+    CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos, NT, NH, HD, &ps[1], WEIR_KROPE_NORM, &s2), 1);
+    CU_ASSERT(s1 != s2);
+    for (int rep = 0; rep < 2; rep++) { /* two sets alternate: both stay */
+      CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos, NT, NH, HD, &ps[0], WEIR_KROPE_NORM, NULL), 0);
+      CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos, NT, NH, HD, &ps[1], WEIR_KROPE_NORM, NULL), 0);
+    }
+    int32_t pos2[NT];
+    memcpy(pos2, pos, sizeof pos);
+    pos2[NT - 1] += 1; /* the next step: one position differs */
+    memcpy(b, x0, sizeof x0);
+    CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos2, NT, NH, HD, &ps[0], WEIR_KROPE_NORM, NULL), 1);
+    memcpy(a, x0, sizeof x0);
+    rope_old(a, pos2, NT, NH, HD, RD, ps[0].freq_base, 1.0f, WEIR_KROPE_NORM);
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+    /* fewer tokens with the same first positions: a different key */
+    CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos2, NT - 1, NH, HD, &ps[0], WEIR_KROPE_NORM, NULL), 1);
+    /* six sets through four slots, twice: every answer still right */
+    for (int rep = 0; rep < 2; rep++)
+      for (int k = 0; k < 6; k++) {
+        memcpy(b, x0, sizeof x0);
+        int f = rope_via_cache(&c, b, pos, NT, NH, HD, &ps[k], WEIR_KROPE_NEOX, NULL);
+        /* (the first round may hit what the lines above left; in the second, LRU over four
+         * slots has evicted each set before it comes back) */
+        CU_ASSERT(rep == 0 ? f >= 0 : f == 1);
+        memcpy(a, x0, sizeof x0);
+        rope_old(a, pos, NT, NH, HD, RD, ps[k].freq_base, 1.0f, WEIR_KROPE_NEOX);
+        CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+      }
+    /* the frequency form: the same array rewritten in place is a new key */
+    weir_rope_params pf = {.rot_dim = RD, .inv_freq = inv, .mscale = 1.0f};
+    CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos, NT, NH, HD, &pf, WEIR_KROPE_NORM, NULL), 1);
+    CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos, NT, NH, HD, &pf, WEIR_KROPE_NORM, NULL), 0);
+    inv[3] *= 0.5f;
+    memcpy(b, x0, sizeof x0);
+    CU_ASSERT_EQUAL(rope_via_cache(&c, b, pos, NT, NH, HD, &pf, WEIR_KROPE_NORM, NULL), 1);
+    memcpy(a, x0, sizeof x0);
+    weir_rope_rows_freqs(a, pos, 0, NT, NH, HD, RD, inv, 1.0f, WEIR_KROPE_NORM);
+    CU_ASSERT(memcmp(a, b, sizeof a) == 0);
+    /* a get whose fill never completed is not a hit */
+    int fill = -1;
+    weir_rope_slot *s = weir_rope_cache_get(&c, pos2, NT, &ps[5], &fill);
+    CU_ASSERT(s != NULL && fill == 1);
+    s = weir_rope_cache_get(&c, pos2, NT, &ps[5], &fill);
+    CU_ASSERT(s != NULL && fill == 1);
+    /* too large for a table, or not a valid rot_dim: NULL (the direct kernels then) */
+    static int32_t many[(WEIR_ROPE_TABLE_MAX_PAIRS / (RD / 2)) + 1];
+    s = weir_rope_cache_get(&c, many, (int64_t)(sizeof many / sizeof many[0]), &ps[0], &fill);
+    CU_ASSERT(s == NULL && fill == 0);
+    s = weir_rope_cache_get(&c, many, (int64_t)(sizeof many / sizeof many[0]) - 1, &ps[0], &fill);
+    CU_ASSERT(s != NULL && fill == 1);
+    weir_rope_params odd = {.rot_dim = 3, .freq_base = 10000.0f, .freq_scale = 1.0f};
+    CU_ASSERT(weir_rope_cache_get(&c, pos, NT, &odd, &fill) == NULL);
+    weir_rope_cache_free(&c);
+    weir_rope_cache_free(&c); /* freeing twice is harmless */
+  }
+}
+
 static void test_softmax(void) {
   enum { N = 333 };
   float x[N], p[N];
@@ -401,6 +728,9 @@ int main(void) {
                                   {"rms_norm", test_rms_norm},
                                   {"rope", test_rope},
                                   {"swiglu_add_rows", test_swiglu_add_rows},
+                                  {"vec_exp", test_vec_exp},
+                                  {"glu", test_glu},
+                                  {"rope_table", test_rope_table},
                                   {"softmax", test_softmax},
                                   {NULL, NULL}};
   return wt_run_suite("kernels", tests);

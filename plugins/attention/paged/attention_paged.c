@@ -30,6 +30,10 @@
 typedef struct attn_cpu {
   const weir_host *host;
   int32_t query_tile;
+  /* forward_rope's cos/sin of the step's positions (kernels/cpu/rope.h), computed by the
+   * first layer of a step and read by every later one (the instance is driven by one thread
+   * at a time, as the SDK says). */
+  weir_rope_cache rope_cache;
 } attn_cpu;
 
 static const weir_option_desc k_options[] = {
@@ -54,7 +58,12 @@ static int ap_init(const weir_host *host, const weir_plugin_args *args, void **s
   return WEIR_OK;
 }
 
-static void ap_fini(void *self) { free(self); }
+static void ap_fini(void *self) {
+  attn_cpu *a = self;
+  if (!a) return;
+  weir_rope_cache_free(&a->rope_cache);
+  free(a);
+}
 
 static size_t elem_size(weir_dtype t) {
   return t == WEIR_DTYPE_F32 ? 4 : t == WEIR_DTYPE_F16 ? 2 : t == WEIR_DTYPE_I8 ? 1 : 0;
@@ -318,6 +327,8 @@ typedef struct rope_ctx {
   const int32_t *pos;
   const weir_attn_shape *shape;
   const weir_attn_rope *rope;
+  weir_rope_slot *slot; /* the step's table, or NULL: the direct kernels */
+  int fill;             /* the table's rows are computed here first */
 } rope_ctx;
 
 /* Rotates tokens [t0, t1) of the q and k copies (parallel_for over tokens). */
@@ -326,7 +337,11 @@ static void rope_chunk(void *arg, int64_t t0, int64_t t1, int t) {
   const rope_ctx *c = arg;
   const weir_attn_shape *s = c->shape;
   const weir_attn_rope *r = c->rope;
-  if (r->inv_freq) {
+  if (c->slot) {
+    if (c->fill) weir_rope_slot_fill(c->slot, t0, t1);
+    weir_rope_apply(c->q, c->slot, t0, t1, s->n_heads, s->head_dim, r->style);
+    weir_rope_apply(c->k, c->slot, t0, t1, s->n_kv_heads, s->head_dim, r->style);
+  } else if (r->inv_freq) {
     weir_rope_rows_freqs(c->q, c->pos, t0, t1, s->n_heads, s->head_dim, r->rot_dim, r->inv_freq,
                          r->mscale, r->style);
     weir_rope_rows_freqs(c->k, c->pos, t0, t1, s->n_kv_heads, s->head_dim, r->rot_dim,
@@ -342,7 +357,8 @@ static void rope_chunk(void *arg, int64_t t0, int64_t t1, int t) {
 /* ABI 1.7: RoPE applied here rather than by the host's device ops. On the CPU there is no
  * launch to save: q and k are rotated into one scratch copy with the CPU device's own RoPE
  * kernels (so the result is bit-equal to the device's rope / rope_freqs followed by
- * forward_layer), which serves as the reference of the fused CUDA path. */
+ * forward_layer), which serves as the reference of the fused CUDA path. The cos/sin come
+ * from the instance's table of the step (rope.h), filled by the step's first layer. */
 static int ap_forward_rope(void *self, const weir_attn_shape *s, const weir_attn_layer_params *lp,
                            const weir_attn_rope *rope, const weir_attn_batch *b,
                            const weir_kv_view *kv, const float *q, const float *k, const float *v,
@@ -369,10 +385,16 @@ static int ap_forward_rope(void *self, const weir_attn_shape *s, const weir_attn
   memcpy(qr, q, (size_t)(T * qd) * sizeof(float));
   memcpy(kr, k, (size_t)(T * kd) * sizeof(float));
   rope_ctx rc_ = {.q = qr, .k = kr, .pos = pos, .shape = s, .rope = &r};
+  /* The step's cos/sin once for every layer: the same floats the direct kernels compute. */
+  const weir_rope_params rp = {.rot_dim = r.rot_dim, .freq_base = r.freq_base,
+                               .freq_scale = r.freq_scale, .inv_freq = r.inv_freq,
+                               .mscale = r.mscale};
+  rc_.slot = weir_rope_cache_get(&a->rope_cache, pos, T, &rp, &rc_.fill);
   const weir_host *h = a->host;
   int threads = h->num_threads ? h->num_threads(h->ctx) : 1;
   if (threads > 1 && T > 1 && h->parallel_for) h->parallel_for(h->ctx, T, 1, rope_chunk, &rc_);
   else rope_chunk(&rc_, 0, T, 0);
+  if (rc_.slot && rc_.fill) weir_rope_slot_done(rc_.slot);
   int rc = forward_impl(self, s, &p, b, kv, qr, kr, v, out);
   a->host->free(a->host->ctx, qk);
   return rc;

