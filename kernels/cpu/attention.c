@@ -111,7 +111,7 @@ WEIR_TARGET_AVX2 static float exp_sum_avx2(float *s, int32_t n, float m) {
   __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) {
-    __m256 e = weir__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    __m256 e = weir__exp_nonpos_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
     _mm256_storeu_ps(s + j, e);
     sum = _mm256_add_ps(sum, e);
   }
@@ -121,7 +121,7 @@ WEIR_TARGET_AVX2 static float exp_sum_avx2(float *s, int32_t n, float m) {
   if (j < n) {
     float in[8] = {0};
     for (int32_t t = 0; j + t < n; t++) in[t] = s[j + t];
-    _mm256_storeu_ps(tmp, weir__exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(in), mv)));
+    _mm256_storeu_ps(tmp, weir__exp_nonpos_avx2(_mm256_sub_ps(_mm256_loadu_ps(in), mv)));
     for (int32_t t = 0; j + t < n; t++) {
       s[j + t] = tmp[t];
       tot += tmp[t];
@@ -182,7 +182,7 @@ WEIR_TARGET_AVX512 static float exp_sum_avx512(float *s, int32_t n, float m) {
   __m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
   for (int32_t j = 0; j < n; j += 16) {
     __mmask16 k = tail16(n - j);
-    __m512 e = weir__exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+    __m512 e = weir__exp_nonpos_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
     _mm512_mask_storeu_ps(s + j, k, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
   }
