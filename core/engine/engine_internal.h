@@ -69,6 +69,7 @@ typedef struct engine_req {
   int32_t dkeep;
   double dconf;
   double acceptance; /* moving average of this request's checked drafts (spec_policy.h) */
+  int32_t spec_gated; /* steps its drafts were gated since its last probe (weir_spec_seq_pays) */
   int no_spec;   /* weir_gen_request.no_speculation */
   int32_t num_output;
   double t_arrival, t_sched, t_first, deadline;

@@ -281,6 +281,21 @@ static int32_t choose_k(weir_engine *e) {
   return e->step_k;
 }
 
+/* How many drafts request r makes at the step's length k: cut by its acceptance, and none
+ * (but a probe of one every WEIR_SPEC_PROBE steps) where its drafts do not pay for their rows
+ * at the step's batch size (weir_spec_seq_pays; the adaptive policy only: a fixed length is
+ * what the operator asked for). */
+static int32_t seq_drafts(weir_engine *e, engine_req *r, int32_t k) {
+  const int32_t want = weir_spec_seq_len(k, r->acceptance);
+  if (want <= 0 || !e->spec.adaptive || weir_spec_seq_pays(r->acceptance, e->step_n)) {
+    r->spec_gated = 0;
+    return want;
+  }
+  if (++r->spec_gated < WEIR_SPEC_PROBE) return 0;
+  r->spec_gated = 0;
+  return 1;
+}
+
 /* With a draft model: every decode sequence gets spec_k placeholder drafts, so that the step
  * schedules (and the KV manager allocates) their positions; run_draft then writes the draft
  * model's tokens over them before the target runs. Constrained requests are not drafted for
@@ -296,7 +311,7 @@ static void reserve_drafts(weir_engine *e, int32_t k) {
       r->catch_up = 1; /* run_draft advances it with what room is left */
       continue;
     }
-    int32_t nd = draft_room(e, r, weir_spec_seq_len(k, r->acceptance));
+    int32_t nd = draft_room(e, r, seq_drafts(e, r, k));
     if (nd <= 0) continue;
     budget -= catch_up;
     if (nd <= 0) continue;
@@ -334,7 +349,7 @@ void weir__engine_propose_drafts(weir_engine *e) {
   for (int32_t i = 0; i < n; i++) {
     engine_req *r = e->dreqs[i];
     int32_t nd = draft_room(e, r, e->dcounts[i]);
-    const int32_t want = weir_spec_seq_len(k, r->acceptance);
+    const int32_t want = seq_drafts(e, r, k);
     if (want < nd) nd = want;
     if (r->matcher && nd > 0) {
       /* Only drafts the constraint allows: the longest allowed prefix, the matcher left as

@@ -348,6 +348,12 @@ int32_t weir_spec_seq_len(int32_t k, double a) {
   return j < 1 ? 1 : j > k ? k : j;
 }
 
+int weir_spec_seq_pays(double a, int32_t n) {
+  double bar = WEIR_SPEC_ROW_COST * (double)(n > 1 ? n : 1);
+  if (bar > WEIR_SPEC_GATE_MAX) bar = WEIR_SPEC_GATE_MAX;
+  return a >= bar;
+}
+
 double weir_spec_acceptance_update(double a, int32_t drafted, int32_t accepted) {
   const int32_t checked = accepted < drafted ? accepted + 1 : drafted;
   for (int32_t j = 0; j < checked; j++) a += ACCEPT_WEIGHT * ((j < accepted ? 1.0 : 0.0) - a);

@@ -210,6 +210,20 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
  * chance of at least WEIR_SPEC_MIN_REACH of being checked; at least 1 when k >= 1. */
 int32_t weir_spec_seq_len(int32_t k, double a);
 
+/* Whether a sequence whose acceptance is a drafts at all in a step of n sequences (adaptive
+ * policy only). One more row in a step of n sequences costs about WEIR_SPEC_ROW_COST of the
+ * step while decode is memory-bound (measured on the trained target on the development CPU:
+ * 4 sequences, 729 us a step, 62 us a row), and its first draft brings a tokens: a sequence
+ * pays for its drafts only where a > n * WEIR_SPEC_ROW_COST (at most WEIR_SPEC_GATE_MAX).
+ * The length the policy picks is the step's; a sequence whose drafts mostly fail (ngram on
+ * sampled text: a = 0.1-0.3) would still draft one per step at any length, a loss of a few
+ * percent at 4 streams (issue 32: the in-service guard cells at 0.8). A gated sequence
+ * drafts one token every WEIR_SPEC_PROBE steps so that its acceptance follows its text. */
+#define WEIR_SPEC_ROW_COST 0.08
+#define WEIR_SPEC_GATE_MAX 0.9
+#define WEIR_SPEC_PROBE 16
+int weir_spec_seq_pays(double a, int32_t n);
+
 /* Moving average of a sequence's acceptance after a verified step with `drafted` drafts of
  * which `accepted` were: every checked draft counts (the accepted ones as 1, the first
  * rejected as 0; the ones after it were never checked). */
