@@ -695,6 +695,7 @@ static int load_models(weir_engine *e, const weir_config *cfg, weir_progress *pr
   weir_runtime *rt = &e->rt;
   const weir_llama_hparams *hp = &rt->hp[0];
   e->logits_host = rt->plugins.device && rt->plugins.device->desc->devices == WEIR_DEVICE_CPU;
+  e->spec_row_cost = e->logits_host ? WEIR_SPEC_ROW_COST : WEIR_SPEC_ROW_COST_GPU;
   const char *draft_path = e->drafter && e->drafter->model_path
                                ? e->drafter->model_path(e->drafter_self) : NULL;
   int rc = check_model_fit(hp, cfg, err, errlen);

@@ -125,6 +125,7 @@ struct weir_engine {
   int spec_break_residual;         /* weir_engine_opts: tests only */
   weir_spec_policy spec;           /* which speculation length pays (spec_policy.h) */
   int32_t step_n, step_k;          /* this step's decode sequences and chosen length */
+  double spec_row_cost; /* a verification row's share of a step's time (weir_spec_seq_pays) */
   int64_t step_tokens;             /* output tokens this step delivered */
   int64_t step_drafts;             /* drafts this step verified */
   /* WEIR_STEP_PROFILE=1 in the environment (read at create): the time of each phase of a

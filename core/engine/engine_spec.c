@@ -282,16 +282,18 @@ static int32_t choose_k(weir_engine *e) {
 }
 
 /* How many drafts request r makes at the step's length k: cut by its acceptance, and none
- * (but a probe of one every WEIR_SPEC_PROBE steps) where its drafts do not pay for their rows
+ * (but a probe of one every WEIR_SPEC_PROBE * n steps) where its drafts do not pay for their rows
  * at the step's batch size (weir_spec_seq_pays; the adaptive policy only: a fixed length is
  * what the operator asked for). */
 static int32_t seq_drafts(weir_engine *e, engine_req *r, int32_t k) {
   const int32_t want = weir_spec_seq_len(k, r->acceptance);
-  if (want <= 0 || !e->spec.adaptive || weir_spec_seq_pays(r->acceptance, e->step_n)) {
+  if (want <= 0 || !e->spec.adaptive ||
+      weir_spec_seq_pays(r->acceptance, e->step_n, e->spec_row_cost)) {
     r->spec_gated = 0;
     return want;
   }
-  if (++r->spec_gated < WEIR_SPEC_PROBE) return 0;
+  /* A probe every WEIR_SPEC_PROBE * n steps: 1 / WEIR_SPEC_PROBE of a row per step. */
+  if (++r->spec_gated < WEIR_SPEC_PROBE * (e->step_n > 1 ? e->step_n : 1)) return 0;
   r->spec_gated = 0;
   return 1;
 }

@@ -348,8 +348,8 @@ int32_t weir_spec_seq_len(int32_t k, double a) {
   return j < 1 ? 1 : j > k ? k : j;
 }
 
-int weir_spec_seq_pays(double a, int32_t n) {
-  double bar = WEIR_SPEC_ROW_COST * (double)(n > 1 ? n : 1);
+int weir_spec_seq_pays(double a, int32_t n, double row_cost) {
+  double bar = row_cost * (double)(n > 1 ? n : 1);
   if (bar > WEIR_SPEC_GATE_MAX) bar = WEIR_SPEC_GATE_MAX;
   return a >= bar;
 }

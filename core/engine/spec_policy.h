@@ -211,18 +211,22 @@ void weir_spec_observe(weir_spec_policy *p, int32_t n, int32_t k, int64_t tokens
 int32_t weir_spec_seq_len(int32_t k, double a);
 
 /* Whether a sequence whose acceptance is a drafts at all in a step of n sequences (adaptive
- * policy only). One more row in a step of n sequences costs about WEIR_SPEC_ROW_COST of the
- * step while decode is memory-bound (measured on the trained target on the development CPU:
- * 4 sequences, 729 us a step, 62 us a row), and its first draft brings a tokens: a sequence
- * pays for its drafts only where a > n * WEIR_SPEC_ROW_COST (at most WEIR_SPEC_GATE_MAX).
- * The length the policy picks is the step's; a sequence whose drafts mostly fail (ngram on
- * sampled text: a = 0.1-0.3) would still draft one per step at any length, a loss of a few
- * percent at 4 streams (issue 32: the in-service guard cells at 0.8). A gated sequence
- * drafts one token every WEIR_SPEC_PROBE steps so that its acceptance follows its text. */
+ * policy only), where one more row costs `row_cost` of such a step. While decode is
+ * memory-bound an extra row costs about WEIR_SPEC_ROW_COST of the step on a CPU (measured on
+ * the trained target on the development CPU: 4 sequences, 729 us a step, 62 us a row) and
+ * its first draft brings a tokens: a sequence pays for its drafts only where
+ * a >= n * row_cost (at most WEIR_SPEC_GATE_MAX). The length the policy picks is the step's;
+ * a sequence whose drafts mostly fail (ngram on sampled text: a = 0.1-0.3) would still draft
+ * one per step at any length, a loss of 5-8% at 4 streams (issue 32: the in-service guard
+ * cells at 0.8). A gated sequence drafts one token every WEIR_SPEC_PROBE * n steps, so its
+ * acceptance follows its text at a cost of 1 / WEIR_SPEC_PROBE of a row per step.
+ * WEIR_SPEC_ROW_COST_GPU is a GPU's (verification rows nearly free at small batches): an
+ * estimate, not measured yet (scripts/gpu-check spec). */
 #define WEIR_SPEC_ROW_COST 0.08
+#define WEIR_SPEC_ROW_COST_GPU 0.01
 #define WEIR_SPEC_GATE_MAX 0.9
 #define WEIR_SPEC_PROBE 16
-int weir_spec_seq_pays(double a, int32_t n);
+int weir_spec_seq_pays(double a, int32_t n, double row_cost);
 
 /* Moving average of a sequence's acceptance after a verified step with `drafted` drafts of
  * which `accepted` were: every checked draft counts (the accepted ones as 1, the first

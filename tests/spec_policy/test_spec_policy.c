@@ -669,13 +669,14 @@ static void test_per_request_length(void) {
   WT_ASSERT_INT_EQ(weir_spec_seq_len(64, 0.99), 64);
   /* The gate by batch size: sampled ngram drafts (a = 0.2) pay at one stream, not at 4; a
    * greedy copy (0.97) pays at 16 streams, a draft model at 0.78 at 4 but not at 16. */
-  CU_ASSERT(weir_spec_seq_pays(0.2, 1));
-  CU_ASSERT(!weir_spec_seq_pays(0.2, 4));
-  CU_ASSERT(weir_spec_seq_pays(0.78, 4));
-  CU_ASSERT(!weir_spec_seq_pays(0.78, 16));
-  CU_ASSERT(weir_spec_seq_pays(0.97, 16));
-  CU_ASSERT(weir_spec_seq_pays(0.97, 512)); /* the bar stops at WEIR_SPEC_GATE_MAX */
-  CU_ASSERT(!weir_spec_seq_pays(0.05, 0));
+  CU_ASSERT(weir_spec_seq_pays(0.2, 1, WEIR_SPEC_ROW_COST));
+  CU_ASSERT(!weir_spec_seq_pays(0.2, 4, WEIR_SPEC_ROW_COST));
+  CU_ASSERT(weir_spec_seq_pays(0.78, 4, WEIR_SPEC_ROW_COST));
+  CU_ASSERT(!weir_spec_seq_pays(0.78, 16, WEIR_SPEC_ROW_COST));
+  CU_ASSERT(weir_spec_seq_pays(0.97, 16, WEIR_SPEC_ROW_COST));
+  CU_ASSERT(weir_spec_seq_pays(0.97, 512, WEIR_SPEC_ROW_COST)); /* the bar stops at 0.9 */
+  CU_ASSERT(!weir_spec_seq_pays(0.05, 0, WEIR_SPEC_ROW_COST));
+  CU_ASSERT(weir_spec_seq_pays(0.2, 16, WEIR_SPEC_ROW_COST_GPU)); /* cheap rows: drafts pay */
   /* The average: accepted drafts pull up, the first rejection down, the rest do not count. */
   double a = 0.5;
   a = weir_spec_acceptance_update(a, 4, 4);
