@@ -30,6 +30,7 @@ typedef struct vec_ops {
                   int32_t n, float *s, size_t lds);
   void (*pv4)(float *acc, size_t lda, const float *p, size_t lds, const float *v, int32_t ldv,
               int32_t n, int32_t hd);
+  float (*max)(const float *s, int32_t n); /* the largest of s[0..n), n >= 1 */
 } vec_ops;
 
 static void scores_scalar(const float *q, const float *kt, int32_t ldk, int32_t hd, int32_t n,
@@ -78,6 +79,11 @@ static void pv4_scalar(float *acc, size_t lda, const float *p, size_t lds, const
       for (int32_t d = 0; d < hd; d++) ar[d] += pj * row[d];
     }
   }
+}
+static float max_scalar(const float *s, int32_t n) {
+  float m = s[0];
+  for (int32_t j = 1; j < n; j++) m = s[j] > m ? s[j] : m;
+  return m;
 }
 static void scal_scalar(float *y, float alpha, int32_t n) {
   for (int32_t i = 0; i < n; i++) y[i] *= alpha;
@@ -158,8 +164,26 @@ WEIR_TARGET_AVX2 static void scal_avx2(float *y, float alpha, int32_t n) {
   for (; i < n; i++) y[i] *= alpha;
 }
 
+WEIR_TARGET_AVX2 static float max_avx2(const float *s, int32_t n) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
+  float tmp[8], r = -INFINITY;
+  _mm256_storeu_ps(tmp, m);
+  for (int t = 0; t < 8; t++) r = tmp[t] > r ? tmp[t] : r;
+  for (; j < n; j++) r = s[j] > r ? s[j] : r;
+  return r;
+}
+
 static inline __mmask16 tail16(int32_t left) {
   return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+WEIR_TARGET_AVX512 static float max_avx512(const float *s, int32_t n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (int32_t j = 0; j < n; j += 16)
+    m = _mm512_mask_max_ps(m, tail16(n - j), m, _mm512_maskz_loadu_ps(tail16(n - j), s + j));
+  return _mm512_reduce_max_ps(m);
 }
 
 WEIR_TARGET_AVX512 static void scores_avx512(const float *q, const float *kt, int32_t ldk,
@@ -386,40 +410,103 @@ static vec_ops pick_ops(void) {
 #if WEIR_X86
   case WEIR_CPU_ISA_AVX512:
     return (vec_ops){scores_avx512, exp_sum_avx512, pv_avx512, scal_avx512, scores4_avx512,
-                     pv4_avx512};
+                     pv4_avx512, max_avx512};
   case WEIR_CPU_ISA_AVX2:
-    return (vec_ops){scores_avx2, exp_sum_avx2, pv_avx2, scal_avx2, scores4_avx2, pv4_avx2};
+    return (vec_ops){scores_avx2, exp_sum_avx2, pv_avx2, scal_avx2, scores4_avx2, pv4_avx2,
+                     max_avx2};
 #endif
   default:
     return (vec_ops){scores_scalar, exp_sum_scalar, pv_scalar, scal_scalar, scores4_scalar,
-                     pv4_scalar};
+                     pv4_scalar, max_scalar};
   }
 }
 
+/* Keys per tile: the online softmax takes its running max, rescales and sums once per tile,
+ * not once per cache block, so a tile spans several blocks (kv_tile_blocks of them). Tiles
+ * start at multiples of the tile's length in the sequence's positions, whatever the query
+ * range, so a query's arithmetic (which keys share a tile, in what order) does not depend on
+ * the other queries of its task: a row decoded alone and the same row in a verification step
+ * give bit-identical results. A block size that is not a multiple of 16 keeps tiles of one
+ * block (the 16-column K transposes would spill into the next block's columns). */
+#define TILE_KEYS 128
+static int32_t kv_tile_blocks(int32_t block_size) {
+  if (block_size % 16 != 0 || block_size >= TILE_KEYS) return 1;
+  return TILE_KEYS / block_size;
+}
+
 /* Scratch layout, each region rounded up to 16 floats so rows stay 64-byte aligned when the
- * scratch is: kt [head_dim][bs16] (K transposed), vf [block_size][hd16]; qs, acc
- * [rows][hd16]; m, l [rows]; s [4][bs16] (scores of up to 4 rows). */
+ * scratch is: kt [head_dim][tp] (a tile's K transposed), vf [tile][hd16]; qs, acc
+ * [rows][hd16]; m, l [rows]; s [4][tp] (scores of up to 4 rows); tp = tile keys rounded up
+ * to 16. */
 static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 size_t weir_attn_cpu_scratch_floats(int32_t q_len, int32_t n_group, int32_t head_dim,
                                     int32_t block_size) {
   size_t rows = (size_t)q_len * (size_t)n_group, hd = up16((size_t)head_dim);
-  size_t bs = up16((size_t)block_size);
-  return (size_t)head_dim * bs + (size_t)block_size * hd + 2 * rows * hd + 2 * up16(rows) + 4 * bs;
+  size_t tile = (size_t)kv_tile_blocks(block_size) * (size_t)block_size, tp = up16(tile);
+  return (size_t)head_dim * tp + tile * hd + 2 * rows * hd + 2 * up16(rows) + 4 * tp;
+}
+
+/* One cache block's K (transposed into kt's columns from col) and V (rows of vf from col,
+ * unless the cache is f32, read in place) as f32. kt's row stride is ldk. */
+static void load_block(const weir_attn_cpu_args *a, const uint8_t *blk, int32_t ntok,
+                       float *kt, size_t ldk, float *vf, size_t hdp, float *tmp, size_t tmp_len) {
+  const int32_t hd = a->head_dim;
+  int k_done = 0;
+#if WEIR_X86
+  if (a->kv_f16 && !a->kv_i8 && hd % 16 == 0 && weir_cpu_isa() == WEIR_CPU_ISA_AVX512) {
+    kt_f16_avx512(blk + a->k_offset, a->token_stride, ntok, hd, kt, ldk);
+    k_done = 1;
+  }
+#endif
+  for (int32_t o = 0; o < ntok && !k_done; o++) {
+    const uint8_t *kp = blk + a->k_offset + o * a->token_stride;
+    const float *krow = (const float *)kp;
+    if (a->kv_i8) {
+      const int8_t *kq = (const int8_t *)kp;
+      float ks;
+      memcpy(&ks, blk + a->k_scale_offset + (size_t)o * sizeof(float), sizeof ks);
+      for (int32_t d = 0; d < hd; d++) kt[(size_t)d * ldk + o] = (float)kq[d] * ks;
+    } else if (a->kv_f16) {
+      /* tmp holds tmp_len floats; convert K in pieces that fit */
+      for (int32_t d0 = 0; d0 < hd; d0 += (int32_t)tmp_len) {
+        int32_t len = hd - d0 < (int32_t)tmp_len ? hd - d0 : (int32_t)tmp_len;
+        weir_f16_to_f32_row((const uint16_t *)kp + d0, tmp, len);
+        for (int32_t d = 0; d < len; d++) kt[(size_t)(d0 + d) * ldk + o] = tmp[d];
+      }
+    } else {
+      for (int32_t d = 0; d < hd; d++) kt[(size_t)d * ldk + o] = krow[d];
+    }
+  }
+  if (a->kv_i8) {
+    for (int32_t o = 0; o < ntok; o++) {
+      const int8_t *vq = (const int8_t *)(blk + a->v_offset + o * a->token_stride);
+      float vs;
+      memcpy(&vs, blk + a->v_scale_offset + (size_t)o * sizeof(float), sizeof vs);
+      float *dst = vf + o * hdp;
+      for (int32_t d = 0; d < hd; d++) dst[d] = (float)vq[d] * vs;
+    }
+  } else if (a->kv_f16) {
+    for (int32_t o = 0; o < ntok; o++)
+      weir_f16_to_f32_row((const uint16_t *)(blk + a->v_offset + o * a->token_stride),
+                          vf + o * hdp, hd);
+  }
 }
 
 void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
   const vec_ops ops = pick_ops();
   const int32_t hd = a->head_dim, bs = a->block_size;
-  const size_t hdp = up16((size_t)hd), bsp = up16((size_t)bs);
+  const int32_t tile_blocks = kv_tile_blocks(bs), tile = tile_blocks * bs;
+  const size_t hdp = up16((size_t)hd), tp = up16((size_t)tile);
   const int32_t rows = a->q_len * a->n_group;
   float *kt = a->scratch;
-  float *vf = kt + (size_t)hd * bsp;
-  float *qs = vf + (size_t)bs * hdp;
+  float *vf = kt + (size_t)hd * tp;
+  float *qs = vf + (size_t)tile * hdp;
   float *acc = qs + (size_t)rows * hdp;
   float *mrow = acc + (size_t)rows * hdp;
   float *lrow = mrow + up16((size_t)rows);
   float *s = lrow + up16((size_t)rows);
+  const int v_in_place = !a->kv_f16 && !a->kv_i8;
 
   /* The scale is folded into q once instead of into every score. */
   for (int32_t i = 0; i < a->q_len; i++)
@@ -433,8 +520,9 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
     lrow[r] = 0.0f;
     memset(acc + (size_t)r * hdp, 0, (size_t)hd * sizeof(float));
   }
-  /* Padding columns of kt are read by full-width loads; keep them finite. */
-  memset(kt, 0, (size_t)hd * bsp * sizeof(float));
+  /* Padding columns of kt (and the columns of blocks a window skips) are read by full-width
+   * loads; keep them finite. */
+  memset(kt, 0, (size_t)hd * tp * sizeof(float));
 
   const int32_t last_pos = a->first_pos + a->q_len - 1;
   const int32_t n_blocks = last_pos / bs + 1;
@@ -442,88 +530,45 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
    * so blocks wholly before the first query's window are skipped, never read. */
   const int32_t win = a->window > 0 ? a->window : 0;
   const int32_t first_lo = win && a->first_pos - win + 1 > 0 ? a->first_pos - win + 1 : 0;
+  const int32_t first_block = first_lo / bs;
   const float cap = a->softcap > 0.0f ? a->softcap : 0.0f, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
-  for (int32_t b = first_lo / bs; b < n_blocks; b++) {
-    const uint8_t *blk = a->kv_base + (size_t)a->block_table[b] * a->block_bytes;
-    const int32_t tok0 = b * bs;
-    const int32_t ntok = last_pos + 1 - tok0 < bs ? last_pos + 1 - tok0 : bs;
-    /* K transposed into kt; V as f32 rows (read in place when the cache is f32). */
-    const float *vrow;
-    size_t vstride;
-    float *tmp = s; /* one converted K row at a time; s is free until the scores */
-    int k_done = 0;
-#if WEIR_X86
-    if (a->kv_f16 && !a->kv_i8 && hd % 16 == 0 && weir_cpu_isa() == WEIR_CPU_ISA_AVX512) {
-      kt_f16_avx512(blk + a->k_offset, a->token_stride, ntok, hd, kt, bsp);
-      k_done = 1;
+  for (int32_t tb = first_block / tile_blocks * tile_blocks; tb < n_blocks; tb += tile_blocks) {
+    const int32_t tok0 = tb * bs;
+    const int32_t tend = tb + tile_blocks < n_blocks ? tb + tile_blocks : n_blocks;
+    const int32_t ntok = last_pos + 1 - tok0 < tile ? last_pos + 1 - tok0 : tile;
+    /* K transposed into kt, V as f32 rows (read in place when the cache is f32, whose
+     * blocks are not adjacent: then a tile is walked block by block below). */
+    for (int32_t b = tb > first_block ? tb : first_block; b < tend; b++) {
+      const uint8_t *blk = a->kv_base + (size_t)a->block_table[b] * a->block_bytes;
+      const int32_t col = (b - tb) * bs;
+      const int32_t nb = ntok - col < bs ? ntok - col : bs;
+      load_block(a, blk, nb, kt + col, tp, vf + (size_t)col * hdp, hdp, s, tp);
     }
-#endif
-    for (int32_t o = 0; o < ntok && !k_done; o++) {
-      const uint8_t *kp = blk + a->k_offset + o * a->token_stride;
-      const float *krow = (const float *)kp;
-      if (a->kv_i8) {
-        const int8_t *kq = (const int8_t *)kp;
-        float ks;
-        memcpy(&ks, blk + a->k_scale_offset + (size_t)o * sizeof(float), sizeof ks);
-        for (int32_t d = 0; d < hd; d++) kt[(size_t)d * bsp + o] = (float)kq[d] * ks;
-      } else if (a->kv_f16) {
-        /* s holds at least bsp floats; convert K in pieces that fit */
-        for (int32_t d0 = 0; d0 < hd; d0 += (int32_t)bsp) {
-          int32_t len = hd - d0 < (int32_t)bsp ? hd - d0 : (int32_t)bsp;
-          weir_f16_to_f32_row((const uint16_t *)kp + d0, tmp, len);
-          for (int32_t d = 0; d < len; d++) kt[(size_t)(d0 + d) * bsp + o] = tmp[d];
-        }
-      } else {
-        for (int32_t d = 0; d < hd; d++) kt[(size_t)d * bsp + o] = krow[d];
-      }
-    }
-    if (a->kv_i8) {
-      for (int32_t o = 0; o < ntok; o++) {
-        const int8_t *vq = (const int8_t *)(blk + a->v_offset + o * a->token_stride);
-        float vs;
-        memcpy(&vs, blk + a->v_scale_offset + (size_t)o * sizeof(float), sizeof vs);
-        float *dst = vf + o * hdp;
-        for (int32_t d = 0; d < hd; d++) dst[d] = (float)vq[d] * vs;
-      }
-      vrow = vf;
-      vstride = hdp;
-    } else if (a->kv_f16) {
-      for (int32_t o = 0; o < ntok; o++)
-        weir_f16_to_f32_row((const uint16_t *)(blk + a->v_offset + o * a->token_stride),
-                            vf + o * hdp, hd);
-      vrow = vf;
-      vstride = hdp;
-    } else {
-      vrow = (const float *)(blk + a->v_offset);
-      vstride = a->token_stride / sizeof(float);
-    }
-    /* Queries before this block's first position see none of it. */
+    /* Queries before this tile's first position see none of it. */
     int32_t i_first = tok0 - a->first_pos > 0 ? tok0 - a->first_pos : 0;
     for (int32_t i = i_first; i < a->q_len; i++) {
       const int32_t pos = a->first_pos + i;
       const int32_t nvalid = pos - tok0 + 1 < ntok ? pos - tok0 + 1 : ntok;
-      /* Keys [lo, nvalid) of this block are in the query's window. */
+      /* Keys [lo, nvalid) of this tile are in the query's window. */
       const int32_t lo = win && pos - win + 1 - tok0 > 0 ? pos - win + 1 - tok0 : 0;
       if (lo >= nvalid) continue;
       const int32_t nk = nvalid - lo;
-      const float *ktw = kt + lo, *vw = vrow + (size_t)lo * vstride;
+      const float *ktw = kt + lo;
       for (int32_t g = 0; g < a->n_group;) {
         /* Four heads of the group at once when the ISA has the 4-row kernels: they see
          * the same keys (same query position), so K and V loads are shared. */
         const int32_t r0 = i * a->n_group + g;
         const int nr = ops.scores4 && a->n_group - g >= 4 ? 4 : 1;
         if (nr == 4)
-          ops.scores4(qs + (size_t)r0 * hdp, hdp, ktw, (int32_t)bsp, hd, nk, s, bsp);
+          ops.scores4(qs + (size_t)r0 * hdp, hdp, ktw, (int32_t)tp, hd, nk, s, tp);
         else
-          ops.scores(qs + (size_t)r0 * hdp, ktw, (int32_t)bsp, hd, nk, s);
+          ops.scores(qs + (size_t)r0 * hdp, ktw, (int32_t)tp, hd, nk, s);
         for (int k = 0; k < nr; k++) {
           const int32_t r = r0 + k;
-          float *sr = s + (size_t)k * bsp;
+          float *sr = s + (size_t)k * tp;
           if (cap > 0.0f)
             for (int32_t o = 0; o < nk; o++) sr[o] = cap * tanhf(sr[o] * inv_cap);
-          float bm = -INFINITY;
-          for (int32_t o = 0; o < nk; o++)
-            if (sr[o] > bm) bm = sr[o];
+          const float bm = ops.max(sr, nk);
           if (bm > mrow[r]) {
             /* New running max: rescale what was accumulated under the old one. */
             if (mrow[r] != -INFINITY) {
@@ -535,10 +580,28 @@ void weir_attn_cpu_run(const weir_attn_cpu_args *a) {
           }
           lrow[r] += ops.exp_sum(sr, nk, mrow[r]);
         }
-        if (nr == 4)
-          ops.pv4(acc + (size_t)r0 * hdp, hdp, s, bsp, vw, (int32_t)vstride, nk, hd);
-        else
-          ops.pv(acc + (size_t)r0 * hdp, s, vw, (int32_t)vstride, nk, hd);
+        /* The weighted V rows, block by block where V is read in place. */
+        for (int32_t c0 = lo; c0 < nvalid;) {
+          const float *vw;
+          int32_t vstride, c1;
+          if (v_in_place) {
+            const int32_t b = tb + c0 / bs;
+            c1 = (c0 / bs + 1) * bs < nvalid ? (c0 / bs + 1) * bs : nvalid;
+            vstride = (int32_t)(a->token_stride / sizeof(float));
+            vw = (const float *)(a->kv_base + (size_t)a->block_table[b] * a->block_bytes +
+                                 a->v_offset) +
+                 (size_t)(c0 % bs) * (size_t)vstride;
+          } else {
+            c1 = nvalid;
+            vstride = (int32_t)hdp;
+            vw = vf + (size_t)c0 * hdp;
+          }
+          if (nr == 4)
+            ops.pv4(acc + (size_t)r0 * hdp, hdp, s + (c0 - lo), tp, vw, vstride, c1 - c0, hd);
+          else
+            ops.pv(acc + (size_t)r0 * hdp, s + (c0 - lo), vw, vstride, c1 - c0, hd);
+          c0 = c1;
+        }
         g += nr;
       }
     }

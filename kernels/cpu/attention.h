@@ -4,7 +4,9 @@
  * query heads that share one KV head (grouped-query attention). It walks the sequence's
  * block table once, converting each needed K/V block of that KV head to f32 a single time
  * for every query row of the task, and keeps an online softmax (running max m, running sum
- * l, f32 accumulator) per row: acc = sum_j exp(s_j - m) v_j, out = acc / l with
+ * l, f32 accumulator) per row, updated once per tile of 128 keys (several blocks; tiles at
+ * multiples of 128 positions, so a row's result is bit-identical whichever other rows share
+ * its task): acc = sum_j exp(s_j - m) v_j, out = acc / l with
  * s_j = scale * q . k_j, over the positions j <= the query's position (causal). With a
  * sliding window W only positions j > pos - W count, and blocks wholly before the first
  * query's window are not read (their block-table entries may be stale); with a soft-cap c
