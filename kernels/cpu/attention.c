@@ -487,9 +487,14 @@ static void load_block(const weir_attn_cpu_args *a, const uint8_t *blk, int32_t 
       for (int32_t d = 0; d < hd; d++) dst[d] = (float)vq[d] * vs;
     }
   } else if (a->kv_f16) {
-    for (int32_t o = 0; o < ntok; o++)
-      weir_f16_to_f32_row((const uint16_t *)(blk + a->v_offset + o * a->token_stride),
-                          vf + o * hdp, hd);
+    if ((size_t)hd == hdp && a->token_stride == (size_t)hd * 2) {
+      /* the block's V rows are contiguous and vf's rows unpadded: one conversion */
+      weir_f16_to_f32_row((const uint16_t *)(blk + a->v_offset), vf, (int64_t)ntok * hd);
+    } else {
+      for (int32_t o = 0; o < ntok; o++)
+        weir_f16_to_f32_row((const uint16_t *)(blk + a->v_offset + o * a->token_stride),
+                            vf + o * hdp, hd);
+    }
   }
 }
 
