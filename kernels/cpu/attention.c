@@ -405,21 +405,6 @@ WEIR_TARGET_AVX512 static void kt_f16_avx512(const uint8_t *k0, size_t stride, i
 }
 #endif
 
-#if WEIR_X86
-/* K stored transposed (kt_f16): row d of the block's K^T (ntok values, block_size apart from
- * row to row) converted into kt's row d, 16 columns at a time; columns past ntok up to the
- * next 16 are written as zeros (kt's padding must stay finite), as kt_f16_avx512 does. */
-WEIR_TARGET_AVX512 static void kt_rows_f16_avx512(const uint16_t *ks, int32_t bs, int32_t ntok,
-                                                  int32_t hd, float *kt, size_t ldk) {
-  for (int32_t d = 0; d < hd; d++) {
-    const uint16_t *src = ks + (size_t)d * (size_t)bs;
-    float *dst = kt + (size_t)d * ldk;
-    for (int32_t o = 0; o < ntok; o += 16)
-      _mm512_storeu_ps(dst + o, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail16(ntok - o), src + o)));
-  }
-}
-#endif
-
 static vec_ops pick_ops(void) {
   switch (weir_cpu_isa()) {
 #if WEIR_X86
@@ -468,20 +453,8 @@ static void load_block(const weir_attn_cpu_args *a, const uint8_t *blk, int32_t 
                        float *kt, size_t ldk, float *vf, size_t hdp, float *tmp, size_t tmp_len) {
   const int32_t hd = a->head_dim;
   int k_done = 0;
-  if (a->kv_f16 && a->kt_f16) {
-    const uint16_t *ks = (const uint16_t *)(blk + a->k_offset);
 #if WEIR_X86
-    if (weir_cpu_isa() == WEIR_CPU_ISA_AVX512) {
-      kt_rows_f16_avx512(ks, a->block_size, ntok, hd, kt, ldk);
-      k_done = 1;
-    }
-#endif
-    for (int32_t d = 0; d < hd && !k_done; d++)
-      weir_f16_to_f32_row(ks + (size_t)d * (size_t)a->block_size, kt + (size_t)d * ldk, ntok);
-    k_done = 1;
-  }
-#if WEIR_X86
-  if (!k_done && a->kv_f16 && !a->kv_i8 && hd % 16 == 0 && weir_cpu_isa() == WEIR_CPU_ISA_AVX512) {
+  if (a->kv_f16 && !a->kv_i8 && hd % 16 == 0 && weir_cpu_isa() == WEIR_CPU_ISA_AVX512) {
     kt_f16_avx512(blk + a->k_offset, a->token_stride, ntok, hd, kt, ldk);
     k_done = 1;
   }

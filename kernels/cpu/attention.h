@@ -14,8 +14,8 @@
  *
  * The kernel knows nothing of the pool's overall layout beyond what the args give: block b
  * of the sequence starts at kv_base + block_table[b] * block_bytes; within it this KV
- * head's K row of token o (0 <= o < block_size) sits at k_offset + o * token_stride (or K is
- * transposed: kt_f16 below) and its V row at v_offset + o * token_stride, each head_dim values of f32, f16 or int8. An int8
+ * head's K row of token o (0 <= o < block_size) sits at k_offset + o * token_stride and its
+ * V row at v_offset + o * token_stride, each head_dim values of f32, f16 or int8. An int8
  * row is symmetric: value d is row[d] * scale, with the row's f32 scale at k_scale_offset +
  * 4 * o (K) or v_scale_offset + 4 * o (V) in the same block.
  *
@@ -50,11 +50,6 @@ typedef struct weir_attn_cpu_args {
   int32_t window;    /* > 0: sliding window (see above); 0: whole causal context */
   float softcap;     /* > 0: logit soft-cap; 0: none */
   float *scratch;    /* weir_attn_cpu_scratch_floats() floats, 64-byte aligned is best */
-  /* 1 (f16 only): the block's K of this head is stored transposed, [head_dim][block_size]
-   * from k_offset: value d of token o at k_offset + 2 * (d * block_size + o), so a tile's
-   * K^T is converted row by row instead of transposed in registers; token_stride then
-   * describes V alone. 0: K rows as V's. */
-  int kt_f16;
 } weir_attn_cpu_args;
 
 /* Floats of scratch one task needs. */

@@ -40,7 +40,7 @@ static double step(bench *b, int32_t ctx, int32_t q_len) {
                               .block_table = b->table[l], .block_size = BS, .kv_base = b->pool,
                               .block_bytes = b->block_bytes, .k_offset = h * b->head_bytes,
                               .v_offset = (KV + h) * b->head_bytes, .token_stride = HD * 2,
-                              .kv_f16 = 1, .kt_f16 = 1, .scale = 0.17677669f, .scratch = b->scratch};
+                              .kv_f16 = 1, .scale = 0.17677669f, .scratch = b->scratch};
       weir_attn_cpu_run(&a);
     }
   return cpu_now() - t0;

@@ -1,9 +1,8 @@
 /* The CPU attention core (kernels/cpu/attention.h) over long contexts, on every SIMD level
  * this machine runs: contexts of up to 300 positions cross the kernel's tiles of several
- * cache blocks, with sliding windows that start mid-tile, soft-caps, f32, f16 (K rows, or K
- * transposed per block as the paged plugin stores it) and int8 caches, group sizes that take
- * the 4-head and 1-head paths, and block sizes that are and are not multiples of 16 (and one
- * larger than a tile).
+ * cache blocks, with sliding windows that start mid-tile, soft-caps, f32 / f16 / int8 caches,
+ * group sizes that take the 4-head and 1-head paths, and block sizes that are and are not
+ * multiples of 16 (and one larger than a tile).
  *
  * Two properties:
  *  - every query row against a double-precision reference over the values the cache holds;
@@ -32,7 +31,6 @@ enum { N = 300, MODE_F32 = 0, MODE_F16 = 1, MODE_I8 = 2 };
 typedef struct tcase {
   int mode, hd, group, bs, window;
   float softcap;
-  int kt; /* f16: K stored transposed per block, as the paged plugin stores it */
 } tcase;
 
 typedef struct cache {
@@ -77,13 +75,7 @@ static int build_cache(const tcase *c, cache *kc) {
       const int o = p % c->bs;
       uint8_t *dst = blk + ((size_t)kv * c->bs + o) * c->hd * kc->es;
       double *val = (kv == 0 ? kc->kval : kc->vval) + (size_t)p * c->hd;
-      if (c->mode == MODE_F16 && c->kt && kv == 0) {
-        for (int d = 0; d < c->hd; d++) {
-          uint16_t h = weir_f32_to_f16(row[d]);
-          memcpy(blk + ((size_t)d * c->bs + o) * 2, &h, 2);
-          val[d] = weir_f16_to_f32(h);
-        }
-      } else if (c->mode == MODE_F32) {
+      if (c->mode == MODE_F32) {
         memcpy(dst, row, (size_t)c->hd * 4);
         for (int d = 0; d < c->hd; d++) val[d] = row[d];
       } else if (c->mode == MODE_F16) {
@@ -132,7 +124,6 @@ static void run_task(const tcase *c, const cache *kc, const float *q, int first,
                           .block_bytes = kc->block_bytes, .k_offset = 0,
                           .v_offset = (size_t)c->bs * c->hd * kc->es,
                           .token_stride = (size_t)c->hd * kc->es, .kv_f16 = c->mode == MODE_F16,
-                          .kt_f16 = c->mode == MODE_F16 && c->kt,
                           .kv_i8 = c->mode == MODE_I8, .k_scale_offset = kc->k_scale_off,
                           .v_scale_offset = kc->v_scale_off, .scale = 0.3f,
                           .window = c->window, .softcap = c->softcap, .scratch = scratch};
@@ -218,17 +209,14 @@ out:
 
 static void test_long_contexts(void) {
   static const tcase cases[] = {
-      {MODE_F16, 32, 4, 16, 0, 0.0f, 1},   /* the trained target's geometry */
-      {MODE_F16, 32, 4, 16, 0, 0.0f, 0},   /* K rows: transposed in registers */
-      {MODE_F16, 64, 4, 32, 150, 0.0f, 1}, /* a window starting mid-tile */
-      {MODE_F16, 40, 3, 5, 23, 1.0f, 1},   /* K^T rows of 5, padded to 16 */
-      {MODE_F16, 24, 2, 20, 0, 0.0f, 1},   /* 20 = 16 + a tail of 4 */
+      {MODE_F16, 32, 4, 16, 0, 0.0f},   /* the trained target's geometry */
+      {MODE_F16, 64, 4, 32, 150, 0.0f}, /* a window starting mid-tile */
       {MODE_F32, 40, 3, 16, 0, 2.0f},   /* V read in place, tile walked block by block */
       {MODE_F32, 16, 8, 4, 37, 0.0f},   /* small blocks: a tile of 32 blocks */
       {MODE_I8, 32, 5, 20, 0, 0.0f},    /* a block size not a multiple of 16: tiles of one */
       {MODE_I8, 48, 6, 16, 100, 1.5f},
-      {MODE_F16, 32, 1, 256, 0, 0.0f, 1},  /* a block larger than a tile */
-      {MODE_F16, 64, 8, 16, 129, 0.0f, 0}, /* the window one past a tile */
+      {MODE_F16, 32, 1, 256, 0, 0.0f},  /* a block larger than a tile */
+      {MODE_F16, 64, 8, 16, 129, 0.0f}, /* the window one past a tile */
   };
   FOR_EACH_ISA(lvl) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);

@@ -2,9 +2,6 @@
  *
  * Block layout (one block of one layer; E = 4 bytes for f32, 2 for f16, 1 for int8):
  *     K[n_kv_heads][block_size][head_dim]   then   V[n_kv_heads][block_size][head_dim]
- * except that an f16 cache stores each head's K transposed, K[n_kv_heads][head_dim][block_size]
- * (the kernel converts a tile's K^T row by row instead of transposing it on every read: a
- * decode step reads every cached key once per layer and head, and stores one);
  * and for int8 then one f32 scale per row, Ks[n_kv_heads][block_size] then
  * Vs[n_kv_heads][block_size] (the data part padded to 4 bytes first); the whole block padded
  * to a multiple of 64 bytes. int8 rows are symmetric (value = q * scale, scale = max|x| / 127,
@@ -163,7 +160,6 @@ static void fwd_chunk(void *arg, int64_t begin, int64_t end, int thread) {
         .v_offset = (size_t)s->n_kv_heads * head_bytes + (size_t)t->kv_head * head_bytes,
         .token_stride = (size_t)s->head_dim * es,
         .kv_f16 = s->kv_dtype == WEIR_DTYPE_F16,
-        .kt_f16 = s->kv_dtype == WEIR_DTYPE_F16,
         .kv_i8 = s->kv_dtype == WEIR_DTYPE_I8,
         .k_scale_offset = s->kv_dtype == WEIR_DTYPE_I8 ? scale_offset(s, 0, t->kv_head) : 0,
         .v_scale_offset = s->kv_dtype == WEIR_DTYPE_I8 ? scale_offset(s, 1, t->kv_head) : 0,
@@ -195,11 +191,7 @@ static void store_kv(const weir_attn_shape *s, const weir_kv_view *kv, int32_t s
       memcpy(blk + scale_offset(s, 0, h) + (size_t)o * sizeof(float), &sk, sizeof sk);
       memcpy(blk + scale_offset(s, 1, h) + (size_t)o * sizeof(float), &sv, sizeof sv);
     } else if (s->kv_dtype == WEIR_DTYPE_F16) {
-      /* K transposed: value d of the row at column o of the head's [head_dim][block_size] */
-      uint16_t *kt = (uint16_t *)(blk + (size_t)h * head_bytes);
-      const int32_t o = slot % s->block_size;
-      for (int32_t d = 0; d < s->head_dim; d++)
-        kt[(size_t)d * (size_t)s->block_size + (size_t)o] = weir_f32_to_f16(ks[d]);
+      weir_f32_to_f16_row(ks, (uint16_t *)kd, s->head_dim);
       weir_f32_to_f16_row(vs, (uint16_t *)vd, s->head_dim);
     } else {
       memcpy(kd, ks, (size_t)s->head_dim * es);
