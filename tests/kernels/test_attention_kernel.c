@@ -211,6 +211,8 @@ static void test_long_contexts(void) {
   static const tcase cases[] = {
       {MODE_F16, 32, 4, 16, 0, 0.0f},   /* the trained target's geometry */
       {MODE_F16, 64, 4, 32, 150, 0.0f}, /* a window starting mid-tile */
+      {MODE_F16, 40, 3, 5, 23, 1.0f},   /* blocks of 5: tiles of one block */
+      {MODE_F16, 32, 2, 20, 0, 0.0f},   /* 20 = 16 + a tail of 4, transposed in registers */
       {MODE_F32, 40, 3, 16, 0, 2.0f},   /* V read in place, tile walked block by block */
       {MODE_F32, 16, 8, 4, 37, 0.0f},   /* small blocks: a tile of 32 blocks */
       {MODE_I8, 32, 5, 20, 0, 0.0f},    /* a block size not a multiple of 16: tiles of one */
