@@ -183,6 +183,47 @@ static void device_case(const char *isa) {
     free(v);
     free(ao);
   }
+  /* Greedy picks (ABI 1.8), the engine's rule on this ISA level's kernel: 4 rows of 1,029
+   * (a vector tail) with a tie (the lower index wins), a row with nothing above -inf (the
+   * fallback, probability 0), a NaN row with a pick (NaN never wins; probability 0), mapped
+   * through ids; the top probability against the double sum. */
+  if (WEIR_HAS_FIELD(ops, weir_device_ops, argmax_rows)) {
+    enum { AR = 4, AN = 1029 };
+    float *ax = malloc(sizeof(float) * AR * AN), prob[AR];
+    int32_t ids[AN], picks[AR];
+    for (int i = 0; i < AN; i++) ids[i] = 5000 + i;
+    fill(ax, AR * AN, -6, 6);
+    ax[700] = ax[1028] = 7.0f;             /* row 0: a tie, 700 wins over 1028 */
+    for (int i = 0; i < AN; i++) ax[AN + i] = -INFINITY; /* row 1: no pick */
+    ax[2 * AN + 3] = NAN;                   /* row 2: NaN before the largest */
+    ax[2 * AN + 1027] = 9.0f;
+    ax[3 * AN + 1028] = 8.0f;               /* row 3: the largest in the tail */
+    CU_ASSERT_EQUAL(ops->argmax_rows(l.self, picks, prob, ax, AR, AN, ids, -7), WEIR_OK);
+    WT_ASSERT_INT_EQ(picks[0], 5700);
+    WT_ASSERT_INT_EQ(picks[1], -7);
+    WT_ASSERT_INT_EQ(picks[2], 5000 + 1027);
+    WT_ASSERT_INT_EQ(picks[3], 5000 + 1028);
+    CU_ASSERT(prob[1] == 0.0f && prob[2] == 0.0f);
+    for (int r = 0; r < AR; r += 3) {
+      const float *xr = ax + r * AN;
+      const float m = r == 0 ? 7.0f : 8.0f;
+      double sum = 0;
+      for (int i = 0; i < AN; i++) sum += exp((double)xr[i] - m);
+      CU_ASSERT(fabs(prob[r] - 1.0 / sum) <= 1e-5 / sum);
+    }
+    CU_ASSERT_EQUAL(ops->argmax_rows(l.self, picks, NULL, ax, AR, AN, NULL, 0), WEIR_OK);
+    WT_ASSERT_INT_EQ(picks[0], 700);
+    WT_ASSERT_INT_EQ(picks[1], 0);
+    picks[0] = 3;
+    CU_ASSERT_EQUAL(ops->argmax_rows(l.self, picks, NULL, ax, 1, 0, NULL, 0), WEIR_E_INVAL);
+    CU_ASSERT_EQUAL(ops->argmax_rows(l.self, picks, NULL, ax, -1, AN, NULL, 0), WEIR_E_INVAL);
+    CU_ASSERT_EQUAL(ops->argmax_rows(l.self, NULL, NULL, ax, 1, AN, NULL, 0), WEIR_E_INVAL);
+    CU_ASSERT_EQUAL(ops->argmax_rows(l.self, picks, NULL, ax, 0, AN, NULL, 0), WEIR_OK);
+    WT_ASSERT_INT_EQ(picks[0], 3);
+    free(ax);
+  } else {
+    CU_FAIL("the CPU device has no argmax_rows (ABI 1.8)");
+  }
 fail:
   free(x);
   free(w);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "add.h"
+#include "argmax.h"
 #include "convert.h"
 #include "cpu_isa.h"
 #include "dequant.h"
@@ -745,6 +746,127 @@ static void test_softmax(void) {
 fail:;
 }
 
+/* ---- greedy pick (argmax.h) ----------------------------------------------------------- */
+
+/* The engine's greedy rule, written here: a strict > scan (the first of equal largest values;
+ * NaN and -inf never win), and the top probability in double with libm's exp. *prob_ok 0:
+ * the rule's probability is 0 (no pick, or a NaN sum: a NaN in the row, or +inf the largest). */
+static int64_t ref_argmax(const float *x, int64_t n, double *prob) {
+  float bv = -INFINITY;
+  int64_t bi = -1;
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] > bv) {
+      bv = x[i];
+      bi = i;
+    }
+  double sum = 0;
+  if (bi >= 0)
+    for (int64_t i = 0; i < n; i++) sum += exp((double)x[i] - (double)bv);
+  *prob = bi >= 0 && sum > 0 ? 1.0 / sum : 0.0;
+  return bi;
+}
+
+/* A row of n logits of kind k: 0 uniform, 1 a tie of the largest at 2..4 places, 2 NaNs
+ * scattered (one before the largest when there is room), 3 -inf scattered, 4 every value
+ * -inf, 5 every value NaN, 6 NaN and -inf only, 7 +0 and -0 tied largest, 8 every value the
+ * same, 9 +inf among them, 10 the largest in the last element (a vector tail). */
+static void argmax_row_of(float *x, int64_t n, int k) {
+  fill(x, n, -8.0f, 8.0f);
+  switch (k) {
+  case 1: {
+    const float top = 9.0f + (float)(wt_rnd() % 4);
+    const int ties = 2 + (int)(wt_rnd() % 3);
+    for (int t = 0; t < ties; t++) x[wt_rnd() % (uint64_t)n] = top;
+    break;
+  }
+  case 2:
+    for (int64_t i = 0; i < n; i += 1 + (int64_t)(wt_rnd() % 7)) x[i] = NAN;
+    x[0] = NAN;
+    break;
+  case 3:
+    for (int64_t i = 0; i < n; i += 1 + (int64_t)(wt_rnd() % 5)) x[i] = -INFINITY;
+    break;
+  case 4:
+    for (int64_t i = 0; i < n; i++) x[i] = -INFINITY;
+    break;
+  case 5:
+    for (int64_t i = 0; i < n; i++) x[i] = NAN;
+    break;
+  case 6:
+    for (int64_t i = 0; i < n; i++) x[i] = wt_rnd() & 1 ? NAN : -INFINITY;
+    break;
+  case 7:
+    for (int64_t i = 0; i < n; i++) x[i] = -fabsf(x[i]) - 1.0f;
+    x[wt_rnd() % (uint64_t)n] = -0.0f;
+    x[wt_rnd() % (uint64_t)n] = 0.0f;
+    break;
+  case 8:
+    for (int64_t i = 0; i < n; i++) x[i] = 1.5f;
+    break;
+  case 9:
+    x[wt_rnd() % (uint64_t)n] = INFINITY;
+    break;
+  case 10:
+    x[n - 1] = 20.0f;
+    break;
+  default:
+    break;
+  }
+}
+
+static void test_argmax(void) {
+  enum { KINDS = 11, MAXN = 4097 + 1 };
+  float *buf = malloc(sizeof(float) * MAXN);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+  int64_t sizes[80];
+  int ns = 0;
+  for (int64_t n = 1; n <= 70; n++) sizes[ns++] = n;
+  sizes[ns++] = 1024;
+  sizes[ns++] = 4095;
+  sizes[ns++] = 4096;
+  sizes[ns++] = 4097;
+  int levels = 0;
+  FOR_EACH_ISA(lvl) {
+    levels++;
+    for (int si = 0; si < ns; si++) {
+      const int64_t n = sizes[si];
+      for (int k = 0; k < KINDS; k++)
+        for (int rep = 0; rep < (n <= 70 ? 6 : 2); rep++) {
+          float *x = buf + (rep & 1); /* aligned and not */
+          argmax_row_of(x, n, k);
+          double want_p;
+          const int64_t want = ref_argmax(x, n, &want_p);
+          float got_p = -1.0f;
+          const int64_t got = weir_argmax_f32(x, n, &got_p);
+          if (got != want)
+            fprintf(stderr, "\n  argmax [isa=%s seed=%llu] n %lld kind %d: got %lld want %lld\n",
+                    weir_cpu_isa_name(weir_cpu_isa()), (unsigned long long)wt_seed,
+                    (long long)n, k, (long long)got, (long long)want);
+          CU_ASSERT_EQUAL_FATAL(got, want);
+          CU_ASSERT_EQUAL_FATAL(weir_argmax_f32(x, n, NULL), want); /* without prob */
+          /* float sums of up to 4,097 terms, each exp within 2 ulp */
+          CHECK_CLOSE(got_p, want_p, 5e-5 * want_p, "argmax prob");
+          if (want_p == 0) CU_ASSERT(got_p == 0.0f && !signbit(got_p));
+          if (k == 8) CU_ASSERT(got_p == 1.0f / (float)n); /* n exact ones: no term lost */
+          if (k == 4 || k == 5 || k == 6) CU_ASSERT_EQUAL(got, -1);
+          if (k == 10) CU_ASSERT_EQUAL(got, n - 1);
+        }
+    }
+    /* The row's largest far above the rest: a sum of exactly 1 (prob 1), and an n of 0. */
+    for (int64_t i = 0; i < 4096; i++) buf[i] = -200.0f;
+    buf[1234] = 0.0f;
+    float p = -1;
+    CU_ASSERT_EQUAL(weir_argmax_f32(buf, 4096, &p), 1234);
+    CU_ASSERT_EQUAL(p, 1.0f);
+    p = -1;
+    CU_ASSERT_EQUAL(weir_argmax_f32(buf, 0, &p), -1);
+    CU_ASSERT_EQUAL(p, 0.0f);
+  }
+  fprintf(stderr, "  (argmax: %d ISA levels, lengths 1..70, 1024, 4095..4097)\n", levels);
+fail:
+  free(buf);
+}
+
 static void test_isa_select(void) {
   CU_ASSERT(weir_cpu_isa_supported(WEIR_CPU_ISA_SCALAR));
   CU_ASSERT_EQUAL(weir_cpu_isa_set(WEIR_CPU_ISA_SCALAR), 0);
@@ -775,6 +897,7 @@ int main(void) {
                                   {"glu", test_glu},
                                   {"rope_table", test_rope_table},
                                   {"softmax", test_softmax},
+                                  {"argmax", test_argmax},
                                   {NULL, NULL}};
   return wt_run_suite("kernels", tests);
 }

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "add.h"
+#include "argmax.h"
 #include "cpu_isa.h"
 #include "encoder.h"
 #include "get_rows.h"
@@ -290,30 +291,19 @@ static int cpu_add_rms_norm(void *self, float *out, float *residual, const float
   return WEIR_OK;
 }
 
-/* ABI 1.8: greedy picks, the host's rule (the engine's own argmax): strict >, so the first of
- * equal largest values wins and NaN or -inf never does. On this device the engine reads its
- * logits directly and does not call it; it is here so that the op has a reference any
- * device plugin can be checked against (tests/cuda/cpu_shim/test_ops_shim.cpp). One thread:
- * a draft pass has a few rows. */
+/* ABI 1.8: greedy picks, the engine's rule (kernels/cpu/argmax.h: strict >, so the first of
+ * equal largest values wins and NaN or -inf never does), vectorised with the top probability
+ * on the shared vector exp. The engine picks its greedy verification rows and the draft
+ * model's greedy drafts with it on this device too (docs/engine.md, *Greedy picks*), and it
+ * is the reference the CUDA kernel is checked against (tests/cuda/cpu_shim/test_ops_shim.cpp).
+ * One thread: a step has a few rows of a few thousand floats (about a microsecond each). */
 static int cpu_argmax_rows(void *self, int32_t *out, float *prob, const float *x, int64_t rows,
                            int64_t n, const int32_t *ids, int32_t fallback) {
   (void)self;
   if (rows < 0 || n <= 0 || !out || !x) return WEIR_E_INVAL;
   for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * n;
-    float bv = -INFINITY;
-    int64_t bi = -1;
-    for (int64_t i = 0; i < n; i++)
-      if (xr[i] > bv) {
-        bv = xr[i];
-        bi = i;
-      }
+    const int64_t bi = weir_argmax_f32(x + r * n, n, prob ? prob + r : NULL);
     out[r] = bi < 0 ? fallback : ids ? ids[bi] : (int32_t)bi;
-    if (!prob) continue;
-    float sum = 0.0f;
-    if (bi >= 0)
-      for (int64_t i = 0; i < n; i++) sum += expf(xr[i] - bv);
-    prob[r] = bi >= 0 && sum > 0.0f ? 1.0f / sum : 0.0f;
   }
   return WEIR_OK;
 }
