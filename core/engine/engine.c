@@ -416,15 +416,17 @@ static void device_argmax_free(weir_engine *e) {
   e->dargmax = 0;
 }
 
-/* Greedy picks on the device (argmax_rows, ABI 1.8) where logits are device memory, for the
- * draft's greedy drafts and greedy verification: the buffers of n picks, and the draft head's
- * ids copied there. An optimisation: a device without the op, or without room, leaves the
- * host picking (dargmax 0). */
+/* Greedy picks by the device plugin (argmax_rows, ABI 1.8) for the draft's greedy drafts and
+ * greedy verification, on any device with the op: where the logits are device memory (CUDA)
+ * it saves copying the rows back; on the CPU device its vectorised pick replaces the host's
+ * scalar scan and libm exp (the picks come back with a memcpy of a few ints). The buffers of
+ * n picks, and the draft head's ids copied there. An optimisation: a device without the op,
+ * or without room, leaves the host picking (dargmax 0). */
 static void device_argmax_init(weir_engine *e, size_t S) {
   const weir_plugin *dev = e->rt.plugins.device;
   const weir_device_ops *ops = dev ? dev->ops : NULL;
   if (!ops || !WEIR_HAS_FIELD(ops, weir_device_ops, argmax_rows) || !ops->argmax_rows ||
-      (e->logits_host && !e->spec_device_argmax))
+      e->spec_host_argmax)
     return;
   int rc = ops->alloc(dev->self, S * sizeof(int32_t), (void **)&e->dev_pick);
   if (rc == WEIR_OK) rc = ops->alloc(dev->self, S * sizeof(float), (void **)&e->dev_prob);
@@ -878,7 +880,7 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
     e->spec_on_drafts = opts->spec_on_drafts;
     e->spec_user = opts->spec_user;
     e->spec_eager_catch_up = opts->spec_eager_catch_up;
-    e->spec_device_argmax = opts->spec_device_argmax;
+    e->spec_host_argmax = opts->spec_host_argmax;
   }
   /* A developer's switch, not configuration: WEIR_SPEC_FORCE_K=k holds every step's
    * speculation length at k (capped by drafter.num_speculative_tokens) whatever the policy

@@ -196,10 +196,10 @@ typedef struct weir_engine_opts {
   /* Tests only: the draft model's KV catches up at every step, drafting or not (the path
    * before lazy catch-up), so a test can compare its drafts with the lazy path's. */
   int spec_eager_catch_up;
-  /* Tests only: the draft's greedy drafts and greedy verification are picked by the device
-   * plugin's argmax_rows (ABI 1.8) even where the logits are host memory (the CPU device), as
-   * on a CUDA device. */
-  int spec_device_argmax;
+  /* Tests only: the draft's greedy drafts and greedy verification are picked by the engine's
+   * host fallback even where the device plugin has argmax_rows (ABI 1.8): the path of a
+   * device without the op, so a test can compare the two. */
+  int spec_host_argmax;
 } weir_engine_opts;
 
 /* Loads the model and plugins named by the config and starts the engine thread. Logs and

@@ -161,7 +161,7 @@ struct weir_engine {
   void (*spec_on_drafts)(void *user, uint64_t id, const int32_t *drafts, int32_t n);
   void *spec_user;
   int spec_eager_catch_up;
-  int spec_device_argmax;
+  int spec_host_argmax;
   uint64_t spec_decode_steps;
 
   /* Step scratch (engine thread only). */
@@ -196,11 +196,12 @@ struct weir_engine {
   int32_t *d_item;                 /* [max_seqs_step]: the step item of each draft logit row */
   int32_t *d_tok;                  /* [max_seqs_step]: a pass's greedy drafts, -1: from q */
   float *d_conf;                   /* [max_seqs_step]: a pass's drafts' confidence (top prob.) */
-  /* Greedy picks on the device (weir_device_ops.argmax_rows, ABI 1.8) where the logits are
-   * device memory (or always: weir_engine_opts.spec_device_argmax): a draft pass of plain
-   * greedy rows, or a greedy verified item, copies one pick per row (and the draft's top
-   * probabilities) to the host instead of its rows. dargmax 0: the host picks. Device
-   * buffers of max(max_seqs_step, spec_k + 1) entries, freed before the plugins. */
+  /* Greedy picks by the device plugin (weir_device_ops.argmax_rows, ABI 1.8) on every device
+   * that has the op (the CPU device's is vectorised; a CUDA device's saves the copy of the
+   * rows): a draft pass of greedy rows, or a greedy verified item, copies one pick per row
+   * (and the draft's top probabilities) to the host instead of its rows. dargmax 0 (a device
+   * without the op, or weir_engine_opts.spec_host_argmax): the host picks. Device buffers of
+   * max(max_seqs_step, spec_k + 1) entries, freed before the plugins. */
   int dargmax;
   int32_t *dev_pick;               /* device: a pass's or an item's picks (token ids) */
   float *dev_prob;                 /* device: their top probabilities */

@@ -27,8 +27,6 @@ static int plain_greedy(const engine_req *r, const weir_sampling_row *row) {
          !p->allowed;
 }
 
-/* The lowest id of the largest of n logits (the sampler's greedy rule); `fallback` when none
- * is a number above -inf. */
 /* Rows [0, rows) of `width` floats of a step's logits, where the host can read them: the
  * logits themselves on a CPU device, else a copy in e->hlog (a CUDA device keeps them on the
  * GPU, where its sampler reads them). NULL when the copy fails. */
@@ -42,6 +40,11 @@ static const float *host_rows(weir_engine *e, const float *logits, int32_t rows,
   return e->hlog;
 }
 
+/* The host's greedy pick, for a device plugin without argmax_rows (ABI < 1.8; dargmax 0) and
+ * for weir_engine_opts.spec_host_argmax alone: every device plugin of this tree picks with its
+ * own op (the CPU device's is the reference, kernels/cpu/argmax.h). The same rule: the lowest
+ * id of the largest of n logits (the sampler's greedy rule); `fallback` when none is a number
+ * above -inf. */
 static int32_t argmax_row(const float *x, int32_t n, int32_t fallback) {
   int32_t best = fallback;
   float bv = -INFINITY;
@@ -54,7 +57,8 @@ static int32_t argmax_row(const float *x, int32_t n, int32_t fallback) {
 }
 
 /* The softmax's largest probability of a row of n logits whose largest is at `best`: the
- * draft's confidence in its greedy draft. 0 when the row has no number above -inf. */
+ * draft's confidence in its greedy draft. 0 when the row has no number above -inf. The host
+ * fallback's, as argmax_row. */
 static float top_prob(const float *x, int32_t n, int32_t best) {
   const float m = x[best];
   if (!(m > -INFINITY)) return 0.0f;
@@ -116,8 +120,9 @@ void weir__engine_verify_item(weir_engine *e, const weir_sched_item *it, float *
   for (int32_t j = 0; j < nr && greedy; j++) greedy = plain_greedy(r, &e->rows[j]);
   int32_t accepted = 0, token = -1;
   if (greedy && e->dargmax) {
-    /* Where the logits are device memory: every row's argmax picked there, nr ints copied
-     * back instead of nr rows (the same rule: the lowest id of the largest logit). */
+    /* Every row's argmax picked by the device plugin, nr ints copied back (the same rule:
+     * the lowest id of the largest logit): instead of nr rows where the logits are device
+     * memory, instead of the host's scalar scan on the CPU device (a memcpy of the picks). */
     const weir_plugin *dev = e->rt.plugins.device;
     const weir_device_ops *ops = dev->ops;
     rc = ops->argmax_rows(dev->self, e->dev_pick, NULL, logits, nr, e->vocab, NULL, 0);
@@ -374,18 +379,20 @@ static double cpu_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A draft pass's greedy drafts picked on the device (argmax_rows, ABI 1.8) when every row of
- * the pass is plain greedy: the picks (head ids) land in d_pick and, when drafter.
- * min_confidence asks for them, the top probabilities in d_conf; *picked says whether it
- * ran. A pass with a sampled row is left to the host (its rows are copied anyway). The
- * rule is the host's (the lowest index of the largest; 0 for a row with nothing above
- * -inf), so the drafts are the host path's; the confidences are summed in the device's
- * order, which can only move where a draft stops by rounding (speed, never exactness). */
+/* A draft pass's greedy drafts picked by the device plugin (argmax_rows, ABI 1.8): the picks
+ * (head ids) land in d_pick and, when drafter.min_confidence asks for them, the top
+ * probabilities in d_conf; *picked says whether it ran. Where the logits are device memory, a
+ * pass with a sampled row is left to the host (its rows are copied anyway); where they are
+ * host memory (the CPU device) every row is picked, the sampled ones' picks unused (a
+ * microsecond a row), so no greedy row falls back to the host's scalar scan. The rule is the
+ * host's (the lowest index of the largest; 0 for a row with nothing above -inf), so the
+ * drafts are the host path's; the confidences are summed in the device's order, which can
+ * only move where a draft stops by rounding (speed, never exactness). */
 static int device_picks(weir_engine *e, const weir_sched_out *out, int32_t j,
                         const float *logits, int32_t nrows, int32_t W, int *picked) {
   *picked = 0;
   if (nrows <= 0 || nrows > e->max_seqs_step || !e->draft) return WEIR_OK;
-  for (int32_t k = 0; k < nrows; k++) {
+  for (int32_t k = 0; k < nrows && !e->logits_host; k++) {
     engine_req *r = out->items[e->d_item[k]].seq->user;
     const weir_sampling_row row = weir__engine_make_row(e, r, j, weir__engine_suppress_row(e, 0));
     if (!plain_greedy(r, &row)) return WEIR_OK;

@@ -450,15 +450,16 @@ static void lazy_on_drafts(void *user, uint64_t id, const int32_t *d, int32_t n)
 }
 
 /* Two prompts in turn, greedy, N_GEN tokens each, with the length held by lazy_force_k (k 0:
- * no drafter, no hooks); eager: the draft's KV caught up at every step; dev: greedy drafts
- * picked by the device plugin's argmax_rows (ABI 1.8), as on a CUDA device. */
-static void lazy_run(int k, int eager, int dev, spec_trace *t, int32_t out[2][N_GEN],
+ * no drafter, no hooks); eager: the draft's KV caught up at every step; host: greedy drafts
+ * and verification picked by the engine's host fallback (a device without argmax_rows), not
+ * by the device plugin's argmax_rows (ABI 1.8, the default on every device). */
+static void lazy_run(int k, int eager, int host, spec_trace *t, int32_t out[2][N_GEN],
                      weir_engine_stats *st) {
   weir_config cfg;
   memset(t, 0, sizeof *t);
   weir_engine_opts o = {.spec_force_k = lazy_force_k, .spec_on_step = lazy_on_step,
                         .spec_on_drafts = lazy_on_drafts, .spec_user = t,
-                        .spec_eager_catch_up = eager, .spec_device_argmax = dev};
+                        .spec_eager_catch_up = eager, .spec_host_argmax = host};
   weir_engine *e = draft_engine(&cfg, k, 512, k > 0 ? &o : NULL);
   CU_ASSERT_PTR_NOT_NULL_FATAL(e);
   collect c[2];
@@ -550,12 +551,15 @@ static void test_draft_model_lazy_catch_up(void) {
   WT_ASSERT_INT_EQ(s0.spec_draft_passes, 0);
 }
 
-/* The draft's greedy drafts picked by the device plugin's argmax_rows (ABI 1.8), as the engine
- * does where logits are device memory, forced here on the CPU device: the same drafts as the
- * host's argmax, step for step, through the draft's head of 1,024 ids (drafter.head_vocab's
- * default: the op maps the pick to its token id) and over the whole vocabulary; greedy output
- * is the target's. (The kernel itself, ties and -inf rows included, is checked on the CPU
- * shim: tests/cuda/cpu_shim/test_ops_shim.cpp.) */
+/* The draft's greedy drafts and greedy verification picked by the device plugin's argmax_rows
+ * (ABI 1.8), as the engine does on every device with the op (the CPU device's vectorised
+ * kernel here), against the engine's host fallback (spec_host_argmax: a device without the
+ * op): the same drafts, step for step, through the draft's head of 1,024 ids
+ * (drafter.head_vocab's default: the op maps the pick to its token id) and over the whole
+ * vocabulary; greedy output is the target's. The confidences differ by float rounding only
+ * (vector exp, another summation order); on these inputs no draft's stop moves. (The kernel
+ * itself, ties, NaN and -inf rows included, is checked by tests/kernels at every ISA level,
+ * and against the CUDA kernel on the CPU shim: tests/cuda/cpu_shim/test_ops_shim.cpp.) */
 static void test_draft_model_device_argmax(void) {
   static spec_trace host, dev;
   int32_t plain[2][N_GEN], out_host[2][N_GEN], out_dev[2][N_GEN];
@@ -565,8 +569,8 @@ static void test_draft_model_device_argmax(void) {
   for (size_t h = 0; h < 2; h++) {
     const int saved = g_head_vocab;
     g_head_vocab = heads[h];
-    lazy_run(4, 0, 0, &host, out_host, &sh);
-    lazy_run(4, 0, 1, &dev, out_dev, &sd);
+    lazy_run(4, 0, 1, &host, out_host, &sh);
+    lazy_run(4, 0, 0, &dev, out_dev, &sd);
     g_head_vocab = saved;
     for (int p = 0; p < 2; p++) {
       CU_ASSERT_EQUAL(memcmp(plain[p], out_host[p], sizeof plain[p]), 0);
