@@ -67,10 +67,18 @@ static float top_prob(const float *x, int32_t n, int32_t best) {
   return sum > 0.0f ? 1.0f / sum : 0.0f;
 }
 
-/* The largest of n probabilities. */
+/* The largest of n probabilities (a sampled draft's confidence). Sixteen running maxima, not
+ * one: a single one is a chain of dependent max instructions, one latency per element;
+ * sixteen run side by side, several times faster on a 4,096-wide row. Max is exact in any
+ * order, and NaN never replaces a value either way, so the result is the single chain's. */
 static float max_prob(const float *q, int32_t n) {
+  float acc[16] = {0};
+  int32_t v = 0;
+  for (; v + 16 <= n; v += 16)
+    for (int j = 0; j < 16; j++) acc[j] = q[v + j] > acc[j] ? q[v + j] : acc[j];
   float m = 0.0f;
-  for (int32_t v = 0; v < n; v++) m = q[v] > m ? q[v] : m;
+  for (int j = 0; j < 16; j++) m = acc[j] > m ? acc[j] : m;
+  for (; v < n; v++) m = q[v] > m ? q[v] : m;
   return m;
 }
 
