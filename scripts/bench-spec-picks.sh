@@ -70,7 +70,7 @@ for side in ("base", "new"):
             label, _, rest = line.rstrip("\n").partition("|")
             m = pat.match(rest.strip())
             if m:
-                if int(m[2]) < 20:  # a handful of steps: too few for a mean per step
+                if int(m[2]) < 5:  # a handful of steps: too few for a mean per step
                     continue
                 key = (label, m[1] + " rows")
                 vals = {"draft pass": m[8], "draft rest": m[9], "sample/verify+commit": m[11],
