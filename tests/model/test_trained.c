@@ -608,6 +608,72 @@ static void test_draft_model_device_argmax(void) {
   }
 }
 
+/* Two greedy requests and one sampled (temperature 0.8) at once, k = 4: their draft passes
+ * mix greedy rows with a sampled one. On the CPU device every row of such a pass is picked by
+ * the device's argmax_rows (the sampled row's pick unused), so no greedy row falls back to
+ * the host's scan: every draft pass counts as picked on the device, and with the host
+ * fallback (spec_host_argmax) none does. Greedy output is the no-drafter's either way, and
+ * the sampled request's tokens are the same in both runs (the sampler reads the same rows,
+ * the greedy rows' picks and confidences match the host's here). out[0..1] greedy, out[2]
+ * sampled; *passes and *picked over every step. */
+static void mixed_run(int k, int host, int32_t out[3][N_GEN], int32_t *passes, int32_t *picked) {
+  static spec_trace t;
+  memset(&t, 0, sizeof t);
+  weir_engine_opts o = {.spec_on_step = lazy_on_step, .spec_user = &t, .spec_host_argmax = host};
+  weir_config cfg;
+  weir_engine *e = draft_engine(&cfg, k, 512, k > 0 ? &o : NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+  static const char *const prompts_txt[3] = {"In the beginning", "Blessed are the",
+                                             "And it came to pass"};
+  collect c[3];
+  int32_t *prompts[3];
+  for (int p = 0; p < 3; p++) {
+    int32_t np = 0;
+    CU_ASSERT_EQUAL_FATAL(weir_engine_tokenize(e, prompts_txt[p], strlen(prompts_txt[p]), 1,
+                                               &prompts[p], &np), 0);
+    c[p] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    weir_gen_request q = {.prompt = prompts[p], .num_prompt = np, .max_tokens = N_GEN,
+                          .ignore_eos = 1, .has_seed = 1, .seed = 7};
+    q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling,
+                                        .temperature = p == 2 ? 0.8f : 0, .top_p = 1,
+                                        .repetition_penalty = 1, .num_logprobs = -1};
+    CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[p], NULL), 0);
+  }
+  for (int p = 0; p < 3; p++) {
+    pthread_mutex_lock(&c[p].lock);
+    while (!c[p].done) pthread_cond_wait(&c[p].cond, &c[p].lock);
+    pthread_mutex_unlock(&c[p].lock);
+    WT_ASSERT_INT_EQ(c[p].n, N_GEN);
+    memcpy(out[p], c[p].tokens, sizeof(int32_t) * N_GEN);
+    free(prompts[p]);
+  }
+  weir_engine_destroy(e);
+  weir_config_free(&cfg);
+  *passes = *picked = 0;
+  for (int32_t i = 0; i < t.num_steps && i < LAZY_STEPS; i++) {
+    *passes += t.steps[i].draft_passes;
+    *picked += t.steps[i].device_picks;
+  }
+}
+
+static void test_draft_model_mixed_pass(void) {
+  int32_t plain[3][N_GEN], dev[3][N_GEN], host[3][N_GEN];
+  int32_t passes0, picked0, passes_d, picked_d, passes_h, picked_h;
+  mixed_run(0, 0, plain, &passes0, &picked0);
+  mixed_run(4, 0, dev, &passes_d, &picked_d);
+  mixed_run(4, 1, host, &passes_h, &picked_h);
+  for (int p = 0; p < 2; p++) {
+    CU_ASSERT_EQUAL(memcmp(plain[p], dev[p], sizeof plain[p]), 0);
+    CU_ASSERT_EQUAL(memcmp(plain[p], host[p], sizeof plain[p]), 0);
+  }
+  CU_ASSERT_EQUAL(memcmp(dev[2], host[2], sizeof dev[2]), 0);
+  printf("\n    mixed passes: %d (device picked %d), host fallback %d (picked %d)", passes_d,
+         picked_d, passes_h, picked_h);
+  CU_ASSERT(passes_d > 0);
+  WT_ASSERT_INT_EQ(picked_d, passes_d);
+  WT_ASSERT_INT_EQ(picked_h, 0);
+}
+
 /* A draft model that cannot draft for the target is refused at start, saying why (through
  * the real binary, whose exit status and message an operator sees). */
 static void test_draft_model_refused(void) {
@@ -798,6 +864,7 @@ int main(void) {
       {"draft model: greedy identical, batched, preempted, prefix hits", test_draft_model_greedy_identical},
       {"draft model: no pass at k = 0, lazy catch-up drafts as eager", test_draft_model_lazy_catch_up},
       {"draft model: greedy drafts picked on the device as on the host", test_draft_model_device_argmax},
+      {"draft model: a pass of greedy and sampled rows picked on the device", test_draft_model_mixed_pass},
       {"draft model: refused when it cannot draft for the target", test_draft_model_refused},
       {"trained target: greedy tokens and logits vs the reference", test_greedy_and_logits_vs_reference},
       {"int8 KV cache", test_int8_kv_cache},
