@@ -31,10 +31,34 @@ typedef struct collect {
   int32_t tokens[N_GEN];
   int32_t n;
   weir_finish_reason finish;
+  int gated; /* the first event waits for gate_open (g_gate), holding the engine thread */
 } collect;
+
+/* A gate a request's first event waits at, so the engine thread stays in that step until the
+ * test thread has submitted the rest of a batch: the batch then really runs together, however
+ * the test thread is scheduled (on a loaded machine the engine could otherwise finish the
+ * first requests before the next are submitted). */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int open;
+} g_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1};
+
+static void gate_set(int open) {
+  pthread_mutex_lock(&g_gate.lock);
+  g_gate.open = open;
+  pthread_cond_broadcast(&g_gate.cond);
+  pthread_mutex_unlock(&g_gate.lock);
+}
 
 static void on_event(void *user, const weir_gen_event *ev) {
   collect *c = user;
+  if (c->gated) {
+    c->gated = 0; /* only the engine thread touches it after submit */
+    pthread_mutex_lock(&g_gate.lock);
+    while (!g_gate.open) pthread_cond_wait(&g_gate.cond, &g_gate.lock);
+    pthread_mutex_unlock(&g_gate.lock);
+  }
   pthread_mutex_lock(&c->lock);
   for (int32_t i = 0; i < ev->num_tokens && c->n < N_GEN; i++) c->tokens[c->n++] = ev->tokens[i];
   if (ev->finish != WEIR_FINISH_NONE) {
@@ -320,17 +344,22 @@ static void spec_run(int k, int64_t num_blocks, int32_t out[N_SPEC_PROMPTS][N_GE
     int32_t np = 0;
     CU_ASSERT_EQUAL_FATAL(weir_engine_tokenize(e, k_spec_prompts[p], strlen(k_spec_prompts[p]),
                                                1, &prompts[p], &np), 0);
-    c[p] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    /* The first request's first event holds the engine until the others are in. */
+    c[p] = (collect){.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+                     .gated = p == 0};
+    if (p == 0) gate_set(0);
     weir_gen_request q = {.prompt = prompts[p], .num_prompt = np, .max_tokens = N_GEN,
                           .ignore_eos = 1, .has_seed = 1, .seed = 1};
     q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
                                         .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
-    if (p == N_SPEC_PROMPTS - 1)
+    if (p == N_SPEC_PROMPTS - 1) {
+      gate_set(1);
       for (int w = 0; w < p; w++) {
         pthread_mutex_lock(&c[w].lock);
         while (!c[w].done) pthread_cond_wait(&c[w].cond, &c[w].lock);
         pthread_mutex_unlock(&c[w].lock);
       }
+    }
     CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[p], NULL), 0);
   }
   for (int p = 0; p < N_SPEC_PROMPTS; p++) {
