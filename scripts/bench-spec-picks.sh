@@ -24,20 +24,12 @@ new=${2:?NEW_BUILD}
 rounds=${3:-5}
 out=${4:-$(mktemp -d)}
 mkdir -p "$out"
-for side in base new; do
-  b=$base; [ $side = new ] && b=$new
-  [ -d "$b" ] && continue
-  git rev-parse --verify -q "$b^{commit}" >/dev/null || { echo "no build dir or revision: $b" >&2; exit 1; }
-  src="$out/src-$side"
-  rm -rf "$src" && mkdir -p "$src" && git archive "$b" | tar -x -C "$src"
-  cmake -S "$src" -B "$src/build" -G Ninja -DWEIR_CUDA=OFF >"$out/build-$side.log" 2>&1
-  targets=(weir weir_device_cpu weir_attention_paged weir_quant_fp16 weir_sampler_default
-           weir_drafter_ngram weir_drafter_draft_model)
-  grep -q bench_argmax "$src/tests/kernels/CMakeLists.txt" && targets+=(bench_argmax)
-  cmake --build "$src/build" -j"$(nproc)" --target "${targets[@]}" >>"$out/build-$side.log" 2>&1 ||
-    { echo "build of $b failed: $out/build-$side.log" >&2; exit 1; }
-  if [ $side = base ]; then base="$src/build"; else new="$src/build"; fi
-done
+# shellcheck source=scripts/build-revision.sh
+. "$here/scripts/build-revision.sh"
+targets=(weir weir_device_cpu weir_attention_paged weir_quant_fp16 weir_sampler_default
+  weir_drafter_ngram weir_drafter_draft_model ?bench_argmax)
+base=$(build_side "$base" base "$out" "${targets[@]}")
+new=$(build_side "$new" new "$out" "${targets[@]}")
 for b in "$base" "$new"; do
   [ -x "$b/bin/weir" ] || { echo "no $b/bin/weir" >&2; exit 1; }
 done

@@ -69,6 +69,20 @@ static void on_event(void *user, const weir_gen_event *ev) {
   pthread_mutex_unlock(&c->lock);
 }
 
+/* Waits for c's final event. */
+static void collect_wait(collect *c) {
+  pthread_mutex_lock(&c->lock);
+  while (!c->done) pthread_cond_wait(&c->cond, &c->lock);
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* Waits for c's final event, checks it gave n tokens and copies them to out. */
+static void collect_take(collect *c, int32_t n, int32_t *out) {
+  collect_wait(c);
+  WT_ASSERT_INT_EQ(c->n, n);
+  memcpy(out, c->tokens, sizeof(int32_t) * (size_t)n);
+}
+
 /* n greedy tokens (EOS ignored) after the prompt, collected into *c. */
 static void greedy(weir_engine *e, const int32_t *prompt, int32_t np, int32_t n, collect *c) {
   weir_gen_request q = {.prompt = prompt, .num_prompt = np, .max_tokens = n, .ignore_eos = 1,
@@ -76,9 +90,7 @@ static void greedy(weir_engine *e, const int32_t *prompt, int32_t np, int32_t n,
   q.sampling = (weir_sampling_params){.struct_size = sizeof q.sampling, .temperature = 0,
                                       .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
   CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, c, NULL), 0);
-  pthread_mutex_lock(&c->lock);
-  while (!c->done) pthread_cond_wait(&c->cond, &c->lock);
-  pthread_mutex_unlock(&c->lock);
+  collect_wait(c);
   WT_ASSERT_INT_EQ(c->n, n);
 }
 
@@ -354,20 +366,12 @@ static void spec_run(int k, int64_t num_blocks, int32_t out[N_SPEC_PROMPTS][N_GE
                                         .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
     if (p == N_SPEC_PROMPTS - 1) {
       gate_set(1);
-      for (int w = 0; w < p; w++) {
-        pthread_mutex_lock(&c[w].lock);
-        while (!c[w].done) pthread_cond_wait(&c[w].cond, &c[w].lock);
-        pthread_mutex_unlock(&c[w].lock);
-      }
+      for (int w = 0; w < p; w++) collect_wait(&c[w]);
     }
     CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[p], NULL), 0);
   }
   for (int p = 0; p < N_SPEC_PROMPTS; p++) {
-    pthread_mutex_lock(&c[p].lock);
-    while (!c[p].done) pthread_cond_wait(&c[p].cond, &c[p].lock);
-    pthread_mutex_unlock(&c[p].lock);
-    WT_ASSERT_INT_EQ(c[p].n, N_GEN);
-    memcpy(out[p], c[p].tokens, sizeof(int32_t) * N_GEN);
+    collect_take(&c[p], N_GEN, out[p]);
     free(prompts[p]);
   }
   weir_engine_stats_get(e, st);
@@ -505,11 +509,7 @@ static void lazy_run(int k, int eager, int host, spec_trace *t, int32_t out[2][N
     CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[p], NULL), 0);
     /* One after the other: two requests in flight would meet the engine's steps as the
      * submitting thread happened to run, and the runs compared must step alike. */
-    pthread_mutex_lock(&c[p].lock);
-    while (!c[p].done) pthread_cond_wait(&c[p].cond, &c[p].lock);
-    pthread_mutex_unlock(&c[p].lock);
-    WT_ASSERT_INT_EQ(c[p].n, N_GEN);
-    memcpy(out[p], c[p].tokens, sizeof(int32_t) * N_GEN);
+    collect_take(&c[p], N_GEN, out[p]);
     free(prompts[p]);
   }
   weir_engine_stats_get(e, st);
@@ -669,11 +669,7 @@ static void mixed_run(int k, int host, int32_t out[3][N_GEN], int32_t *passes, i
     CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[p], NULL), 0);
   }
   for (int p = 0; p < 3; p++) {
-    pthread_mutex_lock(&c[p].lock);
-    while (!c[p].done) pthread_cond_wait(&c[p].cond, &c[p].lock);
-    pthread_mutex_unlock(&c[p].lock);
-    WT_ASSERT_INT_EQ(c[p].n, N_GEN);
-    memcpy(out[p], c[p].tokens, sizeof(int32_t) * N_GEN);
+    collect_take(&c[p], N_GEN, out[p]);
     free(prompts[p]);
   }
   weir_engine_destroy(e);
@@ -775,9 +771,7 @@ static void second_tokens(int k, int break_residual, int n, int32_t *counts, int
       CU_ASSERT_EQUAL_FATAL(weir_engine_submit(e, &q, on_event, &c[i], NULL), 0);
     }
     for (int i = 0; i < m; i++) {
-      pthread_mutex_lock(&c[i].lock);
-      while (!c[i].done) pthread_cond_wait(&c[i].cond, &c[i].lock);
-      pthread_mutex_unlock(&c[i].lock);
+      collect_wait(&c[i]);
       const int at = g_count_at;
       if (c[i].n > at && c[i].tokens[at] >= 0 && c[i].tokens[at] < vocab)
         counts[c[i].tokens[at]]++;
