@@ -38,6 +38,7 @@ prompts=("In the beginning God created" "And it came to pass, when" "The LORD is
          "Now these are the generations of" "And God said, Let there be"
          "Hear, O Israel: The LORD our God")
 : > "$out/prompts.jsonl"
+: > "$out/marks.txt"
 for p in "${prompts[@]}"; do printf '{"prompt": "%s"}\n' "$p" >> "$out/prompts.jsonl"; done
 base() {
   cat <<TOML
@@ -73,7 +74,13 @@ if [ "${IN_SERVICE:-0}" = 1 ]; then
     port[$cfg]=$p
     # The step profile (docs/engine.md) logs each server's decode tokens per second of engine
     # CPU time at stop: the figure a shared machine's preemption does not skew.
-    WEIR_STEP_PROFILE=1 "$weir" serve --config "$out/$cfg.toml" --port "$p" > "$out/serve-$cfg.log" 2>&1 &
+    # STEP_TRACE=1: each server also writes one line per step (WEIR_STEP_TRACE, docs/engine.md)
+    # to steps-CFG.txt, and marks.txt says when each case began on the same clock, for
+    # scripts/step-trace-report.py.
+    trace=()
+    [ "${STEP_TRACE:-0}" = 1 ] && trace=(env "WEIR_STEP_TRACE=$out/steps-$cfg.txt")
+    "${trace[@]}" env WEIR_STEP_PROFILE=1 "$weir" serve --config "$out/$cfg.toml" --port "$p" \
+      > "$out/serve-$cfg.log" 2>&1 &
     pids+=($!)
     p=$((p + 1))
   done
@@ -100,6 +107,8 @@ for temp in ${TEMPS:-0 0.8}; do
       n=$((c * per_stream > min_reqs ? c * per_stream : min_reqs))
       w=$((n / warmup_div > 0 ? n / warmup_div : 1))
       echo "## temperature $temp, concurrency $c: none vs $b"
+      # the monotonic clock (seconds since boot, as the step trace's start_s) at the case's start
+      echo "$(cut -d' ' -f1 /proc/uptime) t$temp c$c $b" >> "$out/marks.txt"
       # shellcheck disable=SC2046
       "$weir" bench $(ab none "$b") --label-a none \
         --label-b "$b" --rounds "$rounds" --concurrency "$c" --num-requests "$n" --warmup "$w" \

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/engine.h"
 #include "engine/engine_metrics.h"
@@ -133,6 +134,9 @@ struct weir_engine {
    * the last), logged when the engine stops. Off: one branch per phase. Engine thread. */
   int prof_on;
   int spec_trace; /* WEIR_SPEC_TRACE: log each policy run (docs/engine.md) */
+  /* WEIR_STEP_TRACE=path (read at create): one line per step written there, wall and CPU
+   * time with what the step carried (docs/engine.md); NULL: off. Engine thread only. */
+  FILE *step_trace;
   int spec_cpu_clock; /* the policy times steps by this thread's CPU time (engine.c) */
   int spec_warm;      /* the first drafting step ran (not shown to the policy) */
   struct {

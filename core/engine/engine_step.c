@@ -176,7 +176,7 @@ int weir__engine_run_step(weir_engine *e) {
   const double t_step = weir__engine_now();
   /* CPU time at the step's start (the policy's clock, spec_cpu_clock), then at the end of
    * each phase (the step profile). */
-  const double cpu0 = e->prof_on || e->spec_cpu_clock ? prof_now() : 0;
+  const double cpu0 = e->prof_on || e->spec_cpu_clock || e->step_trace ? prof_now() : 0;
   double t_prof[5] = {0};
   e->step_tokens = e->step_drafts = 0;
   e->step_n = e->step_k = 0;
@@ -255,6 +255,12 @@ int weir__engine_run_step(weir_engine *e) {
   if (e->drafter)
     observe_spec(e, &out,
                  e->spec_cpu_clock ? prof_now() - cpu0 : weir__engine_now() - t_step);
+  if (e->step_trace)
+    fprintf(e->step_trace, "%.6f %.1f %.1f %d %d %d %d %lld %lld %d %d\n", t_step,
+            (weir__engine_now() - t_step) * 1e6,
+            (prof_now() - cpu0) * 1e6, out.num_items, out.num_tokens, out.num_prefill_tokens,
+            e->step_k, (long long)e->step_drafts, (long long)e->step_tokens, out.num_preempted,
+            out.max_context_len);
   if (e->prof_on && decode_only(&out)) {
     t_prof[4] = prof_now();
     const int32_t n = out.num_tokens < WEIR_PROF_TOKENS ? out.num_tokens : WEIR_PROF_TOKENS;

@@ -191,6 +191,59 @@ static void test_serve_positional(void) {
   free(model);
 }
 
+/* WEIR_STEP_TRACE (docs/engine.md): `weir generate` writes the header and one line per step,
+ * eleven fields each; the prompt chunks' tokens add up to the prompt, the tokens delivered to
+ * what was generated, and no step's CPU time exceeds its wall time. A path that cannot be
+ * opened is a warning, not a failure. */
+static void test_step_trace(void) {
+  char *model = wt_strf("%s/trace.gguf", g_dir), *trace = wt_strf("%s/steps.txt", g_dir);
+  char *out = NULL;
+  WT_ASSERT_INT_EQ(weir(&out, "mkmodel", "--preset", "tiny", "--out", model, NULL), 0);
+  free(out);
+  setenv("WEIR_STEP_TRACE", trace, 1);
+  int rc = weir(&out, "generate", "-m", model, "--plugin-dir", WT_PLUGIN_DIR, "--threads", "1",
+                "--random-prompt", "40", "-n", "9", "--ignore-eos", "--set",
+                "cache.memory_bytes=16MiB", NULL);
+  WT_ASSERT_INT_EQ(rc, 0);
+  free(out);
+  char *text = wt_read_file(trace, NULL);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT(strncmp(text, "# start_s wall_us cpu_us seqs tokens prefill_tokens", 51) == 0);
+  /* one step with the whole prompt and the first token, then eight one-token decode steps */
+  long steps = 0, delivered = 0;
+  double last = 0;
+  for (char *line = strchr(text, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+    double t, wall, cpu;
+    int seqs, tokens, pre, k, pree, ctx;
+    long long drafts, outn;
+    int n = sscanf(line + 1, "%lf %lf %lf %d %d %d %d %lld %lld %d %d", &t, &wall, &cpu, &seqs,
+                   &tokens, &pre, &k, &drafts, &outn, &pree, &ctx);
+    WT_ASSERT_INT_EQ(n, 11);
+    if (n != 11) break;
+    const int first = steps == 0;
+    WT_ASSERT_INT_EQ(tokens, first ? 40 : 1);
+    WT_ASSERT_INT_EQ(pre, first ? 40 : 0);
+    WT_ASSERT_INT_EQ(ctx, 40 + (int)steps);
+    CU_ASSERT(seqs == 1 && k == 0 && drafts == 0 && outn == 1 && pree == 0);
+    CU_ASSERT(t > last && wall > 0 && cpu >= 0 && cpu <= wall * 1.01 + 50);
+    last = t;
+    steps++;
+    delivered += outn;
+  }
+  WT_ASSERT_INT_EQ(steps, 9);
+  WT_ASSERT_INT_EQ(delivered, 9);
+  free(text);
+  setenv("WEIR_STEP_TRACE", "/nonexistent-dir/steps.txt", 1);
+  rc = weir(&out, "generate", "-m", model, "--plugin-dir", WT_PLUGIN_DIR, "--threads", "1",
+            "--random-prompt", "8", "-n", "2", NULL);
+  unsetenv("WEIR_STEP_TRACE");
+  WT_ASSERT_INT_EQ(rc, 0);
+  WT_ASSERT_STR_CONTAINS(out, "WEIR_STEP_TRACE: cannot open /nonexistent-dir/steps.txt");
+  free(out);
+  free(trace);
+  free(model);
+}
+
 /* `weir mkmodel --weights-from`: the values come from the source file, not the seed. With the
  * source's own flags but another seed the f32 file is the source byte for byte, and a q6_k
  * file is the one the source's seed gives (weir's quantizer on the same values); a source
@@ -259,6 +312,7 @@ int main(void) {
       {"configuration flags: -m, --served-model-name, --ctx-size, --api-key", test_config_flags},
       {"the parser: order, positionals, --, clusters", test_parser_order},
       {"weir serve MODEL.gguf", test_serve_positional},
+      {"WEIR_STEP_TRACE: one line per step", test_step_trace},
       {NULL, NULL}};
   int rc = wt_run_suite("cli", tests);
   wt_rmtree(g_dir);

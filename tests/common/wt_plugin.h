@@ -260,16 +260,19 @@ static inline void wt_quant_acts(float *x, double *xdeq, double *step, int64_t t
 
 /* One output of a quant plugin's matmul, y = w . x over cols columns, and what it is checked
  * against (rows of the caller's arrays): w the packed weights as the plugin holds them, w_src
- * the source weights, w_bound how far each packed weight may be from its source; x the raw
+ * the source weights, w_bound how far each packed weight may be from its source, w_off the
+ * zero-point offset of each weight's group (w = d q + w_off; NULL: none); x the raw
  * activations, x_deq and x_step their wt_quantize_act quantization. */
 typedef struct wt_quant_dot {
-  const double *w, *w_src, *w_bound;
+  const double *w, *w_src, *w_bound, *w_off;
   const float *x;
   const double *x_deq, *x_step;
 } wt_quant_dot;
 
 /* Checks got against three double-precision references: the packed weights times the
- * activations quantized as documented (tight: rel of the sum of magnitudes), times the raw
+ * activations quantized as documented (tight: rel of the sum of magnitudes; with offsets, the
+ * magnitudes of the two terms a kernel sums apart, d q x and w_off x, which can cancel to far
+ * less than either), times the raw
  * activations (plus half an activation step per column), and the source weights times the raw
  * activations (plus the weight bounds too). 0 at the first one missed, with a failure at the
  * caller's line. */
@@ -277,8 +280,9 @@ static inline int wt_check_quant_dot(double got, wt_quant_dot d, int64_t cols, d
                                      const char *what, const char *file, int line) {
   double s_tight = 0, mag = 0, s_deq = 0, s_orig = 0, b_act = 0, b_w = 0;
   for (int64_t k = 0; k < cols; k++) {
+    double off = d.w_off ? d.w_off[k] : 0.0;
     s_tight += d.w[k] * d.x_deq[k];
-    mag += fabs(d.w[k] * d.x_deq[k]);
+    mag += fabs((d.w[k] - off) * d.x_deq[k]) + fabs(off * d.x_deq[k]);
     s_deq += d.w[k] * d.x[k];
     s_orig += d.w_src[k] * d.x[k];
     b_act += 0.5 * d.x_step[k] * fabs(d.w[k]) * (1 + 1e-5);
@@ -291,12 +295,14 @@ static inline int wt_check_quant_dot(double got, wt_quant_dot d, int64_t cols, d
 
 /* Runs ops->matmul on the packed w (rows x cols) for each of the ntoks token counts in toks
  * (each at most 64) over wt_quant_acts activations, and checks every output with
- * wt_check_quant_dot (w_q, w_src, w_bound: the caller's [rows][cols]). Failures are reported
+ * wt_check_quant_dot (w_q, w_src, w_bound, w_off: the caller's [rows][cols]; w_off may be
+ * NULL). Failures are reported
  * at the caller's line; 0 at the first one. Its own buffers are allocated and freed here. */
 static inline int wt_check_quant_matmul_at(const weir_quant_ops *ops, void *self, void *w,
                                            int64_t rows, int64_t cols, const int64_t *toks,
                                            int ntoks, const double *w_q, const double *w_src,
-                                           const double *w_bound, double rel, const char *what,
+                                           const double *w_bound, const double *w_off,
+                                           double rel, const char *what,
                                            const char *file, int line) {
   float *x = malloc(sizeof(float) * 64 * cols), *y = malloc(sizeof(float) * 64 * rows);
   double *xdeq = malloc(sizeof(double) * 64 * cols), *xstep = malloc(sizeof(double) * 64 * cols);
@@ -311,7 +317,8 @@ static inline int wt_check_quant_matmul_at(const weir_quant_ops *ops, void *self
     for (int64_t tk = 0; tk < n && ok; tk++)
       for (int64_t r = 0; r < rows && ok; r++) {
         wt_quant_dot d = {.w = w_q + r * cols, .w_src = w_src + r * cols,
-                          .w_bound = w_bound + r * cols, .x = x + tk * cols,
+                          .w_bound = w_bound + r * cols,
+                          .w_off = w_off ? w_off + r * cols : NULL, .x = x + tk * cols,
                           .x_deq = xdeq + tk * cols, .x_step = xstep + tk * cols};
         ok = wt_check_quant_dot(y[tk * rows + r], d, cols, rel, what, file, line);
       }

@@ -99,7 +99,8 @@ static void check_shape(wt_plugin *l, weir_dtype t, int64_t rows, int64_t cols, 
   }
 
   static const int64_t toks[] = {1, 2, 7, 64};
-  if (!wt_check_quant_matmul_at(ops, l->self, w, rows, cols, toks, 4, wq, ref, wbound, 3e-6, what,
+  if (!wt_check_quant_matmul_at(ops, l->self, w, rows, cols, toks, 4, wq, ref, wbound, NULL, 3e-6,
+                                what,
                                 __FILE__, __LINE__))
     goto fail;
   /* embed: range checks */
