@@ -33,7 +33,12 @@ def load(path):
         rows.append({"t": float(f[0]), "wall": float(f[1]), "cpu": float(f[2]),
                      "seqs": int(f[3]), "tokens": int(f[4]), "prefill": int(f[5]),
                      "k": int(f[6]), "drafts": int(f[7]), "out": int(f[8]),
-                     "preempted": int(f[9])})
+                     "preempted": int(f[9]),
+                     # CPU time by phase (absent from older traces)
+                     "sched": float(f[11]) if len(f) > 14 else 0.0,
+                     "draft": float(f[12]) if len(f) > 14 else 0.0,
+                     "forward": float(f[13]) if len(f) > 14 else 0.0,
+                     "sample": float(f[14]) if len(f) > 14 else 0.0})
     return rows
 
 
@@ -49,6 +54,11 @@ def summary(label, steps):
           f" p99 {pct(cpu, .99):7.0f} | off-cpu {100 * off:4.1f}% | seqs {sum(s['seqs'] for s in steps) / n:5.1f}"
           f" tokens {sum(s['tokens'] for s in steps) / n:6.1f} prefill {sum(s['prefill'] for s in steps) / n:6.1f}"
           f" drafts {sum(s['drafts'] for s in steps) / n:4.2f} out {sum(s['out'] for s in steps) / n:5.1f}")
+    slow = sorted(steps, key=lambda s: -s["wall"])[:3]
+    print("      slowest: " + "; ".join(
+        f"{s['wall']:.0f} us wall = {s['sched']:.0f} propose+schedule, {s['draft']:.0f} draft, "
+        f"{s['forward']:.0f} forward, {s['sample']:.0f} sample ({s['seqs']} seqs, {s['tokens']} tokens)"
+        for s in slow))
 
 
 def main():

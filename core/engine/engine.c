@@ -911,7 +911,8 @@ int weir_engine_create_opts(const weir_config *cfg, const weir_engine_opts *opts
                strerror(errno));
     else
       fprintf(e->step_trace, "# start_s wall_us cpu_us seqs tokens prefill_tokens k drafts "
-                             "tokens_out preempted max_context\n");
+                             "tokens_out preempted max_context propose_sched_us draft_us forward_us "
+                             "sample_us\n");
   }
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->wake, NULL);

@@ -176,7 +176,8 @@ int weir__engine_run_step(weir_engine *e) {
   const double t_step = weir__engine_now();
   /* CPU time at the step's start (the policy's clock, spec_cpu_clock), then at the end of
    * each phase (the step profile). */
-  const double cpu0 = e->prof_on || e->spec_cpu_clock || e->step_trace ? prof_now() : 0;
+  const int timed = e->prof_on || e->step_trace != NULL; /* each phase timed */
+  const double cpu0 = timed || e->spec_cpu_clock ? prof_now() : 0;
   double t_prof[5] = {0};
   e->step_tokens = e->step_drafts = 0;
   e->step_n = e->step_k = 0;
@@ -187,7 +188,7 @@ int weir__engine_run_step(weir_engine *e) {
     weir__engine_propose_drafts(e);
     if (!e->draft) weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_step);
   }
-  if (e->prof_on) t_prof[0] = prof_now();
+  if (timed) t_prof[0] = prof_now();
   int rc = weir_sched_step(e->sched, &out);
   /* A preempted sequence's blocks are gone, its draft KV with them. */
   for (int32_t i = 0; i < out.num_preempted; i++)
@@ -235,13 +236,13 @@ int weir__engine_run_step(weir_engine *e) {
     engine_req *r = out.items[i].seq->user;
     if (r->t_sched == 0) r->t_sched = t;
   }
-  if (e->prof_on) t_prof[1] = prof_now();
+  if (timed) t_prof[1] = prof_now();
   if (e->draft) {
     const double t_draft = weir__engine_now();
     weir__engine_run_draft(e, &out);
     weir_metric_add(e->em.spec_seconds, weir__engine_now() - t_draft);
   }
-  if (e->prof_on) t_prof[2] = prof_now();
+  if (timed) t_prof[2] = prof_now();
   const weir_llama_batch b = weir_step_batch_view(tb);
   float *logits = NULL;
   rc = weir_llama_forward(e->model, &b, &logits);
@@ -249,20 +250,21 @@ int weir__engine_run_step(weir_engine *e) {
     fail_step(e, &out, rc);
     return 1;
   }
-  if (e->prof_on) t_prof[3] = prof_now();
+  if (timed) t_prof[3] = prof_now();
   sample_step(e, &out, logits);
   weir__engine_spec_trace_step(e);
   if (e->drafter)
     observe_spec(e, &out,
                  e->spec_cpu_clock ? prof_now() - cpu0 : weir__engine_now() - t_step);
+  if (timed) t_prof[4] = prof_now();
   if (e->step_trace)
-    fprintf(e->step_trace, "%.6f %.1f %.1f %d %d %d %d %lld %lld %d %d\n", t_step,
-            (weir__engine_now() - t_step) * 1e6,
-            (prof_now() - cpu0) * 1e6, out.num_items, out.num_tokens, out.num_prefill_tokens,
-            e->step_k, (long long)e->step_drafts, (long long)e->step_tokens, out.num_preempted,
-            out.max_context_len);
+    fprintf(e->step_trace, "%.6f %.1f %.1f %d %d %d %d %lld %lld %d %d %.1f %.1f %.1f %.1f\n",
+            t_step, (weir__engine_now() - t_step) * 1e6, (t_prof[4] - cpu0) * 1e6,
+            out.num_items, out.num_tokens, out.num_prefill_tokens, e->step_k,
+            (long long)e->step_drafts, (long long)e->step_tokens, out.num_preempted,
+            out.max_context_len, (t_prof[1] - cpu0) * 1e6, (t_prof[2] - t_prof[1]) * 1e6,
+            (t_prof[3] - t_prof[2]) * 1e6, (t_prof[4] - t_prof[3]) * 1e6);
   if (e->prof_on && decode_only(&out)) {
-    t_prof[4] = prof_now();
     const int32_t n = out.num_tokens < WEIR_PROF_TOKENS ? out.num_tokens : WEIR_PROF_TOKENS;
     e->prof[n].steps++;
     e->prof[n].tokens_out += (uint64_t)e->step_tokens;

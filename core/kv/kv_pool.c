@@ -131,6 +131,16 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
                   (long long)nb, offset, weir_strerror(rc));
     goto fail;
   }
+  /* Committed now, not on first use: a page first written mid-service stalls the step that
+   * writes it (a huge page's fault can wait on the kernel's compaction: 8-40 ms steps among
+   * 1.7 ms ones when a long-lived server first held 16 sampled sequences;
+   * docs/perf/speculative.md), and memory the host cannot give fails here, not mid-request.
+   * Zeros also leave no stale bytes for a kernel's padded lanes to read. */
+  rc = pool->dev->memset(pool->dev_self, pool->base, 0, offset);
+  if (rc != WEIR_OK) {
+    weir_set_err(err, errlen, "zeroing the KV cache (%zu bytes): %s", offset, weir_strerror(rc));
+    goto fail;
+  }
   weir_kv_cache_params kp = {.num_blocks = (int32_t)nb,
                              .block_size = bs,
                              .prefix_caching = p->prefix_caching,

@@ -5,6 +5,7 @@
  * --max-model-len and its alias --ctx-size, --api-key) reach the configuration, and
  * `weir serve MODEL.gguf` serves the positional model under its served names. The
  * weir_opt parser itself is exercised in-process for the ordering rules. */
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -192,7 +193,7 @@ static void test_serve_positional(void) {
 }
 
 /* WEIR_STEP_TRACE (docs/engine.md): `weir generate` writes the header and one line per step,
- * eleven fields each; the prompt chunks' tokens add up to the prompt, the tokens delivered to
+ * fifteen fields each (the last four: the step's CPU time by phase); the prompt chunks' tokens add up to the prompt, the tokens delivered to
  * what was generated, and no step's CPU time exceeds its wall time. A path that cannot be
  * opened is a warning, not a failure. */
 static void test_step_trace(void) {
@@ -213,13 +214,17 @@ static void test_step_trace(void) {
   long steps = 0, delivered = 0;
   double last = 0;
   for (char *line = strchr(text, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
-    double t, wall, cpu;
+    double t, wall, cpu, ph[4];
     int seqs, tokens, pre, k, pree, ctx;
     long long drafts, outn;
-    int n = sscanf(line + 1, "%lf %lf %lf %d %d %d %d %lld %lld %d %d", &t, &wall, &cpu, &seqs,
-                   &tokens, &pre, &k, &drafts, &outn, &pree, &ctx);
-    WT_ASSERT_INT_EQ(n, 11);
-    if (n != 11) break;
+    int n = sscanf(line + 1, "%lf %lf %lf %d %d %d %d %lld %lld %d %d %lf %lf %lf %lf", &t, &wall,
+                   &cpu, &seqs, &tokens, &pre, &k, &drafts, &outn, &pree, &ctx, &ph[0], &ph[1],
+                   &ph[2], &ph[3]);
+    WT_ASSERT_INT_EQ(n, 15);
+    if (n != 15) break;
+    /* the phases are the step's CPU time, split */
+    CU_ASSERT(ph[0] >= 0 && ph[1] >= 0 && ph[2] > 0 && ph[3] >= 0);
+    CU_ASSERT(fabs(ph[0] + ph[1] + ph[2] + ph[3] - cpu) <= 0.5);
     const int first = steps == 0;
     WT_ASSERT_INT_EQ(tokens, first ? 40 : 1);
     WT_ASSERT_INT_EQ(pre, first ? 40 : 0);
