@@ -148,9 +148,9 @@ static void observe_spec(weir_engine *e, const weir_sched_out *out, double secon
     const weir_sched_item *it = &out->items[i];
     if (it->num_new_tokens - it->num_drafts != 1 || it->num_prompt_logits != 0) return;
   }
-  /* The engine's first drafting step pays one-time costs (the first writes to the draft's
-   * KV group fault in its pages, tens of milliseconds, 10x a verification step): not what
-   * drafting costs, so the policy does not see it. */
+  /* The engine's first drafting step pays one-time costs (its draft pass 4x the next one's;
+   * tens of milliseconds before the KV pool was committed at creation): not what drafting
+   * costs, so the policy does not see it. */
   if (e->step_k > 0 && !e->spec_warm) {
     e->spec_warm = 1;
     return;

@@ -134,8 +134,8 @@ int weir_kv_pool_create(const weir_kv_pool_params *p, const weir_plugin *device,
   /* Committed now, not on first use: a page first written mid-service stalls the step that
    * writes it (a huge page's fault can wait on the kernel's compaction: 8-40 ms steps among
    * 1.7 ms ones when a long-lived server first held 16 sampled sequences;
-   * docs/perf/speculative.md), and memory the host cannot give fails here, not mid-request.
-   * Zeros also leave no stale bytes for a kernel's padded lanes to read. */
+   * docs/perf/speculative.md), and a pool the host cannot hold shows at start, not under
+   * load. Zeros also leave no stale bytes for a kernel's padded lanes to read. */
   rc = pool->dev->memset(pool->dev_self, pool->base, 0, offset);
   if (rc != WEIR_OK) {
     weir_set_err(err, errlen, "zeroing the KV cache (%zu bytes): %s", offset, weir_strerror(rc));
