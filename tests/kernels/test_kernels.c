@@ -10,6 +10,7 @@
 
 #include "add.h"
 #include "argmax.h"
+#include "sample_weights.h"
 #include "convert.h"
 #include "cpu_isa.h"
 #include "dequant.h"
@@ -867,6 +868,106 @@ fail:
   free(buf);
 }
 
+/* ---- temperature weights (sample_weights.h) ------------------------------------------- */
+
+/* Against double precision on the argmax rows' kinds: the largest z, the last drawable index,
+ * every weight within the vector exp's bound of exp(z - zmax) (z and the difference rounded
+ * to float as the rule says), 0 exactly for -inf and NaN, the block sums, and the draw: the
+ * first index whose running sum exceeds the target. */
+static void test_sample_weights(void) {
+  enum { KINDS = 11, MAXN = 4097 + 1 };
+  float *buf = malloc(sizeof(float) * MAXN), *w = malloc(sizeof(float) * MAXN);
+  double *bsum = malloc(sizeof(double) * (size_t)weir_sample_blocks(MAXN));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(buf && w && bsum);
+  static const float temps[] = {0.8f, 1.0f, 1.7f, 0.1f};
+  int64_t sizes[80];
+  int ns = 0;
+  for (int64_t n = 1; n <= 40; n++) sizes[ns++] = n;
+  const int64_t big[] = {255, 256, 257, 513, 1024, 4095, 4097};
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) sizes[ns++] = big[i];
+  int levels = 0;
+  long draws = 0;
+  FOR_EACH_ISA(lvl) {
+    levels++;
+    for (int si = 0; si < ns; si++) {
+      const int64_t n = sizes[si], nb = weir_sample_blocks(n);
+      for (int k = 0; k < KINDS; k++)
+        for (int ti = 0; ti < 4; ti++) {
+          float *x = buf + (ti & 1); /* aligned and not */
+          argmax_row_of(x, n, k);
+          const float inv_t = 1.0f / temps[ti];
+          float zref = -INFINITY;
+          int64_t lref = -1;
+          for (int64_t i = 0; i < n; i++) {
+            const float z = x[i] * inv_t;
+            if (z > zref) zref = z;
+            if (x[i] > -INFINITY) lref = i;
+          }
+          float zmax = 0;
+          const int64_t last = weir_sample_weights(x, n, inv_t, w, bsum, &zmax);
+          WT_ASSERT_INT_EQ(last, lref);
+          CU_ASSERT(zmax == zref || (zmax != zmax && zref != zref));
+          if (!(zref < INFINITY)) continue; /* +inf: the caller's other rule */
+          int bad = 0;
+          for (int64_t i = 0; i < n && !bad; i++) {
+            double want = 0;
+            if (x[i] > -INFINITY) {
+              const float d = x[i] * inv_t - zref;
+              want = exp((double)d);
+            }
+            if (!(fabs((double)w[i] - want) <= 3e-7 * want + 1e-44)) {
+              fprintf(stderr, "\n  sample weights [isa=%s seed=%llu] n %lld kind %d t %g: w[%lld] "
+                      "= %.9g, want %.9g\n", weir_cpu_isa_name(weir_cpu_isa()),
+                      (unsigned long long)wt_seed, (long long)n, k, temps[ti], (long long)i,
+                      w[i], want);
+              bad = 1;
+            }
+            if (!(x[i] > -INFINITY)) CU_ASSERT(w[i] == 0.0f);
+          }
+          CU_ASSERT_FATAL(!bad);
+          double total = 0;
+          for (int64_t b = 0; b < nb; b++) {
+            double s = 0;
+            for (int64_t i = b * WEIR_SAMPLE_BLOCK; i < n && i < (b + 1) * WEIR_SAMPLE_BLOCK; i++)
+              s += w[i];
+            CHECK_CLOSE(bsum[b], s, 1e-12 * s, "block sum");
+            total += bsum[b];
+          }
+          if (lref < 0) {
+            CU_ASSERT(total == 0);
+            continue;
+          }
+          /* the draw at the ends and at random targets */
+          for (int d = 0; d < 6; d++) {
+            const double u = d == 0 ? 0.0 : d == 1 ? 1 - 1e-9 : (double)(wt_rnd() % 1000000) / 1e6;
+            const double target = u * total;
+            const int64_t got = weir_sample_pick(w, bsum, n, target);
+            draws++;
+            CU_ASSERT_FATAL(got >= 0 && got < n);
+            CU_ASSERT(w[got] > 0);
+            double before = 0;
+            for (int64_t i = 0; i < got; i++) before += w[i];
+            CU_ASSERT(before <= target + 1e-12 * total);
+            CU_ASSERT(before + w[got] >= target - 1e-12 * total);
+          }
+        }
+    }
+  }
+  /* past every block's sum: no pick (the caller's fallback) */
+  for (int64_t i = 0; i < 300; i++) buf[i] = 0.0f;
+  float zmax;
+  CU_ASSERT_EQUAL(weir_sample_weights(buf, 300, 1.0f, w, bsum, &zmax), 299);
+  CU_ASSERT_EQUAL(zmax, 0.0f);
+  CU_ASSERT_EQUAL(weir_sample_pick(w, bsum, 300, 300.0), -1);
+  CU_ASSERT_EQUAL(weir_sample_pick(w, bsum, 300, 299.5), 299);
+  fprintf(stderr, "  (sample weights: %d ISA levels, lengths 1..40, 255..4097, %ld draws)\n",
+          levels, draws);
+fail:
+  free(buf);
+  free(w);
+  free(bsum);
+}
+
 static void test_isa_select(void) {
   CU_ASSERT(weir_cpu_isa_supported(WEIR_CPU_ISA_SCALAR));
   CU_ASSERT_EQUAL(weir_cpu_isa_set(WEIR_CPU_ISA_SCALAR), 0);
@@ -898,6 +999,7 @@ int main(void) {
                                   {"rope_table", test_rope_table},
                                   {"softmax", test_softmax},
                                   {"argmax", test_argmax},
+                                  {"sample weights", test_sample_weights},
                                   {NULL, NULL}};
   return wt_run_suite("kernels", tests);
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sample_weights.h"
 #include "softmax.h"
 #include "weir/rng.h"
 #include "weir/sampler.h"
@@ -36,6 +37,8 @@ typedef struct scratch {
   cand *c;
   int32_t *counts;
   uint8_t *seen;
+  float *w;     /* the untruncated path's weights, in id order */
+  double *bsum; /* and their block sums (sample_weights.h) */
   int32_t cap;
 } scratch;
 
@@ -71,6 +74,8 @@ static void scratch_free(sampler *s, scratch *w) {
   xfree(s, w->c);
   xfree(s, w->counts);
   xfree(s, w->seen);
+  xfree(s, w->w);
+  xfree(s, w->bsum);
   memset(w, 0, sizeof(*w));
 }
 
@@ -99,7 +104,9 @@ static int ensure_scratch(sampler *s, int n, int32_t vocab) {
     w->c = xalloc(s, (size_t)vocab * sizeof(cand));
     w->counts = xalloc(s, (size_t)vocab * sizeof(int32_t));
     w->seen = xalloc(s, (size_t)vocab);
-    if (!w->buf || !w->c || !w->counts || !w->seen) {
+    w->w = xalloc(s, (size_t)vocab * sizeof(float));
+    w->bsum = xalloc(s, (size_t)weir_sample_blocks(vocab) * sizeof(double));
+    if (!w->buf || !w->c || !w->counts || !w->seen || !w->w || !w->bsum) {
       scratch_free(s, w);
       return WEIR_E_NOMEM;
     }
@@ -148,6 +155,8 @@ static void select_top(cand *c, int32_t n, int32_t k) {
 
 typedef struct row_out {
   int greedy;
+  int dense;         /* untruncated: the weights are w->w, every id, in id order */
+  int32_t last;      /* dense: the last id that can be drawn (the walk's fallback) */
   int32_t token;     /* greedy choice */
   int32_t n_kept;    /* candidates kept, in c[0..n_kept) */
   double total;      /* sum of the kept weights */
@@ -251,7 +260,8 @@ static int32_t select_mass(cand *c, int32_t n, double target) {
   return lo > 0 ? lo : 1;
 }
 
-/* Steps 4-5: decides the greedy token, or the kept candidates c[0..n_kept) with weights. */
+/* Steps 4-5: decides the greedy token, or the kept candidates c[0..n_kept) with weights, or
+ * (o->dense) the weights of every id in w->w, in id order. */
 static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t vocab, row_out *o) {
   const float *x = w->buf;
   memset(o, 0, sizeof(*o));
@@ -264,6 +274,27 @@ static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t voca
     return;
   }
   const float inv_t = 1.0f / p->temperature;
+  /* No truncation (the API's defaults): every id keeps its weight, in id order, so the
+   * weights need no candidate list and come from one vectorised pass (sample_weights.h).
+   * The walk of the draw is the same as over the candidates below. */
+  if ((p->top_k <= 0 || p->top_k >= vocab) && !(p->top_p < 1.0f) && !(p->min_p > 0.0f)) {
+    float zmax;
+    const int64_t last = weir_sample_weights(x, vocab, inv_t, w->w, w->bsum, &zmax);
+    if (last < 0) { /* everything suppressed: the rule below */
+      o->greedy = 1;
+      o->token = 0;
+      return;
+    }
+    if (zmax < INFINITY) {
+      double total = 0.0;
+      for (int64_t b = 0; b < weir_sample_blocks(vocab); b++) total += w->bsum[b];
+      o->dense = 1;
+      o->last = (int32_t)last;
+      o->total = total;
+      o->zmax = zmax;
+      return;
+    } /* a logit of +inf: the candidate rule below */
+  }
   cand *c = w->c;
   int32_t n = 0;
   float zmax = -INFINITY;
@@ -353,6 +384,8 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
       memset(pr, 0, (size_t)vocab * sizeof(float));
       if (o.greedy) {
         pr[o.token] = 1.0f;
+      } else if (o.dense) {
+        for (int32_t i = 0; i < vocab; i++) pr[i] = (float)((double)w->w[i] / o.total);
       } else {
         for (int32_t i = 0; i < o.n_kept; i++)
           pr[w->c[i].id] = (float)((double)w->c[i].w / o.total);
@@ -360,7 +393,11 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
       continue;
     }
     int32_t token = o.token;
-    if (!o.greedy) {
+    if (o.dense) {
+      const int64_t i =
+          weir_sample_pick(w->w, w->bsum, vocab, weir_rng_uniform(row->rng_state) * o.total);
+      token = i >= 0 ? (int32_t)i : o.last;
+    } else if (!o.greedy) {
       double target = weir_rng_uniform(row->rng_state) * o.total, cum = 0.0;
       token = w->c[o.n_kept - 1].id;
       for (int32_t i = 0; i < o.n_kept; i++) {
