@@ -1246,8 +1246,66 @@ out:
   g_host = saved;
 }
 
+/* The input logits are read, never written, whatever the row asks (a row with nothing to
+ * change is read in place), and a greedy row with every value -inf or NaN keeps the documented
+ * answer: the first id that is not NaN, else 0. */
+static void test_sampler_input_untouched(void) {
+  enum { V = 3000, R = 6 };
+  float *lg = malloc(sizeof(float) * V * R), *orig = malloc(sizeof(float) * V * R);
+  float *pr = malloc(sizeof(float) * V * R);
+  fill(lg, V * R, -6, 6);
+  lg[17] = NAN;
+  lg[V + 5] = -INFINITY;
+  memcpy(orig, lg, sizeof(float) * V * R);
+  weir_sampling_params ps[R];
+  weir_sampling_row rows[R];
+  uint64_t st[R][4];
+  int32_t prompt[3] = {1, 2, 3}, out[2] = {4, 4}, sup[1] = {7};
+  for (int r = 0; r < R; r++) {
+    ps[r] = params_default();
+    seed_state(st[r]);
+    rows[r] = (weir_sampling_row){.params = &ps[r], .rng_state = st[r]};
+  }
+  ps[0].temperature = 0;                       /* greedy, in place */
+  ps[1].temperature = 0.8f;                    /* untruncated, in place */
+  ps[2].temperature = 0.8f;                    /* with penalties: a copy */
+  ps[2].repetition_penalty = 1.3f;
+  ps[2].presence_penalty = 0.5f;
+  rows[2].prompt_tokens = prompt;
+  rows[2].num_prompt_tokens = 3;
+  rows[2].output_tokens = out;
+  rows[2].num_output_tokens = 2;
+  ps[3].temperature = 0.7f;                    /* top-p */
+  ps[3].top_p = 0.9f;
+  ps[4].temperature = 0.8f;                    /* suppression: a copy */
+  rows[4].suppress_tokens = sup;
+  rows[4].num_suppress_tokens = 1;
+  ps[5].temperature = 1.0f;                    /* logprobs read the row too */
+  ps[5].num_logprobs = 5;
+  weir_sample_result res[R];
+  CU_ASSERT_EQUAL(sops()->sample(g_samp.self, rows, R, lg, V, res), WEIR_OK);
+  CU_ASSERT(memcmp(lg, orig, sizeof(float) * V * R) == 0);
+  CU_ASSERT_EQUAL(sops()->probs(g_samp.self, rows, R, lg, V, pr), WEIR_OK);
+  CU_ASSERT(memcmp(lg, orig, sizeof(float) * V * R) == 0);
+  CU_ASSERT(res[4].token != 7);
+  CU_ASSERT(pr[4 * V + 7] == 0.0f);
+  /* degenerate greedy rows */
+  ps[0].temperature = 0;
+  rows[0].rng_state = NULL;
+  for (int i = 0; i < V; i++) lg[i] = i % 3 == 0 ? NAN : -INFINITY;
+  CU_ASSERT_EQUAL(sops()->sample(g_samp.self, rows, 1, lg, V, res), WEIR_OK);
+  WT_ASSERT_INT_EQ(res[0].token, 1);
+  for (int i = 0; i < V; i++) lg[i] = -INFINITY;
+  CU_ASSERT_EQUAL(sops()->sample(g_samp.self, rows, 1, lg, V, res), WEIR_OK);
+  WT_ASSERT_INT_EQ(res[0].token, 0);
+  free(lg);
+  free(orig);
+  free(pr);
+}
+
 static void test_sampler(void) {
   if (wt_plugin_load(&g_samp, &g_host, "sampler", "default", NULL, NULL) != 0) return;
+  test_sampler_input_untouched();
   test_sampler_greedy();
   test_sampler_penalties_logprobs();
   test_sampler_reproducible();

@@ -4,13 +4,14 @@
 # 1. weir generate on a Qwen3-0.6B-shaped file (vocab 151,936; $QWEN, made by weir mkmodel),
 #    temperature 0.8, one thread, 16 tokens, 3 rounds: the step trace's sample phase per step;
 # 2. weir bench against two servers of the trained target (one with sampler.path = the old
-#    .so), temperature 0.8, 64-token answers, 1, 4 and 16 streams, 8 rounds each.
+#    .so), 64-token answers, 8 rounds each, at TEMPS (default 0.8) and STREAMS (default
+#    "16 4 1"). QWEN_ROUNDS=0 skips part 1.
 set -euo pipefail
 build=$1 old=$2 out=$3
 qwen=${QWEN:-/work/models-fam/fam-qwen3-0.6b.gguf}
 here=$(cd "$(dirname "$0")/../../.." && pwd)
 mkdir -p "$out"
-for r in 1 2 3; do
+for r in $(seq "${QWEN_ROUNDS:-3}"); do
   for side in old new; do
     extra=()
     [ $side = old ] && extra=(--set "sampler.path=$old")
@@ -32,10 +33,13 @@ trap 'kill $p1 $p2 2>/dev/null; wait' EXIT
 for p in 18711 18712; do
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$p/health" > /dev/null && break; sleep 0.1; done
 done
-for c in 16 4 1; do
-  n=$((c * 8 > 32 ? c * 8 : 32))
-  echo "## temperature 0.8, concurrency $c: old sampler (A) vs new (B)"
-  "$build/bin/weir" bench --a http://127.0.0.1:18711 --b http://127.0.0.1:18712 --label-a old \
-    --label-b new --rounds 8 --concurrency $c --num-requests $n --warmup 16 --dataset jsonl \
-    --file "$out/prompts.jsonl" --output-len 64 --ignore-eos --temperature 0.8 --quiet 2>&1 | tail -14
+for t in ${TEMPS:-0.8}; do
+  for c in ${STREAMS:-16 4 1}; do
+    n=$((c * 8 > 32 ? c * 8 : 32))
+    echo "## temperature $t, concurrency $c: old sampler (A) vs new (B)"
+    "$build/bin/weir" bench --a http://127.0.0.1:18711 --b http://127.0.0.1:18712 --label-a old \
+      --label-b new --rounds 8 --concurrency $c --num-requests $n --warmup 16 --dataset jsonl \
+      --file "$out/prompts.jsonl" --output-len 64 --ignore-eos --temperature $t --quiet 2>&1 |
+      tail -14
+  done
 done

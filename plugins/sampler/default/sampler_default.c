@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "argmax.h"
 #include "sample_weights.h"
 #include "softmax.h"
 #include "weir/rng.h"
@@ -176,6 +177,16 @@ static void apply_allowed(float *x, const uint32_t *allowed, int32_t vocab) {
   }
 }
 
+/* Whether steps 0-3 change anything for this row: if not, the row is read where it lies, not
+ * copied (a copy of a 151,936-id row was a third of its sampling). */
+static int changes_logits(const weir_sampling_row *row) {
+  const weir_sampling_params *p = row->params;
+  return (WEIR_SAMPLING_HAS(p, num_logit_bias) && p->num_logit_bias > 0) ||
+         (WEIR_SAMPLING_HAS(p, allowed) && p->allowed) || row->num_suppress_tokens > 0 ||
+         p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+         p->frequency_penalty != 0.0f;
+}
+
 /* Steps 0-3 on w->buf. Returns WEIR_E_INVAL for invalid parameters. */
 static int apply_penalties(scratch *w, const weir_sampling_row *row, int32_t vocab) {
   const weir_sampling_params *p = row->params;
@@ -260,17 +271,22 @@ static int32_t select_mass(cand *c, int32_t n, double target) {
   return lo > 0 ? lo : 1;
 }
 
-/* Steps 4-5: decides the greedy token, or the kept candidates c[0..n_kept) with weights, or
- * (o->dense) the weights of every id in w->w, in id order. */
-static void truncate_row(scratch *w, const weir_sampling_params *p, int32_t vocab, row_out *o) {
-  const float *x = w->buf;
+/* Steps 4-5 on the row x (after steps 0-3): decides the greedy token, or the kept candidates
+ * c[0..n_kept) with weights, or (o->dense) the weights of every id in w->w, in id order. */
+static void truncate_row(scratch *w, const float *x, const weir_sampling_params *p,
+                         int32_t vocab, row_out *o) {
   memset(o, 0, sizeof(*o));
   if (p->temperature == 0.0f) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < vocab; i++)
-      if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
+    /* The vector pick's rule is this loop's wherever some value is above -inf (the first of
+     * the largest, NaN never wins); a row without one keeps the loop's answer. */
+    int64_t best = weir_argmax_f32(x, vocab, NULL);
+    if (best < 0) {
+      best = 0;
+      for (int32_t i = 1; i < vocab; i++)
+        if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
+    }
     o->greedy = 1;
-    o->token = best;
+    o->token = (int32_t)best;
     return;
   }
   const float inv_t = 1.0f / p->temperature;
@@ -360,10 +376,14 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
   for (int64_t r = begin; r < end; r++) {
     const weir_sampling_row *row = &b->rows[r];
     const int32_t vocab = b->vocab;
-    memcpy(w->buf, b->logits + r * vocab, (size_t)vocab * sizeof(float));
-    if (apply_penalties(w, row, vocab) != WEIR_OK) {
-      __atomic_store_n(&b->failed, 1, __ATOMIC_RELAXED);
-      continue;
+    const float *x = b->logits + r * vocab;
+    if (changes_logits(row)) {
+      memcpy(w->buf, x, (size_t)vocab * sizeof(float));
+      if (apply_penalties(w, row, vocab) != WEIR_OK) {
+        __atomic_store_n(&b->failed, 1, __ATOMIC_RELAXED);
+        continue;
+      }
+      x = w->buf;
     }
     const weir_sampling_params *p = row->params;
     double lse = 0.0;
@@ -371,14 +391,14 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
     if (res) {
       memset(res, 0, sizeof(*res));
       if (p->num_logprobs >= 0) {
-        lse = weir_logsumexp(w->buf, vocab);
+        lse = weir_logsumexp(x, vocab);
         if (p->num_logprobs > 0)
-          res->num_top = weir_sampler_top_logprobs(w->buf, vocab, p->num_logprobs, lse,
+          res->num_top = weir_sampler_top_logprobs(x, vocab, p->num_logprobs, lse,
                                                    res->top_tokens, res->top_logprobs);
       }
     }
     row_out o;
-    truncate_row(w, p, vocab, &o);
+    truncate_row(w, x, p, vocab, &o);
     if (b->probs) {
       float *pr = b->probs + r * vocab;
       memset(pr, 0, (size_t)vocab * sizeof(float));
@@ -409,7 +429,7 @@ static void sample_chunk(void *arg, int64_t begin, int64_t end, int thread) {
       }
     }
     res->token = token;
-    res->logprob = p->num_logprobs >= 0 ? (float)((double)w->buf[token] - lse) : 0.0f;
+    res->logprob = p->num_logprobs >= 0 ? (float)((double)x[token] - lse) : 0.0f;
   }
 }
 
